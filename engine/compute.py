@@ -1,0 +1,9 @@
+"""One request (spec + selections + dtype, the JSON of ../shared/API.md) -> named arrays.
+
+    compute(family, request, max_bytes=64 MiB) -> dict[str, np.ndarray | float]
+
+rope: cos, sin [n, d] (dtype), inv_freq [d/2] float32, attention_scaling (float)
+sinusoidal: encoding [n, d_model]; alibi: bias [h, nq, nk], slopes [h] float32;
+t5-buckets: buckets [nq, nk] int32. bfloat16 arrays are uint16 bit patterns (engine.dtypes).
+Raises engine.errors.SpecError (422) for invalid input, TooLarge (413) before allocating.
+"""

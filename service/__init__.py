@@ -1,0 +1,1 @@
+"""posenc HTTP front end (FastAPI app over the engine's shared-memory tables)."""
