@@ -5,5 +5,70 @@
 rope: cos, sin [n, d] (dtype), inv_freq [d/2] float32, attention_scaling (float)
 sinusoidal: encoding [n, d_model]; alibi: bias [h, nq, nk], slopes [h] float32;
 t5-buckets: buckets [nq, nk] int32. bfloat16 arrays are uint16 bit patterns (engine.dtypes).
-Raises engine.errors.SpecError (422) for invalid input, TooLarge (413) before allocating.
+Raises SpecError (422) for invalid input and TooLarge (413) before allocating anything.
 """
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import dtypes as _dt
+from .errors import SpecError, TooLarge
+from .fields import require_object
+from .tables import FAMILIES, HAS_DTYPE, alibi
+
+DEFAULT_MAX_BYTES = 64 * 2**20
+
+
+def family_module(family: str):
+    try:
+        return FAMILIES[family]
+    except KeyError:
+        raise SpecError(("family",), f"must be one of {', '.join(FAMILIES)}, got {family!r}") from None
+
+
+def parse_request(family: str, request: Mapping):
+    """Validate a whole request: (module, spec, selections, dtype)."""
+    mod = family_module(family)
+    require_object(request)
+    spec, sel = mod.parse(request)
+    dtype = _dt.check_dtype(request.get("dtype")) if HAS_DTYPE[family] else None
+    return mod, spec, sel, dtype
+
+
+def output_nbytes(mod, spec, sel, dtype) -> int:
+    return mod.output_nbytes(spec, *(s.n for s in sel.values()), dtype)
+
+
+def check_size(nbytes: int, max_bytes: int | None) -> None:
+    if max_bytes is not None and nbytes > max_bytes:
+        raise TooLarge(nbytes, max_bytes)
+
+
+def precheck(mod, spec, sel, dtype) -> None:
+    """Refusals that can be decided before computing (overflow of the output dtype)."""
+    if mod is alibi and dtype is not None:
+        if alibi.max_abs_bias(spec, sel["query"], sel["key"]) > _dt.MAX_FINITE[dtype] and not spec.mask_future:
+            raise SpecError(("dtype",), f"ALiBi biases up to {alibi.max_abs_bias(spec, sel['query'], sel['key']):.6g} "
+                            f"overflow {dtype} (largest finite {_dt.MAX_FINITE[dtype]:.6g}); use a wider dtype")
+
+
+def compute(family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
+    mod, spec, sel, dtype = parse_request(family, request)
+    check_size(output_nbytes(mod, spec, sel, dtype), max_bytes)
+    precheck(mod, spec, sel, dtype)
+    return mod.compute(spec, sel, dtype)
+
+
+# Arrays that stay float32 whatever the requested dtype (API.md).
+FIXED_F32 = frozenset({"inv_freq", "slopes"})
+
+
+def as_arrays(result: Mapping, dtype: str | None):
+    """A compute() result as named numpy arrays for a file or a binary response: scalars become
+    0-d float64 arrays; returns (arrays, names of arrays holding bfloat16 bit patterns)."""
+    import numpy as np
+
+    arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else v) for k, v in result.items()}
+    bf16 = {k for k in arrays if dtype == "bfloat16" and k not in FIXED_F32 and arrays[k].dtype == np.uint16}
+    return arrays, bf16

@@ -1,0 +1,94 @@
+"""The ``posenc`` command: compute | engine | serve. Choices come from the registries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import PosencError, SpecError, TooLarge
+from .tables import FAMILIES
+
+
+def _read_spec(text: str):
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, "rb") as f:
+                text = f.read().decode()
+        except OSError as e:
+            raise SpecError(("spec",), f"cannot read {path}: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise SpecError(("spec",), f"not valid JSON: {e}") from None
+
+
+def cmd_compute(args) -> int:
+    from . import formats
+    from .compute import as_arrays, compute
+
+    request = _read_spec(args.spec)
+    result = compute(args.family, request, max_bytes=args.max_bytes)
+    arrays, bf16 = as_arrays(result, None if args.family == "t5-buckets" else request.get("dtype") or "float32")
+    out = args.out
+    if out.endswith(".safetensors"):
+        data = formats.to_safetensors(arrays, bf16, {"family": args.family})
+    elif out.endswith(".npz"):
+        data = formats.to_npz(arrays, bf16)
+    else:
+        raise SpecError(("out",), "must end in .npz or .safetensors")
+    tmp = f"{out}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, out)
+    shapes = ", ".join(f"{k} {list(v.shape)} {'bfloat16' if k in bf16 else v.dtype}" for k, v in arrays.items())
+    print(f"wrote {out}: {shapes}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="posenc", description="Exact positional encodings, served from shared memory.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compute", help="compute one spec (with its selections) into a file")
+    c.add_argument("family", choices=list(FAMILIES))
+    c.add_argument("--spec", required=True, help="the request JSON, or @FILE")
+    c.add_argument("--out", required=True, help="output file: .npz or .safetensors")
+    c.add_argument("--max-bytes", type=int, default=64 * 2**20,
+                   help="refuse results larger than this many bytes (default 64 MiB)")
+    c.set_defaults(func=cmd_compute)
+
+    try:
+        from . import engine_main
+        engine_main.add_parser(sub)
+    except ImportError:  # pragma: no cover - during bring-up
+        pass
+    try:
+        from service import serve_main
+        serve_main.add_parser(sub)
+    except ImportError:  # pragma: no cover
+        pass
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except SpecError as e:
+        print(f"posenc: invalid spec: {e}", file=sys.stderr)
+        return 2
+    except TooLarge as e:
+        print(f"posenc: {e} (raise it with --max-bytes)", file=sys.stderr)
+        return 2
+    except PosencError as e:
+        print(f"posenc: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Binary containers for a response's named arrays. Both load with stock libraries and no
+posenc code:
+
+- safetensors (``application/x-safetensors``): 8-byte little-endian header length, a JSON header
+  {name: {"dtype", "shape", "data_offsets"}}, then the raw bytes. bfloat16 is native ("BF16").
+  ``safetensors.torch.load(body)`` or ``safetensors.numpy.load(body)`` read it; so does a few
+  lines of numpy (README). Building it copies each array's bytes once; no JSON of the data.
+- npz (``application/x-npz``): ``numpy.savez`` output; bfloat16 arrays are uint16 bit patterns,
+  their names listed in the ``__bfloat16__`` entry (``.view(torch.bfloat16)`` after loading).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Mapping
+
+import numpy as np
+
+_ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32",
+              "float64": "F64", "int64": "I64", "uint16": "U16"}
+
+
+def _named(arrays: Mapping, bf16: set) -> list[tuple[str, np.ndarray, str]]:
+    out = []
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        kind = "bfloat16" if name in bf16 else a.dtype.name
+        out.append((name, np.ascontiguousarray(a), kind))
+    return out
+
+
+def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None):
+    """The header bytes and the list of array buffers that follow it (for writev-style sends)."""
+    header, offset, bufs = {}, 0, []
+    for name, a, kind in _named(arrays, bf16):
+        header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        bufs.append(a)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)  # the format pads the header to 8-byte alignment
+    return struct.pack("<Q", len(h)) + h, bufs
+
+
+def to_safetensors(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None) -> bytes:
+    head, bufs = safetensors_parts(arrays, bf16, metadata)
+    return b"".join([head, *(memoryview(b).cast("B") for b in bufs)])
+
+
+def to_npz(arrays: Mapping, bf16: set = frozenset()) -> bytes:
+    buf = io.BytesIO()
+    extra = {"__bfloat16__": np.array(sorted(bf16), dtype=str)} if bf16 else {}
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()}, **extra)
+    return buf.getvalue()
+
+
+def load_safetensors(data: bytes) -> dict:
+    """Reference reader (tests and the Python client): bfloat16 comes back as uint16 bits."""
+    (n,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    inv = {v: k for k, v in _ST_DTYPES.items()}
+    out = {}
+    for name, info in header.items():
+        kind = inv[info["dtype"]]
+        dt = np.uint16 if kind == "bfloat16" else np.dtype(kind)
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data, dtype=dt, count=(e - b) // np.dtype(dt).itemsize,
+                                  offset=8 + n + b).reshape(info["shape"])
+    return out

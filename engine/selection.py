@@ -1,0 +1,105 @@
+"""Selections: which positions (or query/key positions) a request asks for.
+
+API.md: a non-empty list of non-negative ints < 2**31 (any order, repeats allowed, answered in
+the order given), or {"start": s, "stop": e, "step": k} with s < e, half-open, k > 0.
+The count is known before anything is allocated, so size limits are checked first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from .errors import SpecError
+from .fields import is_int, json_repr, refuse_unknown
+
+POSITION_LIMIT = 2**31  # positions are < 2**31
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Selection:
+    start: int = 0
+    stop: int = 0
+    step: int = 1
+    values: np.ndarray | None = None  # explicit list (int64), else the range above
+
+    @property
+    def n(self) -> int:
+        if self.values is not None:
+            return int(self.values.shape[0])
+        return len(range(self.start, self.stop, self.step))
+
+    @property
+    def max(self) -> int:
+        if self.values is not None:
+            return int(self.values.max())
+        return range(self.start, self.stop, self.step)[-1]
+
+    @property
+    def is_range(self) -> bool:
+        return self.values is None
+
+    def array(self) -> np.ndarray:
+        if self.values is not None:
+            return self.values
+        return np.arange(self.start, self.stop, self.step, dtype=np.int64)
+
+    @classmethod
+    def of(cls, positions: Sequence[int] | range) -> "Selection":
+        if isinstance(positions, range):
+            return cls(positions.start, positions.stop, positions.step)
+        return cls(values=np.asarray(positions, dtype=np.int64))
+
+
+def parse_selection(value, loc) -> Selection:
+    loc = (loc,) if isinstance(loc, str) else tuple(loc)
+    if value is None:
+        raise SpecError(loc, "field required", "missing")
+    if isinstance(value, dict):
+        refuse_unknown(value, ("start", "stop", "step"), loc)
+        for key in ("start", "stop"):
+            if value.get(key) is None:
+                raise SpecError((*loc, key), "field required", "missing")
+        start, stop, step = value["start"], value["stop"], value.get("step", 1)
+        if step is None:
+            step = 1
+        for key, v in (("start", start), ("stop", stop), ("step", step)):
+            if not is_int(v):
+                raise SpecError((*loc, key), f"must be an integer, got {json_repr(v)}", "int_type")
+        if start < 0:
+            raise SpecError((*loc, "start"), f"must be >= 0, got {start}")
+        if stop > POSITION_LIMIT:
+            raise SpecError((*loc, "stop"), f"must be <= 2**31 (positions are < 2**31), got {stop}")
+        if not start < stop:
+            raise SpecError((*loc, "stop"), f"must be greater than start ({start}), got {stop}")
+        if step <= 0:
+            raise SpecError((*loc, "step"), f"must be > 0, got {step}")
+        return Selection(start, stop, step)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise SpecError(loc, "must not be empty", "too_short")
+        arr = None
+        if set(map(type, value)) == {int}:  # excludes bool, float, str, nested lists at C speed
+            try:
+                arr = np.array(value)
+            except (ValueError, TypeError, OverflowError):
+                arr = None
+        if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
+            _explain_bad_list(value, loc)  # always raises
+        arr = arr.astype(np.int64, copy=False)
+        if arr.min() < 0 or arr.max() >= POSITION_LIMIT:
+            i = int(np.argmax((arr < 0) | (arr >= POSITION_LIMIT)))
+            raise SpecError((*loc, i), f"must be in [0, 2**31), got {int(arr[i])}")
+        return Selection(values=arr)
+    raise SpecError(loc, f"must be a list of positions or {{start, stop[, step]}}, got {json_repr(value)}")
+
+
+def _explain_bad_list(value, loc) -> None:
+    for i, v in enumerate(value):
+        if not is_int(v):
+            raise SpecError((*loc, i), f"must be an integer, got {json_repr(v)}", "int_type")
+        if v < 0 or v >= POSITION_LIMIT:
+            raise SpecError((*loc, i), f"must be in [0, 2**31), got {v}")
+    raise SpecError(loc, "must be a flat list of integers")
