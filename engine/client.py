@@ -1,0 +1,311 @@
+"""The co-located client: attach read-only to the engine's tables and read them zero-copy.
+
+    from engine.client import Client
+    c = Client()                                   # shm_dir="/dev/shm", namespace="posenc"
+    t = c.table("rope", {"head_dim": 128, "rope_theta": 500000.0})   # a TableView
+    t.cos, t.sin                                   # read-only numpy views [N, d/2] of shared memory
+    t.torch("cos")                                 # a torch tensor over the same memory
+    c.lookup("rope", {"head_dim": 128, "positions": [0, 17, 4096]})  # == engine.compute.compute(...)
+
+``lookup`` answers exactly what ``engine.compute.compute`` answers (bit for bit), from shared
+memory: row gathers for positions inside the table, exact computation past it, blocks for ALiBi
+and T5 built from the shared distance/bucket tables. A spec that is not in shared memory is built
+once by the engine (every process then shares it); the client never writes or unlinks a segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from typing import Mapping
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import store
+from .compute import DEFAULT_MAX_BYTES, check_size, output_nbytes, parse_request, precheck
+from .errors import PosencError, SpecError
+from .selection import Selection
+from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
+from .tables import rope, sinusoidal
+
+
+class EngineUnavailable(PosencError):
+    status = 503
+
+
+class TableView:
+    """One table in shared memory: read-only numpy views of its arrays."""
+
+    def __init__(self, tdef: TableDef, seg: store.Segment, generation: int):
+        self.tdef = tdef
+        self.segment = seg
+        self.generation = generation
+        self.meta = seg.entry.get("meta", {})
+        self.length = int(seg.entry["length"])
+        for name, a in seg.arrays.items():
+            setattr(self, name, a)
+        if tdef.family == "alibi":  # distances whose value is finite in this dtype
+            from .tabledefs import alibi_finite_length
+            self.finite_length = alibi_finite_length(seg.arrays["dist"], tdef.dtype)
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self.segment.arrays
+
+    def torch(self, name: str):
+        """A torch tensor viewing the same shared memory (bfloat16 tables come back as
+        torch.bfloat16). torch has no read-only tensors: the mapping is PROT_READ, so a write
+        through this tensor faults the writing process and can never change the table."""
+        import torch
+
+        a = self.segment.arrays[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
+            t = torch.from_numpy(a)
+        if self.tdef.dtype == "bfloat16" and a.dtype == np.uint16:
+            t = t.view(torch.bfloat16)
+        return t
+
+    def rope_full(self, name: str, layout: str = "half_split") -> np.ndarray:
+        """Zero-copy full-width view of a half-width rope array, shaped [N, 2, d/2] (half_split)
+        or [N, d/2, 2] (interleaved) with a 0 stride; ``.reshape(N, d)`` makes the usual
+        [N, d] (a copy)."""
+        h = self.segment.arrays[name]
+        n, w = h.shape
+        if layout == "half_split":
+            return np.lib.stride_tricks.as_strided(h, (n, 2, w), (h.strides[0], 0, h.strides[1]), writeable=False)
+        return np.lib.stride_tricks.as_strided(h, (n, w, 2), (h.strides[0], h.strides[1], 0), writeable=False)
+
+
+class Client:
+    def __init__(self, shm_dir: str = "/dev/shm", namespace: str = "posenc", build_timeout: float = 60.0,
+                 recheck_s: float = 0.05):
+        self.shm_dir = shm_dir
+        self.namespace = store.check_namespace(namespace)
+        self.build_timeout = build_timeout
+        self.recheck_s = recheck_s
+        self._lock = threading.Lock()
+        self._manifest: dict | None = None
+        self._stamp = None
+        self._checked = 0.0
+        self._views: dict[str, TableView] = {}   # digest -> view (current generation)
+
+    # -- manifest ----------------------------------------------------------------------------
+    def manifest(self, force: bool = False) -> dict | None:
+        now = time.monotonic()
+        if not force and self._manifest is not None and now - self._checked < self.recheck_s:
+            return self._manifest
+        stamp = store.manifest_stamp(self.shm_dir, self.namespace)
+        self._checked = now
+        if stamp != self._stamp or force:
+            try:
+                m = store.read_manifest(self.shm_dir, self.namespace)
+            except (ValueError, OSError):
+                m = None
+            with self._lock:
+                if m is None:
+                    # Engine gone (or restarting): keep serving what we already mapped.
+                    self._stamp = stamp
+                    return self._manifest
+                if self._manifest is None or m["generation"] != self._manifest["generation"]:
+                    self._views = {}      # a new engine: remap lazily from the new generation
+                else:                     # same engine: forget evicted tables (mappings stay valid)
+                    self._views = {d: v for d, v in self._views.items() if d in m["tables"]}
+                self._manifest, self._stamp = m, stamp
+        return self._manifest
+
+    @property
+    def generation(self) -> int | None:
+        m = self.manifest()
+        return m["generation"] if m else None
+
+    def wait_ready(self, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.manifest(force=True)
+            if m is not None:
+                return m
+            if time.monotonic() > deadline:
+                raise EngineUnavailable(f"no engine manifest in {self.shm_dir} for namespace {self.namespace!r}")
+            time.sleep(0.02)
+
+    def tables(self) -> list[dict]:
+        m = self.manifest() or {"tables": {}}
+        return [{"digest": d, **{k: v for k, v in e.items() if k not in ("arrays",)}} for d, e in m["tables"].items()]
+
+    # -- attaching -----------------------------------------------------------------------------
+    def attach(self, tdef: TableDef, build: bool = True, request: Mapping | None = None) -> TableView:
+        digest = tdef.digest
+        m = self.manifest()  # refreshes at most every recheck_s; a new generation drops old views
+        v = self._views.get(digest)
+        if v is not None:
+            return v
+        for attempt in range(3):
+            if m is not None and digest in m["tables"]:
+                entry = m["tables"][digest]
+                try:
+                    seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
+                except FileNotFoundError:  # evicted or reclaimed between manifest read and open
+                    m = self.manifest(force=True)
+                    continue
+                view = TableView(tdef, seg, m["generation"])
+                with self._lock:
+                    if self._manifest is not None and self._manifest["generation"] == m["generation"]:
+                        self._views[digest] = view
+                return view
+            if not build:
+                break
+            self._ensure(tdef, request)
+            m = self.manifest(force=True)
+        raise EngineUnavailable(f"table {tdef.key} is not in shared memory")
+
+    def _ensure(self, tdef: TableDef, request: Mapping | None) -> None:
+        """Ask the engine to build a table (it builds each new table once)."""
+        if request is None:
+            raise EngineUnavailable("no request to build from")
+        reply = self.call({"op": "ensure", "family": tdef.family, "request": dict(request)})
+        if not reply.get("ok"):
+            if reply.get("status") == 422:
+                raise SpecError(tuple(reply.get("loc") or ("family",)), reply.get("msg") or reply.get("error"))
+            raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
+
+    def call(self, msg: dict) -> dict:
+        path = store.socket_path(self.shm_dir, self.namespace)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(self.build_timeout)
+                s.connect(path)
+                s.sendall(json.dumps(msg).encode() + b"\n")
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except (OSError, socket.timeout) as e:
+            raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
+        if not data:
+            raise EngineUnavailable("engine closed the connection")
+        return json.loads(data)
+
+    def table(self, family: str, spec: Mapping, dtype: str | None = "float32", seq_len: int | None = None) -> TableView:
+        """The shared table for a spec (no selections), built on demand. For rope, seq_len picks
+        longrope's short/long set or dynamic's frequencies (default: the short/base set)."""
+        req = dict(spec)
+        sel_names = {"rope": ("positions",), "sinusoidal": ("positions",)}.get(family, ("query", "key"))
+        for name in sel_names:
+            req[name] = [max(0, (seq_len or 1) - 1)] if family == "rope" else [0]
+        if family != "t5-buckets" and dtype is not None:
+            req["dtype"] = dtype
+        mod, s, sel, dt = parse_request(family, req)
+        t = table_for(family, s, dt, sel, DEFAULT_LENGTH)
+        if t is None:
+            raise SpecError(("seq_len",), "no stable table for these frequencies (dynamic NTK past M)")
+        return self.attach(t, request=req)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def lookup(self, family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
+        """Exactly engine.compute.compute(family, request), served from shared memory."""
+        mod, spec, sel, dtype = parse_request(family, request)
+        check_size(output_nbytes(mod, spec, sel, dtype), max_bytes)
+        precheck(mod, spec, sel, dtype)
+        t = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
+        if t is None:
+            return mod.compute(spec, sel, dtype)
+        view = self.attach(t, request=_ensure_request(family, request))
+        return serve(view, spec, sel, dtype)
+
+
+def _ensure_request(family: str, request: Mapping) -> dict:
+    """The part of a request that picks its table, with one-element selections: what the engine
+    needs to build it (rope keeps its effective seq_len through the largest position)."""
+    return _shrink(dict(request), family)
+
+
+def _shrink(req: dict, family: str) -> dict:
+    from .selection import parse_selection
+    out = dict(req)
+    names = ("positions",) if family in ("rope", "sinusoidal") else ("query", "key")
+    for name in names:
+        sel = parse_selection(req.get(name), (name,))
+        out[name] = [sel.max]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving a parsed request from a table view (also the HTTP workers' path).
+
+def gather(table: np.ndarray, rows: np.ndarray, length: int, compute_rows) -> np.ndarray:
+    """table[rows] for rows < length; compute_rows(rows) for the rest (past the table)."""
+    if rows.size and rows.max() >= length:
+        inside = rows < length
+        out = np.empty((rows.shape[0], *table.shape[1:]), dtype=table.dtype)
+        out[inside] = table[rows[inside]]
+        out[~inside] = compute_rows(rows[~inside])
+        return out
+    return table[rows]
+
+
+def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None) -> dict:
+    fam = view.tdef.family
+    if fam == "rope":
+        inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
+        rows = sel["positions"].array()
+
+        def cs(r):
+            c, s = rope.half_rows(inv64, scaling, r, dtype)
+            return c, s
+
+        n = view.length
+        if rows.size and rows.max() >= n:
+            cos = gather(view.cos, rows, n, lambda r: cs(r)[0])
+            sin = gather(view.sin, rows, n, lambda r: cs(r)[1])
+        else:
+            cos, sin = view.cos[rows], view.sin[rows]
+        return {"cos": rope.expand(cos, spec.layout), "sin": rope.expand(sin, spec.layout),
+                "inv_freq": np.array(view.inv_freq), "attention_scaling": float(scaling)}
+    if fam == "sinusoidal":
+        rows = sel["positions"].array() + spec.offset
+        stored = gather(view.table, rows, view.length,
+                        lambda r: sinusoidal.table_rows(spec, r, dtype))
+        return {"encoding": sinusoidal.arrange(stored, spec)}
+    if fam == "alibi":
+        return _alibi_block(view, spec, sel, dtype)
+    return _t5_block(view, spec, sel)
+
+
+def _negate(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Exact negation in the stored form (bfloat16 bits: flip the sign bit)."""
+    return a ^ np.uint16(0x8000) if dtype == "bfloat16" else -a
+
+
+def _alibi_block(view: TableView, spec, sel, dtype) -> dict:
+    from .tables import alibi
+    q, k = sel["query"].array(), sel["key"].array()
+    delta = q[:, None] - k[None, :]                       # i − j
+    heads = spec.head_index
+    dist = view.dist
+    if np.abs(delta).max(initial=0) >= view.finite_length:
+        return alibi.compute(spec, sel, dtype)            # past the table: exact, same numbers
+    out = dist[heads[:, None, None], np.abs(delta)[None, :, :]]   # −m·|i − j|
+    if spec.mode == "causal":
+        future = delta < 0
+        if future.any():
+            if spec.mask_future:
+                out[:, future] = _dt.mask_value(dtype)
+            else:
+                out[:, future] = _negate(out[:, future], dtype)   # +m·(j − i)
+    return {"bias": out, "slopes": view.slopes[heads].astype(np.float32)}
+
+
+def _t5_block(view: TableView, spec, sel) -> dict:
+    r = view.length
+    rel = sel["key"].array()[None, :] - sel["query"].array()[:, None]
+    np.clip(rel, -r, r, out=rel)
+    rel += r
+    return {"buckets": view.lut[rel]}

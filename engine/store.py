@@ -1,0 +1,177 @@
+"""Shared-memory segments and the manifest.
+
+Each table is one file in ``shm_dir`` (``/dev/shm`` by default: tmpfs, i.e. POSIX shared memory)
+named ``{namespace}.seg.{generation}.{digest}``, where the digest is a hash of the table's canonical
+key. The engine writes it under a temporary name and renames it into place; then it rewrites the
+manifest ``{namespace}.manifest.json`` (temporary file + rename, so readers see the old manifest or
+the new one, never a torn one). The manifest is the only way readers find segments, so a reader
+never sees a half-built table.
+
+Readers open segments ``O_RDONLY`` and map them ``PROT_READ``: numpy views are not writable, and
+no reader code path unlinks anything (plain files, not ``multiprocessing.shared_memory``, whose
+resource tracker unlinks on a reader's exit before Python 3.13).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import zlib
+
+import numpy as np
+
+MANIFEST_FORMAT = 1
+ALIGN = 64
+
+
+def manifest_path(shm_dir: str, namespace: str) -> str:
+    return os.path.join(shm_dir, f"{namespace}.manifest.json")
+
+
+def lock_path(shm_dir: str, namespace: str) -> str:
+    return os.path.join(shm_dir, f"{namespace}.lock")
+
+
+def socket_path(shm_dir: str, namespace: str) -> str:
+    return os.path.join(shm_dir, f"{namespace}.sock")
+
+
+def segment_prefix(namespace: str) -> str:
+    return f"{namespace}.seg."
+
+
+def segment_path(shm_dir: str, namespace: str, generation: int, digest: str) -> str:
+    return os.path.join(shm_dir, f"{segment_prefix(namespace)}{generation}.{digest}")
+
+
+def check_namespace(namespace: str) -> str:
+    if not namespace or not all(c.isalnum() or c in "_-" for c in namespace) or len(namespace) > 64:
+        raise ValueError(f"namespace must be 1-64 letters, digits, '_' or '-', got {namespace!r}")
+    return namespace
+
+
+def crc32(buf) -> int:
+    return zlib.crc32(memoryview(buf).cast("B")) & 0xFFFFFFFF
+
+
+def plan_layout(arrays: dict[str, np.ndarray]) -> tuple[dict, int]:
+    entries, off = {}, 0
+    for name, a in arrays.items():
+        off += -off % ALIGN
+        entries[name] = {"offset": off, "shape": list(a.shape), "dtype": a.dtype.name}
+        off += a.nbytes
+    return entries, max(off, 1)
+
+
+def write_segment(path: str, arrays: dict[str, np.ndarray], mode: int = 0o600, gid: int | None = None) -> dict:
+    """Write arrays into a new segment file atomically; returns {arrays, nbytes, crc32}."""
+    entries, size = plan_layout(arrays)
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, mode)  # umask must not widen or narrow what was asked for
+        os.ftruncate(fd, size)
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+            buf = np.frombuffer(mm, dtype=np.uint8)
+            for name, a in arrays.items():
+                e = entries[name]
+                buf[e["offset"]:e["offset"] + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            checksum = crc32(buf)
+            del buf
+    except BaseException:
+        os.close(fd)
+        _unlink(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+    return {"arrays": entries, "nbytes": size, "crc32": checksum}
+
+
+class Segment:
+    """A read-only mapping of one segment and numpy views of its arrays."""
+
+    def __init__(self, path: str, entry: dict):
+        self.path = path
+        self.entry = entry
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size != entry["nbytes"]:
+                raise OSError(f"segment {path} is {size} bytes, manifest says {entry['nbytes']}")
+            self.mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, e in entry["arrays"].items():
+            dt = np.dtype(e["dtype"])
+            count = int(np.prod(e["shape"])) if e["shape"] else 1
+            a = np.frombuffer(self.mm, dtype=dt, count=count, offset=e["offset"]).reshape(e["shape"])
+            self.arrays[name] = a  # read-only: the buffer is a PROT_READ mapping
+
+    def verify(self) -> bool:
+        return crc32(self.mm) == self.entry["crc32"]
+
+    def __getitem__(self, name) -> np.ndarray:
+        return self.arrays[name]
+
+
+def read_manifest(shm_dir: str, namespace: str) -> dict | None:
+    try:
+        with open(manifest_path(shm_dir, namespace), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    m = json.loads(data)
+    if m.get("format") != MANIFEST_FORMAT:
+        raise RuntimeError(f"manifest format {m.get('format')} is not {MANIFEST_FORMAT}")
+    return m
+
+
+def manifest_stamp(shm_dir: str, namespace: str):
+    """Cheap change detector: (inode, mtime_ns) of the manifest, or None."""
+    try:
+        st = os.stat(manifest_path(shm_dir, namespace))
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None) -> None:
+    path = manifest_path(shm_dir, namespace)
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, mode)
+        os.write(fd, json.dumps(manifest, separators=(",", ":")).encode())
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def our_files(shm_dir: str, namespace: str) -> list[str]:
+    """Every file this namespace may have left in shm_dir (segments, temporaries, manifest,
+    socket, lock)."""
+    try:
+        names = os.listdir(shm_dir)
+    except FileNotFoundError:
+        return []
+    pre = segment_prefix(namespace)
+    own = {os.path.basename(p) for p in (manifest_path(shm_dir, namespace), lock_path(shm_dir, namespace),
+                                          socket_path(shm_dir, namespace))}
+    return [os.path.join(shm_dir, n) for n in names
+            if n.startswith(pre) or n in own or n.startswith(f"{namespace}.manifest.json.tmp")]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+unlink = _unlink
