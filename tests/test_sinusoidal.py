@@ -1,0 +1,154 @@
+"""Sinusoidal absolute encodings (issue #2), SEMANTICS.md §3, every layout at odd and even d_model.
+
+References: DistilBERT ``_create_sinusoidal_embeddings`` (interleaved, float64 then float32),
+Marian ``MarianSinusoidalPositionalEmbedding.create_weight`` (concat, float64 then float32) and
+M2M100 ``get_embedding`` (fairseq, float32 throughout: its error grows ~8e-8·row, so that
+comparison allows 1e-6 + 2.5e-7·row), plus float64 formulas written here for the 1-ulp checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers.models.distilbert.modeling_distilbert import _create_sinusoidal_embeddings
+from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+from engine.compute import compute
+from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
+
+POSITIONS = [0, 1, 2, 3, 100, 511, 4095, 65535, 131071, 131072, 131073, 200000]
+HIGH = [2**24 + 3, 10**9, 2**31 - 1]
+
+
+def sin_req(d_model, positions, **extra):
+    return {"d_model": d_model, "positions": positions, **extra}
+
+
+def ref64(d, positions, layout, base=10000.0, offset=0):
+    """Float64 encoding from SEMANTICS §3, plus the angles (for the reference's own error)."""
+    p = np.asarray(positions, dtype=np.float64)[:, None] + offset
+    if layout == "interleaved":
+        j = np.arange(d)
+        ang = p * base ** (-(2.0 * (j // 2)) / d)
+        return np.where(j % 2 == 0, np.sin(ang), np.cos(ang)), ang
+    if layout == "concat":
+        ns, nc = (d + 1) // 2, d // 2
+        ang_s = p * base ** (-2.0 * np.arange(ns) / d)
+        ang_c = p * base ** (-2.0 * np.arange(nc) / d)
+        return np.concatenate([np.sin(ang_s), np.cos(ang_c)], 1), np.concatenate([ang_s, ang_c], 1)
+    if layout == "fairseq":
+        h = d // 2
+        ang = p * base ** (-np.arange(h) / (h - 1))
+        enc, angs = [np.sin(ang), np.cos(ang)], [ang, ang]
+        if d % 2:
+            enc.append(np.zeros((len(positions), 1)))
+            angs.append(np.zeros((len(positions), 1)))
+        return np.concatenate(enc, 1), np.concatenate(angs, 1)
+    raise AssertionError(layout)
+
+
+def slack_for(ang):
+    return (np.abs(ang) + 1.0) * 64 * EPS64
+
+
+# --------------------------------------------------------------------------- vs transformers
+
+@pytest.mark.parametrize("d", [2, 5, 16, 17])
+def test_interleaved_vs_distilbert(d):
+    n_pos = 600
+    table = _create_sinusoidal_embeddings(n_pos, d, torch.empty(n_pos, d)).double().numpy()
+    pos = list(range(0, n_pos, 3)) + [n_pos - 1]
+    out = compute("sinusoidal", sin_req(d, pos))  # layout defaults to interleaved
+    assert out["encoding"].shape == (len(pos), d) and out["encoding"].dtype == np.float32
+    _, ang = ref64(d, pos, "interleaved")
+    # both round the same float64 values once to float32
+    assert_within_ulp(out["encoding"], table[pos], "float32", slack=slack_for(ang), what="distilbert")
+    # offset shifts rows: offset 100 at position p is DistilBERT's row p + 100
+    out2 = compute("sinusoidal", sin_req(d, list(range(0, 400, 7)), layout="interleaved", offset=100))
+    assert_within_ulp(out2["encoding"], table[np.arange(0, 400, 7) + 100], "float32",
+                      slack=slack_for(ref64(d, list(range(100, 500, 7)), "interleaved")[1]), what="distilbert+off")
+
+
+@pytest.mark.parametrize("d", [2, 3, 16, 17])
+def test_concat_vs_marian(d):
+    n_pos = 600
+    table = MarianSinusoidalPositionalEmbedding(n_pos, d).create_weight().double().numpy()
+    pos = [0, 1, 2, 77, 256, 599, 598, 5]
+    out = compute("sinusoidal", sin_req(d, pos, layout="concat"))
+    assert out["encoding"].shape == (len(pos), d)
+    _, ang = ref64(d, pos, "concat")
+    assert_within_ulp(out["encoding"], table[pos], "float32", slack=slack_for(ang), what="marian")
+
+
+@pytest.mark.parametrize("d", [4, 5, 16, 17])
+def test_fairseq_vs_m2m100_past_131072(d):
+    # M2M100: padding_idx = 1, so position p is row p + 2 -> offset 2.
+    pos = [0, 1, 2, 1000, 65535, 131071, 131072, 150000, 200000]
+    rows = np.asarray(pos) + 2
+    table = M2M100SinusoidalPositionalEmbedding.get_embedding(int(rows.max()) + 1, d).double().numpy()[rows]
+    out = compute("sinusoidal", sin_req(d, pos, layout="fairseq", offset=2))
+    assert out["encoding"].shape == (len(pos), d)
+    tol = 1e-6 + 2.5e-7 * rows[:, None].astype(np.float64)
+    assert_close(out["encoding"], table, atol=tol, what="m2m100")
+    if d % 2:
+        assert (out["encoding"][:, -1] == 0).all(), "odd d: fairseq appends a zero column"
+
+
+def test_fairseq_rows_are_never_zeroed():
+    # transformers zeroes row padding_idx; the table does not (API.md).
+    d = 8
+    table = M2M100SinusoidalPositionalEmbedding.get_embedding(4, d, padding_idx=None).double().numpy()
+    out = compute("sinusoidal", sin_req(d, [0, 1, 2, 3], layout="fairseq"))
+    assert_close(out["encoding"], table, atol=1e-6, what="m2m100 rows 0..3")
+    assert np.abs(out["encoding"][1]).sum() > 1
+
+
+def test_layouts_have_different_exponents_d512():
+    # SEMANTICS §3: d=512, k=255 has frequency 1.0366e-4 in (a)/(b) and exactly 1e-4 in (c).
+    pos = [10000]
+    fair = compute("sinusoidal", sin_req(512, pos, layout="fairseq"))["encoding"][0]
+    inter = compute("sinusoidal", sin_req(512, pos, layout="interleaved"))["encoding"][0]
+    concat = compute("sinusoidal", sin_req(512, pos, layout="concat"))["encoding"][0]
+    assert fair[255] == np.float32(np.sin(1.0)) and fair[511] == np.float32(np.cos(1.0))
+    w = 10000.0 ** (-510 / 512)
+    assert abs(w - 1.0366e-4) < 1e-8
+    assert inter[510] == np.float32(np.sin(10000 * w)) and inter[511] == np.float32(np.cos(10000 * w))
+    assert concat[255] == np.float32(np.sin(10000 * w)) and concat[511] == np.float32(np.cos(10000 * w))
+
+
+# --------------------------------------------------------------------------- vs float64
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("d", [4, 7, 64, 65])
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
+def test_against_float64_within_one_ulp(layout, d, dtype):
+    pos = POSITIONS + HIGH[:2]
+    out = compute("sinusoidal", sin_req(d, pos, layout=layout, dtype=dtype))
+    want, ang = ref64(d, pos, layout)
+    assert_within_ulp(out["encoding"], want, dtype, slack=slack_for(ang), what=f"{layout} d={d}")
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
+def test_base_and_offset_against_float64(layout):
+    pos = [0, 5, 131072, 2**31 - 1 - 7]
+    out = compute("sinusoidal", sin_req(33, pos, layout=layout, base=500.0, offset=7))
+    want, ang = ref64(33, pos, layout, base=500.0, offset=7)
+    assert_within_ulp(out["encoding"], want, "float32", slack=slack_for(ang), what=f"{layout} base/offset")
+    # offset k at position p is offset 0 at position p + k, bit for bit
+    shifted = compute("sinusoidal", sin_req(33, [p + 7 for p in pos], layout=layout, base=500))
+    np.testing.assert_array_equal(out["encoding"], shifted["encoding"])
+
+
+def test_selection_order_repeats_and_range():
+    a = compute("sinusoidal", sin_req(10, [9, 0, 9, 131072]))["encoding"]
+    b = compute("sinusoidal", sin_req(10, [0, 9, 131072]))["encoding"]
+    np.testing.assert_array_equal(a, b[[1, 0, 1, 2]])
+    r = compute("sinusoidal", sin_req(10, {"start": 131070, "stop": 131080, "step": 3}))["encoding"]
+    np.testing.assert_array_equal(r, compute("sinusoidal", sin_req(10, [131070, 131073, 131076, 131079]))["encoding"])
+
+
+def test_dtype_storage():
+    assert compute("sinusoidal", sin_req(6, [1], dtype="float16"))["encoding"].dtype == np.float16
+    assert compute("sinusoidal", sin_req(6, [1], dtype="bfloat16"))["encoding"].dtype == np.uint16
