@@ -1,0 +1,52 @@
+"""Build of the optional C SIMD kernels (issue #5); all other metadata is in pyproject.toml.
+
+    python setup.py build_ext --inplace      # development build next to the sources
+    POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
+    POSENC_WERROR=1 ...                      # + -Wall -Wextra -Werror
+
+The extension is optional: without a working C compiler the install still succeeds and
+engine.kernels falls back to its numpy backend.
+"""
+
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+class BuildExt(build_ext):
+    """Adds flags that depend on the compiler family (MSVC takes none of GCC/Clang's)."""
+
+    def build_extensions(self):
+        if self.compiler.compiler_type == "msvc":
+            cflags, lflags = ["/O2", "/fp:precise"], []
+        else:
+            # -ffp-contract=off: each multiply rounds once, never fused into an FMA, so the
+            # results stay bit-identical to numpy's (see engine/kernels/_native.c).
+            cflags, lflags = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing"], []
+            if _on("POSENC_WERROR"):
+                cflags += ["-Wall", "-Wextra", "-Werror"]
+            if _on("POSENC_SANITIZE"):
+                san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                       "-fno-omit-frame-pointer", "-g"]
+                cflags, lflags = cflags + san, lflags + san
+        for ext in self.extensions:
+            ext.extra_compile_args = cflags + list(ext.extra_compile_args or [])
+            ext.extra_link_args = lflags + list(ext.extra_link_args or [])
+        super().build_extensions()
+
+
+# A plain build may fail quietly (numpy backend); a sanitizer or -Werror build is asked for on
+# purpose, so there a failure stops the build.
+_OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
+
+setup(
+    ext_modules=[
+        Extension("engine.kernels._native", ["engine/kernels/_native.c"], optional=_OPTIONAL),
+    ],
+    cmdclass={"build_ext": BuildExt},
+)
