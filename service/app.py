@@ -1,0 +1,119 @@
+"""App factory: FastAPI routes (documented in /docs) behind the raw-ASGI hot path.
+
+uvicorn runs ``service.app:create_app`` as a factory in each worker; settings come from
+``POSENC_*`` variables (``posenc serve`` sets them from its flags).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from engine.tables import FAMILIES
+
+from .fast import FastFront, read_body, TooBig
+from .handlers import Service, error_response
+from .metrics import Metrics
+from .schemas import EXAMPLES, RETURNS, SCHEMAS
+from .settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
+
+log = logging.getLogger("posenc.service")
+
+_BINARY_DOC = {
+    "200": {"description": "the arrays", "content": {
+        "application/json": {}, "application/x-safetensors": {}, "application/x-npz": {}}},
+    "406": {"description": "no acceptable format"}, "413": {"description": "response or body over the limit"},
+    "422": {"description": "invalid spec; detail[].loc names the field"},
+    "503": {"description": "engine not reachable for an on-demand build"}}
+
+
+def create_app(settings: Settings | None = None):
+    settings = settings or Settings.from_env()
+    svc = Service(settings)
+    front_holder: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        metrics = Metrics(settings.shm_dir, settings.namespace)
+        front_holder["front"].metrics = metrics
+        task = asyncio.create_task(_attach(svc))
+        try:
+            yield
+        finally:
+            task.cancel()
+            metrics.close()
+
+    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan,
+                  description="Exact positional encodings from shared memory. Binary responses: "
+                              "`Accept: application/x-safetensors` (or `application/x-npz`); see README.")
+    app.state.svc = svc
+
+    for family in FAMILIES:
+        _add_family_route(app, svc, family)
+
+    @app.get("/v1/tables", summary="What is in shared memory, and the kernel backend")
+    async def tables():
+        return svc.tables()
+
+    @app.get(HEALTH_PATH, summary="Alive")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified")
+    async def readyz():
+        if svc.ready:
+            return {"status": "ready", "generation": svc.client.generation}
+        return JSONResponse({"status": "starting"}, status_code=503)
+
+    @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")
+    async def metrics():
+        front = front_holder["front"]
+        text = front.metrics.render() if front.metrics else ""
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    front = FastFront(app, svc, enabled=os.environ.get("POSENC_FAST_PATH", "1") != "0")
+    front_holder["front"] = front
+    return front
+
+
+async def _attach(svc: Service) -> None:
+    """Background: wait for the engine's manifest, map and verify every table, then ready."""
+    while True:
+        try:
+            n = await anyio.to_thread.run_sync(svc.attach_all)
+            svc.ready = True
+            log.info("ready: %d tables attached and verified", n)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # engine not up yet, or restarting
+            log.info("waiting for the engine: %s", e)
+            await asyncio.sleep(0.2)
+
+
+def _add_family_route(app: FastAPI, svc: Service, family: str) -> None:
+    async def route(request: Request):
+        try:
+            raw = await read_body(request.receive, svc.settings.max_body_bytes)
+        except TooBig:
+            return JSONResponse({"detail": f"request body over the limit of {svc.settings.max_body_bytes} bytes"},
+                                status_code=413)
+        try:
+            job = svc.prepare(family, raw, request.headers.get("accept"))
+            payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
+            return Response(payload, media_type=ctype)
+        except Exception as e:
+            status, body = error_response(e)
+            return Response(body, status_code=status, media_type="application/json")
+
+    app.add_api_route(
+        f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {RETURNS[family]}",
+        responses=_BINARY_DOC,
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": SCHEMAS[family], "examples": EXAMPLES[family]}}}})

@@ -1,0 +1,36 @@
+"""Response bodies: JSON (nested lists; bfloat16 written as its float value) or a binary
+container (engine.formats) chosen by Accept."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from engine import formats
+from engine.compute import as_arrays
+from engine.dtypes import bf16_bits_to_f32
+
+from .negotiate import CONTENT_TYPES
+
+_JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def encode(family: str, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, str]:
+    if fmt == "json":
+        out = {}
+        for k, v in result.items():
+            if isinstance(v, np.ndarray):
+                if dtype == "bfloat16" and v.dtype == np.uint16:
+                    v = bf16_bits_to_f32(v)
+                if not v.flags.c_contiguous:
+                    v = np.ascontiguousarray(v)
+            out[k] = v
+        return orjson.dumps(out, option=_JSON_OPTS), CONTENT_TYPES["json"]
+    arrays, bf16 = as_arrays(result, dtype)
+    if fmt == "npz":
+        return formats.to_npz(arrays, bf16), CONTENT_TYPES["npz"]
+    return formats.to_safetensors(arrays, bf16, {"family": family}), CONTENT_TYPES["safetensors"]
+
+
+def error_body(detail) -> bytes:
+    return orjson.dumps({"detail": detail})

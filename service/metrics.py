@@ -1,0 +1,117 @@
+"""Prometheus metrics shared by every worker.
+
+Each uvicorn worker counts into its own small file in shm_dir (``{ns}.metrics.{pid}``, a float64
+array [route, status, bucket]); ``/metrics`` on any worker sums all live workers' files, so a
+scrape sees the whole server whichever worker answers. Buckets are fine enough for 10–1000 µs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+
+import numpy as np
+
+ROUTES = ("/v1/rope", "/v1/sinusoidal", "/v1/alibi", "/v1/t5-buckets", "/v1/tables", "/healthz",
+          "/readyz", "/metrics", "/docs", "other")
+STATUSES = (200, 400, 404, 405, 406, 413, 422, 500, 503, 0)   # 0: any other status
+BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e-6, 125e-6, 150e-6,
+             200e-6, 250e-6, 300e-6, 400e-6, 500e-6, 750e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+             100e-3, 250e-3, 1.0)
+_NB = len(BUCKETS_S) + 1          # + the +Inf bucket
+_SHAPE = (len(ROUTES), len(STATUSES), _NB + 1)   # last cell: sum of seconds
+ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
+STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
+
+
+def _prefix(namespace: str) -> str:
+    return f"{namespace}.metrics."
+
+
+class Metrics:
+    def __init__(self, shm_dir: str, namespace: str):
+        self.shm_dir, self.namespace = shm_dir, namespace
+        self.path = os.path.join(shm_dir, f"{_prefix(namespace)}{os.getpid()}")
+        size = int(np.prod(_SHAPE)) * 8
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(_SHAPE)
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        r = ROUTE_INDEX.get(route, len(ROUTES) - 1)
+        s = STATUS_INDEX.get(status, len(STATUSES) - 1)
+        row = self.counts[r, s]
+        row[bisect.bisect_left(BUCKETS_S, seconds)] += 1
+        row[_NB] += seconds
+
+    def close(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def render(self, extra: str = "") -> str:
+        total = np.zeros(_SHAPE)
+        workers = 0
+        for name in os.listdir(self.shm_dir):
+            if not name.startswith(_prefix(self.namespace)):
+                continue
+            path = os.path.join(self.shm_dir, name)
+            try:
+                pid = int(name.rsplit(".", 1)[1])
+                if pid != os.getpid() and not _alive(pid):
+                    os.unlink(path)       # a worker that died without cleaning up
+                    continue
+                a = np.fromfile(path, dtype=np.float64)
+                if a.size == total.size:
+                    total += a.reshape(_SHAPE)
+                    workers += 1
+            except (ValueError, OSError):
+                continue
+        lines = ["# HELP posenc_request_duration_seconds Time from request start to the last response byte.",
+                 "# TYPE posenc_request_duration_seconds histogram"]
+        for ri, route in enumerate(ROUTES):
+            for si, status in enumerate(STATUSES):
+                row = total[ri, si]
+                n = row[:_NB].sum()
+                if n == 0:
+                    continue
+                lab = f'route="{route}",status="{status if status else "other"}"'
+                cum = 0.0
+                for bi, le in enumerate(BUCKETS_S):
+                    cum += row[bi]
+                    lines.append(f'posenc_request_duration_seconds_bucket{{{lab},le="{le:g}"}} {cum:.0f}')
+                lines.append(f'posenc_request_duration_seconds_bucket{{{lab},le="+Inf"}} {n:.0f}')
+                lines.append(f"posenc_request_duration_seconds_sum{{{lab}}} {row[_NB]:.9f}")
+                lines.append(f"posenc_request_duration_seconds_count{{{lab}}} {n:.0f}")
+        lines += ["# HELP posenc_workers HTTP worker processes reporting metrics.",
+                  "# TYPE posenc_workers gauge", f"posenc_workers {workers}"]
+        return "\n".join(lines) + "\n" + extra
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_all(shm_dir: str, namespace: str) -> None:
+    try:
+        names = os.listdir(shm_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(_prefix(namespace)):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,122 @@
+"""``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables.
+
+Flags override ``POSENC_*`` variables; the workers (separate processes) read the result from the
+environment. SIGTERM/SIGINT: uvicorn drains its workers, then the engine is stopped and removes
+every segment. The engine child also gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is
+restarted if it dies while serving (its successor reclaims the segments).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from .settings import Settings
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the engine and the HTTP workers")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
+    p.add_argument("--tables", help="table config JSON (default: the embedded set)")
+    p.add_argument("--shm-dir", help="directory for shared memory (default /dev/shm)")
+    p.add_argument("--namespace", help="segment name prefix (default posenc)")
+    p.add_argument("--memory-budget", type=int, help="bytes for on-demand tables")
+    p.add_argument("--max-response-bytes", type=int, help="413 above this (default 64 MiB)")
+    p.add_argument("--attach-only", action="store_true",
+                   help="start no engine: attach to one already running on the same shm-dir/namespace")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
+
+
+def settings_from_args(args) -> Settings:
+    return Settings.from_env(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
+                             shm_dir=args.shm_dir, namespace=args.namespace,
+                             memory_budget_bytes=args.memory_budget,
+                             max_response_bytes=args.max_response_bytes, log_level=args.log_level)
+
+
+def export(settings: Settings) -> None:
+    for f in dataclasses.fields(settings):
+        v = getattr(settings, f.name)
+        key = "POSENC_" + f.name.upper()
+        if v is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = str(v)
+
+
+class EngineChild:
+    def __init__(self, settings: Settings):
+        self.s = settings
+        self.proc: subprocess.Popen | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "engine.engine_main", "--exit-with-parent",
+               "--shm-dir", self.s.shm_dir, "--namespace", self.s.namespace,
+               "--memory-budget", str(self.s.memory_budget_bytes)]
+        if self.s.tables:
+            cmd += ["--tables", self.s.tables]
+        if self.s.shm_group:
+            cmd += ["--group", self.s.shm_group]
+        self.proc = subprocess.Popen(cmd)
+
+    def watch(self) -> None:
+        """Restart the engine if it dies while we serve (not while we stop)."""
+        while not self.stopping:
+            rc = self.proc.wait()
+            if self.stopping:
+                return
+            if rc == 2:   # invalid table config: restarting cannot help
+                print("posenc serve: the engine refused its table config; stopping", file=sys.stderr)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            print(f"posenc serve: engine exited with {rc}; restarting", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+            if not self.stopping:
+                self.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping = True
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from engine.config import load_config
+    from .metrics import remove_all
+
+    s = settings_from_args(args)
+    if s.tables:
+        load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
+    export(s)
+    engine = None
+    if not args.attach_only:
+        engine = EngineChild(s)
+        engine.start()
+        threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
+    try:
+        uvicorn.run("service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
+                    loop="uvloop", http="httptools", lifespan="on", log_level=s.log_level,
+                    access_log=False, timeout_keep_alive=s.keepalive_s,
+                    timeout_graceful_shutdown=s.shutdown_timeout_s,
+                    limit_concurrency=None, server_header=False)
+    finally:
+        if engine is not None:
+            engine.stop()
+        remove_all(s.shm_dir, s.namespace)
+    return 0
