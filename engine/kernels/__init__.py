@@ -22,6 +22,7 @@ do): ``auto`` (the default) takes ``simd`` when the extension imports and ``nump
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from . import numpy_impl
@@ -37,7 +38,7 @@ def _load_numpy():
 
 def _load_simd():
     try:
-        from . import _native
+        _native = importlib.import_module(f"{__name__}._native")
     except ImportError as exc:
         raise ImportError(
             f"{ENV_VAR}=simd but the native extension engine.kernels._native is not built "

@@ -457,6 +457,10 @@ static Py_buffer *get_buf(Bufs *b, PyObject *obj, const char *name, int writable
         PyErr_Format(PyExc_ValueError, "%s must be C-contiguous", name);
         return NULL;
     }
+    if (v->itemsize > 0 && ((uintptr_t)v->buf % (uintptr_t)v->itemsize) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be aligned to its element size", name);
+        return NULL;
+    }
     if (writable && v->readonly) {
         PyErr_Format(PyExc_ValueError, "%s must be writable", name);
         return NULL;

@@ -4,10 +4,10 @@ The plain, obviously-correct path: every kernel here is the definition the nativ
 (``_native.c``) is tested against bit for bit (sincos within 1 ulp). Values are computed in
 float64 and rounded once with ``engine.dtypes``; nothing here is tuned for speed.
 
-Contract shared with ``_native``: all arrays are C-contiguous numpy arrays and outputs are
-preallocated by the caller. A wrong dtype raises TypeError; a wrong shape, a non-contiguous or
-read-only array, or an unknown dtype/layout name raises ValueError; a row outside the table
-raises IndexError.
+Contract shared with ``_native``: all arrays are C-contiguous, aligned numpy arrays in native
+byte order, and outputs are preallocated by the caller. A wrong dtype raises TypeError; a wrong
+shape, a non-contiguous, unaligned or read-only array, or an unknown dtype/layout name raises
+ValueError; a row outside the table raises IndexError.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _array(a, name, dtype=None, ndim=None, writable=False):
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {a.shape}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
+    if not a.flags.aligned:
+        raise ValueError(f"{name} must be aligned to its element size")
     if writable and not a.flags.writeable:
         raise ValueError(f"{name} must be writable")
     return a
