@@ -41,17 +41,18 @@ class EngineUnavailable(PosencError):
 class TableView:
     """One table in shared memory: read-only numpy views of its arrays."""
 
-    def __init__(self, tdef: TableDef, seg: store.Segment, generation: int):
-        self.tdef = tdef
+    def __init__(self, seg: store.Segment, generation: int):
         self.segment = seg
+        self.family = seg.entry["family"]
+        self.dtype = seg.entry["dtype"]
         self.generation = generation
         self.meta = seg.entry.get("meta", {})
         self.length = int(seg.entry["length"])
         for name, a in seg.arrays.items():
             setattr(self, name, a)
-        if tdef.family == "alibi":  # distances whose value is finite in this dtype
+        if self.family == "alibi":  # distances whose value is finite in this dtype
             from .tabledefs import alibi_finite_length
-            self.finite_length = alibi_finite_length(seg.arrays["dist"], tdef.dtype)
+            self.finite_length = alibi_finite_length(seg.arrays["dist"], self.dtype)
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
@@ -67,7 +68,7 @@ class TableView:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
             t = torch.from_numpy(a)
-        if self.tdef.dtype == "bfloat16" and a.dtype == np.uint16:
+        if self.dtype == "bfloat16" and a.dtype == np.uint16:
             t = t.view(torch.bfloat16)
         return t
 
@@ -153,7 +154,7 @@ class Client:
                 except FileNotFoundError:  # evicted or reclaimed between manifest read and open
                     m = self.manifest(force=True)
                     continue
-                view = TableView(tdef, seg, m["generation"])
+                view = TableView(seg, m["generation"])
                 with self._lock:
                     if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                         self._views[digest] = view
@@ -163,6 +164,21 @@ class Client:
             self._ensure(tdef, request)
             m = self.manifest(force=True)
         raise EngineUnavailable(f"table {tdef.key} is not in shared memory")
+
+    def attach_all(self, verify: bool = True, timeout: float = 60.0) -> int:
+        """Map every table in the manifest (and check its crc32): what a worker does before it
+        reports ready, so first requests find their tables mapped."""
+        m = self.wait_ready(timeout)
+        views = {}
+        for digest, entry in m["tables"].items():
+            seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
+            if verify and not seg.verify():
+                raise RuntimeError(f"checksum mismatch in {entry['file']}")
+            views[digest] = TableView(seg, m["generation"])
+        with self._lock:
+            if self._manifest is not None and self._manifest["generation"] == m["generation"]:
+                self._views.update(views)
+        return len(views)
 
     def _ensure(self, tdef: TableDef, request: Mapping | None) -> None:
         """Ask the engine to build a table (it builds each new table once)."""
@@ -252,7 +268,7 @@ def gather(table: np.ndarray, rows: np.ndarray, length: int, compute_rows) -> np
 
 
 def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None) -> dict:
-    fam = view.tdef.family
+    fam = view.family
     if fam == "rope":
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
         rows = sel["positions"].array()

@@ -27,7 +27,7 @@ def _named(arrays: Mapping, bf16: set) -> list[tuple[str, np.ndarray, str]]:
     for name, a in arrays.items():
         a = np.asarray(a)
         kind = "bfloat16" if name in bf16 else a.dtype.name
-        out.append((name, np.ascontiguousarray(a), kind))
+        out.append((name, a if a.flags.c_contiguous else a.copy(order="C"), kind))  # keeps 0-d shape
     return out
 
 
@@ -60,15 +60,21 @@ def to_npz(arrays: Mapping, bf16: set = frozenset()) -> bytes:
 
 def load_safetensors(data: bytes) -> dict:
     """Reference reader (tests and the Python client): bfloat16 comes back as uint16 bits."""
+    return read_safetensors(data)[0]
+
+
+def read_safetensors(data: bytes) -> tuple[dict, dict]:
+    """(arrays, {name: dtype name}) — the dtype name says "bfloat16" where the array is bits."""
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__", None)
     inv = {v: k for k, v in _ST_DTYPES.items()}
-    out = {}
+    out, kinds = {}, {}
     for name, info in header.items():
         kind = inv[info["dtype"]]
         dt = np.uint16 if kind == "bfloat16" else np.dtype(kind)
         b, e = info["data_offsets"]
         out[name] = np.frombuffer(data, dtype=dt, count=(e - b) // np.dtype(dt).itemsize,
                                   offset=8 + n + b).reshape(info["shape"])
-    return out
+        kinds[name] = kind
+    return out, kinds

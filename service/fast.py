@@ -10,6 +10,7 @@ It also times every request, whichever side served it, into the shared metrics.
 
 from __future__ import annotations
 
+import os
 import time
 
 import anyio
@@ -48,9 +49,12 @@ def header(scope, name: bytes) -> str | None:
     return None
 
 
+_WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
+
+
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), _WORKER]})
     await send({"type": "http.response.body", "body": body})
 
 

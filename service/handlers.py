@@ -95,16 +95,7 @@ class Service:
     # -- readiness -----------------------------------------------------------------------------
     def attach_all(self) -> int:
         """Map every table in the manifest and verify its checksum (readiness)."""
-        m = self.client.wait_ready(timeout=self.settings.build_timeout_s)
-        import os
-        from engine import store
-        n = 0
-        for digest, entry in m["tables"].items():
-            seg = store.Segment(os.path.join(self.settings.shm_dir, entry["file"]), entry)
-            if not seg.verify():
-                raise RuntimeError(f"checksum mismatch in {entry['file']}")
-            n += 1
-        return n
+        return self.client.attach_all(verify=True, timeout=self.settings.build_timeout_s)
 
     def tables(self) -> dict:
         from engine import kernels_info

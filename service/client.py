@@ -1,0 +1,105 @@
+"""HTTP client for feature pipelines: numpy arrays from posenc's binary (safetensors) responses.
+
+    from service.client import PosencClient, AsyncPosencClient
+    with PosencClient("http://127.0.0.1:8000") as c:
+        out = c.rope(head_dim=128, rope_theta=500000.0, positions=[0, 1, 2], dtype="bfloat16")
+        out["cos"]            # numpy float32 [3, 128] (bfloat16 widened exactly; raw=True keeps uint16 bits)
+
+Errors raise ``PosencHTTPError`` with the status and the server's ``detail`` (for 422, the list
+whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.dtypes import bf16_bits_to_f32
+from engine.formats import read_safetensors
+
+ACCEPT = "application/x-safetensors"
+FAMILIES = ("rope", "sinusoidal", "alibi", "t5-buckets")
+
+
+class PosencHTTPError(Exception):
+    def __init__(self, status: int, detail):
+        self.status, self.detail = status, detail
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+def _decode(resp, raw: bool) -> dict:
+    if resp.status_code != 200:
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text
+        raise PosencHTTPError(resp.status_code, detail)
+    arrays, kinds = read_safetensors(resp.content)
+    out = {}
+    for name, a in arrays.items():
+        if kinds[name] == "bfloat16" and not raw:
+            a = bf16_bits_to_f32(a)
+        out[name] = float(a) if a.ndim == 0 else a
+    return out
+
+
+class PosencClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, **httpx_kwargs):
+        import httpx
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, headers={"accept": ACCEPT}, **httpx_kwargs)
+
+    def request(self, family: str, raw: bool = False, **body) -> dict:
+        return _decode(self._http.post(f"/v1/{family}", json=body), raw)
+
+    def rope(self, **body):
+        return self.request("rope", **body)
+
+    def sinusoidal(self, **body):
+        return self.request("sinusoidal", **body)
+
+    def alibi(self, **body):
+        return self.request("alibi", **body)
+
+    def t5_buckets(self, **body):
+        return self.request("t5-buckets", **body)
+
+    def tables(self) -> dict:
+        return self._http.get("/v1/tables").json()
+
+    def close(self):
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class AsyncPosencClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, **httpx_kwargs):
+        import httpx
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers={"accept": ACCEPT}, **httpx_kwargs)
+
+    async def request(self, family: str, raw: bool = False, **body) -> dict:
+        return _decode(await self._http.post(f"/v1/{family}", json=body), raw)
+
+    async def rope(self, **body):
+        return await self.request("rope", **body)
+
+    async def sinusoidal(self, **body):
+        return await self.request("sinusoidal", **body)
+
+    async def alibi(self, **body):
+        return await self.request("alibi", **body)
+
+    async def t5_buckets(self, **body):
+        return await self.request("t5-buckets", **body)
+
+    async def aclose(self):
+        await self._http.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()

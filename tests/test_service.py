@@ -1,0 +1,407 @@
+"""Integration tests of ``posenc serve`` (issue #4): a real server with 2 uvicorn workers and an
+engine, spoken to over HTTP; answers compared with engine.compute (the float64 reference)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import json
+import os
+import re
+import signal
+import time
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from engine.client import Client
+from engine.compute import compute
+from engine.dtypes import bf16_bits_to_f32
+from engine.formats import read_safetensors
+
+from serve_proc import Server, leftovers
+
+CONFIG = {"length": 2048, "tables": [
+    {"family": "rope", "spec": {"head_dim": 64}, "dtypes": ["float32", "bfloat16"]},
+    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+                                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 8192}}},
+    {"family": "sinusoidal", "spec": {"d_model": 33}},
+    {"family": "alibi", "spec": {"num_heads": 12}, "dtypes": ["float32", "float16"]},
+    {"family": "t5-buckets", "spec": {}},
+]}
+
+BIN = {"accept": "application/x-safetensors"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(CONFIG, workers=2, tmp_path=tmp_path_factory.mktemp("serve"))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        rc = s.stop()
+        assert rc == 0, s.output()
+        assert leftovers(s.namespace) == [], "shared memory left behind after SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+REQUESTS = [
+    ("rope", {"head_dim": 64, "positions": [0, 1, 7, 2047, 2048, 131072, 400000]}),
+    ("rope", {"head_dim": 64, "positions": {"start": 100, "stop": 140}, "dtype": "bfloat16", "layout": "interleaved"}),
+    ("rope", {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+              "positions": [5, 9000], "dtype": "float16"}),
+    ("rope", {"head_dim": 96, "partial_rotary_factor": 0.5, "max_position_embeddings": 4096,
+              "rope_scaling": {"type": "yarn", "factor": 4.0}, "positions": [3, 4000]}),
+    ("rope", {"head_dim": 64, "max_position_embeddings": 1024, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+              "positions": [10, 3000]}),
+    ("sinusoidal", {"d_model": 33, "positions": [0, 5, 2047, 5000], "layout": "interleaved"}),
+    ("sinusoidal", {"d_model": 33, "positions": [0, 5], "layout": "concat", "offset": 3, "dtype": "bfloat16"}),
+    ("sinusoidal", {"d_model": 32, "positions": [0, 5], "layout": "fairseq", "offset": 2}),
+    ("alibi", {"num_heads": 12, "query": [4095], "key": {"start": 0, "stop": 4096}}),
+    ("alibi", {"num_heads": 12, "heads": [11, 0, 0], "query": {"start": 0, "stop": 6}, "key": {"start": 0, "stop": 6},
+               "mask_future": True, "dtype": "float16"}),
+    ("alibi", {"num_heads": 12, "query": [200000], "key": [0, 199999], "mode": "causal"}),
+    ("alibi", {"num_heads": 5, "query": [3, 1], "key": [0, 9], "mode": "symmetric", "dtype": "bfloat16"}),
+    ("t5-buckets", {"query": {"start": 0, "stop": 5}, "key": {"start": 0, "stop": 300}}),
+    ("t5-buckets", {"bidirectional": False, "num_buckets": 16, "max_distance": 64, "query": [1000000],
+                    "key": [0, 999999, 1000000, 1000001]}),
+]
+
+
+def _as_float(a: np.ndarray, dtype) -> np.ndarray:
+    return bf16_bits_to_f32(a) if dtype == "bfloat16" and a.dtype == np.uint16 else a
+
+
+@pytest.mark.parametrize("family,body", REQUESTS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(REQUESTS)])
+def test_every_family_in_every_format(http, family, body):
+    ref = compute(family, body)
+    dtype = body.get("dtype", "float32") if family != "t5-buckets" else None
+
+    r = http.post(f"/v1/{family}", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    got = r.json()
+    assert set(got) == set(ref)
+    for k, v in ref.items():
+        if isinstance(v, float):
+            assert got[k] == v
+            continue
+        exp = _as_float(v, dtype if k not in ("inv_freq", "slopes") else None)
+        arr = np.asarray(got[k], dtype=exp.dtype)  # the JSON number parses back to the exact value
+        assert arr.shape == exp.shape
+        np.testing.assert_array_equal(arr, exp, err_msg=k)
+
+    r = http.post(f"/v1/{family}", json=body, headers=BIN)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-safetensors"
+    arrays, kinds = read_safetensors(r.content)
+    for k, v in ref.items():
+        v = np.asarray(v)
+        assert arrays[k].tobytes() == v.tobytes(), k
+        assert list(arrays[k].shape) == list(v.shape)
+        if dtype == "bfloat16" and k not in ("inv_freq", "slopes", "attention_scaling"):
+            assert kinds[k] == "bfloat16"
+
+    r = http.post(f"/v1/{family}", json=body, headers={"accept": "application/x-npz"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-npz"
+    z = np.load(io.BytesIO(r.content))
+    for k, v in ref.items():
+        assert z[k].tobytes() == np.asarray(v).tobytes(), k
+
+
+def test_binary_loads_with_stock_safetensors_and_torch(http):
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    body = {"head_dim": 64, "positions": [0, 3, 99], "dtype": "bfloat16"}
+    r = http.post("/v1/rope", json=body, headers=BIN)
+    t = st_torch.load(r.content)
+    ref = compute("rope", body)
+    assert t["cos"].dtype == torch.bfloat16
+    assert torch.equal(t["cos"].view(torch.int16), torch.from_numpy(ref["cos"].view(np.int16)))
+    assert t["attention_scaling"].item() == 1.0
+
+
+def test_accept_negotiation(http):
+    body = {"d_model": 8, "positions": [1]}
+    for accept, ctype in [("*/*", "application/json"), ("application/*", "application/json"),
+                          ("", "application/json"),
+                          ("application/json;q=0.2, application/x-safetensors;q=0.9", "application/x-safetensors"),
+                          ("text/html, application/x-npz;q=0.1", "application/x-npz"),
+                          ("application/octet-stream", "application/x-safetensors")]:
+        r = http.post("/v1/sinusoidal", json=body, headers={"accept": accept})
+        assert r.status_code == 200 and r.headers["content-type"] == ctype, accept
+    for accept in ("text/html", "application/xml", "application/json;q=0"):
+        r = http.post("/v1/sinusoidal", json=body, headers={"accept": accept})
+        assert r.status_code == 406, accept
+
+
+def test_workers_share_one_set_of_segments(server, http):
+    workers = server.worker_pids()
+    assert len(workers) == 2, workers
+    maps = {}
+    for pid in workers:
+        with open(f"/proc/{pid}/maps") as f:
+            maps[pid] = {line.split()[-1] for line in f if f"/dev/shm/{server.namespace}.seg." in line}
+    a, b = ({os.path.basename(p) for p in v} for v in maps.values())
+    pinned = {e["file"] for e in Client(namespace=server.namespace).tables() if e["pinned"]}
+    files = {n for n in os.listdir("/dev/shm") if n.startswith(server.namespace + ".seg.")}
+    assert pinned and pinned <= a & b, maps   # both map every configured table from the same files
+    assert a | b <= files                     # and nothing else: no private copies
+    seen = set()
+    for _ in range(60):  # a new connection each time: the kernel spreads them over the workers
+        r = httpx.post(server.url + "/v1/rope", json={"head_dim": 64, "positions": [1]})
+        seen.add(int(r.headers["x-posenc-worker"]))
+        if len(seen) == 2:
+            break
+    assert seen == set(workers)
+
+
+def test_new_spec_is_built_once_for_all_workers(server):
+    body = {"head_dim": 48, "rope_theta": 12345.0, "positions": [1, 2]}
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        rs = list(ex.map(lambda _: httpx.post(server.url + "/v1/rope", json=body, timeout=60), range(16)))
+    assert all(r.status_code == 200 for r in rs)
+    assert len({r.headers["x-posenc-worker"] for r in rs}) >= 1
+    stats = Client(namespace=server.namespace).call({"op": "stats"})
+    from engine.compute import parse_request
+    from engine.tabledefs import table_for
+    _, spec, sel, dt = parse_request("rope", body)
+    assert stats["builds"][table_for("rope", spec, dt, sel).digest] == 1
+
+
+# -- every field of API.md given a bad value: 422 naming it ---------------------------------------
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+BAD = [
+    ("rope", {"head_dim": "64"}, ["head_dim"]),
+    ("rope", {"head_dim": 64.0}, ["head_dim"]),
+    ("rope", {"head_dim": True}, ["head_dim"]),
+    ("rope", {"head_dim": 1}, ["head_dim"]),
+    ("rope", {"head_dim": 63}, ["head_dim"]),
+    ("rope", {"rope_theta": 0}, ["rope_theta"]),
+    ("rope", {"rope_theta": "1e4"}, ["rope_theta"]),
+    ("rope", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor"]),
+    ("rope", {"partial_rotary_factor": 0.01}, ["partial_rotary_factor"]),
+    ("rope", {"max_position_embeddings": 0}, ["max_position_embeddings"]),
+    ("rope", {"rope_scaling": []}, ["rope_scaling"]),
+    ("rope", {"rope_scaling": {"rope_type": "ntk"}}, ["rope_scaling", "rope_type"]),
+    ("rope", {"rope_scaling": {"rope_type": "linear"}}, ["rope_scaling", "factor"]),
+    ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, ["rope_scaling", "factor"]),
+    ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}}, ["rope_scaling", "beta_fast"]),
+    ("rope", {"rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0}}, ["rope_scaling", "type"]),
+    ("rope", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, ["max_position_embeddings"]),
+    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {**LLAMA3, "high_freq_factor": 1.0}},
+     ["rope_scaling", "high_freq_factor"]),
+    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": 1}},
+     ["rope_scaling", "truncate"]),
+    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0],
+                                                                 "long_factor": [1.0]}}, ["rope_scaling", "short_factor"]),
+    ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "default"}},
+     ["rope_parameters"]),
+    ("rope", {"rope_theta": 10.0, "rope_parameters": {"rope_theta": 20.0}}, ["rope_parameters", "rope_theta"]),
+    ("rope", {"original_max_position_embeddings": 0}, ["original_max_position_embeddings"]),
+    ("rope", {"seq_len": 10}, ["seq_len"]),
+    ("rope", {"layout": "neox"}, ["layout"]),
+    ("rope", {"positions": []}, ["positions"]),
+    ("rope", {"positions": [-1]}, ["positions", 0]),
+    ("rope", {"positions": [1, 2**31]}, ["positions", 1]),
+    ("rope", {"positions": {"start": 5, "stop": 5}}, ["positions", "stop"]),
+    ("rope", {"positions": {"start": 0, "stop": 5, "step": 0}}, ["positions", "step"]),
+    ("rope", {"dtype": "float64"}, ["dtype"]),
+    ("rope", {"head_dmi": 64}, ["head_dmi"]),
+    ("sinusoidal", {"d_model": 1}, ["d_model"]),
+    ("sinusoidal", {"d_model": 3, "layout": "fairseq"}, ["d_model"]),
+    ("sinusoidal", {"base": 1.0}, ["base"]),
+    ("sinusoidal", {"layout": "sincos"}, ["layout"]),
+    ("sinusoidal", {"offset": -1}, ["offset"]),
+    ("sinusoidal", {"positions": "0:5"}, ["positions"]),
+    ("alibi", {"num_heads": 0}, ["num_heads"]),
+    ("alibi", {"heads": []}, ["heads"]),
+    ("alibi", {"heads": [12]}, ["heads", 0]),
+    ("alibi", {"max_bias": 0}, ["max_bias"]),
+    ("alibi", {"mode": "bidirectional"}, ["mode"]),
+    ("alibi", {"mask_future": "yes"}, ["mask_future"]),
+    ("alibi", {"mode": "symmetric", "mask_future": True}, ["mask_future"]),
+    ("alibi", {"query": [1.5]}, ["query", 0]),
+    ("alibi", {"key": {"start": 0}}, ["key", "stop"]),
+    ("alibi", {"dtype": "float16", "query": [200000], "key": [0]}, ["dtype"]),
+    ("t5-buckets", {"bidirectional": "true"}, ["bidirectional"]),
+    ("t5-buckets", {"num_buckets": 3}, ["num_buckets"]),
+    ("t5-buckets", {"max_distance": 8}, ["max_distance"]),
+    ("t5-buckets", {"dtype": "float32"}, ["dtype"]),
+]
+VALID = {"rope": {"head_dim": 64, "positions": [1]}, "sinusoidal": {"d_model": 8, "positions": [1]},
+         "alibi": {"num_heads": 12, "query": [1], "key": [0]}, "t5-buckets": {"query": [0], "key": [1]}}
+
+
+@pytest.mark.parametrize("family,patch,loc", BAD, ids=[f"{f}-{'.'.join(map(str, l))}-{i}" for i, (f, _, l) in enumerate(BAD)])
+def test_bad_field_gets_422_naming_it(http, family, patch, loc):
+    body = {**VALID[family], **patch}
+    r = http.post(f"/v1/{family}", json=body)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail[0]["loc"] == ["body", *loc], detail
+    assert detail[0]["msg"]
+
+
+def test_malformed_bodies_get_422(http):
+    for raw in (b"{", b"[]", b"null", b'"x"', b"\xff\xfe", b""):
+        r = http.post("/v1/rope", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422, raw
+        assert r.json()["detail"][0]["loc"][0] == "body"
+
+
+def test_limits_give_413(http, server):
+    r = http.post("/v1/rope", json={"head_dim": 128, "positions": {"start": 0, "stop": 200000}})
+    assert r.status_code == 413 and str(64 * 2**20) in r.json()["detail"]
+    r = http.post("/v1/alibi", json={"num_heads": 12, "query": {"start": 0, "stop": 4096}, "key": {"start": 0, "stop": 4096}})
+    assert r.status_code == 413
+    r = http.post("/v1/rope", content=b'{"head_dim": 64, "positions": [' + b"1," * 3_000_000 + b"1]}")
+    assert r.status_code == 413 and "body" in r.json()["detail"]
+    assert http.get("/healthz").status_code == 200  # and the worker is still there
+
+
+def test_health_ready_tables_metrics_docs(http, server):
+    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/readyz").status_code == 200
+    t = http.get("/v1/tables").json()
+    assert t["backend"]["backend"] in ("numpy", "simd")
+    names = {e["file"] for e in t["tables"]}
+    assert names <= set(os.listdir("/dev/shm")) and len(names) >= 7
+    http.post("/v1/rope", json={"head_dim": 64, "positions": [1]})
+    http.post("/v1/rope", json={"head_dim": "x", "positions": [1]})
+    text = http.get("/metrics").text
+    assert re.search(r'posenc_request_duration_seconds_bucket\{route="/v1/rope",status="200",le="1e-05"\} \d+', text)
+    assert re.search(r'posenc_request_duration_seconds_count\{route="/v1/rope",status="422"\} [1-9]', text)
+    assert "posenc_workers 2" in text
+    spec = http.get("/openapi.json").json()
+    for fam in ("rope", "sinusoidal", "alibi", "t5-buckets"):
+        body = spec["paths"][f"/v1/{fam}"]["post"]["requestBody"]["content"]["application/json"]
+        assert body["examples"]
+        for ex in body["examples"].values():   # every documented example really works
+            r = http.post(f"/v1/{fam}", json=ex["value"], headers=BIN)
+            assert r.status_code == 200, (fam, r.text)
+    assert http.get("/docs").status_code == 200
+
+
+def test_fastapi_routes_answer_like_the_hot_path(server, http):
+    """The documented FastAPI routes (the hot path disabled) give the same bytes."""
+    from service.app import create_app
+    from service.settings import Settings
+    os.environ["POSENC_FAST_PATH"] = "0"
+    try:
+        app = create_app(Settings(namespace=server.namespace))
+    finally:
+        del os.environ["POSENC_FAST_PATH"]
+    transport = httpx.ASGITransport(app=app)
+
+    async def go():
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            out = []
+            for family, body in REQUESTS[:6] + [("rope", {"head_dim": "x", "positions": [1]})]:
+                for h in ({}, BIN):
+                    r = await c.post(f"/v1/{family}", json=body, headers=h)
+                    out.append((family, body, h, r.status_code, r.content))
+            return out
+
+    import asyncio
+    for family, body, h, status, content in asyncio.run(go()):
+        r = http.post(f"/v1/{family}", json=body, headers=h)
+        assert (status, content) == (r.status_code, r.content), (family, body)
+
+
+# -- fuzz: no input gets a 500 or takes a worker down --------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+FIELD_NAMES = sorted({"head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings", "rope_scaling",
+                      "rope_parameters", "original_max_position_embeddings", "seq_len", "layout", "positions",
+                      "dtype", "d_model", "base", "offset", "num_heads", "heads", "max_bias", "mode", "mask_future",
+                      "query", "key", "bidirectional", "num_buckets", "max_distance", "factor", "rope_type"})
+small_sel = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=4) | st.fixed_dictionaries(
+    {"start": st.integers(0, 300), "stop": st.integers(0, 600)})
+mutation = st.dictionaries(st.sampled_from(FIELD_NAMES), json_values | small_sel | st.sampled_from(
+    ["yarn", "llama3", "longrope", "dynamic", "linear", "default", "float16", "bfloat16", "interleaved", "fairseq",
+     "symmetric"]), max_size=4)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(family=st.sampled_from(sorted(VALID)), patch=mutation, drop=st.sets(st.sampled_from(FIELD_NAMES), max_size=2),
+       fmt=st.sampled_from(["application/json", "application/x-safetensors", "text/plain"]))
+def test_fuzz_never_500(http, family, patch, drop, fmt):
+    body = {k: v for k, v in {**VALID[family], **patch}.items() if k not in drop}
+    r = http.post(f"/v1/{family}", content=json.dumps(body), headers={"accept": fmt})
+    assert r.status_code in (200, 406, 413, 422, 503), (r.status_code, body, r.text)
+    if r.status_code == 422:
+        assert r.json()["detail"][0]["loc"][0] == "body"
+
+
+def test_fuzz_left_the_server_whole(http, server):
+    assert server.proc.poll() is None
+    assert http.get("/readyz").status_code == 200
+    assert len(server.worker_pids()) == 2
+
+
+# -- faults ------------------------------------------------------------------------------------------
+def test_killed_worker_and_engine_are_survived(tmp_path):
+    s = Server(CONFIG, workers=2, tmp_path=tmp_path)
+    try:
+        s.wait_ready()
+        body = {"head_dim": 64, "positions": [5, 6]}
+        ref = httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content
+        victim = s.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        ok = 0
+        while time.monotonic() < deadline and ok < 20:
+            try:
+                r = httpx.post(s.url + "/v1/rope", json=body, headers=BIN, timeout=5)
+                assert r.content == ref
+                ok += 1
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert ok == 20
+        engine = s.engine_pid()
+        gen = Client(namespace=s.namespace).wait_ready()["generation"]
+        os.kill(engine, signal.SIGKILL)
+        for _ in range(10):   # mapped tables keep answering while the engine is gone
+            assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = Client(namespace=s.namespace).manifest(force=True)
+            if m and m["generation"] != gen and s.engine_pid() not in (None, engine):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("engine was not restarted: " + s.output())
+        new = {"head_dim": 40, "positions": [3]}   # an on-demand build through the new engine
+        assert httpx.post(s.url + "/v1/rope", json=new, timeout=60).status_code == 200
+        assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
+        files = [n for n in os.listdir("/dev/shm") if n.startswith(s.namespace + ".seg.")]
+        assert all(f".seg.{gen}." not in n for n in files), "the dead engine's segments were not reclaimed"
+    finally:
+        assert s.stop() == 0, s.output()
+        assert leftovers(s.namespace) == []
+
+
+def test_invalid_table_config_stops_serve_with_the_field_named(tmp_path):
+    bad = {"tables": [{"family": "rope", "spec": {"head_dim": 64, "rope_scaling": {"rope_type": "yarn"}}}]}
+    s = Server(bad, workers=1, tmp_path=tmp_path)
+    rc = s.proc.wait(60)
+    s.stop()
+    assert rc == 2
+    assert "tables.0.spec.rope_scaling.factor" in s.output()
+    assert "Traceback" not in s.output()
+    assert leftovers(s.namespace) == []
