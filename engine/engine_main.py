@@ -109,12 +109,11 @@ class Engine:
 
     def _build(self, t: TableDef, pinned: bool, name: str | None = None) -> dict:
         t0 = time.perf_counter()
-        arrays, meta = t.build()
         path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
-        info = store.write_segment(path, arrays, self.mode, self.gid)
+        info = store.create_segment(path, t.layout(), t.fill, self.mode, self.gid)
         entry = {"key": t.key, "family": t.family, "dtype": t.dtype, "length": t.length,
                  "file": os.path.basename(path), "pinned": pinned, "name": name or t.family,
-                 "meta": meta, "built_s": round(time.perf_counter() - t0, 4),
+                 "built_s": round(time.perf_counter() - t0, 4),
                  "last_used": time.time(), **info}
         with self.lock:
             if not pinned:

@@ -55,18 +55,24 @@ def crc32(buf) -> int:
     return zlib.crc32(memoryview(buf).cast("B")) & 0xFFFFFFFF
 
 
-def plan_layout(arrays: dict[str, np.ndarray]) -> tuple[dict, int]:
-    entries, off = {}, 0
-    for name, a in arrays.items():
-        off += -off % ALIGN
-        entries[name] = {"offset": off, "shape": list(a.shape), "dtype": a.dtype.name}
-        off += a.nbytes
-    return entries, max(off, 1)
-
-
 def write_segment(path: str, arrays: dict[str, np.ndarray], mode: int = 0o600, gid: int | None = None) -> dict:
     """Write arrays into a new segment file atomically; returns {arrays, nbytes, crc32}."""
-    entries, size = plan_layout(arrays)
+    def fill(views):
+        for name, a in arrays.items():
+            views[name][...] = a
+    return create_segment(path, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill, mode, gid)
+
+
+def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | None = None) -> dict:
+    """Create a segment for ``layout`` ({name: (shape, dtype)}) under a temporary name, let
+    ``fill(views)`` write into writable views of it, checksum it, then rename it into place.
+    Returns {arrays, nbytes, crc32, meta} where meta is what fill returned."""
+    entries, off = {}, 0
+    for name, (shape, dtype) in layout.items():
+        off += -off % ALIGN
+        entries[name] = {"offset": off, "shape": list(shape), "dtype": np.dtype(dtype).name}
+        off += int(np.prod(shape)) * np.dtype(dtype).itemsize
+    size = max(off, 1)
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -75,19 +81,18 @@ def write_segment(path: str, arrays: dict[str, np.ndarray], mode: int = 0o600, g
         os.fchmod(fd, mode)  # umask must not widen or narrow what was asked for
         os.ftruncate(fd, size)
         with mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            buf = np.frombuffer(mm, dtype=np.uint8)
-            for name, a in arrays.items():
-                e = entries[name]
-                buf[e["offset"]:e["offset"] + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-            checksum = crc32(buf)
-            del buf
+            views = {name: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
+                                         offset=e["offset"]).reshape(e["shape"]) for name, e in entries.items()}
+            meta = fill(views)
+            del views
+            checksum = crc32(mm)
     except BaseException:
         os.close(fd)
         _unlink(tmp)
         raise
     os.close(fd)
     os.rename(tmp, path)
-    return {"arrays": entries, "nbytes": size, "crc32": checksum}
+    return {"arrays": entries, "nbytes": size, "crc32": checksum, "meta": meta or {}}
 
 
 class Segment:

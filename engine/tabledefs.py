@@ -24,6 +24,7 @@ from .tables import alibi, rope, sinusoidal, t5
 
 DEFAULT_LENGTH = 131072
 T5_MAX_LUT_RADIUS = 1 << 22
+CHUNK = 8192  # rows per build step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,20 +67,37 @@ class TableDef:
         return {"lut": ((2 * n + 1,), "int32")}
 
     def build(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The arrays (reference numpy path) and scalar metadata."""
+        """The arrays (freshly allocated) and scalar metadata."""
+        out = {name: np.empty(shape, dtype) for name, (shape, dtype) in self.layout().items()}
+        return out, self.fill(out)
+
+    def fill(self, out: dict[str, np.ndarray]) -> dict:
+        """Write the table into preallocated arrays (e.g. views of a new segment), CHUNK rows at a
+        time so a build never holds the whole table in float64. Returns scalar metadata."""
+        n = self.length
         if self.family == "rope":
             inv, scaling = rope.frequencies(self.spec, rope_seq_len(self.spec, self.variant))
-            cos, sin = rope.half_rows(inv, scaling, np.arange(self.length, dtype=np.int64), self.dtype)
-            return ({"cos": cos, "sin": sin, "inv_freq64": inv, "inv_freq": inv.astype(np.float32)},
-                    {"attention_scaling": float(scaling)})
+            out["inv_freq64"][...] = inv
+            out["inv_freq"][...] = inv.astype(np.float32)
+            for lo in range(0, n, CHUNK):
+                rows = np.arange(lo, min(n, lo + CHUNK), dtype=np.int64)
+                out["cos"][lo:lo + rows.size], out["sin"][lo:lo + rows.size] = rope.half_rows(
+                    inv, scaling, rows, self.dtype)
+            return {"attention_scaling": float(scaling)}
         if self.family == "sinusoidal":
-            return {"table": sinusoidal.table_rows(self.spec, np.arange(self.length, dtype=np.int64),
-                                                   self.dtype)}, {}
+            for lo in range(0, n, CHUNK):
+                rows = np.arange(lo, min(n, lo + CHUNK), dtype=np.int64)
+                out["table"][lo:lo + rows.size] = sinusoidal.table_rows(self.spec, rows, self.dtype)
+            return {}
         if self.family == "alibi":
             m = alibi.slopes_f64(self.spec.num_heads, self.spec.max_bias)
-            dist = alibi_dist(m, np.arange(self.length, dtype=np.int64), self.dtype)
-            return {"dist": dist, "slopes": m}, {}
-        return {"lut": t5.lut(self.spec)}, {}
+            out["slopes"][...] = m
+            for lo in range(0, n, CHUNK):
+                out["dist"][:, lo:lo + CHUNK] = alibi_dist(m, np.arange(lo, min(n, lo + CHUNK), dtype=np.int64),
+                                                           self.dtype)
+            return {}
+        out["lut"][...] = t5.lut(self.spec)
+        return {}
 
 
 def alibi_dist(m: np.ndarray, deltas: np.ndarray, dtype: str) -> np.ndarray:
