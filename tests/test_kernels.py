@@ -236,24 +236,37 @@ def _positions(r, n, big=False):
     return p
 
 
+def _query_key_pairs(r, nq, nk):
+    """Random positions, and key ranges (the native kernels copy rows out of one line of values
+    when the keys are contiguous): queries inside, around and far from the keys, near 2^31."""
+    yield _positions(r, nq), _positions(r, nk)
+    yield _positions(r, nq, True), _positions(r, nk, True)
+    for k0, spread in ((0, 0), (100, 3 * nk + 200), (I31 - nk + 1, nk), (5000, 10**6)):
+        k = np.arange(k0, k0 + nk, dtype=np.int64)
+        q = k0 + r.integers(-spread // 2 - 1, spread + 2, nq).astype(np.int64)
+        if nq > 1:
+            q[:2] = [k0 + nk - 1, k0]
+        yield np.clip(q, 0, I31), k
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("mode", ["causal", "symmetric", "masked"])
 def test_alibi_block(kern, dtype, mode):
     r = rng_for("alibi", dtype, mode)
     sym, mask = mode == "symmetric", mode == "masked"
-    shapes = [(8, 1, 1100), (3, 17, 33), (2, 5, 0), (0, 3, 4), (4, 0, 9)]
+    shapes = [(8, 1, 1100), (3, 17, 33), (2, 40, 700), (2, 5, 0), (0, 3, 4), (4, 0, 9)]
     for H, nq, nk in shapes:
         slopes = np.concatenate([alibi_slopes(8), r.uniform(0, 2, 8)])[:H]
-        for big in (False, True):
-            q, k = _positions(r, nq, big), _positions(r, nk, big)
-            if not big and nq and nk:
+        for case, (q, k) in enumerate(_query_key_pairs(r, nq, nk)):
+            big = case == 1
+            if case == 0 and nq and nk:
                 k[: min(nk, nq)] = q[: min(nk, nq)]  # zero distances: +-0.0
             got = np.empty((H, nq, nk), STORAGE[dtype])
             want = np.empty((H, nq, nk), STORAGE[dtype])
             o_got = kern.alibi_block(slopes, q, k, got, dtype, sym, mask)
             o_want = ref.alibi_block(slopes, q, k, want, dtype, sym, mask)
-            assert o_got == o_want, (H, nq, nk, big)
-            assert_same(got, want, f"alibi {mode} {dtype} {(H, nq, nk)} big={big}")
+            assert o_got == o_want, (H, nq, nk, case)
+            assert_same(got, want, f"alibi {mode} {dtype} {(H, nq, nk)} case={case}")
             if dtype == "float16" and big and H and nq > 2 and nk > 2:
                 assert o_want  # 2^31 * 2^-1 overflows float16 ...
             if not o_want and H and nq and nk:
@@ -310,12 +323,12 @@ def test_alibi_nan_slope_does_not_crash(kern):
 def test_t5_block(kern, radius):
     r = rng_for("t5", radius)
     lut = r.integers(-(2**31), 2**31, 2 * radius + 1).astype(np.int32)
-    for nq, nk, big in ((1, 8192, False), (33, 70, True), (0, 5, False), (4, 0, False)):
-        q, k = _positions(r, nq, big), _positions(r, nk, big)
-        got, want = np.empty((nq, nk), np.int32), np.empty((nq, nk), np.int32)
-        assert kern.t5_block(lut, q, k, got, radius) is None
-        ref.t5_block(lut, q, k, want, radius)
-        assert_same(got, want, f"t5 r={radius} {(nq, nk)}")
+    for nq, nk in ((1, 8192), (33, 70), (64, 300), (0, 5), (4, 0)):
+        for case, (q, k) in enumerate(_query_key_pairs(r, nq, nk)):
+            got, want = np.empty((nq, nk), np.int32), np.empty((nq, nk), np.int32)
+            assert kern.t5_block(lut, q, k, got, radius) is None
+            ref.t5_block(lut, q, k, want, radius)
+            assert_same(got, want, f"t5 r={radius} {(nq, nk)} case={case}")
     q = np.array([0, 2**62, -(2**63), 5], np.int64)  # wrapping differences, as numpy
     k = np.array([2**63 - 1, 1, 2**53, -5], np.int64)
     got, want = np.empty((4, 4), np.int32), np.empty((4, 4), np.int32)

@@ -683,6 +683,48 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Line reuse for ALiBi and T5 blocks
+ *
+ * Both values depend on the cell only through d = query[a] - key[b]. When the keys are one
+ * contiguous range (key[b] = key[0] + b, what a {"start", "stop"} selection gives) every row is a
+ * contiguous slice of one "line" of values over the d's the block uses: line[j] holds
+ * d = Dmax - j, where D(a) = query[a] - key[0], and row a is line[Dmax - D(a) .. + nk). Each
+ * line value is computed exactly as the per-cell path computes it, so the block is the same bit
+ * for bit; with several queries per block the fill becomes a memcpy per row.
+ * Overflow: |value| grows with |d|, and both ends of the line are used by some cell (the row
+ * with D = Dmax at b = 0, the row with D = Dmin at b = nk - 1), so the line overflows exactly
+ * when a used cell does.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t dmax;   /* line[j] is d = dmax - j */
+    Py_ssize_t len; /* nk + Dmax - Dmin */
+} Line;
+
+/* Positions within +-2^53 (so differences never wrap and float64 holds them exactly), keys one
+ * contiguous range, at least two rows, and a line no longer than half the cells. */
+static int line_plan(const int64_t *q, Py_ssize_t nq, const int64_t *k, Py_ssize_t nk, Line *ln)
+{
+    const int64_t big = (int64_t)1 << 53;
+    if (nq < 2 || nk < 1) return 0;
+    int ok = 1;
+    for (Py_ssize_t b = 0; b < nk; b++) ok &= (k[b] >= -big) & (k[b] <= big) & (k[b] - k[0] == b);
+    if (!ok) return 0;
+    int64_t dmin = INT64_MAX, dmax = INT64_MIN;
+    for (Py_ssize_t a = 0; a < nq; a++) {
+        if (q[a] < -big || q[a] > big) return 0;
+        int64_t d = q[a] - k[0];
+        dmin = d < dmin ? d : dmin;
+        dmax = d > dmax ? d : dmax;
+    }
+    double len = (double)nk + (double)(dmax - dmin);
+    if (len > 0.5 * (double)nq * (double)nk) return 0;
+    ln->dmax = dmax;
+    ln->len = (Py_ssize_t)len;
+    return 1;
+}
+
 /* -MAX_FINITE of each dtype, exact in float64; rounds to exactly engine.dtypes.mask_value. */
 static const double MASK_F64[N_DT] = {-0x1.fffffep127, -65504.0, -0x1.fep127};
 
@@ -701,6 +743,29 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
     const int mode = symmetric ? ALIBI_SYMMETRIC : mask ? ALIBI_MASKED : ALIBI_CAUSAL;
     const int64_t big = (int64_t)1 << 53;
     double vals[BLOCK];
+    cvt_fn cvt = lv->cvt[dt];
+    Line ln;
+    if (H > 0 && line_plan(q, nq, k, nk, &ln)) {
+        char *line = (char *)PyMem_RawMalloc((size_t)ln.len * es);
+        if (!line) return -1;
+        for (Py_ssize_t h = 0; h < H; h++) {
+            const double s = slopes[h];
+            for (Py_ssize_t j0 = 0; j0 < ln.len; j0 += BLOCK) {
+                Py_ssize_t m = ln.len - j0 < BLOCK ? ln.len - j0 : BLOCK;
+                for (Py_ssize_t j = 0; j < m; j++) {
+                    int64_t d = ln.dmax - (j0 + j);
+                    double x = -(s * (double)(symmetric && d < 0 ? -d : d));
+                    vals[j] = (mask && d < 0) ? maskd : x;
+                }
+                *over |= cvt(vals, line + (size_t)j0 * es, m, 1);
+            }
+            for (Py_ssize_t a = 0; a < nq; a++)
+                memcpy(out + ((size_t)h * (size_t)nq + (size_t)a) * (size_t)nk * es,
+                       line + (size_t)(ln.dmax - (q[a] - k[0])) * es, (size_t)nk * es);
+        }
+        PyMem_RawFree(line);
+        return 0;
+    }
     int exact = 1;
     for (Py_ssize_t i = 0; i < nq; i++) exact &= (q[i] >= -big) & (q[i] <= big);
     for (Py_ssize_t i = 0; i < nk; i++) exact &= (k[i] >= -big) & (k[i] <= big);
@@ -710,7 +775,6 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
         if (!kd) return -1;
         for (Py_ssize_t j = 0; j < nk; j++) kd[j] = (double)k[j];
     }
-    cvt_fn cvt = lv->cvt[dt];
     for (Py_ssize_t h = 0; h < H; h++) {
         const double s = slopes[h];
         for (Py_ssize_t a = 0; a < nq; a++) {
@@ -820,7 +884,24 @@ static PyObject *py_t5_block(PyObject *self, PyObject *args, PyObject *kw)
         Py_ssize_t nq = q->shape[0], nk = k->shape[0];
         t5_row_fn row = level->t5_row;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t a = 0; a < nq; a++) row(out + (size_t)a * (size_t)nk, kk, nk, qq[a], lut, R);
+        Line ln;
+        int32_t *line = NULL;
+        if (line_plan(qq, nq, kk, nk, &ln) &&
+            (line = (int32_t *)PyMem_RawMalloc((size_t)ln.len * sizeof(int32_t))) != NULL) {
+            /* line[j] is relative position key - query = j - dmax */
+            for (Py_ssize_t j = 0; j < ln.len; j++) {
+                int64_t rel = (int64_t)j - ln.dmax;
+                rel = rel < -R ? -R : rel > R ? R : rel;
+                line[j] = lut[rel + R];
+            }
+            for (Py_ssize_t a = 0; a < nq; a++)
+                memcpy(out + (size_t)a * (size_t)nk, line + (ln.dmax - (qq[a] - kk[0])),
+                       (size_t)nk * sizeof(int32_t));
+            PyMem_RawFree(line);
+        } else {
+            for (Py_ssize_t a = 0; a < nq; a++)
+                row(out + (size_t)a * (size_t)nk, kk, nk, qq[a], lut, (int64_t)R);
+        }
         Py_END_ALLOW_THREADS
     }
     bufs_release(&b);
