@@ -176,6 +176,10 @@ def test_float16_overflow_refused_on_dtype():
     with pytest.raises(SpecError) as e:
         compute("alibi", alibi_req(1, [0], [20_000_000], mode="symmetric", dtype="float16"))
     assert tuple(e.value.loc)[0] == "dtype"
+    # mask_future does not hide past cells (j <= i) that overflow
+    with pytest.raises(SpecError) as e:
+        compute("alibi", alibi_req(1, [20_000_000], [0, 20_000_001], mask_future=True, dtype="float16"))
+    assert tuple(e.value.loc)[0] == "dtype"
     # the same distances fit in float32 and bfloat16
     for dt in ("float32", "bfloat16"):
         b = compute("alibi", alibi_req(1, [65520 * 256], [0], dtype=dt))["bias"]
