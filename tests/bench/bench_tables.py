@@ -3,7 +3,8 @@ torch float32 implementation of the same tables. A script, not a test:
 
     python tests/bench/bench_tables.py [--repeats 7]
 
-Prints a markdown table of medians (of --repeats timings) and the ratio posenc / torch
+Prints a markdown table of medians (of --repeats timings, best in brackets: on a shared,
+noisy machine the best is the steadier number) and the ratio of medians posenc / torch
 (above 1: posenc is slower). Cases:
 - RoPE, head_dim 128, positions 0..131071 (a 131072 × 128 cos and sin), rope_theta 10000;
   torch: float32 ``outer(arange, inv_freq)`` → ``cat`` → ``cos``/``sin`` → ``.to(dtype)``.
@@ -43,7 +44,7 @@ def median_time(fn, repeats, inner=1):
         for _ in range(inner):
             fn()
         times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def torch_rope(dtype):
@@ -96,7 +97,7 @@ def main(argv=None):
           f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"posenc backend {backend.get('backend')} {backend.get('features', '')}, median of {args.repeats}")
     print()
-    print("| case | dtype | posenc | torch float32 | posenc / torch |")
+    print("| case | dtype | posenc median (best) | torch float32 median (best) | posenc / torch |")
     print("|---|---|---:|---:|---:|")
     cases = [
         (f"RoPE {N_POS} × {HEAD_DIM} (cos+sin)", posenc_rope, torch_rope, 1),
@@ -104,9 +105,10 @@ def main(argv=None):
     ]
     for name, ours, theirs, inner in cases:
         for dt, tdt in DTYPES.items():
-            a = median_time(lambda: ours(dt), args.repeats, inner)
-            b = median_time(lambda: theirs(tdt), args.repeats, inner)
-            print(f"| {name} | {dt} | {fmt(a)} | {fmt(b)} | {a / b:.2f} |", flush=True)
+            a, a_best = median_time(lambda: ours(dt), args.repeats, inner)
+            b, b_best = median_time(lambda: theirs(tdt), args.repeats, inner)
+            print(f"| {name} | {dt} | {fmt(a)} ({fmt(a_best)}) | {fmt(b)} ({fmt(b_best)}) | {a / b:.2f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
