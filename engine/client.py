@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from . import dtypes as _dt
+from . import kernels
 from . import store
 from .compute import DEFAULT_MAX_BYTES, check_size, output_nbytes, parse_request, precheck
 from .errors import PosencError, SpecError
@@ -268,31 +269,37 @@ def gather(table: np.ndarray, rows: np.ndarray, length: int, compute_rows) -> np
 
 
 def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None) -> dict:
+    """Answer a parsed request from a mapped table; the hot loops run on engine.kernels (numpy,
+    or the C SIMD extension, bit-identical)."""
     fam = view.family
     if fam == "rope":
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
         rows = sel["positions"].array()
-
-        def cs(r):
-            c, s = rope.half_rows(inv64, scaling, r, dtype)
-            return c, s
-
-        n = view.length
-        if rows.size and rows.max() >= n:
-            cos = gather(view.cos, rows, n, lambda r: cs(r)[0])
-            sin = gather(view.sin, rows, n, lambda r: cs(r)[1])
-        else:
-            cos, sin = view.cos[rows], view.sin[rows]
-        return {"cos": rope.expand(cos, spec.layout), "sin": rope.expand(sin, spec.layout),
-                "inv_freq": np.array(view.inv_freq), "attention_scaling": float(scaling)}
+        if rows.size and rows.max() >= view.length:      # past the table: computed exactly
+            cos = gather(view.cos, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[0])
+            sin = gather(view.sin, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[1])
+            full_cos, full_sin = rope.expand(cos, spec.layout), rope.expand(sin, spec.layout)
+        else:                                            # one pass: gather + expand to width d
+            full_cos = np.empty((rows.shape[0], 2 * view.cos.shape[1]), view.cos.dtype)
+            full_sin = np.empty_like(full_cos)
+            kernels.rope_expand(view.cos, rows, full_cos, spec.layout)
+            kernels.rope_expand(view.sin, rows, full_sin, spec.layout)
+        return {"cos": full_cos, "sin": full_sin, "inv_freq": np.array(view.inv_freq),
+                "attention_scaling": float(scaling)}
     if fam == "sinusoidal":
         rows = sel["positions"].array() + spec.offset
-        stored = gather(view.table, rows, view.length,
-                        lambda r: sinusoidal.table_rows(spec, r, dtype))
+        if rows.size and rows.max() >= view.length:
+            stored = gather(view.table, rows, view.length, lambda r: sinusoidal.table_rows(spec, r, dtype))
+        else:
+            stored = np.empty((rows.shape[0], view.table.shape[1]), view.table.dtype)
+            kernels.gather_rows(view.table, rows, stored)
         return {"encoding": sinusoidal.arrange(stored, spec)}
     if fam == "alibi":
         return _alibi_block(view, spec, sel, dtype)
-    return _t5_block(view, spec, sel)
+    q, k = sel["query"].array(), sel["key"].array()
+    out = np.empty((q.shape[0], k.shape[0]), np.int32)
+    kernels.t5_block(view.lut, q, k, out, view.length)
+    return {"buckets": out}
 
 
 def _negate(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -317,11 +324,3 @@ def _alibi_block(view: TableView, spec, sel, dtype) -> dict:
             else:
                 out[:, future] = _negate(out[:, future], dtype)   # +m·(j − i)
     return {"bias": out, "slopes": view.slopes[heads].astype(np.float32)}
-
-
-def _t5_block(view: TableView, spec, sel) -> dict:
-    r = view.length
-    rel = sel["key"].array()[None, :] - sel["query"].array()[:, None]
-    np.clip(rel, -r, r, out=rel)
-    rel += r
-    return {"buckets": view.lut[rel]}

@@ -435,12 +435,7 @@ def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
 def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str):
     """cos and sin of p·inv_freq (float64 angles), times attention_scaling, rounded once:
     two [n, d/2] arrays. Both layouts are column arrangements of these."""
-    angles = np.multiply.outer(positions.astype(np.float64), inv_freq)
-    cos, sin = np.cos(angles), np.sin(angles)
-    if scaling != 1.0:
-        cos *= scaling
-        sin *= scaling
-    return _dt.round_f64(cos, dtype), _dt.round_f64(sin, dtype)
+    return _dt.sincos(inv_freq, positions, scaling, dtype)
 
 
 def expand(half: np.ndarray, layout: str) -> np.ndarray:

@@ -95,12 +95,9 @@ def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray
     """Stored form, [n, width]: sin columns then cos columns (fairseq: h sin, h cos; aiayn:
     ceil(d/2) sin, floor(d/2) cos). ``rows`` are table rows, i.e. position + offset."""
     w = spec.freqs()
-    angles = np.multiply.outer(rows.astype(np.float64), w)
-    n_cos = spec.d_model // 2
-    out = np.empty((rows.shape[0], w.shape[0] + n_cos), dtype=np.float64)
-    np.sin(angles, out=out[:, : w.shape[0]])
-    np.cos(angles[:, :n_cos], out=out[:, w.shape[0]:])
-    return _dt.round_f64(out, dtype)
+    cos, sin = _dt.sincos(w, rows, 1.0, dtype)
+    n_cos = spec.d_model // 2  # odd d (aiayn): one more sin column than cos columns
+    return np.concatenate([sin, cos[:, :n_cos]], axis=1)
 
 
 def arrange(stored: np.ndarray, spec: SinusoidalSpec) -> np.ndarray:
