@@ -612,8 +612,9 @@ def _bad_rope_factor():
     (_bad_rope_factor(), "tables.0.spec.rope_scaling.factor"),
     ({"tables": [{"family": "rope", "spec": {"head_dim": 8}}, {"family": "xpos", "spec": {}}]}, "tables.1.family"),
     ({"tables": [{"family": "alibi", "spec": {"num_heads": 4}, "dtypes": ["float64"]}]}, "tables.0.dtypes.0"),
+    ({"tables": [{"family": "rope", "spec": {"head_dim": 8}, "dtypes": [None]}]}, "tables.0.dtypes.0"),
     ({"length": 0, "tables": []}, "length"),
-], ids=["rope_factor", "unknown_family", "dtype", "length"])
+], ids=["rope_factor", "unknown_family", "dtype", "null_dtype", "length"])
 @pytest.mark.parametrize("via_cli", [False, True], ids=["engine_main", "cli"])
 def test_invalid_config_stops_engine_with_status_2(ns, procs, cfg, field, via_cli):
     eng = procs.engine(cfg, ns, ready=False, via_cli=via_cli)
