@@ -353,6 +353,111 @@ AVX2 static int cvt_f32_avx2(const double *s, void *dst, Py_ssize_t n, int count
     }
     return (!_mm256_testz_si256(over, over)) | cvt_f32_base(s + i, o + i, n - i, count_inf);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * AVX-512 (F + VL): embedded rounding makes the round-to-odd step three instructions:
+ * truncate to float32 (vcvtpd2ps {rz-sae}), widen back, and OR 1 into the lanes that differ.
+ * Truncation keeps the sign, sends everything above FLT_MAX to FLT_MAX (still rounding to the
+ * float16/bfloat16 infinity) and anything tiny to a float32 that still rounds to +-0.
+ * ------------------------------------------------------------------------------------------- */
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx2,f16c")))
+
+INSTANTIATE(avx512, AVX512)
+
+AVX512 static inline __m256 f64x8_to_f32_odd(__m512d x)
+{
+    __m256 f = _mm512_cvt_roundpd_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(f), x, _CMP_NEQ_UQ);
+    __m256i fb = _mm256_castps_si256(f);
+    return _mm256_castsi256_ps(_mm256_mask_or_epi32(fb, inexact, fb, _mm256_set1_epi32(1)));
+}
+
+/* 16 float64 -> 16 float32 rounded to odd */
+AVX512 static inline __m512 f64x16_to_f32_odd(const double *s)
+{
+    __m256 lo = f64x8_to_f32_odd(_mm512_loadu_pd(s));
+    __m256 hi = f64x8_to_f32_odd(_mm512_loadu_pd(s + 8));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                               _mm256_castps_pd(hi), 1));
+}
+
+/* The vector loops below only track the largest output magnitude (NaN is ignored by max_ps);
+ * when it reaches the dtype's overflow threshold, this exact scan of the inputs decides. */
+static int over_scan(const double *s, Py_ssize_t n, double thr, int count_inf)
+{
+    uint64_t lim = count_inf ? INF64 + 1 : INF64;
+    int over = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t a = dbits(s[i]) & ABS64;
+        over |= (bitsd(a) >= thr) & (a < lim);
+    }
+    return over;
+}
+
+#define F32_OVER (0x1p128 - 0x1p103)  /* smallest float64 rounding to float32 inf */
+#define F16_OVER 65520.0
+#define BF16_OVER (0x1p128 - 0x1p119)
+
+AVX512 static int cvt_f16_avx512(const double *s, void *dst, Py_ssize_t n, int count_inf)
+{
+    uint16_t *o = (uint16_t *)dst;
+    __m512 mx = _mm512_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 f = f64x16_to_f32_odd(s + i);
+        _mm256_storeu_si256((__m256i *)(o + i),
+                            _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        mx = _mm512_max_ps(_mm512_abs_ps(f), mx);
+        if (_mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q)) /* rare: numpy's NaN payloads */
+            for (int j = 0; j < 16; j++) o[i + j] = f16_from_f64(s[i + j]);
+    }
+    /* |odd(x)| >= 65520 exactly when |x| >= 65520, the first value that rounds to inf */
+    int over = _mm512_reduce_max_ps(mx) >= (float)F16_OVER && over_scan(s, i, F16_OVER, count_inf);
+    return over | cvt_f16_base(s + i, o + i, n - i, count_inf);
+}
+
+AVX512 static int cvt_bf16_avx512(const double *s, void *dst, Py_ssize_t n, int count_inf)
+{
+    uint16_t *o = (uint16_t *)dst;
+    const __m512i one = _mm512_set1_epi32(1), half_m1 = _mm512_set1_epi32(0x7FFF);
+    const __m512i bnan = _mm512_set1_epi32(0x7FC0);
+    __m512 mx = _mm512_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 f = f64x16_to_f32_odd(s + i);
+        __m512i fb = _mm512_castps_si512(f);
+        /* float32 -> bfloat16, nearest-even on the 16 dropped bits */
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(fb, half_m1),
+                             _mm512_and_si512(_mm512_srli_epi32(fb, 16), one)), 16);
+        r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), bnan);
+        _mm256_storeu_si256((__m256i *)(o + i), _mm512_cvtepi32_epi16(r));
+        mx = _mm512_max_ps(_mm512_abs_ps(f), mx);
+    }
+    /* odd(x) >= the float32 BF16_OVER exactly when x >= BF16_OVER (it is a float32) */
+    int over = _mm512_reduce_max_ps(mx) >= (float)BF16_OVER && over_scan(s, i, BF16_OVER, count_inf);
+    return over | cvt_bf16_base(s + i, o + i, n - i, count_inf);
+}
+
+AVX512 static int cvt_f32_avx512(const double *s, void *dst, Py_ssize_t n, int count_inf)
+{
+    float *o = (float *)dst;
+    __m256 mx = _mm256_setzero_ps();
+    const __m256 fabsm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm512_cvtpd_ps(_mm512_loadu_pd(s + i)); /* nearest-even, as numpy */
+        _mm256_storeu_ps(o + i, f);
+        mx = _mm256_max_ps(_mm256_and_ps(f, fabsm), mx);
+    }
+    float m8[8];
+    _mm256_storeu_ps(m8, mx);
+    int any_inf = 0;
+    for (int j = 0; j < 8; j++) any_inf |= isinf(m8[j]);
+    int over = any_inf && over_scan(s, i, F32_OVER, count_inf);
+    return over | cvt_f32_base(s + i, o + i, n - i, count_inf);
+}
+
 #endif /* POSENC_X86 */
 
 /* ---------------------------------------------------------------------------------------------
@@ -361,7 +466,7 @@ AVX2 static int cvt_f32_avx2(const double *s, void *dst, Py_ssize_t n, int count
 
 typedef struct {
     const char *name;
-    const char *features[4]; /* NULL-terminated */
+    const char *features[5]; /* NULL-terminated */
     cvt_fn cvt[N_DT];
     alibi_vals_fn alibi_vals;
     t5_row_fn t5_row;
@@ -370,6 +475,9 @@ typedef struct {
 
 static const Level LEVELS[] = {
 #ifdef POSENC_X86
+    {"avx512", {"avx512f", "avx512vl", "avx2", "f16c"},
+     {cvt_f32_avx512, cvt_f16_avx512, cvt_bf16_avx512},
+     alibi_vals_avx512, t5_row_avx512, interleave_avx512},
     {"avx2", {"avx2", "f16c", NULL}, {cvt_f32_avx2, cvt_f16_avx2, cvt_bf16_avx2},
      alibi_vals_avx2, t5_row_avx2, interleave_avx2},
 #endif
@@ -392,6 +500,11 @@ static const Level *level = &LEVELS[N_LEVELS - 1];
 static int level_supported(const Level *lv)
 {
 #ifdef POSENC_X86
+    if (strcmp(lv->name, "avx512") == 0) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
     if (strcmp(lv->name, "avx2") == 0) {
         __builtin_cpu_init(); /* also checks that the OS saves the YMM registers */
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
@@ -560,6 +673,18 @@ static int check_rows(const Py_buffer *rv, Py_ssize_t nrows)
  * Kernels
  * ------------------------------------------------------------------------------------------- */
 
+/* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
+ * most of that latency (a hint only: no effect on results, none where unsupported). */
+#define PREFETCH_AHEAD 8
+static inline void prefetch_row(const char *p, size_t bytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t off = 0; off < bytes && off < 512; off += 64) __builtin_prefetch(p + off, 0, 3);
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
 PyDoc_STRVAR(gather_rows_doc, "gather_rows(table, rows, out)\n--\n\nout[i] = table[rows[i]].");
 
 static PyObject *py_gather_rows(PyObject *self, PyObject *args, PyObject *kw)
@@ -586,8 +711,10 @@ static PyObject *py_gather_rows(PyObject *self, PyObject *args, PyObject *kw)
         char *dst = (char *)o->buf;
         size_t rb = (size_t)W * (size_t)t->itemsize;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + PREFETCH_AHEAD < n) prefetch_row(src + (size_t)rows[i + PREFETCH_AHEAD] * rb, rb);
             memcpy(dst + (size_t)i * rb, src + (size_t)rows[i] * rb, rb);
+        }
         Py_END_ALLOW_THREADS
     }
     bufs_release(&b);
@@ -633,13 +760,18 @@ static PyObject *py_rope_expand(PyObject *self, PyObject *args, PyObject *kw)
         Py_BEGIN_ALLOW_THREADS
         if (layout == 0) {
             for (Py_ssize_t i = 0; i < n; i++) {
+                if (i + PREFETCH_AHEAD < n)
+                    prefetch_row(src + (size_t)rows[i + PREFETCH_AHEAD] * rb, rb);
                 const char *s = src + (size_t)rows[i] * rb;
                 memcpy(dst + 2 * rb * (size_t)i, s, rb);
                 memcpy(dst + 2 * rb * (size_t)i + rb, s, rb);
             }
         } else {
-            for (Py_ssize_t i = 0; i < n; i++)
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (i + PREFETCH_AHEAD < n)
+                    prefetch_row(src + (size_t)rows[i + PREFETCH_AHEAD] * rb, rb);
                 inter(dst + 2 * rb * (size_t)i, src + (size_t)rows[i] * rb, h, es);
+            }
         }
         Py_END_ALLOW_THREADS
     }
@@ -994,7 +1126,7 @@ fail:
 static PyObject *features_tuple(const Level *lv)
 {
     int n = 0;
-    while (n < 4 && lv->features[n]) n++;
+    while (n < 5 && lv->features[n]) n++;
     PyObject *t = PyTuple_New(n);
     if (!t) return NULL;
     for (int i = 0; i < n; i++) {
