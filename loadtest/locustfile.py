@@ -1,0 +1,143 @@
+"""Locust user classes for posenc's real traffic mix (FastHttpUser: ~5k requests/s per process).
+
+    locust -f loadtest/locustfile.py --host http://127.0.0.1:8000            # web UI
+    locust -f loadtest/locustfile.py --headless -u 32 -r 32 -t 30s --host ... --csv out/locust
+
+Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_WEIGHTS):
+- ``DecodeUser``: inference decode steps — one RoPE row and one ALiBi decode row block (one query
+  against every key so far, all heads), binary. The sub-100 µs hot path.
+- ``PipelineUser``: feature-pipeline batches — hundreds to thousands of positions, binary
+  (a RoPE position range, a shuffled sinusoidal batch).
+- ``JsonUser``: JSON clients — small RoPE and T5-bucket selections, ``Accept: application/json``.
+- ``NewSpecUser``: occasionally (once per ``--posenc-new-spec-every`` seconds per user) a rope spec
+  never seen before, which the engine builds on demand.
+
+Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/payloads.py).
+Think time: ``--posenc-wait SECONDS`` (default 0: each user sends back to back, closed loop).
+Locust records whole milliseconds and runs closed-loop; for microsecond, open-loop figures use
+``python -m loadtest.probe`` (``python -m loadtest report`` runs both).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from locust import FastHttpUser, constant_pacing, events, task
+
+from loadtest import payloads
+
+_state = {"cfg": payloads.load(), "wait": 0.0}
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser):
+    parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS", default="decode=10,pipeline=2,json=2,newspec=1",
+                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N")
+    parser.add_argument("--posenc-payloads", env_var="LOADTEST_PAYLOADS", default="",
+                        help="JSON file overriding loadtest/payloads.py DEFAULTS")
+    parser.add_argument("--posenc-wait", env_var="LOADTEST_WAIT", type=float, default=0.0,
+                        help="think time between a user's requests, seconds (0: back to back)")
+    parser.add_argument("--posenc-new-spec-every", env_var="LOADTEST_NEW_SPEC_EVERY", type=float, default=5.0,
+                        help="seconds between a NewSpecUser's requests")
+
+
+_CLASSES = {}
+
+
+@events.init.add_listener
+def _configure(environment, **_kw):
+    opts = environment.parsed_options
+    if opts is None:        # library use: keep the defaults
+        return
+    _state["cfg"] = payloads.load(opts.posenc_payloads or None)
+    _state["wait"] = opts.posenc_wait
+    NewSpecUser.wait_time = constant_pacing(opts.posenc_new_spec_every)
+    for part in opts.posenc_weights.split(","):
+        name, _, w = part.strip().partition("=")
+        if name not in _CLASSES:
+            raise ValueError(f"--posenc-weights: unknown user {name!r}; known: {', '.join(_CLASSES)}")
+        _CLASSES[name].weight = int(w)
+
+
+def _think(user) -> float:
+    w = _state["wait"]
+    return random.uniform(0.5 * w, 1.5 * w) if w else 0.0
+
+
+class _PosencUser(FastHttpUser):
+    abstract = True
+    wait_time = _think
+    # Connection reuse as a real client does it; bounded so a wedged server fails the run instead of hanging it.
+    network_timeout = 10.0
+    connection_timeout = 5.0
+
+    def on_start(self):
+        self.mix = payloads.Mix(_state["cfg"], random.Random())
+
+    def post(self, kind: str, name: str | None = None):
+        path, accept, _ = payloads.KINDS[kind]
+        with self.client.post(path, data=payloads.body(self.mix, kind), name=name or kind,
+                              headers={"Accept": accept, "Content-Type": "application/json"},
+                              catch_response=True) as r:
+            if r.status_code != 200:
+                r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
+            elif accept == payloads.BINARY and not r.content[:8]:
+                r.failure("empty binary response")
+            elif accept == payloads.JSON:
+                try:
+                    json.loads(r.content)
+                except ValueError:
+                    r.failure("response is not JSON")
+                    return
+                r.success()
+            else:
+                r.success()
+
+
+class DecodeUser(_PosencUser):
+    weight = 10
+
+    @task(1)
+    def rope_row(self):
+        self.post("rope-row")
+
+    @task(1)
+    def alibi_decode(self):
+        self.post("alibi-decode")
+
+
+class PipelineUser(_PosencUser):
+    weight = 2
+
+    @task(1)
+    def rope_batch(self):
+        self.post("pipeline-rope")
+
+    @task(1)
+    def sinusoidal_batch(self):
+        self.post("pipeline-sinusoidal")
+
+
+class JsonUser(_PosencUser):
+    weight = 2
+
+    @task(2)
+    def rope(self):
+        self.post("json-rope")
+
+    @task(1)
+    def t5(self):
+        self.post("json-t5")
+
+
+class NewSpecUser(_PosencUser):
+    weight = 1
+    wait_time = constant_pacing(5.0)
+
+    @task
+    def new_spec(self):
+        self.post("new-spec")
+
+
+_CLASSES.update(decode=DecodeUser, pipeline=PipelineUser, json=JsonUser, newspec=NewSpecUser)
