@@ -1,0 +1,81 @@
+"""The raw ASGI floor: the cheapest app uvicorn can run, answering the probe's requests with the
+bytes posenc answered them with.
+
+It reads the whole body (as posenc does) and answers with two ASGI sends carrying the same
+status, content-type and body posenc returned for that path, captured beforehand into a JSON file
+``{path: [content_type, base64 body]}``. Run under the same uvicorn settings as ``posenc serve``
+(uvloop, httptools, one worker, no access log, no server header), on the same pinned core, the
+probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
+uvicorn's HTTP handling. posenc minus floor is what posenc costs.
+
+    python -m loadtest.floor --port 8100 --bodies bodies.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+
+_DEFAULT = (b"application/octet-stream", b"floor")
+
+
+def make_app(bodies: dict[str, tuple[bytes, bytes]]):
+    responses = {}
+    for path, (ctype, body) in bodies.items():
+        responses[path] = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())], body
+    dflt = [(b"content-type", _DEFAULT[0]), (b"content-length", str(len(_DEFAULT[1])).encode())], _DEFAULT[1]
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        while True:                                  # read the body, as posenc does
+            msg = await receive()
+            if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
+                break
+        headers, body = responses.get(scope["path"], dflt)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def load_bodies(path: str | None) -> dict[str, tuple[bytes, bytes]]:
+    if not path:
+        return {}
+    with open(path) as f:
+        raw = json.load(f)
+    return {p: (ct.encode(), base64.b64decode(b)) for p, (ct, b) in raw.items()}
+
+
+def save_bodies(path: str, bodies: dict[str, tuple[str, bytes]]) -> None:
+    with open(path, "w") as f:
+        json.dump({p: [ct, base64.b64encode(b).decode()] for p, (ct, b) in bodies.items()}, f)
+
+
+def main(argv=None) -> int:
+    import uvicorn
+
+    p = argparse.ArgumentParser(prog="python -m loadtest.floor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")
+    args = p.parse_args(argv)
+    app = make_app(load_bodies(args.bodies))
+    # The settings service/serve_main.py gives uvicorn, so only the app differs.
+    uvicorn.run(app, host=args.host, port=args.port, workers=1, loop="uvloop", http="httptools",
+                lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=5,
+                timeout_graceful_shutdown=10, limit_concurrency=None, server_header=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
