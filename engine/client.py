@@ -141,7 +141,9 @@ class Client:
         return [{"digest": d, **{k: v for k, v in e.items() if k not in ("arrays",)}} for d, e in m["tables"].items()]
 
     # -- attaching -----------------------------------------------------------------------------
-    def attach(self, tdef: TableDef, build: bool = True, request: Mapping | None = None) -> TableView:
+    def attach(self, tdef: TableDef, build: bool = True, request=None) -> TableView:
+        """The mapped view of a table; ``request`` (a dict, or a callable returning one) is what
+        the engine builds it from if it is not in shared memory yet."""
         digest = tdef.digest
         m = self.manifest()  # refreshes at most every recheck_s; a new generation drops old views
         v = self._views.get(digest)
@@ -183,6 +185,8 @@ class Client:
 
     def _ensure(self, tdef: TableDef, request: Mapping | None) -> None:
         """Ask the engine to build a table (it builds each new table once)."""
+        if callable(request):
+            request = request()
         if request is None:
             raise EngineUnavailable("no request to build from")
         reply = self.call({"op": "ensure", "family": tdef.family, "request": dict(request)})

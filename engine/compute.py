@@ -46,11 +46,12 @@ def check_size(nbytes: int, max_bytes: int | None) -> None:
 
 
 def precheck(mod, spec, sel, dtype) -> None:
-    """Refusals that can be decided before computing (overflow of the output dtype)."""
-    if mod is alibi and dtype is not None:
-        if alibi.max_abs_bias(spec, sel["query"], sel["key"]) > _dt.MAX_FINITE[dtype] and not spec.mask_future:
-            raise SpecError(("dtype",), f"ALiBi biases up to {alibi.max_abs_bias(spec, sel['query'], sel['key']):.6g} "
-                            f"overflow {dtype} (largest finite {_dt.MAX_FINITE[dtype]:.6g}); use a wider dtype")
+    """Refusals that can be decided before computing: an ALiBi block whose largest bias would
+    round to infinity in the output dtype (422 on dtype), found from the selections' extremes."""
+    if mod is alibi and dtype is not None and not spec.mask_future:
+        import numpy as np
+        worst = alibi.max_abs_bias(spec, sel["query"], sel["key"])
+        _dt.round_f64(np.array([worst]), dtype)   # raises SpecError(("dtype",)) if it overflows
 
 
 def compute(family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:

@@ -18,6 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
+_KIND = {"f": "float32", "e": "float16", "d": "float64", "i": "int32", "H": "uint16"}
 _ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32",
               "float64": "F64", "int64": "I64", "uint16": "U16"}
 
@@ -26,15 +27,23 @@ def _named(arrays: Mapping, bf16: set) -> list[tuple[str, np.ndarray, str]]:
     out = []
     for name, a in arrays.items():
         a = np.asarray(a)
-        kind = "bfloat16" if name in bf16 else a.dtype.name
+        kind = "bfloat16" if name in bf16 else _KIND.get(a.dtype.char) or a.dtype.name
         out.append((name, a if a.flags.c_contiguous else a.copy(order="C"), kind))  # keeps 0-d shape
     return out
 
 
+_HEADERS: dict = {}  # (names, shapes, kinds, metadata) -> header bytes: hot responses repeat shapes
+
+
 def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None):
     """The header bytes and the list of array buffers that follow it (for writev-style sends)."""
+    named = _named(arrays, bf16)
+    ck = (tuple((n, a.shape, k) for n, a, k in named), tuple(sorted(metadata.items())) if metadata else ())
+    head = _HEADERS.get(ck)
+    if head is not None:
+        return head, [a for _, a, _ in named]
     header, offset, bufs = {}, 0, []
-    for name, a, kind in _named(arrays, bf16):
+    for name, a, kind in named:
         header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
@@ -43,7 +52,11 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
         header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)  # the format pads the header to 8-byte alignment
-    return struct.pack("<Q", len(h)) + h, bufs
+    head = struct.pack("<Q", len(h)) + h
+    if len(_HEADERS) > 4096:
+        _HEADERS.clear()
+    _HEADERS[ck] = head
+    return head, bufs
 
 
 def to_safetensors(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None) -> bytes:

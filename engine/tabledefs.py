@@ -13,6 +13,7 @@ manifest entry) plus how to build it. Stored forms avoid waste (issue #3):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from typing import Any, Mapping
@@ -35,7 +36,7 @@ class TableDef:
     length: int          # rows (rope, sinusoidal), distances (alibi), radius (t5)
     variant: Any = None  # rope: None, 'short'/'long' (longrope) or L (dynamic)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         if self.family == "rope":
             base = self.spec.table_key(self.variant)
@@ -45,7 +46,7 @@ class TableDef:
         # it are computed), so readers find a table whatever length the engine was configured with.
         return json.dumps({"table": json.loads(base), "dtype": self.dtype}, sort_keys=True, separators=(",", ":"))
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         return hashlib.sha1(self.key.encode()).hexdigest()[:20]
 

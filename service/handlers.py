@@ -17,8 +17,8 @@ from engine.client import Client, EngineUnavailable, _ensure_request, serve
 from engine.compute import check_size, output_nbytes, parse_request, precheck
 from engine.errors import PosencError, SpecError, TooLarge
 from engine.selection import parse_selection
-from engine.tabledefs import DEFAULT_LENGTH, table_for
-from engine.tables import FAMILIES, HAS_DTYPE
+from engine.tabledefs import DEFAULT_LENGTH, TableDef, table_for
+from engine.tables import FAMILIES, rope
 
 from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
@@ -27,6 +27,7 @@ from .settings import Settings
 log = logging.getLogger("posenc.service")
 INLINE_BYTES = 256 * 1024    # larger responses are built off the event loop
 PLAN_CACHE = 1024
+_MISSING = object()
 
 
 @dataclasses.dataclass
@@ -39,6 +40,16 @@ class Job:
     fmt: str
     body: dict
     inline: bool
+    table: TableDef | None   # the shared table that answers, None: computed directly
+
+
+class Plan:
+    """A validated spec (the 'precompiled validator' result) and the tables it resolves to."""
+    __slots__ = ("spec", "dtype", "tables")
+
+    def __init__(self, spec, dtype):
+        self.spec, self.dtype, self.tables = spec, dtype, {}
+
 
 
 class Service:
@@ -63,11 +74,11 @@ class Service:
         plan = self._plans.get(key)
         if plan is None:
             _, spec, sel, dtype = parse_request(family, body)  # full validation, names the field
-            self._plans[key] = (spec, dtype)
+            plan = self._plans[key] = Plan(spec, dtype)
             if len(self._plans) > PLAN_CACHE:
                 self._plans.popitem(last=False)
         else:
-            spec, dtype = plan
+            spec, dtype = plan.spec, plan.dtype
             sel = {n: parse_selection(body.get(n), (n,)) for n in mod.SELECTIONS}
         limit = self.settings.max_positions
         for n, s in sel.items():
@@ -76,21 +87,27 @@ class Service:
         nbytes = output_nbytes(mod, spec, sel, dtype)
         check_size(nbytes, self.settings.max_response_bytes)
         precheck(mod, spec, sel, dtype)
-        return Job(family, mod, spec, sel, dtype, fmt, body, inline=nbytes <= INLINE_BYTES)
+        # Which table: fixed per plan, except rope types whose frequencies follow the length.
+        variant = rope.variant(spec, rope.effective_seq_len(spec, sel["positions"])) \
+            if family == "rope" and spec.rope_type in ("dynamic", "longrope") else None
+        table = plan.tables.get(variant, _MISSING)
+        if table is _MISSING:
+            if len(plan.tables) > 64:   # dynamic NTK: one variant per length; keep it bounded
+                plan.tables.clear()
+            table = plan.tables[variant] = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
+        return Job(family, mod, spec, sel, dtype, fmt, body, nbytes <= INLINE_BYTES, table)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
-        t = table_for(job.family, job.spec, job.dtype, job.sel, DEFAULT_LENGTH)
-        if t is None:
+        if job.table is None:
             result = job.mod.compute(job.spec, job.sel, job.dtype)
         else:
-            view = self.client.attach(t, request=_ensure_request(job.family, job.body))
+            view = self.client.attach(job.table, request=lambda: _ensure_request(job.family, job.body))
             result = serve(view, job.spec, job.sel, job.dtype)
         return encode(job.family, result, job.dtype, job.fmt)
 
     def is_mapped(self, job: Job) -> bool:
-        t = table_for(job.family, job.spec, job.dtype, job.sel, DEFAULT_LENGTH)
-        return t is None or t.digest in self.client._views
+        return job.table is None or job.table.digest in self.client._views
 
     # -- readiness -----------------------------------------------------------------------------
     def attach_all(self) -> int:

@@ -185,6 +185,7 @@ class _Ctx:
     theta: float
     max_pos: int | None
     top_orig: int | None     # top-level original_max_position_embeddings (overrides)
+    theta_loc: tuple = ("rope_theta",)   # where rope_theta was given
 
 
 def _factor(s, ctx, required=True):
@@ -225,7 +226,7 @@ def _v_dynamic(s, ctx):
 
 def _v_yarn(s, ctx):
     if ctx.theta <= 1.0:
-        raise SpecError(("rope_theta",), f"must be > 1 for yarn (its ramp divides by ln θ), got {ctx.theta}")
+        raise SpecError(ctx.theta_loc, f"must be > 1 for yarn (its ramp divides by ln θ), got {ctx.theta}")
     p = {"factor": _factor(s, ctx), "original_max_position_embeddings": _orig(s, ctx, "yarn")}
     # beta_fast / beta_slow: falsy means the paper's default (32 / 1), as transformers does.
     for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
@@ -344,8 +345,11 @@ def parse_spec(req: Mapping) -> RopeSpec:
         for key, top, inner in (("rope_theta", theta, inner_theta), ("partial_rotary_factor", prf, inner_prf)):
             if top is not None and inner is not None and top != inner:
                 raise SpecError((src, key), f"disagrees with the top-level {key} ({top}); give it once")
+        theta_loc = ("rope_theta",) if theta is not None or inner_theta is None else (src, "rope_theta")
         theta = theta if theta is not None else inner_theta
         prf = prf if prf is not None else inner_prf
+    else:
+        theta_loc = ("rope_theta",)
     theta = 10000.0 if theta is None else theta
     prf = 1.0 if prf is None else prf
 
@@ -374,7 +378,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
         raise SpecError(("seq_len",), f"only for rope_type 'dynamic' or 'longrope', not {rope_type!r}")
     layout = req_choice(req, "layout", (), LAYOUTS, "half_split")
 
-    ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig)
+    ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc)
     params = rt.validate(scaling, ctx)
     spec = RopeSpec(head_dim=head_dim, rope_theta=theta, partial_rotary_factor=prf, rope_type=rope_type,
                     params=tuple(sorted(params.items())), max_position_embeddings=max_pos,
