@@ -1,0 +1,35 @@
+"""``python -m loadtest``: report | probe | floor | render.
+
+    python -m loadtest report                      # start posenc serve, measure, write loadtest/out/<ts>/
+    python -m loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
+    python -m loadtest probe --url ... --rates 1000,5000
+    python -m loadtest floor --port 8100
+    python -m loadtest render loadtest/out/<ts>    # re-render summary.md/latency.png from results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("probe", "floor"):
+        from . import floor, probe
+        return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
+    p = argparse.ArgumentParser(prog="python -m loadtest", description="posenc load tests (docs/loadtest.md)")
+    sub = p.add_subparsers(dest="command", required=True)
+    from . import runner
+    runner.add_parser(sub)
+    sub.add_parser("probe", help="the open-loop latency probe alone (see --help)")
+    sub.add_parser("floor", help="the raw ASGI floor server alone (see --help)")
+    r = sub.add_parser("render", help="re-render a report directory from its results.json")
+    r.add_argument("out")
+    r.set_defaults(func=lambda a: (__import__("loadtest.report").report.render(a.out), 0)[1])
+    args = p.parse_args(argv)
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""``python -m loadtest report``: one command, one bounded run, one report directory.
+
+1. start ``posenc serve`` (one worker, pinned to --server-cpus) or target --url;
+2. ask posenc for the probe's requests once and start the raw ASGI floor answering those bytes,
+   under the same uvicorn settings, pinned to the same core;
+3. wrk (C): one connection on floor and posenc (the round trip a C client sees, the probe's
+   reference), then many connections (saturation throughput per server core);
+4. the open-loop probe at fractions of posenc's saturation, floor and posenc interleaved per rate,
+   plus one step at the floor's own saturation (the probe's ceiling);
+5. locust headless on the full traffic mix (CSV + HTML);
+6. stop everything, check /dev/shm, write summary.md, latency.png, results.json.
+
+The load generators run pinned to --client-cpus; every step is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+
+from . import locustrun, payloads, probe, report, servers, wrk
+
+DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.65,0.8,0.9,1.0,1.1"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="the full load-test report against a local posenc serve (or --url)")
+    p.add_argument("--url", help="target a running posenc instead of starting one (no pinning of it)")
+    p.add_argument("--tables", help="table config for the started posenc (default: the embedded set)")
+    p.add_argument("--workers", type=int, default=1, help="posenc HTTP workers (default 1: per-core figures)")
+    p.add_argument("--server-cpus", default="0", help="taskset list for the servers ('' = no pinning)")
+    p.add_argument("--client-cpus", default="1", help="taskset list for the load generators")
+    p.add_argument("--out", help="report directory (default loadtest/out/<timestamp>)")
+    p.add_argument("--kinds", default="rope-row", help="probe/wrk request kinds, e.g. rope-row:1,alibi-decode:1")
+    p.add_argument("--fractions", default=DEFAULT_FRACTIONS, help="probe rates as fractions of posenc saturation")
+    p.add_argument("--rates", help="probe rates in requests/s instead of --fractions")
+    p.add_argument("--probe-duration", type=float, default=3.0, help="measured seconds per probe rate")
+    p.add_argument("--probe-warmup", type=float, default=0.5)
+    p.add_argument("--connections", type=int, default=64, help="probe keep-alive connections")
+    p.add_argument("--wrk-duration", type=float, default=3.0)
+    p.add_argument("--wrk-connections", type=int, default=16)
+    p.add_argument("--saturation", type=float, help="skip wrk; posenc saturation in requests/s")
+    p.add_argument("--locust-time", type=float, default=20.0, help="seconds of locust (0 = skip)")
+    p.add_argument("--locust-users", type=int, default=32)
+    p.add_argument("--locust-processes", type=int, default=1, help="locust --processes (-1: one per core)")
+    p.add_argument("--locust-weights", help="user weights, e.g. decode=10,pipeline=2,json=2,newspec=1")
+    p.add_argument("--payloads", help="JSON overriding loadtest/payloads.py DEFAULTS")
+    p.add_argument("--target-rps-per-core", type=float, default=1.2e6 / 32)
+    p.add_argument("--target-p99-us", type=float, default=80.0)
+    p.add_argument("--target-cores", type=int, default=32)
+    p.set_defaults(func=cmd_report)
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine_info() -> dict:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=servers.REPO,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"cpu": model, "cpus_online": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "commit": commit, "loadavg_start": os.getloadavg()}
+
+
+def cmd_report(args) -> int:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = os.path.abspath(args.out or os.path.join(servers.REPO, "loadtest", "out", stamp))
+    os.makedirs(out, exist_ok=True)
+    cfg = payloads.load(args.payloads)
+    res: dict = {"started": stamp, "machine": machine_info(), "args": vars(args).copy(), "out": out}
+    res["args"].pop("func", None)
+    cpus_s = args.server_cpus or None
+    cpus_c = args.client_cpus or None
+    namespace = f"loadtest-{uuid.uuid4().hex[:8]}"
+    started: list[servers.Server] = []
+    t_start = time.monotonic()
+    try:
+        # 1. posenc ------------------------------------------------------------------------------
+        if args.url:
+            url = args.url.rstrip("/")
+            res["server"] = {"url": url, "started_here": False}
+        else:
+            port = servers.free_port()
+            _log(f"starting posenc serve on :{port} (cpus {cpus_s}, namespace {namespace})")
+            t0 = time.monotonic()
+            srv = servers.start_posenc(port, namespace, args.tables, args.workers, cpus_s,
+                                       log_path=os.path.join(out, "posenc.log"))
+            started.append(srv)
+            srv.wait_ready(timeout=300)
+            url = srv.url
+            res["server"] = {"url": url, "started_here": True, "namespace": namespace, "tables": args.tables,
+                             "workers": args.workers, "cpus": cpus_s, "ready_s": round(time.monotonic() - t0, 2)}
+            _log(f"posenc ready in {res['server']['ready_s']} s")
+
+        # 2. the probe's requests; the floor answers them with posenc's bytes ------------------------
+        host_hdr = url.split("//", 1)[1]
+        reqs, kidx, names = probe.build_requests(host_hdr, probe.parse_kinds(args.kinds), cfg=cfg)
+        bodies, samples = {}, []
+        for name in names:
+            path, accept, _ = payloads.KINDS[name]
+            b = reqs[kidx.index(names.index(name))].split(b"\r\n\r\n", 1)[1]
+            status, ctype, content = servers.http_post(url + path, b, accept)
+            if status != 200:
+                raise RuntimeError(f"posenc answered {status} to the probe's {name} request: {content[:300]!r}")
+            bodies[path] = (ctype, content)
+            samples.append({"kind": name, "path": path, "request_bytes": len(b), "response_bytes": len(content),
+                            "content_type": ctype})
+        res["probe_requests"] = samples
+        bodies_path = os.path.join(out, "floor_bodies.json")
+        from .floor import save_bodies
+        save_bodies(bodies_path, bodies)
+        fport = servers.free_port()
+        floor = servers.start_floor(fport, bodies_path, cpus_s, log_path=os.path.join(out, "floor.log"))
+        started.append(floor)
+        floor.wait_ready(timeout=30)
+        _log(f"floor on :{fport}")
+        targets = {"floor": floor.url, "posenc": url}
+
+        # 3. wrk: C-client round trip and saturation --------------------------------------------------
+        res["wrk"] = {}
+        sat = args.saturation
+        if wrk.available():
+            lua = os.path.join(out, "wrk.lua")
+            items = []
+            for raw, k in zip(reqs[:64], kidx):
+                path, accept, _ = payloads.KINDS[names[k]]
+                items.append((path, accept, raw.split(b"\r\n\r\n", 1)[1]))
+            wrk.script(lua, items)
+            for name, u in targets.items():
+                for conns, key in ((1, "rtt"), (args.wrk_connections, "max")):
+                    r = wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
+                    res["wrk"][f"{name}_{key}"] = r
+                    _log(f"wrk {name} -c{conns}: {r['rps']:.0f}/s p50 {r['latency_us']['p50']} µs "
+                         f"p99 {r['latency_us']['p99']} µs failures {r['failures']}")
+                    time.sleep(0.3)
+            if sat is None:
+                sat = res["wrk"]["posenc_max"]["rps"]
+        if sat is None:   # no wrk: find the knee with the probe itself
+            sat = _probe_knee(targets["posenc"], args, cfg)
+        res["saturation_rps"] = sat
+
+        # 4. the open-loop probe ------------------------------------------------------------------
+        if args.rates:
+            rates = [float(x) for x in args.rates.split(",")]
+        else:
+            rates = [round(f * sat, -1) or 10.0 for f in map(float, args.fractions.split(","))]
+        for f in (0.5, 0.8):  # the two points the report quotes are always measured exactly
+            r = round(f * sat, -1)
+            if not args.rates and r not in rates:
+                rates.append(r)
+        rates = sorted(set(rates))
+        steps = {"floor": [], "posenc": []}
+        for rate in rates:
+            for name in ("floor", "posenc"):
+                s = probe.sweep(targets[name], [rate], args.probe_duration, args.kinds, args.connections,
+                                args.probe_warmup, target=name, cfg=cfg, log=_log)[0]
+                steps[name].append(s)
+        # The probe's own ceiling: the floor at its wrk saturation (or 3x posenc's).
+        fsat = res["wrk"].get("floor_max", {}).get("rps") or 3 * sat
+        ceiling = probe.sweep(targets["floor"], [round(fsat, -1)], min(2.0, args.probe_duration), args.kinds,
+                              args.connections, args.probe_warmup, target="floor-max", cfg=cfg, log=_log)[0]
+        # Reproducibility: the first floor step again, after everything else.
+        again = probe.sweep(targets["floor"], [rates[0]], args.probe_duration, args.kinds, args.connections,
+                            args.probe_warmup, target="floor-again", cfg=cfg, log=_log)[0]
+        res["probe"] = {k: [dataclasses.asdict(s) for s in v] for k, v in steps.items()}
+        res["probe_ceiling"] = dataclasses.asdict(ceiling)
+        res["probe_repeat"] = dataclasses.asdict(again)
+
+        # 5. locust on the whole mix -----------------------------------------------------------------
+        if args.locust_time > 0:
+            _log(f"locust: {args.locust_users} users, {args.locust_time:.0f} s, {args.locust_processes} process(es)")
+            res["locust"] = locustrun.run(url, os.path.join(out, "locust"), users=args.locust_users,
+                                          run_time=args.locust_time, processes=args.locust_processes,
+                                          cpus=cpus_c, weights=args.locust_weights, payloads=args.payloads,
+                                          log_path=os.path.join(out, "locust.log"))
+            agg = res["locust"].get("Aggregated", {})
+            _log(f"locust: {agg.get('rps', 0):.0f}/s, {agg.get('failures', 0)} failures")
+    finally:
+        for s in reversed(started):
+            rc = s.stop()
+            _log(f"stopped {s.name} (exit {rc})")
+        res["machine"]["loadavg_end"] = os.getloadavg()
+        res["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        if not args.url:
+            # The engine removes its segments as it exits, which may be after `posenc serve` itself has.
+            res["shm_leftovers"], res["shm_clean_after_s"] = servers.wait_shm_clean(namespace)
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(res, f, indent=1, default=str)
+    report.write(res, out, target_rps_per_core=args.target_rps_per_core, target_p99_us=args.target_p99_us,
+                 target_cores=args.target_cores)
+    _log(f"report: {os.path.join(out, 'summary.md')} ({res['elapsed_s']} s)")
+    return 0 if not res.get("shm_leftovers") else 1
+
+
+def _probe_knee(url: str, args, cfg) -> float:
+    """Without wrk: double the rate until the probe sees posenc fall behind; the last kept-up rate."""
+    rate, last_ok = 500.0, 500.0
+    while rate < 1e6:
+        s = probe.sweep(url, [rate], 1.0, args.kinds, args.connections, 0.3, target="knee", cfg=cfg, log=_log)[0]
+        if s.saturated:
+            return max(last_ok, s.achieved_rps)
+        last_ok, rate = rate, rate * 2
+    return last_ok
