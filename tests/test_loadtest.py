@@ -1,0 +1,113 @@
+"""Smoke run of the load tests (issue #6), so they cannot rot: a real ``posenc serve`` with a tiny
+table config, locust headless for a few seconds on every user class, the open-loop probe at a low
+rate, and the one-command report in miniature. Bounded: about 30 s in all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+
+import pytest
+
+import importlib.util
+
+# find_spec, not import: importing locust monkey-patches the whole test process with gevent.
+for _mod in ("locust", "hdrh", "uvicorn"):
+    if importlib.util.find_spec(_mod) is None:
+        pytest.skip(f"{_mod} not installed (pip install -e .[loadtest])", allow_module_level=True)
+
+from loadtest import locustrun, payloads, probe, servers  # noqa: E402
+
+TABLES = {"length": 4096, "tables": [
+    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
+    {"family": "alibi", "spec": {"num_heads": 32}},
+    {"family": "sinusoidal", "spec": {"d_model": 768}},
+    {"family": "t5-buckets", "spec": {"bidirectional": True}},
+]}
+# Everything inside the tiny tables, batches small, new specs cheap to build.
+PAYLOADS = {"max_position": 4096, "decode_context": [1, 512], "pipeline_min": 100, "pipeline_max": 400,
+            "new_spec_head_dims": [8]}
+SHM = "/dev/shm"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("loadtest")
+    (d / "tables.json").write_text(json.dumps(TABLES))
+    (d / "payloads.json").write_text(json.dumps(PAYLOADS))
+    return d
+
+
+@pytest.fixture(scope="module")
+def posenc(files):
+    if not os.path.isdir(SHM):
+        pytest.skip("no /dev/shm")
+    ns = f"lt-smoke-{uuid.uuid4().hex[:8]}"
+    srv = servers.start_posenc(servers.free_port(), ns, str(files / "tables.json"),
+                               log_path=str(files / "posenc.log"))
+    try:
+        srv.wait_ready(timeout=60)
+        yield srv, ns
+    finally:
+        srv.stop()
+        left, _ = servers.wait_shm_clean(ns, SHM, timeout=10)
+        assert not left, f"/dev/shm leftovers after SIGTERM: {left}"
+
+
+def test_locust_mix_runs_without_failures(posenc, files):
+    srv, _ = posenc
+    prefix = str(files / "locust")
+    stats = locustrun.run(srv.url, prefix, users=4, run_time=4, weights="decode=1,pipeline=1,json=1,newspec=1",
+                          payloads=str(files / "payloads.json"), log_path=str(files / "locust.log"))
+    assert os.path.exists(prefix + "_stats.csv") and os.path.exists(prefix + ".html")
+    agg = stats["Aggregated"]
+    assert agg["requests"] > 0
+    assert agg["failures"] == 0, (files / "locust.log").read_text()[-2000:]
+    # Every user class got to send (NewSpecUser paces itself: one request on start).
+    for kind in ("rope-row", "alibi-decode", "json-rope", "new-spec"):
+        assert stats.get(kind, {}).get("requests", 0) > 0, (kind, sorted(stats))
+    assert any(stats.get(k, {}).get("requests", 0) for k in ("pipeline-rope", "pipeline-sinusoidal"))
+
+
+def test_probe_low_rate_reports_percentiles(posenc, files):
+    srv, _ = posenc
+    cfg = payloads.load(str(files / "payloads.json"))
+    [step] = probe.sweep(srv.url, [200], duration=1.5, kinds="rope-row:1,alibi-decode:1", connections=8,
+                         warmup=0.3, cfg=cfg)
+    assert step.errors == 0 and step.timeouts == 0, step.status_counts
+    assert step.completed >= 250
+    p = step.percentiles_us
+    assert set(p) == {"p50", "p90", "p99", "p99.9"}
+    assert 0 < p["p50"] <= p["p90"] <= p["p99"] <= p["p99.9"]
+    assert set(step.by_kind) == {"rope-row", "alibi-decode"}
+    assert step.achieved_rps > 150
+
+
+def test_report_command_end_to_end(files, tmp_path):
+    """``python -m loadtest report`` in miniature: its own server, floor, (wrk), probe, locust, report."""
+    import subprocess
+
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "loadtest", "report", "--tables", str(files / "tables.json"),
+           "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
+           "--client-cpus", "", "--saturation", "400", "--fractions", "0.5", "--probe-duration", "0.5",
+           "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1", "--locust-time", "2",
+           "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0"]
+    p = subprocess.run(cmd, cwd=servers.REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for name in ("summary.md", "latency.png", "locust.html", "locust_stats.csv", "results.json"):
+        assert (out / name).exists(), name
+    res = json.loads((out / "results.json").read_text())
+    assert res["shm_leftovers"] == []
+    assert [s["rate"] for s in res["probe"]["posenc"]] == [200.0, 320.0]
+    for s in res["probe"]["posenc"] + res["probe"]["floor"]:
+        assert s["percentiles_us"]["p99"] > 0 and s["errors"] == 0
+    assert res["locust"]["Aggregated"]["failures"] == 0
+    if shutil.which("wrk"):
+        assert res["wrk"]["posenc_rtt"]["failures"] == 0 and res["wrk"]["floor_max"]["rps"] > 0
+    md = (out / "summary.md").read_text()
+    assert "p99 at 50% of saturation" in md and "latency.png" in md
