@@ -279,7 +279,7 @@ def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None
     if fam == "rope":
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
         rows = sel["positions"].array()
-        if rows.size and rows.max() >= view.length:      # past the table: computed exactly
+        if sel["positions"].max >= view.length:          # past the table: computed exactly
             cos = gather(view.cos, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[0])
             sin = gather(view.sin, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[1])
             full_cos, full_sin = rope.expand(cos, spec.layout), rope.expand(sin, spec.layout)
@@ -288,11 +288,11 @@ def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None
             full_sin = np.empty_like(full_cos)
             kernels.rope_expand(view.cos, rows, full_cos, spec.layout)
             kernels.rope_expand(view.sin, rows, full_sin, spec.layout)
-        return {"cos": full_cos, "sin": full_sin, "inv_freq": np.array(view.inv_freq),
+        return {"cos": full_cos, "sin": full_sin, "inv_freq": view.inv_freq,   # read-only view
                 "attention_scaling": float(scaling)}
     if fam == "sinusoidal":
         rows = sel["positions"].array() + spec.offset
-        if rows.size and rows.max() >= view.length:
+        if sel["positions"].max + spec.offset >= view.length:
             stored = gather(view.table, rows, view.length, lambda r: sinusoidal.table_rows(spec, r, dtype))
         else:
             stored = np.empty((rows.shape[0], view.table.shape[1]), view.table.dtype)

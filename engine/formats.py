@@ -61,7 +61,7 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
 
 def to_safetensors(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None) -> bytes:
     head, bufs = safetensors_parts(arrays, bf16, metadata)
-    return b"".join([head, *(memoryview(b).cast("B") for b in bufs)])
+    return b"".join([head, *bufs])   # join takes any C-contiguous buffer
 
 
 def to_npz(arrays: Mapping, bf16: set = frozenset()) -> bytes:

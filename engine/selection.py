@@ -24,6 +24,7 @@ class Selection:
     stop: int = 0
     step: int = 1
     values: np.ndarray | None = None  # explicit list (int64), else the range above
+    hi: int | None = None              # max of values, when known
 
     @property
     def n(self) -> int:
@@ -34,8 +35,14 @@ class Selection:
     @property
     def max(self) -> int:
         if self.values is not None:
-            return int(self.values.max())
+            return self.hi if self.hi is not None else int(self.values.max())
         return range(self.start, self.stop, self.step)[-1]
+
+    @property
+    def min(self) -> int:
+        if self.values is not None:
+            return int(self.values.min())
+        return self.start
 
     @property
     def is_range(self) -> bool:
@@ -80,6 +87,14 @@ def parse_selection(value, loc) -> Selection:
     if isinstance(value, (list, tuple)):
         if not value:
             raise SpecError(loc, "must not be empty", "too_short")
+        if len(value) <= 64:  # the hot path's few rows: plain Python is cheaper than numpy here
+            for v in value:
+                if type(v) is not int:
+                    _explain_bad_list(value, loc)
+            lo, hi = min(value), max(value)
+            if lo < 0 or hi >= POSITION_LIMIT:
+                _explain_bad_list(value, loc)
+            return Selection(values=np.array(value, dtype=np.int64), hi=hi)
         arr = None
         if set(map(type, value)) == {int}:  # excludes bool, float, str, nested lists at C speed
             try:
