@@ -181,6 +181,37 @@ ALWAYS_INLINE void alibi_vals_body(double *v, const double *kd, Py_ssize_t n, do
     }
 }
 
+/* The same values rounded straight to float32 in one pass (no staging buffer): (float) is the
+ * hardware conversion numpy uses. Returns 1 if a value reaches float32's overflow threshold or
+ * is infinite, exactly when an output is +-inf (NaN compares false). */
+ALWAYS_INLINE int alibi_f32_body(float *o, const double *kd, Py_ssize_t n, double s, double qa,
+                                 int mode, double maskd)
+{
+    const double thr = 0x1p128 - 0x1p103; /* smallest float64 rounding to float32 inf */
+    int over = 0;
+    if (mode == ALIBI_CAUSAL) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double v = -(s * (qa - kd[j]));
+            o[j] = (float)v;
+            over |= fabs(v) >= thr;
+        }
+    } else if (mode == ALIBI_SYMMETRIC) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double v = -(s * fabs(qa - kd[j]));
+            o[j] = (float)v;
+            over |= fabs(v) >= thr;
+        }
+    } else {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double x = -(s * (qa - kd[j]));
+            double v = kd[j] > qa ? maskd : x;
+            o[j] = (float)v;
+            over |= fabs(v) >= thr;
+        }
+    }
+    return over;
+}
+
 /* One row of T5 buckets: out[b] = lut[clamp(k[b] - qa, -R, R) + R], wrapping int64 difference. */
 ALWAYS_INLINE void t5_row_body(int32_t *out, const int64_t *k, Py_ssize_t n, int64_t qa,
                                const int32_t *lut, int64_t R)
@@ -212,6 +243,7 @@ ALWAYS_INLINE void interleave_body(char *out, const char *src, Py_ssize_t h, Py_
 }
 
 typedef void (*alibi_vals_fn)(double *, const double *, Py_ssize_t, double, double, int, double);
+typedef int (*alibi_f32_fn)(float *, const double *, Py_ssize_t, double, double, int, double);
 typedef void (*t5_row_fn)(int32_t *, const int64_t *, Py_ssize_t, int64_t, const int32_t *, int64_t);
 typedef void (*interleave_fn)(char *, const char *, Py_ssize_t, Py_ssize_t);
 
@@ -219,6 +251,9 @@ typedef void (*interleave_fn)(char *, const char *, Py_ssize_t, Py_ssize_t);
     ATTR static void alibi_vals_##SUFFIX(double *v, const double *kd, Py_ssize_t n, double s,     \
                                          double qa, int mode, double maskd)                       \
     { alibi_vals_body(v, kd, n, s, qa, mode, maskd); }                                            \
+    ATTR static int alibi_f32_##SUFFIX(float *o, const double *kd, Py_ssize_t n, double s,        \
+                                       double qa, int mode, double maskd)                         \
+    { return alibi_f32_body(o, kd, n, s, qa, mode, maskd); }                                      \
     ATTR static void t5_row_##SUFFIX(int32_t *out, const int64_t *k, Py_ssize_t n, int64_t qa,   \
                                      const int32_t *lut, int64_t R)                               \
     { t5_row_body(out, k, n, qa, lut, R); }                                                       \
@@ -469,6 +504,7 @@ typedef struct {
     const char *features[5]; /* NULL-terminated */
     cvt_fn cvt[N_DT];
     alibi_vals_fn alibi_vals;
+    alibi_f32_fn alibi_f32;
     t5_row_fn t5_row;
     interleave_fn interleave;
 } Level;
@@ -477,20 +513,20 @@ static const Level LEVELS[] = {
 #ifdef POSENC_X86
     {"avx512", {"avx512f", "avx512vl", "avx2", "f16c"},
      {cvt_f32_avx512, cvt_f16_avx512, cvt_bf16_avx512},
-     alibi_vals_avx512, t5_row_avx512, interleave_avx512},
+     alibi_vals_avx512, alibi_f32_avx512, t5_row_avx512, interleave_avx512},
     {"avx2", {"avx2", "f16c", NULL}, {cvt_f32_avx2, cvt_f16_avx2, cvt_bf16_avx2},
-     alibi_vals_avx2, t5_row_avx2, interleave_avx2},
+     alibi_vals_avx2, alibi_f32_avx2, t5_row_avx2, interleave_avx2},
 #endif
     /* baseline: what the compiler auto-vectorizes for the target's base ISA */
 #if defined(__x86_64__)
     {"baseline", {"sse2", NULL}, {cvt_f32_base, cvt_f16_base, cvt_bf16_base},
-     alibi_vals_base, t5_row_base, interleave_base},
+     alibi_vals_base, alibi_f32_base, t5_row_base, interleave_base},
 #elif defined(__aarch64__)
     {"baseline", {"neon", NULL}, {cvt_f32_base, cvt_f16_base, cvt_bf16_base},
-     alibi_vals_base, t5_row_base, interleave_base},
+     alibi_vals_base, alibi_f32_base, t5_row_base, interleave_base},
 #else
     {"baseline", {NULL}, {cvt_f32_base, cvt_f16_base, cvt_bf16_base},
-     alibi_vals_base, t5_row_base, interleave_base},
+     alibi_vals_base, alibi_f32_base, t5_row_base, interleave_base},
 #endif
 };
 #define N_LEVELS ((int)(sizeof(LEVELS) / sizeof(LEVELS[0])))
@@ -911,6 +947,10 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
         const double s = slopes[h];
         for (Py_ssize_t a = 0; a < nq; a++) {
             char *row = out + ((size_t)h * (size_t)nq + (size_t)a) * (size_t)nk * es;
+            if (kd && dt == DT_F32) {
+                *over |= lv->alibi_f32((float *)row, kd, nk, s, (double)q[a], mode, maskd);
+                continue;
+            }
             for (Py_ssize_t j0 = 0; j0 < nk; j0 += BLOCK) {
                 Py_ssize_t m = nk - j0 < BLOCK ? nk - j0 : BLOCK;
                 if (kd) {
