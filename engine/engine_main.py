@@ -72,6 +72,7 @@ class Engine:
         self._lock_fd = None
         self._server = None
         self.stopping = threading.Event()
+        self.published = False  # no manifest until every configured table is built
 
     # -- paths ------------------------------------------------------------------------------
     def _p(self, fn):
@@ -120,8 +121,16 @@ class Engine:
                 self._evict_for(entry["nbytes"])
             self.tables[t.digest] = entry
             self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
-            self._write_manifest()
+            if self.published:
+                self._write_manifest()
         return entry
+
+    def publish(self) -> None:
+        """The first manifest, written last: after every configured table is built and the socket
+        is up, so a reader never sees a half-ready engine nor asks it to build a configured table."""
+        with self.lock:
+            self.published = True
+            self._write_manifest()
 
     def _evict_for(self, nbytes: int) -> None:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
@@ -261,8 +270,9 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
     try:
         from . import kernels_info
         log(f"backend {kernels_info()}")
-        engine.serve()
         engine.build_configured()
+        engine.serve()
+        engine.publish()
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
