@@ -190,6 +190,17 @@ class Proc:
         except TimeoutError as e:
             raise AssertionError(f"{e}\n{self.logs()}") from None
 
+    def wait_stderr(self, text: str, timeout: float = 30.0) -> str:
+        """stderr once it contains ``text``; fails early if the process exits without it."""
+        def check():
+            if not self.alive() and text not in self.stderr():
+                raise AssertionError(f"{self.name} exited before printing {text!r}\n{self.logs()}")
+
+        try:
+            return wait_for(lambda: text in self.stderr() and self.stderr(), timeout, 0.01, repr(text), check)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{self.logs()}") from None
+
     def expect_exit(self, rc: int | Iterable[int] = 0, timeout: float = 30.0) -> int:
         got = self.wait(timeout)
         ok = got in rc if isinstance(rc, Iterable) else got == rc

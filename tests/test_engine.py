@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import stat
-import sys
 import time
 
 import numpy as np
@@ -30,7 +29,7 @@ from engine.compute import compute
 from engine.errors import SpecError
 
 from helpers_proc import (CLI_MODULE, PYTHON, SHM_DIR, ProcRegistry, assert_no_leftovers, read_manifest,
-                           remove_leftovers, shm_files, snapshot, unique_namespace, wait_for)
+                          remove_leftovers, shm_files, snapshot, unique_namespace)
 
 LENGTH = 4096          # rows of every configured table in these tests
 ON_DEMAND_LENGTH = 131072  # engine.tabledefs.DEFAULT_LENGTH: rows of a table built on demand
@@ -412,7 +411,7 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
             replies.append(c.call(ask))
 
     _poll_start(eng, ns, during)
-    wait_for(lambda: "generation" in eng.stderr(), 60, what="engine start", check=lambda: eng.wait(0) if not eng.alive() else None)
+    eng.wait_stderr("generation", 60)   # the engine's "generation G: N tables ..." start line
     assert replies and replies[0]["ok"], replies
     digest = replies[0]["digest"]
     entry = eng.manifest()["tables"][digest]

@@ -12,6 +12,7 @@ import os
 import stat
 import threading
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,7 +163,7 @@ def test_segment_round_trip_and_crc(shm):
     path = store.segment_path(shm, "ns", 12, "abc")
     info = store.write_segment(path, arrays)
     assert os.listdir(shm) == [os.path.basename(path)]      # no temporary left behind
-    raw = open(path, "rb").read()
+    raw = Path(path).read_bytes()
     assert info["nbytes"] == len(raw)
     assert info["crc32"] == zlib.crc32(raw) & 0xFFFFFFFF
     for name, e in info["arrays"].items():
