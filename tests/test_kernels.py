@@ -272,7 +272,7 @@ def test_alibi_block(kern, dtype, mode):
             if not o_want and H and nq and nk:
                 # ... and where nothing overflows, it is round_f64 of the float64 formula
                 d = q[:, None].astype(np.float64) - k[None, :].astype(np.float64)
-                v = -(slopes[:, None, None] * (np.abs(d) if sym else d))
+                v = 0.0 - slopes[:, None, None] * (np.abs(d) if sym else d)  # +0.0 on the diagonal
                 if mask:
                     v[:, k[None, :] > q[:, None]] = -dtypes.MAX_FINITE[dtype]
                 assert_same(want, dtypes.round_f64(v, dtype), "reference vs formula")

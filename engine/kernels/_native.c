@@ -22,7 +22,7 @@
  * __builtin_cpu_supports, so one build runs on any x86-64 (and, baseline only, on aarch64 and
  * anything else GCC/Clang targets). FEATURES reports what the picked variant uses.
  *
- * Compile with -ffp-contract=off (setup.py does): -(s * d) and cos * scale must each be one
+ * Compile with -ffp-contract=off (setup.py does): 0.0 - (s * d) and cos * scale must each be one
  * rounded multiply, never fused.
  */
 #define PY_SSIZE_T_CLEAN
@@ -170,12 +170,12 @@ ALWAYS_INLINE void alibi_vals_body(double *v, const double *kd, Py_ssize_t n, do
                                    int mode, double maskd)
 {
     if (mode == ALIBI_CAUSAL) {
-        for (Py_ssize_t j = 0; j < n; j++) v[j] = -(s * (qa - kd[j]));
+        for (Py_ssize_t j = 0; j < n; j++) v[j] = 0.0 - (s * (qa - kd[j]));
     } else if (mode == ALIBI_SYMMETRIC) {
-        for (Py_ssize_t j = 0; j < n; j++) v[j] = -(s * fabs(qa - kd[j]));
+        for (Py_ssize_t j = 0; j < n; j++) v[j] = 0.0 - (s * fabs(qa - kd[j]));
     } else {
         for (Py_ssize_t j = 0; j < n; j++) {
-            double x = -(s * (qa - kd[j]));
+            double x = 0.0 - (s * (qa - kd[j]));
             v[j] = kd[j] > qa ? maskd : x;
         }
     }
@@ -191,19 +191,19 @@ ALWAYS_INLINE int alibi_f32_body(float *o, const double *kd, Py_ssize_t n, doubl
     int over = 0;
     if (mode == ALIBI_CAUSAL) {
         for (Py_ssize_t j = 0; j < n; j++) {
-            double v = -(s * (qa - kd[j]));
+            double v = 0.0 - (s * (qa - kd[j]));
             o[j] = (float)v;
             over |= fabs(v) >= thr;
         }
     } else if (mode == ALIBI_SYMMETRIC) {
         for (Py_ssize_t j = 0; j < n; j++) {
-            double v = -(s * fabs(qa - kd[j]));
+            double v = 0.0 - (s * fabs(qa - kd[j]));
             o[j] = (float)v;
             over |= fabs(v) >= thr;
         }
     } else {
         for (Py_ssize_t j = 0; j < n; j++) {
-            double x = -(s * (qa - kd[j]));
+            double x = 0.0 - (s * (qa - kd[j]));
             double v = kd[j] > qa ? maskd : x;
             o[j] = (float)v;
             over |= fabs(v) >= thr;
@@ -898,7 +898,7 @@ static const double MASK_F64[N_DT] = {-0x1.fffffep127, -65504.0, -0x1.fep127};
 
 PyDoc_STRVAR(alibi_block_doc,
              "alibi_block(slopes, query, key, out, dtype, symmetric, mask_future) -> bool\n--\n\n"
-             "out[h,a,b] = -(slopes[h] * (query[a] - key[b])) (|.| when symmetric), rounded once;"
+             "out[h,a,b] = 0 - slopes[h] * (query[a] - key[b]) (|.| when symmetric; +0.0 on the diagonal), rounded once;"
              " mask_future puts the dtype's most negative finite value where key > query."
              " True if an unmasked output is +-inf.");
 
@@ -922,7 +922,7 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
                 Py_ssize_t m = ln.len - j0 < BLOCK ? ln.len - j0 : BLOCK;
                 for (Py_ssize_t j = 0; j < m; j++) {
                     int64_t d = ln.dmax - (j0 + j);
-                    double x = -(s * (double)(symmetric && d < 0 ? -d : d));
+                    double x = 0.0 - (s * (double)(symmetric && d < 0 ? -d : d));
                     vals[j] = (mask && d < 0) ? maskd : x;
                 }
                 *over |= cvt(vals, line + (size_t)j0 * es, m, 1);
@@ -960,7 +960,7 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
                         int64_t kb = k[j0 + j];
                         uint64_t du = (uint64_t)q[a] - (uint64_t)kb;
                         if (symmetric && (int64_t)du < 0) du = 0 - du;
-                        double x = -(s * (double)(int64_t)du);
+                        double x = 0.0 - (s * (double)(int64_t)du);
                         vals[j] = (mask && kb > q[a]) ? maskd : x;
                     }
                 }

@@ -138,7 +138,7 @@ def round_into(src, out, dtype) -> bool:
 
 
 def alibi_block(slopes, query, key, out, dtype, symmetric, mask_future) -> bool:
-    """ALiBi bias block (Press et al. 2022): out[h, a, b] = -(slopes[h] * (query[a] - key[b])),
+    """ALiBi bias block (Press et al. 2022): out[h, a, b] = 0 - slopes[h] * (query[a] - key[b]),
     or with |query[a] - key[b]| when ``symmetric``; ``mask_future`` puts the dtype's most negative
     finite value (transformers' ``finfo.min``) where key[b] > query[a]. Returns True if an
     unmasked output is +-inf (overflow; the caller refuses)."""
@@ -153,7 +153,7 @@ def alibi_block(slopes, query, key, out, dtype, symmetric, mask_future) -> bool:
     if symmetric:
         dist = np.abs(dist)
     with np.errstate(over="ignore", invalid="ignore"):
-        values = -(slopes[:, None, None] * dist.astype(np.float64)[None])
+        values = 0.0 - (slopes[:, None, None] * dist.astype(np.float64)[None])  # 0 - x: +0.0 on the diagonal, as the reference
     if mask_future:
         # -MAX_FINITE is exact in float64 and rounds to exactly mask_value(dtype), so masked
         # cells go through the same single rounding and never count as overflow.

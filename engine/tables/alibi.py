@@ -103,18 +103,12 @@ def max_abs_bias(spec: AlibiSpec, query: Selection, key: Selection) -> float:
 
 
 def compute(spec: AlibiSpec, sel: Mapping[str, Selection], dtype: str) -> dict:
+    # −m·(i − j) evaluated in float64 as 0 − m·(i − j) (so the diagonal is +0.0) and rounded once,
+    # by engine.kernels.alibi_block (numpy reference, or the C kernel, bit-identical).
+    from .. import kernels
     q, k = sel["query"].array(), sel["key"].array()
-    m = spec.slopes()
-    # −m·(i − j) written as m·(j − i) on exact integers, so the diagonal is +0.0, not −0.0
-    neg_rel = k[None, :] - q[:, None]
-    if spec.mode == "symmetric":
-        neg_rel = -np.abs(neg_rel)
-    bias = m[:, None, None] * neg_rel.astype(np.float64)[None, :, :]
-    if spec.mask_future:
-        future = neg_rel > 0
-        bias[:, future] = 0.0  # masked below; keep them from tripping the overflow check
-        out = _dt.round_f64(bias, dtype)
-        out[:, future] = _dt.mask_value(dtype)
-    else:
-        out = _dt.round_f64(bias, dtype)
+    m = np.ascontiguousarray(spec.slopes())
+    out = np.empty((m.shape[0], q.shape[0], k.shape[0]), _dt.DTYPES[dtype])
+    if kernels.alibi_block(m, q, k, out, dtype, spec.mode == "symmetric", spec.mask_future):
+        raise SpecError(("dtype",), f"ALiBi biases overflow {dtype}; use a wider dtype")
     return {"bias": out, "slopes": m.astype(np.float32)}
