@@ -411,6 +411,7 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
             replies.append(c.call(ask))
 
     _poll_start(eng, ns, during)
+    during()  # the socket may come up with the complete manifest, after the last poll
     eng.wait_stderr("generation", 60)   # the engine's "generation G: N tables ..." start line
     assert replies and replies[0]["ok"], replies
     digest = replies[0]["digest"]
