@@ -90,6 +90,8 @@ def parse_config(cfg) -> list[ConfiguredTable]:
             if not isinstance(dts, list) or not dts:
                 raise SpecError((*loc, "dtypes"), f"must be a non-empty list of {sorted(_dt.DTYPES)}")
             for j, dt in enumerate(dts):
+                if dt is None:  # a null inside the list is not "absent": name the entry
+                    raise SpecError((*loc, "dtypes", j), f"must be one of {sorted(_dt.DTYPES)}, got null")
                 _dt.check_dtype(dt, (*loc, "dtypes", j))
         elif entry.get("dtypes") is not None:
             raise SpecError((*loc, "dtypes"), f"{family} has no dtype (its output is int32)")

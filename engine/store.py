@@ -80,13 +80,16 @@ def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | 
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)  # umask must not widen or narrow what was asked for
         os.ftruncate(fd, size)
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            views = {name: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
-                                         offset=e["offset"]).reshape(e["shape"]) for name, e in entries.items()}
-            meta = fill(views)
-            del views
-            checksum = crc32(mm)
+        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        views = {name: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
+                                     offset=e["offset"]).reshape(e["shape"]) for name, e in entries.items()}
+        meta = fill(views)
+        del views
+        checksum = crc32(mm)
+        mm.close()
     except BaseException:
+        # A failed fill's traceback may still reference views of the mapping, so it is left to
+        # the garbage collector rather than closed here; the file itself goes now.
         os.close(fd)
         _unlink(tmp)
         raise
