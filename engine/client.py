@@ -15,8 +15,10 @@ once by the engine (every process then shares it); the client never writes or un
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections import OrderedDict
 import socket
 import threading
 import time
@@ -24,11 +26,14 @@ import warnings
 from typing import Mapping
 
 import numpy as np
+import orjson
 
 from . import dtypes as _dt
 from . import kernels
 from . import store
-from .compute import DEFAULT_MAX_BYTES, check_size, output_nbytes, parse_request, precheck
+from .compute import DEFAULT_MAX_BYTES, check_size, family_module, output_nbytes, parse_request, precheck
+from .fields import require_object
+from .selection import parse_selection
 from .errors import PosencError, SpecError
 from .selection import Selection
 from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
@@ -96,6 +101,7 @@ class Client:
         self._stamp = None
         self._checked = 0.0
         self._views: dict[str, TableView] = {}   # digest -> view (current generation)
+        self._plans: OrderedDict = OrderedDict()  # canonical spec bytes -> validated spec
 
     # -- manifest ----------------------------------------------------------------------------
     def manifest(self, force: bool = False) -> dict | None:
@@ -230,16 +236,73 @@ class Client:
         return self.attach(t, request=req)
 
     # -- lookups ---------------------------------------------------------------------------------
+    def resolve(self, family: str, request: Mapping) -> "Resolved":
+        """Validate a request and find the table that answers it. The spec part (everything but
+        the selections) is validated once per distinct spec and cached under its canonical bytes;
+        later requests with that spec only parse their selections."""
+        mod = family_module(family)
+        require_object(request)
+        spec_part = {k: v for k, v in request.items() if k not in mod.SELECTIONS}
+        try:
+            key = (family, orjson.dumps(spec_part, option=orjson.OPT_SORT_KEYS))
+        except (TypeError, orjson.JSONEncodeError):   # not JSON data: validate the long way
+            key = None
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            _, spec, sel, dtype = parse_request(family, request)  # full validation, names the field
+            plan = _Plan(spec, dtype)
+            if key is not None:
+                self._plans[key] = plan
+                if len(self._plans) > PLAN_CACHE:
+                    self._plans.popitem(last=False)
+        else:
+            spec, dtype = plan.spec, plan.dtype
+            sel = {n: parse_selection(request.get(n), (n,)) for n in mod.SELECTIONS}
+        # Which table: fixed per spec, except rope types whose frequencies follow the length.
+        variant = rope.variant(spec, rope.effective_seq_len(spec, sel["positions"])) \
+            if family == "rope" and spec.rope_type in ("dynamic", "longrope") else None
+        table = plan.tables.get(variant, _MISSING)
+        if table is _MISSING:
+            if len(plan.tables) > 64:   # dynamic NTK: one variant per length; keep it bounded
+                plan.tables.clear()
+            table = plan.tables[variant] = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
+        return Resolved(family, mod, spec, sel, dtype, table, request)
+
+    def answer(self, r: "Resolved") -> dict:
+        """The arrays for a resolved request: from its shared table, or computed directly."""
+        if r.table is None:
+            return r.mod.compute(r.spec, r.sel, r.dtype)
+        view = self.attach(r.table, request=lambda: _ensure_request(r.family, r.request))
+        return serve(view, r.spec, r.sel, r.dtype)
+
     def lookup(self, family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
         """Exactly engine.compute.compute(family, request), served from shared memory."""
-        mod, spec, sel, dtype = parse_request(family, request)
-        check_size(output_nbytes(mod, spec, sel, dtype), max_bytes)
-        precheck(mod, spec, sel, dtype)
-        t = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
-        if t is None:
-            return mod.compute(spec, sel, dtype)
-        view = self.attach(t, request=_ensure_request(family, request))
-        return serve(view, spec, sel, dtype)
+        r = self.resolve(family, request)
+        check_size(output_nbytes(r.mod, r.spec, r.sel, r.dtype), max_bytes)
+        precheck(r.mod, r.spec, r.sel, r.dtype)
+        return self.answer(r)
+
+
+PLAN_CACHE = 1024
+_MISSING = object()
+
+
+class _Plan:
+    __slots__ = ("spec", "dtype", "tables")
+
+    def __init__(self, spec, dtype):
+        self.spec, self.dtype, self.tables = spec, dtype, {}
+
+
+@dataclasses.dataclass
+class Resolved:
+    family: str
+    mod: object
+    spec: object
+    sel: dict
+    dtype: str | None
+    table: TableDef | None   # the shared table that answers; None: computed directly
+    request: Mapping
 
 
 def _ensure_request(family: str, request: Mapping) -> dict:

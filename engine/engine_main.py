@@ -23,7 +23,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import socketserver
 import sys
 import threading
@@ -298,7 +297,6 @@ def dry_run(tables_path: str | None) -> int:
 
 
 def add_parser(sub) -> None:
-    from service.settings import Settings
     e = sub.add_parser("engine", help="run the engine alone: precompute tables into shared memory")
     add_engine_args(e)
     e.add_argument("--dry-run", action="store_true", help="print the bytes each configured table uses and exit")

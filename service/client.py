@@ -11,7 +11,6 @@ whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
 
 from __future__ import annotations
 
-import numpy as np
 
 from engine.dtypes import bf16_bits_to_f32
 from engine.formats import read_safetensors

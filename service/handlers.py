@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import OrderedDict
 
 import orjson
 
-from engine.client import Client, EngineUnavailable, _ensure_request, serve
-from engine.compute import check_size, output_nbytes, parse_request, precheck
+from engine.client import Client, EngineUnavailable, Resolved
+from engine.compute import check_size, output_nbytes, precheck
 from engine.errors import PosencError, SpecError, TooLarge
-from engine.selection import parse_selection
-from engine.tabledefs import DEFAULT_LENGTH, TableDef, table_for
-from engine.tables import FAMILIES, rope
 
 from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
@@ -26,30 +22,13 @@ from .settings import Settings
 
 log = logging.getLogger("posenc.service")
 INLINE_BYTES = 256 * 1024    # larger responses are built off the event loop
-PLAN_CACHE = 1024
-_MISSING = object()
 
 
 @dataclasses.dataclass
 class Job:
-    family: str
-    mod: object
-    spec: object
-    sel: dict
-    dtype: str | None
+    r: Resolved
     fmt: str
-    body: dict
     inline: bool
-    table: TableDef | None   # the shared table that answers, None: computed directly
-
-
-class Plan:
-    """A validated spec (the 'precompiled validator' result) and the tables it resolves to."""
-    __slots__ = ("spec", "dtype", "tables")
-
-    def __init__(self, spec, dtype):
-        self.spec, self.dtype, self.tables = spec, dtype, {}
-
 
 
 class Service:
@@ -57,7 +36,6 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
-        self._plans: OrderedDict = OrderedDict()
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
@@ -68,46 +46,23 @@ class Service:
             raise SpecError((), f"JSON decode error: {e}", "json_invalid") from None
         if not isinstance(body, dict):
             raise SpecError((), "the body must be a JSON object", "dict_type")
-        mod = FAMILIES[family]
-        spec_part = {k: v for k, v in body.items() if k not in mod.SELECTIONS}
-        key = (family, orjson.dumps(spec_part, option=orjson.OPT_SORT_KEYS))
-        plan = self._plans.get(key)
-        if plan is None:
-            _, spec, sel, dtype = parse_request(family, body)  # full validation, names the field
-            plan = self._plans[key] = Plan(spec, dtype)
-            if len(self._plans) > PLAN_CACHE:
-                self._plans.popitem(last=False)
-        else:
-            spec, dtype = plan.spec, plan.dtype
-            sel = {n: parse_selection(body.get(n), (n,)) for n in mod.SELECTIONS}
+        r = self.client.resolve(family, body)
         limit = self.settings.max_positions
-        for n, s in sel.items():
+        for n, s in r.sel.items():
             if s.n > limit:
                 raise TooLargeSelection(n, s.n, limit)
-        nbytes = output_nbytes(mod, spec, sel, dtype)
+        nbytes = output_nbytes(r.mod, r.spec, r.sel, r.dtype)
         check_size(nbytes, self.settings.max_response_bytes)
-        precheck(mod, spec, sel, dtype)
-        # Which table: fixed per plan, except rope types whose frequencies follow the length.
-        variant = rope.variant(spec, rope.effective_seq_len(spec, sel["positions"])) \
-            if family == "rope" and spec.rope_type in ("dynamic", "longrope") else None
-        table = plan.tables.get(variant, _MISSING)
-        if table is _MISSING:
-            if len(plan.tables) > 64:   # dynamic NTK: one variant per length; keep it bounded
-                plan.tables.clear()
-            table = plan.tables[variant] = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
-        return Job(family, mod, spec, sel, dtype, fmt, body, nbytes <= INLINE_BYTES, table)
+        precheck(r.mod, r.spec, r.sel, r.dtype)
+        return Job(r, fmt, nbytes <= INLINE_BYTES)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
-        if job.table is None:
-            result = job.mod.compute(job.spec, job.sel, job.dtype)
-        else:
-            view = self.client.attach(job.table, request=lambda: _ensure_request(job.family, job.body))
-            result = serve(view, job.spec, job.sel, job.dtype)
-        return encode(job.family, result, job.dtype, job.fmt)
+        r = job.r
+        return encode(r.family, self.client.answer(r), r.dtype, job.fmt)
 
     def is_mapped(self, job: Job) -> bool:
-        return job.table is None or job.table.digest in self.client._views
+        return job.r.table is None or job.r.table.digest in self.client._views
 
     # -- readiness -----------------------------------------------------------------------------
     def attach_all(self) -> int:

@@ -29,7 +29,7 @@ from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_
 from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions, rotate_every_two
 
 from engine.compute import compute
-from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp, to_f64
+from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
 
 # Positions sampled up to and beyond 131072 (tables are never built that long here).
 POSITIONS = [0, 1, 2, 3, 17, 255, 1000, 4095, 4096, 4097, 8191, 65535, 131071, 131072, 200000]

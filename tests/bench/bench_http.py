@@ -146,7 +146,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=5)
     a = ap.parse_args()
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         servers = {"hot path (simd)": {}, "FastAPI route": {"POSENC_FAST_PATH": "0"},
                    "hot path (numpy)": {"POSENC_BACKEND": "numpy"}}
