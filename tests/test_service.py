@@ -405,3 +405,45 @@ def test_invalid_table_config_stops_serve_with_the_field_named(tmp_path):
     assert "tables.0.spec.rope_scaling.factor" in s.output()
     assert "Traceback" not in s.output()
     assert leftovers(s.namespace) == []
+
+
+# -- the Python HTTP client and the README's curl examples ---------------------------------------
+def test_python_clients_return_the_reference_arrays(server):
+    import asyncio
+
+    from service.client import AsyncPosencClient, PosencClient, PosencHTTPError
+    body = {"head_dim": 64, "positions": [0, 9, 5000], "dtype": "bfloat16", "layout": "interleaved"}
+    ref = compute("rope", body)
+    with PosencClient(server.url) as c:
+        out = c.rope(**body)
+        raw = c.rope(raw=True, **body)
+        with pytest.raises(PosencHTTPError) as e:
+            c.alibi(num_heads=0, query=[1], key=[1])
+        assert e.value.status == 422 and e.value.detail[0]["loc"] == ["body", "num_heads"]
+        blocks = c.t5_buckets(query=[0, 1], key=[0, 1, 2])
+    np.testing.assert_array_equal(out["cos"], bf16_bits_to_f32(ref["cos"]))
+    assert raw["sin"].dtype == np.uint16 and raw["sin"].tobytes() == ref["sin"].tobytes()
+    assert out["attention_scaling"] == 1.0
+    assert blocks["buckets"].dtype == np.int32
+
+    async def go():
+        async with AsyncPosencClient(server.url) as c:
+            return await asyncio.gather(c.sinusoidal(d_model=33, positions=[1, 2]),
+                                        c.alibi(num_heads=12, query=[3], key=[0, 1, 2, 3]))
+    sin_out, alibi_out = asyncio.run(go())
+    assert sin_out["encoding"].tobytes() == compute("sinusoidal", {"d_model": 33, "positions": [1, 2]})["encoding"].tobytes()
+    assert alibi_out["bias"].shape == (12, 1, 4)
+
+
+def test_readme_curl_examples_work(server, tmp_path):
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")).read()
+    commands = [c.replace("\\\n", " ") for c in re.findall(r"^curl .*?(?<!\\)$", readme, re.M | re.S)]
+    assert len(commands) >= 3
+    import shlex
+    import subprocess
+    for cmd in commands:
+        argv = [a.replace("localhost:8000", f"127.0.0.1:{server.port}") for a in shlex.split(cmd)]
+        argv += ["--fail", "--output", str(tmp_path / "out.bin")] if "-o" not in argv else ["--fail"]
+        argv = [str(tmp_path / a) if i and argv[i - 1] == "-o" else a for i, a in enumerate(argv)]
+        r = subprocess.run(argv, capture_output=True, timeout=30)
+        assert r.returncode == 0, (cmd, r.stderr)
