@@ -49,16 +49,20 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
         f[f"at_{int(frac * 100)}"] = {
             "rate": round(frac * sat, -1),
             "posenc": s["percentiles_us"] if s else None, "floor": fl["percentiles_us"] if fl else None,
-            "saturated": _saturated(s) if s else None}
+            "saturated": _saturated(s) if s else None,
+            "noisy": bool(s and s.get("others_cores", 0) > (res.get("noise") or {}).get("limit_cores", 1e9))}
     kept = [s for s in posenc if not _saturated(s)]
     f["probe_knee_rps"] = max((s["rate"] for s in kept), default=0.0)
     under = [s for s in kept if s["percentiles_us"] and s["percentiles_us"]["p99"] < target_p99_us]
     f["max_rate_p99_under_target"] = max((s["rate"] for s in under), default=0.0)
     # Probe overhead: the probe at its lowest rate on the floor vs wrk's single connection on the floor.
     w = res.get("wrk", {})
-    if floor and "floor_rtt" in w and floor[0]["percentiles_us"]:
-        f["probe_overhead_us"] = {p: floor[0]["percentiles_us"][p] - w["floor_rtt"]["latency_us"][p]
-                                  for p in ("p50", "p90", "p99")}
+    if floor and floor[0]["percentiles_us"]:
+        f0 = floor[0]
+        f["probe_work_us"] = {"lag": f0.get("loop_lag_us", {}), "rx": f0.get("rx_us", {})}
+        if "floor_rtt" in w:
+            f["probe_vs_wrk_us"] = {p: f0["percentiles_us"][p] - w["floor_rtt"]["latency_us"][p]
+                                    for p in ("p50", "p90", "p99")}
     rep = res.get("probe_repeat")
     if rep and floor and rep["percentiles_us"] and floor[0]["percentiles_us"]:
         f["probe_repeat_delta_us"] = {p: rep["percentiles_us"][p] - floor[0]["percentiles_us"][p]
@@ -124,6 +128,12 @@ def _fmt(v, unit="") -> str:
     return f"{v}{unit}"
 
 
+def _noise(r: dict, limit: float) -> str:
+    if "others_cores" not in r:
+        return "–"
+    return f"{r['others_cores']:.2f}" + (" ⚠" if r["others_cores"] > limit else "")
+
+
 def markdown(res: dict, f: dict) -> str:
     m = res.get("machine", {})
     srv = res.get("server", {})
@@ -157,7 +167,7 @@ def markdown(res: dict, f: dict) -> str:
         d = f[k]
         pp = d["posenc"] or {}
         fl = d["floor"] or {}
-        sat_note = " (fell behind)" if d["saturated"] else ""
+        sat_note = (" (fell behind)" if d["saturated"] else "") + (" ⚠ noisy" if d.get("noisy") else "")
         L.append(f"| p99 at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
                  f"{_fmt(pp.get('p99'), ' µs')}{sat_note} (floor {_fmt(fl.get('p99'), ' µs')}) | "
                  f"< {t['p99_us']:g} µs |")
@@ -177,25 +187,43 @@ def markdown(res: dict, f: dict) -> str:
                  "which this 2-CPU machine cannot check, and they leave out what a real network adds over "
                  "loopback. They are an upper bound, not a measurement.\n")
 
+    noise = res.get("noise") or {}
+    lim = noise.get("limit_cores", 0.1)
+    if noise:
+        L.append(f"Shared machine: before each measurement the run waited for other processes to go quiet "
+                 f"({noise['idle_waited_s']} s in all) and measured the CPU they took during it (\"others' CPU\", "
+                 f"in cores). {noise['noisy_steps']} of {noise['steps']} measurements had others above "
+                 f"{lim:g} cores (⚠) even after {noise['retried']} retries; read those as noise, not as posenc.\n")
+
     w = res.get("wrk", {})
     if w:
         L.append("## wrk (C client, closed loop)\n")
-        L.append("| target | connections | requests/s | p50 µs | p90 µs | p99 µs | p99.9 µs | failures |\n|---|---|---|---|---|---|---|---|")
+        L.append("| target | connections | requests/s | p50 µs | p90 µs | p99 µs | p99.9 µs | failures | others' CPU |\n|---|---|---|---|---|---|---|---|---|")
         for key in ("floor_rtt", "posenc_rtt", "floor_max", "posenc_max"):
             if key in w:
                 r = w[key]
                 lat = r["latency_us"]
                 L.append(f"| {key.split('_')[0]} | {r['connections']} | {r['rps']:,.0f} | {lat['p50']} | {lat['p90']} | "
-                         f"{lat['p99']} | {lat['p99.9']} | {r['failures']} |")
+                         f"{lat['p99']} | {lat['p99.9']} | {r['failures']} | {_noise(r, lim)} |")
         L.append("")
 
     L.append("## Open-loop probe (latency from each request's scheduled send time)\n")
-    po = f.get("probe_overhead_us")
-    if po:
-        L.append(f"Probe overhead, measured: at the lowest rate on the floor the probe reads p50 "
-                 f"{po['p50']:+d} µs, p90 {po['p90']:+d} µs, p99 {po['p99']:+d} µs against wrk's single connection on the "
-                 "same floor (a C client's round trip). The floor column below is the probe + loopback + uvicorn "
-                 "at each rate; posenc − floor is what posenc itself costs.")
+    pw = f.get("probe_work_us")
+    if pw:
+        lag, rx = pw["lag"], pw["rx"]
+        L.append(f"Probe overhead, measured in the same run. The probe's own work on each request's clock is its "
+                 f"lateness at the scheduled send (p50 {lag.get('p50')} µs, p99 {lag.get('p99')} µs at the lowest "
+                 f"rate on the floor) and its receive-and-parse time after epoll reports the answer (p50 "
+                 f"{rx.get('p50')} µs, p99 {rx.get('p99')} µs); both are in every figure below, per step in the "
+                 "results.json.")
+    pv = f.get("probe_vs_wrk_us")
+    if pv:
+        L.append(f"Against a C client: on the same floor the probe (open loop, lowest rate) reads p50 {pv['p50']:+d} µs, "
+                 f"p90 {pv['p90']:+d} µs, p99 {pv['p99']:+d} µs from wrk's single closed-loop connection (wrk sleeps "
+                 "in epoll between answers and pays a wake-up the spinning probe does not).")
+    if pw or pv:
+        L.append("The floor rows are the probe + loopback + uvicorn at each rate; posenc − floor is what posenc "
+                 "itself costs, with the probe's share cancelling out.")
     rd = f.get("probe_repeat_delta_us")
     if rd:
         L.append(f"Reproducibility: the lowest-rate floor step, repeated at the end of the run, moved by p50 "
@@ -206,8 +234,8 @@ def markdown(res: dict, f: dict) -> str:
                  f"{c['achieved_rps']:,.0f}/s (loop lag p99 {c['loop_lag_us'].get('p99', 0)} µs)"
                  + ("; rates above this measure the probe, not the server." if f["probe_ceiling_limited"] else "."))
     L.append("")
-    L.append("| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | posenc − floor p50 / p99 | probe lag p99 µs | queued | errors |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | posenc − floor p50 / p99 | probe lag / rx p99 µs | queued | errors | others' CPU |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     fl_steps = {s["rate"]: s for s in res.get("probe", {}).get("floor", [])}
     for s in res.get("probe", {}).get("posenc", []):
         for name, st in (("floor", fl_steps.get(s["rate"])), ("posenc", s)):
@@ -220,8 +248,9 @@ def markdown(res: dict, f: dict) -> str:
                 diff = f"{p['p50'] - fp['p50']:+d} / {p['p99'] - fp['p99']:+d}"
             flag = " ✗" if _saturated(st) else ""
             L.append(f"| {st['rate']:,.0f} | {name} | {st['achieved_rps']:,.0f}{flag} | {p['p50']} | {p['p90']} | "
-                     f"{p['p99']} | {p['p99.9']} | {st['max_us']} | {diff} | {st['loop_lag_us'].get('p99', '')} | "
-                     f"{st['queued']} | {st['errors'] + st['timeouts']} |")
+                     f"{p['p99']} | {p['p99.9']} | {st['max_us']} | {diff} | {st['loop_lag_us'].get('p99', '')} / "
+                     f"{st.get('rx_us', {}).get('p99', '')} | "
+                     f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |")
     L.append("\n✗: fell behind the offered rate (achieved < 97% or requests unanswered at the end).\n")
     L.append("![latency percentiles against offered rate](latency.png)\n")
 

@@ -96,7 +96,8 @@ def test_report_command_end_to_end(files, tmp_path):
            "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
            "--client-cpus", "", "--saturation", "400", "--fractions", "0.5", "--probe-duration", "0.5",
            "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1", "--locust-time", "2",
-           "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0"]
+           "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0",
+           "--idle-budget", "0"]
     p = subprocess.run(cmd, cwd=servers.REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     for name in ("summary.md", "latency.png", "locust.html", "locust_stats.csv", "results.json"):
