@@ -268,6 +268,10 @@ class Client:
             table = plan.tables[variant] = table_for(family, spec, dtype, sel, DEFAULT_LENGTH)
         return Resolved(family, mod, spec, sel, dtype, table, request)
 
+    def is_mapped(self, r: "Resolved") -> bool:
+        """True when answering needs no build and no new mapping (cheap enough to run inline)."""
+        return r.table is None or r.table.digest in self._views
+
     def answer(self, r: "Resolved") -> dict:
         """The arrays for a resolved request: from its shared table, or computed directly."""
         if r.table is None:

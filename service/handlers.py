@@ -62,7 +62,7 @@ class Service:
         return encode(r.family, self.client.answer(r), r.dtype, job.fmt)
 
     def is_mapped(self, job: Job) -> bool:
-        return job.r.table is None or job.r.table.digest in self.client._views
+        return self.client.is_mapped(job.r)
 
     # -- readiness -----------------------------------------------------------------------------
     def attach_all(self) -> int:
