@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import gc
 import json
 import random
 import resource
@@ -133,7 +134,23 @@ def _pcts(values_us) -> dict:
 def run_step(host: str, port: int, requests: list[bytes], kinds: list[int], kind_names: list[str],
              rate: float, duration: float, connections: int = 64, warmup: float = 0.5,
              drain: float = 2.0, target: str = "") -> StepResult:
-    """Offer ``rate`` requests/s for ``warmup + duration`` seconds; measure the last ``duration``."""
+    """Offer ``rate`` requests/s for ``warmup + duration`` seconds; measure the last ``duration``.
+
+    The garbage collector is off for the run: a full collection of the caller's heap stalled the
+    loop for milliseconds, which the latencies (rightly, from t_k) then charged to the server."""
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        return _run_step(host, port, requests, kinds, kind_names, rate, duration, connections, warmup,
+                         drain, target)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _run_step(host, port, requests, kinds, kind_names, rate, duration, connections, warmup, drain,
+              target) -> StepResult:
     addr = (host, port)
     conns = [_Conn(addr) for _ in range(connections)]
     by_fd = {c.fd: c for c in conns}

@@ -55,6 +55,9 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
     f["probe_knee_rps"] = max((s["rate"] for s in kept), default=0.0)
     under = [s for s in kept if s["percentiles_us"] and s["percentiles_us"]["p99"] < target_p99_us]
     f["max_rate_p99_under_target"] = max((s["rate"] for s in under), default=0.0)
+    f["floor_min_p99_us"] = min((s["percentiles_us"]["p99"] for s in floor if s["percentiles_us"]), default=None)
+    f["open_loop_sustained_rps"] = max((s["achieved_rps"] for s in kept), default=0.0)
+    f["open_loop_fell_behind_at"] = min((s["rate"] for s in posenc if _saturated(s)), default=None)
     # Probe overhead: the probe at its lowest rate on the floor vs wrk's single connection on the floor.
     w = res.get("wrk", {})
     if floor and floor[0]["percentiles_us"]:
@@ -76,6 +79,7 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
                    "cluster_rps": target_rps_per_core * target_cores}
     f["extrapolated"] = {
         "saturation_cluster_rps": per_core * target_cores,
+        "open_loop_cluster_rps": (f["open_loop_sustained_rps"] / cores if cores else 0.0) * target_cores,
         "p99_under_target_cluster_rps": (f["max_rate_p99_under_target"] / cores if cores else 0.0) * target_cores,
     }
     return f
@@ -88,19 +92,27 @@ def plot(res: dict, path: str, f: dict) -> None:
 
     colors = dict(zip(PCTS, ("tab:green", "tab:blue", "tab:orange", "tab:red")))
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    series = {name: [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"]]
+              for name in ("posenc", "floor")}
+    # Scale to the steps that kept up; a step that fell behind sits at the top edge, marked x.
+    kept = [s["percentiles_us"][p] for v in series.values() for s in v if not _saturated(s) for p in PCTS]
+    top = max(kept) * 2.5 if kept else None
+    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else None
     for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2)):
-        steps = [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"]]
+        steps = series[name]
         if not steps:
             continue
         x = [s["rate"] / 1000 for s in steps]
         for p in PCTS:
-            y = [s["percentiles_us"][p] for s in steps]
+            y = [min(s["percentiles_us"][p], top) if top else s["percentiles_us"][p] for s in steps]
             ax.plot(x, y, style, color=colors[p], lw=lw, marker="o" if name == "posenc" else ".",
                     label=f"{name} {p}")
             xs = [xi for xi, s in zip(x, steps) if _saturated(s)]
             ys = [yi for yi, s in zip(y, steps) if _saturated(s)]
             if xs:
-                ax.plot(xs, ys, "x", color="black", ms=8)
+                ax.plot(xs, ys, "x", color="black", ms=9, mew=2)
+    if top:
+        ax.set_ylim(low, top)
     sat = f["saturation_rps"] / 1000
     if sat:
         for frac, ls in ((1.0, "-"), (0.8, ":"), (0.5, ":")):
@@ -112,7 +124,7 @@ def plot(res: dict, path: str, f: dict) -> None:
     ax.set_xlabel("offered rate (k requests/s, open loop)")
     ax.set_ylabel("latency from scheduled send (µs)")
     kinds = ", ".join(s["kind"] for s in res.get("probe_requests", []))
-    ax.set_title(f"posenc vs raw ASGI floor, {kinds}; one server core; x = fell behind", fontsize=10)
+    ax.set_title(f"posenc vs raw ASGI floor, {kinds}; one server core; x = fell behind (drawn at the top edge)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
@@ -160,28 +172,40 @@ def markdown(res: dict, f: dict) -> str:
     L.append("## Headline\n")
     t = f["target"]
     per = f["saturation_per_core"]
+    cores = f["server_cores"] or 1
     L.append("| figure | measured | design target |\n|---|---|---|")
-    L.append(f"| saturation throughput per server core (wrk, closed loop) | {_fmt(per, '/s')} | "
-             f"{_fmt(t['rps_per_core'], '/s')} |")
+    L.append(f"| saturation throughput per server core (wrk, closed loop, {a.get('wrk_connections')} connections) | "
+             f"{_fmt(per, '/s')} | {_fmt(t['rps_per_core'], '/s')} |")
+    fb = f.get("open_loop_fell_behind_at")
+    L.append(f"| highest rate the open-loop probe saw posenc keep up with, per core | "
+             f"{_fmt(f['open_loop_sustained_rps'] / cores, '/s')}"
+             + (f" (fell behind at {_fmt(fb, '/s')})" if fb else " (kept up at every rate offered)")
+             + f" | {_fmt(t['rps_per_core'], '/s')} |")
     for k, frac in (("at_50", "50%"), ("at_80", "80%")):
         d = f[k]
         pp = d["posenc"] or {}
         fl = d["floor"] or {}
         sat_note = (" (fell behind)" if d["saturated"] else "") + (" ⚠ noisy" if d.get("noisy") else "")
-        L.append(f"| p99 at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
-                 f"{_fmt(pp.get('p99'), ' µs')}{sat_note} (floor {_fmt(fl.get('p99'), ' µs')}) | "
-                 f"< {t['p99_us']:g} µs |")
-    L.append(f"| highest measured rate with p99 < {t['p99_us']:g} µs | {_fmt(f['max_rate_p99_under_target'], '/s')} | "
-             f"{_fmt(t['rps_per_core'], '/s')} per core |")
+        diff = (f"; posenc − floor {pp['p50'] - fl['p50']:+d} / {pp['p99'] - fl['p99']:+d} µs") if pp and fl else ""
+        L.append(f"| p50 / **p99** at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
+                 f"{_fmt(pp.get('p50'))} / **{_fmt(pp.get('p99'), ' µs')}**{sat_note} (floor {_fmt(fl.get('p50'))} / "
+                 f"{_fmt(fl.get('p99'), ' µs')}{diff}) | p99 < {t['p99_us']:g} µs |")
+    m80 = f["max_rate_p99_under_target"]
+    L.append(f"| highest measured rate with p99 < {t['p99_us']:g} µs | "
+             + (_fmt(m80, "/s") if m80 else f"none (the raw floor's own p99 was ≥ {_fmt(f['floor_min_p99_us'], ' µs')})")
+             + f" | {_fmt(t['rps_per_core'], '/s')} per core |")
     ex = f["extrapolated"]
     L.append(f"| extrapolated to {t['cores']} cores (saturation × {t['cores']}) | "
-             f"{_fmt(ex['saturation_cluster_rps'], '/s')} | {_fmt(t['cluster_rps'], '/s')} |")
+             f"{_fmt(ex['saturation_cluster_rps'], '/s')} (open loop: {_fmt(ex['open_loop_cluster_rps'], '/s')}) | "
+             f"{_fmt(t['cluster_rps'], '/s')} |")
     L.append(f"| extrapolated to {t['cores']} cores at p99 < {t['p99_us']:g} µs | "
-             f"{_fmt(ex['p99_under_target_cluster_rps'], '/s')} | {_fmt(t['cluster_rps'], '/s')} |")
+             + (_fmt(ex['p99_under_target_cluster_rps'], '/s') if m80 else "none measured")
+             + f" | {_fmt(t['cluster_rps'], '/s')} |")
     L.append("")
     if per:
         ratio = per / t["rps_per_core"]
-        L.append(f"Per core, posenc saturates at {ratio:.0%} of the design's {t['rps_per_core']:,.0f}/s. "
+        L.append(f"Per core, posenc saturates at {ratio:.0%} of the design's {t['rps_per_core']:,.0f}/s "
+                 f"({f['open_loop_sustained_rps'] / cores / t['rps_per_core']:.0%} by the open-loop figure). "
                  f"The {t['cores']}-core figures multiply one pinned worker's measurement by {t['cores']}: they "
                  "assume workers scale linearly (one process per core, no shared lock on the request path), "
                  "which this 2-CPU machine cannot check, and they leave out what a real network adds over "
@@ -192,8 +216,9 @@ def markdown(res: dict, f: dict) -> str:
     if noise:
         L.append(f"Shared machine: before each measurement the run waited for other processes to go quiet "
                  f"({noise['idle_waited_s']} s in all) and measured the CPU they took during it (\"others' CPU\", "
-                 f"in cores). {noise['noisy_steps']} of {noise['steps']} measurements had others above "
-                 f"{lim:g} cores (⚠) even after {noise['retried']} retries; read those as noise, not as posenc.\n")
+                 f"in cores); {noise['retried']} of {noise['steps']} measurements were redone for noise, and "
+                 + (f"{noise['noisy_steps']} still had others above {lim:g} cores (⚠): read those as noise, not as posenc.\n"
+                    if noise["noisy_steps"] else f"none kept others above {lim:g} cores.\n"))
 
     w = res.get("wrk", {})
     if w:

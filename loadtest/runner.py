@@ -28,7 +28,7 @@ import uuid
 
 from . import cpuwatch, locustrun, payloads, probe, report, servers, wrk
 
-DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.65,0.8,0.9,1.0,1.1"
+DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.8,1.0,1.2,1.4"
 
 
 def add_parser(sub, name: str = "report") -> None:
@@ -47,7 +47,8 @@ def add_parser(sub, name: str = "report") -> None:
     p.add_argument("--probe-warmup", type=float, default=0.5)
     p.add_argument("--connections", type=int, default=64, help="probe keep-alive connections")
     p.add_argument("--wrk-duration", type=float, default=3.0)
-    p.add_argument("--wrk-connections", type=int, default=16)
+    p.add_argument("--wrk-connections", type=int, default=64,
+                   help="wrk connections for the saturation measurement (default: as many as the probe's)")
     p.add_argument("--saturation", type=float,
                    help="posenc saturation (requests/s) to base the probe rates on (default: wrk's measurement)")
     p.add_argument("--no-wrk", dest="wrk", action="store_false",
@@ -194,11 +195,11 @@ def cmd_report(args) -> int:
         for rate in rates:
             for name in ("floor", "posenc"):
                 steps[name].append(step(name, rate, args.probe_duration))
-        # The probe's own ceiling: the floor at its wrk saturation (or 3x posenc's).
+        # Reproducibility: the first floor step again, after the sweep.
+        again = step("floor", rates[0], args.probe_duration, "floor-again")
+        # The probe's own ceiling: the floor at its wrk saturation (or 3x posenc's); last, it floods.
         fsat = res["wrk"].get("floor_max", {}).get("rps") or 3 * sat
         ceiling = step("floor", round(fsat, -1), min(2.0, args.probe_duration), "floor-max")
-        # Reproducibility: the first floor step again, after everything else.
-        again = step("floor", rates[0], args.probe_duration, "floor-again")
         res["probe"] = steps
         res["probe_ceiling"] = ceiling
         res["probe_repeat"] = again
