@@ -21,11 +21,17 @@ Locust records whole milliseconds and runs closed-loop; for microsecond, open-lo
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 
 from locust import FastHttpUser, constant_pacing, events, task
 
-from loadtest import payloads
+try:
+    from loadtest import payloads
+except ImportError:  # `locust -f loadtest/locustfile.py` from a checkout that is not installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from loadtest import payloads
 
 _state = {"cfg": payloads.load(), "wait": 0.0}
 
