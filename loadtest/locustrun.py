@@ -29,7 +29,7 @@ def run(host: str, out_prefix: str, users: int = 32, spawn_rate: float | None = 
     cmd += extra or []
     with open(log_path or os.devnull, "wb") as log:
         p = subprocess.run(pinned(cmd, cpus), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                           timeout=run_time + 60)
+                           timeout=run_time + 60, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"locust exited with {p.returncode}" + (f"; see {log_path}" if log_path else ""))
     return summary(out_prefix)

@@ -80,7 +80,7 @@ class StepResult:
 
 
 class _Conn:
-    __slots__ = ("sock", "fd", "buf", "remaining", "status", "k")
+    __slots__ = ("buf", "fd", "k", "remaining", "sock", "status")
 
     def __init__(self, addr):
         self.sock = socket.create_connection(addr)

@@ -15,7 +15,6 @@ The load generators run pinned to --client-cpus; every step is bounded in time.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -84,7 +83,7 @@ def machine_info() -> dict:
         pass
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=servers.REPO,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
+                                capture_output=True, text=True, timeout=5, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return {"cpu": model, "cpus_online": os.cpu_count(), "python": platform.python_version(),
@@ -160,7 +159,7 @@ def cmd_report(args) -> int:
             wrk.script(lua, items)
             for name, u in targets.items():
                 for conns, key in ((1, "rtt"), (args.wrk_connections, "max")):
-                    r = guard.measure(lambda: wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c),
+                    r = guard.measure(lambda u=u, conns=conns: wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c),
                                       quality=lambda r: r["rps"])
                     res["wrk"][f"{name}_{key}"] = r
                     _log(f"wrk {name} -c{conns}: {r['rps']:.0f}/s p50 {r['latency_us']['p50']} µs "

@@ -54,7 +54,7 @@ def run(url: str, lua: str, duration: float, connections: int, threads: int = 1,
         cpus: str | None = None, timeout_s: float = 2.0) -> dict:
     cmd = pinned(["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(duration))}s",
                   "--timeout", f"{timeout_s:g}s", "-s", lua, url], cpus)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30, check=False)
     for line in p.stdout.splitlines():
         if line.startswith("WRKJSON "):
             r = json.loads(line[8:])
