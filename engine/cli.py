@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         serve_main.add_parser(sub)
     except ImportError:  # pragma: no cover
         pass
+    try:  # needs the loadtest extra (locust, hdrhistogram, matplotlib) only when run
+        from loadtest import runner
+        runner.add_parser(sub, "loadtest")
+    except ImportError:  # pragma: no cover
+        pass
     return p
 
 

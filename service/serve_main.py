@@ -104,6 +104,9 @@ def cmd_serve(args) -> int:
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
     export(s)
+    # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
+    # default SIGTERM handler that would kill this process before the finally below cleans up.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     engine = None
     if not args.attach_only:
         engine = EngineChild(s)

@@ -447,3 +447,16 @@ def test_readme_curl_examples_work(server, tmp_path):
         argv = [str(tmp_path / a) if i and argv[i - 1] == "-o" else a for i, a in enumerate(argv)]
         r = subprocess.run(argv, capture_output=True, timeout=30)
         assert r.returncode == 0, (cmd, r.stderr)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_single_worker_shutdown_is_clean_when_serve_exits(tmp_path, sig):
+    """With one worker uvicorn re-raises the caught signal on exit; posenc serve must still stop
+    its engine and be clean by the time it has exited (not some time later)."""
+    s = Server({"length": 512, "tables": [{"family": "rope", "spec": {"head_dim": 16}}]}, workers=1, tmp_path=tmp_path)
+    s.wait_ready()
+    engine = s.engine_pid()
+    rc = s.stop(sig)
+    assert rc in (0, 130), s.output()
+    assert leftovers(s.namespace) == []
+    assert not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
