@@ -61,8 +61,8 @@ def compute(family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_B
     return mod.compute(spec, sel, dtype)
 
 
-# Arrays that stay float32 whatever the requested dtype (API.md).
-FIXED_F32 = frozenset({"inv_freq", "slopes"})
+# Arrays that take the requested dtype; the others (inv_freq, slopes) stay float32 (API.md).
+DTYPED = frozenset({"cos", "sin", "encoding", "bias"})
 
 
 def as_arrays(result: Mapping, dtype: str | None):
@@ -71,5 +71,5 @@ def as_arrays(result: Mapping, dtype: str | None):
     import numpy as np
 
     arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else v) for k, v in result.items()}
-    bf16 = {k for k in arrays if dtype == "bfloat16" and k not in FIXED_F32 and arrays[k].dtype == np.uint16}
+    bf16 = {k for k in arrays if dtype == "bfloat16" and k in DTYPED}
     return arrays, bf16

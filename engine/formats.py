@@ -23,39 +23,38 @@ _ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "
               "float64": "F64", "int64": "I64", "uint16": "U16"}
 
 
-def _named(arrays: Mapping, bf16: set) -> list[tuple[str, np.ndarray, str]]:
-    out = []
-    for name, a in arrays.items():
-        a = np.asarray(a)
-        kind = "bfloat16" if name in bf16 else _KIND.get(a.dtype.char) or a.dtype.name
-        out.append((name, a if a.flags.c_contiguous else a.copy(order="C"), kind))  # keeps 0-d shape
-    return out
-
-
 _HEADERS: dict = {}  # (names, shapes, kinds, metadata) -> header bytes: hot responses repeat shapes
 
 
 def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None):
-    """The header bytes and the list of array buffers that follow it (for writev-style sends)."""
-    named = _named(arrays, bf16)
-    ck = (tuple((n, a.shape, k) for n, a, k in named), tuple(sorted(metadata.items())) if metadata else ())
-    head = _HEADERS.get(ck)
-    if head is not None:
-        return head, [a for _, a, _ in named]
-    header, offset, bufs = {}, 0, []
-    for name, a, kind in named:
-        header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
+    """The header bytes and the list of array buffers that follow it. Python floats become 0-d
+    float64 arrays; names in ``bf16`` hold bfloat16 bit patterns (uint16). The header of a
+    (names, shapes, dtypes) combination is built once: hot responses repeat their shapes."""
+    key, bufs = [], []
+    for name, a in arrays.items():
+        if type(a) is not np.ndarray:
+            a = np.asarray(a, dtype=np.float64 if isinstance(a, float) else None)
+        elif not a.flags.c_contiguous:
+            a = a.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        key.append((name, a.shape, a.dtype.char, name in bf16))
         bufs.append(a)
-    if metadata:
-        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)  # the format pads the header to 8-byte alignment
-    head = struct.pack("<Q", len(h)) + h
-    if len(_HEADERS) > 4096:
-        _HEADERS.clear()
-    _HEADERS[ck] = head
+    ck = (tuple(key), tuple(sorted(metadata.items())) if metadata else ())
+    head = _HEADERS.get(ck)
+    if head is None:
+        header, offset = {}, 0
+        for (name, shape, _, is_bf16), a in zip(key, bufs):
+            kind = "bfloat16" if is_bf16 else _KIND.get(a.dtype.char) or a.dtype.name
+            header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(shape),
+                            "data_offsets": [offset, offset + a.nbytes]}
+            offset += a.nbytes
+        if metadata:
+            header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+        h = json.dumps(header, separators=(",", ":")).encode()
+        h += b" " * (-len(h) % 8)  # the format pads the header to 8-byte alignment
+        head = struct.pack("<Q", len(h)) + h
+        if len(_HEADERS) > 4096:
+            _HEADERS.clear()
+        _HEADERS[ck] = head
     return head, bufs
 
 

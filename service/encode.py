@@ -7,12 +7,13 @@ import numpy as np
 import orjson
 
 from engine import formats
-from engine.compute import as_arrays
+from engine.compute import DTYPED, as_arrays
 from engine.dtypes import bf16_bits_to_f32
 
 from .negotiate import CONTENT_TYPES
 
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+_META = {f: {"family": f} for f in ("rope", "sinusoidal", "alibi", "t5-buckets")}
 
 
 def encode(family: str, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, str]:
@@ -26,10 +27,11 @@ def encode(family: str, result: dict, dtype: str | None, fmt: str) -> tuple[byte
                     v = np.ascontiguousarray(v)
             out[k] = v
         return orjson.dumps(out, option=_JSON_OPTS), CONTENT_TYPES["json"]
-    arrays, bf16 = as_arrays(result, dtype)
     if fmt == "npz":
+        arrays, bf16 = as_arrays(result, dtype)
         return formats.to_npz(arrays, bf16), CONTENT_TYPES["npz"]
-    return formats.to_safetensors(arrays, bf16, {"family": family}), CONTENT_TYPES["safetensors"]
+    bf16 = DTYPED if dtype == "bfloat16" else frozenset()
+    return formats.to_safetensors(result, bf16, _META[family]), CONTENT_TYPES["safetensors"]
 
 
 def error_body(detail) -> bytes:
