@@ -33,8 +33,23 @@ _BINARY_DOC = {
     "503": {"description": "engine not reachable for an on-demand build"}}
 
 
+def tune_malloc() -> bool:
+    """glibc: keep freed response buffers (up to 32 MiB) in the heap for reuse. By default
+    glibc maps each large buffer fresh and unmaps it on free, so every multi-MiB response paid a
+    page fault per 4 KiB (a 4096 x 128 RoPE answer: 4.3 ms in-process, 0.22 ms with this)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20) and libc.mallopt(M_TRIM_THRESHOLD, 256 * 2**20)
+                    and libc.mallopt(M_TOP_PAD, 64 * 2**20))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
 def create_app(settings: Settings | None = None):
     settings = settings or Settings.from_env()
+    tune_malloc()
     svc = Service(settings)
     front_holder: dict = {}
 
