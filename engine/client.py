@@ -298,7 +298,7 @@ class _Plan:
         self.spec, self.dtype, self.tables = spec, dtype, {}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Resolved:
     family: str
     mod: object

@@ -24,6 +24,8 @@ def is_number(v) -> bool:
 
 
 def require_object(obj, loc=()) -> Mapping:
+    if type(obj) is dict:  # the common case, without the ABC check
+        return obj
     if not isinstance(obj, Mapping):
         raise SpecError(loc, f"must be a JSON object, got {type(obj).__name__}", "dict_type")
     for k in obj:

@@ -33,9 +33,7 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
     key, bufs = [], []
     for name, a in arrays.items():
         if type(a) is not np.ndarray:
-            a = np.asarray(a, dtype=np.float64 if isinstance(a, float) else None)
-        elif not a.flags.c_contiguous:
-            a = a.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+            a = _as_array(a)
         key.append((name, a.shape, a.dtype.char, name in bf16))
         bufs.append(a)
     ck = (tuple(key), tuple(sorted(metadata.items())) if metadata else ())
@@ -58,9 +56,26 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
     return head, bufs
 
 
+_SCALARS: dict = {}
+
+
+def _as_array(v) -> np.ndarray:
+    """Python scalars as 0-d arrays (float64 for floats); the few distinct ones are cached."""
+    a = _SCALARS.get(v) if isinstance(v, float) else None
+    if a is None:
+        a = np.asarray(v, dtype=np.float64 if isinstance(v, float) else None)
+        if isinstance(v, float) and len(_SCALARS) < 1024:
+            a.setflags(write=False)
+            _SCALARS[v] = a
+    return a
+
+
 def to_safetensors(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None) -> bytes:
     head, bufs = safetensors_parts(arrays, bf16, metadata)
-    return b"".join([head, *bufs])   # join takes any C-contiguous buffer
+    try:
+        return b"".join([head, *bufs])   # join takes any C-contiguous buffer
+    except (BufferError, TypeError, ValueError):   # a strided view: copy it (keeping 0-d shapes)
+        return b"".join([head, *(b if b.flags.c_contiguous else b.copy(order="C") for b in bufs)])
 
 
 def to_npz(arrays: Mapping, bf16: set = frozenset()) -> bytes:

@@ -24,7 +24,7 @@ log = logging.getLogger("posenc.service")
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Job:
     r: Resolved
     fmt: str

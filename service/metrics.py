@@ -41,15 +41,18 @@ class Metrics:
         finally:
             os.close(fd)
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(_SHAPE)
+        self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         r = ROUTE_INDEX.get(route, len(ROUTES) - 1)
         s = STATUS_INDEX.get(status, len(STATUSES) - 1)
-        row = self.counts[r, s]
-        row[bisect.bisect_left(BUCKETS_S, seconds)] += 1
-        row[_NB] += seconds
+        base = (r * len(STATUSES) + s) * (_NB + 1)
+        flat = self._flat
+        flat[base + bisect.bisect_left(BUCKETS_S, seconds)] += 1
+        flat[base + _NB] += seconds
 
     def close(self) -> None:
+        self._flat.release()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
