@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections import OrderedDict
 import socket
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -32,10 +32,9 @@ from . import dtypes as _dt
 from . import kernels
 from . import store
 from .compute import DEFAULT_MAX_BYTES, check_size, family_module, output_nbytes, parse_request, precheck
-from .fields import require_object
-from .selection import parse_selection
 from .errors import PosencError, SpecError
-from .selection import Selection
+from .fields import require_object
+from .selection import Selection, parse_selection
 from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
 from .tables import rope, sinusoidal
 
@@ -276,7 +275,7 @@ class Client:
         """The arrays for a resolved request: from its shared table, or computed directly."""
         if r.table is None:
             return r.mod.compute(r.spec, r.sel, r.dtype)
-        view = self.attach(r.table, request=lambda: _ensure_request(r.family, r.request))
+        view = self.attach(r.table, request=r.ensure_request)
         return serve(view, r.spec, r.sel, r.dtype)
 
     def lookup(self, family: str, request: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
@@ -308,21 +307,12 @@ class Resolved:
     table: TableDef | None   # the shared table that answers; None: computed directly
     request: Mapping
 
-
-def _ensure_request(family: str, request: Mapping) -> dict:
-    """The part of a request that picks its table, with one-element selections: what the engine
-    needs to build it (rope keeps its effective seq_len through the largest position)."""
-    return _shrink(dict(request), family)
-
-
-def _shrink(req: dict, family: str) -> dict:
-    from .selection import parse_selection
-    out = dict(req)
-    names = ("positions",) if family in ("rope", "sinusoidal") else ("query", "key")
-    for name in names:
-        sel = parse_selection(req.get(name), (name,))
-        out[name] = [sel.max]
-    return out
+    def ensure_request(self) -> dict:
+        """What the engine builds this table from: the spec with one-element selections (rope
+        keeps its effective seq_len through the largest position)."""
+        out = {k: v for k, v in self.request.items() if k not in self.mod.SELECTIONS}
+        out.update({name: [sel.max] for name, sel in self.sel.items()})
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,8 +337,12 @@ def serve(view: TableView, spec, sel: Mapping[str, Selection], dtype: str | None
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
         rows = sel["positions"].array()
         if sel["positions"].max >= view.length:          # past the table: computed exactly
-            cos = gather(view.cos, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[0])
-            sin = gather(view.sin, rows, view.length, lambda r: rope.half_rows(inv64, scaling, r, dtype)[1])
+            inside = rows < view.length
+            past_cos, past_sin = rope.half_rows(inv64, scaling, rows[~inside], dtype)
+            cos = np.empty((rows.shape[0], view.cos.shape[1]), view.cos.dtype)
+            sin = np.empty_like(cos)
+            cos[inside], sin[inside] = view.cos[rows[inside]], view.sin[rows[inside]]
+            cos[~inside], sin[~inside] = past_cos, past_sin
             full_cos, full_sin = rope.expand(cos, spec.layout), rope.expand(sin, spec.layout)
         else:                                            # one pass: gather + expand to width d
             full_cos = np.empty((rows.shape[0], 2 * view.cos.shape[1]), view.cos.dtype)
