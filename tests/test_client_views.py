@@ -1,0 +1,28 @@
+"""TableView's zero-copy full-width RoPE views, against the library's own full-width rows."""
+
+import numpy as np
+import pytest
+
+from engine import store
+from engine.client import TableView
+from engine.compute import compute, parse_request
+from engine.tabledefs import table_for
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rope_full_is_a_zero_copy_view_equal_to_compute(tmp_path, layout, dtype):
+    spec = {"head_dim": 32, "rope_theta": 500000.0}
+    _, s, sel, dt = parse_request("rope", {**spec, "positions": [0], "dtype": dtype})
+    t = table_for("rope", s, dt, sel, length=64)
+    arrays, meta = t.build()
+    path = str(tmp_path / "seg")
+    info = store.write_segment(path, arrays)
+    view = TableView(store.Segment(path, {**info, "family": "rope", "dtype": dtype, "length": 64,
+                                          "meta": meta}), generation=1)
+    full = view.rope_full("cos", layout)
+    assert np.shares_memory(full, view.cos) and not full.flags.writeable
+    ref = compute("rope", {**spec, "positions": {"start": 0, "stop": 64}, "dtype": dtype, "layout": layout})
+    assert full.reshape(64, 32).tobytes() == ref["cos"].tobytes()
+    with pytest.raises(ValueError):
+        full[0, 0, 0] = 1
