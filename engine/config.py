@@ -18,7 +18,7 @@ from typing import Any
 
 from . import dtypes as _dt
 from .errors import SpecError
-from .fields import is_int, refuse_unknown, req_int, require_object
+from .fields import refuse_unknown, req_int, require_object
 from .tabledefs import DEFAULT_LENGTH, TableDef, stable_tables
 from .tables import FAMILIES, HAS_DTYPE
 
@@ -117,7 +117,3 @@ def load_config(path: str | None) -> list[ConfiguredTable]:
     except ValueError as e:
         raise SpecError(("tables",), f"table config {path} is not valid JSON: {e}") from None
     return parse_config(cfg)
-
-
-def is_valid_length(v) -> bool:
-    return is_int(v) and 1 <= v <= MAX_LENGTH

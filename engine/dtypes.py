@@ -31,10 +31,6 @@ _BF16_MIN_NORMAL = 2.0**-126
 _BF16_SUBNORMAL_QUANTUM = 2.0**-133  # 7 stored mantissa bits below 2**-126
 
 
-def storage_dtype(name: str) -> np.dtype:
-    return DTYPES[name]
-
-
 def check_dtype(value, loc=("dtype",)) -> str:
     if value is None:
         return DEFAULT_DTYPE
