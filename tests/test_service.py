@@ -460,3 +460,39 @@ def test_single_worker_shutdown_is_clean_when_serve_exits(tmp_path, sig):
     assert rc in (0, 130), s.output()
     assert leftovers(s.namespace) == []
     assert not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
+
+
+def test_attach_only_is_not_ready_until_an_engine_publishes(tmp_path):
+    """`posenc serve --attach-only` (the Kubernetes pod's HTTP container): alive at once, 503 on
+    /readyz while no engine serves its namespace, ready once one publishes its tables."""
+    import subprocess
+    import sys
+    cfg = {"length": 256, "tables": [{"family": "sinusoidal", "spec": {"d_model": 16}}]}
+    s = Server(cfg, workers=1, tmp_path=tmp_path, args=("--attach-only",))
+    engine = None
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(s.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, s.output()
+            time.sleep(0.1)
+        assert httpx.get(s.url + "/readyz").status_code == 503
+        assert s.engine_pid() is None
+        engine = subprocess.Popen([sys.executable, "-m", "engine.engine_main", "--namespace", s.namespace,
+                                   "--tables", s.config_path], cwd=os.path.dirname(os.path.dirname(__file__)),
+                                  stderr=subprocess.DEVNULL)
+        s.wait_ready()
+        body = {"d_model": 16, "positions": [3, 300]}
+        r = httpx.post(s.url + "/v1/sinusoidal", json=body, headers=BIN)
+        assert r.status_code == 200
+        assert read_safetensors(r.content)[0]["encoding"].tobytes() == compute("sinusoidal", body)["encoding"].tobytes()
+    finally:
+        assert s.stop() == 0, s.output()
+        if engine is not None:
+            engine.send_signal(signal.SIGTERM)
+            engine.wait(30)
+        assert leftovers(s.namespace) == []
