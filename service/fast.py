@@ -66,7 +66,12 @@ async def handle_family(svc: Service, family: str, scope, receive, send, metrics
             status, body = 413, b'{"detail":"request body over the limit of %d bytes"}' % svc.settings.max_body_bytes
             metrics_status.append(status)
             return await respond(send, status, body, b"application/json")
-        job = svc.prepare(family, raw, header(scope, b"accept"))
+        accept = header(scope, b"accept")
+        payload = svc.replay(family, raw, accept)
+        if payload is not None:
+            metrics_status.append(200)
+            return await respond(send, 200, payload, b"application/x-safetensors")
+        job = svc.prepare(family, raw, accept)
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)
         else:

@@ -18,6 +18,7 @@ from engine.errors import PosencError, SpecError, TooLarge
 
 from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
+from .replay import Templates
 from .settings import Settings
 
 log = logging.getLogger("posenc.service")
@@ -29,6 +30,7 @@ class Job:
     r: Resolved
     fmt: str
     inline: bool
+    raw: bytes
 
 
 class Service:
@@ -36,6 +38,8 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
+        self.templates = Templates()
+        self._templates_manifest = None
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
@@ -54,12 +58,26 @@ class Service:
         nbytes = output_nbytes(r.mod, r.spec, r.sel, r.dtype)
         check_size(nbytes, self.settings.max_response_bytes)
         precheck(r.mod, r.spec, r.sel, r.dtype)
-        return Job(r, fmt, nbytes <= INLINE_BYTES)
+        return Job(r, fmt, nbytes <= INLINE_BYTES, raw)
+
+    def replay(self, family: str, raw: bytes, accept: str | None) -> bytes | None:
+        """The answer from a known spec template (service/replay.py), or None: take the full path."""
+        try:
+            fmt = choose(accept)
+        except NotAcceptable:
+            return None
+        m = self.client.manifest()
+        if m is not self._templates_manifest:   # any manifest change: relearn from fresh views
+            self.templates, self._templates_manifest = Templates(), m
+        return self.templates.answer(family, fmt, raw)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
-        return encode(r.family, self.client.answer(r), r.dtype, job.fmt)
+        out = encode(r.family, self.client.answer(r), r.dtype, job.fmt)
+        if r.table is not None and job.inline:
+            self.templates.learn(r.family, job.fmt, job.raw, r, self.client.attach(r.table))
+        return out
 
     def is_mapped(self, job: Job) -> bool:
         return self.client.is_mapped(job.r)

@@ -496,3 +496,53 @@ def test_attach_only_is_not_ready_until_an_engine_publishes(tmp_path):
             engine.send_signal(signal.SIGTERM)
             engine.wait(30)
         assert leftovers(s.namespace) == []
+
+
+@pytest.mark.parametrize("spec", [
+    {"head_dim": 64},
+    {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"},
+    {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}, "dtype": "float16"},
+], ids=["f32", "interleaved-bf16", "llama3-f16"])
+def test_repeated_spec_answers_stay_exact(http, spec):
+    """After the first answer for a spec, later bodies with the same spec bytes take the template
+    shortcut (service/replay.py); whatever path answers, the bytes are the reference's."""
+    from engine import formats
+    rng = np.random.default_rng(11)
+    bf16 = {"cos", "sin"} if spec.get("dtype") == "bfloat16" else frozenset()
+    lists = [[5]] + [rng.integers(0, 2048, rng.integers(1, 70)).tolist() for _ in range(25)]
+    lists += [[0, 0, 0], [2047], [2048], [5, 300000], list(range(64)), list(range(65))]
+    for positions in lists:
+        body = {"positions": positions, **spec} if len(positions) % 3 == 0 else {**spec, "positions": positions}
+        r = http.post("/v1/rope", content=orjson_dumps(body), headers=BIN)
+        assert r.status_code == 200, r.text
+        want = formats.to_safetensors(compute("rope", body), bf16, {"family": "rope"})
+        assert r.content == want, positions
+    for bad in ([1.5], [True], [-1], [2**31], []):   # invalid lists in a known template: still 422
+        r = http.post("/v1/rope", content=orjson_dumps({**spec, "positions": bad}), headers=BIN)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][:2] == ["body", "positions"], (bad, r.text)
+
+
+def orjson_dumps(obj) -> bytes:
+    import orjson
+    return orjson.dumps(obj)
+
+
+def test_template_shortcut_is_taken_and_exact(server):
+    from engine import formats
+    from service.handlers import Service
+    from service.settings import Settings
+    svc = Service(Settings(namespace=server.namespace))
+    accept = BIN["accept"]
+    spec = {"head_dim": 64, "layout": "interleaved"}
+    assert svc.replay("rope", orjson_dumps({**spec, "positions": [5]}), accept) is None   # nothing learnt yet
+    svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), accept))
+    for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3]):
+        body = {**spec, "positions": positions}
+        got = svc.replay("rope", orjson_dumps(body), accept)
+        assert got == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"})
+    for positions in ([2048], list(range(65)), [1.0], [True], [-2]):   # past the table, too many, bad
+        assert svc.replay("rope", orjson_dumps({**spec, "positions": positions}), accept) is None
+    assert svc.replay("rope", orjson_dumps({**spec, "positions": [1]}), "application/json") is None
+    assert svc.replay("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), accept) is None
