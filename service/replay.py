@@ -94,6 +94,8 @@ class Templates:
         if parts is None:
             return
         key, lst = parts
+        if key in self._t:
+            return
         try:
             if orjson.loads(lst) != resolved.request["positions"]:   # the span really is the list
                 return
