@@ -1,4 +1,5 @@
-"""Build of the optional C SIMD kernels (issue #5); all other metadata is in pyproject.toml.
+"""Build of the optional C extensions (the SIMD kernels of issue #5 and the HTTP hot path's
+template shortcut); all other metadata is in pyproject.toml.
 
     python setup.py build_ext --inplace      # development build next to the sources
     POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
@@ -47,6 +48,9 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 setup(
     ext_modules=[
         Extension("engine.kernels._native", ["engine/kernels/_native.c"], optional=_OPTIONAL),
+        # the HTTP hot path's spec-template shortcut (service/_hot.c); service/replay.py is its
+        # pure-Python twin and the fallback
+        Extension("service._hot", ["service/_hot.c"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},
 )

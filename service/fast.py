@@ -11,7 +11,7 @@ It also times every request, whichever side served it, into the shared metrics.
 from __future__ import annotations
 
 import os
-import time
+from time import perf_counter
 
 import anyio
 
@@ -50,6 +50,8 @@ def header(scope, name: bytes) -> str | None:
 
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
+_ST_HDR = (b"content-type", b"application/x-safetensors")
+_ROPE_200 = Metrics.index("/v1/rope", 200)
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -58,7 +60,8 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
+async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list,
+                        shortcut: bool = True) -> None:
     try:
         try:
             raw = await read_body(receive, svc.settings.max_body_bytes)
@@ -67,7 +70,7 @@ async def handle_family(svc: Service, family: str, scope, receive, send, metrics
             metrics_status.append(status)
             return await respond(send, status, body, b"application/json")
         accept = header(scope, b"accept")
-        payload = svc.replay(family, raw, accept)
+        payload = svc.replay(family, raw, accept) if shortcut else None
         if payload is not None:
             metrics_status.append(200)
             return await respond(send, 200, payload, b"application/x-safetensors")
@@ -91,18 +94,36 @@ class FastFront:
         self.app = app
         self.svc = svc
         self.enabled = enabled
+        self.native = enabled and svc.native
         self.metrics: Metrics | None = None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         path = scope["path"]
+        if path == "/v1/rope" and self.native and scope["method"] == "POST":
+            # The commonest request, a repeated RoPE spec answered whole by service/_hot.c:
+            # one receive, one C call, two sends. Anything else continues below.
+            msg = await receive()
+            if msg["type"] == "http.request" and not msg.get("more_body", False):
+                out = self.svc.hot(msg["body"], scope["headers"])
+                if out is not None:
+                    await send({"type": "http.response.start", "status": 200,
+                                "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})
+                    await send({"type": "http.response.body", "body": out})
+                    if self.metrics is not None:
+                        self.metrics.observe_at(_ROPE_200, perf_counter() - t0)
+                    return
+            receive = _prepend(msg, receive)
+        return await self._general(scope, receive, send, path, t0)
+
+    async def _general(self, scope, receive, send, path, t0):
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         try:
             if self.enabled and family is not None and scope["method"] == "POST":
-                await handle_family(self.svc, family, scope, receive, send, statuses)
+                await handle_family(self.svc, family, scope, receive, send, statuses, shortcut=not self.native)
             else:
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":
@@ -112,4 +133,15 @@ class FastFront:
         finally:
             if self.metrics is not None:
                 route = path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs") else "other"
-                self.metrics.observe(route, statuses[0] if statuses else 500, time.perf_counter() - t0)
+                self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0)
+
+
+def _prepend(first: dict, receive):
+    """A receive() that gives ``first`` (already read) before the rest of the stream."""
+    pending = [first]
+
+    async def again():
+        if pending:
+            return pending.pop()
+        return await receive()
+    return again

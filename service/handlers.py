@@ -18,6 +18,7 @@ from engine.errors import PosencError, SpecError, TooLarge
 
 from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
+from . import replay
 from .replay import Templates
 from .settings import Settings
 
@@ -40,10 +41,14 @@ class Service:
         self.ready = False
         self.templates = Templates()
         self._templates_manifest = None
+        self.native = replay.NATIVE
+        self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
         fmt = choose(accept)                                  # 406 before any work
+        if fmt == "safetensors" and len(self.accepts) < 256:
+            self.accepts[accept.encode("latin-1")] = True      # for hot() (the header's bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
@@ -60,16 +65,28 @@ class Service:
         precheck(r.mod, r.spec, r.sel, r.dtype)
         return Job(r, fmt, nbytes <= INLINE_BYTES, raw)
 
+    def _fresh_templates(self) -> bool:
+        m = self.client.manifest()
+        if m is not self._templates_manifest:   # any manifest change: relearn from fresh views
+            self.templates, self._templates_manifest = Templates(), m
+            return False
+        return True
+
     def replay(self, family: str, raw: bytes, accept: str | None) -> bytes | None:
         """The answer from a known spec template (service/replay.py), or None: take the full path."""
         try:
             fmt = choose(accept)
         except NotAcceptable:
             return None
-        m = self.client.manifest()
-        if m is not self._templates_manifest:   # any manifest change: relearn from fresh views
-            self.templates, self._templates_manifest = Templates(), m
+        self._fresh_templates()
         return self.templates.answer(family, fmt, raw)
+
+    def hot(self, raw: bytes, headers) -> bytes | None:
+        """replay() in C (service/_hot.c) for a POST /v1/rope body and its ASGI headers; None
+        when the C shortcut is not built or does not apply."""
+        if not self._fresh_templates():
+            return None
+        return replay._hot.answer(raw, headers, self.accepts, self.templates.native, self.settings.max_body_bytes)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

@@ -10,9 +10,17 @@ two paths give identical bytes (tested).
 
 Anything unusual — another family or format, a range selection, dynamic/longrope (whose table
 follows the positions), rows past the table, a template not seen yet — takes the full path.
+
+With the simd kernel backend the shortcut runs in C (service/_hot.c, ``NATIVE``): one call from
+the request body and headers to the response bytes. This module stays its twin and its
+fallback (the numpy backend, or no C compiler at install time); tests hold the two to the same
+bytes.
 """
 
 from __future__ import annotations
+
+import logging
+import os
 
 import numpy as np
 import orjson
@@ -24,6 +32,25 @@ from engine.selection import POSITION_LIMIT
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
 _KEY = b'"positions"'
+
+
+def _load_native():
+    """service._hot when the kernels are the C backend (one switch, POSENC_BACKEND, for all C)."""
+    if kernels.BACKEND != "simd":
+        return None
+    try:
+        from . import _hot
+    except ImportError as exc:
+        if os.environ.get(kernels.ENV_VAR) == "simd":
+            raise ImportError(f"{kernels.ENV_VAR}=simd but service._hot is not built ({exc})") from exc
+        logging.getLogger("posenc.service").warning("service._hot not built; the Python shortcut runs")
+        return None
+    assert _hot.MAX_ROWS == MAX_ROWS
+    return _hot
+
+
+_hot = _load_native()
+NATIVE = _hot is not None
 
 
 def split(raw: bytes):
@@ -80,10 +107,16 @@ class RopeTemplate:
         buf[h + 2 * block:] = np.frombuffer(self.tail, np.uint8)
         return buf.tobytes()
 
+    def native(self):
+        """The same template for service._hot (which holds the table arrays it reads)."""
+        return _hot.Template(self.view.cos, self.view.sin, self.spec.layout == "interleaved",
+                             lambda n: self.layout(n)[0], self.tail)
+
 
 class Templates:
     def __init__(self):
         self._t: dict[bytes, RopeTemplate] = {}
+        self.native: dict = {}        # the same keys -> service._hot.Template (when NATIVE)
 
     def learn(self, family: str, fmt: str, raw: bytes, resolved, view) -> None:
         """After the full path answered ``raw``: remember its template if the shortcut applies."""
@@ -103,7 +136,10 @@ class Templates:
             return
         if len(self._t) >= MAX_TEMPLATES:
             self._t.clear()
-        self._t[key] = RopeTemplate(resolved, view)
+            self.native.clear()
+        t = self._t[key] = RopeTemplate(resolved, view)
+        if NATIVE:
+            self.native[key] = t.native()
 
     def answer(self, family: str, fmt: str, raw: bytes) -> bytes | None:
         if family != "rope" or fmt != "safetensors" or not self._t:

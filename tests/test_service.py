@@ -14,7 +14,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from engine.client import Client
 from engine.compute import compute
@@ -546,3 +546,142 @@ def test_template_shortcut_is_taken_and_exact(server):
         assert svc.replay("rope", orjson_dumps({**spec, "positions": positions}), accept) is None
     assert svc.replay("rope", orjson_dumps({**spec, "positions": [1]}), "application/json") is None
     assert svc.replay("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), accept) is None
+
+
+# -- the C shortcut (service/_hot.c) against its Python twin (service/replay.py) --------------------
+
+needs_native = pytest.mark.skipif("not __import__('service.replay').replay.NATIVE",
+                                  reason="service._hot runs with the simd backend only")
+HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
+ACCEPT_HDRS = [(b"host", b"x"), (b"content-type", b"application/json"), (b"accept", b"application/x-safetensors")]
+
+
+@pytest.fixture(scope="module")
+def learnt(server):
+    """A Service in this process, attached to the test server's engine, that has answered each of
+    HOT_SPECS once through the full path (so both shortcuts know their templates)."""
+    from service.handlers import Service
+    from service.settings import Settings
+    svc = Service(Settings(namespace=server.namespace))
+    svc.hot(b"{}", ACCEPT_HDRS)          # first sight of the manifest
+    for spec in HOT_SPECS:
+        svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
+    return svc
+
+
+_ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
+                 st.sampled_from(["-0", "-1", "1.0", "1e2", "01", "00", "true", "null", '"3"', "[1]", "",
+                                  " 7", "7 ", "\t8\n", "\r9", "\x0b1", "1\u00a0"]))
+
+
+@needs_native
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=st.sampled_from(HOT_SPECS), rows=st.lists(st.integers(0, 2050), min_size=0, max_size=70),
+       odd=st.one_of(st.just(None), _ODD), at=st.integers(0, 70),
+       seps=st.sampled_from([","] * 4 + [", ", " ,", ",\n", ",,"]),
+       open_=st.sampled_from(["["] * 4 + ["[ ", "[\n"]), close=st.sampled_from(["]"] * 4 + [" ]", ",]"]),
+       colon=st.sampled_from([":"] * 4 + [" : ", "::", ": ", ":\t"]), first=st.booleans())
+def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
+    """Whatever the list's text, the C shortcut answers exactly as service/replay.py does, or
+    leaves the body to the full path; it may refuse only what it refuses on purpose ('-0')."""
+    from engine import formats
+    tokens = [str(r) for r in rows]
+    if odd is not None:
+        tokens.insert(min(at, len(tokens)), odd)
+    spec_text = orjson_dumps(spec)[1:-1]
+
+    def text(lst: bytes) -> bytes:
+        if first:
+            return b'{"positions"' + colon.encode() + lst + b"," + spec_text + b"}"
+        return b"{" + spec_text + b',"positions"' + colon.encode() + lst + b"}"
+    if colon != "::":    # let the full path learn this body's template
+        learnt.execute(learnt.prepare("rope", text(b"[5]"), BIN["accept"]))
+    lst = (open_ + seps.join(tokens) + close).encode()
+    body = text(lst)
+    py = learnt.replay("rope", body, BIN["accept"])
+    c = learnt.hot(body, ACCEPT_HDRS)
+    event(f"C: {'answered' if c is not None else 'full path'}, Python: {'answered' if py is not None else 'full path'}")
+    if c is not None:
+        assert c == py
+        bf16 = {"cos", "sin"} if spec.get("dtype") == "bfloat16" else frozenset()
+        want = formats.to_safetensors(compute("rope", json.loads(body)), bf16, {"family": "rope"})
+        assert c == want
+    elif py is not None:
+        assert b"-" in lst, body
+
+
+@needs_native
+def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
+    body = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2]})
+    assert learnt.hot(body, ACCEPT_HDRS) is not None
+    assert learnt.hot(body, ACCEPT_HDRS[:2]) is None                                   # no Accept: JSON
+    assert learnt.hot(body, [(b"accept", b"application/json")]) is None
+    odd = b"application/x-safetensors;q=0.9, application/json;q=0.1"
+    assert learnt.hot(body, [(b"accept", odd)]) is None                                # not negotiated yet
+    learnt.prepare("rope", body, odd.decode())
+    assert learnt.hot(body, [(b"accept", odd)]) == learnt.hot(body, ACCEPT_HDRS)
+    spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
+    assert learnt.replay("rope", spaced, BIN["accept"]) is not None
+    assert learnt.hot(spaced, ACCEPT_HDRS) is None                                     # over the body limit
+    assert learnt.hot(orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
+
+
+@needs_native
+def test_native_template_checks_its_arrays():
+    from service import _hot
+    a = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="2-d"):
+        _hot.Template(np.zeros(8, np.float32), a, False, lambda n: b"", b"")
+    with pytest.raises(ValueError, match="2-d"):
+        _hot.Template(np.zeros((4, 8), np.float64), a, False, lambda n: b"", b"")
+    with pytest.raises(ValueError, match="differ"):
+        _hot.Template(a, np.zeros((4, 8), np.float16), False, lambda n: b"", b"")
+    with pytest.raises(TypeError, match="callable"):
+        _hot.Template(a, a, False, None, b"")
+    t = _hot.Template(a, a, False, lambda n: 7, b"")   # a header_for that returns no bytes
+    with pytest.raises(TypeError, match="bytes"):
+        _hot.answer(b'{"positions":[1]}', [(b"accept", b"x")], {b"x": True}, {b'{"positions":\0}': t}, 100)
+
+
+def test_front_answers_a_repeated_spec_without_the_full_path(server):
+    """The ASGI front, driven directly: a repeated spec never reaches Service.prepare (whichever
+    shortcut this backend has), a body in two chunks still gets the same answer, and every
+    answer is the reference's bytes."""
+    import asyncio
+
+    import orjson
+
+    from engine import formats
+    from service.app import create_app
+    from service.settings import Settings
+    front = create_app(Settings(namespace=server.namespace))
+    front.svc.attach_all()
+    prepared = []
+    real_prepare = front.svc.prepare
+    front.svc.prepare = lambda *a: prepared.append(a) or real_prepare(*a)
+
+    async def call(raw: bytes, chunks: int = 1):
+        step = -(-len(raw) // chunks)
+        msgs = [{"type": "http.request", "body": raw[i:i + step], "more_body": i + step < len(raw)}
+                for i in range(0, len(raw), step)]
+        sent = []
+
+        async def receive():
+            return msgs.pop(0)
+
+        async def send(m):
+            sent.append(m)
+        scope = {"type": "http", "method": "POST", "path": "/v1/rope", "headers": ACCEPT_HDRS}
+        await front(scope, receive, send)
+        assert sent[0]["status"] == 200, sent
+        return sent[1]["body"]
+
+    spec = {"head_dim": 64, "layout": "interleaved"}
+    for i, positions in enumerate([[5], [5], [9, 1], [2047], [3, 3, 3]]):
+        body = {**spec, "positions": positions}
+        got = asyncio.run(call(orjson_dumps(body), chunks=2 if i == 3 else 1))
+        assert got == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"}), positions
+    from service import replay
+    # the first sight of the spec; with the C shortcut also the body in two chunks (it takes
+    # single-message bodies only), which the Python shortcut answers after reading it whole
+    assert [orjson.loads(a[1])["positions"] for a in prepared] == ([[5], [2047]] if replay.NATIVE else [[5]])
