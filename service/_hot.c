@@ -1,35 +1,59 @@
 /* service/_hot.c -- the spec-template shortcut (service/replay.py) in C, for the hot path.
  *
- * service/replay.py answers a repeated RoPE spec by parsing only its positions list. In Python
- * that still costs ~7 µs a request (find the list, orjson, checks, a dozen numpy calls), more than
- * the work. This module does the same in one call and no Python objects but the answer:
+ * Decode-time clients send the same spec again and again with new positions. After the full
+ * path has answered a body, the body's bytes around its selections (RoPE "positions"; ALiBi
+ * "query" and "key") become a template key: the body with each selection's text replaced by one
+ * NUL byte. A later body with the same key is the same validated spec with other selections
+ * (replay.py explains why, and checks at learn time that each cut-out span really is the value
+ * its field takes). This module answers such a body in one call, with no Python object but the
+ * answer:
  *
- *   answer(raw, headers, accepts, templates, max_body) -> bytes | None
+ *   answer(raw, headers, accepts, templates, max_body, fields) -> bytes | None
  *
  * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
- * True} for values the negotiator maps to safetensors; templates: {key: Template}, keyed exactly
- * as replay.split() keys them (the body with its positions list replaced by one NUL byte).
- * It returns the whole safetensors response, or None whenever anything is unusual, and the caller
- * then takes the full path -- so this parser may refuse more than the full path does (e.g. "-0",
- * or whitespace it does not expect) but never accepts a body the full path would answer
- * differently. Its answers are the Python shortcut's bytes (tests/test_service.py compares both,
- * and both against an independent reference).
+ * True} for values the negotiator maps to safetensors; templates: {key: RopeTemplate |
+ * AlibiTemplate} of one family; fields: that family's selection names as JSON text, e.g.
+ * (b'"query"', b'"key"'). It returns the whole safetensors response, or None whenever anything
+ * is unusual; the caller then takes the full path. So the parser here may refuse more than the
+ * full path does (e.g. "-0", "start": null) but never accepts a body the full path would answer
+ * differently. tests/test_service.py holds the answers to the Python shortcut's and the full
+ * path's bytes, and to the float64 reference.
  *
- *   Template(cos, sin, interleaved, header_for, tail)
+ *   RopeTemplate(cos, sin, interleaved, header_for, tail)
+ *     cos, sin: the table's half-width [length, h] arrays (C-contiguous, 2- or 4-byte items; the
+ *     template holds them, so their mapping outlives an eviction until the template is dropped);
+ *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after cos and sin.
+ *     Positions: a list of at most MAX_ROWS ints, each inside the table.
  *
- * cos, sin: the table's half-width [length, h] arrays (C-contiguous, 2- or 4-byte items; the
- * template holds them, so their mapping outlives any eviction until the template is dropped);
- * header_for(n) -> the safetensors header bytes for n rows (called once per n, then cached);
- * tail: the bytes after cos and sin (inv_freq, attention_scaling).
+ *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
+ *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
+ *     header bytes; tail: the float32 slopes; max_n: most positions per selection; max_bytes:
+ *     most bytes of arrays per answer. B[h,a,b] = float32(0 - m_h * (q_a - k_b)) (symmetric:
+ *     |q_a - k_b|; mask_future: -FLT_MAX where k_b > q_a), as engine/kernels computes it: one
+ *     float64 multiply, rounded once (setup.py compiles with -ffp-contract=off: no FMA).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ROWS 64
+#define MAX_ROWS 64          /* RoPE positions per answer */
+#define MAX_FIELDS 2
+#define POSITION_LIMIT 2147483648LL /* positions are < 2**31 */
+#define STACK_ROWS 256
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Templates
+ * ------------------------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
@@ -40,9 +64,9 @@ typedef struct {
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
     PyObject *heads[MAX_ROWS + 1];
-} Template;
+} RopeTemplate;
 
-static void Template_dealloc(Template *t)
+static void RopeTemplate_dealloc(RopeTemplate *t)
 {
     if (t->have_cos) PyBuffer_Release(&t->cos);
     if (t->have_sin) PyBuffer_Release(&t->sin);
@@ -63,22 +87,28 @@ static int get_table(PyObject *o, Py_buffer *b, const char *name)
     return 0;
 }
 
-static int Template_init(Template *t, PyObject *args, PyObject *kw)
+static int once(int initialised)
+{
+    if (initialised) PyErr_SetString(PyExc_RuntimeError, "a template is initialised once");
+    return initialised;
+}
+
+static int want_callable(PyObject *f)
+{
+    if (PyCallable_Check(f)) return 0;
+    PyErr_SetString(PyExc_TypeError, "header_for must be callable");
+    return -1;
+}
+
+static int RopeTemplate_init(RopeTemplate *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"cos", "sin", "interleaved", "header_for", "tail", NULL};
     PyObject *ocos, *osin, *hf, *tail;
     int inter;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!:Template", kwlist, &ocos, &osin, &inter, &hf,
-                                     &PyBytes_Type, &tail))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!:RopeTemplate", kwlist, &ocos, &osin, &inter,
+                                     &hf, &PyBytes_Type, &tail))
         return -1;
-    if (!PyCallable_Check(hf)) {
-        PyErr_SetString(PyExc_TypeError, "header_for must be callable");
-        return -1;
-    }
-    if (t->have_cos || t->have_sin) {
-        PyErr_SetString(PyExc_RuntimeError, "Template is initialised once");
-        return -1;
-    }
+    if (want_callable(hf) || once(t->have_cos || t->have_sin)) return -1;
     if (get_table(ocos, &t->cos, "cos") < 0) return -1;
     t->have_cos = 1;
     if (get_table(osin, &t->sin, "sin") < 0) return -1;
@@ -99,88 +129,291 @@ static int Template_init(Template *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyObject *Template_get_length(Template *t, void *c)
-{
-    (void)c;
-    return PyLong_FromSsize_t(t->length);
-}
-
-static PyGetSetDef Template_getset[] = {
-    {"length", (getter)Template_get_length, NULL, "rows in the table", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject TemplateType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.Template",
-    .tp_basicsize = sizeof(Template),
+static PyTypeObject RopeTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.RopeTemplate",
+    .tp_basicsize = sizeof(RopeTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A validated RoPE spec's table and response layout (see the module doc).",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Template_init,
-    .tp_dealloc = (destructor)Template_dealloc,
-    .tp_getset = Template_getset,
+    .tp_init = (initproc)RopeTemplate_init,
+    .tp_dealloc = (destructor)RopeTemplate_dealloc,
 };
 
+typedef struct {
+    PyObject_HEAD
+    double *slopes;
+    Py_ssize_t nheads;
+    int symmetric, mask_future;
+    Py_ssize_t max_n, max_bytes;
+    PyObject *header_for; /* (nq, nk) -> bytes */
+    PyObject *tail;       /* bytes: the float32 slopes */
+    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
+    Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
+    int have_dist;
+    Py_ssize_t *rows;     /* the requested heads' rows of dist */
+} AlibiTemplate;
+
+static void AlibiTemplate_dealloc(AlibiTemplate *t)
+{
+    PyMem_Free(t->slopes);
+    PyMem_Free(t->rows);
+    if (t->have_dist) PyBuffer_Release(&t->dist);
+    Py_XDECREF(t->header_for);
+    Py_XDECREF(t->tail);
+    Py_XDECREF(t->heads);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"slopes", "symmetric", "mask_future", "header_for", "tail", "max_n",
+                             "max_bytes", "dist", "rows", NULL};
+    PyObject *os, *hf, *tail, *odist = Py_None, *orows = Py_None;
+    int sym, mask;
+    Py_ssize_t max_n, max_bytes;
+    Py_buffer b;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OO:AlibiTemplate", kwlist, &os, &sym, &mask,
+                                     &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows))
+        return -1;
+    if (want_callable(hf) || once(t->slopes != NULL)) return -1;
+    if (sym && mask) {
+        PyErr_SetString(PyExc_ValueError, "mask_future applies to causal ALiBi only");
+        return -1;
+    }
+    if (PyObject_GetBuffer(os, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (b.ndim != 1 || b.itemsize != 8 || !b.format || strcmp(b.format, "d") != 0 || b.shape[0] < 1) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "slopes: want a non-empty 1-d float64 array");
+        return -1;
+    }
+    if ((Py_ssize_t)PyBytes_GET_SIZE(tail) != 4 * b.shape[0]) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "tail: want the float32 slopes");
+        return -1;
+    }
+    t->slopes = PyMem_Malloc((size_t)b.len);
+    if (!t->slopes) {
+        PyBuffer_Release(&b);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(t->slopes, b.buf, (size_t)b.len);
+    t->nheads = b.shape[0];
+    PyBuffer_Release(&b);
+    if (!(t->heads = PyDict_New())) return -1;
+    if (odist != Py_None) { /* dist [num_heads, L] float32 and rows: one int per requested head */
+        if (PyObject_GetBuffer(odist, &t->dist, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+        t->have_dist = 1;
+        if (t->dist.ndim != 2 || t->dist.itemsize != 4 || !t->dist.format || strcmp(t->dist.format, "f") != 0) {
+            PyErr_SetString(PyExc_ValueError, "dist: want a 2-d float32 array");
+            return -1;
+        }
+        PyObject *fast = PySequence_Fast(orows, "rows: want a sequence of head rows");
+        if (!fast) return -1;
+        if (PySequence_Fast_GET_SIZE(fast) != t->nheads) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "rows: want one row of dist per slope");
+            return -1;
+        }
+        if (!(t->rows = PyMem_Malloc((size_t)t->nheads * sizeof(Py_ssize_t)))) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t h = 0; h < t->nheads; h++) {
+            Py_ssize_t r = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, h));
+            if (r == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                return -1;
+            }
+            if (r < 0 || r >= t->dist.shape[0]) {
+                Py_DECREF(fast);
+                PyErr_SetString(PyExc_ValueError, "rows: a row outside dist");
+                return -1;
+            }
+            t->rows[h] = r;
+        }
+        Py_DECREF(fast);
+    }
+    t->symmetric = sym;
+    t->mask_future = mask;
+    t->max_n = max_n;
+    t->max_bytes = max_bytes;
+    Py_INCREF(hf);
+    t->header_for = hf;
+    Py_INCREF(tail);
+    t->tail = tail;
+    return 0;
+}
+
+static PyTypeObject AlibiTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.AlibiTemplate",
+    .tp_basicsize = sizeof(AlibiTemplate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)AlibiTemplate_init,
+    .tp_dealloc = (destructor)AlibiTemplate_dealloc,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Strict parsing of the cut-out selections
+ * ------------------------------------------------------------------------------------------- */
+
 static inline int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* The strict JSON list '[' ws (int ws (',' ws int ws)*)? ']' of non-negative ints below limit.
- * Returns the count (0: refused, as is an empty list). */
-static Py_ssize_t parse_rows(const char *p, const char *end, Py_ssize_t limit, int64_t *rows)
+static inline const char *skip_ws(const char *p, const char *end)
 {
-    Py_ssize_t n = 0;
-    p++; /* '[' */
     while (p < end && is_ws(*p)) p++;
-    if (p < end && *p == ']') return 0;
-    for (;;) {
-        if (p >= end || *p < '0' || *p > '9') return 0;
-        if (n == MAX_ROWS) return 0;
-        int64_t v = *p++ - '0';
-        if (v == 0 && p < end && *p >= '0' && *p <= '9') return 0; /* JSON has no leading zeros */
-        while (p < end && *p >= '0' && *p <= '9') {
-            v = v * 10 + (*p++ - '0');
-            if (v >= limit) return 0;
-        }
-        if (v >= limit) return 0;
-        rows[n++] = v;
-        while (p < end && is_ws(*p)) p++;
-        if (p >= end) return 0;
-        if (*p == ']') return p + 1 == end ? n : 0;
-        if (*p != ',') return 0; /* '.', 'e': a float; anything else: not ours */
-        p++;
-        while (p < end && is_ws(*p)) p++;
-    }
+    return p;
 }
 
-static const char KEY[] = "\"positions\"";
-#define KEY_LEN (sizeof(KEY) - 1)
-
-/* The first value of header `name` (ASGI names are lower-case bytes), borrowed; NULL if none. */
-static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len)
+/* A JSON non-negative integer below limit at *pp (no sign, no leading zero, no fraction or
+ * exponent); advances *pp. -1: refused. */
+static int parse_int(const char **pp, const char *end, int64_t limit, int64_t *out)
 {
-    PyObject *fast = PySequence_Fast(headers, "headers must be a sequence");
-    if (!fast) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    PyObject *found = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = items[i];
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) continue;
-        PyObject *k = PyTuple_GET_ITEM(pair, 0);
-        if (PyBytes_Check(k) && PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), name, len) == 0) {
-            found = PyTuple_GET_ITEM(pair, 1);
-            break;
-        }
+    const char *p = *pp;
+    if (p >= end || !is_digit(*p)) return -1;
+    int64_t v = *p++ - '0';
+    if (v == 0 && p < end && is_digit(*p)) return -1;
+    while (p < end && is_digit(*p)) {
+        v = v * 10 + (*p++ - '0');
+        if (v >= limit) return -1;
     }
-    Py_DECREF(fast);
-    return found; /* borrowed from the tuple, which the caller's list keeps alive */
+    if (v >= limit || (p < end && (*p == '.' || *p == 'e' || *p == 'E'))) return -1;
+    *pp = p;
+    *out = v;
+    return 0;
 }
 
-static void expand(char *dst, const char *table, const int64_t *rows, Py_ssize_t n, Py_ssize_t h,
-                   Py_ssize_t es, int interleaved)
+typedef struct {
+    const char *open, *close; /* '[' or '{' .. its ']' or '}' */
+} Span;
+
+/* A selection: a range (start, step, n) or n explicit values. */
+typedef struct {
+    int64_t start, step, lo, hi;
+    Py_ssize_t n;
+    int64_t *v; /* NULL: a range */
+    int64_t stack[STACK_ROWS];
+    int64_t *heap;
+} Sel;
+
+static void sel_free(Sel *s) { PyMem_Free(s->heap); }
+
+static inline int64_t sel_at(const Sel *s, Py_ssize_t i) { return s->v ? s->v[i] : s->start + i * s->step; }
+
+/* '[' ws (int ws (',' ws int ws)*)? ']' with 1..cap ints, each < limit. 0: ok; -1: refused;
+ * -2: error set. */
+static int parse_list(const Span *sp, Py_ssize_t cap, int64_t limit, Sel *s)
+{
+    const char *p = sp->open + 1, *end = sp->close + 1;
+    Py_ssize_t most = 1;
+    for (const char *c = p; c < sp->close; c++) most += *c == ',';
+    if (most > cap) return -1;
+    s->v = s->stack;
+    if (most > STACK_ROWS) {
+        if (!(s->heap = PyMem_Malloc((size_t)most * sizeof(int64_t)))) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        s->v = s->heap;
+    }
+    Py_ssize_t n = 0;
+    p = skip_ws(p, end);
+    for (;;) {
+        int64_t x;
+        if (parse_int(&p, end, limit, &x) < 0) return -1;
+        s->v[n++] = x;
+        if (n == 1 || x < s->lo) s->lo = x;
+        if (n == 1 || x > s->hi) s->hi = x;
+        p = skip_ws(p, end);
+        if (p >= end) return -1;
+        if (*p == ']') {
+            if (p + 1 != end) return -1;
+            s->n = n;
+            return 0;
+        }
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* {"start": s, "stop": e[, "step": k]} in any key order, s < e <= 2**31, k > 0. */
+static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
+{
+    static const char *const names[3] = {"\"start\"", "\"stop\"", "\"step\""};
+    int64_t vals[3] = {0, 0, 1};
+    int seen[3] = {0, 0, 0};
+    const char *p = sp->open + 1, *end = sp->close + 1;
+    p = skip_ws(p, end);
+    for (;;) {
+        int f = -1;
+        for (int i = 0; i < 3; i++) {
+            size_t l = strlen(names[i]);
+            if ((size_t)(end - p) >= l && memcmp(p, names[i], l) == 0) {
+                f = i;
+                p += l;
+                break;
+            }
+        }
+        if (f < 0 || seen[f]) return -1;
+        seen[f] = 1;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':') return -1;
+        p = skip_ws(p + 1, end);
+        if (f == 2 && end - p >= 4 && memcmp(p, "null", 4) == 0)
+            p += 4; /* an explicit null equals an absent step */
+        else if (parse_int(&p, end, POSITION_LIMIT + 1, &vals[f]) < 0)
+            return -1;
+        p = skip_ws(p, end);
+        if (p >= end) return -1;
+        if (*p == '}') break;
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, end);
+    }
+    if (p + 1 != end || !seen[0] || !seen[1]) return -1;
+    int64_t start = vals[0], stop = vals[1], step = vals[2];
+    if (start >= POSITION_LIMIT || !(start < stop) || step <= 0) return -1;
+    int64_t n = (stop - start + step - 1) / step;
+    if (n > cap) return -1;
+    s->v = NULL;
+    s->start = start;
+    s->step = step;
+    s->n = (Py_ssize_t)n;
+    s->lo = start;
+    s->hi = start + (n - 1) * step;
+    return 0;
+}
+
+/* The span of field `name` (JSON text with its quotes): the first occurrence, then only
+ * whitespace and exactly one ':' up to '[' or '{', then up to the first ']' or '}'. */
+static int find_span(const char *b, const char *end, PyObject *name, Span *sp)
+{
+    const char *i = memmem(b, (size_t)(end - b), PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    if (!i) return -1;
+    const char *p = i + PyBytes_GET_SIZE(name);
+    int colons = 0;
+    while (p < end && (is_ws(*p) || *p == ':')) colons += *p++ == ':';
+    if (p >= end || colons != 1 || (*p != '[' && *p != '{')) return -1;
+    const char *c = memchr(p, *p == '[' ? ']' : '}', (size_t)(end - p));
+    if (!c) return -1;
+    sp->open = p;
+    sp->close = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Filling the answer
+ * ------------------------------------------------------------------------------------------- */
+
+static void rope_expand(char *dst, const char *table, const Sel *rows, Py_ssize_t h, Py_ssize_t es,
+                        int interleaved)
 {
     size_t rb = (size_t)h * (size_t)es;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const char *s = table + (size_t)rows[i] * rb;
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)rows->v[i] * rb;
         char *d = dst + 2 * rb * (size_t)i;
         if (!interleaved) {
             memcpy(d, s, rb);
@@ -199,24 +432,213 @@ static void expand(char *dst, const char *table, const int64_t *rows, Py_ssize_t
     }
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body) -> bytes | None\n--\n\n"
+/* One ALiBi row: o[b] = float32(0 - m * (q - key[b])); |q - key[b]| < 2**31 fits int32. */
+VECTOR_CLONES
+static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
+                      int symmetric, int mask_future)
+{
+    if (symmetric) {
+        for (Py_ssize_t b = 0; b < nk; b++) {
+            int32_t d = q - key[b];
+            d = d < 0 ? -d : d;
+            o[b] = (float)(0.0 - m * (double)d);
+        }
+    } else if (mask_future) {
+        for (Py_ssize_t b = 0; b < nk; b++) {
+            int32_t d = q - key[b];
+            float v = (float)(0.0 - m * (double)d);
+            o[b] = d < 0 ? -FLT_MAX : v;
+        }
+    } else {
+        for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)(0.0 - m * (double)(q - key[b]));
+    }
+}
+
+/* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
+VECTOR_CLONES
+static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_t nk)
+{
+    for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
+}
+
+/* header bytes for `key` from the cache dict, else from header_for(*args); new reference. */
+static PyObject *header(PyObject *cache, PyObject *key, PyObject *header_for, PyObject *args)
+{
+    PyObject *h = PyDict_GetItemWithError(cache, key);
+    if (h) {
+        Py_INCREF(h);
+        return h;
+    }
+    if (PyErr_Occurred()) return NULL;
+    if (!(h = PyObject_CallObject(header_for, args))) return NULL;
+    if (!PyBytes_Check(h)) {
+        Py_DECREF(h);
+        PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(cache) >= 4096) PyDict_Clear(cache);
+    if (PyDict_SetItem(cache, key, h) < 0) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return h;
+}
+
+static PyObject *bytes_of(PyObject *head, Py_ssize_t body, PyObject *tail, char **data)
+{
+    Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hl + body + tl);
+    if (!out) return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    memcpy(o, PyBytes_AS_STRING(head), (size_t)hl);
+    memcpy(o + hl + body, PyBytes_AS_STRING(tail), (size_t)tl);
+    *data = o + hl;
+    return out;
+}
+
+static PyObject *rope_answer(RopeTemplate *t, const Span *sp)
+{
+    Sel rows = {.heap = NULL};
+    PyObject *out = NULL;
+    if (*sp->open != '[') Py_RETURN_NONE;
+    int rc = parse_list(sp, MAX_ROWS, t->length, &rows);
+    if (rc == -2) return NULL;
+    if (rc < 0) {
+        sel_free(&rows);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = rows.n;
+    PyObject *head = t->heads[n];
+    if (!head) {
+        head = PyObject_CallFunction(t->header_for, "n", n);
+        if (!head) goto done;
+        if (!PyBytes_Check(head)) {
+            Py_CLEAR(head);
+            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
+            goto done;
+        }
+        if (t->heads[n]) { /* the callback ran Python code: another caller may have filled it */
+            Py_DECREF(head);
+            head = t->heads[n];
+        } else {
+            t->heads[n] = head;
+        }
+    }
+    Py_ssize_t block = n * 2 * t->half * t->itemsize;
+    char *o;
+    if (!(out = bytes_of(head, 2 * block, t->tail, &o))) goto done;
+    rope_expand(o, (const char *)t->cos.buf, &rows, t->half, t->itemsize, t->interleaved);
+    rope_expand(o + block, (const char *)t->sin.buf, &rows, t->half, t->itemsize, t->interleaved);
+done:
+    sel_free(&rows);
+    return out;
+}
+
+static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
+{
+    return *sp->open == '[' ? parse_list(sp, cap, POSITION_LIMIT, s) : parse_range(sp, cap, s);
+}
+
+static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
+{
+    Sel q = {.heap = NULL}, k = {.heap = NULL};
+    PyObject *out = NULL, *key = NULL, *args = NULL, *head = NULL;
+    int32_t *keys = NULL;
+    int rc = parse_sel(sq, t->max_n, &q);
+    if (rc == 0) rc = parse_sel(sk, t->max_n, &k);
+    if (rc == -2) goto done;
+    if (rc < 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    /* array bytes: 4 * H * nq * nk + 4 * H, each factor checked so nothing overflows */
+    Py_ssize_t cells_max = t->max_bytes / 4 - t->nheads;
+    if (cells_max < 1 || q.n > cells_max / t->nheads || k.n > cells_max / t->nheads / q.n) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    if (!(key = PyLong_FromLongLong(((long long)q.n << 32) | (long long)k.n))) goto done;
+    if (!(args = Py_BuildValue("(nn)", q.n, k.n))) goto done;
+    if (!(head = header(t->heads, key, t->header_for, args))) goto done;
+    if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t b = 0; b < k.n; b++) keys[b] = (int32_t)sel_at(&k, b);
+    char *o;
+    if (!(out = bytes_of(head, 4 * t->nheads * q.n * k.n, t->tail, &o))) goto done;
+    float *f = (float *)o; /* the header is padded to 8 bytes: aligned */
+    /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
+     * table) are the stored values read backwards; the table holds the same rounding of the same
+     * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
+    if (t->have_dist && !k.v && k.step == 1 && k.hi <= q.lo && q.hi - k.lo < t->dist.shape[1]) {
+        Py_ssize_t L = t->dist.shape[1];
+        for (Py_ssize_t h = 0; h < t->nheads; h++) {
+            const float *row = (const float *)t->dist.buf + t->rows[h] * L;
+            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
+                reversed_row(f, row + (sel_at(&q, a) - k.start), k.n);
+        }
+    } else {
+        for (Py_ssize_t h = 0; h < t->nheads; h++)
+            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
+                alibi_row(f, keys, k.n, (int32_t)sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
+    }
+done:
+    PyMem_Free(keys);
+    Py_XDECREF(key);
+    Py_XDECREF(args);
+    Py_XDECREF(head);
+    sel_free(&q);
+    sel_free(&k);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * answer()
+ * ------------------------------------------------------------------------------------------- */
+
+/* The first value of header `name` (ASGI names are lower-case bytes), borrowed from the
+ * caller's list; NULL with no error set if there is none. */
+static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len)
+{
+    PyObject *fast = PySequence_Fast(headers, "headers must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *found = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) continue;
+        PyObject *k = PyTuple_GET_ITEM(pair, 0);
+        if (PyBytes_Check(k) && PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), name, len) == 0) {
+            found = PyTuple_GET_ITEM(pair, 1);
+            break;
+        }
+    }
+    Py_DECREF(fast);
+    return found;
+}
+
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, fields) -> bytes | None\n--\n\n"
              "The safetensors answer of a body whose spec is a known template, or None.");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, max_body: int)");
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
+        !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) < 1 || PyTuple_GET_SIZE(args[5]) > MAX_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
+                                         "max_body: int, fields: tuple of 1 or 2 bytes)");
         return NULL;
     }
-    PyObject *raw = args[0], *accepts = args[2], *templates = args[3];
+    PyObject *raw = args[0], *accepts = args[2], *templates = args[3], *fields = args[5];
     Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
     if (max_body == -1 && PyErr_Occurred()) return NULL;
-    const char *b = PyBytes_AS_STRING(raw);
-    Py_ssize_t len = PyBytes_GET_SIZE(raw);
-    if (len > max_body || PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
+    const char *b = PyBytes_AS_STRING(raw), *end = b + PyBytes_GET_SIZE(raw);
+    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
 
-    /* Accept: one of the values known to mean safetensors */
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc) {
         if (PyErr_Occurred()) return NULL;
@@ -228,70 +650,46 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
 
-    /* the positions list, as replay.split() finds it */
-    const char *i = memmem(b, (size_t)len, KEY, KEY_LEN);
-    if (!i) Py_RETURN_NONE;
-    const char *after = i + KEY_LEN, *end = b + len;
-    const char *j = memchr(after, '[', (size_t)(end - after));
-    if (!j) Py_RETURN_NONE;
-    int colons = 0;
-    for (const char *p = after; p < j; p++) {
-        if (*p == ':') colons++;
-        else if (!is_ws(*p)) Py_RETURN_NONE;
+    /* the selections' spans, in field order, then by position for the key */
+    Py_ssize_t nf = PyTuple_GET_SIZE(fields);
+    Span spans[MAX_FIELDS];
+    int order[MAX_FIELDS] = {0, 1};
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, f);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "fields must be bytes");
+            return NULL;
+        }
+        if (find_span(b, end, name, &spans[f]) < 0) Py_RETURN_NONE;
     }
-    if (colons != 1) Py_RETURN_NONE;
-    const char *k = memchr(j, ']', (size_t)(end - j));
-    if (!k) Py_RETURN_NONE;
+    if (nf == 2 && spans[1].open < spans[0].open) order[0] = 1, order[1] = 0;
+    if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) Py_RETURN_NONE;
 
-    Py_ssize_t pre = j - b, post = end - (k + 1);
-    PyObject *key = PyBytes_FromStringAndSize(NULL, pre + 1 + post);
+    Py_ssize_t klen = (end - b) + nf;
+    for (Py_ssize_t f = 0; f < nf; f++) klen -= spans[f].close + 1 - spans[f].open;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, klen);
     if (!key) return NULL;
     char *kb = PyBytes_AS_STRING(key);
-    memcpy(kb, b, (size_t)pre);
-    kb[pre] = '\0';
-    memcpy(kb + pre + 1, k + 1, (size_t)post);
-    PyObject *tobj = PyDict_GetItemWithError(templates, key);
+    const char *from = b;
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        const Span *sp = &spans[order[i]];
+        memcpy(kb, from, (size_t)(sp->open - from));
+        kb += sp->open - from;
+        *kb++ = '\0';
+        from = sp->close + 1;
+    }
+    memcpy(kb, from, (size_t)(end - from));
+    PyObject *t = PyDict_GetItemWithError(templates, key);
     Py_DECREF(key);
-    if (!tobj) {
+    if (!t) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    if (!PyObject_TypeCheck(tobj, &TemplateType)) {
-        PyErr_SetString(PyExc_TypeError, "templates must map to Template");
-        return NULL;
-    }
-    Template *t = (Template *)tobj;
-
-    int64_t rows[MAX_ROWS];
-    Py_ssize_t n = parse_rows(j, k + 1, t->length, rows);
-    if (n == 0) Py_RETURN_NONE;
-
-    PyObject *head = t->heads[n];
-    if (!head) {
-        head = PyObject_CallFunction(t->header_for, "n", n);
-        if (!head) return NULL;
-        if (!PyBytes_Check(head)) {
-            Py_DECREF(head);
-            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
-            return NULL;
-        }
-        if (t->heads[n]) { /* the callback ran Python code: another caller may have filled it */
-            Py_DECREF(head);
-            head = t->heads[n];
-        } else {
-            t->heads[n] = head;
-        }
-    }
-    Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(t->tail);
-    Py_ssize_t block = n * 2 * t->half * t->itemsize;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, hl + 2 * block + tl);
-    if (!out) return NULL;
-    char *o = PyBytes_AS_STRING(out);
-    memcpy(o, PyBytes_AS_STRING(head), (size_t)hl);
-    expand(o + hl, (const char *)t->cos.buf, rows, n, t->half, t->itemsize, t->interleaved);
-    expand(o + hl + block, (const char *)t->sin.buf, rows, n, t->half, t->itemsize, t->interleaved);
-    memcpy(o + hl + 2 * block, PyBytes_AS_STRING(t->tail), (size_t)tl);
-    return out;
+    if (Py_IS_TYPE(t, &RopeTemplateType) && nf == 1) return rope_answer((RopeTemplate *)t, &spans[0]);
+    if (Py_IS_TYPE(t, &AlibiTemplateType) && nf == 2)
+        return alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1]);
+    PyErr_SetString(PyExc_TypeError, "templates must map to RopeTemplate (1 field) or AlibiTemplate (2 fields)");
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -306,13 +704,14 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__hot(void)
 {
-    if (PyType_Ready(&TemplateType) < 0) return NULL;
+    if (PyType_Ready(&RopeTemplateType) < 0 || PyType_Ready(&AlibiTemplateType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
-    Py_INCREF(&TemplateType);
-    if (PyModule_AddObject(m, "Template", (PyObject *)&TemplateType) < 0 ||
+    Py_INCREF(&RopeTemplateType);
+    Py_INCREF(&AlibiTemplateType);
+    if (PyModule_AddObject(m, "RopeTemplate", (PyObject *)&RopeTemplateType) < 0 ||
+        PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&AlibiTemplateType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_ROWS", MAX_ROWS) < 0) {
-        Py_DECREF(&TemplateType);
         Py_DECREF(m);
         return NULL;
     }

@@ -51,7 +51,7 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-_ROPE_200 = Metrics.index("/v1/rope", 200)
+_HOT = {p: (p[4:], Metrics.index(p, 200)) for p in ("/v1/rope", "/v1/alibi")}   # path -> (family, metrics)
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -102,18 +102,19 @@ class FastFront:
             return await self.app(scope, receive, send)
         t0 = perf_counter()
         path = scope["path"]
-        if path == "/v1/rope" and self.native and scope["method"] == "POST":
-            # The commonest request, a repeated RoPE spec answered whole by service/_hot.c:
-            # one receive, one C call, two sends. Anything else continues below.
+        hot = _HOT.get(path) if self.native else None
+        if hot is not None and scope["method"] == "POST":
+            # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
+            # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
             if msg["type"] == "http.request" and not msg.get("more_body", False):
-                out = self.svc.hot(msg["body"], scope["headers"])
+                out = self.svc.hot(hot[0], msg["body"], scope["headers"])
                 if out is not None:
                     await send({"type": "http.response.start", "status": 200,
                                 "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})
                     await send({"type": "http.response.body", "body": out})
                     if self.metrics is not None:
-                        self.metrics.observe_at(_ROPE_200, perf_counter() - t0)
+                        self.metrics.observe_at(hot[1], perf_counter() - t0)
                     return
             receive = _prepend(msg, receive)
         return await self._general(scope, receive, send, path, t0)

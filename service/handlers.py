@@ -39,7 +39,7 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
-        self.templates = Templates()
+        self.templates = self._new_templates()
         self._templates_manifest = None
         self.native = replay.NATIVE
         self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
@@ -65,10 +65,13 @@ class Service:
         precheck(r.mod, r.spec, r.sel, r.dtype)
         return Job(r, fmt, nbytes <= INLINE_BYTES, raw)
 
+    def _new_templates(self) -> Templates:
+        return Templates(self.settings.max_positions, min(INLINE_BYTES, self.settings.max_response_bytes))
+
     def _fresh_templates(self) -> bool:
         m = self.client.manifest()
         if m is not self._templates_manifest:   # any manifest change: relearn from fresh views
-            self.templates, self._templates_manifest = Templates(), m
+            self.templates, self._templates_manifest = self._new_templates(), m
             return False
         return True
 
@@ -81,12 +84,13 @@ class Service:
         self._fresh_templates()
         return self.templates.answer(family, fmt, raw)
 
-    def hot(self, raw: bytes, headers) -> bytes | None:
-        """replay() in C (service/_hot.c) for a POST /v1/rope body and its ASGI headers; None
-        when the C shortcut is not built or does not apply."""
+    def hot(self, family: str, raw: bytes, headers) -> bytes | None:
+        """The template shortcut in C (service/_hot.c) for a rope or alibi body and its ASGI
+        headers; None when it does not apply (the full path answers). NATIVE only."""
         if not self._fresh_templates():
             return None
-        return replay._hot.answer(raw, headers, self.accepts, self.templates.native, self.settings.max_body_bytes)
+        return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
+                                  self.settings.max_body_bytes, replay.FIELDS[family])
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

@@ -1,26 +1,32 @@
 """Spec templates: the hot path's shortcut for a spec it has already answered.
 
 Decode-time clients send the same spec again and again with new positions. After the full path
-(strict validation, engine.client.resolve) has answered a RoPE request whose positions are a JSON
-list, the body's bytes *around* that list become a template: the bytes before it and after it.
-A later body with the same bytes around a list is the same validated spec with other positions;
-only the list is parsed. Its answer is written straight into one response buffer (the
-safetensors header for n rows is built once, by the same writer the full path uses), so the
-two paths give identical bytes (tested).
+(strict validation, engine.client.resolve) has answered a body, the body's bytes *around* its
+selections become a template key: the body with the text of each selection (RoPE ``positions``;
+ALiBi ``query`` and ``key``) replaced by one NUL byte (JSON text never holds a raw one). A later
+body with the same key is the same validated spec with other selections: the bytes outside the
+selections are the learnt body's, so a JSON parser reaches each selection in the same state and
+leaves it in the same state. At learn time each cut-out span is checked to be the value its
+field really takes (a probe value substituted into the span must come back as the field's
+value), which rules out duplicate keys (``{"positions": [1], "positions": [1]}``: JSON's last
+one wins) and escaped spellings of a field name. Only the selections are parsed then.
 
-Anything unusual — another family or format, a range selection, dynamic/longrope (whose table
-follows the positions), rows past the table, a template not seen yet — takes the full path.
+Anything unusual — another format, a range where the learnt body had a list, dynamic/longrope
+(whose table follows the positions), rows past the table, a template not seen yet — takes the
+full path.
 
 With the simd kernel backend the shortcut runs in C (service/_hot.c, ``NATIVE``): one call from
-the request body and headers to the response bytes. This module stays its twin and its
-fallback (the numpy backend, or no C compiler at install time); tests hold the two to the same
-bytes.
+the request body and headers to the response bytes, for RoPE and for float32 ALiBi blocks. This
+module's RoPE answer is its twin and its fallback (the numpy backend, or no C compiler at install
+time); tests hold the C answers to this module's, to the full path's and to the float64
+reference.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 
 import numpy as np
 import orjson
@@ -31,7 +37,9 @@ from engine.selection import POSITION_LIMIT
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
-_KEY = b'"positions"'
+FIELDS = {"rope": (b'"positions"',), "alibi": (b'"query"', b'"key"')}   # JSON text, quotes included
+_BETWEEN = re.compile(rb"[ \t\r\n:]*")
+_CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
@@ -53,18 +61,57 @@ _hot = _load_native()
 NATIVE = _hot is not None
 
 
-def split(raw: bytes):
-    """(template key, list bytes) around the first "positions" list, or None."""
-    i = raw.find(_KEY)
-    if i < 0:
+def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:
+    """[(start, end)] of each field's selection text, in field order: the field name's first
+    occurrence, whitespace and exactly one ':', then '[' .. the first ']' or '{' .. the first
+    '}'. None if a field is missing or the spans overlap. (service/_hot.c: find_span.)"""
+    out = []
+    for name in fields:
+        i = raw.find(name)
+        if i < 0:
+            return None
+        j = _BETWEEN.match(raw, i + len(name)).end()
+        if j >= len(raw) or raw.count(b":", i + len(name), j) != 1 or raw[j] not in _CLOSE:
+            return None
+        k = raw.find(_CLOSE[raw[j]], j)
+        if k < 0:
+            return None
+        out.append((j, k + 1))
+    ordered = sorted(out)
+    if any(a[1] > b[0] for a, b in zip(ordered, ordered[1:])):
         return None
-    j = raw.find(b"[", i + len(_KEY))
-    if j < 0 or raw[i + len(_KEY):j].strip(b" \t\r\n:") or raw[i + len(_KEY):j].count(b":") != 1:
+    return out
+
+
+def template_key(raw: bytes, cut: list[tuple[int, int]]) -> bytes:
+    parts, at = [], 0
+    for a, b in sorted(cut):
+        parts += [raw[at:a], b"\0"]
+        at = b
+    parts.append(raw[at:])
+    return b"".join(parts)
+
+
+def split(raw: bytes, fields=FIELDS["rope"]):
+    """(template key, [selection text, in field order]) or None."""
+    cut = spans(raw, fields)
+    if cut is None:
         return None
-    k = raw.find(b"]", j)
-    if k < 0:
-        return None
-    return raw[:j] + b"\0" + raw[k + 1:], raw[j:k + 1]   # JSON text never holds a raw NUL
+    return template_key(raw, cut), [raw[a:b] for a, b in cut]
+
+
+def controls(raw: bytes, cut: list[tuple[int, int]], fields) -> bool:
+    """Whether each span is the value its field takes: probes substituted into it come back."""
+    for (a, b), name in zip(cut, fields):
+        field = name.decode()[1:-1]
+        for probe in ([0], [1]):
+            try:
+                body = orjson.loads(raw[:a] + orjson.dumps(probe) + raw[b:])
+            except orjson.JSONDecodeError:
+                return False
+            if not isinstance(body, dict) or body.get(field) != probe:
+                return False
+    return True
 
 
 class RopeTemplate:
@@ -109,39 +156,62 @@ class RopeTemplate:
 
     def native(self):
         """The same template for service._hot (which holds the table arrays it reads)."""
-        return _hot.Template(self.view.cos, self.view.sin, self.spec.layout == "interleaved",
-                             lambda n: self.layout(n)[0], self.tail)
+        return _hot.RopeTemplate(self.view.cos, self.view.sin, self.spec.layout == "interleaved",
+                                 lambda n: self.layout(n)[0], self.tail)
+
+
+def alibi_native(resolved, view, max_n: int, max_bytes: int):
+    """A float32 ALiBi spec for service._hot: the requested heads' float64 slopes and the
+    response layout (the full path's: bias [H, nq, nk], then the float32 slopes)."""
+    spec = resolved.spec
+    m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
+    m32 = m.astype(np.float32)
+
+    def header_for(nq: int, nk: int) -> bytes:
+        arrays = {"bias": np.empty((m.shape[0], nq, nk), np.float32), "slopes": m32}
+        return formats.safetensors_parts(arrays, frozenset(), {"family": "alibi"})[0]
+    dist = getattr(view, "dist", None)       # the engine's float32 -m*d table: decode blocks copy from it
+    if dist is None or dist.dtype != np.float32 or not dist.flags.c_contiguous:
+        dist = None
+    return _hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
+                              max_n, max_bytes, dist, spec.head_index.tolist())
 
 
 class Templates:
-    def __init__(self):
+    def __init__(self, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
         self._t: dict[bytes, RopeTemplate] = {}
-        self.native: dict = {}        # the same keys -> service._hot.Template (when NATIVE)
+        self.native: dict[str, dict] = {"rope": {}, "alibi": {}}   # family -> key -> service._hot template
+        self.max_n, self.max_bytes = max_n, max_bytes               # the C ALiBi answers' limits
 
     def learn(self, family: str, fmt: str, raw: bytes, resolved, view) -> None:
         """After the full path answered ``raw``: remember its template if the shortcut applies."""
-        if (family != "rope" or fmt != "safetensors" or resolved.spec.rope_type in ("dynamic", "longrope")
-                or resolved.table is None or not isinstance(resolved.request.get("positions"), list)):
+        if fmt != "safetensors" or resolved.table is None:
             return
-        parts = split(raw)
-        if parts is None:
-            return
-        key, lst = parts
-        if key in self._t:
-            return
-        try:
-            if orjson.loads(lst) != resolved.request["positions"]:   # the span really is the list
+        if family == "rope":
+            if resolved.spec.rope_type in ("dynamic", "longrope") or not isinstance(resolved.request.get("positions"), list):
                 return
-        except orjson.JSONDecodeError:
+        elif family != "alibi" or not NATIVE or resolved.dtype != "float32":
             return
-        if len(self._t) >= MAX_TEMPLATES:
+        fields = FIELDS[family]
+        cut = spans(raw, fields)
+        if cut is None:
+            return
+        key = template_key(raw, cut)
+        if key in self._t or key in self.native[family] or not controls(raw, cut, fields):
+            return
+        if len(self._t) + len(self.native[family]) >= MAX_TEMPLATES:
             self._t.clear()
-            self.native.clear()
-        t = self._t[key] = RopeTemplate(resolved, view)
-        if NATIVE:
-            self.native[key] = t.native()
+            for d in self.native.values():
+                d.clear()
+        if family == "rope":
+            t = self._t[key] = RopeTemplate(resolved, view)
+            if NATIVE:
+                self.native["rope"][key] = t.native()
+        else:
+            self.native["alibi"][key] = alibi_native(resolved, view, self.max_n, self.max_bytes)
 
     def answer(self, family: str, fmt: str, raw: bytes) -> bytes | None:
+        """The Python shortcut (RoPE lists only)."""
         if family != "rope" or fmt != "safetensors" or not self._t:
             return None
         parts = split(raw)
@@ -151,10 +221,10 @@ class Templates:
         if t is None:
             return None
         try:
-            rows = orjson.loads(parts[1])
+            rows = orjson.loads(parts[1][0])
         except orjson.JSONDecodeError:
             return None
-        if not rows or len(rows) > MAX_ROWS:
+        if type(rows) is not list or not rows or len(rows) > MAX_ROWS:
             return None
         for v in rows:
             if type(v) is not int:

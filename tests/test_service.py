@@ -563,7 +563,7 @@ def learnt(server):
     from service.handlers import Service
     from service.settings import Settings
     svc = Service(Settings(namespace=server.namespace))
-    svc.hot(b"{}", ACCEPT_HDRS)          # first sight of the manifest
+    svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
     for spec in HOT_SPECS:
         svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
     return svc
@@ -599,7 +599,7 @@ def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at
     lst = (open_ + seps.join(tokens) + close).encode()
     body = text(lst)
     py = learnt.replay("rope", body, BIN["accept"])
-    c = learnt.hot(body, ACCEPT_HDRS)
+    c = learnt.hot("rope", body, ACCEPT_HDRS)
     event(f"C: {'answered' if c is not None else 'full path'}, Python: {'answered' if py is not None else 'full path'}")
     if c is not None:
         assert c == py
@@ -613,17 +613,17 @@ def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at
 @needs_native
 def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
     body = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2]})
-    assert learnt.hot(body, ACCEPT_HDRS) is not None
-    assert learnt.hot(body, ACCEPT_HDRS[:2]) is None                                   # no Accept: JSON
-    assert learnt.hot(body, [(b"accept", b"application/json")]) is None
+    assert learnt.hot("rope", body, ACCEPT_HDRS) is not None
+    assert learnt.hot("rope", body, ACCEPT_HDRS[:2]) is None                                   # no Accept: JSON
+    assert learnt.hot("rope", body, [(b"accept", b"application/json")]) is None
     odd = b"application/x-safetensors;q=0.9, application/json;q=0.1"
-    assert learnt.hot(body, [(b"accept", odd)]) is None                                # not negotiated yet
+    assert learnt.hot("rope", body, [(b"accept", odd)]) is None                                # not negotiated yet
     learnt.prepare("rope", body, odd.decode())
-    assert learnt.hot(body, [(b"accept", odd)]) == learnt.hot(body, ACCEPT_HDRS)
+    assert learnt.hot("rope", body, [(b"accept", odd)]) == learnt.hot("rope", body, ACCEPT_HDRS)
     spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
     assert learnt.replay("rope", spaced, BIN["accept"]) is not None
-    assert learnt.hot(spaced, ACCEPT_HDRS) is None                                     # over the body limit
-    assert learnt.hot(orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
+    assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None                                     # over the body limit
+    assert learnt.hot("rope", orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
 
 
 @needs_native
@@ -631,16 +631,26 @@ def test_native_template_checks_its_arrays():
     from service import _hot
     a = np.zeros((4, 8), np.float32)
     with pytest.raises(ValueError, match="2-d"):
-        _hot.Template(np.zeros(8, np.float32), a, False, lambda n: b"", b"")
+        _hot.RopeTemplate(np.zeros(8, np.float32), a, False, lambda n: b"", b"")
     with pytest.raises(ValueError, match="2-d"):
-        _hot.Template(np.zeros((4, 8), np.float64), a, False, lambda n: b"", b"")
+        _hot.RopeTemplate(np.zeros((4, 8), np.float64), a, False, lambda n: b"", b"")
     with pytest.raises(ValueError, match="differ"):
-        _hot.Template(a, np.zeros((4, 8), np.float16), False, lambda n: b"", b"")
+        _hot.RopeTemplate(a, np.zeros((4, 8), np.float16), False, lambda n: b"", b"")
     with pytest.raises(TypeError, match="callable"):
-        _hot.Template(a, a, False, None, b"")
-    t = _hot.Template(a, a, False, lambda n: 7, b"")   # a header_for that returns no bytes
+        _hot.RopeTemplate(a, a, False, None, b"")
+    m = np.ones(3)
+    with pytest.raises(ValueError, match="float64"):
+        _hot.AlibiTemplate(m.astype(np.float32), False, False, lambda q, k: b"", b"\0" * 12, 10, 100)
+    with pytest.raises(ValueError, match="float32 slopes"):
+        _hot.AlibiTemplate(m, False, False, lambda q, k: b"", b"", 10, 100)
+    with pytest.raises(ValueError, match="causal"):
+        _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
+    t = _hot.RopeTemplate(a, a, False, lambda n: 7, b"")   # a header_for that returns no bytes
+    acc = ([(b"accept", b"x")], {b"x": True})
     with pytest.raises(TypeError, match="bytes"):
-        _hot.answer(b'{"positions":[1]}', [(b"accept", b"x")], {b"x": True}, {b'{"positions":\0}': t}, 100)
+        _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, (b'"positions"',))
+    with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of the other family
+        _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, (b'"query"', b'"key"'))
 
 
 def test_front_answers_a_repeated_spec_without_the_full_path(server):
@@ -685,3 +695,122 @@ def test_front_answers_a_repeated_spec_without_the_full_path(server):
     # the first sight of the spec; with the C shortcut also the body in two chunks (it takes
     # single-message bodies only), which the Python shortcut answers after reading it whole
     assert [orjson.loads(a[1])["positions"] for a in prepared] == ([[5], [2047]] if replay.NATIVE else [[5]])
+
+
+ALIBI_SPECS = [{"num_heads": 12}, {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True},
+               {"num_heads": 12, "mode": "symmetric", "max_bias": 8.0}, {"mask_future": False, "num_heads": 12}]
+
+
+def _selection_text(draw, odd):
+    if draw(st.booleans()):
+        items = [str(v) for v in draw(st.lists(st.integers(0, 3000), min_size=1, max_size=12))]
+        if odd is not None:
+            items.insert(draw(st.integers(0, len(items))), odd)
+        return "[" + draw(st.sampled_from([",", ", "])).join(items) + "]"
+    start = draw(st.integers(0, 3000))
+    parts = {"start": str(start), "stop": str(start + draw(st.integers(-2, 300)))}
+    if draw(st.booleans()):
+        parts["step"] = draw(st.sampled_from(["1", "3", "0", "null", "1.0", "-1"]))
+    if odd is not None:
+        parts[draw(st.sampled_from(["start", "stop", "stap"]))] = odd
+    order = draw(st.permutations(list(parts)))
+    sep = draw(st.sampled_from([":", " : "]))
+    return "{" + ",".join(f'"{k}"{sep}{parts[k]}' for k in order) + "}"
+
+
+@st.composite
+def alibi_bodies(draw):
+    spec = draw(st.sampled_from(ALIBI_SPECS))
+    odd = draw(st.one_of(st.just(None), st.just(None), _ODD))
+    which = draw(st.sampled_from(["query", "key"]))
+    sel = {f: _selection_text(draw, odd if f == which else None) for f in ("query", "key")}
+    fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + list(sel.items())
+    order = draw(st.permutations(fields))
+    return spec, "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+
+
+@needs_native
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=alibi_bodies())
+def test_native_alibi_answers_like_the_full_path(learnt, drawn):
+    """A float32 ALiBi body whose spec has been answered before: the C shortcut gives the full
+    path's bytes and the float64 reference's, or leaves the body to the full path."""
+    from engine import formats
+    from engine.errors import PosencError
+    spec, text = drawn
+    body = text.encode()
+    cut = __import__("service.replay").replay.spans(body, (b'"query"', b'"key"'))
+    if cut is not None:   # let the full path learn this body's template, with valid selections
+        probe = bytearray(body)
+        for a, b in sorted(cut, reverse=True):
+            probe[a:b] = b"[1]"
+        learnt.execute(learnt.prepare("alibi", bytes(probe), BIN["accept"]))
+    c = learnt.hot("alibi", body, ACCEPT_HDRS)
+    try:
+        full = learnt.execute(learnt.prepare("alibi", body, BIN["accept"]))[0]
+    except PosencError:
+        full = None
+    event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
+    if c is not None:
+        assert c == full
+        assert c == formats.to_safetensors(compute("alibi", json.loads(body)), frozenset(), {"family": "alibi"})
+
+
+@needs_native
+def test_native_alibi_keeps_the_limits(learnt):
+    spec = {"num_heads": 12}
+    learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
+    small = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 4096}})
+    assert learnt.hot("alibi", small, ACCEPT_HDRS) == learnt.execute(learnt.prepare("alibi", small, BIN["accept"]))[0]
+    big = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 40000}})   # 1.9 MB: over the inline limit
+    assert learnt.hot("alibi", big, ACCEPT_HDRS) is None
+    learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "dtype": "float16", "query": [1], "key": [1]}),
+                                  BIN["accept"]))
+    f16 = orjson_dumps({**spec, "dtype": "float16", "query": [3], "key": [1, 2]})
+    assert learnt.hot("alibi", f16, ACCEPT_HDRS) is None                                 # float32 only
+    from service.handlers import Service
+    from service.settings import Settings
+    tight = Service(Settings(namespace=learnt.settings.namespace, max_positions=100))
+    tight.hot("alibi", b"{}", ACCEPT_HDRS)
+    tight.execute(tight.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
+    assert tight.hot("alibi", orjson_dumps({**spec, "query": [9], "key": {"start": 0, "stop": 100}}),
+                     ACCEPT_HDRS) is not None
+    assert tight.hot("alibi", orjson_dumps({**spec, "query": [9], "key": {"start": 0, "stop": 101}}),
+                     ACCEPT_HDRS) is None                                               # max_positions: the full path's 413
+
+
+@pytest.mark.parametrize("family, first, second, want", [
+    ("rope", b'{"head_dim":64,"positions":[5],"positions":[5]}', b'{"head_dim":64,"positions":[7],"positions":[5]}',
+     {"head_dim": 64, "positions": [5]}),
+    ("rope", b'{"head_dim":64,"positions":[5],"\\u0070ositions":[5]}',
+     b'{"head_dim":64,"positions":[7],"\\u0070ositions":[5]}', {"head_dim": 64, "positions": [5]}),
+    ("alibi", b'{"num_heads":12,"query":[5],"key":[1],"query":[5]}', b'{"num_heads":12,"query":[9],"key":[1],"query":[5]}',
+     {"num_heads": 12, "query": [5], "key": [1]}),
+])
+def test_duplicate_keys_never_reach_a_shortcut(http, family, first, second, want):
+    """JSON's last duplicate key wins: a body whose first "positions" is not the one that counts
+    must not teach either shortcut a template that answers from the first."""
+    from engine import formats
+    for body in (first, second):
+        r = http.post(f"/v1/{family}", content=body, headers=BIN)
+        assert r.status_code == 200, r.text
+        assert r.content == formats.to_safetensors(compute(family, want), frozenset(), {"family": family})
+
+
+@needs_native
+@pytest.mark.parametrize("spec", ALIBI_SPECS[:3], ids=["all-heads", "heads-masked", "symmetric"])
+def test_native_alibi_decode_blocks_at_the_table_edge(learnt, spec):
+    """Decode blocks (consecutive keys up to the query) are copied from the engine's distance
+    table while every distance is inside it (2048 here) and computed past it: both exact."""
+    from engine import formats
+    learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
+    for q in (0, 5, 2046, 2047, 2048, 2049, 70000):
+        for key in ({"start": 0, "stop": q + 1}, {"start": max(0, q - 5), "stop": q + 1},
+                    {"start": 0, "stop": q + 2}, {"start": 0, "stop": q + 1, "step": 2}):
+            if key["stop"] - key["start"] > 4096:
+                continue
+            for query in ([q], [q, q], {"start": q, "stop": q + 2}):
+                body = orjson_dumps({**spec, "query": query, "key": key})
+                got = learnt.hot("alibi", body, ACCEPT_HDRS)
+                want = formats.to_safetensors(compute("alibi", json.loads(body)), frozenset(), {"family": "alibi"})
+                assert got == want, body
