@@ -685,11 +685,17 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    if (Py_IS_TYPE(t, &RopeTemplateType) && nf == 1) return rope_answer((RopeTemplate *)t, &spans[0]);
-    if (Py_IS_TYPE(t, &AlibiTemplateType) && nf == 2)
-        return alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1]);
-    PyErr_SetString(PyExc_TypeError, "templates must map to RopeTemplate (1 field) or AlibiTemplate (2 fields)");
-    return NULL;
+    /* held: header_for runs Python code, during which another thread may drop it from the dict */
+    Py_INCREF(t);
+    PyObject *out = NULL;
+    if (Py_IS_TYPE(t, &RopeTemplateType) && nf == 1)
+        out = rope_answer((RopeTemplate *)t, &spans[0]);
+    else if (Py_IS_TYPE(t, &AlibiTemplateType) && nf == 2)
+        out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1]);
+    else
+        PyErr_SetString(PyExc_TypeError, "templates must map to RopeTemplate (1 field) or AlibiTemplate (2 fields)");
+    Py_DECREF(t);
+    return out;
 }
 
 static PyMethodDef methods[] = {

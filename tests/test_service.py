@@ -744,7 +744,10 @@ def test_native_alibi_answers_like_the_full_path(learnt, drawn):
         probe = bytearray(body)
         for a, b in sorted(cut, reverse=True):
             probe[a:b] = b"[1]"
-        learnt.execute(learnt.prepare("alibi", bytes(probe), BIN["accept"]))
+        try:
+            learnt.execute(learnt.prepare("alibi", bytes(probe), BIN["accept"]))
+        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
+            pass
     c = learnt.hot("alibi", body, ACCEPT_HDRS)
     try:
         full = learnt.execute(learnt.prepare("alibi", body, BIN["accept"]))[0]
@@ -762,7 +765,7 @@ def test_native_alibi_keeps_the_limits(learnt):
     learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
     small = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 4096}})
     assert learnt.hot("alibi", small, ACCEPT_HDRS) == learnt.execute(learnt.prepare("alibi", small, BIN["accept"]))[0]
-    big = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 40000}})   # 1.9 MB: over the inline limit
+    big = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 90000}})   # 4.3 MB: over HOT_BYTES
     assert learnt.hot("alibi", big, ACCEPT_HDRS) is None
     learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "dtype": "float16", "query": [1], "key": [1]}),
                                   BIN["accept"]))
