@@ -6,10 +6,15 @@ FastAPI's per-request machinery (routing, dependency resolution, Request/Respons
 ``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer identically
 when the front is disabled with POSENC_FAST_PATH=0), and writes the response with two ASGI sends.
 It also times every request, whichever side served it, into the shared metrics.
+
+Before all that, a POST to /v1/rope or /v1/alibi whose spec this worker has answered before is
+answered by one call into service/_hot.c (the spec-template shortcut; see service/replay.py and
+docs/design.md); whatever it declines, or fails at, continues on the path above.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from time import perf_counter
 
@@ -17,6 +22,8 @@ import anyio
 
 from .handlers import Service, error_response
 from .metrics import Metrics
+
+log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi": "alibi",
                 "/v1/t5-buckets": "t5-buckets"}
@@ -108,7 +115,11 @@ class FastFront:
             # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
             if msg["type"] == "http.request" and not msg.get("more_body", False):
-                out = self.svc.hot(hot[0], msg["body"], scope["headers"])
+                try:
+                    out = self.svc.hot(hot[0], msg["body"], scope["headers"])
+                except Exception:   # a shortcut's failure must not fail the request
+                    log.exception("template shortcut failed; answering through the full path")
+                    out = None
                 if out is not None:
                     await send({"type": "http.response.start", "status": 200,
                                 "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})

@@ -817,3 +817,30 @@ def test_native_alibi_decode_blocks_at_the_table_edge(learnt, spec):
                 got = learnt.hot("alibi", body, ACCEPT_HDRS)
                 want = formats.to_safetensors(compute("alibi", json.loads(body)), frozenset(), {"family": "alibi"})
                 assert got == want, body
+
+
+@needs_native
+def test_a_failing_shortcut_falls_back_to_the_full_path(server):
+    """Whatever goes wrong in the C shortcut, the request is still answered, exactly."""
+    import asyncio
+
+    from engine import formats
+    from service.app import create_app
+    from service.settings import Settings
+    front = create_app(Settings(namespace=server.namespace))
+    front.svc.attach_all()
+    front.svc.hot = lambda *a: 1 / 0
+    body = {"head_dim": 64, "positions": [3, 1]}
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": orjson_dumps(body), "more_body": False}
+
+    async def send(m):
+        sent.append(m)
+    for _ in range(2):
+        sent.clear()
+        asyncio.run(front({"type": "http", "method": "POST", "path": "/v1/rope", "headers": ACCEPT_HDRS},
+                          receive, send))
+        assert sent[0]["status"] == 200
+        assert sent[1]["body"] == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"})
