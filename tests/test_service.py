@@ -844,3 +844,29 @@ def test_a_failing_shortcut_falls_back_to_the_full_path(server):
                           receive, send))
         assert sent[0]["status"] == 200
         assert sent[1]["body"] == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"})
+
+
+def test_concurrent_decode_traffic_is_exact(server):
+    """Decode-like traffic from many threads at once over HTTP, on both workers: RoPE rows and
+    ALiBi blocks for a growing position t, each answer the float64 reference's bytes (most are
+    answered by the template shortcut after each worker's first)."""
+    from engine import formats
+    rope = {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}}
+    alibi = {"num_heads": 12}
+
+    def one(t: int):
+        if t % 2:
+            family, body = "rope", {**rope, "positions": [t, t // 2]}
+        else:
+            family, body = "alibi", {**alibi, "query": [t], "key": {"start": 0, "stop": t + 1}}
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.post(f"/v1/{family}", content=orjson_dumps(body), headers=BIN)
+        assert r.status_code == 200, r.text
+        want = formats.to_safetensors(compute(family, body), frozenset(), {"family": family})
+        return r.content == want, r.headers["x-posenc-worker"]
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(one, range(1, 2400, 7)))
+    assert all(ok for ok, _ in results)
+    assert len({w for _, w in results}) == 2
