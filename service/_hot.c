@@ -1,17 +1,17 @@
 /* service/_hot.c -- the spec-template shortcut (service/replay.py) in C, for the hot path.
  *
  * Decode-time clients send the same spec again and again with new positions. After the full
- * path has answered a body, the body's bytes around its selections (RoPE "positions"; ALiBi
- * "query" and "key") become a template key: the body with each selection's text replaced by one
- * NUL byte. A later body with the same key is the same validated spec with other selections
- * (replay.py explains why, and checks at learn time that each cut-out span really is the value
- * its field takes). This module answers such a body in one call, with no Python object but the
- * answer:
+ * path has answered a body, the body's bytes around its selections (RoPE and sinusoidal
+ * "positions"; ALiBi "query" and "key") become a template key: the body with each selection's
+ * text replaced by one NUL byte. A later body with the same key is the same validated spec with
+ * other selections (replay.py explains why, and checks at learn time that each cut-out span
+ * really is the value its field takes). This module answers such a body in one call, with no
+ * Python object but the answer:
  *
  *   answer(raw, headers, accepts, templates, max_body, fields) -> bytes | None
  *
  * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
- * True} for values the negotiator maps to safetensors; templates: {key: RopeTemplate |
+ * True} for values the negotiator maps to safetensors; templates: {key: RowsTemplate |
  * AlibiTemplate} of one family; fields: that family's selection names as JSON text, e.g.
  * (b'"query"', b'"key"'). It returns the whole safetensors response, or None whenever anything
  * is unusual; the caller then takes the full path. So the parser here may refuse more than the
@@ -19,11 +19,14 @@
  * differently. tests/test_service.py holds the answers to the Python shortcut's and the full
  * path's bytes, and to the float64 reference.
  *
- *   RopeTemplate(cos, sin, interleaved, header_for, tail)
- *     cos, sin: the table's half-width [length, h] arrays (C-contiguous, 2- or 4-byte items; the
- *     template holds them, so their mapping outlives an eviction until the template is dropped);
- *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after cos and sin.
- *     Positions: a list of at most MAX_ROWS ints, each inside the table.
+ *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail)
+ *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
+ *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
+ *     mapping outlives an eviction until the template is dropped); colmap: for each output column
+ *     the stored column it copies (-1: zero), so out[i, j] = array[position_i + offset, colmap[j]];
+ *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after the arrays.
+ *     Positions: at most max_rows (<= MAX_ROWS), each row inside the table; a list, or also a
+ *     range unless lists_only.
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -40,7 +43,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ROWS 64          /* RoPE positions per answer */
+#define MAX_ROWS 64          /* rows (RoPE, sinusoidal) per answer */
 #define MAX_FIELDS 2
 #define POSITION_LIMIT 2147483648LL /* positions are < 2**31 */
 #define STACK_ROWS 256
@@ -55,32 +58,39 @@
  * Templates
  * ------------------------------------------------------------------------------------------- */
 
+/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0). */
+typedef struct {
+    Py_ssize_t dst, src, len;
+} Run;
+
 typedef struct {
     PyObject_HEAD
-    Py_buffer cos, sin;
-    int have_cos, have_sin;
-    Py_ssize_t length, half, itemsize;
-    int interleaved;
+    Py_buffer arr[2];
+    int narr;
+    Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
+    int lists_only;
+    Run *runs;
+    Py_ssize_t nruns;
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
     PyObject *heads[MAX_ROWS + 1];
-} RopeTemplate;
+} RowsTemplate;
 
-static void RopeTemplate_dealloc(RopeTemplate *t)
+static void RowsTemplate_dealloc(RowsTemplate *t)
 {
-    if (t->have_cos) PyBuffer_Release(&t->cos);
-    if (t->have_sin) PyBuffer_Release(&t->sin);
+    for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
+    PyMem_Free(t->runs);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     for (int i = 0; i <= MAX_ROWS; i++) Py_XDECREF(t->heads[i]);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-static int get_table(PyObject *o, Py_buffer *b, const char *name)
+static int get_table(PyObject *o, Py_buffer *b)
 {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     if (b->ndim != 2 || (b->itemsize != 2 && b->itemsize != 4)) {
-        PyErr_Format(PyExc_ValueError, "%s: want a 2-d array of 2- or 4-byte items", name);
+        PyErr_SetString(PyExc_ValueError, "arrays: want 2-d arrays of 2- or 4-byte items");
         PyBuffer_Release(b);
         return -1;
     }
@@ -100,28 +110,72 @@ static int want_callable(PyObject *f)
     return -1;
 }
 
-static int RopeTemplate_init(RopeTemplate *t, PyObject *args, PyObject *kw)
+/* colmap (output column -> stored column, -1: zero) as runs of consecutive columns. */
+static int make_runs(RowsTemplate *t, PyObject *colmap)
 {
-    static char *kwlist[] = {"cos", "sin", "interleaved", "header_for", "tail", NULL};
-    PyObject *ocos, *osin, *hf, *tail;
-    int inter;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!:RopeTemplate", kwlist, &ocos, &osin, &inter,
-                                     &hf, &PyBytes_Type, &tail))
-        return -1;
-    if (want_callable(hf) || once(t->have_cos || t->have_sin)) return -1;
-    if (get_table(ocos, &t->cos, "cos") < 0) return -1;
-    t->have_cos = 1;
-    if (get_table(osin, &t->sin, "sin") < 0) return -1;
-    t->have_sin = 1;
-    if (t->cos.shape[0] != t->sin.shape[0] || t->cos.shape[1] != t->sin.shape[1] ||
-        t->cos.itemsize != t->sin.itemsize) {
-        PyErr_SetString(PyExc_ValueError, "cos and sin differ in shape or item size");
+    PyObject *fast = PySequence_Fast(colmap, "colmap: want a sequence of ints");
+    if (!fast) return -1;
+    Py_ssize_t w = PySequence_Fast_GET_SIZE(fast);
+    if (w < 1 || !(t->runs = PyMem_Malloc((size_t)w * sizeof(Run)))) {
+        Py_DECREF(fast);
+        if (w < 1) PyErr_SetString(PyExc_ValueError, "colmap: empty");
+        else PyErr_NoMemory();
         return -1;
     }
-    t->length = t->cos.shape[0];
-    t->half = t->cos.shape[1];
-    t->itemsize = t->cos.itemsize;
-    t->interleaved = inter;
+    t->nruns = 0;
+    for (Py_ssize_t j = 0; j < w; j++) {
+        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
+        if (c == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (c < -1 || c >= t->src_width) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "colmap: a column outside the arrays");
+            return -1;
+        }
+        Run *last = t->nruns ? &t->runs[t->nruns - 1] : NULL;
+        if (last && ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
+            last->len++;
+        else
+            t->runs[t->nruns++] = (Run){j, c, 1};
+    }
+    Py_DECREF(fast);
+    t->width = w;
+    return 0;
+}
+
+static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", NULL};
+    PyObject *arrays, *colmap, *hf, *tail;
+    Py_ssize_t offset, max_rows;
+    int lists_only;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
+                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail))
+        return -1;
+    if (want_callable(hf) || once(t->narr != 0)) return -1;
+    Py_ssize_t na = PyTuple_GET_SIZE(arrays);
+    if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > MAX_ROWS) {
+        PyErr_SetString(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= MAX_ROWS");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        if (get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) return -1;
+        t->narr++;
+        if (t->arr[i].shape[0] != t->arr[0].shape[0] || t->arr[i].shape[1] != t->arr[0].shape[1] ||
+            t->arr[i].itemsize != t->arr[0].itemsize) {
+            PyErr_SetString(PyExc_ValueError, "arrays differ in shape or item size");
+            return -1;
+        }
+    }
+    t->length = t->arr[0].shape[0];
+    t->src_width = t->arr[0].shape[1];
+    t->itemsize = t->arr[0].itemsize;
+    if (make_runs(t, colmap) < 0) return -1;
+    t->offset = offset;
+    t->max_rows = max_rows;
+    t->lists_only = lists_only;
     Py_INCREF(hf);
     t->header_for = hf;
     Py_INCREF(tail);
@@ -129,14 +183,14 @@ static int RopeTemplate_init(RopeTemplate *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyTypeObject RopeTemplateType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.RopeTemplate",
-    .tp_basicsize = sizeof(RopeTemplate),
+static PyTypeObject RowsTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.RowsTemplate",
+    .tp_basicsize = sizeof(RowsTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A validated RoPE spec's table and response layout (see the module doc).",
+    .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)RopeTemplate_init,
-    .tp_dealloc = (destructor)RopeTemplate_dealloc,
+    .tp_init = (initproc)RowsTemplate_init,
+    .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
 
 typedef struct {
@@ -408,26 +462,22 @@ static int find_span(const char *b, const char *end, PyObject *name, Span *sp)
  * Filling the answer
  * ------------------------------------------------------------------------------------------- */
 
-static void rope_expand(char *dst, const char *table, const Sel *rows, Py_ssize_t h, Py_ssize_t es,
-                        int interleaved)
+static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
 {
-    size_t rb = (size_t)h * (size_t)es;
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
     for (Py_ssize_t i = 0; i < rows->n; i++) {
-        const char *s = table + (size_t)rows->v[i] * rb;
-        char *d = dst + 2 * rb * (size_t)i;
-        if (!interleaved) {
-            memcpy(d, s, rb);
-            memcpy(d + rb, s, rb);
-        } else if (es == 4) {
-            for (Py_ssize_t k = 0; k < h; k++) {
-                memcpy(d + 8 * k, s + 4 * k, 4);
-                memcpy(d + 8 * k + 4, s + 4 * k, 4);
-            }
-        } else {
-            for (Py_ssize_t k = 0; k < h; k++) {
-                memcpy(d + 4 * k, s + 2 * k, 2);
-                memcpy(d + 4 * k + 2, s + 2 * k, 2);
-            }
+        const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        for (Py_ssize_t r = 0; r < t->nruns; r++) {
+            const Run *u = &t->runs[r];
+            if (u->src < 0)
+                memset(d + (size_t)u->dst * es, 0, (size_t)u->len * es);
+            else if (u->len == 1 && es == 4)
+                memcpy(d + 4 * (size_t)u->dst, s + 4 * (size_t)u->src, 4);
+            else if (u->len == 1)
+                memcpy(d + 2 * (size_t)u->dst, s + 2 * (size_t)u->src, 2);
+            else
+                memcpy(d + (size_t)u->dst * es, s + (size_t)u->src * es, (size_t)u->len * es);
         }
     }
 }
@@ -496,14 +546,19 @@ static PyObject *bytes_of(PyObject *head, Py_ssize_t body, PyObject *tail, char 
     return out;
 }
 
-static PyObject *rope_answer(RopeTemplate *t, const Span *sp)
+static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
+{
+    return *sp->open == '[' ? parse_list(sp, cap, POSITION_LIMIT, s) : parse_range(sp, cap, s);
+}
+
+static PyObject *rows_answer(RowsTemplate *t, const Span *sp)
 {
     Sel rows = {.heap = NULL};
     PyObject *out = NULL;
-    if (*sp->open != '[') Py_RETURN_NONE;
-    int rc = parse_list(sp, MAX_ROWS, t->length, &rows);
+    if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
+    int rc = parse_sel(sp, t->max_rows, &rows);
     if (rc == -2) return NULL;
-    if (rc < 0) {
+    if (rc < 0 || rows.hi + t->offset >= t->length) { /* past the table: the full path computes */
         sel_free(&rows);
         Py_RETURN_NONE;
     }
@@ -524,19 +579,13 @@ static PyObject *rope_answer(RopeTemplate *t, const Span *sp)
             t->heads[n] = head;
         }
     }
-    Py_ssize_t block = n * 2 * t->half * t->itemsize;
+    Py_ssize_t block = n * t->width * t->itemsize;
     char *o;
-    if (!(out = bytes_of(head, 2 * block, t->tail, &o))) goto done;
-    rope_expand(o, (const char *)t->cos.buf, &rows, t->half, t->itemsize, t->interleaved);
-    rope_expand(o + block, (const char *)t->sin.buf, &rows, t->half, t->itemsize, t->interleaved);
+    if (!(out = bytes_of(head, t->narr * block, t->tail, &o))) goto done;
+    for (int i = 0; i < t->narr; i++) copy_rows(o + i * block, t, (const char *)t->arr[i].buf, &rows);
 done:
     sel_free(&rows);
     return out;
-}
-
-static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
-{
-    return *sp->open == '[' ? parse_list(sp, cap, POSITION_LIMIT, s) : parse_range(sp, cap, s);
 }
 
 static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
@@ -688,12 +737,12 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* held: header_for runs Python code, during which another thread may drop it from the dict */
     Py_INCREF(t);
     PyObject *out = NULL;
-    if (Py_IS_TYPE(t, &RopeTemplateType) && nf == 1)
-        out = rope_answer((RopeTemplate *)t, &spans[0]);
+    if (Py_IS_TYPE(t, &RowsTemplateType) && nf == 1)
+        out = rows_answer((RowsTemplate *)t, &spans[0]);
     else if (Py_IS_TYPE(t, &AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1]);
     else
-        PyErr_SetString(PyExc_TypeError, "templates must map to RopeTemplate (1 field) or AlibiTemplate (2 fields)");
+        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate (1 field) or AlibiTemplate (2 fields)");
     Py_DECREF(t);
     return out;
 }
@@ -710,12 +759,12 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__hot(void)
 {
-    if (PyType_Ready(&RopeTemplateType) < 0 || PyType_Ready(&AlibiTemplateType) < 0) return NULL;
+    if (PyType_Ready(&RowsTemplateType) < 0 || PyType_Ready(&AlibiTemplateType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
-    Py_INCREF(&RopeTemplateType);
+    Py_INCREF(&RowsTemplateType);
     Py_INCREF(&AlibiTemplateType);
-    if (PyModule_AddObject(m, "RopeTemplate", (PyObject *)&RopeTemplateType) < 0 ||
+    if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&RowsTemplateType) < 0 ||
         PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&AlibiTemplateType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_ROWS", MAX_ROWS) < 0) {
         Py_DECREF(m);

@@ -7,7 +7,7 @@ FastAPI's per-request machinery (routing, dependency resolution, Request/Respons
 when the front is disabled with POSENC_FAST_PATH=0), and writes the response with two ASGI sends.
 It also times every request, whichever side served it, into the shared metrics.
 
-Before all that, a POST to /v1/rope or /v1/alibi whose spec this worker has answered before is
+Before all that, a POST to /v1/rope, /v1/sinusoidal or /v1/alibi whose spec this worker has answered before is
 answered by one call into service/_hot.c (the spec-template shortcut; see service/replay.py and
 docs/design.md); whatever it declines, or fails at, continues on the path above.
 """
@@ -58,7 +58,7 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-_HOT = {p: (p[4:], Metrics.index(p, 200)) for p in ("/v1/rope", "/v1/alibi")}   # path -> (family, metrics)
+_HOT = {p: (p[4:], Metrics.index(p, 200)) for p in ("/v1/rope", "/v1/sinusoidal", "/v1/alibi")}  # -> (family, metrics)
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:

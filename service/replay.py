@@ -16,10 +16,10 @@ Anything unusual — another format, a range where the learnt body had a list, d
 full path.
 
 With the simd kernel backend the shortcut runs in C (service/_hot.c, ``NATIVE``): one call from
-the request body and headers to the response bytes, for RoPE and for float32 ALiBi blocks. This
-module's RoPE answer is its twin and its fallback (the numpy backend, or no C compiler at install
-time); tests hold the C answers to this module's, to the full path's and to the float64
-reference.
+the request body and headers to the response bytes, for RoPE and sinusoidal rows and for
+float32 ALiBi blocks. This module's RoPE answer is its twin and its fallback (the numpy backend,
+or no C compiler at install time); tests hold the C answers to this module's, to the full path's
+and to the float64 reference.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ import orjson
 from engine import formats, kernels
 from engine.dtypes import DTYPES
 from engine.selection import POSITION_LIMIT
+from engine.tables import rope, sinusoidal
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
-FIELDS = {"rope": (b'"positions"',), "alibi": (b'"query"', b'"key"')}   # JSON text, quotes included
+FIELDS = {"rope": (b'"positions"',), "sinusoidal": (b'"positions"',),
+          "alibi": (b'"query"', b'"key"')}                  # JSON text, quotes included
 _BETWEEN = re.compile(rb"[ \t\r\n:]*")
 _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
@@ -155,9 +157,25 @@ class RopeTemplate:
         return buf.tobytes()
 
     def native(self):
-        """The same template for service._hot (which holds the table arrays it reads)."""
-        return _hot.RopeTemplate(self.view.cos, self.view.sin, self.spec.layout == "interleaved",
+        """The same template for service._hot (which holds the table arrays it reads); its column
+        map is the engine's own half -> full expansion applied to column numbers."""
+        colmap = rope.expand(np.arange(self.half)[None, :], self.spec.layout)[0].tolist()
+        return _hot.RowsTemplate((self.view.cos, self.view.sin), colmap, 0, MAX_ROWS, True,
                                  lambda n: self.layout(n)[0], self.tail)
+
+
+def sinusoidal_native(resolved, view):
+    """A sinusoidal spec for service._hot: the stored [sin | cos] table, the layout's column map
+    (the engine's own ``arrange`` applied to column numbers + 1; its zero column becomes -1) and
+    the response layout (``encoding`` [n, d_model])."""
+    spec, dtype = resolved.spec, resolved.dtype
+    colmap = (sinusoidal.arrange(np.arange(1, view.table.shape[1] + 1)[None, :], spec)[0] - 1).tolist()
+    bf16 = {"encoding"} if dtype == "bfloat16" else frozenset()
+
+    def header_for(n: int) -> bytes:
+        arrays = {"encoding": np.empty((n, spec.d_model), DTYPES[dtype])}
+        return formats.safetensors_parts(arrays, bf16, {"family": "sinusoidal"})[0]
+    return _hot.RowsTemplate((view.table,), colmap, spec.offset, MAX_ROWS, False, header_for, b"")
 
 
 def alibi_native(resolved, view, max_n: int, max_bytes: int):
@@ -180,7 +198,7 @@ def alibi_native(resolved, view, max_n: int, max_bytes: int):
 class Templates:
     def __init__(self, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
         self._t: dict[bytes, RopeTemplate] = {}
-        self.native: dict[str, dict] = {"rope": {}, "alibi": {}}   # family -> key -> service._hot template
+        self.native: dict[str, dict] = {f: {} for f in FIELDS}      # family -> key -> service._hot template
         self.max_n, self.max_bytes = max_n, max_bytes               # the C ALiBi answers' limits
 
     def learn(self, family: str, fmt: str, raw: bytes, resolved, view) -> None:
@@ -190,7 +208,7 @@ class Templates:
         if family == "rope":
             if resolved.spec.rope_type in ("dynamic", "longrope") or not isinstance(resolved.request.get("positions"), list):
                 return
-        elif family != "alibi" or not NATIVE or resolved.dtype != "float32":
+        elif not NATIVE or family not in FIELDS or (family == "alibi" and resolved.dtype != "float32"):
             return
         fields = FIELDS[family]
         cut = spans(raw, fields)
@@ -207,6 +225,8 @@ class Templates:
             t = self._t[key] = RopeTemplate(resolved, view)
             if NATIVE:
                 self.native["rope"][key] = t.native()
+        elif family == "sinusoidal":
+            self.native["sinusoidal"][key] = sinusoidal_native(resolved, view)
         else:
             self.native["alibi"][key] = alibi_native(resolved, view, self.max_n, self.max_bytes)
 

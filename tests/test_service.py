@@ -630,14 +630,23 @@ def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
 def test_native_template_checks_its_arrays():
     from service import _hot
     a = np.zeros((4, 8), np.float32)
+    cols = list(range(8))
+
+    def rows(arrays, colmap=cols, hf=lambda n: b"", **kw):
+        args = dict(offset=0, max_rows=64, lists_only=True) | kw
+        return _hot.RowsTemplate(arrays, colmap, args["offset"], args["max_rows"], args["lists_only"], hf, b"")
     with pytest.raises(ValueError, match="2-d"):
-        _hot.RopeTemplate(np.zeros(8, np.float32), a, False, lambda n: b"", b"")
+        rows((np.zeros(8, np.float32),))
     with pytest.raises(ValueError, match="2-d"):
-        _hot.RopeTemplate(np.zeros((4, 8), np.float64), a, False, lambda n: b"", b"")
+        rows((np.zeros((4, 8), np.float64),))
     with pytest.raises(ValueError, match="differ"):
-        _hot.RopeTemplate(a, np.zeros((4, 8), np.float16), False, lambda n: b"", b"")
+        rows((a, np.zeros((4, 8), np.float16)))
+    with pytest.raises(ValueError, match="outside"):
+        rows((a,), [0, 8])
+    with pytest.raises(ValueError, match="max_rows"):
+        rows((a,), max_rows=65)
     with pytest.raises(TypeError, match="callable"):
-        _hot.RopeTemplate(a, a, False, None, b"")
+        rows((a,), hf=None)
     m = np.ones(3)
     with pytest.raises(ValueError, match="float64"):
         _hot.AlibiTemplate(m.astype(np.float32), False, False, lambda q, k: b"", b"\0" * 12, 10, 100)
@@ -645,11 +654,11 @@ def test_native_template_checks_its_arrays():
         _hot.AlibiTemplate(m, False, False, lambda q, k: b"", b"", 10, 100)
     with pytest.raises(ValueError, match="causal"):
         _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
-    t = _hot.RopeTemplate(a, a, False, lambda n: 7, b"")   # a header_for that returns no bytes
+    t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
     acc = ([(b"accept", b"x")], {b"x": True})
     with pytest.raises(TypeError, match="bytes"):
         _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, (b'"positions"',))
-    with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of the other family
+    with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family
         _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, (b'"query"', b'"key"'))
 
 
@@ -729,6 +738,29 @@ def alibi_bodies(draw):
     return spec, "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
 
 
+def learn_then_answer(svc, family: str, body: bytes):
+    """Let the full path learn ``body``'s template (its selections replaced by valid ones), then
+    answer ``body`` both ways: (the C shortcut's bytes or None, the full path's bytes or None)."""
+    from engine.errors import PosencError
+    from service import replay
+    cut = replay.spans(body, replay.FIELDS[family])
+    if cut is not None:
+        probe = bytearray(body)
+        for a, b in sorted(cut, reverse=True):
+            probe[a:b] = b"[1]"
+        try:
+            svc.execute(svc.prepare(family, bytes(probe), BIN["accept"]))
+        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
+            pass
+    c = svc.hot(family, body, ACCEPT_HDRS)
+    try:
+        full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]
+    except PosencError:
+        full = None
+    event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
+    return c, full
+
+
 @needs_native
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(drawn=alibi_bodies())
@@ -736,24 +768,9 @@ def test_native_alibi_answers_like_the_full_path(learnt, drawn):
     """A float32 ALiBi body whose spec has been answered before: the C shortcut gives the full
     path's bytes and the float64 reference's, or leaves the body to the full path."""
     from engine import formats
-    from engine.errors import PosencError
     spec, text = drawn
     body = text.encode()
-    cut = __import__("service.replay").replay.spans(body, (b'"query"', b'"key"'))
-    if cut is not None:   # let the full path learn this body's template, with valid selections
-        probe = bytearray(body)
-        for a, b in sorted(cut, reverse=True):
-            probe[a:b] = b"[1]"
-        try:
-            learnt.execute(learnt.prepare("alibi", bytes(probe), BIN["accept"]))
-        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
-            pass
-    c = learnt.hot("alibi", body, ACCEPT_HDRS)
-    try:
-        full = learnt.execute(learnt.prepare("alibi", body, BIN["accept"]))[0]
-    except PosencError:
-        full = None
-    event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
+    c, full = learn_then_answer(learnt, "alibi", body)
     if c is not None:
         assert c == full
         assert c == formats.to_safetensors(compute("alibi", json.loads(body)), frozenset(), {"family": "alibi"})
@@ -870,3 +887,40 @@ def test_concurrent_decode_traffic_is_exact(server):
         results = list(ex.map(one, range(1, 2400, 7)))
     assert all(ok for ok, _ in results)
     assert len({w for _, w in results}) == 2
+
+
+SINUSOIDAL_SPECS = [{"d_model": 33}, {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "bfloat16"},
+                    {"d_model": 33, "layout": "fairseq", "dtype": "float16"}, {"d_model": 32, "layout": "fairseq"}]
+
+
+@st.composite
+def sinusoidal_bodies(draw):
+    spec = draw(st.sampled_from(SINUSOIDAL_SPECS))
+    odd = draw(st.one_of(st.just(None), st.just(None), _ODD))
+    if draw(st.booleans()):
+        items = [str(v) for v in draw(st.lists(st.integers(0, 2100), min_size=1, max_size=70))]
+        if odd is not None:
+            items.insert(draw(st.integers(0, len(items))), odd)
+        sel = "[" + ",".join(items) + "]"
+    else:
+        start = draw(st.integers(0, 2100))
+        sel = '{"start":%d,"stop":%d%s}' % (start, start + draw(st.integers(-1, 70)),
+                                             draw(st.sampled_from(["", ',"step":3', ',"step":null'])))
+    fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + [("positions", sel)]
+    return "{" + ",".join(f'"{k}":{v}' for k, v in draw(st.permutations(fields))) + "}"
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=sinusoidal_bodies())
+def test_native_sinusoidal_answers_like_the_full_path(learnt, text):
+    """Sinusoidal rows from a known spec: the C shortcut's bytes are the full path's and the
+    float64 reference's (every layout, offsets, bfloat16), or the body takes the full path."""
+    from engine import formats
+    body = text.encode()
+    c, full = learn_then_answer(learnt, "sinusoidal", body)
+    if c is not None:
+        req = json.loads(body)
+        bf16 = {"encoding"} if req.get("dtype") == "bfloat16" else frozenset()
+        assert c == full
+        assert c == formats.to_safetensors(compute("sinusoidal", req), bf16, {"family": "sinusoidal"})

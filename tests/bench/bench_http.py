@@ -6,7 +6,8 @@ One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For e
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
 - the floor: a raw ASGI app under the same uvicorn (uvloop, httptools, 1 worker) returning the
   same bytes;
-- posenc's hot path (the raw-ASGI front), and its FastAPI routes (POSENC_FAST_PATH=0);
+- posenc's hot path (the raw-ASGI front and its C template shortcut), and its FastAPI routes
+  (POSENC_FAST_PATH=0), for one RoPE row, four sinusoidal rows and a 32 x 1 x 4096 ALiBi block;
 - a 32 × 1 × 8192 ALiBi decode block with the C kernels vs POSENC_BACKEND=numpy;
 - JSON vs binary for a 4096 × 128 RoPE response.
 Ratios are against the floor measured in the same run; the machine is shared and noisy.
@@ -33,10 +34,13 @@ PY = sys.executable
 CONFIG = {"length": 131072, "tables": [
     {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
     {"family": "alibi", "spec": {"num_heads": 32}},
+    {"family": "sinusoidal", "spec": {"d_model": 768}},
 ]}
 CASES = {
     "rope 1 row, binary": ("/v1/rope", {"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]},
                            "application/x-safetensors"),
+    "sinusoidal 4 rows, binary": ("/v1/sinusoidal", {"d_model": 768, "positions": [3, 17, 511, 4095]},
+                                  "application/x-safetensors"),
     "alibi 32x1x4096, binary": ("/v1/alibi", {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}},
                                 "application/x-safetensors"),
 }
@@ -204,7 +208,7 @@ def main():
                    "hot path (numpy)": {"POSENC_BACKEND": "numpy"}}
         results = {}
         bodies = {}
-        inproc = float("nan")
+        inproc = {}
         for name, env in servers.items():
             p, url, ns = start_posenc(tmp, env)
             try:
@@ -214,7 +218,7 @@ def main():
                     bodies.setdefault(cname, (r.content, r.headers["content-type"]))
                     results[(name, cname)] = measure(url, case, a.seconds, tmp)
                 if name == "hot path (simd)":
-                    inproc = inprocess_us(ns, CASES["rope 1 row, binary"])
+                    inproc = {cname: inprocess_us(ns, case) for cname, case in CASES.items()}
                     big = {"head_dim": 128, "rope_theta": 500000.0, "positions": {"start": 0, "stop": 4096}}
                     for acc in ("application/json", "application/x-safetensors"):
                         results[(name, f"rope 4096x128 {acc.split('/')[1]}")] = measure(
@@ -235,7 +239,8 @@ def main():
             finally:
                 stop(p)
 
-    print(f"in-process, no HTTP server: {inproc:.1f} µs per 'rope 1 row, binary' request (median of 5)")
+    for cname, us in inproc.items():
+        print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request (median of 5)")
     print(f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} {'p50/floor':>10} {'rps/floor':>10}")
     for (name, cname), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         floor = results.get(("floor (raw ASGI)", cname))
