@@ -71,6 +71,7 @@ typedef struct {
     int lists_only;
     Run *runs;
     Py_ssize_t nruns;
+    int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
     PyObject *heads[MAX_ROWS + 1];
@@ -80,6 +81,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
 {
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
     PyMem_Free(t->runs);
+    PyMem_Free(t->idx);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     for (int i = 0; i <= MAX_ROWS; i++) Py_XDECREF(t->heads[i]);
@@ -123,6 +125,7 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
         return -1;
     }
     t->nruns = 0;
+    int zeros = 0;
     for (Py_ssize_t j = 0; j < w; j++) {
         Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
         if (c == -1 && PyErr_Occurred()) {
@@ -134,6 +137,7 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
             PyErr_SetString(PyExc_ValueError, "colmap: a column outside the arrays");
             return -1;
         }
+        if (c < 0) zeros = 1;
         Run *last = t->nruns ? &t->runs[t->nruns - 1] : NULL;
         if (last && ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
             last->len++;
@@ -142,6 +146,15 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
     }
     Py_DECREF(fast);
     t->width = w;
+    if (!zeros && 4 * t->nruns > w) {
+        if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t)))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < t->nruns; r++)
+            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
+                t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
+    }
     return 0;
 }
 
@@ -462,12 +475,29 @@ static int find_span(const char *b, const char *end, PyObject *name, Span *sp)
  * Filling the answer
  * ------------------------------------------------------------------------------------------- */
 
+VECTOR_CLONES
+static void gather32(uint32_t *restrict d, const uint32_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
+{
+    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
+}
+
+VECTOR_CLONES
+static void gather16(uint16_t *restrict d, const uint16_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
+{
+    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
+}
+
 static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
 {
     size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
     for (Py_ssize_t i = 0; i < rows->n; i++) {
         const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
         char *d = dst + drb * (size_t)i;
+        if (t->idx) { /* the output buffer is 8-byte aligned (bytes_of), the table rows by itemsize */
+            if (es == 4) gather32((uint32_t *)d, (const uint32_t *)s, t->idx, t->width);
+            else gather16((uint16_t *)d, (const uint16_t *)s, t->idx, t->width);
+            continue;
+        }
         for (Py_ssize_t r = 0; r < t->nruns; r++) {
             const Run *u = &t->runs[r];
             if (u->src < 0)
