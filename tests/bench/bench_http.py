@@ -1,6 +1,7 @@
 """HTTP hot-path benchmark (issues #4 and #5). A script, not a test:
 
     python tests/bench/bench_http.py [--seconds 5]
+    python tests/bench/bench_http.py --alternate "alibi 32x1x4096, binary" [--rounds 3]
 
 One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For each response it
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
@@ -199,10 +200,40 @@ def measure(url, case, seconds, tmp):
     return {"p50_us": one["p50"], "p99_us": one["p99"], "max_rps": many["rps"]}
 
 
+def alternate(cname: str, rounds: int, seconds: int) -> None:
+    """posenc's hot path and the floor for one response, both servers up the whole time and
+    measured in turn, so that both see the same stretch of a noisy machine."""
+    case = CASES[cname]
+    with tempfile.TemporaryDirectory() as tmp:
+        p, url, _ = start_posenc(tmp, {})
+        fp = None
+        try:
+            r = httpx.post(url + case[0], json=case[1], headers={"accept": case[2]})
+            assert r.status_code == 200, r.text
+            ctype = r.headers["content-type"]
+            fp, furl = start_floor(tmp, r.content, ctype)
+            print(f"{cname}: posenc and the floor alternated, {seconds} s each")
+            for i in range(rounds):
+                q = measure(url, case, seconds, tmp)
+                f = measure(furl, ("/", {}, ctype), seconds, tmp)
+                print(f"round {i + 1}: posenc p50 {q['p50_us']:.0f} µs, {q['max_rps']:.0f}/s; floor p50 "
+                      f"{f['p50_us']:.0f} µs, {f['max_rps']:.0f}/s; p50/floor {q['p50_us'] / f['p50_us']:.2f}, "
+                      f"rps/floor {q['max_rps'] / f['max_rps']:.2f}", flush=True)
+        finally:
+            stop(p)
+            if fp is not None:
+                stop(fp)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--alternate", metavar="CASE", choices=list(CASES),
+                    help="only this response: posenc and the floor side by side, measured in turn")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if a.alternate:
+        return alternate(a.alternate, a.rounds, a.seconds)
     with tempfile.TemporaryDirectory() as tmp:
         servers = {"hot path (simd)": {}, "FastAPI route": {"POSENC_FAST_PATH": "0"},
                    "hot path (numpy)": {"POSENC_BACKEND": "numpy"}}
