@@ -74,7 +74,7 @@ typedef struct {
     int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
-    PyObject *heads[MAX_ROWS + 1];
+    PyObject *heads;      /* dict: n -> header bytes */
 } RowsTemplate;
 
 static void RowsTemplate_dealloc(RowsTemplate *t)
@@ -84,7 +84,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     PyMem_Free(t->idx);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
-    for (int i = 0; i <= MAX_ROWS; i++) Py_XDECREF(t->heads[i]);
+    Py_XDECREF(t->heads);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -185,7 +185,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->length = t->arr[0].shape[0];
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
-    if (make_runs(t, colmap) < 0) return -1;
+    if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
     t->offset = offset;
     t->max_rows = max_rows;
     t->lists_only = lists_only;
@@ -541,26 +541,25 @@ static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_
     for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
 }
 
-/* header bytes for `key` from the cache dict, else from header_for(*args); new reference. */
-static PyObject *header(PyObject *cache, PyObject *key, PyObject *header_for, PyObject *args)
+/* The safetensors header for an answer of shape (a) or (a, b) (b < 0: one dimension), from the
+ * template's cache, else from header_for(a[, b]) once; new reference. */
+static PyObject *header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_ssize_t b)
 {
+    PyObject *key = PyLong_FromLongLong(b < 0 ? (long long)a : ((long long)a << 32) | (long long)b);
+    if (!key) return NULL;
     PyObject *h = PyDict_GetItemWithError(cache, key);
     if (h) {
         Py_INCREF(h);
-        return h;
+    } else if (!PyErr_Occurred()) {
+        h = b < 0 ? PyObject_CallFunction(header_for, "n", a) : PyObject_CallFunction(header_for, "nn", a, b);
+        if (h && !PyBytes_Check(h)) {
+            Py_CLEAR(h);
+            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
+        }
+        if (h && PyDict_GET_SIZE(cache) >= 4096) PyDict_Clear(cache);
+        if (h && PyDict_SetItem(cache, key, h) < 0) Py_CLEAR(h);
     }
-    if (PyErr_Occurred()) return NULL;
-    if (!(h = PyObject_CallObject(header_for, args))) return NULL;
-    if (!PyBytes_Check(h)) {
-        Py_DECREF(h);
-        PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
-        return NULL;
-    }
-    if (PyDict_GET_SIZE(cache) >= 4096) PyDict_Clear(cache);
-    if (PyDict_SetItem(cache, key, h) < 0) {
-        Py_DECREF(h);
-        return NULL;
-    }
+    Py_DECREF(key);
     return h;
 }
 
@@ -592,28 +591,14 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp)
         sel_free(&rows);
         Py_RETURN_NONE;
     }
-    Py_ssize_t n = rows.n;
-    PyObject *head = t->heads[n];
-    if (!head) {
-        head = PyObject_CallFunction(t->header_for, "n", n);
-        if (!head) goto done;
-        if (!PyBytes_Check(head)) {
-            Py_CLEAR(head);
-            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
-            goto done;
-        }
-        if (t->heads[n]) { /* the callback ran Python code: another caller may have filled it */
-            Py_DECREF(head);
-            head = t->heads[n];
-        } else {
-            t->heads[n] = head;
-        }
+    PyObject *head = header(t->heads, t->header_for, rows.n, -1);
+    if (head) {
+        Py_ssize_t block = rows.n * t->width * t->itemsize;
+        char *o;
+        out = bytes_of(head, t->narr * block, t->tail, &o);
+        Py_DECREF(head);
+        for (int i = 0; out && i < t->narr; i++) copy_rows(o + i * block, t, (const char *)t->arr[i].buf, &rows);
     }
-    Py_ssize_t block = n * t->width * t->itemsize;
-    char *o;
-    if (!(out = bytes_of(head, t->narr * block, t->tail, &o))) goto done;
-    for (int i = 0; i < t->narr; i++) copy_rows(o + i * block, t, (const char *)t->arr[i].buf, &rows);
-done:
     sel_free(&rows);
     return out;
 }
@@ -621,7 +606,7 @@ done:
 static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
 {
     Sel q = {.heap = NULL}, k = {.heap = NULL};
-    PyObject *out = NULL, *key = NULL, *args = NULL, *head = NULL;
+    PyObject *out = NULL, *head = NULL;
     int32_t *keys = NULL;
     int rc = parse_sel(sq, t->max_n, &q);
     if (rc == 0) rc = parse_sel(sk, t->max_n, &k);
@@ -638,14 +623,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
         Py_INCREF(out);
         goto done;
     }
-    if (!(key = PyLong_FromLongLong(((long long)q.n << 32) | (long long)k.n))) goto done;
-    if (!(args = Py_BuildValue("(nn)", q.n, k.n))) goto done;
-    if (!(head = header(t->heads, key, t->header_for, args))) goto done;
-    if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t b = 0; b < k.n; b++) keys[b] = (int32_t)sel_at(&k, b);
+    if (!(head = header(t->heads, t->header_for, q.n, k.n))) goto done;
     char *o;
     if (!(out = bytes_of(head, 4 * t->nheads * q.n * k.n, t->tail, &o))) goto done;
     float *f = (float *)o; /* the header is padded to 8 bytes: aligned */
@@ -660,14 +638,18 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
                 reversed_row(f, row + (sel_at(&q, a) - k.start), k.n);
         }
     } else {
+        if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
+            Py_CLEAR(out);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t b = 0; b < k.n; b++) keys[b] = (int32_t)sel_at(&k, b);
         for (Py_ssize_t h = 0; h < t->nheads; h++)
             for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
                 alibi_row(f, keys, k.n, (int32_t)sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
     }
 done:
     PyMem_Free(keys);
-    Py_XDECREF(key);
-    Py_XDECREF(args);
     Py_XDECREF(head);
     sel_free(&q);
     sel_free(&k);
