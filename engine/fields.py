@@ -12,8 +12,6 @@ from typing import Any, Iterable, Mapping
 
 from .errors import SpecError
 
-_MISSING = object()
-
 
 def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -42,20 +40,18 @@ def refuse_unknown(obj: Mapping, allowed: Iterable[str], loc=(), why: str = "") 
             raise SpecError((*loc, k), f"unknown field{hint}", "extra_forbidden")
 
 
-def get(obj: Mapping, key: str, default=_MISSING):
-    """The value, treating an explicit null as absent."""
-    v = obj.get(key, None)
-    if v is None:
-        return _MISSING if default is _MISSING else default
+def _present(obj: Mapping, key: str, path: tuple, required: bool):
+    """The value, or None where absent or null (a SpecError if the field is required)."""
+    v = obj.get(key)
+    if v is None and required:
+        raise SpecError(path, "field required", "missing")
     return v
 
 
 def req_int(obj, key, loc, lo=None, hi=None, required=True, default=None):
-    v = obj.get(key)
     path = (*loc, key)
+    v = _present(obj, key, path, required)
     if v is None:
-        if required:
-            raise SpecError(path, "field required", "missing")
         return default
     if not is_int(v):
         raise SpecError(path, f"must be an integer, got {json_repr(v)}", "int_type")
@@ -67,11 +63,9 @@ def req_int(obj, key, loc, lo=None, hi=None, required=True, default=None):
 
 
 def req_float(obj, key, loc, gt=None, ge=None, le=None, required=True, default=None):
-    v = obj.get(key)
     path = (*loc, key)
+    v = _present(obj, key, path, required)
     if v is None:
-        if required:
-            raise SpecError(path, "field required", "missing")
         return default
     if not is_number(v):
         raise SpecError(path, f"must be a number, got {json_repr(v)}", "float_type")
