@@ -43,30 +43,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from engine.client import Client  # noqa: E402
 from helpers_proc import ProcRegistry, remove_leftovers, shm_files, unique_namespace  # noqa: E402
+from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
 N_ROWS = 131072
 HEAD_DIM = 128
 SPEC = {"head_dim": HEAD_DIM, "rope_theta": 10000.0}
-
-
-def timeit(fn, repeat: int, min_time: float) -> float:
-    fn()  # warm-up: page faults, caches
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_time:
-            break
-        number *= 2 if t <= 0 else max(2, int(min_time / t * 1.2))
-    times = [t / number]
-    for _ in range(repeat - 1):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return statistics.median(times)
 
 
 def steady_malloc() -> bool:

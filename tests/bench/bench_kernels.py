@@ -25,26 +25,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.kernels import numpy_impl  # noqa: E402
+from timing import calibrate  # noqa: E402  (tests/bench/timing.py, beside this script)
 
 try:
     from engine.kernels import _native  # noqa: E402
 except ImportError:  # pragma: no cover - the table then has numpy and copy columns only
     _native = None
-
-
-def calibrate(fn, min_time: float) -> int:
-    """Calls per timing so that one timing lasts at least ``min_time`` (after a warm-up call:
-    page faults, caches)."""
-    fn()
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_time:
-            return number
-        number *= 2 if t <= 0 else max(2, int(min_time / t * 1.2))
 
 
 def timeit_interleaved(fns: dict, repeat: int, min_time: float) -> dict:
