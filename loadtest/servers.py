@@ -95,14 +95,15 @@ class Server:
 
 
 def start_posenc(port: int, namespace: str, tables: str | None = None, workers: int = 1,
-                 cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None) -> Server:
+                 cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None,
+                 env: dict | None = None) -> Server:
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--namespace", namespace, "--log-level", "warning"]
     if tables:
         cmd += ["--tables", os.path.abspath(tables)]
     if shm_dir:
         cmd += ["--shm-dir", shm_dir]
-    return Server("posenc serve", cmd, port, "/readyz", cpus=cpus, log_path=log_path)
+    return Server("posenc serve", cmd, port, "/readyz", env=env, cpus=cpus, log_path=log_path)
 
 
 def start_floor(port: int, bodies: str | None = None, cpus: str | None = None,

@@ -5,8 +5,8 @@
 
 One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For each response it
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
-- the floor: a raw ASGI app under the same uvicorn (uvloop, httptools, 1 worker) returning the
-  same bytes;
+- the floor: loadtest's raw ASGI app (loadtest/floor.py) under posenc's own uvicorn settings,
+  returning the same bytes;
 - posenc's hot path (the raw-ASGI front and its C template shortcut), and its FastAPI routes
   (POSENC_FAST_PATH=0), for one RoPE row, four sinusoidal rows and a 32 x 1 x 4096 ALiBi block;
 - a 32 × 1 × 8192 ALiBi decode block with the C kernels vs POSENC_BACKEND=numpy;
@@ -19,19 +19,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 
 import httpx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PY = sys.executable
+sys.path.insert(0, ROOT)
+
+from loadtest import wrk as wrk_tool  # noqa: E402  (the load test's servers, floor and wrk driver)
+from loadtest.floor import save_bodies  # noqa: E402
+from loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
 CONFIG = {"length": 131072, "tables": [
     {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
     {"family": "alibi", "spec": {"num_heads": 32}},
@@ -45,63 +47,32 @@ CASES = {
     "alibi 32x1x4096, binary": ("/v1/alibi", {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}},
                                 "application/x-safetensors"),
 }
-FLOOR_APP = textwrap.dedent('''
-    import os
-    BODY = open(os.environ["FLOOR_BODY"], "rb").read()
-    CT = os.environ["FLOOR_CT"].encode()
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", CT), (b"content-length", str(len(BODY)).encode())]})
-        await send({"type": "http.response.body", "body": BODY})
-''')
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait(url, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code in (200, 404, 405):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(url)
-
-
-def start_posenc(tmp, env_extra):
+def posenc_server(tmp: str, env: dict) -> tuple[Server, str]:
+    """``posenc serve --workers 1`` on the server core, ready; (server, namespace)."""
     ns = f"bench-{uuid.uuid4().hex[:6]}"
-    port = free_port()
     cfg = os.path.join(tmp, "tables.json")
     with open(cfg, "w") as f:
         json.dump(CONFIG, f)
-    env = dict(os.environ, **env_extra)
-    p = subprocess.Popen(["taskset", "-c", "0", PY, "-m", "engine.cli", "serve", "--workers", "1", "--port", str(port),
-                          "--namespace", ns, "--tables", cfg, "--log-level", "warning"], cwd=ROOT, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait(f"http://127.0.0.1:{port}/readyz", p)
-    while httpx.get(f"http://127.0.0.1:{port}/readyz").status_code != 200:
-        time.sleep(0.1)
-    return p, f"http://127.0.0.1:{port}", ns
+    s = start_posenc(free_port(), ns, tables=cfg, cpus=SERVER_CPU, env=env)
+    s.wait_ready()
+    return s, ns
+
+
+def floor_server(tmp: str, bodies: dict) -> Server:
+    """loadtest's raw ASGI floor on the server core, answering each path with ``bodies[path]``
+    = (content type, bytes) under posenc's own uvicorn settings."""
+    path = os.path.join(tmp, "floor-bodies.json")
+    save_bodies(path, bodies)
+    s = start_floor(free_port(), bodies=path, cpus=SERVER_CPU)
+    s.wait_ready()
+    return s
 
 
 def inprocess_us(ns: str, case, n: int = 20000) -> float:
     """posenc's own cost per request without the HTTP server: the ASGI front driven directly
     (receive/send complete at once), attached to the running engine's tables, in a tight loop."""
-    sys.path.insert(0, ROOT)
     from service.app import create_app
     from service.settings import Settings
     path, body, accept = case
@@ -134,48 +105,6 @@ def inprocess_us(ns: str, case, n: int = 20000) -> float:
     return sorted(times)[2]
 
 
-def start_floor(tmp, body: bytes, ctype: str):
-    port = free_port()
-    path = os.path.join(tmp, f"floor-{port}.bin")
-    with open(path, "wb") as f:
-        f.write(body)
-    with open(os.path.join(tmp, "floor_app.py"), "w") as f:
-        f.write(FLOOR_APP)
-    env = dict(os.environ, FLOOR_BODY=path, FLOOR_CT=ctype, PYTHONPATH=tmp)
-    p = subprocess.Popen(["taskset", "-c", "0", PY, "-m", "uvicorn", "floor_app:app", "--port", str(port),
-                          "--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "warning",
-                          "--no-access-log"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait(f"http://127.0.0.1:{port}/", p)
-    return p, f"http://127.0.0.1:{port}"
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-
-
-def wrk(url, path, body, accept, conns, seconds, tmp):
-    lua = os.path.join(tmp, "post.lua")
-    with open(lua, "w") as f:
-        f.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(json.dumps(body))}\n'
-                f'wrk.headers["Content-Type"] = "application/json"\nwrk.headers["Accept"] = "{accept}"\n')
-    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", "-s", lua,
-                          url + path], capture_output=True, text=True, timeout=seconds + 30).stdout
-
-    def lat(pct):
-        m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-        v, unit = float(m.group(1)), m.group(2)
-        return v * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if errors:
-        raise RuntimeError(f"wrk saw errors: {out}")
-    return {"p50": lat(50), "p99": lat(99), "rps": rps}
-
-
 def settle(url, timeout=30.0):
     """Wait until the server has drained what the last run left queued (wrk stops sending, the
     server does not stop answering): three fast /healthz answers in a row."""
@@ -192,37 +121,41 @@ def settle(url, timeout=30.0):
 
 
 def measure(url, case, seconds, tmp):
+    """wrk on the client core: p50/p99 at one connection, requests/s at 32."""
     path, body, accept = case
-    settle(url)
-    one = wrk(url, path, body, accept, 1, seconds, tmp)
-    settle(url)
-    many = wrk(url, path, body, accept, 32, seconds, tmp)
-    return {"p50_us": one["p50"], "p99_us": one["p99"], "max_rps": many["rps"]}
+    lua = os.path.join(tmp, "case.lua")
+    wrk_tool.script(lua, [(path, accept, json.dumps(body).encode())])
+    got = {}
+    for conns in (1, 32):
+        settle(url)
+        got[conns] = r = wrk_tool.run(url, lua, seconds, conns, cpus=CLIENT_CPU)
+        if r["failures"]:
+            raise RuntimeError(f"wrk saw errors on {path}: {r['errors']}")
+    return {"p50_us": got[1]["latency_us"]["p50"], "p99_us": got[1]["latency_us"]["p99"], "max_rps": got[32]["rps"]}
 
 
 def alternate(cname: str, rounds: int, seconds: int) -> None:
     """posenc's hot path and the floor for one response, both servers up the whole time and
     measured in turn, so that both see the same stretch of a noisy machine."""
-    case = CASES[cname]
+    path, body, accept = case = CASES[cname]
     with tempfile.TemporaryDirectory() as tmp:
-        p, url, _ = start_posenc(tmp, {})
-        fp = None
+        servers = []
         try:
-            r = httpx.post(url + case[0], json=case[1], headers={"accept": case[2]})
+            posenc, _ = posenc_server(tmp, {})
+            servers.append(posenc)
+            r = httpx.post(posenc.url + path, json=body, headers={"accept": accept})
             assert r.status_code == 200, r.text
-            ctype = r.headers["content-type"]
-            fp, furl = start_floor(tmp, r.content, ctype)
+            floor = floor_server(tmp, {path: (r.headers["content-type"], r.content)})
+            servers.append(floor)
             print(f"{cname}: posenc and the floor alternated, {seconds} s each")
             for i in range(rounds):
-                q = measure(url, case, seconds, tmp)
-                f = measure(furl, ("/", {}, ctype), seconds, tmp)
+                q, f = measure(posenc.url, case, seconds, tmp), measure(floor.url, case, seconds, tmp)
                 print(f"round {i + 1}: posenc p50 {q['p50_us']:.0f} µs, {q['max_rps']:.0f}/s; floor p50 "
                       f"{f['p50_us']:.0f} µs, {f['max_rps']:.0f}/s; p50/floor {q['p50_us'] / f['p50_us']:.2f}, "
                       f"rps/floor {q['max_rps'] / f['max_rps']:.2f}", flush=True)
         finally:
-            stop(p)
-            if fp is not None:
-                stop(fp)
+            for srv in servers:
+                srv.stop()
 
 
 def main():
@@ -241,12 +174,13 @@ def main():
         bodies = {}
         inproc = {}
         for name, env in servers.items():
-            p, url, ns = start_posenc(tmp, env)
+            srv, ns = posenc_server(tmp, env)
+            url = srv.url
             try:
                 for cname, case in CASES.items():
                     r = httpx.post(url + case[0], json=case[1], headers={"accept": case[2]})
                     assert r.status_code == 200, r.text
-                    bodies.setdefault(cname, (r.content, r.headers["content-type"]))
+                    bodies.setdefault(case[0], (r.headers["content-type"], r.content))
                     results[(name, cname)] = measure(url, case, a.seconds, tmp)
                 if name == "hot path (simd)":
                     inproc = {cname: inprocess_us(ns, case) for cname, case in CASES.items()}
@@ -262,13 +196,13 @@ def main():
                     results[(name, "alibi 32x1x8192, binary")] = measure(
                         url, ("/v1/alibi", dec, "application/x-safetensors"), a.seconds, tmp)
             finally:
-                stop(p)
-        for cname, (body, ctype) in bodies.items():
-            p, url = start_floor(tmp, body, ctype)
-            try:
-                results[("floor (raw ASGI)", cname)] = measure(url, ("/", {}, ctype), a.seconds, tmp)
-            finally:
-                stop(p)
+                srv.stop()
+        floor = floor_server(tmp, bodies)   # one floor, each case's bytes at its path
+        try:
+            for cname, case in CASES.items():
+                results[("floor (raw ASGI)", cname)] = measure(floor.url, case, a.seconds, tmp)
+        finally:
+            floor.stop()
 
     for cname, us in inproc.items():
         print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request (median of 5)")
