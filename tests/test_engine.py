@@ -199,6 +199,19 @@ def reader(procs: ProcRegistry, ns: str, body: str, name: str = "reader", **args
     return procs.python(PRELUDE + body, ns, SHM_DIR, json.dumps(args), name=name)
 
 
+def run_together(readers, go) -> list[dict]:
+    """Release reader processes at once (each waits for the file ``go`` after saying it is
+    ready), wait for each to exit 0, and return each one's last JSON line."""
+    for r in readers:
+        r.wait_json(lambda m: m.get("ready"), timeout=60)
+    go.touch()
+    out = []
+    for r in readers:
+        r.expect_exit(0, timeout=60)
+        out.append(r.json_lines()[-1])
+    return out
+
+
 def engine_stats(eng) -> dict:
     reply = eng.client().call({"op": "stats"})
     assert reply.get("ok"), reply
@@ -306,13 +319,7 @@ emit(n=n, start=start, end=time.time(), generation=client.generation)
 """
     readers = [reader(procs, ns, body, name=f"reader{i}", cases=LOOP_CASES, go=str(go), seconds=1.5)
                for i in range(8)]
-    for r in readers:
-        r.wait_json(lambda m: m.get("ready"), timeout=60)
-    go.touch()
-    results = []
-    for r in readers:
-        r.expect_exit(0, timeout=60)
-        results.append(r.json_lines()[-1])
+    results = run_together(readers, go)
     assert all(res["n"] >= 1 for res in results), results
     # They really overlapped: every reader was reading while every other one was.
     assert max(res["start"] for res in results) < min(res["end"] for res in results), results
@@ -339,13 +346,7 @@ ok = bits_equal({"cos": t.cos[rows], "sin": t.sin[rows]},
 emit(digest=digest_of(t), generation=t.generation, ok=ok, length=t.length)
 """
     rs = [reader(procs, ns, body, name=f"asker{i}", spec=spec, go=str(go)) for i in range(2)]
-    for r in rs:
-        r.wait_json(lambda m: m.get("ready"), timeout=60)
-    go.touch()
-    res = []
-    for r in rs:
-        r.expect_exit(0, timeout=60)
-        res.append(r.json_lines()[-1])
+    res = run_together(rs, go)
     assert all(x["ok"] for x in res), res
     assert res[0]["digest"] == res[1]["digest"] and res[0]["generation"] == res[1]["generation"]
     assert res[0]["length"] == ON_DEMAND_LENGTH
