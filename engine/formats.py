@@ -85,13 +85,9 @@ def to_npz(arrays: Mapping, bf16: set = frozenset()) -> bytes:
     return buf.getvalue()
 
 
-def load_safetensors(data: bytes) -> dict:
-    """Reference reader (tests and the Python client): bfloat16 comes back as uint16 bits."""
-    return read_safetensors(data)[0]
-
-
 def read_safetensors(data: bytes) -> tuple[dict, dict]:
-    """(arrays, {name: dtype name}) — the dtype name says "bfloat16" where the array is bits."""
+    """Reference reader (tests and the Python client): (arrays, {name: dtype name}); the dtype
+    name says "bfloat16" where the array is uint16 bits."""
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__", None)

@@ -45,10 +45,6 @@ class Selection:
             return int(self.values.min())
         return self.start
 
-    @property
-    def is_range(self) -> bool:
-        return self.values is None
-
     def array(self) -> np.ndarray:
         if self.values is not None:
             return self.values

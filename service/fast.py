@@ -27,7 +27,6 @@ log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi": "alibi",
                 "/v1/t5-buckets": "t5-buckets"}
-_JSON_HDR = [(b"content-type", b"application/json")]
 
 
 class TooBig(Exception):
