@@ -70,14 +70,23 @@ def floor_server(tmp: str, bodies: dict) -> Server:
     return s
 
 
-def inprocess_us(ns: str, case, n: int = 20000) -> float:
+SHORTCUTS = ("C shortcut", "Python shortcut", "full path")
+
+
+def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) -> float:
     """posenc's own cost per request without the HTTP server: the ASGI front driven directly
-    (receive/send complete at once), attached to the running engine's tables, in a tight loop."""
+    (receive/send complete at once), attached to the running engine's tables, in a tight loop;
+    with the C template shortcut (service/_hot.c), its Python twin (service/replay.py) or
+    neither (every request validated and resolved)."""
     from service.app import create_app
     from service.settings import Settings
     path, body, accept = case
     front = create_app(Settings(namespace=ns))
     front.svc.attach_all()
+    if shortcut != "C shortcut":
+        front.native = False
+    if shortcut == "full path":
+        front.svc.replay = lambda *args: None
     raw = json.dumps(body).encode()
     scope = {"type": "http", "method": "POST", "path": path,
              "headers": [(b"content-type", b"application/json"), (b"accept", accept.encode())]}
@@ -183,7 +192,10 @@ def main():
                     bodies.setdefault(case[0], (r.headers["content-type"], r.content))
                     results[(name, cname)] = measure(url, case, a.seconds, tmp)
                 if name == "hot path (simd)":
-                    inproc = {cname: inprocess_us(ns, case) for cname, case in CASES.items()}
+                    inproc = {(cname, "C shortcut"): inprocess_us(ns, case) for cname, case in CASES.items()}
+                    rope_row = CASES["rope 1 row, binary"]
+                    for how in SHORTCUTS[1:]:
+                        inproc[("rope 1 row, binary", how)] = inprocess_us(ns, rope_row, how)
                     big = {"head_dim": 128, "rope_theta": 500000.0, "positions": {"start": 0, "stop": 4096}}
                     for acc in ("application/json", "application/x-safetensors"):
                         results[(name, f"rope 4096x128 {acc.split('/')[1]}")] = measure(
@@ -204,8 +216,8 @@ def main():
         finally:
             floor.stop()
 
-    for cname, us in inproc.items():
-        print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request (median of 5)")
+    for (cname, how), us in inproc.items():
+        print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request, {how} (median of 5)")
     print(f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} {'p50/floor':>10} {'rps/floor':>10}")
     for (name, cname), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         floor = results.get(("floor (raw ASGI)", cname))
