@@ -223,8 +223,7 @@ class Client:
         """The shared table for a spec (no selections), built on demand. For rope, seq_len picks
         longrope's short/long set or dynamic's frequencies (default: the short/base set)."""
         req = dict(spec)
-        sel_names = {"rope": ("positions",), "sinusoidal": ("positions",)}.get(family, ("query", "key"))
-        for name in sel_names:
+        for name in family_module(family).SELECTIONS:
             req[name] = [max(0, (seq_len or 1) - 1)] if family == "rope" else [0]
         if family != "t5-buckets" and dtype is not None:
             req["dtype"] = dtype

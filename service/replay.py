@@ -34,12 +34,12 @@ import orjson
 from engine import formats, kernels
 from engine.dtypes import DTYPES
 from engine.selection import POSITION_LIMIT
-from engine.tables import rope, sinusoidal
+from engine.tables import FAMILIES, rope, sinusoidal
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
-FIELDS = {"rope": (b'"positions"',), "sinusoidal": (b'"positions"',),
-          "alibi": (b'"query"', b'"key"')}                  # JSON text, quotes included
+# the families with templates -> their selections' names as JSON text, quotes included
+FIELDS = {f: tuple(b'"%s"' % n.encode() for n in FAMILIES[f].SELECTIONS) for f in ("rope", "sinusoidal", "alibi")}
 _BETWEEN = re.compile(rb"[ \t\r\n:]*")
 _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
