@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine.tables import FAMILIES
 
-from .fast import FastFront, read_body, TooBig
+from .fast import FastFront, read_body
 from .handlers import Service, error_response
 from .metrics import Metrics
 from .schemas import EXAMPLES, RETURNS, SCHEMAS
@@ -116,13 +116,11 @@ def _add_family_route(app: FastAPI, svc: Service, family: str) -> None:
     async def route(request: Request):
         try:
             raw = await read_body(request.receive, svc.settings.max_body_bytes)
-        except TooBig:
-            return JSONResponse({"detail": f"request body over the limit of {svc.settings.max_body_bytes} bytes"},
-                                status_code=413)
-        try:
             job = svc.prepare(family, raw, request.headers.get("accept"))
             payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
             return Response(payload, media_type=ctype)
+        except ConnectionAbortedError:   # the client left while sending its body
+            raise
         except Exception as e:
             status, body = error_response(e)
             return Response(body, status_code=status, media_type="application/json")

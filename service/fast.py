@@ -20,6 +20,8 @@ from time import perf_counter
 
 import anyio
 
+from engine.errors import PosencError
+
 from .handlers import Service, error_response
 from .metrics import Metrics
 
@@ -29,8 +31,11 @@ FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi":
                 "/v1/t5-buckets": "t5-buckets"}
 
 
-class TooBig(Exception):
-    pass
+class TooBig(PosencError):
+    status = 413
+
+    def __init__(self, limit: int):
+        super().__init__(f"request body over the limit of {limit} bytes")
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -42,7 +47,7 @@ async def read_body(receive, limit: int) -> bytes:
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooBig
+            raise TooBig(limit)
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -69,12 +74,7 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
 async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list,
                         shortcut: bool = True) -> None:
     try:
-        try:
-            raw = await read_body(receive, svc.settings.max_body_bytes)
-        except TooBig:
-            status, body = 413, b'{"detail":"request body over the limit of %d bytes"}' % svc.settings.max_body_bytes
-            metrics_status.append(status)
-            return await respond(send, status, body, b"application/json")
+        raw = await read_body(receive, svc.settings.max_body_bytes)
         accept = header(scope, b"accept")
         payload = svc.replay(family, raw, accept) if shortcut else None
         if payload is not None:
