@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+
+from service.serve_main import terminate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,13 +76,7 @@ class Server:
         raise TimeoutError(f"{self.name} not ready at {self.url}{self.ready_path} after {timeout:.0f} s")
 
     def stop(self, timeout: float = 20.0) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
             self._log = subprocess.DEVNULL

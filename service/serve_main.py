@@ -19,6 +19,19 @@ import time
 from .settings import Settings
 
 
+def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
+    """Signal a child (SIGTERM: let it clean up), wait up to ``timeout`` s, then kill it; its
+    exit status. Nothing if it has already exited."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the engine and the HTTP workers")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
@@ -85,13 +98,8 @@ class EngineChild:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping = True
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            terminate(self.proc, timeout)
 
 
 def cmd_serve(args) -> int:

@@ -13,6 +13,8 @@ import uuid
 
 import httpx
 
+from service.serve_main import terminate
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHM = "/dev/shm"
 
@@ -98,12 +100,6 @@ class Server:
         return None
 
     def stop(self, sig=signal.SIGTERM, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout, sig)
         self.log.close()
         return self.proc.returncode
