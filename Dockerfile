@@ -29,9 +29,9 @@ COPY . .
 # The README's install (`pip install .`) split in two: build posenc's wheel and a wheel of every
 # dependency here, so the runtime stage installs offline, without a compiler. setup.py treats the
 # C kernels as optional (a failed compile falls back to numpy quietly); the image must have them,
-# so the build stops if the wheel lacks the compiled engine/kernels/_native*.so.
+# so the build stops if the wheel lacks the compiled posenc/engine/kernels/_native*.so.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
-    && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/posenc-*.whl')[0]).namelist(); sys.exit(not any(n.startswith('engine/kernels/_native.') and n.endswith('.so') for n in names))"
+    && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/posenc-*.whl')[0]).namelist(); sys.exit(not any(n.startswith('posenc/engine/kernels/_native.') and n.endswith('.so') for n in names))"
 
 # ---------------------------------------------------------------------------------------------
 # runtime: the slim base, the wheels, a non-root user. No compiler, no torch (not needed to serve).

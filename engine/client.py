@@ -1,6 +1,6 @@
 """The co-located client: attach read-only to the engine's tables and read them zero-copy.
 
-    from engine.client import Client
+    from posenc.engine.client import Client
     c = Client()                                   # shm_dir="/dev/shm", namespace="posenc"
     t = c.table("rope", {"head_dim": 128, "rope_theta": 500000.0})   # a TableView
     t.cos, t.sin                                   # read-only numpy views [N, d/2] of shared memory

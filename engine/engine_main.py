@@ -312,7 +312,7 @@ def add_engine_args(p) -> None:
 
 
 def engine_options(args):
-    from service.settings import Settings
+    from posenc.service.settings import Settings
     s = Settings.from_env(tables=getattr(args, "tables", None), shm_dir=getattr(args, "shm_dir", None),
                           namespace=getattr(args, "namespace", None),
                           memory_budget_bytes=getattr(args, "memory_budget", None),

@@ -2,5 +2,5 @@
 microsecond latency probe, a raw ASGI floor to measure the probe against, and one command that
 runs them all and writes a report. See docs/loadtest.md.
 
-    python -m loadtest report
+    python -m posenc.loadtest report
 """

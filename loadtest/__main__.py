@@ -1,10 +1,10 @@
-"""``python -m loadtest``: report | probe | floor | render.
+"""``python -m posenc.loadtest``: report | probe | floor | render.
 
-    python -m loadtest report                      # start posenc serve, measure, write loadtest/out/<ts>/
-    python -m loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
-    python -m loadtest probe --url ... --rates 1000,5000
-    python -m loadtest floor --port 8100
-    python -m loadtest render loadtest/out/<ts>    # re-render summary.md/latency.png from results.json
+    python -m posenc.loadtest report                      # start posenc serve, measure, write loadtest/out/<ts>/
+    python -m posenc.loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
+    python -m posenc.loadtest probe --url ... --rates 1000,5000
+    python -m posenc.loadtest floor --port 8100
+    python -m posenc.loadtest render loadtest/out/<ts>    # re-render summary.md/latency.png from results.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def main(argv=None) -> int:
     if argv and argv[0] in ("probe", "floor"):
         from . import floor, probe
         return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
-    p = argparse.ArgumentParser(prog="python -m loadtest", description="posenc load tests (docs/loadtest.md)")
+    p = argparse.ArgumentParser(prog="python -m posenc.loadtest", description="posenc load tests (docs/loadtest.md)")
     sub = p.add_subparsers(dest="command", required=True)
     from . import runner
     runner.add_parser(sub)
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     sub.add_parser("floor", help="the raw ASGI floor server alone (see --help)")
     r = sub.add_parser("render", help="re-render a report directory from its results.json")
     r.add_argument("out")
-    r.set_defaults(func=lambda a: (__import__("loadtest.report").report.render(a.out), 0)[1])
+    r.set_defaults(func=lambda a: (__import__("posenc.loadtest.report").loadtest.report.render(a.out), 0)[1])
     args = p.parse_args(argv)
     return args.func(args) or 0
 

@@ -8,7 +8,7 @@ status, content-type and body posenc returned for that path, captured beforehand
 probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
 uvicorn's HTTP handling. posenc minus floor is what posenc costs.
 
-    python -m loadtest.floor --port 8100 --bodies bodies.json
+    python -m posenc.loadtest.floor --port 8100 --bodies bodies.json
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def save_bodies(path: str, bodies: dict[str, tuple[str, bytes]]) -> None:
 def main(argv=None) -> int:
     import uvicorn
 
-    p = argparse.ArgumentParser(prog="python -m loadtest.floor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m posenc.loadtest.floor", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")

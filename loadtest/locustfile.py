@@ -15,23 +15,17 @@ Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_
 Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/payloads.py).
 Think time: ``--posenc-wait SECONDS`` (default 0: each user sends back to back, closed loop).
 Locust records whole milliseconds and runs closed-loop; for microsecond, open-loop figures use
-``python -m loadtest.probe`` (``python -m loadtest report`` runs both).
+``python -m posenc.loadtest.probe`` (``python -m posenc.loadtest report`` runs both).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import sys
 
 from locust import FastHttpUser, constant_pacing, events, task
 
-try:
-    from loadtest import payloads
-except ImportError:  # `locust -f loadtest/locustfile.py` from a checkout that is not installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from loadtest import payloads
+from posenc.loadtest import payloads
 
 _state = {"cfg": payloads.load(), "wait": 0.0}
 

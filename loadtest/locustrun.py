@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from .servers import REPO, pinned
+from .servers import pinned
 
-LOCUSTFILE = os.path.join(REPO, "loadtest", "locustfile.py")
+LOCUSTFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locustfile.py")
 
 
 def run(host: str, out_prefix: str, users: int = 32, spawn_rate: float | None = None, run_time: float = 20.0,
@@ -28,7 +28,7 @@ def run(host: str, out_prefix: str, users: int = 32, spawn_rate: float | None = 
         cmd += ["--posenc-payloads", os.path.abspath(payloads)]
     cmd += extra or []
     with open(log_path or os.devnull, "wb") as log:
-        p = subprocess.run(pinned(cmd, cpus), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        p = subprocess.run(pinned(cmd, cpus), stdout=log, stderr=subprocess.STDOUT,
                            timeout=run_time + 60, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"locust exited with {p.returncode}" + (f"; see {log_path}" if log_path else ""))

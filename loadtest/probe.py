@@ -15,9 +15,9 @@ HdrHistogram (µs, 3 significant digits) after it, so recording costs nothing on
 
 What the probe itself adds (the loop's lateness, its parsing, its recv) shows as ``loop_lag`` per
 step and, in full, as the difference to a C client (wrk, one connection) on the raw ASGI floor;
-``python -m loadtest report`` measures both in the same run.
+``python -m posenc.loadtest report`` measures both in the same run.
 
-    python -m loadtest.probe --url http://127.0.0.1:8000 --rates 1000,5000,10000 --duration 3
+    python -m posenc.loadtest.probe --url http://127.0.0.1:8000 --rates 1000,5000,10000 --duration 3
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def format_step(r: StepResult) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.probe", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m posenc.loadtest.probe", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--rates", default="1000,2000,5000", help="offered rates, requests/s, comma-separated")
     p.add_argument("--duration", type=float, default=3.0, help="measured seconds per rate (after --warmup)")

@@ -1,4 +1,4 @@
-"""``python -m loadtest report``: one command, one bounded run, one report directory.
+"""``python -m posenc.loadtest report``: one command, one bounded run, one report directory.
 
 1. start ``posenc serve`` (one worker, pinned to --server-cpus) or target --url;
 2. ask posenc for the probe's requests once and start the raw ASGI floor answering those bytes,
@@ -82,7 +82,7 @@ def machine_info() -> dict:
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=servers.REPO,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], 
                                 capture_output=True, text=True, timeout=5, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
@@ -92,7 +92,7 @@ def machine_info() -> dict:
 
 def cmd_report(args) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = os.path.abspath(args.out or os.path.join(servers.REPO, "loadtest", "out", stamp))
+    out = os.path.abspath(args.out or os.path.join("posenc-loadtest", stamp))
     os.makedirs(out, exist_ok=True)
     cfg = payloads.load(args.payloads)
     res: dict = {"started": stamp, "machine": machine_info(), "args": vars(args).copy(), "out": out}

@@ -13,9 +13,8 @@ import time
 import urllib.error
 import urllib.request
 
-from service.serve_main import terminate
+from posenc.service.serve_main import terminate
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:
@@ -60,7 +59,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(pinned(cmd, cpus), cwd=REPO, env={**os.environ, **(env or {})},
+        self.proc = subprocess.Popen(pinned(cmd, cpus), env={**os.environ, **(env or {})},
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -92,7 +91,7 @@ class Server:
 def start_posenc(port: int, namespace: str, tables: str | None = None, workers: int = 1,
                  cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None,
                  env: dict | None = None) -> Server:
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "posenc", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--namespace", namespace, "--log-level", "warning"]
     if tables:
         cmd += ["--tables", os.path.abspath(tables)]
@@ -103,7 +102,7 @@ def start_posenc(port: int, namespace: str, tables: str | None = None, workers: 
 
 def start_floor(port: int, bodies: str | None = None, cpus: str | None = None,
                 log_path: str | None = None) -> Server:
-    cmd = [sys.executable, "-m", "loadtest.floor", "--port", str(port)]
+    cmd = [sys.executable, "-m", "posenc.loadtest.floor", "--port", str(port)]
     if bodies:
         cmd += ["--bodies", os.path.abspath(bodies)]
     return Server("floor", cmd, port, "/", cpus=cpus, log_path=log_path)

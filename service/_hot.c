@@ -197,7 +197,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 }
 
 static PyTypeObject RowsTemplateType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.RowsTemplate",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsTemplate",
     .tp_basicsize = sizeof(RowsTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
@@ -314,7 +314,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
 }
 
 static PyTypeObject AlibiTemplateType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "service._hot.AlibiTemplate",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
     .tp_basicsize = sizeof(AlibiTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",

@@ -15,7 +15,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from engine.tables import FAMILIES
+from posenc.engine.tables import FAMILIES
 
 from .fast import FastFront, read_body
 from .handlers import Service, error_response

@@ -1,6 +1,6 @@
 """HTTP client for feature pipelines: numpy arrays from posenc's binary (safetensors) responses.
 
-    from service.client import PosencClient, AsyncPosencClient
+    from posenc.service.client import PosencClient, AsyncPosencClient
     with PosencClient("http://127.0.0.1:8000") as c:
         out = c.rope(head_dim=128, rope_theta=500000.0, positions=[0, 1, 2], dtype="bfloat16")
         out["cos"]            # numpy float32 [3, 128] (bfloat16 widened exactly; raw=True keeps uint16 bits)
@@ -12,8 +12,8 @@ whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
 from __future__ import annotations
 
 
-from engine.dtypes import bf16_bits_to_f32
-from engine.formats import read_safetensors
+from posenc.engine.dtypes import bf16_bits_to_f32
+from posenc.engine.formats import read_safetensors
 
 ACCEPT = "application/x-safetensors"
 FAMILIES = ("rope", "sinusoidal", "alibi", "t5-buckets")

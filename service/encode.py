@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from engine import formats
-from engine.compute import DTYPED, as_arrays
-from engine.dtypes import bf16_bits_to_f32
+from posenc.engine import formats
+from posenc.engine.compute import DTYPED, as_arrays
+from posenc.engine.dtypes import bf16_bits_to_f32
 
 from .negotiate import CONTENT_TYPES
 

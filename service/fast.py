@@ -20,7 +20,7 @@ from time import perf_counter
 
 import anyio
 
-from engine.errors import PosencError
+from posenc.engine.errors import PosencError
 
 from .handlers import Service, error_response
 from .metrics import Metrics

@@ -12,9 +12,9 @@ import logging
 
 import orjson
 
-from engine.client import Client, EngineUnavailable, Resolved
-from engine.compute import check_size, output_nbytes, precheck
-from engine.errors import PosencError, SpecError, TooLarge
+from posenc.engine.client import Client, EngineUnavailable, Resolved
+from posenc.engine.compute import check_size, output_nbytes, precheck
+from posenc.engine.errors import PosencError, SpecError, TooLarge
 
 from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
@@ -110,7 +110,7 @@ class Service:
         return self.client.attach_all(verify=True, timeout=self.settings.build_timeout_s)
 
     def tables(self) -> dict:
-        from engine import kernels_info
+        from posenc.engine import kernels_info
         m = self.client.manifest() or {}
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
                 "engine_backend": m.get("backend"), "ready": self.ready,

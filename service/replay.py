@@ -31,10 +31,10 @@ import re
 import numpy as np
 import orjson
 
-from engine import formats, kernels
-from engine.dtypes import DTYPES
-from engine.selection import POSITION_LIMIT
-from engine.tables import FAMILIES, rope, sinusoidal
+from posenc.engine import formats, kernels
+from posenc.engine.dtypes import DTYPES
+from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine.tables import FAMILIES, rope, sinusoidal
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024

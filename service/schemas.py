@@ -4,9 +4,9 @@ parser (engine.tables.*.parse), which names the field of every error."""
 
 from __future__ import annotations
 
-from engine.dtypes import DTYPES
-from engine.tables import rope, sinusoidal, alibi
-from engine.tables.rope import ROPE_TYPES
+from posenc.engine.dtypes import DTYPES
+from posenc.engine.tables import rope, sinusoidal, alibi
+from posenc.engine.tables.rope import ROPE_TYPES
 
 _SELECTION = {
     "oneOf": [

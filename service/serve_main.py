@@ -72,7 +72,7 @@ class EngineChild:
         self.stopping = False
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "engine.engine_main", "--exit-with-parent",
+        cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--exit-with-parent",
                "--shm-dir", self.s.shm_dir, "--namespace", self.s.namespace,
                "--memory-budget", str(self.s.memory_budget_bytes)]
         if self.s.tables:
@@ -105,7 +105,7 @@ class EngineChild:
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from engine.config import load_config
+    from posenc.engine.config import load_config
     from .metrics import remove_all
 
     s = settings_from_args(args)
@@ -121,7 +121,7 @@ def cmd_serve(args) -> int:
         engine.start()
         threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
     try:
-        uvicorn.run("service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
+        uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
                     loop="uvloop", http="httptools", lifespan="on", log_level=s.log_level,
                     access_log=False, timeout_keep_alive=s.keepalive_s,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,

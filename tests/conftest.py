@@ -19,7 +19,7 @@ EPS64 = np.finfo(np.float64).eps
 
 def pytest_report_header(config):
     try:
-        from engine.kernels import BACKEND
+        from posenc.engine.kernels import BACKEND
     except Exception as exc:  # the header must never break collection
         BACKEND = f"unavailable ({exc.__class__.__name__})"
     return f"posenc test seed: POSENC_TEST_SEED={SEED}; kernel backend: {BACKEND}"

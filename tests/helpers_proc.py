@@ -32,8 +32,8 @@ from typing import Callable, Iterable
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 SHM_DIR = "/dev/shm"
-ENGINE_MODULE = "engine.engine_main"
-CLI_MODULE = "engine.cli"
+ENGINE_MODULE = "posenc.engine.engine_main"
+CLI_MODULE = "posenc"
 
 
 def unique_namespace(prefix: str = "ptest") -> str:
@@ -242,7 +242,7 @@ class EngineProc(Proc):
             raise AssertionError(f"{e}\n{self.logs()}") from None
 
     def client(self, **kw):
-        from engine.client import Client
+        from posenc.engine.client import Client
         return Client(shm_dir=self.shm_dir, namespace=self.namespace, **kw)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
@@ -253,7 +253,7 @@ class EngineProc(Proc):
 def count_tables(config: dict | str | None) -> int:
     """How many tables a config asks for (None: the embedded default), through the engine's own
     config parser: used only to know when an engine is ready."""
-    from engine.config import load_config, parse_config
+    from posenc.engine.config import load_config, parse_config
     return len(parse_config(config) if isinstance(config, dict) else load_config(config))
 
 
@@ -273,7 +273,7 @@ class ProcRegistry:
 
     def engine(self, config: dict | str | None, namespace: str, shm_dir: str = SHM_DIR, args: Iterable[str] = (),
                ready: bool = True, via_cli: bool = False, timeout: float = 30.0, env: dict | None = None) -> EngineProc:
-        """Start ``python -m engine.engine_main`` (or ``python -m engine.cli engine``) with a table
+        """Start ``python -m posenc.engine.engine_main`` (or ``python -m posenc.engine.engine_main engine``) with a table
         config (a dict is written to a file; None means the embedded default)."""
         name = self._name("engine")
         argv = [PYTHON, "-m", *([CLI_MODULE, "engine"] if via_cli else [ENGINE_MODULE])]

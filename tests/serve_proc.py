@@ -13,7 +13,7 @@ import uuid
 
 import httpx
 
-from service.serve_main import terminate
+from posenc.service.serve_main import terminate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHM = "/dev/shm"
@@ -63,7 +63,7 @@ class Server:
             with open(self.config_path, "w") as f:
                 json.dump(tables, f)
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
-        cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), "--workers", str(workers),
+        cmd = [sys.executable, "-m", "posenc", "serve", "--port", str(self.port), "--workers", str(workers),
                "--namespace", self.namespace, "--log-level", "warning", *args]
         if self.config_path:
             cmd += ["--tables", self.config_path]
@@ -95,7 +95,7 @@ class Server:
 
     def engine_pid(self) -> int | None:
         for p in children(self.proc.pid):
-            if "engine.engine_main" in cmdline(p):
+            if "posenc.engine.engine_main" in cmdline(p):
                 return p
         return None
 

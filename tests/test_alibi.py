@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes, build_alibi_tensor
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from engine.compute import compute
-from engine.errors import SpecError
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
 from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp, to_f64
 
 MASK = {"float32": -3.4028234663852886e38, "float16": -65504.0}

@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from engine.compute import compute
+from posenc.engine.compute import compute
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def posenc(*args):
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from engine import store
-from engine.client import TableView
-from engine.compute import compute, parse_request
-from engine.tabledefs import table_for
+from posenc.engine import store
+from posenc.engine.client import TableView
+from posenc.engine.compute import compute, parse_request
+from posenc.engine.tabledefs import table_for
 
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])

@@ -34,9 +34,9 @@ except ModuleNotFoundError:  # Python 3.10
 
 from kubernetes_validate import utils as kv
 
-from engine import kernels
-from engine.cli import build_parser
-from service.settings import (
+from posenc.engine import kernels
+from posenc.cli import build_parser
+from posenc.service.settings import (
     DEFAULT_PORT,
     ENV_PREFIX,
     HEALTH_PATH,
@@ -466,12 +466,12 @@ def test_dockerfile_is_multi_stage_pinned_and_slim():
     builder = " ".join(i.args for i in instrs("RUN", 0))
     assert "pip wheel" in builder and "build-essential" in builder
     # The C kernels are optional to setup.py, not to the image: the build checks they compiled.
-    assert "engine/kernels/_native" in builder
+    assert "posenc/engine/kernels/_native" in builder
 
 
 @pytest.mark.parametrize("members, ok", [
-    (["engine/kernels/_native.c", "engine/kernels/_native.cpython-311-x86_64-linux-gnu.so"], True),
-    (["engine/kernels/_native.c", "engine/kernels/numpy_impl.py"], False),
+    (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/_native.cpython-311-x86_64-linux-gnu.so"], True),
+    (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/numpy_impl.py"], False),
 ])
 def test_builder_refuses_a_wheel_without_the_c_kernels(tmp_path, members, ok):
     import zipfile
@@ -573,7 +573,7 @@ def dockerignore_excludes(path: str) -> bool:
 
 
 def test_dockerignore_keeps_the_build_inputs_only():
-    for needed in ("pyproject.toml", "setup.py", "README.md", "engine/__init__.py",
+    for needed in ("pyproject.toml", "setup.py", "README.md", "engine/__init__.py", "src/posenc/__init__.py",
                    "engine/kernels/_native.c", "service/settings.py",
                    "loadtest/__init__.py", "deploy/examples/worker.py"):
         assert not dockerignore_excludes(needed), f"{needed} is needed by the build"
@@ -614,9 +614,9 @@ def test_worker_reads_through_the_client(monkeypatch, capsys):
             calls["table"] = (family, spec)
             return types.SimpleNamespace(cos=table[:], sin=table[:])
 
-    fake = types.ModuleType("engine.client")
+    fake = types.ModuleType("posenc.engine.client")
     fake.Client = FakeClient
-    monkeypatch.setitem(sys.modules, "engine.client", fake)
+    monkeypatch.setitem(sys.modules, "posenc.engine.client", fake)
     monkeypatch.setenv("POSENC_SHM_DIR", "/dev/shm-test")
     monkeypatch.delenv("POSENC_NAMESPACE", raising=False)
     spec = importlib.util.spec_from_file_location("posenc_example_worker", WORKER)
@@ -633,7 +633,7 @@ def test_worker_fake_matches_the_real_client():
     # The fake above mirrors engine.client.Client; fail if the real one drifts from it.
     import inspect
 
-    client = pytest.importorskip("engine.client")
+    client = pytest.importorskip("posenc.engine.client")
     assert {"shm_dir", "namespace"} <= set(inspect.signature(client.Client).parameters)
     assert "timeout" in inspect.signature(client.Client.wait_ready).parameters
     assert list(inspect.signature(client.Client.table).parameters)[1:3] == ["family", "spec"]
@@ -642,10 +642,8 @@ def test_worker_fake_matches_the_real_client():
 # --------------------------------------------------------------------------- memory sizing
 
 def test_dry_run_fits_the_allowance():
-    if importlib.util.find_spec("engine.cli") is None:
-        pytest.skip("engine.cli (posenc engine --dry-run) is not in the tree yet")
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from posenc.cli import main; sys.exit(main())",
          "engine", "--dry-run"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
-from engine.errors import SpecError
+from posenc.engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
+from posenc.engine.errors import SpecError
 
 # Every non-negative finite bfloat16, ascending (bit order is value order for a fixed sign),
 # plus 2^128 standing for +inf: the rounding candidate just past the largest finite value.

@@ -1,6 +1,6 @@
 """Integration tests for the engine and shared memory (issue #3), with real processes.
 
-Every test starts the engine as a subprocess (``python -m engine.engine_main``) under its own
+Every test starts the engine as a subprocess (``python -m posenc.engine.engine_main``) under its own
 namespace in /dev/shm, and readers as unrelated Python processes (``python -c``, fresh
 interpreters, never forks of the test). The reference for every value a reader gets is
 ``engine.compute.compute`` (the library's output), compared bit for bit: same dtype, same shape,
@@ -25,9 +25,9 @@ import time
 import numpy as np
 import pytest
 
-from engine.client import EngineUnavailable
-from engine.compute import compute
-from engine.errors import SpecError
+from posenc.engine.client import EngineUnavailable
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
 
 from helpers_proc import (CLI_MODULE, PYTHON, SHM_DIR, ProcRegistry, assert_no_leftovers, read_manifest,
                           remove_leftovers, shm_files, snapshot, unique_namespace)
@@ -174,9 +174,9 @@ def digest_of(view) -> str:
 PRELUDE = "\n".join([
     "import json, os, sys, time",
     "import numpy as np",
-    "from engine.client import Client",
-    "from engine.compute import compute",
-    "from engine.errors import SpecError",
+    "from posenc.engine.client import Client",
+    "from posenc.engine.compute import compute",
+    "from posenc.engine.errors import SpecError",
     "NS, SHM = sys.argv[1], sys.argv[2]",
     "ARGS = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}",
     "def emit(**kw):",
@@ -537,7 +537,7 @@ emit(ok=True)
 # Readers cannot write, and never remove anything
 
 def _verify_all_segments(eng) -> None:
-    from engine import store
+    from posenc.engine import store
     m = store.read_manifest(eng.shm_dir, eng.namespace)
     for e in m["tables"].values():
         assert store.Segment(os.path.join(eng.shm_dir, e["file"]), e).verify(), e["file"]
@@ -833,7 +833,7 @@ def test_dry_run_prints_table_bytes_and_total(ns, procs, tmp_path):
 
 
 def test_dry_run_of_the_default_config(ns, procs):
-    from engine.config import DEFAULT_CONFIG
+    from posenc.engine.config import DEFAULT_CONFIG
     sizes, total, text = _dry_run(procs, ns)
     want = _expected_bytes(DEFAULT_CONFIG)
     assert sorted(sizes) == sorted(want), text

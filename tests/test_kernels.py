@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import dtypes
-from engine.errors import SpecError
-from engine.kernels import numpy_impl as ref
+from posenc.engine import dtypes
+from posenc.engine.errors import SpecError
+from posenc.engine.kernels import numpy_impl as ref
 from tests.conftest import FLOAT_DTYPES, SEED
 
 try:
-    from engine.kernels import _native
+    from posenc.engine.kernels import _native
 except ImportError as exc:  # not built: the simd params skip (or fail under POSENC_BACKEND=simd)
     _native, _NATIVE_ERR = None, str(exc)
 

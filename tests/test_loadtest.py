@@ -19,7 +19,7 @@ for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
         pytest.skip(f"{_mod} not installed (pip install -e .[loadtest])", allow_module_level=True)
 
-from loadtest import locustrun, payloads, probe, servers
+from posenc.loadtest import locustrun, payloads, probe, servers
 
 TABLES = {"length": 4096, "tables": [
     {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
@@ -87,17 +87,17 @@ def test_probe_low_rate_reports_percentiles(posenc, files):
 
 
 def test_report_command_end_to_end(files, tmp_path):
-    """``python -m loadtest report`` in miniature: its own server, floor, (wrk), probe, locust, report."""
+    """``python -m posenc.loadtest report`` in miniature, run from a scratch directory: its own server, floor, (wrk), probe, locust, report."""
     import subprocess
 
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "loadtest", "report", "--tables", str(files / "tables.json"),
+    cmd = [sys.executable, "-m", "posenc.loadtest", "report", "--tables", str(files / "tables.json"),
            "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
            "--client-cpus", "", "--saturation", "400", "--fractions", "0.5", "--probe-duration", "0.5",
            "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1", "--locust-time", "2",
            "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0",
            "--idle-budget", "0"]
-    p = subprocess.run(cmd, cwd=servers.REPO, capture_output=True, text=True, timeout=120, check=False)
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0, p.stderr[-3000:]
     for name in ("summary.md", "latency.png", "locust.html", "locust_stats.csv", "results.json"):
         assert (out / name).exists(), name

@@ -28,7 +28,7 @@ from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb 
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply
 from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions, rotate_every_two
 
-from engine.compute import compute
+from posenc.engine.compute import compute
 from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
 
 # Positions sampled up to and beyond 131072 (tables are never built that long here).

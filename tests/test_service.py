@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from engine.client import Client
-from engine.compute import compute
-from engine.dtypes import bf16_bits_to_f32
-from engine.formats import read_safetensors
+from posenc.engine.client import Client
+from posenc.engine.compute import compute
+from posenc.engine.dtypes import bf16_bits_to_f32
+from posenc.engine.formats import read_safetensors
 
 from serve_proc import Server, leftovers
 
@@ -174,8 +174,8 @@ def test_new_spec_is_built_once_for_all_workers(server):
     assert all(r.status_code == 200 for r in rs)
     assert len({r.headers["x-posenc-worker"] for r in rs}) >= 1
     stats = Client(namespace=server.namespace).call({"op": "stats"})
-    from engine.compute import parse_request
-    from engine.tabledefs import table_for
+    from posenc.engine.compute import parse_request
+    from posenc.engine.tabledefs import table_for
     _, spec, sel, dt = parse_request("rope", body)
     assert stats["builds"][table_for("rope", spec, dt, sel).digest] == 1
 
@@ -296,8 +296,8 @@ def test_health_ready_tables_metrics_docs(http, server):
 
 def test_fastapi_routes_answer_like_the_hot_path(server, http):
     """The documented FastAPI routes (the hot path disabled) give the same bytes."""
-    from service.app import create_app
-    from service.settings import Settings
+    from posenc.service.app import create_app
+    from posenc.service.settings import Settings
     os.environ["POSENC_FAST_PATH"] = "0"
     try:
         app = create_app(Settings(namespace=server.namespace))
@@ -414,7 +414,7 @@ def test_invalid_table_config_stops_serve_with_the_field_named(tmp_path):
 def test_python_clients_return_the_reference_arrays(server):
     import asyncio
 
-    from service.client import AsyncPosencClient, PosencClient, PosencHTTPError
+    from posenc.service.client import AsyncPosencClient, PosencClient, PosencHTTPError
     body = {"head_dim": 64, "positions": [0, 9, 5000], "dtype": "bfloat16", "layout": "interleaved"}
     ref = compute("rope", body)
     with PosencClient(server.url) as c:
@@ -485,7 +485,7 @@ def test_attach_only_is_not_ready_until_an_engine_publishes(tmp_path):
             time.sleep(0.1)
         assert httpx.get(s.url + "/readyz").status_code == 503
         assert s.engine_pid() is None
-        engine = subprocess.Popen([sys.executable, "-m", "engine.engine_main", "--namespace", s.namespace,
+        engine = subprocess.Popen([sys.executable, "-m", "posenc.engine.engine_main", "--namespace", s.namespace,
                                    "--tables", s.config_path], cwd=os.path.dirname(os.path.dirname(__file__)),
                                   stderr=subprocess.DEVNULL)
         s.wait_ready()
@@ -511,7 +511,7 @@ def test_attach_only_is_not_ready_until_an_engine_publishes(tmp_path):
 def test_repeated_spec_answers_stay_exact(http, spec):
     """After the first answer for a spec, later bodies with the same spec bytes take the template
     shortcut (service/replay.py); whatever path answers, the bytes are the reference's."""
-    from engine import formats
+    from posenc.engine import formats
     rng = np.random.default_rng(11)
     bf16 = {"cos", "sin"} if spec.get("dtype") == "bfloat16" else frozenset()
     lists = [[5]] + [rng.integers(0, 2048, rng.integers(1, 70)).tolist() for _ in range(25)]
@@ -533,9 +533,9 @@ def orjson_dumps(obj) -> bytes:
 
 
 def test_template_shortcut_is_taken_and_exact(server):
-    from engine import formats
-    from service.handlers import Service
-    from service.settings import Settings
+    from posenc.engine import formats
+    from posenc.service.handlers import Service
+    from posenc.service.settings import Settings
     svc = Service(Settings(namespace=server.namespace))
     accept = BIN["accept"]
     spec = {"head_dim": 64, "layout": "interleaved"}
@@ -563,8 +563,8 @@ ACCEPT_HDRS = [(b"host", b"x"), (b"content-type", b"application/json"), (b"accep
 def learnt(server):
     """A Service in this process, attached to the test server's engine, that has answered each of
     HOT_SPECS once through the full path (so both shortcuts know their templates)."""
-    from service.handlers import Service
-    from service.settings import Settings
+    from posenc.service.handlers import Service
+    from posenc.service.settings import Settings
     svc = Service(Settings(namespace=server.namespace))
     svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
     for spec in HOT_SPECS:
@@ -587,7 +587,7 @@ _ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
 def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
     """Whatever the list's text, the C shortcut answers exactly as service/replay.py does, or
     leaves the body to the full path; it may refuse only what it refuses on purpose ('-0')."""
-    from engine import formats
+    from posenc.engine import formats
     tokens = [str(r) for r in rows]
     if odd is not None:
         tokens.insert(min(at, len(tokens)), odd)
@@ -631,7 +631,7 @@ def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
 
 @needs_native
 def test_native_template_checks_its_arrays():
-    from service import _hot
+    from posenc.service import _hot
     a = np.zeros((4, 8), np.float32)
     cols = list(range(8))
 
@@ -673,9 +673,9 @@ def test_front_answers_a_repeated_spec_without_the_full_path(server):
 
     import orjson
 
-    from engine import formats
-    from service.app import create_app
-    from service.settings import Settings
+    from posenc.engine import formats
+    from posenc.service.app import create_app
+    from posenc.service.settings import Settings
     front = create_app(Settings(namespace=server.namespace))
     front.svc.attach_all()
     prepared = []
@@ -703,7 +703,7 @@ def test_front_answers_a_repeated_spec_without_the_full_path(server):
         body = {**spec, "positions": positions}
         got = asyncio.run(call(orjson_dumps(body), chunks=2 if i == 3 else 1))
         assert got == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"}), positions
-    from service import replay
+    from posenc.service import replay
     # the first sight of the spec; with the C shortcut also the body in two chunks (it takes
     # single-message bodies only), which the Python shortcut answers after reading it whole
     assert [orjson.loads(a[1])["positions"] for a in prepared] == ([[5], [2047]] if replay.NATIVE else [[5]])
@@ -744,8 +744,8 @@ def alibi_bodies(draw):
 def learn_then_answer(svc, family: str, body: bytes):
     """Let the full path learn ``body``'s template (its selections replaced by valid ones), then
     answer ``body`` both ways: (the C shortcut's bytes or None, the full path's bytes or None)."""
-    from engine.errors import PosencError
-    from service import replay
+    from posenc.engine.errors import PosencError
+    from posenc.service import replay
     cut = replay.spans(body, replay.FIELDS[family])
     if cut is not None:
         probe = bytearray(body)
@@ -770,7 +770,7 @@ def learn_then_answer(svc, family: str, body: bytes):
 def test_native_alibi_answers_like_the_full_path(learnt, drawn):
     """A float32 ALiBi body whose spec has been answered before: the C shortcut gives the full
     path's bytes and the float64 reference's, or leaves the body to the full path."""
-    from engine import formats
+    from posenc.engine import formats
     spec, text = drawn
     body = text.encode()
     c, full = learn_then_answer(learnt, "alibi", body)
@@ -791,8 +791,8 @@ def test_native_alibi_keeps_the_limits(learnt):
                                   BIN["accept"]))
     f16 = orjson_dumps({**spec, "dtype": "float16", "query": [3], "key": [1, 2]})
     assert learnt.hot("alibi", f16, ACCEPT_HDRS) is None                                 # float32 only
-    from service.handlers import Service
-    from service.settings import Settings
+    from posenc.service.handlers import Service
+    from posenc.service.settings import Settings
     tight = Service(Settings(namespace=learnt.settings.namespace, max_positions=100))
     tight.hot("alibi", b"{}", ACCEPT_HDRS)
     tight.execute(tight.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
@@ -813,7 +813,7 @@ def test_native_alibi_keeps_the_limits(learnt):
 def test_duplicate_keys_never_reach_a_shortcut(http, family, first, second, want):
     """JSON's last duplicate key wins: a body whose first "positions" is not the one that counts
     must not teach either shortcut a template that answers from the first."""
-    from engine import formats
+    from posenc.engine import formats
     for body in (first, second):
         r = http.post(f"/v1/{family}", content=body, headers=BIN)
         assert r.status_code == 200, r.text
@@ -825,7 +825,7 @@ def test_duplicate_keys_never_reach_a_shortcut(http, family, first, second, want
 def test_native_alibi_decode_blocks_at_the_table_edge(learnt, spec):
     """Decode blocks (consecutive keys up to the query) are copied from the engine's distance
     table while every distance is inside it (2048 here) and computed past it: both exact."""
-    from engine import formats
+    from posenc.engine import formats
     learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
     for q in (0, 5, 2046, 2047, 2048, 2049, 70000):
         for key in ({"start": 0, "stop": q + 1}, {"start": max(0, q - 5), "stop": q + 1},
@@ -844,9 +844,9 @@ def test_a_failing_shortcut_falls_back_to_the_full_path(server):
     """Whatever goes wrong in the C shortcut, the request is still answered, exactly."""
     import asyncio
 
-    from engine import formats
-    from service.app import create_app
-    from service.settings import Settings
+    from posenc.engine import formats
+    from posenc.service.app import create_app
+    from posenc.service.settings import Settings
     front = create_app(Settings(namespace=server.namespace))
     front.svc.attach_all()
     front.svc.hot = lambda *a: 1 / 0
@@ -870,7 +870,7 @@ def test_concurrent_decode_traffic_is_exact(server):
     """Decode-like traffic from many threads at once over HTTP, on both workers: RoPE rows and
     ALiBi blocks for a growing position t, each answer the float64 reference's bytes (most are
     answered by the template shortcut after each worker's first)."""
-    from engine import formats
+    from posenc.engine import formats
     rope = {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                              "original_max_position_embeddings": 8192}}
@@ -919,7 +919,7 @@ def sinusoidal_bodies(draw):
 def test_native_sinusoidal_answers_like_the_full_path(learnt, text):
     """Sinusoidal rows from a known spec: the C shortcut's bytes are the full path's and the
     float64 reference's (every layout, offsets, bfloat16), or the body takes the full path."""
-    from engine import formats
+    from posenc.engine import formats
     body = text.encode()
     c, full = learn_then_answer(learnt, "sinusoidal", body)
     if c is not None:

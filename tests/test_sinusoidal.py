@@ -15,7 +15,7 @@ from transformers.models.distilbert.modeling_distilbert import _create_sinusoida
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from engine.compute import compute
+from posenc.engine.compute import compute
 from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
 
 POSITIONS = [0, 1, 2, 3, 100, 511, 4095, 65535, 131071, 131072, 131073, 200000]

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import store
-from engine.config import DEFAULT_CONFIG, load_config, parse_config
-from engine.errors import SpecError
+from posenc.engine import store
+from posenc.engine.config import DEFAULT_CONFIG, load_config, parse_config
+from posenc.engine.errors import SpecError
 
 # ---------------------------------------------------------------------------------------------
 # Table config

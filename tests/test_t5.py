@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.t5.modeling_t5 import T5Attention
 
-from engine.compute import compute
+from posenc.engine.compute import compute
 
 TOP = 2**31 - 1
 CONFIGS = [(True, 32, 128), (False, 32, 128), (True, 64, 256), (False, 16, 64), (True, 4, 2), (False, 2, 2),

@@ -12,8 +12,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from engine.compute import compute
-from engine.errors import SpecError, TooLarge
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError, TooLarge
 
 R = {"head_dim": 64, "positions": [0, 1]}
 S = {"d_model": 16, "positions": [0, 1]}

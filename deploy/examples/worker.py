@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from engine.client import Client
+from posenc.engine.client import Client
 
 
 def main(argv: list[str] | None = None) -> int:

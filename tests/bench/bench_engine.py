@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from engine.client import Client  # noqa: E402
+from posenc.engine.client import Client  # noqa: E402
 from helpers_proc import ProcRegistry, remove_leftovers, shm_files, unique_namespace  # noqa: E402
 from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
@@ -74,7 +74,7 @@ def fmt(s: float) -> str:
 def bench_reads(client: Client, repeat: int, min_time: float) -> None:
     import torch
 
-    from engine import kernels
+    from posenc.engine import kernels
 
     view = client.table("rope", SPEC)
     cos_v, sin_v = view.cos, view.sin                     # read-only views of the segment
@@ -196,7 +196,7 @@ def main() -> int:
         args.repeat, args.min_time, args.builds = 3, 0.02, 2
 
     import torch
-    from engine import kernels_info
+    from posenc.engine import kernels_info
     torch.set_num_threads(args.torch_threads)
     malloc = steady_malloc()
     print(f"# bench_engine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "

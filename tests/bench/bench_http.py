@@ -29,9 +29,9 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from loadtest import wrk as wrk_tool  # noqa: E402  (the load test's servers, floor and wrk driver)
-from loadtest.floor import save_bodies  # noqa: E402
-from loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
+from posenc.loadtest import wrk as wrk_tool  # noqa: E402  (the load test's servers, floor and wrk driver)
+from posenc.loadtest.floor import save_bodies  # noqa: E402
+from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 CONFIG = {"length": 131072, "tables": [
@@ -78,8 +78,8 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
     with the C template shortcut (service/_hot.c), its Python twin (service/replay.py) or
     neither (every request validated and resolved)."""
-    from service.app import create_app
-    from service.settings import Settings
+    from posenc.service.app import create_app
+    from posenc.service.settings import Settings
     path, body, accept = case
     front = create_app(Settings(namespace=ns))
     front.svc.attach_all()

@@ -24,11 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.kernels import numpy_impl  # noqa: E402
+from posenc.engine.kernels import numpy_impl  # noqa: E402
 from timing import calibrate  # noqa: E402  (tests/bench/timing.py, beside this script)
 
 try:
-    from engine.kernels import _native  # noqa: E402
+    from posenc.engine.kernels import _native  # noqa: E402
 except ImportError:  # pragma: no cover - the table then has numpy and copy columns only
     _native = None
 

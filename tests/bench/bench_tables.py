@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from engine.compute import compute  # noqa: E402
+from posenc.engine.compute import compute  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 N_POS, HEAD_DIM = 131072, 128
@@ -89,7 +89,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=7, help="timings per case; the median is shown")
     args = ap.parse_args(argv)
     try:
-        from engine.kernels import info
+        from posenc.engine.kernels import info
         backend = info()
     except Exception:  # the kernels may not exist in every checkout
         backend = {"backend": "n/a"}

@@ -1,4 +1,6 @@
-"""The ``posenc`` command: compute | engine | serve. Choices come from the registries."""
+"""The ``posenc`` command: compute | engine | serve | loadtest. It sits above every layer: the
+engine and the service never import it. Choices come from the registries; a subcommand whose
+extra is not installed still shows, and says which extra to install."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import json
 import os
 import sys
 
-from .errors import PosencError, SpecError, TooLarge
-from .tables import FAMILIES
+from posenc.engine.errors import PosencError, SpecError, TooLarge
+from posenc.engine.tables import FAMILIES
 
 
 def _read_spec(text: str):
@@ -26,8 +28,8 @@ def _read_spec(text: str):
 
 
 def cmd_compute(args) -> int:
-    from . import formats
-    from .compute import as_arrays, compute
+    from posenc.engine import formats
+    from posenc.engine.compute import as_arrays, compute
 
     request = _read_spec(args.spec)
     result = compute(args.family, request, max_bytes=args.max_bytes)
@@ -60,22 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse results larger than this many bytes (default 64 MiB)")
     c.set_defaults(func=cmd_compute)
 
+    from posenc.engine import engine_main
+    from posenc.service import serve_main
+    engine_main.add_parser(sub)
+    serve_main.add_parser(sub)
     try:
-        from . import engine_main
-        engine_main.add_parser(sub)
-    except ImportError:  # pragma: no cover - during bring-up
-        pass
-    try:
-        from service import serve_main
-        serve_main.add_parser(sub)
-    except ImportError:  # pragma: no cover
-        pass
-    try:  # needs the loadtest extra (locust, hdrhistogram, matplotlib) only when run
-        from loadtest import runner
+        from posenc.loadtest import runner
+    except ImportError as exc:   # the loadtest extra is missing: say so instead of "invalid choice"
+        _missing_extra(sub, "loadtest", "run the load test and write a report", "loadtest", exc)
+    else:
         runner.add_parser(sub, "loadtest")
-    except ImportError:  # pragma: no cover
-        pass
     return p
+
+
+def _missing_extra(sub, name: str, what: str, extra: str, exc: ImportError) -> None:
+    def refuse(args) -> int:
+        print(f"posenc {name}: needs the '{extra}' extra ({exc.name or exc} is not installed): "
+              f"pip install 'posenc[{extra}]'", file=sys.stderr)
+        return 1
+    q = sub.add_parser(name, help=f"{what} (needs: pip install 'posenc[{extra}]')", add_help=True)
+    q.add_argument("rest", nargs=argparse.REMAINDER)
+    q.set_defaults(func=refuse)
 
 
 def main(argv=None) -> int:
