@@ -19,8 +19,8 @@ from typing import Any
 from . import dtypes as _dt
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
-from .tabledefs import DEFAULT_LENGTH, TableDef, stable_tables
-from .tables import FAMILIES, HAS_DTYPE
+from .tables import FAMILIES, TableDef
+from .tables.base import DEFAULT_LENGTH
 
 MAX_LENGTH = 1 << 24
 
@@ -73,20 +73,20 @@ def parse_config(cfg) -> list[ConfiguredTable]:
         family = entry.get("family")
         if family not in FAMILIES:
             raise SpecError((*loc, "family"), f"must be one of {', '.join(FAMILIES)}, got {family!r}")
-        mod = FAMILIES[family]
+        fam = FAMILIES[family]
         spec_json = entry.get("spec") or {}
         require_object(spec_json, (*loc, "spec"))
-        for sel_name in (*mod.SELECTIONS, "dtype"):
+        for sel_name in (*fam.selections, "dtype"):
             if sel_name in spec_json:
                 raise SpecError((*loc, "spec", sel_name),
                                 "not part of a table spec (selections come with requests; dtypes go in 'dtypes')")
         try:
-            spec = mod.parse_spec(spec_json)
+            spec = fam.parse_spec(spec_json)
         except SpecError as e:
             raise SpecError((*loc, "spec", *e.loc), e.msg, e.kind) from None
         n = req_int(entry, "length", loc, lo=1, hi=MAX_LENGTH, required=False, default=length)
-        dts = entry.get("dtypes", ["float32"] if HAS_DTYPE[family] else [None])
-        if HAS_DTYPE[family]:
+        dts = entry.get("dtypes", ["float32"] if fam.has_dtype else [None])
+        if fam.has_dtype:
             if not isinstance(dts, list) or not dts:
                 raise SpecError((*loc, "dtypes"), f"must be a non-empty list of {sorted(_dt.DTYPES)}")
             for j, dt in enumerate(dts):
@@ -99,7 +99,7 @@ def parse_config(cfg) -> list[ConfiguredTable]:
         if not isinstance(name, str):
             raise SpecError((*loc, "name"), "must be a string")
         for dt in dts:
-            for t in stable_tables(family, spec, dt, n if family != "t5-buckets" else 0):
+            for t in fam.stable_tables(spec, dt, n):
                 if t.key not in seen:
                     seen.add(t.key)
                     out.append(ConfiguredTable(name, t))

@@ -9,9 +9,10 @@ Lifecycle
 - Readers keep their mappings through all of this: unlinking a mapped file frees nothing until
   the last mapping goes.
 
-On-demand builds: readers send ``{"op": "ensure", "family": ..., "request": {...}}`` as one JSON
-line over the Unix socket ``{ns}.sock``; the request picks the table exactly as a lookup does
-(``tabledefs.table_for``). Concurrent asks for one new table wait on a single build.
+On-demand builds: readers send ``{"op": "ensure", "table": KEY}`` as one JSON line over the Unix
+socket ``{ns}.sock``, where KEY is the canonical key of the table their request planned
+(``TableDef.key``); the engine re-validates it (``TableDef.from_key``) and builds it. Concurrent asks
+for one new table wait on a single build.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ import threading
 import time
 
 from . import store
-from .compute import parse_request
 from .config import ConfiguredTable, load_config
-from .errors import PosencError, SpecError
-from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
+from .errors import NotStored, PosencError, SpecError
+from .tables import TableDef
+from .tables.base import DEFAULT_LENGTH
 
 
 def log(msg: str) -> None:
@@ -70,7 +71,6 @@ class Engine:
         self.generation = 0
         self._lock_fd = None
         self._server = None
-        self.stopping = threading.Event()
         self.published = False  # no manifest until every configured table is built
 
     # -- paths ------------------------------------------------------------------------------
@@ -152,11 +152,10 @@ class Engine:
             "backend": kernels_info(), "tables": self.tables}, self.mode, self.gid)
 
     # -- on demand ------------------------------------------------------------------------------
-    def ensure(self, family: str, request: dict) -> str:
-        mod, spec, sel, dtype = parse_request(family, request)
-        t = table_for(family, spec, dtype, sel, self.opts.length)
-        if t is None:
-            raise SpecError(("family",), "this request is computed directly; it has no stable table")
+    def ensure(self, key) -> str:
+        if not isinstance(key, str):
+            raise SpecError(("table",), "must be a table key (a string)")
+        t = TableDef.from_key(key, self.opts.length)
         with self.lock:
             if t.digest in self.tables:
                 self.tables[t.digest]["last_used"] = time.time()
@@ -168,7 +167,8 @@ class Engine:
         if builder:
             try:
                 if t.nbytes() > self.opts.memory_budget_bytes:
-                    raise SpecError(("family",), f"table of {t.nbytes()} bytes exceeds the engine's memory budget")
+                    raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
+                                    f"({self.opts.memory_budget_bytes} bytes)")
                 self._build(t, pinned=False)
                 log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
             except BaseException as e:
@@ -194,10 +194,12 @@ class Engine:
                         "tables": len(self.tables)}
         if op == "ensure":
             try:
-                digest = self.ensure(msg.get("family"), msg.get("request") or {})
+                digest = self.ensure(msg.get("table"))
                 return {"ok": True, "digest": digest, "generation": self.generation}
             except SpecError as e:
                 return {"ok": False, "status": 422, "error": str(e), "loc": list(e.loc), "msg": e.msg}
+            except NotStored as e:
+                return {"ok": False, "status": NotStored.status, "error": str(e)}
         return {"ok": False, "status": 400, "error": f"unknown op {op!r}"}
 
     def serve(self) -> None:

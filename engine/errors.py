@@ -42,3 +42,24 @@ class TooLarge(PosencError):
             f"response would be {nbytes} bytes, over the limit of {limit} bytes "
             f"({limit / 2**20:.0f} MiB); ask for fewer positions or heads"
         )
+
+
+class TooManyPositions(TooLarge):
+    """A selection with more positions than one request may hold (HTTP 413)."""
+
+    def __init__(self, name: str, n: int, limit: int):
+        PosencError.__init__(self, f"{name}: {n} positions, over the limit of {limit} per request")
+        self.nbytes, self.limit = n, limit
+
+
+class EngineUnavailable(PosencError):
+    """No engine to build a table that is not in shared memory yet (HTTP 503)."""
+
+    status = 503
+
+
+class NotStored(PosencError):
+    """The engine will not store this table (it alone exceeds the memory budget). Not an error
+    for a request: its rows are computed exactly instead (API.md: no table limits positions)."""
+
+    status = 507

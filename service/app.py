@@ -20,7 +20,6 @@ from posenc.engine.tables import FAMILIES
 from .fast import FastFront, read_body
 from .handlers import Service, error_response
 from .metrics import Metrics
-from .schemas import EXAMPLES, RETURNS, SCHEMAS
 from .settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
 log = logging.getLogger("posenc.service")
@@ -69,7 +68,7 @@ def create_app(settings: Settings | None = None):
                               "`Accept: application/x-safetensors` (or `application/x-npz`); see README.")
     app.state.svc = svc
 
-    for family in FAMILIES:
+    for family in FAMILIES.values():
         _add_family_route(app, svc, family)
 
     @app.get("/v1/tables", summary="What is in shared memory, and the kernel backend")
@@ -112,7 +111,9 @@ async def _attach(svc: Service) -> None:
             await asyncio.sleep(0.2)
 
 
-def _add_family_route(app: FastAPI, svc: Service, family: str) -> None:
+def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
+    family = fam.name
+
     async def route(request: Request):
         try:
             raw = await read_body(request.receive, svc.settings.max_body_bytes)
@@ -126,7 +127,7 @@ def _add_family_route(app: FastAPI, svc: Service, family: str) -> None:
             return Response(body, status_code=status, media_type="application/json")
 
     app.add_api_route(
-        f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {RETURNS[family]}",
+        f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
         responses=_BINARY_DOC,
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": SCHEMAS[family], "examples": EXAMPLES[family]}}}})
+            "schema": fam.schema, "examples": fam.examples}}}})

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from posenc.engine.dtypes import bf16_bits_to_f32
 from posenc.engine.formats import read_safetensors
+from posenc.engine.tables import FAMILIES
 
 ACCEPT = "application/x-safetensors"
-FAMILIES = ("rope", "sinusoidal", "alibi", "t5-buckets")
 
 
 class PosencHTTPError(Exception):
@@ -49,18 +49,6 @@ class PosencClient:
     def request(self, family: str, raw: bool = False, **body) -> dict:
         return _decode(self._http.post(f"/v1/{family}", json=body), raw)
 
-    def rope(self, **body):
-        return self.request("rope", **body)
-
-    def sinusoidal(self, **body):
-        return self.request("sinusoidal", **body)
-
-    def alibi(self, **body):
-        return self.request("alibi", **body)
-
-    def t5_buckets(self, **body):
-        return self.request("t5-buckets", **body)
-
     def tables(self) -> dict:
         return self._http.get("/v1/tables").json()
 
@@ -82,18 +70,6 @@ class AsyncPosencClient:
     async def request(self, family: str, raw: bool = False, **body) -> dict:
         return _decode(await self._http.post(f"/v1/{family}", json=body), raw)
 
-    async def rope(self, **body):
-        return await self.request("rope", **body)
-
-    async def sinusoidal(self, **body):
-        return await self.request("sinusoidal", **body)
-
-    async def alibi(self, **body):
-        return await self.request("alibi", **body)
-
-    async def t5_buckets(self, **body):
-        return await self.request("t5-buckets", **body)
-
     async def aclose(self):
         await self._http.aclose()
 
@@ -102,3 +78,20 @@ class AsyncPosencClient:
 
     async def __aexit__(self, *exc):
         await self.aclose()
+
+
+def _family_methods() -> None:
+    """One method per family of the registry (``c.rope(...)``, ``c.t5_buckets(...)``)."""
+    for name in FAMILIES:
+        def sync(self, _name=name, **body):
+            return self.request(_name, **body)
+
+        async def asynchronous(self, _name=name, **body):
+            return await self.request(_name, **body)
+        for cls, fn in ((PosencClient, sync), (AsyncPosencClient, asynchronous)):
+            fn.__name__ = name.replace("-", "_")
+            fn.__doc__ = f"POST /v1/{name}: {FAMILIES[name].returns}"
+            setattr(cls, fn.__name__, fn)
+
+
+_family_methods()

@@ -7,7 +7,7 @@ FastAPI's per-request machinery (routing, dependency resolution, Request/Respons
 when the front is disabled with POSENC_FAST_PATH=0), and writes the response with two ASGI sends.
 It also times every request, whichever side served it, into the shared metrics.
 
-Before all that, a POST to /v1/rope, /v1/sinusoidal or /v1/alibi whose spec this worker has answered before is
+Before all that, a POST to a family with spec templates whose spec this worker has answered before is
 answered by one call into service/_hot.c (the spec-template shortcut; see service/replay.py and
 docs/design.md); whatever it declines, or fails at, continues on the path above.
 """
@@ -22,13 +22,15 @@ import anyio
 
 from posenc.engine.errors import PosencError
 
+from posenc.engine.tables import FAMILIES
+
+from . import replay
 from .handlers import Service, error_response
 from .metrics import Metrics
 
 log = logging.getLogger("posenc.service")
 
-FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi": "alibi",
-                "/v1/t5-buckets": "t5-buckets"}
+FAMILY_PATHS = {f"/v1/{name}": name for name in FAMILIES}
 
 
 class TooBig(PosencError):
@@ -62,7 +64,8 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-_HOT = {p: (p[4:], Metrics.index(p, 200)) for p in ("/v1/rope", "/v1/sinusoidal", "/v1/alibi")}  # -> (family, metrics)
+# the paths of families with spec templates -> (family, metrics offset of their 200s)
+_HOT = {f"/v1/{name}": (name, Metrics.index(f"/v1/{name}", 200)) for name in replay.FIELDS}
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -71,15 +74,10 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list,
-                        shortcut: bool = True) -> None:
+async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
         accept = header(scope, b"accept")
-        payload = svc.replay(family, raw, accept) if shortcut else None
-        if payload is not None:
-            metrics_status.append(200)
-            return await respond(send, 200, payload, b"application/x-safetensors")
         job = svc.prepare(family, raw, accept)
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)
@@ -134,7 +132,7 @@ class FastFront:
         family = FAMILY_PATHS.get(path)
         try:
             if self.enabled and family is not None and scope["method"] == "POST":
-                await handle_family(self.svc, family, scope, receive, send, statuses, shortcut=not self.native)
+                await handle_family(self.svc, family, scope, receive, send, statuses)
             else:
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":

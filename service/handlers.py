@@ -12,11 +12,12 @@ import logging
 
 import orjson
 
-from posenc.engine.client import Client, EngineUnavailable, Resolved
-from posenc.engine.compute import check_size, output_nbytes, precheck
-from posenc.engine.errors import PosencError, SpecError, TooLarge
+from posenc.engine import pipeline
+from posenc.engine.client import Client
+from posenc.engine.encode import encode
+from posenc.engine.errors import EngineUnavailable, PosencError, SpecError, TooLarge
+from posenc.engine.pipeline import Request
 
-from .encode import encode, error_body
 from .negotiate import NotAcceptable, choose
 from . import replay
 from .replay import Templates
@@ -29,7 +30,7 @@ HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the l
 
 @dataclasses.dataclass(slots=True)
 class Job:
-    r: Resolved
+    r: Request
     fmt: str
     inline: bool
     raw: bytes
@@ -57,13 +58,7 @@ class Service:
         if not isinstance(body, dict):
             raise SpecError((), "the body must be a JSON object", "dict_type")
         r = self.client.resolve(family, body)
-        limit = self.settings.max_positions
-        for n, s in r.sel.items():
-            if s.n > limit:
-                raise TooLargeSelection(n, s.n, limit)
-        nbytes = output_nbytes(r.mod, r.spec, r.sel, r.dtype)
-        check_size(nbytes, self.settings.max_response_bytes)
-        precheck(r.mod, r.spec, r.sel, r.dtype)
+        nbytes = pipeline.check(r, self.settings.max_response_bytes, self.settings.max_positions)
         return Job(r, fmt, nbytes <= INLINE_BYTES, raw)
 
     def _new_templates(self) -> Templates:
@@ -76,15 +71,6 @@ class Service:
             return False
         return True
 
-    def replay(self, family: str, raw: bytes, accept: str | None) -> bytes | None:
-        """The answer from a known spec template (service/replay.py), or None: take the full path."""
-        try:
-            fmt = choose(accept)
-        except NotAcceptable:
-            return None
-        self._fresh_templates()
-        return self.templates.answer(family, fmt, raw)
-
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
         """The template shortcut in C (service/_hot.c) for a rope or alibi body and its ASGI
         headers; None when it does not apply (the full path answers). NATIVE only."""
@@ -96,9 +82,10 @@ class Service:
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
-        out = encode(r.family, self.client.answer(r), r.dtype, job.fmt)
-        if r.table is not None:   # (big answers run in a thread: the dicts it adds to are GIL-safe)
-            self.templates.learn(r.family, job.fmt, job.raw, r, self.client.attach(r.table))
+        view = self.client.view(r)
+        out = encode(r.family, pipeline.arrays(r, view), r.dtype, job.fmt)
+        if view is not None:   # (big answers run in a thread: the dicts it adds to are GIL-safe)
+            self.templates.learn(job.fmt, job.raw, r, view)
         return out
 
     def is_mapped(self, job: Job) -> bool:
@@ -119,10 +106,8 @@ class Service:
                            for d, e in (m.get("tables") or {}).items()]}
 
 
-class TooLargeSelection(TooLarge):
-    def __init__(self, name: str, n: int, limit: int):
-        PosencError.__init__(self, f"{name}: {n} positions, over the limit of {limit} per request")
-        self.nbytes, self.limit = n, limit
+def error_body(detail) -> bytes:
+    return orjson.dumps({"detail": detail})
 
 
 def error_response(exc: BaseException) -> tuple[int, bytes]:

@@ -13,8 +13,10 @@ import os
 
 import numpy as np
 
-ROUTES = ("/v1/rope", "/v1/sinusoidal", "/v1/alibi", "/v1/t5-buckets", "/v1/tables", "/healthz",
-          "/readyz", "/metrics", "/docs", "other")
+from posenc.engine.tables import FAMILIES
+
+ROUTES = (*(f"/v1/{name}" for name in FAMILIES), "/v1/tables", "/healthz", "/readyz", "/metrics", "/docs",
+          "other")
 STATUSES = (200, 400, 404, 405, 406, 413, 422, 500, 503, 0)   # 0: any other status
 BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e-6, 125e-6, 150e-6,
              200e-6, 250e-6, 300e-6, 400e-6, 500e-6, 750e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,

@@ -5,16 +5,15 @@ import pytest
 
 from posenc.engine import store
 from posenc.engine.client import TableView
-from posenc.engine.compute import compute, parse_request
-from posenc.engine.tabledefs import table_for
+from posenc.engine import pipeline
+from posenc.engine.compute import compute
 
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_rope_full_is_a_zero_copy_view_equal_to_compute(tmp_path, layout, dtype):
     spec = {"head_dim": 32, "rope_theta": 500000.0}
-    _, s, sel, dt = parse_request("rope", {**spec, "positions": [0], "dtype": dtype})
-    t = table_for("rope", s, dt, sel, length=64)
+    t = pipeline.parse("rope", {**spec, "positions": [0], "dtype": dtype}, length=64).table
     arrays, meta = t.build()
     path = str(tmp_path / "seg")
     info = store.write_segment(path, arrays)

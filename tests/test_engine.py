@@ -405,7 +405,9 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
     eng = procs.engine(SLOW_CONFIG, ns, ready=False)
     c = eng.client()
     sock = os.path.join(SHM_DIR, f"{ns}.sock")
-    ask = {"op": "ensure", "family": "rope", "request": {"head_dim": 64, "rope_theta": 1000.0, "positions": [0]}}
+    from posenc.engine import pipeline
+    key = pipeline.parse("rope", {"head_dim": 64, "rope_theta": 1000.0, "positions": [0]}).table.key
+    ask = {"op": "ensure", "table": key}
     replies = []
 
     def during():
@@ -716,7 +718,9 @@ emit(ok=True)
     d1, d2 = digests["1001.0"], digests["1002.0"]
     c = eng.client()
     # Ask for table 1 again: table 2 becomes the least recently used.
-    assert c.call({"op": "ensure", "family": "rope", "request": {**_rope8(1001.0), "positions": [0]}})["ok"]
+    from posenc.engine import pipeline
+    key = pipeline.parse("rope", {**_rope8(1001.0), "positions": [0]}).table.key
+    assert c.call({"op": "ensure", "table": key})["ok"]
     d3 = digest_of(c.table("rope", _rope8(1003.0)))
     m = eng.manifest()
     assert d2 not in m["tables"], "the least recently used table was not evicted"
@@ -730,9 +734,13 @@ emit(ok=True)
     d4 = digest_of(c.table("rope", _rope8(1004.0)))
     m = eng.manifest()
     assert d1 not in m["tables"] and {d3, d4} <= set(m["tables"]) and pinned <= set(m["tables"])
-    # A table bigger than the whole budget is refused (422), and evicts nothing.
-    with pytest.raises(SpecError):
+    # A table bigger than the whole budget is not stored, and evicts nothing; a request for it is
+    # still answered, computed exactly (API.md: no table limits positions).
+    from posenc.engine.errors import NotStored
+    with pytest.raises(NotStored):
         c.table("rope", {"head_dim": 64, "rope_theta": 1005.0})
+    body = {"head_dim": 64, "rope_theta": 1005.0, "positions": [0, 7, 70000]}
+    assert bits_equal(c.lookup("rope", body), compute("rope", body))
     assert set(eng.manifest()["tables"]) == set(m["tables"])
     assert eng.stop() == 0
 

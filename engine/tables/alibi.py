@@ -11,20 +11,20 @@ symmetric −m_h·|i − j|. Evaluated in float64 directly (not as m·j − m·i
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Mapping
 
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import kernels
 from ..errors import SpecError
 from ..fields import (is_int, json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int,
                       require_object)
-from ..selection import Selection, parse_selection
+from ..selection import Selection
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
 
 MODES = ("causal", "symmetric")
-FIELDS = ("num_heads", "heads", "max_bias", "mode", "mask_future", "query", "key", "dtype")
-SELECTIONS = ("query", "key")
+MAX_HEADS = 1 << 16
 
 
 def slopes_f64(num_heads: int, max_bias: float = 8.0) -> np.ndarray:
@@ -54,15 +54,11 @@ class AlibiSpec:
     def slopes(self) -> np.ndarray:
         return slopes_f64(self.num_heads, self.max_bias)[self.head_index]
 
-    def table_key(self) -> str:
-        return json.dumps({"family": "alibi", "num_heads": self.num_heads, "max_bias": self.max_bias},
-                          sort_keys=True, separators=(",", ":"))
-
 
 def parse_spec(req: Mapping) -> AlibiSpec:
     require_object(req)
-    refuse_unknown(req, FIELDS)
-    h = req_int(req, "num_heads", (), lo=1, hi=1 << 16)
+    refuse_unknown(req, Alibi.fields)
+    h = req_int(req, "num_heads", (), lo=1, hi=MAX_HEADS)
     heads = req.get("heads")
     if heads is not None:
         if not isinstance(heads, (list, tuple)):
@@ -86,15 +82,6 @@ def parse_spec(req: Mapping) -> AlibiSpec:
     return spec
 
 
-def parse(req: Mapping):
-    spec = parse_spec(req)
-    return spec, {k: parse_selection(req.get(k), (k,)) for k in SELECTIONS}
-
-
-def output_nbytes(spec: AlibiSpec, nq: int, nk: int, dtype: str) -> int:
-    return len(spec.head_index) * nq * nk * _dt.DTYPES[dtype].itemsize + len(spec.head_index) * 4
-
-
 def max_abs_bias(spec: AlibiSpec, query: Selection, key: Selection) -> float:
     """Largest |bias| the block can hold, found from the selections' extremes without building it."""
     q, k = query.array(), key.array()
@@ -102,13 +89,142 @@ def max_abs_bias(spec: AlibiSpec, query: Selection, key: Selection) -> float:
     return float(spec.slopes().max()) * dist
 
 
-def compute(spec: AlibiSpec, sel: Mapping[str, Selection], dtype: str) -> dict:
-    # −m·(i − j) evaluated in float64 as 0 − m·(i − j) (so the diagonal is +0.0) and rounded once,
-    # by engine.kernels.alibi_block (numpy reference, or the C kernel, bit-identical).
-    from .. import kernels
+def block(m: np.ndarray, spec: AlibiSpec, sel, dtype: str) -> np.ndarray:
+    """−m·(i − j) evaluated in float64 as 0 − m·(i − j) (so the diagonal is +0.0) and rounded once,
+    by engine.kernels.alibi_block (numpy reference, or the C kernel, bit-identical)."""
     q, k = sel["query"].array(), sel["key"].array()
-    m = np.ascontiguousarray(spec.slopes())
     out = np.empty((m.shape[0], q.shape[0], k.shape[0]), _dt.DTYPES[dtype])
     if kernels.alibi_block(m, q, k, out, dtype, spec.mode == "symmetric", spec.mask_future):
         raise SpecError(("dtype",), f"ALiBi biases overflow {dtype}; use a wider dtype")
-    return {"bias": out, "slopes": m.astype(np.float32)}
+    return out
+
+
+def dist_rows(m: np.ndarray, deltas: np.ndarray, dtype: str) -> np.ndarray:
+    """The stored table's cells −m_h·δ rounded once (δ >= 0; δ = 0 gives +0.0). Cells past the
+    dtype's range become ±inf here; readers never serve them (they compute, and refuse, instead)."""
+    with np.errstate(over="ignore"):
+        v = m[:, None] * (-deltas).astype(np.float64)[None, :]
+        if dtype == "bfloat16":
+            return _dt.f64_to_bf16_bits(v)
+        return v.astype(_dt.DTYPES[dtype])
+
+
+def finite_length(dist: np.ndarray, dtype: str) -> int:
+    """Number of leading distances whose every head is finite."""
+    bad = ~np.isfinite(_dt.to_float(dist, dtype)).all(axis=0)
+    return int(np.argmax(bad)) if bad.any() else dist.shape[1]
+
+
+def _negate(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Exact negation in the stored form (bfloat16 bits: flip the sign bit)."""
+    return a ^ np.uint16(0x8000) if dtype == "bfloat16" else -a
+
+
+class Alibi(Family):
+    name = "alibi"
+    fields = ("num_heads", "heads", "max_bias", "mode", "mask_future", "query", "key", "dtype")
+    selections = ("query", "key")
+    dtyped = frozenset({"bias"})
+    returns = "bias [len(heads), n_query, n_key], slopes [len(heads)] float32"
+
+    def parse_spec(self, req):
+        return parse_spec(req)
+
+    def output_nbytes(self, spec, sel, dtype):
+        h = len(spec.head_index)
+        return h * sel["query"].n * sel["key"].n * _dt.DTYPES[dtype].itemsize + h * 4
+
+    def precheck(self, spec, sel, dtype):
+        # a block whose largest bias would round to infinity in the dtype: 422 on dtype, decided
+        # from the selections' extremes before the block is built
+        if not spec.mask_future:
+            _dt.round_f64(np.array([max_abs_bias(spec, sel["query"], sel["key"])]), dtype)
+
+    def compute(self, spec, sel, dtype):
+        m = np.ascontiguousarray(spec.slopes())
+        return {"bias": block(m, spec, sel, dtype), "slopes": m.astype(np.float32)}
+
+    # -- stored tables: dist[h, δ] = −m_h·δ in the dtype (every block cell is ± one of these) ---
+    def table_for(self, spec, dtype, sel, length):
+        return TableDef(self.name, AlibiSpec(num_heads=spec.num_heads, max_bias=spec.max_bias), dtype, length)
+
+    def table_key(self, tspec, variant):
+        return {"family": "alibi", "num_heads": tspec.num_heads, "max_bias": tspec.max_bias}
+
+    def table_spec(self, key):
+        try:
+            req = {"num_heads": key["num_heads"], "max_bias": key["max_bias"]}
+        except (KeyError, TypeError):
+            raise SpecError(("table",), "not an alibi table key") from None
+        return parse_spec(req), None
+
+    def layout(self, t):
+        h = t.spec.num_heads
+        return {"dist": ((h, t.length), _dt.DTYPES[t.dtype].name), "slopes": ((h,), "float64")}
+
+    def fill(self, t, out):
+        m = slopes_f64(t.spec.num_heads, t.spec.max_bias)
+        out["slopes"][...] = m
+        for lo in range(0, t.length, CHUNK):
+            out["dist"][:, lo:lo + CHUNK] = dist_rows(m, np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64),
+                                                      t.dtype)
+        return {}
+
+    def attach(self, view):
+        view.finite_length = finite_length(view.dist, view.dtype)
+
+    def serve(self, view, spec, sel, dtype):
+        heads = spec.head_index
+        far = max(abs(sel["query"].max - sel["key"].min), abs(sel["key"].max - sel["query"].min))
+        if kernels.BACKEND == "simd" or far >= view.finite_length:
+            # The C kernel fills the block from the shared float64 slopes faster than a gather;
+            # past the table numpy computes too. Same numbers as the table either way.
+            m = np.ascontiguousarray(view.slopes[heads])
+            return {"bias": block(m, spec, sel, dtype), "slopes": m.astype(np.float32)}
+        q, k = sel["query"].array(), sel["key"].array()
+        delta = q[:, None] - k[None, :]                       # i − j
+        out = view.dist[heads[:, None, None], np.abs(delta)[None, :, :]]   # −m·|i − j|
+        if spec.mode == "causal":
+            future = delta < 0
+            if future.any():
+                if spec.mask_future:
+                    out[:, future] = _dt.mask_value(dtype)
+                else:
+                    out[:, future] = _negate(out[:, future], dtype)   # +m·(j − i)
+        return {"bias": out, "slopes": view.slopes[heads].astype(np.float32)}
+
+    # -- the hot path ------------------------------------------------------------------------
+    def template(self, hot, req, view, limits):
+        """float32 blocks only (f16/bf16 refuse on overflow, which the full path decides): the
+        requested heads' float64 slopes, computed as the kernels compute; decode blocks copy from
+        the engine's float32 distance table, which holds the same values."""
+        spec = req.spec
+        if req.dtype != "float32":
+            return None
+        m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
+        m32 = m.astype(np.float32)
+
+        def header_for(nq: int, nk: int) -> bytes:
+            return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), np.float32), "slopes": m32},
+                                           "float32")
+        dist = view.dist if view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
+        return hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
+                                 limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist())
+
+    schema = {
+        "type": "object", "additionalProperties": False, "required": ["num_heads", "query", "key"],
+        "properties": {
+            "num_heads": {"type": "integer", "minimum": 1, "maximum": MAX_HEADS},
+            "heads": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+            "max_bias": {"type": "number", "exclusiveMinimum": 0, "default": 8.0},
+            "mode": {"type": "string", "enum": list(MODES), "default": "causal"},
+            "mask_future": {"type": "boolean", "default": False},
+            "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    examples = {
+        "decode row, 32 heads": {"value": {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}}},
+        "masked prefill, 12 heads": {"value": {"num_heads": 12, "mask_future": True, "dtype": "float16",
+                                               "query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
+    }
+
+
+FAMILY = Alibi()

@@ -1,36 +1,33 @@
-"""RoPE cos/sin (rotary position embeddings) and every scaling transformers ships.
+"""RoPE cos/sin (rotary position embeddings) with every scaling transformers ships.
 
-Reference: transformers 5.24 ``modeling_rope_utils.py`` (``ROPE_INIT_FUNCTIONS``) and
-``LlamaRotaryEmbedding.forward``; formulas in ../shared/SEMANTICS.md §1. Everything is evaluated in
-float64 (transformers uses float32) and rounded once to the output dtype; ``inv_freq`` is the
-float32 rounding of the float64 frequencies actually used.
+Reference: transformers 5.24 ``modeling_rope_utils.py`` and ``LlamaRotaryEmbedding.forward``;
+formulas in ../shared/SEMANTICS.md §1. Everything is evaluated in float64 (transformers uses
+float32) and rounded once to the output dtype; ``inv_freq`` is the float32 rounding of the float64
+frequencies actually used. The rope types themselves (frequencies, validators, which stable sets
+they store) are ``rope_types.ROPE_TYPES``.
 
-Registry contract (like transformers' ROPE_INIT_FUNCTIONS, but strict): every rope_type maps to a
-``RopeType`` whose ``validate(scaling, ctx)`` returns the resolved parameters (or raises SpecError
-naming the key) and whose ``inv_freq(spec, seq_len)`` returns ``(inv_freq float64 [d/2],
-attention_scaling)``.
+Stored: half-width cos and sin [N, d/2], already times attention_scaling (both layouts are column
+arrangements of them), plus inv_freq in float64 and float32. Layout, seq_len and M (where M does
+not feed the formula) never split a table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import kernels
 from ..errors import SpecError
-from ..fields import (is_number, json_repr, refuse_unknown, req_bool, req_choice, req_float,
-                      req_int, require_object)
-from ..selection import Selection, parse_selection
+from ..fields import json_repr, refuse_unknown, req_choice, req_float, req_int, require_object
+from ..selection import Selection
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
+from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
-FIELDS = ("head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings",
-          "rope_scaling", "rope_parameters", "original_max_position_embeddings", "seq_len",
-          "layout", "positions", "dtype")
-SELECTIONS = ("positions",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,273 +51,9 @@ class RopeSpec:
     def p(self) -> dict:
         return dict(self.params)
 
-    def table_key(self, variant) -> str:
-        """Canonical key of the half-width table these frequencies fill: everything that changes
-        the numbers, nothing that only changes their arrangement (layout) or selection."""
-        return canonical(
-            {"family": "rope", "d": self.d, "rope_theta": self.rope_theta, "rope_type": self.rope_type,
-             "params": self.params, "max_position_embeddings": self.max_position_embeddings,
-             "variant": variant}
-        )
-
-
-def canonical(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
-
-
-# ---------------------------------------------------------------------------------------------
-# Frequencies. Each function: (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling).
-
-def _base_inv_freq(theta: float, d: int) -> np.ndarray:
-    # 1 / θ^(2k/d), k = 0..d/2-1 (Llama/NeoX compute_default_rope_parameters; exponent over d, not D)
-    return 1.0 / np.power(float(theta), np.arange(0, d, 2, dtype=np.float64) / d)
-
-
-def _default(spec: RopeSpec, seq_len: int):
-    return _base_inv_freq(spec.rope_theta, spec.d), 1.0
-
-
-def _linear(spec: RopeSpec, seq_len: int):
-    # _compute_linear_scaling_rope_parameters: positions divided by factor == inv_freq / factor
-    return _base_inv_freq(spec.rope_theta, spec.d) / spec.p["factor"], 1.0
-
-
-def _dynamic_length(spec: RopeSpec, seq_len: int) -> int:
-    return max(int(seq_len), spec.max_position_embeddings)
-
-
-def _dynamic(spec: RopeSpec, seq_len: int):
-    # _compute_dynamic_ntk_parameters: θ' = θ·(f·L/M − (f−1))^(d/(d−2)), L = max(seq_len, M)
-    d, f, m = spec.d, spec.p["factor"], spec.max_position_embeddings
-    length = _dynamic_length(spec, seq_len)
-    theta = spec.rope_theta * ((f * length / m) - (f - 1)) ** (d / (d - 2))
-    return _base_inv_freq(theta, d), 1.0
-
-
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    # get_mscale in _compute_yarn_parameters (YaRN paper, eq. for sqrt(1/t))
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
-def _yarn_attention(p: Mapping) -> float:
-    if p.get("attention_factor") is not None:
-        return float(p["attention_factor"])
-    f = p["factor"]
-    if p.get("mscale") and p.get("mscale_all_dim"):
-        return _yarn_mscale(f, p["mscale"]) / _yarn_mscale(f, p["mscale_all_dim"])
-    return _yarn_mscale(f)
-
-
-def _yarn_ramp_bounds(spec: RopeSpec) -> tuple[float, float]:
-    p, d, theta = spec.p, spec.d, spec.rope_theta
-    orig = p["original_max_position_embeddings"]
-
-    def correction_dim(rotations):  # find_correction_dim
-        return (d * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(theta))
-
-    low, high = correction_dim(p["beta_fast"]), correction_dim(p["beta_slow"])
-    if p["truncate"]:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001  # linear_ramp_factor: "Prevent singularity"
-    return low, high
-
-
-def _yarn(spec: RopeSpec, seq_len: int):
-    # _compute_yarn_parameters: blend, linear in inv_freq, between extrapolation (k < low) and
-    # interpolation by factor (k > high).
-    d, f = spec.d, spec.p["factor"]
-    low, high = _yarn_ramp_bounds(spec)
-    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    extrapolation = _base_inv_freq(spec.rope_theta, d)
-    interpolation = extrapolation / f
-    return interpolation * ramp + extrapolation * (1.0 - ramp), _yarn_attention(spec.p)
-
-
-def _llama3(spec: RopeSpec, seq_len: int):
-    # _compute_llama3_parameters (Llama 3.1): wavelength bands against the original context O.
-    p = spec.p
-    f, low_ff, high_ff = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
-    orig = p["original_max_position_embeddings"]
-    inv = _base_inv_freq(spec.rope_theta, spec.d)
-    wavelen = 2 * math.pi / inv
-    low_wavelen, high_wavelen = orig / low_ff, orig / high_ff
-    out = np.where(wavelen > low_wavelen, inv / f, inv)
-    smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
-    smoothed = (1 - smooth) * out / f + smooth * out
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, out), 1.0
-
-
-def _longrope_uses_long(spec: RopeSpec, seq_len: int) -> bool:
-    return seq_len > spec.p["original_max_position_embeddings"]
-
-
-def _longrope_attention(spec: RopeSpec) -> float:
-    p = spec.p
-    if p.get("attention_factor") is not None:
-        return float(p["attention_factor"])
-    f = p["factor"] if p.get("factor") is not None else (
-        spec.max_position_embeddings / p["original_max_position_embeddings"])
-    return 1.0 if f <= 1.0 else math.sqrt(1 + math.log(f) / math.log(p["original_max_position_embeddings"]))
-
-
-def _longrope(spec: RopeSpec, seq_len: int):
-    # _compute_longrope_parameters (Phi-3): per-dimension rescale, long factors past O; the
-    # attention factor applies at every length (SEMANTICS.md §1.3).
-    ext = np.asarray(spec.p["long_factor" if _longrope_uses_long(spec, seq_len) else "short_factor"],
-                     dtype=np.float64)
-    return 1.0 / (ext * np.power(spec.rope_theta, np.arange(0, spec.d, 2, dtype=np.float64) / spec.d)), \
-        _longrope_attention(spec)
-
-
-# ---------------------------------------------------------------------------------------------
-# Validators: (scaling dict, ctx) -> resolved params dict. ctx carries the top-level values.
-
-@dataclasses.dataclass
-class _Ctx:
-    src: str                 # "rope_scaling" or "rope_parameters": the loc prefix of scaling keys
-    d: int
-    theta: float
-    max_pos: int | None
-    top_orig: int | None     # top-level original_max_position_embeddings (overrides)
-    theta_loc: tuple = ("rope_theta",)   # where rope_theta was given
-
-
-def _factor(s, ctx, required=True):
-    f = req_float(s, "factor", (ctx.src,), required=required)
-    if f is not None and f < 1.0:
-        raise SpecError((ctx.src, "factor"), f"must be >= 1 (a factor below 1 shrinks the context), got {f}")
-    return f
-
-
-def _orig(s, ctx, rope_type) -> int:
-    inner = req_int(s, "original_max_position_embeddings", (ctx.src,), lo=1, required=False)
-    orig = ctx.top_orig if ctx.top_orig is not None else inner
-    if orig is None:
-        orig = ctx.max_pos
-    if orig is None:
-        raise SpecError(("max_position_embeddings",),
-                        f"required for rope_type {rope_type!r} when original_max_position_embeddings "
-                        "is not given", "missing")
-    return orig
-
-
-def _v_default(s, ctx):
-    return {}
-
-
-def _v_linear(s, ctx):
-    return {"factor": _factor(s, ctx)}
-
-
-def _v_dynamic(s, ctx):
-    f = _factor(s, ctx)
-    if ctx.max_pos is None:
-        raise SpecError(("max_position_embeddings",), "required for rope_type 'dynamic'", "missing")
-    if ctx.d == 2:
-        raise SpecError(("head_dim",), "dynamic NTK needs a rotary width d > 2 (its exponent is d/(d-2))")
-    return {"factor": f}
-
-
-def _v_yarn(s, ctx):
-    if ctx.theta <= 1.0:
-        raise SpecError(ctx.theta_loc, f"must be > 1 for yarn (its ramp divides by ln θ), got {ctx.theta}")
-    p = {"factor": _factor(s, ctx), "original_max_position_embeddings": _orig(s, ctx, "yarn")}
-    # beta_fast / beta_slow: falsy means the paper's default (32 / 1), as transformers does.
-    for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
-        v = req_float(s, key, (ctx.src,), required=False)
-        if v is not None and v < 0:
-            raise SpecError((ctx.src, key), f"must be > 0, got {v}")
-        p[key] = v if v else default
-    if not p["beta_fast"] > p["beta_slow"]:
-        raise SpecError((ctx.src, "beta_fast"),
-                        f"must be greater than beta_slow ({p['beta_slow']}), got {p['beta_fast']}")
-    for key in ("mscale", "mscale_all_dim"):
-        p[key] = req_float(s, key, (ctx.src,), required=False)
-    p["attention_factor"] = req_float(s, "attention_factor", (ctx.src,), gt=0.0, required=False)
-    p["truncate"] = req_bool(s, "truncate", (ctx.src,), True)
-    if p["attention_factor"] is None:
-        try:
-            att = _yarn_attention(p)
-        except ZeroDivisionError:
-            att = math.inf
-        if not (math.isfinite(att) and att > 0):
-            raise SpecError((ctx.src, "mscale_all_dim" if p["mscale"] and p["mscale_all_dim"] else "factor"),
-                            f"gives attention factor {att}, which must be finite and > 0")
-    return p
-
-
-def _v_llama3(s, ctx):
-    p = {"factor": _factor(s, ctx),
-         "low_freq_factor": req_float(s, "low_freq_factor", (ctx.src,), gt=0.0),
-         "high_freq_factor": req_float(s, "high_freq_factor", (ctx.src,), gt=0.0),
-         "original_max_position_embeddings": _orig(s, ctx, "llama3")}
-    if not p["low_freq_factor"] < p["high_freq_factor"]:
-        raise SpecError((ctx.src, "high_freq_factor"),
-                        f"must be greater than low_freq_factor ({p['low_freq_factor']}), "
-                        f"got {p['high_freq_factor']}")
-    return p
-
-
-def _factor_list(s, key, ctx):
-    v = s.get(key)
-    loc = (ctx.src, key)
-    if v is None:
-        raise SpecError(loc, "field required for rope_type 'longrope'", "missing")
-    if not isinstance(v, (list, tuple)):
-        raise SpecError(loc, f"must be a list of d/2 = {ctx.d // 2} numbers, got {json_repr(v)}", "list_type")
-    if len(v) != ctx.d // 2:
-        raise SpecError(loc, f"must have d/2 = {ctx.d // 2} entries (d = rotary width), got {len(v)}")
-    for i, x in enumerate(v):
-        if not is_number(x) or not math.isfinite(x) or x <= 0:
-            raise SpecError((*loc, i), f"must be a finite number > 0, got {json_repr(x)}")
-    return tuple(float(x) for x in v)
-
-
-def _v_longrope(s, ctx):
-    p = {"short_factor": _factor_list(s, "short_factor", ctx),
-         "long_factor": _factor_list(s, "long_factor", ctx),
-         "factor": _factor(s, ctx, required=False),
-         "attention_factor": req_float(s, "attention_factor", (ctx.src,), gt=0.0, required=False),
-         "original_max_position_embeddings": _orig(s, ctx, "longrope")}
-    if p["attention_factor"] is None:
-        if p["factor"] is None and ctx.max_pos is None:
-            raise SpecError(("max_position_embeddings",),
-                            "required for longrope's attention factor (factor = M / O) when neither "
-                            "factor nor attention_factor is given", "missing")
-        f = p["factor"] if p["factor"] is not None else ctx.max_pos / p["original_max_position_embeddings"]
-        if f > 1.0 and p["original_max_position_embeddings"] == 1:
-            raise SpecError(("original_max_position_embeddings",) if ctx.top_orig is not None
-                            else (ctx.src, "original_max_position_embeddings"),
-                            "must be > 1: the attention factor divides by ln(O)")
-    return p
-
-
-@dataclasses.dataclass(frozen=True)
-class RopeType:
-    inv_freq: Callable      # (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling)
-    validate: Callable      # (scaling dict, ctx) -> resolved params
-    keys: tuple             # keys this type reads from rope_scaling / rope_parameters
-    uses_seq_len: bool = False
-    uses_original: bool = False
-
-
-_YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-              "mscale_all_dim", "attention_factor", "truncate")
-ROPE_TYPES: dict[str, RopeType] = {
-    "default": RopeType(_default, _v_default, ()),
-    "linear": RopeType(_linear, _v_linear, ("factor",)),
-    "dynamic": RopeType(_dynamic, _v_dynamic, ("factor",), uses_seq_len=True),
-    "yarn": RopeType(_yarn, _v_yarn, _YARN_KEYS, uses_original=True),
-    "llama3": RopeType(_llama3, _v_llama3,
-                       ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-                       uses_original=True),
-    "longrope": RopeType(_longrope, _v_longrope,
-                         ("short_factor", "long_factor", "factor", "attention_factor",
-                          "original_max_position_embeddings"), uses_seq_len=True, uses_original=True),
-}
+    @property
+    def type(self):
+        return ROPE_TYPES[self.rope_type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +62,7 @@ ROPE_TYPES: dict[str, RopeType] = {
 def parse_spec(req: Mapping) -> RopeSpec:
     """Validate the spec fields of a rope request (selections and dtype are read elsewhere)."""
     require_object(req)
-    refuse_unknown(req, FIELDS)
+    refuse_unknown(req, Rope.fields)
     head_dim = req_int(req, "head_dim", (), lo=2)
     rs, rp = req.get("rope_scaling"), req.get("rope_parameters")
     if rs is not None and rp is not None:
@@ -400,12 +133,10 @@ def _rope_type(scaling: Mapping, src: str) -> str:
 
 def _check_frequencies(spec: RopeSpec, src: str) -> None:
     """Refuse parameter values whose frequencies would not be finite and positive."""
-    variants = [spec.max_position_embeddings or 1]
-    if spec.rope_type == "longrope":
-        variants = [1, spec.p["original_max_position_embeddings"] + 1]
-    for seq_len in variants:
+    rt = ROPE_TYPES[spec.rope_type]
+    for v in rt.stable_variants(spec):
         with np.errstate(all="ignore"):
-            inv, att = ROPE_TYPES[spec.rope_type].inv_freq(spec, seq_len)
+            inv, att = rt.inv_freq(spec, rt.seq_len_of(spec, v))
         if not (np.isfinite(inv).all() and (inv > 0).all() and math.isfinite(att) and att > 0):
             raise SpecError(("rope_theta",) if spec.rope_type == "default" else (src, "rope_type"),
                             "these parameters give non-finite or non-positive frequencies")
@@ -414,7 +145,7 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables
+# Rows
 
 def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
     """dynamic / longrope pick frequencies from the sequence length: the request's seq_len, else
@@ -422,18 +153,8 @@ def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
     return spec.seq_len if spec.seq_len is not None else positions.max + 1
 
 
-def variant(spec: RopeSpec, seq_len: int):
-    """Which stable frequency set a sequence length selects: None for types whose frequencies do
-    not depend on it; 'short'/'long' for longrope; for dynamic, L = max(seq_len, M)."""
-    if spec.rope_type == "longrope":
-        return "long" if _longrope_uses_long(spec, seq_len) else "short"
-    if spec.rope_type == "dynamic":
-        return _dynamic_length(spec, seq_len)
-    return None
-
-
 def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
-    return ROPE_TYPES[spec.rope_type].inv_freq(spec, seq_len)
+    return spec.type.inv_freq(spec, seq_len)
 
 
 def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str):
@@ -450,18 +171,155 @@ def expand(half: np.ndarray, layout: str) -> np.ndarray:
     return np.repeat(half, 2, axis=-1)
 
 
-def output_nbytes(spec: RopeSpec, n: int, dtype: str) -> int:
-    return 2 * n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
+def _strip(spec: RopeSpec) -> RopeSpec:
+    """The table spec: layout and seq_len arrange or select, and M matters only where it feeds
+    the formula (dynamic; longrope's default attention factor), so none of them splits a table."""
+    return dataclasses.replace(spec, layout="half_split", seq_len=None,
+                               max_position_embeddings=spec.max_position_embeddings
+                               if spec.type.needs_max_position else None)
 
 
-def compute(spec: RopeSpec, sel: Mapping[str, Selection], dtype: str) -> dict:
-    positions = sel["positions"]
-    inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
-    cos, sin = half_rows(inv, scaling, positions.array(), dtype)
-    return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
-            "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
+class Rope(Family):
+    name = "rope"
+    fields = ("head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings",
+              "rope_scaling", "rope_parameters", "original_max_position_embeddings", "seq_len",
+              "layout", "positions", "dtype")
+    selections = ("positions",)
+    dtyped = frozenset({"cos", "sin"})
+    returns = "cos, sin [n, d] (times attention_scaling), inv_freq [d/2] float32, attention_scaling"
+
+    def parse_spec(self, req):
+        return parse_spec(req)
+
+    def output_nbytes(self, spec, sel, dtype):
+        return 2 * sel["positions"].n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
+
+    def compute(self, spec, sel, dtype):
+        positions = sel["positions"]
+        inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
+        cos, sin = half_rows(inv, scaling, positions.array(), dtype)
+        return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
+                "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
+
+    # -- stored tables -------------------------------------------------------------------------
+    def variant_of(self, spec, sel):
+        rt = spec.type
+        return rt.variant(spec, effective_seq_len(spec, sel["positions"])) if rt.uses_seq_len else None
+
+    def table_for(self, spec, dtype, sel, length):
+        rt = spec.type
+        v = self.variant_of(spec, sel) if sel else rt.stable_variants(spec)[0]
+        if not rt.stores(spec, v):   # dynamic NTK past M: frequencies change with every length
+            return None
+        return TableDef(self.name, _strip(spec), dtype, length, v)
+
+    def stable_tables(self, spec, dtype, length):
+        return [TableDef(self.name, _strip(spec), dtype, length, v) for v in spec.type.stable_variants(spec)]
+
+    def table_key(self, tspec, variant):
+        return {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
+                "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,
+                "variant": variant}
+
+    def table_spec(self, key):
+        try:
+            scaling = {"rope_type": key["rope_type"], **{k: v for k, v in key["params"]}}
+            req = {"head_dim": key["d"], "rope_theta": key["rope_theta"], "rope_scaling": scaling,
+                   "max_position_embeddings": key["max_position_embeddings"]}
+            variant = key["variant"]
+        except (KeyError, TypeError, ValueError):
+            raise SpecError(("table",), "not a rope table key") from None
+        spec = _strip(parse_spec(req))
+        if variant not in spec.type.stable_variants(spec):
+            raise SpecError(("table", "variant"), f"not a stored frequency set of {spec.rope_type!r}")
+        return spec, variant
+
+    def layout(self, t):
+        h = t.spec.d // 2
+        st = _dt.DTYPES[t.dtype].name
+        return {"cos": ((t.length, h), st), "sin": ((t.length, h), st), "inv_freq64": ((h,), "float64"),
+                "inv_freq": ((h,), "float32")}
+
+    def fill(self, t, out):
+        inv, scaling = frequencies(t.spec, t.spec.type.seq_len_of(t.spec, t.variant))
+        out["inv_freq64"][...] = inv
+        out["inv_freq"][...] = inv.astype(np.float32)
+        for lo in range(0, t.length, CHUNK):
+            rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
+            out["cos"][lo:lo + rows.size], out["sin"][lo:lo + rows.size] = half_rows(inv, scaling, rows, t.dtype)
+        return {"attention_scaling": float(scaling)}
+
+    def serve(self, view, spec, sel, dtype):
+        inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
+        rows = sel["positions"].array()
+        if sel["positions"].max >= view.length:          # past the table: computed exactly
+            inside = rows < view.length
+            past_cos, past_sin = half_rows(inv64, scaling, rows[~inside], dtype)
+            cos = np.empty((rows.shape[0], view.cos.shape[1]), view.cos.dtype)
+            sin = np.empty_like(cos)
+            cos[inside], sin[inside] = view.cos[rows[inside]], view.sin[rows[inside]]
+            cos[~inside], sin[~inside] = past_cos, past_sin
+            full_cos, full_sin = expand(cos, spec.layout), expand(sin, spec.layout)
+        else:                                            # one pass: gather + expand to width d
+            full_cos = np.empty((rows.shape[0], 2 * view.cos.shape[1]), view.cos.dtype)
+            full_sin = np.empty_like(full_cos)
+            kernels.rope_expand(view.cos, rows, full_cos, spec.layout)
+            kernels.rope_expand(view.sin, rows, full_sin, spec.layout)
+        return {"cos": full_cos, "sin": full_sin, "inv_freq": view.inv_freq,   # read-only view
+                "attention_scaling": float(scaling)}
+
+    # -- the hot path ------------------------------------------------------------------------
+    def template(self, hot, req, view, limits):
+        """Rows gathered from the half-width tables through a column map: the engine's own
+        ``expand`` applied to column numbers, so every layout matches ``serve``. Lists only, and
+        not for types whose table follows the positions."""
+        spec, dtype = req.spec, req.dtype
+        if spec.type.uses_seq_len or not isinstance(req.body.get("positions"), list):
+            return None
+        half = view.cos.shape[1]
+        colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
+        scaling = float(view.meta["attention_scaling"])
+        tail = view.inv_freq.tobytes() + np.float64(scaling).tobytes()
+        st = _dt.DTYPES[dtype]
+
+        def header_for(n: int) -> bytes:
+            return self.safetensors_header({"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
+                                            "inv_freq": view.inv_freq, "attention_scaling": scaling}, dtype)
+        return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail)
+
+    schema = {
+        "type": "object", "additionalProperties": False, "required": ["head_dim", "positions"],
+        "properties": {
+            "head_dim": {"type": "integer", "minimum": 2},
+            "rope_theta": {"type": "number", "exclusiveMinimum": 0, "default": 10000.0},
+            "partial_rotary_factor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
+            "max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
+            "rope_scaling": None, "rope_parameters": None,   # filled below from ROPE_TYPES
+            "original_max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
+            "seq_len": {"type": ["integer", "null"], "minimum": 1},
+            "layout": {"type": "string", "enum": list(LAYOUTS), "default": "half_split"},
+            "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    examples = {
+        "llama-3.1 decode step": {"value": {
+            "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+            "positions": [4096], "dtype": "bfloat16"}},
+        "yarn prefill": {"value": {"head_dim": 64, "max_position_embeddings": 4096,
+                                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+                                   "positions": {"start": 0, "stop": 16}}},
+        "GPT-J interleaved, partial": {"value": {"head_dim": 256, "partial_rotary_factor": 0.25,
+                                                 "layout": "interleaved", "positions": [0, 1, 2]}},
+    }
 
 
-def parse(req: Mapping):
-    spec = parse_spec(req)
-    return spec, {"positions": parse_selection(req.get("positions"), ("positions",))}
+_SCALING = {
+    "type": ["object", "null"],
+    "description": "transformers' rope_scaling / rope_parameters; keys by rope_type: "
+                   + "; ".join(f"{n}: {', '.join(t.keys) or '-'}" for n, t in ROPE_TYPES.items()),
+    "properties": {"rope_type": {"type": "string", "enum": list(ROPE_TYPES)},
+                   "type": {"type": "string", "enum": list(ROPE_TYPES)},
+                   **{k: {} for k in sorted({k for t in ROPE_TYPES.values() for k in t.keys})}},
+}
+Rope.schema["properties"].update(rope_scaling=_SCALING, rope_parameters=_SCALING)
+FAMILY = Rope()

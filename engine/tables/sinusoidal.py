@@ -14,19 +14,15 @@ interleaved and concat share their numbers, so one stored table ("aiayn") serves
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Mapping
 
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import kernels
 from ..errors import SpecError
 from ..fields import refuse_unknown, req_choice, req_float, req_int, require_object
-from ..selection import Selection, parse_selection
-
-FIELDS = ("d_model", "base", "layout", "offset", "positions", "dtype")
-SELECTIONS = ("positions",)
-
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
 
 def _aiayn_freqs(d: int, base: float) -> np.ndarray:
     # ceil(d/2) frequencies ω_k = base^(−2k/d): with odd d the last sin column has exponent (d−1)/d
@@ -40,14 +36,15 @@ def _fairseq_freqs(d: int, base: float) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    table: str            # which stored table family: "aiayn" or "fairseq"
+    table: str            # which stored table: "aiayn" or "fairseq"
     min_d: int
+    canonical: str        # the layout a stored table's spec carries (one per stored table)
 
 
 LAYOUTS: dict[str, Layout] = {
-    "interleaved": Layout("aiayn", 2),
-    "concat": Layout("aiayn", 2),
-    "fairseq": Layout("fairseq", 4),  # h − 1 = 0 divides by zero for d in {2, 3}
+    "interleaved": Layout("aiayn", 2, "concat"),
+    "concat": Layout("aiayn", 2, "concat"),
+    "fairseq": Layout("fairseq", 4, "fairseq"),  # h − 1 = 0 divides by zero for d in {2, 3}
 }
 
 
@@ -62,17 +59,13 @@ class SinusoidalSpec:
     def table(self) -> str:
         return LAYOUTS[self.layout].table
 
-    def table_key(self) -> str:
-        return json.dumps({"family": "sinusoidal", "table": self.table, "d_model": self.d_model,
-                           "base": self.base}, sort_keys=True, separators=(",", ":"))
-
     def freqs(self) -> np.ndarray:
         return (_aiayn_freqs if self.table == "aiayn" else _fairseq_freqs)(self.d_model, self.base)
 
 
 def parse_spec(req: Mapping) -> SinusoidalSpec:
     require_object(req)
-    refuse_unknown(req, FIELDS)
+    refuse_unknown(req, Sinusoidal.fields)
     layout = req_choice(req, "layout", (), tuple(LAYOUTS), "interleaved")
     min_d = LAYOUTS[layout].min_d
     d = req_int(req, "d_model", (), lo=2)
@@ -81,14 +74,6 @@ def parse_spec(req: Mapping) -> SinusoidalSpec:
     base = req_float(req, "base", (), gt=1.0, required=False, default=10000.0)
     offset = req_int(req, "offset", (), lo=0, required=False, default=0)
     return SinusoidalSpec(d_model=d, base=base, layout=layout, offset=offset)
-
-
-def parse(req: Mapping):
-    spec = parse_spec(req)
-    sel = parse_selection(req.get("positions"), ("positions",))
-    if sel.max + spec.offset >= 2**53:
-        raise SpecError(("offset",), "position + offset must stay below 2**53")
-    return spec, {"positions": sel}
 
 
 def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray:
@@ -116,10 +101,90 @@ def arrange(stored: np.ndarray, spec: SinusoidalSpec) -> np.ndarray:
     return stored
 
 
-def output_nbytes(spec: SinusoidalSpec, n: int, dtype: str) -> int:
-    return n * spec.d_model * _dt.DTYPES[dtype].itemsize
+class Sinusoidal(Family):
+    name = "sinusoidal"
+    fields = ("d_model", "base", "layout", "offset", "positions", "dtype")
+    selections = ("positions",)
+    dtyped = frozenset({"encoding"})
+    returns = "encoding [n, d_model]"
+
+    def parse_spec(self, req):
+        return parse_spec(req)
+
+    def check_selections(self, spec, sel):
+        if sel["positions"].max + spec.offset >= 2**53:
+            raise SpecError(("offset",), "position + offset must stay below 2**53")
+
+    def output_nbytes(self, spec, sel, dtype):
+        return sel["positions"].n * spec.d_model * _dt.DTYPES[dtype].itemsize
+
+    def compute(self, spec, sel, dtype):
+        rows = sel["positions"].array() + spec.offset
+        return {"encoding": arrange(table_rows(spec, rows, dtype), spec)}
+
+    # -- stored tables: [N, width] of sin columns then cos columns; offset shifts rows -------
+    def table_for(self, spec, dtype, sel, length):
+        return TableDef(self.name, dataclasses.replace(spec, layout=LAYOUTS[spec.layout].canonical, offset=0),
+                        dtype, length)
+
+    def table_key(self, tspec, variant):
+        return {"family": "sinusoidal", "table": tspec.table, "d_model": tspec.d_model, "base": tspec.base}
+
+    def table_spec(self, key):
+        canon = {layout.table: layout.canonical for layout in LAYOUTS.values()}
+        try:
+            req = {"d_model": key["d_model"], "base": key["base"], "layout": canon[key["table"]]}
+        except (KeyError, TypeError):
+            raise SpecError(("table",), "not a sinusoidal table key") from None
+        return parse_spec(req), None
+
+    def layout(self, t):
+        width = t.spec.freqs().shape[0] + t.spec.d_model // 2
+        return {"table": ((t.length, width), _dt.DTYPES[t.dtype].name)}
+
+    def fill(self, t, out):
+        for lo in range(0, t.length, CHUNK):
+            rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
+            out["table"][lo:lo + rows.size] = table_rows(t.spec, rows, t.dtype)
+        return {}
+
+    def serve(self, view, spec, sel, dtype):
+        rows = sel["positions"].array() + spec.offset
+        if sel["positions"].max + spec.offset >= view.length:    # past the table: computed exactly
+            inside = rows < view.length
+            stored = np.empty((rows.shape[0], view.table.shape[1]), view.table.dtype)
+            stored[inside] = view.table[rows[inside]]
+            stored[~inside] = table_rows(spec, rows[~inside], dtype)
+        else:
+            stored = np.empty((rows.shape[0], view.table.shape[1]), view.table.dtype)
+            kernels.gather_rows(view.table, rows, stored)
+        return {"encoding": arrange(stored, spec)}
+
+    # -- the hot path ------------------------------------------------------------------------
+    def template(self, hot, req, view, limits):
+        """Rows of the stored [sin | cos] table through the layout's column map: the engine's own
+        ``arrange`` applied to column numbers + 1 (its zero column becomes -1)."""
+        spec, dtype = req.spec, req.dtype
+        colmap = (arrange(np.arange(1, view.table.shape[1] + 1)[None, :], spec)[0] - 1).tolist()
+        st = _dt.DTYPES[dtype]
+
+        def header_for(n: int) -> bytes:
+            return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype)
+        return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"")
+
+    schema = {
+        "type": "object", "additionalProperties": False, "required": ["d_model", "positions"],
+        "properties": {
+            "d_model": {"type": "integer", "minimum": 2},
+            "base": {"type": "number", "exclusiveMinimum": 1, "default": 10000.0},
+            "layout": {"type": "string", "enum": list(LAYOUTS), "default": "interleaved"},
+            "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    examples = {
+        "transformer-base": {"value": {"d_model": 512, "positions": [0, 1, 2, 3]}},
+        "M2M100 (fairseq, padding_idx 1)": {"value": {"d_model": 1024, "layout": "fairseq", "offset": 2,
+                                                     "positions": {"start": 0, "stop": 8}}},
+    }
 
 
-def compute(spec: SinusoidalSpec, sel: Mapping[str, Selection], dtype: str) -> dict:
-    rows = sel["positions"].array() + spec.offset
-    return {"encoding": arrange(table_rows(spec, rows, dtype), spec)}
+FAMILY = Sinusoidal()

@@ -8,17 +8,16 @@ lookup table over rel in [−max_distance, max_distance]; blocks are gathers fro
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Mapping
 
 import numpy as np
 
+from .. import kernels
 from ..errors import SpecError
 from ..fields import refuse_unknown, req_bool, req_int, require_object
-from ..selection import Selection, parse_selection
+from .base import SELECTION_SCHEMA, Family, TableDef
 
-FIELDS = ("bidirectional", "num_buckets", "max_distance", "query", "key")
-SELECTIONS = ("query", "key")
+MAX_LUT_RADIUS = 1 << 22   # larger max_distance: blocks are computed (the table would be 32 MiB+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,14 +26,10 @@ class T5Spec:
     num_buckets: int = 32
     max_distance: int = 128
 
-    def table_key(self) -> str:
-        return json.dumps({"family": "t5-buckets", **dataclasses.asdict(self)}, sort_keys=True,
-                          separators=(",", ":"))
-
 
 def parse_spec(req: Mapping) -> T5Spec:
     require_object(req)
-    refuse_unknown(req, FIELDS, why="t5-buckets has no such field (its output is always int32)"
+    refuse_unknown(req, T5Buckets.fields, why="t5-buckets has no such field (its output is always int32)"
                    if "dtype" in req else "")
     bi = req_bool(req, "bidirectional", (), True)
     nb = req_int(req, "num_buckets", (), lo=2, hi=1 << 20, required=False, default=32)
@@ -46,11 +41,6 @@ def parse_spec(req: Mapping) -> T5Spec:
         raise SpecError(("max_distance",), f"must be greater than the exact range ({exact} for "
                         f"num_buckets={nb}, bidirectional={str(bi).lower()}), got {md}")
     return T5Spec(bidirectional=bi, num_buckets=nb, max_distance=md)
-
-
-def parse(req: Mapping):
-    spec = parse_spec(req)
-    return spec, {k: parse_selection(req.get(k), (k,)) for k in SELECTIONS}
 
 
 def buckets_of(spec: T5Spec, rel: np.ndarray) -> np.ndarray:
@@ -80,10 +70,65 @@ def lut(spec: T5Spec) -> np.ndarray:
     return buckets_of(spec, np.arange(-r, r + 1, dtype=np.int64))
 
 
-def output_nbytes(spec: T5Spec, nq: int, nk: int, dtype=None) -> int:
-    return nq * nk * 4
+class T5Buckets(Family):
+    name = "t5-buckets"
+    fields = ("bidirectional", "num_buckets", "max_distance", "query", "key")
+    selections = ("query", "key")
+    dtyped = frozenset()       # buckets are always int32: no dtype field
+    returns = "buckets [n_query, n_key] int32"
+
+    def parse_spec(self, req):
+        return parse_spec(req)
+
+    def output_nbytes(self, spec, sel, dtype=None):
+        return sel["query"].n * sel["key"].n * 4
+
+    def compute(self, spec, sel, dtype=None):
+        rel = sel["key"].array()[None, :] - sel["query"].array()[:, None]
+        return {"buckets": buckets_of(spec, rel)}
+
+    # -- stored tables: the bucket of every rel in [−max_distance, max_distance] ---------------
+    def table_for(self, spec, dtype, sel, length):
+        if spec.max_distance > MAX_LUT_RADIUS:
+            return None
+        return TableDef(self.name, spec, None, self.stored_length(spec, length))
+
+    def stored_length(self, tspec, length):
+        return tspec.max_distance   # its length is its radius: the whole function
+    def table_key(self, tspec, variant):
+        return {"family": "t5-buckets", **dataclasses.asdict(tspec)}
+
+    def table_spec(self, key):
+        try:
+            req = {k: key[k] for k in ("bidirectional", "num_buckets", "max_distance")}
+        except (KeyError, TypeError):
+            raise SpecError(("table",), "not a t5-buckets table key") from None
+        return parse_spec(req), None
+
+    def layout(self, t):
+        return {"lut": ((2 * t.length + 1,), "int32")}
+
+    def fill(self, t, out):
+        out["lut"][...] = lut(t.spec)
+        return {}
+
+    def serve(self, view, spec, sel, dtype=None):
+        q, k = sel["query"].array(), sel["key"].array()
+        out = np.empty((q.shape[0], k.shape[0]), np.int32)
+        kernels.t5_block(view.lut, q, k, out, view.length)
+        return {"buckets": out}
+
+    schema = {
+        "type": "object", "additionalProperties": False, "required": ["query", "key"],
+        "properties": {
+            "bidirectional": {"type": "boolean", "default": True},
+            "num_buckets": {"type": "integer", "minimum": 2, "default": 32},
+            "max_distance": {"type": "integer", "minimum": 1, "default": 128},
+            "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA}}
+    examples = {
+        "encoder block": {"value": {"query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
+        "decoder step": {"value": {"bidirectional": False, "query": [100], "key": {"start": 0, "stop": 101}}},
+    }
 
 
-def compute(spec: T5Spec, sel: Mapping[str, Selection], dtype=None) -> dict:
-    rel = sel["key"].array()[None, :] - sel["query"].array()[:, None]
-    return {"buckets": buckets_of(spec, rel)}
+FAMILY = T5Buckets()

@@ -27,20 +27,24 @@ def _read_spec(text: str):
         raise SpecError(("spec",), f"not valid JSON: {e}") from None
 
 
-def cmd_compute(args) -> int:
-    from posenc.engine import formats
-    from posenc.engine.compute import as_arrays, compute
+# output file suffix -> the encoder's format name
+OUT_FORMATS = {".npz": "npz", ".safetensors": "safetensors"}
 
-    request = _read_spec(args.spec)
-    result = compute(args.family, request, max_bytes=args.max_bytes)
-    arrays, bf16 = as_arrays(result, None if args.family == "t5-buckets" else request.get("dtype") or "float32")
+
+def cmd_compute(args) -> int:
+    """The pipeline (parse -> check -> arrays -> encode) with no shared memory, into a file."""
+    from posenc.engine import pipeline
+    from posenc.engine.encode import as_arrays, encode
+
     out = args.out
-    if out.endswith(".safetensors"):
-        data = formats.to_safetensors(arrays, bf16, {"family": args.family})
-    elif out.endswith(".npz"):
-        data = formats.to_npz(arrays, bf16)
-    else:
-        raise SpecError(("out",), "must end in .npz or .safetensors")
+    fmt = next((f for suffix, f in OUT_FORMATS.items() if out.endswith(suffix)), None)
+    if fmt is None:
+        raise SpecError(("out",), f"must end in {' or '.join(OUT_FORMATS)}")
+    req = pipeline.parse(args.family, _read_spec(args.spec))
+    pipeline.check(req, args.max_bytes)
+    result = pipeline.arrays(req)
+    data, _ = encode(req.family, result, req.dtype, fmt)
+    arrays, bf16 = as_arrays(req.family, result, req.dtype)
     tmp = f"{out}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)

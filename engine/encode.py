@@ -1,0 +1,49 @@
+"""The pipeline's last step: a request's arrays -> response bytes, in JSON (nested lists;
+bfloat16 written as its float value) or a binary container (engine.formats): safetensors or npz.
+The HTTP service (by Accept) and ``posenc compute`` (by the output file's suffix) both use it."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import orjson
+
+from . import formats
+from .dtypes import bf16_bits_to_f32
+
+# format name -> media type (the service negotiates Accept against these)
+CONTENT_TYPES = {"json": "application/json", "safetensors": "application/x-safetensors",
+                 "npz": "application/x-npz"}
+_JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def bf16_names(family, arrays: Mapping, dtype: str | None) -> frozenset:
+    """Names of the arrays holding bfloat16 bit patterns (uint16) in this answer."""
+    return family.dtyped & arrays.keys() if dtype == "bfloat16" else frozenset()
+
+
+def as_arrays(family, result: Mapping, dtype: str | None):
+    """A result as named numpy arrays for a file: scalars become 0-d float64 arrays; returns
+    (arrays, names of arrays holding bfloat16 bit patterns)."""
+    arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else v) for k, v in result.items()}
+    return arrays, bf16_names(family, arrays, dtype)
+
+
+def encode(family, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, str]:
+    """(body, media type) of an answer; ``family`` is its registry entry."""
+    if fmt == "json":
+        out = {}
+        for k, v in result.items():
+            if isinstance(v, np.ndarray):
+                if dtype == "bfloat16" and v.dtype == np.uint16:
+                    v = bf16_bits_to_f32(v)
+                if not v.flags.c_contiguous:
+                    v = np.ascontiguousarray(v)
+            out[k] = v
+        return orjson.dumps(out, option=_JSON_OPTS), CONTENT_TYPES["json"]
+    if fmt == "npz":
+        arrays, bf16 = as_arrays(family, result, dtype)
+        return formats.to_npz(arrays, bf16), CONTENT_TYPES["npz"]
+    return (formats.to_safetensors(result, bf16_names(family, result, dtype), {"family": family.name}),
+            CONTENT_TYPES["safetensors"])

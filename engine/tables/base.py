@@ -1,0 +1,211 @@
+"""What every table family provides, and the stored-table identity they share.
+
+A family is one object (``Family``) that owns everything about it: its request fields and
+selections, strict parsing, the float64 reference ``compute``, which arrays take the requested
+dtype, the table it stores in shared memory (layout and fill), how a mapped view of that table
+answers a selection, its OpenAPI schema and examples, and its hot-path template factory. Routes,
+metric labels, CLI choices, the engine's config and the docs iterate ``posenc.engine.tables.FAMILIES``;
+nothing outside a family's module asks which family it is holding.
+
+A ``TableDef`` is a stored table's identity: a canonical key (everything that changes its numbers,
+nothing that only arranges or selects them) that also names its segment and its manifest entry,
+plus how to build it. Its length is not part of the identity: any stored length serves a request
+(rows past it are computed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import formats
+from ..dtypes import DTYPES, check_dtype
+from ..errors import SpecError
+from ..selection import POSITION_LIMIT, Selection, parse_selection
+
+DEFAULT_LENGTH = 131072   # rows (or distances) of a table unless the config says otherwise
+CHUNK = 8192              # rows per build step: a build never holds a whole table in float64
+
+
+# Pieces of the request schemas (OpenAPI) that every family shares.
+SELECTION_SCHEMA = {
+    "oneOf": [
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
+         "minItems": 1},
+        {"type": "object", "additionalProperties": False, "required": ["start", "stop"],
+         "properties": {"start": {"type": "integer", "minimum": 0},
+                        "stop": {"type": "integer", "maximum": POSITION_LIMIT},
+                        "step": {"type": "integer", "minimum": 1}}},
+    ],
+    "description": "positions: a list (any order, repeats allowed) or a half-open range",
+}
+DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": "float32"}
+
+
+def canonical(obj) -> str:
+    """The one canonical JSON spelling of a key (sorted keys, no spaces, tuples as lists)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
+
+
+class Family:
+    """The surface every family implements (STYLE.md: one module per family, one registry line)."""
+
+    name: str                          # the family's name in URLs, specs and the manifest
+    fields: tuple[str, ...]            # every field a request may hold
+    selections: tuple[str, ...]        # the fields that select positions
+    dtyped: frozenset[str]             # arrays that take the request's dtype (the rest are fixed)
+    returns: str                       # one line for the docs: the arrays that come back
+    schema: dict                       # the request's JSON schema (OpenAPI)
+    examples: dict                     # named request examples (OpenAPI)
+
+    @property
+    def has_dtype(self) -> bool:
+        return bool(self.dtyped)
+
+    @property
+    def spec_fields(self) -> tuple[str, ...]:
+        """The fields of a table spec: the request's, less selections and dtype."""
+        return tuple(f for f in self.fields if f not in self.selections and f != "dtype")
+
+    # -- requests ----------------------------------------------------------------------------
+    def parse_spec(self, req: Mapping):
+        """The frozen spec of a request's spec fields (SpecError naming the field)."""
+        raise NotImplementedError
+
+    def parse(self, req: Mapping):
+        """(spec, {selection name: Selection}) of a whole request (dtype is read by the caller)."""
+        spec = self.parse_spec(req)
+        sel = {k: parse_selection(req.get(k), (k,)) for k in self.selections}
+        self.check_selections(spec, sel)
+        return spec, sel
+
+    def check_selections(self, spec, sel: Mapping[str, Selection]) -> None:
+        """Rules joining a spec and its selections (run for every request, cached spec or not)."""
+
+    def output_nbytes(self, spec, sel: Mapping[str, Selection], dtype) -> int:
+        """Bytes of every array of the answer, known before anything is allocated."""
+        raise NotImplementedError
+
+    def precheck(self, spec, sel: Mapping[str, Selection], dtype) -> None:
+        """Refusals decidable before computing (e.g. a result that would overflow the dtype)."""
+
+    def compute(self, spec, sel: Mapping[str, Selection], dtype) -> dict:
+        """The float64 reference, rounded once: {array name: ndarray | float}."""
+        raise NotImplementedError
+
+    # -- stored tables -------------------------------------------------------------------------
+    def table_for(self, spec, dtype, sel: Mapping[str, Selection], length: int) -> "TableDef | None":
+        """The stored table that answers this request, or None when it is computed directly."""
+        raise NotImplementedError
+
+    def variant_of(self, spec, sel: Mapping[str, Selection]):
+        """Which of a spec's stored tables these selections need (None: the spec's only one)."""
+        return None
+
+    def stable_tables(self, spec, dtype, length: int) -> list["TableDef"]:
+        """Every table a configured spec stores (one, or several where frequencies switch)."""
+        t = self.table_for(spec, dtype, {}, length)
+        return [t] if t is not None else []
+
+    def table_key(self, tspec, variant) -> dict:
+        """The identity of the table a (stripped) table spec fills, as a JSON object."""
+        raise NotImplementedError
+
+    def table_spec(self, key: Mapping) -> tuple[Any, Any]:
+        """(table spec, variant) from ``table_key``'s object: what the engine builds from. It is
+        re-validated by the family's own parser, so a malformed key is a SpecError."""
+        raise NotImplementedError
+
+    def stored_length(self, tspec, length: int) -> int:
+        """The length a table of this spec is stored with when the engine's length is ``length``."""
+        return length
+
+    def layout(self, t: "TableDef") -> dict[str, tuple[tuple, str]]:
+        """name -> (shape, numpy dtype name) of every array of the stored table."""
+        raise NotImplementedError
+
+    def fill(self, t: "TableDef", out: dict[str, np.ndarray]) -> dict:
+        """Write the table into preallocated arrays (views of a new segment); scalar metadata."""
+        raise NotImplementedError
+
+    def attach(self, view) -> None:
+        """Per-view facts computed once when a reader maps a table (default: none)."""
+
+    def serve(self, view, spec, sel: Mapping[str, Selection], dtype) -> dict:
+        """Answer a parsed request from a mapped table view: exactly ``compute``'s arrays."""
+        raise NotImplementedError
+
+    # -- binary answers ------------------------------------------------------------------------
+    def safetensors_header(self, arrays: Mapping, dtype) -> bytes:
+        """The safetensors header of an answer with these arrays (shapes and dtypes only matter):
+        the one the full path's encoder writes, so a template's answers are byte-identical."""
+        bf16 = self.dtyped if dtype == "bfloat16" else frozenset()
+        return formats.safetensors_parts(arrays, bf16, {"family": self.name})[0]
+
+    # -- the hot path ------------------------------------------------------------------------
+    def template(self, hot, req, view, limits) -> Any:
+        """A C spec template (``hot`` is posenc.service._hot) answering later bodies that differ
+        from ``req``'s only in their selections, or None where the shortcut does not apply."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TableDef:
+    family: str          # a FAMILIES key
+    spec: Any            # the family's table spec (stripped of what only arranges or selects)
+    dtype: str | None
+    length: int          # rows (rope, sinusoidal), distances (alibi), radius (t5)
+    variant: Any = None  # rope: None, 'short'/'long' (longrope) or L (dynamic)
+
+    @property
+    def fam(self) -> Family:
+        from . import FAMILIES
+        return FAMILIES[self.family]
+
+    @functools.cached_property
+    def key(self) -> str:
+        return canonical({"table": self.fam.table_key(self.spec, self.variant), "dtype": self.dtype})
+
+    @functools.cached_property
+    def digest(self) -> str:
+        return hashlib.sha1(self.key.encode()).hexdigest()[:20]
+
+    def layout(self) -> dict[str, tuple[tuple, str]]:
+        return self.fam.layout(self)
+
+    def nbytes(self) -> int:
+        return sum(int(np.prod(shape)) * np.dtype(dt).itemsize for shape, dt in self.layout().values())
+
+    def build(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The arrays (freshly allocated) and scalar metadata."""
+        out = {name: np.empty(shape, dtype) for name, (shape, dtype) in self.layout().items()}
+        return out, self.fill(out)
+
+    def fill(self, out: dict[str, np.ndarray]) -> dict:
+        return self.fam.fill(self, out)
+
+    @classmethod
+    def from_key(cls, key: str, length: int) -> "TableDef":
+        """The table a key names, re-validated: what the engine builds when a reader asks. A key
+        that no request could have produced is a SpecError at ``table``."""
+        from . import FAMILIES
+        try:
+            obj = json.loads(key)
+            fam = FAMILIES[obj["table"]["family"]]
+            dtype = obj["dtype"]
+        except (ValueError, TypeError, KeyError):
+            raise SpecError(("table",), "not a table key") from None
+        if fam.has_dtype:
+            check_dtype(dtype, ("table", "dtype"))
+        elif dtype is not None:
+            raise SpecError(("table", "dtype"), f"{fam.name} tables have no dtype")
+        tspec, variant = fam.table_spec(obj["table"])
+        t = cls(fam.name, tspec, dtype, fam.stored_length(tspec, length), variant)
+        if t.key != key:
+            raise SpecError(("table",), "not a canonical table key")
+        return t
