@@ -5,8 +5,5 @@ __version__ = "0.1.0"
 
 def kernels_info() -> dict:
     """The kernel backend in use (numpy or the C SIMD extension) and its CPU features."""
-    try:
-        from . import kernels
-    except ImportError:  # kernels package not present
-        return {"backend": "numpy", "features": []}
+    from . import kernels
     return kernels.info()

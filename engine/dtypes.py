@@ -108,18 +108,3 @@ def mask_value(dtype: str):
     if dtype == "bfloat16":
         return np.uint16(0xFF7F)
     return np.array(-MAX_FINITE[dtype], dtype=DTYPES[dtype])[()]
-
-
-def sincos(freqs: np.ndarray, positions: np.ndarray, scale: float, dtype: str):
-    """cos and sin of float64(p)·freqs[k] (one multiply), times scale, each rounded once to
-    dtype: two [n, len(freqs)] arrays. Runs on the chosen kernel backend (engine.kernels: numpy,
-    or the C extension within 1 ulp of it); refuses a result that overflows dtype."""
-    from . import kernels
-
-    freqs = np.ascontiguousarray(freqs, dtype=np.float64)
-    positions = np.ascontiguousarray(positions, dtype=np.int64)
-    shape = (positions.shape[0], freqs.shape[0])
-    cos, sin = np.empty(shape, DTYPES[dtype]), np.empty(shape, DTYPES[dtype])
-    if kernels.sincos(freqs, positions, float(scale), cos, sin, dtype):
-        raise SpecError(("dtype",), f"values overflow {dtype} (attention scaling {scale:g}); use a wider dtype")
-    return cos, sin

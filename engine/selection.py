@@ -7,8 +7,6 @@ The count is known before anything is allocated, so size limits are checked firs
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from .errors import SpecError
@@ -49,12 +47,6 @@ class Selection:
         if self.values is not None:
             return self.values
         return np.arange(self.start, self.stop, self.step, dtype=np.int64)
-
-    @classmethod
-    def of(cls, positions: Sequence[int] | range) -> "Selection":
-        if isinstance(positions, range):
-            return cls(positions.start, positions.stop, positions.step)
-        return cls(values=np.asarray(positions, dtype=np.int64))
 
 
 def parse_selection(value, loc) -> Selection:

@@ -25,6 +25,10 @@ from __future__ import annotations
 import importlib
 import os
 
+import numpy as np
+
+from ..dtypes import DTYPES
+from ..errors import SpecError
 from . import numpy_impl
 from .numpy_impl import ROPE_LAYOUTS
 
@@ -81,10 +85,23 @@ t5_block = _impl.t5_block
 sincos = _impl.sincos
 
 
+def cos_sin(freqs: np.ndarray, positions: np.ndarray, scale: float, dtype: str):
+    """cos and sin of float64(p)·freqs[k] (one multiply), times scale, each rounded once to
+    dtype: two new [n, len(freqs)] arrays from the chosen backend's ``sincos``; a result that
+    overflows dtype is refused (422 at dtype)."""
+    freqs = np.ascontiguousarray(freqs, dtype=np.float64)
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    shape = (positions.shape[0], freqs.shape[0])
+    cos, sin = np.empty(shape, DTYPES[dtype]), np.empty(shape, DTYPES[dtype])
+    if sincos(freqs, positions, float(scale), cos, sin, dtype):
+        raise SpecError(("dtype",), f"values overflow {dtype} (attention scaling {scale:g}); use a wider dtype")
+    return cos, sin
+
+
 def info() -> dict:
     """{"backend", "features", "compiler"} of the chosen backend, for /v1/tables and logs."""
     return {"backend": BACKEND, "features": list(FEATURES), "compiler": _impl.COMPILER}
 
 
-__all__ = ["BACKEND", "FEATURES", "ENV_VAR", "KERNELS", "LOADERS", "ROPE_LAYOUTS", "info", "load",
+__all__ = ["BACKEND", "FEATURES", "ENV_VAR", "KERNELS", "LOADERS", "ROPE_LAYOUTS", "cos_sin", "info", "load",
            *KERNELS]

@@ -160,7 +160,7 @@ def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
 def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str):
     """cos and sin of p·inv_freq (float64 angles), times attention_scaling, rounded once:
     two [n, d/2] arrays. Both layouts are column arrangements of these."""
-    return _dt.sincos(inv_freq, positions, scaling, dtype)
+    return kernels.cos_sin(inv_freq, positions, scaling, dtype)
 
 
 def expand(half: np.ndarray, layout: str) -> np.ndarray:

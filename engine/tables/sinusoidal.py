@@ -80,7 +80,7 @@ def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray
     """Stored form, [n, width]: sin columns then cos columns (fairseq: h sin, h cos; aiayn:
     ceil(d/2) sin, floor(d/2) cos). ``rows`` are table rows, i.e. position + offset."""
     w = spec.freqs()
-    cos, sin = _dt.sincos(w, rows, 1.0, dtype)
+    cos, sin = kernels.cos_sin(w, rows, 1.0, dtype)
     n_cos = spec.d_model // 2  # odd d (aiayn): one more sin column than cos columns
     return np.concatenate([sin, cos[:, :n_cos]], axis=1)
 
