@@ -83,7 +83,7 @@ def test_order_and_repeats():
     np.testing.assert_array_equal(a, b[[1, 0, 1]][:, [2, 0, 2, 1]])
 
 
-@settings(derandomize=True, max_examples=60, deadline=None, print_blob=True)
+@settings(max_examples=60, deadline=None, print_blob=True)
 @given(q=st.integers(0, TOP), bidirectional=st.booleans(), nb=st.integers(4, 200), extra=st.integers(1, 5000),
        dists=st.lists(st.integers(0, TOP), min_size=2, max_size=40, unique=True))
 def test_buckets_monotone_in_distance(q, bidirectional, nb, extra, dists):

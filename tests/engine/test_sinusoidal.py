@@ -16,7 +16,7 @@ from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositio
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
 from posenc.engine.compute import compute
-from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
+from tests.numeric import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
 
 POSITIONS = [0, 1, 2, 3, 100, 511, 4095, 65535, 131071, 131072, 131073, 200000]
 HIGH = [2**24 + 3, 10**9, 2**31 - 1]

@@ -1,25 +1,16 @@
-"""Unit tests for the engine's table config (engine.config) and its shared-memory store
-(engine.store: segment files, checksums, the atomic manifest), issue #3.
-
-Everything here runs in-process against a temporary directory standing in for /dev/shm; the
-process-level behaviour (engines, readers, signals) is in test_engine.py.
+"""The engine's table config (posenc.engine.config): every error names its field, and the default
+config and the expansions of dtypes, variants and lengths.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import stat
-import threading
-import zlib
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from posenc.engine import store
 from posenc.engine.config import DEFAULT_CONFIG, load_config, parse_config
 from posenc.engine.errors import SpecError
+
 
 # ---------------------------------------------------------------------------------------------
 # Table config
@@ -139,169 +130,3 @@ def test_config_expands_dtypes_variants_and_lengths():
 
 # ---------------------------------------------------------------------------------------------
 # Segments
-
-def _arrays():
-    rng = np.random.default_rng(3)
-    return {
-        "cos": rng.standard_normal((37, 5)).astype(np.float32),
-        "bits": rng.integers(0, 2**16, size=(11, 3), dtype=np.uint16),   # bfloat16 patterns
-        "half": rng.standard_normal(9).astype(np.float16),
-        "f64": rng.standard_normal(4),
-        "lut": np.arange(-5, 6, dtype=np.int32),
-    }
-
-
-@pytest.fixture
-def shm(tmp_path):
-    d = tmp_path / "shm"
-    d.mkdir()
-    return str(d)
-
-
-def test_segment_round_trip_and_crc(shm):
-    arrays = _arrays()
-    path = store.segment_path(shm, "ns", 12, "abc")
-    info = store.write_segment(path, arrays)
-    assert os.listdir(shm) == [os.path.basename(path)]      # no temporary left behind
-    raw = Path(path).read_bytes()
-    assert info["nbytes"] == len(raw)
-    assert info["crc32"] == zlib.crc32(raw) & 0xFFFFFFFF
-    for name, e in info["arrays"].items():
-        assert e["offset"] % store.ALIGN == 0, (name, e)
-        a = arrays[name]
-        assert raw[e["offset"]:e["offset"] + a.nbytes] == a.tobytes()
-    seg = store.Segment(path, info)
-    assert seg.verify()
-    for name, a in arrays.items():
-        got = seg[name]
-        assert got.dtype == a.dtype and got.shape == a.shape and got.tobytes() == a.tobytes()
-        assert not got.flags.writeable
-        with pytest.raises(ValueError):
-            got.setflags(write=True)
-        with pytest.raises(ValueError):
-            got[...] = 0
-
-
-def test_crc_detects_a_changed_byte(shm):
-    path = store.segment_path(shm, "ns", 1, "d")
-    info = store.write_segment(path, _arrays())
-    seg = store.Segment(path, info)
-    off = info["arrays"]["half"]["offset"] + 3
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x01]))
-    assert not store.Segment(path, info).verify()
-    assert not seg.verify()  # a shared mapping sees the change too
-
-
-def test_segment_size_must_match_manifest(shm):
-    path = store.segment_path(shm, "ns", 1, "d")
-    info = store.write_segment(path, _arrays())
-    with pytest.raises(OSError):
-        store.Segment(path, {**info, "nbytes": info["nbytes"] + 64})
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
-def test_segment_and_manifest_modes(shm, umask):
-    old = os.umask(umask)
-    try:
-        store.write_segment(os.path.join(shm, "a"), _arrays())
-        store.write_segment(os.path.join(shm, "b"), _arrays(), mode=0o640, gid=os.getgid())
-        store.write_manifest(shm, "m1", {"format": store.MANIFEST_FORMAT})
-        store.write_manifest(shm, "m2", {"format": store.MANIFEST_FORMAT}, mode=0o640, gid=os.getgid())
-    finally:
-        os.umask(old)
-    mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
-    assert mode == {"a": 0o600, "b": 0o640, "m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
-
-
-def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
-    """A build that fails half way removes its temporary file and surfaces its own error (not a
-    BufferError from closing a mapping that the failing fill's views still point into)."""
-    def fill(views):
-        views["x"][...] = 1
-        raise RuntimeError("boom")
-
-    path = os.path.join(shm, "ns.seg.1.d")
-    with pytest.raises(RuntimeError, match="boom"):
-        store.create_segment(path, {"x": ((4, 4), "float32")}, fill)
-    assert os.listdir(shm) == []
-
-
-# ---------------------------------------------------------------------------------------------
-# Manifest
-
-def test_manifest_round_trip_and_atomic_replace(shm):
-    assert store.read_manifest(shm, "ns") is None
-    m1 = {"format": store.MANIFEST_FORMAT, "generation": 1, "tables": {"a": {"nbytes": 1}}}
-    store.write_manifest(shm, "ns", m1)
-    assert store.read_manifest(shm, "ns") == m1
-    ino = os.stat(store.manifest_path(shm, "ns")).st_ino
-    stamp = store.manifest_stamp(shm, "ns")
-    m2 = {**m1, "generation": 2}
-    store.write_manifest(shm, "ns", m2)
-    assert store.read_manifest(shm, "ns") == m2
-    # Replaced by rename (a new inode), never rewritten in place; no temporary left.
-    assert os.stat(store.manifest_path(shm, "ns")).st_ino != ino
-    assert store.manifest_stamp(shm, "ns") != stamp
-    assert os.listdir(shm) == ["ns.manifest.json"]
-
-
-def test_manifest_of_another_format_is_refused(shm):
-    store.write_manifest(shm, "ns", {"format": store.MANIFEST_FORMAT + 1})
-    with pytest.raises(RuntimeError):
-        store.read_manifest(shm, "ns")
-
-
-def test_concurrent_readers_never_see_a_torn_manifest(shm):
-    """A writer replaces the manifest many times (sizes from bytes to ~100 KB) while a reader
-    reads it in a loop: every read parses and is one whole version."""
-    def version(i):
-        return {"format": store.MANIFEST_FORMAT, "generation": i, "pad": list(range((i * 7919) % 20000))}
-
-    store.write_manifest(shm, "ns", version(0))
-    done = threading.Event()
-
-    def writer():
-        for i in range(1, 400):
-            store.write_manifest(shm, "ns", version(i))
-        done.set()
-
-    t = threading.Thread(target=writer)
-    t.start()
-    reads, last = 0, -1
-    while not done.is_set() or reads == 0:
-        m = store.read_manifest(shm, "ns")
-        assert m == version(m["generation"])
-        assert m["generation"] >= last   # versions only move forward
-        last = m["generation"]
-        reads += 1
-    t.join()
-    assert store.read_manifest(shm, "ns")["generation"] == 399
-    assert os.listdir(shm) == ["ns.manifest.json"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Names
-
-def test_our_files_are_exactly_the_namespace_files(shm):
-    mine = ["ns.seg.1.aa", "ns.seg.1.aa.tmp", "ns.seg.2.bb", "ns.manifest.json", "ns.manifest.json.tmp42",
-            "ns.sock", "ns.lock"]
-    others = ["ns-2.seg.1.aa", "ns2.manifest.json", "nsx.lock", "other.seg.1.aa", "ns_seg.1"]
-    for n in mine + others:
-        open(os.path.join(shm, n), "w").close()
-    assert sorted(os.path.basename(p) for p in store.our_files(shm, "ns")) == sorted(mine)
-    assert store.our_files(os.path.join(shm, "absent"), "ns") == []
-
-
-@pytest.mark.parametrize("name", ["posenc", "ptest-1a2b", "A_b-9", "x" * 64])
-def test_namespace_accepted(name):
-    assert store.check_namespace(name) == name
-
-
-@pytest.mark.parametrize("name", ["", "a/b", "../x", ".", "a.b", "a b", "x" * 65])
-def test_namespace_refused(name):
-    with pytest.raises(ValueError):
-        store.check_namespace(name)

@@ -9,8 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
-import uuid
 
 import pytest
 
@@ -19,7 +17,9 @@ for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
         pytest.skip(f"{_mod} not installed (pip install -e .[loadtest])", allow_module_level=True)
 
-from posenc.loadtest import locustrun, payloads, probe, servers
+from posenc.loadtest import locustrun, payloads, probe
+from tests.procs import PYTHON, Procs
+from tests.shm import shm_files
 
 TABLES = {"length": 4096, "tables": [
     {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
@@ -30,7 +30,6 @@ TABLES = {"length": 4096, "tables": [
 # Everything inside the tiny tables, batches small, new specs cheap to build.
 PAYLOADS = {"max_position": 4096, "decode_context": [1, 512], "pipeline_min": 100, "pipeline_max": 400,
             "new_spec_head_dims": [8]}
-SHM = "/dev/shm"
 
 
 @pytest.fixture(scope="module")
@@ -43,20 +42,18 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def posenc(files):
-    if not os.path.isdir(SHM):
-        pytest.skip("no /dev/shm")
-    ns = f"lt-smoke-{uuid.uuid4().hex[:8]}"
-    srv = servers.start_posenc(servers.free_port(), ns, str(files / "tables.json"),
-                               log_path=str(files / "posenc.log"))
+    reg = Procs(files / "procs")
+    srv = reg.serve(str(files / "tables.json"), workers=2)
     try:
-        srv.wait_ready(timeout=60)
-        yield srv, ns
+        yield srv, srv.namespace
     finally:
-        srv.stop()
-        left, _ = servers.wait_shm_clean(ns, SHM, timeout=10)
-        assert not left, f"/dev/shm leftovers after SIGTERM: {left}"
+        rc = srv.stop()
+        reg.cleanup()
+        assert rc == 0, srv.output()
+        assert shm_files(srv.namespace) == [], "/dev/shm leftovers after SIGTERM"
 
 
+@pytest.mark.slow
 def test_locust_mix_runs_without_failures(posenc, files):
     srv, _ = posenc
     prefix = str(files / "locust")
@@ -86,18 +83,17 @@ def test_probe_low_rate_reports_percentiles(posenc, files):
     assert step.achieved_rps > 150
 
 
-def test_report_command_end_to_end(files, tmp_path):
+@pytest.mark.slow
+def test_report_command_end_to_end(procs, files, tmp_path):
     """``python -m posenc.loadtest report`` in miniature, run from a scratch directory: its own server, floor, (wrk), probe, locust, report."""
-    import subprocess
-
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "posenc.loadtest", "report", "--tables", str(files / "tables.json"),
+    cmd = [PYTHON, "-m", "posenc.loadtest", "report", "--tables", str(files / "tables.json"),
            "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
            "--client-cpus", "", "--saturation", "400", "--fractions", "0.5", "--probe-duration", "0.5",
            "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1", "--locust-time", "2",
            "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0",
            "--idle-budget", "0"]
-    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    p = procs.run(cmd, timeout=180, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     for name in ("summary.md", "latency.png", "locust.html", "locust_stats.csv", "results.json"):
         assert (out / name).exists(), name

@@ -21,7 +21,7 @@ from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-from tests.conftest import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp, to_f64
+from tests.numeric import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp, to_f64
 
 MASK = {"float32": -3.4028234663852886e38, "float16": -65504.0}
 
@@ -200,7 +200,7 @@ def test_masked_cells_do_not_count_as_overflow():
 
 # --------------------------------------------------------------------------- properties
 
-@settings(derandomize=True, max_examples=60, deadline=None, print_blob=True)
+@settings(max_examples=60, deadline=None, print_blob=True)
 @given(num_heads=st.integers(1, 40), a=st.integers(0, 2**31 - 17), b=st.integers(0, 2**31 - 17),
        nq=st.integers(2, 16), nk=st.integers(2, 16), mode=st.sampled_from(["causal", "symmetric"]),
        mask=st.booleans(), dtype=st.sampled_from(["float32", "bfloat16"]))

@@ -1,62 +1,17 @@
 """Strict specs (API.md "Selections, dtypes, strictness" and each family's rules): every invalid
 field is refused with a SpecError whose loc names it (for a cross-field rule, the field whose
-value must change; where API.md leaves two candidates, either is accepted), explicit null
-equals absent, and oversized responses raise TooLarge before anything is allocated."""
+value must change; where API.md leaves two candidates, either is accepted).
+"""
 
 from __future__ import annotations
 
-import copy
-import time
-import tracemalloc
-
-import numpy as np
 import pytest
 
 from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError, TooLarge
-
-R = {"head_dim": 64, "positions": [0, 1]}
-S = {"d_model": 16, "positions": [0, 1]}
-A = {"num_heads": 8, "query": [0], "key": [0, 1]}
-T = {"query": [0], "key": [0, 1]}
-BASES = {"rope": R, "sinusoidal": S, "alibi": A, "t5-buckets": T}
-
-NAN = float("nan")
+from posenc.engine.errors import SpecError
+from tests.engine.specs import A, LLAMA3, LONG, NAN, R, S, SF, T, YARN, plus, rs, w, without
 
 
-def w(base_, drop=(), **changes):
-    r = copy.deepcopy(base_)
-    for k in drop:
-        r.pop(k, None)
-    r.update(copy.deepcopy(changes))
-    return r
-
-
-def rs(rope_scaling, **top):
-    """A rope request with the given rope_scaling block."""
-    return w(R, rope_scaling=rope_scaling, **top)
-
-
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
-YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
-LONG = {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32,
-        "original_max_position_embeddings": 4096}
-
-
-def without(d, key):
-    d = copy.deepcopy(d)
-    del d[key]
-    return d
-
-
-def plus(d, **kv):
-    d = copy.deepcopy(d)
-    d.update(kv)
-    return d
-
-
-SF = ("rope_scaling", "factor")
 # (id, family, request, acceptable loc prefixes)
 CASES = [
     # ---- rope: types
@@ -310,117 +265,3 @@ def test_invalid_field_is_refused_naming_it(family, request_, locs):
 def test_case_ids_are_unique():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
-
-
-# --------------------------------------------------------------------------- valid edge values
-
-@pytest.mark.parametrize("family,request_", [
-    ("rope", w(R, rope_theta=10000)),                                    # a float field takes an integer
-    ("rope", w(R, partial_rotary_factor=1)),
-    ("rope", rs({"rope_type": "linear", "factor": 1})),                  # factor 1 is allowed
-    ("rope", rs({"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=4096, seq_len=1)),
-    ("rope", rs(plus(LONG, factor=1.0))),                                # factor present: M not needed
-    ("rope", w(R, head_dim=2)),
-    ("sinusoidal", w(S, d_model=2)),
-    ("sinusoidal", w(S, d_model=3, layout="interleaved")),
-    ("sinusoidal", w(S, d_model=4, layout="fairseq")),
-    ("sinusoidal", w(S, base=1.0001, offset=0)),
-    ("alibi", w(A, heads=[7, 7, 0], max_bias=1)),
-    ("alibi", w(A, num_heads=1, query=[2**31 - 1], key=[0, 2**31 - 1])),
-    ("t5-buckets", w(T, num_buckets=4, max_distance=2)),
-    ("t5-buckets", w(T, num_buckets=2, max_distance=2, bidirectional=False)),
-    ("t5-buckets", w(T, num_buckets=32, max_distance=9)),
-    ("rope", w(R, positions={"start": 2**31 - 2, "stop": 2**31})),
-    ("rope", w(R, positions=[2**31 - 1, 0, 0])),
-])
-def test_valid_edge_values_are_accepted(family, request_):
-    compute(family, request_)
-
-
-# --------------------------------------------------------------------------- null == absent
-
-def _equal(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], np.ndarray):
-            assert a[k].dtype == b[k].dtype
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        else:
-            assert a[k] == b[k], k
-
-
-@pytest.mark.parametrize("family,base,nulls", [
-    ("rope", R, dict(rope_theta=None, partial_rotary_factor=None, max_position_embeddings=None, rope_scaling=None,
-                     original_max_position_embeddings=None, seq_len=None, layout=None, dtype=None)),
-    ("rope", w(R, rope_theta=None), dict(rope_parameters=None)),
-    ("rope", rs(YARN), dict(rope_scaling=plus(YARN, attention_factor=None, beta_fast=None, beta_slow=None,
-                                                 mscale=None, mscale_all_dim=None, truncate=None))),
-    ("rope", rs(without(LLAMA3, "original_max_position_embeddings"), max_position_embeddings=131072),
-     dict(rope_scaling=plus(LLAMA3, original_max_position_embeddings=None))),
-    ("sinusoidal", S, dict(base=None, layout=None, offset=None, dtype=None)),
-    ("alibi", A, dict(heads=None, max_bias=None, mode=None, mask_future=None, dtype=None)),
-    ("t5-buckets", T, dict(bidirectional=None, num_buckets=None, max_distance=None)),
-], ids=["rope-top", "rope-parameters", "yarn-inner", "llama3-inner", "sinusoidal", "alibi", "t5"])
-def test_explicit_null_equals_absent(family, base, nulls):
-    want = compute(family, base)
-    _equal(compute(family, w(base, **nulls)), want)
-
-
-# --------------------------------------------------------------------------- size limit
-
-def _too_large(family, request_, max_bytes):
-    with pytest.raises(TooLarge) as e:
-        compute(family, request_, max_bytes=max_bytes)
-    return e.value
-
-
-@pytest.mark.parametrize("family,request_,nbytes", [
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}), 1000 * 16 * 4),
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="float16"), 1000 * 16 * 2),
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="bfloat16"), 1000 * 16 * 2),
-    ("alibi", w(A, num_heads=4, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}), 4 * 10 * 20 * 4 + 16),
-    ("alibi", w(A, heads=[1, 1, 1], query=[0] * 10, key={"start": 0, "stop": 20}, dtype="float16"),
-     3 * 10 * 20 * 2 + 12),
-    ("t5-buckets", w(T, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}), 10 * 20 * 4),
-])
-def test_size_limit_boundary(family, request_, nbytes):
-    compute(family, request_, max_bytes=nbytes)            # exactly at the limit: served
-    err = _too_large(family, request_, nbytes - 1)         # one byte over: refused
-    assert err.nbytes == nbytes and err.limit == nbytes - 1
-    assert err.status == 413
-
-
-def test_size_limit_rope():
-    r = w(R, positions={"start": 0, "stop": 100})  # cos + sin 2·100·64·4, inv_freq 32·4 (+ a number)
-    arrays = 2 * 100 * 64 * 4 + 32 * 4
-    compute("rope", r, max_bytes=arrays + 8)
-    err = _too_large("rope", r, arrays - 1)
-    assert arrays <= err.nbytes <= arrays + 8
-
-
-def test_default_limit_is_64_mib():
-    err = _too_large("rope", w(R, head_dim=128, positions={"start": 0, "stop": 70000}), 64 * 2**20)
-    assert err.limit == 64 * 2**20
-    with pytest.raises(TooLarge):
-        compute("rope", w(R, head_dim=128, positions={"start": 0, "stop": 70000}))
-    compute("rope", w(R, head_dim=128, positions={"start": 0, "stop": 60000}))
-
-
-@pytest.mark.parametrize("family,request_", [
-    ("rope", w(R, head_dim=128, positions={"start": 0, "stop": 2**31 - 1})),
-    ("sinusoidal", w(S, d_model=1024, positions={"start": 0, "stop": 2**31})),
-    ("alibi", w(A, num_heads=64, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
-    ("t5-buckets", w(T, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
-])
-def test_huge_requests_refused_before_allocating(family, request_):
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    try:
-        with pytest.raises(TooLarge):
-            compute(family, request_)
-        elapsed = time.perf_counter() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert elapsed < 2.0, elapsed
-    assert peak < 16 * 2**20, peak

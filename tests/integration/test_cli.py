@@ -1,24 +1,20 @@
 """`posenc compute` as a user runs it: a subprocess writing .npz / .safetensors files."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from posenc.engine.compute import compute
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+@pytest.fixture
+def posenc(procs):
+    """``python -m posenc ARGS...`` run from the test's own directory, as a user runs it."""
+    return procs.posenc
 
 
-def posenc(*args):
-    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
-def test_compute_rope_bfloat16_npz(tmp_path):
+def test_compute_rope_bfloat16_npz(posenc, tmp_path):
     spec = {"head_dim": 64, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
             "positions": {"start": 0, "stop": 300}, "dtype": "bfloat16"}
     out = tmp_path / "rope.npz"
@@ -35,7 +31,7 @@ def test_compute_rope_bfloat16_npz(tmp_path):
     assert torch.from_numpy(z["sin"]).view(torch.bfloat16).shape == (300, 64)
 
 
-def test_compute_from_file_to_safetensors(tmp_path):
+def test_compute_from_file_to_safetensors(posenc, tmp_path):
     spec = {"num_heads": 12, "query": [7], "key": {"start": 0, "stop": 8}, "mask_future": True, "dtype": "float16"}
     (tmp_path / "alibi.json").write_text(json.dumps(spec))
     out = tmp_path / "alibi.safetensors"
@@ -48,7 +44,7 @@ def test_compute_from_file_to_safetensors(tmp_path):
     assert got["slopes"].tobytes() == ref["slopes"].tobytes()
 
 
-def test_compute_t5_int32(tmp_path):
+def test_compute_t5_int32(posenc, tmp_path):
     out = tmp_path / "t5.npz"
     r = posenc("compute", "t5-buckets", "--spec", '{"query": [0, 5], "key": [0, 200]}', "--out", str(out))
     assert r.returncode == 0, r.stderr
@@ -63,7 +59,7 @@ def test_compute_t5_int32(tmp_path):
     ('{"head_dim": 64, "positions": [', "spec"),
     ("@/nonexistent/spec.json", "spec"),
 ])
-def test_invalid_spec_exits_2_naming_the_field(tmp_path, spec, field):
+def test_invalid_spec_exits_2_naming_the_field(posenc, tmp_path, spec, field):
     out = tmp_path / "x.npz"
     r = posenc("compute", "rope", "--spec", spec, "--out", str(out))
     assert r.returncode == 2
@@ -71,7 +67,7 @@ def test_invalid_spec_exits_2_naming_the_field(tmp_path, spec, field):
     assert not out.exists()
 
 
-def test_size_limit_and_its_flag(tmp_path):
+def test_size_limit_and_its_flag(posenc, tmp_path):
     spec = json.dumps({"head_dim": 128, "positions": {"start": 0, "stop": 70000}})
     out = tmp_path / "big.npz"
     r = posenc("compute", "rope", "--spec", spec, "--out", str(out))

@@ -1,0 +1,87 @@
+"""The kernel tests' backends and helpers.
+
+Kernel layer (issue #5): every backend against the numpy reference, bit for bit.
+
+Parametrized over the numpy backend and each dispatch level of the native one this CPU runs
+("simd-avx2", "simd-baseline"), so the portable fallback is tested on an AVX2 machine too.
+POSENC_BACKEND is honoured: under ``numpy`` the native params are skipped, under ``simd`` the
+numpy param is (the reference itself still computes every expected value), and under ``simd``
+a missing extension fails rather than skips. Randomness comes from POSENC_TEST_SEED.
+
+``kern`` (registered as a fixture by tests/engine/conftest.py) yields each backend in turn.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from posenc.engine import dtypes
+from posenc.engine.kernels import numpy_impl as ref
+from tests.numeric import SEED
+
+try:
+    from posenc.engine.kernels import _native
+except ImportError as exc:  # not built: the simd params skip (or fail under POSENC_BACKEND=simd)
+    _native, _NATIVE_ERR = None, str(exc)
+
+ENV_BACKEND = os.environ.get("POSENC_BACKEND", "auto") or "auto"
+STORAGE = dtypes.DTYPES
+I31 = 2**31 - 1
+
+
+def _backend_params():
+    numpy_marks = ([pytest.mark.skip(reason="POSENC_BACKEND=simd: only the simd backend runs")]
+                   if ENV_BACKEND == "simd" else [])
+    params = [pytest.param(("numpy", None), id="numpy", marks=numpy_marks)]
+    if _native is None:
+        if ENV_BACKEND == "simd":
+            marks = []  # the fixture fails: simd was asked for and is not there
+        else:
+            marks = [pytest.mark.skip(reason="native extension engine.kernels._native not built "
+                                             f"(python setup.py build_ext --inplace): {_NATIVE_ERR}")]
+        return params + [pytest.param(("simd", None), id="simd", marks=marks)]
+    marks = ([pytest.mark.skip(reason="POSENC_BACKEND=numpy: only the numpy backend runs")]
+             if ENV_BACKEND == "numpy" else [])
+    return params + [pytest.param(("simd", lv), id=f"simd-{lv}", marks=marks)
+                     for lv in _native.levels()]
+
+
+@pytest.fixture(params=_backend_params())
+def kern(request):
+    name, level = request.param
+    if name == "numpy":
+        yield ref
+        return
+    if _native is None:
+        pytest.fail(f"POSENC_BACKEND=simd but engine.kernels._native is not built: {_NATIVE_ERR}")
+    prev = _native._set_level(level)
+    try:
+        yield _native
+    finally:
+        _native._set_level(prev)
+
+
+def rng_for(*key) -> np.random.Generator:
+    """A generator seeded by POSENC_TEST_SEED and the test's own key (stable across runs)."""
+    return np.random.default_rng([SEED, zlib.crc32(repr(key).encode())])
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, what=""):
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape)
+    g, w = bits(got), bits(want)
+    if not np.array_equal(g, w):
+        i = np.argwhere(g != w)[0]
+        raise AssertionError(f"{what}: {int((g != w).sum())} of {g.size} differ (seed "
+                             f"{SEED}); first at {tuple(i)}: {hex(g[tuple(i)])} != "
+                             f"{hex(w[tuple(i)])}")
+
+
+# ------------------------------------------------------------------------------- round_into

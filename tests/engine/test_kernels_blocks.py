@@ -1,0 +1,224 @@
+"""Kernels (issue #5), every backend against the numpy reference bit for bit: ALiBi and T5 blocks,
+and sin/cos rows (also held to mpmath).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from posenc.engine import dtypes
+from posenc.engine.kernels import numpy_impl as ref
+from tests.numeric import FLOAT_DTYPES
+from tests.engine.kernel_helpers import I31, STORAGE, assert_same, bits, rng_for
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """Press et al. 2022 slopes (power-of-two heads): 2^(-8(h+1)/H), float64."""
+    return 2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)
+
+
+def _positions(r, n, big=False):
+    p = r.integers(0, 4096, n).astype(np.int64)
+    if big and n >= 3:
+        p[:3] = [I31, 0, I31 - 1]
+        p[3:n // 2] = r.integers(0, I31 + 1, max(n // 2 - 3, 0))
+    return p
+
+
+def _query_key_pairs(r, nq, nk):
+    """Random positions, and key ranges (the native kernels copy rows out of one line of values
+    when the keys are contiguous): queries inside, around and far from the keys, near 2^31."""
+    yield _positions(r, nq), _positions(r, nk)
+    yield _positions(r, nq, True), _positions(r, nk, True)
+    for k0, spread in ((0, 0), (100, 3 * nk + 200), (I31 - nk + 1, nk), (5000, 10**6)):
+        k = np.arange(k0, k0 + nk, dtype=np.int64)
+        q = k0 + r.integers(-spread // 2 - 1, spread + 2, nq).astype(np.int64)
+        if nq > 1:
+            q[:2] = [k0 + nk - 1, k0]
+        yield np.clip(q, 0, I31), k
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "masked"])
+def test_alibi_block(kern, dtype, mode):
+    r = rng_for("alibi", dtype, mode)
+    sym, mask = mode == "symmetric", mode == "masked"
+    shapes = [(8, 1, 1100), (3, 17, 33), (2, 40, 700), (2, 5, 0), (0, 3, 4), (4, 0, 9)]
+    for H, nq, nk in shapes:
+        slopes = np.concatenate([alibi_slopes(8), r.uniform(0, 2, 8)])[:H]
+        for case, (q, k) in enumerate(_query_key_pairs(r, nq, nk)):
+            big = case == 1
+            if case == 0 and nq and nk:
+                k[: min(nk, nq)] = q[: min(nk, nq)]  # zero distances: +-0.0
+            got = np.empty((H, nq, nk), STORAGE[dtype])
+            want = np.empty((H, nq, nk), STORAGE[dtype])
+            o_got = kern.alibi_block(slopes, q, k, got, dtype, sym, mask)
+            o_want = ref.alibi_block(slopes, q, k, want, dtype, sym, mask)
+            assert o_got == o_want, (H, nq, nk, case)
+            assert_same(got, want, f"alibi {mode} {dtype} {(H, nq, nk)} case={case}")
+            if dtype == "float16" and big and H and nq > 2 and nk > 2:
+                assert o_want  # 2^31 * 2^-1 overflows float16 ...
+            if not o_want and H and nq and nk:
+                # ... and where nothing overflows, it is round_f64 of the float64 formula
+                d = q[:, None].astype(np.float64) - k[None, :].astype(np.float64)
+                v = 0.0 - slopes[:, None, None] * (np.abs(d) if sym else d)  # +0.0 on the diagonal
+                if mask:
+                    v[:, k[None, :] > q[:, None]] = -dtypes.MAX_FINITE[dtype]
+                assert_same(want, dtypes.round_f64(v, dtype), "reference vs formula")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_alibi_mask_value_and_masked_overflow(kern, dtype):
+    # key far in the future: unmasked it would overflow float16; masked it is finfo.min and no
+    # overflow is reported
+    q = np.array([0, 10], np.int64)
+    k = np.array([0, 5, 10, 1_000_000], np.int64)
+    slopes = np.array([1.0, 0.5])
+    out = np.empty((2, 2, 4), STORAGE[dtype])
+    assert kern.alibi_block(slopes, q, k, out, dtype, False, True) is False
+    mv = dtypes.mask_value(dtype)
+    assert (bits(out[:, 0, 1:]) == bits(np.array([mv]))[0]).all()
+    assert (bits(out[:, 1, 3]) == bits(np.array([mv]))[0]).all()
+    unmasked = kern.alibi_block(slopes, q, k, out, dtype, False, False)
+    assert unmasked is (dtype == "float16")
+
+
+def test_alibi_positions_beyond_2_53(kern):
+    """The exact-float64 fast path needs |position| <= 2^53; past it both backends use the
+    int64 (wrapping) difference."""
+    q = np.array([0, 2**62, -(2**63), 2**53 + 1], np.int64)
+    k = np.array([2**63 - 1, 1, 2**53, -5], np.int64)
+    slopes = np.array([1.0, 2.0**-8])
+    for sym, mask in ((False, False), (True, False), (False, True)):
+        got, want = np.empty((2, 4, 4), np.float32), np.empty((2, 4, 4), np.float32)
+        kern.alibi_block(slopes, q, k, got, "float32", sym, mask)
+        ref.alibi_block(slopes, q, k, want, "float32", sym, mask)
+        assert_same(got, want, f"alibi beyond 2^53 sym={sym} mask={mask}")
+
+
+def test_alibi_nan_slope_does_not_crash(kern):
+    slopes = np.array([np.nan, np.inf, -np.inf, 1e308])
+    q, k = np.arange(3, dtype=np.int64), np.arange(5, dtype=np.int64)
+    for dtype in FLOAT_DTYPES:
+        got, want = np.empty((4, 3, 5), STORAGE[dtype]), np.empty((4, 3, 5), STORAGE[dtype])
+        assert kern.alibi_block(slopes, q, k, got, dtype, False, False) == \
+            ref.alibi_block(slopes, q, k, want, dtype, False, False)
+        assert_same(got, want, f"alibi nan {dtype}")
+
+
+# --------------------------------------------------------------------------------------- T5
+
+@pytest.mark.parametrize("radius", [0, 1, 7, 128, 5000])
+def test_t5_block(kern, radius):
+    r = rng_for("t5", radius)
+    lut = r.integers(-(2**31), 2**31, 2 * radius + 1).astype(np.int32)
+    for nq, nk in ((1, 8192), (33, 70), (64, 300), (0, 5), (4, 0)):
+        for case, (q, k) in enumerate(_query_key_pairs(r, nq, nk)):
+            got, want = np.empty((nq, nk), np.int32), np.empty((nq, nk), np.int32)
+            assert kern.t5_block(lut, q, k, got, radius) is None
+            ref.t5_block(lut, q, k, want, radius)
+            assert_same(got, want, f"t5 r={radius} {(nq, nk)} case={case}")
+    q = np.array([0, 2**62, -(2**63), 5], np.int64)  # wrapping differences, as numpy
+    k = np.array([2**63 - 1, 1, 2**53, -5], np.int64)
+    got, want = np.empty((4, 4), np.int32), np.empty((4, 4), np.int32)
+    kern.t5_block(lut, q, k, got, radius)
+    ref.t5_block(lut, q, k, want, radius)
+    assert_same(got, want, "t5 extreme positions")
+
+
+# ----------------------------------------------------------------------------------- sincos
+
+def rope_freqs(d: int, theta: float = 10000.0) -> np.ndarray:
+    """RoFormer/Llama inverse frequencies theta^(-2k/d), float64."""
+    return 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def ordered(a: np.ndarray) -> np.ndarray:
+    """Float bit patterns as integers whose difference counts ulps (both zeros -> 0)."""
+    b = bits(a).astype(np.int64)
+    top = 8 * a.itemsize - 1
+    mag = b & ((1 << top) - 1)
+    return np.where(b >> top, -mag, mag)
+
+
+def _sincos_inputs(r):
+    freqs = np.concatenate([rope_freqs(128), rope_freqs(64, 500000.0) / 8.0, [0.0, 1.0]])
+    pos = np.concatenate([np.arange(64), r.integers(0, 131072, 200),
+                          r.integers(0, I31 + 1, 56), [I31, 0]]).astype(np.int64)
+    return freqs, pos
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("scale", [1.0, 1.2302585092994046])  # yarn: 0.1 ln(factor 16) + 1
+def test_sincos_within_one_ulp_of_numpy(kern, dtype, scale):
+    r = rng_for("sincos", dtype, scale)
+    freqs, pos = _sincos_inputs(r)
+    for f in (freqs, np.tile(freqs, 9)[:600]):   # 600 > one 512-wide staging block
+        shape = (pos.size, f.size)
+        gc, gs = np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype])
+        wc, ws = np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype])
+        assert kern.sincos(f, pos, scale, gc, gs, dtype) is False
+        assert ref.sincos(f, pos, scale, wc, ws, dtype) is False
+        for got, want, what in ((gc, wc, "cos"), (gs, ws, "sin")):
+            diff = np.abs(ordered(got) - ordered(want))
+            assert diff.max() <= 1, f"{what} {dtype}: {int((diff > 1).sum())} values > 1 ulp"
+    empty = np.empty((0, freqs.size), STORAGE[dtype])
+    kern.sincos(freqs, np.empty(0, np.int64), scale, empty, empty.copy(), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_sincos_accuracy_vs_mpmath(kern, dtype):
+    """No less accurate than numpy against a 40-digit reference, value by value."""
+    mpmath = pytest.importorskip("mpmath")
+    r = rng_for("sincos-mp", dtype)
+    freqs, pos = _sincos_inputs(r)
+    pos = r.choice(pos, 48, replace=False)
+    f = r.choice(freqs, 24, replace=False)
+    shape = (pos.size, f.size)
+    outs = {name: (np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype]))
+            for name in ("got", "numpy")}
+    kern.sincos(f, pos, 1.0, *outs["got"], dtype)
+    ref.sincos(f, pos, 1.0, *outs["numpy"], dtype)
+    angle = pos.astype(np.float64)[:, None] * f[None, :]
+    mpmath.mp.dps = 40
+    exact = {"cos": np.empty(shape), "sin": np.empty(shape)}
+    for i, j in np.ndindex(*shape):
+        a = mpmath.mpf(float(angle[i, j]))  # the float64 angle itself is the definition
+        exact["cos"][i, j] = float(mpmath.cos(a))
+        exact["sin"][i, j] = float(mpmath.sin(a))
+    for k, name in enumerate(("cos", "sin")):
+        e = exact[name]
+        spacing = np.maximum(_ulp_of(e, dtype), 2.0**-149)
+        err_got = np.abs(dtypes.to_float(outs["got"][k], dtype).astype(np.float64) - e) / spacing
+        err_np = np.abs(dtypes.to_float(outs["numpy"][k], dtype).astype(np.float64) - e) / spacing
+        assert (err_got <= np.maximum(err_np, 0.5) + 1e-6).all(), \
+            f"{name} {dtype}: max err {err_got.max():.3f} ulp vs numpy {err_np.max():.3f}"
+
+
+def _ulp_of(x, dtype):
+    x = np.abs(x)
+    if dtype == "float32":
+        return np.spacing(x.astype(np.float32)).astype(np.float64)
+    if dtype == "float16":
+        return np.spacing(x.astype(np.float16)).astype(np.float64)
+    e = np.floor(np.log2(np.where(x > 0, x, 1.0)))
+    return np.exp2(np.maximum(e, -126.0) - 7.0)
+
+
+def test_sincos_nonfinite_does_not_crash(kern):
+    freqs = np.array([np.nan, np.inf, 1e308, 1.0])
+    pos = np.array([0, 1, I31], np.int64)
+    for dtype in FLOAT_DTYPES:
+        outs = [np.empty((3, 4), STORAGE[dtype]) for _ in range(4)]
+        kern.sincos(freqs, pos, 1.0, outs[0], outs[1], dtype)
+        ref.sincos(freqs, pos, 1.0, outs[2], outs[3], dtype)
+        for got, want in ((outs[0], outs[2]), (outs[1], outs[3])):
+            g, w = dtypes.to_float(got, dtype), dtypes.to_float(want, dtype)
+            assert (np.isnan(g) == np.isnan(w)).all()
+        # a scale that overflows is reported
+        assert kern.sincos(np.array([0.0]), pos, 1e300, *[np.empty((3, 1), STORAGE[dtype])
+                                                          for _ in range(2)], dtype) is True
+
+
+# -------------------------------------------------------------------------------- bad input

@@ -1,0 +1,53 @@
+"""Fixtures of the integration tests: a namespace and a process registry per test (whatever a
+test leaves running is stopped, and its namespace must be empty in /dev/shm afterwards), and one
+``posenc serve`` shared by the served-HTTP tests."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.procs import Procs, unique_namespace
+from tests.shm import SHM_DIR, remove_leftovers, shm_files
+from tests.service_cases import CONFIG
+
+
+@pytest.fixture
+def ns():
+    return unique_namespace()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    reg = Procs(tmp_path / "procs")
+    yield reg
+    reg.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(ns, procs):
+    """After every test: stop what it left running (by pid), then /dev/shm holds nothing of ns."""
+    yield
+    stray = procs.cleanup()
+    left = remove_leftovers(ns)
+    assert not left, f"namespace {ns} left {left} in {SHM_DIR} (stray processes stopped: {stray})"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """``posenc serve`` with 2 workers and its engine holding CONFIG; stopped cleanly at the end."""
+    reg = Procs(tmp_path_factory.mktemp("serve"))
+    s = reg.serve(CONFIG, workers=2)
+    try:
+        yield s
+    finally:
+        rc = s.stop()
+        reg.cleanup()
+        assert rc == 0, s.output()
+        assert shm_files(s.namespace) == [], "shared memory left behind after SIGTERM"
+
+
+@pytest.fixture(scope="session")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c

@@ -1,0 +1,212 @@
+"""Readers of the container image's and deploy/'s files for the deploy tests: the Dockerfile's
+instructions, the Kubernetes objects and overlays, Kubernetes and Docker quantities, and the
+service settings a container's environment gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from kubernetes_validate import utils as kv
+
+from posenc.engine import kernels
+from posenc.service.settings import ENV_PREFIX, Settings
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+COMPOSE = DEPLOY / "compose.yaml"
+WORKER = DEPLOY / "examples" / "worker.py"
+
+# Oldest and newest Kubernetes the package ships schemas for (native sidecars need >= 1.29).
+K8S_VERSIONS = ("1.33", kv.latest_version())
+
+GiB = 2**30
+# Shared memory allowed for the pinned default tables; the manifests and docs/deploy.md say the
+# same. `posenc engine --dry-run` gives the exact figure (test_dry_run_fits_the_allowance).
+PINNED_ALLOWANCE = 2 * GiB
+# The engine's own heap besides the tables it writes into /dev/shm: building a table works in
+# float64 (2.1 GiB peak RSS measured building the default set on the numpy path).
+ENGINE_WORKING_SET = 2 * GiB
+
+# POSENC_* variables read outside Settings: the kernels' backend switch (auto|numpy|simd).
+EXTRA_ENV = {kernels.ENV_VAR}
+
+
+# --------------------------------------------------------------------------- helpers: files
+
+@dataclasses.dataclass
+class Instruction:
+    name: str
+    args: str
+    stage: int
+    line: int
+
+
+@functools.cache
+def dockerfile() -> list[Instruction]:
+    """Instructions with continuation lines joined and comments dropped."""
+    out, buf, start, stage = [], "", 0, -1
+    for n, raw in enumerate(DOCKERFILE.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if buf and line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if not buf:
+            start = n
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        text = buf + line
+        buf = ""
+        name, _, args = text.partition(" ")
+        name = name.upper()
+        if name == "FROM":
+            stage += 1
+        out.append(Instruction(name, args.strip(), stage, start))
+    assert not buf, "Dockerfile ends inside a continued line"
+    return out
+
+
+def instrs(name: str, stage: int | None = None) -> list[Instruction]:
+    return [i for i in dockerfile() if i.name == name and (stage is None or i.stage == stage)]
+
+
+def final_stage() -> int:
+    return max(i.stage for i in dockerfile())
+
+
+def exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
+    return value
+
+
+def dockerfile_env() -> dict[str, str]:
+    """ENV of the final stage (`ENV K=V K2=V2`, quotes allowed)."""
+    env = {}
+    for i in instrs("ENV", final_stage()):
+        for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', i.args):
+            env[key] = value.strip('"')
+    return env
+
+
+def load_yaml_docs(path: Path) -> list:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def k8s_objects() -> dict[tuple[str, str], dict]:
+    """(kind, name) -> object for every manifest under deploy/k8s/ (overlay patches excluded)."""
+    objs = {}
+    for path in sorted(K8S.rglob("*.yaml")):
+        if path.name == "kustomization.yaml" or path.parent != K8S:
+            continue
+        for doc in load_yaml_docs(path):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in objs, f"{key} defined twice"
+            objs[key] = doc
+    return objs
+
+
+def kustomization(path: Path) -> dict:
+    (doc,) = load_yaml_docs(path / "kustomization.yaml")
+    return doc
+
+
+def apply_json6902(obj: dict, ops: list[dict]) -> dict:
+    """The subset of RFC 6902 the overlay uses: `add` (with `-` to append to a list)."""
+    obj = copy.deepcopy(obj)
+    for op in ops:
+        assert op["op"] == "add", f"unsupported patch op {op['op']!r}: extend apply_json6902"
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = obj
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), copy.deepcopy(op["value"]))
+        else:
+            node[last] = copy.deepcopy(op["value"])
+    return obj
+
+
+def deployment() -> dict:
+    return k8s_objects()[("Deployment", "posenc")]
+
+
+def colocated_deployment() -> dict:
+    """The base Deployment as `kubectl apply -k deploy/k8s/colocated` renders it."""
+    kust = kustomization(K8S / "colocated")
+    (patch,) = kust["patches"]
+    target = patch["target"]
+    base = deployment()
+    assert (target["group"] + "/" + target["version"], target["kind"], target["name"]) == (
+        base["apiVersion"], base["kind"], base["metadata"]["name"])
+    (ops,) = load_yaml_docs(K8S / "colocated" / patch["path"])
+    return apply_json6902(base, ops)
+
+
+def pod_containers(dep: dict) -> dict[str, dict]:
+    spec = dep["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(q) -> float:
+    """A Kubernetes quantity in base units (bytes, or cores for CPU)."""
+    q = str(q)
+    if q.endswith("m"):
+        return int(q[:-1]) / 1000
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kMGT]i?)?", q)
+    assert m, f"unparsed quantity {q!r}"
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def docker_bytes(v) -> int:
+    """Docker's byte strings (`3gb`, `512m`): binary multiples, like its units.RAMInBytes."""
+    m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", str(v).lower())
+    assert m, f"unparsed byte value {v!r}"
+    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+
+
+def container_env(c: dict) -> dict[str, str]:
+    """A container's POSENC_* environment as the process sees it: the image's ENV overlaid with
+    the manifest's (a resourceFieldRef on limits.cpu resolves to the integer CPU limit)."""
+    env = {k: v for k, v in dockerfile_env().items() if k.startswith(ENV_PREFIX)}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            ref = e["valueFrom"]["resourceFieldRef"]
+            assert ref["resource"] == "limits.cpu" and quantity(ref.get("divisor", "1")) == 1, e
+            assert ref.get("containerName", c["name"]) == c["name"], e
+            env[e["name"]] = str(int(quantity(c["resources"]["limits"]["cpu"])))
+    return env
+
+
+def settings_of(env: dict[str, str]) -> Settings:
+    unknown = {k for k in env if k.startswith(ENV_PREFIX)} - EXTRA_ENV - {
+        ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings)}
+    assert not unknown, f"not settings the service reads: {sorted(unknown)}"
+    return Settings.from_env(env)
+
+
+# --------------------------------------------------------------------------- Kubernetes schemas
+
+def all_k8s_objects() -> list[tuple[str, dict]]:
+    objs = [(f"{kind}/{name}", obj) for (kind, name), obj in k8s_objects().items()]
+    objs.append(("Deployment/posenc (colocated overlay)", colocated_deployment()))
+    return objs

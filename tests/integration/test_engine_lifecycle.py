@@ -1,0 +1,195 @@
+"""The engine's life: a manifest only once every configured table is in it, readers that survive
+kill -9 and a restart that reclaims, signals that remove every segment, a second engine refused,
+an invalid config refused with the field named.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from posenc.engine.client import EngineUnavailable
+from posenc.engine.compute import compute
+
+from tests.shm import SHM_DIR, assert_no_leftovers, read_manifest
+from tests.children.bits import bits_equal
+from tests.integration.engine_cases import LLAMA3, LOOP_CASES, SMALL_CONFIG, engine_stats, reader, seg_files
+
+
+# ---------------------------------------------------------------------------------------------
+# Start-up: readers must never see a half-ready engine
+
+# Six tables of 65536 × 32 float32 cos/sin: a start that takes long enough (tenths of a second)
+# to look at the engine while it builds.
+SLOW_CONFIG = {"length": 65536, "tables": [
+    {"family": "rope", "spec": {"head_dim": 64, "rope_theta": 1000.0 + i}, "name": f"slow-{i}"} for i in range(6)]}
+
+
+def _poll_start(eng, ns, during=lambda: None) -> list[int]:
+    """Table counts of every manifest version seen while the engine starts (polled fast)."""
+    seen, last = [], None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = None
+        try:
+            st = os.stat(os.path.join(SHM_DIR, f"{ns}.manifest.json"))
+        except FileNotFoundError:
+            pass
+        if st is not None and (st.st_ino, st.st_mtime_ns) != last:
+            m = read_manifest(ns)
+            if m is not None:
+                last = (st.st_ino, st.st_mtime_ns)
+                seen.append(len(m["tables"]))
+                if "generation" in eng.stderr() or len(m["tables"]) >= len(SLOW_CONFIG["tables"]):
+                    break
+        during()
+        assert eng.alive(), eng.logs()
+        time.sleep(0.0005)
+    return seen
+
+
+def test_manifest_appears_only_when_every_configured_table_is_in_it(ns, procs):
+    """The manifest is written last (STYLE.md: "manifest written last, atomically"): a reader
+    that attaches as soon as it sees one (Client.wait_ready) must find every configured table,
+    or it asks the engine to build a configured table on demand."""
+    eng = procs.engine(SLOW_CONFIG, ns, ready=False)
+    seen = _poll_start(eng, ns)
+    eng.wait_ready()
+    assert seen and seen[0] == len(SLOW_CONFIG["tables"]), \
+        f"manifest versions seen during start held {seen} of {len(SLOW_CONFIG['tables'])} configured tables"
+    assert eng.stop() == 0
+
+
+def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(ns, procs):
+    eng = procs.engine(SLOW_CONFIG, ns, ready=False)
+    c = eng.client()
+    sock = os.path.join(SHM_DIR, f"{ns}.sock")
+    from posenc.engine import pipeline
+    key = pipeline.parse("rope", {"head_dim": 64, "rope_theta": 1000.0, "positions": [0]}).table.key
+    ask = {"op": "ensure", "table": key}
+    replies = []
+
+    def during():
+        if not replies and os.path.exists(sock):
+            try:
+                replies.append(c.call(ask))
+            except EngineUnavailable:  # bound but not listening yet: ask again on the next poll
+                pass
+
+    _poll_start(eng, ns, during)
+    during()  # the socket may come up with the complete manifest, after the last poll
+    eng.wait_stderr("generation", 60)   # the engine's "generation G: N tables ..." start line
+    assert replies and replies[0]["ok"], replies
+    digest = replies[0]["digest"]
+    entry = eng.manifest()["tables"][digest]
+    builds = engine_stats(eng)["builds"]
+    assert entry["pinned"] and entry["length"] == 65536, \
+        f"the configured table became the on-demand one: pinned={entry['pinned']} length={entry['length']}"
+    assert builds[digest] == 1, f"configured table built {builds[digest]} times"
+    assert sum(e["pinned"] for e in eng.manifest()["tables"].values()) == len(SLOW_CONFIG["tables"])
+    assert eng.stop() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine death, restart and shutdown
+
+
+def _last_iter(r) -> dict:
+    lines = [m for m in r.json_lines() if "i" in m]
+    return lines[-1] if lines else {"i": 0, "gen": None, "t": 0}
+
+
+def test_kill9_readers_keep_reading_and_restart_reclaims(ns, procs, tmp_path):
+    eng_a = procs.engine(SMALL_CONFIG, ns)
+    gen_a = eng_a.manifest()["generation"]
+    files_a = seg_files(ns, gen_a)
+    assert files_a
+    stop = tmp_path / "stop"
+    readers = [reader(procs, ns, "loop", name=f"loop{i}", cases=LOOP_CASES, stop=str(stop)) for i in range(3)]
+    for r in readers:
+        r.wait_json(lambda m: m.get("i", 0) >= 3 and m["gen"] == gen_a, timeout=60, what="3 reads of gen A")
+
+    # kill -9: no cleanup runs, so the engine's files stay; readers must not notice.
+    eng_a.kill9()
+    t_kill = time.time()
+    assert seg_files(ns, gen_a) == files_a
+    for r in readers:
+        n = _last_iter(r)["i"]
+        r.wait_json(lambda m, n=n: m.get("i", 0) >= n + 5 and m["t"] > t_kill, timeout=30,
+                    what="reads after the engine died")
+        assert r.alive(), r.logs()
+
+    # A new engine on the namespace reclaims every file of the dead one.
+    eng_b = procs.engine(SMALL_CONFIG, ns)
+    gen_b = eng_b.manifest()["generation"]
+    assert gen_b != gen_a and gen_b > gen_a
+    assert seg_files(ns, gen_a) == [], "the dead engine's segments were not reclaimed"
+    assert seg_files(ns, gen_b)
+    assert "reclaimed" in eng_b.stderr()
+
+    # Readers move to the new generation and keep verifying.
+    for r in readers:
+        m = r.wait_json(lambda m: m.get("gen") == gen_b, timeout=30, what="a read of generation B")
+        r.wait_json(lambda m, i=m["i"]: m.get("i", 0) >= i + 3, timeout=30, what="reads of generation B")
+    # New lookups work: a fresh client and an on-demand table on the new engine.
+    c = eng_b.client()
+    c.wait_ready(10)
+    assert c.generation == gen_b
+    new_req = {"head_dim": 8, "rope_theta": 777.0, "positions": [0, 3, 200000]}
+    assert bits_equal(c.lookup("rope", new_req), compute("rope", new_req))
+
+    stop.touch()
+    for r in readers:
+        r.expect_exit(0, timeout=30)
+        done = r.json_lines()[-1]
+        assert done["gens"] == [gen_a, gen_b], done
+    assert eng_b.stop() == 0
+    assert_no_leftovers(ns)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_removes_every_segment(ns, procs, tmp_path, sig):
+    eng = procs.engine(SMALL_CONFIG, ns)
+    go = tmp_path / "go"
+    # A reader maps a configured table and an on-demand one, then reads them again after the
+    # engine is gone: unlinked files stay readable through an existing mapping.
+    r = reader(procs, ns, "hold", specs=[{"head_dim": 64}, {"head_dim": 8, "rope_theta": 999.0}],
+               rows=[0, 1, 4095], go=str(go))
+    r.wait_json(lambda m: m.get("mapped"), timeout=60)
+    m = eng.manifest()
+    assert any(not e["pinned"] for e in m["tables"].values()), "the on-demand table is missing"
+    assert len(seg_files(ns)) == len(m["tables"])
+    assert eng.stop(sig) == 0, eng.logs()
+    assert_no_leftovers(ns)
+    go.touch()
+    r.expect_exit(0)
+
+
+def _bad_rope_factor():
+    return {"tables": [{"family": "rope", "spec": {**LLAMA3, "rope_scaling": {**LLAMA3["rope_scaling"], "factor": 0.5}}}]}
+
+
+@pytest.mark.parametrize("cfg, field", [
+    (_bad_rope_factor(), "tables.0.spec.rope_scaling.factor"),
+    ({"tables": [{"family": "rope", "spec": {"head_dim": 8}}, {"family": "xpos", "spec": {}}]}, "tables.1.family"),
+    ({"tables": [{"family": "alibi", "spec": {"num_heads": 4}, "dtypes": ["float64"]}]}, "tables.0.dtypes.0"),
+    ({"tables": [{"family": "rope", "spec": {"head_dim": 8}, "dtypes": [None]}]}, "tables.0.dtypes.0"),
+    ({"length": 0, "tables": []}, "length"),
+], ids=["rope_factor", "unknown_family", "dtype", "null_dtype", "length"])
+@pytest.mark.parametrize("via_cli", [False, True], ids=["engine_main", "cli"])
+def test_invalid_config_stops_engine_with_status_2(ns, procs, cfg, field, via_cli):
+    eng = procs.engine(cfg, ns, ready=False, via_cli=via_cli)
+    rc = eng.wait(30)
+    err = eng.stderr()
+    assert rc == 2, eng.logs()
+    assert re.search(rf"(^|\W){re.escape(field)}:", err), f"{field!r} not named in: {err}"
+    assert "Traceback" not in err
+    assert_no_leftovers(ns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Permissions

@@ -1,0 +1,144 @@
+"""``posenc serve`` as a process: killed workers and engine are survived, an invalid config stops it
+naming the field, shutdown is clean, ``--attach-only`` waits for an engine; and the Python clients
+and the README's curl examples against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from posenc.engine.client import Client
+from posenc.engine.compute import compute
+from posenc.engine.dtypes import bf16_bits_to_f32
+from posenc.engine.formats import read_safetensors
+from tests.procs import REPO
+from tests.shm import shm_files
+from tests.service_cases import BIN, CONFIG
+
+
+# -- faults ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_killed_worker_and_engine_are_survived(procs):
+    s = procs.serve(CONFIG, workers=2)
+    body = {"head_dim": 64, "positions": [5, 6]}
+    ref = httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content
+    victim = s.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    ok = 0
+    while time.monotonic() < deadline and ok < 20:
+        try:
+            r = httpx.post(s.url + "/v1/rope", json=body, headers=BIN, timeout=5)
+            assert r.content == ref
+            ok += 1
+        except httpx.TransportError:
+            time.sleep(0.1)
+    assert ok == 20
+    engine = s.engine_pid()
+    gen = Client(namespace=s.namespace).wait_ready()["generation"]
+    os.kill(engine, signal.SIGKILL)
+    for _ in range(10):   # mapped tables keep answering while the engine is gone
+        assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = Client(namespace=s.namespace).manifest(force=True)
+        if m and m["generation"] != gen and s.engine_pid() not in (None, engine):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("engine was not restarted: " + s.output())
+    new = {"head_dim": 40, "positions": [3]}   # an on-demand build through the new engine
+    assert httpx.post(s.url + "/v1/rope", json=new, timeout=60).status_code == 200
+    assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
+    files = [n for n in shm_files(s.namespace) if n.startswith(s.namespace + ".seg.")]
+    assert all(f".seg.{gen}." not in n for n in files), "the dead engine's segments were not reclaimed"
+    assert s.stop() == 0, s.output()
+    assert shm_files(s.namespace) == []
+
+
+def test_invalid_table_config_stops_serve_with_the_field_named(procs):
+    bad = {"tables": [{"family": "rope", "spec": {"head_dim": 64, "rope_scaling": {"rope_type": "yarn"}}}]}
+    s = procs.serve(bad, workers=1, ready=False)
+    assert s.wait(60) == 2
+    assert "tables.0.spec.rope_scaling.factor" in s.output()
+    assert "Traceback" not in s.output()
+    assert shm_files(s.namespace) == []
+
+
+# -- the Python HTTP client and the README's curl examples ---------------------------------------
+def test_python_clients_return_the_reference_arrays(server):
+    from posenc.service.client import AsyncPosencClient, PosencClient, PosencHTTPError
+    body = {"head_dim": 64, "positions": [0, 9, 5000], "dtype": "bfloat16", "layout": "interleaved"}
+    ref = compute("rope", body)
+    with PosencClient(server.url) as c:
+        out = c.rope(**body)
+        raw = c.rope(raw=True, **body)
+        with pytest.raises(PosencHTTPError) as e:
+            c.alibi(num_heads=0, query=[1], key=[1])
+        assert e.value.status == 422 and e.value.detail[0]["loc"] == ["body", "num_heads"]
+        blocks = c.t5_buckets(query=[0, 1], key=[0, 1, 2])
+    np.testing.assert_array_equal(out["cos"], bf16_bits_to_f32(ref["cos"]))
+    assert raw["sin"].dtype == np.uint16 and raw["sin"].tobytes() == ref["sin"].tobytes()
+    assert out["attention_scaling"] == 1.0
+    assert blocks["buckets"].dtype == np.int32
+
+    async def go():
+        async with AsyncPosencClient(server.url) as c:
+            return await asyncio.gather(c.sinusoidal(d_model=33, positions=[1, 2]),
+                                        c.alibi(num_heads=12, query=[3], key=[0, 1, 2, 3]))
+    sin_out, alibi_out = asyncio.run(go())
+    assert sin_out["encoding"].tobytes() == compute("sinusoidal", {"d_model": 33, "positions": [1, 2]})["encoding"].tobytes()
+    assert alibi_out["bias"].shape == (12, 1, 4)
+
+
+def test_readme_curl_examples_work(server, tmp_path):
+    readme = (REPO / "README.md").read_text()
+    commands = [c.replace("\\\n", " ") for c in re.findall(r"^curl .*?(?<!\\)$", readme, re.M | re.S)]
+    assert len(commands) >= 3
+    for cmd in commands:
+        argv = [a.replace("localhost:8000", f"127.0.0.1:{server.port}") for a in shlex.split(cmd)]
+        argv += ["--fail", "--output", str(tmp_path / "out.bin")] if "-o" not in argv else ["--fail"]
+        argv = [str(tmp_path / a) if i and argv[i - 1] == "-o" else a for i, a in enumerate(argv)]
+        r = subprocess.run(argv, capture_output=True, timeout=30)
+        assert r.returncode == 0, (cmd, r.stderr)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_single_worker_shutdown_is_clean_when_serve_exits(procs, sig):
+    """With one worker uvicorn re-raises the caught signal on exit; posenc serve must still stop
+    its engine and be clean by the time it has exited (not some time later)."""
+    s = procs.serve({"length": 512, "tables": [{"family": "rope", "spec": {"head_dim": 16}}]}, workers=1)
+    engine = s.engine_pid()
+    rc = s.stop(sig)
+    assert rc in (0, 130), s.output()
+    assert shm_files(s.namespace) == []
+    assert not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
+
+
+def test_attach_only_is_not_ready_until_an_engine_publishes(procs):
+    """`posenc serve --attach-only` (the Kubernetes pod's HTTP container): alive at once, 503 on
+    /readyz while no engine serves its namespace, ready once one publishes its tables."""
+    cfg = {"length": 256, "tables": [{"family": "sinusoidal", "spec": {"d_model": 16}}]}
+    s = procs.serve(cfg, workers=1, args=("--attach-only",), ready=False)
+    s.wait_alive()
+    assert httpx.get(s.url + "/readyz").status_code == 503
+    assert s.engine_pid() is None
+    engine = procs.engine(s.config_path, s.namespace)
+    s.wait_ready()
+    body = {"d_model": 16, "positions": [3, 300]}
+    r = httpx.post(s.url + "/v1/sinusoidal", json=body, headers=BIN)
+    assert r.status_code == 200
+    assert read_safetensors(r.content)[0]["encoding"].tobytes() == compute("sinusoidal", body)["encoding"].tobytes()
+    assert s.stop() == 0, s.output()
+    assert engine.stop() == 0, engine.logs()
+    assert shm_files(s.namespace) == []

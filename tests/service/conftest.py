@@ -1,0 +1,43 @@
+"""Fixtures of the in-process service tests: one engine process holding the tables of
+tests/service_cases.CONFIG (the service's data comes from shared memory; everything else runs in
+this process), and a Service attached to it that has learnt the rope templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc.service.handlers import Service
+from posenc.service.settings import Settings
+from tests.procs import Procs, unique_namespace
+from tests.shm import assert_no_leftovers
+from tests.service.hot_helpers import HOT_SPECS
+from tests.service_cases import ACCEPT_HDRS, BIN, CONFIG, orjson_dumps
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory):
+    reg = Procs(tmp_path_factory.mktemp("service-engine"))
+    eng = reg.engine(CONFIG, unique_namespace())
+    try:
+        yield eng
+    finally:
+        rc = eng.stop()
+        reg.cleanup()
+        assert rc == 0, eng.logs()
+        assert_no_leftovers(eng.namespace)
+
+
+@pytest.fixture
+def settings(engine) -> Settings:
+    return Settings(namespace=engine.namespace)
+
+
+@pytest.fixture(scope="module")
+def learnt(engine):
+    """A Service in this process, attached to the engine, that has answered each of HOT_SPECS
+    once through the full path (so both shortcuts know their templates)."""
+    svc = Service(Settings(namespace=engine.namespace))
+    svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
+    for spec in HOT_SPECS:
+        svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
+    return svc

@@ -1,0 +1,71 @@
+"""Helpers of the C-shortcut tests (service/_hot.c): specs, odd tokens, and a full path that
+learns a body's template before the shortcut answers it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, strategies as st
+
+from posenc.engine.errors import PosencError
+from posenc.service import replay
+from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
+
+
+needs_native = pytest.mark.skipif(not replay.NATIVE, reason="posenc.service._hot runs with the simd backend only")
+HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
+ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
+                 st.sampled_from(["-0", "-1", "1.0", "1e2", "01", "00", "true", "null", '"3"', "[1]", "",
+                                  " 7", "7 ", "\t8\n", "\r9", "\x0b1", "1\u00a0"]))
+
+ALIBI_SPECS = [{"num_heads": 12}, {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True},
+               {"num_heads": 12, "mode": "symmetric", "max_bias": 8.0}, {"mask_future": False, "num_heads": 12}]
+
+
+def selection_text(draw, odd):
+    if draw(st.booleans()):
+        items = [str(v) for v in draw(st.lists(st.integers(0, 3000), min_size=1, max_size=12))]
+        if odd is not None:
+            items.insert(draw(st.integers(0, len(items))), odd)
+        return "[" + draw(st.sampled_from([",", ", "])).join(items) + "]"
+    start = draw(st.integers(0, 3000))
+    parts = {"start": str(start), "stop": str(start + draw(st.integers(-2, 300)))}
+    if draw(st.booleans()):
+        parts["step"] = draw(st.sampled_from(["1", "3", "0", "null", "1.0", "-1"]))
+    if odd is not None:
+        parts[draw(st.sampled_from(["start", "stop", "stap"]))] = odd
+    order = draw(st.permutations(list(parts)))
+    sep = draw(st.sampled_from([":", " : "]))
+    return "{" + ",".join(f'"{k}"{sep}{parts[k]}' for k in order) + "}"
+
+
+@st.composite
+def alibi_bodies(draw):
+    spec = draw(st.sampled_from(ALIBI_SPECS))
+    odd = draw(st.one_of(st.just(None), st.just(None), ODD))
+    which = draw(st.sampled_from(["query", "key"]))
+    sel = {f: selection_text(draw, odd if f == which else None) for f in ("query", "key")}
+    fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + list(sel.items())
+    order = draw(st.permutations(fields))
+    return spec, "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+
+
+def learn_then_answer(svc, family: str, body: bytes):
+    """Let the full path learn ``body``'s template (its selections replaced by valid ones), then
+    answer ``body`` both ways: (the C shortcut's bytes or None, the full path's bytes or None)."""
+    cut = replay.spans(body, replay.FIELDS[family])
+    if cut is not None:
+        probe = bytearray(body)
+        for a, b in sorted(cut, reverse=True):
+            probe[a:b] = b"[1]"
+        try:
+            svc.execute(svc.prepare(family, bytes(probe), BIN["accept"]))
+        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
+            pass
+    c = svc.hot(family, body, ACCEPT_HDRS)
+    try:
+        full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]
+    except PosencError:
+        full = None
+    event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
+    return c, full

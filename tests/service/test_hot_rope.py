@@ -1,0 +1,94 @@
+"""The C shortcut (service/_hot.c) for RoPE rows against the full path and the library's bytes,
+driven in-process.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from posenc.service import _hot
+from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
+from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
+
+
+@needs_native
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=st.sampled_from(HOT_SPECS), rows=st.lists(st.integers(0, 2050), min_size=0, max_size=70),
+       odd=st.one_of(st.just(None), ODD), at=st.integers(0, 70),
+       seps=st.sampled_from([","] * 4 + [", ", " ,", ",\n", ",,"]),
+       open_=st.sampled_from(["["] * 4 + ["[ ", "[\n"]), close=st.sampled_from(["]"] * 4 + [" ]", ",]"]),
+       colon=st.sampled_from([":"] * 4 + [" : ", "::", ": ", ":\t"]), first=st.booleans())
+def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
+    """Whatever the list's text, the C shortcut answers exactly as the full path does, or leaves
+    the body to the full path."""
+    tokens = [str(r) for r in rows]
+    if odd is not None:
+        tokens.insert(min(at, len(tokens)), odd)
+    spec_text = orjson_dumps(spec)[1:-1]
+
+    def text(lst: bytes) -> bytes:
+        if first:
+            return b'{"positions"' + colon.encode() + lst + b"," + spec_text + b"}"
+        return b"{" + spec_text + b',"positions"' + colon.encode() + lst + b"}"
+    if colon != "::":    # let the full path learn this body's template
+        learnt.execute(learnt.prepare("rope", text(b"[5]"), BIN["accept"]))
+    lst = (open_ + seps.join(tokens) + close).encode()
+    body = text(lst)
+    c = learnt.hot("rope", body, ACCEPT_HDRS)
+    event(f"C: {'answered' if c is not None else 'full path'}")
+    if c is not None:
+        assert c == reference_safetensors("rope", json.loads(body))
+
+
+@needs_native
+def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
+    body = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2]})
+    assert learnt.hot("rope", body, ACCEPT_HDRS) is not None
+    assert learnt.hot("rope", body, ACCEPT_HDRS[:2]) is None                                   # no Accept: JSON
+    assert learnt.hot("rope", body, [(b"accept", b"application/json")]) is None
+    odd = b"application/x-safetensors;q=0.9, application/json;q=0.1"
+    assert learnt.hot("rope", body, [(b"accept", odd)]) is None                                # not negotiated yet
+    learnt.prepare("rope", body, odd.decode())
+    assert learnt.hot("rope", body, [(b"accept", odd)]) == learnt.hot("rope", body, ACCEPT_HDRS)
+    spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
+    assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None                                     # over the body limit
+    assert learnt.hot("rope", orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
+
+
+@needs_native
+def test_native_template_checks_its_arrays():
+    a = np.zeros((4, 8), np.float32)
+    cols = list(range(8))
+
+    def rows(arrays, colmap=cols, hf=lambda n: b"", **kw):
+        args = dict(offset=0, max_rows=64, lists_only=True) | kw
+        return _hot.RowsTemplate(arrays, colmap, args["offset"], args["max_rows"], args["lists_only"], hf, b"")
+    with pytest.raises(ValueError, match="2-d"):
+        rows((np.zeros(8, np.float32),))
+    with pytest.raises(ValueError, match="2-d"):
+        rows((np.zeros((4, 8), np.float64),))
+    with pytest.raises(ValueError, match="differ"):
+        rows((a, np.zeros((4, 8), np.float16)))
+    with pytest.raises(ValueError, match="outside"):
+        rows((a,), [0, 8])
+    with pytest.raises(ValueError, match="max_rows"):
+        rows((a,), max_rows=65)
+    with pytest.raises(TypeError, match="callable"):
+        rows((a,), hf=None)
+    m = np.ones(3)
+    with pytest.raises(ValueError, match="float64"):
+        _hot.AlibiTemplate(m.astype(np.float32), False, False, lambda q, k: b"", b"\0" * 12, 10, 100)
+    with pytest.raises(ValueError, match="float32 slopes"):
+        _hot.AlibiTemplate(m, False, False, lambda q, k: b"", b"", 10, 100)
+    with pytest.raises(ValueError, match="causal"):
+        _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
+    t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
+    acc = ([(b"accept", b"x")], {b"x": True})
+    with pytest.raises(TypeError, match="bytes"):
+        _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, (b'"positions"',))
+    with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family
+        _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, (b'"query"', b'"key"'))

@@ -1,0 +1,47 @@
+"""The C shortcut (service/_hot.c) for sinusoidal rows against the full path and the library's
+bytes, driven in-process.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.service.hot_helpers import ODD, learn_then_answer, needs_native
+from tests.service_cases import orjson_dumps, reference_safetensors
+
+
+SINUSOIDAL_SPECS = [{"d_model": 33}, {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "bfloat16"},
+                    {"d_model": 33, "layout": "fairseq", "dtype": "float16"}, {"d_model": 32, "layout": "fairseq"}]
+
+
+@st.composite
+def sinusoidal_bodies(draw):
+    spec = draw(st.sampled_from(SINUSOIDAL_SPECS))
+    odd = draw(st.one_of(st.just(None), st.just(None), ODD))
+    if draw(st.booleans()):
+        items = [str(v) for v in draw(st.lists(st.integers(0, 2100), min_size=1, max_size=70))]
+        if odd is not None:
+            items.insert(draw(st.integers(0, len(items))), odd)
+        sel = "[" + ",".join(items) + "]"
+    else:
+        start = draw(st.integers(0, 2100))
+        sel = '{"start":%d,"stop":%d%s}' % (start, start + draw(st.integers(-1, 70)),
+                                             draw(st.sampled_from(["", ',"step":3', ',"step":null'])))
+    fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + [("positions", sel)]
+    return "{" + ",".join(f'"{k}":{v}' for k, v in draw(st.permutations(fields))) + "}"
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=sinusoidal_bodies())
+def test_native_sinusoidal_answers_like_the_full_path(learnt, text):
+    """Sinusoidal rows from a known spec: the C shortcut's bytes are the full path's and the
+    float64 reference's (every layout, offsets, bfloat16), or the body takes the full path."""
+    body = text.encode()
+    c, full = learn_then_answer(learnt, "sinusoidal", body)
+    if c is not None:
+        req = json.loads(body)
+        assert c == full
+        assert c == reference_safetensors("sinusoidal", req)

@@ -1,0 +1,56 @@
+"""The engine's files in /dev/shm, found only through their documented names
+(``{ns}.manifest.json``, ``{ns}.seg.*``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read as
+plain JSON and files are listed by prefix, independently of ``posenc.engine.store``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+SHM_DIR = "/dev/shm"
+
+
+def shm_files(namespace: str, shm_dir: str = SHM_DIR) -> list[str]:
+    """Names of every file of this namespace in shm_dir (anything starting with ``{ns}.``)."""
+    try:
+        names = os.listdir(shm_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith(f"{namespace}."))
+
+
+def snapshot(namespace: str, shm_dir: str = SHM_DIR) -> dict[str, tuple]:
+    """name -> (inode, size, mtime_ns, mode) of the namespace's files: equal snapshots mean
+    nothing was created, removed, replaced or rewritten."""
+    out = {}
+    for n in shm_files(namespace, shm_dir):
+        try:
+            st = os.stat(os.path.join(shm_dir, n))
+        except FileNotFoundError:
+            continue
+        out[n] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def assert_no_leftovers(namespace: str, shm_dir: str = SHM_DIR) -> None:
+    left = shm_files(namespace, shm_dir)
+    assert not left, f"left in {shm_dir} for namespace {namespace}: {left}"
+
+
+def remove_leftovers(namespace: str, shm_dir: str = SHM_DIR) -> list[str]:
+    """Delete whatever the namespace left (teardown after a failure); returns what was there."""
+    left = shm_files(namespace, shm_dir)
+    for n in left:
+        try:
+            os.unlink(os.path.join(shm_dir, n))
+        except FileNotFoundError:
+            pass
+    return left
+
+
+def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
+    try:
+        with open(os.path.join(shm_dir, f"{namespace}.manifest.json"), "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
