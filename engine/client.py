@@ -32,15 +32,11 @@ from . import dtypes as _dt
 from . import kernels
 from . import store
 from .compute import DEFAULT_MAX_BYTES, check_size, family_module, output_nbytes, parse_request, precheck
-from .errors import PosencError, SpecError
+from .errors import EngineUnavailable, SpecError
 from .fields import require_object
 from .selection import Selection, parse_selection
 from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
 from .tables import rope, sinusoidal
-
-
-class EngineUnavailable(PosencError):
-    status = 503
 
 
 class TableView:

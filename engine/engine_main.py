@@ -31,7 +31,7 @@ import time
 from . import store
 from .compute import parse_request
 from .config import ConfiguredTable, load_config
-from .errors import PosencError, SpecError
+from .errors import EngineRunning, SpecError
 from .tabledefs import DEFAULT_LENGTH, TableDef, table_for
 
 
@@ -46,10 +46,6 @@ class EngineOptions:
     memory_budget_bytes: int = 2 * 2**30
     length: int = DEFAULT_LENGTH
     group: str | None = None
-
-
-class EngineRunning(PosencError):
-    pass
 
 
 class Engine:

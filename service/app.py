@@ -15,10 +15,11 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from posenc.engine.errors import error_response
 from posenc.engine.tables import FAMILIES
 
 from .fast import FastFront, read_body
-from .handlers import Service, error_response
+from .handlers import Service
 from .metrics import Metrics
 from .schemas import EXAMPLES, RETURNS, SCHEMAS
 from .settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings

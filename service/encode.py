@@ -33,6 +33,3 @@ def encode(family: str, result: dict, dtype: str | None, fmt: str) -> tuple[byte
     bf16 = DTYPED if dtype == "bfloat16" else frozenset()
     return formats.to_safetensors(result, bf16, _META[family]), CONTENT_TYPES["safetensors"]
 
-
-def error_body(detail) -> bytes:
-    return orjson.dumps({"detail": detail})

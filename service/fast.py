@@ -20,22 +20,15 @@ from time import perf_counter
 
 import anyio
 
-from posenc.engine.errors import PosencError
+from posenc.engine.errors import BodyTooLarge, error_response
 
-from .handlers import Service, error_response
+from .handlers import Service
 from .metrics import Metrics
 
 log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi": "alibi",
                 "/v1/t5-buckets": "t5-buckets"}
-
-
-class TooBig(PosencError):
-    status = 413
-
-    def __init__(self, limit: int):
-        super().__init__(f"request body over the limit of {limit} bytes")
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -47,7 +40,7 @@ async def read_body(receive, limit: int) -> bytes:
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooBig(limit)
+            raise BodyTooLarge(limit)
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

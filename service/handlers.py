@@ -2,27 +2,25 @@
 
 validate (strict parser; the spec part of a body is parsed once and cached under its canonical
 bytes) -> size limits -> which shared table -> read-only view (built once by the engine if new)
--> gather / block -> encode. Domain errors carry their status; ``error_response`` maps them.
+-> gather / block -> encode. Domain errors carry their status; ``engine.errors.error_response`` maps them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import orjson
 
-from posenc.engine.client import Client, EngineUnavailable, Resolved
+from posenc.engine.client import Client, Resolved
 from posenc.engine.compute import check_size, output_nbytes, precheck
-from posenc.engine.errors import PosencError, SpecError, TooLarge
+from posenc.engine.errors import NotAcceptable, SpecError, TooManyPositions
 
-from .encode import encode, error_body
-from .negotiate import NotAcceptable, choose
+from .encode import encode
+from .negotiate import choose
 from . import replay
 from .replay import Templates
 from .settings import Settings
 
-log = logging.getLogger("posenc.service")
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 
@@ -60,7 +58,7 @@ class Service:
         limit = self.settings.max_positions
         for n, s in r.sel.items():
             if s.n > limit:
-                raise TooLargeSelection(n, s.n, limit)
+                raise TooManyPositions(n, s.n, limit)
         nbytes = output_nbytes(r.mod, r.spec, r.sel, r.dtype)
         check_size(nbytes, self.settings.max_response_bytes)
         precheck(r.mod, r.spec, r.sel, r.dtype)
@@ -118,20 +116,3 @@ class Service:
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}
 
-
-class TooLargeSelection(TooLarge):
-    def __init__(self, name: str, n: int, limit: int):
-        PosencError.__init__(self, f"{name}: {n} positions, over the limit of {limit} per request")
-        self.nbytes, self.limit = n, limit
-
-
-def error_response(exc: BaseException) -> tuple[int, bytes]:
-    """(status, JSON body) for any exception on the request path; never lets one escape."""
-    if isinstance(exc, SpecError):
-        return 422, error_body(exc.detail())
-    if isinstance(exc, NotAcceptable):
-        return 406, error_body(str(exc))
-    if isinstance(exc, (TooLarge, EngineUnavailable, PosencError)):
-        return exc.status, error_body(str(exc))
-    log.exception("unexpected error on the request path", exc_info=exc)
-    return 500, error_body("internal error")
