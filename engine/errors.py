@@ -100,6 +100,11 @@ class EngineRunning(PosencError):
     """Another engine holds this namespace's lock (the engine refuses to start; exit 1)."""
 
 
+class ConfigError(PosencError, ValueError):
+    """A setting (a ``POSENC_*`` variable or a flag) that is malformed, unknown or cannot be
+    met; raised at start-up, naming the variable."""
+
+
 def error_response(exc: BaseException) -> tuple[int, bytes]:
     """(status, JSON body) for any exception on a request path; never lets one escape. A domain
     error gives its own status and detail; anything else is a bug: logged, and a plain 500."""

@@ -1,7 +1,7 @@
 """App factory: FastAPI routes (documented in /docs) behind the raw-ASGI hot path.
 
 uvicorn runs ``service.app:create_app`` as a factory in each worker; settings come from
-``POSENC_*`` variables (``posenc serve`` sets them from its flags).
+``POSENC_*`` variables (engine/settings.py; ``posenc serve`` sets them from its flags).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from posenc.engine.errors import error_response
+from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
 from .fast import FastFront, read_body
 from .handlers import Service
 from .metrics import Metrics
 from .schemas import EXAMPLES, RETURNS, SCHEMAS
-from .settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
 log = logging.getLogger("posenc.service")
 
@@ -49,7 +49,7 @@ def tune_malloc() -> bool:
 
 
 def create_app(settings: Settings | None = None):
-    settings = settings or Settings.from_env()
+    settings = settings or current()
     tune_malloc()
     svc = Service(settings)
     front_holder: dict = {}

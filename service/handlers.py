@@ -14,12 +14,12 @@ import orjson
 from posenc.engine.client import Client, Resolved
 from posenc.engine.compute import check_size, output_nbytes, precheck
 from posenc.engine.errors import NotAcceptable, SpecError, TooManyPositions
+from posenc.engine.settings import Settings
 
 from .encode import encode
 from .negotiate import choose
 from . import replay
 from .replay import Templates
-from .settings import Settings
 
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
