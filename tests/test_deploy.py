@@ -3,7 +3,7 @@
 No Docker daemon and no cluster here, so: every Kubernetes object is validated against the
 official schemas shipped in kubernetes-validate (strict: an unknown field fails), the Dockerfile
 is linted by hadolint, and the image, compose file and manifests are checked against the
-service's real settings (service/settings.py) so that a port, a probe path or a POSENC_* name
+service's real settings (engine/settings.py) so that a port, a probe path or a POSENC_* name
 cannot drift. The image's HEALTHCHECK command itself is run against a local HTTP server.
 """
 
@@ -36,7 +36,7 @@ from kubernetes_validate import utils as kv
 
 from posenc.engine import kernels
 from posenc.cli import build_parser
-from posenc.service.settings import (
+from posenc.engine.settings import (
     DEFAULT_PORT,
     ENV_PREFIX,
     HEALTH_PATH,
@@ -574,7 +574,7 @@ def dockerignore_excludes(path: str) -> bool:
 
 def test_dockerignore_keeps_the_build_inputs_only():
     for needed in ("pyproject.toml", "setup.py", "README.md", "engine/__init__.py", "src/posenc/__init__.py",
-                   "engine/kernels/_native.c", "service/settings.py",
+                   "engine/kernels/_native.c", "engine/settings.py",
                    "loadtest/__init__.py", "deploy/examples/worker.py"):
         assert not dockerignore_excludes(needed), f"{needed} is needed by the build"
     for dropped in (".git/HEAD", "tests/test_deploy.py", "docs/deploy.md", ".venv/bin/python",

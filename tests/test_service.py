@@ -297,7 +297,7 @@ def test_health_ready_tables_metrics_docs(http, server):
 def test_fastapi_routes_answer_like_the_hot_path(server, http):
     """The documented FastAPI routes (the hot path disabled) give the same bytes."""
     from posenc.service.app import create_app
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     os.environ["POSENC_FAST_PATH"] = "0"
     try:
         app = create_app(Settings(namespace=server.namespace))
@@ -535,7 +535,7 @@ def orjson_dumps(obj) -> bytes:
 def test_template_shortcut_is_taken_and_exact(server):
     from posenc.engine import formats
     from posenc.service.handlers import Service
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     svc = Service(Settings(namespace=server.namespace))
     accept = BIN["accept"]
     spec = {"head_dim": 64, "layout": "interleaved"}
@@ -564,7 +564,7 @@ def learnt(server):
     """A Service in this process, attached to the test server's engine, that has answered each of
     HOT_SPECS once through the full path (so both shortcuts know their templates)."""
     from posenc.service.handlers import Service
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     svc = Service(Settings(namespace=server.namespace))
     svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
     for spec in HOT_SPECS:
@@ -675,7 +675,7 @@ def test_front_answers_a_repeated_spec_without_the_full_path(server):
 
     from posenc.engine import formats
     from posenc.service.app import create_app
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     front = create_app(Settings(namespace=server.namespace))
     front.svc.attach_all()
     prepared = []
@@ -792,7 +792,7 @@ def test_native_alibi_keeps_the_limits(learnt):
     f16 = orjson_dumps({**spec, "dtype": "float16", "query": [3], "key": [1, 2]})
     assert learnt.hot("alibi", f16, ACCEPT_HDRS) is None                                 # float32 only
     from posenc.service.handlers import Service
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     tight = Service(Settings(namespace=learnt.settings.namespace, max_positions=100))
     tight.hot("alibi", b"{}", ACCEPT_HDRS)
     tight.execute(tight.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
@@ -846,7 +846,7 @@ def test_a_failing_shortcut_falls_back_to_the_full_path(server):
 
     from posenc.engine import formats
     from posenc.service.app import create_app
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     front = create_app(Settings(namespace=server.namespace))
     front.svc.attach_all()
     front.svc.hot = lambda *a: 1 / 0

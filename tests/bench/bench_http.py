@@ -79,7 +79,7 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     with the C template shortcut (service/_hot.c), its Python twin (service/replay.py) or
     neither (every request validated and resolved)."""
     from posenc.service.app import create_app
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     path, body, accept = case
     front = create_app(Settings(namespace=ns))
     front.svc.attach_all()
