@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 
 import anyio
 from fastapi import FastAPI, Request
@@ -93,7 +92,7 @@ def create_app(settings: Settings | None = None):
         text = front.metrics.render() if front.metrics else ""
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    front = FastFront(app, svc, enabled=os.environ.get("POSENC_FAST_PATH", "1") != "0")
+    front = FastFront(app, svc)
     front_holder["front"] = front
     return front
 

@@ -3,13 +3,14 @@ else (docs, tables, health, metrics, lifespan) to the FastAPI app behind it.
 
 FastAPI's per-request machinery (routing, dependency resolution, Request/Response objects) costs
 ~100 µs here, more than the work of a few-row lookup. This front reads the body, runs the same
-``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer identically
-when the front is disabled with POSENC_FAST_PATH=0), and writes the response with two ASGI sends.
-It also times every request, whichever side served it, into the shared metrics.
+``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer
+identically), and writes the response with two ASGI sends. It also times every request,
+whichever side served it, into the shared metrics.
 
-Before all that, a POST to /v1/rope, /v1/sinusoidal or /v1/alibi whose spec this worker has answered before is
-answered by one call into service/_hot.c (the spec-template shortcut; see service/replay.py and
-docs/design.md); whatever it declines, or fails at, continues on the path above.
+Before all that, with the C shortcut in use (the ``shortcut`` setting; service/replay.py), a
+POST to /v1/rope, /v1/sinusoidal or /v1/alibi whose spec this worker has answered before is
+answered by one call into service/_hot.c (see docs/design.md); whatever it declines, or fails
+at, continues on the path above.
 """
 
 from __future__ import annotations
@@ -64,16 +65,10 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list,
-                        shortcut: bool = True) -> None:
+async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
-        accept = header(scope, b"accept")
-        payload = svc.replay(family, raw, accept) if shortcut else None
-        if payload is not None:
-            metrics_status.append(200)
-            return await respond(send, 200, payload, b"application/x-safetensors")
-        job = svc.prepare(family, raw, accept)
+        job = svc.prepare(family, raw, header(scope, b"accept"))
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)
         else:
@@ -89,11 +84,10 @@ async def handle_family(svc: Service, family: str, scope, receive, send, metrics
 
 
 class FastFront:
-    def __init__(self, app, svc: Service, enabled: bool = True):
+    def __init__(self, app, svc: Service):
         self.app = app
         self.svc = svc
-        self.enabled = enabled
-        self.native = enabled and svc.native
+        self.c_shortcut = svc.shortcut == "c"
         self.metrics: Metrics | None = None
 
     async def __call__(self, scope, receive, send):
@@ -101,7 +95,7 @@ class FastFront:
             return await self.app(scope, receive, send)
         t0 = perf_counter()
         path = scope["path"]
-        hot = _HOT.get(path) if self.native else None
+        hot = _HOT.get(path) if self.c_shortcut else None
         if hot is not None and scope["method"] == "POST":
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
             # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
@@ -126,8 +120,8 @@ class FastFront:
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         try:
-            if self.enabled and family is not None and scope["method"] == "POST":
-                await handle_family(self.svc, family, scope, receive, send, statuses, shortcut=not self.native)
+            if family is not None and scope["method"] == "POST":
+                await handle_family(self.svc, family, scope, receive, send, statuses)
             else:
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":

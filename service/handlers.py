@@ -13,7 +13,7 @@ import orjson
 
 from posenc.engine.client import Client, Resolved
 from posenc.engine.compute import check_size, output_nbytes, precheck
-from posenc.engine.errors import NotAcceptable, SpecError, TooManyPositions
+from posenc.engine.errors import SpecError, TooManyPositions
 from posenc.engine.settings import Settings
 
 from .encode import encode
@@ -38,9 +38,9 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
+        self.shortcut = replay.shortcut_in_use(settings.shortcut)   # "c" or "off": /v1/tables shows it
         self.templates = self._new_templates()
         self._templates_manifest = None
-        self.native = replay.NATIVE
         self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
@@ -74,18 +74,10 @@ class Service:
             return False
         return True
 
-    def replay(self, family: str, raw: bytes, accept: str | None) -> bytes | None:
-        """The answer from a known spec template (service/replay.py), or None: take the full path."""
-        try:
-            fmt = choose(accept)
-        except NotAcceptable:
-            return None
-        self._fresh_templates()
-        return self.templates.answer(family, fmt, raw)
-
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
-        """The template shortcut in C (service/_hot.c) for a rope or alibi body and its ASGI
-        headers; None when it does not apply (the full path answers). NATIVE only."""
+        """The template shortcut in C (service/_hot.c) for a rope, sinusoidal or alibi body and
+        its ASGI headers; None when it does not apply (the full path answers). Only when
+        ``self.shortcut == "c"``."""
         if not self._fresh_templates():
             return None
         return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
@@ -95,7 +87,7 @@ class Service:
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
         out = encode(r.family, self.client.answer(r), r.dtype, job.fmt)
-        if r.table is not None:   # (big answers run in a thread: the dicts it adds to are GIL-safe)
+        if r.table is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
             self.templates.learn(r.family, job.fmt, job.raw, r, self.client.attach(r.table))
         return out
 
@@ -111,7 +103,7 @@ class Service:
         from posenc.engine import kernels_info
         m = self.client.manifest() or {}
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
-                "engine_backend": m.get("backend"), "ready": self.ready,
+                "engine_backend": m.get("backend"), "shortcut": self.shortcut, "ready": self.ready,
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}

@@ -15,17 +15,18 @@ Anything unusual — another format, a range where the learnt body had a list, d
 (whose table follows the positions), rows past the table, a template not seen yet — takes the
 full path.
 
-With the simd kernel backend the shortcut runs in C (service/_hot.c, ``NATIVE``): one call from
-the request body and headers to the response bytes, for RoPE and sinusoidal rows and for
-float32 ALiBi blocks. This module's RoPE answer is its twin and its fallback (the numpy backend,
-or no C compiler at install time); tests hold the C answers to this module's, to the full path's
-and to the float64 reference.
+The shortcut runs in C (service/_hot.c): one call from the request body and headers to the
+response bytes, for RoPE and sinusoidal rows and for float32 ALiBi blocks. This module learns
+its templates. The ``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when
+service._hot is built and the kernel backend is simd, ``c`` requires it, ``off`` never runs it.
+There is no Python twin: without the C shortcut (the numpy backend, the reference path, or no C
+compiler at install time) every request takes the full path. Tests hold the C answers to the
+full path's bytes and to the float64 reference.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 import numpy as np
@@ -33,7 +34,8 @@ import orjson
 
 from posenc.engine import formats, kernels
 from posenc.engine.dtypes import DTYPES
-from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine.errors import ConfigError
+from posenc.engine.settings import ENV_PREFIX
 from posenc.engine.tables import FAMILIES, rope, sinusoidal
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
@@ -45,22 +47,30 @@ _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
-    """service._hot when the kernels are the C backend (one switch, POSENC_BACKEND, for all C)."""
-    if kernels.BACKEND != "simd":
-        return None
+    """(service._hot, None), or (None, why it is missing)."""
     try:
         from . import _hot
     except ImportError as exc:
-        if os.environ.get(kernels.ENV_VAR) == "simd":
-            raise ImportError(f"{kernels.ENV_VAR}=simd but service._hot is not built ({exc})") from exc
-        logging.getLogger("posenc.service").warning("service._hot not built; the Python shortcut runs")
-        return None
+        return None, exc
     assert _hot.MAX_ROWS == MAX_ROWS
-    return _hot
+    return _hot, None
 
 
-_hot = _load_native()
-NATIVE = _hot is not None
+_hot, _MISSING = _load_native()
+NATIVE = _hot is not None       # built
+
+
+def shortcut_in_use(setting: str) -> str:
+    """The shortcut that runs for the ``shortcut`` setting: "c" or "off". ConfigError at start-up
+    when "c" is required but service._hot is not built."""
+    if setting == "c" and _hot is None:
+        raise ConfigError(f"{ENV_PREFIX}SHORTCUT=c but posenc.service._hot is not built ({_MISSING}); "
+                          f"reinstall with a C compiler available, or set {ENV_PREFIX}SHORTCUT=auto")
+    if setting == "auto" and _hot is None and kernels.BACKEND == "simd":
+        logging.getLogger("posenc.service").warning("service._hot is not built: no template shortcut")
+    if setting == "c" or (setting == "auto" and _hot is not None and kernels.BACKEND == "simd"):
+        return "c"
+    return "off"
 
 
 def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:
@@ -94,14 +104,6 @@ def template_key(raw: bytes, cut: list[tuple[int, int]]) -> bytes:
     return b"".join(parts)
 
 
-def split(raw: bytes, fields=FIELDS["rope"]):
-    """(template key, [selection text, in field order]) or None."""
-    cut = spans(raw, fields)
-    if cut is None:
-        return None
-    return template_key(raw, cut), [raw[a:b] for a, b in cut]
-
-
 def controls(raw: bytes, cut: list[tuple[int, int]], fields) -> bool:
     """Whether each span is the value its field takes: probes substituted into it come back."""
     for (a, b), name in zip(cut, fields):
@@ -122,46 +124,21 @@ class RopeTemplate:
     def __init__(self, resolved, view):
         self.spec, self.dtype, self.view = resolved.spec, resolved.dtype, view
         self.half = view.cos.shape[1]
-        self.itemsize = DTYPES[self.dtype].itemsize
-        self.heads: dict[int, tuple[bytes, int]] = {}   # n -> (header, total bytes)
         self.tail = view.inv_freq.tobytes() + np.float64(view.meta["attention_scaling"]).tobytes()
 
-    def layout(self, n: int):
-        got = self.heads.get(n)
-        if got is None:
-            d = 2 * self.half
-            shapes = {"cos": np.empty((n, d), DTYPES[self.dtype]), "sin": np.empty((n, d), DTYPES[self.dtype]),
-                      "inv_freq": self.view.inv_freq, "attention_scaling": float(self.view.meta["attention_scaling"])}
-            bf16 = {"cos", "sin"} if self.dtype == "bfloat16" else frozenset()
-            head, _ = formats.safetensors_parts(shapes, bf16, {"family": "rope"})
-            got = self.heads[n] = (head, len(head) + 2 * n * d * self.itemsize + len(self.tail))
-            if len(self.heads) > MAX_ROWS:
-                self.heads.clear()
-        return got
-
-    def answer(self, rows: list) -> bytes | None:
-        n = len(rows)
-        if n > MAX_ROWS or max(rows) >= self.view.length:
-            return None
-        head, total = self.layout(n)
-        buf = np.empty(total, np.uint8)
-        h = len(head)
-        buf[:h] = np.frombuffer(head, np.uint8)
-        block = n * 2 * self.half * self.itemsize
-        st = DTYPES[self.dtype]
-        idx = np.array(rows, dtype=np.int64)
-        kernels.rope_expand(self.view.cos, idx, buf[h:h + block].view(st).reshape(n, 2 * self.half), self.spec.layout)
-        kernels.rope_expand(self.view.sin, idx, buf[h + block:h + 2 * block].view(st).reshape(n, 2 * self.half),
-                            self.spec.layout)
-        buf[h + 2 * block:] = np.frombuffer(self.tail, np.uint8)
-        return buf.tobytes()
+    def header(self, n: int) -> bytes:
+        """The safetensors header of an n-row answer (service._hot caches it per n)."""
+        d = 2 * self.half
+        shapes = {"cos": np.empty((n, d), DTYPES[self.dtype]), "sin": np.empty((n, d), DTYPES[self.dtype]),
+                  "inv_freq": self.view.inv_freq, "attention_scaling": float(self.view.meta["attention_scaling"])}
+        bf16 = {"cos", "sin"} if self.dtype == "bfloat16" else frozenset()
+        return formats.safetensors_parts(shapes, bf16, {"family": "rope"})[0]
 
     def native(self):
-        """The same template for service._hot (which holds the table arrays it reads); its column
-        map is the engine's own half -> full expansion applied to column numbers."""
+        """The template for service._hot (which holds the table arrays it reads); its column map
+        is the engine's own half -> full expansion applied to column numbers."""
         colmap = rope.expand(np.arange(self.half)[None, :], self.spec.layout)[0].tolist()
-        return _hot.RowsTemplate((self.view.cos, self.view.sin), colmap, 0, MAX_ROWS, True,
-                                 lambda n: self.layout(n)[0], self.tail)
+        return _hot.RowsTemplate((self.view.cos, self.view.sin), colmap, 0, MAX_ROWS, True, self.header, self.tail)
 
 
 def sinusoidal_native(resolved, view):
@@ -197,7 +174,6 @@ def alibi_native(resolved, view, max_n: int, max_bytes: int):
 
 class Templates:
     def __init__(self, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
-        self._t: dict[bytes, RopeTemplate] = {}
         self.native: dict[str, dict] = {f: {} for f in FIELDS}      # family -> key -> service._hot template
         self.max_n, self.max_bytes = max_n, max_bytes               # the C ALiBi answers' limits
 
@@ -215,40 +191,14 @@ class Templates:
         if cut is None:
             return
         key = template_key(raw, cut)
-        if key in self._t or key in self.native[family] or not controls(raw, cut, fields):
+        if key in self.native[family] or not controls(raw, cut, fields):
             return
-        if len(self._t) + len(self.native[family]) >= MAX_TEMPLATES:
-            self._t.clear()
+        if len(self.native[family]) >= MAX_TEMPLATES:
             for d in self.native.values():
                 d.clear()
         if family == "rope":
-            t = self._t[key] = RopeTemplate(resolved, view)
-            if NATIVE:
-                self.native["rope"][key] = t.native()
+            self.native["rope"][key] = RopeTemplate(resolved, view).native()
         elif family == "sinusoidal":
             self.native["sinusoidal"][key] = sinusoidal_native(resolved, view)
         else:
             self.native["alibi"][key] = alibi_native(resolved, view, self.max_n, self.max_bytes)
-
-    def answer(self, family: str, fmt: str, raw: bytes) -> bytes | None:
-        """The Python shortcut (RoPE lists only)."""
-        if family != "rope" or fmt != "safetensors" or not self._t:
-            return None
-        parts = split(raw)
-        if parts is None:
-            return None
-        t = self._t.get(parts[0])
-        if t is None:
-            return None
-        try:
-            rows = orjson.loads(parts[1][0])
-        except orjson.JSONDecodeError:
-            return None
-        if type(rows) is not list or not rows or len(rows) > MAX_ROWS:
-            return None
-        for v in rows:
-            if type(v) is not int:
-                return None
-        if min(rows) < 0 or max(rows) >= POSITION_LIMIT:
-            return None
-        return t.answer(rows)

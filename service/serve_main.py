@@ -96,10 +96,12 @@ def cmd_serve(args) -> int:
 
     from posenc.engine.config import load_config
     from .metrics import remove_all
+    from .replay import shortcut_in_use
 
     s = settings_from_args(args)
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
+    shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
