@@ -295,14 +295,10 @@ def test_health_ready_tables_metrics_docs(http, server):
 
 
 def test_fastapi_routes_answer_like_the_hot_path(server, http):
-    """The documented FastAPI routes (the hot path disabled) give the same bytes."""
+    """The documented FastAPI routes (the app behind the raw-ASGI front) give the same bytes."""
     from posenc.service.app import create_app
     from posenc.engine.settings import Settings
-    os.environ["POSENC_FAST_PATH"] = "0"
-    try:
-        app = create_app(Settings(namespace=server.namespace))
-    finally:
-        del os.environ["POSENC_FAST_PATH"]
+    app = create_app(Settings(namespace=server.namespace)).app
     transport = httpx.ASGITransport(app=app)
 
     async def go():
@@ -532,6 +528,15 @@ def orjson_dumps(obj) -> bytes:
     return orjson.dumps(obj)
 
 
+# -- the C shortcut (service/_hot.c) against the full path and the float64 reference ---------------
+
+needs_native = pytest.mark.skipif("__import__('posenc.service.replay').service.replay.shortcut_in_use('auto') != 'c'",
+                                  reason="the C shortcut runs with service._hot built and the simd backend")
+HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
+ACCEPT_HDRS = [(b"host", b"x"), (b"content-type", b"application/json"), (b"accept", b"application/x-safetensors")]
+
+
+@needs_native
 def test_template_shortcut_is_taken_and_exact(server):
     from posenc.engine import formats
     from posenc.service.handlers import Service
@@ -539,24 +544,17 @@ def test_template_shortcut_is_taken_and_exact(server):
     svc = Service(Settings(namespace=server.namespace))
     accept = BIN["accept"]
     spec = {"head_dim": 64, "layout": "interleaved"}
-    assert svc.replay("rope", orjson_dumps({**spec, "positions": [5]}), accept) is None   # nothing learnt yet
+    svc.hot("rope", b"{}", ACCEPT_HDRS)                                                        # first sight of the manifest
+    assert svc.hot("rope", orjson_dumps({**spec, "positions": [5]}), ACCEPT_HDRS) is None   # nothing learnt yet
     svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), accept))
     for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3]):
         body = {**spec, "positions": positions}
-        got = svc.replay("rope", orjson_dumps(body), accept)
+        got = svc.hot("rope", orjson_dumps(body), ACCEPT_HDRS)
         assert got == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"})
     for positions in ([2048], list(range(65)), [1.0], [True], [-2]):   # past the table, too many, bad
-        assert svc.replay("rope", orjson_dumps({**spec, "positions": positions}), accept) is None
-    assert svc.replay("rope", orjson_dumps({**spec, "positions": [1]}), "application/json") is None
-    assert svc.replay("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), accept) is None
-
-
-# -- the C shortcut (service/_hot.c) against its Python twin (service/replay.py) --------------------
-
-needs_native = pytest.mark.skipif("not __import__('service.replay').replay.NATIVE",
-                                  reason="service._hot runs with the simd backend only")
-HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
-ACCEPT_HDRS = [(b"host", b"x"), (b"content-type", b"application/json"), (b"accept", b"application/x-safetensors")]
+        assert svc.hot("rope", orjson_dumps({**spec, "positions": positions}), ACCEPT_HDRS) is None
+    assert svc.hot("rope", orjson_dumps({**spec, "positions": [1]}), [(b"accept", b"application/json")]) is None
+    assert svc.hot("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), ACCEPT_HDRS) is None
 
 
 @pytest.fixture(scope="module")
@@ -584,9 +582,9 @@ _ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
        seps=st.sampled_from([","] * 4 + [", ", " ,", ",\n", ",,"]),
        open_=st.sampled_from(["["] * 4 + ["[ ", "[\n"]), close=st.sampled_from(["]"] * 4 + [" ]", ",]"]),
        colon=st.sampled_from([":"] * 4 + [" : ", "::", ": ", ":\t"]), first=st.booleans())
-def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
-    """Whatever the list's text, the C shortcut answers exactly as service/replay.py does, or
-    leaves the body to the full path; it may refuse only what it refuses on purpose ('-0')."""
+def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
+    """Whatever the list's text, the C shortcut answers exactly as the full path and the float64
+    reference do, or leaves the body to the full path."""
     from posenc.engine import formats
     tokens = [str(r) for r in rows]
     if odd is not None:
@@ -601,16 +599,13 @@ def test_native_shortcut_answers_like_the_python_one(learnt, spec, rows, odd, at
         learnt.execute(learnt.prepare("rope", text(b"[5]"), BIN["accept"]))
     lst = (open_ + seps.join(tokens) + close).encode()
     body = text(lst)
-    py = learnt.replay("rope", body, BIN["accept"])
     c = learnt.hot("rope", body, ACCEPT_HDRS)
-    event(f"C: {'answered' if c is not None else 'full path'}, Python: {'answered' if py is not None else 'full path'}")
+    event(f"C: {'answered' if c is not None else 'full path'}")
     if c is not None:
-        assert c == py
+        assert c == learnt.execute(learnt.prepare("rope", body, BIN["accept"]))[0]
         bf16 = {"cos", "sin"} if spec.get("dtype") == "bfloat16" else frozenset()
         want = formats.to_safetensors(compute("rope", json.loads(body)), bf16, {"family": "rope"})
         assert c == want
-    elif py is not None:
-        assert b"-" in lst, body
 
 
 @needs_native
@@ -624,7 +619,6 @@ def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
     learnt.prepare("rope", body, odd.decode())
     assert learnt.hot("rope", body, [(b"accept", odd)]) == learnt.hot("rope", body, ACCEPT_HDRS)
     spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
-    assert learnt.replay("rope", spaced, BIN["accept"]) is not None
     assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None                                     # over the body limit
     assert learnt.hot("rope", orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
 
@@ -666,9 +660,9 @@ def test_native_template_checks_its_arrays():
 
 
 def test_front_answers_a_repeated_spec_without_the_full_path(server):
-    """The ASGI front, driven directly: a repeated spec never reaches Service.prepare (whichever
-    shortcut this backend has), a body in two chunks still gets the same answer, and every
-    answer is the reference's bytes."""
+    """The ASGI front, driven directly: with the C shortcut a repeated spec never reaches
+    Service.prepare, a body in two chunks still gets the same answer, and every answer (either
+    way) is the reference's bytes."""
     import asyncio
 
     import orjson
@@ -703,10 +697,10 @@ def test_front_answers_a_repeated_spec_without_the_full_path(server):
         body = {**spec, "positions": positions}
         got = asyncio.run(call(orjson_dumps(body), chunks=2 if i == 3 else 1))
         assert got == formats.to_safetensors(compute("rope", body), frozenset(), {"family": "rope"}), positions
-    from posenc.service import replay
-    # the first sight of the spec; with the C shortcut also the body in two chunks (it takes
-    # single-message bodies only), which the Python shortcut answers after reading it whole
-    assert [orjson.loads(a[1])["positions"] for a in prepared] == ([[5], [2047]] if replay.NATIVE else [[5]])
+    # with the C shortcut: the first sight of the spec and the body in two chunks (it takes
+    # single-message bodies only); without it, every body takes the full path
+    want = [[5], [2047]] if front.svc.shortcut == "c" else [[5], [5], [9, 1], [2047], [3, 3, 3]]
+    assert [orjson.loads(a[1])["positions"] for a in prepared] == want
 
 
 ALIBI_SPECS = [{"num_heads": 12}, {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True},
