@@ -14,11 +14,10 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from posenc.engine.errors import error_response
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
-from .fast import FastFront, read_body
+from .fast import FastFront, answer
 from .handlers import Service
 from .metrics import Metrics
 from .schemas import EXAMPLES, RETURNS, SCHEMAS
@@ -113,17 +112,9 @@ async def _attach(svc: Service) -> None:
 
 
 def _add_family_route(app: FastAPI, svc: Service, family: str) -> None:
-    async def route(request: Request):
-        try:
-            raw = await read_body(request.receive, svc.settings.max_body_bytes)
-            job = svc.prepare(family, raw, request.headers.get("accept"))
-            payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
-            return Response(payload, media_type=ctype)
-        except ConnectionAbortedError:   # the client left while sending its body
-            raise
-        except Exception as e:
-            status, body = error_response(e)
-            return Response(body, status_code=status, media_type="application/json")
+    async def route(request: Request):   # the raw-ASGI front's handler, behind FastAPI's routing
+        status, body, ctype = await answer(svc, family, request.receive, request.headers.get("accept"))
+        return Response(body, status_code=status, media_type=ctype)
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {RETURNS[family]}",

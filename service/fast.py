@@ -22,14 +22,15 @@ from time import perf_counter
 import anyio
 
 from posenc.engine.errors import BodyTooLarge, error_response
+from posenc.engine.tables import FAMILIES
 
 from .handlers import Service
 from .metrics import Metrics
+from .replay import FIELDS
 
 log = logging.getLogger("posenc.service")
 
-FAMILY_PATHS = {"/v1/rope": "rope", "/v1/sinusoidal": "sinusoidal", "/v1/alibi": "alibi",
-                "/v1/t5-buckets": "t5-buckets"}
+FAMILY_PATHS = {f"/v1/{f}": f for f in FAMILIES}
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -56,7 +57,7 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-_HOT = {p: (p[4:], Metrics.index(p, 200)) for p in ("/v1/rope", "/v1/sinusoidal", "/v1/alibi")}  # -> (family, metrics)
+_HOT = {f"/v1/{f}": (f, Metrics.index(f"/v1/{f}", 200)) for f in FIELDS}  # families with templates -> (family, metrics)
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -65,22 +66,33 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
+async def answer(svc: Service, family: str, receive, accept: str | None) -> tuple[int, bytes, str]:
+    """``POST /v1/{family}``: (status, body, content type), the one handler behind the raw-ASGI
+    front and the FastAPI route. Every failure becomes a status and none escapes, except
+    ConnectionAbortedError: the client left while sending its body."""
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
-        job = svc.prepare(family, raw, header(scope, b"accept"))
+        job = svc.prepare(family, raw, accept)
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)
         else:
             payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
-        metrics_status.append(200)
-        await respond(send, 200, payload, ctype.encode())
+        return 200, payload, ctype
+    except ConnectionAbortedError:
+        raise
+    except Exception as e:
+        status, body = error_response(e)
+        return status, body, "application/json"
+
+
+async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
+    try:
+        status, body, ctype = await answer(svc, family, receive, header(scope, b"accept"))
     except ConnectionAbortedError:
         metrics_status.append(499)
-    except Exception as e:  # every failure becomes a status; none escapes to the server
-        status, body = error_response(e)
-        metrics_status.append(status)
-        await respond(send, status, body, b"application/json")
+        return
+    metrics_status.append(status)
+    await respond(send, status, body, ctype.encode())
 
 
 class FastFront:
