@@ -81,7 +81,7 @@ class Service:
         if not self._fresh_templates():
             return None
         return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
-                                  self.settings.max_body_bytes, replay.FIELDS[family])
+                                  self.settings.max_body_bytes, family)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

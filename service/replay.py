@@ -35,24 +35,26 @@ import orjson
 from posenc.engine import formats, kernels
 from posenc.engine.dtypes import DTYPES
 from posenc.engine.errors import ConfigError
+from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
 from posenc.engine.settings import ENV_PREFIX
 from posenc.engine.tables import FAMILIES, rope, sinusoidal
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
 # the families with templates -> their selections' names as JSON text, quotes included
-FIELDS = {f: tuple(b'"%s"' % n.encode() for n in FAMILIES[f].SELECTIONS) for f in ("rope", "sinusoidal", "alibi")}
+FIELDS = {f: tuple(map(orjson.dumps, FAMILIES[f].SELECTIONS)) for f in ("rope", "sinusoidal", "alibi")}
 _BETWEEN = re.compile(rb"[ \t\r\n:]*")
 _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
-    """(service._hot, None), or (None, why it is missing)."""
+    """(service._hot, configured with the rules Python owns), or (None, why it is missing)."""
     try:
         from . import _hot
     except ImportError as exc:
         return None, exc
-    assert _hot.MAX_ROWS == MAX_ROWS
+    _hot.configure(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
+                   range_keys=tuple(map(orjson.dumps, RANGE_KEYS)))
     return _hot, None
 
 
