@@ -1,9 +1,10 @@
 """``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables.
 
 Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
-the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn drains its workers, then the engine is stopped and removes
-every segment. The engine child also gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is
-restarted if it dies while serving (its successor reclaims the segments).
+the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
+drains its workers, then the engine is stopped and removes every segment. The engine child also
+gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it dies while serving
+(its successor reclaims the segments).
 """
 
 from __future__ import annotations
