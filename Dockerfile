@@ -1,5 +1,5 @@
 # posenc container image: `posenc serve` (engine + HTTP workers) on port 8000, configured by
-# POSENC_* environment variables (service/settings.py). Build from the repository root:
+# POSENC_* environment variables (engine/settings.py). Build from the repository root:
 #
 #     docker build -t posenc:0.1.0 .
 #

@@ -48,8 +48,8 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 setup(
     ext_modules=[
         Extension("posenc.engine.kernels._native", ["engine/kernels/_native.c"], optional=_OPTIONAL),
-        # the HTTP hot path's spec-template shortcut (service/_hot.c); service/replay.py is its
-        # pure-Python twin and the fallback
+        # the HTTP hot path's spec-template shortcut (service/_hot.c); service/replay.py learns
+        # its templates, and without it every request takes the full path
         Extension("posenc.service._hot", ["service/_hot.c"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},

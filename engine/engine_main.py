@@ -29,9 +29,9 @@ import sys
 import threading
 import time
 
-from . import store
+from . import settings, store
 from .config import ConfiguredTable, load_config
-from .errors import NotStored, PosencError, SpecError
+from .errors import EngineRunning, NotStored, SpecError
 from .tables import TableDef
 from .tables.base import DEFAULT_LENGTH
 
@@ -47,10 +47,6 @@ class EngineOptions:
     memory_budget_bytes: int = 2 * 2**30
     length: int = DEFAULT_LENGTH
     group: str | None = None
-
-
-class EngineRunning(PosencError):
-    pass
 
 
 class Engine:
@@ -314,11 +310,11 @@ def add_engine_args(p) -> None:
 
 
 def engine_options(args):
-    from posenc.service.settings import Settings
-    s = Settings.from_env(tables=getattr(args, "tables", None), shm_dir=getattr(args, "shm_dir", None),
-                          namespace=getattr(args, "namespace", None),
-                          memory_budget_bytes=getattr(args, "memory_budget", None),
-                          shm_group=getattr(args, "group", None))
+    """(settings, EngineOptions): this process's settings with the flags applied."""
+    s = settings.current().override(
+        tables=getattr(args, "tables", None), shm_dir=getattr(args, "shm_dir", None),
+        namespace=getattr(args, "namespace", None), memory_budget_bytes=getattr(args, "memory_budget", None),
+        shm_group=getattr(args, "group", None))
     return s, EngineOptions(shm_dir=s.shm_dir, namespace=s.namespace, memory_budget_bytes=s.memory_budget_bytes,
                             group=s.shm_group)
 

@@ -1,11 +1,27 @@
-"""Domain errors. Each carries the HTTP status it maps to; one handler in service/ turns them
-into responses, and the CLI prints the same message (STYLE.md §7)."""
+"""Every domain error, in one module. Each carries the HTTP status it maps to and its response
+``detail()``; ``error_response`` turns any exception into (status, body) for every HTTP way in,
+and the CLI prints the same message and exits with ``exit_code`` (STYLE.md §7)."""
 
 from __future__ import annotations
+
+import logging
+
+import orjson
+
+log = logging.getLogger("posenc.service")
 
 
 class PosencError(Exception):
     status = 500
+
+    def detail(self):
+        """The response body's ``detail`` (API.md): the message, unless a subclass says more."""
+        return str(self)
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit status: 2 for a refused input (a 4xx), 1 for anything else."""
+        return 2 if 400 <= self.status < 500 else 1
 
 
 class SpecError(PosencError, ValueError):
@@ -44,16 +60,38 @@ class TooLarge(PosencError):
         )
 
 
-class TooManyPositions(TooLarge):
-    """A selection with more positions than one request may hold (HTTP 413)."""
+class TooManyPositions(PosencError):
+    """A selection (positions, query or key) over the per-request positions limit (HTTP 413)."""
+
+    status = 413
 
     def __init__(self, name: str, n: int, limit: int):
-        PosencError.__init__(self, f"{name}: {n} positions, over the limit of {limit} per request")
-        self.nbytes, self.limit = n, limit
+        self.n = n
+        self.limit = limit
+        super().__init__(f"{name}: {n} positions, over the limit of {limit} per request")
+
+
+class BodyTooLarge(PosencError):
+    """A request body over the configured limit (HTTP 413), refused while it is read."""
+
+    status = 413
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        super().__init__(f"request body over the limit of {limit} bytes")
+
+
+class NotAcceptable(PosencError):
+    """No response format the Accept header allows (HTTP 406); ``offers``: the media types."""
+
+    status = 406
+
+    def __init__(self, accept: str, offers):
+        super().__init__(f"cannot produce any of {accept!r}; available: {', '.join(offers)}")
 
 
 class EngineUnavailable(PosencError):
-    """No engine to build a table that is not in shared memory yet (HTTP 503)."""
+    """The engine cannot be reached, or could not build a table a request needs (HTTP 503)."""
 
     status = 503
 
@@ -63,3 +101,24 @@ class NotStored(PosencError):
     for a request: its rows are computed exactly instead (API.md: no table limits positions)."""
 
     status = 507
+
+
+class EngineRunning(PosencError):
+    """Another engine holds this namespace's lock (the engine refuses to start; exit 1)."""
+
+
+class ConfigError(PosencError, ValueError):
+    """A setting (a ``POSENC_*`` variable or a flag) that is malformed, unknown or cannot be
+    met; raised at start-up, naming the variable."""
+
+
+def error_response(exc: BaseException) -> tuple[int, bytes]:
+    """(status, JSON body) for any exception on a request path; never lets one escape. A domain
+    error gives its own status and detail; anything else is a bug: logged, and a plain 500."""
+    if isinstance(exc, PosencError):
+        return exc.status, orjson.dumps({"detail": exc.detail()})
+    log.exception("unexpected error on the request path", exc_info=exc)
+    return 500, _INTERNAL
+
+
+_INTERNAL = orjson.dumps({"detail": "internal error"})

@@ -13,6 +13,7 @@ from .errors import SpecError
 from .fields import is_int, json_repr, refuse_unknown
 
 POSITION_LIMIT = 2**31  # positions are < 2**31
+RANGE_KEYS = ("start", "stop", "step")   # a range selection's keys (service/_hot.c is given them)
 
 
 class Selection:
@@ -54,7 +55,7 @@ def parse_selection(value, loc) -> Selection:
     if value is None:
         raise SpecError(loc, "field required", "missing")
     if isinstance(value, dict):
-        refuse_unknown(value, ("start", "stop", "step"), loc)
+        refuse_unknown(value, RANGE_KEYS, loc)
         for key in ("start", "stop"):
             if value.get(key) is None:
                 raise SpecError((*loc, key), "field required", "missing")

@@ -6,18 +6,24 @@
  * text replaced by one NUL byte. A later body with the same key is the same validated spec with
  * other selections (replay.py explains why, and checks at learn time that each cut-out span
  * really is the value its field takes). This module answers such a body in one call, with no
- * Python object but the answer:
+ * Python object but the answer.
  *
- *   answer(raw, headers, accepts, templates, max_body, fields) -> bytes | None
+ *   configure(position_limit, max_rows, fields, range_keys)
+ *     Once, from service/replay.py, before anything else: the rules Python owns, so that none is
+ *     written twice. position_limit: positions are < it (engine/selection.py; at most 2**31, for
+ *     the int32 distances below); max_rows: most rows of a RowsTemplate answer; fields: {family:
+ *     its selection names as JSON text}, e.g. {"alibi": (b'"query"', b'"key"')}, 1 or 2 each;
+ *     range_keys: a range selection's start, stop and step names as JSON text.
+ *
+ *   answer(raw, headers, accepts, templates, max_body, family) -> bytes | None
  *
  * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
  * True} for values the negotiator maps to safetensors; templates: {key: RowsTemplate |
- * AlibiTemplate} of one family; fields: that family's selection names as JSON text, e.g.
- * (b'"query"', b'"key"'). It returns the whole safetensors response, or None whenever anything
- * is unusual; the caller then takes the full path. So the parser here may refuse more than the
- * full path does (e.g. "-0", "start": null) but never accepts a body the full path would answer
- * differently. tests/test_service.py holds the answers to the Python shortcut's and the full
- * path's bytes, and to the float64 reference.
+ * AlibiTemplate} of one family, a key of the configured fields. It returns the whole
+ * safetensors response, or None whenever anything is unusual; the caller then takes the full
+ * path. So the parser here may refuse more than the full path does (e.g. "-0", "start": null)
+ * but never accepts a body the full path would answer differently. The tests hold the answers
+ * to the full path's bytes and to the float64 reference.
  *
  *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
@@ -25,8 +31,8 @@
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
  *     the stored column it copies (-1: zero), so out[i, j] = array[position_i + offset, colmap[j]];
  *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after the arrays.
- *     Positions: at most max_rows (<= MAX_ROWS), each row inside the table; a list, or also a
- *     range unless lists_only.
+ *     Positions: at most max_rows (<= the configured max_rows), each row inside the table; a
+ *     list, or also a range unless lists_only.
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -43,10 +49,24 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ROWS 64          /* rows (RoPE, sinusoidal) per answer */
-#define MAX_FIELDS 2
-#define POSITION_LIMIT 2147483648LL /* positions are < 2**31 */
+#define MAX_FIELDS 2               /* selections per family: configure() checks Python's */
+#define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
 #define STACK_ROWS 256
+
+/* What configure() received from Python; nothing runs before it. */
+static struct {
+    int64_t position_limit;
+    Py_ssize_t max_rows;
+    PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
+    PyObject *range_keys[3]; /* bytes: start, stop, step */
+} cfg;
+
+static int configured(void)
+{
+    if (cfg.fields) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "posenc.service._hot: configure() has not been called");
+    return 0;
+}
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -167,10 +187,11 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
                                      &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail))
         return -1;
-    if (want_callable(hf) || once(t->narr != 0)) return -1;
+    if (!configured() || want_callable(hf) || once(t->narr != 0)) return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(arrays);
-    if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > MAX_ROWS) {
-        PyErr_SetString(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= MAX_ROWS");
+    if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > cfg.max_rows) {
+        PyErr_Format(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= %zd (configured)",
+                     cfg.max_rows);
         return -1;
     }
     for (Py_ssize_t i = 0; i < na; i++) {
@@ -242,7 +263,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OO:AlibiTemplate", kwlist, &os, &sym, &mask,
                                      &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows))
         return -1;
-    if (want_callable(hf) || once(t->slopes != NULL)) return -1;
+    if (!configured() || want_callable(hf) || once(t->slopes != NULL)) return -1;
     if (sym && mask) {
         PyErr_SetString(PyExc_ValueError, "mask_future applies to causal ALiBi only");
         return -1;
@@ -407,10 +428,11 @@ static int parse_list(const Span *sp, Py_ssize_t cap, int64_t limit, Sel *s)
     }
 }
 
-/* {"start": s, "stop": e[, "step": k]} in any key order, s < e <= 2**31, k > 0. */
+/* {"start": s, "stop": e[, "step": k]} (the configured range keys) in any key order,
+ * s < e <= position_limit, k > 0. */
 static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
 {
-    static const char *const names[3] = {"\"start\"", "\"stop\"", "\"step\""};
+    const int64_t limit = cfg.position_limit;
     int64_t vals[3] = {0, 0, 1};
     int seen[3] = {0, 0, 0};
     const char *p = sp->open + 1, *end = sp->close + 1;
@@ -418,8 +440,8 @@ static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
     for (;;) {
         int f = -1;
         for (int i = 0; i < 3; i++) {
-            size_t l = strlen(names[i]);
-            if ((size_t)(end - p) >= l && memcmp(p, names[i], l) == 0) {
+            size_t l = (size_t)PyBytes_GET_SIZE(cfg.range_keys[i]);
+            if ((size_t)(end - p) >= l && memcmp(p, PyBytes_AS_STRING(cfg.range_keys[i]), l) == 0) {
                 f = i;
                 p += l;
                 break;
@@ -432,7 +454,7 @@ static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
         p = skip_ws(p + 1, end);
         if (f == 2 && end - p >= 4 && memcmp(p, "null", 4) == 0)
             p += 4; /* an explicit null equals an absent step */
-        else if (parse_int(&p, end, POSITION_LIMIT + 1, &vals[f]) < 0)
+        else if (parse_int(&p, end, limit + 1, &vals[f]) < 0)
             return -1;
         p = skip_ws(p, end);
         if (p >= end) return -1;
@@ -442,7 +464,7 @@ static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
     }
     if (p + 1 != end || !seen[0] || !seen[1]) return -1;
     int64_t start = vals[0], stop = vals[1], step = vals[2];
-    if (start >= POSITION_LIMIT || !(start < stop) || step <= 0) return -1;
+    if (start >= limit || !(start < stop) || step <= 0) return -1;
     int64_t n = (stop - start + step - 1) / step;
     if (n > cap) return -1;
     s->v = NULL;
@@ -577,7 +599,7 @@ static PyObject *bytes_of(PyObject *head, Py_ssize_t body, PyObject *tail, char 
 
 static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
 {
-    return *sp->open == '[' ? parse_list(sp, cap, POSITION_LIMIT, s) : parse_range(sp, cap, s);
+    return *sp->open == '[' ? parse_list(sp, cap, cfg.position_limit, s) : parse_range(sp, cap, s);
 }
 
 static PyObject *rows_answer(RowsTemplate *t, const Span *sp)
@@ -682,19 +704,24 @@ static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len
     return found;
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, fields) -> bytes | None\n--\n\n"
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
              "The safetensors answer of a body whose spec is a known template, or None.");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
-        !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) < 1 || PyTuple_GET_SIZE(args[5]) > MAX_FIELDS) {
+    if (!configured()) return NULL;
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
-                                         "max_body: int, fields: tuple of 1 or 2 bytes)");
+                                         "max_body: int, family: str)");
         return NULL;
     }
-    PyObject *raw = args[0], *accepts = args[2], *templates = args[3], *fields = args[5];
+    PyObject *raw = args[0], *accepts = args[2], *templates = args[3];
+    PyObject *fields = PyDict_GetItemWithError(cfg.fields, args[5]); /* checked by configure() */
+    if (!fields) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
+        return NULL;
+    }
     Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
     if (max_body == -1 && PyErr_Occurred()) return NULL;
     const char *b = PyBytes_AS_STRING(raw), *end = b + PyBytes_GET_SIZE(raw);
@@ -715,14 +742,8 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t nf = PyTuple_GET_SIZE(fields);
     Span spans[MAX_FIELDS];
     int order[MAX_FIELDS] = {0, 1};
-    for (Py_ssize_t f = 0; f < nf; f++) {
-        PyObject *name = PyTuple_GET_ITEM(fields, f);
-        if (!PyBytes_Check(name)) {
-            PyErr_SetString(PyExc_TypeError, "fields must be bytes");
-            return NULL;
-        }
-        if (find_span(b, end, name, &spans[f]) < 0) Py_RETURN_NONE;
-    }
+    for (Py_ssize_t f = 0; f < nf; f++)
+        if (find_span(b, end, PyTuple_GET_ITEM(fields, f), &spans[f]) < 0) Py_RETURN_NONE;
     if (nf == 2 && spans[1].open < spans[0].open) order[0] = 1, order[1] = 0;
     if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) Py_RETURN_NONE;
 
@@ -759,7 +780,70 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * configure()
+ * ------------------------------------------------------------------------------------------- */
+
+/* 0: a non-empty bytes without NUL (a NUL would match the template keys' cut marks). */
+static int want_name(PyObject *o, const char *what)
+{
+    if (PyBytes_Check(o) && PyBytes_GET_SIZE(o) > 0 && !memchr(PyBytes_AS_STRING(o), 0, (size_t)PyBytes_GET_SIZE(o)))
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: want a name as non-empty JSON text (bytes), got %R", what, o);
+    return -1;
+}
+
+PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys)\n--\n\n"
+             "The rules Python owns (see the module source); once, before any template or answer.");
+
+static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", NULL};
+    long long limit;
+    Py_ssize_t max_rows;
+    PyObject *fields, *keys, *copy = NULL, *family, *names;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
+                                     &fields, &PyTuple_Type, &keys))
+        return NULL;
+    if (limit < 1 || limit > MAX_POSITION_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "position_limit: want 1 .. 2**31 (distances are int32 here), got %lld", limit);
+        return NULL;
+    }
+    if (max_rows < 1) {
+        PyErr_Format(PyExc_ValueError, "max_rows: want >= 1, got %zd", max_rows);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(keys) != 3) {
+        PyErr_SetString(PyExc_ValueError, "range_keys: want (start, stop, step)");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        if (want_name(PyTuple_GET_ITEM(keys, i), "range_keys") < 0) return NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(fields, &pos, &family, &names)) {
+        if (!PyUnicode_Check(family) || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < 1 ||
+            PyTuple_GET_SIZE(names) > MAX_FIELDS) {
+            PyErr_Format(PyExc_ValueError, "fields[%R]: want a family name -> a tuple of 1 to %d selection "
+                         "names (this build's bound)", family, MAX_FIELDS);
+            return NULL;
+        }
+        for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(names); f++)
+            if (want_name(PyTuple_GET_ITEM(names, f), "fields") < 0) return NULL;
+    }
+    if (!(copy = PyDict_Copy(fields))) return NULL;
+    cfg.position_limit = limit;
+    cfg.max_rows = max_rows;
+    Py_XSETREF(cfg.fields, copy);
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(PyTuple_GET_ITEM(keys, i));
+        Py_XSETREF(cfg.range_keys[i], PyTuple_GET_ITEM(keys, i));
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS, configure_doc},
     {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -777,8 +861,7 @@ PyMODINIT_FUNC PyInit__hot(void)
     Py_INCREF(&RowsTemplateType);
     Py_INCREF(&AlibiTemplateType);
     if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&RowsTemplateType) < 0 ||
-        PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&AlibiTemplateType) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_ROWS", MAX_ROWS) < 0) {
+        PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&AlibiTemplateType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

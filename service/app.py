@@ -1,7 +1,7 @@
 """App factory: FastAPI routes (documented in /docs) behind the raw-ASGI hot path.
 
 uvicorn runs ``service.app:create_app`` as a factory in each worker; settings come from
-``POSENC_*`` variables (``posenc serve`` sets them from its flags).
+``POSENC_*`` variables (engine/settings.py; ``posenc serve`` sets them from its flags).
 """
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
-from .fast import FastFront, read_body
-from .handlers import Service, error_response
+from .fast import FastFront, answer
+from .handlers import Service
 from .metrics import Metrics
-from .settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
 log = logging.getLogger("posenc.service")
 
@@ -47,7 +46,7 @@ def tune_malloc() -> bool:
 
 
 def create_app(settings: Settings | None = None):
-    settings = settings or Settings.from_env()
+    settings = settings or current()
     tune_malloc()
     svc = Service(settings)
     front_holder: dict = {}
@@ -91,7 +90,7 @@ def create_app(settings: Settings | None = None):
         text = front.metrics.render() if front.metrics else ""
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    front = FastFront(app, svc, enabled=os.environ.get("POSENC_FAST_PATH", "1") != "0")
+    front = FastFront(app, svc)
     front_holder["front"] = front
     return front
 
@@ -114,17 +113,9 @@ async def _attach(svc: Service) -> None:
 def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     family = fam.name
 
-    async def route(request: Request):
-        try:
-            raw = await read_body(request.receive, svc.settings.max_body_bytes)
-            job = svc.prepare(family, raw, request.headers.get("accept"))
-            payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
-            return Response(payload, media_type=ctype)
-        except ConnectionAbortedError:   # the client left while sending its body
-            raise
-        except Exception as e:
-            status, body = error_response(e)
-            return Response(body, status_code=status, media_type="application/json")
+    async def route(request: Request):   # the raw-ASGI front's handler, behind FastAPI's routing
+        status, body, ctype = await answer(svc, family, request.receive, request.headers.get("accept"))
+        return Response(body, status_code=status, media_type=ctype)
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",

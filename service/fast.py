@@ -3,13 +3,14 @@ else (docs, tables, health, metrics, lifespan) to the FastAPI app behind it.
 
 FastAPI's per-request machinery (routing, dependency resolution, Request/Response objects) costs
 ~100 µs here, more than the work of a few-row lookup. This front reads the body, runs the same
-``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer identically
-when the front is disabled with POSENC_FAST_PATH=0), and writes the response with two ASGI sends.
-It also times every request, whichever side served it, into the shared metrics.
+``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer
+identically), and writes the response with two ASGI sends. It also times every request,
+whichever side served it, into the shared metrics.
 
-Before all that, a POST to a family with spec templates whose spec this worker has answered before is
-answered by one call into service/_hot.c (the spec-template shortcut; see service/replay.py and
-docs/design.md); whatever it declines, or fails at, continues on the path above.
+Before all that, with the C shortcut in use (the ``shortcut`` setting; service/replay.py), a
+POST to a family with spec templates whose spec this worker has answered before is answered by
+one call into service/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
+on the path above.
 """
 
 from __future__ import annotations
@@ -20,24 +21,16 @@ from time import perf_counter
 
 import anyio
 
-from posenc.engine.errors import PosencError
-
+from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 
-from . import replay
-from .handlers import Service, error_response
+from .handlers import Service
 from .metrics import Metrics
+from .replay import FIELDS
 
 log = logging.getLogger("posenc.service")
 
-FAMILY_PATHS = {f"/v1/{name}": name for name in FAMILIES}
-
-
-class TooBig(PosencError):
-    status = 413
-
-    def __init__(self, limit: int):
-        super().__init__(f"request body over the limit of {limit} bytes")
+FAMILY_PATHS = {f"/v1/{f}": f for f in FAMILIES}
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -49,7 +42,7 @@ async def read_body(receive, limit: int) -> bytes:
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooBig(limit)
+            raise BodyTooLarge(limit)
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -65,7 +58,7 @@ def header(scope, name: bytes) -> str | None:
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
 # the paths of families with spec templates -> (family, metrics offset of their 200s)
-_HOT = {f"/v1/{name}": (name, Metrics.index(f"/v1/{name}", 200)) for name in replay.FIELDS}
+_HOT = {f"/v1/{name}": (name, Metrics.index(f"/v1/{name}", 200)) for name in FIELDS}
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -74,31 +67,40 @@ async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
+async def answer(svc: Service, family: str, receive, accept: str | None) -> tuple[int, bytes, str]:
+    """``POST /v1/{family}``: (status, body, content type), the one handler behind the raw-ASGI
+    front and the FastAPI route. Every failure becomes a status and none escapes, except
+    ConnectionAbortedError: the client left while sending its body."""
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
-        accept = header(scope, b"accept")
         job = svc.prepare(family, raw, accept)
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)
         else:
             payload, ctype = await anyio.to_thread.run_sync(svc.execute, job)
-        metrics_status.append(200)
-        await respond(send, 200, payload, ctype.encode())
+        return 200, payload, ctype
+    except ConnectionAbortedError:
+        raise
+    except Exception as e:
+        status, body = error_response(e)
+        return status, body, "application/json"
+
+
+async def handle_family(svc: Service, family: str, scope, receive, send, metrics_status: list) -> None:
+    try:
+        status, body, ctype = await answer(svc, family, receive, header(scope, b"accept"))
     except ConnectionAbortedError:
         metrics_status.append(499)
-    except Exception as e:  # every failure becomes a status; none escapes to the server
-        status, body = error_response(e)
-        metrics_status.append(status)
-        await respond(send, status, body, b"application/json")
+        return
+    metrics_status.append(status)
+    await respond(send, status, body, ctype.encode())
 
 
 class FastFront:
-    def __init__(self, app, svc: Service, enabled: bool = True):
+    def __init__(self, app, svc: Service):
         self.app = app
         self.svc = svc
-        self.enabled = enabled
-        self.native = enabled and svc.native
+        self.c_shortcut = svc.shortcut == "c"
         self.metrics: Metrics | None = None
 
     async def __call__(self, scope, receive, send):
@@ -106,7 +108,7 @@ class FastFront:
             return await self.app(scope, receive, send)
         t0 = perf_counter()
         path = scope["path"]
-        hot = _HOT.get(path) if self.native else None
+        hot = _HOT.get(path) if self.c_shortcut else None
         if hot is not None and scope["method"] == "POST":
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
             # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
@@ -131,7 +133,7 @@ class FastFront:
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         try:
-            if self.enabled and family is not None and scope["method"] == "POST":
+            if family is not None and scope["method"] == "POST":
                 await handle_family(self.svc, family, scope, receive, send, statuses)
             else:
                 async def timed_send(msg):

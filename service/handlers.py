@@ -2,28 +2,26 @@
 
 validate (strict parser; the spec part of a body is parsed once and cached under its canonical
 bytes) -> size limits -> which shared table -> read-only view (built once by the engine if new)
--> gather / block -> encode. Domain errors carry their status; ``error_response`` maps them.
+-> gather / block -> encode. Domain errors carry their status; ``engine.errors.error_response`` maps them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import orjson
 
 from posenc.engine import pipeline
 from posenc.engine.client import Client
 from posenc.engine.encode import encode
-from posenc.engine.errors import EngineUnavailable, PosencError, SpecError, TooLarge
+from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
+from posenc.engine.settings import Settings
 
-from .negotiate import NotAcceptable, choose
+from .negotiate import choose
 from . import replay
 from .replay import Templates
-from .settings import Settings
 
-log = logging.getLogger("posenc.service")
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 
@@ -41,9 +39,9 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
+        self.shortcut = replay.shortcut_in_use(settings.shortcut)   # "c" or "off": /v1/tables shows it
         self.templates = self._new_templates()
         self._templates_manifest = None
-        self.native = replay.NATIVE
         self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
@@ -72,19 +70,20 @@ class Service:
         return True
 
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
-        """The template shortcut in C (service/_hot.c) for a rope or alibi body and its ASGI
-        headers; None when it does not apply (the full path answers). NATIVE only."""
+        """The template shortcut in C (service/_hot.c) for a rope, sinusoidal or alibi body and
+        its ASGI headers; None when it does not apply (the full path answers). Only when
+        ``self.shortcut == "c"``."""
         if not self._fresh_templates():
             return None
         return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
-                                  self.settings.max_body_bytes, replay.FIELDS[family])
+                                  self.settings.max_body_bytes, family)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
         view = self.client.view(r)
         out = encode(r.family, pipeline.arrays(r, view), r.dtype, job.fmt)
-        if view is not None:   # (big answers run in a thread: the dicts it adds to are GIL-safe)
+        if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
 
@@ -100,23 +99,8 @@ class Service:
         from posenc.engine import kernels_info
         m = self.client.manifest() or {}
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
-                "engine_backend": m.get("backend"), "ready": self.ready,
+                "engine_backend": m.get("backend"), "shortcut": self.shortcut, "ready": self.ready,
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}
 
-
-def error_body(detail) -> bytes:
-    return orjson.dumps({"detail": detail})
-
-
-def error_response(exc: BaseException) -> tuple[int, bytes]:
-    """(status, JSON body) for any exception on the request path; never lets one escape."""
-    if isinstance(exc, SpecError):
-        return 422, error_body(exc.detail())
-    if isinstance(exc, NotAcceptable):
-        return 406, error_body(str(exc))
-    if isinstance(exc, (TooLarge, EngineUnavailable, PosencError)):
-        return exc.status, error_body(str(exc))
-    log.exception("unexpected error on the request path", exc_info=exc)
-    return 500, error_body("internal error")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from posenc.engine.errors import NotAcceptable
+
 JSON = "application/json"
 SAFETENSORS = "application/x-safetensors"
 NPZ = "application/x-npz"
@@ -14,13 +16,6 @@ OCTET = "application/octet-stream"   # served as safetensors
 # media type offered -> format name (the order is the server's preference)
 OFFERS: dict[str, str] = {JSON: "json", SAFETENSORS: "safetensors", NPZ: "npz", OCTET: "safetensors"}
 CONTENT_TYPES = {"json": JSON, "safetensors": SAFETENSORS, "npz": NPZ}
-
-
-class NotAcceptable(Exception):
-    status = 406
-
-    def __init__(self, accept: str):
-        super().__init__(f"cannot produce any of {accept!r}; available: {', '.join(OFFERS)}")
 
 
 def _parse(accept: str):
@@ -77,5 +72,5 @@ def choose(accept: str | None) -> str:
         if q is not None and q > best_q:
             best, best_q = fmt, q
     if best is None:
-        raise NotAcceptable(accept)
+        raise NotAcceptable(accept, OFFERS)
     return best

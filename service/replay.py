@@ -12,49 +12,66 @@ value), which rules out duplicate keys (``{"positions": [1], "positions": [1]}``
 one wins) and escaped spellings of a field name. Only the selections are parsed then.
 
 Each family's registry entry makes its own template (``Family.template``: the column map, the
-response header, the tail); this module only cuts bodies and keeps templates. The shortcut runs in
-C (service/_hot.c, ``NATIVE``): one call from the request body and headers to the response bytes.
-Anything unusual — another format, a range where the learnt body had a list, a rope type whose
-table follows the positions, rows past the table, a template not seen yet — takes the full path.
+response header, the tail); this module only cuts bodies and keeps templates. Anything unusual —
+another format, a range where the learnt body had a list, a rope type whose table follows the
+positions, rows past the table, a template not seen yet — takes the full path.
+
+The shortcut runs in C (service/_hot.c): one call from the request body and headers to the
+response bytes. The ``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when
+service._hot is built and the kernel backend is simd, ``c`` requires it, ``off`` never runs it.
+There is no Python twin: without the C shortcut (the numpy backend, the reference path, or no C
+compiler at install time) every request takes the full path. Tests hold the C answers to the
+full path's bytes and to the float64 reference.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 import orjson
 
 from posenc.engine import kernels
+from posenc.engine.errors import ConfigError
+from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
+from posenc.engine.settings import ENV_PREFIX
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
 # the families that make templates -> their selections' names as JSON text, quotes included
-FIELDS = {name: tuple(b'"%s"' % n.encode() for n in f.selections)
+FIELDS = {name: tuple(map(orjson.dumps, f.selections))
           for name, f in FAMILIES.items() if type(f).template is not Family.template}
 _BETWEEN = re.compile(rb"[ \t\r\n:]*")
 _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
-    """service._hot when the kernels are the C backend (one switch, POSENC_BACKEND, for all C)."""
-    if kernels.BACKEND != "simd":
-        return None
+    """(service._hot, configured with the rules Python owns), or (None, why it is missing)."""
     try:
         from . import _hot
     except ImportError as exc:
-        if os.environ.get(kernels.ENV_VAR) == "simd":
-            raise ImportError(f"{kernels.ENV_VAR}=simd but service._hot is not built ({exc})") from exc
-        logging.getLogger("posenc.service").warning("service._hot not built; the Python shortcut runs")
-        return None
-    assert _hot.MAX_ROWS == MAX_ROWS
-    return _hot
+        return None, exc
+    _hot.configure(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
+                   range_keys=tuple(map(orjson.dumps, RANGE_KEYS)))
+    return _hot, None
 
 
-_hot = _load_native()
-NATIVE = _hot is not None
+_hot, _MISSING = _load_native()
+NATIVE = _hot is not None       # built
+
+
+def shortcut_in_use(setting: str) -> str:
+    """The shortcut that runs for the ``shortcut`` setting: "c" or "off". ConfigError at start-up
+    when "c" is required but service._hot is not built."""
+    if setting == "c" and _hot is None:
+        raise ConfigError(f"{ENV_PREFIX}SHORTCUT=c but posenc.service._hot is not built ({_MISSING}); "
+                          f"reinstall with a C compiler available, or set {ENV_PREFIX}SHORTCUT=auto")
+    if setting == "auto" and _hot is None and kernels.BACKEND == "simd":
+        logging.getLogger("posenc.service").warning("service._hot is not built: no template shortcut")
+    if setting == "c" or (setting == "auto" and _hot is not None and kernels.BACKEND == "simd"):
+        return "c"
+    return "off"
 
 
 def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:

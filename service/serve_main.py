@@ -1,14 +1,14 @@
 """``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables.
 
-Flags override ``POSENC_*`` variables; the workers (separate processes) read the result from the
-environment. SIGTERM/SIGINT: uvicorn drains its workers, then the engine is stopped and removes
-every segment. The engine child also gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is
-restarted if it dies while serving (its successor reclaims the segments).
+Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
+the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
+drains its workers, then the engine is stopped and removes every segment. The engine child also
+gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it dies while serving
+(its successor reclaims the segments).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from .settings import Settings
+from posenc.engine.settings import Settings, current, use
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -49,20 +49,10 @@ def add_parser(sub) -> None:
 
 
 def settings_from_args(args) -> Settings:
-    return Settings.from_env(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
-                             shm_dir=args.shm_dir, namespace=args.namespace,
-                             memory_budget_bytes=args.memory_budget,
-                             max_response_bytes=args.max_response_bytes, log_level=args.log_level)
-
-
-def export(settings: Settings) -> None:
-    for f in dataclasses.fields(settings):
-        v = getattr(settings, f.name)
-        key = "POSENC_" + f.name.upper()
-        if v is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = str(v)
+    return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
+                              shm_dir=args.shm_dir, namespace=args.namespace,
+                              memory_budget_bytes=args.memory_budget,
+                              max_response_bytes=args.max_response_bytes, log_level=args.log_level)
 
 
 class EngineChild:
@@ -107,11 +97,13 @@ def cmd_serve(args) -> int:
 
     from posenc.engine.config import load_config
     from .metrics import remove_all
+    from .replay import shortcut_in_use
 
     s = settings_from_args(args)
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
-    export(s)
+    shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
+    use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

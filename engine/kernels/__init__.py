@@ -7,10 +7,11 @@ Two interchangeable backends implement one API (see docs/native.md):
   x86-64, a portable scalar path everywhere else), bit-identical to numpy except ``sincos``,
   which may differ by at most 1 ulp of the output dtype.
 
-The backend is chosen once, at import, by ``POSENC_BACKEND`` (as python-zstandard and msgspec
-do): ``auto`` (the default) takes ``simd`` when the extension imports and ``numpy`` otherwise;
-``numpy`` and ``simd`` force one; any other value is refused. ``BACKEND``, ``FEATURES`` and
-``info()`` say what was chosen (``/v1/tables`` and the startup log show ``info()``).
+The backend is chosen once, at import, by the ``backend`` setting (``POSENC_BACKEND``, read by
+engine/settings.py; as python-zstandard and msgspec do): ``auto`` (the default) takes ``simd``
+when the extension imports and ``numpy`` otherwise; ``numpy`` and ``simd`` force one; any other
+value is refused. ``BACKEND``, ``FEATURES`` and ``info()`` say what was chosen (``/v1/tables``
+and the startup log show ``info()``).
 
     gather_rows(table, rows, out)
     rope_expand(half, rows, out, layout)
@@ -23,16 +24,16 @@ do): ``auto`` (the default) takes ``simd`` when the extension imports and ``nump
 from __future__ import annotations
 
 import importlib
-import os
 
 import numpy as np
 
+from .. import settings
 from ..dtypes import DTYPES
-from ..errors import SpecError
+from ..errors import ConfigError, SpecError
 from . import numpy_impl
 from .numpy_impl import ROPE_LAYOUTS
 
-ENV_VAR = "POSENC_BACKEND"
+ENV_VAR = settings.ENV_PREFIX + "BACKEND"
 KERNELS = ("gather_rows", "rope_expand", "round_into", "alibi_block", "t5_block", "sincos")
 
 
@@ -59,16 +60,16 @@ def _load_auto():
         return numpy_impl
 
 
-# POSENC_BACKEND value -> loader. The accepted names exist only here.
+# backend setting -> loader (settings.CHOICES["backend"] are the accepted names).
 LOADERS = {"auto": _load_auto, "numpy": _load_numpy, "simd": _load_simd}
 
 
 def load(choice: str | None = None):
-    """The backend module for ``choice`` (default: ``$POSENC_BACKEND``, else ``auto``)."""
+    """The backend module for ``choice`` (default: the ``backend`` setting)."""
     if choice is None:
-        choice = os.environ.get(ENV_VAR, "auto") or "auto"
+        choice = settings.current().backend
     if choice not in LOADERS:
-        raise ValueError(f"{ENV_VAR}={choice!r} is not one of {sorted(LOADERS)}")
+        raise ConfigError(f"{ENV_VAR}={choice!r} is not one of {', '.join(LOADERS)}")
     return LOADERS[choice]()
 
 

@@ -17,10 +17,12 @@
  *   - bfloat16 rounds the 52-bit mantissa to 7 bits in integer space (as f64_to_bf16_bits), and
  *     below 2^-126 to the fixed subnormal quantum 2^-133.
  *
- * Dispatch: the hot loops exist twice, once for the baseline target and once compiled with
- * __attribute__((target("avx2,f16c"))); the variant is picked once at import with
- * __builtin_cpu_supports, so one build runs on any x86-64 (and, baseline only, on aarch64 and
- * anything else GCC/Clang targets). FEATURES reports what the picked variant uses.
+ * Dispatch: on x86-64 the hot loops are compiled three times (the LEVELS table): for the
+ * baseline target, with __attribute__((target("avx2,f16c"))), and with
+ * target("avx512f,avx512vl,avx2,f16c"); the best level this CPU supports is picked once at import
+ * with __builtin_cpu_supports, so one build runs on any x86-64. Elsewhere (aarch64 and anything
+ * else GCC/Clang targets) there is the baseline level only. FEATURES reports what the picked
+ * level uses; levels() and _set_level() let the tests run every level this CPU has.
  *
  * Compile with -ffp-contract=off (setup.py does): 0.0 - (s * d) and cos * scale must each be one
  * rounded multiply, never fused.
@@ -159,7 +161,8 @@ static int cvt_bf16_base(const double *s, void *dst, Py_ssize_t n, int count_inf
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The loops that are compiled twice (baseline and AVX2): written once as always-inline bodies.
+ * The loops compiled once per dispatch level (baseline, AVX2, AVX-512): written once as
+ * always-inline bodies, instantiated by INSTANTIATE below.
  * ------------------------------------------------------------------------------------------- */
 
 enum { ALIBI_CAUSAL = 0, ALIBI_SYMMETRIC = 1, ALIBI_MASKED = 2 };

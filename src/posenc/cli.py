@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from posenc.engine.errors import PosencError, SpecError, TooLarge
+from posenc.engine.errors import PosencError, SpecError
 from posenc.engine.tables import FAMILIES
 
 
@@ -89,19 +89,17 @@ def _missing_extra(sub, name: str, what: str, extra: str, exc: ImportError) -> N
     q.set_defaults(func=refuse)
 
 
+_PREFIX = {422: "invalid spec: "}
+_HINT = {413: " (raise it with --max-bytes)"}
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except SpecError as e:
-        print(f"posenc: invalid spec: {e}", file=sys.stderr)
-        return 2
-    except TooLarge as e:
-        print(f"posenc: {e} (raise it with --max-bytes)", file=sys.stderr)
-        return 2
-    except PosencError as e:
-        print(f"posenc: {e}", file=sys.stderr)
-        return 1
+    except PosencError as e:   # the HTTP status's message; a refused input (4xx) exits 2
+        print(f"posenc: {_PREFIX.get(e.status, '')}{e}{_HINT.get(e.status, '')}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
 

@@ -7,8 +7,9 @@ One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For e
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
 - the floor: loadtest's raw ASGI app (loadtest/floor.py) under posenc's own uvicorn settings,
   returning the same bytes;
-- posenc's hot path (the raw-ASGI front and its C template shortcut), and its FastAPI routes
-  (POSENC_FAST_PATH=0), for one RoPE row, four sinusoidal rows and a 32 x 1 x 4096 ALiBi block;
+- posenc's hot path (the raw-ASGI front and its C template shortcut), and the same front with
+  the shortcut off (POSENC_SHORTCUT=off: every request validated and resolved), for one RoPE row,
+  four sinusoidal rows and a 32 x 1 x 4096 ALiBi block;
 - a 32 × 1 × 8192 ALiBi decode block with the C kernels vs POSENC_BACKEND=numpy;
 - JSON vs binary for a 4096 × 128 RoPE response.
 Ratios are against the floor measured in the same run; the machine is shared and noisy.
@@ -70,23 +71,19 @@ def floor_server(tmp: str, bodies: dict) -> Server:
     return s
 
 
-SHORTCUTS = ("C shortcut", "Python shortcut", "full path")
+SHORTCUTS = ("C shortcut", "full path")
 
 
 def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) -> float:
     """posenc's own cost per request without the HTTP server: the ASGI front driven directly
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
-    with the C template shortcut (service/_hot.c), its Python twin (service/replay.py) or
-    neither (every request validated and resolved)."""
+    with the C template shortcut (service/_hot.c) or without (every request validated and
+    resolved)."""
     from posenc.service.app import create_app
-    from posenc.service.settings import Settings
+    from posenc.engine.settings import Settings
     path, body, accept = case
-    front = create_app(Settings(namespace=ns))
+    front = create_app(Settings(namespace=ns, shortcut="c" if shortcut == "C shortcut" else "off"))
     front.svc.attach_all()
-    if shortcut != "C shortcut":
-        front.native = False
-    if shortcut == "full path":
-        front.svc.replay = lambda *args: None
     raw = json.dumps(body).encode()
     scope = {"type": "http", "method": "POST", "path": path,
              "headers": [(b"content-type", b"application/json"), (b"accept", accept.encode())]}
@@ -177,7 +174,7 @@ def main():
     if a.alternate:
         return alternate(a.alternate, a.rounds, a.seconds)
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {"hot path (simd)": {}, "FastAPI route": {"POSENC_FAST_PATH": "0"},
+        servers = {"hot path (simd)": {}, "shortcut off": {"POSENC_SHORTCUT": "off"},
                    "hot path (numpy)": {"POSENC_BACKEND": "numpy"}}
         results = {}
         bodies = {}

@@ -17,7 +17,7 @@ import yaml
 from kubernetes_validate import utils as kv
 
 from posenc.engine import kernels
-from posenc.service.settings import ENV_PREFIX, Settings
+from posenc.engine.settings import ENV_PREFIX, Settings
 
 
 ROOT = Path(__file__).resolve().parents[2]

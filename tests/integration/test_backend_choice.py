@@ -14,7 +14,7 @@ def _import_in_subprocess(procs, backend: str):
 def test_backend_bogus_is_refused_at_import(procs):
     p = _import_in_subprocess(procs, "bogus")
     assert p.returncode != 0
-    assert "ValueError" in p.stderr and "POSENC_BACKEND" in p.stderr and "bogus" in p.stderr
+    assert "ConfigError" in p.stderr and "POSENC_BACKEND" in p.stderr and "bogus" in p.stderr
 
 
 def test_backend_numpy_forced(procs):

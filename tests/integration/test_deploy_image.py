@@ -3,7 +3,7 @@
 No Docker daemon and no cluster here, so: every Kubernetes object is validated against the
 official schemas shipped in kubernetes-validate (strict: an unknown field fails), the Dockerfile
 is linted by hadolint, and the image, compose file and manifests are checked against the
-service's real settings (service/settings.py) so that a port, a probe path or a POSENC_* name
+service's real settings (engine/settings.py) so that a port, a probe path or a POSENC_* name
 cannot drift. The image's HEALTHCHECK command itself is run against a local HTTP server.
 """
 
@@ -31,7 +31,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 from posenc.cli import build_parser
-from posenc.service.settings import DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH
+from posenc.engine.settings import DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH
 
 from tests.integration.deploy_files import (COMPOSE, DOCKERFILE, DOCKERIGNORE, ENGINE_WORKING_SET,
                                             PINNED_ALLOWANCE, ROOT, WORKER, colocated_deployment, deployment,
@@ -218,7 +218,7 @@ def dockerignore_excludes(path: str) -> bool:
 
 def test_dockerignore_keeps_the_build_inputs_only():
     for needed in ("pyproject.toml", "setup.py", "README.md", "engine/__init__.py", "src/posenc/__init__.py",
-                   "engine/kernels/_native.c", "service/settings.py",
+                   "engine/kernels/_native.c", "engine/settings.py",
                    "loadtest/__init__.py", "deploy/examples/worker.py"):
         assert not dockerignore_excludes(needed), f"{needed} is needed by the build"
     for dropped in (".git/HEAD", "tests/test_deploy.py", "docs/deploy.md", ".venv/bin/python",

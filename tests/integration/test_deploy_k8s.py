@@ -15,7 +15,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from kubernetes_validate import utils as kv
 
-from posenc.service.settings import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
+from posenc.engine.settings import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
 from tests.integration.deploy_files import (COMPOSE, ENGINE_WORKING_SET, K8S, K8S_VERSIONS, PINNED_ALLOWANCE,
                                             ROOT, all_k8s_objects, colocated_deployment, container_env,

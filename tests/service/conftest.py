@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from posenc.service.handlers import Service
-from posenc.service.settings import Settings
+from posenc.engine.settings import Settings
 from tests.procs import Procs, unique_namespace
 from tests.shm import assert_no_leftovers
 from tests.service.hot_helpers import HOT_SPECS

@@ -12,7 +12,8 @@ from posenc.service import replay
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
 
-needs_native = pytest.mark.skipif(not replay.NATIVE, reason="posenc.service._hot runs with the simd backend only")
+needs_native = pytest.mark.skipif(replay.shortcut_in_use("auto") != "c",
+                                  reason="the C shortcut runs with service._hot built and the simd backend")
 HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
 ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
                  st.sampled_from(["-0", "-1", "1.0", "1e2", "01", "00", "true", "null", '"3"', "[1]", "",

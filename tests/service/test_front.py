@@ -8,7 +8,6 @@ import asyncio
 import httpx
 import orjson
 
-from posenc.service import replay
 from posenc.service.app import create_app
 from posenc.service.handlers import Service
 from tests.service.hot_helpers import needs_native
@@ -17,13 +16,9 @@ from tests.service_cases import ACCEPT_HDRS, BIN, REQUESTS, orjson_dumps, refere
 BIG_BODY = b'{"head_dim": 64, "positions": [' + b"1," * 3_000_000 + b"1]}"   # over the 4 MiB body limit
 
 
-def front_for(settings, monkeypatch=None, fast_path: bool = True):
+def front_for(settings):
     """The app ``posenc serve`` runs (the raw-ASGI front around the FastAPI app), attached."""
-    if monkeypatch is not None and not fast_path:
-        monkeypatch.setenv("POSENC_FAST_PATH", "0")
     front = create_app(settings)
-    if monkeypatch is not None:
-        monkeypatch.delenv("POSENC_FAST_PATH", raising=False)
     front.svc.attach_all()
     return front
 
@@ -44,11 +39,11 @@ async def post(front, raw: bytes, path: str = "/v1/rope", chunks: int = 1, heade
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_fastapi_routes_answer_like_the_front(settings, monkeypatch):
+def test_fastapi_routes_answer_like_the_front(settings):
     """The documented FastAPI routes (the front's shortcuts disabled) give the same status and
     bytes as the front, for answers, refusals and an oversized body."""
-    routes = front_for(settings, monkeypatch, fast_path=False)
     front = front_for(settings)
+    routes = front.app           # the FastAPI app behind the raw-ASGI front
 
     async def go(app):
         out = []
@@ -100,7 +95,7 @@ def test_front_answers_a_repeated_spec_without_the_full_path(settings):
     # the first sight of the spec, and the body in two chunks (the shortcut takes single-message
     # bodies only); without the C shortcut, every body takes the full path
     seen = [orjson.loads(a[1])["positions"] for a in prepared]
-    assert seen == ([[5], [2047]] if replay.NATIVE else [[5], [5], [9, 1], [2047], [3, 3, 3]])
+    assert seen == ([[5], [2047]] if front.svc.shortcut == "c" else [[5], [5], [9, 1], [2047], [3, 3, 3]])
 
 
 @needs_native

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from posenc.service.handlers import Service
-from posenc.service.settings import Settings
+from posenc.engine.settings import Settings
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 

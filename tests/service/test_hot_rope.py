@@ -41,6 +41,7 @@ def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at,
     c = learnt.hot("rope", body, ACCEPT_HDRS)
     event(f"C: {'answered' if c is not None else 'full path'}")
     if c is not None:
+        assert c == learnt.execute(learnt.prepare("rope", body, BIN["accept"]))[0]
         assert c == reference_safetensors("rope", json.loads(body))
 
 
@@ -89,6 +90,6 @@ def test_native_template_checks_its_arrays():
     t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
     acc = ([(b"accept", b"x")], {b"x": True})
     with pytest.raises(TypeError, match="bytes"):
-        _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, (b'"positions"',))
+        _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, "rope")
     with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family
-        _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, (b'"query"', b'"key"'))
+        _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, "alibi")

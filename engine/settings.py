@@ -1,0 +1,149 @@
+"""Settings of the engine and the service: one frozen object, read from ``POSENC_*`` environment
+variables (here only) and overridden by command-line flags. An unknown or malformed value is an
+error at start-up naming the variable, never a guess.
+
+``current()`` is this process's settings, read once; the kernel backend is chosen from it at
+import (engine/kernels), the HTTP workers and the engine start from it. ``posenc serve`` installs
+its flag-overridden settings with ``use()``, which also exports them for its child processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .errors import ConfigError
+
+# Paths and port the container image, the manifests and the tests agree on.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+ENV_PREFIX = "POSENC_"
+
+# The accepted values of the fields that are choices (the names exist only here).
+CHOICES = {
+    # engine/kernels: auto = the C SIMD extension if it imports, else numpy (the reference path)
+    "backend": ("auto", "numpy", "simd"),
+    # service/replay.py: the hot path's template shortcut. auto = C when service._hot is built
+    # and the kernel backend is simd, else off; c = C or refuse to start; off = the full path only
+    "shortcut": ("auto", "c", "off"),
+    "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
+}
+
+
+def _default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    workers: int = dataclasses.field(default_factory=_default_workers)
+    # Table config (JSON file); None means the embedded default set.
+    tables: str | None = None
+    # Directory holding the shared-memory segments and the manifest.
+    shm_dir: str = "/dev/shm"
+    # Name prefix of this engine's segments (several engines may share one shm_dir).
+    namespace: str = "posenc"
+    # Largest response, all arrays together (API.md: 64 MiB by default) -> 413 above it.
+    max_response_bytes: int = 64 * 2**20
+    # Most positions in one selection (query, key or positions) -> 413 above it.
+    max_positions: int = 1 << 20
+    # Largest request body accepted -> 413 above it.
+    max_body_bytes: int = 4 * 2**20
+    # Seconds a request may wait for an on-demand build before 503.
+    build_timeout_s: float = 60.0
+    # Seconds uvicorn keeps idle keep-alive connections; graceful shutdown budget.
+    keepalive_s: int = 5
+    shutdown_timeout_s: int = 10
+    # Shared-memory budget for on-demand tables (bytes); pinned default tables do not count.
+    memory_budget_bytes: int = 2 * 2**30
+    # Unix group that may read the segments (None: owner only, mode 0600).
+    shm_group: str | None = None
+    log_level: str = "info"
+    # The kernel backend and the hot path's shortcut: see CHOICES.
+    backend: str = "auto"
+    shortcut: str = "auto"
+
+    @classmethod
+    def from_env(cls, environ=None, **overrides) -> "Settings":
+        """From ``environ`` (default: the process environment), then the non-None overrides."""
+        environ = os.environ if environ is None else environ
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            kwargs[f.name] = _parse(f, raw)
+        return cls(**kwargs).override(**overrides)
+
+    def override(self, **overrides) -> "Settings":
+        """A copy with the non-None ``overrides`` (command-line flags) applied, validated."""
+        s = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        if not (0 < self.port < 65536):
+            raise ConfigError(f"{ENV_PREFIX}PORT: must be in 1..65535, got {self.port}")
+        for name in ("workers", "max_response_bytes", "max_positions", "max_body_bytes",
+                     "memory_budget_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")
+        if self.build_timeout_s <= 0:
+            raise ConfigError(f"{ENV_PREFIX}BUILD_TIMEOUT_S: must be > 0")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}={getattr(self, name)!r} is not one of "
+                                  f"{', '.join(allowed)}")
+
+    def export(self, environ=None) -> None:
+        """Write these settings as ``POSENC_*`` variables into ``environ`` (default: the process
+        environment, which child processes inherit); a None field removes its variable."""
+        environ = os.environ if environ is None else environ
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            key = ENV_PREFIX + f.name.upper()
+            if v is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = str(v)
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """This process's settings: ``POSENC_*`` read at the first call, or what ``use`` installed."""
+    global _current
+    if _current is None:
+        _current = Settings.from_env()
+    return _current
+
+
+def use(settings: Settings) -> Settings:
+    """Install ``settings`` as this process's (posenc serve, after its flags) and export them for
+    the processes it starts. The kernel backend was chosen at import and does not change."""
+    global _current
+    settings.export()
+    _current = settings
+    return settings
+
+
+def _parse(field: dataclasses.Field, raw: str):
+    name = ENV_PREFIX + field.name.upper()
+    typ = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    try:
+        if typ.startswith("int"):
+            return int(raw)
+        if typ.startswith("float"):
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+    return raw
