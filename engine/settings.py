@@ -29,6 +29,9 @@ CHOICES = {
     # service/replay.py: the hot path's template shortcut. auto = C when service._hot is built
     # and the kernel backend is simd, else off; c = C or refuse to start; off = the full path only
     "shortcut": ("auto", "c", "off"),
+    # service/lane.py: the hot lane below ASGI, which answers the shortcut's requests straight
+    # from uvicorn's HTTP protocol (on only where the shortcut is in use)
+    "lane": ("on", "off"),
     "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
 }
 
@@ -67,9 +70,10 @@ class Settings:
     # Unix group that may read the segments (None: owner only, mode 0600).
     shm_group: str | None = None
     log_level: str = "info"
-    # The kernel backend and the hot path's shortcut: see CHOICES.
+    # The kernel backend, the hot path's shortcut and the hot lane: see CHOICES.
     backend: str = "auto"
     shortcut: str = "auto"
+    lane: str = "on"
 
     @classmethod
     def from_env(cls, environ=None, **overrides) -> "Settings":

@@ -61,14 +61,19 @@ def save_bodies(path: str, bodies: dict[str, tuple[str, bytes]]) -> None:
         json.dump({p: [ct, base64.b64encode(b).decode()] for p, (ct, b) in bodies.items()}, f)
 
 
+def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespace:
+    """--host, --port, --bodies of a floor server (this one, or loadtest/bare.py)."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")
+    return p.parse_args(argv)
+
+
 def main(argv=None) -> int:
     import uvicorn
 
-    p = argparse.ArgumentParser(prog="python -m posenc.loadtest.floor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8100)
-    p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")
-    args = p.parse_args(argv)
+    args = server_args("posenc.loadtest.floor", __doc__, 8100, argv)
     app = make_app(load_bodies(args.bodies))
     # The settings service/serve_main.py gives uvicorn, so only the app differs.
     uvicorn.run(app, host=args.host, port=args.port, workers=1, loop="uvloop", http="httptools",

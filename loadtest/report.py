@@ -224,11 +224,14 @@ def markdown(res: dict, f: dict) -> str:
     if w:
         L.append("## wrk (C client, closed loop)\n")
         L.append("| target | connections | requests/s | p50 µs | p90 µs | p99 µs | p99.9 µs | failures | others' CPU |\n|---|---|---|---|---|---|---|---|---|")
-        for key in ("floor_rtt", "posenc_rtt", "floor_max", "posenc_max"):
+        lane = res.get("server", {}).get("lane")
+        label = {"floor": "raw-ASGI floor", "bare": "bare asyncio + httptools",
+                 "posenc": f"posenc (hot lane {lane})" if lane else "posenc"}
+        for key in ("floor_rtt", "bare_rtt", "posenc_rtt", "floor_max", "bare_max", "posenc_max"):
             if key in w:
                 r = w[key]
                 lat = r["latency_us"]
-                L.append(f"| {key.split('_')[0]} | {r['connections']} | {r['rps']:,.0f} | {lat['p50']} | {lat['p90']} | "
+                L.append(f"| {label[key.split('_')[0]]} | {r['connections']} | {r['rps']:,.0f} | {lat['p50']} | {lat['p90']} | "
                          f"{lat['p99']} | {lat['p99.9']} | {r['failures']} | {_noise(r, lim)} |")
         L.append("")
 

@@ -143,6 +143,12 @@ def cmd_report(args) -> int:
         floor.wait_ready(timeout=30)
         _log(f"floor on :{fport}")
         targets = {"floor": floor.url, "posenc": url}
+        res["server"]["lane"] = servers.http_json(url + "/v1/tables").get("lane", "?")
+        # the bare asyncio + httptools server: the Python ceiling the hot lane is measured against (wrk)
+        bport = servers.free_port()
+        bare = servers.start_floor(bport, bodies_path, cpus_s, log_path=os.path.join(out, "bare.log"), kind="bare")
+        started.append(bare)
+        bare.wait_ready(timeout=30)
 
         # Other people's work on a shared machine: wait for quiet, measure it, redo a noisy step once.
         guard = NoiseGuard([x.proc.pid for x in started], args.idle_budget, args.noise_cores)
@@ -157,7 +163,7 @@ def cmd_report(args) -> int:
                 path, accept, _ = payloads.KINDS[names[k]]
                 items.append((path, accept, raw.split(b"\r\n\r\n", 1)[1]))
             wrk.script(lua, items)
-            for name, u in targets.items():
+            for name, u in {**targets, "bare": bare.url}.items():
                 for conns, key in ((1, "rtt"), (args.wrk_connections, "max")):
                     r = guard.measure(lambda u=u, conns=conns: wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c),
                                       quality=lambda r: r["rps"])

@@ -4,6 +4,7 @@ by their own PID."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -38,6 +39,14 @@ def http_get(url: str, timeout: float = 2.0) -> int:
         return e.code
     except OSError:
         return 0
+
+
+def http_json(url: str, timeout: float = 5.0) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return {}
 
 
 def http_post(url: str, body: bytes, accept: str, timeout: float = 30.0) -> tuple[int, str, bytes]:
@@ -90,9 +99,9 @@ class Server:
 
 def start_posenc(port: int, namespace: str, tables: str | None = None, workers: int = 1,
                  cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None,
-                 env: dict | None = None) -> Server:
+                 env: dict | None = None, args: tuple = ()) -> Server:
     cmd = [sys.executable, "-m", "posenc", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--namespace", namespace, "--log-level", "warning"]
+           "--workers", str(workers), "--namespace", namespace, "--log-level", "warning", *args]
     if tables:
         cmd += ["--tables", os.path.abspath(tables)]
     if shm_dir:
@@ -101,11 +110,13 @@ def start_posenc(port: int, namespace: str, tables: str | None = None, workers: 
 
 
 def start_floor(port: int, bodies: str | None = None, cpus: str | None = None,
-                log_path: str | None = None) -> Server:
-    cmd = [sys.executable, "-m", "posenc.loadtest.floor", "--port", str(port)]
+                log_path: str | None = None, kind: str = "floor") -> Server:
+    """The raw-ASGI floor (kind "floor", loadtest/floor.py) or the bare asyncio + httptools
+    server (kind "bare", loadtest/bare.py), answering each path with the captured bytes."""
+    cmd = [sys.executable, "-m", f"posenc.loadtest.{kind}", "--port", str(port)]
     if bodies:
         cmd += ["--bodies", os.path.abspath(bodies)]
-    return Server("floor", cmd, port, "/", cpus=cpus, log_path=log_path)
+    return Server(kind, cmd, port, "/", cpus=cpus, log_path=log_path)
 
 
 def shm_leftovers(namespace: str, shm_dir: str = "/dev/shm") -> list[str]:

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
+from . import lane
 from .fast import FastFront, answer
 from .handlers import Service
 from .metrics import Metrics
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None):
 
     front = FastFront(app, svc)
     front_holder["front"] = front
+    lane.register(front if settings.lane == "on" and front.c_shortcut else None)
     return front
 
 

@@ -102,6 +102,13 @@ class FastFront:
         self.svc = svc
         self.c_shortcut = svc.shortcut == "c"
         self.metrics: Metrics | None = None
+        # what the hot lane below ASGI (service/lane.py) answers: the same paths and headers
+        self.hot_paths = _HOT if self.c_shortcut else {}
+
+    @staticmethod
+    def hot_headers(n: int) -> list[bytes]:
+        """The front's headers of an n-byte shortcut answer, as uvicorn writes ASGI headers."""
+        return [b"%s: %s\r\n" % h for h in (_ST_HDR, (b"content-length", b"%d" % n), _WORKER)]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -19,7 +19,7 @@ from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
 from .negotiate import choose
-from . import replay
+from . import lane, replay
 from .replay import Templates
 
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
@@ -63,11 +63,17 @@ class Service:
         return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes))
 
     def _fresh_templates(self) -> bool:
-        m = self.client.manifest()
-        if m is not self._templates_manifest:   # any manifest change: relearn from fresh views
-            self.templates, self._templates_manifest = self._new_templates(), m
-            return False
-        return True
+        """Templates stay while the manifest only gains tables; a new engine generation or an
+        eviction drops them all (so an evicted table's mapping is not held), to be relearnt."""
+        m, old = self.client.manifest(), self._templates_manifest
+        if m is old:
+            return True
+        self._templates_manifest = m
+        if old is not None and m is not None and m["generation"] == old["generation"] \
+                and old["tables"].keys() <= m["tables"].keys():
+            return True
+        self.templates = self._new_templates()
+        return False
 
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
         """The template shortcut in C (service/_hot.c) for a rope, sinusoidal or alibi body and
@@ -84,6 +90,7 @@ class Service:
         view = self.client.view(r)
         out = encode(r.family, pipeline.arrays(r, view), r.dtype, job.fmt)
         if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
+            self._fresh_templates()   # learnt under the manifest it was answered from, not dropped at the next hot()
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
 
@@ -99,7 +106,8 @@ class Service:
         from posenc.engine import kernels_info
         m = self.client.manifest() or {}
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
-                "engine_backend": m.get("backend"), "shortcut": self.shortcut, "ready": self.ready,
+                "engine_backend": m.get("backend"), "shortcut": self.shortcut,
+                "lane": "on" if lane.serving() else "off", "lane_answers": lane.answered, "ready": self.ready,
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from posenc.engine.settings import Settings, current, use
+from posenc.engine.settings import CHOICES, Settings, current, use
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -32,6 +32,10 @@ def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM)
     return proc.returncode
 
 
+# the lane setting -> uvicorn's HTTP protocol: the hot lane is httptools' protocol subclassed
+HTTP_PROTOCOLS = {"on": "posenc.service.lane:HotLaneProtocol", "off": "httptools"}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the engine and the HTTP workers")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
@@ -45,6 +49,8 @@ def add_parser(sub) -> None:
     p.add_argument("--attach-only", action="store_true",
                    help="start no engine: attach to one already running on the same shm-dir/namespace")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--lane", choices=CHOICES["lane"],
+                   help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -52,7 +58,8 @@ def settings_from_args(args) -> Settings:
     return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
-                              max_response_bytes=args.max_response_bytes, log_level=args.log_level)
+                              max_response_bytes=args.max_response_bytes, log_level=args.log_level,
+                              lane=args.lane)
 
 
 class EngineChild:
@@ -114,7 +121,7 @@ def cmd_serve(args) -> int:
         threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
     try:
         uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
-                    loop="uvloop", http="httptools", lifespan="on", log_level=s.log_level,
+                    loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
                     access_log=False, timeout_keep_alive=s.keepalive_s,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)

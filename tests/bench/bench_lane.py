@@ -1,0 +1,135 @@
+"""The hot lane below ASGI (issue #16) against its two ceilings. A script, not a test:
+
+    python tests/bench/bench_lane.py [--seconds 4] [--rounds 3] [--plot docs/lane-throughput.png]
+
+One server process pinned to core 0, wrk (C, closed loop) pinned to core 1. Four servers stay up
+the whole run and are measured in turn, round after round, so all of them see the same stretch of
+a shared, noisy machine:
+- floor: the raw-ASGI app under uvicorn with posenc's settings (loadtest/floor.py);
+- bare: an asyncio Protocol with httptools on uvloop, no uvicorn (loadtest/bare.py);
+- lane: `posenc serve --lane on` (one worker), the hot lane answering;
+- asgi: `posenc serve --lane off`, the raw-ASGI front and its C shortcut.
+floor and bare return the bytes posenc returned for each request. For one RoPE row and four
+sinusoidal rows it prints, per round and as the median over rounds, the most requests/s (64
+connections) and p50 at one connection, and the ratios lane/floor and lane/bare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import uuid
+
+import httpx
+
+from posenc.loadtest import wrk as wrk_tool
+from posenc.loadtest.floor import save_bodies
+from posenc.loadtest.servers import free_port, start_floor, start_posenc
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+CONFIG = {"length": 131072, "tables": [
+    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
+    {"family": "sinusoidal", "spec": {"d_model": 768}},
+]}
+ACCEPT = "application/x-safetensors"
+CASES = {
+    "rope 1 row": ("/v1/rope", {"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]}),
+    "sinusoidal 4 rows": ("/v1/sinusoidal", {"d_model": 768, "positions": [3, 17, 511, 4095]}),
+}
+SERVERS = ("floor", "bare", "lane", "asgi")
+
+
+def start_all(tmp: str) -> dict:
+    cfg = os.path.join(tmp, "tables.json")
+    with open(cfg, "w") as f:
+        json.dump(CONFIG, f)
+    servers = {}
+    for name, lane in (("lane", "on"), ("asgi", "off")):
+        servers[name] = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU,
+                                     args=("--lane", lane))
+    bodies = {}
+    for s in (servers["lane"], servers["asgi"]):
+        s.wait_ready()
+        for path, body in CASES.values():   # the first answer teaches the worker its template
+            r = httpx.post(s.url + path, json=body, headers={"accept": ACCEPT})
+            assert r.status_code == 200, r.text
+            bodies[path] = (r.headers["content-type"], r.content)
+    assert httpx.get(servers["lane"].url + "/v1/tables").json()["lane"] == "on"
+    path = os.path.join(tmp, "bodies.json")
+    save_bodies(path, bodies)
+    for kind in ("floor", "bare"):
+        servers[kind] = start_floor(free_port(), bodies=path, cpus=SERVER_CPU, kind=kind)
+        servers[kind].wait_ready()
+    return servers
+
+
+def measure(url: str, case, seconds: float, tmp: str) -> dict:
+    path, body = case
+    lua = os.path.join(tmp, "case.lua")
+    wrk_tool.script(lua, [(path, ACCEPT, json.dumps(body).encode())])
+    one = wrk_tool.run(url, lua, seconds, 1, cpus=CLIENT_CPU)
+    many = wrk_tool.run(url, lua, seconds, 64, cpus=CLIENT_CPU)
+    if one["failures"] or many["failures"]:
+        raise RuntimeError(f"wrk saw errors on {url}{path}: {one['errors']} {many['errors']}")
+    return {"rps": many["rps"], "p50_us": one["latency_us"]["p50"]}
+
+
+def plot(medians: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.2
+    for i, name in enumerate(SERVERS):
+        xs = [j + (i - 1.5) * width for j in range(len(CASES))]
+        ys = [medians[(name, c)]["rps"] / 1000 for c in CASES]
+        bars = ax.bar(xs, ys, width, label=name)
+        ax.bar_label(bars, fmt="%.0fk", fontsize=7)
+    ax.set_xticks(range(len(CASES)), list(CASES))
+    ax.set_ylabel("requests/s per server core (thousands)")
+    ax.set_title("One server core, wrk on the other: median over rounds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--plot", help="write a bar chart of the medians to this PNG")
+    a = ap.parse_args()
+    runs: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = start_all(tmp)
+        try:
+            for rnd in range(a.rounds):
+                for cname, case in CASES.items():
+                    got = {name: measure(servers[name].url, case, a.seconds, tmp) for name in SERVERS}
+                    for name, r in got.items():
+                        runs.setdefault((name, cname), []).append(r)
+                    print(f"round {rnd + 1} {cname}: " + ", ".join(
+                        f"{n} {r['rps']:.0f}/s p50 {r['p50_us']} µs" for n, r in got.items()), flush=True)
+        finally:
+            for s in servers.values():
+                s.stop()
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_us")} for k, v in runs.items()}
+    print(f"\nmedians over {a.rounds} rounds")
+    print(f"{'response':<18} {'server':<6} {'req/s':>8} {'p50 µs':>7} {'rps/floor':>10} {'rps/bare':>9} {'p50/floor':>10}")
+    for cname in CASES:
+        f, b = med[("floor", cname)], med[("bare", cname)]
+        for name in SERVERS:
+            r = med[(name, cname)]
+            print(f"{cname:<18} {name:<6} {r['rps']:>8.0f} {r['p50_us']:>7.0f} {r['rps'] / f['rps']:>10.2f} "
+                  f"{r['rps'] / b['rps']:>9.2f} {r['p50_us'] / f['p50_us']:>10.2f}")
+    if a.plot:
+        plot(med, a.plot)
+        print(f"plot: {a.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The hot lane below ASGI (service/lane.py) on real servers: the same raw bytes sent to a
+`posenc serve` with the lane on and to one with it off get the same statuses, headers and bodies
+(the date header and the worker's pid aside), whatever the mix: pipelined hot and ASGI requests,
+Connection: close, HTTP/1.0, chunked bodies, oversized bodies, a client leaving mid-body."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+
+import httpx
+import orjson
+import pytest
+
+from tests.procs import Procs
+from tests.service_cases import CONFIG
+
+pytestmark = pytest.mark.slow
+
+HOT = b"application/x-safetensors"
+
+
+def request(path: str, body: bytes, accept: bytes = HOT, version: bytes = b"1.1", extra: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/%s\r\nhost: t\r\ncontent-type: application/json\r\naccept: %s\r\n"
+            b"content-length: %d\r\n%s\r\n%s" % (path.encode(), version, accept, len(body), extra, body))
+
+
+def rope(positions, **spec) -> bytes:
+    return orjson.dumps({"head_dim": 64, **spec, "positions": positions})
+
+
+def read_responses(sock: socket.socket, n: int, timeout: float = 20.0) -> tuple[list[tuple], bool]:
+    """n responses as (status line, headers without date and with the worker pid masked, body),
+    and whether the server then closed the connection."""
+    sock.settimeout(timeout)
+    buf, out = b"", []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            head = buf[:end].split(b"\r\n")
+            headers = [tuple(h.split(b": ", 1)) for h in head[1:]]
+            length = int(dict(headers)[b"content-length"])
+            if len(buf) >= end + 4 + length:
+                norm = [(k, re.sub(rb"\d+", b"PID", v) if k == b"x-posenc-worker" else v)
+                        for k, v in headers if k != b"date"]
+                out.append((head[0], norm, buf[end + 4:end + 4 + length]))
+                buf = buf[end + 4 + length:]
+                continue
+        assert time.monotonic() < deadline, f"only {len(out)} of {n} responses"
+        chunk = sock.recv(1 << 20)
+        assert chunk, f"connection closed after {len(out)} of {n} responses"
+        buf += chunk
+    try:
+        sock.settimeout(0.5)
+        closed = sock.recv(1) == b""
+    except socket.timeout:
+        closed = False
+    return out, closed
+
+
+def exchange(server, data: bytes, n: int, split_at: int | None = None) -> tuple[list[tuple], bool]:
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        if split_at is None:
+            s.sendall(data)
+        else:                          # the body arrives in two packets
+            s.sendall(data[:split_at])
+            time.sleep(0.05)
+            s.sendall(data[split_at:])
+        return read_responses(s, n)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """One worker each (a template learnt on a connection is the worker's), lane on and off."""
+    reg = Procs(tmp_path_factory.mktemp("lane"))
+    on = reg.serve(CONFIG, workers=1, args=["--lane", "on"])
+    off = reg.serve(CONFIG, workers=1, args=["--lane", "off"])
+    try:
+        yield on, off
+    finally:
+        for s in (on, off):
+            assert s.stop() == 0, s.output()
+        reg.cleanup()
+
+
+def lane_answers(server) -> int:
+    t = httpx.get(server.url + "/v1/tables").json()
+    return t["lane_answers"] if t["lane"] == "on" else -1
+
+
+def both(servers, data: bytes, n: int, lane: int | None = None, **kw):
+    """The same bytes to both servers: the same answers; ``lane``: how many the lane answered."""
+    before = lane_answers(servers[0])
+    got = [exchange(s, data, n, **kw) for s in servers]
+    assert got[0] == got[1], (got[0], got[1])
+    if lane is not None:
+        assert lane_answers(servers[0]) - before == lane
+    return got[0]
+
+
+def test_the_lane_is_on_where_asked(servers):
+    on, off = servers
+    assert lane_answers(on) == 0 and lane_answers(off) == -1
+
+
+def test_pipelined_hot_and_asgi_requests_answer_in_order(servers):
+    sin = orjson.dumps({"d_model": 33, "layout": "fairseq", "positions": [3]})
+    ali = orjson.dumps({"num_heads": 12, "query": [9], "key": {"start": 0, "stop": 10}})
+    theta = {"rope_theta": 10000.0}                                # a template no other test learns
+    reqs = [request("/v1/rope", rope([5], **theta)),               # first sight: ASGI, learns
+            # a slow ASGI answer (the engine builds a new table) with a small JSON body, so the
+            # hot request behind it finds the transport writable
+            request("/v1/rope", orjson.dumps({"head_dim": 8, "rope_theta": 77.0 + time.time() % 1,
+                                              "positions": [9]}), accept=b"application/json"),
+            request("/v1/rope", rope([7, 1, 7], **theta)),         # hot, behind the slow answer
+            b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n",
+            request("/v1/sinusoidal", sin), request("/v1/sinusoidal", sin.replace(b"[3]", b"[4,0]")),
+            request("/v1/rope", rope([1.5], **theta)),             # a known template, a bad list: 422
+            request("/v1/alibi", ali), request("/v1/alibi", ali.replace(b"[9]", b"[8]")),
+            request("/v1/t5-buckets", orjson.dumps({"query": [0], "key": [1, 2]})),
+            request("/v1/rope", rope([2047, 0], **theta))]
+    out, closed = both(servers, b"".join(reqs), len(reqs), lane=4)
+    assert [r[0] for r in out] == [b"HTTP/1.1 200 OK"] * 6 + [b"HTTP/1.1 422 Unprocessable Entity"] + \
+        [b"HTTP/1.1 200 OK"] * 4 and not closed
+    # and once more, now that every template is known to both workers
+    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=7)
+    assert out2 == out
+
+
+def test_connection_close_and_http10_close_after_the_answer(servers):
+    body = rope([3, 4])
+    both(servers, request("/v1/rope", body), 1)                    # learn
+    for data in (request("/v1/rope", body, extra=b"connection: close\r\n"),
+                 request("/v1/rope", body, version=b"1.0")):
+        out, closed = both(servers, data, 1, lane=1)
+        assert out[0][0] == b"HTTP/1.1 200 OK" and (b"connection", b"close") in out[0][1] and closed
+
+
+def test_chunked_split_and_oversized_bodies_take_the_asgi_path_unchanged(servers):
+    body = rope([11, 12])
+    both(servers, request("/v1/rope", body), 1)                    # learn
+    chunked = (b"POST /v1/rope HTTP/1.1\r\nhost: t\r\naccept: %s\r\ntransfer-encoding: chunked\r\n\r\n"
+               b"%x\r\n%s\r\n0\r\n\r\n" % (HOT, len(body), body))
+    out, _ = both(servers, chunked, 1, lane=0)
+    assert out[0][0] == b"HTTP/1.1 200 OK"
+    data = request("/v1/rope", body)
+    out_split, _ = both(servers, data, 1, lane=1, split_at=len(data) - 5)  # the body in two packets
+    assert out_split[0][2] == out[0][2]
+    big = rope([1] * 1_400_000)                                    # over the 4 MiB body limit
+    out, _ = both(servers, request("/v1/rope", big), 1, lane=0)
+    assert out[0][0] == b"HTTP/1.1 413 Request Entity Too Large"
+
+
+def test_a_client_leaving_mid_body_costs_nothing(servers):
+    body = rope([21])
+    both(servers, request("/v1/rope", body), 1)                    # learn
+    for s in servers:
+        with socket.create_connection(("127.0.0.1", s.port)) as c:
+            c.sendall(request("/v1/rope", body)[:-4])              # headers and part of the body
+        out, closed = exchange(s, request("/v1/rope", body), 1)     # the worker answers on
+        assert out[0][0] == b"HTTP/1.1 200 OK" and not closed
