@@ -21,29 +21,14 @@ from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
+from tests.engine.float64_refs import bias64, slopes64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_rounded_once, assert_within_ulp, to_f64
 
 MASK = {"float32": -3.4028234663852886e38, "float16": -65504.0}
 
 
-def slopes64(n, max_bias=8.0):
-    c = 2 ** math.floor(math.log2(n))
-    s = [2.0 ** (-max_bias * j / c) for j in range(1, c + 1)]
-    s += [2.0 ** (-max_bias * j / (2 * c)) for j in range(1, 2 * (n - c), 2)]
-    return np.array(s[:n])
-
-
 def alibi_req(num_heads, query, key, **extra):
     return {"num_heads": num_heads, "query": query, "key": key, **extra}
-
-
-def bias64(slopes, query, key, mode="causal"):
-    """−m·(i − j) (or −m·|i − j|) in float64: the paper's formula, whose float64 value is then
-    rounded once to the output dtype (API.md), so outputs are compared with it exactly."""
-    i = np.asarray(query, dtype=np.float64)[None, :, None]
-    j = np.asarray(key, dtype=np.float64)[None, None, :]
-    dist = np.abs(i - j) if mode == "symmetric" else (i - j)
-    return -slopes[:, None, None] * dist
 
 
 def _sel(s):

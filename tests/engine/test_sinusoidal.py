@@ -16,7 +16,8 @@ from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositio
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
 from posenc.engine.compute import compute
-from tests.numeric import FLOAT_DTYPES, angle_slack, assert_close, assert_same_rounding, assert_within_ulp
+from tests.engine.float64_refs import sinusoidal64
+from tests.numeric import FLOAT_DTYPES, assert_close, assert_same_rounding, assert_within_ulp
 
 POSITIONS = [0, 1, 2, 3, 100, 511, 4095, 65535, 131071, 131072, 131073, 200000]
 HIGH = [2**24 + 3, 10**9, 2**31 - 1]
@@ -24,31 +25,6 @@ HIGH = [2**24 + 3, 10**9, 2**31 - 1]
 
 def sin_req(d_model, positions, **extra):
     return {"d_model": d_model, "positions": positions, **extra}
-
-
-def ref64(d, positions, layout, base=10000.0, offset=0):
-    """Float64 encoding from SEMANTICS §3, and the reference's own error (numeric.angle_slack)."""
-    p = np.asarray(positions, dtype=np.float64)[:, None] + offset
-    if layout == "interleaved":
-        j = np.arange(d)
-        e = (2.0 * (j // 2)) / d
-        ang = p * base ** -e
-        return np.where(j % 2 == 0, np.sin(ang), np.cos(ang)), angle_slack(ang, e, base)
-    if layout == "concat":
-        ns, nc = (d + 1) // 2, d // 2
-        e = np.concatenate([2.0 * np.arange(ns) / d, 2.0 * np.arange(nc) / d])
-        ang = p * base ** -e
-        return np.concatenate([np.sin(ang[:, :ns]), np.cos(ang[:, ns:])], 1), angle_slack(ang, e, base)
-    if layout == "fairseq":
-        h = d // 2
-        e = np.arange(h) / (h - 1)
-        ang = p * base ** -e
-        enc, slack = [np.sin(ang), np.cos(ang)], [angle_slack(ang, e, base)] * 2
-        if d % 2:
-            enc.append(np.zeros((len(positions), 1)))
-            slack.append(np.zeros((len(positions), 1)))
-        return np.concatenate(enc, 1), np.concatenate(slack, 1)
-    raise AssertionError(layout)
 
 
 # --------------------------------------------------------------------------- vs transformers
@@ -61,11 +37,11 @@ def test_interleaved_vs_distilbert(d):
     out = compute("sinusoidal", sin_req(d, pos))  # layout defaults to interleaved
     assert out["encoding"].shape == (len(pos), d) and out["encoding"].dtype == np.float32
     # both round float64 values of the same formula once to float32: equal, but at ties
-    want, slack = ref64(d, pos, "interleaved")
+    want, slack = sinusoidal64(d, pos, "interleaved")
     assert_same_rounding(out["encoding"], table[pos], want, "float32", slack, what="distilbert")
     # offset shifts rows: offset 100 at position p is DistilBERT's row p + 100
     out2 = compute("sinusoidal", sin_req(d, list(range(0, 400, 7)), layout="interleaved", offset=100))
-    want, slack = ref64(d, list(range(100, 500, 7)), "interleaved")
+    want, slack = sinusoidal64(d, list(range(100, 500, 7)), "interleaved")
     assert_same_rounding(out2["encoding"], table[np.arange(0, 400, 7) + 100], want, "float32", slack,
                          what="distilbert+off")
 
@@ -77,7 +53,7 @@ def test_concat_vs_marian(d):
     pos = [0, 1, 2, 77, 256, 599, 598, 5]
     out = compute("sinusoidal", sin_req(d, pos, layout="concat"))
     assert out["encoding"].shape == (len(pos), d)
-    want, slack = ref64(d, pos, "concat")
+    want, slack = sinusoidal64(d, pos, "concat")
     assert_same_rounding(out["encoding"], table[pos], want, "float32", slack, what="marian")
 
 
@@ -125,7 +101,7 @@ def test_layouts_have_different_exponents_d512():
 def test_against_float64_rounded_once(layout, d, dtype):
     pos = POSITIONS + HIGH[:2]
     out = compute("sinusoidal", sin_req(d, pos, layout=layout, dtype=dtype))
-    want, slack = ref64(d, pos, layout)
+    want, slack = sinusoidal64(d, pos, layout)
     assert_within_ulp(out["encoding"], want, dtype, slack=slack, what=f"{layout} d={d}")
 
 
@@ -133,7 +109,7 @@ def test_against_float64_rounded_once(layout, d, dtype):
 def test_base_and_offset_against_float64(layout):
     pos = [0, 5, 131072, 2**31 - 1 - 7]
     out = compute("sinusoidal", sin_req(33, pos, layout=layout, base=500.0, offset=7))
-    want, slack = ref64(33, pos, layout, base=500.0, offset=7)
+    want, slack = sinusoidal64(33, pos, layout, base=500.0, offset=7)
     assert_within_ulp(out["encoding"], want, "float32", slack=slack, what=f"{layout} base/offset")
     # offset k at position p is offset 0 at position p + k, bit for bit
     shifted = compute("sinusoidal", sin_req(33, [p + 7 for p in pos], layout=layout, base=500))

@@ -4,6 +4,8 @@ learns a body's template before the shortcut answers it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import event, strategies as st
 
@@ -47,7 +49,24 @@ def alibi_bodies(draw):
     sel = {f: selection_text(draw, odd if f == which else None) for f in ("query", "key")}
     fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + list(sel.items())
     order = draw(st.permutations(fields))
-    return spec, "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+    text = "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+    return spec, text, odd is None and all(plain_selection(v) for v in sel.values())
+
+
+def plain_selection(text: str) -> bool:
+    """A selection text every shortcut must take: a non-empty list of positions, or a range
+    with an integer step of at least 1 that selects something, at most 4096 positions."""
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    if isinstance(v, list):
+        return 0 < len(v) <= 4096 and all(type(x) is int and x >= 0 for x in v)
+    if not isinstance(v, dict) or set(v) - {"start", "stop", "step"} or not {"start", "stop"} <= set(v):
+        return False
+    step = v.get("step", 1)
+    ints = all(type(v[k]) is int for k in ("start", "stop")) and type(step) is int
+    return ints and step >= 1 and 0 <= v["start"] < v["stop"] and len(range(v["start"], v["stop"], step)) <= 4096
 
 
 def learn_then_answer(svc, family: str, body: bytes):
