@@ -50,7 +50,8 @@ def alibi_bodies(draw):
     fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + list(sel.items())
     order = draw(st.permutations(fields))
     text = "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
-    return spec, text, odd is None and all(plain_selection(v) for v in sel.values())
+    probe = "{" + ",".join(f'"{k}":{"[1]" if k in sel else v}' for k, v in order) + "}"
+    return spec, text, probe, odd is None and all(plain_selection(v) for v in sel.values())
 
 
 def plain_selection(text: str) -> bool:
@@ -69,18 +70,13 @@ def plain_selection(text: str) -> bool:
     return ints and step >= 1 and 0 <= v["start"] < v["stop"] and len(range(v["start"], v["stop"], step)) <= 4096
 
 
-def learn_then_answer(svc, family: str, body: bytes):
-    """Let the full path learn ``body``'s template (its selections replaced by valid ones), then
-    answer ``body`` both ways: (the C shortcut's bytes or None, the full path's bytes or None)."""
-    cut = replay.spans(body, replay.FIELDS[family])
-    if cut is not None:
-        probe = bytearray(body)
-        for a, b in sorted(cut, reverse=True):
-            probe[a:b] = b"[1]"
-        try:
-            svc.execute(svc.prepare(family, bytes(probe), BIN["accept"]))
-        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
-            pass
+def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
+    """Let the full path learn ``body``'s template by answering ``probe`` (the same text with
+    valid selections), then answer ``body`` both ways: (C's bytes or None, the full path's or None)."""
+    try:
+        svc.execute(svc.prepare(family, probe, BIN["accept"]))
+    except PosencError:   # the spec itself is invalid: nothing to learn
+        pass
     c = svc.hot(family, body, ACCEPT_HDRS)
     try:
         full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]
