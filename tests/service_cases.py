@@ -68,3 +68,10 @@ def reference_safetensors(family: str, body: dict) -> bytes:
     bf16 = (frozenset(k for k, v in ref.items() if isinstance(v, np.ndarray) and v.dtype == np.uint16)
             if body.get("dtype") == "bfloat16" else frozenset())
     return formats.to_safetensors(ref, bf16, {"family": family})
+
+
+def padded_rope_body(size: int) -> bytes:
+    """A valid rope body ({"head_dim": 64, "positions": [1, 2]}, the learnt template's key order)
+    of exactly ``size`` bytes: blanks inside its positions list."""
+    head, tail = b'{"head_dim":64,"positions":[1,', b'2]}'
+    return head + b" " * (size - len(head) - len(tail)) + tail

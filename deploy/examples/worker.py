@@ -1,6 +1,6 @@
 """Example co-located worker: reads posenc tables from the pod's shared /dev/shm, zero-copy.
 
-It runs as a third container beside the engine (deploy/k8s/colocated). A real consumer, such as
+It runs as a third container beside the engine (deploy/k8s/overlays/colocated). A real consumer, such as
 a model server with posenc installed, does the same: attach once, then slice the shared tables
 for each batch instead of computing them or asking the HTTP service.
 

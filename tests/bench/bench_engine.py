@@ -39,10 +39,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from posenc.engine.client import Client  # noqa: E402
-from helpers_proc import ProcRegistry, remove_leftovers, shm_files, unique_namespace  # noqa: E402
+from tests.procs import Procs, unique_namespace  # noqa: E402
+from tests.shm import remove_leftovers, shm_files  # noqa: E402
 from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
 N_ROWS = 131072
@@ -163,7 +164,7 @@ def bench_on_demand(client: Client, builds: int) -> None:
           f"min {fmt(min(times))}, max {fmt(max(times))}")
 
 
-def bench_default_start(procs: ProcRegistry) -> None:
+def bench_default_start(procs: Procs) -> None:
     ns = unique_namespace("pbench")
     try:
         t0 = time.perf_counter()
@@ -203,7 +204,7 @@ def main() -> int:
           f"numpy {np.__version__}, torch {torch.__version__}, backend {kernels_info()}, "
           f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
     print()
-    procs = ProcRegistry(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_engine.{os.getpid()}")
+    procs = Procs(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_engine.{os.getpid()}")
     ns = unique_namespace("pbench")
     cfg = {"length": N_ROWS, "tables": [{"family": "rope", "spec": SPEC, "name": "bench-rope"}]}
     try:

@@ -135,13 +135,8 @@ def hf_inv_rtol(spec, seq_len):
     """transformers' own float32 inv_freq error: 2e-7 (SEMANTICS §1.3) plus the float32 rounding of
     the exponent 2k/d (exact for d a power of two), which theta**e magnifies by ln(theta)."""
     rs = _scaling_block(spec)
-    theta = float(spec.get("rope_theta") or rs.get("rope_theta") or 10000.0)
-    prf = spec.get("partial_rotary_factor") or rs.get("partial_rotary_factor") or 1.0
-    d = int(spec["head_dim"] * prf)
-    if _rope_type(spec) == "dynamic":
-        f, M = rs["factor"], spec["max_position_embeddings"]
-        theta *= (f * max(seq_len, M) / M - (f - 1)) ** (d / (d - 2))
-    e64 = np.arange(0, d, 2, dtype=np.float64) / d
+    e64, theta = rope_exponents(spec, seq_len)
+    d = 2 * len(e64)
     e32 = (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)).astype(np.float64)
     rtol = 2e-7 + math.log(theta) * np.abs(e32 - e64)
     # yarn and llama3 blend inv/f and inv with a float32 coefficient; its rounding error is
@@ -240,6 +235,19 @@ def ref_inv64(spec, seq_len):
             alpha = 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(O))
         return inv, float(alpha)
     raise AssertionError(t)
+
+
+def rope_exponents(spec, seq_len):
+    """The exponent e_k = 2k/d of each of the d/2 frequencies, and the base they are powers of
+    (θ, or dynamic's θ' at seq_len): what the float64 reference's own error depends on."""
+    rs = _scaling_block(spec)
+    theta = float(spec.get("rope_theta") or rs.get("rope_theta") or 10000.0)
+    prf = spec.get("partial_rotary_factor") or rs.get("partial_rotary_factor") or 1.0
+    d = int(spec["head_dim"] * prf)
+    if _rope_type(spec) == "dynamic":
+        f, M = rs["factor"], spec["max_position_embeddings"]
+        theta *= (f * max(seq_len, M) / M - (f - 1)) ** (d / (d - 2))
+    return np.arange(d // 2, dtype=np.float64) * 2.0 / d, theta
 
 
 def ref_cos_sin64(inv64, alpha, positions):

@@ -8,27 +8,7 @@ import pytest
 
 from posenc.engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
 from posenc.engine.errors import SpecError
-
-# Every non-negative finite bfloat16, ascending (bit order is value order for a fixed sign),
-# plus 2^128 standing for +inf: the rounding candidate just past the largest finite value.
-_POS_BITS = np.arange(0x0000, 0x7F80, dtype=np.uint32)
-_POS_VALS = np.concatenate([(_POS_BITS << 16).view(np.float32).astype(np.float64), [2.0**128]])
-_POS_BITS = np.concatenate([_POS_BITS, [0x7F80]]).astype(np.uint16)
-BF16_MAX = float(_POS_VALS[-2])
-
-
-def nearest_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """Round-to-nearest, ties to the even bit pattern, by looking at the two neighbours."""
-    x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    hi = np.clip(np.searchsorted(_POS_VALS, a, side="left"), 0, len(_POS_VALS) - 1)
-    lo = np.clip(hi - 1, 0, None)
-    d_lo, d_hi = a - _POS_VALS[lo], _POS_VALS[hi] - a
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (_POS_BITS[hi] % 2 == 0))
-    pick_hi |= a >= _POS_VALS[-1]
-    bits = np.where(pick_hi, _POS_BITS[hi], _POS_BITS[lo])
-    return np.where(np.signbit(x), bits | 0x8000, bits).astype(np.uint16)
-
+from tests.numeric import BF16_MAX, nearest_bf16_bits, to_f64
 
 def _check(x):
     got = f64_to_bf16_bits(np.asarray(x, dtype=np.float64))
@@ -45,7 +25,7 @@ def test_random_values_across_all_exponents(rng):
 
 def test_exact_ties_and_their_neighbours(rng):
     bits = rng.integers(0, 0x7F7F, 5000)
-    v, w = _POS_VALS[bits], _POS_VALS[bits + 1]
+    v, w = to_f64(bits.astype(np.uint16), "bfloat16"), to_f64((bits + 1).astype(np.uint16), "bfloat16")
     mid = (v + w) / 2  # exact in float64
     x = np.concatenate([mid, np.nextafter(mid, 0), np.nextafter(mid, np.inf), v, -mid, -v])
     _check(x)

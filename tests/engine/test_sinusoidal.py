@@ -3,7 +3,7 @@
 References: DistilBERT ``_create_sinusoidal_embeddings`` (interleaved, float64 then float32),
 Marian ``MarianSinusoidalPositionalEmbedding.create_weight`` (concat, float64 then float32) and
 M2M100 ``get_embedding`` (fairseq, float32 throughout: its error grows ~8e-8·row, so that
-comparison allows 1e-6 + 2.5e-7·row), plus float64 formulas written here for the 1-ulp checks.
+comparison allows 1e-6 + 2.5e-7·row), plus float64 formulas written here for the half-ulp checks (rounded once).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositio
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
 from posenc.engine.compute import compute
-from tests.numeric import EPS64, FLOAT_DTYPES, assert_close, assert_within_ulp
+from tests.engine.float64_refs import sinusoidal64
+from tests.numeric import FLOAT_DTYPES, assert_close, assert_same_rounding, assert_within_ulp
 
 POSITIONS = [0, 1, 2, 3, 100, 511, 4095, 65535, 131071, 131072, 131073, 200000]
 HIGH = [2**24 + 3, 10**9, 2**31 - 1]
@@ -24,33 +25,6 @@ HIGH = [2**24 + 3, 10**9, 2**31 - 1]
 
 def sin_req(d_model, positions, **extra):
     return {"d_model": d_model, "positions": positions, **extra}
-
-
-def ref64(d, positions, layout, base=10000.0, offset=0):
-    """Float64 encoding from SEMANTICS §3, plus the angles (for the reference's own error)."""
-    p = np.asarray(positions, dtype=np.float64)[:, None] + offset
-    if layout == "interleaved":
-        j = np.arange(d)
-        ang = p * base ** (-(2.0 * (j // 2)) / d)
-        return np.where(j % 2 == 0, np.sin(ang), np.cos(ang)), ang
-    if layout == "concat":
-        ns, nc = (d + 1) // 2, d // 2
-        ang_s = p * base ** (-2.0 * np.arange(ns) / d)
-        ang_c = p * base ** (-2.0 * np.arange(nc) / d)
-        return np.concatenate([np.sin(ang_s), np.cos(ang_c)], 1), np.concatenate([ang_s, ang_c], 1)
-    if layout == "fairseq":
-        h = d // 2
-        ang = p * base ** (-np.arange(h) / (h - 1))
-        enc, angs = [np.sin(ang), np.cos(ang)], [ang, ang]
-        if d % 2:
-            enc.append(np.zeros((len(positions), 1)))
-            angs.append(np.zeros((len(positions), 1)))
-        return np.concatenate(enc, 1), np.concatenate(angs, 1)
-    raise AssertionError(layout)
-
-
-def slack_for(ang):
-    return (np.abs(ang) + 1.0) * 64 * EPS64
 
 
 # --------------------------------------------------------------------------- vs transformers
@@ -62,13 +36,14 @@ def test_interleaved_vs_distilbert(d):
     pos = list(range(0, n_pos, 3)) + [n_pos - 1]
     out = compute("sinusoidal", sin_req(d, pos))  # layout defaults to interleaved
     assert out["encoding"].shape == (len(pos), d) and out["encoding"].dtype == np.float32
-    _, ang = ref64(d, pos, "interleaved")
-    # both round the same float64 values once to float32
-    assert_within_ulp(out["encoding"], table[pos], "float32", slack=slack_for(ang), what="distilbert")
+    # both round float64 values of the same formula once to float32: equal, but at ties
+    want, slack = sinusoidal64(d, pos, "interleaved")
+    assert_same_rounding(out["encoding"], table[pos], want, "float32", slack, what="distilbert")
     # offset shifts rows: offset 100 at position p is DistilBERT's row p + 100
     out2 = compute("sinusoidal", sin_req(d, list(range(0, 400, 7)), layout="interleaved", offset=100))
-    assert_within_ulp(out2["encoding"], table[np.arange(0, 400, 7) + 100], "float32",
-                      slack=slack_for(ref64(d, list(range(100, 500, 7)), "interleaved")[1]), what="distilbert+off")
+    want, slack = sinusoidal64(d, list(range(100, 500, 7)), "interleaved")
+    assert_same_rounding(out2["encoding"], table[np.arange(0, 400, 7) + 100], want, "float32", slack,
+                         what="distilbert+off")
 
 
 @pytest.mark.parametrize("d", [2, 3, 16, 17])
@@ -78,8 +53,8 @@ def test_concat_vs_marian(d):
     pos = [0, 1, 2, 77, 256, 599, 598, 5]
     out = compute("sinusoidal", sin_req(d, pos, layout="concat"))
     assert out["encoding"].shape == (len(pos), d)
-    _, ang = ref64(d, pos, "concat")
-    assert_within_ulp(out["encoding"], table[pos], "float32", slack=slack_for(ang), what="marian")
+    want, slack = sinusoidal64(d, pos, "concat")
+    assert_same_rounding(out["encoding"], table[pos], want, "float32", slack, what="marian")
 
 
 @pytest.mark.parametrize("d", [4, 5, 16, 17])
@@ -123,19 +98,19 @@ def test_layouts_have_different_exponents_d512():
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("d", [4, 7, 64, 65])
 @pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
-def test_against_float64_within_one_ulp(layout, d, dtype):
+def test_against_float64_rounded_once(layout, d, dtype):
     pos = POSITIONS + HIGH[:2]
     out = compute("sinusoidal", sin_req(d, pos, layout=layout, dtype=dtype))
-    want, ang = ref64(d, pos, layout)
-    assert_within_ulp(out["encoding"], want, dtype, slack=slack_for(ang), what=f"{layout} d={d}")
+    want, slack = sinusoidal64(d, pos, layout)
+    assert_within_ulp(out["encoding"], want, dtype, slack=slack, what=f"{layout} d={d}")
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
 def test_base_and_offset_against_float64(layout):
     pos = [0, 5, 131072, 2**31 - 1 - 7]
     out = compute("sinusoidal", sin_req(33, pos, layout=layout, base=500.0, offset=7))
-    want, ang = ref64(33, pos, layout, base=500.0, offset=7)
-    assert_within_ulp(out["encoding"], want, "float32", slack=slack_for(ang), what=f"{layout} base/offset")
+    want, slack = sinusoidal64(33, pos, layout, base=500.0, offset=7)
+    assert_within_ulp(out["encoding"], want, "float32", slack=slack, what=f"{layout} base/offset")
     # offset k at position p is offset 0 at position p + k, bit for bit
     shifted = compute("sinusoidal", sin_req(33, [p + 7 for p in pos], layout=layout, base=500))
     np.testing.assert_array_equal(out["encoding"], shifted["encoding"])

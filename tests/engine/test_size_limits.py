@@ -4,7 +4,6 @@ huge requests are refused before anything is allocated.
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import pytest
@@ -61,14 +60,13 @@ def test_default_limit_is_64_mib():
     ("t5-buckets", w(T, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
 ])
 def test_huge_requests_refused_before_allocating(family, request_):
+    """Refused from the sizes alone: nothing near the response's size is ever allocated (how long
+    the refusal takes is not asserted; the peak of traced memory shows the behaviour)."""
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         with pytest.raises(TooLarge):
             compute(family, request_)
-        elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert elapsed < 2.0, elapsed
     assert peak < 16 * 2**20, peak

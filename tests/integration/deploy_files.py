@@ -10,8 +10,11 @@ import dataclasses
 import functools
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kubernetes_validate import utils as kv
@@ -25,6 +28,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
+BASE = K8S / "base"
+OVERLAYS = K8S / "overlays"
 COMPOSE = DEPLOY / "compose.yaml"
 WORKER = DEPLOY / "examples" / "worker.py"
 
@@ -106,17 +111,35 @@ def load_yaml_docs(path: Path) -> list:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
-def k8s_objects() -> dict[tuple[str, str], dict]:
-    """(kind, name) -> object for every manifest under deploy/k8s/ (overlay patches excluded)."""
+def kubectl() -> str:
+    """The real kubectl, which renders the overlays; without it the Kubernetes tests skip."""
+    found = shutil.which("kubectl")
+    if not found:
+        pytest.skip("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it")
+    return found
+
+
+@functools.cache
+def _render(overlay: str) -> tuple:
+    proc = subprocess.run([kubectl(), "kustomize", str(OVERLAYS / overlay)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"kubectl kustomize deploy/k8s/overlays/{overlay} failed:\n{proc.stderr}"
+    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d is not None)
+
+
+def rendered(overlay: str = "default") -> dict[tuple[str, str], dict]:
+    """(kind, name) -> object, as `kubectl kustomize deploy/k8s/overlays/{overlay}` renders them
+    (a copy: tests may change what they get)."""
     objs = {}
-    for path in sorted(K8S.rglob("*.yaml")):
-        if path.name == "kustomization.yaml" or path.parent != K8S:
-            continue
-        for doc in load_yaml_docs(path):
-            key = (doc["kind"], doc["metadata"]["name"])
-            assert key not in objs, f"{key} defined twice"
-            objs[key] = doc
+    for doc in _render(overlay):
+        key = (doc["kind"], doc["metadata"]["name"])
+        assert key not in objs, f"{key} rendered twice"
+        objs[key] = copy.deepcopy(doc)
     return objs
+
+
+def k8s_objects() -> dict[tuple[str, str], dict]:
+    return rendered("default")
 
 
 def kustomization(path: Path) -> dict:
@@ -124,36 +147,13 @@ def kustomization(path: Path) -> dict:
     return doc
 
 
-def apply_json6902(obj: dict, ops: list[dict]) -> dict:
-    """The subset of RFC 6902 the overlay uses: `add` (with `-` to append to a list)."""
-    obj = copy.deepcopy(obj)
-    for op in ops:
-        assert op["op"] == "add", f"unsupported patch op {op['op']!r}: extend apply_json6902"
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        node = obj
-        for p in parents:
-            node = node[int(p)] if isinstance(node, list) else node[p]
-        if isinstance(node, list):
-            node.insert(len(node) if last == "-" else int(last), copy.deepcopy(op["value"]))
-        else:
-            node[last] = copy.deepcopy(op["value"])
-    return obj
-
-
 def deployment() -> dict:
-    return k8s_objects()[("Deployment", "posenc")]
+    return rendered("default")[("Deployment", "posenc")]
 
 
 def colocated_deployment() -> dict:
-    """The base Deployment as `kubectl apply -k deploy/k8s/colocated` renders it."""
-    kust = kustomization(K8S / "colocated")
-    (patch,) = kust["patches"]
-    target = patch["target"]
-    base = deployment()
-    assert (target["group"] + "/" + target["version"], target["kind"], target["name"]) == (
-        base["apiVersion"], base["kind"], base["metadata"]["name"])
-    (ops,) = load_yaml_docs(K8S / "colocated" / patch["path"])
-    return apply_json6902(base, ops)
+    """The Deployment as `kubectl apply -k deploy/k8s/overlays/colocated` applies it."""
+    return rendered("colocated")[("Deployment", "posenc")]
 
 
 def pod_containers(dep: dict) -> dict[str, dict]:
@@ -207,6 +207,6 @@ def settings_of(env: dict[str, str]) -> Settings:
 # --------------------------------------------------------------------------- Kubernetes schemas
 
 def all_k8s_objects() -> list[tuple[str, dict]]:
-    objs = [(f"{kind}/{name}", obj) for (kind, name), obj in k8s_objects().items()]
-    objs.append(("Deployment/posenc (colocated overlay)", colocated_deployment()))
-    return objs
+    """Every object each overlay renders, labelled with the overlay."""
+    return [(f"{kind}/{name} ({overlay})", obj) for overlay in sorted(p.name for p in OVERLAYS.iterdir())
+            for (kind, name), obj in rendered(overlay).items()]

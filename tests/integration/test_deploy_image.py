@@ -1,26 +1,23 @@
-"""The container image and the deploy/ manifests, checked offline.
+"""The container image, the compose file and the example worker, checked without Docker.
 
-No Docker daemon and no cluster here, so: every Kubernetes object is validated against the
-official schemas shipped in kubernetes-validate (strict: an unknown field fails), the Dockerfile
-is linted by hadolint, and the image, compose file and manifests are checked against the
+The Dockerfile is linted by hadolint, and the image and compose file are checked against the
 service's real settings (engine/settings.py) so that a port, a probe path or a POSENC_* name
-cannot drift. The image's HEALTHCHECK command itself is run against a local HTTP server.
+cannot drift. What the image runs is run here for real: its HEALTHCHECK command against a real
+`posenc serve`, the example worker against a real engine through the real Client, and
+`posenc engine --dry-run` for the memory sizing.
 """
 
 from __future__ import annotations
 
-import http.server
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
-import types
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -31,8 +28,10 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 from posenc.cli import build_parser
-from posenc.engine.settings import DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH
+from posenc.engine.settings import DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
 
+from tests.procs import PYTHON, child_env, free_port
+from tests.shm import SHM_DIR
 from tests.integration.deploy_files import (COMPOSE, DOCKERFILE, DOCKERIGNORE, ENGINE_WORKING_SET,
                                             PINNED_ALLOWANCE, ROOT, WORKER, colocated_deployment, deployment,
                                             docker_bytes, dockerfile_env, exec_form, final_stage, instrs,
@@ -174,30 +173,34 @@ def healthcheck_command() -> list[str]:
     return exec_form(cmd)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    status = {HEALTH_PATH: 200}
-
-    def do_GET(self):  # noqa: N802
-        self.send_response(self.status.get(self.path, 404))
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+def _healthcheck(procs, port: int):
+    """The image's HEALTHCHECK command, run as Docker runs it (its `python` is this interpreter)."""
+    cmd = healthcheck_command()
+    assert cmd[0] == "python"
+    return procs.run([PYTHON, *cmd[1:]], env=child_env({"POSENC_PORT": str(port)}), timeout=30)
 
 
-@pytest.mark.parametrize("health_status, expect_rc0", [(200, True), (503, False)])
-def test_healthcheck_command_probes_healthz(health_status, expect_rc0):
-    handler = type("H", (_Handler,), {"status": {HEALTH_PATH: health_status}})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        cmd = healthcheck_command()
-        env = dict(os.environ, POSENC_PORT=str(server.server_address[1]))
-        proc = subprocess.run([sys.executable, *cmd[1:]], env=env, capture_output=True, timeout=30)
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert (proc.returncode == 0) is expect_rc0, proc.stderr
+def test_healthcheck_command_probes_a_real_server(server, procs):
+    p = _healthcheck(procs, server.port)
+    assert p.returncode == 0, p.stderr
+    p = _healthcheck(procs, free_port())                 # nothing listens there: unhealthy
+    assert p.returncode != 0
+
+
+def test_healthcheck_is_liveness_not_readiness(procs):
+    """A container still waiting for its engine is alive (healthy), only not ready: Docker must
+    not restart it for being slow to start."""
+    cfg = {"length": 64, "tables": [{"family": "sinusoidal", "spec": {"d_model": 8}}]}
+    s = procs.serve(cfg, workers=1, args=("--attach-only",), ready=False)
+    s.wait_alive()
+    assert httpx.get(s.url + READY_PATH).status_code == 503
+    p = _healthcheck(procs, s.port)
+    assert p.returncode == 0, p.stderr
+    # an engine lets it finish attaching (without one its stop waits: test_serve_lifecycle)
+    engine = procs.engine(s.config_path, s.namespace)
+    s.wait_ready()
+    assert s.stop() == 0, s.output()
+    assert engine.stop() == 0
 
 
 def dockerignore_excludes(path: str) -> bool:
@@ -221,9 +224,9 @@ def test_dockerignore_keeps_the_build_inputs_only():
                    "engine/kernels/_native.c", "engine/settings.py",
                    "loadtest/__init__.py", "deploy/examples/worker.py"):
         assert not dockerignore_excludes(needed), f"{needed} is needed by the build"
-    for dropped in (".git/HEAD", "tests/test_deploy.py", "docs/deploy.md", ".venv/bin/python",
+    for dropped in (".git/HEAD", "tests/integration/test_deploy_image.py", "docs/deploy.md", ".venv/bin/python",
                     "engine/__pycache__/x.pyc", "engine/kernels/_native.cpython-311.so",
-                    "deploy/k8s/deployment.yaml"):
+                    "deploy/k8s/base/deployment.yaml"):
         assert dockerignore_excludes(dropped), f"{dropped} should stay out of the build context"
     for i in instrs("COPY"):
         if "--from" not in i.args:
@@ -241,77 +244,25 @@ def test_worker_patch_runs_the_script_the_image_ships():
     assert worker["command"] == ["python", dest]
 
 
-def test_worker_reads_through_the_client(monkeypatch, capsys):
-    np = pytest.importorskip("numpy")
-    table = np.zeros((64, 32), dtype=np.float32)
-    table.flags.writeable = False
-    calls = {}
-
-    class FakeClient:  # the surface of engine.client.Client the example uses
-        def __init__(self, shm_dir, namespace):
-            calls["attach"] = (shm_dir, namespace)
-
-        def wait_ready(self, timeout):
-            calls["timeout"] = timeout
-
-        def table(self, family, spec):
-            calls["table"] = (family, spec)
-            return types.SimpleNamespace(cos=table[:], sin=table[:])
-
-    fake = types.ModuleType("posenc.engine.client")
-    fake.Client = FakeClient
-    monkeypatch.setitem(sys.modules, "posenc.engine.client", fake)
-    monkeypatch.setenv("POSENC_SHM_DIR", "/dev/shm-test")
-    monkeypatch.delenv("POSENC_NAMESPACE", raising=False)
-    spec = importlib.util.spec_from_file_location("posenc_example_worker", WORKER)
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
-
-    assert worker.main(["--once", "--head-dim", "64", "--rope-theta", "10000"]) == 0
-    assert calls["attach"] == ("/dev/shm-test", "posenc") and calls["timeout"] > 0
-    assert calls["table"] == ("rope", {"head_dim": 64, "rope_theta": 10000.0})
-    assert "(64, 32) float32 zero-copy=True writeable=False" in capsys.readouterr().out
-
-
-def test_worker_fake_matches_the_real_client():
-    # The fake above mirrors engine.client.Client; fail if the real one drifts from it.
-    import inspect
-
-    client = pytest.importorskip("posenc.engine.client")
-    assert {"shm_dir", "namespace"} <= set(inspect.signature(client.Client).parameters)
-    assert "timeout" in inspect.signature(client.Client.wait_ready).parameters
-    assert list(inspect.signature(client.Client.table).parameters)[1:3] == ["family", "spec"]
+def test_worker_reads_through_the_real_client(procs, ns):
+    """deploy/examples/worker.py as the colocated pod runs it, against a real engine: it attaches
+    through posenc.engine.client.Client and reads a configured table, zero-copy and read-only."""
+    eng = procs.engine({"length": 256, "tables": [{"family": "rope", "spec": {"head_dim": 64, "rope_theta": 10000.0}}]},
+                       ns)
+    p = procs.run([PYTHON, WORKER, "--once", "--head-dim", "64", "--rope-theta", "10000", "--ready-timeout", "30"],
+                  env=child_env({"POSENC_SHM_DIR": SHM_DIR, "POSENC_NAMESPACE": ns}))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "rope cos (256, 32) float32 zero-copy=True writeable=False"
+    assert "built on demand" not in eng.stderr(), "the worker's table is a configured one"
+    assert eng.stop() == 0
 
 
 # --------------------------------------------------------------------------- memory sizing
 
-def test_dry_run_fits_the_allowance():
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from posenc.cli import main; sys.exit(main())",
-         "engine", "--dry-run"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)})
-    if "invalid choice: 'engine'" in proc.stderr or "unrecognized arguments: --dry-run" in proc.stderr:
-        pytest.skip("`posenc engine --dry-run` is not implemented yet")
-    assert proc.returncode == 0, proc.stderr
-    total = dry_run_total(proc.stdout)
+def test_dry_run_fits_the_allowance(procs):
+    p = procs.posenc("engine", "--dry-run")
+    assert p.returncode == 0, p.stderr
+    total = int(re.search(r"^total (\d+) bytes", p.stdout, re.M).group(1))
     assert 0 < total <= PINNED_ALLOWANCE, (
         f"the default tables need {total} bytes of /dev/shm; raise PINNED_ALLOWANCE here, the "
         "dshm sizeLimit, compose's shm_size, the memory limits and docs/deploy.md together")
-
-
-def dry_run_total(out: str) -> int:
-    """The total bytes from `posenc engine --dry-run`: JSON's total_bytes, a line naming the
-    total, or else the largest integer printed (a total is never below its parts)."""
-    try:
-        doc = json.loads(out)
-        if isinstance(doc, dict) and "total_bytes" in doc:
-            return int(doc["total_bytes"])
-    except ValueError:
-        pass
-    m = re.search(r"total\D*?(\d{4,})", out, re.IGNORECASE)
-    if m:
-        return int(m.group(1))
-    numbers = [int(n) for n in re.findall(r"\b\d+\b", out)]
-    assert numbers, f"no byte count in the dry run's output:\n{out}"
-    return max(numbers)

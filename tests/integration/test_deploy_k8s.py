@@ -1,6 +1,7 @@
-"""The deploy/ Kubernetes manifests, checked offline: every object validated against the official
-schemas shipped in kubernetes-validate (strict: an unknown field fails), and wired to the
-service's real settings so that a port, a probe path or a POSENC_* name cannot drift.
+"""The deploy/ Kubernetes manifests, checked offline as the real `kubectl kustomize` renders each
+overlay: every object validated against the official schemas shipped in kubernetes-validate
+(strict: an unknown field fails), and wired to the service's real settings so that a port, a
+probe path or a POSENC_* name cannot drift. Without kubectl these tests skip and say so.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from kubernetes_validate import utils as kv
 
 from posenc.engine.settings import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
-from tests.integration.deploy_files import (COMPOSE, ENGINE_WORKING_SET, K8S, K8S_VERSIONS, PINNED_ALLOWANCE,
-                                            ROOT, all_k8s_objects, colocated_deployment, container_env,
-                                            deployment, final_stage, instrs, k8s_objects, kustomization,
-                                            pod_containers, quantity, settings_of)
+from tests.integration.deploy_files import (BASE, COMPOSE, ENGINE_WORKING_SET, K8S_VERSIONS, OVERLAYS,
+                                            PINNED_ALLOWANCE, ROOT, all_k8s_objects, colocated_deployment,
+                                            container_env, deployment, final_stage, instrs, k8s_objects,
+                                            kustomization, load_yaml_docs, pod_containers, quantity, rendered,
+                                            settings_of)
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -46,18 +48,22 @@ def test_strict_validation_rejects_an_unknown_field():
         kv.validate(dep, K8S_VERSIONS[0], strict=True)
 
 
-def test_kustomizations_cover_every_manifest():
-    base = kustomization(K8S)
+def test_the_base_lists_every_manifest_and_each_overlay_builds_on_it():
+    base = kustomization(BASE)
     assert set(base) <= {"apiVersion", "kind", "resources", "images", "patches", "labels"}
-    listed = set(base["resources"])
-    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert listed == on_disk, "deploy/k8s/kustomization.yaml must list every manifest beside it"
+    on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(base["resources"]) == on_disk, "deploy/k8s/base/kustomization.yaml must list every manifest beside it"
     images = {i["name"]: i for i in base.get("images", [])}
     assert set(images) == {c["image"].split(":")[0] for c in pod_containers(deployment()).values()}
-
-    overlay = kustomization(K8S / "colocated")
-    assert overlay["resources"] == ["../"]
-    assert (K8S / "colocated" / overlay["patches"][0]["path"]).is_file()
+    overlays = sorted(p.name for p in OVERLAYS.iterdir())
+    assert overlays == ["colocated", "default"]
+    objects = {(d["kind"], d["metadata"]["name"]) for f in on_disk for d in load_yaml_docs(BASE / f)}
+    for name in overlays:
+        assert "../../base" in kustomization(OVERLAYS / name)["resources"]
+        assert set(rendered(name)) == objects, f"overlay {name} must render exactly the base's objects"
+    # the colocated overlay adds one container, the example worker, and nothing else
+    plain, colocated = pod_containers(deployment()), pod_containers(colocated_deployment())
+    assert set(colocated) - set(plain) == {"worker"} and set(plain) <= set(colocated)
 
 
 # --------------------------------------------------------------------------- Deployment wiring
@@ -178,4 +184,4 @@ def test_images_carry_the_package_version():
     images = [c["image"] for c in pod_containers(colocated_deployment()).values()]
     images.append(yaml.safe_load(COMPOSE.read_text())["services"]["posenc"]["image"])
     assert set(images) == {f"posenc:{version}"}
-    assert {i.get("newTag") for i in kustomization(K8S)["images"]} == {version}
+    assert {i.get("newTag") for i in kustomization(BASE)["images"]} == {version}

@@ -13,10 +13,14 @@ import httpx
 import orjson
 import pytest
 
-from tests.procs import Procs
+from posenc.service import replay
+from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 
-pytestmark = pytest.mark.slow
+# The lane answers what the C shortcut answers: both servers run it (POSENC_SHORTCUT=c), also
+# under the numpy kernel backend, where "auto" would leave it off.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not replay.NATIVE, reason="the hot lane needs the C shortcut (service._hot)")]
 
 HOT = b"application/x-safetensors"
 
@@ -75,8 +79,9 @@ def exchange(server, data: bytes, n: int, split_at: int | None = None) -> tuple[
 def servers(tmp_path_factory):
     """One worker each (a template learnt on a connection is the worker's), lane on and off."""
     reg = Procs(tmp_path_factory.mktemp("lane"))
-    on = reg.serve(CONFIG, workers=1, args=["--lane", "on"])
-    off = reg.serve(CONFIG, workers=1, args=["--lane", "off"])
+    env = child_env({"POSENC_SHORTCUT": "c"})
+    on = reg.serve(CONFIG, workers=1, args=["--lane", "on"], env=env)
+    off = reg.serve(CONFIG, workers=1, args=["--lane", "off"], env=env)
     try:
         yield on, off
     finally:

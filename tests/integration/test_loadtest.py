@@ -75,12 +75,13 @@ def test_probe_low_rate_reports_percentiles(posenc, files):
     [step] = probe.sweep(srv.url, [200], duration=1.5, kinds="rope-row:1,alibi-decode:1", connections=8,
                          warmup=0.3, cfg=cfg)
     assert step.errors == 0 and step.timeouts == 0, step.status_counts
-    assert step.completed >= 250
+    # Open loop: every request scheduled in the window was sent and answered (how fast is a
+    # benchmark's question, not this test's).
+    assert step.sent == int(200 * 1.5) and step.completed == step.sent, (step.sent, step.completed)
     p = step.percentiles_us
     assert set(p) == {"p50", "p90", "p99", "p99.9"}
     assert 0 < p["p50"] <= p["p90"] <= p["p99"] <= p["p99.9"]
     assert set(step.by_kind) == {"rope-row", "alibi-decode"}
-    assert step.achieved_rps > 150
 
 
 @pytest.mark.slow

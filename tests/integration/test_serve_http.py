@@ -18,6 +18,7 @@ from posenc.engine import kernels
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
+from tests.children.bits import digest_of
 from tests.service_cases import BIN, REQUEST_IDS, REQUESTS, as_float, orjson_dumps, reference_safetensors
 
 
@@ -105,14 +106,21 @@ def test_workers_share_one_set_of_segments(server, http):
 
 
 def test_new_spec_is_built_once_for_all_workers(server):
+    """Concurrent requests for a spec no table holds, answered by both workers (each must have
+    asked the engine for it), cause exactly one build."""
     body = {"head_dim": 48, "rope_theta": 12345.0, "positions": [1, 2]}
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         rs = list(ex.map(lambda _: httpx.post(server.url + "/v1/rope", json=body, timeout=60), range(16)))
-    assert all(r.status_code == 200 for r in rs)
-    assert len({r.headers["x-posenc-worker"] for r in rs}) >= 1
-    stats = Client(namespace=server.namespace).call({"op": "stats"})
-    from posenc.engine import pipeline
-    assert stats["builds"][pipeline.parse("rope", body).table.digest] == 1
+    assert [r.status_code for r in rs] == [200] * 16
+    answered = {int(r.headers["x-posenc-worker"]) for r in rs}
+    for _ in range(60):   # a new connection each time, until the kernel has given one to each worker
+        if len(answered) == 2:
+            break
+        answered.add(int(httpx.post(server.url + "/v1/rope", json=body, timeout=60).headers["x-posenc-worker"]))
+    assert answered == set(server.worker_pids())
+    client = Client(namespace=server.namespace)
+    digest = digest_of(client.table("rope", {k: v for k, v in body.items() if k != "positions"}))
+    assert client.call({"op": "stats"})["builds"][digest] == 1
 
 
 def test_health_ready_tables_metrics_docs(http, server):

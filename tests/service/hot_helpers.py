@@ -4,6 +4,8 @@ learns a body's template before the shortcut answers it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import event, strategies as st
 
@@ -48,21 +50,34 @@ def alibi_bodies(draw):
     sel = {f: selection_text(draw, odd if f == which else None) for f in ("query", "key")}
     fields = [(k, orjson_dumps(v).decode()) for k, v in spec.items()] + list(sel.items())
     order = draw(st.permutations(fields))
-    return spec, "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+    text = "{" + ",".join(f'"{k}":{v}' for k, v in order) + "}"
+    probe = "{" + ",".join(f'"{k}":{"[1]" if k in sel else v}' for k, v in order) + "}"
+    return spec, text, probe, odd is None and all(plain_selection(v) for v in sel.values())
 
 
-def learn_then_answer(svc, family: str, body: bytes):
-    """Let the full path learn ``body``'s template (its selections replaced by valid ones), then
-    answer ``body`` both ways: (the C shortcut's bytes or None, the full path's bytes or None)."""
-    cut = replay.spans(body, replay.FIELDS[family])
-    if cut is not None:
-        probe = bytearray(body)
-        for a, b in sorted(cut, reverse=True):
-            probe[a:b] = b"[1]"
-        try:
-            svc.execute(svc.prepare(family, bytes(probe), BIN["accept"]))
-        except PosencError:   # the cut did not fall on the selections ('[[1],0]'): nothing to learn
-            pass
+def plain_selection(text: str) -> bool:
+    """A selection text every shortcut must take: a non-empty list of positions, or a range
+    with an integer step of at least 1 that selects something, at most 4096 positions."""
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return False
+    if isinstance(v, list):
+        return 0 < len(v) <= 4096 and all(type(x) is int and x >= 0 for x in v)
+    if not isinstance(v, dict) or set(v) - {"start", "stop", "step"} or not {"start", "stop"} <= set(v):
+        return False
+    step = v.get("step", 1)
+    ints = all(type(v[k]) is int for k in ("start", "stop")) and type(step) is int
+    return ints and step >= 1 and 0 <= v["start"] < v["stop"] and len(range(v["start"], v["stop"], step)) <= 4096
+
+
+def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
+    """Let the full path learn ``body``'s template by answering ``probe`` (the same text with
+    valid selections), then answer ``body`` both ways: (C's bytes or None, the full path's or None)."""
+    try:
+        svc.execute(svc.prepare(family, probe, BIN["accept"]))
+    except PosencError:   # the spec itself is invalid: nothing to learn
+        pass
     c = svc.hot(family, body, ACCEPT_HDRS)
     try:
         full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]

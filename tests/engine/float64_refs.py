@@ -1,0 +1,53 @@
+"""Float64 references written from SEMANTICS.md (never posenc's code) for ALiBi and sinusoidal
+tables; RoPE's are in tests/engine/rope_refs.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tests.numeric import angle_slack
+
+
+def slopes64(n, max_bias=8.0):
+    """Press et al. (ALiBi) slopes in float64, SEMANTICS §2: 2^(−max_bias·j/c) for the largest power
+    of two c <= n, then every other one of the 2c-head sequence."""
+    c = 2 ** math.floor(math.log2(n))
+    s = [2.0 ** (-max_bias * j / c) for j in range(1, c + 1)]
+    s += [2.0 ** (-max_bias * j / (2 * c)) for j in range(1, 2 * (n - c), 2)]
+    return np.array(s[:n])
+
+
+def bias64(slopes, query, key, mode="causal"):
+    """−m·(i − j) (or −m·|i − j|) in float64: the paper's formula, whose float64 value is then
+    rounded once to the output dtype (API.md), so outputs are compared with it exactly."""
+    i = np.asarray(query, dtype=np.float64)[None, :, None]
+    j = np.asarray(key, dtype=np.float64)[None, None, :]
+    dist = np.abs(i - j) if mode == "symmetric" else (i - j)
+    return -slopes[:, None, None] * dist
+
+
+def sinusoidal64(d, positions, layout, base=10000.0, offset=0):
+    """Float64 encoding from SEMANTICS §3, and the reference's own error (numeric.angle_slack)."""
+    p = np.asarray(positions, dtype=np.float64)[:, None] + offset
+    if layout == "interleaved":
+        j = np.arange(d)
+        e = (2.0 * (j // 2)) / d
+        ang = p * base ** -e
+        return np.where(j % 2 == 0, np.sin(ang), np.cos(ang)), angle_slack(ang, e, base)
+    if layout == "concat":
+        ns, nc = (d + 1) // 2, d // 2
+        e = np.concatenate([2.0 * np.arange(ns) / d, 2.0 * np.arange(nc) / d])
+        ang = p * base ** -e
+        return np.concatenate([np.sin(ang[:, :ns]), np.cos(ang[:, ns:])], 1), angle_slack(ang, e, base)
+    if layout == "fairseq":
+        h = d // 2
+        e = np.arange(h) / (h - 1)
+        ang = p * base ** -e
+        enc, slack = [np.sin(ang), np.cos(ang)], [angle_slack(ang, e, base)] * 2
+        if d % 2:
+            enc.append(np.zeros((len(positions), 1)))
+            slack.append(np.zeros((len(positions), 1)))
+        return np.concatenate(enc, 1), np.concatenate(slack, 1)
+    raise AssertionError(layout)
