@@ -98,9 +98,11 @@ class Service:
         return self.client.is_mapped(job.r)
 
     # -- readiness -----------------------------------------------------------------------------
-    def attach_all(self) -> int:
-        """Map every table in the manifest and verify its checksum (readiness)."""
-        return self.client.attach_all(verify=True, timeout=self.settings.build_timeout_s)
+    def attach_all(self, wait_s: float = 0.5) -> int:
+        """Map every table in the manifest and verify its checksum (readiness). Waits at most
+        ``wait_s`` for a manifest: the app's readiness loop asks again, and a worker told to stop
+        while no engine has come must not sit in this thread for the whole build timeout."""
+        return self.client.attach_all(verify=True, timeout=wait_s)
 
     def tables(self) -> dict:
         from posenc.engine import kernels_info

@@ -146,10 +146,6 @@ def test_attach_only_is_not_ready_until_an_engine_publishes(procs):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "posenc bug: with --attach-only and no engine, the readiness attach blocks a worker thread in "
-    "Client.attach_all(timeout=build_timeout_s); SIGTERM shuts uvicorn down at once but the "
-    "process exits only when that thread times out (~60 s with the defaults), past any grace period"))
 def test_attach_only_stops_promptly_without_an_engine(procs):
     """`posenc serve --attach-only` whose engine never comes (the pod's engine container failing)
     must still stop on SIGTERM within its shutdown timeout."""
