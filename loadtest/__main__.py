@@ -1,10 +1,10 @@
 """``python -m posenc.loadtest``: report | probe | floor | render.
 
-    python -m posenc.loadtest report                      # start posenc serve, measure, write loadtest/out/<ts>/
+    python -m posenc.loadtest report                      # start posenc serve, measure, write ./posenc-loadtest/<ts>/
     python -m posenc.loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
     python -m posenc.loadtest probe --url ... --rates 1000,5000
     python -m posenc.loadtest floor --port 8100
-    python -m posenc.loadtest render loadtest/out/<ts>    # re-render summary.md/latency.png from results.json
+    python -m posenc.loadtest render posenc-loadtest/<ts>    # re-render summary.md/latency.png from results.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The report: summary.md and latency.png from the results a run collected (results.json).
 
-    python -m posenc.loadtest render loadtest/out/<run>      # re-render from results.json
+    python -m posenc.loadtest render posenc-loadtest/<run>      # re-render from results.json
 """
 
 from __future__ import annotations

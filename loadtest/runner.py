@@ -38,7 +38,7 @@ def add_parser(sub, name: str = "report") -> None:
     p.add_argument("--workers", type=int, default=1, help="posenc HTTP workers (default 1: per-core figures)")
     p.add_argument("--server-cpus", default="0", help="taskset list for the servers ('' = no pinning)")
     p.add_argument("--client-cpus", default="1", help="taskset list for the load generators")
-    p.add_argument("--out", help="report directory (default loadtest/out/<timestamp>)")
+    p.add_argument("--out", help="report directory (default ./posenc-loadtest/<timestamp>)")
     p.add_argument("--kinds", default="rope-row", help="probe/wrk request kinds, e.g. rope-row:1,alibi-decode:1")
     p.add_argument("--fractions", default=DEFAULT_FRACTIONS, help="probe rates as fractions of posenc saturation")
     p.add_argument("--rates", help="probe rates in requests/s instead of --fractions")
