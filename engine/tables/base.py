@@ -77,6 +77,13 @@ class Family:
         """The frozen spec of a request's spec fields (SpecError naming the field)."""
         raise NotImplementedError
 
+    def spec_json(self, spec) -> dict:
+        """The canonical spec fields of a parsed spec as a JSON object (what an answer to an
+        ``hf_config`` or ``table`` body shows): parsing them again gives the same spec. By default
+        the spec dataclass's fields, which are the API's field names."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()
+                if v is not None}
+
     def parse(self, req: Mapping):
         """(spec, {selection name: Selection}) of a whole request (dtype is read by the caller)."""
         spec = self.parse_spec(req)
