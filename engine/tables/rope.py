@@ -300,8 +300,9 @@ class Rope(Family):
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
-            return self.safetensors_header({"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
-                                            "inv_freq": view.inv_freq, "attention_scaling": scaling}, dtype)
+            arrays = {"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
+                      "inv_freq": view.inv_freq, "attention_scaling": scaling}
+            return self.safetensors_header(arrays, dtype, req.shown)
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail)
 
     schema = {
