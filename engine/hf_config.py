@@ -236,6 +236,16 @@ class AlibiModel:
                        {"num_heads": cfg.loc("num_attention_heads"), "max_bias": where})
 
 
+# One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
+EXAMPLES = {
+    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "max_position_embeddings": 131072, "rope_theta": 500000.0,
+             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+}
+
+
 def supported(family: str) -> list[str]:
     """The model types whose positions are of ``family``, as the docs list them."""
     from .hf_models import MODELS

@@ -104,6 +104,28 @@ def named_spec(fam: Family, name, named: Named | None) -> Mapping:
     return entry[1]
 
 
+def body_schema(fam: Family) -> tuple[dict, dict]:
+    """(JSON schema, named examples) of a request body for the OpenAPI docs: the family's spec
+    fields, or a model config (families that configs give), or a configured table's name; each
+    with the family's selections and dtype. (A named table has no example: names are the engine's.)"""
+    props = fam.schema["properties"]
+    rest = {k: props[k] for k in (*fam.selections, "dtype") if k in props}
+    required = list(fam.selections)
+    alts, examples = [fam.schema], dict(fam.examples)
+    sel = {k: [0, 1, 2] for k in fam.selections}
+    models = hf_config.supported(fam.name)
+    if models:
+        alts.append({"type": "object", "additionalProperties": False, "required": ["hf_config", *required],
+                     "properties": {"hf_config": {"type": "object", "description": "a model's whole config.json; "
+                                                  f"model_type one of {', '.join(models)}"},
+                                    "layer_type": {"type": ["string", "null"], "description":
+                                                   "picks one of a per-layer-type rope_parameters"}, **rest}})
+        examples["a model's config.json"] = {"value": {"hf_config": hf_config.EXAMPLES[fam.name], **sel}}
+    alts.append({"type": "object", "additionalProperties": False, "required": ["table", *required],
+                 "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest}})
+    return {"oneOf": alts}, examples
+
+
 def parse(family: str, body: Mapping, length: int = DEFAULT_LENGTH, named: Named | None = None) -> Request:
     """Validate a whole request and plan it (uncached). ``named``: the configured tables a
     ``table`` body may name."""

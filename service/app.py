@@ -15,6 +15,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from posenc.engine.pipeline import body_schema
 from posenc.engine.tables import FAMILIES
 
 from .fast import FastFront, read_body
@@ -129,5 +130,5 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
         responses=_BINARY_DOC,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": fam.schema, "examples": fam.examples}}}})
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": dict(
+            zip(("schema", "examples"), body_schema(fam)))}}})
