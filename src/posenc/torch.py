@@ -24,6 +24,10 @@ short or long factors from max(position_ids) + 1 at every call; dynamic NTK keep
 state (the frequencies grow with the longest sequence seen and go back to the original ones once
 a sequence is shorter than max_position_embeddings, ``dynamic_rope_update``).
 
+``SinusoidalEmbedding(d_model, layout=...)`` gives fixed sinusoidal position embeddings
+(``forward(position_ids)`` -> [..., d_model]), a drop-in for DistilBERT's
+``embeddings.position_embeddings`` (interleaved) and the values of Marian's (concat).
+
 torch is an optional extra (``pip install 'posenc[torch]'``); nothing else in posenc imports it.
 """
 
@@ -204,6 +208,33 @@ class RotaryEmbedding(torch.nn.Module):
         out_dtype = x.dtype if half is None or half[1] else torch.float32
         cos, sin = (a.reshape(shape).to(device=x.device, dtype=out_dtype) for a in (cos, sin))
         return (cos, sin) if half is None else half[0](cos, sin)
+
+
+class SinusoidalEmbedding(torch.nn.Module):
+    """Fixed sinusoidal position embeddings from posenc's float64 reference (API.md
+    ``sinusoidal``: layout interleaved as DistilBERT, concat as Marian/RoFormer/Pegasus, fairseq as
+    M2M100/XGLM; ``offset`` added to every position). ``forward(position_ids)`` looks rows up in
+    a table of ``num_positions`` rows (grown when a position is past it), like the
+    ``nn.Embedding`` it replaces, in ``dtype`` on the table's device (``.to()`` moves it)."""
+
+    def __init__(self, d_model: int, layout: str = "interleaved", base: float = 10000.0, offset: int = 0,
+                 num_positions: int = 512, dtype=torch.float32, device=None):
+        super().__init__()
+        self.spec = {"d_model": d_model, "layout": layout, "base": base, "offset": offset}
+        self.dtype = dtype
+        pipeline.parse("sinusoidal", {**self.spec, "positions": [0]})     # refuse a bad spec now
+        self.register_buffer("weight", self._rows(num_positions, device), persistent=False)
+
+    def _rows(self, n: int, device):
+        out = pipeline.compute("sinusoidal", {**self.spec, "positions": {"start": 0, "stop": n},
+                                              "dtype": TABLE_DTYPES.get(self.dtype, "float32")}, max_bytes=None)
+        return _tensor(out["encoding"]).to(device=device, dtype=self.dtype)
+
+    def forward(self, position_ids):
+        need = int(position_ids.max()) + 1
+        if need > self.weight.shape[0]:
+            self.weight = self._rows(1 << (need - 1).bit_length(), self.weight.device)
+        return torch.nn.functional.embedding(position_ids.to(self.weight.device), self.weight)
 
 
 def _expand_pair(cos: np.ndarray, sin: np.ndarray, rows: np.ndarray, mode: str, alloc=np.empty) -> np.ndarray:

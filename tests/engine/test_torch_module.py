@@ -190,3 +190,30 @@ def test_an_answer_kept_by_the_caller_is_never_overwritten():
     del first, second
     third = ours(x, torch.arange(4096).repeat(2, 1))
     assert third[0].data_ptr() == ptr and all(torch.equal(a, b) for a, b in zip(third, kept))
+
+
+# -- SinusoidalEmbedding --------------------------------------------------------------------
+
+def test_sinusoidal_is_distilberts_and_swaps_in():
+    from posenc.torch import SinusoidalEmbedding
+    cfg = transformers.DistilBertConfig(dim=64, n_heads=4, n_layers=2, hidden_dim=128, vocab_size=100,
+                                        sinusoidal_pos_embds=True, max_position_embeddings=512)
+    torch.manual_seed(0)
+    model = transformers.DistilBertModel(cfg).eval()
+    ours = SinusoidalEmbedding(64, num_positions=512)
+    assert torch.equal(ours.weight, model.embeddings.position_embeddings.weight.detach())
+    ids = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+        model.embeddings.position_embeddings = ours
+        assert torch.equal(model(ids).last_hidden_state, want)
+
+
+def test_sinusoidal_concat_is_marians_and_grows():
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+    from posenc.torch import SinusoidalEmbedding
+    marian = MarianSinusoidalPositionalEmbedding(1024, 48)
+    ours = SinusoidalEmbedding(48, layout="concat", num_positions=16)
+    pos = torch.tensor([[0, 5, 1023], [7, 300, 2]])
+    assert torch.equal(ours(pos), marian.create_weight()[pos])      # past its 16 rows: grown
+    assert ours.weight.shape[0] == 1024
