@@ -254,3 +254,12 @@ def test_spec_parses_back_to_the_same_table():
             for k in ("cos", "sin", "inv_freq"):
                 np.testing.assert_array_equal(a[k], b[k], err_msg=name)
             assert math.isclose(a["attention_scaling"], b["attention_scaling"])
+
+
+def test_docs_list_every_model_type_with_its_file():
+    """docs/models.md names each supported model type with the transformers file it follows."""
+    import pathlib
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    for model_type, by in MODELS.items():
+        for family, record in by.items():
+            assert f"| {model_type} | {family} | `{record.source}` |" in text, (model_type, family)
