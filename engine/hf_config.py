@@ -167,7 +167,7 @@ class RopeModel:
             prf = None                   # Llama's default frequencies span the whole head
         if prf is not None:
             fields["partial_rotary_factor"] = prf
-        rt = ROPE_TYPES.get(rope_type)
+        rt = ROPE_TYPES.get(rope_type) if isinstance(rope_type, str) else None
         scaling = {"rope_type": rope_type}
         if rt is not None:               # an unknown type goes on alone, for the parser to name
             scaling.update((k, v) for k, v in block.items() if k in rt.keys and v is not None)

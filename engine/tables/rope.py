@@ -28,6 +28,9 @@ from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
 from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
+# Validation computes the frequencies (head_dim / 2 of them) before the size limit can refuse the
+# answer, so a head_dim of 2**34 would allocate 64 GiB first: bound it (real models: <= 512).
+MAX_HEAD_DIM = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +67,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     """Validate the spec fields of a rope request (selections and dtype are read elsewhere)."""
     require_object(req)
     refuse_unknown(req, Rope.fields)
-    head_dim = req_int(req, "head_dim", (), lo=2)
+    head_dim = req_int(req, "head_dim", (), lo=2, hi=MAX_HEAD_DIM)
     rs, rp = req.get("rope_scaling"), req.get("rope_parameters")
     if rs is not None and rp is not None:
         raise SpecError(("rope_parameters",), "send either rope_scaling or rope_parameters, not both")

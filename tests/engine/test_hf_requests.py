@@ -230,3 +230,51 @@ def test_compute_refuses_hf_config_with_spec_fields(tmp_path):
     r = posenc("compute", "rope", "--hf-config", str(tmp_path / "nope.json"), "--spec", '{"positions": [0]}',
                "--out", str(tmp_path / "o.npz"))
     assert r.returncode == 2 and "hf_config" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- no input gets anything but a SpecError --------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
+                     | st.text(max_size=8), lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=8)
+_CONFIGS = [("rope", c) for c in ROPE.values()] + [("alibi", c) for c in ALIBI.values()]
+
+
+def _keys(cfg, prefix=()):
+    for k, v in cfg.items():
+        yield (*prefix, k)
+        if isinstance(v, dict):
+            yield from _keys(v, (*prefix, k))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.integers(0, len(_CONFIGS) - 1), pick=st.integers(0, 10**6), value=_JSON,
+       layer_type=st.none() | st.sampled_from(["full_attention", "sliding_attention", "x"]))
+def test_mangled_configs_get_a_spec_error_or_an_answer(which, pick, value, layer_type):
+    family, cfg = _CONFIGS[which]
+    cfg = json.loads(json.dumps(cfg))
+    keys = list(_keys(cfg))
+    path = keys[pick % len(keys)]
+    obj = cfg
+    for k in path[:-1]:
+        obj = obj[k]
+    obj[path[-1]] = value
+    body = {"hf_config": cfg, "layer_type": layer_type, **({"positions": [0, 9]} if family == "rope"
+                                                            else {"query": [3], "key": [0, 3]})}
+    try:
+        req = pipeline.parse(family, body)
+        pipeline.check(req)
+        pipeline.arrays(req)
+    except SpecError as e:
+        assert e.loc and e.loc[0] in ("hf_config", "layer_type"), e.loc
+
+
+def test_a_huge_head_dim_is_refused_before_anything_is_allocated():
+    loc, _ = loc_of("rope", {"head_dim": 2**34, "positions": [0]})
+    assert loc == ("head_dim",)
+    loc, _ = loc_of("rope", {"hf_config": {**LLAMA, "hidden_size": 2**40, "num_attention_heads": 1},
+                             "positions": [0]})
+    assert loc == ("hf_config", "hidden_size")
