@@ -36,11 +36,10 @@ import dataclasses
 from typing import Any, Callable, Mapping
 
 from .errors import SpecError
-from .fields import is_int, json_repr, req_float, req_int, require_object
+from .fields import is_int, json_repr, req_int, require_object
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
-_MISSING = object()
 
 
 @dataclasses.dataclass
@@ -72,9 +71,6 @@ class Config:
             return name
         return stored
 
-    def has(self, name: str) -> bool:
-        return self.raw.get(self.key(name)) is not None
-
     def get(self, name: str, default: Any = None) -> Any:
         v = self.raw.get(self.key(name))
         if v is None:
@@ -90,10 +86,6 @@ class Config:
         if v is None:
             raise SpecError(self.loc(name), "field required (this model type has no default for it)", "missing")
         return v
-
-    def float(self, name: str, default: float) -> float:
-        k = self.key(name)
-        return req_float({k: self.get(name, default)}, k, LOC)
 
     def block(self, name: str) -> Mapping | None:
         v = self.raw.get(self.key(name))
@@ -131,7 +123,6 @@ class RopeModel:
     layout: str = "half_split"                    # the pairing of the cos/sin its rotary embedding returns
     head_dim: Callable[[Config], tuple] = standard_head_dim
     type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
-    family: str = "rope"
 
     def config(self, raw: Mapping) -> Config:
         return Config(raw, self.aliases, self.defaults)
@@ -144,9 +135,9 @@ class RopeModel:
         for name in ("rope_scaling", "rope_parameters"):
             block = cfg.block(name)
             if block:
-                check_flat_layer_type(cfg, block, layer_type)
+                check_flat_layer_type(cfg, layer_type)
                 return dict(block), cfg.loc(name)
-        check_flat_layer_type(cfg, {}, layer_type)
+        check_flat_layer_type(cfg, layer_type)
         return {}, cfg.loc("rope_parameters")
 
     def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
@@ -171,7 +162,7 @@ class RopeModel:
         scaling = {"rope_type": rope_type}
         if rt is not None:               # an unknown type goes on alone, for the parser to name
             scaling.update((k, v) for k, v in block.items() if k in rt.keys and v is not None)
-            if rt.uses_original and cfg.has("original_max_position_embeddings"):
+            if rt.uses_original and cfg.get("original_max_position_embeddings") is not None:
                 fields["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings")
                 origin["original_max_position_embeddings"] = cfg.loc("original_max_position_embeddings")
         fields["rope_scaling"] = scaling
@@ -204,7 +195,7 @@ def first(*sources, default=None) -> tuple[Any, tuple]:
     return default, (*sources[-1][2], sources[-1][0])
 
 
-def check_flat_layer_type(cfg: Config, block: Mapping, layer_type: str | None) -> None:
+def check_flat_layer_type(cfg: Config, layer_type: str | None) -> None:
     """One rope block serves every layer: a layer_type may only name one of the config's own."""
     if layer_type is not None and layer_type not in (cfg.raw.get("layer_types") or ()):
         raise SpecError(("layer_type",), "this config has one set of rope parameters for every layer; "
@@ -222,7 +213,6 @@ class AlibiModel:
     uses: Callable[[Config], tuple] = lambda cfg: (True, ())
     # (max_bias, where it came from): the paper's 8 unless the config says otherwise (MPT)
     max_bias: Callable[[Config], tuple] = lambda cfg: (8.0, (*LOC, "model_type"))
-    family: str = "alibi"
 
     def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
         cfg = Config(raw, self.aliases, self.defaults)

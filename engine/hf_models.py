@@ -74,7 +74,7 @@ class FixedTableRope(RopeModel):
 
     def derive(self, raw, layer_type):
         cfg = self.config(raw)
-        check_flat_layer_type(cfg, {}, layer_type)
+        check_flat_layer_type(cfg, layer_type)
         head_dim, hd_loc = split_head_dim(cfg)
         if "rotary_dim" in raw and raw["rotary_dim"] is None:
             raise SpecError(cfg.loc("rotary_dim"), "null: GPT-J then rotates hidden_size dims per head, "

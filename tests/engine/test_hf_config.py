@@ -61,6 +61,12 @@ VARIANTS = {
                               "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
                               "rope_scaling": {"type": "yarn", "short_factor": [1.0 + k / 64 for k in range(48)],
                                                "long_factor": [1.0 + k for k in range(48)]}},
+    # Phi3Config's top-level original_max_position_embeddings defaults to 4096 and overrides
+    "phi3-class-default-original": {"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
+                                    "max_position_embeddings": 131072,
+                                    "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 8192,
+                                                     "short_factor": [1.0 + k / 64 for k in range(48)],
+                                                     "long_factor": [1.0 + k for k in range(48)]}},
     "phi3-default": {"model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
                      "max_position_embeddings": 4096},
     "falcon-legacy-n_embed": {"model_type": "falcon", "n_embed": 2048, "num_attention_heads": 32, "alibi": False},
