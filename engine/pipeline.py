@@ -43,6 +43,7 @@ def family_of(name: str) -> Family:
         raise SpecError(("family",), f"must be one of {', '.join(FAMILIES)}, got {name!r}") from None
 
 
+BODY_FORMS = ("hf_config", "layer_type", "table")   # body fields that stand for the spec fields
 # {table name: (family, spec fields)}: the configured tables a ``table`` body may name
 Named = Mapping[str, tuple[str, Mapping]]
 
@@ -72,13 +73,15 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     if cfg is None and name is None:
         if body.get("layer_type") is not None:
             raise SpecError(("layer_type",), "only with hf_config (it picks one of a config's rope parameters)")
+        if any(k in body for k in BODY_FORMS):     # explicit nulls are absent fields (API.md)
+            body = {k: v for k, v in body.items() if k not in BODY_FORMS}
         return body, None
     if cfg is not None and name is not None:
         raise SpecError(("table",), "send either hf_config or table, not both")
     given = "hf_config" if cfg is not None else "table"
     keep = (*fam.selections, "dtype")
     for k in body:
-        if k not in keep and k not in ("hf_config", "layer_type", "table"):
+        if k not in keep and k not in BODY_FORMS:
             raise SpecError((k,), f"not allowed beside {given}, which gives every spec field", "extra_forbidden")
     rest = {k: body[k] for k in keep if k in body}
     if cfg is not None:

@@ -278,3 +278,10 @@ def test_a_huge_head_dim_is_refused_before_anything_is_allocated():
     loc, _ = loc_of("rope", {"hf_config": {**LLAMA, "hidden_size": 2**40, "num_attention_heads": 1},
                              "positions": [0]})
     assert loc == ("hf_config", "hidden_size")
+
+
+def test_null_hf_config_table_and_layer_type_are_absent():
+    body = {"head_dim": 64, "positions": [1, 2], "hf_config": None, "table": None, "layer_type": None}
+    got = pipeline.arrays(pipeline.parse("rope", body))
+    want = compute("rope", {"head_dim": 64, "positions": [1, 2]})
+    assert "spec" not in got and got["cos"].tobytes() == want["cos"].tobytes()
