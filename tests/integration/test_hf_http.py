@@ -144,3 +144,25 @@ def test_template_shortcut_writes_the_spec_metadata(server):
         raw = json.dumps({**body0, "positions": [9, 100]}).encode()
         got = svc.hot("rope", raw, hdrs)
         assert got is not None and got == svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0]
+
+
+def test_readme_config_json_commands_work(server, tmp_path):
+    """The README's shell lines that send a whole config.json, run as written (bash, jq, curl)."""
+    import pathlib
+    import re
+    import shutil
+    import subprocess
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = [ln for ln in readme.splitlines() if "config.json" in ln and "| curl" in ln]
+    assert len(lines) >= 2
+    (tmp_path / "Llama-3.1-8B").mkdir()
+    (tmp_path / "Llama-3.1-8B" / "config.json").write_text(json.dumps(LLAMA, indent=2))
+    want = compute("rope", {"hf_config": LLAMA, "positions": [0, 1, 4096]})
+    for line in lines:
+        if line.startswith("jq") and shutil.which("jq") is None:
+            continue
+        cmd = re.sub(r"localhost:8000", f"127.0.0.1:{server.port}", line) + " --fail"
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=30)
+        assert r.returncode == 0, (line, r.stderr)
+        got = json.loads(r.stdout)
+        assert got["spec"] == want["spec"] and np.asarray(got["cos"], np.float32).tobytes() == want["cos"].tobytes()
