@@ -115,7 +115,7 @@ class RotaryEmbedding(torch.nn.Module):
         self._dynamic: dict = {}       # layer type -> transformers' max_seq_len_cached
         self._shared: bool | None = None
         self.source = None             # "shared" or "local" once a table is read
-        self._buffers: dict = {}       # (shape, dtype) -> the last large output block
+        self._blocks: dict = {}        # (shape, dtype) -> the last large output block
 
     def _output(self, shape, dtype) -> np.ndarray:
         """The output block of a gather: the previous call's block of this shape when nothing
@@ -125,11 +125,22 @@ class RotaryEmbedding(torch.nn.Module):
         if int(np.prod(shape)) * np.dtype(dtype).itemsize < REUSE_BYTES:
             return np.empty(shape, dtype)
         key = (shape, np.dtype(dtype))
-        buf = self._buffers.pop(key, None)     # popped: a concurrent call cannot take it too
+        buf = self._blocks.pop(key, None)      # popped: a concurrent call cannot take it too
         if buf is None or sys.getrefcount(buf) > 2:   # 2: this name and getrefcount's argument
             buf = np.empty(shape, dtype)
-        self._buffers = {key: buf}             # keep one block: the shape of the latest call
+        self._blocks = {key: buf}              # keep one block: the shape of the latest call
         return buf
+
+    def __getstate__(self):
+        """Copies and pickles (copy.deepcopy(model)) take the config, not the mappings: the copy
+        attaches to the same engine (or builds its tables) on its first forward."""
+        state = dict(self.__dict__, _tables={}, _blocks={}, _shared=None, source=None)
+        state["client"] = (self.client.shm_dir, self.client.namespace)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state, client=Client(*state["client"]))
+        super().__setstate__(state)
 
     def _parse_all(self) -> dict:
         def parse(layer_type):

@@ -217,3 +217,17 @@ def test_sinusoidal_concat_is_marians_and_grows():
     pos = torch.tensor([[0, 5, 1023], [7, 300, 2]])
     assert torch.equal(ours(pos), marian.create_weight()[pos])      # past its 16 rows: grown
     assert ours.weight.shape[0] == 1024
+
+
+def test_module_moves_casts_and_copies_like_any_module():
+    """After a large forward (an output block is kept for reuse): .to(dtype) casts only the
+    inv_freq buffer, and copy.deepcopy gives a module that answers the same."""
+    import copy
+    ours = rotary(transformers.LlamaConfig(hidden_size=4096, num_attention_heads=32))
+    x, pos = torch.zeros(1), torch.arange(4096).repeat(2, 1)
+    want = ours(x, pos)
+    assert [n for n, _ in ours.named_buffers()] == ["inv_freq"]
+    ours.to(torch.bfloat16)
+    assert ours.inv_freq.dtype == torch.bfloat16
+    twin = copy.deepcopy(ours)
+    assert twin.source is None and all(torch.equal(a, b) for a, b in zip(twin(x, pos), want))
