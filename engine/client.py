@@ -88,7 +88,8 @@ class Client:
         self._stamp = None
         self._checked = 0.0
         self._views: dict[str, TableView] = {}   # digest -> view (current generation)
-        self.pipeline = Pipeline()
+        self._named: tuple = (None, {})          # (manifest it was read from, named tables)
+        self.pipeline = Pipeline(named=self.named_tables)
 
     # -- manifest ----------------------------------------------------------------------------
     def manifest(self, force: bool = False) -> dict | None:
@@ -128,6 +129,16 @@ class Client:
             if time.monotonic() > deadline:
                 raise EngineUnavailable(f"no engine manifest in {self.shm_dir} for namespace {self.namespace!r}")
             time.sleep(0.02)
+
+    def named_tables(self) -> dict:
+        """{name: (family, spec fields)} of the engine's configured tables (its manifest's pinned
+        entries): what a ``table`` body may name."""
+        m = self.manifest()
+        if self._named[0] is not m:
+            named = {e["name"]: (e["family"], e["spec"]) for e in (m or {}).get("tables", {}).values()
+                     if e.get("pinned") and "spec" in e}
+            self._named = (m, named)
+        return self._named[1]
 
     def tables(self) -> list[dict]:
         m = self.manifest() or {"tables": {}}
@@ -205,7 +216,8 @@ class Client:
         return json.loads(data)
 
     def table(self, family: str, spec: Mapping, dtype: str | None = "float32", seq_len: int | None = None) -> TableView:
-        """The shared table for a spec (no selections), built on demand. For rope, seq_len picks
+        """The shared table for a spec (no selections), built on demand. ``spec`` may also be
+        ``{"hf_config": {...}, "layer_type": ...}`` or ``{"table": NAME}``. For rope, seq_len picks
         longrope's short/long set or dynamic's frequencies (default: the short/base set)."""
         fam = pipeline.family_of(family)
         body = dict(spec)
@@ -213,7 +225,7 @@ class Client:
             body[name] = [max(0, (seq_len or 1) - 1)]
         if fam.has_dtype and dtype is not None:
             body["dtype"] = dtype
-        req = pipeline.parse(family, body)
+        req = pipeline.parse(family, body, named=self.named_tables())
         if req.table is None:
             raise SpecError(("seq_len",), "no stable table for these frequencies (dynamic NTK past M)")
         return self.attach(req.table)

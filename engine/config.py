@@ -6,17 +6,25 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
      "tables": [{"family": "rope", "spec": {...API.md spec fields...},
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
-Specs are validated by the same parsers as requests, so an invalid config stops the engine at start
-with the same message a request would get (``tables[2].spec.rope_scaling.factor: ...``).
+Instead of ``spec``, a rope or alibi entry may give a model's config: ``"hf_config": {...}`` or a
+path to a config.json (relative to the table config's folder), and for a per-layer-type config
+``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
+the engine at start with the same message a request would get
+(``tables[2].spec.rope_scaling.factor: ...``, ``tables[3].hf_config.rotary_pct: ...``).
+
+Each configured table keeps its name and its canonical spec (``ConfiguredTable``): the engine
+writes both into its manifest, and a request may then name the table (``{"table": NAME}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any
 
 from . import dtypes as _dt
+from . import hf_config
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
 from .tables import FAMILIES, TableDef
@@ -56,34 +64,71 @@ DEFAULT_CONFIG: dict[str, Any] = {
 class ConfiguredTable:
     name: str
     table: TableDef
+    spec: dict          # the canonical spec fields of the entry (Family.spec_json)
 
 
-def parse_config(cfg) -> list[ConfiguredTable]:
+def named_specs(tables: list[ConfiguredTable]) -> dict:
+    """{name: (family, spec fields)}: the tables a ``table`` body may name."""
+    return {ct.name: (ct.table.family, ct.spec) for ct in tables}
+
+
+def _read_json(path: str, loc: tuple, what: str):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except OSError as e:
+        raise SpecError(loc, f"cannot read {what} {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SpecError(loc, f"{what} {path} is not valid JSON: {e}") from None
+
+
+def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
+    """The parsed spec of a config entry: its ``spec``, or what its ``hf_config`` gives."""
+    cfg = entry.get("hf_config")
+    if cfg is not None:
+        if entry.get("spec") is not None:
+            raise SpecError((*loc, "spec"), "give either spec or hf_config, not both")
+        if isinstance(cfg, str):
+            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config")
+        try:
+            derived = hf_config.derive(fam.name, cfg, entry.get("layer_type"))
+            try:
+                return fam.parse_spec(derived.fields)
+            except SpecError as e:
+                raise derived.relocate(e) from None
+        except SpecError as e:
+            raise SpecError((*loc, *e.loc), e.msg, e.kind) from None
+    if entry.get("layer_type") is not None:
+        raise SpecError((*loc, "layer_type"), "only with hf_config")
+    spec_json = entry.get("spec") or {}
+    require_object(spec_json, (*loc, "spec"))
+    for sel_name in (*fam.selections, "dtype"):
+        if sel_name in spec_json:
+            raise SpecError((*loc, "spec", sel_name),
+                            "not part of a table spec (selections come with requests; dtypes go in 'dtypes')")
+    try:
+        return fam.parse_spec(spec_json)
+    except SpecError as e:
+        raise SpecError((*loc, "spec", *e.loc), e.msg, e.kind) from None
+
+
+def parse_config(cfg, base_dir: str = ".") -> list[ConfiguredTable]:
     require_object(cfg)
     refuse_unknown(cfg, ("length", "tables"))
     length = req_int(cfg, "length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH)
     tables = cfg.get("tables")
     if not isinstance(tables, list):
         raise SpecError(("tables",), "must be a list of {family, spec, dtypes?, length?, name?}")
-    out, seen = [], set()
+    out, seen, names = [], set(), {}
     for i, entry in enumerate(tables):
         loc = ("tables", i)
         require_object(entry, loc)
-        refuse_unknown(entry, ("family", "spec", "dtypes", "length", "name"), loc)
+        refuse_unknown(entry, ("family", "spec", "hf_config", "layer_type", "dtypes", "length", "name"), loc)
         family = entry.get("family")
         if family not in FAMILIES:
             raise SpecError((*loc, "family"), f"must be one of {', '.join(FAMILIES)}, got {family!r}")
         fam = FAMILIES[family]
-        spec_json = entry.get("spec") or {}
-        require_object(spec_json, (*loc, "spec"))
-        for sel_name in (*fam.selections, "dtype"):
-            if sel_name in spec_json:
-                raise SpecError((*loc, "spec", sel_name),
-                                "not part of a table spec (selections come with requests; dtypes go in 'dtypes')")
-        try:
-            spec = fam.parse_spec(spec_json)
-        except SpecError as e:
-            raise SpecError((*loc, "spec", *e.loc), e.msg, e.kind) from None
+        spec = _entry_spec(fam, entry, loc, base_dir)
         n = req_int(entry, "length", loc, lo=1, hi=MAX_LENGTH, required=False, default=length)
         dts = entry.get("dtypes", ["float32"] if fam.has_dtype else [None])
         if fam.has_dtype:
@@ -98,22 +143,18 @@ def parse_config(cfg) -> list[ConfiguredTable]:
         name = entry.get("name") or f"{family}-{i}"
         if not isinstance(name, str):
             raise SpecError((*loc, "name"), "must be a string")
+        if name in names:   # requests name tables: one name, one spec
+            raise SpecError((*loc, "name"), f"{name!r} already names tables[{names[name]}]")
+        names[name] = i
         for dt in dts:
             for t in fam.stable_tables(spec, dt, n):
                 if t.key not in seen:
                     seen.add(t.key)
-                    out.append(ConfiguredTable(name, t))
+                    out.append(ConfiguredTable(name, t, fam.spec_json(spec)))
     return out
 
 
 def load_config(path: str | None) -> list[ConfiguredTable]:
     if path is None:
         return parse_config(DEFAULT_CONFIG)
-    try:
-        with open(path, "rb") as f:
-            cfg = json.loads(f.read())
-    except OSError as e:
-        raise SpecError(("tables",), f"cannot read table config {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise SpecError(("tables",), f"table config {path} is not valid JSON: {e}") from None
-    return parse_config(cfg)
+    return parse_config(_read_json(path, ("tables",), "table config"), os.path.dirname(os.path.abspath(path)))

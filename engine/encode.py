@@ -1,6 +1,10 @@
 """The pipeline's last step: a request's arrays -> response bytes, in JSON (nested lists;
 bfloat16 written as its float value) or a binary container (engine.formats): safetensors or npz.
-The HTTP service (by Accept) and ``posenc compute`` (by the output file's suffix) both use it."""
+The HTTP service (by Accept) and ``posenc compute`` (by the output file's suffix) both use it.
+
+The canonical spec of an hf_config or table answer (``result["spec"]``, a JSON object) travels
+as the ``spec`` key of the JSON answer, as ``__metadata__["spec"]`` (its JSON text) in
+safetensors, and as a 0-d string array ``spec`` in npz."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import orjson
 
 from . import formats
 from .dtypes import bf16_bits_to_f32
+from .tables.base import canonical
 
 # format name -> media type (the service negotiates Accept against these)
 CONTENT_TYPES = {"json": "application/json", "safetensors": "application/x-safetensors",
@@ -24,9 +29,10 @@ def bf16_names(family, arrays: Mapping, dtype: str | None) -> frozenset:
 
 
 def as_arrays(family, result: Mapping, dtype: str | None):
-    """A result as named numpy arrays for a file: scalars become 0-d float64 arrays; returns
-    (arrays, names of arrays holding bfloat16 bit patterns)."""
-    arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else v) for k, v in result.items()}
+    """A result as named numpy arrays for a file: scalars become 0-d float64 arrays, the spec a
+    0-d string array of its JSON; returns (arrays, names of arrays holding bfloat16 bit patterns)."""
+    arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else
+                  np.asarray(canonical(v)) if isinstance(v, Mapping) else v) for k, v in result.items()}
     return arrays, bf16_names(family, arrays, dtype)
 
 
@@ -45,5 +51,8 @@ def encode(family, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, st
     if fmt == "npz":
         arrays, bf16 = as_arrays(family, result, dtype)
         return formats.to_npz(arrays, bf16), CONTENT_TYPES["npz"]
-    return (formats.to_safetensors(result, bf16_names(family, result, dtype), {"family": family.name}),
+    shown = result.get("spec")
+    if shown is not None:
+        result = {k: v for k, v in result.items() if k != "spec"}
+    return (formats.to_safetensors(result, bf16_names(family, result, dtype), family.answer_metadata(shown)),
             CONTENT_TYPES["safetensors"])

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
+from posenc.engine.pipeline import body_schema
 from posenc.engine.tables import FAMILIES
 
 from . import lane
@@ -122,5 +123,5 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
         responses=_BINARY_DOC,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": fam.schema, "examples": fam.examples}}}})
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": dict(
+            zip(("schema", "examples"), body_schema(fam)))}}})

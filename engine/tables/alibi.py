@@ -206,7 +206,7 @@ class Alibi(Family):
 
         def header_for(nq: int, nk: int) -> bytes:
             return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), np.float32), "slopes": m32},
-                                           "float32")
+                                           "float32", req.shown)
         dist = view.dist if view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
         return hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
                                  limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist())

@@ -77,6 +77,13 @@ class Family:
         """The frozen spec of a request's spec fields (SpecError naming the field)."""
         raise NotImplementedError
 
+    def spec_json(self, spec) -> dict:
+        """The canonical spec fields of a parsed spec as a JSON object (what an answer to an
+        ``hf_config`` or ``table`` body shows): parsing them again gives the same spec. By default
+        the spec dataclass's fields, which are the API's field names."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()
+                if v is not None}
+
     def parse(self, req: Mapping):
         """(spec, {selection name: Selection}) of a whole request (dtype is read by the caller)."""
         spec = self.parse_spec(req)
@@ -141,11 +148,16 @@ class Family:
         raise NotImplementedError
 
     # -- binary answers ------------------------------------------------------------------------
-    def safetensors_header(self, arrays: Mapping, dtype) -> bytes:
+    def answer_metadata(self, shown: Mapping | None = None) -> dict:
+        """The safetensors ``__metadata__`` of an answer: the family, and the canonical spec of an
+        hf_config or table body (its JSON text)."""
+        return {"family": self.name} if shown is None else {"family": self.name, "spec": canonical(shown)}
+
+    def safetensors_header(self, arrays: Mapping, dtype, shown: Mapping | None = None) -> bytes:
         """The safetensors header of an answer with these arrays (shapes and dtypes only matter):
         the one the full path's encoder writes, so a template's answers are byte-identical."""
         bf16 = self.dtyped if dtype == "bfloat16" else frozenset()
-        return formats.safetensors_parts(arrays, bf16, {"family": self.name})[0]
+        return formats.safetensors_parts(arrays, bf16, self.answer_metadata(shown))[0]
 
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits) -> Any:

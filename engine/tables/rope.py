@@ -28,6 +28,9 @@ from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
 from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
+# Validation computes the frequencies (head_dim / 2 of them) before the size limit can refuse the
+# answer, so a head_dim of 2**34 would allocate 64 GiB first: bound it (real models: <= 512).
+MAX_HEAD_DIM = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +47,9 @@ class RopeSpec:
 
     @property
     def d(self) -> int:
-        """Rotary width: Python's int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi)."""
-        return int(self.head_dim * self.partial_rotary_factor)
+        """Rotary width: Python's int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi); head_dim
+        for proportional (its type says)."""
+        return self.type.width(self.head_dim, self.partial_rotary_factor)
 
     @property
     def p(self) -> dict:
@@ -63,7 +67,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     """Validate the spec fields of a rope request (selections and dtype are read elsewhere)."""
     require_object(req)
     refuse_unknown(req, Rope.fields)
-    head_dim = req_int(req, "head_dim", (), lo=2)
+    head_dim = req_int(req, "head_dim", (), lo=2, hi=MAX_HEAD_DIM)
     rs, rp = req.get("rope_scaling"), req.get("rope_parameters")
     if rs is not None and rp is not None:
         raise SpecError(("rope_parameters",), "send either rope_scaling or rope_parameters, not both")
@@ -86,16 +90,16 @@ def parse_spec(req: Mapping) -> RopeSpec:
     theta = 10000.0 if theta is None else theta
     prf = 1.0 if prf is None else prf
 
-    d = int(head_dim * prf)
+    rt = ROPE_TYPES[_rope_type(scaling, src)]
+    rope_type = rt.name                  # an alias ("su") is stored under its canonical name
+    d = rt.width(head_dim, prf)
     if d < 2:
         raise SpecError(("partial_rotary_factor",) if prf < 1 else ("head_dim",),
                         f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be >= 2")
     if d % 2:
-        raise SpecError(("partial_rotary_factor",) if prf < 1 else ("head_dim",),
+        raise SpecError(("partial_rotary_factor",) if prf < 1 and d != head_dim else ("head_dim",),
                         f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be even")
 
-    rope_type = _rope_type(scaling, src)
-    rt = ROPE_TYPES[rope_type]
     allowed = {"rope_type", "type", *rt.keys}
     if src == "rope_parameters":
         allowed |= {"rope_theta", "partial_rotary_factor"}
@@ -111,7 +115,8 @@ def parse_spec(req: Mapping) -> RopeSpec:
         raise SpecError(("seq_len",), f"only for rope_type 'dynamic' or 'longrope', not {rope_type!r}")
     layout = req_choice(req, "layout", (), LAYOUTS, "half_split")
 
-    ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc)
+    ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc,
+               head_dim=head_dim, prf=prf)
     params = rt.validate(scaling, ctx)
     spec = RopeSpec(head_dim=head_dim, rope_theta=theta, partial_rotary_factor=prf, rope_type=rope_type,
                     params=tuple(sorted(params.items())), max_position_embeddings=max_pos,
@@ -137,6 +142,8 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
     for v in rt.stable_variants(spec):
         with np.errstate(all="ignore"):
             inv, att = rt.inv_freq(spec, rt.seq_len_of(spec, v))
+        if rt.pads_zeros:                # only the rotated frequencies must be positive
+            inv = inv[inv != 0]
         if not (np.isfinite(inv).all() and (inv > 0).all() and math.isfinite(att) and att > 0):
             raise SpecError(("rope_theta",) if spec.rope_type == "default" else (src, "rope_type"),
                             "these parameters give non-finite or non-positive frequencies")
@@ -191,6 +198,15 @@ class Rope(Family):
     def parse_spec(self, req):
         return parse_spec(req)
 
+    def spec_json(self, spec):
+        scaling = {"rope_type": spec.rope_type,
+                   **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.params if v is not None}}
+        out = {"head_dim": spec.head_dim, "rope_theta": spec.rope_theta,
+               "partial_rotary_factor": spec.partial_rotary_factor, "rope_scaling": scaling,
+               "max_position_embeddings": spec.max_position_embeddings, "seq_len": spec.seq_len,
+               "layout": spec.layout}
+        return {k: v for k, v in out.items() if v is not None}
+
     def output_nbytes(self, spec, sel, dtype):
         return 2 * sel["positions"].n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
 
@@ -217,15 +233,19 @@ class Rope(Family):
         return [TableDef(self.name, _strip(spec), dtype, length, v) for v in spec.type.stable_variants(spec)]
 
     def table_key(self, tspec, variant):
-        return {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
-                "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,
-                "variant": variant}
+        key = {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
+               "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,
+               "variant": variant}
+        if tspec.type.pads_zeros:        # proportional: the factor picks which frequencies are 0
+            key["partial_rotary_factor"] = tspec.partial_rotary_factor
+        return key
 
     def table_spec(self, key):
         try:
             scaling = {"rope_type": key["rope_type"], **{k: v for k, v in key["params"]}}
             req = {"head_dim": key["d"], "rope_theta": key["rope_theta"], "rope_scaling": scaling,
-                   "max_position_embeddings": key["max_position_embeddings"]}
+                   "max_position_embeddings": key["max_position_embeddings"],
+                   "partial_rotary_factor": key.get("partial_rotary_factor")}
             variant = key["variant"]
         except (KeyError, TypeError, ValueError):
             raise SpecError(("table",), "not a rope table key") from None
@@ -283,8 +303,9 @@ class Rope(Family):
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
-            return self.safetensors_header({"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
-                                            "inv_freq": view.inv_freq, "attention_scaling": scaling}, dtype)
+            arrays = {"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
+                      "inv_freq": view.inv_freq, "attention_scaling": scaling}
+            return self.safetensors_header(arrays, dtype, req.shown)
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail)
 
     schema = {

@@ -118,6 +118,22 @@ def _longrope_attention(spec: RopeSpec) -> float:
     return 1.0 if f <= 1.0 else math.sqrt(1 + math.log(f) / math.log(p["original_max_position_embeddings"]))
 
 
+def _proportional_angles(head_dim: int, prf: float) -> int:
+    # _compute_proportional_rope_parameters: rope_angles = int(partial_rotary_factor * head_dim // 2)
+    return int(prf * head_dim // 2)
+
+
+def _proportional(spec: RopeSpec, seq_len: int):
+    # _compute_proportional_rope_parameters (Gemma 4 full-attention layers): the table stays head_dim
+    # wide; the first rope_angles frequencies are 1/θ^(2k/head_dim) (exponent over head_dim, not over
+    # the rotated width) and the rest are 0 (those pairs keep cos 1, sin 0); all divided by factor.
+    hd = spec.head_dim
+    n = _proportional_angles(hd, spec.partial_rotary_factor)
+    inv = np.zeros(hd // 2, dtype=np.float64)
+    inv[:n] = 1.0 / np.power(float(spec.rope_theta), np.arange(0, 2 * n, 2, dtype=np.float64) / hd)
+    return inv / spec.p["factor"], 1.0
+
+
 def _longrope(spec: RopeSpec, seq_len: int):
     # _compute_longrope_parameters (Phi-3): per-dimension rescale, long factors past O; the
     # attention factor applies at every length (SEMANTICS.md §1.3).
@@ -138,6 +154,8 @@ class _Ctx:
     max_pos: int | None
     top_orig: int | None     # top-level original_max_position_embeddings (overrides)
     theta_loc: tuple = ("rope_theta",)   # where rope_theta was given
+    head_dim: int = 0
+    prf: float = 1.0                     # partial_rotary_factor
 
 
 def _factor(s, ctx, required=True):
@@ -250,17 +268,32 @@ def _v_longrope(s, ctx):
     return p
 
 
+def _v_proportional(s, ctx):
+    if _proportional_angles(ctx.head_dim, ctx.prf) < 1:
+        raise SpecError(("partial_rotary_factor",),
+                        "proportional rotates int(partial_rotary_factor * head_dim // 2) angles, here 0")
+    f = _factor(s, ctx, required=False)
+    return {"factor": 1.0 if f is None else f}
+
+
 class RopeType:
     """A rope_type whose frequencies do not depend on the sequence length: one stored table."""
 
     uses_seq_len = False        # frequencies follow the sequence length (seq_len is allowed)
     needs_max_position = False  # max_position_embeddings changes the numbers (part of the key)
+    pads_zeros = False          # some frequencies are 0 by design (their pairs are not rotated)
 
-    def __init__(self, inv_freq: Callable, validate: Callable, keys: tuple = (), uses_original: bool = False):
+    def __init__(self, name: str, inv_freq: Callable, validate: Callable, keys: tuple = (),
+                 uses_original: bool = False):
+        self.name = name                # the canonical rope_type (an alias shares the object)
         self.inv_freq = inv_freq        # (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling)
         self.validate = validate        # (scaling dict, ctx) -> resolved params
         self.keys = keys                # keys this type reads from rope_scaling / rope_parameters
         self.uses_original = uses_original   # takes original_max_position_embeddings
+
+    def width(self, head_dim: int, prf: float) -> int:
+        """The rotary width d of the cos/sin: int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi)."""
+        return int(head_dim * prf)
 
     def variant(self, spec, seq_len: int):
         """Which stable frequency set a sequence length selects."""
@@ -313,17 +346,30 @@ class LongRope(RopeType):
         return spec.p["original_max_position_embeddings"] + 1 if variant == "long" else 1
 
 
+class Proportional(RopeType):
+    """Proportional RoPE (Gemma 4): always head_dim wide; partial_rotary_factor sets how many of
+    its frequencies are non-zero, so it is part of the table's identity."""
+
+    pads_zeros = True
+
+    def width(self, head_dim, prf):
+        return head_dim
+
+
 _YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
               "mscale_all_dim", "attention_factor", "truncate")
-ROPE_TYPES: dict[str, RopeType] = {
-    "default": RopeType(_default, _v_default),
-    "linear": RopeType(_linear, _v_linear, ("factor",)),
-    "dynamic": DynamicNTK(_dynamic, _v_dynamic, ("factor",)),
-    "yarn": RopeType(_yarn, _v_yarn, _YARN_KEYS, uses_original=True),
-    "llama3": RopeType(_llama3, _v_llama3,
-                       ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-                       uses_original=True),
-    "longrope": LongRope(_longrope, _v_longrope,
-                         ("short_factor", "long_factor", "factor", "attention_factor",
-                          "original_max_position_embeddings"), uses_original=True),
-}
+ROPE_TYPES: dict[str, RopeType] = {t.name: t for t in (
+    RopeType("default", _default, _v_default),
+    RopeType("linear", _linear, _v_linear, ("factor",)),
+    DynamicNTK("dynamic", _dynamic, _v_dynamic, ("factor",)),
+    RopeType("yarn", _yarn, _v_yarn, _YARN_KEYS, uses_original=True),
+    RopeType("llama3", _llama3, _v_llama3,
+             ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+             uses_original=True),
+    LongRope("longrope", _longrope, _v_longrope,
+             ("short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"),
+             uses_original=True),
+    Proportional("proportional", _proportional, _v_proportional, ("factor",)),
+)}
+# Phi-3's first long-context configs spelled longrope "su" (transformers' Phi3Config still renames it).
+ROPE_TYPES["su"] = ROPE_TYPES["longrope"]

@@ -169,7 +169,7 @@ class Sinusoidal(Family):
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
-            return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype)
+            return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype, req.shown)
         return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"")
 
     schema = {

@@ -13,18 +13,43 @@ from posenc.engine.errors import PosencError, SpecError
 from posenc.engine.tables import FAMILIES
 
 
-def _read_spec(text: str):
+def _read_spec(text: str, field: str = "spec"):
     if text.startswith("@"):
         path = text[1:]
         try:
             with open(path, "rb") as f:
                 text = f.read().decode()
         except OSError as e:
-            raise SpecError(("spec",), f"cannot read {path}: {e.strerror}") from None
+            raise SpecError((field,), f"cannot read {path}: {e.strerror}") from None
     try:
         return json.loads(text)
     except ValueError as e:
-        raise SpecError(("spec",), f"not valid JSON: {e}") from None
+        raise SpecError((field,), f"not valid JSON: {e}") from None
+
+
+def _body(args) -> dict:
+    """--spec, with --hf-config FILE (and --layer-type) beside it."""
+    body = _read_spec(args.spec)
+    if args.hf_config is not None or args.layer_type is not None:
+        if not isinstance(body, dict):
+            raise SpecError(("spec",), "must be a JSON object")
+        body = dict(body)
+        if args.hf_config is not None:
+            body["hf_config"] = _read_spec("@" + args.hf_config, "hf_config")
+        if args.layer_type is not None:
+            body["layer_type"] = args.layer_type
+    return body
+
+
+def _named(args, body) -> dict | None:
+    """The tables a {"table": NAME} body may name: with no engine to ask, the table config the
+    engine would load (--tables, else POSENC_TABLES, else the embedded default)."""
+    if not isinstance(body, dict) or body.get("table") is None:
+        return None
+    from posenc.engine.config import load_config, named_specs
+    from posenc.engine.engine_main import engine_options
+    settings, _ = engine_options(args)
+    return named_specs(load_config(settings.tables))
 
 
 # output file suffix -> the encoder's format name
@@ -40,7 +65,8 @@ def cmd_compute(args) -> int:
     fmt = next((f for suffix, f in OUT_FORMATS.items() if out.endswith(suffix)), None)
     if fmt is None:
         raise SpecError(("out",), f"must end in {' or '.join(OUT_FORMATS)}")
-    req = pipeline.parse(args.family, _read_spec(args.spec))
+    body = _body(args)
+    req = pipeline.parse(args.family, body, named=_named(args, body))
     pipeline.check(req, args.max_bytes)
     result = pipeline.arrays(req)
     data, _ = encode(req.family, result, req.dtype, fmt)
@@ -49,8 +75,11 @@ def cmd_compute(args) -> int:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, out)
-    shapes = ", ".join(f"{k} {list(v.shape)} {'bfloat16' if k in bf16 else v.dtype}" for k, v in arrays.items())
+    shapes = ", ".join(f"{k} {list(v.shape)} {'bfloat16' if k in bf16 else v.dtype}"
+                       for k, v in arrays.items() if k != "spec")
     print(f"wrote {out}: {shapes}", file=sys.stderr)
+    if req.shown is not None:   # what an hf_config or table was understood as
+        print(f"spec: {json.dumps(req.shown, sort_keys=True)}", file=sys.stderr)
     return 0
 
 
@@ -61,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compute", help="compute one spec (with its selections) into a file")
     c.add_argument("family", choices=list(FAMILIES))
     c.add_argument("--spec", required=True, help="the request JSON, or @FILE")
+    c.add_argument("--hf-config", metavar="FILE",
+                   help="a model's config.json, instead of the spec fields (rope, alibi)")
+    c.add_argument("--layer-type", help="with --hf-config: which per-layer-type rope parameters (e.g. "
+                                        "full_attention)")
+    c.add_argument("--tables", help="table config whose names {\"table\": NAME} may use "
+                                    "(default: POSENC_TABLES or the embedded set)")
     c.add_argument("--out", required=True, help="output file: .npz or .safetensors")
     c.add_argument("--max-bytes", type=int, default=64 * 2**20,
                    help="refuse results larger than this many bytes (default 64 MiB)")

@@ -52,7 +52,7 @@ CASES = [
     ("rope_scaling-str", "rope", rs("linear"), [("rope_scaling",)]),
     ("rope_scaling-list", "rope", rs([]), [("rope_scaling",)]),
     ("rope_type-unknown", "rope", rs({"rope_type": "ntk", "factor": 2.0}), [("rope_scaling", "rope_type")]),
-    ("rope_type-proportional", "rope", rs({"rope_type": "proportional"}), [("rope_scaling", "rope_type")]),
+    ("rope_type-axial", "rope", rs({"rope_type": "axial"}), [("rope_scaling", "rope_type")]),
     ("rope_type-int", "rope", rs({"rope_type": 1}), [("rope_scaling", "rope_type")]),
     ("unknown-in-rope_scaling", "rope", rs({"rope_type": "linear", "factor": 2.0, "fator": 3.0}),
      [("rope_scaling", "fator")]),

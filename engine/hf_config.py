@@ -1,0 +1,265 @@
+"""A model's ``config.json`` -> the spec fields of a family (API.md "Named tables and model
+configs"): posenc reads the config the way transformers 5.24's code for its ``model_type`` does.
+
+    derive("rope", config, layer_type=None) -> Derived(fields, origin)
+
+``fields`` are the family's ordinary spec fields (rope: head_dim, rope_theta,
+partial_rotary_factor, rope_scaling, max_position_embeddings, original_max_position_embeddings,
+layout; alibi: num_heads, max_bias), which the family's own parser then validates; ``origin`` maps
+each of them to where it came from in the request (``("hf_config", "rotary_pct")``), so an invalid
+value is refused at the config key the user wrote (``Derived.relocate``).
+
+What is read, per model type, is a record in ``posenc.engine.hf_models.MODELS`` (model_type ->
+{family: record}); this module holds the reading that most models share:
+
+- a config key is read as transformers' config class reads it: under its own name or its
+  ``attribute_map`` alias (GPT-J's ``n_embd`` is ``hidden_size``), the class's default when absent
+  or null (``Config``);
+- the rope parameters come from ``rope_scaling`` (transformers 4) or ``rope_parameters``
+  (transformers 5), the first if both (``convert_rope_params_to_dict``); inside them ``type`` is
+  ``rope_type``; ``rope_theta`` and ``partial_rotary_factor`` inside win over the top-level keys,
+  which win over the class defaults (``setdefault`` in ``convert_rope_params_to_dict`` and
+  ``standardize_rope_params``, transformers ``modeling_rope_utils.py``);
+- a top-level ``original_max_position_embeddings`` overrides the one inside for yarn, llama3 and
+  longrope (``standardize_rope_params``, which every rope function calls again once the config's
+  own attributes are set);
+- keys the rope type does not read are ignored, as transformers' functions ignore them;
+- ``head_dim`` is ``head_dim`` (or the class default), else ``hidden_size // num_attention_heads``;
+- Llama's ``compute_default_rope_parameters`` (and every model that copies it) ignores
+  ``partial_rotary_factor``: the default type then rotates the whole head. GPT-NeoX, Phi, Phi-3
+  and StableLM honour it (``default_partial``); every other rope type honours it everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from .errors import SpecError
+from .fields import is_int, json_repr, req_int, require_object
+from .tables.rope_types import ROPE_TYPES
+
+LOC = ("hf_config",)
+
+
+@dataclasses.dataclass
+class Derived:
+    fields: dict          # the family's spec fields
+    origin: dict          # spec field -> its location in the request
+
+    def relocate(self, e: SpecError) -> SpecError:
+        """The family parser's error, moved to the config key the value came from."""
+        head = self.origin.get(e.loc[0], LOC) if e.loc else LOC
+        rest = e.loc[1:] if e.loc and e.loc[0] in self.origin else e.loc
+        return SpecError((*head, *rest), e.msg, e.kind)
+
+
+class Config:
+    """A config.json as transformers' config class reads it: ``aliases`` is the class's
+    ``attribute_map`` (canonical name -> the key the config stores), ``defaults`` the class's
+    defaults of the keys posenc reads; a null value counts as absent."""
+
+    def __init__(self, raw: Mapping, aliases: Mapping = {}, defaults: Mapping = {}):
+        self.raw, self.aliases, self.defaults = raw, aliases, defaults
+
+    def key(self, name: str) -> str:
+        """The key a value is (or would be) read from."""
+        stored = self.aliases.get(name)
+        if stored is not None and self.raw.get(stored) is not None:
+            return stored
+        if self.raw.get(name) is not None or stored is None:
+            return name
+        return stored
+
+    def get(self, name: str, default: Any = None) -> Any:
+        v = self.raw.get(self.key(name))
+        if v is None:
+            v = self.defaults.get(name, default)
+        return v
+
+    def loc(self, name: str) -> tuple:
+        return (*LOC, self.key(name))
+
+    def int(self, name: str, lo: int = 1) -> int:
+        k = self.key(name)
+        v = req_int({k: self.get(name)}, k, LOC, lo=lo, required=False)
+        if v is None:
+            raise SpecError(self.loc(name), "field required (this model type has no default for it)", "missing")
+        return v
+
+    def block(self, name: str) -> Mapping | None:
+        v = self.raw.get(self.key(name))
+        return None if v is None else require_object(v, self.loc(name))
+
+
+def standard_head_dim(cfg: Config) -> tuple[int, tuple]:
+    """``getattr(config, "head_dim", None) or hidden_size // num_attention_heads`` (Llama)."""
+    hd = cfg.get("head_dim")
+    if hd is not None:
+        if not is_int(hd) or hd < 1:
+            raise SpecError(cfg.loc("head_dim"), f"must be a positive integer, got {json_repr(hd)}")
+        return hd, cfg.loc("head_dim")
+    return split_head_dim(cfg)
+
+
+def split_head_dim(cfg: Config) -> tuple[int, tuple]:
+    """``hidden_size // num_attention_heads`` (Falcon's only rule)."""
+    return cfg.int("hidden_size") // cfg.int("num_attention_heads"), cfg.loc("hidden_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeModel:
+    """How one model type's config gives its RoPE (the reading most models share; see the module
+    docstring). Fields are transformers' facts for that model type."""
+
+    source: str                                   # the transformers file whose code this follows
+    defaults: Mapping = dataclasses.field(default_factory=dict)   # class defaults of the keys read
+    aliases: Mapping = dataclasses.field(default_factory=dict)    # attribute_map
+    default_theta: float = 10000.0                # RotaryEmbeddingConfigMixin.default_theta
+    theta_key: str = "rope_theta"                 # the top-level θ (GPT-NeoX: rotary_emb_base)
+    partial_key: str = "partial_rotary_factor"    # the top-level fraction (GPT-NeoX: rotary_pct)
+    partial_default: float | None = None          # BC default of the fraction (Phi 0.5, StableLM 0.25)
+    default_partial: bool = False                 # compute_default_rope_parameters honours the fraction
+    layout: str = "half_split"                    # the pairing of the cos/sin its rotary embedding returns
+    head_dim: Callable[[Config], tuple] = standard_head_dim
+    type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
+
+    def config(self, raw: Mapping) -> Config:
+        return Config(raw, self.aliases, self.defaults)
+
+    def check(self, cfg: Config) -> None:
+        """Refuse a config of this model type whose positions are not rotary (Falcon with alibi)."""
+
+    def rope_block(self, cfg: Config, layer_type: str | None) -> tuple[dict, tuple]:
+        """(the rope parameters block, its location): rope_scaling, else rope_parameters."""
+        for name in ("rope_scaling", "rope_parameters"):
+            block = cfg.block(name)
+            if block:
+                check_flat_layer_type(cfg, layer_type)
+                return dict(block), cfg.loc(name)
+        check_flat_layer_type(cfg, layer_type)
+        return {}, cfg.loc("rope_parameters")
+
+    def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
+        cfg = self.config(raw)
+        self.check(cfg)
+        block, where = self.rope_block(cfg, layer_type)
+        head_dim, hd_loc = self.head_dim(cfg)
+        fields = {"head_dim": head_dim, "layout": self.layout}
+        origin = {"head_dim": hd_loc, "rope_scaling": where, "layout": (*LOC, "model_type")}
+        theta_key, theta_default = self.theta_fallback(layer_type)
+        theta, origin["rope_theta"] = first(("rope_theta", block, where), (theta_key, cfg.raw, LOC),
+                                            default=theta_default)
+        fields["rope_theta"] = theta
+        prf, origin["partial_rotary_factor"] = first(("partial_rotary_factor", block, where),
+                                                     (self.partial_key, cfg.raw, LOC), default=self.partial_default)
+        rope_type = self.rope_type(block)
+        if rope_type == "default" and not self.default_partial:
+            prf = None                   # Llama's default frequencies span the whole head
+        if prf is not None:
+            fields["partial_rotary_factor"] = prf
+        rt = ROPE_TYPES.get(rope_type) if isinstance(rope_type, str) else None
+        scaling = {"rope_type": rope_type}
+        if rt is not None:               # an unknown type goes on alone, for the parser to name
+            scaling.update((k, v) for k, v in block.items() if k in rt.keys and v is not None)
+            if rt.uses_original and cfg.get("original_max_position_embeddings") is not None:
+                fields["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings")
+                origin["original_max_position_embeddings"] = cfg.loc("original_max_position_embeddings")
+        fields["rope_scaling"] = scaling
+        if cfg.get("max_position_embeddings") is not None:
+            fields["max_position_embeddings"] = cfg.get("max_position_embeddings")
+            origin["max_position_embeddings"] = cfg.loc("max_position_embeddings")
+        return self.finish(cfg, block, Derived(fields, origin))
+
+    def theta_fallback(self, layer_type: str | None) -> tuple[str, float]:
+        """(top-level key, class default) of θ when the rope block holds none."""
+        return self.theta_key, self.default_theta
+
+    def rope_type(self, block: Mapping) -> Any:
+        t = block.get("rope_type")
+        t = block.get("type", "default") if t is None else t
+        t = "default" if t is None else t
+        return self.type_aliases.get(t, t) if isinstance(t, str) else t
+
+    def finish(self, cfg: Config, block: Mapping, d: Derived) -> Derived:
+        """A model type's last word on the derived fields (default: none)."""
+        return d
+
+
+def first(*sources, default=None) -> tuple[Any, tuple]:
+    """The first present (non-null) value among (key, mapping, location) sources: transformers'
+    chain of ``setdefault``s. Returns (value, location)."""
+    for key, obj, where in sources:
+        if obj.get(key) is not None:
+            return obj[key], (*where, key)
+    return default, (*sources[-1][2], sources[-1][0])
+
+
+def check_flat_layer_type(cfg: Config, layer_type: str | None) -> None:
+    """One rope block serves every layer: a layer_type may only name one of the config's own."""
+    if layer_type is not None and layer_type not in (cfg.raw.get("layer_types") or ()):
+        raise SpecError(("layer_type",), "this config has one set of rope parameters for every layer; "
+                                         "layer_type is only for a per-layer-type rope_parameters")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiModel:
+    """How one model type's config gives its ALiBi biases: heads, and MPT's alibi_bias_max."""
+
+    source: str
+    defaults: Mapping = dataclasses.field(default_factory=dict)
+    aliases: Mapping = dataclasses.field(default_factory=dict)
+    # (whether this config's positions are alibi, the key that says so)
+    uses: Callable[[Config], tuple] = lambda cfg: (True, ())
+    # (max_bias, where it came from): the paper's 8 unless the config says otherwise (MPT)
+    max_bias: Callable[[Config], tuple] = lambda cfg: (8.0, (*LOC, "model_type"))
+
+    def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
+        cfg = Config(raw, self.aliases, self.defaults)
+        if layer_type is not None:
+            raise SpecError(("layer_type",), "ALiBi configs have no layer types")
+        used, where = self.uses(cfg)
+        if not used:
+            raise SpecError(where, "this config does not use ALiBi (its positions are rotary or learned)")
+        max_bias, where = self.max_bias(cfg)
+        return Derived({"num_heads": cfg.int("num_attention_heads"), "max_bias": max_bias},
+                       {"num_heads": cfg.loc("num_attention_heads"), "max_bias": where})
+
+
+# One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
+EXAMPLES = {
+    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "max_position_embeddings": 131072, "rope_theta": 500000.0,
+             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+}
+
+
+def supported(family: str) -> list[str]:
+    """The model types whose positions are of ``family``, as the docs list them."""
+    from .hf_models import MODELS
+    return [t for t, by in MODELS.items() if family in by]
+
+
+def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
+    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``)."""
+    from .hf_models import MODELS
+    config = require_object(config, LOC)
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
+    names = supported(family)
+    if not names:
+        raise SpecError(LOC, f"model configs give rope and alibi specs, not {family}")
+    mt = config.get("model_type")
+    entry = MODELS.get(mt, {}) if isinstance(mt, str) else {}
+    if family not in entry:
+        if mt is None:
+            why = "field required"
+        elif entry:
+            why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
+        else:
+            why = f"{json_repr(mt)} is not a model type posenc knows"
+        raise SpecError((*LOC, "model_type"), f"{why}; supported for {family}: {', '.join(names)}",
+                        "missing" if mt is None else "value_error")
+    return entry[family].derive(config, layer_type)

@@ -1,0 +1,310 @@
+"""posenc.torch: a transformers model's rotary embedding, read from posenc's tables.
+
+    from posenc.torch import RotaryEmbedding
+    model.model.rotary_emb = RotaryEmbedding(model.config)
+
+``RotaryEmbedding(config, device=None)`` is a drop-in for the ``rotary_emb`` of every model type
+posenc reads configs of (docs/models.md): ``forward(x, position_ids)`` returns what that model's
+own ``*RotaryEmbedding`` returns, ``(cos, sin)`` of shape [batch, seq, rotary width] in
+``x.dtype`` on ``x.device`` with ``attention_scaling`` applied, in the pairing layout its attention
+expects (GPT-J's half-width ``(sin, cos)`` and DeepSeek-V2's complex ``freqs_cis`` too); a config
+with rope parameters per layer type (Gemma 3) takes ``forward(x, position_ids, layer_type)``.
+
+Where the rows come from: when a posenc engine runs (its manifest is in ``shm_dir`` under
+``namespace``), the shared half-width tables, mapped read-only (the engine builds a table it does
+not have yet, once, for every process); otherwise a table of the same bits built here from
+posenc's float64 reference, grown as positions grow. Either way a forward is one gather that
+writes the full-width rows straight into a freshly allocated output (posenc's ``rope_expand``
+kernel on CPU; one ``index_select`` over a zero-stride view on other devices, with the table copied
+to that device once). Rows past a table, and dynamic NTK frequencies past
+max_position_embeddings, are computed exactly (float64, rounded once). ``source`` says which.
+
+Dynamic NTK and LongRoPE follow the sequence length as transformers does: LongRoPE picks its
+short or long factors from max(position_ids) + 1 at every call; dynamic NTK keeps transformers'
+state (the frequencies grow with the longest sequence seen and go back to the original ones once
+a sequence is shorter than max_position_embeddings, ``dynamic_rope_update``).
+
+``SinusoidalEmbedding(d_model, layout=...)`` gives fixed sinusoidal position embeddings
+(``forward(position_ids)`` -> [..., d_model]), a drop-in for DistilBERT's
+``embeddings.position_embeddings`` (interleaved) and the values of Marian's (concat).
+
+torch is an optional extra (``pip install 'posenc[torch]'``); nothing else in posenc imports it.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch
+except ImportError as exc:   # pragma: no cover - the extra is not installed
+    raise ImportError("posenc.torch needs torch: pip install 'posenc[torch]'") from exc
+
+import sys
+
+import numpy as np
+
+from posenc.engine import kernels, pipeline
+from posenc.engine.client import Client
+from posenc.engine.errors import PosencError
+from posenc.engine.tables import rope as _rope
+
+# torch dtype -> the table dtype that serves it (others read float32 tables and cast)
+TABLE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+LOCAL_ROWS = (4096, 1 << 20)   # a private table starts at, and never grows past, these rows
+REUSE_BYTES = 1 << 20          # outputs from this size on reuse the previous call's block when free
+# model types whose rotary embedding hands its attention half-width rows instead of full-width
+# (cos, sin): model_type -> (what it returns from half-width cos and sin, whether in x.dtype)
+HALF_OUTPUTS = {
+    "gptj": (lambda cos, sin: (sin, cos), True),                              # GPTJRotaryEmbedding
+    "deepseek_v2": (lambda cos, sin: torch.complex(cos, sin), False),        # polar(1, freqs)·scaling
+}
+PER_LAYER_TYPES = ("full_attention", "sliding_attention")   # if a per-layer config does not list its own
+
+
+def _config_dict(config) -> dict:
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    if isinstance(config, dict):
+        return config
+    raise TypeError(f"config must be a transformers config or a config.json dict, got {type(config).__name__}")
+
+
+class _Table:
+    """One frequency set's half-width cos/sin tables (numpy, CPU) in one dtype, and copies of them
+    on other devices."""
+
+    def __init__(self, cos: np.ndarray, sin: np.ndarray, inv64: np.ndarray, scaling: float, source: str, view=None):
+        self.cos, self.sin, self.inv64, self.scaling, self.source = cos, sin, inv64, scaling, source
+        self.rows = cos.shape[0]
+        self.view = view              # keeps a shared mapping alive
+        self.on: dict = {}            # device -> (cos, sin) torch tensors
+
+    def device_pair(self, device):
+        pair = self.on.get(device)
+        if pair is None:
+            pair = self.on[device] = tuple(_tensor(a).to(device) for a in (self.cos, self.sin))
+        return pair
+
+
+def _tensor(a: np.ndarray, dtype: str | None = None):
+    """A torch tensor over a numpy array (bfloat16 bit patterns come back as torch.bfloat16)."""
+    t = torch.from_numpy(a) if a.flags.writeable else torch.from_numpy(a.copy())
+    return t.view(torch.bfloat16) if a.dtype == np.uint16 else t
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """A drop-in for a transformers model's ``rotary_emb`` (see the module docstring)."""
+
+    def __init__(self, config, device=None, *, client: Client | None = None, shm_dir: str = "/dev/shm",
+                 namespace: str = "posenc"):
+        super().__init__()
+        self.config = config
+        self._raw = _config_dict(config)
+        self.model_type = self._raw.get("model_type")
+        self.client = client if client is not None else Client(shm_dir, namespace)
+        self.specs = self._parse_all()   # layer type (None: the config has one) -> RopeSpec
+        for lt, spec in self.specs.items():   # what transformers' modules show, per layer type
+            inv, scaling = _rope.frequencies(spec, spec.type.seq_len_of(spec, spec.type.stable_variants(spec)[0]))
+            prefix = "" if lt is None else f"{lt}_"
+            setattr(self, f"{prefix}attention_scaling", scaling)
+            self.register_buffer(f"{prefix}inv_freq", torch.tensor(inv, dtype=torch.float32, device=device),
+                                 persistent=False)
+        first = next(iter(self.specs.values()))
+        self.rope_type = first.rope_type
+        self.max_seq_len_cached = self.original_max_seq_len = first.max_position_embeddings
+        self._tables: dict = {}        # (layer type, variant, dtype) -> _Table
+        self._dynamic: dict = {}       # layer type -> transformers' max_seq_len_cached
+        self._shared: bool | None = None
+        self.source = None             # "shared" or "local" once a table is read
+        self._blocks: dict = {}        # (shape, dtype) -> the last large output block
+
+    def _output(self, shape, dtype) -> np.ndarray:
+        """The output block of a gather: the previous call's block of this shape when nothing
+        holds it any more (no caller's tensor views it), else a new one. Reusing it spares the
+        page faults of a fresh multi-MiB allocation (glibc maps and unmaps such blocks on every
+        call); a caller that keeps an answer (autograd, a cache) keeps it to itself."""
+        if int(np.prod(shape)) * np.dtype(dtype).itemsize < REUSE_BYTES:
+            return np.empty(shape, dtype)
+        key = (shape, np.dtype(dtype))
+        buf = self._blocks.pop(key, None)      # popped: a concurrent call cannot take it too
+        if buf is None or sys.getrefcount(buf) > 2:   # 2: this name and getrefcount's argument
+            buf = np.empty(shape, dtype)
+        self._blocks = {key: buf}              # keep one block: the shape of the latest call
+        return buf
+
+    def __getstate__(self):
+        """Copies and pickles (copy.deepcopy(model)) take the config, not the mappings: the copy
+        attaches to the same engine (or builds its tables) on its first forward."""
+        state = dict(self.__dict__, _tables={}, _blocks={}, _shared=None, source=None)
+        state["client"] = (self.client.shm_dir, self.client.namespace)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state, client=Client(*state["client"]))
+        super().__setstate__(state)
+
+    def _parse_all(self) -> dict:
+        def parse(layer_type):
+            body = {"hf_config": self._raw, "positions": [0]}
+            if layer_type is not None:
+                body["layer_type"] = layer_type
+            return pipeline.parse("rope", body).spec
+        try:
+            return {None: parse(None)}
+        except PosencError as e:       # a per-layer-type config (Gemma 3): one spec per layer type
+            if getattr(e, "loc", None) != ("layer_type",):
+                raise
+        return {lt: parse(lt) for lt in dict.fromkeys(self._raw.get("layer_types") or PER_LAYER_TYPES)}
+
+    # -- which frequencies ---------------------------------------------------------------------
+    def _seq_len(self, spec, layer_type, seq_len: int) -> int:
+        """The sequence length whose frequencies this call uses: transformers' dynamic state."""
+        if spec.rope_type != "dynamic":
+            return seq_len
+        m = spec.max_position_embeddings
+        cached = self._dynamic.get(layer_type, m)
+        if seq_len > cached:                              # growth: frequencies for this length
+            cached = seq_len
+        if seq_len < m and cached > m:                    # back within M: the original ones
+            cached = m
+        self._dynamic[layer_type] = cached
+        return cached
+
+    def _table(self, spec, layer_type, variant, dtype: str, need: int) -> _Table | None:
+        key = (layer_type, variant, dtype)
+        t = self._tables.get(key)
+        if t is not None and (t.source == "shared" or t.rows >= min(need, LOCAL_ROWS[1])):
+            return t
+        seq_len = spec.type.seq_len_of(spec, variant)
+        inv, scaling = _rope.frequencies(spec, seq_len)
+        shown = _rope.FAMILY.spec_json(spec)
+        if self._shared is None:
+            self._shared = self.client.manifest() is not None
+        if self._shared:
+            try:
+                view = self.client.table("rope", shown, dtype=dtype, seq_len=seq_len)
+                t = _Table(view.cos, view.sin, inv, scaling, "shared", view)
+            except PosencError:                           # engine gone or table too large: local
+                self._shared = False
+        if t is None or t.source != "shared":
+            rows = min(max(LOCAL_ROWS[0], 1 << (max(need, 1) - 1).bit_length()), LOCAL_ROWS[1])
+            req = pipeline.parse("rope", {**shown, "positions": [seq_len - 1], "dtype": dtype}, length=rows)
+            arrays, _ = req.table.build()
+            t = _Table(arrays["cos"], arrays["sin"], inv, scaling, "local")
+        self._tables[key] = t
+        self.source = t.source
+        return t
+
+    # -- forward -------------------------------------------------------------------------------
+    def forward(self, x, position_ids, layer_type=None):
+        spec = self.specs.get(layer_type)
+        if spec is None:
+            raise ValueError(f"layer_type must be one of {list(self.specs)}, got {layer_type!r}")
+        pos = position_ids
+        hi, lo = int(pos.max()), int(pos.min())
+        if lo < 0:
+            raise ValueError(f"position_ids must be >= 0, got {lo}")
+        seq_len = self._seq_len(spec, layer_type, hi + 1)
+        half = HALF_OUTPUTS.get(self.model_type)
+        dtype = TABLE_DTYPES.get(x.dtype, "float32") if half is None or half[1] else "float32"
+        mode = spec.layout if half is None else "half"
+        rt = spec.type
+        variant = rt.variant(spec, seq_len) if rt.uses_seq_len else None
+        if rt.uses_seq_len and not rt.stores(spec, variant):   # dynamic NTK past M
+            inv, scaling = _rope.frequencies(spec, seq_len)
+            cos, sin = _computed(inv, scaling, pos, dtype, mode)
+        else:
+            t = self._table(spec, layer_type, variant, dtype, hi + 1)
+            cos, sin = _gathered(t, pos, dtype, mode, x.device, self._output)
+        shape = (*pos.shape, cos.shape[-1])
+        out_dtype = x.dtype if half is None or half[1] else torch.float32
+        cos, sin = (a.reshape(shape).to(device=x.device, dtype=out_dtype) for a in (cos, sin))
+        return (cos, sin) if half is None else half[0](cos, sin)
+
+
+class SinusoidalEmbedding(torch.nn.Module):
+    """Fixed sinusoidal position embeddings from posenc's float64 reference (API.md
+    ``sinusoidal``: layout interleaved as DistilBERT, concat as Marian/RoFormer/Pegasus, fairseq as
+    M2M100/XGLM; ``offset`` added to every position). ``forward(position_ids)`` looks rows up in
+    a table of ``num_positions`` rows (grown when a position is past it), like the
+    ``nn.Embedding`` it replaces, in ``dtype`` on the table's device (``.to()`` moves it)."""
+
+    def __init__(self, d_model: int, layout: str = "interleaved", base: float = 10000.0, offset: int = 0,
+                 num_positions: int = 512, dtype=torch.float32, device=None):
+        super().__init__()
+        self.spec = {"d_model": d_model, "layout": layout, "base": base, "offset": offset}
+        self.dtype = dtype
+        pipeline.parse("sinusoidal", {**self.spec, "positions": [0]})     # refuse a bad spec now
+        self.register_buffer("weight", self._rows(num_positions, device), persistent=False)
+
+    def _rows(self, n: int, device):
+        out = pipeline.compute("sinusoidal", {**self.spec, "positions": {"start": 0, "stop": n},
+                                              "dtype": TABLE_DTYPES.get(self.dtype, "float32")}, max_bytes=None)
+        return _tensor(out["encoding"]).to(device=device, dtype=self.dtype)
+
+    def forward(self, position_ids):
+        need = int(position_ids.max()) + 1
+        if need > self.weight.shape[0]:
+            self.weight = self._rows(1 << (need - 1).bit_length(), self.weight.device)
+        return torch.nn.functional.embedding(position_ids.to(self.weight.device), self.weight)
+
+
+def _expand_pair(cos: np.ndarray, sin: np.ndarray, rows: np.ndarray, mode: str, alloc=np.empty) -> np.ndarray:
+    """The rows of two half-width tables at full width, as one [2, n, width] block from
+    ``alloc(shape, dtype)``, each written in one pass by posenc's kernel."""
+    h = cos.shape[1]
+    out = alloc((2, rows.shape[0], h if mode == "half" else 2 * h), cos.dtype)
+    for half, dst in zip((cos, sin), out):
+        if mode == "half":
+            kernels.gather_rows(half, rows, dst)
+        else:
+            kernels.rope_expand(half, rows, dst, mode)
+    return out
+
+
+def _computed(inv64, scaling, pos, dtype: str, mode: str):
+    """Rows computed exactly (float64 angles, rounded once), as torch tensors."""
+    rows = pos.reshape(-1).to(device="cpu", dtype=torch.int64).numpy()
+    cos, sin = _rope.half_rows(inv64, scaling, rows, dtype)
+    out = _tensor(_expand_pair(cos, sin, np.arange(rows.shape[0], dtype=np.int64), mode))
+    return out[0], out[1]
+
+
+def _gathered(t: _Table, pos, dtype: str, mode: str, device, alloc=np.empty):
+    """The rows of ``pos`` from table ``t``; rows past it computed exactly."""
+    if device.type != "cpu":
+        return _gathered_on(t, pos.reshape(-1).to(device=device, dtype=torch.int64), mode, dtype)
+    rows = pos.reshape(-1).to(dtype=torch.int64).numpy()
+    past = rows >= t.rows
+    if not past.any():
+        out = _tensor(_expand_pair(t.cos, t.sin, rows, mode, alloc))
+        return out[0], out[1]
+    out = _expand_pair(t.cos, t.sin, np.where(past, 0, rows), mode, alloc)
+    more = _computed(t.inv64, t.scaling, torch.from_numpy(rows[past]), dtype, mode)
+    for dst, m in zip(out, more):
+        dst[past] = m.view(torch.uint16).numpy() if m.dtype == torch.bfloat16 else m.numpy()
+    out = _tensor(out)
+    return out[0], out[1]
+
+
+def _gathered_on(t: _Table, idx, mode: str, dtype: str):
+    """The same gather on another device, from the table's copy there (one index_select over a
+    zero-stride full-width view)."""
+    out = []
+    past = idx >= t.rows
+    any_past = bool(past.any())
+    for half in t.device_pair(idx.device):
+        n, h = half.shape
+        if mode == "half":
+            full, width = half, h
+        elif mode == "half_split":
+            full, width = half.as_strided((n, 2, h), (h, 0, 1)), 2 * h
+        else:
+            full, width = half.as_strided((n, h, 2), (h, 1, 0)), 2 * h
+        dst = torch.empty((idx.shape[0], *full.shape[1:]), dtype=half.dtype, device=idx.device)
+        torch.index_select(full, 0, torch.where(past, 0, idx) if any_past else idx, out=dst)
+        out.append(dst.reshape(idx.shape[0], width))
+    if any_past:
+        more = _computed(t.inv64, t.scaling, idx[past].cpu(), dtype, mode)
+        for o, m in zip(out, more):
+            o[past] = m.to(o.device)
+    return tuple(out)
