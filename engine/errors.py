@@ -103,6 +103,12 @@ class NotStored(PosencError):
     status = 507
 
 
+class Unauthorized(PosencError):
+    """A request under /v1 or /v2 without the configured bearer token (HTTP 401; service/guard.py)."""
+
+    status = 401
+
+
 class EngineRunning(PosencError):
     """Another engine holds this namespace's lock (the engine refuses to start; exit 1)."""
 

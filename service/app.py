@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
-from . import lane
+from . import guard, lane
 from .fast import FastFront, answer
 from .handlers import Service
 from .metrics import Metrics
@@ -93,8 +93,9 @@ def create_app(settings: Settings | None = None):
 
     front = FastFront(app, svc)
     front_holder["front"] = front
-    lane.register(front if settings.lane == "on" and front.c_shortcut else None)
-    return front
+    # with CORS the lane is off: its middleware decorates every answer (service/guard.py)
+    lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)
+    return guard.with_cors(front, settings)
 
 
 async def _attach(svc: Service) -> None:
