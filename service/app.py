@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None):
 
 async def _attach(svc: Service) -> None:
     """Background: wait for the engine's manifest, map and verify every table, then ready."""
+    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
     while True:
         try:
             n = await anyio.to_thread.run_sync(svc.attach_all)
@@ -109,7 +110,8 @@ async def _attach(svc: Service) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # engine not up yet, or restarting
-            log.info("waiting for the engine: %s", e)
+            log.log(level, "waiting for the engine: %s", e)
+            level = logging.DEBUG
             await asyncio.sleep(0.2)
 
 

@@ -9,6 +9,7 @@ gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it die
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ import threading
 import time
 
 from posenc.engine.settings import CHOICES, Settings, current, use
+
+log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -85,10 +88,10 @@ class EngineChild:
             if self.stopping:
                 return
             if rc == 2:   # invalid table config: restarting cannot help
-                print("posenc serve: the engine refused its table config; stopping", file=sys.stderr)
+                log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            print(f"posenc serve: engine exited with {rc}; restarting", file=sys.stderr, flush=True)
+            log.warning("engine exited with %s; restarting", rc)
             time.sleep(0.5)
             if not self.stopping:
                 self.start()
