@@ -17,19 +17,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
-from . import guard, lane
+from . import guard, lane, openapi
 from .fast import FastFront, answer
 from .handlers import Service
 from .metrics import Metrics
 
 log = logging.getLogger("posenc.service")
-
-_BINARY_DOC = {
-    "200": {"description": "the arrays", "content": {
-        "application/json": {}, "application/x-safetensors": {}, "application/x-npz": {}}},
-    "406": {"description": "no acceptable format"}, "413": {"description": "response or body over the limit"},
-    "422": {"description": "invalid spec; detail[].loc names the field"},
-    "503": {"description": "engine not reachable for an on-demand build"}}
 
 
 def tune_malloc() -> bool:
@@ -63,10 +56,11 @@ def create_app(settings: Settings | None = None):
             task.cancel()
             metrics.close()
 
-    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Exact positional encodings from shared memory. Binary responses: "
                               "`Accept: application/x-safetensors` (or `application/x-npz`); see README.")
     app.state.svc = svc
+    openapi.install(app, settings)   # the typed document and /docs with bundled assets
 
     for family in FAMILIES.values():
         _add_family_route(app, svc, family)
@@ -124,6 +118,4 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
-        responses=_BINARY_DOC,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": fam.schema, "examples": fam.examples}}}})
+        responses=openapi.family_responses(fam), openapi_extra=openapi.family_request(fam))
