@@ -19,6 +19,8 @@ import time
 
 from posenc.engine.settings import CHOICES, Settings, current, use
 
+from . import serve_opts
+
 log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
 
 
@@ -54,6 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--lane", choices=CHOICES["lane"],
                    help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)")
+    serve_opts.add_arguments(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -62,7 +65,7 @@ def settings_from_args(args) -> Settings:
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
-                              lane=args.lane)
+                              lane=args.lane, **serve_opts.overrides(args))
 
 
 class EngineChild:
@@ -113,6 +116,7 @@ def cmd_serve(args) -> int:
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
+    options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
@@ -125,7 +129,7 @@ def cmd_serve(args) -> int:
     try:
         uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
                     loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
-                    access_log=False, timeout_keep_alive=s.keepalive_s,
+                    timeout_keep_alive=s.keepalive_s, **options,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)
     finally:
