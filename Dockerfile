@@ -69,8 +69,10 @@ EXPOSE 8000
 
 # No curl in the slim image: the standard library does the probe. urlopen raises on any non-2xx,
 # so the exit status is the health. Liveness only; readiness (/readyz) is the orchestrator's job.
+# With POSENC_TLS_CERT set the service speaks only HTTPS: the probe does too, without checking the
+# certificate (it names the service, not 127.0.0.1, and this is the container's own loopback).
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('POSENC_PORT', '8000') + '/healthz', timeout=2)"]
+    CMD ["python", "-c", "import os, ssl, urllib.request; tls = bool(os.environ.get('POSENC_TLS_CERT')); urllib.request.urlopen(('https' if tls else 'http') + '://127.0.0.1:' + os.environ.get('POSENC_PORT', '8000') + '/healthz', timeout=2, context=ssl._create_unverified_context() if tls else None)"]
 
 ENTRYPOINT ["posenc"]
 CMD ["serve"]

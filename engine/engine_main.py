@@ -22,6 +22,7 @@ import ctypes
 import dataclasses
 import fcntl
 import json
+import logging
 import os
 import signal
 import socketserver
@@ -29,15 +30,19 @@ import sys
 import threading
 import time
 
-from . import settings, store
+from . import logs, settings, store
 from .config import ConfiguredTable, load_config
 from .errors import EngineRunning, NotStored, SpecError
 from .tables import TableDef
 from .tables.base import DEFAULT_LENGTH
 
 
+_log = logging.getLogger("posenc.engine")
+
+
 def log(msg: str) -> None:
-    print(f"posenc engine[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+    """One line on stderr: ``posenc engine[PID]: msg``, or JSON (the log_format setting; engine/logs.py)."""
+    _log.info(msg)
 
 
 @dataclasses.dataclass
@@ -254,6 +259,7 @@ def exit_with_parent() -> None:
 
 
 def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False) -> int:
+    logs.configure(settings.current().log_format, _log.name)
     stop = threading.Event()
 
     def on_signal(signum, frame):

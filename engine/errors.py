@@ -13,6 +13,9 @@ log = logging.getLogger("posenc.service")
 
 class PosencError(Exception):
     status = 500
+    # The JSON schema of the response body (OpenAPI components, service/openapi.py).
+    schema = {"type": "object", "required": ["detail"], "additionalProperties": False,
+              "properties": {"detail": {"type": "string"}}}
 
     def detail(self):
         """The response body's ``detail`` (API.md): the message, unless a subclass says more."""
@@ -29,6 +32,13 @@ class SpecError(PosencError, ValueError):
     ``("rope_scaling", "factor")``; it becomes FastAPI's ``detail[].loc`` after ``"body"``."""
 
     status = 422
+    schema = {"type": "object", "required": ["detail"], "additionalProperties": False, "properties": {"detail": {
+        "type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["type", "loc", "msg"], "additionalProperties": False,
+            "properties": {"type": {"type": "string", "description": "e.g. value_error, json_invalid, dict_type"},
+                           "loc": {"type": "array", "items": {"type": ["string", "integer"]},
+                                   "description": "'body', then the path of the field whose value must change"},
+                           "msg": {"type": "string"}}}}}}
 
     def __init__(self, loc, msg: str, kind: str = "value_error"):
         if isinstance(loc, str):
@@ -101,6 +111,12 @@ class NotStored(PosencError):
     for a request: its rows are computed exactly instead (API.md: no table limits positions)."""
 
     status = 507
+
+
+class Unauthorized(PosencError):
+    """A request under /v1 or /v2 without the configured bearer token (HTTP 401; service/guard.py)."""
+
+    status = 401
 
 
 class EngineRunning(PosencError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from .errors import ConfigError
 
@@ -33,7 +34,12 @@ CHOICES = {
     # from uvicorn's HTTP protocol (on only where the shortcut is in use)
     "lane": ("on", "off"),
     "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
+    # engine/logs.py: text (uvicorn's lines) or json (one JSON object a line, every logger)
+    "log_format": ("text", "json"),
 }
+
+# RFC 6750's b64token: what an ``Authorization: Bearer`` header can carry.
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 def _default_workers() -> int:
@@ -74,6 +80,16 @@ class Settings:
     backend: str = "auto"
     shortcut: str = "auto"
     lane: str = "on"
+    # TLS for the HTTP port (and any other listener that serves requests): PEM files, both or neither.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Bearer token required on /v1 and /v2 (service/auth.py); None: open. Never shown in a repr.
+    auth_token: str | None = dataclasses.field(default=None, repr=False)
+    # Origins allowed by CORS, comma-separated ("*": any); None: no CORS headers.
+    cors_origins: str | None = None
+    log_format: str = "text"
+    # uvicorn's access log: one line per request, hot ones included.
+    access_log: bool = False
 
     @classmethod
     def from_env(cls, environ=None, **overrides) -> "Settings":
@@ -102,10 +118,21 @@ class Settings:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")
         if self.build_timeout_s <= 0:
             raise ConfigError(f"{ENV_PREFIX}BUILD_TIMEOUT_S: must be > 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(f"{ENV_PREFIX}TLS_CERT and {ENV_PREFIX}TLS_KEY: give both or neither")
+        if self.auth_token is not None and not _TOKEN.fullmatch(self.auth_token):
+            raise ConfigError(f"{ENV_PREFIX}AUTH_TOKEN: not a bearer token (RFC 6750: letters, digits and "
+                              "-._~+/ then optional '=' padding)")
+        if self.cors_origins is not None and not self.cors_origin_list:
+            raise ConfigError(f"{ENV_PREFIX}CORS_ORIGINS: no origin given")
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}={getattr(self, name)!r} is not one of "
                                   f"{', '.join(allowed)}")
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in (self.cors_origins or "").split(",") if o.strip()]
 
     def export(self, environ=None) -> None:
         """Write these settings as ``POSENC_*`` variables into ``environ`` (default: the process
@@ -140,9 +167,16 @@ def use(settings: Settings) -> Settings:
     return settings
 
 
+_BOOLS = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
+
+
 def _parse(field: dataclasses.Field, raw: str):
     name = ENV_PREFIX + field.name.upper()
     typ = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    if typ.startswith("bool"):
+        if raw.lower() in _BOOLS:
+            return _BOOLS[raw.lower()]
+        raise ConfigError(f"{name}: expected one of {', '.join(_BOOLS)}, got {raw!r}")
     try:
         if typ.startswith("int"):
             return int(raw)

@@ -15,22 +15,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
-from posenc.engine.pipeline import body_schema
 from posenc.engine.tables import FAMILIES
 
-from . import lane
+from . import guard, lane, openapi
 from .fast import FastFront, answer
 from .handlers import Service
 from .metrics import Metrics
 
 log = logging.getLogger("posenc.service")
-
-_BINARY_DOC = {
-    "200": {"description": "the arrays", "content": {
-        "application/json": {}, "application/x-safetensors": {}, "application/x-npz": {}}},
-    "406": {"description": "no acceptable format"}, "413": {"description": "response or body over the limit"},
-    "422": {"description": "invalid spec; detail[].loc names the field"},
-    "503": {"description": "engine not reachable for an on-demand build"}}
 
 
 def tune_malloc() -> bool:
@@ -64,10 +56,11 @@ def create_app(settings: Settings | None = None):
             task.cancel()
             metrics.close()
 
-    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Exact positional encodings from shared memory. Binary responses: "
                               "`Accept: application/x-safetensors` (or `application/x-npz`); see README.")
     app.state.svc = svc
+    openapi.install(app, settings)   # the typed document and /docs with bundled assets
 
     for family in FAMILIES.values():
         _add_family_route(app, svc, family)
@@ -94,12 +87,14 @@ def create_app(settings: Settings | None = None):
 
     front = FastFront(app, svc)
     front_holder["front"] = front
-    lane.register(front if settings.lane == "on" and front.c_shortcut else None)
-    return front
+    # with CORS the lane is off: its middleware decorates every answer (service/guard.py)
+    lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)
+    return guard.with_cors(front, settings)
 
 
 async def _attach(svc: Service) -> None:
     """Background: wait for the engine's manifest, map and verify every table, then ready."""
+    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
     while True:
         try:
             n = await anyio.to_thread.run_sync(svc.attach_all)
@@ -109,7 +104,8 @@ async def _attach(svc: Service) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # engine not up yet, or restarting
-            log.info("waiting for the engine: %s", e)
+            log.log(level, "waiting for the engine: %s", e)
+            level = logging.DEBUG
             await asyncio.sleep(0.2)
 
 
@@ -122,6 +118,4 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
-        responses=_BINARY_DOC,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": dict(
-            zip(("schema", "examples"), body_schema(fam)))}}})
+        responses=openapi.family_responses(fam), openapi_extra=openapi.family_request(fam))

@@ -5,6 +5,8 @@
         out = c.rope(head_dim=128, rope_theta=500000.0, positions=[0, 1, 2], dtype="bfloat16")
         out["cos"]            # numpy float32 [3, 128] (bfloat16 widened exactly; raw=True keeps uint16 bits)
 
+A server started with a bearer token (``--auth-token``) wants ``token=``; an HTTPS one with a
+private CA, ``verify=ssl.create_default_context(cafile=...)`` (any other keyword goes to httpx).
 Errors raise ``PosencHTTPError`` with the status and the server's ``detail`` (for 422, the list
 whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
 """
@@ -25,6 +27,10 @@ class PosencHTTPError(Exception):
         super().__init__(f"HTTP {status}: {detail}")
 
 
+def _headers(token: str | None) -> dict:
+    return {"accept": ACCEPT, **({"authorization": f"Bearer {token}"} if token else {})}
+
+
 def _decode(resp, raw: bool) -> dict:
     if resp.status_code != 200:
         try:
@@ -42,9 +48,10 @@ def _decode(resp, raw: bool) -> dict:
 
 
 class PosencClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, **httpx_kwargs):
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, token: str | None = None,
+                 **httpx_kwargs):
         import httpx
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, headers={"accept": ACCEPT}, **httpx_kwargs)
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=_headers(token), **httpx_kwargs)
 
     def request(self, family: str, raw: bool = False, **body) -> dict:
         return _decode(self._http.post(f"/v1/{family}", json=body), raw)
@@ -63,9 +70,10 @@ class PosencClient:
 
 
 class AsyncPosencClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, **httpx_kwargs):
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, token: str | None = None,
+                 **httpx_kwargs):
         import httpx
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers={"accept": ACCEPT}, **httpx_kwargs)
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers=_headers(token), **httpx_kwargs)
 
     async def request(self, family: str, raw: bool = False, **body) -> dict:
         return _decode(await self._http.post(f"/v1/{family}", json=body), raw)

@@ -11,6 +11,9 @@ Before all that, with the C shortcut in use (the ``shortcut`` setting; service/r
 POST to a family with spec templates whose spec this worker has answered before is answered by
 one call into service/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
 on the path above.
+
+With a bearer token configured (service/guard.py), both ask the gate first: the shortcut only for
+a request that carries the token, the full path refuses any /v1 or /v2 request without it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import anyio
 from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 
+from . import guard
 from .handlers import Service
 from .metrics import Metrics
 from .replay import FIELDS
@@ -104,6 +108,8 @@ class FastFront:
         self.metrics: Metrics | None = None
         # what the hot lane below ASGI (service/lane.py) answers: the same paths and headers
         self.hot_paths = _HOT if self.c_shortcut else {}
+        # the bearer token's check (None: no token), which the lane asks too (service/guard.py)
+        self.gate = guard.gate_for(svc.settings)
 
     @staticmethod
     def hot_headers(n: int) -> list[bytes]:
@@ -116,7 +122,8 @@ class FastFront:
         t0 = perf_counter()
         path = scope["path"]
         hot = _HOT.get(path) if self.c_shortcut else None
-        if hot is not None and scope["method"] == "POST":
+        if hot is not None and scope["method"] == "POST" and (
+                self.gate is None or self.gate.allows(scope["headers"])):
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
             # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
@@ -140,7 +147,10 @@ class FastFront:
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         try:
-            if family is not None and scope["method"] == "POST":
+            if self.gate is not None and guard.guarded(path) and not self.gate.allows(scope["headers"]):
+                statuses.append(401)
+                await self.gate.refuse(scope["headers"], send)
+            elif family is not None and scope["method"] == "POST":
                 await handle_family(self.svc, family, scope, receive, send, statuses)
             else:
                 async def timed_send(msg):

@@ -16,7 +16,9 @@ uvicorn does when a response completes. Everything else goes on through ASGI, un
 - a template not learnt yet, or anything else the shortcut declines (the full path answers, and
   learns the template);
 - a transport whose writes are paused (back-pressure: the ASGI path waits for the drain);
-- an access log (the ASGI path writes it) or the concurrency limit's 503.
+- an access log (the ASGI path writes it) or the concurrency limit's 503;
+- with a bearer token set, a request without it (ASGI refuses it; service/guard.py).
+With CORS on, the app factory registers no front: the lane is off (its middleware adds headers).
 A client that leaves before its body is whole is handed to ASGI too (which counts it as 499).
 """
 
@@ -114,6 +116,8 @@ class HotLaneProtocol(HttpToolsProtocol):
         for name, _ in scope["headers"]:
             if name in _NOT_LANE:
                 return None
+        if front.gate is not None and not front.gate.allows(scope["headers"]):
+            return None
         return lane
 
     def _answer(self, cycle, lane) -> bool:

@@ -9,6 +9,7 @@ gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it die
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -17,6 +18,10 @@ import threading
 import time
 
 from posenc.engine.settings import CHOICES, Settings, current, use
+
+from . import serve_opts
+
+log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -51,6 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--lane", choices=CHOICES["lane"],
                    help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)")
+    serve_opts.add_arguments(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -59,7 +65,7 @@ def settings_from_args(args) -> Settings:
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
-                              lane=args.lane)
+                              lane=args.lane, **serve_opts.overrides(args))
 
 
 class EngineChild:
@@ -85,10 +91,10 @@ class EngineChild:
             if self.stopping:
                 return
             if rc == 2:   # invalid table config: restarting cannot help
-                print("posenc serve: the engine refused its table config; stopping", file=sys.stderr)
+                log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            print(f"posenc serve: engine exited with {rc}; restarting", file=sys.stderr, flush=True)
+            log.warning("engine exited with %s; restarting", rc)
             time.sleep(0.5)
             if not self.stopping:
                 self.start()
@@ -110,6 +116,7 @@ def cmd_serve(args) -> int:
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
+    options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
@@ -122,7 +129,7 @@ def cmd_serve(args) -> int:
     try:
         uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
                     loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
-                    access_log=False, timeout_keep_alive=s.keepalive_s,
+                    timeout_keep_alive=s.keepalive_s, **options,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)
     finally:

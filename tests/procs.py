@@ -27,6 +27,7 @@ import os
 import signal
 from signal import SIGKILL, SIGTERM
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -247,21 +248,23 @@ class EngineProc(Proc):
 
 class Server(Proc):
     """``posenc serve`` on a free port of 127.0.0.1 (uvicorn workers and, unless
-    ``--attach-only``, its own engine)."""
+    ``--attach-only``, its own engine); over HTTPS when given the CA file that signed its
+    certificate (``verify``: what httpx takes to trust it)."""
 
     def __init__(self, argv, log_dir, name, namespace: str, port: int, workers: int,
-                 config_path: str | None, env=None):
+                 config_path: str | None, env=None, ca: str | None = None):
         super().__init__(argv, log_dir, name, env)
         self.namespace = namespace
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
+        self.verify = ssl.create_default_context(cafile=ca) if ca else True
         self.workers = workers
         self.config_path = config_path
 
     def _get(self, path: str) -> int | None:
         import httpx
         try:
-            return httpx.get(self.url + path, timeout=1).status_code
+            return httpx.get(self.url + path, timeout=1, verify=self.verify).status_code
         except httpx.HTTPError:
             return None
 
@@ -338,8 +341,9 @@ class Procs:
         return p
 
     def serve(self, config: dict | str | None, workers: int = 2, args: Iterable[str] = (), ready: bool = True,
-              namespace: str | None = None, env: dict | None = None) -> Server:
-        """Start ``python -m posenc serve`` on a free port under a fresh namespace."""
+              namespace: str | None = None, env: dict | None = None, ca: str | None = None) -> Server:
+        """Start ``python -m posenc serve`` on a free port under a fresh namespace (``ca``: it
+        serves HTTPS, with a certificate this CA file signed, given in ``args``)."""
         name = self._name("serve")
         namespace = namespace or unique_namespace()
         port = free_port()
@@ -348,7 +352,7 @@ class Procs:
                 "--namespace", namespace, "--log-level", "warning", *args]
         if path is not None:
             argv += ["--tables", path]
-        s = Server(argv, self.log_dir, name, namespace, port, workers, path, env=env)
+        s = Server(argv, self.log_dir, name, namespace, port, workers, path, env=env, ca=ca)
         self.procs.append(s)
         if ready:
             s.wait_ready()

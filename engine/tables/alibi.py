@@ -21,7 +21,7 @@ from ..errors import SpecError
 from ..fields import (is_int, json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int,
                       require_object)
 from ..selection import Selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 MODES = ("causal", "symmetric")
 MAX_HEADS = 1 << 16
@@ -220,6 +220,8 @@ class Alibi(Family):
             "mode": {"type": "string", "enum": list(MODES), "default": "causal"},
             "mask_future": {"type": "boolean", "default": False},
             "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    answer = {"bias": json_array(3, "[len(heads), n_query, n_key]"),
+              "slopes": json_array(1, "[len(heads)] float32")}
     examples = {
         "decode row, 32 heads": {"value": {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}}},
         "masked prefill, 12 heads": {"value": {"num_heads": 12, "mask_future": True, "dtype": "float16",

@@ -45,6 +45,17 @@ SELECTION_SCHEMA = {
     "description": "positions: a list (any order, repeats allowed) or a half-open range",
 }
 DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": "float32"}
+# Request pieces that OpenAPI names once (components) wherever a family's schema holds them.
+SHARED_SCHEMAS = {"Selection": SELECTION_SCHEMA, "Dtype": DTYPE_SCHEMA}
+
+
+def json_array(ndim: int, description: str, item: str = "number") -> dict:
+    """The JSON answer's schema of one array: ``ndim`` nested lists of ``item`` (bfloat16 and
+    float16 values are written as their float values)."""
+    schema: dict = {"type": item}
+    for _ in range(ndim):
+        schema = {"type": "array", "items": schema}
+    return {**schema, "description": description}
 
 
 def canonical(obj) -> str:
@@ -62,10 +73,17 @@ class Family:
     returns: str                       # one line for the docs: the arrays that come back
     schema: dict                       # the request's JSON schema (OpenAPI)
     examples: dict                     # named request examples (OpenAPI)
+    answer: dict                       # the JSON answer: array name -> its JSON schema (OpenAPI)
 
     @property
     def has_dtype(self) -> bool:
         return bool(self.dtyped)
+
+    @property
+    def response_schema(self) -> dict:
+        """The JSON answer's schema: an object holding every array of ``answer``."""
+        return {"type": "object", "description": self.returns, "required": list(self.answer),
+                "properties": dict(self.answer)}
 
     @property
     def spec_fields(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from .. import kernels
 from ..errors import SpecError
 from ..fields import json_repr, refuse_unknown, req_choice, req_float, req_int, require_object
 from ..selection import Selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
@@ -320,6 +320,10 @@ class Rope(Family):
             "seq_len": {"type": ["integer", "null"], "minimum": 1},
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": "half_split"},
             "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    answer = {"cos": json_array(2, "[n, d], times attention_scaling"),
+              "sin": json_array(2, "[n, d], times attention_scaling"),
+              "inv_freq": json_array(1, "[d/2] float32: the frequencies used"),
+              "attention_scaling": {"type": "number", "description": "the factor cos and sin carry"}}
     examples = {
         "llama-3.1 decode step": {"value": {
             "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,

@@ -22,7 +22,7 @@ from .. import dtypes as _dt
 from .. import kernels
 from ..errors import SpecError
 from ..fields import refuse_unknown, req_choice, req_float, req_int, require_object
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 def _aiayn_freqs(d: int, base: float) -> np.ndarray:
     # ceil(d/2) frequencies ω_k = base^(−2k/d): with odd d the last sin column has exponent (d−1)/d
@@ -180,6 +180,7 @@ class Sinusoidal(Family):
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": "interleaved"},
             "offset": {"type": "integer", "minimum": 0, "default": 0},
             "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+    answer = {"encoding": json_array(2, "[n, d_model]")}
     examples = {
         "transformer-base": {"value": {"d_model": 512, "positions": [0, 1, 2, 3]}},
         "M2M100 (fairseq, padding_idx 1)": {"value": {"d_model": 1024, "layout": "fairseq", "offset": 2,

@@ -15,7 +15,7 @@ import numpy as np
 from .. import kernels
 from ..errors import SpecError
 from ..fields import refuse_unknown, req_bool, req_int, require_object
-from .base import SELECTION_SCHEMA, Family, TableDef
+from .base import SELECTION_SCHEMA, Family, TableDef, json_array
 
 MAX_LUT_RADIUS = 1 << 22   # larger max_distance: blocks are computed (the table would be 32 MiB+)
 
@@ -125,6 +125,7 @@ class T5Buckets(Family):
             "num_buckets": {"type": "integer", "minimum": 2, "default": 32},
             "max_distance": {"type": "integer", "minimum": 1, "default": 128},
             "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA}}
+    answer = {"buckets": json_array(2, "[n_query, n_key] int32: the bucket of key - query", "integer")}
     examples = {
         "encoder block": {"value": {"query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
         "decoder step": {"value": {"bidirectional": False, "query": [100], "key": {"start": 0, "stop": 101}}},
