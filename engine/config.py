@@ -56,6 +56,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 class ConfiguredTable:
     name: str
     table: TableDef
+    spec: dict          # the canonical spec fields of the entry (Family.spec_json)
 
 
 def parse_config(cfg) -> list[ConfiguredTable]:
@@ -102,7 +103,7 @@ def parse_config(cfg) -> list[ConfiguredTable]:
             for t in fam.stable_tables(spec, dt, n):
                 if t.key not in seen:
                     seen.add(t.key)
-                    out.append(ConfiguredTable(name, t))
+                    out.append(ConfiguredTable(name, t, dict(spec_json)))
     return out
 
 

@@ -98,12 +98,12 @@ class Engine:
     def build_configured(self) -> None:
         t0 = time.perf_counter()
         for ct in self.configured:
-            self._build(ct.table, pinned=True, name=ct.name)
+            self._build(ct.table, pinned=True, name=ct.name, spec=ct.spec)
         total = sum(e["nbytes"] for e in self.tables.values())
         log(f"generation {self.generation}: {len(self.tables)} tables, {total / 2**20:.1f} MiB "
             f"in {time.perf_counter() - t0:.2f}s")
 
-    def _build(self, t: TableDef, pinned: bool, name: str | None = None) -> dict:
+    def _build(self, t: TableDef, pinned: bool, name: str | None = None, spec: dict | None = None) -> dict:
         t0 = time.perf_counter()
         path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
         info = store.create_segment(path, t.layout(), t.fill, self.mode, self.gid)
@@ -111,6 +111,8 @@ class Engine:
                  "file": os.path.basename(path), "pinned": pinned, "name": name or t.family,
                  "built_s": round(time.perf_counter() - t0, 4),
                  "last_used": time.time(), **info}
+        if spec is not None:   # a configured table: requests may name it ({"table": name})
+            entry["spec"] = spec
         with self.lock:
             if not pinned:
                 self._evict_for(entry["nbytes"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
-import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
@@ -18,8 +18,10 @@ from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settin
 from posenc.engine.tables import FAMILIES
 
 from .fast import FastFront, answer
-from .handlers import Service
+from .handlers import Service, attach_when_up
 from .metrics import Metrics
+from .v2 import rest as v2_rest
+from .v2.core import V2
 
 log = logging.getLogger("posenc.service")
 
@@ -91,23 +93,16 @@ def create_app(settings: Settings | None = None):
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
+    front.v2 = functools.partial(v2_rest.handle, V2(settings, svc.client, lambda: svc.ready))
     front_holder["front"] = front
     return front
 
 
 async def _attach(svc: Service) -> None:
     """Background: wait for the engine's manifest, map and verify every table, then ready."""
-    while True:
-        try:
-            n = await anyio.to_thread.run_sync(svc.attach_all)
-            svc.ready = True
-            log.info("ready: %d tables attached and verified", n)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # engine not up yet, or restarting
-            log.info("waiting for the engine: %s", e)
-            await asyncio.sleep(0.2)
+    n = await attach_when_up(svc.attach_all)
+    svc.ready = True
+    log.info("ready: %d tables attached and verified", n)
 
 
 def _add_family_route(app: FastAPI, svc: Service, fam) -> None:

@@ -102,6 +102,7 @@ class FastFront:
         self.svc = svc
         self.c_shortcut = svc.shortcut == "c"
         self.metrics: Metrics | None = None
+        self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -132,9 +133,12 @@ class FastFront:
     async def _general(self, scope, receive, send, path, t0):
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
+        route = None
         try:
             if family is not None and scope["method"] == "POST":
                 await handle_family(self.svc, family, scope, receive, send, statuses)
+            elif self.v2 is not None and (path == "/v2" or path.startswith("/v2/")):
+                route = await self.v2(scope, receive, send, statuses)
             else:
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":
@@ -143,7 +147,8 @@ class FastFront:
                 await self.app(scope, receive, timed_send)
         finally:
             if self.metrics is not None:
-                route = path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs") else "other"
+                route = route or (path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
+                                  else "other")
                 self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0)
 
 
