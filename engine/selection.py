@@ -100,8 +100,9 @@ def parse_selection(value, loc) -> Selection:
 
 
 def _from_array(arr: np.ndarray, loc) -> Selection:
-    """A selection from a 1-D integer array (its values are checked; the array is not copied
-    when it is already int64)."""
+    """A selection from a 1-D integer array (its values are checked; the array is copied unless
+    it is already aligned, contiguous int64: binary tensors arrive at any byte offset, and the
+    kernels read aligned rows)."""
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise SpecError(loc, f"must be a flat list of integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
     if arr.size == 0:
@@ -110,7 +111,9 @@ def _from_array(arr: np.ndarray, loc) -> Selection:
     if lo < 0 or hi >= POSITION_LIMIT:
         i = int(np.argmax((arr < 0) | (arr >= POSITION_LIMIT)))
         raise SpecError((*loc, i), f"must be in [0, 2**31), got {int(arr[i])}")
-    return Selection(values=arr.astype(np.int64, copy=False), hi=hi)
+    if arr.dtype != np.int64 or not (arr.flags.aligned and arr.flags.c_contiguous):
+        arr = np.array(arr, dtype=np.int64)
+    return Selection(values=arr, hi=hi)
 
 
 def _explain_bad_list(value, loc) -> None:

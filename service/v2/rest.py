@@ -43,12 +43,12 @@ class Reply(Exception):
 async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
     """Answer one ``/v2`` request; returns its metrics route (``/v2/models/{family}/infer``,
     ``/v2/models/<table>/infer`` or ``/v2``)."""
-    route = "/v2"
+    route = ["/v2"]
     try:
-        route, reply = await _route(v2, scope, receive)
+        reply = await _route(v2, scope, receive, route)
     except ConnectionAbortedError:
         statuses.append(499)
-        return route
+        return route[0]
     except Reply as r:
         reply = r
     except Exception as e:
@@ -59,39 +59,40 @@ async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
                 "headers": [(b"content-type", reply.ctype), (b"content-length", b"%d" % len(reply.body)),
                             *reply.headers]})
     await send({"type": "http.response.body", "body": reply.body})
-    return route
+    return route[0]
 
 
 def _json(obj, status: int = 200) -> Reply:
     return Reply(status, orjson.dumps(obj))
 
 
-async def _route(v2: V2, scope, receive) -> tuple[str, Reply]:
+async def _route(v2: V2, scope, receive, route: list) -> Reply:
+    """The answer to a /v2 request; ``route[0]`` is set to its metrics route as soon as known."""
     parts = [unquote(p) for p in scope["path"].split("/")[2:]]
     method = scope["method"]
     if parts and parts[-1] == "":
         parts.pop()
     get, post = method in ("GET", "HEAD"), method == "POST"
     if not parts and get:
-        return "/v2", _json(v2.server_metadata())
+        return _json(v2.server_metadata())
     if parts[:1] == ["health"] and len(parts) == 2 and get and parts[1] in ("live", "ready"):
         ok = parts[1] == "live" or v2.is_ready()
-        return "/v2", _json({parts[1]: ok}, 200 if ok else 503)
+        return _json({parts[1]: ok}, 200 if ok else 503)
     if parts[:1] == ["models"] and len(parts) >= 2:
         name, rest, version = parts[1], parts[2:], ""
         if rest[:1] == ["versions"] and len(rest) >= 2:
             version, rest = rest[1], rest[2:]
         if rest == [] and get:
-            return "/v2", _json(v2.model_metadata(name, version))
+            return _json(v2.model_metadata(name, version))
         if rest == ["ready"] and get:
             ok = v2.model_ready(name, version)
-            return "/v2", _json({"name": name, "ready": ok}, 200 if ok else 503)
+            return _json({"name": name, "ready": ok}, 200 if ok else 503)
         if rest == ["infer"] and post:
             model = v2.models.get(name, version)
-            route = f"/v2/models/{'<table>' if model.is_table else name}/infer"
-            return route, await _infer(v2, scope, receive, name, version)
+            route[0] = f"/v2/models/{'<table>' if model.is_table else name}/infer"
+            return await _infer(v2, scope, receive, name, version)
     if parts[:1] == ["systemsharedmemory"]:
-        return "/v2", await _shm(v2, parts[1:], get, post, receive)
+        return await _shm(v2, parts[1:], get, post, receive)
     known = parts[:1] in (["health"], ["models"], ["systemsharedmemory"]) or not parts
     raise Reply(405 if known else 404, rest_body(f"{method} {scope['path']}: not served "
                                                  "(see API.md, Open Inference Protocol)"))

@@ -28,6 +28,13 @@ def test_array_equals_list(dtype):
     assert (a.n, a.max, a.min) == (5, 131071, 0)
 
 
+def test_unaligned_bytes_become_an_aligned_copy():
+    """A binary tensor may start at any byte of a request body."""
+    raw = b"x" + np.array([3, 1, 2], np.int64).tobytes()
+    a = parse_selection(np.frombuffer(raw, np.int64, 3, 1), ("positions",))
+    assert a.values.flags.aligned and a.values.flags.c_contiguous and a.values.tolist() == [3, 1, 2]
+
+
 @pytest.mark.parametrize("value, loc, words", [
     (np.array([1, -2, 3], np.int64), ("positions", 1), "got -2"),
     (np.array([1, 2**31], np.int64), ("positions", 1), "[0, 2**31)"),
