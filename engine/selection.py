@@ -107,7 +107,11 @@ def _from_array(arr: np.ndarray, loc) -> Selection:
         raise SpecError(loc, f"must be a flat list of integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
     if arr.size == 0:
         raise SpecError(loc, "must not be empty", "too_short")
-    lo, hi = int(arr.min()), int(arr.max())
+    if arr.size <= 64:   # a few positions (decode steps): Python's min/max beat numpy's reductions
+        vals = arr.tolist()
+        lo, hi = min(vals), max(vals)
+    else:
+        lo, hi = int(arr.min()), int(arr.max())
     if lo < 0 or hi >= POSITION_LIMIT:
         i = int(np.argmax((arr < 0) | (arr >= POSITION_LIMIT)))
         raise SpecError((*loc, i), f"must be in [0, 2**31), got {int(arr[i])}")

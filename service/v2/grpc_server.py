@@ -11,6 +11,7 @@ Errors: service/v2/errors.py (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, U
 
 from __future__ import annotations
 
+import functools
 import logging
 from time import perf_counter
 
@@ -25,11 +26,13 @@ log = logging.getLogger("posenc.service")
 
 SERVICE = "inference.GRPCInferenceService"
 _RAW_OUTPUT = b"\x32"        # ModelInferResponse.raw_output_contents: field 6, length-delimited
-_STREAM_RESPONSE = b"\x12"   # ModelStreamInferResponse.infer_response: field 2, length-delimited
+STREAM_RESPONSE = b"\x12"   # ModelStreamInferResponse.infer_response: field 2, length-delimited
+_ID = b"\x1a"               # ModelInferResponse.id: field 3, length-delimited
 _STATUS = {grpc.StatusCode.OK: 200, grpc.StatusCode.UNIMPLEMENTED: 405, grpc.StatusCode.CANCELLED: 499}
 
 
-def _varint(n: int) -> bytes:
+@functools.lru_cache(maxsize=4096)   # answers repeat their sizes
+def varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -44,41 +47,60 @@ def _param(p: pb.InferParameter):
 
 
 def _params(m) -> dict:
-    return {k: _param(v) for k, v in m.items()}
+    return {k: _param(v) for k, v in m.items()} if m else {}
 
 
 def inference(req: pb.ModelInferRequest) -> Inference:
     """A ModelInferRequest as an Inference (raw contents matched to inputs in order, skipping
     inputs that come from shared memory, as tritonclient sends them)."""
-    raws, inputs = list(req.raw_input_contents), []
-    takes_raw = [i for i, t in enumerate(req.inputs) if "shared_memory_region" not in t.parameters]
-    if raws and len(raws) != len(takes_raw):
-        raise BadRequest("raw_input_contents", f"{len(raws)} entries for {len(takes_raw)} inputs "
-                         "(one per input not in shared memory, in order)")
-    raw_of = dict(zip(takes_raw, raws))
-    for i, t in enumerate(req.inputs):
-        data = None
-        if i not in raw_of and t.HasField("contents"):
+    raws, inputs, k = req.raw_input_contents, [], 0
+    for t in req.inputs:
+        params, raw, data = _params(t.parameters), None, None
+        if raws and "shared_memory_region" not in params:
+            raw = raws[k] if k < len(raws) else None
+            k += 1
+        elif not raws and t.HasField("contents"):
             c = t.contents
             data = list(c.int64_contents) if t.datatype == "INT64" else list(c.int_contents)
-        inputs.append(Input(t.name, t.datatype, list(t.shape), _params(t.parameters), raw_of.get(i), data))
+        inputs.append(Input(t.name, t.datatype, tuple(t.shape), params, raw, data))
+    if raws and k != len(raws):
+        raise BadRequest("raw_input_contents", f"{len(raws)} entries for {k} inputs "
+                         "(one per input not in shared memory, in order)")
     outputs = [Output(o.name, _params(o.parameters)) for o in req.outputs] or None
     return Inference(req.model_name, req.model_version, req.id, _params(req.parameters), inputs, outputs)
 
 
+_HEADS: dict = {}   # (model, outputs' names, datatypes, shapes, regions) -> serialized response header
+
+
 def response_bytes(inf: Inference, tensors: list[Tensor]) -> bytes:
-    r = pb.ModelInferResponse(model_name=inf.model, model_version="1", id=inf.id)
-    tail = []
+    """The serialized ModelInferResponse: its header (cached: decode steps repeat their shapes),
+    the request's id, then each output's bytes as a raw_output_contents field."""
+    key = (inf.model, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
+                        for t in tensors))
+    head = _HEADS.get(key)
+    if head is None:
+        r = pb.ModelInferResponse(model_name=inf.model, model_version="1")
+        for t in tensors:
+            o = r.outputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+            if t.region is not None:
+                o.parameters["shared_memory_region"].string_param = t.region["shared_memory_region"]
+                o.parameters["shared_memory_byte_size"].int64_param = t.region["shared_memory_byte_size"]
+        head = r.SerializeToString()
+        if len(_HEADS) > 4096:
+            _HEADS.clear()
+        _HEADS[key] = head
+    parts = [head]
+    if inf.id:
+        rid = inf.id.encode()
+        parts += (_ID, varint(len(rid)), rid)
     for t in tensors:
-        o = r.outputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
         if t.region is not None:
-            o.parameters["shared_memory_region"].string_param = t.region["shared_memory_region"]
-            o.parameters["shared_memory_byte_size"].int64_param = t.region["shared_memory_byte_size"]
-            tail.append(_RAW_OUTPUT + b"\x00")   # keeps raw_output_contents aligned with outputs
+            parts.append(_RAW_OUTPUT + b"\x00")   # keeps raw_output_contents aligned with outputs
         else:
             a = t.array if t.array.flags.c_contiguous else t.array.copy(order="C")
-            tail += (_RAW_OUTPUT, _varint(a.nbytes), a)
-    return b"".join([r.SerializeToString(), *tail])
+            parts += (_RAW_OUTPUT, varint(a.nbytes), a)
+    return b"".join(parts)
 
 
 class GrpcV2:
@@ -172,7 +194,7 @@ class GrpcV2:
                 inf = inference(req)
                 route = self._route("ModelStreamInfer", inf.model)
                 body = await self._answer(inf)
-                out = b"".join([_STREAM_RESPONSE, _varint(len(body)), body])
+                out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
             except Exception as e:
                 status, msg = describe(e)
                 code = grpc_code(status)

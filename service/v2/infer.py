@@ -203,9 +203,9 @@ class Inferer:
         return out, where
 
     def _outputs(self, model: Model, outputs: list | None) -> list:
-        names = [o["name"] for o in model.metadata["outputs"]]
         if outputs is None:
-            return [(n, None) for n in names]
+            return model.all_outputs
+        names = [n for n, _ in model.all_outputs]
         seen, out = set(), []
         for i, o in enumerate(outputs):
             if o.name not in names:

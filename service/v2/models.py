@@ -43,6 +43,11 @@ class Model:
         return self.fixed is not None
 
     @functools.cached_property
+    def all_outputs(self) -> list:
+        """[(output name, None)] in the answer's order: what a request naming no outputs gets."""
+        return [(o["name"], None) for o in self.metadata["outputs"]]
+
+    @functools.cached_property
     def metadata(self) -> dict:
         fam = self.family
         inputs = [{"name": n, "datatype": "INT64", "shape": [-1]} for n in fam.selections]
