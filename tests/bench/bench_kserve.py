@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -35,9 +32,9 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from posenc.loadtest import wrk as wrk_tool  # noqa: E402
+from posenc.loadtest import h2load, wrk as wrk_tool  # noqa: E402
 from posenc.loadtest.floor import save_bodies  # noqa: E402
-from posenc.loadtest.servers import Server, free_port, pinned, start_floor, start_posenc  # noqa: E402
+from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 from posenc.service.v2.proto import grpc_service_pb2 as pb  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
@@ -57,11 +54,6 @@ def infer_request(positions: np.ndarray, model: str = "rope") -> bytes:
     return r.SerializeToString()
 
 
-def frame(msg: bytes) -> bytes:
-    """One gRPC length-prefixed message (uncompressed)."""
-    return b"\0" + len(msg).to_bytes(4, "big") + msg
-
-
 def v2_rest_body(positions: list) -> tuple[bytes, str]:
     head = orjson.dumps({"parameters": {"spec": json.dumps(SPEC), "binary_data_output": True},
                          "inputs": [{"name": "positions", "datatype": "INT64", "shape": [len(positions)],
@@ -70,26 +62,8 @@ def v2_rest_body(positions: list) -> tuple[bytes, str]:
 
 
 # -- clients ---------------------------------------------------------------------------------
-def h2load(url: str, data: str, *, n: int | None = None, seconds: float | None = None, c: int = 1, m: int = 1,
-           log: str | None = None) -> dict:
-    cmd = ["h2load", "-c", str(c), "-m", str(m), "-d", data, "-H", "content-type: application/grpc",
-           "-H", "te: trailers"]
-    cmd += ["-n", str(n)] if n else ["-D", f"{seconds:g}", "--warm-up-time", "1"]
-    if log:
-        cmd += ["--log-file", log]
-    p = subprocess.run(pinned([*cmd, url], CLIENT_CPU), capture_output=True, text=True, timeout=600)
-    out = p.stdout
-    rps = float(re.search(r"finished in [\d.]+\w*, ([\d.]+) req/s", out).group(1))
-    done, ok = map(int, re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out).groups())
-    if done == 0 or ok != done:
-        raise RuntimeError(f"h2load: {done} done, {ok} succeeded\n{out[-800:]}")
-    r = {"rps": rps}
-    if log:
-        with open(log) as f:
-            times = [int(line.split("\t")[2]) for line in f if line.strip()]
-        r["p50_us"] = statistics.median(times)
-        r["p99_us"] = float(np.percentile(times, 99))
-    return r
+def grpc_load(url: str, data: str, **kw) -> dict:
+    return h2load.run(url, data, cpus=CLIENT_CPU, **kw)
 
 
 def grpc_call(port: int, method: str, request: bytes) -> bytes:
@@ -120,7 +94,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5)
     a = ap.parse_args()
-    if not (shutil.which("h2load") and shutil.which("wrk")):
+    if not (h2load.available() and shutil.which("wrk")):
         raise SystemExit("needs h2load (apt-get install nghttp2-client) and wrk")
     rng = np.random.default_rng(3)
     row = np.array([4096])
@@ -131,9 +105,7 @@ def main() -> int:
         for name, msgs in {"row": [infer_request(row)], "batch": [infer_request(batch)],
                            "single": [infer_request(batch[0])],
                            "stream": [infer_request(row)] * STREAM_MESSAGES}.items():
-            files[name] = os.path.join(tmp, f"{name}.bin")
-            with open(files[name], "wb") as f:
-                f.write(b"".join(frame(m) for m in msgs))
+            files[name] = h2load.write_frames(os.path.join(tmp, f"{name}.bin"), msgs)
         cfg = os.path.join(tmp, "tables.json")
         with open(cfg, "w") as f:
             json.dump(CONFIG, f)
@@ -147,12 +119,12 @@ def main() -> int:
             g = f"http://127.0.0.1:{gport}{METHOD}"
             for name in ("batch", "single"):
                 grpc_call(gport, "ModelInfer", infer_request(batch if name == "batch" else batch[0]))
-            res["grpc p50"] = h2load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "p.log"))
-            res["grpc rps"] = h2load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
-            res["grpc 1 stream rps"] = h2load(g + "ModelInfer", files["row"], seconds=a.seconds, c=1, m=1)
-            res["batch"] = h2load(g + "ModelInfer", files["batch"], seconds=a.seconds, c=1, m=4)
-            res["single"] = h2load(g + "ModelInfer", files["single"], seconds=a.seconds, c=1, m=4)
-            res["stream"] = h2load(g + "ModelStreamInfer", files["stream"], n=30)
+            res["grpc p50"] = grpc_load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "p.log"))
+            res["grpc rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
+            res["grpc 1 stream rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=1, m=1)
+            res["batch"] = grpc_load(g + "ModelInfer", files["batch"], seconds=a.seconds, c=1, m=4)
+            res["single"] = grpc_load(g + "ModelInfer", files["single"], seconds=a.seconds, c=1, m=4)
+            res["stream"] = grpc_load(g + "ModelStreamInfer", files["stream"], n=30)
             rest_body, hl = v2_rest_body([4096])
             hdr = {"Inference-Header-Content-Length": hl, "Content-Type": "application/octet-stream"}
             r = httpx.post(posenc.url + "/v2/models/rope/infer", content=rest_body, headers=hdr)
@@ -175,9 +147,9 @@ def main() -> int:
                 except grpc.RpcError:
                     import time
                     time.sleep(0.1)
-            res["floor p50"] = h2load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "f.log"))
-            res["floor rps"] = h2load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
-            res["floor stream"] = h2load(g + "ModelStreamInfer", files["stream"], n=30)
+            res["floor p50"] = grpc_load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "f.log"))
+            res["floor rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
+            res["floor stream"] = grpc_load(g + "ModelStreamInfer", files["stream"], n=30)
         finally:
             floor.stop()
         bodies = os.path.join(tmp, "floor.json")
