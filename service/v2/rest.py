@@ -250,23 +250,38 @@ def _binary_choices(inf: Inference) -> tuple[bool, dict]:
     return default, out
 
 
+_HEADS: dict = {}   # the JSON header of an all-binary answer, per (model, id, outputs' layout)
+
+
 def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> Reply:
-    outs, bufs = [], []
-    for i, t in enumerate(tensors):
-        o = {"name": t.name, "datatype": t.datatype, "shape": t.shape}
-        if t.region is not None:
-            o["parameters"] = t.region
-        elif binary[i]:
-            a = t.array if t.array.flags.c_contiguous else np.ascontiguousarray(t.array)
-            o["parameters"] = {"binary_data_size": a.nbytes}
-            bufs.append(a)
-        else:
-            o["data"] = t.array.reshape(-1)
-        outs.append(o)
-    head = {"model_name": name, "model_version": "1", "outputs": outs}
-    if rid:
-        head["id"] = rid
-    js = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+    """The answer: its JSON header (built once per layout when every output is binary or in
+    shared memory: decode steps repeat their shapes), then the binary outputs' bytes."""
+    cacheable = all(b or t.region is not None for t, b in zip(tensors, binary))
+    key = (name, rid, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
+                        for t in tensors)) if cacheable else None
+    js = _HEADS.get(key) if cacheable else None
+    bufs = [t.array if t.array.flags.c_contiguous else np.ascontiguousarray(t.array)
+            for t, b in zip(tensors, binary) if b and t.region is None]
+    if js is None:
+        outs, k = [], 0
+        for i, t in enumerate(tensors):
+            o = {"name": t.name, "datatype": t.datatype, "shape": t.shape}
+            if t.region is not None:
+                o["parameters"] = t.region
+            elif binary[i]:
+                o["parameters"] = {"binary_data_size": bufs[k].nbytes}
+                k += 1
+            else:
+                o["data"] = t.array.reshape(-1)
+            outs.append(o)
+        head = {"model_name": name, "model_version": "1", "outputs": outs}
+        if rid:
+            head["id"] = rid
+        js = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+        if cacheable and len(rid) < 64:
+            if len(_HEADS) > 4096:
+                _HEADS.clear()
+            _HEADS[key] = js
     if not bufs:
         return Reply(200, js)
     return Reply(200, b"".join([js, *bufs]), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),))
