@@ -2,8 +2,9 @@
 
     python tests/bench/bench_kserve.py [--seconds 5]
 
-Servers pinned to core 0, clients (C: h2load for gRPC, wrk for HTTP) to core 1; everything in
-one run, so the ratios compare figures taken minutes apart on the same (shared, noisy) machine:
+Servers pinned to core 0, clients (C: h2load for gRPC, wrk for HTTP) to core 1. Every server is
+up the whole run and each pair is measured in turn, round after round (``--rounds``), so a ratio
+compares figures taken seconds apart on the same (shared, noisy) machine; the medians come last:
 - gRPC unary, one RoPE row (head_dim 128, the family model with its spec): p50 at one stream and
   requests/s (4 connections x 16 streams), posenc against the gRPC floor (loadtest/grpc_floor.py:
   a minimal grpcio asyncio server returning the same bytes);
@@ -20,8 +21,10 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
+import time
 import uuid
 
 import grpc
@@ -92,14 +95,15 @@ def wrk_v2(url: str, path: str, body: bytes, headers: dict, seconds: float, tmp:
 # -- the run -----------------------------------------------------------------------------------
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="every pair measured in turn, this many times")
     a = ap.parse_args()
     if not (h2load.available() and shutil.which("wrk")):
         raise SystemExit("needs h2load (apt-get install nghttp2-client) and wrk")
     rng = np.random.default_rng(3)
     row = np.array([4096])
     batch = rng.integers(0, 16384, size=(64, 128))
-    res: dict = {}
+    rounds: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for name, msgs in {"row": [infer_request(row)], "batch": [infer_request(batch)],
@@ -109,59 +113,59 @@ def main() -> int:
         cfg = os.path.join(tmp, "tables.json")
         with open(cfg, "w") as f:
             json.dump(CONFIG, f)
-        port, gport = free_port(), free_port()
-        posenc = start_posenc(port, f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU, grpc_port=gport)
+        servers = []
         try:
+            # every server up the whole run, all on the server core; measured in turn, round by round
+            port, gport, fport = free_port(), free_port(), free_port()
+            posenc = start_posenc(port, f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU, grpc_port=gport)
+            servers.append(posenc)
             posenc.wait_ready()
             response = grpc_call(gport, "ModelInfer", infer_request(row))   # also waits for gRPC to attach
+            for m in (batch, batch[0]):
+                grpc_call(gport, "ModelInfer", infer_request(m))
             with open(os.path.join(tmp, "response.bin"), "wb") as f:
                 f.write(response)
-            g = f"http://127.0.0.1:{gport}{METHOD}"
-            for name in ("batch", "single"):
-                grpc_call(gport, "ModelInfer", infer_request(batch if name == "batch" else batch[0]))
-            res["grpc p50"] = grpc_load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "p.log"))
-            res["grpc rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
-            res["grpc 1 stream rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=1, m=1)
-            res["batch"] = grpc_load(g + "ModelInfer", files["batch"], seconds=a.seconds, c=1, m=4)
-            res["single"] = grpc_load(g + "ModelInfer", files["single"], seconds=a.seconds, c=1, m=4)
-            res["stream"] = grpc_load(g + "ModelStreamInfer", files["stream"], n=30)
             rest_body, hl = v2_rest_body([4096])
             hdr = {"Inference-Header-Content-Length": hl, "Content-Type": "application/octet-stream"}
             r = httpx.post(posenc.url + "/v2/models/rope/infer", content=rest_body, headers=hdr)
             v1_body = orjson.dumps({**SPEC, "positions": [4096]})
-            v1 = httpx.post(posenc.url + "/v1/rope", content=v1_body, headers={"accept": "application/x-safetensors"})
+            v1_hdr = {"Accept": "application/x-safetensors", "Content-Type": "application/json"}
+            v1 = httpx.post(posenc.url + "/v1/rope", content=v1_body, headers=v1_hdr)
             assert r.status_code == 200 and v1.status_code == 200, (r.text, v1.text)
-            res["v2 rest"] = wrk_v2(posenc.url, "/v2/models/rope/infer", rest_body, hdr, a.seconds, tmp)
-            res["v1 hot path"] = wrk_v2(posenc.url, "/v1/rope", v1_body,
-                                        {"Accept": "application/x-safetensors", "Content-Type": "application/json"},
-                                        a.seconds, tmp)
-        finally:
-            posenc.stop()
-        floor = Server("grpc floor", [sys.executable, "-m", "posenc.loadtest.grpc_floor", "--port", str(gport),
-                                      "--response", os.path.join(tmp, "response.bin")], gport, "/", cpus=SERVER_CPU)
-        try:
-            for _ in range(100):
-                try:
-                    assert grpc_call(gport, "ModelInfer", infer_request(row)) == response
-                    break
-                except grpc.RpcError:
-                    import time
-                    time.sleep(0.1)
-            res["floor p50"] = grpc_load(g + "ModelInfer", files["row"], n=3000, log=os.path.join(tmp, "f.log"))
-            res["floor rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
-            res["floor stream"] = grpc_load(g + "ModelStreamInfer", files["stream"], n=30)
-        finally:
-            floor.stop()
-        bodies = os.path.join(tmp, "floor.json")
-        save_bodies(bodies, {"/v2/models/rope/infer": (r.headers["content-type"], r.content),
-                             "/v1/rope": (v1.headers["content-type"], v1.content)})
-        asgi = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
-        try:
+            floor = Server("grpc floor", [sys.executable, "-m", "posenc.loadtest.grpc_floor", "--port", str(fport),
+                                          "--response", os.path.join(tmp, "response.bin")], fport, "/", cpus=SERVER_CPU)
+            servers.append(floor)
+            bodies = os.path.join(tmp, "floor.json")
+            save_bodies(bodies, {"/v2/models/rope/infer": (r.headers["content-type"], r.content)})
+            asgi = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
+            servers.append(asgi)
             asgi.wait_ready()
-            res["asgi floor v2"] = wrk_v2(asgi.url, "/v2/models/rope/infer", rest_body, hdr, a.seconds, tmp)
+            time.sleep(1.0)
+            assert grpc_call(fport, "ModelInfer", infer_request(row)) == response
+            g, fg = f"http://127.0.0.1:{gport}{METHOD}", f"http://127.0.0.1:{fport}{METHOD}"
+            for i in range(a.rounds):
+                res = {}
+                for who, url in (("grpc", g), ("floor", fg)):
+                    res[f"{who} p50"] = grpc_load(url + "ModelInfer", files["row"], n=3000,
+                                                  log=os.path.join(tmp, f"{who}.log"))
+                    res[f"{who} rps"] = grpc_load(url + "ModelInfer", files["row"], seconds=a.seconds, c=4, m=16)
+                    res[f"{who} stream"] = grpc_load(url + "ModelStreamInfer", files["stream"], n=20)
+                res["grpc 1 stream rps"] = grpc_load(g + "ModelInfer", files["row"], seconds=a.seconds, c=1, m=1)
+                res["batch"] = grpc_load(g + "ModelInfer", files["batch"], seconds=a.seconds, c=1, m=4)
+                res["single"] = grpc_load(g + "ModelInfer", files["single"], seconds=a.seconds, c=1, m=4)
+                res["v2 rest"] = wrk_v2(posenc.url, "/v2/models/rope/infer", rest_body, hdr, a.seconds, tmp)
+                res["asgi floor v2"] = wrk_v2(asgi.url, "/v2/models/rope/infer", rest_body, hdr, a.seconds, tmp)
+                res["v1 hot path"] = wrk_v2(posenc.url, "/v1/rope", v1_body, v1_hdr, a.seconds, tmp)
+                print(f"round {i + 1} (load average {os.getloadavg()[0]:.1f})", flush=True)
+                report(res, len(response), len(r.content))
+                rounds.append(res)
         finally:
-            asgi.stop()
-    report(res, len(response), len(r.content))
+            for s in reversed(servers):
+                s.stop()
+    print(f"\nmedians over {len(rounds)} rounds:")
+    report({k: {f: statistics.median(x[k][f] for x in rounds) for f in rounds[0][k]} for k in rounds[0]},
+           len(response), len(r.content))
+    print(json.dumps(rounds))
     return 0
 
 
@@ -179,11 +183,10 @@ def report(res: dict, grpc_bytes: int, rest_bytes: int) -> None:
     bp, sp = res["batch"]["rps"] * 64 * 128, res["single"]["rps"] * 128
     print(f"[64, 128] batch: {res['batch']['rps']:.1f} req/s = {bp:.0f} positions/s; single [128]: "
           f"{res['single']['rps']:.0f} req/s = {sp:.0f} positions/s: {bp / sp:.1f}x   [target >= 20x]")
-    sm, fm = res["stream"]["rps"] * STREAM_MESSAGES, res["floor stream"]["rps"] * STREAM_MESSAGES
+    sm, fm = res["grpc stream"]["rps"] * STREAM_MESSAGES, res["floor stream"]["rps"] * STREAM_MESSAGES
     print(f"ModelStreamInfer, one stream: {sm:.0f} messages/s (floor {fm:.0f}) vs unary {gr:.0f} calls/s "
           f"(4x16 streams) and {res['grpc 1 stream rps']['rps']:.0f} calls/s (one stream): "
           f"{sm / gr:.2f}x / {sm / res['grpc 1 stream rps']['rps']:.2f}x   [target >= 2x]")
-    print(json.dumps(res))
 
 
 if __name__ == "__main__":
