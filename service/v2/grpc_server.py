@@ -112,7 +112,7 @@ class GrpcV2:
 
     def _observe(self, route: str, code, t0: float) -> None:
         if self.metrics is not None:
-            self.metrics.observe(route, _STATUS.get(code, _http(code)), perf_counter() - t0)
+            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0)
 
     def _route(self, method: str, model) -> str:
         try:
