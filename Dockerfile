@@ -1,4 +1,5 @@
-# posenc container image: `posenc serve` (engine + HTTP workers) on port 8000, configured by
+# posenc container image: `posenc serve` (engine + HTTP workers) on port 8000 and its KServe v2
+# gRPC server on port 8001, configured by
 # POSENC_* environment variables (engine/settings.py). Build from the repository root:
 #
 #     docker build -t posenc:0.1.0 .
@@ -60,12 +61,13 @@ COPY deploy/examples/worker.py /opt/posenc/examples/worker.py
 # container's CPU limit (`--cpus` does not narrow CPU affinity, so the default would count them all).
 ENV POSENC_HOST=0.0.0.0 \
     POSENC_PORT=8000 \
+    POSENC_GRPC_PORT=8001 \
     POSENC_SHM_DIR=/dev/shm
 
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 
-EXPOSE 8000
+EXPOSE 8000 8001
 
 # No curl in the slim image: the standard library does the probe. urlopen raises on any non-2xx,
 # so the exit status is the health. Liveness only; readiness (/readyz) is the orchestrator's job.

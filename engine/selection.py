@@ -74,6 +74,8 @@ def parse_selection(value, loc) -> Selection:
         if step <= 0:
             raise SpecError((*loc, "step"), f"must be > 0, got {step}")
         return Selection(start, stop, step)
+    if isinstance(value, np.ndarray):   # a binary tensor (KServe v2 inputs): checked without a list
+        return _from_array(value, loc)
     if isinstance(value, (list, tuple)):
         if not value:
             raise SpecError(loc, "must not be empty", "too_short")
@@ -93,12 +95,29 @@ def parse_selection(value, loc) -> Selection:
                 arr = None
         if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
             _explain_bad_list(value, loc)  # always raises
-        arr = arr.astype(np.int64, copy=False)
-        if arr.min() < 0 or arr.max() >= POSITION_LIMIT:
-            i = int(np.argmax((arr < 0) | (arr >= POSITION_LIMIT)))
-            raise SpecError((*loc, i), f"must be in [0, 2**31), got {int(arr[i])}")
-        return Selection(values=arr)
+        return _from_array(arr, loc)
     raise SpecError(loc, f"must be a list of positions or {{start, stop[, step]}}, got {json_repr(value)}")
+
+
+def _from_array(arr: np.ndarray, loc) -> Selection:
+    """A selection from a 1-D integer array (its values are checked; the array is copied unless
+    it is already aligned, contiguous int64: binary tensors arrive at any byte offset, and the
+    kernels read aligned rows)."""
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise SpecError(loc, f"must be a flat list of integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
+    if arr.size == 0:
+        raise SpecError(loc, "must not be empty", "too_short")
+    if arr.size <= 64:   # a few positions (decode steps): Python's min/max beat numpy's reductions
+        vals = arr.tolist()
+        lo, hi = min(vals), max(vals)
+    else:
+        lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= POSITION_LIMIT:
+        i = int(np.argmax((arr < 0) | (arr >= POSITION_LIMIT)))
+        raise SpecError((*loc, i), f"must be in [0, 2**31), got {int(arr[i])}")
+    if arr.dtype != np.int64 or not (arr.flags.aligned and arr.flags.c_contiguous):
+        arr = np.array(arr, dtype=np.int64)
+    return Selection(values=arr, hi=hi)
 
 
 def _explain_bad_list(value, loc) -> None:

@@ -18,6 +18,7 @@ from .errors import ConfigError
 # Paths and port the container image, the manifests and the tests agree on.
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+DEFAULT_GRPC_PORT = 8001   # KServe v2 over gRPC (API.md); 0 turns it off
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
@@ -54,6 +55,9 @@ class Settings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     workers: int = dataclasses.field(default_factory=_default_workers)
+    # gRPC (service/v2): its port on the same host (0: no gRPC server) and its processes
+    grpc_port: int = DEFAULT_GRPC_PORT
+    grpc_workers: int = 1
     # Table config (JSON file); None means the embedded default set.
     tables: str | None = None
     # Directory holding the shared-memory segments and the manifest.
@@ -112,7 +116,10 @@ class Settings:
     def validate(self) -> None:
         if not (0 < self.port < 65536):
             raise ConfigError(f"{ENV_PREFIX}PORT: must be in 1..65535, got {self.port}")
-        for name in ("workers", "max_response_bytes", "max_positions", "max_body_bytes",
+        if not (0 <= self.grpc_port < 65536) or self.grpc_port == self.port:
+            raise ConfigError(f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
+                              f"{self.port}, got {self.grpc_port}")
+        for name in ("workers", "grpc_workers", "max_response_bytes", "max_positions", "max_body_bytes",
                      "memory_budget_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")

@@ -11,6 +11,8 @@ Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_
 - ``JsonUser``: JSON clients — small RoPE and T5-bucket selections, ``Accept: application/json``.
 - ``NewSpecUser``: occasionally (once per ``--posenc-new-spec-every`` seconds per user) a rope spec
   never seen before, which the engine builds on demand.
+- ``V2RestUser`` and ``GrpcUser`` (KServe v2): the decode RoPE row as a v2 REST binary request and
+  as a gRPC ModelInfer call (``--posenc-grpc HOST:PORT``; loadtest/grpc_user.py).
 
 Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/payloads.py).
 Think time: ``--posenc-wait SECONDS`` (default 0: each user sends back to back, closed loop).
@@ -26,14 +28,18 @@ import random
 from locust import FastHttpUser, constant_pacing, events, task
 
 from posenc.loadtest import payloads
+from posenc.loadtest.grpc_user import GrpcUser as _GrpcBase
 
 _state = {"cfg": payloads.load(), "wait": 0.0}
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser):
-    parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS", default="decode=10,pipeline=2,json=2,newspec=1",
-                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N")
+    parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS",
+                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2",
+                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N")
+    parser.add_argument("--posenc-grpc", env_var="LOADTEST_GRPC", default="",
+                        help="gRPC target HOST:PORT (default: the --host's host, port 8001)")
     parser.add_argument("--posenc-payloads", env_var="LOADTEST_PAYLOADS", default="",
                         help="JSON file overriding loadtest/payloads.py DEFAULTS")
     parser.add_argument("--posenc-wait", env_var="LOADTEST_WAIT", type=float, default=0.0,
@@ -140,4 +146,35 @@ class NewSpecUser(_PosencUser):
         self.post("new-spec")
 
 
-_CLASSES.update(decode=DecodeUser, pipeline=PipelineUser, json=JsonUser, newspec=NewSpecUser)
+class V2RestUser(_PosencUser):
+    """KServe v2 over REST: the decode RoPE row, binary tensor data both ways."""
+    weight = 2
+
+    @task
+    def rope_row(self):
+        body, n = payloads.v2_rest_body(*payloads.v2_rope_row(self.mix))
+        with self.client.post("/v2/models/rope/infer", data=body, name="v2-rope-row", catch_response=True,
+                              headers={"Inference-Header-Content-Length": str(n),
+                                       "Content-Type": "application/octet-stream"}) as r:
+            if r.status_code != 200 or "inference-header-content-length" not in {k.lower() for k in r.headers}:
+                r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
+            else:
+                r.success()
+
+
+class GrpcUser(_GrpcBase):
+    """KServe v2 over gRPC: the decode RoPE row as ModelInfer."""
+    weight = 2
+    wait_time = _think
+
+    def on_start(self):
+        super().on_start()
+        self.mix = payloads.Mix(_state["cfg"], random.Random())
+
+    @task
+    def rope_row(self):
+        self.call("grpc-rope-row", payloads.v2_grpc_request(*payloads.v2_rope_row(self.mix)))
+
+
+_CLASSES.update(decode=DecodeUser, pipeline=PipelineUser, json=JsonUser, newspec=NewSpecUser, v2rest=V2RestUser,
+                grpc=GrpcUser)

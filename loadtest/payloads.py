@@ -117,3 +117,29 @@ def http_request(kind: str, body_bytes: bytes, host: str) -> bytes:
     path, accept, _ = KINDS[kind]
     return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body_bytes)}\r\n\r\n").encode() + body_bytes
+
+
+# -- KServe v2 (the Open Inference Protocol): the decode RoPE row as a v2 request -----------------
+def v2_rope_row(mix: Mix) -> tuple[dict, list]:
+    """(the ``spec`` parameter, positions) of a v2 request for the ``rope`` model."""
+    body = mix.rope_row()
+    return {k: v for k, v in body.items() if k != "positions"}, body["positions"]
+
+
+def v2_rest_body(spec: dict, positions: list) -> tuple[bytes, int]:
+    """A v2 REST binary request (JSON header + INT64 positions) and its header length."""
+    head = json.dumps({"parameters": {"spec": json.dumps(spec), "binary_data_output": True},
+                       "inputs": [{"name": "positions", "datatype": "INT64", "shape": [len(positions)],
+                                   "parameters": {"binary_data_size": 8 * len(positions)}}]},
+                      separators=(",", ":")).encode()
+    return head + b"".join(int(p).to_bytes(8, "little") for p in positions), len(head)
+
+
+def v2_grpc_request(spec: dict, positions: list) -> bytes:
+    """The same request as a serialized gRPC ModelInferRequest."""
+    from posenc.service.v2.proto import grpc_service_pb2 as pb
+    r = pb.ModelInferRequest(model_name="rope")
+    r.parameters["spec"].string_param = json.dumps(spec)
+    r.inputs.add(name="positions", datatype="INT64", shape=[len(positions)])
+    r.raw_input_contents.append(b"".join(int(p).to_bytes(8, "little") for p in positions))
+    return r.SerializeToString()

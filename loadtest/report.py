@@ -235,6 +235,20 @@ def markdown(res: dict, f: dict) -> str:
                          f"{lat['p99']} | {lat['p99.9']} | {r['failures']} | {_noise(r, lim)} |")
         L.append("")
 
+    g = res.get("grpc")
+    if g:
+        L.append("## gRPC (KServe v2 ModelInfer, h2load: C client, closed loop)\n")
+        L.append(f"The decode RoPE row as a v2 ModelInfer ({g['request_bytes']} B request, {g['response_bytes']} B "
+                 "response), on posenc's gRPC server and on the gRPC floor (a grpcio asyncio server answering the "
+                 "same bytes: loadtest/grpc_floor.py).\n")
+        L.append("| target | streams | requests/s | p50 µs | p99 µs | others' CPU |\n|---|---|---|---|---|---|")
+        for key in ("floor_rtt", "posenc_rtt", "floor_max", "posenc_max"):
+            if key in g:
+                r = g[key]
+                L.append(f"| {key.split('_')[0]} (gRPC) | {r['connections']} x {r['streams']} | {r['rps']:,.0f} | "
+                         f"{_fmt(r.get('p50_us'))} | {_fmt(r.get('p99_us'))} | {_noise(r, lim)} |")
+        L.append("")
+
     L.append("## Open-loop probe (latency from each request's scheduled send time)\n")
     pw = f.get("probe_work_us")
     if pw:

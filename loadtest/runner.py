@@ -7,7 +7,10 @@
    reference), then many connections (saturation throughput per server core);
 4. the open-loop probe at fractions of posenc's saturation, floor and posenc interleaved per rate,
    plus one step at the floor's own saturation (the probe's ceiling);
-5. locust headless on the full traffic mix (CSV + HTML);
+4b. gRPC (KServe v2 ModelInfer of the decode RoPE row; posenc started here): h2load (C) on one
+   stream and on 4 x 16 streams, against the gRPC floor (loadtest/grpc_floor.py) answering the same
+   bytes;
+5. locust headless on the full traffic mix (CSV + HTML), the v2 REST and gRPC users included;
 6. stop everything, check /dev/shm, write summary.md, latency.png, results.json.
 
 The load generators run pinned to --client-cpus; every step is bounded in time.
@@ -25,7 +28,7 @@ import sys
 import time
 import uuid
 
-from . import cpuwatch, locustrun, payloads, probe, report, servers, wrk
+from . import cpuwatch, h2load, locustrun, payloads, probe, report, servers, wrk
 
 DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.8,1.0,1.2,1.4"
 
@@ -111,12 +114,14 @@ def cmd_report(args) -> int:
             port = servers.free_port()
             _log(f"starting posenc serve on :{port} (cpus {cpus_s}, namespace {namespace})")
             t0 = time.monotonic()
+            gport = servers.free_port()
             srv = servers.start_posenc(port, namespace, args.tables, args.workers, cpus_s,
-                                       log_path=os.path.join(out, "posenc.log"))
+                                       log_path=os.path.join(out, "posenc.log"), grpc_port=gport)
             started.append(srv)
             srv.wait_ready(timeout=300)
             url = srv.url
             res["server"] = {"url": url, "started_here": True, "namespace": namespace, "tables": args.tables,
+                             "grpc": f"127.0.0.1:{gport}",
                              "workers": args.workers, "cpus": cpus_s, "ready_s": round(time.monotonic() - t0, 2)}
             _log(f"posenc ready in {res['server']['ready_s']} s")
 
@@ -210,13 +215,19 @@ def cmd_report(args) -> int:
         res["probe_repeat"] = again
         res["noise"] = guard.summary()
 
+        # 4b. gRPC: h2load on posenc's gRPC server and on the gRPC floor -----------------------------
+        if res["server"].get("grpc") and h2load.available():
+            res["grpc"] = kserve_row(res["server"]["grpc"], cfg, args, out, cpus_s, cpus_c, guard)
+
         # 5. locust on the whole mix -----------------------------------------------------------------
         if args.locust_time > 0:
             _log(f"locust: {args.locust_users} users, {args.locust_time:.0f} s, {args.locust_processes} process(es)")
             res["locust"] = locustrun.run(url, os.path.join(out, "locust"), users=args.locust_users,
                                           run_time=args.locust_time, processes=args.locust_processes,
                                           cpus=cpus_c, weights=args.locust_weights, payloads=args.payloads,
-                                          log_path=os.path.join(out, "locust.log"))
+                                          log_path=os.path.join(out, "locust.log"),
+                                          extra=["--posenc-grpc", res["server"]["grpc"]]
+                                          if res["server"].get("grpc") else None)
             agg = res["locust"].get("Aggregated", {})
             _log(f"locust: {agg.get('rps', 0):.0f}/s, {agg.get('failures', 0)} failures")
     finally:
@@ -237,6 +248,41 @@ def cmd_report(args) -> int:
 
 
 _STEP_FIELDS = {f.name for f in dataclasses.fields(probe.StepResult)}
+
+
+def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) -> dict:
+    """The report's gRPC row: the decode RoPE row as a KServe v2 ModelInfer, h2load (C) on posenc's
+    gRPC server and on the gRPC floor answering posenc's bytes, one stream and 4 x 16 streams."""
+    import random
+
+    import grpc
+
+    spec, positions = payloads.v2_rope_row(payloads.Mix(cfg, random.Random(1)))
+    req = payloads.v2_grpc_request(spec, positions)
+    data = h2load.write_frames(os.path.join(out, "grpc-request.bin"), [req])
+    with grpc.insecure_channel(target) as ch:   # h2load reads no trailers: one real call checks the answer
+        answer = ch.unary_unary(h2load.INFER)(req, timeout=30)
+    with open(os.path.join(out, "grpc-response.bin"), "wb") as f:
+        f.write(answer)
+    floor_port = servers.free_port()
+    floor = servers.Server("grpc floor", [sys.executable, "-m", "posenc.loadtest.grpc_floor", "--port",
+                                          str(floor_port), "--response", os.path.join(out, "grpc-response.bin")],
+                           floor_port, "/", cpus=cpus_s, log_path=os.path.join(out, "grpc-floor.log"))
+    row = {"request_bytes": len(req), "response_bytes": len(answer)}
+    try:
+        time.sleep(1.0)   # grpcio binds in well under a second; the first h2load run would fail otherwise
+        for name, t in (("posenc", target), ("floor", f"127.0.0.1:{floor_port}")):
+            url = f"http://{t}{h2load.INFER}"
+            row[f"{name}_rtt"] = guard.measure(lambda url=url, name=name: h2load.run(
+                url, data, n=2000, log=os.path.join(out, f"h2load-{name}.log"), cpus=cpus_c),
+                quality=lambda r: -r["p50_us"])
+            row[f"{name}_max"] = guard.measure(lambda url=url: h2load.run(
+                url, data, seconds=args.wrk_duration, c=4, m=16, cpus=cpus_c), quality=lambda r: r["rps"])
+            _log(f"h2load gRPC {name}: p50 {row[f'{name}_rtt']['p50_us']:.0f} µs at one stream, "
+                 f"{row[f'{name}_max']['rps']:.0f}/s at 4x16 streams")
+    finally:
+        floor.stop()
+    return row
 
 
 class NoiseGuard:

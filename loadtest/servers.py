@@ -99,9 +99,11 @@ class Server:
 
 def start_posenc(port: int, namespace: str, tables: str | None = None, workers: int = 1,
                  cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None,
-                 env: dict | None = None, args: tuple = ()) -> Server:
+                 env: dict | None = None, grpc_port: int = 0, args: tuple = ()) -> Server:
+    """``posenc serve``; with ``grpc_port`` (default 0: none) also its gRPC server."""
     cmd = [sys.executable, "-m", "posenc", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--namespace", namespace, "--log-level", "warning", *args]
+           "--workers", str(workers), "--namespace", namespace, "--log-level", "warning",
+           "--grpc-port", str(grpc_port), *args]
     if tables:
         cmd += ["--tables", os.path.abspath(tables)]
     if shm_dir:

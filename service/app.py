@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
-import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
@@ -19,8 +19,10 @@ from posenc.engine.tables import FAMILIES
 
 from . import guard, lane, openapi
 from .fast import FastFront, answer
-from .handlers import Service
+from .handlers import Service, attach_when_up
 from .metrics import Metrics
+from .v2 import rest as v2_rest
+from .v2.core import V2
 
 log = logging.getLogger("posenc.service")
 
@@ -86,6 +88,7 @@ def create_app(settings: Settings | None = None):
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
+    front.v2 = functools.partial(v2_rest.handle, V2(settings, svc.client, lambda: svc.ready))
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/guard.py)
     lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)
@@ -94,19 +97,9 @@ def create_app(settings: Settings | None = None):
 
 async def _attach(svc: Service) -> None:
     """Background: wait for the engine's manifest, map and verify every table, then ready."""
-    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
-    while True:
-        try:
-            n = await anyio.to_thread.run_sync(svc.attach_all)
-            svc.ready = True
-            log.info("ready: %d tables attached and verified", n)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # engine not up yet, or restarting
-            log.log(level, "waiting for the engine: %s", e)
-            level = logging.DEBUG
-            await asyncio.sleep(0.2)
+    n = await attach_when_up(svc.attach_all)
+    svc.ready = True
+    log.info("ready: %d tables attached and verified", n)
 
 
 def _add_family_route(app: FastAPI, svc: Service, fam) -> None:

@@ -115,6 +115,7 @@ class FastFront:
     def hot_headers(n: int) -> list[bytes]:
         """The front's headers of an n-byte shortcut answer, as uvicorn writes ASGI headers."""
         return [b"%s: %s\r\n" % h for h in (_ST_HDR, (b"content-length", b"%d" % n), _WORKER)]
+        self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -146,12 +147,15 @@ class FastFront:
     async def _general(self, scope, receive, send, path, t0):
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
+        route = None
         try:
             if self.gate is not None and guard.guarded(path) and not self.gate.allows(scope["headers"]):
                 statuses.append(401)
                 await self.gate.refuse(scope["headers"], send)
             elif family is not None and scope["method"] == "POST":
                 await handle_family(self.svc, family, scope, receive, send, statuses)
+            elif self.v2 is not None and (path == "/v2" or path.startswith("/v2/")):
+                route = await self.v2(scope, receive, send, statuses)
             else:
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":
@@ -160,7 +164,8 @@ class FastFront:
                 await self.app(scope, receive, timed_send)
         finally:
             if self.metrics is not None:
-                route = path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs") else "other"
+                route = route or (path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
+                                  else "other")
                 self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0)
 
 

@@ -8,7 +8,10 @@ bytes) -> size limits -> which shared table -> read-only view (built once by the
 from __future__ import annotations
 
 import dataclasses
+import logging
+from typing import Callable
 
+import anyio
 import orjson
 
 from posenc.engine import pipeline
@@ -21,6 +24,8 @@ from posenc.engine.settings import Settings
 from .negotiate import choose
 from . import lane, replay
 from .replay import Templates
+
+log = logging.getLogger("posenc.service")
 
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
@@ -114,3 +119,16 @@ class Service:
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}
 
+
+
+async def attach_when_up(attach: Callable[[], int]) -> int:
+    """Run ``attach`` (map and verify every table: readiness) in a thread until it succeeds,
+    retrying every 0.2 s while the engine starts or restarts; what it returns."""
+    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(attach)
+        except Exception as e:   # engine not up yet, or restarting (cancellation passes through)
+            log.log(level, "waiting for the engine: %s", e)
+            level = logging.DEBUG
+            await anyio.sleep(0.2)

@@ -15,7 +15,14 @@ import numpy as np
 
 from posenc.engine.tables import FAMILIES
 
+from .v2.errors import GRPC_CODES
+
 ROUTES = (*(f"/v1/{name}" for name in FAMILIES), "/v1/tables", "/healthz", "/readyz", "/metrics", "/docs",
+          # KServe v2 (service/v2): REST inference per family model, table models together, the
+          # rest of /v2; gRPC ModelInfer and ModelStreamInfer messages the same way, other methods
+          *(f"/v2/models/{name}/infer" for name in FAMILIES), "/v2/models/<table>/infer", "/v2",
+          *(f"grpc ModelInfer {name}" for name in FAMILIES), "grpc ModelInfer <table>",
+          *(f"grpc ModelStreamInfer {name}" for name in FAMILIES), "grpc ModelStreamInfer <table>", "grpc",
           "other")
 STATUSES = (200, 400, 404, 405, 406, 413, 422, 500, 503, 0)   # 0: any other status
 BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e-6, 125e-6, 150e-6,
@@ -24,6 +31,8 @@ BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e
 _NB = len(BUCKETS_S) + 1          # + the +Inf bucket
 _SHAPE = (len(ROUTES), len(STATUSES), _NB + 1)   # last cell: sum of seconds
 ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
+# gRPC calls are counted under the HTTP status of their code (service/v2/errors.py) and shown by name
+GRPC_NAMES = {200: "OK", 500: "INTERNAL", **{s: c.name for s, c in GRPC_CODES.items()}}
 STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
 
 
@@ -93,7 +102,9 @@ class Metrics:
                 n = row[:_NB].sum()
                 if n == 0:
                     continue
-                lab = f'route="{route}",status="{status if status else "other"}"'
+                label = (GRPC_NAMES.get(status, "other") if route.startswith("grpc")
+                         else status if status else "other")
+                lab = f'route="{route}",status="{label}"'
                 cum = 0.0
                 for bi, le in enumerate(BUCKETS_S):
                     cum += row[bi]

@@ -1,4 +1,5 @@
-"""``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables.
+"""``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables, and the
+gRPC server processes (service/v2/grpc_main.py) sharing them too.
 
 Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
@@ -46,6 +47,8 @@ def add_parser(sub) -> None:
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
+    p.add_argument("--grpc-port", type=int, help="KServe v2 gRPC port (default 8001; 0: no gRPC server)")
+    p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port (default 1)")
     p.add_argument("--tables", help="table config JSON (default: the embedded set)")
     p.add_argument("--shm-dir", help="directory for shared memory (default /dev/shm)")
     p.add_argument("--namespace", help="segment name prefix (default posenc)")
@@ -62,6 +65,7 @@ def add_parser(sub) -> None:
 
 def settings_from_args(args) -> Settings:
     return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
+                              grpc_port=args.grpc_port, grpc_workers=args.grpc_workers,
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
@@ -111,6 +115,8 @@ def cmd_serve(args) -> int:
     from posenc.engine.config import load_config
     from .metrics import remove_all
     from .replay import shortcut_in_use
+    from .v2.grpc_main import Children
+    from .v2.shm import remove_registry
 
     s = settings_from_args(args)
     if s.tables:
@@ -126,6 +132,8 @@ def cmd_serve(args) -> int:
         engine = EngineChild(s)
         engine.start()
         threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
+    grpc_servers = Children(s)   # the gRPC server processes (none with --grpc-port 0)
+    grpc_servers.start()
     try:
         uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
                     loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
@@ -133,7 +141,9 @@ def cmd_serve(args) -> int:
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)
     finally:
+        grpc_servers.stop()
         if engine is not None:
             engine.stop()
         remove_all(s.shm_dir, s.namespace)
+        remove_registry(s.shm_dir, s.namespace)
     return 0

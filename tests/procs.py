@@ -252,12 +252,14 @@ class Server(Proc):
     certificate (``verify``: what httpx takes to trust it)."""
 
     def __init__(self, argv, log_dir, name, namespace: str, port: int, workers: int,
-                 config_path: str | None, env=None, ca: str | None = None):
+                 config_path: str | None, env=None, ca: str | None = None, grpc_port: int = 0):
         super().__init__(argv, log_dir, name, env)
         self.namespace = namespace
         self.port = port
         self.url = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
         self.verify = ssl.create_default_context(cafile=ca) if ca else True
+        self.grpc_port = grpc_port
+        self.grpc_url = f"127.0.0.1:{grpc_port}"
         self.workers = workers
         self.config_path = config_path
 
@@ -341,18 +343,21 @@ class Procs:
         return p
 
     def serve(self, config: dict | str | None, workers: int = 2, args: Iterable[str] = (), ready: bool = True,
-              namespace: str | None = None, env: dict | None = None, ca: str | None = None) -> Server:
+              namespace: str | None = None, env: dict | None = None, ca: str | None = None,
+              grpc: bool = False) -> Server:
         """Start ``python -m posenc serve`` on a free port under a fresh namespace (``ca``: it
-        serves HTTPS, with a certificate this CA file signed, given in ``args``)."""
+        serves HTTPS, with a certificate this CA file signed, given in ``args``); its gRPC server
+        too (on another free port) only when ``grpc``: the default port is shared."""
         name = self._name("serve")
         namespace = namespace or unique_namespace()
         port = free_port()
+        grpc_port = free_port() if grpc else 0
         path = self._config(name, config)
         argv = [PYTHON, "-m", CLI_MODULE, "serve", "--port", str(port), "--workers", str(workers),
-                "--namespace", namespace, "--log-level", "warning", *args]
+                "--namespace", namespace, "--log-level", "warning", "--grpc-port", str(grpc_port), *args]
         if path is not None:
             argv += ["--tables", path]
-        s = Server(argv, self.log_dir, name, namespace, port, workers, path, env=env, ca=ca)
+        s = Server(argv, self.log_dir, name, namespace, port, workers, path, env=env, ca=ca, grpc_port=grpc_port)
         self.procs.append(s)
         if ready:
             s.wait_ready()

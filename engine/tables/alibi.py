@@ -125,6 +125,7 @@ class Alibi(Family):
     fields = ("num_heads", "heads", "max_bias", "mode", "mask_future", "query", "key", "dtype")
     selections = ("query", "key")
     dtyped = frozenset({"bias"})
+    batched = frozenset({"bias"})
     returns = "bias [len(heads), n_query, n_key], slopes [len(heads)] float32"
 
     def parse_spec(self, req):

@@ -70,6 +70,8 @@ class Family:
     fields: tuple[str, ...]            # every field a request may hold
     selections: tuple[str, ...]        # the fields that select positions
     dtyped: frozenset[str]             # arrays that take the request's dtype (the rest are fixed)
+    batched: frozenset[str]            # arrays shaped by the selections: a KServe v2 batch of B
+                                       # selections gives them a leading B (the rest are shared)
     returns: str                       # one line for the docs: the arrays that come back
     schema: dict                       # the request's JSON schema (OpenAPI)
     examples: dict                     # named request examples (OpenAPI)

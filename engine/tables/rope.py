@@ -193,6 +193,7 @@ class Rope(Family):
               "layout", "positions", "dtype")
     selections = ("positions",)
     dtyped = frozenset({"cos", "sin"})
+    batched = frozenset({"cos", "sin"})
     returns = "cos, sin [n, d] (times attention_scaling), inv_freq [d/2] float32, attention_scaling"
 
     def parse_spec(self, req):

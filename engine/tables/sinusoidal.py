@@ -106,6 +106,7 @@ class Sinusoidal(Family):
     fields = ("d_model", "base", "layout", "offset", "positions", "dtype")
     selections = ("positions",)
     dtyped = frozenset({"encoding"})
+    batched = frozenset({"encoding"})
     returns = "encoding [n, d_model]"
 
     def parse_spec(self, req):

@@ -75,6 +75,7 @@ class T5Buckets(Family):
     fields = ("bidirectional", "num_buckets", "max_distance", "query", "key")
     selections = ("query", "key")
     dtyped = frozenset()       # buckets are always int32: no dtype field
+    batched = frozenset({"buckets"})
     returns = "buckets [n_query, n_key] int32"
 
     def parse_spec(self, req):

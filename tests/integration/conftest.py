@@ -4,6 +4,8 @@ test leaves running is stopped, and its namespace must be empty in /dev/shm afte
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 import pytest
 
@@ -33,11 +35,9 @@ def no_leftovers(ns, procs):
     assert not left, f"namespace {ns} left {left} in {SHM_DIR} (stray processes stopped: {stray})"
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
-    """``posenc serve`` with 2 workers and its engine holding CONFIG; stopped cleanly at the end."""
-    reg = Procs(tmp_path_factory.mktemp("serve"))
-    s = reg.serve(CONFIG, workers=2)
+@contextlib.contextmanager
+def stopped_cleanly(reg: Procs, s):
+    """Yield the server ``s``; then stop it: exit status 0 and nothing left in /dev/shm."""
     try:
         yield s
     finally:
@@ -48,6 +48,25 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """``posenc serve`` with 2 workers and its engine holding CONFIG; stopped cleanly at the end."""
+    reg = Procs(tmp_path_factory.mktemp("serve"))
+    with stopped_cleanly(reg, reg.serve(CONFIG, workers=2)) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
 def http(server):
     with httpx.Client(base_url=server.url, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def v2server(tmp_path_factory):
+    """``posenc serve`` with its gRPC server (KServe v2), 2 HTTP workers, holding V2_CONFIG's named
+    tables; ready on both ports; stopped cleanly at the end."""
+    from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
+    reg = Procs(tmp_path_factory.mktemp("v2serve"))
+    with stopped_cleanly(reg, reg.serve(V2_CONFIG, workers=2, grpc=True)) as s:
+        wait_grpc_ready(s)
+        yield s

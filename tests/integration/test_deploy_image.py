@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 from posenc.cli import build_parser
-from posenc.engine.settings import DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
+from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
 
 from tests.procs import PYTHON, child_env, free_port
 from tests.shm import SHM_DIR
@@ -48,7 +48,7 @@ def test_compose_matches_settings_and_sizes_shm():
     assert svc["command"][0] == "serve"
     assert s.host == "0.0.0.0"
     published = {int(p.split(":")[-1]) for p in svc["ports"]}
-    assert published == {s.port} == {DEFAULT_PORT}
+    assert published == {s.port, s.grpc_port} == {DEFAULT_PORT, DEFAULT_GRPC_PORT}
     shm = docker_bytes(svc["shm_size"])
     assert shm >= PINNED_ALLOWANCE + s.memory_budget_bytes
     # The same figure as the Kubernetes emptyDir, so one host and one pod hold the same tables.
@@ -140,7 +140,8 @@ def test_image_command_port_and_probe_agree_with_settings():
     (expose,) = instrs("EXPOSE", final)
     s = settings_of(dockerfile_env())
     assert s.host == "0.0.0.0", "inside a container the service must listen on every interface"
-    assert int(expose.args.split("/")[0]) == s.port == DEFAULT_PORT
+    assert [int(p.split("/")[0]) for p in expose.args.split()] == [s.port, s.grpc_port] == [DEFAULT_PORT,
+                                                                                             DEFAULT_GRPC_PORT]
     (user,) = instrs("USER", final)
     assert re.fullmatch(r"[1-9]\d*:\d+", user.args), "numeric non-root user"
     check = healthcheck_command()

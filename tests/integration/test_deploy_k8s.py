@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from kubernetes_validate import utils as kv
 
-from posenc.engine.settings import DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
+from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
 
 from tests.integration.deploy_files import (BASE, COMPOSE, ENGINE_WORKING_SET, K8S_VERSIONS, OVERLAYS,
                                             PINNED_ALLOWANCE, ROOT, all_k8s_objects, colocated_deployment,
@@ -73,16 +73,16 @@ def test_service_container_matches_settings():
     c = pod_containers(dep)["service"]
     assert c["args"] == ["serve", "--attach-only"]
     s = settings_of(container_env(c))
-    (port,) = c["ports"]
-    assert port["containerPort"] == s.port == DEFAULT_PORT
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": s.port, "grpc": s.grpc_port} and (s.port, s.grpc_port) == (DEFAULT_PORT, DEFAULT_GRPC_PORT)
 
     def probe(kind):
         get = c[kind]["httpGet"]
         return get["path"], ports.get(get["port"], get["port"])
 
-    assert probe("readinessProbe") == (READY_PATH, s.port)
+    assert probe("startupProbe") == (READY_PATH, s.port)
     assert probe("livenessProbe") == (HEALTH_PATH, s.port)
+    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port   # grpc.health.v1 (service/v2/grpc_main.py)
     ann = dep["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/path"] == METRICS_PATH
     assert int(ann["prometheus.io/port"]) == s.port

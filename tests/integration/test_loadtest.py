@@ -43,7 +43,7 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def posenc(files):
     reg = Procs(files / "procs")
-    srv = reg.serve(str(files / "tables.json"), workers=2)
+    srv = reg.serve(str(files / "tables.json"), workers=2, grpc=True)
     try:
         yield srv, srv.namespace
     finally:
@@ -57,14 +57,16 @@ def posenc(files):
 def test_locust_mix_runs_without_failures(posenc, files):
     srv, _ = posenc
     prefix = str(files / "locust")
-    stats = locustrun.run(srv.url, prefix, users=4, run_time=4, weights="decode=1,pipeline=1,json=1,newspec=1",
-                          payloads=str(files / "payloads.json"), log_path=str(files / "locust.log"))
+    stats = locustrun.run(srv.url, prefix, users=6, run_time=4,
+                          weights="decode=1,pipeline=1,json=1,newspec=1,v2rest=1,grpc=1",
+                          payloads=str(files / "payloads.json"), log_path=str(files / "locust.log"),
+                          extra=["--posenc-grpc", srv.grpc_url])
     assert os.path.exists(prefix + "_stats.csv") and os.path.exists(prefix + ".html")
     agg = stats["Aggregated"]
     assert agg["requests"] > 0
     assert agg["failures"] == 0, (files / "locust.log").read_text()[-2000:]
     # Every user class got to send (NewSpecUser paces itself: one request on start).
-    for kind in ("rope-row", "alibi-decode", "json-rope", "new-spec"):
+    for kind in ("rope-row", "alibi-decode", "json-rope", "new-spec", "v2-rope-row", "grpc-rope-row"):
         assert stats.get(kind, {}).get("requests", 0) > 0, (kind, sorted(stats))
     assert any(stats.get(k, {}).get("requests", 0) for k in ("pipeline-rope", "pipeline-sinusoidal"))
 
@@ -108,3 +110,7 @@ def test_report_command_end_to_end(procs, files, tmp_path):
         assert res["wrk"]["posenc_rtt"]["failures"] == 0 and res["wrk"]["floor_max"]["rps"] > 0
     md = (out / "summary.md").read_text()
     assert "at 50% of saturation" in md and "latency.png" in md
+    assert res["locust"]["grpc-rope-row"]["requests"] > 0 and res["locust"]["v2-rope-row"]["requests"] > 0
+    if shutil.which("h2load"):
+        assert res["grpc"]["posenc_rtt"]["p50_us"] > 0 and res["grpc"]["floor_max"]["rps"] > 0
+        assert "## gRPC (KServe v2 ModelInfer" in md

@@ -1,0 +1,45 @@
+"""What both transports answer (REST in service/v2/rest.py, gRPC in service/v2/grpc_server.py):
+health, metadata, readiness, inference and the shared-memory registry of one server process."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import anyio
+
+from posenc import __version__
+
+from .infer import Inference, Inferer, Plan, Tensor
+from .models import Models
+from .shm import Regions
+
+NAME = "posenc"
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "parameters"]
+
+
+class V2:
+    def __init__(self, settings, client, ready: Callable[[], bool]):
+        self.settings = settings
+        self.client = client
+        self.is_ready = ready
+        self.models = Models(client)
+        self.regions = Regions(settings.shm_dir, settings.namespace)
+        self.inferer = Inferer(settings, client, self.models, self.regions)
+
+    def server_metadata(self) -> dict:
+        return {"name": NAME, "version": __version__, "extensions": EXTENSIONS}
+
+    def model_metadata(self, name, version: str = "") -> dict:
+        return self.models.get(name, version).metadata
+
+    def model_ready(self, name, version: str = "") -> bool:
+        """Raises ModelNotFound for an unknown model; else whether it answers now."""
+        return self.models.ready(self.models.get(name, version)) and self.is_ready()
+
+    async def infer(self, inf: Inference) -> tuple[Plan, list[Tensor]]:
+        """Plan on the event loop; answer there when small and mapped, else in a thread (a new
+        table's build or a large answer must not stall the other requests)."""
+        plan = self.inferer.plan(inf)
+        if plan.inline:
+            return plan, self.inferer.execute(plan)
+        return plan, await anyio.to_thread.run_sync(self.inferer.execute, plan)

@@ -1,0 +1,149 @@
+"""A gRPC server process of ``posenc serve`` (``--grpc-port``, ``--grpc-workers``):
+
+    python -m posenc.service.v2.grpc_main [--exit-with-parent]
+
+Settings come from ``POSENC_*`` (engine/settings.py; serve exports its flags there). The process
+attaches the engine's shared tables through its own ``Client`` (no private copies), reports
+``grpc.health.v1`` NOT_SERVING until every table is mapped and verified, then SERVING, and counts
+its calls into the server's shared metrics. Several processes share the port with SO_REUSEPORT
+(only when ``grpc_workers`` > 1, so that a port held by anything else is an error, not a silent
+share). SIGTERM: stop accepting, finish what runs (the shutdown timeout), exit 0. A port that
+cannot be bound exits 2 (``posenc serve`` then stops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from posenc.engine.client import Client
+from posenc.engine.settings import Settings, current
+
+from ..handlers import attach_when_up
+from ..metrics import Metrics
+from ..serve_main import terminate
+from .core import V2
+from .grpc_server import SERVICE, GrpcV2
+
+log = logging.getLogger("posenc.service")
+EXIT_NO_PORT = 2
+
+
+async def serve(s: Settings, stop: asyncio.Event) -> int:
+    client = Client(s.shm_dir, s.namespace, build_timeout=s.build_timeout_s)
+    ready = [False]
+    metrics = Metrics(s.shm_dir, s.namespace)
+    server = grpc.aio.server(options=[
+        ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
+        ("grpc.max_receive_message_length", s.max_body_bytes),
+        ("grpc.max_send_message_length", -1),
+    ])
+    server.add_generic_rpc_handlers((GrpcV2(V2(s, client, lambda: ready[0]), metrics).handler(),))
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    for name in ("", SERVICE):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    try:
+        server.add_insecure_port(f"{s.host}:{s.grpc_port}")
+    except RuntimeError as e:
+        print(f"posenc grpc: cannot listen on {s.host}:{s.grpc_port}: {e}", file=sys.stderr, flush=True)
+        metrics.close()
+        return EXIT_NO_PORT
+    await server.start()
+    attach = asyncio.create_task(_attach(client, s, ready, health))
+    try:
+        await stop.wait()
+    finally:
+        attach.cancel()
+        await health.enter_graceful_shutdown()
+        await server.stop(s.shutdown_timeout_s)
+        metrics.close()
+    return 0
+
+
+async def _attach(client: Client, s: Settings, ready: list, health: HealthServicer) -> None:
+    """Map and verify every table (readiness), retrying while the engine starts."""
+    n = await attach_when_up(lambda: client.attach_all(True, s.build_timeout_s))
+    ready[0] = True
+    for name in ("", SERVICE):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("grpc: ready on port %d: %d tables attached and verified", s.grpc_port, n)
+
+
+class Children:
+    """The gRPC server processes (service/v2/grpc_main.py): each gets SIGTERM if this process
+    dies; one that cannot bind its port stops the server, one that dies otherwise is restarted."""
+
+    def __init__(self, settings: Settings):
+        self.s = settings
+        self.procs: list[subprocess.Popen] = []
+        self.stopping = False
+
+    def start(self) -> None:
+        if self.s.grpc_port == 0:
+            return
+        for i in range(self.s.grpc_workers):
+            self.procs.append(self._spawn())
+            threading.Thread(target=self._watch, args=(i,), daemon=True, name=f"grpc-watch-{i}").start()
+
+    def _spawn(self) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "posenc.service.v2.grpc_main", "--exit-with-parent"])
+
+    def _watch(self, i: int) -> None:
+        while not self.stopping:
+            rc = self.procs[i].wait()
+            if self.stopping:
+                return
+            if rc == EXIT_NO_PORT:   # restarting cannot help
+                print(f"posenc serve: the gRPC server cannot listen on port {self.s.grpc_port}; stopping",
+                      file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            print(f"posenc serve: gRPC server exited with {rc}; restarting", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+            if not self.stopping:
+                self.procs[i] = self._spawn()
+
+    def stop(self) -> None:
+        self.stopping = True
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            terminate(p, self.s.shutdown_timeout_s + 5)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m posenc.service.v2.grpc_main", description=__doc__.split("\n\n")[0])
+    p.add_argument("--exit-with-parent", action="store_true", help="get SIGTERM when the parent dies (Linux)")
+    args = p.parse_args(argv)
+    s = current()
+    logging.basicConfig(level=s.log_level.upper() if s.log_level != "trace" else "DEBUG",
+                        format="%(levelname)s:     %(message)s")
+    if args.exit_with_parent:
+        from posenc.engine.engine_main import exit_with_parent
+        exit_with_parent()
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve(s, stop)
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,240 @@
+"""v2 over gRPC: ``inference.GRPCInferenceService`` (service/v2/proto) on grpcio's asyncio server.
+
+Implemented: ServerLive, ServerReady, ServerMetadata, ModelMetadata, ModelReady, ModelInfer,
+ModelStreamInfer and the three SystemSharedMemory methods; every other method of the service
+answers UNIMPLEMENTED (grpcio's answer for a method no handler names). Requests are parsed by the
+generated classes; inference answers are serialized here: the response without its tensors
+through protobuf, then each tensor's bytes appended as a ``raw_output_contents`` field (protobuf
+fields may come in any order), so the bytes of a large answer are copied once, not three times.
+Errors: service/v2/errors.py (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from time import perf_counter
+
+import grpc
+
+from .core import V2
+from .errors import BadRequest, describe, grpc_code
+from .infer import Inference, Input, Output, Tensor
+from .proto import grpc_service_pb2 as pb
+
+log = logging.getLogger("posenc.service")
+
+SERVICE = "inference.GRPCInferenceService"
+_RAW_OUTPUT = b"\x32"        # ModelInferResponse.raw_output_contents: field 6, length-delimited
+STREAM_RESPONSE = b"\x12"   # ModelStreamInferResponse.infer_response: field 2, length-delimited
+_ID = b"\x1a"               # ModelInferResponse.id: field 3, length-delimited
+_STATUS = {grpc.StatusCode.OK: 200, grpc.StatusCode.UNIMPLEMENTED: 405, grpc.StatusCode.CANCELLED: 499}
+
+
+@functools.lru_cache(maxsize=4096)   # answers repeat their sizes
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _param(p: pb.InferParameter):
+    kind = p.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(p, kind)
+
+
+def _params(m) -> dict:
+    return {k: _param(v) for k, v in m.items()} if m else {}
+
+
+def inference(req: pb.ModelInferRequest) -> Inference:
+    """A ModelInferRequest as an Inference (raw contents matched to inputs in order, skipping
+    inputs that come from shared memory, as tritonclient sends them)."""
+    raws, inputs, k = req.raw_input_contents, [], 0
+    for t in req.inputs:
+        params, raw, data = _params(t.parameters), None, None
+        if raws and "shared_memory_region" not in params:
+            raw = raws[k] if k < len(raws) else None
+            k += 1
+        elif not raws and t.HasField("contents"):
+            c = t.contents
+            data = list(c.int64_contents) if t.datatype == "INT64" else list(c.int_contents)
+        inputs.append(Input(t.name, t.datatype, tuple(t.shape), params, raw, data))
+    if raws and k != len(raws):
+        raise BadRequest("raw_input_contents", f"{len(raws)} entries for {k} inputs "
+                         "(one per input not in shared memory, in order)")
+    outputs = [Output(o.name, _params(o.parameters)) for o in req.outputs] or None
+    return Inference(req.model_name, req.model_version, req.id, _params(req.parameters), inputs, outputs)
+
+
+_HEADS: dict = {}   # (model, outputs' names, datatypes, shapes, regions) -> serialized response header
+
+
+def response_bytes(inf: Inference, tensors: list[Tensor]) -> bytes:
+    """The serialized ModelInferResponse: its header (cached: decode steps repeat their shapes),
+    the request's id, then each output's bytes as a raw_output_contents field."""
+    key = (inf.model, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
+                        for t in tensors))
+    head = _HEADS.get(key)
+    if head is None:
+        r = pb.ModelInferResponse(model_name=inf.model, model_version="1")
+        for t in tensors:
+            o = r.outputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+            if t.region is not None:
+                o.parameters["shared_memory_region"].string_param = t.region["shared_memory_region"]
+                o.parameters["shared_memory_byte_size"].int64_param = t.region["shared_memory_byte_size"]
+        head = r.SerializeToString()
+        if len(_HEADS) > 4096:
+            _HEADS.clear()
+        _HEADS[key] = head
+    parts = [head]
+    if inf.id:
+        rid = inf.id.encode()
+        parts += (_ID, varint(len(rid)), rid)
+    for t in tensors:
+        if t.region is not None:
+            parts.append(_RAW_OUTPUT + b"\x00")   # keeps raw_output_contents aligned with outputs
+        else:
+            a = t.array if t.array.flags.c_contiguous else t.array.copy(order="C")
+            parts += (_RAW_OUTPUT, varint(a.nbytes), a)
+    return b"".join(parts)
+
+
+class GrpcV2:
+    """The service's handlers; ``metrics`` (service/metrics.Metrics or None) times them."""
+
+    def __init__(self, v2: V2, metrics=None):
+        self.v2 = v2
+        self.metrics = metrics
+
+    def _observe(self, route: str, code, t0: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0)
+
+    def _route(self, method: str, model) -> str:
+        try:
+            m = self.v2.models.get(model)
+        except Exception:
+            return "grpc"
+        return f"grpc {method} {'<table>' if m.is_table else m.name}"
+
+    async def _answer(self, inf: Inference) -> bytes:
+        _, tensors = await self.v2.infer(inf)
+        return response_bytes(inf, tensors)
+
+    # -- unary methods ----------------------------------------------------------------------------
+    async def _unary(self, fn, req, ctx, route: str = "grpc"):
+        t0, code = perf_counter(), grpc.StatusCode.OK
+        try:
+            return await fn(req)
+        except Exception as e:
+            status, msg = describe(e)
+            code = grpc_code(status)
+            await ctx.abort(code, msg)
+        finally:
+            self._observe(route, code, t0)
+
+    async def ModelInfer(self, req, ctx):
+        async def infer(r):
+            return await self._answer(inference(r))
+        return await self._unary(infer, req, ctx, self._route("ModelInfer", req.model_name))
+
+    async def ServerLive(self, req, ctx):
+        return await self._unary(lambda r: _done(pb.ServerLiveResponse(live=True)), req, ctx)
+
+    async def ServerReady(self, req, ctx):
+        return await self._unary(lambda r: _done(pb.ServerReadyResponse(ready=self.v2.is_ready())), req, ctx)
+
+    async def ServerMetadata(self, req, ctx):
+        return await self._unary(lambda r: _done(pb.ServerMetadataResponse(**self.v2.server_metadata())), req, ctx)
+
+    async def ModelMetadata(self, req, ctx):
+        def meta(r):
+            m = self.v2.model_metadata(r.name, r.version)
+            return _done(pb.ModelMetadataResponse(
+                name=m["name"], versions=m["versions"], platform=m["platform"],
+                inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["inputs"]],
+                outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["outputs"]]))
+        return await self._unary(meta, req, ctx)
+
+    async def ModelReady(self, req, ctx):
+        return await self._unary(lambda r: _done(pb.ModelReadyResponse(ready=self.v2.model_ready(r.name, r.version))),
+                                 req, ctx)
+
+    async def SystemSharedMemoryStatus(self, req, ctx):
+        def status(r):
+            out = pb.SystemSharedMemoryStatusResponse()
+            for e in self.v2.regions.status(r.name or None):
+                out.regions[e["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**e))
+            return _done(out)
+        return await self._unary(status, req, ctx)
+
+    async def SystemSharedMemoryRegister(self, req, ctx):
+        def register(r):
+            self.v2.regions.register(r.name, r.key, r.offset, r.byte_size)
+            return _done(pb.SystemSharedMemoryRegisterResponse())
+        return await self._unary(register, req, ctx)
+
+    async def SystemSharedMemoryUnregister(self, req, ctx):
+        def unregister(r):
+            self.v2.regions.unregister(r.name or None)
+            return _done(pb.SystemSharedMemoryUnregisterResponse())
+        return await self._unary(unregister, req, ctx)
+
+    # -- the bidirectional stream ------------------------------------------------------------------
+    async def ModelStreamInfer(self, requests, ctx):
+        """Each request message gets one response message, in order; a refused request gets
+        one with ``error_message`` and the stream goes on (as Triton does)."""
+        async for req in requests:
+            t0, code, route = perf_counter(), grpc.StatusCode.OK, "grpc"
+            try:
+                inf = inference(req)
+                route = self._route("ModelStreamInfer", inf.model)
+                body = await self._answer(inf)
+                out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
+            except Exception as e:
+                status, msg = describe(e)
+                code = grpc_code(status)
+                out = pb.ModelStreamInferResponse(
+                    error_message=msg, infer_response=pb.ModelInferResponse(id=req.id)).SerializeToString()
+            self._observe(route, code, t0)
+            yield out
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        unary = {
+            "ServerLive": (pb.ServerLiveRequest, True), "ServerReady": (pb.ServerReadyRequest, True),
+            "ServerMetadata": (pb.ServerMetadataRequest, True), "ModelMetadata": (pb.ModelMetadataRequest, True),
+            "ModelReady": (pb.ModelReadyRequest, True), "ModelInfer": (pb.ModelInferRequest, False),
+            "SystemSharedMemoryStatus": (pb.SystemSharedMemoryStatusRequest, True),
+            "SystemSharedMemoryRegister": (pb.SystemSharedMemoryRegisterRequest, True),
+            "SystemSharedMemoryUnregister": (pb.SystemSharedMemoryUnregisterRequest, True),
+        }
+        methods = {name: grpc.unary_unary_rpc_method_handler(
+            getattr(self, name), request_deserializer=cls.FromString,
+            response_serializer=_serialize if message else _bytes) for name, (cls, message) in unary.items()}
+        methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self.ModelStreamInfer, request_deserializer=pb.ModelInferRequest.FromString, response_serializer=_bytes)
+        return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+async def _done(value):
+    return value
+
+
+def _serialize(msg) -> bytes:
+    return msg.SerializeToString()
+
+
+def _bytes(b: bytes) -> bytes:
+    return b
+
+
+def _http(code) -> int:
+    from .errors import GRPC_CODES
+    for status, c in GRPC_CODES.items():
+        if c == code:
+            return status
+    return 500
