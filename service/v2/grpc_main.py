@@ -103,7 +103,7 @@ class Children:
     def _watch(self, i: int) -> None:
         while not self.stopping:
             rc = self.procs[i].wait()
-            if self.stopping:
+            if self.stopping or rc == 0:   # 0: it was told to stop (a signal to the process group)
                 return
             if rc == EXIT_NO_PORT:   # restarting cannot help
                 print(f"posenc serve: the gRPC server cannot listen on port {self.s.grpc_port}; stopping",
