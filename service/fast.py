@@ -108,14 +108,14 @@ class FastFront:
         self.metrics: Metrics | None = None
         # what the hot lane below ASGI (service/lane.py) answers: the same paths and headers
         self.hot_paths = _HOT if self.c_shortcut else {}
+        self.hot_urls = {p.encode(): lane for p, lane in self.hot_paths.items()}   # as request targets
         # the bearer token's check (None: no token), which the lane asks too (service/guard.py)
         self.gate = guard.gate_for(svc.settings)
-
-    @staticmethod
-    def hot_headers(n: int) -> list[bytes]:
-        """The front's headers of an n-byte shortcut answer, as uvicorn writes ASGI headers."""
-        return [b"%s: %s\r\n" % h for h in (_ST_HDR, (b"content-length", b"%d" % n), _WORKER)]
         self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
+
+    # The front's headers of a shortcut answer as uvicorn writes ASGI headers: what comes before
+    # the content length's digits and what follows them (the lane writes them around len(body)).
+    HOT_HEADERS = (b"%s: %s\r\ncontent-length: " % _ST_HDR, b"\r\n%s: %s\r\n" % _WORKER)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

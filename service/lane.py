@@ -20,6 +20,11 @@ uvicorn does when a response completes. Everything else goes on through ASGI, un
 - with a bearer token set, a request without it (ASGI refuses it; service/guard.py).
 With CORS on, the app factory registers no front: the lane is off (its middleware adds headers).
 A client that leaves before its body is whole is handed to ASGI too (which counts it as 499).
+
+A request that can take the lane is admitted at its headers (``_admit``), before uvicorn builds
+its ASGI cycle: the cycle is built only if the lane hands the request on (``_to_asgi``, which
+then does what uvicorn's header callback would have done). Requests queued behind one in
+progress (pipelining) keep uvicorn's cycles and take the lane when uvicorn would start them.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ FRONT = None
 
 _OK = STATUS_LINE[200]
 _NOT_LANE = frozenset({b"expect", b"transfer-encoding", b"upgrade"})
+_defaults = (None, b"")   # (uvicorn's default header list, those headers as bytes): renewed each second
 
 
 _in_use = False     # a connection of this worker was served by HotLaneProtocol
@@ -53,8 +59,20 @@ def serving() -> bool:
     return FRONT is not None and _in_use
 
 
+def _default_headers(state) -> bytes:
+    """uvicorn's default headers (the date header changes every second) as written bytes."""
+    global _defaults
+    if _defaults[0] is not state.default_headers:
+        _defaults = (state.default_headers, b"".join(b"%s: %s\r\n" % h for h in state.default_headers))
+    return _defaults[1]
+
+
 class HotLaneProtocol(HttpToolsProtocol):
     _deferred = None   # (cycle, app, lane) of a lane request whose body is still arriving
+    _active = 0.0      # loop time of the last data or completed response (the keep-alive clock)
+    _hot = None        # [lane, body] of a request admitted at its headers (no cycle exists yet)
+    _no_lane = False   # building a cycle for a request the lane handed on
+    _close_after = False   # shutdown came while an admitted request was arriving
 
     # -- uvicorn's hooks ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -62,13 +80,44 @@ class HotLaneProtocol(HttpToolsProtocol):
         _in_use = True
         super().connection_made(transport)
 
-    def on_message_begin(self) -> None:
-        # A lane answer completes inside feed_data and may arm the keep-alive timer while the
-        # next request is already in the buffer; a new request disarms it, as data_received does.
-        self._unset_keepalive_if_required()
-        super().on_message_begin()
+    # -- keep-alive: one timer per connection, not one per response -------------------------------
+    # uvicorn arms a timer when a response completes and cancels it when data comes: a TimerHandle
+    # made and cancelled per request, a few µs of a lane answer. Here data and completions only
+    # note the time; the one pending timer, when it fires, closes the connection if it has been
+    # idle for the whole timeout (no request in progress), else waits for the rest.
+    def _unset_keepalive_if_required(self) -> None:
+        self._active = self.loop.time()
+
+    def on_response_complete(self) -> None:   # an ASGI response completed (cycle.on_response)
+        self._completed()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self.transport.is_closing():
+            return
+        if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline or self._deferred:
+            return                           # busy: armed again when its response completes
+        left = self._active + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self.timeout_keep_alive_handler)
+        else:
+            self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        lane = self._admit()
+        if lane is None:
+            return super().on_headers_complete()
+        self._hot = [lane, b""]
+
+    def shutdown(self) -> None:
+        if self._hot is not None:            # answer the request arriving, then close
+            self._close_after = True
+            return
+        super().shutdown()
 
     def _start_asgi_task(self, cycle, app) -> None:
+        if self._no_lane:
+            return super()._start_asgi_task(cycle, app)
         lane = self._lane_of(cycle, app)
         if lane is None:
             return super()._start_asgi_task(cycle, app)
@@ -80,6 +129,12 @@ class HotLaneProtocol(HttpToolsProtocol):
             super()._start_asgi_task(cycle, app)
 
     def on_body(self, body: bytes) -> None:
+        h = self._hot
+        if h is not None:
+            h[1] += body
+            if len(h[1]) > HIGH_WATER_LIMIT:     # not a hot body: ASGI streams the rest
+                self._to_asgi(complete=False)
+            return
         super().on_body(body)
         d = self._deferred
         if d is not None and len(d[0].body) > HIGH_WATER_LIMIT:   # not a hot body: ASGI streams it
@@ -87,6 +142,16 @@ class HotLaneProtocol(HttpToolsProtocol):
             super()._start_asgi_task(d[0], d[1])
 
     def on_message_complete(self) -> None:
+        h = self._hot
+        if h is not None:
+            keep_alive = (self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+                          and not self._close_after)
+            if self._write(h[0], h[1], self.headers, keep_alive):
+                self._hot = None
+                self._completed()
+            else:
+                self._to_asgi(complete=True)
+            return
         super().on_message_complete()
         d = self._deferred
         if d is not None and d[0] is self.cycle:
@@ -97,13 +162,55 @@ class HotLaneProtocol(HttpToolsProtocol):
                 super()._start_asgi_task(d[0], d[1])
 
     def connection_lost(self, exc) -> None:
+        if self._hot is not None:            # left mid-body: ASGI sees the disconnect (499)
+            self._to_asgi(complete=False)
         super().connection_lost(exc)
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         d = self._deferred
         if d is not None:                    # left mid-body: ASGI sees the disconnect (499)
             self._deferred = None
             super()._start_asgi_task(d[0], d[1])
 
     # -- the lane ------------------------------------------------------------------------------
+    def _admit(self):
+        """At a request's headers: (family, metrics offset) if it may take the lane now, before
+        any ASGI cycle is built; None lets uvicorn build one."""
+        front = FRONT
+        if front is None or self.access_log or self.root_path or self.limit_concurrency is not None:
+            return None
+        lane = front.hot_urls.get(self.url)  # the exact target: no query string, no escapes
+        if lane is None or self.expect_100_continue or self.pipeline:
+            return None
+        if (self.cycle is not None and not self.cycle.response_complete) or self.parser.get_method() != b"POST" \
+                or self.parser.should_upgrade():
+            return None
+        for name, _ in self.headers:
+            if name in _NOT_LANE:
+                return None
+        if front.gate is not None and not front.gate.allows(self.headers):
+            return None
+        return lane
+
+    def _to_asgi(self, complete: bool) -> None:
+        """Hand an admitted request to ASGI: build its cycle as uvicorn would have at its headers
+        (and start its task), with the body read so far."""
+        lane, body = self._hot
+        self._hot = None
+        self._no_lane = True
+        try:
+            super().on_headers_complete()
+        finally:
+            self._no_lane = False
+        cycle = self.cycle
+        cycle.body += body
+        if self._close_after:
+            cycle.keep_alive = False
+        if complete:
+            cycle.more_body = False
+        cycle.message_event.set()
+
     def _lane_of(self, cycle, app):
         """(family, metrics offset) when this request may take the lane, else None."""
         front = FRONT
@@ -121,47 +228,51 @@ class HotLaneProtocol(HttpToolsProtocol):
         return lane
 
     def _answer(self, cycle, lane) -> bool:
+        """A queued request's cycle answered in the lane; False if the shortcut declined."""
+        if not self._write(lane, bytes(cycle.body), cycle.scope["headers"], cycle.keep_alive):
+            return False
+        cycle.response_started = cycle.response_complete = True
+        return True
+
+    def _write(self, lane, body: bytes, headers, keep_alive: bool) -> bool:
         """Answer a whole body through the C shortcut and write the response; False if declined."""
         t0 = perf_counter()
         if self.flow.write_paused or self.transport.is_closing():
             return False
         front = FRONT
         try:
-            out = front.svc.hot(lane[0], bytes(cycle.body), cycle.scope["headers"])
+            out = front.svc.hot(lane[0], body, headers)
         except Exception:   # a shortcut's failure must not fail the request: ASGI answers it
             log.exception("template shortcut failed in the hot lane; answering through ASGI")
             return False
         if out is None:
             return False
-        head = [_OK]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += front.hot_headers(len(out))
-        if not cycle.keep_alive:
-            head.append(b"connection: close\r\n")
-        head.append(b"\r\n")
-        self.transport.writelines((b"".join(head), out))
-        cycle.response_started = cycle.response_complete = True
+        pre, post = front.HOT_HEADERS
+        head = b"%s%s%s%d%s%s\r\n" % (_OK, _default_headers(self.server_state), pre, len(out), post,
+                                        b"" if keep_alive else b"connection: close\r\n")
+        self.transport.writelines((head, out))
         global answered
         answered += 1
-        if not cycle.keep_alive:
+        if not keep_alive:
             self.transport.close()
         if front.metrics is not None:
             front.metrics.observe_at(lane[1], perf_counter() - t0)
         return True
 
     def _completed(self) -> None:
-        """What uvicorn's on_response_complete does, iterating over pipelined requests that the
-        lane answers in turn (instead of recursing once per request)."""
+        """What uvicorn's on_response_complete does (with the keep-alive timer above), iterating
+        over pipelined requests that the lane answers in turn (instead of recursing once per
+        request)."""
         while True:
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return
-            self._unset_keepalive_if_required()
             self.flow.resume_reading()
             if not self.pipeline:
-                self.timeout_keep_alive_task = self.loop.call_later(
-                    self.timeout_keep_alive, self.timeout_keep_alive_handler)
+                self._active = self.loop.time()
+                if self.timeout_keep_alive_task is None:
+                    self.timeout_keep_alive_task = self.loop.call_later(
+                        self.timeout_keep_alive, self.timeout_keep_alive_handler)
                 return
             cycle, app = self.pipeline.pop()
             lane = self._lane_of(cycle, app)
