@@ -196,11 +196,11 @@ class Client:
                 raise SpecError(tuple(reply.get("loc") or ("table",)), reply.get("msg") or reply.get("error"))
             raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
 
-    def call(self, msg: dict) -> dict:
+    def call(self, msg: dict, timeout: float | None = None) -> dict:
         path = store.socket_path(self.shm_dir, self.namespace)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(self.build_timeout)
+                s.settimeout(timeout or self.build_timeout)
                 s.connect(path)
                 s.sendall(json.dumps(msg).encode() + b"\n")
                 data = b""
