@@ -240,13 +240,15 @@ class Client:
         return req.table is None or req.table.digest in self._views
 
     def view(self, req: Request) -> TableView | None:
-        """The mapped table that answers a request (built once if new), or None: computed (also
-        when the engine will not store a table that large)."""
+        """The mapped table that answers a request (built once if new), or None: computed. Also
+        None when the table cannot be had: too large for the budget, no room in shared memory,
+        the engine down or gone mid-build, no descriptor left. The answer is the same bits, and
+        its size was bounded by the response limit before this was asked."""
         if req.table is None:
             return None
         try:
             return self.attach(req.table)
-        except NotStored:
+        except (NotStored, EngineUnavailable, OSError):
             return None
 
     def answer(self, req: Request) -> dict:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procs import Procs, wait_for
+from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG
 
 pytestmark = pytest.mark.slow
@@ -57,16 +57,8 @@ def load(url: str, stop: threading.Event, counts: dict) -> None:
                 counts["error"] = counts.get("error", 0) + 1
 
 
-@pytest.fixture
-def server(tmp_path):
-    procs = Procs(tmp_path)
-    try:
-        yield procs.serve(CONFIG, workers=2)
-    finally:
-        procs.cleanup()
-
-
-def test_no_counter_decreases_when_a_worker_is_killed_under_load(server):
+def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
+    server = procs.serve(CONFIG, workers=2, namespace=ns)
     stop, counts = threading.Event(), {}
     threads = [threading.Thread(target=load, args=(server.url, stop, counts)) for _ in range(2)]
     for t in threads:
