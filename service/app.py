@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None):
     @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified; "
                                  "stays 200 while the engine restarts (answers are computed meanwhile)")
     async def readyz():   # service/readiness.py says what it means
-        status, body = readiness(svc)
+        status, body = await anyio.to_thread.run_sync(readiness, svc)
         return JSONResponse(body, status_code=status)
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")

@@ -1,14 +1,15 @@
 """/metrics: the request metrics (service/metrics_text.py) plus the engine, shared memory and
 process figures, read when scraped.
 
-- ``posenc_engine_up``: 1 when the engine answers a ping on its socket within 0.5 s;
+- ``posenc_engine_up``: 1 when the engine answers a ping on its socket (service/readiness.py);
 - ``posenc_tables`` and ``posenc_shm_bytes`` (by kind: pinned, on_demand): from its manifest;
 - ``posenc_memory_budget_bytes``: the on-demand budget (the manifest's, else this worker's setting);
 - ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: the
   manifest's ``stats`` (engine/engine_stats.py; they restart from zero with the engine process);
 - ``process_*`` (prometheus_client's ProcessCollector) for each process of the server, labelled
   ``role`` (serve, engine, worker) and ``pid``, so a scrape answered by any worker shows them all
-  and no series mixes two processes.
+  and no series mixes two processes (the engine's only when its pid is an engine in this pid
+  namespace: a sidecar's is not).
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ from __future__ import annotations
 from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from posenc.engine.errors import EngineUnavailable
-
 from .metrics_fold import collect
 from .metrics_text import request_families, to_text
+from .readiness import engine_up
 
-PING_TIMEOUT_S = 0.5
+
+def _is_engine(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"engine" in f.read()
+    except OSError:
+        return False
 
 
 def engine_families(client, budget_default: int) -> list:
-    try:
-        up = bool(client.call({"op": "ping"}, timeout=PING_TIMEOUT_S).get("ok"))
-    except (EngineUnavailable, ValueError):
-        up = False
-    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(up))]
+    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(engine_up(client)))]
     m = client.manifest() or {}
     tables = GaugeMetricFamily("posenc_tables", "Tables in shared memory.", labels=["kind"])
     nbytes = GaugeMetricFamily("posenc_shm_bytes", "Bytes of tables in shared memory.", labels=["kind"])
@@ -76,7 +78,7 @@ def page(metrics, client, settings, serve_pid: int | None) -> str:
         procs += [("worker", p) for p in pids]
     fams += engine_families(client, settings.memory_budget_bytes)
     engine_pid = (client.manifest() or {}).get("pid")
-    if engine_pid:
+    if engine_pid and _is_engine(engine_pid):
         procs.append(("engine", engine_pid))
     if serve_pid:
         procs.append(("serve", serve_pid))

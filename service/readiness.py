@@ -5,8 +5,10 @@
 - then 200 ``{"status": "ready", ...}`` for the worker's life: it can answer every request. A
   table it has mapped answers from shared memory, and one it has not (a new spec, or any table
   while the engine restarts or is down) is computed exactly in the worker, within the same size
-  limits, so nothing waits on the engine. ``engine`` says whether the engine that wrote the
-  manifest is alive ("up") or not ("down": restarting, or gone); ``generation`` is the manifest's.
+  limits, so nothing waits on the engine. ``engine`` says whether the engine answers a ping on
+  its socket within 0.25 s ("up") or not ("down": restarting, or gone); ``generation`` is the
+  manifest's. A ping, not the manifest's pid: a sidecar engine's pid means nothing in another
+  container's pid namespace.
 
 Taking a worker out of rotation while the engine restarts would only move its load onto the
 others, which are in the same state: they share the engine.
@@ -14,24 +16,24 @@ others, which are in the same state: they share the engine.
 
 from __future__ import annotations
 
-import os
+from posenc.engine.errors import EngineUnavailable
 
 
-def engine_state(manifest: dict | None) -> str:
-    pid = (manifest or {}).get("pid")
-    if not pid:
-        return "down"
+PING_TIMEOUT_S = 0.25
+
+
+def engine_up(client, timeout: float = PING_TIMEOUT_S) -> bool:
+    """The engine answers a ping on its socket within ``timeout``."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return "down"
-    except PermissionError:   # another user's engine (a sidecar): it exists
-        pass
-    return "up"
+        return bool(client.call({"op": "ping"}, timeout=timeout).get("ok"))
+    except (EngineUnavailable, ValueError):
+        return False
 
 
 def readiness(svc) -> tuple[int, dict]:
+    """(status, body) of /readyz; blocks up to PING_TIMEOUT_S (run it off the event loop)."""
     if not svc.ready:
         return 503, {"status": "starting"}
     m = svc.client.manifest()
-    return 200, {"status": "ready", "generation": (m or {}).get("generation"), "engine": engine_state(m)}
+    return 200, {"status": "ready", "generation": (m or {}).get("generation"),
+                 "engine": "up" if engine_up(svc.client) else "down"}
