@@ -108,6 +108,10 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
     assert ("posenc_evictions_total", ()) in final
     assert final[("posenc_response_bytes_total", (("route", "/v1/rope"),))] > 0
     hot = {p: final.get(("posenc_hot_path_total", (("path", p), ("route", "/v1/rope"))), 0) for p in ("shortcut", "full")}
-    assert hot["shortcut"] > 0 and hot["full"] > 0, hot   # repeated specs take the shortcut
+    assert hot["full"] > 0, hot
+    if httpx.get(server.url + "/v1/tables").json()["shortcut"] == "c":   # repeated specs take it
+        assert hot["shortcut"] > 0, hot
+    else:
+        assert hot["shortcut"] == 0, hot
     roles = {dict(labels).get("role") for (name, labels) in final if name == "process_cpu_seconds_total"}
     assert roles == {"worker", "engine", "serve"}
