@@ -196,11 +196,11 @@ class Client:
                 raise SpecError(tuple(reply.get("loc") or ("table",)), reply.get("msg") or reply.get("error"))
             raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
 
-    def call(self, msg: dict) -> dict:
+    def call(self, msg: dict, timeout: float | None = None) -> dict:
         path = store.socket_path(self.shm_dir, self.namespace)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(self.build_timeout)
+                s.settimeout(timeout or self.build_timeout)
                 s.connect(path)
                 s.sendall(json.dumps(msg).encode() + b"\n")
                 data = b""
@@ -240,13 +240,15 @@ class Client:
         return req.table is None or req.table.digest in self._views
 
     def view(self, req: Request) -> TableView | None:
-        """The mapped table that answers a request (built once if new), or None: computed (also
-        when the engine will not store a table that large)."""
+        """The mapped table that answers a request (built once if new), or None: computed. Also
+        None when the table cannot be had: too large for the budget, no room in shared memory,
+        the engine down or gone mid-build, no descriptor left. The answer is the same bits, and
+        its size was bounded by the response limit before this was asked."""
         if req.table is None:
             return None
         try:
             return self.attach(req.table)
-        except NotStored:
+        except (NotStored, EngineUnavailable, OSError):
             return None
 
     def answer(self, req: Request) -> dict:

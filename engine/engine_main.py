@@ -32,6 +32,7 @@ import time
 
 from . import logs, settings, store
 from .config import ConfiguredTable, load_config
+from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
 from .tables import TableDef
 from .tables.base import DEFAULT_LENGTH
@@ -65,6 +66,7 @@ class Engine:
             self.gid = grp.getgrnam(opts.group).gr_gid if not opts.group.isdigit() else int(opts.group)
             self.mode = 0o640
         self.lock = threading.Lock()
+        self.stats = BuildStats()   # builds and evictions, in the manifest (engine/engine_stats.py)
         self.tables: dict[str, dict] = {}
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
@@ -152,7 +154,8 @@ class Engine:
         store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
             "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
             "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
-            "backend": kernels_info(), "tables": self.tables}, self.mode, self.gid)
+            "backend": kernels_info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
+            "stats": self.stats.update(self.tables)}, self.mode, self.gid)
 
     # -- on demand ------------------------------------------------------------------------------
     def ensure(self, key) -> str:

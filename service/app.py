@@ -10,6 +10,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import multiprocessing
+
+import anyio
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -21,6 +24,8 @@ from . import guard, lane, openapi
 from .fast import FastFront, answer
 from .handlers import Service, attach_when_up
 from .metrics import Metrics
+from .metrics_engine import page as metrics_page
+from .readiness import readiness
 from .v2 import rest as v2_rest
 from .v2.core import V2
 
@@ -75,16 +80,16 @@ def create_app(settings: Settings | None = None):
     async def healthz():
         return {"status": "ok"}
 
-    @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified")
-    async def readyz():
-        if svc.ready:
-            return {"status": "ready", "generation": svc.client.generation}
-        return JSONResponse({"status": "starting"}, status_code=503)
+    @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified; "
+                                 "stays 200 while the engine restarts (answers are computed meanwhile)")
+    async def readyz():   # service/readiness.py says what it means
+        status, body = await anyio.to_thread.run_sync(readiness, svc)
+        return JSONResponse(body, status_code=status)
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")
-    async def metrics():
-        front = front_holder["front"]
-        text = front.metrics.render() if front.metrics else ""
+    async def metrics():   # service/metrics_engine.py: requests, engine, shared memory, processes
+        text = await anyio.to_thread.run_sync(metrics_page, front_holder["front"].metrics, svc.client, settings,
+                                              getattr(multiprocessing.parent_process(), "pid", None))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)

@@ -61,8 +61,8 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-# the paths of families with spec templates -> (family, metrics offset of their 200s)
-_HOT = {f"/v1/{name}": (name, Metrics.index(f"/v1/{name}", 200)) for name in FIELDS}
+# the paths of families with spec templates -> (family, metrics offset of their shortcut answers)
+_HOT = {f"/v1/{name}": (name, Metrics.shortcut_index(name)) for name in FIELDS}
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -139,7 +139,7 @@ class FastFront:
                                 "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})
                     await send({"type": "http.response.body", "body": out})
                     if self.metrics is not None:
-                        self.metrics.observe_at(hot[1], perf_counter() - t0)
+                        self.metrics.observe_at(hot[1], perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
         return await self._general(scope, receive, send, path, t0)
@@ -148,6 +148,13 @@ class FastFront:
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         route = None
+        sent = [0]   # response body bytes
+
+        async def counted(msg, send=send):
+            if msg["type"] == "http.response.body":
+                sent[0] += len(msg.get("body", b""))
+            await send(msg)
+        send = counted
         try:
             if self.gate is not None and guard.guarded(path) and not self.gate.allows(scope["headers"]):
                 statuses.append(401)
@@ -166,7 +173,7 @@ class FastFront:
             if self.metrics is not None:
                 route = route or (path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
                                   else "other")
-                self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0)
+                self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0, sent[0])
 
 
 def _prepend(first: dict, receive):

@@ -256,7 +256,7 @@ class HotLaneProtocol(HttpToolsProtocol):
         if not keep_alive:
             self.transport.close()
         if front.metrics is not None:
-            front.metrics.observe_at(lane[1], perf_counter() - t0)
+            front.metrics.observe_at(lane[1], perf_counter() - t0, len(out))
         return True
 
     def _completed(self) -> None:

@@ -1,8 +1,12 @@
 """Prometheus metrics shared by every worker.
 
 Each uvicorn worker counts into its own small file in shm_dir (``{ns}.metrics.{pid}``, a float64
-array [route, status, bucket]); ``/metrics`` on any worker sums all live workers' files, so a
-scrape sees the whole server whichever worker answers. Buckets are fine enough for 10–1000 µs.
+array [route, status, bucket + seconds + bytes]); ``/metrics`` on any worker sums all workers'
+files, so a scrape sees the whole server whichever worker answers. Buckets are fine enough for
+10–1000 µs. A worker that dies (or exits) has its counts folded, once, into a persistent total
+(service/metrics_fold.py), so no counter goes backwards when uvicorn replaces a worker. Requests
+answered by the C shortcut (service/fast.py, service/lane.py) count into rows of their own, which
+``/metrics`` adds to their route and reports as ``posenc_hot_path_total{path="shortcut"}``.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import random
 
 import numpy as np
 
@@ -29,7 +34,10 @@ BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e
              200e-6, 250e-6, 300e-6, 400e-6, 500e-6, 750e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
              100e-3, 250e-3, 1.0)
 _NB = len(BUCKETS_S) + 1          # + the +Inf bucket
-_SHAPE = (len(ROUTES), len(STATUSES), _NB + 1)   # last cell: sum of seconds
+_CELLS = _NB + 2                  # + the sum of seconds, the sum of response bytes
+# rows: ROUTES, then each family's shortcut answers (200s), then a header (this file's token)
+SHORTCUT_ROW = {name: len(ROUTES) + i for i, name in enumerate(FAMILIES)}
+_SHAPE = (len(ROUTES) + len(FAMILIES) + 1, len(STATUSES), _CELLS)
 ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
 # gRPC calls are counted under the HTTP status of their code (service/v2/errors.py) and shown by name
 GRPC_NAMES = {200: "OK", 500: "INTERNAL", **{s: c.name for s, c in GRPC_CODES.items()}}
@@ -52,6 +60,7 @@ class Metrics:
         finally:
             os.close(fd)
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(_SHAPE)
+        self.counts[-1, 0, 0] = random.getrandbits(48) + 1   # folded once by this token
         self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
 
     @staticmethod
@@ -59,62 +68,32 @@ class Metrics:
         """The offset of a (route, status) histogram, for observe_at."""
         r = ROUTE_INDEX.get(route, len(ROUTES) - 1)
         s = STATUS_INDEX.get(status, len(STATUSES) - 1)
-        return (r * len(STATUSES) + s) * (_NB + 1)
+        return (r * len(STATUSES) + s) * _CELLS
 
-    def observe(self, route: str, status: int, seconds: float) -> None:
-        self.observe_at(self.index(route, status), seconds)
+    @staticmethod
+    def shortcut_index(family: str) -> int:
+        """The offset of a family's shortcut answers (200s), for observe_at."""
+        return (SHORTCUT_ROW[family] * len(STATUSES) + STATUS_INDEX[200]) * _CELLS
 
-    def observe_at(self, base: int, seconds: float) -> None:
+    def observe(self, route: str, status: int, seconds: float, nbytes: int = 0) -> None:
+        self.observe_at(self.index(route, status), seconds, nbytes)
+
+    def observe_at(self, base: int, seconds: float, nbytes: int = 0) -> None:
         flat = self._flat
         flat[base + bisect.bisect_left(BUCKETS_S, seconds)] += 1
         flat[base + _NB] += seconds
+        flat[base + _NB + 1] += nbytes
 
     def close(self) -> None:
+        """This worker's counts go into the persistent total (they stay counted), then its file."""
+        from .metrics_fold import retire
         self._flat.release()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        retire(self.shm_dir, self.namespace, self.path, self.counts)
 
     def render(self, extra: str = "") -> str:
-        total = np.zeros(_SHAPE)
-        workers = 0
-        for name in os.listdir(self.shm_dir):
-            if not name.startswith(_prefix(self.namespace)):
-                continue
-            path = os.path.join(self.shm_dir, name)
-            try:
-                pid = int(name.rsplit(".", 1)[1])
-                if pid != os.getpid() and not _alive(pid):
-                    os.unlink(path)       # a worker that died without cleaning up
-                    continue
-                a = np.fromfile(path, dtype=np.float64)
-                if a.size == total.size:
-                    total += a.reshape(_SHAPE)
-                    workers += 1
-            except (ValueError, OSError):
-                continue
-        lines = ["# HELP posenc_request_duration_seconds Time from request start to the last response byte.",
-                 "# TYPE posenc_request_duration_seconds histogram"]
-        for ri, route in enumerate(ROUTES):
-            for si, status in enumerate(STATUSES):
-                row = total[ri, si]
-                n = row[:_NB].sum()
-                if n == 0:
-                    continue
-                label = (GRPC_NAMES.get(status, "other") if route.startswith("grpc")
-                         else status if status else "other")
-                lab = f'route="{route}",status="{label}"'
-                cum = 0.0
-                for bi, le in enumerate(BUCKETS_S):
-                    cum += row[bi]
-                    lines.append(f'posenc_request_duration_seconds_bucket{{{lab},le="{le:g}"}} {cum:.0f}')
-                lines.append(f'posenc_request_duration_seconds_bucket{{{lab},le="+Inf"}} {n:.0f}')
-                lines.append(f"posenc_request_duration_seconds_sum{{{lab}}} {row[_NB]:.9f}")
-                lines.append(f"posenc_request_duration_seconds_count{{{lab}}} {n:.0f}")
-        lines += ["# HELP posenc_workers HTTP worker processes reporting metrics.",
-                  "# TYPE posenc_workers gauge", f"posenc_workers {workers}"]
-        return "\n".join(lines) + "\n" + extra
+        """Every worker's counts (live ones and the folded total) in the text format."""
+        from .metrics_text import render
+        return render(self, extra)
 
 
 def _alive(pid: int) -> bool:

@@ -21,6 +21,7 @@ import time
 from posenc.engine.settings import CHOICES, Settings, current, use
 
 from . import serve_opts
+from .engine_watch import generation_of, watch_restart
 
 log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
 
@@ -99,9 +100,11 @@ class EngineChild:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             log.warning("engine exited with %s; restarting", rc)
+            exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
             time.sleep(0.5)
             if not self.stopping:
                 self.start()
+                watch_restart(self.s.shm_dir, self.s.namespace, old, exited_at, lambda: self.stopping)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping = True

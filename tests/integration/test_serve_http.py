@@ -8,11 +8,11 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import os
-import re
 
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from posenc.engine import kernels
 from posenc.engine.client import Client
@@ -133,10 +133,12 @@ def test_health_ready_tables_metrics_docs(http, server):
     assert names <= set(os.listdir("/dev/shm")) and len(names) >= 7
     http.post("/v1/rope", json={"head_dim": 64, "positions": [1]})
     http.post("/v1/rope", json={"head_dim": "x", "positions": [1]})
-    text = http.get("/metrics").text
-    assert re.search(r'posenc_request_duration_seconds_bucket\{route="/v1/rope",status="200",le="1e-05"\} \d+', text)
-    assert re.search(r'posenc_request_duration_seconds_count\{route="/v1/rope",status="422"\} [1-9]', text)
-    assert "posenc_workers 2" in text
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples}
+    assert ("posenc_request_duration_seconds_bucket",
+            (("le", "1e-05"), ("route", "/v1/rope"), ("status", "200"))) in got
+    assert got[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "422")))] >= 1
+    assert got[("posenc_workers", ())] == 2
     spec = http.get("/openapi.json").json()
     for fam in ("rope", "sinusoidal", "alibi", "t5-buckets"):
         body = spec["paths"][f"/v1/{fam}"]["post"]["requestBody"]["content"]["application/json"]

@@ -1,0 +1,85 @@
+"""/metrics: the request metrics (service/metrics_text.py) plus the engine, shared memory and
+process figures, read when scraped.
+
+- ``posenc_engine_up``: 1 when the engine answers a ping on its socket (service/readiness.py);
+- ``posenc_tables`` and ``posenc_shm_bytes`` (by kind: pinned, on_demand): from its manifest;
+- ``posenc_memory_budget_bytes``: the on-demand budget (the manifest's, else this worker's setting);
+- ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: the
+  manifest's ``stats`` (engine/engine_stats.py; they restart from zero with the engine process);
+- ``process_*`` (prometheus_client's ProcessCollector) for each process of the server, labelled
+  ``role`` (serve, engine, worker) and ``pid``, so a scrape answered by any worker shows them all
+  and no series mixes two processes (the engine's only when its pid is an engine in this pid
+  namespace: a sidecar's is not).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import ProcessCollector
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from .metrics_fold import collect
+from .metrics_text import request_families, to_text
+from .readiness import engine_up
+
+
+def _is_engine(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"engine" in f.read()
+    except OSError:
+        return False
+
+
+def engine_families(client, budget_default: int) -> list:
+    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(engine_up(client)))]
+    m = client.manifest() or {}
+    tables = GaugeMetricFamily("posenc_tables", "Tables in shared memory.", labels=["kind"])
+    nbytes = GaugeMetricFamily("posenc_shm_bytes", "Bytes of tables in shared memory.", labels=["kind"])
+    for kind, pinned in (("pinned", True), ("on_demand", False)):
+        es = [e for e in m.get("tables", {}).values() if bool(e.get("pinned")) == pinned]
+        tables.add_metric([kind], len(es))
+        nbytes.add_metric([kind], sum(e.get("nbytes", 0) for e in es))
+    fams += [tables, nbytes, GaugeMetricFamily("posenc_memory_budget_bytes", "Bytes allowed for on-demand tables.",
+                                               m.get("budget", budget_default))]
+    st = m.get("stats")
+    if st:
+        fams.append(CounterMetricFamily("posenc_builds", "Tables built by this engine process.", st["builds"]))
+        fams.append(CounterMetricFamily("posenc_evictions", "On-demand tables evicted by this engine process.",
+                                        st["evictions"]))
+        cum, buckets = 0, []
+        for le, n in zip([*st["build_seconds_buckets"], "+Inf"], st["build_seconds_counts"]):
+            cum += n
+            buckets.append(("+Inf" if le == "+Inf" else f"{le:g}", cum))
+        h = HistogramMetricFamily("posenc_build_seconds", "Time to build one table.", labels=[])
+        h.add_metric([], buckets, st["build_seconds_sum"])
+        fams.append(h)
+    return fams
+
+
+def process_families(procs: list[tuple[str, int]]) -> list:
+    merged: dict[str, Metric] = {}
+    for role, pid in procs:
+        for fam in ProcessCollector(pid=lambda p=pid: p, registry=None).collect():
+            out = merged.get(fam.name)
+            if out is None:
+                out = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            for s in fam.samples:
+                out.add_sample(s.name, {**s.labels, "role": role, "pid": str(pid)}, s.value)
+    return list(merged.values())
+
+
+def page(metrics, client, settings, serve_pid: int | None) -> str:
+    """The whole /metrics text; ``metrics`` may be None (this worker has no counts file)."""
+    fams = []
+    procs = []
+    if metrics is not None:
+        total, pids = collect(metrics.shm_dir, metrics.namespace, metrics.path)
+        fams += request_families(total, len(pids))
+        procs += [("worker", p) for p in pids]
+    fams += engine_families(client, settings.memory_budget_bytes)
+    engine_pid = (client.manifest() or {}).get("pid")
+    if engine_pid and _is_engine(engine_pid):
+        procs.append(("engine", engine_pid))
+    if serve_pid:
+        procs.append(("serve", serve_pid))
+    return to_text(fams + process_families(procs))

@@ -1,0 +1,39 @@
+"""What /readyz says (docs/deploy.md, "Readiness"):
+
+- 503 ``{"status": "starting"}`` until this worker has mapped every table of the engine's
+  manifest and verified its checksum, once;
+- then 200 ``{"status": "ready", ...}`` for the worker's life: it can answer every request. A
+  table it has mapped answers from shared memory, and one it has not (a new spec, or any table
+  while the engine restarts or is down) is computed exactly in the worker, within the same size
+  limits, so nothing waits on the engine. ``engine`` says whether the engine answers a ping on
+  its socket within 0.25 s ("up") or not ("down": restarting, or gone); ``generation`` is the
+  manifest's. A ping, not the manifest's pid: a sidecar engine's pid means nothing in another
+  container's pid namespace.
+
+Taking a worker out of rotation while the engine restarts would only move its load onto the
+others, which are in the same state: they share the engine.
+"""
+
+from __future__ import annotations
+
+from posenc.engine.errors import EngineUnavailable
+
+
+PING_TIMEOUT_S = 0.25
+
+
+def engine_up(client, timeout: float = PING_TIMEOUT_S) -> bool:
+    """The engine answers a ping on its socket within ``timeout``."""
+    try:
+        return bool(client.call({"op": "ping"}, timeout=timeout).get("ok"))
+    except (EngineUnavailable, ValueError):
+        return False
+
+
+def readiness(svc) -> tuple[int, dict]:
+    """(status, body) of /readyz; blocks up to PING_TIMEOUT_S (run it off the event loop)."""
+    if not svc.ready:
+        return 503, {"status": "starting"}
+    m = svc.client.manifest()
+    return 200, {"status": "ready", "generation": (m or {}).get("generation"),
+                 "engine": "up" if engine_up(svc.client) else "down"}

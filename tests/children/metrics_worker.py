@@ -1,0 +1,31 @@
+"""A worker that counts N shortcut answers of 10 bytes into the metrics of (shm_dir, namespace),
+says so on stdout, then exits through close() ("exit") or waits to be killed ("hang").
+
+    python -m tests.children.metrics_worker SHM_DIR NAMESPACE N exit|hang
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from posenc.service.metrics import Metrics
+
+
+def main() -> None:
+    shm, ns, n, how = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    m = Metrics(shm, ns)
+    base = Metrics.shortcut_index("rope")
+    for _ in range(n):
+        m.observe_at(base, 30e-6, 10)
+    print(json.dumps({"counted": n}), flush=True)
+    if how == "exit":
+        m.close()
+        return
+    while True:
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""/metrics on a real ``posenc serve`` with 2 workers obeys Prometheus' counter semantics when a
+worker is SIGKILLed under load (uvicorn replaces it): no counter series ever decreases across
+scrapes (parsed with prometheus_client's text parser), the dead worker's requests stay counted,
+and the engine, shared-memory and process figures are there. Load on 127.0.0.1 only, bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.procs import wait_for
+from tests.service_cases import BIN, CONFIG
+
+pytestmark = pytest.mark.slow
+
+ROPE = {"head_dim": 64, "positions": [1, 2, 3]}
+
+
+def scrape(url: str) -> dict:
+    """{(name, labels): value} of every sample, and each family's type under ("#type", name)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        out[("#type", fam.name)] = fam.type
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def counter_series(sample: dict) -> dict:
+    """The samples that must never decrease: counters, and histograms' buckets, counts and sums."""
+    kinds = {name: t for (k, name), t in sample.items() if k == "#type"}
+    out = {}
+    for key, v in sample.items():
+        name = key[0]
+        if name == "#type":
+            continue
+        base = next((f for f in kinds if name.startswith(f)), None)
+        if base and kinds[base] in ("counter", "histogram") and not name.endswith("_created"):
+            out[key] = v
+    return out
+
+
+def load(url: str, stop: threading.Event, counts: dict) -> None:
+    with httpx.Client(base_url=url, timeout=5) as c:
+        while not stop.is_set():
+            try:
+                r = c.post("/v1/rope", json=ROPE, headers=BIN)
+                counts[r.status_code] = counts.get(r.status_code, 0) + 1
+            except httpx.HTTPError:
+                counts["error"] = counts.get("error", 0) + 1
+
+
+def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
+    server = procs.serve(CONFIG, workers=2, namespace=ns)
+    stop, counts = threading.Event(), {}
+    threads = [threading.Thread(target=load, args=(server.url, stop, counts)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    scrapes = []
+    try:
+        t_end = time.monotonic() + 2.0
+        while time.monotonic() < t_end:
+            scrapes.append(scrape(server.url))
+            time.sleep(0.1)
+        victim = server.worker_pids()[0]
+        before_kill = scrapes[-1]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(), 30, 0.1,
+                 "uvicorn to replace the worker")
+        t_end = time.monotonic() + 3.0
+        while time.monotonic() < t_end:
+            scrapes.append(scrape(server.url))
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    final = scrape(server.url)
+    scrapes.append(final)
+    assert counts.get(200, 0) > 50, counts
+    prev = {}
+    for i, s in enumerate(scrapes):
+        cur = counter_series(s)
+        for key, v in cur.items():
+            if key in prev:
+                assert v >= prev[key], (i, key, prev[key], v)
+        prev.update(cur)
+    # every answered rope request is counted, those of the killed worker too
+    rope = sum(v for (name, labels), v in final.items()
+               if name == "posenc_request_duration_seconds_count" and ("route", "/v1/rope") in labels)
+    assert rope >= counts[200]
+    got = before_kill[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))]
+    assert final[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))] > got
+    assert final[("posenc_workers", ())] == 2
+    assert final[("posenc_engine_up", ())] == 1
+    assert final[("posenc_tables", (("kind", "pinned"),))] == 7
+    assert final[("posenc_shm_bytes", (("kind", "pinned"),))] > 0
+    assert final[("posenc_builds_total", ())] >= 7
+    assert final[("posenc_build_seconds_count", ())] == final[("posenc_builds_total", ())]
+    assert final[("posenc_memory_budget_bytes", ())] > 0
+    assert ("posenc_evictions_total", ()) in final
+    assert final[("posenc_response_bytes_total", (("route", "/v1/rope"),))] > 0
+    hot = {p: final.get(("posenc_hot_path_total", (("path", p), ("route", "/v1/rope"))), 0) for p in ("shortcut", "full")}
+    assert hot["full"] > 0, hot
+    if httpx.get(server.url + "/v1/tables").json()["shortcut"] == "c":   # repeated specs take it
+        assert hot["shortcut"] > 0, hot
+    else:
+        assert hot["shortcut"] == 0, hot
+    roles = {dict(labels).get("role") for (name, labels) in final if name == "process_cpu_seconds_total"}
+    assert roles == {"worker", "engine", "serve"}
