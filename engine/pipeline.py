@@ -28,6 +28,7 @@ from .tables.base import DEFAULT_LENGTH
 
 DEFAULT_MAX_BYTES = 64 * 2**20     # API.md: the default response limit
 SPEC_CACHE = 1024                  # distinct specs a Pipeline remembers
+SPEC_CACHE_BYTES = 8 * 2**20       # ... and the most bytes of their keys together (client input)
 
 
 def family_of(name: str) -> Family:
@@ -100,9 +101,10 @@ _MISSING = object()
 class Pipeline:
     """parse + plan with a cache of validated specs (and of their tables per variant)."""
 
-    def __init__(self, length: int = DEFAULT_LENGTH, cache: int = SPEC_CACHE):
-        self.length, self.cache = length, cache
+    def __init__(self, length: int = DEFAULT_LENGTH, cache: int = SPEC_CACHE, cache_bytes: int = SPEC_CACHE_BYTES):
+        self.length, self.cache, self.cache_bytes = length, cache, cache_bytes
         self._specs: OrderedDict = OrderedDict()
+        self._bytes = 0
 
     def request(self, family: str, body: Mapping) -> Request:
         fam = family_of(family)
@@ -115,10 +117,11 @@ class Pipeline:
         known = self._specs.get(key) if key is not None else None
         if known is None:
             req = parse(family, body, self.length)    # full validation, names the field
-            if key is not None:
-                known = self._specs[key] = _Spec(req.spec, req.dtype)
-                if len(self._specs) > self.cache:
-                    self._specs.popitem(last=False)
+            if key is not None and len(key[1]) <= self.cache_bytes // 64:
+                self._specs[key] = _Spec(req.spec, req.dtype)
+                self._bytes += len(key[1])
+                while self._specs and (len(self._specs) > self.cache or self._bytes > self.cache_bytes):
+                    self._bytes -= len(self._specs.popitem(last=False)[0][1])
             return req
         sel = {n: parse_selection(body.get(n), (n,)) for n in fam.selections}
         fam.check_selections(known.spec, sel)

@@ -18,7 +18,7 @@ from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
-from .negotiate import choose
+from .negotiate import CACHED_ACCEPT, choose
 from . import replay
 from .replay import Templates
 
@@ -47,7 +47,7 @@ class Service:
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
         fmt = choose(accept)                                  # 406 before any work
-        if fmt == "safetensors" and len(self.accepts) < 256:
+        if fmt == "safetensors" and len(self.accepts) < 256 and len(accept) <= CACHED_ACCEPT:
             self.accepts[accept.encode("latin-1")] = True      # for hot() (the header's bytes)
         try:
             body = orjson.loads(raw)
@@ -86,6 +86,10 @@ class Service:
         if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
+
+    def run(self, family: str, raw: bytes, accept: str | None) -> tuple[bytes, str]:
+        """prepare + execute in one go (in a thread, for bodies too large to parse on the loop)."""
+        return self.execute(self.prepare(family, raw, accept))
 
     def is_mapped(self, job: Job) -> bool:
         return self.client.is_mapped(job.r)

@@ -28,6 +28,10 @@ from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef
 from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
+# The largest head_dim taken (422 above it). Checked first, before anything is sized by it: the
+# frequency checks below build arrays of d/2, and a request must cost microseconds before its size
+# is known. Every released model's head_dim is <= 512; one row at this width is 512 KiB.
+MAX_HEAD_DIM = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +67,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     """Validate the spec fields of a rope request (selections and dtype are read elsewhere)."""
     require_object(req)
     refuse_unknown(req, Rope.fields)
-    head_dim = req_int(req, "head_dim", (), lo=2)
+    head_dim = req_int(req, "head_dim", (), lo=2, hi=MAX_HEAD_DIM)
     rs, rp = req.get("rope_scaling"), req.get("rope_parameters")
     if rs is not None and rp is not None:
         raise SpecError(("rope_parameters",), "send either rope_scaling or rope_parameters, not both")
@@ -290,7 +294,7 @@ class Rope(Family):
     schema = {
         "type": "object", "additionalProperties": False, "required": ["head_dim", "positions"],
         "properties": {
-            "head_dim": {"type": "integer", "minimum": 2},
+            "head_dim": {"type": "integer", "minimum": 2, "maximum": MAX_HEAD_DIM},
             "rope_theta": {"type": "number", "exclusiveMinimum": 0, "default": 10000.0},
             "partial_rotary_factor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
             "max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
