@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse results larger than this many bytes (default 64 MiB)")
     c.set_defaults(func=cmd_compute)
 
-    from posenc.engine import engine_main
+    from posenc.engine import engine_cli
     from posenc.service import serve_main
-    engine_main.add_parser(sub)
+    engine_cli.add_parser(sub)
     serve_main.add_parser(sub)
     try:
         from posenc.loadtest import runner
