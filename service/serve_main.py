@@ -2,15 +2,22 @@
 
 Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
-drains its workers, then the engine is stopped and removes every segment. The engine child also
-gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it dies while serving
-(its successor reclaims the segments).
+drains its workers, then the engine is stopped and removes every segment. The engine child and
+every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
+it in the app factory). The engine is restarted if it dies while serving (its successor reclaims
+the segments), after a delay that doubles while it keeps dying young.
+
+One ``posenc serve`` per namespace: it holds ``{ns}.serve.lock`` (flock) for its life, and a
+second one, or one whose port is taken, refuses before it starts or deletes anything.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -45,6 +52,11 @@ def add_parser(sub) -> None:
     p.add_argument("--attach-only", action="store_true",
                    help="start no engine: attach to one already running on the same shm-dir/namespace")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--header-timeout", type=float, help="seconds to receive a request head (408 after; default 10)")
+    p.add_argument("--body-timeout", type=float, help="seconds to receive a request body (closed after; default 30)")
+    p.add_argument("--max-connections", type=int, help="open connections per worker (503 beyond; default 1024)")
+    p.add_argument("--verify-interval", type=float,
+                   help="seconds between the engine's checksum sweeps of its tables (default 60; 0: never)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -52,7 +64,46 @@ def settings_from_args(args) -> Settings:
     return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
-                              max_response_bytes=args.max_response_bytes, log_level=args.log_level)
+                              max_response_bytes=args.max_response_bytes, log_level=args.log_level,
+                              header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                              max_connections=args.max_connections, verify_interval_s=args.verify_interval)
+
+
+STABLE_S = 60.0        # an engine that lived this long restarts after the shortest delay
+MAX_BACKOFF_S = 30.0
+
+
+def claim(s: Settings) -> int:
+    """This server's hold on its namespace and port, taken before anything is started or
+    removed: the lock's descriptor. Exits (status 1) when another server holds the namespace or
+    the port is taken."""
+    os.makedirs(s.shm_dir, exist_ok=True)
+    path = os.path.join(s.shm_dir, f"{s.namespace}.serve.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise SystemExit(f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
+                         f"in {s.shm_dir}; not starting")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((s.host, s.port))
+    except OSError as e:
+        os.unlink(path)   # ours: we hold its lock
+        os.close(fd)
+        why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
+        raise SystemExit(f"posenc serve: {s.host}:{s.port} {why}; not starting") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def release(s: Settings, fd: int) -> None:
+    os.unlink(os.path.join(s.shm_dir, f"{s.namespace}.serve.lock"))
+    os.close(fd)
 
 
 class EngineChild:
@@ -72,8 +123,11 @@ class EngineChild:
         self.proc = subprocess.Popen(cmd)
 
     def watch(self) -> None:
-        """Restart the engine if it dies while we serve (not while we stop)."""
+        """Restart the engine if it dies while we serve (not while we stop): at once after a
+        long life, else after a delay doubling from 0.5 s to 30 s, saying why each time."""
+        delay = 0.0
         while not self.stopping:
+            started = time.monotonic()
             rc = self.proc.wait()
             if self.stopping:
                 return
@@ -81,8 +135,14 @@ class EngineChild:
                 print("posenc serve: the engine refused its table config; stopping", file=sys.stderr)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            print(f"posenc serve: engine exited with {rc}; restarting", file=sys.stderr, flush=True)
-            time.sleep(0.5)
+            lived = time.monotonic() - started
+            delay = 0.5 if lived > STABLE_S else min(MAX_BACKOFF_S, max(0.5, 2 * delay))
+            why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
+            print(f"posenc serve: engine {why} after {lived:.1f}s; restarting in {delay:.1f}s "
+                  f"(its log above says why)", file=sys.stderr, flush=True)
+            deadline = time.monotonic() + delay
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(0.1)
             if not self.stopping:
                 self.start()
 
@@ -96,6 +156,7 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from posenc.engine.config import load_config
+    from .guard import GuardedHttpTools
     from .metrics import remove_all
     from .replay import shortcut_in_use
 
@@ -103,6 +164,7 @@ def cmd_serve(args) -> int:
     if s.tables:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
+    held = claim(s)   # before anything of a running server could be touched
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
@@ -114,7 +176,7 @@ def cmd_serve(args) -> int:
         threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
     try:
         uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
-                    loop="uvloop", http="httptools", lifespan="on", log_level=s.log_level,
+                    loop="uvloop", http=GuardedHttpTools, lifespan="on", log_level=s.log_level,
                     access_log=False, timeout_keep_alive=s.keepalive_s,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)
@@ -122,4 +184,5 @@ def cmd_serve(args) -> int:
         if engine is not None:
             engine.stop()
         remove_all(s.shm_dir, s.namespace)
+        release(s, held)
     return 0
