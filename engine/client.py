@@ -97,7 +97,7 @@ class Client:
             return self._manifest
         stamp = store.manifest_stamp(self.shm_dir, self.namespace)
         self._checked = now
-        if stamp != self._stamp or force:
+        if stamp != self._stamp or self._manifest is None:   # a new manifest is a new inode
             try:
                 m = store.read_manifest(self.shm_dir, self.namespace)
             except (ValueError, OSError):

@@ -142,6 +142,8 @@ class Engine:
         """Before an on-demand build: evict until it fits the budget and the free space."""
         with self.lock:
             self._evict_for(nbytes)
+            if upkeep.free_bytes(self.opts.shm_dir) >= nbytes + upkeep.SLACK:
+                return
             victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
             while victims and upkeep.free_bytes(self.opts.shm_dir) < nbytes + upkeep.SLACK:
                 self._evict(victims.pop(0)[1], "to make room in shared memory")
@@ -189,6 +191,8 @@ class Engine:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
         mapped an evicted table keep it (unlink frees nothing while it is mapped)."""
         used = sum(e["nbytes"] for e in self.tables.values() if not e["pinned"])
+        if used + nbytes <= self.opts.memory_budget_bytes:
+            return
         victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
         while used + nbytes > self.opts.memory_budget_bytes and victims:
             used -= self._evict(victims.pop(0)[1], "to stay within the memory budget")

@@ -21,12 +21,12 @@ page that cannot be backed. Published segments are read-only files (0400, or 044
 from __future__ import annotations
 
 import ctypes
-import json
 import mmap
 import os
 import zlib
 
 import numpy as np
+import orjson
 
 MANIFEST_FORMAT = 1
 ALIGN = 64
@@ -191,7 +191,7 @@ def read_manifest(shm_dir: str, namespace: str) -> dict | None:
             data = f.read()
     except FileNotFoundError:
         return None
-    m = json.loads(data)
+    m = orjson.loads(data)
     if m.get("format") != MANIFEST_FORMAT:
         raise RuntimeError(f"manifest format {m.get('format')} is not {MANIFEST_FORMAT}")
     return m
@@ -214,7 +214,11 @@ def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o6
         if gid is not None:
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)
-        os.write(fd, json.dumps(manifest, separators=(",", ":")).encode())
+        data = orjson.dumps(manifest)   # (orjson: the manifest is rewritten on every build)
+        reserve(fd, len(data))          # ENOSPC before any byte is written
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)
     os.rename(tmp, path)
