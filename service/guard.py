@@ -13,7 +13,9 @@ protocol classes that adds, per worker (settings in engine/settings.py):
 - ``body_timeout_s``: from the end of the head to the end of the body (a huge Content-Length that
   never arrives); then the connection is closed (the app sees a disconnect);
 - ``max_header_bytes``: a request head larger than this is answered 431 and closed while it is
-  still arriving (httptools would otherwise buffer all of it).
+  still arriving (httptools would otherwise buffer all of it);
+- at shutdown, an idle keep-alive connection is closed after ``IDLE_GRACE_S``, not at once, and a
+  request that arrives meanwhile is answered (``connection: close``) rather than reset.
 
 ``GuardedHttpTools`` is uvicorn's httptools protocol with the guard; a subclass of the protocol
 (e.g. a hot lane) keeps it by deriving from ``GuardedHttpTools`` or by listing ``Guard`` first.
@@ -28,6 +30,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from posenc.engine.settings import current
 
 DESCRIPTOR_HEADROOM = 64   # descriptors kept for everything but client connections
+IDLE_GRACE_S = 0.5         # at shutdown, an idle keep-alive connection may still bring one request
 
 
 def _raw(status: bytes) -> bytes:
@@ -64,6 +67,7 @@ class Guard:
     _stage = "head"        # head: reading a request head; body: its body; app: answering
     _timer = None
     _head_bytes = 0
+    _draining = False
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -92,8 +96,24 @@ class Guard:
             self._head_bytes = 0
             self._arm(limits().header_timeout_s)
 
+    def shutdown(self) -> None:
+        """Graceful shutdown (SIGTERM): a request in flight finishes (uvicorn's rule). An idle
+        keep-alive connection gets IDLE_GRACE_S more: a request already on its way is answered,
+        with ``connection: close``, instead of being reset with the socket."""
+        if self.cycle is None or self.cycle.response_complete:
+            self._draining = True
+            self.loop.call_later(IDLE_GRACE_S, self._close_if_idle)
+        else:
+            super().shutdown()
+
+    def _close_if_idle(self) -> None:
+        if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
+
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False
         self._stage = "body"
         self._disarm()
         self._arm(limits().body_timeout_s)

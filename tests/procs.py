@@ -338,11 +338,11 @@ class Procs:
         return p
 
     def serve(self, config: dict | str | None, workers: int = 2, args: Iterable[str] = (), ready: bool = True,
-              namespace: str | None = None, env: dict | None = None) -> Server:
-        """Start ``python -m posenc serve`` on a free port under a fresh namespace."""
+              namespace: str | None = None, env: dict | None = None, port: int | None = None) -> Server:
+        """Start ``python -m posenc serve`` on a free port (or ``port``) under a fresh namespace."""
         name = self._name("serve")
         namespace = namespace or unique_namespace()
-        port = free_port()
+        port = port or free_port()
         path = self._config(name, config)
         argv = [PYTHON, "-m", CLI_MODULE, "serve", "--port", str(port), "--workers", str(workers),
                 "--namespace", namespace, "--log-level", "warning", *args]
