@@ -73,6 +73,7 @@ class Engine:
         self._lock_fd = None
         self._server = None
         self.published = False  # no manifest until every configured table is built
+        self.closing = False    # set by shutdown: builds still running then are discarded
 
     # -- paths ------------------------------------------------------------------------------
     def _p(self, fn):
@@ -131,6 +132,9 @@ class Engine:
                  "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "inode": os.stat(path).st_ino,
                  "last_used": time.time(), **info}
         with self.lock:
+            if self.closing:   # shut down while this was being built: it must not outlive us
+                store.unlink(path)
+                raise NotStored("the engine is stopping")
             self.tables[t.digest] = entry
             self.defs[t.digest] = t
             self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
@@ -318,6 +322,12 @@ class Engine:
 
     # -- stop -----------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        with self.lock:
+            self.closing, self.published = True, False
+            building = list(self.inflight.values())
+        deadline = time.monotonic() + 5.0   # builds in progress end (and discard themselves) first
+        for ev in building:
+            ev.wait(max(0.0, deadline - time.monotonic()))
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
