@@ -77,7 +77,11 @@ class Metrics:
     def render(self, extra: str = "") -> str:
         total = np.zeros(_SHAPE)
         workers = 0
-        for name in os.listdir(self.shm_dir):
+        try:
+            names = os.listdir(self.shm_dir)
+        except OSError:   # e.g. EMFILE: this worker's own counts still answer
+            names = [os.path.basename(self.path)]
+        for name in names:
             if not name.startswith(_prefix(self.namespace)):
                 continue
             path = os.path.join(self.shm_dir, name)
