@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -102,3 +103,21 @@ def test_a_second_server_refuses_before_touching_the_first(procs, ns):
     assert snapshot(ns) == before
     assert httpx.post(a.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}).status_code == 200
     assert a.stop() == 0, a.output()
+
+
+@pytest.mark.slow
+def test_an_engine_that_keeps_dying_is_restarted_with_growing_delays_and_a_reason(procs):
+    s = procs.serve(CONFIG, workers=1)
+    seen = []
+    for _ in range(3):   # killed as soon as it is up, three times: it dies young each time
+        pid = wait_for(lambda: (p := s.engine_pid()) not in (None, *seen) and p, 30, 0.01, "a new engine")
+        seen.append(pid)
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: s.stderr().count("restarting in") >= 3, 30, 0.05, "three restarts")
+    delays = [float(x) for x in re.findall(r"restarting in ([0-9.]+)s", s.stderr())]
+    assert delays[:3] == [0.5, 1.0, 2.0], s.output()
+    assert "engine killed by SIGKILL" in s.stderr()
+    wait_for(lambda: s.engine_pid() not in (None, *seen), 30, 0.05, "a fourth engine")
+    s.wait_ready()
+    assert httpx.post(s.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}).status_code == 200
+    assert s.stop() == 0, s.output()
