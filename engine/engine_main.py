@@ -68,7 +68,7 @@ class Engine:
         self.builds: dict[str, int] = {}
         self.defs: dict[str, TableDef] = {}        # digest -> what it was built from (for repairs)
         self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
-        self.sweep = upkeep.Sweep(self, opts.verify_interval_s)
+        self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
         self._lock_fd = None
         self._server = None
@@ -108,11 +108,18 @@ class Engine:
         todo, self.missing = (self.configured if tables is None else tables), []
         for ct in todo:
             try:
+                with self.lock:
+                    have = self.tables.get(ct.table.digest)
+                    if have is not None:   # built on demand meanwhile: it is configured, so pinned
+                        have.update(pinned=True, name=ct.name)
+                        if self.published:
+                            self._write_manifest()
+                        continue
                 if upkeep.free_bytes(self.opts.shm_dir) < ct.table.nbytes() + upkeep.SLACK:
                     raise OSError(errno.ENOSPC, "not enough free space")
-                self._build(ct.table, pinned=True, name=ct.name)
+                self._build_once(ct.table, pinned=True, name=ct.name)
             except Exception as e:
-                if not upkeep.is_resource_error(e):
+                if not (upkeep.is_resource_error(e) or isinstance(e, NotStored)):
                     raise
                 self.missing.append(ct)
                 log(f"configured table {ct.name} ({ct.table.nbytes() / 2**20:.1f} MiB) not built: {e}; "
@@ -149,30 +156,12 @@ class Engine:
             if upkeep.free_bytes(self.opts.shm_dir) >= nbytes + upkeep.SLACK:
                 return
             victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
-            while victims and upkeep.free_bytes(self.opts.shm_dir) < nbytes + upkeep.SLACK:
+            free = upkeep.free_bytes(self.opts.shm_dir)
+            while victims and free < nbytes + upkeep.SLACK:
                 self._evict(victims.pop(0)[1], "to make room in shared memory")
-
-    def repair(self, digest: str, entry: dict, why: str) -> bool:
-        """Rebuild a damaged table under a new name (engine/upkeep.py); False if it could not."""
-        t = self.defs.get(digest)
-        if t is None:
-            return False
-        log(f"table {entry['name']} ({entry['file']}) was {why}; rebuilding it")
-        try:
-            new = self._build(t, entry["pinned"], entry["name"], rev=entry.get("rev", 0) + 1)
-        except Exception as e:
-            if not upkeep.is_resource_error(e):
-                raise
-            log(f"could not rebuild {entry['name']}: {e}; dropping it (its requests are computed)")
-            with self.lock:
-                if self.tables.get(digest) is entry:
-                    self.tables.pop(digest)
-                    self._write_manifest()
-            store.unlink(os.path.join(self.opts.shm_dir, entry["file"]))
-            return False
-        if new["file"] != entry["file"]:
-            store.unlink(os.path.join(self.opts.shm_dir, entry["file"]))
-        return True
+                before, free = free, upkeep.free_bytes(self.opts.shm_dir)
+                if free <= before:   # still mapped by readers: its pages return when they let go,
+                    break            # so evicting more now would only cost rebuilds
 
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
@@ -225,40 +214,50 @@ class Engine:
         if not isinstance(key, str):
             raise SpecError(("table",), "must be a table key (a string)")
         t = TableDef.from_key(key, self.opts.length)
+
+        def room():
+            if t.nbytes() > self.opts.memory_budget_bytes:
+                raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
+                                f"({self.opts.memory_budget_bytes} bytes)")
+            self._make_room(t.nbytes())
+        if self._build_once(t, pinned=False, before=room):
+            log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
+        return t.digest
+
+    def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None) -> bool:
+        """Build ``t`` unless it is there; concurrent asks (on demand, or the retry of a configured
+        table) wait on one build. True if this call built it. No room: NotStored."""
         with self.lock:
             if t.digest in self.tables:
                 self.tables[t.digest]["last_used"] = time.time()
-                return t.digest
+                return False
             ev = self.inflight.get(t.digest)
             builder = ev is None
             if builder:
                 ev = self.inflight[t.digest] = threading.Event()
-        if builder:
-            try:
-                if t.nbytes() > self.opts.memory_budget_bytes:
-                    raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
-                                    f"({self.opts.memory_budget_bytes} bytes)")
-                self._make_room(t.nbytes())
-                try:
-                    self._build(t, pinned=False)
-                except Exception as e:
-                    if not upkeep.is_resource_error(e):
-                        raise
-                    log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
-                    raise NotStored(f"table not stored: {e}") from None
-                log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
-            except BaseException as e:
-                self.build_errors[t.digest] = e
-                raise
-            finally:
-                with self.lock:
-                    self.inflight.pop(t.digest, None)
-                ev.set()
-        else:
+        if not builder:
             ev.wait()
             if t.digest not in self.tables:
                 raise self.build_errors.get(t.digest) or RuntimeError("build failed")
-        return t.digest
+            return False
+        try:
+            if before is not None:
+                before()
+            try:
+                self._build(t, pinned=pinned, name=name)
+            except Exception as e:
+                if not upkeep.is_resource_error(e):
+                    raise
+                log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
+                raise NotStored(f"table not stored: {e}") from None
+        except BaseException as e:
+            self.build_errors[t.digest] = e
+            raise
+        finally:
+            with self.lock:
+                self.inflight.pop(t.digest, None)
+            ev.set()
+        return True
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
@@ -313,10 +312,13 @@ class Engine:
 
     def tick(self) -> None:
         """The main loop's upkeep: check the segments; retry configured tables that did not fit."""
-        self.sweep.tick()
-        if self.missing and time.monotonic() >= self._retry_at:
-            self._retry_at = time.monotonic() + 5.0
-            self.build_configured(self.missing)
+        try:
+            self.sweep.tick()
+            if self.missing and time.monotonic() >= self._retry_at:
+                self._retry_at = time.monotonic() + 5.0
+                self.build_configured(self.missing)
+        except Exception as e:   # upkeep must never stop an engine that serves
+            log(f"upkeep failed, retried shortly: {type(e).__name__}: {e}")
 
     _retry_at = 0.0
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 
 from . import store
@@ -64,11 +65,12 @@ def damaged(shm_dir: str, entry: dict, checksum: bool) -> str | None:
 class Sweep:
     """Periodic checks of an engine's segments (run from its main loop)."""
 
-    def __init__(self, engine, verify_interval_s: float):
-        self.engine = engine
+    def __init__(self, engine, verify_interval_s: float, log):
+        self.engine, self.log = engine, log
         self.verify_interval_s = verify_interval_s
         self._stat_at = self._crc_at = time.monotonic()
         self.last: dict = {}     # the last full check: {"tables", "bytes", "seconds", "repaired"}
+        self._one = threading.Lock()   # the main loop's sweeps and asked-for ones never overlap
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -80,6 +82,10 @@ class Sweep:
             self.run(checksum=False)
 
     def run(self, checksum: bool) -> dict:
+        with self._one:
+            return self._run(checksum)
+
+    def _run(self, checksum: bool) -> dict:
         eng = self.engine
         t0 = time.perf_counter()
         with eng.lock:
@@ -87,10 +93,34 @@ class Sweep:
         repaired = []
         for digest, entry in entries:
             why = damaged(eng.opts.shm_dir, entry, checksum)
-            if why is not None and eng.repair(digest, entry, why):
+            if why is not None and self.repair(digest, entry, why):
                 repaired.append(entry["name"])
         report = {"tables": len(entries), "bytes": sum(e["nbytes"] for _, e in entries),
                   "seconds": round(time.perf_counter() - t0, 4), "repaired": repaired, "checksum": checksum}
         if checksum:
             self.last = report
         return report
+
+    def repair(self, digest: str, entry: dict, why: str) -> bool:
+        """Rebuild a damaged table under a new name; False if it could not (no room: dropped,
+        and its requests are computed)."""
+        eng = self.engine
+        t = eng.defs.get(digest)
+        if t is None:
+            return False
+        self.log(f"table {entry['name']} ({entry['file']}) was {why}; rebuilding it")
+        try:
+            new = eng._build(t, entry["pinned"], entry["name"], rev=entry.get("rev", 0) + 1)
+        except Exception as e:
+            if not upkeep.is_resource_error(e):
+                raise
+            self.log(f"could not rebuild {entry['name']}: {e}; dropping it (its requests are computed)")
+            with eng.lock:
+                if eng.tables.get(digest) is entry:
+                    eng.tables.pop(digest)
+                    eng._write_manifest()
+            store.unlink(os.path.join(eng.opts.shm_dir, entry["file"]))
+            return False
+        if new["file"] != entry["file"]:
+            store.unlink(os.path.join(eng.opts.shm_dir, entry["file"]))
+        return True

@@ -102,7 +102,10 @@ def claim(s: Settings) -> int:
 
 
 def release(s: Settings, fd: int) -> None:
-    os.unlink(os.path.join(s.shm_dir, f"{s.namespace}.serve.lock"))
+    try:
+        os.unlink(os.path.join(s.shm_dir, f"{s.namespace}.serve.lock"))
+    except FileNotFoundError:
+        pass
     os.close(fd)
 
 

@@ -26,7 +26,7 @@ NEW = [{"head_dim": 32, "rope_theta": 1000.0 * (k + 2)} for k in range(6)]      
 
 
 @pytest.fixture
-def small_shm(tmp_path):
+def small_shm(tmp_path, procs):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     d = tmp_path / "shm"
@@ -38,6 +38,7 @@ def small_shm(tmp_path):
     try:
         yield str(d)
     finally:
+        procs.cleanup()   # whatever runs on it stops before it goes
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
