@@ -149,20 +149,6 @@ class Engine:
                 self._write_manifest()
         return entry
 
-    def _make_room(self, nbytes: int) -> None:
-        """Before an on-demand build: evict until it fits the budget and the free space."""
-        with self.lock:
-            self._evict_for(nbytes)
-            if upkeep.free_bytes(self.opts.shm_dir) >= nbytes + upkeep.SLACK:
-                return
-            victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
-            free = upkeep.free_bytes(self.opts.shm_dir)
-            while victims and free < nbytes + upkeep.SLACK:
-                self._evict(victims.pop(0)[1], "to make room in shared memory")
-                before, free = free, upkeep.free_bytes(self.opts.shm_dir)
-                if free <= before:   # still mapped by readers: its pages return when they let go,
-                    break            # so evicting more now would only cost rebuilds
-
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
         is up, so a reader never sees a half-ready engine nor asks it to build a configured table.
@@ -171,7 +157,7 @@ class Engine:
             self.published = True
             while True:
                 try:
-                    return self._write_manifest()
+                    return self._write_manifest(strict=True)
                 except OSError as e:
                     if not upkeep.is_resource_error(e) or not self.tables:
                         raise
@@ -194,20 +180,29 @@ class Engine:
         """Drop one table (the caller holds the lock): manifest first, then the file."""
         e = self.tables.pop(digest)
         if self.published:
-            try:
-                self._write_manifest()
-            except OSError as err:   # no room for the manifest: the file goes all the same
-                log(f"manifest not rewritten while evicting: {err}")
+            self._write_manifest()   # (no room for it: written later; the file goes all the same)
         store.unlink(os.path.join(self.opts.shm_dir, e["file"]))
         log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) {why}")
         return e["nbytes"]
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, strict: bool = False) -> None:
+        """Rewrite the manifest (the caller holds the lock). With no room for it, the change is
+        kept and written by the main loop once there is (``strict``: raise instead)."""
         from . import kernels_info
-        store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
+        try:
+            self._manifest_pending = False
+            store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
             "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
             "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
             "backend": kernels_info(), "tables": self.tables}, self.mode, self.gid)
+        except OSError as e:
+            if strict or not upkeep.is_resource_error(e):
+                raise
+            if not self._manifest_pending:
+                log(f"manifest not rewritten ({e}); retried while the engine runs")
+            self._manifest_pending = True
+
+    _manifest_pending = False
 
     # -- on demand ------------------------------------------------------------------------------
     def ensure(self, key) -> str:
@@ -219,7 +214,7 @@ class Engine:
             if t.nbytes() > self.opts.memory_budget_bytes:
                 raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
                                 f"({self.opts.memory_budget_bytes} bytes)")
-            self._make_room(t.nbytes())
+            upkeep.make_room(self, t.nbytes())
         if self._build_once(t, pinned=False, before=room):
             log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
         return t.digest
@@ -313,6 +308,10 @@ class Engine:
     def tick(self) -> None:
         """The main loop's upkeep: check the segments; retry configured tables that did not fit."""
         try:
+            if self._manifest_pending:
+                with self.lock:
+                    if self.published:
+                        self._write_manifest()
             self.sweep.tick()
             if self.missing and time.monotonic() >= self._retry_at:
                 self._retry_at = time.monotonic() + 5.0

@@ -44,6 +44,22 @@ def is_resource_error(exc: BaseException) -> bool:
         isinstance(exc, MemoryError) or exc.errno in RESOURCE_ERRNOS)
 
 
+def make_room(eng, nbytes: int) -> None:
+    """Before an on-demand build: evict least-recently-asked unpinned tables until ``nbytes``
+    fits the engine's budget and the free space (less SLACK)."""
+    with eng.lock:
+        eng._evict_for(nbytes)
+        free = free_bytes(eng.opts.shm_dir)
+        if free >= nbytes + SLACK:
+            return
+        victims = sorted((e["last_used"], d) for d, e in eng.tables.items() if not e["pinned"])
+        while victims and free < nbytes + SLACK:
+            eng._evict(victims.pop(0)[1], "to make room in shared memory")
+            before, free = free, free_bytes(eng.opts.shm_dir)
+            if free <= before:   # still mapped by readers: its pages return when they let go,
+                break            # so evicting more now would only cost rebuilds
+
+
 def damaged(shm_dir: str, entry: dict, checksum: bool) -> str | None:
     """Why a published segment no longer holds its table (None: it does)."""
     path = os.path.join(shm_dir, entry["file"])

@@ -63,6 +63,16 @@ def load(url: str, specs: list[dict], seconds: float, out: list) -> None:
         out.append(check(url, spec, [int(p) for p in rng.integers(0, 200000, 3)]))
 
 
+def deleted_mappings(s, shm: str) -> dict:
+    """The unlinked files of ``shm`` each worker still maps (their pages are not free yet)."""
+    out = {}
+    for pid in s.worker_pids():
+        with open(f"/proc/{pid}/maps") as f:
+            out[pid] = sorted({line.split(None, 5)[5].strip() for line in f
+                               if shm in line and "(deleted)" in line})
+    return out
+
+
 def pids(s) -> set[int]:
     return {*s.worker_pids(), s.engine_pid()}
 
@@ -117,8 +127,12 @@ def test_an_engine_restarted_without_room_publishes_what_fits_and_recovers(procs
     # once the workers let go of the old generation, the configured table is built
     from posenc.engine.client import Client
     c = Client(shm_dir=small_shm, namespace=s.namespace)
-    wait_for(lambda: any(e["name"] == "r40" for e in (c.manifest(force=True) or {"tables": {}})["tables"].values()),
-             30, 0.2, "the configured table rebuilt", check=lambda: check(s.url, {"head_dim": 40}, [3]))
+    try:
+        wait_for(lambda: any(e["name"] == "r40" and e["pinned"]
+                             for e in (c.manifest(force=True) or {"tables": {}})["tables"].values()),
+                 30, 0.2, "the configured table rebuilt", check=lambda: check(s.url, {"head_dim": 40}, [3]))
+    except TimeoutError:
+        raise AssertionError(f"still mapped: {deleted_mappings(s, small_shm)}\n{s.output()}") from None
     assert s.engine_pid() == new
     assert httpx.get(s.url + "/readyz").status_code == 200
     assert s.stop() == 0, s.output()
