@@ -92,12 +92,11 @@ def test_sigterm_under_load_answers_every_request_that_arrived(procs):
 
 def test_a_second_server_refuses_before_touching_the_first(procs, ns):
     a = procs.serve(CONFIG, workers=2, namespace=ns)
-    httpx.get(a.url + "/metrics")
+    wait_for(lambda: sum(".metrics." in n for n in shm_files(ns)) == 2, 30, 0.05, "both workers' metrics files")
     # names and inodes: nothing removed, created or replaced (the workers' own counting keeps
     # touching their metrics files' contents meanwhile)
     files = lambda: {n: st[0] for n, st in snapshot(ns).items()}   # noqa: E731
     before = files()
-    assert any(".metrics." in n for n in before)
     b = procs.serve(CONFIG, workers=1, namespace=ns, ready=False)          # same namespace
     assert b.wait(30) == 1 and "serves namespace" in b.stderr(), b.output()
     other = procs.serve(CONFIG, workers=1, ready=False, port=a.port)        # same port
