@@ -98,7 +98,7 @@ class Client:
             return self._manifest
         stamp = store.manifest_stamp(self.shm_dir, self.namespace)
         self._checked = now
-        if stamp != self._stamp or force:
+        if stamp != self._stamp or self._manifest is None:   # a new manifest is a new inode
             try:
                 m = store.read_manifest(self.shm_dir, self.namespace)
             except (ValueError, OSError):
@@ -110,8 +110,9 @@ class Client:
                     return self._manifest
                 if self._manifest is None or m["generation"] != self._manifest["generation"]:
                     self._views = {}      # a new engine: remap lazily from the new generation
-                else:                     # same engine: forget evicted tables (mappings stay valid)
-                    self._views = {d: v for d, v in self._views.items() if d in m["tables"]}
+                else:                     # same engine: forget evicted and rebuilt tables
+                    self._views = {d: v for d, v in self._views.items()   # (their mappings stay valid)
+                                   if m["tables"].get(d, {}).get("file") == v.segment.entry["file"]}
                 self._manifest, self._stamp = m, stamp
         return self._manifest
 
@@ -177,14 +178,25 @@ class Client:
         m = self.wait_ready(timeout)
         views = {}
         for digest, entry in m["tables"].items():
-            seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
-            if verify and not seg.verify():
-                raise RuntimeError(f"checksum mismatch in {entry['file']}")
+            try:
+                seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
+                if verify and not seg.verify():
+                    raise RuntimeError(f"checksum mismatch in {entry['file']}")
+            except (OSError, RuntimeError):
+                self._ask_verify()   # the engine rebuilds it; the caller tries again
+                self.manifest(force=True)
+                raise
             views[digest] = TableView(seg, m["generation"])
         with self._lock:
             if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                 self._views.update(views)
         return len(views)
+
+    def _ask_verify(self) -> None:
+        try:
+            self.call({"op": "verify"})
+        except EngineUnavailable:
+            pass
 
     def _ensure(self, tdef: TableDef) -> None:
         """Ask the engine to build a table by its key (it builds each new table once)."""

@@ -17,9 +17,8 @@ for one new table wait on a single build.
 
 from __future__ import annotations
 
-import argparse
-import ctypes
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
@@ -30,7 +29,8 @@ import sys
 import threading
 import time
 
-from . import logs, settings, store
+from . import logs, proclife, settings, store, upkeep
+
 from .config import ConfiguredTable, load_config
 from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
@@ -53,6 +53,7 @@ class EngineOptions:
     memory_budget_bytes: int = 2 * 2**30
     length: int = DEFAULT_LENGTH
     group: str | None = None
+    verify_interval_s: float = 60.0   # full checksum sweep period (engine/upkeep.py); 0: never
 
 
 class Engine:
@@ -71,10 +72,14 @@ class Engine:
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
+        self.defs: dict[str, TableDef] = {}        # digest -> what it was built from (for repairs)
+        self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
+        self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
         self._lock_fd = None
         self._server = None
         self.published = False  # no manifest until every configured table is built
+        self.closing = False    # set by shutdown: builds still running then are discarded
 
     # -- paths ------------------------------------------------------------------------------
     def _p(self, fn):
@@ -102,28 +107,52 @@ class Engine:
         # Generations only grow, also across restarts: readers compare them.
         self.generation = time.time_ns() // 1000
 
-    def build_configured(self) -> None:
+    def build_configured(self, tables: list[ConfiguredTable] | None = None) -> None:
+        """Build the configured tables that fit; the rest wait in ``missing`` (retried while the
+        engine runs), so that an engine on a full file system still publishes what fits."""
         t0 = time.perf_counter()
-        for ct in self.configured:
-            self._build(ct.table, pinned=True, name=ct.name, spec=ct.spec)
-        total = sum(e["nbytes"] for e in self.tables.values())
-        log(f"generation {self.generation}: {len(self.tables)} tables, {total / 2**20:.1f} MiB "
-            f"in {time.perf_counter() - t0:.2f}s")
+        todo, self.missing = (self.configured if tables is None else tables), []
+        for ct in todo:
+            try:
+                with self.lock:
+                    have = self.tables.get(ct.table.digest)
+                    if have is not None:   # built on demand meanwhile: it is configured, so pinned
+                        have.update(pinned=True, name=ct.name, spec=ct.spec)
+                        if self.published:
+                            self._write_manifest()
+                        continue
+                if upkeep.free_bytes(self.opts.shm_dir) < ct.table.nbytes() + upkeep.SLACK:
+                    raise OSError(errno.ENOSPC, "not enough free space")
+                self._build_once(ct.table, pinned=True, name=ct.name, spec=ct.spec)
+            except Exception as e:
+                if not (upkeep.is_resource_error(e) or isinstance(e, NotStored)):
+                    raise
+                self.missing.append(ct)
+                log(f"configured table {ct.name} ({ct.table.nbytes() / 2**20:.1f} MiB) not built: {e}; "
+                    f"retried while the engine runs; its requests are computed meanwhile")
+        if tables is None:
+            total = sum(e["nbytes"] for e in self.tables.values())
+            log(f"generation {self.generation}: {len(self.tables)} tables, {total / 2**20:.1f} MiB "
+                f"in {time.perf_counter() - t0:.2f}s")
 
-    def _build(self, t: TableDef, pinned: bool, name: str | None = None, spec: dict | None = None) -> dict:
+    def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
+               spec: dict | None = None) -> dict:
         t0 = time.perf_counter()
         path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
+        path += f"-{rev}" if rev else ""   # a repaired table gets a new name: readers remap it
         info = store.create_segment(path, t.layout(), t.fill, self.mode, self.gid)
         entry = {"key": t.key, "family": t.family, "dtype": t.dtype, "length": t.length,
                  "file": os.path.basename(path), "pinned": pinned, "name": name or t.family,
-                 "built_s": round(time.perf_counter() - t0, 4),
+                 "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "inode": os.stat(path).st_ino,
                  "last_used": time.time(), **info}
         if spec is not None:   # a configured table: requests may name it ({"table": name})
             entry["spec"] = spec
         with self.lock:
-            if not pinned:
-                self._evict_for(entry["nbytes"])
+            if self.closing:   # shut down while this was being built: it must not outlive us
+                store.unlink(path)
+                raise NotStored("the engine is stopping")
             self.tables[t.digest] = entry
+            self.defs[t.digest] = t
             self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
             if self.published:
                 self._write_manifest()
@@ -131,64 +160,110 @@ class Engine:
 
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
-        is up, so a reader never sees a half-ready engine nor asks it to build a configured table."""
+        is up, so a reader never sees a half-ready engine nor asks it to build a configured table.
+        With no room even for the manifest, tables are dropped (newest first) until it fits."""
         with self.lock:
             self.published = True
-            self._write_manifest()
+            while True:
+                try:
+                    return self._write_manifest(strict=True)
+                except OSError as e:
+                    if not upkeep.is_resource_error(e) or not self.tables:
+                        raise
+                    digest = next(reversed(self.tables))
+                    ct = next(c for c in self.configured if c.table.digest == digest)
+                    self._evict(digest, f"to fit the manifest ({e})")
+                    self.missing.append(ct)
 
     def _evict_for(self, nbytes: int) -> None:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
         mapped an evicted table keep it (unlink frees nothing while it is mapped)."""
         used = sum(e["nbytes"] for e in self.tables.values() if not e["pinned"])
+        if used + nbytes <= self.opts.memory_budget_bytes:
+            return
         victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
         while used + nbytes > self.opts.memory_budget_bytes and victims:
-            _, digest = victims.pop(0)
-            e = self.tables.pop(digest)
-            used -= e["nbytes"]
-            self._write_manifest()
-            store.unlink(os.path.join(self.opts.shm_dir, e["file"]))
-            log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) to stay within the memory budget")
+            used -= self._evict(victims.pop(0)[1], "to stay within the memory budget")
 
-    def _write_manifest(self) -> None:
+    def _evict(self, digest: str, why: str) -> int:
+        """Drop one table (the caller holds the lock): manifest first, then the file."""
+        e = self.tables.pop(digest)
+        if self.published:
+            self._write_manifest()   # (no room for it: written later; the file goes all the same)
+        store.unlink(os.path.join(self.opts.shm_dir, e["file"]))
+        log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) {why}")
+        return e["nbytes"]
+
+    def _write_manifest(self, strict: bool = False) -> None:
+        """Rewrite the manifest (the caller holds the lock). With no room for it, the change is
+        kept and written by the main loop once there is (``strict``: raise instead)."""
         from . import kernels_info
-        store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
+        try:
+            self._manifest_pending = False
+            store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
             "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
             "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
             "backend": kernels_info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
             "stats": self.stats.update(self.tables)}, self.mode, self.gid)
+        except OSError as e:
+            if strict or not upkeep.is_resource_error(e):
+                raise
+            if not self._manifest_pending:
+                log(f"manifest not rewritten ({e}); retried while the engine runs")
+            self._manifest_pending = True
+
+    _manifest_pending = False
 
     # -- on demand ------------------------------------------------------------------------------
     def ensure(self, key) -> str:
         if not isinstance(key, str):
             raise SpecError(("table",), "must be a table key (a string)")
         t = TableDef.from_key(key, self.opts.length)
+
+        def room():
+            if t.nbytes() > self.opts.memory_budget_bytes:
+                raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
+                                f"({self.opts.memory_budget_bytes} bytes)")
+            upkeep.make_room(self, t.nbytes())
+        if self._build_once(t, pinned=False, before=room):
+            log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
+        return t.digest
+
+    def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None,
+                    spec: dict | None = None) -> bool:
+        """Build ``t`` unless it is there; concurrent asks (on demand, or the retry of a configured
+        table) wait on one build. True if this call built it. No room: NotStored."""
         with self.lock:
             if t.digest in self.tables:
                 self.tables[t.digest]["last_used"] = time.time()
-                return t.digest
+                return False
             ev = self.inflight.get(t.digest)
             builder = ev is None
             if builder:
                 ev = self.inflight[t.digest] = threading.Event()
-        if builder:
-            try:
-                if t.nbytes() > self.opts.memory_budget_bytes:
-                    raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
-                                    f"({self.opts.memory_budget_bytes} bytes)")
-                self._build(t, pinned=False)
-                log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
-            except BaseException as e:
-                self.build_errors[t.digest] = e
-                raise
-            finally:
-                with self.lock:
-                    self.inflight.pop(t.digest, None)
-                ev.set()
-        else:
+        if not builder:
             ev.wait()
             if t.digest not in self.tables:
                 raise self.build_errors.get(t.digest) or RuntimeError("build failed")
-        return t.digest
+            return False
+        try:
+            if before is not None:
+                before()
+            try:
+                self._build(t, pinned=pinned, name=name, spec=spec)
+            except Exception as e:
+                if not upkeep.is_resource_error(e):
+                    raise
+                log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
+                raise NotStored(f"table not stored: {e}") from None
+        except BaseException as e:
+            self.build_errors[t.digest] = e
+            raise
+        finally:
+            with self.lock:
+                self.inflight.pop(t.digest, None)
+            ev.set()
+        return True
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
@@ -198,6 +273,8 @@ class Engine:
             with self.lock:
                 return {"ok": True, "builds": dict(self.builds), "generation": self.generation,
                         "tables": len(self.tables)}
+        if op == "verify":   # a full check now (a reader found a checksum that does not match)
+            return {"ok": True, **self.sweep.run(checksum=True)}
         if op == "ensure":
             try:
                 digest = self.ensure(msg.get("table"))
@@ -220,8 +297,11 @@ class Engine:
                         reply = engine.handle(json.loads(line))
                     except Exception as e:  # a bad message must not take the engine down
                         reply = {"ok": False, "status": 500, "error": f"{type(e).__name__}: {e}"}
-                    self.wfile.write(json.dumps(reply).encode() + b"\n")
-                    self.wfile.flush()
+                    try:
+                        self.wfile.write(json.dumps(reply).encode() + b"\n")
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):   # the asker died while waiting
+                        return
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
@@ -236,8 +316,30 @@ class Engine:
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                          daemon=True, name="posenc-socket").start()
 
+    def tick(self) -> None:
+        """The main loop's upkeep: check the segments; retry configured tables that did not fit."""
+        try:
+            if self._manifest_pending:
+                with self.lock:
+                    if self.published:
+                        self._write_manifest()
+            self.sweep.tick()
+            if self.missing and time.monotonic() >= self._retry_at:
+                self._retry_at = time.monotonic() + 5.0
+                self.build_configured(self.missing)
+        except Exception as e:   # upkeep must never stop an engine that serves
+            log(f"upkeep failed, retried shortly: {type(e).__name__}: {e}")
+
+    _retry_at = 0.0
+
     # -- stop -----------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        with self.lock:
+            self.closing, self.published = True, False
+            building = list(self.inflight.values())
+        deadline = time.monotonic() + 5.0   # builds in progress end (and discard themselves) first
+        for ev in building:
+            ev.wait(max(0.0, deadline - time.monotonic()))
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -251,16 +353,6 @@ class Engine:
         log("stopped; shared memory removed")
 
 
-def exit_with_parent() -> None:
-    """Linux: get SIGTERM when the parent (posenc serve) dies, even by kill -9."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-
-
 def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False) -> int:
     logs.configure(settings.current().log_format, _log.name)
     stop = threading.Event()
@@ -271,7 +363,7 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if parent_watch:
-        exit_with_parent()
+        proclife.exit_with_parent(signal.SIGTERM)
     tables = load_config(tables_path)  # raises SpecError before anything is touched
     engine = Engine(tables, opts)
     engine.acquire()
@@ -284,80 +376,13 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
-        while not stop.wait(0.5):
-            pass
+        while not stop.wait(0.25):
+            engine.tick()
     finally:
         engine.shutdown()
     return 0
 
 
-def dry_run(tables_path: str | None) -> int:
-    tables = load_config(tables_path)
-    total = 0
-    print(f"{'name':<20} {'family':<11} {'dtype':<9} {'length':>8} {'bytes':>12}")
-    for ct in tables:
-        t = ct.table
-        nb = t.nbytes()
-        total += nb
-        print(f"{ct.name:<20} {t.family:<11} {str(t.dtype):<9} {t.length:>8} {nb:>12}")
-    print(f"total {total} bytes ({total / 2**20:.1f} MiB) in {len(tables)} tables; "
-          "add the on-demand budget (--memory-budget) to size /dev/shm")
-    return 0
-
-
-def add_parser(sub) -> None:
-    e = sub.add_parser("engine", help="run the engine alone: precompute tables into shared memory")
-    add_engine_args(e)
-    e.add_argument("--dry-run", action="store_true", help="print the bytes each configured table uses and exit")
-    e.set_defaults(func=_cmd_engine)
-
-
-def add_engine_args(p) -> None:
-    p.add_argument("--tables", help="table config JSON (default: POSENC_TABLES or the embedded set)")
-    p.add_argument("--shm-dir", help="directory for segments (default /dev/shm)")
-    p.add_argument("--namespace", help="segment name prefix (default posenc)")
-    p.add_argument("--memory-budget", type=int, help="bytes for on-demand tables (default 2 GiB)")
-    p.add_argument("--group", help="let this Unix group read the segments (mode 0640)")
-
-
-def engine_options(args):
-    """(settings, EngineOptions): this process's settings with the flags applied."""
-    s = settings.current().override(
-        tables=getattr(args, "tables", None), shm_dir=getattr(args, "shm_dir", None),
-        namespace=getattr(args, "namespace", None), memory_budget_bytes=getattr(args, "memory_budget", None),
-        shm_group=getattr(args, "group", None))
-    return s, EngineOptions(shm_dir=s.shm_dir, namespace=s.namespace, memory_budget_bytes=s.memory_budget_bytes,
-                            group=s.shm_group)
-
-
-def _cmd_engine(args) -> int:
-    s, opts = engine_options(args)
-    if args.dry_run:
-        return dry_run(s.tables)
-    try:
-        return run(s.tables, opts, parent_watch=False)
-    except EngineRunning as e:
-        log(str(e))
-        return 1
-
-
-def main(argv=None) -> int:
-    """``python -m engine.engine_main`` (used by posenc serve): --ready-fd N reports readiness."""
-    p = argparse.ArgumentParser(prog="posenc-engine")
-    add_engine_args(p)
-    p.add_argument("--ready-fd", type=int)
-    p.add_argument("--exit-with-parent", action="store_true")
-    args = p.parse_args(argv)
-    s, opts = engine_options(args)
-    try:
-        return run(s.tables, opts, ready_fd=args.ready_fd, parent_watch=args.exit_with_parent)
-    except SpecError as e:
-        log(f"invalid table config: {e}")
-        return 2
-    except EngineRunning as e:
-        log(str(e))
-        return 1
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":   # ``python -m posenc.engine.engine_main`` (posenc serve's engine child)
+    from .engine_cli import main
     sys.exit(main())

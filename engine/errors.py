@@ -100,6 +100,16 @@ class NotAcceptable(PosencError):
         super().__init__(f"cannot produce any of {accept!r}; available: {', '.join(offers)}")
 
 
+class HeaderTooLarge(PosencError):
+    """A request header over its limit (HTTP 431, RFC 6585), refused before it is parsed."""
+
+    status = 431
+
+    def __init__(self, name: str, size: int, limit: int):
+        self.limit = limit
+        super().__init__(f"{name} header of {size} bytes, over the limit of {limit} bytes")
+
+
 class EngineUnavailable(PosencError):
     """The engine cannot be reached, or could not build a table a request needs (HTTP 503)."""
 
@@ -107,8 +117,9 @@ class EngineUnavailable(PosencError):
 
 
 class NotStored(PosencError):
-    """The engine will not store this table (it alone exceeds the memory budget). Not an error
-    for a request: its rows are computed exactly instead (API.md: no table limits positions)."""
+    """The engine will not store this table: it alone exceeds the memory budget, shared memory is
+    full (ENOSPC), or the engine is out of descriptors. Not an error for a request: its rows are
+    computed exactly instead (API.md: no table limits positions)."""
 
     status = 507
 

@@ -34,6 +34,7 @@ from .tables.base import DEFAULT_LENGTH
 
 DEFAULT_MAX_BYTES = 64 * 2**20     # API.md: the default response limit
 SPEC_CACHE = 1024                  # distinct specs a Pipeline remembers
+SPEC_CACHE_BYTES = 8 * 2**20       # ... and the most bytes of their keys together (client input)
 
 
 def family_of(name: str) -> Family:
@@ -194,9 +195,11 @@ class Pipeline:
     ``named()`` gives the configured tables a ``table`` body may name (they may change between
     calls: the named spec is part of the cache key)."""
 
-    def __init__(self, length: int = DEFAULT_LENGTH, cache: int = SPEC_CACHE, named=lambda: None):
-        self.length, self.cache, self.named = length, cache, named
+    def __init__(self, length: int = DEFAULT_LENGTH, cache: int = SPEC_CACHE, named=lambda: None,
+                 cache_bytes: int = SPEC_CACHE_BYTES):
+        self.length, self.cache, self.named, self.cache_bytes = length, cache, named, cache_bytes
         self._specs: OrderedDict = OrderedDict()
+        self._bytes = 0
 
     def request(self, family: str, body: Mapping) -> Request:
         fam = family_of(family)
@@ -211,10 +214,11 @@ class Pipeline:
         known = self._specs.get(key) if key is not None else None
         if known is None:
             req = parse(family, body, self.length, named)   # full validation, names the field
-            if key is not None:
-                known = self._specs[key] = _Spec(req.spec, req.dtype, req.shown)
-                if len(self._specs) > self.cache:
-                    self._specs.popitem(last=False)
+            if key is not None and len(key[1]) <= self.cache_bytes // 64:
+                self._specs[key] = _Spec(req.spec, req.dtype, req.shown)
+                self._bytes += len(key[1])
+                while self._specs and (len(self._specs) > self.cache or self._bytes > self.cache_bytes):
+                    self._bytes -= len(self._specs.popitem(last=False)[0][1])
             return req
         sel = {n: parse_selection(body.get(n), (n,)) for n in fam.selections}
         fam.check_selections(known.spec, sel)

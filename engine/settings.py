@@ -72,13 +72,24 @@ class Settings:
     max_body_bytes: int = 4 * 2**20
     # Seconds a request may wait for an on-demand build before 503.
     build_timeout_s: float = 60.0
-    # Seconds uvicorn keeps idle keep-alive connections; graceful shutdown budget.
+    # Seconds uvicorn keeps idle keep-alive connections; graceful shutdown budget (SIGTERM: stop
+    # accepting, finish the requests in flight for up to this long, then exit).
     keepalive_s: int = 5
     shutdown_timeout_s: int = 10
+    # Per worker (service/connguard.py): seconds to receive a request's head (408 after), then its
+    # body (closed after); open connections (503 and closed beyond; also kept under
+    # RLIMIT_NOFILE); bytes of a request head (431 beyond).
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1024
+    max_header_bytes: int = 64 * 2**10
     # Shared-memory budget for on-demand tables (bytes); pinned default tables do not count.
     memory_budget_bytes: int = 2 * 2**30
-    # Unix group that may read the segments (None: owner only, mode 0600).
+    # Unix group that may read the segments (None: owner only; segments 0400, else 0440).
     shm_group: str | None = None
+    # Seconds between two checksum sweeps of every segment by the engine (0: never); a missing or
+    # replaced segment is noticed within a second whatever this is (engine/upkeep.py).
+    verify_interval_s: float = 60.0
     log_level: str = "info"
     # The kernel backend, the hot path's shortcut and the hot lane: see CHOICES.
     backend: str = "auto"
@@ -120,11 +131,14 @@ class Settings:
             raise ConfigError(f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
                               f"{self.port}, got {self.grpc_port}")
         for name in ("workers", "grpc_workers", "max_response_bytes", "max_positions", "max_body_bytes",
-                     "memory_budget_bytes"):
+                     "memory_budget_bytes", "max_connections", "max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")
-        if self.build_timeout_s <= 0:
-            raise ConfigError(f"{ENV_PREFIX}BUILD_TIMEOUT_S: must be > 0")
+        for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be > 0, got {getattr(self, name)}")
+        if self.verify_interval_s < 0:
+            raise ConfigError(f"{ENV_PREFIX}VERIFY_INTERVAL_S: must be >= 0 (0: never)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError(f"{ENV_PREFIX}TLS_CERT and {ENV_PREFIX}TLS_KEY: give both or neither")
         if self.auth_token is not None and not _TOKEN.fullmatch(self.auth_token):

@@ -9,17 +9,24 @@ never sees a half-built table.
 
 Readers open segments ``O_RDONLY`` and map them ``PROT_READ``: numpy views are not writable, and
 no reader code path unlinks anything (plain files, not ``multiprocessing.shared_memory``, whose
-resource tracker unlinks on a reader's exit before Python 3.13).
+resource tracker unlinks on a reader's exit before Python 3.13). A reader closes the descriptor as
+soon as the segment is mapped (Python's ``mmap`` keeps a duplicate open for its life, so readers
+map through libc), so a process holding thousands of tables holds no descriptor for them.
+
+A segment's pages are reserved (``posix_fallocate``) before it is mapped for writing: on a full
+tmpfs the build fails with ENOSPC, cleanly, instead of the writer dying of SIGBUS on the first
+page that cannot be backed. Published segments are read-only files (0400, or 0440 with a group).
 """
 
 from __future__ import annotations
 
-import json
+import ctypes
 import mmap
 import os
 import zlib
 
 import numpy as np
+import orjson
 
 MANIFEST_FORMAT = 1
 ALIGN = 64
@@ -80,6 +87,7 @@ def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | 
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)  # umask must not widen or narrow what was asked for
         os.ftruncate(fd, size)
+        reserve(fd, size)    # ENOSPC here, not SIGBUS while filling
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         views = {name: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
                                      offset=e["offset"]).reshape(e["shape"]) for name, e in entries.items()}
@@ -93,9 +101,60 @@ def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | 
         os.close(fd)
         _unlink(tmp)
         raise
-    os.close(fd)
+    try:
+        os.fchmod(fd, mode & 0o444)   # published tables are never written again
+    finally:
+        os.close(fd)
     os.rename(tmp, path)
     return {"arrays": entries, "nbytes": size, "crc32": checksum, "meta": meta or {}}
+
+
+def reserve(fd: int, size: int) -> None:
+    """Back every page of a file now (tmpfs: allocate them), so that writing through a mapping
+    cannot fault; OSError(ENOSPC) when the file system is full."""
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, size)
+
+
+def _libc_mmap():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):  # pragma: no cover - no libc mmap: Python's mmap below
+        return None
+
+
+_LIBC = _libc_mmap()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """Owns one libc mapping; unmapped when the last buffer over it goes."""
+
+    def __init__(self, addr: int, size: int):
+        self.addr, self.size = addr, size
+
+    def __del__(self):
+        _LIBC.munmap(self.addr, self.size)
+
+
+def map_readonly(fd: int, size: int):
+    """A read-only buffer over a PROT_READ, MAP_SHARED mapping of ``fd`` that keeps no descriptor
+    (the caller may close ``fd`` at once); numpy views of it can never be made writable."""
+    if _LIBC is None:  # pragma: no cover
+        return mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    addr = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    owner = _Mapping(addr, size)
+    buf = (ctypes.c_char * size).from_address(addr)
+    buf._owner = owner        # the ctypes array (and so every view of it) keeps the mapping
+    return memoryview(buf).cast("B").toreadonly()
 
 
 class Segment:
@@ -109,9 +168,9 @@ class Segment:
             size = os.fstat(fd).st_size
             if size != entry["nbytes"]:
                 raise OSError(f"segment {path} is {size} bytes, manifest says {entry['nbytes']}")
-            self.mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            self.mm = map_readonly(fd, size)
         finally:
-            os.close(fd)
+            os.close(fd)   # the mapping needs no descriptor
         self.arrays: dict[str, np.ndarray] = {}
         for name, e in entry["arrays"].items():
             dt = np.dtype(e["dtype"])
@@ -132,7 +191,7 @@ def read_manifest(shm_dir: str, namespace: str) -> dict | None:
             data = f.read()
     except FileNotFoundError:
         return None
-    m = json.loads(data)
+    m = orjson.loads(data)
     if m.get("format") != MANIFEST_FORMAT:
         raise RuntimeError(f"manifest format {m.get('format')} is not {MANIFEST_FORMAT}")
     return m
@@ -155,7 +214,11 @@ def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o6
         if gid is not None:
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)
-        os.write(fd, json.dumps(manifest, separators=(",", ":")).encode())
+        data = orjson.dumps(manifest)   # (orjson: the manifest is rewritten on every build)
+        reserve(fd, len(data))          # ENOSPC before any byte is written
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)
     os.rename(tmp, path)

@@ -682,8 +682,8 @@ done:
  * answer()
  * ------------------------------------------------------------------------------------------- */
 
-/* The first value of header `name` (ASGI names are lower-case bytes), borrowed from the
- * caller's list; NULL with no error set if there is none. */
+/* The value of header `name` (ASGI names are lower-case bytes), borrowed from the caller's
+ * list; NULL with no error set if there is none, or several (the full path joins them). */
 static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len)
 {
     PyObject *fast = PySequence_Fast(headers, "headers must be a sequence");
@@ -696,8 +696,11 @@ static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) continue;
         PyObject *k = PyTuple_GET_ITEM(pair, 0);
         if (PyBytes_Check(k) && PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), name, len) == 0) {
+            if (found) {   /* repeated lines are one joined value (RFC 9110): the full path's */
+                found = NULL;
+                break;
+            }
             found = PyTuple_GET_ITEM(pair, 1);
-            break;
         }
     }
     Py_DECREF(fast);

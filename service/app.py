@@ -11,12 +11,15 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import os
+import signal
 
 import anyio
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from posenc.engine.proclife import exit_with_parent
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
@@ -46,22 +49,37 @@ def tune_malloc() -> bool:
         return False
 
 
+def die_with_parent() -> None:
+    """A uvicorn worker (a spawned child of ``posenc serve``) gets SIGTERM when its parent dies,
+    even by SIGKILL, and so never keeps serving the port as an orphan."""
+    import multiprocessing
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        exit_with_parent(signal.SIGTERM, parent.pid)
+
+
 def create_app(settings: Settings | None = None):
     settings = settings or current()
+    die_with_parent()
     tune_malloc()
     svc = Service(settings)
     front_holder: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        metrics = Metrics(settings.shm_dir, settings.namespace)
+        try:
+            metrics = Metrics(settings.shm_dir, settings.namespace)
+        except OSError as e:   # e.g. a full shared memory: serve without this worker's counts
+            log.warning("worker %d runs without metrics: %s", os.getpid(), e)
+            metrics = None
         front_holder["front"].metrics = metrics
         task = asyncio.create_task(_attach(svc))
         try:
             yield
         finally:
             task.cancel()
-            metrics.close()
+            if metrics is not None:
+                metrics.close()
 
     app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Exact positional encodings from shared memory. Binary responses: "
@@ -111,7 +129,11 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     family = fam.name
 
     async def route(request: Request):   # the raw-ASGI front's handler, behind FastAPI's routing
-        status, body, ctype = await answer(svc, family, request.receive, request.headers.get("accept"))
+        try:
+            accept = ", ".join(request.headers.getlist("accept")) or None
+            status, body, ctype = await answer(svc, family, request.receive, accept)
+        except ConnectionAbortedError:   # the client left mid-body: nobody to answer (499, nginx's)
+            return Response(status_code=499)
         return Response(body, status_code=status, media_type=ctype)
 
     app.add_api_route(

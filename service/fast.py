@@ -35,6 +35,7 @@ from .replay import FIELDS
 log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {f"/v1/{f}": f for f in FAMILIES}
+INLINE_BODY = 64 << 10   # larger bodies are parsed in a thread (~1 ms of JSON ints and up)
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -53,10 +54,11 @@ async def read_body(receive, limit: int) -> bytes:
 
 
 def header(scope, name: bytes) -> str | None:
-    for k, v in scope["headers"]:
-        if k == name:
-            return v.decode("latin-1")
-    return None
+    """A request header's value; repeated lines are one value joined by ", " (RFC 9110 §5.3)."""
+    values = [v for k, v in scope["headers"] if k == name]
+    if not values:
+        return None
+    return (values[0] if len(values) == 1 else b", ".join(values)).decode("latin-1")
 
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
@@ -77,6 +79,9 @@ async def answer(svc: Service, family: str, receive, accept: str | None) -> tupl
     ConnectionAbortedError: the client left while sending its body."""
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
+        if len(raw) > INLINE_BODY:   # parsing alone may take milliseconds: all of it off the loop
+            payload, ctype = await anyio.to_thread.run_sync(svc.run, family, raw, accept)
+            return 200, payload, ctype
         job = svc.prepare(family, raw, accept)
         if job.inline and svc.is_mapped(job):
             payload, ctype = svc.execute(job)

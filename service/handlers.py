@@ -21,7 +21,7 @@ from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
-from .negotiate import choose
+from .negotiate import CACHED_ACCEPT, choose
 from . import lane, replay
 from .replay import Templates
 
@@ -52,7 +52,7 @@ class Service:
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
         fmt = choose(accept)                                  # 406 before any work
-        if fmt == "safetensors" and len(self.accepts) < 256:
+        if fmt == "safetensors" and len(self.accepts) < 256 and len(accept) <= CACHED_ACCEPT:
             self.accepts[accept.encode("latin-1")] = True      # for hot() (the header's bytes)
         try:
             body = orjson.loads(raw)
@@ -68,15 +68,17 @@ class Service:
         return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes))
 
     def _fresh_templates(self) -> bool:
-        """Templates stay while the manifest only gains tables; a new engine generation or an
-        eviction drops them all (so an evicted table's mapping is not held), to be relearnt."""
+        """Templates stay while the manifest only gains tables; a new engine generation, an
+        eviction or a repaired table (a new file for a digest) drops them all (so no template
+        reads a mapping the engine replaced), to be relearnt."""
         m, old = self.client.manifest(), self._templates_manifest
         if m is old:
             return True
         self._templates_manifest = m
-        if old is not None and m is not None and m["generation"] == old["generation"] \
-                and old["tables"].keys() <= m["tables"].keys():
-            return True
+        if old is not None and m is not None and m["generation"] == old["generation"]:
+            now = m["tables"]
+            if all(d in now and now[d]["file"] == e["file"] for d, e in old["tables"].items()):
+                return True
         self.templates = self._new_templates()
         return False
 
@@ -98,6 +100,10 @@ class Service:
             self._fresh_templates()   # learnt under the manifest it was answered from, not dropped at the next hot()
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
+
+    def run(self, family: str, raw: bytes, accept: str | None) -> tuple[bytes, str]:
+        """prepare + execute in one go (in a thread, for bodies too large to parse on the loop)."""
+        return self.execute(self.prepare(family, raw, accept))
 
     def is_mapped(self, job: Job) -> bool:
         return self.client.is_mapped(job.r)

@@ -32,7 +32,9 @@ from __future__ import annotations
 import logging
 from time import perf_counter
 
-from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, STATUS_LINE
+
+from .connguard import GuardedHttpTools
 
 log = logging.getLogger("posenc.service")
 
@@ -67,7 +69,9 @@ def _default_headers(state) -> bytes:
     return _defaults[1]
 
 
-class HotLaneProtocol(HttpToolsProtocol):
+class HotLaneProtocol(GuardedHttpTools):
+    """uvicorn's httptools protocol with the connection limits (service/connguard.py) and the lane."""
+
     _deferred = None   # (cycle, app, lane) of a lane request whose body is still arriving
     _active = 0.0      # loop time of the last data or completed response (the keep-alive clock)
     _hot = None        # [lane, body] of a request admitted at its headers (no cycle exists yet)
@@ -108,6 +112,7 @@ class HotLaneProtocol(HttpToolsProtocol):
         if lane is None:
             return super().on_headers_complete()
         self._hot = [lane, b""]
+        self._body_stage()                   # the connection guard's body timeout
 
     def shutdown(self) -> None:
         if self._hot is not None:            # answer the request arriving, then close
@@ -145,12 +150,14 @@ class HotLaneProtocol(HttpToolsProtocol):
         h = self._hot
         if h is not None:
             keep_alive = (self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
-                          and not self._close_after)
+                          and not self._close_after and not self._draining)
+            self._app_stage()                # the body is whole: the guard's timers end here
             if self._write(h[0], h[1], self.headers, keep_alive):
                 self._hot = None
                 self._completed()
             else:
                 self._to_asgi(complete=True)
+                self._app_stage()
             return
         super().on_message_complete()
         d = self._deferred

@@ -18,6 +18,7 @@ import random
 
 import numpy as np
 
+from posenc.engine.store import reserve
 from posenc.engine.tables import FAMILIES
 
 from .v2.errors import GRPC_CODES
@@ -56,7 +57,13 @@ class Metrics:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, size)
+            # Every page backed now: on a full tmpfs the first count on an untouched page would
+            # otherwise kill the worker with SIGBUS. ENOSPC here: the worker runs without metrics.
+            reserve(fd, size)
             self._mm = mmap.mmap(fd, size)
+        except OSError:
+            os.unlink(self.path)
+            raise
         finally:
             os.close(fd)
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(_SHAPE)

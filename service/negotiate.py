@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from posenc.engine.errors import NotAcceptable
+from posenc.engine.errors import HeaderTooLarge, NotAcceptable
 
 JSON = "application/json"
 SAFETENSORS = "application/x-safetensors"
@@ -16,6 +16,8 @@ OCTET = "application/octet-stream"   # served as safetensors
 # media type offered -> format name (the order is the server's preference)
 OFFERS: dict[str, str] = {JSON: "json", SAFETENSORS: "safetensors", NPZ: "npz", OCTET: "safetensors"}
 CONTENT_TYPES = {"json": JSON, "safetensors": SAFETENSORS, "npz": NPZ}
+MAX_ACCEPT = 4096      # bytes of Accept (all its lines joined): 431 above, before it is parsed
+CACHED_ACCEPT = 256    # only values this short are remembered (256 of them: 64 KiB at most)
 
 
 def _parse(accept: str):
@@ -58,9 +60,17 @@ def _q_for(offer: str, ranges) -> float | None:
     return best
 
 
-@lru_cache(maxsize=256)
 def choose(accept: str | None) -> str:
-    """The response format for an Accept header: 'json', 'safetensors' or 'npz'."""
+    """The response format for an Accept header: 'json', 'safetensors' or 'npz'. Parsing is
+    linear in the value and bounded: over MAX_ACCEPT bytes is a 431 (~1 µs, whatever its size)."""
+    if accept is None or len(accept) <= CACHED_ACCEPT:
+        return _cached(accept)
+    if len(accept) > MAX_ACCEPT:
+        raise HeaderTooLarge("Accept", len(accept), MAX_ACCEPT)
+    return _choose(accept)
+
+
+def _choose(accept: str | None) -> str:
     if not accept or not accept.strip():
         return "json"
     ranges = _parse(accept)
@@ -74,3 +84,6 @@ def choose(accept: str | None) -> str:
     if best is None:
         raise NotAcceptable(accept, OFFERS)
     return best
+
+
+_cached = lru_cache(maxsize=256)(_choose)

@@ -39,6 +39,7 @@ from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 MAX_TEMPLATES = 1024
+MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 MiB at most
 # the families that make templates -> their selections' names as JSON text, quotes included
 FIELDS = {name: tuple(map(orjson.dumps, f.selections))
           for name, f in FAMILIES.items() if type(f).template is not Family.template}
@@ -145,7 +146,7 @@ class Templates:
             return
         known = self.native[req.family.name]
         key = template_key(raw, cut)
-        if key in known or not controls(raw, cut, fields):
+        if len(key) > MAX_KEY_BYTES or key in known or not controls(raw, cut, fields):
             return
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:

@@ -3,16 +3,23 @@ gRPC server processes (service/v2/grpc_main.py) sharing them too.
 
 Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
-drains its workers, then the engine is stopped and removes every segment. The engine child also
-gets SIGTERM if this process dies (PR_SET_PDEATHSIG), and is restarted if it dies while serving
-(its successor reclaims the segments).
+drains its workers, then the engine is stopped and removes every segment. The engine child and
+every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
+it in the app factory). The engine is restarted if it dies while serving (its successor reclaims
+the segments), after a delay that doubles while it keeps dying young.
+
+One ``posenc serve`` per namespace: it holds ``{ns}.serve.lock`` (flock) for its life, and a
+second one, or one whose port is taken, refuses before it starts or deletes anything.
 """
 
 from __future__ import annotations
 
 import logging
+import errno
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,7 +47,8 @@ def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM)
 
 
 # the lane setting -> uvicorn's HTTP protocol: the hot lane is httptools' protocol subclassed
-HTTP_PROTOCOLS = {"on": "posenc.service.lane:HotLaneProtocol", "off": "httptools"}
+# (both keep the connection limits of service/connguard.py, which uvicorn lacks)
+HTTP_PROTOCOLS = {"on": "posenc.service.lane:HotLaneProtocol", "off": "posenc.service.connguard:GuardedHttpTools"}
 
 
 def add_parser(sub) -> None:
@@ -61,6 +69,11 @@ def add_parser(sub) -> None:
     p.add_argument("--lane", choices=CHOICES["lane"],
                    help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)")
     serve_opts.add_arguments(p)
+    p.add_argument("--header-timeout", type=float, help="seconds to receive a request head (408 after; default 10)")
+    p.add_argument("--body-timeout", type=float, help="seconds to receive a request body (closed after; default 30)")
+    p.add_argument("--max-connections", type=int, help="open connections per worker (503 beyond; default 1024)")
+    p.add_argument("--verify-interval", type=float,
+                   help="seconds between the engine's checksum sweeps of its tables (default 60; 0: never)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -70,7 +83,49 @@ def settings_from_args(args) -> Settings:
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
-                              lane=args.lane, **serve_opts.overrides(args))
+                              lane=args.lane, header_timeout_s=args.header_timeout,
+                              body_timeout_s=args.body_timeout, max_connections=args.max_connections,
+                              verify_interval_s=args.verify_interval, **serve_opts.overrides(args))
+
+
+STABLE_S = 60.0        # an engine that lived this long restarts after the shortest delay
+MAX_BACKOFF_S = 30.0
+
+
+def claim(s: Settings) -> int:
+    """This server's hold on its namespace and port, taken before anything is started or
+    removed: the lock's descriptor. Exits (status 1) when another server holds the namespace or
+    the port is taken."""
+    os.makedirs(s.shm_dir, exist_ok=True)
+    path = os.path.join(s.shm_dir, f"{s.namespace}.serve.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise SystemExit(f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
+                         f"in {s.shm_dir}; not starting")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((s.host, s.port))
+    except OSError as e:
+        os.unlink(path)   # ours: we hold its lock
+        os.close(fd)
+        why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
+        raise SystemExit(f"posenc serve: {s.host}:{s.port} {why}; not starting") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def release(s: Settings, fd: int) -> None:
+    try:
+        os.unlink(os.path.join(s.shm_dir, f"{s.namespace}.serve.lock"))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
 
 
 class EngineChild:
@@ -90,8 +145,11 @@ class EngineChild:
         self.proc = subprocess.Popen(cmd)
 
     def watch(self) -> None:
-        """Restart the engine if it dies while we serve (not while we stop)."""
+        """Restart the engine if it dies while we serve (not while we stop): at once after a
+        long life, else after a delay doubling from 0.5 s to 30 s, saying why each time."""
+        delay = 0.0
         while not self.stopping:
+            started = time.monotonic()
             rc = self.proc.wait()
             if self.stopping:
                 return
@@ -99,9 +157,14 @@ class EngineChild:
                 log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            log.warning("engine exited with %s; restarting", rc)
+            lived = time.monotonic() - started
+            delay = 0.5 if lived > STABLE_S else min(MAX_BACKOFF_S, max(0.5, 2 * delay))
+            why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
+            log.warning("engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay)
             exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
-            time.sleep(0.5)
+            deadline = time.monotonic() + delay
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(0.1)
             if not self.stopping:
                 self.start()
                 watch_restart(self.s.shm_dir, self.s.namespace, old, exited_at, lambda: self.stopping)
@@ -126,6 +189,7 @@ def cmd_serve(args) -> int:
         load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
     options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
+    held = claim(s)   # before anything of a running server could be touched
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
@@ -149,4 +213,5 @@ def cmd_serve(args) -> int:
             engine.stop()
         remove_all(s.shm_dir, s.namespace)
         remove_registry(s.shm_dir, s.namespace)
+        release(s, held)
     return 0

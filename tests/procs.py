@@ -344,13 +344,13 @@ class Procs:
 
     def serve(self, config: dict | str | None, workers: int = 2, args: Iterable[str] = (), ready: bool = True,
               namespace: str | None = None, env: dict | None = None, ca: str | None = None,
-              grpc: bool = False) -> Server:
-        """Start ``python -m posenc serve`` on a free port under a fresh namespace (``ca``: it
-        serves HTTPS, with a certificate this CA file signed, given in ``args``); its gRPC server
-        too (on another free port) only when ``grpc``: the default port is shared."""
+              grpc: bool = False, port: int | None = None) -> Server:
+        """Start ``python -m posenc serve`` on a free port (or ``port``) under a fresh namespace
+        (``ca``: it serves HTTPS, with a certificate this CA file signed, given in ``args``); its
+        gRPC server too (on another free port) only when ``grpc``: the default port is shared."""
         name = self._name("serve")
         namespace = namespace or unique_namespace()
-        port = free_port()
+        port = port or free_port()
         grpc_port = free_port() if grpc else 0
         path = self._config(name, config)
         argv = [PYTHON, "-m", CLI_MODULE, "serve", "--port", str(port), "--workers", str(workers),

@@ -28,9 +28,10 @@ from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_
 from .rope_types import ROPE_TYPES, _Ctx
 
 LAYOUTS = ("half_split", "interleaved")
-# Validation computes the frequencies (head_dim / 2 of them) before the size limit can refuse the
-# answer, so a head_dim of 2**34 would allocate 64 GiB first: bound it (real models: <= 512).
-MAX_HEAD_DIM = 1 << 20
+# The largest head_dim taken (422 above it). Checked first, before anything is sized by it: the
+# frequency checks below build arrays of d/2, and a request must cost microseconds before its size
+# is known. Every released model's head_dim is <= 512; one row at this width is 512 KiB.
+MAX_HEAD_DIM = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,7 +313,7 @@ class Rope(Family):
     schema = {
         "type": "object", "additionalProperties": False, "required": ["head_dim", "positions"],
         "properties": {
-            "head_dim": {"type": "integer", "minimum": 2},
+            "head_dim": {"type": "integer", "minimum": 2, "maximum": MAX_HEAD_DIM},
             "rope_theta": {"type": "number", "exclusiveMinimum": 0, "default": 10000.0},
             "partial_rotary_factor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
             "max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},

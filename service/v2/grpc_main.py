@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=s.log_level.upper() if s.log_level != "trace" else "DEBUG",
                         format="%(levelname)s:     %(message)s")
     if args.exit_with_parent:
-        from posenc.engine.engine_main import exit_with_parent
+        from posenc.engine.proclife import exit_with_parent
         exit_with_parent()
 
     async def run() -> int:

@@ -47,7 +47,7 @@ def _named(args, body) -> dict | None:
     if not isinstance(body, dict) or body.get("table") is None:
         return None
     from posenc.engine.config import load_config, named_specs
-    from posenc.engine.engine_main import engine_options
+    from posenc.engine.engine_cli import engine_options
     settings, _ = engine_options(args)
     return named_specs(load_config(settings.tables))
 
@@ -101,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse results larger than this many bytes (default 64 MiB)")
     c.set_defaults(func=cmd_compute)
 
-    from posenc.engine import engine_main
+    from posenc.engine import engine_cli
     from posenc.service import serve_main
-    engine_main.add_parser(sub)
+    engine_cli.add_parser(sub)
     serve_main.add_parser(sub)
     try:
         from posenc.loadtest import runner

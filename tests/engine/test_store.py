@@ -93,7 +93,7 @@ def test_segment_and_manifest_modes(shm, umask):
     finally:
         os.umask(old)
     mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
-    assert mode == {"a": 0o600, "b": 0o640, "m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
+    assert mode == {"a": 0o400, "b": 0o440, "m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
 
 
 def test_failed_build_leaves_nothing_and_keeps_its_error(shm):

@@ -32,14 +32,15 @@ def _modes(ns) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_segments_are_0600_by_default(ns, procs):
+def test_segments_are_0400_by_default(ns, procs):
     eng = procs.engine(SMALL_CONFIG, ns)
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})   # an on-demand segment too
     modes = _modes(ns)
     segs = seg_files(ns)
     assert len(segs) == len(SMALL_CONFIG["tables"]) + 2  # rope config has two dtypes, + on-demand
-    for n in segs + [f"{ns}.manifest.json"]:
-        assert modes[n][0] == 0o600, (n, oct(modes[n][0]))
+    for n in segs:   # published tables are read-only files, also to their owner
+        assert modes[n][0] == 0o400, (n, oct(modes[n][0]))
+    assert modes[f"{ns}.manifest.json"][0] == 0o600
     assert modes[f"{ns}.sock"][0] & 0o077 == 0, oct(modes[f"{ns}.sock"][0])
     assert eng.stop() == 0
 
@@ -55,15 +56,16 @@ def _other_group() -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("by", ["name", "gid"])
-def test_group_option_makes_segments_0640_of_that_group(ns, procs, by):
+def test_group_option_makes_segments_0440_of_that_group(ns, procs, by):
     name, gid = _other_group()
     eng = procs.engine(SMALL_CONFIG, ns, args=["--group", name if by == "name" else str(gid)])
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})
     modes = _modes(ns)
     segs = seg_files(ns)
     assert any(not e["pinned"] for e in eng.manifest()["tables"].values())
-    for n in segs + [f"{ns}.manifest.json"]:
-        assert modes[n] == (0o640, gid), (n, oct(modes[n][0]), modes[n][1], gid)
+    for n in segs:
+        assert modes[n] == (0o440, gid), (n, oct(modes[n][0]), modes[n][1], gid)
+    assert modes[f"{ns}.manifest.json"] == (0o640, gid)
     sock_mode, sock_gid = modes[f"{ns}.sock"]
     assert sock_gid == gid and sock_mode & 0o060 == 0o060 and sock_mode & 0o007 == 0, oct(sock_mode)
     assert eng.stop() == 0

@@ -1,0 +1,125 @@
+"""Issue 15, process life of ``posenc serve``, on real processes:
+
+- SIGKILL of the serve parent leaves no worker (nor engine) alive, and a new server starts on
+  the same port and namespace;
+- SIGTERM under load drains: every request that reached a worker is answered, long ones included;
+- a second server on the same namespace, or on a taken port, refuses before it touches anything
+  of the first (it used to delete the running server's metrics files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.procs import wait_for
+from tests.service_cases import BIN, CONFIG, reference_safetensors
+from tests.shm import shm_files, snapshot
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_parent_leaves_no_worker_and_the_port_is_free(procs, ns):
+    s = procs.serve(CONFIG, workers=2, namespace=ns)
+    children = [*s.worker_pids(), s.engine_pid()]
+    assert len(children) == 3
+    s.kill9()
+    wait_for(lambda: not any(alive(p) for p in children), 15, 0.05, "workers and engine gone")
+    # the same port and namespace serve again (the stale serve lock is taken over)
+    again = procs.serve(CONFIG, workers=1, namespace=ns, port=s.port)
+    assert httpx.get(f"{s.url}/readyz").status_code == 200
+    assert again.stop() == 0, again.output()
+
+
+@pytest.mark.slow
+def test_sigterm_under_load_answers_every_request_that_arrived(procs):
+    s = procs.serve(CONFIG, workers=2)
+    long = [{"d_model": 384 + 2 * k, "positions": [5, 99999]} for k in range(3)]   # builds of ~0.5 s
+    results: dict = {"long": [], "short": [], "refused": 0, "lost": []}
+    stop = threading.Event()
+
+    def long_one(body):
+        r = httpx.post(s.url + "/v1/sinusoidal", json=body, headers=BIN, timeout=60)
+        results["long"].append((r.status_code, r.content == reference_safetensors("sinusoidal", body)))
+
+    def shorts():
+        body = {"head_dim": 64, "positions": [1, 2]}
+        with httpx.Client(base_url=s.url, timeout=30) as c:
+            fresh = True   # the next request opens a new connection
+            while not stop.is_set():
+                try:
+                    r = c.post("/v1/rope", json=body, headers=BIN)
+                    results["short"].append(r.status_code)
+                    fresh = r.headers.get("connection") == "close"
+                except httpx.TransportError as e:
+                    if fresh:    # a new connection no worker accepted: it never reached one
+                        results["refused"] += 1
+                    else:        # a request on a connection a worker was serving: lost
+                        results["lost"].append(repr(e))
+                    return
+
+    threads = [threading.Thread(target=long_one, args=(b,)) for b in long] + \
+              [threading.Thread(target=shorts) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)              # the long ones are in flight (waiting on their builds)
+    s.signal(signal.SIGTERM)
+    rc = s.wait(60)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert rc == 0, s.output()
+    assert results["long"] == [(200, True)] * 3, (results, s.output())
+    assert set(results["short"]) == {200} and len(results["short"]) >= 3, results
+    # every keep-alive client got its last answer with "connection: close"; its next connection
+    # was refused (the listener is closed), which the ingress retries elsewhere (docs/deploy.md)
+    assert results["lost"] == [] and results["refused"] == 3, results
+    assert shm_files(s.namespace) == []
+
+
+def test_a_second_server_refuses_before_touching_the_first(procs, ns):
+    a = procs.serve(CONFIG, workers=2, namespace=ns)
+    wait_for(lambda: sum(".metrics." in n for n in shm_files(ns)) == 2, 30, 0.05, "both workers' metrics files")
+    # names and inodes: nothing removed, created or replaced (the workers' own counting keeps
+    # touching their metrics files' contents meanwhile)
+    files = lambda: {n: st[0] for n, st in snapshot(ns).items()}   # noqa: E731
+    before = files()
+    b = procs.serve(CONFIG, workers=1, namespace=ns, ready=False)          # same namespace
+    assert b.wait(30) == 1 and "serves namespace" in b.stderr(), b.output()
+    other = procs.serve(CONFIG, workers=1, ready=False, port=a.port)        # same port
+    assert other.wait(30) == 1 and "in use" in other.stderr(), other.output()
+    assert shm_files(other.namespace) == []
+    assert files() == before
+    assert httpx.post(a.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}).status_code == 200
+    assert a.stop() == 0, a.output()
+
+
+@pytest.mark.slow
+def test_an_engine_that_keeps_dying_is_restarted_with_growing_delays_and_a_reason(procs):
+    s = procs.serve(CONFIG, workers=1)
+    seen = []
+    for _ in range(3):   # killed as soon as it is up, three times: it dies young each time
+        pid = wait_for(lambda: (p := s.engine_pid()) not in (None, *seen) and p, 30, 0.01, "a new engine")
+        seen.append(pid)
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: s.stderr().count("restarting in") >= 3, 30, 0.05, "three restarts")
+    delays = [float(x) for x in re.findall(r"restarting in ([0-9.]+)s", s.stderr())]
+    assert delays[:3] == [0.5, 1.0, 2.0], s.output()
+    assert "engine killed by SIGKILL" in s.stderr()
+    wait_for(lambda: s.engine_pid() not in (None, *seen), 30, 0.05, "a fourth engine")
+    s.wait_ready()
+    assert httpx.post(s.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}).status_code == 200
+    assert s.stop() == 0, s.output()
