@@ -225,8 +225,15 @@ class Engine:
                 raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
                                 f"({self.opts.memory_budget_bytes} bytes)")
             upkeep.make_room(self, t.nbytes())
-        if self._build_once(t, pinned=False, before=room):
-            log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)")
+        # a configured table still waiting for room is built as itself (pinned, named), not as an
+        # on-demand table that its next retry would have to adopt
+        ct = next((c for c in self.missing if c.table.digest == t.digest), None)
+        if self._build_once(t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec):
+            log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)"
+                + (f", the configured table {ct.name}" if ct else ""))
+            if ct is not None:
+                with self.lock:
+                    self.missing = [c for c in self.missing if c is not ct]
         return t.digest
 
     def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None,
