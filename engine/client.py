@@ -10,15 +10,18 @@
 ``lookup`` answers exactly what ``posenc.engine.compute.compute`` answers (bit for bit), from
 shared memory, through the one pipeline (engine/pipeline.py) with a mapped view as its source: each
 family's ``serve`` gathers rows inside the table, computes exactly past it, and builds ALiBi and T5
-blocks from the shared distance/bucket tables. A table that is not in shared memory is built once
-by the engine, asked by its key (every process then shares it); the client never writes or
-unlinks a segment.
+blocks from the shared distance/bucket tables. A table that is not in shared memory is asked of
+the engine by its key and the rows it must hold (every process then shares it), and meanwhile
+the request is computed exactly, so a new spec's first answer never waits for a build; an
+on-demand table that a later request reaches past is asked for again, longer. ``table()`` (the
+zero-copy view) waits for the build. The client never writes or unlinks a segment.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
 import threading
 import time
@@ -36,13 +39,15 @@ from .tables import FAMILIES, TableDef
 class TableView:
     """One table in shared memory: read-only numpy views of its arrays."""
 
-    def __init__(self, seg: store.Segment, generation: int):
+    def __init__(self, seg: store.Segment, generation: int, cap: int = 0):
         self.segment = seg
         self.family = seg.entry["family"]
         self.dtype = seg.entry["dtype"]
         self.generation = generation
         self.meta = seg.entry.get("meta", {})
         self.length = int(seg.entry["length"])
+        # an on-demand table shorter than the engine's longest: a request past it asks it to grow
+        self.growable = not seg.entry.get("pinned", True) and self.length < cap
         for name, a in seg.arrays.items():
             setattr(self, name, a)
         FAMILIES[self.family].attach(self)
@@ -76,6 +81,10 @@ class TableView:
         return np.lib.stride_tricks.as_strided(h, (n, w, 2), (h.strides[0], h.strides[1], 0), writeable=False)
 
 
+ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
+MAX_PENDING_ASKS = 64  # asks queued for the engine at once; more are dropped (and their requests computed)
+
+
 class Client:
     def __init__(self, shm_dir: str = "/dev/shm", namespace: str = "posenc", build_timeout: float = 60.0,
                  recheck_s: float = 0.05):
@@ -89,6 +98,9 @@ class Client:
         self._checked = 0.0
         self._views: dict[str, TableView] = {}   # digest -> view (current generation)
         self._named: tuple = (None, {})          # (manifest it was read from, named tables)
+        self._asks: dict[str, tuple[int, float]] = {}   # digest -> (rows asked, when): asked, not yet there
+        self._queue: queue.SimpleQueue | None = None    # asks for the engine, sent by daemon threads
+        self._pending = 0
         self.pipeline = Pipeline(named=self.named_tables)
 
     # -- manifest ----------------------------------------------------------------------------
@@ -146,8 +158,9 @@ class Client:
         return [{"digest": d, **{k: v for k, v in e.items() if k not in ("arrays",)}} for d, e in m["tables"].items()]
 
     # -- attaching -----------------------------------------------------------------------------
-    def attach(self, tdef: TableDef, build: bool = True) -> TableView:
-        """The mapped view of a table, asking the engine to build it (once) if it is new."""
+    def attach(self, tdef: TableDef, build: bool = True, reach: int | None = None) -> TableView:
+        """The mapped view of a table, asking the engine to build it (once) if it is new, and
+        waiting for it: long enough for ``reach`` rows (None: as long as the engine builds)."""
         digest = tdef.digest
         m = self.manifest()  # refreshes at most every recheck_s; a new generation drops old views
         v = self._views.get(digest)
@@ -161,14 +174,14 @@ class Client:
                 except FileNotFoundError:  # evicted or reclaimed between manifest read and open
                     m = self.manifest(force=True)
                     continue
-                view = TableView(seg, m["generation"])
+                view = TableView(seg, m["generation"], m.get("on_demand_length", 0))
                 with self._lock:
                     if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                         self._views[digest] = view
                 return view
             if not build:
                 break
-            self._ensure(tdef)
+            self._ensure(tdef, reach)
             m = self.manifest(force=True)
         raise EngineUnavailable(f"table {tdef.key} is not in shared memory")
 
@@ -186,7 +199,7 @@ class Client:
                 self._ask_verify()   # the engine rebuilds it; the caller tries again
                 self.manifest(force=True)
                 raise
-            views[digest] = TableView(seg, m["generation"])
+            views[digest] = TableView(seg, m["generation"], m.get("on_demand_length", 0))
         with self._lock:
             if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                 self._views.update(views)
@@ -198,9 +211,10 @@ class Client:
         except EngineUnavailable:
             pass
 
-    def _ensure(self, tdef: TableDef) -> None:
-        """Ask the engine to build a table by its key (it builds each new table once)."""
-        reply = self.call({"op": "ensure", "table": tdef.key})
+    def _ensure(self, tdef: TableDef, reach: int | None = None) -> None:
+        """Ask the engine to build a table by its key (it builds each new table once), long
+        enough for ``reach`` rows; returns when it is stored."""
+        reply = self.call({"op": "ensure", "table": tdef.key, **({"reach": reach} if reach else {})})
         if not reply.get("ok"):
             if reply.get("status") == NotStored.status:
                 raise NotStored(reply.get("error"))
@@ -252,16 +266,57 @@ class Client:
         return req.table is None or req.table.digest in self._views
 
     def view(self, req: Request) -> TableView | None:
-        """The mapped table that answers a request (built once if new), or None: computed. Also
-        None when the table cannot be had: too large for the budget, no room in shared memory,
-        the engine down or gone mid-build, no descriptor left. The answer is the same bits, and
-        its size was bounded by the response limit before this was asked."""
-        if req.table is None:
+        """The mapped table that answers a request, or None: computed exactly. Never waits for a
+        build: a table the engine does not have yet (or an on-demand one shorter than the rows
+        asked) is asked for in the background, and this request is computed (or served from the
+        shorter table, computing the rows past it). Also None when the table cannot be had: too
+        large for the budget, no room in shared memory, the engine down, no descriptor left. The
+        answer is the same bits, and its size was bounded by the response limit before this."""
+        t = req.table
+        if t is None:
             return None
-        try:
-            return self.attach(req.table)
-        except (NotStored, EngineUnavailable, OSError):
-            return None
+        self.manifest()   # (at most every recheck_s: a new generation drops old views)
+        v = self._views.get(t.digest)
+        if v is None:
+            try:
+                v = self.attach(t, build=False)   # in the manifest: mapped now
+            except (EngineUnavailable, OSError):
+                v = None
+        if v is None or v.growable:
+            reach = req.reach()
+            if v is None or (reach is not None and reach > v.length):
+                self._ask(t, reach)
+        return v
+
+    def _ask(self, t: TableDef, reach: int | None) -> None:
+        """Queue an ask for ``t`` (``reach`` rows) unless the same or a longer one is pending."""
+        now = time.monotonic()
+        with self._lock:
+            prev = self._asks.get(t.digest)
+            if prev is not None and (prev[0] or 0) >= (reach or 0) and now - prev[1] < ASK_AGAIN_S:
+                return
+            if self._pending >= MAX_PENDING_ASKS:
+                return
+            if len(self._asks) > 4 * MAX_PENDING_ASKS:   # forget old asks (their tables came or were refused)
+                self._asks = {d: a for d, a in self._asks.items() if now - a[1] < ASK_AGAIN_S}
+            self._asks[t.digest] = (reach or 0, now)
+            self._pending += 1
+            if self._queue is None:
+                self._queue = queue.SimpleQueue()
+                for i in range(2):   # two: a long build does not hold up every other ask
+                    threading.Thread(target=self._asker, daemon=True, name=f"posenc-ask-{i}").start()
+            self._queue.put((t, None if reach is None else int(reach)))
+
+    def _asker(self) -> None:
+        while True:
+            t, reach = self._queue.get()
+            try:
+                self._ensure(t, reach)
+            except Exception:   # no room, engine away, ...: its requests are computed, and it
+                pass            # is asked for again after ASK_AGAIN_S; this thread must live on
+            finally:
+                with self._lock:
+                    self._pending -= 1
 
     def answer(self, req: Request) -> dict:
         """The arrays for a planned request: from its shared table, or computed directly."""

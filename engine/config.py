@@ -3,6 +3,7 @@
 JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_CONFIG``):
 
     {"length": 131072,                        # rows per rope/sinusoidal table, distances per alibi
+     "on_demand_length": 131072,              # the longest an on-demand table grows (engine/tables/base.py)
      "tables": [{"family": "rope", "spec": {...API.md spec fields...},
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
@@ -32,27 +33,34 @@ from .tables.base import DEFAULT_LENGTH
 
 MAX_LENGTH = 1 << 24
 
+# The embedded default set, sized to the positions each model uses (a request past a table's length
+# is computed exactly for the rows past it, so a length is a speed choice, never a correctness one):
+# about 230 MiB, built in well under two seconds on two cores.
 DEFAULT_CONFIG: dict[str, Any] = {
     "length": DEFAULT_LENGTH,
     "tables": [
-        # Llama 2 / Llama 1 / Mistral-v0.1 style: θ = 10000, head_dim 128
-        {"name": "llama-2-7b", "family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
-        # Llama 3.1 8B config.json
+        # Llama 2 / Llama 1 / Mistral-v0.1 style: θ = 10000, head_dim 128 (4k context; Mistral 32k)
+        {"name": "llama-2-7b", "family": "rope", "length": 32768,
+         "spec": {"head_dim": 128, "rope_theta": 10000.0}},
+        # Llama 3.1 8B config.json: 128k context
         {"name": "llama-3.1-8b", "family": "rope",
          "spec": {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}},
-        # Qwen2.5 / Mistral-v0.3 style: θ = 1e6
-        {"name": "qwen2.5-7b", "family": "rope", "spec": {"head_dim": 128, "rope_theta": 1000000.0}},
-        # Pythia 6.9B (GPT-NeoX): rotary_pct 0.25 of head_dim 128
-        {"name": "pythia-6.9b", "family": "rope",
+        # Qwen2.5 / Mistral-v0.3 style: θ = 1e6 (32k context)
+        {"name": "qwen2.5-7b", "family": "rope", "length": 32768,
+         "spec": {"head_dim": 128, "rope_theta": 1000000.0}},
+        # Pythia 6.9B (GPT-NeoX): rotary_pct 0.25 of head_dim 128 (2k context)
+        {"name": "pythia-6.9b", "family": "rope", "length": 8192,
          "spec": {"head_dim": 128, "rope_theta": 10000.0, "partial_rotary_factor": 0.25}},
-        # Transformer-base/big, BERT-size and large encoders; interleaved and concat share a table
-        {"name": "sinusoidal-512", "family": "sinusoidal", "spec": {"d_model": 512}},
-        {"name": "sinusoidal-768", "family": "sinusoidal", "spec": {"d_model": 768}},
-        {"name": "sinusoidal-1024", "family": "sinusoidal", "spec": {"d_model": 1024}},
-        # ALiBi head counts of BLOOM-560m (16), MPT-7B (32), BLOOM-7b1 (32), 12 (BERT-size), 8, 64
-        *({"name": f"alibi-{h}", "family": "alibi", "spec": {"num_heads": h}} for h in (8, 12, 16, 32, 64)),
+        # Transformer-base/big, BERT-size and large encoders (512-8192 positions); interleaved and
+        # concat share a table
+        *({"name": f"sinusoidal-{d}", "family": "sinusoidal", "length": 8192, "spec": {"d_model": d}}
+          for d in (512, 768, 1024)),
+        # ALiBi head counts of BLOOM-560m (16), MPT-7B (32), BLOOM-7b1 (32), 12 (BERT-size), 8, 64;
+        # distances up to 64k (MPT-StoryWriter's 65k context)
+        *({"name": f"alibi-{h}", "family": "alibi", "length": 65536, "spec": {"num_heads": h}}
+          for h in (8, 12, 16, 32, 64)),
         # T5 encoder (bidirectional) and decoder (unidirectional) defaults
         {"name": "t5-encoder", "family": "t5-buckets", "spec": {"bidirectional": True}},
         {"name": "t5-decoder", "family": "t5-buckets", "spec": {"bidirectional": False}},
@@ -65,6 +73,12 @@ class ConfiguredTable:
     name: str
     table: TableDef
     spec: dict          # the canonical spec fields of the entry (Family.spec_json)
+
+
+class TableList(list):
+    """The configured tables (a list of ConfiguredTable), and the config's ``on_demand_length``:
+    the longest the engine builds a table that requests ask for (sized to the rows they read)."""
+    on_demand_length: int = DEFAULT_LENGTH
 
 
 def named_specs(tables: list[ConfiguredTable]) -> dict:
@@ -112,14 +126,16 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         raise SpecError((*loc, "spec", *e.loc), e.msg, e.kind) from None
 
 
-def parse_config(cfg, base_dir: str = ".") -> list[ConfiguredTable]:
+def parse_config(cfg, base_dir: str = ".") -> TableList:
     require_object(cfg)
-    refuse_unknown(cfg, ("length", "tables"))
+    refuse_unknown(cfg, ("length", "on_demand_length", "tables"))
     length = req_int(cfg, "length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH)
+    on_demand = req_int(cfg, "on_demand_length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH)
     tables = cfg.get("tables")
     if not isinstance(tables, list):
         raise SpecError(("tables",), "must be a list of {family, spec, dtypes?, length?, name?}")
-    out, seen, names = [], set(), {}
+    out, seen, names = TableList(), set(), {}
+    out.on_demand_length = on_demand
     for i, entry in enumerate(tables):
         loc = ("tables", i)
         require_object(entry, loc)
@@ -154,7 +170,7 @@ def parse_config(cfg, base_dir: str = ".") -> list[ConfiguredTable]:
     return out
 
 
-def load_config(path: str | None) -> list[ConfiguredTable]:
+def load_config(path: str | None) -> TableList:
     if path is None:
         return parse_config(DEFAULT_CONFIG)
     return parse_config(_read_json(path, ("tables",), "table config"), os.path.dirname(os.path.abspath(path)))

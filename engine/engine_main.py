@@ -29,13 +29,13 @@ import sys
 import threading
 import time
 
-from . import logs, proclife, settings, store, upkeep
+from . import adopt, coldstart, logs, proclife, settings, store, upkeep
 
 from .config import ConfiguredTable, load_config
 from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
 from .tables import TableDef
-from .tables.base import DEFAULT_LENGTH
+from .tables.base import DEFAULT_LENGTH, on_demand_length
 
 
 _log = logging.getLogger("posenc.engine")
@@ -51,7 +51,7 @@ class EngineOptions:
     shm_dir: str = "/dev/shm"
     namespace: str = "posenc"
     memory_budget_bytes: int = 2 * 2**30
-    length: int = DEFAULT_LENGTH
+    length: int = DEFAULT_LENGTH      # the longest on-demand table (the config's on_demand_length)
     group: str | None = None
     verify_interval_s: float = 60.0   # full checksum sweep period (engine/upkeep.py); 0: never
 
@@ -99,41 +99,17 @@ class Engine:
         self._lock_fd = fd
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
-        reclaimed = [p for p in self._p(store.our_files) if p != self._p(store.lock_path)]
-        for p in reclaimed:
-            store.unlink(p)
-        if reclaimed:
-            log(f"reclaimed {len(reclaimed)} file(s) left by a dead engine")
         # Generations only grow, also across restarts: readers compare them.
         self.generation = time.time_ns() // 1000
+        adopt.adopt(self, log)   # a dead engine's intact tables are kept; every other file goes
+        self.stats.adopted(self.tables)
+
+    log = staticmethod(log)
 
     def build_configured(self, tables: list[ConfiguredTable] | None = None) -> None:
-        """Build the configured tables that fit; the rest wait in ``missing`` (retried while the
-        engine runs), so that an engine on a full file system still publishes what fits."""
-        t0 = time.perf_counter()
-        todo, self.missing = (self.configured if tables is None else tables), []
-        for ct in todo:
-            try:
-                with self.lock:
-                    have = self.tables.get(ct.table.digest)
-                    if have is not None:   # built on demand meanwhile: it is configured, so pinned
-                        have.update(pinned=True, name=ct.name, spec=ct.spec)
-                        if self.published:
-                            self._write_manifest()
-                        continue
-                if upkeep.free_bytes(self.opts.shm_dir) < ct.table.nbytes() + upkeep.SLACK:
-                    raise OSError(errno.ENOSPC, "not enough free space")
-                self._build_once(ct.table, pinned=True, name=ct.name, spec=ct.spec)
-            except Exception as e:
-                if not (upkeep.is_resource_error(e) or isinstance(e, NotStored)):
-                    raise
-                self.missing.append(ct)
-                log(f"configured table {ct.name} ({ct.table.nbytes() / 2**20:.1f} MiB) not built: {e}; "
-                    f"retried while the engine runs; its requests are computed meanwhile")
-        if tables is None:
-            total = sum(e["nbytes"] for e in self.tables.values())
-            log(f"generation {self.generation}: {len(self.tables)} tables, {total / 2**20:.1f} MiB "
-                f"in {time.perf_counter() - t0:.2f}s")
+        """Build the configured tables that are not stored, in parallel; the ones that do not fit
+        wait in ``missing`` and are retried while the engine runs (engine/coldstart.py)."""
+        coldstart.build_configured(self, tables)
 
     def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
                spec: dict | None = None) -> dict:
@@ -204,6 +180,7 @@ class Engine:
             "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
             "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
             "backend": kernels_info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
+            "on_demand_length": self.opts.length, "built_by": adopt.BUILT_BY,
             "stats": self.stats.update(self.tables)}, self.mode, self.gid)
         except OSError as e:
             if strict or not upkeep.is_resource_error(e):
@@ -215,34 +192,56 @@ class Engine:
     _manifest_pending = False
 
     # -- on demand ------------------------------------------------------------------------------
-    def ensure(self, key) -> str:
+    def ensure(self, key, reach=None) -> tuple[str, dict]:
+        """Store the table ``key`` names, long enough for ``reach`` rows (or distances): an
+        on-demand table is sized to the rows asked (``on_demand_length``), and rebuilt longer when
+        a later ask reaches past it. Returns (its digest, its manifest entry)."""
         if not isinstance(key, str):
             raise SpecError(("table",), "must be a table key (a string)")
+        if reach is not None and (type(reach) is not int or reach < 1):
+            raise SpecError(("reach",), "must be a positive integer (rows the request reads)")
         t = TableDef.from_key(key, self.opts.length)
+        # a configured table still waiting for room is built as itself (pinned, named, its length),
+        # not as an on-demand table that its next retry would have to adopt
+        ct = next((c for c in self.missing if c.table.digest == t.digest), None)
+        t = ct.table if ct is not None else dataclasses.replace(
+            t, length=t.fam.stored_length(t.spec, on_demand_length(reach, self.opts.length)))
 
         def room():
             if t.nbytes() > self.opts.memory_budget_bytes:
                 raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
                                 f"({self.opts.memory_budget_bytes} bytes)")
             upkeep.make_room(self, t.nbytes())
-        # a configured table still waiting for room is built as itself (pinned, named), not as an
-        # on-demand table that its next retry would have to adopt
-        ct = next((c for c in self.missing if c.table.digest == t.digest), None)
-        if self._build_once(t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec):
-            log(f"built on demand: {t.key} ({t.nbytes() / 2**20:.1f} MiB)"
-                + (f", the configured table {ct.name}" if ct else ""))
-            if ct is not None:
-                with self.lock:
-                    self.missing = [c for c in self.missing if c is not ct]
-        return t.digest
+        for _ in range(8):   # another ask may be building it shorter: then it grows after that
+            with self.lock:
+                have = self.tables.get(t.digest)
+                if have is not None and self._holds(have, t):
+                    have["last_used"] = time.time()   # (least recently asked: evicted first)
+                    return t.digest, have
+            was = have and have["length"]
+            if self._build_once(t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec):
+                log(f"built on demand: {t.key} ({t.length} rows, {t.nbytes() / 2**20:.1f} MiB)"
+                    + (f", grown from {was}" if was else "") + (f", the configured table {ct.name}" if ct else ""))
+                if ct is not None:
+                    with self.lock:
+                        self.missing = [c for c in self.missing if c is not ct]
+        raise NotStored("the table kept changing while it was asked for")
+
+    @staticmethod
+    def _holds(entry: dict, t: TableDef) -> bool:
+        """A stored table serves an ask: configured tables keep their length (rows past them are
+        computed), on-demand ones must be at least as long as the ask."""
+        return entry["pinned"] or entry["length"] >= t.length
 
     def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None,
                     spec: dict | None = None) -> bool:
-        """Build ``t`` unless it is there; concurrent asks (on demand, or the retry of a configured
-        table) wait on one build. True if this call built it. No room: NotStored."""
+        """Build ``t`` unless a table that holds it is there (a shorter on-demand one is rebuilt
+        at ``t``'s length under a new file name); concurrent asks (on demand, or the retry of a
+        configured table) wait on one build. True if this call built it. No room: NotStored."""
         with self.lock:
-            if t.digest in self.tables:
-                self.tables[t.digest]["last_used"] = time.time()
+            old = self.tables.get(t.digest)
+            if old is not None and self._holds(old, t):
+                old["last_used"] = time.time()
                 return False
             ev = self.inflight.get(t.digest)
             builder = ev is None
@@ -257,12 +256,16 @@ class Engine:
             if before is not None:
                 before()
             try:
-                self._build(t, pinned=pinned, name=name, spec=spec)
+                rev = old.get("rev", 0) + 1 if old is not None else 0
+                new = self._build(t, pinned=pinned or bool(old and old["pinned"]),
+                                  name=name or (old and old["name"]), spec=spec, rev=rev)
             except Exception as e:
                 if not upkeep.is_resource_error(e):
                     raise
                 log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
                 raise NotStored(f"table not stored: {e}") from None
+            if old is not None and old["file"] != new["file"]:   # grown: readers remap the new file
+                store.unlink(os.path.join(self.opts.shm_dir, old["file"]))
         except BaseException as e:
             self.build_errors[t.digest] = e
             raise
@@ -284,8 +287,8 @@ class Engine:
             return {"ok": True, **self.sweep.run(checksum=True)}
         if op == "ensure":
             try:
-                digest = self.ensure(msg.get("table"))
-                return {"ok": True, "digest": digest, "generation": self.generation}
+                digest, entry = self.ensure(msg.get("table"), msg.get("reach"))
+                return {"ok": True, "digest": digest, "length": entry["length"], "generation": self.generation}
             except SpecError as e:
                 return {"ok": False, "status": 422, "error": str(e), "loc": list(e.loc), "msg": e.msg}
             except NotStored as e:
@@ -372,6 +375,7 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
     if parent_watch:
         proclife.exit_with_parent(signal.SIGTERM)
     tables = load_config(tables_path)  # raises SpecError before anything is touched
+    opts = dataclasses.replace(opts, length=tables.on_demand_length)
     engine = Engine(tables, opts)
     engine.acquire()
     try:

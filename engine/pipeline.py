@@ -64,6 +64,11 @@ class Request:
     def nbytes(self) -> int:
         return self.family.output_nbytes(self.spec, self.sel, self.dtype)
 
+    def reach(self) -> int | None:
+        """How long ``table`` must be to hold every row this request reads (None: any length)."""
+        r = self.family.reach(self.spec, self.sel)
+        return None if r is None else int(r)
+
 
 def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapping, hf_config.Derived | None]:
     """(the ordinary body, how its spec fields were found): a body with ``hf_config`` (and

@@ -70,16 +70,22 @@ def write_segment(path: str, arrays: dict[str, np.ndarray], mode: int = 0o600, g
     return create_segment(path, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill, mode, gid)
 
 
-def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | None = None) -> dict:
-    """Create a segment for ``layout`` ({name: (shape, dtype)}) under a temporary name, let
-    ``fill(views)`` write into writable views of it, checksum it, then rename it into place.
-    Returns {arrays, nbytes, crc32, meta} where meta is what fill returned."""
+def plan(layout: dict) -> tuple[dict, int]:
+    """(the manifest's ``arrays`` entry, the file's size) of a segment holding ``layout``
+    ({name: (shape, dtype)}): each array at the next ALIGN-byte offset, in order."""
     entries, off = {}, 0
     for name, (shape, dtype) in layout.items():
         off += -off % ALIGN
         entries[name] = {"offset": off, "shape": list(shape), "dtype": np.dtype(dtype).name}
         off += int(np.prod(shape)) * np.dtype(dtype).itemsize
-    size = max(off, 1)
+    return entries, max(off, 1)
+
+
+def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | None = None) -> dict:
+    """Create a segment for ``layout`` ({name: (shape, dtype)}) under a temporary name, let
+    ``fill(views)`` write into writable views of it, checksum it, then rename it into place.
+    Returns {arrays, nbytes, crc32, meta} where meta is what fill returned."""
+    entries, size = plan(layout)
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
     try:

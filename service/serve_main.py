@@ -88,7 +88,7 @@ def settings_from_args(args) -> Settings:
                               verify_interval_s=args.verify_interval, **serve_opts.overrides(args))
 
 
-STABLE_S = 60.0        # an engine that lived this long restarts after the shortest delay
+STABLE_S = 60.0        # an engine that lived this long restarts at once, its back-off forgotten
 MAX_BACKOFF_S = 30.0
 
 
@@ -145,9 +145,10 @@ class EngineChild:
         self.proc = subprocess.Popen(cmd)
 
     def watch(self) -> None:
-        """Restart the engine if it dies while we serve (not while we stop): at once after a
-        long life, else after a delay doubling from 0.5 s to 30 s, saying why each time."""
-        delay = 0.0
+        """Restart the engine if it dies while we serve (not while we stop), saying why each time:
+        at once (its successor adopts its intact tables, so workers lose nothing), and when it
+        keeps dying young (within STABLE_S), after a delay doubling from 0.5 s to 30 s."""
+        streak = 0
         while not self.stopping:
             started = time.monotonic()
             rc = self.proc.wait()
@@ -158,7 +159,8 @@ class EngineChild:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             lived = time.monotonic() - started
-            delay = 0.5 if lived > STABLE_S else min(MAX_BACKOFF_S, max(0.5, 2 * delay))
+            streak = 1 if lived > STABLE_S else streak + 1
+            delay = 0.0 if streak == 1 else min(MAX_BACKOFF_S, 0.5 * 2 ** (streak - 2))
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
             log.warning("engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay)
             exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)

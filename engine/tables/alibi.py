@@ -109,6 +109,11 @@ def dist_rows(m: np.ndarray, deltas: np.ndarray, dtype: str) -> np.ndarray:
         return v.astype(_dt.DTYPES[dtype])
 
 
+def far_distance(sel) -> int:
+    """The largest |i − j| of a block: the last distance of the table it reads."""
+    return max(abs(sel["query"].max - sel["key"].min), abs(sel["key"].max - sel["query"].min))
+
+
 def finite_length(dist: np.ndarray, dtype: str) -> int:
     """Number of leading distances whose every head is finite."""
     bad = ~np.isfinite(_dt.to_float(dist, dtype)).all(axis=0)
@@ -149,6 +154,9 @@ class Alibi(Family):
     def table_for(self, spec, dtype, sel, length):
         return TableDef(self.name, AlibiSpec(num_heads=spec.num_heads, max_bias=spec.max_bias), dtype, length)
 
+    def reach(self, spec, sel):
+        return far_distance(sel) + 1
+
     def table_key(self, tspec, variant):
         return {"family": "alibi", "num_heads": tspec.num_heads, "max_bias": tspec.max_bias}
 
@@ -176,7 +184,7 @@ class Alibi(Family):
 
     def serve(self, view, spec, sel, dtype):
         heads = spec.head_index
-        far = max(abs(sel["query"].max - sel["key"].min), abs(sel["key"].max - sel["query"].min))
+        far = far_distance(sel)
         if kernels.BACKEND == "simd" or far >= view.finite_length:
             # The C kernel fills the block from the shared float64 slopes faster than a gather;
             # past the table numpy computes too. Same numbers as the table either way.

@@ -30,6 +30,16 @@ from ..selection import POSITION_LIMIT, Selection, parse_selection
 
 DEFAULT_LENGTH = 131072   # rows (or distances) of a table unless the config says otherwise
 CHUNK = 8192              # rows per build step: a build never holds a whole table in float64
+MIN_ON_DEMAND = 4096      # the shortest on-demand table: a few small asks do not each rebuild it
+
+
+def on_demand_length(reach: int | None, cap: int) -> int:
+    """How long the engine builds an on-demand table that must hold ``reach`` rows (or
+    distances): ``reach`` rounded up to a power of two, at least MIN_ON_DEMAND, at most ``cap``
+    (positions past a table are computed exactly). No reach: ``cap``."""
+    if reach is None:
+        return cap
+    return min(cap, max(MIN_ON_DEMAND, 1 << (max(1, reach) - 1).bit_length()))
 
 
 # Pieces of the request schemas (OpenAPI) that every family shares.
@@ -151,6 +161,11 @@ class Family:
     def stored_length(self, tspec, length: int) -> int:
         """The length a table of this spec is stored with when the engine's length is ``length``."""
         return length
+
+    def reach(self, spec, sel: Mapping[str, Selection]) -> int | None:
+        """How long a stored table must be to hold every row (or distance) these selections read:
+        what an on-demand table is sized to. None: the table's length does not follow requests."""
+        return None
 
     def layout(self, t: "TableDef") -> dict[str, tuple[tuple, str]]:
         """name -> (shape, numpy dtype name) of every array of the stored table."""

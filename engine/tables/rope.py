@@ -234,6 +234,9 @@ class Rope(Family):
     def stable_tables(self, spec, dtype, length):
         return [TableDef(self.name, _strip(spec), dtype, length, v) for v in spec.type.stable_variants(spec)]
 
+    def reach(self, spec, sel):
+        return sel["positions"].max + 1
+
     def table_key(self, tspec, variant):
         key = {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
                "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,

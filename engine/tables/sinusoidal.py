@@ -128,6 +128,9 @@ class Sinusoidal(Family):
         return TableDef(self.name, dataclasses.replace(spec, layout=LAYOUTS[spec.layout].canonical, offset=0),
                         dtype, length)
 
+    def reach(self, spec, sel):
+        return sel["positions"].max + spec.offset + 1
+
     def table_key(self, tspec, variant):
         return {"family": "sinusoidal", "table": tspec.table, "d_model": tspec.d_model, "base": tspec.base}
 

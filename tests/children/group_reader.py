@@ -26,6 +26,7 @@ def main(ns: str, shm: str) -> None:
     c.wait_ready(30)
     out = {"uid": os.getuid(), "gid": os.getgid()}
     out["lookup"] = c.lookup("rope", {"head_dim": 64, "positions": [3]})["cos"].tolist()
+    c.table("rope", {"head_dim": 12, "rope_theta": 77.0})   # asks the engine to build it, and waits
     out["built"] = c.lookup("rope", {"head_dim": 12, "rope_theta": 77.0, "positions": [2]})["cos"].tolist()
     seg = next(e["file"] for e in c.manifest(force=True)["tables"].values())
     path = os.path.join(shm, seg)

@@ -103,7 +103,7 @@ def _last_iter(r) -> dict:
     return lines[-1] if lines else {"i": 0, "gen": None, "t": 0}
 
 
-def test_kill9_readers_keep_reading_and_restart_reclaims(ns, procs, tmp_path):
+def test_kill9_readers_keep_reading_and_restart_adopts(ns, procs, tmp_path):
     eng_a = procs.engine(SMALL_CONFIG, ns)
     gen_a = eng_a.manifest()["generation"]
     files_a = seg_files(ns, gen_a)
@@ -123,13 +123,18 @@ def test_kill9_readers_keep_reading_and_restart_reclaims(ns, procs, tmp_path):
                     what="reads after the engine died")
         assert r.alive(), r.logs()
 
-    # A new engine on the namespace reclaims every file of the dead one.
+    # A new engine on the namespace adopts the dead one's intact segments (the same files, the
+    # same inodes) instead of building them again, under a new generation.
+    inodes = {n: os.stat(os.path.join(SHM_DIR, n)).st_ino for n in files_a}
     eng_b = procs.engine(SMALL_CONFIG, ns)
-    gen_b = eng_b.manifest()["generation"]
+    m_b = eng_b.manifest()
+    gen_b = m_b["generation"]
     assert gen_b != gen_a and gen_b > gen_a
-    assert seg_files(ns, gen_a) == [], "the dead engine's segments were not reclaimed"
-    assert seg_files(ns, gen_b)
-    assert "reclaimed" in eng_b.stderr()
+    assert sorted(e["file"] for e in m_b["tables"].values()) == sorted(files_a)
+    assert {n: os.stat(os.path.join(SHM_DIR, n)).st_ino for n in files_a} == inodes
+    assert all(e["adopted"] for e in m_b["tables"].values())
+    assert m_b["stats"]["builds"] == 0 and m_b["stats"]["adopted"] == len(files_a), m_b["stats"]
+    assert f"adopted {len(files_a)} table(s)" in eng_b.stderr()
 
     # Readers move to the new generation and keep verifying.
     for r in readers:

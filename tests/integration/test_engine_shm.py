@@ -181,5 +181,5 @@ def test_dry_run_of_the_default_config(ns, procs):
     want = _expected_bytes(DEFAULT_CONFIG)
     assert sorted(sizes) == sorted(want), text
     assert total == sum(want)
-    assert 1.2 * 2**30 < total < 1.6 * 2**30, total
+    assert 150 * 2**20 < total < 256 * 2**20, total   # right-sized (issue #14), not 1.4 GiB
     assert_no_leftovers(ns)

@@ -111,12 +111,14 @@ def test_the_lane_is_on_where_asked(servers):
 
 
 def test_pipelined_hot_and_asgi_requests_answer_in_order(servers):
-    sin = orjson.dumps({"d_model": 33, "layout": "fairseq", "positions": [3]})
+    # a configured table (a new spec's first answers are computed while its table is built, and
+    # teach no template)
+    sin = orjson.dumps({"d_model": 33, "layout": "concat", "positions": [3]})
     ali = orjson.dumps({"num_heads": 12, "query": [9], "key": {"start": 0, "stop": 10}})
     theta = {"rope_theta": 10000.0}                                # a template no other test learns
     reqs = [request("/v1/rope", rope([5], **theta)),               # first sight: ASGI, learns
-            # a slow ASGI answer (the engine builds a new table) with a small JSON body, so the
-            # hot request behind it finds the transport writable
+            # an ASGI answer computed in a thread (the engine builds its new table meanwhile) with
+            # a small JSON body, so the hot request behind it finds the transport writable
             request("/v1/rope", orjson.dumps({"head_dim": 8, "rope_theta": 77.0 + time.time() % 1,
                                               "positions": [9]}), accept=b"application/json"),
             request("/v1/rope", rope([7, 1, 7], **theta)),         # hot, behind the slow answer

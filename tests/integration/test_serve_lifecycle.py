@@ -61,8 +61,11 @@ def test_killed_worker_and_engine_are_survived(procs):
     new = {"head_dim": 40, "positions": [3]}   # an on-demand build through the new engine
     assert httpx.post(s.url + "/v1/rope", json=new, timeout=60).status_code == 200
     assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
+    # the new engine adopted the dead one's intact segments (same files) and published them anew
+    m = Client(namespace=s.namespace).manifest(force=True)
     files = [n for n in shm_files(s.namespace) if n.startswith(s.namespace + ".seg.")]
-    assert all(f".seg.{gen}." not in n for n in files), "the dead engine's segments were not reclaimed"
+    assert sorted(files) == sorted(e["file"] for e in m["tables"].values())
+    assert any(e.get("adopted") and f".seg.{gen}." in e["file"] for e in m["tables"].values()), m["tables"]
     assert s.stop() == 0, s.output()
     assert shm_files(s.namespace) == []
 

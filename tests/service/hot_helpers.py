@@ -5,6 +5,7 @@ learns a body's template before the shortcut answers it.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import event, strategies as st
@@ -85,3 +86,20 @@ def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
         full = None
     event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
     return c, full
+
+
+def learn_mapped(svc, family: str, body: dict, timeout: float = 30.0) -> None:
+    """Answer ``body`` through the full path until its table is mapped and long enough for it, so
+    its template is learnt from the table (a new spec's first answers are computed while the
+    engine builds its table in the background, and teach the shortcut nothing)."""
+    job = svc.prepare(family, orjson_dumps(body), BIN["accept"])
+    deadline = time.monotonic() + timeout
+    while True:
+        svc.execute(job)
+        v = svc.client.view(job.r)
+        if v is not None and (not v.growable or v.length >= (job.r.reach() or 0)):
+            svc.execute(job)   # learnt from the mapped table
+            return
+        assert time.monotonic() < deadline, f"no table for {body} after {timeout} s"
+        time.sleep(0.02)
+        svc.client.manifest(force=True)

@@ -1,0 +1,85 @@
+"""On-demand tables sized to the rows asked (issue #14), on a real engine and a real ``posenc
+serve``: a new spec's table is the positions asked rounded up to a power of two (at least
+MIN_ON_DEMAND, at most the config's ``on_demand_length``), it is rebuilt longer when a later
+request reaches past it, and the first request for a new spec is answered (exactly) without
+waiting for the build. Every answer is compared with the float64 reference."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+
+from posenc.engine.compute import compute
+from posenc.engine.tables.base import MIN_ON_DEMAND
+from tests.children.bits import bits_equal
+from tests.integration.engine_cases import SMALL_CONFIG
+from tests.procs import wait_for
+from tests.service_cases import BIN, reference_safetensors
+from tests.shm import SHM_DIR, assert_no_leftovers, read_manifest
+
+CAP = 65536
+CONFIG = {**SMALL_CONFIG, "on_demand_length": CAP}
+
+
+def _entry(m: dict | None, family: str, key_part: str):
+    """The manifest entry of the one ``family`` table whose key holds ``key_part``."""
+    return next((e for e in (m or {"tables": {}})["tables"].values()
+                 if e["family"] == family and key_part in e["key"]), None)
+
+
+def _exact(c, family, body):
+    assert bits_equal(c.lookup(family, body), compute(family, body)), body
+
+
+def test_a_new_table_is_sized_to_the_rows_asked_and_grows_when_asked_past_it(ns, procs):
+    eng = procs.engine(CONFIG, ns)
+    c = eng.client()
+    spec = {"head_dim": 16, "rope_theta": 4321.0}
+    _exact(c, "rope", {**spec, "positions": [3]})    # computed: the table is asked for meanwhile
+    e = wait_for(lambda: _entry(eng.manifest(), "rope", "4321"), 30, 0.02, "the on-demand table")
+    assert e["length"] == MIN_ON_DEMAND and not e["pinned"]
+    first = e["file"]
+    _exact(c, "rope", {**spec, "positions": [0, 5, 4095]})   # inside: no new ask
+    _exact(c, "rope", {**spec, "positions": [1, 9000]})      # past it: served, and it grows
+    e = wait_for(lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] > MIN_ON_DEMAND and x, 30, 0.02,
+                 "the table to grow")
+    assert e["length"] == 16384 and e["file"] != first
+    assert not os.path.exists(os.path.join(SHM_DIR, first)), "the shorter table's file is still there"
+    req = c.resolve("rope", {**spec, "positions": [9000]})
+    wait_for(lambda: c.manifest(force=True) and (v := c.view(req)) is not None and v.length == 16384, 10, 0.02,
+             "the client to map the longer table")
+    _exact(c, "rope", {**spec, "positions": [16383, 16384, 10**6]})   # past the cap: computed exactly
+    e = wait_for(lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] == CAP and x, 30, 0.02, "the cap")
+    _exact(c, "rope", {**spec, "positions": [10**6, CAP - 1, CAP]})
+    time.sleep(0.3)
+    assert _entry(eng.manifest(), "rope", "4321")["length"] == CAP   # never past the cap
+    # the other families follow the same rule: sinusoidal by rows (offset included), alibi by distance
+    _exact(c, "sinusoidal", {"d_model": 6, "positions": [5], "offset": 5000})
+    assert wait_for(lambda: _entry(eng.manifest(), "sinusoidal", '"d_model":6'), 30, 0.02, "sinusoidal")["length"] == 8192
+    _exact(c, "alibi", {"num_heads": 3, "query": [20000], "key": [0, 1]})
+    assert wait_for(lambda: _entry(eng.manifest(), "alibi", '"num_heads":3'), 30, 0.02, "alibi")["length"] == 32768
+    # the zero-copy view of a table is the longest one
+    assert c.table("rope", {"head_dim": 16, "rope_theta": 999.0}).length == CAP
+    assert eng.stop() == 0
+    assert_no_leftovers(ns)
+
+
+def test_the_first_answer_for_a_new_spec_does_not_wait_for_its_build(procs):
+    # a table that takes the engine a while to build: [131072, 1024] cos and sin, 1 GiB
+    server = procs.serve({**CONFIG, "on_demand_length": 131072}, workers=1,
+                         args=["--memory-budget", str(4 * 2**30)])
+    body = {"head_dim": 2048, "rope_theta": 777.0, "positions": list(range(0, 131072, 2048))}   # 64 rows
+    t0 = time.perf_counter()
+    r = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)
+    took = time.perf_counter() - t0
+    assert r.status_code == 200 and r.content == reference_safetensors("rope", body)
+    e = wait_for(lambda: _entry(read_manifest(server.namespace), "rope", "777"), 60, 0.05, "the build to finish")
+    assert e["length"] == 131072
+    assert took < e["built_s"], f"the first answer took {took:.3f}s, the build {e['built_s']:.3f}s: it waited"
+    print(f"first answer {took * 1000:.1f} ms; the build {e['built_s']:.2f} s")
+    # once it is there, the same body is served from it, byte for byte the same
+    r2 = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)
+    assert r2.status_code == 200 and r2.content == r.content
+    assert server.stop() == 0
