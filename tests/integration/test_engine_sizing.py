@@ -83,3 +83,36 @@ def test_the_first_answer_for_a_new_spec_does_not_wait_for_its_build(procs):
     r2 = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)
     assert r2.status_code == 200 and r2.content == r.content
     assert server.stop() == 0
+
+
+def test_new_specs_under_a_small_budget_evict_and_rebuild_with_nothing_leaked(procs):
+    # [4096, 4] cos and sin float32 + inv_freq: ~128 KiB a table; the budget holds three
+    table = 2 * MIN_ON_DEMAND * 4 * 4 + 4 * 8 + 4 * 4
+    server = procs.serve(CONFIG, workers=2, args=["--memory-budget", str(3 * table + table // 2)])
+    url = server.url + "/v1/rope"
+
+    def ask(theta: float, positions) -> None:
+        body = {"head_dim": 8, "rope_theta": theta, "positions": positions}
+        r = httpx.post(url, json=body, headers=BIN, timeout=30)
+        assert r.status_code == 200 and r.content == reference_safetensors("rope", body), (r.status_code, body)
+
+    def stored(theta: float) -> dict | None:
+        return _entry(read_manifest(server.namespace), "rope", f'"rope_theta":{theta}')
+
+    thetas = [1000.0 + k for k in range(12)]
+    for theta in thetas:   # each new spec: computed at once, then built, evicting the oldest
+        for positions in ([1, 2], [4095, 0]):
+            ask(theta, positions)
+        wait_for(lambda: stored(theta), 30, 0.02, f"the table of {theta}")
+    m = read_manifest(server.namespace)
+    on_demand = [e for e in m["tables"].values() if not e["pinned"]]
+    assert 1 <= len(on_demand) <= 3 and sum(e["nbytes"] for e in on_demand) <= 3 * table + table // 2
+    assert m["stats"]["evictions"] >= len(thetas) - 3, m["stats"]
+    assert stored(thetas[0]) is None                    # evicted long ago; asked again: rebuilt
+    ask(thetas[0], [7])
+    wait_for(lambda: stored(thetas[0]), 30, 0.02, "the evicted table rebuilt")
+    files = {e["file"] for e in read_manifest(server.namespace)["tables"].values()}
+    segs = {n for n in os.listdir(SHM_DIR) if n.startswith(server.namespace + ".seg.")}
+    assert segs == files, segs ^ files                  # an evicted table's file is gone
+    assert server.stop() == 0, server.output()
+    assert_no_leftovers(server.namespace)
