@@ -62,6 +62,11 @@ def build_configured(eng, tables: list[ConfiguredTable] | None = None) -> None:
                     eng.missing.append(ct)
                     eng.log(f"configured table {ct.name} ({mib:.1f} MiB) not built: {err}; retried while the "
                             f"engine runs; its requests are computed meanwhile [{i}/{len(todo)}]")
+    with eng.lock:   # the manifest lists configured tables in the config's order (a name's first
+        order = {ct.table.digest: i for i, ct in enumerate(eng.configured)}   # dtype is its default)
+        eng.tables = dict(sorted(eng.tables.items(), key=lambda kv: order.get(kv[0], len(order))))
+        if eng.published:
+            eng._write_manifest()
     if tables is None:
         total = sum(e["nbytes"] for e in eng.tables.values())
         adopted = sum(1 for e in eng.tables.values() if e.get("adopted"))

@@ -146,10 +146,11 @@ class Engine:
                 except OSError as e:
                     if not upkeep.is_resource_error(e) or not self.tables:
                         raise
-                    digest = next(reversed(self.tables))
-                    ct = next(c for c in self.configured if c.table.digest == digest)
+                    digest = next(reversed(self.tables))   # (adopted on-demand tables come last)
+                    ct = next((c for c in self.configured if c.table.digest == digest), None)
                     self._evict(digest, f"to fit the manifest ({e})")
-                    self.missing.append(ct)
+                    if ct is not None:
+                        self.missing.append(ct)
 
     def _evict_for(self, nbytes: int) -> None:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that

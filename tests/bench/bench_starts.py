@@ -1,0 +1,192 @@
+"""Engine starts and first answers (issue #14). A script, not a test:
+
+    python tests/bench/bench_starts.py [--rounds 5] [--specs 20]
+
+Every figure is a median over ``--rounds`` (the machine is shared and noisy), with its baseline
+measured in the same run:
+- cold start: ``python -m posenc.engine.engine_main`` with the embedded default set, from process
+  start until it reports ready (its ``--ready-fd``), on all cores against pinned to one core
+  (``taskset -c 0``: one build thread, as before the builds ran in parallel);
+- adopt-restart: the same engine killed with SIGKILL and started again, until ready: it adopts
+  the dead engine's segments (their checksums read) instead of building them;
+- ``posenc serve`` (1 worker) from process start until /readyz answers 200 (the engine built
+  the default set and the worker mapped and checksummed every table);
+- under ``posenc serve`` (1 worker): SIGKILL the engine, and the time until the restarted
+  engine's manifest is published (serve's own "ready N s after" log line measures the same);
+- the first answer for a new RoPE spec (64 positions, head_dim 128, a new rope_theta each time:
+  no table yet, so the worker computes the rows while the engine builds), against the same body
+  once its table is mapped (the second ask after the build), over HTTP on 127.0.0.1.
+Nothing is left in /dev/shm (checked at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+
+from posenc.engine import store
+from posenc.loadtest.servers import free_port, shm_leftovers, start_posenc
+
+BIN = {"accept": "application/x-safetensors"}
+
+
+def engine_start(ns: str, pin: str | None = None) -> tuple[subprocess.Popen, float]:
+    """Start an engine on the default set; (process, seconds until it said ready)."""
+    r, w = os.pipe()
+    cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--namespace", ns, "--ready-fd", str(w)]
+    if pin is not None:
+        cmd = ["taskset", "-c", pin, *cmd]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, pass_fds=(w,), stderr=subprocess.DEVNULL)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        if not f.readline():
+            raise SystemExit(f"engine {ns} exited with {p.wait()} before it was ready")
+    return p, time.perf_counter() - t0
+
+
+def stop(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+
+
+def cold_and_adopt(rounds: int) -> dict:
+    res = {"cold": [], "cold_1core": [], "adopt": []}
+    for _ in range(rounds):
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        p, t = engine_start(ns, pin="0")
+        res["cold_1core"].append(t)
+        stop(p)
+        p, t = engine_start(ns)
+        res["cold"].append(t)
+        p.kill()
+        p.wait()
+        p, t = engine_start(ns)
+        res["adopt"].append(t)
+        stop(p)
+        assert not shm_leftovers(ns), shm_leftovers(ns)
+    return res
+
+
+def serve_cold(rounds: int) -> list[float]:
+    """``posenc serve`` (1 worker, the default set) from process start to /readyz 200."""
+    out = []
+    for _ in range(rounds):
+        ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
+        t0 = time.perf_counter()
+        srv = start_posenc(port, ns)
+        try:
+            while True:
+                try:
+                    if httpx.get(f"{srv.url}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert srv.proc.poll() is None, "posenc serve exited"
+                time.sleep(0.01)
+            out.append(time.perf_counter() - t0)
+        finally:
+            srv.stop()
+        assert not shm_leftovers(ns), shm_leftovers(ns)
+    return out
+
+
+def serve_restarts(rounds: int) -> list[float]:
+    ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
+    srv = start_posenc(port, ns)
+    srv.wait_ready()
+    out = []
+    try:
+        for _ in range(rounds):
+            m = store.read_manifest("/dev/shm", ns)
+            os.kill(m["pid"], signal.SIGKILL)
+            t0 = time.perf_counter()
+            while True:
+                m2 = store.read_manifest("/dev/shm", ns)
+                if m2 and m2["generation"] != m["generation"]:
+                    break
+                time.sleep(0.002)
+            out.append(time.perf_counter() - t0)
+            time.sleep(0.5)
+    finally:
+        srv.stop()
+    assert not shm_leftovers(ns), shm_leftovers(ns)
+    return out
+
+
+def first_answers(n: int) -> dict:
+    ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
+    srv = start_posenc(port, ns)
+    srv.wait_ready()
+    first, mapped = [], []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            for k in range(n):
+                body = {"head_dim": 128, "rope_theta": 20000.0 + k, "positions": list(range(0, 8192, 128))}
+                t0 = time.perf_counter()
+                r = c.post("/v1/rope", json=body, headers=BIN)
+                first.append(time.perf_counter() - t0)
+                assert r.status_code == 200, r.text
+                deadline = time.monotonic() + 10
+                while not any(f"{20000.0 + k}" in e["key"] for e in store.read_manifest("/dev/shm", ns)["tables"].values()):
+                    assert time.monotonic() < deadline, "the table was never built"
+                    time.sleep(0.005)
+                time.sleep(0.1)   # the worker's manifest check (every 50 ms) sees it
+                c.post("/v1/rope", json=body, headers=BIN)   # maps it
+                t0 = time.perf_counter()
+                r2 = c.post("/v1/rope", json=body, headers=BIN)
+                mapped.append(time.perf_counter() - t0)
+                assert r2.content == r.content
+    finally:
+        srv.stop()
+    assert not shm_leftovers(ns), shm_leftovers(ns)
+    return {"first": first, "mapped": mapped}
+
+
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--specs", type=int, default=20)
+    a = ap.parse_args()
+    if shutil.which("taskset") is None:
+        raise SystemExit("taskset (util-linux) is needed for the one-core baseline")
+    load = os.getloadavg()[0]
+    starts = cold_and_adopt(a.rounds)
+    serve = serve_cold(a.rounds)
+    restarts = serve_restarts(a.rounds)
+    answers = first_answers(a.specs)
+    med = {k: statistics.median(v) for k, v in starts.items()}
+    print(f"load average at start {load:.2f}; {os.cpu_count()} cores; medians of {a.rounds} rounds")
+    print(f"cold start, default set, all cores:     {med['cold']:.2f} s")
+    print(f"cold start, default set, one core:      {med['cold_1core']:.2f} s "
+          f"(parallel = {med['cold_1core'] / med['cold']:.2f}x faster)")
+    print(f"restart after kill -9 (adopts):         {med['adopt']:.2f} s "
+          f"({med['cold'] / med['adopt']:.2f}x faster than a cold start)")
+    print(f"posenc serve, start to /readyz 200:     {statistics.median(serve):.2f} s (1 worker)")
+    print(f"posenc serve: kill -9 to new manifest:  {statistics.median(restarts):.2f} s "
+          f"(max {max(restarts):.2f} s)")
+    f, m = answers["first"], answers["mapped"]
+    print(f"first answer, new spec, 64 rows:        p50 {1e3 * q(f, .5):.1f} ms, p90 {1e3 * q(f, .9):.1f} ms "
+          f"(n={len(f)})")
+    print(f"the same body from its mapped table:    p50 {1e3 * q(m, .5):.2f} ms "
+          f"(first / mapped = {q(f, .5) / q(m, .5):.1f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
