@@ -303,6 +303,12 @@ class Engine:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
+                try:
+                    self._lines()
+                except (ConnectionResetError, BrokenPipeError):   # the asker died or gave up
+                    return
+
+            def _lines(self):
                 for line in self.rfile:
                     try:
                         reply = engine.handle(json.loads(line))

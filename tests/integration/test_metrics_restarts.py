@@ -92,10 +92,12 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
             if key in prev:
                 assert v >= prev[key], (i, key, prev[key], v)
         prev.update(cur)
-    # every answered rope request is counted, those of the killed worker too
+    # every answered rope request is counted, those of the killed worker too; only a request the
+    # killed worker had written but not yet counted when SIGKILL came (one per load connection at
+    # most) can be missing
     rope = sum(v for (name, labels), v in final.items()
                if name == "posenc_request_duration_seconds_count" and ("route", "/v1/rope") in labels)
-    assert rope >= counts[200]
+    assert rope >= counts[200] - len(threads), (rope, counts)
     got = before_kill[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))]
     assert final[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))] > got
     assert final[("posenc_workers", ())] == 2

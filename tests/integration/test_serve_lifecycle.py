@@ -63,8 +63,8 @@ def test_killed_worker_and_engine_are_survived(procs):
     assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
     # the new engine adopted the dead one's intact segments (same files) and published them anew
     m = Client(namespace=s.namespace).manifest(force=True)
-    files = [n for n in shm_files(s.namespace) if n.startswith(s.namespace + ".seg.")]
-    assert sorted(files) == sorted(e["file"] for e in m["tables"].values())
+    files = [n for n in shm_files(s.namespace) if n.startswith(s.namespace + ".seg.") and not n.endswith(".tmp")]
+    assert set(e["file"] for e in m["tables"].values()) <= set(files)   # (head_dim 40 may be building)
     assert any(e.get("adopted") and f".seg.{gen}." in e["file"] for e in m["tables"].values()), m["tables"]
     assert s.stop() == 0, s.output()
     assert shm_files(s.namespace) == []
