@@ -18,7 +18,6 @@ for one new table wait on a single build.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import json
 import logging

@@ -128,7 +128,7 @@ class Sweep:
         try:
             new = eng._build(t, entry["pinned"], entry["name"], rev=entry.get("rev", 0) + 1)
         except Exception as e:
-            if not upkeep.is_resource_error(e):
+            if not is_resource_error(e):
                 raise
             self.log(f"could not rebuild {entry['name']}: {e}; dropping it (its requests are computed)")
             with eng.lock:

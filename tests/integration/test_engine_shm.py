@@ -12,7 +12,6 @@ import stat
 import numpy as np
 import pytest
 
-from posenc.engine.errors import SpecError
 
 from tests.procs import CLI_MODULE, PYTHON
 from tests.shm import SHM_DIR, assert_no_leftovers, shm_files

@@ -18,7 +18,7 @@ from tests.engine.float64_refs import bias64, sinusoidal64, slopes64
 from tests.engine.rope_refs import hf_module_cos_sin, hf_tol, ref_cos_sin64, ref_inv64, rope_exponents, to_interleaved
 from tests.numeric import SEED, angle_slack, assert_close, assert_rounded_once, assert_within_ulp
 from tests.service.hot_helpers import learn_mapped, needs_native
-from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
+from tests.service_cases import ACCEPT_HDRS, orjson_dumps, reference_safetensors
 
 N = 40            # bodies of each kind per case
 TABLE = 2048      # rows of the engine's configured tables (service_cases.CONFIG)
