@@ -784,6 +784,123 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * fill(): a RowsTemplate's rows for raw binary positions (the v2 protocol's shortcut,
+ * service/v2/hot.py), laid out between caller-given bytes
+ * ------------------------------------------------------------------------------------------- */
+
+/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
+ * assume it is): column by column through memcpy. */
+static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
+{
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
+        copy_rows(dst, t, table, rows);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
+    }
+}
+
+PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
+             "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
+             "(itemsize 4: int32, 8: int64) + parts[1] + ... + parts[narrays], in one new bytes object;\n"
+             "None when a position is negative or past the table (the full path answers those).");
+
+#define FILL_NOGIL_BYTES (1 << 20) /* copies this large run without the GIL (they may run in a thread) */
+
+static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!configured()) return NULL;
+    if (nargs != 4 || !Py_IS_TYPE(args[0], &RowsTemplateType) || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "fill(template: RowsTemplate, positions: buffer, itemsize: int, parts: tuple)");
+        return NULL;
+    }
+    RowsTemplate *t = (RowsTemplate *)args[0];
+    PyObject *parts = args[3];
+    Py_ssize_t isz = PyLong_AsSsize_t(args[2]);
+    if (isz == -1 && PyErr_Occurred()) return NULL;
+    if ((isz != 4 && isz != 8) || PyTuple_GET_SIZE(parts) != t->narr + 1) {
+        PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and one more part than the template's arrays");
+        return NULL;
+    }
+    Py_ssize_t fixed = 0;
+    for (Py_ssize_t i = 0; i <= t->narr; i++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, i);
+        if (!PyBytes_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "fill: parts must be bytes");
+            return NULL;
+        }
+        fixed += PyBytes_GET_SIZE(p);
+    }
+    Py_buffer pb;
+    if (PyObject_GetBuffer(args[1], &pb, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    Sel rows = {.heap = NULL};
+    Py_ssize_t n = pb.len / isz;
+    if (pb.len % isz || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "fill: positions must hold a whole, non-zero number of items");
+        goto done;
+    }
+    rows.v = rows.stack;
+    if (n > STACK_ROWS && !(rows.v = rows.heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const char *src = (const char *)pb.buf;
+    const int64_t limit = (int64_t)(t->length - t->offset); /* 0 <= position < limit: a stored row */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        if (isz == 8) {
+            memcpy(&v, src + 8 * i, 8);
+        } else {
+            int32_t w;
+            memcpy(&w, src + 4 * i, 4);
+            v = w;
+        }
+        if (v < 0 || v >= limit) {
+            out = Py_None;
+            Py_INCREF(out);
+            goto done;
+        }
+        rows.v[i] = v;
+    }
+    rows.n = n;
+    Py_ssize_t block = n * t->width * t->itemsize; /* n <= a buffer's length: no overflow before * width */
+    if (t->width * t->itemsize > 0 && block / (t->width * t->itemsize) != n) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, fixed + t->narr * block))) goto done;
+    char *o = PyBytes_AS_STRING(out);
+    char *slots[2];
+    for (Py_ssize_t i = 0; i <= t->narr; i++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, i);
+        memcpy(o, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
+        o += PyBytes_GET_SIZE(p);
+        if (i < t->narr) {
+            slots[i] = o;
+            o += block;
+        }
+    }
+    /* the template (held by the caller's reference) keeps the arrays mapped; `out` is not shared yet */
+    if (t->narr * block >= FILL_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, &rows);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, &rows);
+    }
+done:
+    sel_free(&rows);
+    PyBuffer_Release(&pb);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * configure()
  * ------------------------------------------------------------------------------------------- */
 
@@ -848,6 +965,7 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS, configure_doc},
     {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
     {NULL, NULL, 0, NULL},
 };
 
