@@ -152,3 +152,9 @@ def test_rest_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
             assert (200, e.answer(positions)) == (got[0], got[2])
             assert list(e.headers) == [h for h in got[1] if h[0] == rest.HEADER_LENGTH]
         assert got == rest_call(off, model, spec, p)[0]
+
+
+def test_grpc_a_message_that_is_not_a_request_is_invalid_argument(servers):
+    on, _ = servers
+    code, msg = call(on, b"\x0a\xff\xff\xff")   # model_name with a length past the end
+    assert code.name == "INVALID_ARGUMENT" and "not a ModelInferRequest" in msg
