@@ -158,3 +158,76 @@ def test_grpc_a_message_that_is_not_a_request_is_invalid_argument(servers):
     on, _ = servers
     code, msg = call(on, b"\x0a\xff\xff\xff")   # model_name with a length past the end
     assert code.name == "INVALID_ARGUMENT" and "not a ModelInferRequest" in msg
+
+
+# -- outputs into the client's shared memory ---------------------------------------------------------
+@pytest.fixture
+def region(servers, engine):
+    import os
+    import uuid
+    from posenc.service.v2.shm import remove_registry
+    key = f"posenc_test_{uuid.uuid4().hex[:8]}"
+    path = os.path.join("/dev/shm", key)
+    with open(path, "wb") as f:
+        f.truncate(1 << 16)
+    servers[0].v2.regions.register("r", "/" + key, 0, 1 << 16)
+    yield path
+    servers[0].v2.regions.unregister(None)
+    remove_registry("/dev/shm", engine.namespace)
+    os.unlink(path)
+
+
+def shm_request(positions, half: int, rid: str = "") -> bytes:
+    r = pb.ModelInferRequest(model_name="rope", id=rid)
+    r.parameters["spec"].string_param = json.dumps({"head_dim": 64})
+    a = np.asarray(positions, np.int64)
+    r.inputs.add(name="positions", datatype="INT64", shape=list(a.shape))
+    for i, name in enumerate(("cos", "sin")):
+        o = r.outputs.add(name=name)
+        o.parameters["shared_memory_region"].string_param = "r"
+        o.parameters["shared_memory_byte_size"].int64_param = half
+        o.parameters["shared_memory_offset"].int64_param = 100 + i * half
+    r.raw_input_contents.append(a.tobytes())
+    return r.SerializeToString()
+
+
+def test_grpc_shortcut_writes_into_shared_memory_what_the_full_path_writes(servers, region):
+    on, off = servers
+    rng = np.random.default_rng(5)
+    for i in range(5):
+        p = rng.integers(0, 2048, (2, 3))
+        data = shm_request(p, 6 * 64 * 4)
+        assert (on.hot.grpc(data) is not None) == (i > 0)
+        got = call(on, data)
+        with open(region, "rb") as f:
+            written = f.read()
+        assert call(off, data) == got
+        with open(region, "rb") as f:
+            assert f.read() == written
+    on.v2.regions.unregister("r")   # now the shortcut declines; the full path refuses
+    got = call(on, data)
+    assert got == call(off, data) and got[0].name == "INVALID_ARGUMENT"
+
+
+def test_fill_and_fill_into_check_their_arguments():
+    from posenc.service.replay import _hot
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    t = _hot.RowsTemplate((table, table * 2), [0, 1, 3], 1, 8, True, lambda n: b"", b"")
+    pos = np.array([0, 8, 3], np.int64)
+    out = _hot.fill(t, pos, 8, (b"a", b"bc", b"d"))
+    rows = table[pos + 1][:, [0, 1, 3]]
+    assert out == b"a" + rows.tobytes() + b"bc" + (2 * rows).tobytes() + b"d"
+    assert _hot.fill(t, pos.astype(np.int32), 4, (b"a", b"bc", b"d")) == out
+    for bad in ([9], [-1], [0, 2**40]):   # offset 1: row 9 is past the table
+        assert _hot.fill(t, np.array(bad, np.int64), 8, (b"", b"", b"")) is None
+    assert _hot.fill(t, np.array([-1], np.int32), 4, (b"", b"", b"")) is None
+    a, b = bytearray(36), bytearray(36)
+    assert _hot.fill_into(t, pos, 8, (a, b)) is True and bytes(a) + bytes(b) == rows.tobytes() + (2 * rows).tobytes()
+    for args, err in [((t, pos, 8, (b"", b"")), ValueError), ((t, pos, 8, (b"", "x", b"")), ValueError),
+                      ((t, pos, 3, (b"", b"", b"")), ValueError), ((t, b"", 8, (b"", b"", b"")), ValueError),
+                      ((t, pos, 8, [b"", b"", b""]), TypeError), ((table, pos, 8, (b"", b"", b"")), TypeError)]:
+        with pytest.raises(err):
+            _hot.fill(*args)
+    for bufs, err in [((a,), ValueError), ((a, bytearray(35)), ValueError), ((a, b"x" * 36), BufferError)]:
+        with pytest.raises(err):
+            _hot.fill_into(t, pos, 8, bufs)
