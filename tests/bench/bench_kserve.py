@@ -203,8 +203,27 @@ def main() -> int:
     print(f"\nmedians over {len(rounds)} rounds:")
     report({k: {f: statistics.median(x[k][f] for x in rounds) for f in rounds[0][k]} for k in rounds[0]},
            len(response), len(r.content))
+    print("medians of the per-round ratios (each ratio of figures taken seconds apart):")
+    for name, f in RATIOS.items():
+        try:
+            per = [f(x) for x in rounds]
+        except KeyError:
+            continue
+        print(f"  {name}: {statistics.median(per):.2f}x  (rounds: {', '.join(f'{v:.2f}' for v in per)})")
     print(json.dumps(rounds))
     return 0
+
+
+RATIOS = {   # the targets of issue #12, per round
+    "gRPC unary p50 / floor p50 [<= 1.3]": lambda x: x["grpc p50"]["p50_us"] / x["floor p50"]["p50_us"],
+    "v2 REST p50 / raw-ASGI floor p50 [<= 1.3]": lambda x: x["v2 rest"]["p50_us"] / x["asgi floor v2"]["p50_us"],
+    "batch / single positions/s, 8 MiB answers [>= 20]": lambda x: 64 * x["batch"]["rps"] / x["single"]["rps"],
+    "  the floor's 8 MiB answers / posenc's single positions/s": lambda x: 64 * x["floor batch"]["rps"] / x["single"]["rps"],
+    "batch / single positions/s, into shared memory [>= 20]":
+        lambda x: 64 * x["batch shm"]["rps"] / x["single shm"]["rps"],
+    "stream messages/s / unary calls/s (4x16) [>= 2]":
+        lambda x: STREAM_MESSAGES * x["grpc stream"]["rps"] / x["grpc rps"]["rps"],
+}
 
 
 def big_answer(tmp: str) -> bytes:
