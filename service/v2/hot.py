@@ -19,8 +19,9 @@ What stays with the full path: a position that is negative or past the stored ta
 says None), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
 requests naming other outputs in another order (the learn-time check below refuses them), families
 without a row template (alibi, t5-buckets, rope types whose table follows the positions).
-At learn time the template's answer to the learnt positions must equal the full path's bytes,
-or the key is remembered as not a template. Templates are dropped whenever the engine's manifest
+A key is learnt the second time the full path answers it (a client that sends a fresh request id
+each time costs a set entry per request, not a template). At learn time the template's answer to
+the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped whenever the engine's manifest
 changes (a new table, an eviction, a restart), to be learnt again.
 """
 
@@ -78,15 +79,19 @@ class Hot:
         self.known: dict = {}          # key -> Entry, or None: not a template
         self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
         self.paths: set = set()        # REST: the paths with entries
+        self.once: set = set()         # keys the full path has answered once
         self._seen = None
 
     def _fresh(self) -> None:
         m = self.v2.client.manifest() if self.v2.client is not None else None
         if m is not self._seen:
-            self.known.clear()
-            self.tails.clear()
-            self.paths.clear()
+            self._clear()
             self._seen = m
+
+    def _clear(self) -> None:
+        self.known.clear()
+        self.tails.clear()
+        self.paths.clear()
 
     # -- lookups ----------------------------------------------------------------------------------
     def grpc(self, data: bytes):
@@ -122,17 +127,33 @@ class Hot:
         return e, memoryview(body)[n:]
 
     # -- learning ---------------------------------------------------------------------------------
+    def _admit(self, key) -> bool:
+        """Whether to learn ``key`` now: the second time the full path answers it. A key seen once
+        (a request with a fresh id each time) costs a set entry, not a template; a full set or
+        table of keys is dropped, to be learnt again."""
+        if key in self.known:
+            return False
+        if key not in self.once:
+            if len(self.once) >= MAX_KEYS:
+                self.once.clear()
+            self.once.add(key)
+            return False
+        self.once.discard(key)
+        self._fresh()
+        if len(self.known) >= MAX_KEYS:
+            self._clear()
+        return True
+
     def learn_grpc(self, data: bytes, inf, plan, tensors: list, segments: list, route: str) -> None:
-        if not self.on or len(self.known) >= MAX_KEYS:
+        if not self.on:
             return
         cut = _last_raw_input(data)
         if cut is None:
             return
         start, marker = cut
         key = data[:start]
-        if len(key) > MAX_KEY_BYTES or key in self.known:
+        if len(key) > MAX_KEY_BYTES or not self._admit(key):
             return
-        self._fresh()
         e = self._entry(inf, plan, tensors, segments, marker, route, ())
         self.known[key] = e
         if e is not None:
@@ -141,12 +162,11 @@ class Hot:
 
     def learn_rest(self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str,
                    headers: tuple) -> None:
-        if not self.on or len(self.known) >= MAX_KEYS or len(head) > MAX_KEY_BYTES:
+        if not self.on or len(head) > MAX_KEY_BYTES:
             return
         key = (path, bytes(head))
-        if key in self.known:
+        if not self._admit(key):
             return
-        self._fresh()
         e = self._entry(inf, plan, tensors, segments, b"", route, headers)
         self.known[key] = e
         if e is not None:
