@@ -53,7 +53,7 @@ def run(url: str, data: str, *, n: int | None = None, seconds: float | None = No
     found = re.search(r"finished in [\d.]+\w*, ([\d.]+) req/s", out)
     counts = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
     if not (found and counts) or int(counts.group(1)) == 0 or counts.group(1) != counts.group(2):
-        raise RuntimeError(f"h2load failed (rc {p.returncode}): {out[-800:]} {p.stderr[-300:]}")
+        raise RuntimeError(f"h2load failed (rc {p.returncode}) on {data}: {out[-800:]} {p.stderr[-300:]}")
     r = {"rps": float(found.group(1)), "connections": c, "streams": m}
     if log:
         with open(log) as f:

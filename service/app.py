@@ -111,7 +111,9 @@ def create_app(settings: Settings | None = None):
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
-    front.v2 = functools.partial(v2_rest.handle, V2(settings, svc.client, lambda: svc.ready))
+    v2 = V2(settings, svc.client, lambda: svc.ready)
+    front.v2 = functools.partial(v2_rest.handle, v2)
+    front.v2_hot = v2.hot if v2.hot.on else None
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/guard.py)
     lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)

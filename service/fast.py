@@ -63,6 +63,7 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
+_OCTET_HDR = (b"content-type", b"application/octet-stream")   # a v2 REST binary answer's (service/v2/rest.py)
 # the paths of families with spec templates -> (family, metrics offset of their shortcut answers)
 _HOT = {f"/v1/{name}": (name, Metrics.shortcut_index(name)) for name in FIELDS}
 
@@ -117,6 +118,7 @@ class FastFront:
         # the bearer token's check (None: no token), which the lane asks too (service/guard.py)
         self.gate = guard.gate_for(svc.settings)
         self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
+        self.v2_hot = None   # service/v2/hot.py's templates of v2 REST infer requests (set by the app)
 
     # The front's headers of a shortcut answer as uvicorn writes ASGI headers: what comes before
     # the content length's digits and what follows them (the lane writes them around len(body)).
@@ -147,7 +149,37 @@ class FastFront:
                         self.metrics.observe_at(hot[1], perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
+        elif self.v2_hot is not None and path in self.v2_hot.paths and scope["method"] == "POST":
+            receive = await self._v2_shortcut(scope, receive, send, path, t0)
+            if receive is None:
+                return
         return await self._general(scope, receive, send, path, t0)
+
+    async def _v2_shortcut(self, scope, receive, send, path, t0):
+        """A v2 REST binary infer of a template service/v2/hot.py has learnt: one receive, one C
+        call, two sends, the headers rest.py sends. None when answered, else the receive() the
+        full path continues with."""
+        if self.gate is not None and not self.gate.allows(scope["headers"]):
+            return receive
+        msg = await receive()
+        if msg["type"] != "http.request" or msg.get("more_body", False):
+            return _prepend(msg, receive)
+        hit = self.v2_hot.rest(path, msg["body"], scope["headers"])
+        out = None
+        if hit is not None:
+            e, positions = hit
+            try:
+                out = e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
+            except Exception:   # a shortcut's failure must not fail the request
+                log.exception("v2 shortcut failed; answering through the full path")
+        if out is None:
+            return _prepend(msg, receive)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [_OCTET_HDR, (b"content-length", b"%d" % len(out)), *e.headers]})
+        await send({"type": "http.response.body", "body": out})
+        if self.metrics is not None:
+            self.metrics.observe(e.route, 200, perf_counter() - t0, len(out))
+        return None
 
     async def _general(self, scope, receive, send, path, t0):
         statuses: list[int] = []

@@ -9,6 +9,7 @@ import anyio
 
 from posenc import __version__
 
+from .hot import Hot
 from .infer import Inference, Inferer, Plan, Tensor
 from .models import Models
 from .shm import Regions
@@ -25,6 +26,7 @@ class V2:
         self.models = Models(client)
         self.regions = Regions(settings.shm_dir, settings.namespace)
         self.inferer = Inferer(settings, client, self.models, self.regions)
+        self.hot = Hot(self)   # repeated row requests answered by one C call (service/v2/hot.py)
 
     def server_metadata(self) -> dict:
         return {"name": NAME, "version": __version__, "extensions": EXTENSIONS}

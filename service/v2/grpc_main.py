@@ -5,7 +5,8 @@
 Settings come from ``POSENC_*`` (engine/settings.py; serve exports its flags there). The process
 attaches the engine's shared tables through its own ``Client`` (no private copies), reports
 ``grpc.health.v1`` NOT_SERVING until every table is mapped and verified, then SERVING, and counts
-its calls into the server's shared metrics. Several processes share the port with SO_REUSEPORT
+its calls into the server's shared metrics. With ``tls_cert``/``tls_key`` it serves TLS, and with
+``auth_token`` every call but health needs the bearer token (service/v2/grpc_auth.py). Several processes share the port with SO_REUSEPORT
 (only when ``grpc_workers`` > 1, so that a port held by anything else is an error, not a silent
 share). SIGTERM: stop accepting, finish what runs (the shutdown timeout), exit 0. A port that
 cannot be bound exits 2 (``posenc serve`` then stops).
@@ -34,6 +35,7 @@ from ..handlers import attach_when_up
 from ..metrics import Metrics
 from ..serve_main import terminate
 from .core import V2
+from .grpc_auth import credentials, interceptors
 from .grpc_server import SERVICE, GrpcV2
 
 log = logging.getLogger("posenc.service")
@@ -44,7 +46,7 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
     client = Client(s.shm_dir, s.namespace, build_timeout=s.build_timeout_s)
     ready = [False]
     metrics = Metrics(s.shm_dir, s.namespace)
-    server = grpc.aio.server(options=[
+    server = grpc.aio.server(interceptors=interceptors(s), options=[   # the bearer token: grpc_auth.py
         ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
         ("grpc.max_receive_message_length", s.max_body_bytes),
         ("grpc.max_send_message_length", -1),
@@ -55,7 +57,9 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     try:
-        server.add_insecure_port(f"{s.host}:{s.grpc_port}")
+        tls = credentials(s)   # TLS with the HTTPS certificate, when one is configured
+        address = f"{s.host}:{s.grpc_port}"
+        server.add_secure_port(address, tls) if tls is not None else server.add_insecure_port(address)
     except RuntimeError as e:
         print(f"posenc grpc: cannot listen on {s.host}:{s.grpc_port}: {e}", file=sys.stderr, flush=True)
         metrics.close()

@@ -11,16 +11,18 @@ Errors: service/v2/errors.py (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, U
 
 from __future__ import annotations
 
-import functools
 import logging
 from time import perf_counter
 
+import anyio
 import grpc
+from google.protobuf.message import DecodeError
 
 from .core import V2
 from .errors import BadRequest, describe, grpc_code
 from .infer import Inference, Input, Output, Tensor
 from .proto import grpc_service_pb2 as pb
+from .wire import varint
 
 log = logging.getLogger("posenc.service")
 
@@ -29,16 +31,6 @@ _RAW_OUTPUT = b"\x32"        # ModelInferResponse.raw_output_contents: field 6, 
 STREAM_RESPONSE = b"\x12"   # ModelStreamInferResponse.infer_response: field 2, length-delimited
 _ID = b"\x1a"               # ModelInferResponse.id: field 3, length-delimited
 _STATUS = {grpc.StatusCode.OK: 200, grpc.StatusCode.UNIMPLEMENTED: 405, grpc.StatusCode.CANCELLED: 499}
-
-
-@functools.lru_cache(maxsize=4096)   # answers repeat their sizes
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _param(p: pb.InferParameter):
@@ -74,8 +66,13 @@ _HEADS: dict = {}   # (model, outputs' names, datatypes, shapes, regions) -> ser
 
 
 def response_bytes(inf: Inference, tensors: list[Tensor]) -> bytes:
-    """The serialized ModelInferResponse: its header (cached: decode steps repeat their shapes),
-    the request's id, then each output's bytes as a raw_output_contents field."""
+    return b"".join(response_segments(inf, tensors))
+
+
+def response_segments(inf: Inference, tensors: list[Tensor]) -> list:
+    """The serialized ModelInferResponse, in pieces to join: its header (cached: decode steps
+    repeat their shapes), the request's id, then each output's bytes (the array itself) as a
+    raw_output_contents field."""
     key = (inf.model, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
                         for t in tensors))
     head = _HEADS.get(key)
@@ -100,7 +97,14 @@ def response_bytes(inf: Inference, tensors: list[Tensor]) -> bytes:
         else:
             a = t.array if t.array.flags.c_contiguous else t.array.copy(order="C")
             parts += (_RAW_OUTPUT, varint(a.nbytes), a)
-    return b"".join(parts)
+    return parts
+
+
+def parse(data: bytes) -> pb.ModelInferRequest:
+    try:
+        return pb.ModelInferRequest.FromString(data)
+    except DecodeError as e:
+        raise BadRequest("", f"not a ModelInferRequest: {e}") from None
 
 
 class GrpcV2:
@@ -109,6 +113,7 @@ class GrpcV2:
     def __init__(self, v2: V2, metrics=None):
         self.v2 = v2
         self.metrics = metrics
+        self.hot = v2.hot
 
     def _observe(self, route: str, code, t0: float) -> None:
         if self.metrics is not None:
@@ -121,12 +126,30 @@ class GrpcV2:
             return "grpc"
         return f"grpc {method} {'<table>' if m.is_table else m.name}"
 
-    async def _answer(self, inf: Inference) -> bytes:
-        _, tensors = await self.v2.infer(inf)
-        return response_bytes(inf, tensors)
+    async def _hot(self, data: bytes, route: list) -> bytes | None:
+        """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None
+        (service/v2/hot.py)."""
+        hit = self.hot.grpc(data)
+        if hit is None:
+            return None
+        e, positions = hit
+        route[0] = e.route
+        return e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
+
+    async def _answer(self, data: bytes, route: list) -> bytes:
+        """The full path's answer to a serialized ModelInferRequest (``route[0]`` set on the way),
+        which the shortcut then learns."""
+        req = parse(data)
+        route[0] = self._route("ModelInfer", req.model_name)
+        inf = inference(req)
+        plan, tensors = await self.v2.infer(inf)
+        segments = response_segments(inf, tensors)
+        if self.hot.on:
+            self.hot.learn_grpc(data, inf, plan, tensors, segments, route[0])
+        return b"".join(segments)
 
     # -- unary methods ----------------------------------------------------------------------------
-    async def _unary(self, fn, req, ctx, route: str = "grpc"):
+    async def _unary(self, fn, req, ctx, route: str | list = "grpc"):
         t0, code = perf_counter(), grpc.StatusCode.OK
         try:
             return await fn(req)
@@ -135,12 +158,16 @@ class GrpcV2:
             code = grpc_code(status)
             await ctx.abort(code, msg)
         finally:
-            self._observe(route, code, t0)
+            self._observe(route if isinstance(route, str) else route[0], code, t0)
 
-    async def ModelInfer(self, req, ctx):
-        async def infer(r):
-            return await self._answer(inference(r))
-        return await self._unary(infer, req, ctx, self._route("ModelInfer", req.model_name))
+    async def ModelInfer(self, data: bytes, ctx):
+        """Raw bytes in and out: the shortcut first, then the full path."""
+        t0, route = perf_counter(), ["grpc"]
+        out = await self._hot(data, route)
+        if out is not None:
+            self._observe(route[0], grpc.StatusCode.OK, t0)
+            return out
+        return await self._unary(lambda d: self._answer(d, route), data, ctx, route)
 
     async def ServerLive(self, req, ctx):
         return await self._unary(lambda r: _done(pb.ServerLiveResponse(live=True)), req, ctx)
@@ -188,36 +215,43 @@ class GrpcV2:
     async def ModelStreamInfer(self, requests, ctx):
         """Each request message gets one response message, in order; a refused request gets
         one with ``error_message`` and the stream goes on (as Triton does)."""
-        async for req in requests:
-            t0, code, route = perf_counter(), grpc.StatusCode.OK, "grpc"
+        async for data in requests:
+            t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc"]
             try:
-                inf = inference(req)
-                route = self._route("ModelStreamInfer", inf.model)
-                body = await self._answer(inf)
+                body = await self._hot(data, route)
+                if body is None:
+                    body = await self._answer(data, route)
                 out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
             except Exception as e:
                 status, msg = describe(e)
                 code = grpc_code(status)
-                out = pb.ModelStreamInferResponse(
-                    error_message=msg, infer_response=pb.ModelInferResponse(id=req.id)).SerializeToString()
-            self._observe(route, code, t0)
+                out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
+                    id=_request_id(data))).SerializeToString()
+            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0)
             yield out
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
             "ServerLive": (pb.ServerLiveRequest, True), "ServerReady": (pb.ServerReadyRequest, True),
             "ServerMetadata": (pb.ServerMetadataRequest, True), "ModelMetadata": (pb.ModelMetadataRequest, True),
-            "ModelReady": (pb.ModelReadyRequest, True), "ModelInfer": (pb.ModelInferRequest, False),
+            "ModelReady": (pb.ModelReadyRequest, True), "ModelInfer": (None, False),
             "SystemSharedMemoryStatus": (pb.SystemSharedMemoryStatusRequest, True),
             "SystemSharedMemoryRegister": (pb.SystemSharedMemoryRegisterRequest, True),
             "SystemSharedMemoryUnregister": (pb.SystemSharedMemoryUnregisterRequest, True),
         }
         methods = {name: grpc.unary_unary_rpc_method_handler(
-            getattr(self, name), request_deserializer=cls.FromString,
+            getattr(self, name), request_deserializer=cls and cls.FromString,
             response_serializer=_serialize if message else _bytes) for name, (cls, message) in unary.items()}
         methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            self.ModelStreamInfer, request_deserializer=pb.ModelInferRequest.FromString, response_serializer=_bytes)
+            self.ModelStreamInfer, request_deserializer=None, response_serializer=_bytes)
         return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def _request_id(data: bytes) -> str:
+    try:
+        return pb.ModelInferRequest.FromString(data).id
+    except DecodeError:
+        return ""
 
 
 async def _done(value):

@@ -90,7 +90,7 @@ async def _route(v2: V2, scope, receive, route: list) -> Reply:
         if rest == ["infer"] and post:
             model = v2.models.get(name, version)
             route[0] = f"/v2/models/{'<table>' if model.is_table else name}/infer"
-            return await _infer(v2, scope, receive, name, version)
+            return await _infer(v2, scope, receive, name, version, route[0])
     if parts[:1] == ["systemsharedmemory"]:
         return await _shm(v2, parts[1:], get, post, receive)
     known = parts[:1] in (["health"], ["models"], ["systemsharedmemory"]) or not parts
@@ -139,9 +139,11 @@ def _header(scope, name: bytes) -> bytes | None:
     return None
 
 
-async def _infer(v2: V2, scope, receive, name: str, version: str) -> Reply:
+async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) -> Reply:
     limit = v2.settings.max_body_bytes
-    body = _decoded(await read_body(receive, limit), _header(scope, b"content-encoding"), limit)
+    raw = await read_body(receive, limit)
+    encoding = _header(scope, b"content-encoding")
+    body = _decoded(raw, encoding, limit)
     hl = _header(scope, HEADER_LENGTH)
     if hl is None:
         n = len(body)
@@ -160,7 +162,10 @@ async def _infer(v2: V2, scope, receive, name: str, version: str) -> Reply:
     for i, t in enumerate(tensors):
         if t.datatype == "BF16" and not binary[i] and t.region is None:
             raise BadRequest(f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true")
-    return _answer(name, inf.id, tensors, binary)
+    reply, segments = _answer(name, inf.id, tensors, binary)
+    if v2.hot.on and hl is not None and encoding is None and reply.ctype == OCTET:
+        v2.hot.learn_rest(scope["path"], body[:n], inf, plan, tensors, segments, route, reply.headers)
+    return reply
 
 
 def _decoded(body: bytes, encoding: bytes | None, limit: int) -> bytes:
@@ -253,9 +258,10 @@ def _binary_choices(inf: Inference) -> tuple[bool, dict]:
 _HEADS: dict = {}   # the JSON header of an all-binary answer, per (model, id, outputs' layout)
 
 
-def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> Reply:
+def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> tuple[Reply, list]:
     """The answer: its JSON header (built once per layout when every output is binary or in
-    shared memory: decode steps repeat their shapes), then the binary outputs' bytes."""
+    shared memory: decode steps repeat their shapes), then the binary outputs' bytes; and those
+    pieces (the JSON header, then each binary output's array)."""
     cacheable = all(b or t.region is not None for t, b in zip(tensors, binary))
     key = (name, rid, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
                         for t in tensors)) if cacheable else None
@@ -283,8 +289,9 @@ def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> Reply:
                 _HEADS.clear()
             _HEADS[key] = js
     if not bufs:
-        return Reply(200, js)
-    return Reply(200, b"".join([js, *bufs]), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),))
+        return Reply(200, js), [js]
+    segments = [js, *bufs]
+    return Reply(200, b"".join(segments), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),)), segments
 
 
 __all__ = ["handle", "inference", "ModelNotFound"]

@@ -158,13 +158,18 @@ class Regions:
 
     def write(self, name, offset, byte_size, array: np.ndarray, path: str) -> None:
         """An output's bytes into the client's region, refused (400) when it does not fit."""
-        m, start, n = self._span(name, offset, byte_size, path)
-        if array.nbytes > n:
-            raise BadRequest(f"{path}.shared_memory_byte_size",
-                             f"the output is {array.nbytes} bytes, more than the {n} bytes given in region {name!r}")
-        self._check_size(m, start + array.nbytes, name, path)
-        dst = np.frombuffer(m.mm, np.uint8, array.nbytes, start)
+        dst = self.view(name, offset, byte_size, array.nbytes, path)
         np.copyto(dst.view(array.dtype).reshape(array.shape), array)
+
+    def view(self, name, offset, byte_size, nbytes: int, path: str) -> np.ndarray:
+        """The ``nbytes`` of the client's region where an output of that size goes (uint8,
+        writable), refused (400) when it does not fit."""
+        m, start, n = self._span(name, offset, byte_size, path)
+        if nbytes > n:
+            raise BadRequest(f"{path}.shared_memory_byte_size",
+                             f"the output is {nbytes} bytes, more than the {n} bytes given in region {name!r}")
+        self._check_size(m, start + nbytes, name, path)
+        return np.frombuffer(m.mm, np.uint8, nbytes, start)
 
     def _check_size(self, m: _Mapped, end: int, name: str, path: str) -> None:
         # A client may shrink its object after registering it: touching pages past its end

@@ -1,0 +1,293 @@
+"""The v2 shortcut: a repeated inference of a row family answered by one C call, on both
+transports (gRPC ``ModelInfer``: service/v2/grpc_server.py; REST binary ``infer``: rest.py,
+through the raw-ASGI front, service/fast.py).
+
+Decode-time clients send the same request again and again with new positions. After the full
+path (service/v2/infer.py: plan, arrays, the transport's encoding) has answered a request whose
+only input is raw INT32/INT64 ``positions`` of a rope or sinusoidal model, the request's bytes
+around the positions become a key:
+- gRPC: the serialized ModelInferRequest before its one ``raw_input_contents`` field, when that
+  field is the message's last and only one (so the key is a run of whole fields: a later message
+  that is the key plus one such field of the same length is the same request with other positions);
+- REST: the model's path and the JSON inference header (the binary positions follow it).
+The answer's bytes around its row-gathered outputs (``cos``/``sin``, ``encoding``) become the
+template's parts; the rows come from the family's own /v1 template (``Family.template``, the
+tables and column map service/_hot.c already reads), so no rule of the families is written
+twice. ``_hot.fill`` copies each row straight into the answer's bytes (one gather, no other copy).
+
+What stays with the full path: a position that is negative or past the stored table (``fill``
+says None), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
+requests naming other outputs in another order (the learn-time check below refuses them), families
+without a row template (alibi, t5-buckets, rope types whose table follows the positions).
+A key is learnt the second time the full path answers it (a client that sends a fresh request id
+each time costs a set entry per request, not a template). At learn time the template's answer to
+the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped whenever the engine's manifest
+changes (a new table, an eviction, a restart), to be learnt again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..replay import MAX_ROWS, Limits, _hot, shortcut_in_use
+from .errors import BadRequest
+from .wire import varint
+
+MAX_KEYS = 1024
+MAX_KEY_BYTES = 4096     # a key is client input: 1024 of them hold 4 MiB at most
+INLINE_BYTES = 8 << 20     # larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
+_RAW_INPUT = 0x3A        # ModelInferRequest.raw_input_contents: field 7, length-delimited
+_ITEMSIZE = {"INT32": 4, "INT64": 8}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    rows: object          # service._hot.RowsTemplate
+    itemsize: int         # of the positions: 4 or 8
+    parts: tuple          # the answer's bytes around each gathered array
+    nbytes: int           # the positions' bytes
+    size: int             # the answer's bytes
+    marker: bytes         # gRPC: the raw_input_contents field's tag and length, before the positions
+    route: str            # the metrics route of the model's calls
+    headers: tuple = ()   # REST: the answer's extra headers
+    regions: tuple = ()   # the gathered outputs asked into shared memory: (region, offset, byte_size) each
+    store: object = None  # with regions: the server's service/v2/shm.py Regions
+    block: int = 0        # with regions: the bytes of one gathered output's row
+
+    @property
+    def inline(self) -> bool:
+        return self.size <= INLINE_BYTES
+
+    def answer(self, positions) -> bytes | None:
+        """The answer's bytes, or None: the full path answers (and says what is wrong)."""
+        if not self.regions:
+            return _hot.fill(self.rows, positions, self.itemsize, self.parts)
+        block = len(positions) // self.itemsize * self.block
+        try:
+            views = tuple(self.store.view(name, offset, size, block, "outputs") for name, offset, size in self.regions)
+        except BadRequest:   # unregistered, shrunk, too small: the full path refuses it
+            return None
+        return self.parts[0] if _hot.fill_into(self.rows, positions, self.itemsize, views) else None
+
+
+class Hot:
+    """The templates of one server process (a V2 and its engine client)."""
+
+    def __init__(self, v2):
+        self.v2 = v2
+        self.on = _hot is not None and shortcut_in_use(v2.settings.shortcut) == "c"
+        self.known: dict = {}          # key -> Entry, or None: not a template
+        self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
+        self.paths: set = set()        # REST: the paths with entries
+        self.once: set = set()         # keys the full path has answered once
+        self._seen = None
+
+    def _fresh(self) -> None:
+        m = self.v2.client.manifest() if self.v2.client is not None else None
+        if m is not self._seen:
+            self._clear()
+            self._seen = m
+
+    def _clear(self) -> None:
+        self.known.clear()
+        self.tails.clear()
+        self.paths.clear()
+
+    # -- lookups ----------------------------------------------------------------------------------
+    def grpc(self, data: bytes):
+        """(entry, positions) for a serialized ModelInferRequest, or None."""
+        if not self.tails:
+            return None
+        self._fresh()
+        n = len(data)
+        for tail in self.tails:
+            if tail < n:
+                e = self.known.get(data[:n - tail])
+                if e is not None and len(e.marker) + e.nbytes == tail and data.startswith(e.marker, n - tail):
+                    return e, memoryview(data)[n - e.nbytes:]
+        return None
+
+    def rest(self, path: str, body: bytes, headers):
+        """(entry, positions) for a v2 REST infer body and its ASGI headers, or None."""
+        hl = None
+        for k, v in headers:
+            if k == b"inference-header-content-length":
+                if hl is not None:
+                    return None
+                hl = v
+            elif k == b"content-encoding":
+                return None
+        if hl is None or not hl.isdigit():
+            return None
+        self._fresh()
+        n = int(hl)
+        e = self.known.get((path, body[:n]))
+        if e is None or len(body) - n != e.nbytes:
+            return None
+        return e, memoryview(body)[n:]
+
+    # -- learning ---------------------------------------------------------------------------------
+    def _admit(self, key) -> bool:
+        """Whether to learn ``key`` now: the second time the full path answers it. A key seen once
+        (a request with a fresh id each time) costs a set entry, not a template; a full set or
+        table of keys is dropped, to be learnt again."""
+        if key in self.known:
+            return False
+        if key not in self.once:
+            if len(self.once) >= MAX_KEYS:
+                self.once.clear()
+            self.once.add(key)
+            return False
+        self.once.discard(key)
+        self._fresh()
+        if len(self.known) >= MAX_KEYS:
+            self._clear()
+        return True
+
+    def learn_grpc(self, data: bytes, inf, plan, tensors: list, segments: list, route: str) -> None:
+        if not self.on:
+            return
+        cut = _last_raw_input(data)
+        if cut is None:
+            return
+        start, marker = cut
+        key = data[:start]
+        if len(key) > MAX_KEY_BYTES or not self._admit(key):
+            return
+        e = self._entry(inf, plan, tensors, segments, marker, route, ())
+        self.known[key] = e
+        if e is not None:
+            tail = len(data) - start
+            self.tails[tail] = self.tails.get(tail, 0) + 1
+
+    def learn_rest(self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str,
+                   headers: tuple) -> None:
+        if not self.on or len(head) > MAX_KEY_BYTES:
+            return
+        key = (path, bytes(head))
+        if not self._admit(key):
+            return
+        e = self._entry(inf, plan, tensors, segments, b"", route, headers)
+        self.known[key] = e
+        if e is not None:
+            self.paths.add(path)
+
+    def _entry(self, inf, plan, tensors: list, segments: list, marker: bytes, route: str,
+               headers: tuple) -> Entry | None:
+        """The template of an answered inference, or None: its answer's ``segments`` (bytes, and
+        the output ``tensors``' arrays as they were joined) with the family template's rows in
+        place of the row-gathered arrays must be the full path's bytes for the learnt positions."""
+        if len(inf.inputs) != 1 or len(plan.reqs) != 1:
+            return None
+        t = inf.inputs[0]
+        size = _ITEMSIZE.get(t.datatype)
+        if t.raw is None or size is None or "shared_memory_region" in t.params:
+            return None
+        r, client = plan.reqs[0], self.v2.client
+        fam = r.family
+        if client is None or len(fam.selections) != 1:
+            return None
+        probe = dict(r.body)   # the family's template is made from a list body, as /v1 learns it
+        probe[fam.selections[0]] = [0]
+        try:
+            probe = self.v2.inferer.pipeline.request(fam.name, probe)
+        except Exception:   # the spec was valid with the real positions: nothing to learn here
+            return None
+        if probe.table is None or not client.is_mapped(probe):
+            return None
+        rows = fam.template(_hot, probe, client.view(probe), Limits(MAX_ROWS, 1, 1))
+        if rows is None or type(rows) is not _hot.RowsTemplate:
+            return None
+        shm = [x for x in tensors if x.name in fam.batched and x.region is not None]
+        if shm:
+            if len(shm) != len([x for x in tensors if x.name in fam.batched]):
+                return None   # some in shared memory, some in the answer: the full path's
+            return self._shm_entry(rows, size, t, shm, segments, marker, route, headers)
+        gathered = {id(x.array) for x in tensors if x.name in fam.batched}
+        parts, cur = [], []
+        for seg in segments:
+            if id(seg) in gathered:
+                parts.append(b"".join(cur))
+                cur = []
+            else:
+                cur.append(bytes(seg))
+        parts.append(b"".join(cur))
+        expected = b"".join(segments)
+        e = Entry(rows, size, tuple(parts), len(t.raw), len(expected), marker, route, headers)
+        try:
+            if e.answer(t.raw) != expected:
+                return None
+        except (TypeError, ValueError):   # parts that do not fit the template's arrays
+            return None
+        return e
+
+
+    def _shm_entry(self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str,
+                   headers: tuple) -> Entry | None:
+        """A template whose gathered outputs all went into shared memory: the answer is the same
+        bytes every time, and the rows written must be what the full path wrote."""
+        regions = tuple((x.params["shared_memory_region"], x.params.get("shared_memory_offset"),
+                         x.params.get("shared_memory_byte_size")) for x in shm)
+        expected = b"".join(segments)
+        n = len(t.raw) // size
+        if any(x.array.nbytes % n for x in shm):
+            return None
+        e = Entry(rows, size, (expected,), len(t.raw), len(expected), marker, route, headers, regions,
+                  self.v2.regions, shm[0].array.nbytes // n)
+        try:
+            written = _hot.fill(rows, t.raw, size, (b"",) * (len(shm) + 1))
+        except ValueError:   # not as many outputs as the template's arrays
+            return None
+        if written is None or written != b"".join(bytes(x.array) for x in shm):
+            return None
+        return e
+
+
+def _last_raw_input(data: bytes) -> tuple[int, bytes] | None:
+    """(where the last field starts, its tag and length) when a serialized message's top-level
+    fields end with its only ``raw_input_contents`` field, written minimally; else None."""
+    i, n, last, raws = 0, len(data), None, 0
+    while i < n:
+        start = i
+        tag, i = _varint(data, i)
+        if tag is None:
+            return None
+        wire = tag & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 2:
+            size, j = _varint(data, i)
+            if size is None:
+                return None
+            i = j + size
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            return None
+        if i is None or i > n:
+            return None
+        if tag == _RAW_INPUT:
+            raws += 1
+        last = start
+    if raws != 1 or last is None or data[last] != _RAW_INPUT:
+        return None
+    size, j = _varint(data, last + 1)
+    marker = data[last:j]
+    if j + size != n or marker != bytes([_RAW_INPUT]) + varint(size):
+        return None
+    return last, marker
+
+
+def _varint(data: bytes, i: int):
+    out, shift = 0, 0
+    while i < len(data) and shift < 64:
+        b = data[i]
+        out |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return out, i
+        shift += 7
+    return None, None
+
