@@ -50,7 +50,8 @@ def build_configured(eng, tables: list[ConfiguredTable] | None = None) -> None:
     todo = [ct for ct in todo if not _have(eng, ct)]
     if todo:
         with ThreadPoolExecutor(min(workers(), len(todo)), thread_name_prefix="posenc-build") as pool:
-            futures = {pool.submit(_build, eng, ct): ct for ct in todo}
+            # largest first: the longest build starts at once instead of ending the start alone
+            futures = {pool.submit(_build, eng, ct): ct for ct in sorted(todo, key=lambda c: -c.table.nbytes())}
             for i, fut in enumerate(as_completed(futures), 1):
                 ct, err = futures[fut], fut.result()   # (a table that cannot be built stops the engine)
                 mib = ct.table.nbytes() / 2**20
