@@ -146,9 +146,13 @@ class Guard:
             self.transport.close()   # the app, waiting for the body, sees a disconnect
 
     def _refuse(self, raw: bytes) -> None:
+        """Answer ``raw`` and close, unless a response is being written (the refusal would land
+        inside it): then only close. ``self.cycle`` is the last request whose head came, so on a
+        keep-alive connection it is the previous request's, complete by now."""
         self._disarm()
         if not self.transport.is_closing():
-            if self.cycle is None or not self.cycle.response_started:
+            c = self.cycle
+            if c is None or not c.response_started or c.response_complete:
                 self.transport.write(raw)
             self.transport.close()
 

@@ -91,6 +91,16 @@ class Service:
         return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
                                   self.settings.max_body_bytes, family)
 
+    def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool):
+        """The hot lane's whole-request shortcut (service/lane.py): the plain POST at
+        ``data[start:]`` to a path of ``routes`` answered in C from the request bytes to the
+        response bytes (pre + content length + post, then the answer), as
+        (end of the request, its route, response, keep-alive); None when it does not apply."""
+        if not self._fresh_templates():
+            return None
+        return replay._hot.lane(data, start, routes, self.accepts, self.templates.native,
+                                self.settings.max_body_bytes, pre, post, close)
+
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
