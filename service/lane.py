@@ -247,9 +247,7 @@ class HotLaneProtocol(GuardedHttpTools):
             global answered
             answered += done
             self.server_state.total_requests += done
-            if self._timer is not None:  # the connection guard's header timer: the head came
-                self._disarm()
-            self._stage = "app"
+            self._stage, self._deadline = "app", None   # the connection guard: no stage to time
             if self.flow.read_paused:
                 self.flow.resume_reading()
             self._active = self.loop.time()
