@@ -92,6 +92,7 @@ typedef struct {
     Run *runs;
     Py_ssize_t nruns;
     int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
+    Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
@@ -174,6 +175,10 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
         for (Py_ssize_t r = 0; r < t->nruns; r++)
             for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
                 t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
+        t->zip[0] = w >= 2 ? t->idx[0] : -1;
+        t->zip[1] = w >= 2 ? t->idx[1] : -1;
+        for (Py_ssize_t j = 0; j < w && t->zip[0] >= 0; j++)
+            if (t->idx[j] != t->zip[j & 1] + j / 2) t->zip[0] = -1;
     }
     return 0;
 }
@@ -509,12 +514,33 @@ static void gather16(uint16_t *restrict d, const uint16_t *restrict s, const int
     for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
 }
 
+/* The gather above when the columns are two runs interleaved (a sinusoidal "interleaved"
+ * layout, RoPE's interleaved cos and sin): d = a0 b0 a1 b1 ..., plain loads and shuffles
+ * instead of one gather per item. */
+#define ZIP(name, T)                                                                        \
+    VECTOR_CLONES static void name(T *restrict d, const T *a, const T *b, Py_ssize_t w)     \
+    {                                                                                       \
+        Py_ssize_t h = w / 2;                                                               \
+        for (Py_ssize_t k = 0; k < h; k++) {                                                \
+            d[2 * k] = a[k];                                                                \
+            d[2 * k + 1] = b[k];                                                            \
+        }                                                                                   \
+        if (w & 1) d[w - 1] = a[h];                                                         \
+    }
+ZIP(zip32, uint32_t)
+ZIP(zip16, uint16_t)
+
 static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
 {
     size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
     for (Py_ssize_t i = 0; i < rows->n; i++) {
         const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
         char *d = dst + drb * (size_t)i;
+        if (t->idx && t->zip[0] >= 0) {
+            if (es == 4) zip32((uint32_t *)d, (const uint32_t *)s + t->zip[0], (const uint32_t *)s + t->zip[1], t->width);
+            else zip16((uint16_t *)d, (const uint16_t *)s + t->zip[0], (const uint16_t *)s + t->zip[1], t->width);
+            continue;
+        }
         if (t->idx) { /* the output buffer is 8-byte aligned (bytes_of), the table rows by itemsize */
             if (es == 4) gather32((uint32_t *)d, (const uint32_t *)s, t->idx, t->width);
             else gather16((uint16_t *)d, (const uint16_t *)s, t->idx, t->width);

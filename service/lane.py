@@ -225,11 +225,11 @@ class HotLaneProtocol(GuardedHttpTools):
         front = FRONT
         svc, metrics, transport = front.svc, front.metrics, self.transport
         pre, post = _pre_of(self.server_state), front.HOT_HEADERS[1]
-        at, n, done = 0, len(data), 0
+        at, n, done, now = 0, len(data), 0, self.loop.time()
         while at < n and not self.flow.write_paused:   # back-pressure: httptools and ASGI wait
             t0 = perf_counter()
             try:
-                got = svc.hot_request(data, at, front.hot_urls, pre, post, self._draining)
+                got = svc.hot_request(data, at, front.hot_urls, pre, post, self._draining, now)
             except Exception:   # a shortcut's failure must not fail the request: httptools has it
                 log.exception("template shortcut failed in the hot lane; answering through ASGI")
                 got = None
@@ -250,7 +250,7 @@ class HotLaneProtocol(GuardedHttpTools):
             self._stage, self._deadline = "app", None   # the connection guard: no stage to time
             if self.flow.read_paused:
                 self.flow.resume_reading()
-            self._active = self.loop.time()
+            self._active = now
             if self.timeout_keep_alive_task is None and not transport.is_closing():
                 self.timeout_keep_alive_task = self.loop.call_later(
                     self.timeout_keep_alive, self.timeout_keep_alive_handler)

@@ -22,7 +22,7 @@ def request(path: bytes, body: bytes, head: bytes = b"") -> bytes:
 
 
 def lane(svc, data: bytes, start: int = 0, pre: bytes = b"PRE:", post: bytes = b"\r\nPOST\r\n", close=False):
-    return svc.hot_request(data, start, ROUTES, pre, post, close)
+    return svc.hot_request(data, start, ROUTES, pre, post, close, 0.0)
 
 
 @pytest.fixture(scope="module")
