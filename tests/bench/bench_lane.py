@@ -201,6 +201,7 @@ def main() -> None:
     if a.in_process:
         return in_process(a.profile)
     runs: dict = {}
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         servers = start_all(tmp)
         try:
@@ -215,6 +216,7 @@ def main() -> None:
         finally:
             for s in servers.values():
                 s.stop()
+    load.append(os.getloadavg()[0])
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_us")} for k, v in runs.items()}
     print(f"\nmedians over {a.rounds} rounds")
     print(f"{'response':<18} {'server':<6} {'req/s':>8} {'p50 µs':>7} {'rps/floor':>10} {'rps/bare':>9} {'p50/floor':>10}")
@@ -224,6 +226,15 @@ def main() -> None:
             r = med[(name, cname)]
             print(f"{cname:<18} {name:<6} {r['rps']:>8.0f} {r['p50_us']:>7.0f} {r['rps'] / f['rps']:>10.2f} "
                   f"{r['rps'] / b['rps']:>9.2f} {r['p50_us'] / f['p50_us']:>10.2f}")
+    # On a shared machine a burst hits whichever server is measured then: the ratios within
+    # each round, and their medians, say more than the ratio of medians.
+    print(f"\nper-round ratios of the lane (load average {load[0]:.2f} before, {load[1]:.2f} after)")
+    for cname in CASES:
+        per = {k: [la[m] / ba[m] for la, ba in zip(runs[("lane", cname)], runs[(base, cname)])]
+               for k, base, m in (("rps/floor", "floor", "rps"), ("rps/bare", "bare", "rps"),
+                                  ("p50/floor", "floor", "p50_us"))}
+        print(f"{cname:<18} " + "; ".join(f"{k} {' '.join(f'{v:.2f}' for v in vs)} (median {statistics.median(vs):.2f})"
+                                           for k, vs in per.items()))
     if a.plot:
         plot(med, a.plot)
         print(f"plot: {a.plot}")
