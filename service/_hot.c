@@ -502,33 +502,44 @@ static int find_span(const char *b, const char *end, PyObject *name, Span *sp)
  * Filling the answer
  * ------------------------------------------------------------------------------------------- */
 
-VECTOR_CLONES
-static void gather32(uint32_t *restrict d, const uint32_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
-{
-    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
-}
+/* Row fills store items at any alignment: a rows answer may start at any byte, behind an HTTP
+ * head of any length (bytes_of). GCC and Clang are told so (one unaligned move on x86, and the
+ * loops still vectorize); elsewhere each item goes through memcpy. The table rows are aligned
+ * by itemsize. */
+#if defined(__GNUC__)
+typedef uint32_t any32 __attribute__((aligned(1), may_alias));
+typedef uint16_t any16 __attribute__((aligned(1), may_alias));
+#define PUT(T, d, j, v) ((d)[j] = (v))
+#else
+typedef uint32_t any32;
+typedef uint16_t any16;
+#define PUT(T, d, j, v) do { T v_ = (v); memcpy((char *)(d) + (j) * sizeof v_, &v_, sizeof v_); } while (0)
+#endif
 
-VECTOR_CLONES
-static void gather16(uint16_t *restrict d, const uint16_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
-{
-    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
-}
+#define GATHER(name, D, T)                                                                    \
+    VECTOR_CLONES static void name(D *restrict d, const T *restrict s, const int32_t *restrict idx, \
+                                   Py_ssize_t w)                                              \
+    {                                                                                         \
+        for (Py_ssize_t j = 0; j < w; j++) PUT(T, d, j, s[idx[j]]);                             \
+    }
+GATHER(gather32, any32, uint32_t)
+GATHER(gather16, any16, uint16_t)
 
 /* The gather above when the columns are two runs interleaved (a sinusoidal "interleaved"
  * layout, RoPE's interleaved cos and sin): d = a0 b0 a1 b1 ..., plain loads and shuffles
  * instead of one gather per item. */
-#define ZIP(name, T)                                                                        \
-    VECTOR_CLONES static void name(T *restrict d, const T *a, const T *b, Py_ssize_t w)     \
+#define ZIP(name, D, T)                                                                     \
+    VECTOR_CLONES static void name(D *restrict d, const T *a, const T *b, Py_ssize_t w)     \
     {                                                                                       \
         Py_ssize_t h = w / 2;                                                               \
         for (Py_ssize_t k = 0; k < h; k++) {                                                \
-            d[2 * k] = a[k];                                                                \
-            d[2 * k + 1] = b[k];                                                            \
+            PUT(T, d, 2 * k, a[k]);                                                         \
+            PUT(T, d, 2 * k + 1, b[k]);                                                     \
         }                                                                                   \
-        if (w & 1) d[w - 1] = a[h];                                                         \
+        if (w & 1) PUT(T, d, w - 1, a[h]);                                                  \
     }
-ZIP(zip32, uint32_t)
-ZIP(zip16, uint16_t)
+ZIP(zip32, any32, uint32_t)
+ZIP(zip16, any16, uint16_t)
 
 static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
 {
@@ -537,13 +548,13 @@ static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const
         const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
         char *d = dst + drb * (size_t)i;
         if (t->idx && t->zip[0] >= 0) {
-            if (es == 4) zip32((uint32_t *)d, (const uint32_t *)s + t->zip[0], (const uint32_t *)s + t->zip[1], t->width);
-            else zip16((uint16_t *)d, (const uint16_t *)s + t->zip[0], (const uint16_t *)s + t->zip[1], t->width);
+            if (es == 4) zip32((any32 *)d, (const uint32_t *)s + t->zip[0], (const uint32_t *)s + t->zip[1], t->width);
+            else zip16((any16 *)d, (const uint16_t *)s + t->zip[0], (const uint16_t *)s + t->zip[1], t->width);
             continue;
         }
-        if (t->idx) { /* the output buffer is 8-byte aligned (bytes_of), the table rows by itemsize */
-            if (es == 4) gather32((uint32_t *)d, (const uint32_t *)s, t->idx, t->width);
-            else gather16((uint16_t *)d, (const uint16_t *)s, t->idx, t->width);
+        if (t->idx) {
+            if (es == 4) gather32((any32 *)d, (const uint32_t *)s, t->idx, t->width);
+            else gather16((any16 *)d, (const uint16_t *)s, t->idx, t->width);
             continue;
         }
         for (Py_ssize_t r = 0; r < t->nruns; r++) {
@@ -621,16 +632,16 @@ typedef struct {
 
 static const char CLOSE_LINE[] = "connection: close\r\n";
 
-/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or an 8-byte
- * aligned scratch buffer when an HTTP head of another length left `dest` unaligned (the kernels
- * store whole items); finish() moves it in place. */
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that finish() moves in place. */
 typedef struct {
     PyObject *obj;
     char *dest, *fill;
     Py_ssize_t n;
 } Out;
 
-static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, Out *o)
+static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
 {
     Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
     char digits[24];
@@ -661,7 +672,7 @@ static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject 
     memcpy(w + hl + body, PyBytes_AS_STRING(tail), (size_t)tl);
     o->dest = o->fill = w + hl;
     o->n = body;
-    if (((uintptr_t)o->dest & 7) && body > 0) {
+    if (aligned && ((uintptr_t)o->dest & 7) && body > 0) {
         if (!(o->fill = PyMem_Malloc((size_t)body))) {
             Py_CLEAR(o->obj);
             PyErr_NoMemory();
@@ -701,7 +712,7 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     if (head) {
         Py_ssize_t block = rows.n * t->width * t->itemsize;
         Out o;
-        int rc2 = bytes_of(http, head, t->narr * block, t->tail, &o);
+        int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
         if (rc2 == 0) {
             for (int i = 0; i < t->narr; i++) copy_rows(o.fill + i * block, t, (const char *)t->arr[i].buf, &rows);
@@ -734,7 +745,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
     }
     if (!(head = header(t->heads, t->header_for, q.n, k.n))) goto done;
     Out o;
-    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, &o) < 0) goto done;
+    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
     /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
      * table) are the stored values read backwards; the table holds the same rounding of the same
