@@ -92,6 +92,7 @@ typedef struct {
     Run *runs;
     Py_ssize_t nruns;
     int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
+    Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
     PyObject *header_for; /* n -> bytes */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
@@ -174,6 +175,10 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
         for (Py_ssize_t r = 0; r < t->nruns; r++)
             for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
                 t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
+        t->zip[0] = w >= 2 ? t->idx[0] : -1;
+        t->zip[1] = w >= 2 ? t->idx[1] : -1;
+        for (Py_ssize_t j = 0; j < w && t->zip[0] >= 0; j++)
+            if (t->idx[j] != t->zip[j & 1] + j / 2) t->zip[0] = -1;
     }
     return 0;
 }
@@ -497,17 +502,44 @@ static int find_span(const char *b, const char *end, PyObject *name, Span *sp)
  * Filling the answer
  * ------------------------------------------------------------------------------------------- */
 
-VECTOR_CLONES
-static void gather32(uint32_t *restrict d, const uint32_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
-{
-    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
-}
+/* Row fills store items at any alignment: a rows answer may start at any byte, behind an HTTP
+ * head of any length (bytes_of). GCC and Clang are told so (one unaligned move on x86, and the
+ * loops still vectorize); elsewhere each item goes through memcpy. The table rows are aligned
+ * by itemsize. */
+#if defined(__GNUC__)
+typedef uint32_t any32 __attribute__((aligned(1), may_alias));
+typedef uint16_t any16 __attribute__((aligned(1), may_alias));
+#define PUT(T, d, j, v) ((d)[j] = (v))
+#else
+typedef uint32_t any32;
+typedef uint16_t any16;
+#define PUT(T, d, j, v) do { T v_ = (v); memcpy((char *)(d) + (j) * sizeof v_, &v_, sizeof v_); } while (0)
+#endif
 
-VECTOR_CLONES
-static void gather16(uint16_t *restrict d, const uint16_t *restrict s, const int32_t *restrict idx, Py_ssize_t w)
-{
-    for (Py_ssize_t j = 0; j < w; j++) d[j] = s[idx[j]];
-}
+#define GATHER(name, D, T)                                                                    \
+    VECTOR_CLONES static void name(D *restrict d, const T *restrict s, const int32_t *restrict idx, \
+                                   Py_ssize_t w)                                              \
+    {                                                                                         \
+        for (Py_ssize_t j = 0; j < w; j++) PUT(T, d, j, s[idx[j]]);                             \
+    }
+GATHER(gather32, any32, uint32_t)
+GATHER(gather16, any16, uint16_t)
+
+/* The gather above when the columns are two runs interleaved (a sinusoidal "interleaved"
+ * layout, RoPE's interleaved cos and sin): d = a0 b0 a1 b1 ..., plain loads and shuffles
+ * instead of one gather per item. */
+#define ZIP(name, D, T)                                                                     \
+    VECTOR_CLONES static void name(D *restrict d, const T *a, const T *b, Py_ssize_t w)     \
+    {                                                                                       \
+        Py_ssize_t h = w / 2;                                                               \
+        for (Py_ssize_t k = 0; k < h; k++) {                                                \
+            PUT(T, d, 2 * k, a[k]);                                                         \
+            PUT(T, d, 2 * k + 1, b[k]);                                                     \
+        }                                                                                   \
+        if (w & 1) PUT(T, d, w - 1, a[h]);                                                  \
+    }
+ZIP(zip32, any32, uint32_t)
+ZIP(zip16, any16, uint16_t)
 
 static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
 {
@@ -515,9 +547,14 @@ static void copy_rows(char *dst, const RowsTemplate *t, const char *table, const
     for (Py_ssize_t i = 0; i < rows->n; i++) {
         const char *s = table + (size_t)(sel_at(rows, i) + t->offset) * srb;
         char *d = dst + drb * (size_t)i;
-        if (t->idx) { /* the output buffer is 8-byte aligned (bytes_of), the table rows by itemsize */
-            if (es == 4) gather32((uint32_t *)d, (const uint32_t *)s, t->idx, t->width);
-            else gather16((uint16_t *)d, (const uint16_t *)s, t->idx, t->width);
+        if (t->idx && t->zip[0] >= 0) {
+            if (es == 4) zip32((any32 *)d, (const uint32_t *)s + t->zip[0], (const uint32_t *)s + t->zip[1], t->width);
+            else zip16((any16 *)d, (const uint16_t *)s + t->zip[0], (const uint16_t *)s + t->zip[1], t->width);
+            continue;
+        }
+        if (t->idx) {
+            if (es == 4) gather32((any32 *)d, (const uint32_t *)s, t->idx, t->width);
+            else gather16((any16 *)d, (const uint16_t *)s, t->idx, t->width);
             continue;
         }
         for (Py_ssize_t r = 0; r < t->nruns; r++) {
@@ -585,16 +622,74 @@ static PyObject *header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_
     return h;
 }
 
-static PyObject *bytes_of(PyObject *head, Py_ssize_t body, PyObject *tail, char **data)
+/* The HTTP head the hot lane (service/lane.py) puts before an answer, in the same bytes object:
+ * pre (status line .. "content-length: "), the answer's length, post (the headers after it), then
+ * "connection: close" when asked, and the blank line. NULL: the answer alone. */
+typedef struct {
+    PyObject *pre, *post; /* bytes */
+    int close;
+} Http;
+
+static const char CLOSE_LINE[] = "connection: close\r\n";
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
 {
-    Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, hl + body + tl);
-    if (!out) return NULL;
-    char *o = PyBytes_AS_STRING(out);
-    memcpy(o, PyBytes_AS_STRING(head), (size_t)hl);
-    memcpy(o + hl + body, PyBytes_AS_STRING(tail), (size_t)tl);
-    *data = o + hl;
-    return out;
+    Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
+    char digits[24];
+    int dl = 0;
+    if (http) {
+        dl = snprintf(digits, sizeof digits, "%zd", hl + body + tl);
+        pl = PyBytes_GET_SIZE(http->pre);
+        ql = PyBytes_GET_SIZE(http->post) + (http->close ? (Py_ssize_t)sizeof CLOSE_LINE - 1 : 0) + 2;
+    }
+    Py_ssize_t at = pl + dl + ql; /* where the safetensors answer starts */
+    o->obj = PyBytes_FromStringAndSize(NULL, at + hl + body + tl);
+    if (!o->obj) return -1;
+    char *w = PyBytes_AS_STRING(o->obj);
+    if (http) {
+        memcpy(w, PyBytes_AS_STRING(http->pre), (size_t)pl);
+        memcpy(w + pl, digits, (size_t)dl);
+        char *q = w + pl + dl;
+        memcpy(q, PyBytes_AS_STRING(http->post), (size_t)PyBytes_GET_SIZE(http->post));
+        q += PyBytes_GET_SIZE(http->post);
+        if (http->close) {
+            memcpy(q, CLOSE_LINE, sizeof CLOSE_LINE - 1);
+            q += sizeof CLOSE_LINE - 1;
+        }
+        memcpy(q, "\r\n", 2);
+        w += at;
+    }
+    memcpy(w, PyBytes_AS_STRING(head), (size_t)hl);
+    memcpy(w + hl + body, PyBytes_AS_STRING(tail), (size_t)tl);
+    o->dest = o->fill = w + hl;
+    o->n = body;
+    if (aligned && ((uintptr_t)o->dest & 7) && body > 0) {
+        if (!(o->fill = PyMem_Malloc((size_t)body))) {
+            Py_CLEAR(o->obj);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The filled answer (new reference). */
+static PyObject *finish(Out *o)
+{
+    if (o->fill != o->dest) {
+        memcpy(o->dest, o->fill, (size_t)o->n);
+        PyMem_Free(o->fill);
+    }
+    return o->obj;
 }
 
 static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
@@ -602,7 +697,7 @@ static int parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
     return *sp->open == '[' ? parse_list(sp, cap, cfg.position_limit, s) : parse_range(sp, cap, s);
 }
 
-static PyObject *rows_answer(RowsTemplate *t, const Span *sp)
+static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
 {
     Sel rows = {.heap = NULL};
     PyObject *out = NULL;
@@ -616,16 +711,19 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp)
     PyObject *head = header(t->heads, t->header_for, rows.n, -1);
     if (head) {
         Py_ssize_t block = rows.n * t->width * t->itemsize;
-        char *o;
-        out = bytes_of(head, t->narr * block, t->tail, &o);
+        Out o;
+        int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
-        for (int i = 0; out && i < t->narr; i++) copy_rows(o + i * block, t, (const char *)t->arr[i].buf, &rows);
+        if (rc2 == 0) {
+            for (int i = 0; i < t->narr; i++) copy_rows(o.fill + i * block, t, (const char *)t->arr[i].buf, &rows);
+            out = finish(&o);
+        }
     }
     sel_free(&rows);
     return out;
 }
 
-static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
+static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
 {
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
@@ -646,9 +744,9 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
         goto done;
     }
     if (!(head = header(t->heads, t->header_for, q.n, k.n))) goto done;
-    char *o;
-    if (!(out = bytes_of(head, 4 * t->nheads * q.n * k.n, t->tail, &o))) goto done;
-    float *f = (float *)o; /* the header is padded to 8 bytes: aligned */
+    Out o;
+    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
     /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
      * table) are the stored values read backwards; the table holds the same rounding of the same
      * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
@@ -661,6 +759,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
         }
     } else {
         if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
+            out = finish(&o);   /* frees the scratch buffer */
             Py_CLEAR(out);
             PyErr_NoMemory();
             goto done;
@@ -670,6 +769,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk)
             for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
                 alibi_row(f, keys, k.n, (int32_t)sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
     }
+    out = finish(&o);
 done:
     PyMem_Free(keys);
     Py_XDECREF(head);
@@ -707,40 +807,12 @@ static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len
     return found;
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
-             "The safetensors answer of a body whose spec is a known template, or None.");
-
-static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
+ * with an HTTP head before it when `http` is given: a new reference, None, or NULL (error). */
+static PyObject *answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates,
+                             const Http *http)
 {
-    (void)self;
-    if (!configured()) return NULL;
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
-                                         "max_body: int, family: str)");
-        return NULL;
-    }
-    PyObject *raw = args[0], *accepts = args[2], *templates = args[3];
-    PyObject *fields = PyDict_GetItemWithError(cfg.fields, args[5]); /* checked by configure() */
-    if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
-        return NULL;
-    }
-    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
-    if (max_body == -1 && PyErr_Occurred()) return NULL;
-    const char *b = PyBytes_AS_STRING(raw), *end = b + PyBytes_GET_SIZE(raw);
-    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
-
-    PyObject *acc = find_header(args[1], "accept", 6);
-    if (!acc) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    PyObject *ok = PyDict_GetItemWithError(accepts, acc);
-    if (!ok) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-
+    if (PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
     /* the selections' spans, in field order, then by position for the key */
     Py_ssize_t nf = PyTuple_GET_SIZE(fields);
     Span spans[MAX_FIELDS];
@@ -774,14 +846,227 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(t);
     PyObject *out = NULL;
     if (Py_IS_TYPE(t, &RowsTemplateType) && nf == 1)
-        out = rows_answer((RowsTemplate *)t, &spans[0]);
+        out = rows_answer((RowsTemplate *)t, &spans[0], http);
     else if (Py_IS_TYPE(t, &AlibiTemplateType) && nf == 2)
-        out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1]);
+        out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
     else
         PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate (1 field) or AlibiTemplate (2 fields)");
     Py_DECREF(t);
     return out;
 }
+
+/* 1 if `accept` (borrowed; NULL: none) is a value the negotiator maps to safetensors, 0 if not,
+ * -1 on error. */
+static int accepted(PyObject *accepts, PyObject *accept)
+{
+    if (!accept) return 0;
+    PyObject *ok = PyDict_GetItemWithError(accepts, accept);
+    return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
+}
+
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
+             "The safetensors answer of a body whose spec is a known template, or None.");
+
+static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!configured()) return NULL;
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
+                                         "max_body: int, family: str)");
+        return NULL;
+    }
+    PyObject *raw = args[0];
+    PyObject *fields = PyDict_GetItemWithError(cfg.fields, args[5]); /* checked by configure() */
+    if (!fields) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
+        return NULL;
+    }
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
+    if (max_body == -1 && PyErr_Occurred()) return NULL;
+    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
+    PyObject *acc = find_header(args[1], "accept", 6);
+    if (!acc && PyErr_Occurred()) return NULL;
+    int ok = accepted(args[2], acc);
+    if (ok <= 0) {
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    const char *b = PyBytes_AS_STRING(raw);
+    return answer_body(b, b + PyBytes_GET_SIZE(raw), fields, args[3], NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lane(): a whole HTTP request to the whole HTTP response (service/lane.py)
+ * ------------------------------------------------------------------------------------------- */
+
+/* A request the lane may answer: "POST <target> HTTP/1.1", each header line a token name, ':',
+ * optional spaces, and visible text (no trailing space) ended by CRLF, a Content-Length of
+ * digits whose body is all in the buffer. Anything else, however legal, is left to httptools
+ * (and from there to ASGI): Transfer-Encoding, Expect, Upgrade, a Connection other than one
+ * "close" or "keep-alive", a repeated Content-Length, Connection or Accept, obs-text or a
+ * folded line, a head over MAX_HEAD bytes. So whatever this parser takes, httptools parses the
+ * same way (it only ever sees less). */
+#define MAX_HEAD 8192
+
+typedef struct {
+    const char *target, *accept, *body;
+    Py_ssize_t target_len, accept_len, body_len;
+    int close;
+} Request;
+
+static unsigned char TOKEN[256]; /* RFC 9110 tchar; filled at import */
+/* headers that change how a request is read or answered: such a request is left to httptools */
+static const char *const LEFT[] = {"expect", "proxy-connection", "transfer-encoding", "upgrade"};
+
+static void fill_token(void)
+{
+    const char *extra = "!#$%&'*+-.^_`|~";
+    for (int c = '0'; c <= '9'; c++) TOKEN[c] = 1;
+    for (int c = 'a'; c <= 'z'; c++) TOKEN[c] = TOKEN[c - 32] = 1;
+    for (const char *e = extra; *e; e++) TOKEN[(unsigned char)*e] = 1;
+}
+
+static int name_is(const char *n, Py_ssize_t len, const char *lower)
+{
+    Py_ssize_t l = (Py_ssize_t)strlen(lower);
+    if (len != l) return 0;
+    for (Py_ssize_t i = 0; i < l; i++)
+        if ((n[i] | 0x20) != lower[i]) return 0;   /* | 0x20 folds letters; '-' matches only '-' or CR */
+    return 1;
+}
+
+/* The end of the request at p (after its body), or NULL: not one this lane takes, or not whole. */
+static const char *parse_request(const char *p, const char *end, Request *r)
+{
+    const char *limit = end - p > MAX_HEAD ? p + MAX_HEAD : end;
+    if (limit - p < 5 || memcmp(p, "POST ", 5) != 0) return NULL;
+    p += 5;
+    r->target = p;
+    while (p < limit && *p > ' ' && *p < 0x7f) p++;
+    r->target_len = p - r->target;
+    if (limit - p < 11 || memcmp(p, " HTTP/1.1\r\n", 11) != 0) return NULL;
+    p += 11;
+    int n_length = 0, n_connection = 0, n_accept = 0;
+    Py_ssize_t length = 0;
+    r->close = 0;
+    r->accept = NULL;
+    r->accept_len = 0;
+    for (;;) {
+        if (limit - p < 2) return NULL;
+        if (p[0] == '\r') {
+            if (p[1] != '\n') return NULL;
+            p += 2;
+            break;
+        }
+        const char *n = p;
+        while (p < limit && TOKEN[(unsigned char)*p]) p++;
+        Py_ssize_t nl = p - n;
+        if (nl == 0 || p >= limit || *p != ':') return NULL;
+        p++;
+        while (p < limit && (*p == ' ' || *p == '\t')) p++;
+        const char *v = p;
+        while (p < limit && ((*p >= ' ' && *p < 0x7f) || *p == '\t')) p++;
+        Py_ssize_t vl = p - v;
+        if (limit - p < 2 || p[0] != '\r' || p[1] != '\n') return NULL;
+        if (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) return NULL;
+        p += 2;
+        if (name_is(n, nl, "accept")) {
+            r->accept = v;
+            r->accept_len = vl;
+            n_accept++;
+        } else if (name_is(n, nl, "content-length")) {
+            if (vl < 1 || vl > 9 || n_length++) return NULL;
+            length = 0;
+            for (Py_ssize_t i = 0; i < vl; i++) {
+                if (!is_digit(v[i])) return NULL;
+                length = length * 10 + (v[i] - '0');
+            }
+        } else if (name_is(n, nl, "connection")) {
+            if (n_connection++) return NULL;
+            if (name_is(v, vl, "close")) r->close = 1;
+            else if (!name_is(v, vl, "keep-alive")) return NULL;
+        } else {
+            for (size_t i = 0; i < sizeof LEFT / sizeof *LEFT; i++)
+                if (name_is(n, nl, LEFT[i])) return NULL;
+        }
+    }
+    if (n_length != 1 || n_accept > 1 || end - p < length) return NULL;
+    r->body = p;
+    r->body_len = length;
+    return p + length;
+}
+
+PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, max_body, pre, post, close)\n--\n\n"
+             "The request at data[start:], if it is a whole, plain POST to one of routes ({target: (family, "
+             "...)}) whose Accept is in accepts and whose spec is a known template (native: {family: "
+             "templates}), answered: (end of the request, its route's value, the whole response with the "
+             "HTTP head pre + length + post [+ connection: close], keep-alive). Else None.");
+
+static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!configured()) return NULL;
+    if (nargs != 9 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
+        !PyDict_Check(args[4]) || !PyBytes_Check(args[6]) || !PyBytes_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict, accepts: dict, native: dict, "
+                                         "max_body: int, pre: bytes, post: bytes, close: bool)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), max_body = PyLong_AsSsize_t(args[5]);
+    if ((start == -1 || max_body == -1) && PyErr_Occurred()) return NULL;
+    int force_close = PyObject_IsTrue(args[8]);
+    if (force_close < 0) return NULL;
+    const char *b = PyBytes_AS_STRING(args[0]), *end = b + PyBytes_GET_SIZE(args[0]);
+    if (start < 0 || start > end - b) Py_RETURN_NONE;
+    Request r;
+    const char *next = parse_request(b + start, end, &r);
+    if (!next || r.body_len > max_body || !r.accept) Py_RETURN_NONE;
+
+    PyObject *key, *route = NULL, *found;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(args[2], &pos, &key, &found))
+        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == r.target_len &&
+            memcmp(PyBytes_AS_STRING(key), r.target, (size_t)r.target_len) == 0) {
+            route = found;
+            break;
+        }
+    if (!route || !PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) Py_RETURN_NONE;
+    PyObject *family = PyTuple_GET_ITEM(route, 0);
+    PyObject *fields = PyDict_GetItemWithError(cfg.fields, family);
+    if (!fields) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
+        return NULL;
+    }
+    PyObject *templates = PyDict_GetItemWithError(args[4], family);
+    if (!templates) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyDict_Check(templates)) {
+        PyErr_SetString(PyExc_TypeError, "native: want {family: {key: template}}");
+        return NULL;
+    }
+    PyObject *acc = PyBytes_FromStringAndSize(r.accept, r.accept_len);
+    if (!acc) return NULL;
+    int ok = accepted(args[3], acc);
+    Py_DECREF(acc);
+    if (ok <= 0) {
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    Http http = {args[6], args[7], r.close || force_close};
+    Py_INCREF(route);   /* held across answer_body, which may run Python code (header_for) */
+    PyObject *out = answer_body(r.body, r.body + r.body_len, fields, templates, &http);
+    PyObject *res = NULL;
+    if (out == Py_None)
+        res = out;
+    else if (out)
+        res = Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http.close ? Py_False : Py_True);
+    Py_DECREF(route);
+    return res;
+}
+
 
 /* ---------------------------------------------------------------------------------------------
  * fill(): a RowsTemplate's rows for raw binary positions (the v2 protocol's shortcut,
@@ -1019,6 +1304,7 @@ static PyMethodDef methods[] = {
     {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
     {"fill_into", (PyCFunction)(void (*)(void))fill_into, METH_FASTCALL, fill_into_doc},
+    {"lane", (PyCFunction)(void (*)(void))lane, METH_FASTCALL, lane_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1029,6 +1315,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__hot(void)
 {
+    fill_token();
     if (PyType_Ready(&RowsTemplateType) < 0 || PyType_Ready(&AlibiTemplateType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

@@ -51,6 +51,7 @@ class Limits:
         self.header_timeout_s = s.header_timeout_s
         self.body_timeout_s = s.body_timeout_s
         self.max_header_bytes = s.max_header_bytes
+        self.tick = min(self.header_timeout_s, self.body_timeout_s)   # the farthest a timer is set (Guard)
 
 
 _limits: Limits | None = None
@@ -64,8 +65,15 @@ def limits() -> Limits:
 
 
 class Guard:
+    """The limits above as a mixin. The two timeouts are one deadline per connection: entering a
+    stage sets it (loop time; None while answering or idle), and one timer checks it. A timer is
+    never set further ahead than the shorter timeout (``tick``), and a new deadline is never
+    nearer than that, so the pending timer always fires by the deadline: a request costs two
+    reads of the clock, not a timer made and cancelled per stage (a few µs each)."""
+
     _stage = "head"        # head: reading a request head; body: its body; app: answering
-    _timer = None
+    _deadline = None       # loop time by which the stage must end; None: no limit now
+    _timer = None          # the one pending check of the deadline
     _head_bytes = 0
     _draining = False
 
@@ -92,7 +100,7 @@ class Guard:
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._stage = "head"
-        if self._timer is None:            # a keep-alive connection's next request
+        if self._deadline is None:         # a keep-alive connection's next request
             self._head_bytes = 0
             self._arm(limits().header_timeout_s)
 
@@ -122,33 +130,49 @@ class Guard:
 
     def _body_stage(self) -> None:
         self._stage = "body"
-        self._disarm()
         self._arm(limits().body_timeout_s)
 
     def _app_stage(self) -> None:
         self._stage = "app"
-        self._disarm()
+        self._deadline = None
 
     # -- helpers ---------------------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
-        self._timer = self.loop.call_later(seconds, self._expired)
+        self._deadline = self.loop.time() + seconds
+        if self._timer is None:
+            self._timer = self.loop.call_later(min(seconds, limits().tick), self._check)
 
     def _disarm(self) -> None:
+        self._deadline = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _expired(self) -> None:
+    def _check(self) -> None:
         self._timer = None
+        if self._deadline is None:         # answering or idle: no timer until the next stage
+            return
+        left = self._deadline - self.loop.time()
+        if left > 0:
+            self._timer = self.loop.call_later(min(left, limits().tick), self._check)
+        else:
+            self._deadline = None
+            self._expired()
+
+    def _expired(self) -> None:
         if self._stage == "head":
             self._refuse(TIMEOUT)
         elif self._stage == "body" and not self.transport.is_closing():
             self.transport.close()   # the app, waiting for the body, sees a disconnect
 
     def _refuse(self, raw: bytes) -> None:
+        """Answer ``raw`` and close, unless a response is being written (the refusal would land
+        inside it): then only close. ``self.cycle`` is the last request whose head came, so on a
+        keep-alive connection it is the previous request's, complete by now."""
         self._disarm()
         if not self.transport.is_closing():
-            if self.cycle is None or not self.cycle.response_started:
+            c = self.cycle
+            if c is None or not c.response_started or c.response_complete:
                 self.transport.write(raw)
             self.transport.close()
 

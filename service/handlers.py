@@ -28,6 +28,7 @@ from .replay import Templates
 log = logging.getLogger("posenc.service")
 
 INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
+LANE_RECHECK_S = 0.005       # the hot lane's templates are checked against the manifest this often
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 
 
@@ -47,6 +48,7 @@ class Service:
         self.shortcut = replay.shortcut_in_use(settings.shortcut)   # "c" or "off": /v1/tables shows it
         self.templates = self._new_templates()
         self._templates_manifest = None
+        self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
         self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
@@ -90,6 +92,21 @@ class Service:
             return None
         return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
                                   self.settings.max_body_bytes, family)
+
+    def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool,
+                    now: float):
+        """The hot lane's whole-request shortcut (service/lane.py): the plain POST at
+        ``data[start:]`` to a path of ``routes`` answered in C from the request bytes to the
+        response bytes (pre + content length + post, then the answer), as
+        (end of the request, its route, response, keep-alive); None when it does not apply.
+        ``now``: the event loop's clock; the templates' manifest is checked at most every
+        LANE_RECHECK_S of it (the client reads the manifest at most every 50 ms anyway)."""
+        if now >= self._lane_recheck:
+            self._lane_recheck = now + LANE_RECHECK_S
+            if not self._fresh_templates():
+                return None
+        return replay._hot.lane(data, start, routes, self.accepts, self.templates.native,
+                                self.settings.max_body_bytes, pre, post, close)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

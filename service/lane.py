@@ -21,6 +21,14 @@ uvicorn does when a response completes. Everything else goes on through ASGI, un
 With CORS on, the app factory registers no front: the lane is off (its middleware adds headers).
 A client that leaves before its body is whole is handed to ASGI too (which counts it as 499).
 
+A request that arrives whole in one read, while the connection has nothing else in progress (the
+common case: a client waiting for each answer), is answered before httptools sees it at all
+(``_whole``): one C call (``Service.hot_request``; service/_hot.c ``lane``) takes the read's
+bytes, checks that they hold a plain POST to a hot path (a strict subset of what httptools
+parses; anything unusual is left to it, see the C) with a known template, and returns the whole
+response, head included; Python writes it and does uvicorn's bookkeeping: no parser callback,
+no scope, no timer. What it leaves goes to httptools and on below.
+
 A request that can take the lane is admitted at its headers (``_admit``), before uvicorn builds
 its ASGI cycle: the cycle is built only if the lane hands the request on (``_to_asgi``, which
 then does what uvicorn's header callback would have done). Requests queued behind one in
@@ -45,6 +53,7 @@ FRONT = None
 _OK = STATUS_LINE[200]
 _NOT_LANE = frozenset({b"expect", b"transfer-encoding", b"upgrade"})
 _defaults = (None, b"")   # (uvicorn's default header list, those headers as bytes): renewed each second
+_pre = (None, b"")        # (the same list, the whole-request lane's head up to the content length)
 
 
 _in_use = False     # a connection of this worker was served by HotLaneProtocol
@@ -69,6 +78,14 @@ def _default_headers(state) -> bytes:
     return _defaults[1]
 
 
+def _pre_of(state) -> bytes:
+    """The head of a whole-request lane answer up to its content length's digits."""
+    global _pre
+    if _pre[0] is not state.default_headers:
+        _pre = (state.default_headers, _OK + _default_headers(state) + FRONT.HOT_HEADERS[0])
+    return _pre[1]
+
+
 class HotLaneProtocol(GuardedHttpTools):
     """uvicorn's httptools protocol with the connection limits (service/connguard.py) and the lane."""
 
@@ -77,12 +94,56 @@ class HotLaneProtocol(GuardedHttpTools):
     _hot = None        # [lane, body] of a request admitted at its headers (no cycle exists yet)
     _no_lane = False   # building a cycle for a request the lane handed on
     _close_after = False   # shutdown came while an admitted request was arriving
+    _mid = False       # httptools is inside a request (or past an upgrade): no whole-request lane
+    _whole_ok = False  # the whole-request lane may run on this connection (settings allow it)
 
     # -- uvicorn's hooks ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         global _in_use
         _in_use = True
         super().connection_made(transport)
+        front = FRONT
+        self._whole_ok = front is not None and front.gate is None and not self.access_log \
+            and not self.root_path and self.limit_concurrency is None
+
+    def data_received(self, data: bytes) -> None:
+        """The whole-request lane first (see the module doc): the plain hot requests at the start
+        of ``data`` are answered and what uvicorn does when a response completes is done; what
+        they leave goes to httptools. (One method, not two: a Python call is ~5% of an answer.)"""
+        if not self._whole_ok or self._mid or (self.cycle is not None and not self.cycle.response_complete) \
+                or self.pipeline or self.transport.is_closing():
+            return super().data_received(data)
+        front, transport, flow = FRONT, self.transport, self.flow
+        svc, metrics, post = front.svc, front.metrics, front.HOT_HEADERS[1]
+        pre = _pre[1] if _pre[0] is self.server_state.default_headers else _pre_of(self.server_state)
+        at, n, done, now = 0, len(data), 0, self.loop.time()
+        while at < n and not flow.write_paused:   # back-pressure: httptools and ASGI wait
+            t0 = perf_counter()
+            try:
+                got = svc.hot_request(data, at, front.hot_urls, pre, post, self._draining, now)
+            except Exception:   # a shortcut's failure must not fail the request: httptools has it
+                log.exception("template shortcut failed in the hot lane; answering through ASGI")
+                got = None
+            if got is None:
+                break
+            at, lane, out, keep_alive = got
+            transport.write(out)
+            done += 1
+            if metrics is not None:
+                metrics.observe_at(lane[1], perf_counter() - t0, len(out))
+            if not keep_alive:           # what follows a close is dropped, as uvicorn does
+                transport.close()
+                return self._answered(done, now)
+        if done:
+            self._answered(done, now)
+            if at == n:
+                return
+            data = data[at:]
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        self._mid = True
+        super().on_message_begin()
 
     # -- keep-alive: one timer per connection, not one per response -------------------------------
     # uvicorn arms a timer when a response completes and cancels it when data comes: a TimerHandle
@@ -147,6 +208,7 @@ class HotLaneProtocol(GuardedHttpTools):
             super()._start_asgi_task(d[0], d[1])
 
     def on_message_complete(self) -> None:
+        self._mid = self.parser.should_upgrade()   # past an upgrade httptools parses no more
         h = self._hot
         if h is not None:
             keep_alive = (self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
@@ -181,6 +243,19 @@ class HotLaneProtocol(GuardedHttpTools):
             super()._start_asgi_task(d[0], d[1])
 
     # -- the lane ------------------------------------------------------------------------------
+    def _answered(self, done: int, now: float) -> None:
+        """After ``done`` whole-request answers: uvicorn's completion bookkeeping (its
+        on_response_complete, with the keep-alive clock above) and the guard's stage."""
+        global answered
+        answered += done
+        self.server_state.total_requests += done
+        self._stage, self._deadline = "app", None   # the connection guard: no stage to time
+        if self.flow.read_paused:
+            self.flow.resume_reading()
+        self._active = now
+        if self.timeout_keep_alive_task is None and not self.transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
     def _admit(self):
         """At a request's headers: (family, metrics offset) if it may take the lane now, before
         any ASGI cycle is built; None lets uvicorn build one."""

@@ -1,7 +1,10 @@
 """The hot lane below ASGI (service/lane.py) on real servers: the same raw bytes sent to a
 `posenc serve` with the lane on and to one with it off get the same statuses, headers and bodies
 (the date header and the worker's pid aside), whatever the mix: pipelined hot and ASGI requests,
-Connection: close, HTTP/1.0, chunked bodies, oversized bodies, a client leaving mid-body."""
+Connection: close, HTTP/1.0, chunked bodies, oversized bodies, a client leaving mid-body, and
+whole requests of every shape the whole-request lane (service/_hot.c ``lane``) takes or leaves to
+httptools. The connection guard's header and body timeouts and the keep-alive timeout still hold
+on a connection the lane has answered."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not replay.NATIVE, reason="the hot lane needs the C shortcut (service._hot)")]
 
 HOT = b"application/x-safetensors"
+KEEPALIVE_S = 2
+LIMITS = ["--header-timeout", "1", "--body-timeout", "1"]
 
 
 def request(path: str, body: bytes, accept: bytes = HOT, version: bytes = b"1.1", extra: bytes = b"") -> bytes:
@@ -79,9 +84,9 @@ def exchange(server, data: bytes, n: int, split_at: int | None = None) -> tuple[
 def servers(tmp_path_factory):
     """One worker each (a template learnt on a connection is the worker's), lane on and off."""
     reg = Procs(tmp_path_factory.mktemp("lane"))
-    env = child_env({"POSENC_SHORTCUT": "c"})
-    on = reg.serve(CONFIG, workers=1, args=["--lane", "on"], env=env)
-    off = reg.serve(CONFIG, workers=1, args=["--lane", "off"], env=env)
+    env = child_env({"POSENC_SHORTCUT": "c", "POSENC_KEEPALIVE_S": str(KEEPALIVE_S)})
+    on = reg.serve(CONFIG, workers=1, args=["--lane", "on", *LIMITS], env=env)
+    off = reg.serve(CONFIG, workers=1, args=["--lane", "off", *LIMITS], env=env)
     try:
         yield on, off
     finally:
@@ -168,3 +173,64 @@ def test_a_client_leaving_mid_body_costs_nothing(servers):
             c.sendall(request("/v1/rope", body)[:-4])              # headers and part of the body
         out, closed = exchange(s, request("/v1/rope", body), 1)     # the worker answers on
         assert out[0][0] == b"HTTP/1.1 200 OK" and not closed
+
+
+def test_whole_requests_of_every_shape_answer_as_asgi_does(servers):
+    body = rope([30, 31])
+    plain = request("/v1/rope", body)
+    both(servers, plain, 1)                                        # learn
+    health = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n"
+    shapes = [  # (bytes sent at once, responses, how many the lane answers; None: not fixed)
+        (plain * 3, 3, 3),                                         # pipelined in one read
+        (plain + health + plain, 3, 2),                            # the lane, httptools, the lane
+        (request("/v1/rope", body, extra=b"Connection: keep-alive\r\n"), 1, 1),
+        (plain.replace(b"accept:", b"ACCEPT:").replace(b"content-length", b"Content-Length"), 1, 1),
+        (plain.replace(b"accept: ", b"accept:\t "), 1, 1),         # leading whitespace is not the value's
+        (request("/v1/rope", body, extra=b"x-name: caf\xc3\xa9\r\n"), 1, 1),   # obs-text: httptools
+        (request("/v1/rope", body, extra=b"x-trailing: a \r\n"), 1, 1),          # a trailing space too
+        (request("/v1/rope", body, accept=HOT + b"\r\naccept: " + HOT), 1, None),   # two Accept lines
+        (request("/v1/rope", body, extra=b"content-length: %d\r\n" % len(body)), 1, 0),   # 400
+        (request("/v1/rope", body, extra=b"connection: keep-alive, close\r\n"), 1, 1),
+        (request("/v1/rope?x=1", body), 1, 1),                     # a query string: httptools, then the lane
+        (request("/v1/rope", body.replace(b"[30,31]", b"[30,2048]")), 1, 0),   # past the table: computed
+    ]
+    for data, n, lane in shapes:
+        out, _ = both(servers, data, n, lane=lane)
+        assert all(r[0] in (b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request") for r in out), out
+    # two whole requests and the start of a third in one read, its rest in the next
+    data = plain * 3
+    out, closed = both(servers, data, 3, lane=3, split_at=len(data) - 20)
+    assert len({r[2] for r in out}) == 1 and not closed
+    for close in (b"Connection: close\r\n", b"CONNECTION: Close\r\n"):   # what follows a close is dropped
+        out, closed = both(servers, request("/v1/rope", body, extra=close) + plain, 1, lane=1)
+        assert (b"connection", b"close") in out[0][1] and closed
+
+
+def _answered_then(server, tail: bytes, within: float) -> tuple[bytes, float]:
+    """One request the lane answers on a new connection, then ``tail``: what the server sends
+    until it closes the connection, and after how many seconds."""
+    with socket.create_connection(("127.0.0.1", server.port)) as c:
+        c.sendall(request("/v1/rope", rope([40])))
+        out, closed = read_responses(c, 1)
+        assert out[0][0] == b"HTTP/1.1 200 OK" and not closed
+        t0 = time.monotonic()
+        c.sendall(tail)
+        c.settimeout(within)
+        reply = b""
+        while chunk := c.recv(4096):
+            reply += chunk
+        return reply, time.monotonic() - t0
+
+
+def test_timeouts_still_hold_on_a_connection_the_lane_answered(servers):
+    on, off = servers
+    both(servers, request("/v1/rope", rope([40])), 1, lane=None)    # learn
+    before = lane_answers(on)
+    for s in servers:
+        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\n", 5)   # a head that never ends
+        assert reply.startswith(b"HTTP/1.1 408") and took < 3, (reply, took)
+        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{", 5)
+        assert reply == b"" and took < 3, (reply, took)               # a body that never ends
+        reply, took = _answered_then(s, b"", KEEPALIVE_S + 3)          # idle: the keep-alive timeout
+        assert reply == b"" and KEEPALIVE_S - 1 < took < KEEPALIVE_S + 2, took   # (0.5 s went on reading)
+    assert lane_answers(on) - before == 3

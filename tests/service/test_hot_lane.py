@@ -1,0 +1,107 @@
+"""The hot lane's whole-request call (service/_hot.c ``lane``) in-process: for a plain POST it
+returns the HTTP head the lane is given around the same bytes ``answer`` returns for the body,
+whatever the head's length (the arrays land at every alignment); it leaves to httptools every
+request that is not whole or not plain.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc.service import replay
+from tests.service.hot_helpers import needs_native
+from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
+
+ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/alibi": ("alibi", 1)}
+HOT = b"application/x-safetensors"
+
+
+def request(path: bytes, body: bytes, head: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s"
+            % (path, HOT, head, len(body), body))
+
+
+def lane(svc, data: bytes, start: int = 0, pre: bytes = b"PRE:", post: bytes = b"\r\nPOST\r\n", close=False):
+    return svc.hot_request(data, start, ROUTES, pre, post, close, 0.0)
+
+
+@pytest.fixture(scope="module")
+def hot(learnt):
+    for fam, body in (("rope", {"head_dim": 64, "positions": [5]}),
+                      ("alibi", {"num_heads": 12, "query": [1], "key": [0, 1]})):
+        learnt.execute(learnt.prepare(fam, orjson_dumps(body), BIN["accept"]))
+    return learnt
+
+
+BODIES = [(b"/v1/rope", "rope", orjson_dumps({"head_dim": 64, "positions": [7, 1, 2047]})),
+          (b"/v1/rope", "rope", orjson_dumps({"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16",
+                                              "positions": [3]})),
+          (b"/v1/alibi", "alibi", orjson_dumps({"num_heads": 12, "query": [9, 4], "key": [0, 3, 8]}))]
+
+
+@needs_native
+@pytest.mark.parametrize("path, family, body", BODIES)
+def test_the_response_is_the_head_and_the_answer_at_every_alignment(hot, path, family, body):
+    want = hot.hot(family, body, ACCEPT_HDRS)
+    assert want is not None
+    data = b"xx" + request(path, body) + b"rest"
+    for k in range(9):
+        pre = b"P" * k + b"content-length: "
+        for close in (False, True):
+            end, route, out, keep_alive = lane(hot, data, 2, pre=pre, close=close)
+            assert (end, route, keep_alive) == (len(data) - 4, ROUTES[path], not close)
+            assert out == pre + b"%d" % len(want) + b"\r\nPOST\r\n" + (b"connection: close\r\n" if close else b"") \
+                + b"\r\n" + want
+
+
+@needs_native
+def test_connection_close_in_the_request_closes(hot):
+    body = BODIES[0][2]
+    for value in (b"close", b"Close", b"CLOSE"):
+        got = lane(hot, request(b"/v1/rope", body, b"connection: %s\r\n" % value))
+        assert got[3] is False and got[2].count(b"connection: close\r\n") == 1
+    assert lane(hot, request(b"/v1/rope", body, b"Connection: Keep-Alive\r\n"))[3] is True
+
+
+@needs_native
+@pytest.mark.parametrize("change", [
+    lambda r: r[:-1],                                               # not whole
+    lambda r: r.replace(b"HTTP/1.1", b"HTTP/1.0"),
+    lambda r: r.replace(b"POST ", b"PUT "),
+    lambda r: r.replace(b"/v1/rope", b"/v1/rope?x=1"),
+    lambda r: r.replace(b"/v1/rope", b"/v1/sinusoidal"),            # no such route
+    lambda r: r.replace(b"\r\nhost: t", b"\nhost: t"),              # a bare LF
+    lambda r: r.replace(b"host: t", b"host : t"),                   # not a token before ':'
+    lambda r: r.replace(b"host: t", b"host: t "),                   # a trailing space
+    lambda r: r.replace(b"host: t", b"host: t\r\n folded"),         # obs-fold
+    lambda r: r.replace(b"host: t", b"host: caf\xc3\xa9"),          # obs-text
+    lambda r: r.replace(b"host: t", b"host: a\x00b"),
+    lambda r: r.replace(b"host: t", b"transfer-encoding: chunked"),
+    lambda r: r.replace(b"host: t", b"Expect: 100-continue"),
+    lambda r: r.replace(b"host: t", b"upgrade: websocket"),
+    lambda r: r.replace(b"host: t", b"proxy-connection: close"),
+    lambda r: r.replace(b"host: t", b"connection: upgrade"),
+    lambda r: r.replace(b"host: t", b"connection: keep-alive, close"),
+    lambda r: r.replace(b"host: t", b"connection: close\r\nconnection: close"),
+    lambda r: r.replace(b"host: t", b"accept: " + HOT),             # two Accept lines
+    lambda r: r.replace(b"accept: " + HOT, b"accept: text/html"),   # not negotiated to safetensors
+    lambda r: r.replace(b"accept: " + HOT + b"\r\n", b""),          # none
+    lambda r: r.replace(b"content-length: ", b"content-length: +"),
+    lambda r: r.replace(b"content-length: ", b"content-length: 00000000000"),
+    lambda r: r.replace(b"host: t", b"content-length: 0"),          # two Content-Lengths
+    lambda r: r.replace(b"host: t", b"x-big: " + b"a" * 9000),     # a head over 8 KiB
+    lambda r: r.replace(b'"head_dim":64', b'"head_dim":65'),        # no template
+])
+def test_anything_unusual_is_left_to_httptools(hot, change):
+    plain = request(b"/v1/rope", BODIES[0][2])
+    assert lane(hot, plain) is not None
+    assert lane(hot, change(plain)) is None
+
+
+@needs_native
+def test_a_body_over_the_limit_is_left_to_the_full_path(hot):
+    body = BODIES[0][2]
+    data = request(b"/v1/rope", body)
+    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body), b"", b"", False)
+    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body) - 1, b"", b"", False) \
+        is None
