@@ -123,6 +123,7 @@ class FastFront:
     # The front's headers of a shortcut answer as uvicorn writes ASGI headers: what comes before
     # the content length's digits and what follows them (the lane writes them around len(body)).
     HOT_HEADERS = (b"%s: %s\r\ncontent-length: " % _ST_HDR, b"\r\n%s: %s\r\n" % _WORKER)
+    V2_PRE = b"%s: %s\r\ncontent-length: " % _OCTET_HDR   # a v2 binary answer's head, as the lane writes it
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -29,6 +29,10 @@ parses; anything unusual is left to it, see the C) with a known template, and re
 response, head included; Python writes it and does uvicorn's bookkeeping: no parser callback,
 no scope, no timer. What it leaves goes to httptools and on below.
 
+A KServe v2 REST binary infer whose template service/v2/hot.py has learnt (family and table
+models, raw positions in, binary tensors out) takes the same protocol-level lane: the same call
+the raw front's v2 shortcut makes, the same headers, answers up to the loop's inline size.
+
 A request that can take the lane is admitted at its headers (``_admit``), before uvicorn builds
 its ASGI cycle: the cycle is built only if the lane hands the request on (``_to_asgi``, which
 then does what uvicorn's header callback would have done). Requests queued behind one in
@@ -68,6 +72,29 @@ def register(front) -> None:
 def serving() -> bool:
     """Whether this worker answers hot requests in the lane (/v1/tables shows it)."""
     return FRONT is not None and _in_use
+
+
+_V2 = object()      # the lane of a v2 REST binary infer: (_V2, path)
+
+
+def _v2_lane(front, path: str):
+    """The lane of a v2 REST infer path whose template service/v2/hot.py has learnt, or None."""
+    v2 = front.v2_hot
+    return (_V2, path) if v2 is not None and path in v2.paths else None
+
+
+def _v2_answer(front, path: str, body: bytes, headers):
+    """(body, head before its length, head after it, metrics route) of a learnt v2 REST binary
+    infer answered on the loop, or Nones: small answers only (larger ones go to ASGI, which
+    fills them in a thread). The head holds the headers the raw front's v2 shortcut sends."""
+    hit = front.v2_hot.rest(path, body, headers)
+    if hit is None or not hit[0].inline:
+        return None, None, None, None
+    e, positions = hit
+    out = e.answer(positions)
+    if out is None:
+        return None, None, None, None
+    return out, front.V2_PRE, b"\r\n" + b"".join(b"%s: %s\r\n" % (k.lower(), v) for k, v in e.headers), e.route
 
 
 def _default_headers(state) -> bytes:
@@ -262,8 +289,8 @@ class HotLaneProtocol(GuardedHttpTools):
         front = FRONT
         if front is None or self.access_log or self.root_path or self.limit_concurrency is not None:
             return None
-        lane = front.hot_urls.get(self.url)  # the exact target: no query string, no escapes
-        if lane is None or self.expect_100_continue or self.pipeline:
+        lane = front.hot_urls.get(self.url) or _v2_lane(front, self.url)   # the exact target: no query
+        if lane is None or self.expect_100_continue or self.pipeline:           # string, no escapes
             return None
         if (self.cycle is not None and not self.cycle.response_complete) or self.parser.get_method() != b"POST" \
                 or self.parser.should_upgrade():
@@ -299,7 +326,7 @@ class HotLaneProtocol(GuardedHttpTools):
         scope = cycle.scope
         if front is None or scope["method"] != "POST":
             return None
-        lane = front.hot_paths.get(scope["path"])
+        lane = front.hot_paths.get(scope["path"]) or _v2_lane(front, scope["path"])
         if lane is None or app is not self.app or cycle.waiting_for_100_continue or self.access_log:
             return None
         for name, _ in scope["headers"]:
@@ -323,13 +350,15 @@ class HotLaneProtocol(GuardedHttpTools):
             return False
         front = FRONT
         try:
-            out = front.svc.hot(lane[0], body, headers)
+            if lane[0] is _V2:
+                out, pre, post, route = _v2_answer(front, lane[1], body, headers)
+            else:
+                out, (pre, post) = front.svc.hot(lane[0], body, headers), front.HOT_HEADERS
         except Exception:   # a shortcut's failure must not fail the request: ASGI answers it
             log.exception("template shortcut failed in the hot lane; answering through ASGI")
             return False
         if out is None:
             return False
-        pre, post = front.HOT_HEADERS
         head = b"%s%s%s%d%s%s\r\n" % (_OK, _default_headers(self.server_state), pre, len(out), post,
                                         b"" if keep_alive else b"connection: close\r\n")
         self.transport.writelines((head, out))
@@ -337,7 +366,11 @@ class HotLaneProtocol(GuardedHttpTools):
         answered += 1
         if not keep_alive:
             self.transport.close()
-        if front.metrics is not None:
+        if front.metrics is None:
+            pass
+        elif lane[0] is _V2:
+            front.metrics.observe(route, 200, perf_counter() - t0, len(out))
+        else:
             front.metrics.observe_at(lane[1], perf_counter() - t0, len(out))
         return True
 

@@ -234,3 +234,34 @@ def test_timeouts_still_hold_on_a_connection_the_lane_answered(servers):
         reply, took = _answered_then(s, b"", KEEPALIVE_S + 3)          # idle: the keep-alive timeout
         assert reply == b"" and KEEPALIVE_S - 1 < took < KEEPALIVE_S + 2, took   # (0.5 s went on reading)
     assert lane_answers(on) - before == 3
+
+
+def v2_infer(model: str, positions, spec: dict | None = None) -> bytes:
+    """A v2 REST binary infer (KServe's binary tensor extension), as tritonclient sends it."""
+    import numpy as np
+    a = np.asarray(positions, np.int64)
+    params = {"binary_data_output": True, **({"spec": orjson.dumps(spec).decode()} if spec else {})}
+    head = orjson.dumps({"parameters": params, "inputs": [{"name": "positions", "datatype": "INT64",
+                         "shape": [a.size], "parameters": {"binary_data_size": a.nbytes}}]})
+    body = head + a.tobytes()
+    return (b"POST /v2/models/%s/infer HTTP/1.1\r\nhost: t\r\ncontent-type: application/octet-stream\r\n"
+            b"inference-header-content-length: %d\r\ncontent-length: %d\r\n\r\n%s"
+            % (model.encode(), len(head), len(body), body))
+
+
+def test_v2_rest_binary_infer_takes_the_lane_once_learnt_and_answers_the_same_bytes(servers):
+    spec = {"head_dim": 64, "rope_theta": 10000.0, "layout": "interleaved"}
+    for p in ([3, 0], [4, 1]):          # the full path answers, and learns (a key is its JSON header)
+        both(servers, v2_infer("rope", p, spec), 1)
+    out, _ = both(servers, v2_infer("rope", [7, 7], spec), 1, lane=1)
+    assert out[0][0] == b"HTTP/1.1 200 OK"
+    # a table model (CONFIG's first table, "rope-0"), pipelined with /v1: in order, the learnt
+    # ones in the lane, a position past the table through the full path
+    for p in ([3, 5], [4, 1]):
+        both(servers, v2_infer("rope-0", p), 1)
+    reqs = [v2_infer("rope", [1, 2], spec), request("/v1/rope", rope([2])), v2_infer("rope-0", [2047, 9]),
+            v2_infer("rope", [2048, 0], spec)]
+    out, closed = both(servers, b"".join(reqs), len(reqs))
+    assert [r[0] for r in out] == [b"HTTP/1.1 200 OK"] * 4 and not closed
+    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=3)   # (/v1's [2] is learnt by now)
+    assert out2 == out
