@@ -83,6 +83,7 @@ class TableView:
 
 ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
 MAX_PENDING_ASKS = 64  # asks queued for the engine at once; more are dropped (and their requests computed)
+ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
 
 
 class Client:
@@ -314,6 +315,9 @@ class Client:
                 self._ensure(t, reach)
             except Exception:   # no room, engine away, ...: its requests are computed, and it
                 pass            # is asked for again after ASK_AGAIN_S; this thread must live on
+            else:               # built: asked again (evicted since) once the manifest has shown it
+                with self._lock:
+                    self._asks[t.digest] = (reach or 0, time.monotonic() - ASK_AGAIN_S + ASKED_SHOWN_S)
             finally:
                 with self._lock:
                     self._pending -= 1
