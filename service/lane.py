@@ -366,12 +366,11 @@ class HotLaneProtocol(GuardedHttpTools):
         answered += 1
         if not keep_alive:
             self.transport.close()
-        if front.metrics is None:
-            pass
-        elif lane[0] is _V2:
-            front.metrics.observe(route, 200, perf_counter() - t0, len(out))
-        else:
-            front.metrics.observe_at(lane[1], perf_counter() - t0, len(out))
+        if front.metrics is not None:
+            if lane[0] is _V2:
+                front.metrics.observe(route, 200, perf_counter() - t0, len(out))
+            else:
+                front.metrics.observe_at(lane[1], perf_counter() - t0, len(out))
         return True
 
     def _completed(self) -> None:

@@ -4,6 +4,7 @@
 
 Every figure is a median over ``--rounds`` (the machine is shared and noisy), with its baseline
 measured in the same run:
+- the default set's fills alone, in process, on one thread and on one per core (largest first);
 - cold start: ``python -m posenc.engine.engine_main`` with the embedded default set, from process
   start until it reports ready (its ``--ready-fd``), on all cores against pinned to one core
   (``taskset -c 0``: one build thread, as before the builds ran in parallel);
@@ -22,6 +23,7 @@ Nothing is left in /dev/shm (checked at the end).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -31,9 +33,14 @@ import sys
 import time
 import uuid
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
+import numpy as np
 
 from posenc.engine import store
+from posenc.engine.adopt import workers
+from posenc.engine.config import load_config
 from posenc.loadtest.servers import free_port, shm_leftovers, start_posenc
 
 BIN = {"accept": "application/x-safetensors"}
@@ -77,26 +84,38 @@ def cold_and_adopt(rounds: int) -> dict:
     return res
 
 
+@contextlib.contextmanager
+def fresh_server():
+    """A ``posenc serve`` (1 worker, the default set) on its own namespace and port: (server,
+    namespace); stopped afterwards, and checked to leave nothing in /dev/shm."""
+    ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
+    srv = start_posenc(port, ns)
+    try:
+        yield srv, ns
+    finally:
+        srv.stop()
+    assert not shm_leftovers(ns), shm_leftovers(ns)
+
+
+def until(cond, poll: float) -> None:
+    while not cond():
+        time.sleep(poll)
+
+
 def serve_cold(rounds: int) -> list[float]:
     """``posenc serve`` (1 worker, the default set) from process start to /readyz 200."""
+    def ready(srv) -> bool:
+        assert srv.proc.poll() is None, "posenc serve exited"
+        try:
+            return httpx.get(f"{srv.url}/readyz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
     out = []
     for _ in range(rounds):
-        ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
         t0 = time.perf_counter()
-        srv = start_posenc(port, ns)
-        try:
-            while True:
-                try:
-                    if httpx.get(f"{srv.url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert srv.proc.poll() is None, "posenc serve exited"
-                time.sleep(0.01)
+        with fresh_server() as (srv, _):
+            until(lambda: ready(srv), 0.01)
             out.append(time.perf_counter() - t0)
-        finally:
-            srv.stop()
-        assert not shm_leftovers(ns), shm_leftovers(ns)
     return out
 
 
@@ -105,32 +124,37 @@ def serve_restarts(rounds: int) -> list[float]:
     young is restarted after a growing delay, which is not what this measures."""
     out = []
     for _ in range(rounds):
-        ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
-        srv = start_posenc(port, ns)
-        try:
+        with fresh_server() as (srv, ns):
             srv.wait_ready()
-            m = store.read_manifest("/dev/shm", ns)
-            os.kill(m["pid"], signal.SIGKILL)
+            gen, pid = (m := store.read_manifest("/dev/shm", ns))["generation"], m["pid"]
+            os.kill(pid, signal.SIGKILL)
             t0 = time.perf_counter()
-            while True:
-                m2 = store.read_manifest("/dev/shm", ns)
-                if m2 and m2["generation"] != m["generation"]:
-                    break
-                time.sleep(0.002)
+            until(lambda: (store.read_manifest("/dev/shm", ns) or {}).get("generation", gen) != gen, 0.002)
             out.append(time.perf_counter() - t0)
-        finally:
-            srv.stop()
-        assert not shm_leftovers(ns), shm_leftovers(ns)
     return out
 
 
+def fills(rounds: int) -> dict:
+    """The default set's fills alone, in process into private pre-faulted memory: one thread
+    against one per core, largest first (what engine/coldstart.py does, without tmpfs, the
+    checksums and the interpreter's start)."""
+    tables = sorted((ct.table for ct in load_config(None)), key=lambda t: -t.nbytes())
+    res = {"1": [], "all": []}
+    for _ in range(rounds):
+        for key, n in (("1", 1), ("all", workers())):
+            outs = [{k: np.zeros(shape, dt) for k, (shape, dt) in t.layout().items()} for t in tables]
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                list(pool.map(lambda i: tables[i].fill(outs[i]), range(len(tables))))
+            res[key].append(time.perf_counter() - t0)
+    return res
+
+
 def first_answers(n: int) -> dict:
-    ns, port = f"bench-{uuid.uuid4().hex[:6]}", free_port()
-    srv = start_posenc(port, ns)
-    srv.wait_ready()
     first, mapped = [], []
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with fresh_server() as (srv, ns):
+        srv.wait_ready()
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
             for k in range(n):
                 body = {"head_dim": 128, "rope_theta": 20000.0 + k, "positions": list(range(0, 8192, 128))}
                 t0 = time.perf_counter()
@@ -147,9 +171,6 @@ def first_answers(n: int) -> dict:
                 r2 = c.post("/v1/rope", json=body, headers=BIN)
                 mapped.append(time.perf_counter() - t0)
                 assert r2.content == r.content
-    finally:
-        srv.stop()
-    assert not shm_leftovers(ns), shm_leftovers(ns)
     return {"first": first, "mapped": mapped}
 
 
@@ -166,6 +187,7 @@ def main() -> int:
     if shutil.which("taskset") is None:
         raise SystemExit("taskset (util-linux) is needed for the one-core baseline")
     load = os.getloadavg()[0]
+    fill = {k: statistics.median(v) for k, v in fills(a.rounds).items()}
     starts = cold_and_adopt(a.rounds)
     serve = serve_cold(a.rounds)
     restarts = serve_restarts(a.rounds)
@@ -175,6 +197,8 @@ def main() -> int:
     print(f"cold start, default set, all cores:     {med['cold']:.2f} s")
     print(f"cold start, default set, one core:      {med['cold_1core']:.2f} s "
           f"(parallel = {med['cold_1core'] / med['cold']:.2f}x faster)")
+    print(f"the fills alone, in process:            {1e3 * fill['all']:.0f} ms on {workers()} threads, "
+          f"{1e3 * fill['1']:.0f} ms on one ({fill['1'] / fill['all']:.2f}x)")
     print(f"restart after kill -9 (adopts):         {med['adopt']:.2f} s "
           f"({med['cold'] / med['adopt']:.2f}x faster than a cold start)")
     print(f"posenc serve, start to /readyz 200:     {statistics.median(serve):.2f} s (1 worker)")
