@@ -48,9 +48,9 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 setup(
     ext_modules=[
         Extension("posenc.engine.kernels._native", ["engine/kernels/_native.c"], optional=_OPTIONAL),
-        # the HTTP hot path's spec-template shortcut (service/_hot.c); service/replay.py learns
+        # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c); service/shortcut/templates.py learns
         # its templates, and without it every request takes the full path
-        Extension("posenc.service._hot", ["service/_hot.c"], optional=_OPTIONAL),
+        Extension("posenc.service.shortcut._hot", ["service/shortcut/_hot.c"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},
 )

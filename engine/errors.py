@@ -13,7 +13,7 @@ log = logging.getLogger("posenc.service")
 
 class PosencError(Exception):
     status = 500
-    # The JSON schema of the response body (OpenAPI components, service/openapi.py).
+    # The JSON schema of the response body (OpenAPI components, service/front/openapi.py).
     schema = {"type": "object", "required": ["detail"], "additionalProperties": False,
               "properties": {"detail": {"type": "string"}}}
 
@@ -125,7 +125,7 @@ class NotStored(PosencError):
 
 
 class Unauthorized(PosencError):
-    """A request under /v1 or /v2 without the configured bearer token (HTTP 401; service/guard.py)."""
+    """A request under /v1 or /v2 without the configured bearer token (HTTP 401; service/front/auth.py)."""
 
     status = 401
 

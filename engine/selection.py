@@ -13,7 +13,7 @@ from .errors import SpecError
 from .fields import is_int, json_repr, refuse_unknown
 
 POSITION_LIMIT = 2**31  # positions are < 2**31
-RANGE_KEYS = ("start", "stop", "step")   # a range selection's keys (service/_hot.c is given them)
+RANGE_KEYS = ("start", "stop", "step")   # a range selection's keys (service/shortcut/_hot.c is given them)
 
 
 class Selection:

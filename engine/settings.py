@@ -28,10 +28,10 @@ ENV_PREFIX = "POSENC_"
 CHOICES = {
     # engine/kernels: auto = the C SIMD extension if it imports, else numpy (the reference path)
     "backend": ("auto", "numpy", "simd"),
-    # service/replay.py: the hot path's template shortcut. auto = C when service._hot is built
+    # service/shortcut/templates.py: the hot path's template shortcut. auto = C when service._hot is built
     # and the kernel backend is simd, else off; c = C or refuse to start; off = the full path only
     "shortcut": ("auto", "c", "off"),
-    # service/lane.py: the hot lane below ASGI, which answers the shortcut's requests straight
+    # service/protocol/lane.py: the hot lane below ASGI, which answers the shortcut's requests straight
     # from uvicorn's HTTP protocol (on only where the shortcut is in use)
     "lane": ("on", "off"),
     "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
@@ -76,7 +76,7 @@ class Settings:
     # accepting, finish the requests in flight for up to this long, then exit).
     keepalive_s: int = 5
     shutdown_timeout_s: int = 10
-    # Per worker (service/connguard.py): seconds to receive a request's head (408 after), then its
+    # Per worker (service/protocol/limits.py): seconds to receive a request's head (408 after), then its
     # body (closed after); open connections (503 and closed beyond; also kept under
     # RLIMIT_NOFILE); bytes of a request head (431 beyond).
     header_timeout_s: float = 10.0

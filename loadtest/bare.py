@@ -1,7 +1,7 @@
 """The bare floor: an asyncio Protocol with httptools' parser on uvloop, and nothing else — no
 ASGI, no uvicorn. It answers every request with the bytes posenc answered that path with
 (captured into the same JSON file as loadtest/floor.py's), after reading the whole body. It is the
-most a Python server can do per core here, the ceiling the hot lane (service/lane.py) is measured
+most a Python server can do per core here, the ceiling the hot lane (service/protocol/lane.py) is measured
 against; the raw-ASGI floor (floor.py) is uvicorn's ceiling.
 
     python -m posenc.loadtest.bare --port 8101 --bodies bodies.json

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
 
     args = server_args("posenc.loadtest.floor", __doc__, 8100, argv)
     app = make_app(load_bodies(args.bodies))
-    # The settings service/serve_main.py gives uvicorn, so only the app differs.
+    # The settings service/supervise/serve.py gives uvicorn, so only the app differs.
     uvicorn.run(app, host=args.host, port=args.port, workers=1, loop="uvloop", http="httptools",
                 lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=5,
                 timeout_graceful_shutdown=10, limit_concurrency=None, server_header=False)

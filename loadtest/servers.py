@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
-from posenc.service.serve_main import terminate
+from posenc.service.supervise.serve import terminate
 
 
 

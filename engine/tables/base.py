@@ -196,7 +196,7 @@ class Family:
 
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits) -> Any:
-        """A C spec template (``hot`` is posenc.service._hot) answering later bodies that differ
+        """A C spec template (``hot`` is posenc.service.shortcut._hot) answering later bodies that differ
         from ``req``'s only in their selections, or None where the shortcut does not apply."""
         return None
 

@@ -9,10 +9,10 @@ import anyio
 
 from posenc import __version__
 
-from .hot import Hot
-from .infer import Inference, Inferer, Plan, Tensor
-from .models import Models
-from .shm import Regions
+from posenc.service.v2.hot import Hot
+from posenc.service.v2.infer import Inference, Inferer, Plan, Tensor
+from posenc.service.v2.models import Models
+from posenc.service.v2.shm import Regions
 
 NAME = "posenc"
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "parameters"]

@@ -4,7 +4,7 @@
 - TLS: with a certificate and key, the port is served with ``grpc.ssl_server_credentials`` (the
   same PEM files HTTPS uses); without them, plaintext, as before.
 - The token: every call of ``inference.GRPCInferenceService`` must carry the metadata
-  ``authorization: Bearer <token>``, checked by service/guard.py's ``Gate`` (constant time: the
+  ``authorization: Bearer <token>``, checked by service/front/auth.py's ``Gate`` (constant time: the
   digests of the token and the credentials are compared); any other call is refused with
   UNAUTHENTICATED before the method runs, whether the method exists or not (a caller without the
   token learns nothing of the service). ``grpc.health.v1.Health`` stays open: probes carry no
@@ -17,7 +17,7 @@ import grpc
 
 from posenc.engine.settings import Settings
 
-from ..guard import Gate, gate_for
+from posenc.service.front.auth import Gate, gate_for
 
 OPEN = ("/grpc.health.v1.Health/",)
 MISSING = "missing bearer token: send the metadata 'authorization: Bearer <token>'"

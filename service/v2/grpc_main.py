@@ -17,12 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
-import subprocess
 import sys
-import threading
-import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -31,12 +27,11 @@ from grpc_health.v1._async import HealthServicer
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings, current
 
-from ..handlers import attach_when_up
-from ..metrics import Metrics
-from ..serve_main import terminate
-from .core import V2
-from .grpc_auth import credentials, interceptors
-from .grpc_server import SERVICE, GrpcV2
+from posenc.service.front.readiness import attach_when_up
+from posenc.service.metrics.counters import Metrics
+from posenc.service.v2.core import V2
+from posenc.service.v2.grpc_auth import credentials, interceptors
+from posenc.service.v2.grpc_server import SERVICE, GrpcV2
 
 log = logging.getLogger("posenc.service")
 EXIT_NO_PORT = 2
@@ -83,49 +78,6 @@ async def _attach(client: Client, s: Settings, ready: list, health: HealthServic
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("grpc: ready on port %d: %d tables attached and verified", s.grpc_port, n)
-
-
-class Children:
-    """The gRPC server processes (service/v2/grpc_main.py): each gets SIGTERM if this process
-    dies; one that cannot bind its port stops the server, one that dies otherwise is restarted."""
-
-    def __init__(self, settings: Settings):
-        self.s = settings
-        self.procs: list[subprocess.Popen] = []
-        self.stopping = False
-
-    def start(self) -> None:
-        if self.s.grpc_port == 0:
-            return
-        for i in range(self.s.grpc_workers):
-            self.procs.append(self._spawn())
-            threading.Thread(target=self._watch, args=(i,), daemon=True, name=f"grpc-watch-{i}").start()
-
-    def _spawn(self) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "posenc.service.v2.grpc_main", "--exit-with-parent"])
-
-    def _watch(self, i: int) -> None:
-        while not self.stopping:
-            rc = self.procs[i].wait()
-            if self.stopping or rc == 0:   # 0: it was told to stop (a signal to the process group)
-                return
-            if rc == EXIT_NO_PORT:   # restarting cannot help
-                print(f"posenc serve: the gRPC server cannot listen on port {self.s.grpc_port}; stopping",
-                      file=sys.stderr, flush=True)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            print(f"posenc serve: gRPC server exited with {rc}; restarting", file=sys.stderr, flush=True)
-            time.sleep(0.5)
-            if not self.stopping:
-                self.procs[i] = self._spawn()
-
-    def stop(self) -> None:
-        self.stopping = True
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            terminate(p, self.s.shutdown_timeout_s + 5)
 
 
 def main(argv=None) -> int:

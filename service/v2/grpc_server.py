@@ -18,11 +18,11 @@ import anyio
 import grpc
 from google.protobuf.message import DecodeError
 
-from .core import V2
-from .errors import BadRequest, describe, grpc_code
-from .infer import Inference, Input, Output, Tensor
-from .proto import grpc_service_pb2 as pb
-from .wire import varint
+from posenc.service.v2.core import V2
+from posenc.service.v2.errors import BadRequest, describe, grpc_code
+from posenc.service.v2.infer import Inference, Input, Output, Tensor
+from posenc.service.v2.proto import grpc_service_pb2 as pb
+from posenc.service.v2.wire import varint
 
 log = logging.getLogger("posenc.service")
 
@@ -267,7 +267,7 @@ def _bytes(b: bytes) -> bytes:
 
 
 def _http(code) -> int:
-    from .errors import GRPC_CODES
+    from posenc.service.v2.errors import GRPC_CODES
     for status, c in GRPC_CODES.items():
         if c == code:
             return status

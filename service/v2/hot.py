@@ -1,6 +1,6 @@
 """The v2 shortcut: a repeated inference of a row family answered by one C call, on both
 transports (gRPC ``ModelInfer``: service/v2/grpc_server.py; REST binary ``infer``: rest.py,
-through the raw-ASGI front, service/fast.py).
+through the raw-ASGI front, service/front/front.py).
 
 Decode-time clients send the same request again and again with new positions. After the full
 path (service/v2/infer.py: plan, arrays, the transport's encoding) has answered a request whose
@@ -12,7 +12,7 @@ around the positions become a key:
 - REST: the model's path and the JSON inference header (the binary positions follow it).
 The answer's bytes around its row-gathered outputs (``cos``/``sin``, ``encoding``) become the
 template's parts; the rows come from the family's own /v1 template (``Family.template``, the
-tables and column map service/_hot.c already reads), so no rule of the families is written
+tables and column map service/shortcut/_hot.c already reads), so no rule of the families is written
 twice. ``_hot.fill`` copies each row straight into the answer's bytes (one gather, no other copy).
 
 What stays with the full path: a position that is negative or past the stored table (``fill``
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..replay import MAX_ROWS, Limits, _hot, shortcut_in_use
-from .errors import BadRequest
-from .wire import varint
+from posenc.service.shortcut.templates import MAX_ROWS, Limits, _hot, shortcut_in_use
+from posenc.service.v2.errors import BadRequest
+from posenc.service.v2.wire import varint
 
 MAX_KEYS = 1024
 MAX_KEY_BYTES = 4096     # a key is client input: 1024 of them hold 4 MiB at most

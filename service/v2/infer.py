@@ -22,12 +22,12 @@ import orjson
 from posenc.engine import pipeline
 from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
 
-from .errors import BadRequest, path_of
-from .models import Model, Models, example_spec
-from .shm import Regions
-from .tensors import as_output, check_shape, from_bytes, from_json, output_datatype
+from posenc.service.v2.errors import BadRequest, path_of
+from posenc.service.v2.models import Model, Models, example_spec
+from posenc.service.v2.shm import Regions
+from posenc.service.v2.tensors import as_output, check_shape, from_bytes, from_json, output_datatype
 
-INLINE_BYTES = 1 << 20   # larger answers are built off the event loop (as service/handlers.py does)
+INLINE_BYTES = 1 << 20   # larger answers are built off the event loop (as service/front/service.py does)
 SHM_PARAMS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 

@@ -22,8 +22,8 @@ from posenc.engine import pipeline
 from posenc.engine.dtypes import DEFAULT_DTYPE
 from posenc.engine.tables import FAMILIES, Family
 
-from .errors import ModelNotFound
-from .tensors import as_output, output_datatype
+from posenc.service.v2.errors import ModelNotFound
+from posenc.service.v2.tensors import as_output, output_datatype
 
 log = logging.getLogger("posenc.service")
 

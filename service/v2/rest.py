@@ -1,4 +1,4 @@
-"""v2 over HTTP: every ``/v2`` path, answered as raw ASGI (service/fast.py's front hands them
+"""v2 over HTTP: every ``/v2`` path, answered as raw ASGI (service/front/front.py's front hands them
 here, past FastAPI, whose routing would cost more than a small inference).
 
     GET  /v2/health/live | /v2/health/ready | /v2
@@ -22,10 +22,10 @@ import orjson
 
 from posenc.engine.errors import BodyTooLarge
 
-from ..fast import read_body
-from .core import V2
-from .errors import BadRequest, ModelNotFound, describe, rest_body
-from .infer import Inference, Input, Output, Tensor
+from posenc.service.front.front import read_body
+from posenc.service.v2.core import V2
+from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
+from posenc.service.v2.infer import Inference, Input, Output, Tensor
 
 JSON = b"application/json"
 OCTET = b"application/octet-stream"

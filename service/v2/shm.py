@@ -22,10 +22,10 @@ import re
 import numpy as np
 import orjson
 
-from .errors import BadRequest
+from posenc.service.v2.errors import BadRequest
 
 REGION_DIR = "/dev/shm"          # where shm_open(3) objects live on Linux
-# posenc's own files, in any namespace (engine/store.py, service/metrics.py, this module)
+# posenc's own files, in any namespace (engine/store.py, service/metrics/counters.py, this module)
 _POSENC_FILE = re.compile(r"^[A-Za-z0-9_-]{1,64}\.(seg\.|manifest\.json|lock$|sock$|metrics\.|v2-regions)")
 
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .errors import BadRequest
+from posenc.service.v2.errors import BadRequest
 
 INPUT_DATATYPES = {"INT32": np.dtype("<i4"), "INT64": np.dtype("<i8")}
 # numpy dtype char -> v2 datatype of an output (bfloat16 is decided by the request's dtype)

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compute)
 
     from posenc.engine import engine_cli
-    from posenc.service import serve_main
+    from posenc.service.supervise import serve as serve_main
     engine_cli.add_parser(sub)
     serve_main.add_parser(sub)
     try:

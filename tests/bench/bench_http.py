@@ -78,9 +78,9 @@ SHORTCUTS = ("C shortcut", "full path")
 def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) -> float:
     """posenc's own cost per request without the HTTP server: the ASGI front driven directly
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
-    with the C template shortcut (service/_hot.c) or without (every request validated and
+    with the C template shortcut (service/shortcut/_hot.c) or without (every request validated and
     resolved)."""
-    from posenc.service.app import create_app
+    from posenc.service.front.app import create_app
     from posenc.engine.settings import Settings
     path, body, accept = case
     front = create_app(Settings(namespace=ns, shortcut="c" if shortcut == "C shortcut" else "off"))

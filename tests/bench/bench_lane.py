@@ -146,9 +146,9 @@ def in_process(profile: bool, n: int = 50000) -> None:
     from uvicorn.server import ServerState
     from posenc.engine.settings import Settings
     from posenc.loadtest.bare import BareProtocol
-    from posenc.service import lane
-    from posenc.service.app import create_app
-    from posenc.service.metrics import Metrics, remove_all
+    from posenc.service.protocol import lane
+    from posenc.service.front.app import create_app
+    from posenc.service.metrics.counters import Metrics, remove_all
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from tests.procs import Procs, unique_namespace
 

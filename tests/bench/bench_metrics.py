@@ -3,7 +3,7 @@
     python tests/bench/bench_metrics.py [--rounds 7] [--min-time 0.2]
 
 One engine (a child process) holds a RoPE table; in this process the app's raw-ASGI front
-(service/fast.py) answers a repeated one-row RoPE request through the C shortcut, the way the
+(service/front/front.py) answers a repeated one-row RoPE request through the C shortcut, the way the
 raw front does under uvicorn, with ``front.metrics`` set (a real counts file) and unset, in
 alternated rounds; and ``Metrics.observe_at`` alone. Prints the median per call of each, and the
 difference: the metrics' cost per hot request.
@@ -23,9 +23,9 @@ import uuid
 
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings
-from posenc.service import replay
-from posenc.service.app import create_app
-from posenc.service.metrics import Metrics
+from posenc.service.shortcut import templates as replay
+from posenc.service.front.app import create_app
+from posenc.service.metrics.counters import Metrics
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import timeit  # noqa: E402

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from posenc.service.metrics import Metrics
+from posenc.service.metrics.counters import Metrics
 
 
 def main() -> None:

@@ -128,12 +128,12 @@ def test_colocated_client_by_name_and_by_config(server):
     assert len(pinned) == 2
 
 
-@pytest.mark.skipif("__import__('posenc.service.replay').service.replay.shortcut_in_use('auto') != 'c'",
+@pytest.mark.skipif("__import__('posenc.service.shortcut.templates').service.replay.shortcut_in_use('auto') != 'c'",
                     reason="the C template shortcut runs with service._hot built and the simd backend")
 def test_template_shortcut_writes_the_spec_metadata(server):
     """In-process: once the full path has answered a table or hf_config body, the C shortcut
     answers the next ones with the same bytes, spec metadata included."""
-    from posenc.service.handlers import Service
+    from posenc.service.front.service import Service
     from posenc.engine.settings import Settings
     hdrs = [(b"host", b"x"), (b"accept", b"application/x-safetensors")]
     svc = Service(Settings(namespace=server.namespace))

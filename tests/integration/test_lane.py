@@ -1,8 +1,8 @@
-"""The hot lane below ASGI (service/lane.py) on real servers: the same raw bytes sent to a
+"""The hot lane below ASGI (service/protocol/lane.py) on real servers: the same raw bytes sent to a
 `posenc serve` with the lane on and to one with it off get the same statuses, headers and bodies
 (the date header and the worker's pid aside), whatever the mix: pipelined hot and ASGI requests,
 Connection: close, HTTP/1.0, chunked bodies, oversized bodies, a client leaving mid-body, and
-whole requests of every shape the whole-request lane (service/_hot.c ``lane``) takes or leaves to
+whole requests of every shape the whole-request lane (service/shortcut/_hot.c ``lane``) takes or leaves to
 httptools. The connection guard's header and body timeouts and the keep-alive timeout still hold
 on a connection the lane has answered."""
 
@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 

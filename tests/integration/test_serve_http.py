@@ -158,7 +158,7 @@ def test_health_ready_tables_metrics_docs(http, server):
 ], ids=["f32", "interleaved-bf16", "llama3-f16"])
 def test_repeated_spec_answers_stay_exact(http, spec):
     """After the first answer for a spec, later bodies with the same spec bytes take the template
-    shortcut (service/replay.py); whatever path answers, the bytes are the reference's."""
+    shortcut (service/shortcut/templates.py); whatever path answers, the bytes are the reference's."""
     rng = np.random.default_rng(11)
     lists = [[5]] + [rng.integers(0, 2048, rng.integers(1, 70)).tolist() for _ in range(25)]
     lists += [[0, 0, 0], [2047], [2048], [5, 300000], list(range(64)), list(range(65))]

@@ -21,7 +21,7 @@ import subprocess
 import httpx
 import pytest
 
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 from tests.procs import PYTHON, Procs, child_env, wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 

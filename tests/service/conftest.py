@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.service.handlers import Service
+from posenc.service.front.service import Service
 from posenc.engine.settings import Settings
 from tests.procs import Procs, unique_namespace
 from tests.shm import assert_no_leftovers

@@ -1,4 +1,4 @@
-"""Helpers of the C-shortcut tests (service/_hot.c): specs, odd tokens, and a full path that
+"""Helpers of the C-shortcut tests (service/shortcut/_hot.c): specs, odd tokens, and a full path that
 learns a body's template before the shortcut answers it.
 """
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import event, strategies as st
 
 from posenc.engine.errors import PosencError
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
 

@@ -121,11 +121,11 @@ def test_a_bad_variable_stops_the_cli_at_start_naming_it(tmp_path):
     assert "POSENC_MAX_BODY_BYTES: expected a number, got '4MiB'" in p.stderr
 
 
-# -- the shortcut setting (service/replay.py) ------------------------------------------------------
+# -- the shortcut setting (service/shortcut/templates.py) ------------------------------------------------------
 
 def test_the_shortcut_setting_picks_c_or_off(monkeypatch):
     from posenc.engine import kernels
-    from posenc.service import replay
+    from posenc.service.shortcut import templates as replay
     assert replay.shortcut_in_use("off") == "off"
     want_auto = "c" if replay.NATIVE and kernels.BACKEND == "simd" else "off"
     assert replay.shortcut_in_use("auto") == want_auto
@@ -134,12 +134,12 @@ def test_the_shortcut_setting_picks_c_or_off(monkeypatch):
     monkeypatch.setattr(replay, "_hot", None)
     monkeypatch.setattr(replay, "_MISSING", ImportError("no _hot here"))
     assert replay.shortcut_in_use("auto") == "off"
-    with pytest.raises(ConfigError, match="POSENC_SHORTCUT=c but posenc.service._hot is not built"):
+    with pytest.raises(ConfigError, match="POSENC_SHORTCUT=c but posenc.service.shortcut._hot is not built"):
         replay.shortcut_in_use("c")
 
 
 def test_tables_show_the_shortcut_in_use_and_off_means_no_c_call():
-    from posenc.service.app import create_app
+    from posenc.service.front.app import create_app
     front = create_app(Settings(namespace="posenc-test-no-engine", shortcut="off"))
     assert front.svc.shortcut == "off" and not front.c_shortcut
     assert front.svc.tables()["shortcut"] == "off"

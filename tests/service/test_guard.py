@@ -1,4 +1,4 @@
-"""The bearer token and CORS (service/guard.py) on the app ``posenc serve`` runs, driven in-process
+"""The bearer token and CORS (service/front/auth.py) on the app ``posenc serve`` runs, driven in-process
 (an engine process holds the tables): every way in (the raw-ASGI front's C shortcut, the full
 path, the FastAPI routes behind it) refuses a /v1 request without the token, health and metrics
 stay open, and CORS headers are the same whichever path answers. The same on a real server, with
@@ -15,9 +15,11 @@ import pytest
 
 from posenc.engine.errors import ConfigError
 from posenc.engine.settings import Settings
-from posenc.service import guard, lane, replay
-from posenc.service.app import create_app
-from posenc.service.fast import FastFront
+from posenc.service.front import auth as guard
+from posenc.service.protocol import lane
+from posenc.service.shortcut import templates as replay
+from posenc.service.front.app import create_app
+from posenc.service.front.front import FastFront
 from tests.service_cases import ACCEPT_HDRS, reference_safetensors
 
 TOKEN = "t0k.en-_~+/A=="
@@ -158,7 +160,7 @@ def test_no_token_means_no_gate(settings):
 
 def test_cors_preflight_and_headers_are_the_same_whichever_path_answers(settings):
     app, front = app_for(settings, auth_token=TOKEN, cors_origins=f"{ORIGIN},http://localhost:3000")
-    assert lane.FRONT is None            # the lane below ASGI is off under CORS (service/guard.py)
+    assert lane.FRONT is None            # the lane below ASGI is off under CORS (service/front/auth.py)
     origin = (b"origin", ORIGIN.encode())
     status, head, _ = run(app, "OPTIONS", "/v1/rope", [origin, (b"access-control-request-method", b"POST"),
                                                        (b"access-control-request-headers", b"authorization, content-type")])

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from posenc.engine.settings import Settings
-from posenc.service.app import create_app
+from posenc.service.front.app import create_app
 
 
 def _drive(app, path: str, messages: list[dict], headers: list) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The C shortcut (service/_hot.c) for ALiBi blocks against the full path and the library's bytes,
+"""The C shortcut (service/shortcut/_hot.c) for ALiBi blocks against the full path and the library's bytes,
 driven in-process.
 """
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from posenc.service.handlers import Service
+from posenc.service.front.service import Service
 from posenc.engine.settings import Settings
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors

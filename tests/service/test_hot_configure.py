@@ -1,4 +1,4 @@
-"""service/_hot.c takes its rules from Python (service/replay.py configures it at import): the
+"""service/shortcut/_hot.c takes its rules from Python (service/shortcut/templates.py configures it at import): the
 position limit, the row limit, each family's selection names and a range's keys. Its own
 compile-time bounds refuse a Python value they cannot hold, with a message naming it."""
 
@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 
-_hot = pytest.importorskip("posenc.service._hot", reason="service._hot is not built")
+_hot = pytest.importorskip("posenc.service.shortcut._hot", reason="service._hot is not built")
 GOOD = dict(position_limit=POSITION_LIMIT, max_rows=replay.MAX_ROWS, fields=replay.FIELDS,
             range_keys=tuple(map(orjson.dumps, RANGE_KEYS)))
 

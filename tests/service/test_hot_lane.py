@@ -1,4 +1,4 @@
-"""The hot lane's whole-request call (service/_hot.c ``lane``) in-process: for a plain POST it
+"""The hot lane's whole-request call (service/shortcut/_hot.c ``lane``) in-process: for a plain POST it
 returns the HTTP head the lane is given around the same bytes ``answer`` returns for the body,
 whatever the head's length (the arrays land at every alignment); it leaves to httptools every
 request that is not whole or not plain.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 

@@ -1,4 +1,4 @@
-"""The C shortcut (service/_hot.c) for RoPE rows against the full path and the library's bytes,
+"""The C shortcut (service/shortcut/_hot.c) for RoPE rows against the full path and the library's bytes,
 driven in-process.
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from posenc.service import _hot
+from posenc.service.shortcut import _hot
 from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 

@@ -1,4 +1,4 @@
-"""The OpenAPI document and /docs (service/openapi.py): the document passes openapi-spec-validator,
+"""The OpenAPI document and /docs (service/front/openapi.py): the document passes openapi-spec-validator,
 its components are every family's request and JSON answer (generated from the registry) and the
 refusals' bodies, real answers of the app validate against them, and /docs with its assets loads
 from this server alone (no CDN: an air-gapped cluster gets a working page)."""
@@ -20,8 +20,8 @@ from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from posenc.engine.pipeline import body_schema
 from posenc.engine.settings import Settings
 from posenc.engine.tables import FAMILIES
-from posenc.service import openapi
-from posenc.service.app import create_app
+from posenc.service.front import openapi
+from posenc.service.front.app import create_app
 from tests.service_cases import REQUESTS, VALID
 
 try:
@@ -162,6 +162,6 @@ def test_the_swagger_assets_ship_in_the_wheel_with_their_license():
     assets = sorted(p.name for p in openapi.ASSETS.iterdir())
     assert {"LICENSE", "NOTICE", "swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"} <= set(assets)
     assert "Apache License" in (openapi.ASSETS / "LICENSE").read_text()
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["posenc.service"]
-    rel = openapi.ASSETS.relative_to(ROOT / "service")
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["posenc.service.front"]
+    rel = openapi.ASSETS.relative_to(ROOT / "service" / "front")
     assert all(any(fnmatch.fnmatch(f"{rel}/{name}", g) for g in globs) for name in assets), (assets, globs)

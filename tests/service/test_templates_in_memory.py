@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 from posenc.engine import pipeline
 from posenc.engine.encode import encode
 from posenc.engine.tables import FAMILIES
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 

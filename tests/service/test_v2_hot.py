@@ -1,4 +1,4 @@
-"""The v2 shortcut (service/v2/hot.py, service/_hot.c ``fill``) held to the full path, in process
+"""The v2 shortcut (service/v2/hot.py, service/shortcut/_hot.c ``fill``) held to the full path, in process
 against the engine: after one request of a shape has been answered, later requests of that shape
 with other positions are answered by the shortcut, byte for byte what the full path answers
 (gRPC: the serialized ModelInferResponse; REST: status, headers and body), and anything the
@@ -19,7 +19,7 @@ from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from posenc.service import replay
+from posenc.service.shortcut import templates as replay
 from tests.service_cases import LLAMA3_8K
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
@@ -212,7 +212,7 @@ def test_grpc_shortcut_writes_into_shared_memory_what_the_full_path_writes(serve
 
 
 def test_fill_and_fill_into_check_their_arguments():
-    from posenc.service.replay import _hot
+    from posenc.service.shortcut.templates import _hot
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     t = _hot.RowsTemplate((table, table * 2), [0, 1, 3], 1, 8, True, lambda n: b"", b"")
     pos = np.array([0, 8, 3], np.int64)

@@ -16,7 +16,7 @@ response header, the tail); this module only cuts bodies and keeps templates. An
 another format, a range where the learnt body had a list, a rope type whose table follows the
 positions, rows past the table, a template not seen yet — takes the full path.
 
-The shortcut runs in C (service/_hot.c): one call from the request body and headers to the
+The shortcut runs in C (service/shortcut/_hot.c): one call from the request body and headers to the
 response bytes. The ``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when
 service._hot is built and the kernel backend is simd, ``c`` requires it, ``off`` never runs it.
 There is no Python twin: without the C shortcut (the numpy backend, the reference path, or no C
@@ -66,7 +66,7 @@ def shortcut_in_use(setting: str) -> str:
     """The shortcut that runs for the ``shortcut`` setting: "c" or "off". ConfigError at start-up
     when "c" is required but service._hot is not built."""
     if setting == "c" and _hot is None:
-        raise ConfigError(f"{ENV_PREFIX}SHORTCUT=c but posenc.service._hot is not built ({_MISSING}); "
+        raise ConfigError(f"{ENV_PREFIX}SHORTCUT=c but posenc.service.shortcut._hot is not built ({_MISSING}); "
                           f"reinstall with a C compiler available, or set {ENV_PREFIX}SHORTCUT=auto")
     if setting == "auto" and _hot is None and kernels.BACKEND == "simd":
         logging.getLogger("posenc.service").warning("service._hot is not built: no template shortcut")
@@ -78,7 +78,7 @@ def shortcut_in_use(setting: str) -> str:
 def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:
     """[(start, end)] of each field's selection text, in field order: the field name's first
     occurrence, whitespace and exactly one ':', then '[' .. the first ']' or '{' .. the first
-    '}'. None if a field is missing or the spans overlap. (service/_hot.c: find_span.)"""
+    '}'. None if a field is missing or the spans overlap. (service/shortcut/_hot.c: find_span.)"""
     out = []
     for name in fields:
         i = raw.find(name)

@@ -16,7 +16,14 @@ others, which are in the same state: they share the engine.
 
 from __future__ import annotations
 
+import logging
+from typing import Callable
+
+import anyio
+
 from posenc.engine.errors import EngineUnavailable
+
+log = logging.getLogger("posenc.service")
 
 
 PING_TIMEOUT_S = 0.25
@@ -37,3 +44,16 @@ def readiness(svc) -> tuple[int, dict]:
     m = svc.client.manifest()
     return 200, {"status": "ready", "generation": (m or {}).get("generation"),
                  "engine": "up" if engine_up(svc.client) else "down"}
+
+
+async def attach_when_up(attach: Callable[[], int]) -> int:
+    """Run ``attach`` (map and verify every table: readiness) in a thread until it succeeds,
+    retrying every 0.2 s while the engine starts or restarts; what it returns."""
+    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(attach)
+        except Exception as e:   # engine not up yet, or restarting (cancellation passes through)
+            log.log(level, "waiting for the engine: %s", e)
+            level = logging.DEBUG
+            await anyio.sleep(0.2)

@@ -8,10 +8,10 @@ digests, so neither the token's bytes nor its length shows in the timing. A refu
 ``WWW-Authenticate: Bearer`` and a JSON ``detail`` (engine/errors.py ``Unauthorized``).
 
 Every way in asks the one ``Gate``:
-- the raw-ASGI front (service/fast.py) before its C shortcut and before the full path; the
+- the raw-ASGI front (service/front/front.py) before its C shortcut and before the full path; the
   FastAPI routes sit behind the front, so /v1/tables and any /v2 route are covered by its path
   rule;
-- the hot lane below ASGI (service/lane.py) admits only requests the gate allows; the others go on
+- the hot lane below ASGI (service/protocol/lane.py) admits only requests the gate allows; the others go on
   through ASGI, where the front refuses them;
 - a front of its own (e.g. gRPC) calls ``Gate.check`` with its ``authorization`` value.
 Without a token there is no gate (``None``), and the hot paths pay one attribute check.

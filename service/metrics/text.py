@@ -1,5 +1,5 @@
-"""The request metrics in Prometheus' text format, from every worker's counts (service/metrics.py,
-folded across worker restarts by service/metrics_fold.py); prometheus_client writes the text.
+"""The request metrics in Prometheus' text format, from every worker's counts (service/metrics/counters.py,
+folded across worker restarts by service/metrics/fold.py); prometheus_client writes the text.
 
 - ``posenc_request_duration_seconds`` (histogram by route and status): every request, whichever
   way it was answered (the shortcut's rows are added to their route);
@@ -18,8 +18,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from posenc.engine.tables import FAMILIES
 
-from .metrics import _NB, BUCKETS_S, GRPC_NAMES, ROUTE_INDEX, ROUTES, SHORTCUT_ROW, STATUSES
-from .metrics_fold import collect
+from posenc.service.metrics.layout import NB, BUCKETS_S, GRPC_NAMES, ROUTE_INDEX, ROUTES, SHORTCUT_ROW, STATUSES
+from posenc.service.metrics.fold import collect
 
 
 class _Families:
@@ -47,7 +47,7 @@ def request_families(total, workers: int) -> list:
     shortcut = {}
     for name, row in SHORTCUT_ROW.items():   # the shortcut's answers are their route's too
         route = f"/v1/{name}"
-        shortcut[route] = total[row, :, :_NB].sum()
+        shortcut[route] = total[row, :, :NB].sum()
         total[ROUTE_INDEX[route]] += total[row]
     dur = HistogramMetricFamily("posenc_request_duration_seconds",
                                 "Time from request start to the last response byte.",
@@ -59,16 +59,16 @@ def request_families(total, workers: int) -> list:
                               "shortcut (hot lane or raw front) or the full path.", labels=["route", "path"])
     for ri, route in enumerate(ROUTES):
         rows = total[ri]
-        n_route = rows[:, :_NB].sum()
+        n_route = rows[:, :NB].sum()
         if route in shortcut:
             hot.add_metric([route, "shortcut"], shortcut[route])
             hot.add_metric([route, "full"], n_route - shortcut[route])
         if n_route == 0:
             continue
-        nbytes.add_metric([route], rows[:, _NB + 1].sum())
+        nbytes.add_metric([route], rows[:, NB + 1].sum())
         for si, status in enumerate(STATUSES):
             row = rows[si]
-            n = row[:_NB].sum()
+            n = row[:NB].sum()
             if n == 0:
                 continue
             label = _status_label(route, status)
@@ -77,7 +77,7 @@ def request_families(total, workers: int) -> list:
                 cum += row[bi]
                 buckets.append((f"{le:g}", cum))
             buckets.append(("+Inf", n))
-            dur.add_metric([route, label], buckets, row[_NB])
+            dur.add_metric([route, label], buckets, row[NB])
             if status == 0 or status >= 400:
                 errors.add_metric([route, label], n)
     workers_g = GaugeMetricFamily("posenc_workers", "HTTP worker processes reporting metrics.", workers)

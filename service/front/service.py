@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
 
-import anyio
 import orjson
 
 from posenc.engine import pipeline
@@ -21,9 +19,10 @@ from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
-from .negotiate import CACHED_ACCEPT, choose
-from . import lane, replay
-from .replay import Templates
+from posenc.service.front.negotiate import CACHED_ACCEPT, choose
+from posenc.service.protocol import lane
+from posenc.service.shortcut import templates as replay
+from posenc.service.shortcut.templates import Templates
 
 log = logging.getLogger("posenc.service")
 
@@ -85,7 +84,7 @@ class Service:
         return False
 
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
-        """The template shortcut in C (service/_hot.c) for a rope, sinusoidal or alibi body and
+        """The template shortcut in C (service/shortcut/_hot.c) for a rope, sinusoidal or alibi body and
         its ASGI headers; None when it does not apply (the full path answers). Only when
         ``self.shortcut == "c"``."""
         if not self._fresh_templates():
@@ -95,7 +94,7 @@ class Service:
 
     def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool,
                     now: float):
-        """The hot lane's whole-request shortcut (service/lane.py): the plain POST at
+        """The hot lane's whole-request shortcut (service/protocol/lane.py): the plain POST at
         ``data[start:]`` to a path of ``routes`` answered in C from the request bytes to the
         response bytes (pre + content length + post, then the answer), as
         (end of the request, its route, response, keep-alive); None when it does not apply.
@@ -141,17 +140,3 @@ class Service:
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}
-
-
-
-async def attach_when_up(attach: Callable[[], int]) -> int:
-    """Run ``attach`` (map and verify every table: readiness) in a thread until it succeeds,
-    retrying every 0.2 s while the engine starts or restarts; what it returns."""
-    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
-    while True:
-        try:
-            return await anyio.to_thread.run_sync(attach)
-        except Exception as e:   # engine not up yet, or restarting (cancellation passes through)
-            log.log(level, "waiting for the engine: %s", e)
-            level = logging.DEBUG
-            await anyio.sleep(0.2)

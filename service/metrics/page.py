@@ -1,7 +1,7 @@
-"""/metrics: the request metrics (service/metrics_text.py) plus the engine, shared memory and
+"""/metrics: the request metrics (service/metrics/text.py) plus the engine, shared memory and
 process figures, read when scraped.
 
-- ``posenc_engine_up``: 1 when the engine answers a ping on its socket (service/readiness.py);
+- ``posenc_engine_up``: 1 when the engine answers a ping on its socket (service/front/readiness.py);
 - ``posenc_tables`` and ``posenc_shm_bytes`` (by kind: pinned, on_demand): from its manifest;
 - ``posenc_memory_budget_bytes``: the on-demand budget (the manifest's, else this worker's setting);
 - ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: the
@@ -17,9 +17,9 @@ from __future__ import annotations
 from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .metrics_fold import collect
-from .metrics_text import request_families, to_text
-from .readiness import engine_up
+from posenc.service.metrics.fold import collect
+from posenc.service.metrics.text import request_families, to_text
+from posenc.service.front.readiness import engine_up
 
 
 def _is_engine(pid: int) -> bool:

@@ -1,6 +1,6 @@
 """Counts that outlive their worker: the persistent total of workers that are gone.
 
-Each worker counts into ``{ns}.metrics.{pid}`` (service/metrics.py). When a worker exits its
+Each worker counts into ``{ns}.metrics.{pid}`` (service/metrics/counters.py). When a worker exits its
 counts are folded into ``{ns}.metrics.total`` (``retire``); when it dies without that (SIGKILL),
 the next ``/metrics`` on any worker folds them (``collect``). Both hold ``{ns}.metrics.lock``
 (flock). Exactly once: every worker file carries a random token (its header row), the total
@@ -18,13 +18,13 @@ import os
 
 import numpy as np
 
-from .metrics import _SHAPE, _alive, _prefix
+from posenc.service.metrics.layout import SHAPE, alive, prefix
 
-_SIZE = int(np.prod(_SHAPE))
+_SIZE = int(np.prod(SHAPE))
 
 
 def _path(shm_dir: str, namespace: str, what: str) -> str:
-    return os.path.join(shm_dir, f"{_prefix(namespace)}{what}")
+    return os.path.join(shm_dir, f"{prefix(namespace)}{what}")
 
 
 @contextlib.contextmanager
@@ -43,10 +43,10 @@ def _read_total(shm_dir: str, namespace: str) -> tuple[set, np.ndarray]:
         a = np.fromfile(_path(shm_dir, namespace, "total"), dtype=np.float64)
         n = int(a[0])
         if a.size == 1 + n + _SIZE:
-            return set(a[1:1 + n].tolist()), a[1 + n:].reshape(_SHAPE).copy()
+            return set(a[1:1 + n].tolist()), a[1 + n:].reshape(SHAPE).copy()
     except (OSError, ValueError, IndexError):
         pass
-    return set(), np.zeros(_SHAPE)
+    return set(), np.zeros(SHAPE)
 
 
 def _write_total(shm_dir: str, namespace: str, tokens: set, counts: np.ndarray) -> None:
@@ -93,20 +93,20 @@ def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, li
             names = os.listdir(shm_dir)
         except OSError:   # e.g. EMFILE: this worker's own counts still answer
             names = [os.path.basename(own_path)]
-        live, pids, dead = np.zeros(_SHAPE), [], []
+        live, pids, dead = np.zeros(SHAPE), [], []
         for name in names:
-            if not name.startswith(_prefix(namespace)):
+            if not name.startswith(prefix(namespace)):
                 continue
             path = os.path.join(shm_dir, name)
             try:
-                pid = int(name[len(_prefix(namespace)):])
+                pid = int(name[len(prefix(namespace)):])
                 a = np.fromfile(path, dtype=np.float64)
             except (ValueError, OSError):
                 continue          # the total, the lock, a temporary file
             if a.size != _SIZE:
                 continue
-            a = a.reshape(_SHAPE)
-            if pid == os.getpid() or _alive(pid):
+            a = a.reshape(SHAPE)
+            if pid == os.getpid() or alive(pid):
                 live += a
                 pids.append(pid)
             else:

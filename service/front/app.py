@@ -23,14 +23,15 @@ from posenc.engine.proclife import exit_with_parent
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
 
-from . import guard, lane, openapi
-from .fast import FastFront, answer
-from .handlers import Service, attach_when_up
-from .metrics import Metrics
-from .metrics_engine import page as metrics_page
-from .readiness import readiness
-from .v2 import rest as v2_rest
-from .v2.core import V2
+from posenc.service.front import auth as guard, openapi
+from posenc.service.protocol import lane
+from posenc.service.front.front import FastFront, answer
+from posenc.service.front.service import Service
+from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.page import page as metrics_page
+from posenc.service.front.readiness import attach_when_up, readiness
+from posenc.service.v2 import rest as v2_rest
+from posenc.service.v2.core import V2
 
 log = logging.getLogger("posenc.service")
 
@@ -100,12 +101,12 @@ def create_app(settings: Settings | None = None):
 
     @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified; "
                                  "stays 200 while the engine restarts (answers are computed meanwhile)")
-    async def readyz():   # service/readiness.py says what it means
+    async def readyz():   # service/front/readiness.py says what it means
         status, body = await anyio.to_thread.run_sync(readiness, svc)
         return JSONResponse(body, status_code=status)
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")
-    async def metrics():   # service/metrics_engine.py: requests, engine, shared memory, processes
+    async def metrics():   # service/metrics/page.py: requests, engine, shared memory, processes
         text = await anyio.to_thread.run_sync(metrics_page, front_holder["front"].metrics, svc.client, settings,
                                               getattr(multiprocessing.parent_process(), "pid", None))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
@@ -115,7 +116,7 @@ def create_app(settings: Settings | None = None):
     front.v2 = functools.partial(v2_rest.handle, v2)
     front.v2_hot = v2.hot if v2.hot.on else None
     front_holder["front"] = front
-    # with CORS the lane is off: its middleware decorates every answer (service/guard.py)
+    # with CORS the lane is off: its middleware decorates every answer (service/front/auth.py)
     lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)
     return guard.with_cors(front, settings)
 

@@ -7,12 +7,12 @@ FastAPI's per-request machinery (routing, dependency resolution, Request/Respons
 identically), and writes the response with two ASGI sends. It also times every request,
 whichever side served it, into the shared metrics.
 
-Before all that, with the C shortcut in use (the ``shortcut`` setting; service/replay.py), a
+Before all that, with the C shortcut in use (the ``shortcut`` setting; service/shortcut/templates.py), a
 POST to a family with spec templates whose spec this worker has answered before is answered by
-one call into service/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
+one call into service/shortcut/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
 on the path above.
 
-With a bearer token configured (service/guard.py), both ask the gate first: the shortcut only for
+With a bearer token configured (service/front/auth.py), both ask the gate first: the shortcut only for
 a request that carries the token, the full path refuses any /v1 or /v2 request without it.
 """
 
@@ -27,10 +27,10 @@ import anyio
 from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 
-from . import guard
-from .handlers import Service
-from .metrics import Metrics
-from .replay import FIELDS
+from posenc.service.front import auth as guard
+from posenc.service.front.service import Service
+from posenc.service.metrics.counters import Metrics
+from posenc.service.shortcut.templates import FIELDS
 
 log = logging.getLogger("posenc.service")
 
@@ -112,10 +112,10 @@ class FastFront:
         self.svc = svc
         self.c_shortcut = svc.shortcut == "c"
         self.metrics: Metrics | None = None
-        # what the hot lane below ASGI (service/lane.py) answers: the same paths and headers
+        # what the hot lane below ASGI (service/protocol/lane.py) answers: the same paths and headers
         self.hot_paths = _HOT if self.c_shortcut else {}
         self.hot_urls = {p.encode(): lane for p, lane in self.hot_paths.items()}   # as request targets
-        # the bearer token's check (None: no token), which the lane asks too (service/guard.py)
+        # the bearer token's check (None: no token), which the lane asks too (service/front/auth.py)
         self.gate = guard.gate_for(svc.settings)
         self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
         self.v2_hot = None   # service/v2/hot.py's templates of v2 REST infer requests (set by the app)
@@ -134,7 +134,7 @@ class FastFront:
         if hot is not None and scope["method"] == "POST" and (
                 self.gate is None or self.gate.allows(scope["headers"])):
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
-            # service/_hot.c: one receive, one C call, two sends. Anything else continues below.
+            # service/shortcut/_hot.c: one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
             if msg["type"] == "http.request" and not msg.get("more_body", False):
                 try:

@@ -17,13 +17,13 @@ uvicorn does when a response completes. Everything else goes on through ASGI, un
   learns the template);
 - a transport whose writes are paused (back-pressure: the ASGI path waits for the drain);
 - an access log (the ASGI path writes it) or the concurrency limit's 503;
-- with a bearer token set, a request without it (ASGI refuses it; service/guard.py).
+- with a bearer token set, a request without it (ASGI refuses it; service/front/auth.py).
 With CORS on, the app factory registers no front: the lane is off (its middleware adds headers).
 A client that leaves before its body is whole is handed to ASGI too (which counts it as 499).
 
 A request that arrives whole in one read, while the connection has nothing else in progress (the
 common case: a client waiting for each answer), is answered before httptools sees it at all
-(``_whole``): one C call (``Service.hot_request``; service/_hot.c ``lane``) takes the read's
+(``_whole``): one C call (``Service.hot_request``; service/shortcut/_hot.c ``lane``) takes the read's
 bytes, checks that they hold a plain POST to a hot path (a strict subset of what httptools
 parses; anything unusual is left to it, see the C) with a known template, and returns the whole
 response, head included; Python writes it and does uvicorn's bookkeeping: no parser callback,
@@ -46,11 +46,11 @@ from time import perf_counter
 
 from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, STATUS_LINE
 
-from .connguard import GuardedHttpTools
+from posenc.service.protocol.limits import GuardedHttpTools
 
 log = logging.getLogger("posenc.service")
 
-# This worker's raw-ASGI front (service/fast.py FastFront), registered by the app factory when the
+# This worker's raw-ASGI front (service/front/front.py FastFront), registered by the app factory when the
 # lane is on; it holds the Service (the C shortcut), the hot paths and the metrics.
 FRONT = None
 
@@ -114,7 +114,7 @@ def _pre_of(state) -> bytes:
 
 
 class HotLaneProtocol(GuardedHttpTools):
-    """uvicorn's httptools protocol with the connection limits (service/connguard.py) and the lane."""
+    """uvicorn's httptools protocol with the connection limits (service/protocol/limits.py) and the lane."""
 
     _deferred = None   # (cycle, app, lane) of a lane request whose body is still arriving
     _active = 0.0      # loop time of the last data or completed response (the keep-alive clock)

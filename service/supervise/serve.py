@@ -27,28 +27,16 @@ import time
 
 from posenc.engine.settings import CHOICES, Settings, current, use
 
-from . import serve_opts
-from .engine_watch import generation_of, watch_restart
+from posenc.service.supervise import options as serve_opts
+from posenc.service.supervise.children import Children, terminate
+from posenc.service.supervise.engine_watch import generation_of, watch_restart
 
 log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
 
 
-def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
-    """Signal a child (SIGTERM: let it clean up), wait up to ``timeout`` s, then kill it; its
-    exit status. Nothing if it has already exited."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
-
-
 # the lane setting -> uvicorn's HTTP protocol: the hot lane is httptools' protocol subclassed
-# (both keep the connection limits of service/connguard.py, which uvicorn lacks)
-HTTP_PROTOCOLS = {"on": "posenc.service.lane:HotLaneProtocol", "off": "posenc.service.connguard:GuardedHttpTools"}
+# (both keep the connection limits of service/protocol/limits.py, which uvicorn lacks)
+HTTP_PROTOCOLS = {"on": "posenc.service.protocol.lane:HotLaneProtocol", "off": "posenc.service.protocol.limits:GuardedHttpTools"}
 
 
 def add_parser(sub) -> None:
@@ -181,10 +169,9 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from posenc.engine.config import load_config
-    from .metrics import remove_all
-    from .replay import shortcut_in_use
-    from .v2.grpc_main import Children
-    from .v2.shm import remove_registry
+    from posenc.service.metrics.counters import remove_all
+    from posenc.service.shortcut.templates import shortcut_in_use
+    from posenc.service.v2.shm import remove_registry
 
     s = settings_from_args(args)
     if s.tables:
@@ -204,7 +191,7 @@ def cmd_serve(args) -> int:
     grpc_servers = Children(s)   # the gRPC server processes (none with --grpc-port 0)
     grpc_servers.start()
     try:
-        uvicorn.run("posenc.service.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
+        uvicorn.run("posenc.service.front.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
                     loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
                     timeout_keep_alive=s.keepalive_s, **options,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,

@@ -1,4 +1,4 @@
-/* service/_hot.c -- the spec-template shortcut (service/replay.py) in C, for the hot path.
+/* service/shortcut/_hot.c -- the spec-template shortcut (service/shortcut/templates.py) in C, for the hot path.
  *
  * Decode-time clients send the same spec again and again with new positions. After the full
  * path has answered a body, the body's bytes around its selections (RoPE and sinusoidal
@@ -9,7 +9,7 @@
  * Python object but the answer.
  *
  *   configure(position_limit, max_rows, fields, range_keys)
- *     Once, from service/replay.py, before anything else: the rules Python owns, so that none is
+ *     Once, from service/shortcut/templates.py, before anything else: the rules Python owns, so that none is
  *     written twice. position_limit: positions are < it (engine/selection.py; at most 2**31, for
  *     the int32 distances below); max_rows: most rows of a RowsTemplate answer; fields: {family:
  *     its selection names as JSON text}, e.g. {"alibi": (b'"query"', b'"key"')}, 1 or 2 each;
@@ -622,7 +622,7 @@ static PyObject *header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_
     return h;
 }
 
-/* The HTTP head the hot lane (service/lane.py) puts before an answer, in the same bytes object:
+/* The HTTP head the hot lane (service/protocol/lane.py) puts before an answer, in the same bytes object:
  * pre (status line .. "content-length: "), the answer's length, post (the headers after it), then
  * "connection: close" when asked, and the blank line. NULL: the answer alone. */
 typedef struct {
@@ -897,7 +897,7 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * lane(): a whole HTTP request to the whole HTTP response (service/lane.py)
+ * lane(): a whole HTTP request to the whole HTTP response (service/protocol/lane.py)
  * ------------------------------------------------------------------------------------------- */
 
 /* A request the lane may answer: "POST <target> HTTP/1.1", each header line a token name, ':',
@@ -1309,7 +1309,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_hot", "The spec-template shortcut in C (see service/_hot.c).", -1,
+    PyModuleDef_HEAD_INIT, "_hot", "The spec-template shortcut in C (see service/shortcut/_hot.c).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -6,9 +6,9 @@ errors (engine.errors), so that a family or an error is described where it is de
   ``ValidationError`` (the 422 body) and ``Error`` (every other refusal's body).
 - each ``POST /v1/{family}``: the request body by reference with the family's examples; 200 with
   the JSON schema and the binary media types; 406, 413, 422 and 503 with their bodies' schemas.
-- with a bearer token set (service/guard.py): an http bearer security scheme and a 401 on every
+- with a bearer token set (service/front/auth.py): an http bearer security scheme and a 401 on every
   guarded path, so Swagger UI's "Authorize" sends the token.
-- /docs: Swagger UI from files shipped in this package (service/static/swagger-ui: swagger-ui-dist
+- /docs: Swagger UI from files shipped in this package (service/front/static/swagger-ui: swagger-ui-dist
   5.35.0 from npm, with its LICENSE and NOTICE), so an air-gapped cluster gets a working page;
   the page names no URL outside this server.
 """
@@ -30,7 +30,7 @@ from posenc.engine.settings import Settings
 from posenc.engine.tables import FAMILIES
 from posenc.engine.tables.base import SHARED_SCHEMAS
 
-from . import guard
+from posenc.service.front import auth as guard
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = DOCS_PATH + "/assets"

@@ -1,0 +1,44 @@
+"""The layout of a worker's metrics file, shared by the counters (counters.py), the fold of dead
+workers' counts (fold.py) and the text format (text.py): routes, statuses, buckets and cells."""
+
+from __future__ import annotations
+
+import os
+
+from posenc.engine.tables import FAMILIES
+from posenc.service.v2.errors import GRPC_CODES
+
+ROUTES = (*(f"/v1/{name}" for name in FAMILIES), "/v1/tables", "/healthz", "/readyz", "/metrics", "/docs",
+          # KServe v2 (service/v2): REST inference per family model, table models together, the
+          # rest of /v2; gRPC ModelInfer and ModelStreamInfer messages the same way, other methods
+          *(f"/v2/models/{name}/infer" for name in FAMILIES), "/v2/models/<table>/infer", "/v2",
+          *(f"grpc ModelInfer {name}" for name in FAMILIES), "grpc ModelInfer <table>",
+          *(f"grpc ModelStreamInfer {name}" for name in FAMILIES), "grpc ModelStreamInfer <table>", "grpc",
+          "other")
+STATUSES = (200, 400, 404, 405, 406, 413, 422, 500, 503, 0)   # 0: any other status
+BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e-6, 125e-6, 150e-6,
+             200e-6, 250e-6, 300e-6, 400e-6, 500e-6, 750e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+             100e-3, 250e-3, 1.0)
+NB = len(BUCKETS_S) + 1          # + the +Inf bucket
+CELLS = NB + 2                  # + the sum of seconds, the sum of response bytes
+# rows: ROUTES, then each family's shortcut answers (200s), then a header (this file's token)
+SHORTCUT_ROW = {name: len(ROUTES) + i for i, name in enumerate(FAMILIES)}
+SHAPE = (len(ROUTES) + len(FAMILIES) + 1, len(STATUSES), CELLS)
+ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
+# gRPC calls are counted under the HTTP status of their code (service/v2/errors.py) and shown by name
+GRPC_NAMES = {200: "OK", 500: "INTERNAL", **{s: c.name for s, c in GRPC_CODES.items()}}
+STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
+
+
+def prefix(namespace: str) -> str:
+    return f"{namespace}.metrics."
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
