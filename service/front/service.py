@@ -89,7 +89,7 @@ class Service:
         ``self.shortcut == "c"``."""
         if not self._fresh_templates():
             return None
-        return replay._hot.answer(raw, headers, self.accepts, self.templates.native[family],
+        return replay.answer(raw, headers, self.accepts, self.templates.native[family],
                                   self.settings.max_body_bytes, family)
 
     def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool,
@@ -104,7 +104,7 @@ class Service:
             self._lane_recheck = now + LANE_RECHECK_S
             if not self._fresh_templates():
                 return None
-        return replay._hot.lane(data, start, routes, self.accepts, self.templates.native,
+        return replay.answer_request(data, start, routes, self.accepts, self.templates.native,
                                 self.settings.max_body_bytes, pre, post, close)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----

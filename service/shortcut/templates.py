@@ -75,6 +75,38 @@ def shortcut_in_use(setting: str) -> str:
     return "off"
 
 
+# -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
+def answer(raw: bytes, headers, accepts: dict, templates: dict, max_body: int, family: str) -> bytes | None:
+    """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
+    None: the full path answers."""
+    return _hot.answer(raw, headers, accepts, templates, max_body, family)
+
+
+def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, max_body: int,
+                   pre: bytes, post: bytes, close: bool):
+    """The whole plain HTTP request at ``data[start:]`` answered from its bytes to the response's
+    bytes: (end of the request, its route, response, keep-alive), or None (service/protocol/lane.py)."""
+    return _hot.lane(data, start, routes, accepts, native, max_body, pre, post, close)
+
+
+def rows_template(req, view):
+    """The family's row template of a request answered from ``view`` (one row per position), or
+    None when the family makes none for it (the v2 shortcut, service/v2/hot.py, fills its rows)."""
+    t = req.family.template(_hot, req, view, Limits(MAX_ROWS, 1, 1))
+    return t if t is not None and type(t) is _hot.RowsTemplate else None
+
+
+def fill(rows, positions, itemsize: int, parts: tuple) -> bytes | None:
+    """The rows of ``positions`` (raw little-endian ints of ``itemsize`` bytes) laid out between
+    ``parts``, or None when a position is not inside the table."""
+    return _hot.fill(rows, positions, itemsize, parts)
+
+
+def fill_into(rows, positions, itemsize: int, views: tuple) -> bool:
+    """The same rows written into writable buffers ``views`` (one per array); False as fill's None."""
+    return _hot.fill_into(rows, positions, itemsize, views)
+
+
 def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:
     """[(start, end)] of each field's selection text, in field order: the field name's first
     occurrence, whitespace and exactly one ':', then '[' .. the first ']' or '{' .. the first

@@ -13,7 +13,7 @@ around the positions become a key:
 The answer's bytes around its row-gathered outputs (``cos``/``sin``, ``encoding``) become the
 template's parts; the rows come from the family's own /v1 template (``Family.template``, the
 tables and column map service/shortcut/_hot.c already reads), so no rule of the families is written
-twice. ``_hot.fill`` copies each row straight into the answer's bytes (one gather, no other copy).
+twice. ``fill`` (service/shortcut) copies each row straight into the answer's bytes (one gather, no other copy).
 
 What stays with the full path: a position that is negative or past the stored table (``fill``
 says None), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from posenc.service.shortcut.templates import MAX_ROWS, Limits, _hot, shortcut_in_use
+from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.wire import varint
 
@@ -61,13 +61,13 @@ class Entry:
     def answer(self, positions) -> bytes | None:
         """The answer's bytes, or None: the full path answers (and says what is wrong)."""
         if not self.regions:
-            return _hot.fill(self.rows, positions, self.itemsize, self.parts)
+            return fill(self.rows, positions, self.itemsize, self.parts)
         block = len(positions) // self.itemsize * self.block
         try:
             views = tuple(self.store.view(name, offset, size, block, "outputs") for name, offset, size in self.regions)
         except BadRequest:   # unregistered, shrunk, too small: the full path refuses it
             return None
-        return self.parts[0] if _hot.fill_into(self.rows, positions, self.itemsize, views) else None
+        return self.parts[0] if fill_into(self.rows, positions, self.itemsize, views) else None
 
 
 class Hot:
@@ -75,7 +75,7 @@ class Hot:
 
     def __init__(self, v2):
         self.v2 = v2
-        self.on = _hot is not None and shortcut_in_use(v2.settings.shortcut) == "c"
+        self.on = NATIVE and shortcut_in_use(v2.settings.shortcut) == "c"
         self.known: dict = {}          # key -> Entry, or None: not a template
         self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
         self.paths: set = set()        # REST: the paths with entries
@@ -195,8 +195,8 @@ class Hot:
             return None
         if probe.table is None or not client.is_mapped(probe):
             return None
-        rows = fam.template(_hot, probe, client.view(probe), Limits(MAX_ROWS, 1, 1))
-        if rows is None or type(rows) is not _hot.RowsTemplate:
+        rows = rows_template(probe, client.view(probe))
+        if rows is None:
             return None
         shm = [x for x in tensors if x.name in fam.batched and x.region is not None]
         if shm:
@@ -235,7 +235,7 @@ class Hot:
         e = Entry(rows, size, (expected,), len(t.raw), len(expected), marker, route, headers, regions,
                   self.v2.regions, shm[0].array.nbytes // n)
         try:
-            written = _hot.fill(rows, t.raw, size, (b"",) * (len(shm) + 1))
+            written = fill(rows, t.raw, size, (b"",) * (len(shm) + 1))
         except ValueError:   # not as many outputs as the template's arrays
             return None
         if written is None or written != b"".join(bytes(x.array) for x in shm):
