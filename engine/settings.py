@@ -23,6 +23,9 @@ HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 ENV_PREFIX = "POSENC_"
+# request headers that change how a request is read or answered: such a request never takes the hot
+# lane (service/protocol/lane.py and the C shortcut's whole-request parser both use this list)
+LANE_OFF_HEADERS = ("expect", "proxy-connection", "transfer-encoding", "upgrade")
 
 # The accepted values of the fields that are choices (the names exist only here).
 CHOICES = {
@@ -98,7 +101,7 @@ class Settings:
     # TLS for the HTTP port (and any other listener that serves requests): PEM files, both or neither.
     tls_cert: str | None = None
     tls_key: str | None = None
-    # Bearer token required on /v1 and /v2 (service/auth.py); None: open. Never shown in a repr.
+    # Bearer token required on /v1 and /v2 (service/front/auth.py); None: open. Never shown in a repr.
     auth_token: str | None = dataclasses.field(default=None, repr=False)
     # Origins allowed by CORS, comma-separated ("*": any); None: no CORS headers.
     cors_origins: str | None = None

@@ -24,7 +24,8 @@ from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settin
 from posenc.engine.tables import FAMILIES
 
 from posenc.service.front import auth as guard, openapi
-from posenc.service.protocol import lane
+from posenc.service.protocol import uvicorn_api
+from posenc.service.protocol.lane import STATE_KEY, Lane
 from posenc.service.front.front import FastFront, answer
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
@@ -73,10 +74,13 @@ def create_app(settings: Settings | None = None):
         except OSError as e:   # e.g. a full shared memory: serve without this worker's counts
             log.warning("worker %d runs without metrics: %s", os.getpid(), e)
             metrics = None
-        front_holder["front"].metrics = metrics
+        front = front_holder["front"]
+        front.metrics = metrics
         task = asyncio.create_task(_attach(svc))
         try:
-            yield
+            # the protocol (service/protocol/uvicorn_api.py) finds this worker's lane in the
+            # lifespan state uvicorn hands it: no module global, no import of the front
+            yield {STATE_KEY: front.lane} if front.lane is not None else None
         finally:
             task.cancel()
             if metrics is not None:
@@ -117,7 +121,11 @@ def create_app(settings: Settings | None = None):
     front.v2_hot = v2.hot if v2.hot.on else None
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/front/auth.py)
-    lane.register(front if settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list else None)
+    if not uvicorn_api.SUPPORTED:
+        front.lane_off = uvicorn_api.WHY_OFF
+    elif settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list:
+        front.lane = Lane(front)
+    svc.lane_state = front.lane_state
     return guard.with_cors(front, settings)
 
 

@@ -28,6 +28,7 @@ from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 
 from posenc.service.front import auth as guard
+from posenc.service.protocol.lane import offered
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import FIELDS
@@ -119,6 +120,15 @@ class FastFront:
         self.gate = guard.gate_for(svc.settings)
         self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
         self.v2_hot = None   # service/v2/hot.py's templates of v2 REST infer requests (set by the app)
+        self.lane = None     # the hot lane below ASGI (service/protocol/lane.py), when the app makes one
+        self.lane_off = "off"   # why not, when there is none
+
+    def lane_state(self) -> tuple[str, int]:
+        """(/v1/tables' ``lane``: "on", "off" or why off; requests the lane answered)."""
+        lane = self.lane
+        if lane is None:
+            return self.lane_off, 0
+        return ("on" if lane.serving else "off"), lane.answered
 
     # The front's headers of a shortcut answer as uvicorn writes ASGI headers: what comes before
     # the content length's digits and what follows them (the lane writes them around len(body)).
@@ -131,7 +141,7 @@ class FastFront:
         t0 = perf_counter()
         path = scope["path"]
         hot = _HOT.get(path) if self.c_shortcut else None
-        if hot is not None and scope["method"] == "POST" and (
+        if hot is not None and scope["method"] == "POST" and not offered(scope) and (
                 self.gate is None or self.gate.allows(scope["headers"])):
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
             # service/shortcut/_hot.c: one receive, one C call, two sends. Anything else continues below.
@@ -150,7 +160,8 @@ class FastFront:
                         self.metrics.observe_at(hot[1], perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
-        elif self.v2_hot is not None and path in self.v2_hot.paths and scope["method"] == "POST":
+        elif self.v2_hot is not None and path in self.v2_hot.paths and scope["method"] == "POST" \
+                and not offered(scope):
             receive = await self._v2_shortcut(scope, receive, send, path, t0)
             if receive is None:
                 return

@@ -20,7 +20,6 @@ from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
-from posenc.service.protocol import lane
 from posenc.service.shortcut import templates as replay
 from posenc.service.shortcut.templates import Templates
 
@@ -49,6 +48,7 @@ class Service:
         self._templates_manifest = None
         self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
         self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
+        self.lane_state = lambda: ("off", 0)     # (/v1/tables' lane, its answers): the app sets it
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
@@ -134,9 +134,10 @@ class Service:
     def tables(self) -> dict:
         from posenc.engine import kernels_info
         m = self.client.manifest() or {}
+        lane, lane_answers = self.lane_state()
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
                 "engine_backend": m.get("backend"), "shortcut": self.shortcut,
-                "lane": "on" if lane.serving() else "off", "lane_answers": lane.answered, "ready": self.ready,
+                "lane": lane, "lane_answers": lane_answers, "ready": self.ready,
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}

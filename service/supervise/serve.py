@@ -28,15 +28,11 @@ import time
 from posenc.engine.settings import CHOICES, Settings, current, use
 
 from posenc.service.supervise import options as serve_opts
+from posenc.service.protocol import uvicorn_api
 from posenc.service.supervise.children import Children, terminate
 from posenc.service.supervise.engine_watch import generation_of, watch_restart
 
 log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
-
-
-# the lane setting -> uvicorn's HTTP protocol: the hot lane is httptools' protocol subclassed
-# (both keep the connection limits of service/protocol/limits.py, which uvicorn lacks)
-HTTP_PROTOCOLS = {"on": "posenc.service.protocol.lane:HotLaneProtocol", "off": "posenc.service.protocol.limits:GuardedHttpTools"}
 
 
 def add_parser(sub) -> None:
@@ -63,6 +59,16 @@ def add_parser(sub) -> None:
     p.add_argument("--verify-interval", type=float,
                    help="seconds between the engine's checksum sweeps of its tables (default 60; 0: never)")
     p.set_defaults(func=cmd_serve)
+
+
+def protocol_for() -> str:
+    """uvicorn's ``http=``: posenc's protocol (limits and lane), or uvicorn's own when this
+    uvicorn lacks what that relies on (service/protocol/uvicorn_api.py; said in the log)."""
+    if not uvicorn_api.SUPPORTED:
+        log.warning("posenc: uvicorn %s lacks what the hot lane and the connection limits need; running uvicorn's "
+                    "own protocol (%s)", uvicorn_api.VERSION, "; ".join(uvicorn_api.PROBLEMS))
+        return "httptools"
+    return f"{uvicorn_api.__name__}:{uvicorn_api.Protocol.__name__}"
 
 
 def settings_from_args(args) -> Settings:
@@ -192,7 +198,7 @@ def cmd_serve(args) -> int:
     grpc_servers.start()
     try:
         uvicorn.run("posenc.service.front.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
-                    loop="uvloop", http=HTTP_PROTOCOLS[s.lane], lifespan="on", log_level=s.log_level,
+                    loop="uvloop", http=protocol_for(), lifespan="on", log_level=s.log_level,
                     timeout_keep_alive=s.keepalive_s, **options,
                     timeout_graceful_shutdown=s.shutdown_timeout_s,
                     limit_concurrency=None, server_header=False)

@@ -146,7 +146,8 @@ def in_process(profile: bool, n: int = 50000) -> None:
     from uvicorn.server import ServerState
     from posenc.engine.settings import Settings
     from posenc.loadtest.bare import BareProtocol
-    from posenc.service.protocol import lane
+    from posenc.service.protocol.lane import STATE_KEY
+    from posenc.service.protocol.uvicorn_api import Protocol
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -157,13 +158,13 @@ def in_process(profile: bool, n: int = 50000) -> None:
         eng = procs.engine(CONFIG, unique_namespace("bench-lane"))
         s = Settings(namespace=eng.namespace, shortcut="c", lane="on")
         app = create_app(s)
-        front = lane.FRONT
+        front = app   # the raw-ASGI front (no CORS): it holds the worker's lane
         front.metrics = Metrics(s.shm_dir, s.namespace)
         try:
             front.svc.attach_all(wait_s=10)
             loop = uvloop.new_event_loop()
             asyncio.set_event_loop(loop)
-            cfg = uvicorn.Config(app=app, http=lane.HotLaneProtocol, loop="none", lifespan="off",
+            cfg = uvicorn.Config(app=app, http=Protocol, loop="none", lifespan="off",
                                  server_header=False, log_level="warning", access_log=False)
             cfg.load()
             state = ServerState()
@@ -173,11 +174,11 @@ def in_process(profile: bool, n: int = 50000) -> None:
                 front.svc.execute(front.svc.prepare(path.rsplit("/", 1)[1], raw, ACCEPT))   # learn
                 data = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                         b"Accept: %s\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), ACCEPT.encode(), len(raw), raw))
-                p = lane.HotLaneProtocol(cfg, state, {}, _loop=loop)
+                p = Protocol(cfg, state, {STATE_KEY: front.lane}, _loop=loop)
                 p.connection_made(_Transport())
-                before = lane.answered
+                before = front.lane.answered
                 us = _per_request(p.data_received, data, n, profile)
-                assert lane.answered - before == (n if profile else 5 * n), "the lane did not answer"
+                assert front.lane.answered - before == (n if profile else 5 * n), "the lane did not answer"
                 p.connection_lost(None)
                 b = BareProtocol({path.encode(): b"x" * 1600}, b"")
                 b.connection_made(_Transport())

@@ -16,7 +16,6 @@ import pytest
 from posenc.engine.errors import ConfigError
 from posenc.engine.settings import Settings
 from posenc.service.front import auth as guard
-from posenc.service.protocol import lane
 from posenc.service.shortcut import templates as replay
 from posenc.service.front.app import create_app
 from posenc.service.front.front import FastFront
@@ -160,7 +159,7 @@ def test_no_token_means_no_gate(settings):
 
 def test_cors_preflight_and_headers_are_the_same_whichever_path_answers(settings):
     app, front = app_for(settings, auth_token=TOKEN, cors_origins=f"{ORIGIN},http://localhost:3000")
-    assert lane.FRONT is None            # the lane below ASGI is off under CORS (service/front/auth.py)
+    assert front.lane is None and front.lane_state() == ("off", 0)   # no lane below ASGI under CORS (service/front/auth.py)
     origin = (b"origin", ORIGIN.encode())
     status, head, _ = run(app, "OPTIONS", "/v1/rope", [origin, (b"access-control-request-method", b"POST"),
                                                        (b"access-control-request-headers", b"authorization, content-type")])
