@@ -58,7 +58,7 @@ def _head(keep_alive: bool) -> bytes:   # what a request cycle writes for a 2-by
         _at_once(c.send(m))
     loop = asyncio.new_event_loop()   # built, never run: a worker imports this inside its running loop
     try:
-        p = HttpToolsProtocol(config=Config(app=_at_once, log_config=None), server_state=ServerState(),
+        p = HttpToolsProtocol(config=Config(app=_at_once, log_config=None, ws="none"), server_state=ServerState(),
                               app_state={}, _loop=loop)
         p.on_message_begin()   # a request's state (its url) exists from here
     finally:

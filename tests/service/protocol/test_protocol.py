@@ -1,0 +1,170 @@
+"""The HTTP protocol (service/protocol/uvicorn_api.py) in the style of uvicorn's own tests: a
+protocol object on a fake transport, request bytes in, response bytes out, with the worker's real
+front (attached to a test engine) behind it. The real-server tests (tests/integration/test_lane.py)
+hold the same behaviour on sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from posenc.engine.settings import Settings
+from posenc.service.front.app import create_app
+from posenc.service.protocol import limits as limits_mod, uvicorn_api
+from posenc.service.protocol.lane import STATE_KEY
+from tests.service.hot_helpers import needs_native
+from tests.service_cases import BIN
+
+HOT = b"application/x-safetensors"
+BODY = orjson.dumps({"head_dim": 64, "positions": [3, 1]})
+
+
+class Transport:
+    def __init__(self):
+        self.buffer, self.closed = b"", False
+
+    def write(self, data):
+        self.buffer += bytes(data)
+
+    def writelines(self, parts):
+        for p in parts:
+            self.write(p)
+
+    def is_closing(self):
+        return self.closed
+
+    def close(self):
+        self.closed = True
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def set_protocol(self, p):
+        pass
+
+
+def request(body: bytes = BODY, accept: bytes = HOT, path: bytes = b"/v1/rope", extra: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s"
+            % (path, accept, extra, len(body), body))
+
+
+@pytest.fixture
+def world(settings, monkeypatch):
+    """(a protocol factory over the worker's front, the front, the event loop)."""
+    # no access log (as posenc serve runs by default): pytest's root handlers would turn it on
+    access = logging.getLogger("uvicorn.access")
+    monkeypatch.setattr(access, "propagate", False)
+    monkeypatch.setattr(access, "handlers", [])
+    monkeypatch.setattr(limits_mod, "_limits", limits_mod.Limits(settings.override(header_timeout_s=0.2)))
+    front = create_app(settings)
+    front.svc.attach_all()
+    loop = asyncio.new_event_loop()
+    cfg = uvicorn.Config(app=front, loop="none", lifespan="off", log_config=None, server_header=False)
+    cfg.load()
+    offers = []
+    for name in ("hot", "hot_request"):   # every offer to the C shortcut, counted
+        real = getattr(front.svc, name)
+        monkeypatch.setattr(front.svc, name, lambda *a, _real=real, _name=name: offers.append(_name) or _real(*a))
+
+    def make(lane: bool = True):
+        monkeypatch.setattr(access, "handlers", [])   # pytest adds its capture handlers per phase
+        state = ServerState()
+        state.default_headers = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT")]
+        p = uvicorn_api.Protocol(config=cfg, server_state=state,
+                                 app_state={STATE_KEY: front.lane} if lane else {}, _loop=loop)
+        t = Transport()
+        p.connection_made(t)
+        return p, t
+    yield make, front, loop, offers
+    loop.close()
+
+
+def settle(loop, seconds: float = 0.02) -> None:
+    loop.run_until_complete(asyncio.sleep(seconds))
+
+
+def status_and_body(raw: bytes) -> tuple[int, bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@needs_native
+def test_a_learnt_request_is_answered_in_the_data_callback_with_the_shortcuts_bytes(world):
+    make, front, loop, offers = world
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))   # learnt by the full path
+    p, t = make()
+    p.data_received(request())
+    assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
+    assert front.lane.answered == 1 and not t.closed and b"date: Thu" in t.buffer
+
+
+@needs_native
+def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
+    make, front, loop, offers = world
+    p, t = make()
+    p.data_received(request(accept=b"application/json"))
+    settle(loop)
+    status, body = status_and_body(t.buffer)
+    assert status == 200 and orjson.loads(body)["cos"]
+    assert offers == ["hot_request"], offers            # not again at the headers, nor in the front
+
+
+@needs_native
+def test_without_a_lane_the_front_offers_the_request_itself(world):
+    make, front, loop, offers = world
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
+    p, t = make(lane=False)
+    p.data_received(request())
+    settle(loop)
+    assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
+    assert offers.count("hot") == 2 and "hot_request" not in offers   # the front's, and ours above
+
+
+def test_a_request_split_across_reads_is_admitted_at_its_headers(world):
+    make, front, loop, offers = world
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
+    p, t = make()
+    data = request()
+    for i in range(0, len(data), 7):
+        p.data_received(data[i:i + 7])
+    settle(loop)
+    assert status_and_body(t.buffer)[0] == 200 and t.buffer.count(b"HTTP/1.1") == 1
+
+
+def test_a_head_that_never_ends_gets_408_and_a_closed_connection(world):
+    make, front, loop, offers = world
+    p, t = make()
+    p.data_received(b"POST /v1/rope HTTP/1.1\r\nhost: t\r\n")
+    settle(loop, 0.5)
+    assert t.buffer.startswith(b"HTTP/1.1 408 ") and t.closed
+
+
+def test_a_head_over_the_limit_arriving_in_pieces_gets_431(world):
+    make, front, loop, offers = world
+    p, t = make()
+    p.data_received(b"POST /v1/rope HTTP/1.1\r\n")
+    for _ in range(70):
+        p.data_received(b"x-pad: " + b"a" * 1017 + b"\r\n")
+        if t.closed:
+            break
+    assert t.buffer.startswith(b"HTTP/1.1 431 ") and t.closed
+
+
+def test_the_protocol_checks_pass_on_this_uvicorn_even_inside_a_running_loop():
+    async def inside():
+        return uvicorn_api.problems()
+    assert uvicorn_api.problems() == [] and asyncio.run(inside()) == []
+    assert uvicorn_api.SUPPORTED and uvicorn_api.WHY_OFF is None
+
+
