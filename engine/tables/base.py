@@ -201,6 +201,12 @@ class Family:
         return None
 
 
+# The registry, name -> family: posenc.engine.tables fills it (one line per family) and everyone
+# reads it from there. It is held here, below the families, so that a TableDef finds its family
+# without importing the package that imports every family.
+FAMILIES: dict[str, Family] = {}
+
+
 @dataclasses.dataclass(frozen=True)
 class TableDef:
     family: str          # a FAMILIES key
@@ -211,7 +217,6 @@ class TableDef:
 
     @property
     def fam(self) -> Family:
-        from . import FAMILIES
         return FAMILIES[self.family]
 
     @functools.cached_property
@@ -240,7 +245,6 @@ class TableDef:
     def from_key(cls, key: str, length: int) -> "TableDef":
         """The table a key names, re-validated: what the engine builds when a reader asks. A key
         that no request could have produced is a SpecError at ``table``."""
-        from . import FAMILIES
         try:
             obj = json.loads(key)
             fam = FAMILIES[obj["table"]["family"]]
