@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from . import dtypes as _dt
-from . import hf_config
+from . import hf_models
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
 from .tables import FAMILIES, TableDef
@@ -105,7 +105,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         if isinstance(cfg, str):
             cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config")
         try:
-            derived = hf_config.derive(fam.name, cfg, entry.get("layer_type"))
+            derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
             try:
                 return fam.parse_spec(derived.fields)
             except SpecError as e:

@@ -1,4 +1,7 @@
-"""The model types posenc reads configs of: ``MODELS``, model_type -> {family: record}.
+"""The model types posenc reads configs of: ``MODELS``, model_type -> {family: record}, and
+``derive``, which reads a config through its model type's record:
+
+    derive("rope", config, layer_type=None) -> Derived(fields, origin)   (hf_config.Derived)
 
 Each record says which transformers 5.24 file it follows (``source``, relative to
 ``transformers/``) and what that file's config class and rotary embedding (or ALiBi builder) do
@@ -10,7 +13,7 @@ them to the classes themselves). docs/models.md lists these records.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
@@ -210,3 +213,40 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
                                 aliases={"num_attention_heads": "n_heads"}, defaults={"num_attention_heads": 16},
                                 uses=_mpt_uses, max_bias=_mpt_max_bias)},
 }
+
+
+# One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
+EXAMPLES = {
+    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "max_position_embeddings": 131072, "rope_theta": 500000.0,
+             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+}
+
+
+def supported(family: str) -> list[str]:
+    """The model types whose positions are of ``family``, as the docs list them."""
+    return [t for t, by in MODELS.items() if family in by]
+
+
+def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
+    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``)."""
+    config = require_object(config, LOC)
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
+    names = supported(family)
+    if not names:
+        raise SpecError(LOC, f"model configs give rope and alibi specs, not {family}")
+    mt = config.get("model_type")
+    entry = MODELS.get(mt, {}) if isinstance(mt, str) else {}
+    if family not in entry:
+        if mt is None:
+            why = "field required"
+        elif entry:
+            why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
+        else:
+            why = f"{json_repr(mt)} is not a model type posenc knows"
+        raise SpecError((*LOC, "model_type"), f"{why}; supported for {family}: {', '.join(names)}",
+                        "missing" if mt is None else "value_error")
+    return entry[family].derive(config, layer_type)
