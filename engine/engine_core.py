@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 
-from . import adopt, coldstart, engine_socket, kernels, logs, proclife, settings, store, upkeep
+from . import adopt, built_by, coldstart, engine_socket, kernels, logs, proclife, settings, store, upkeep
 from .config import ConfiguredTable, load_config
 from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
@@ -176,7 +176,7 @@ class Engine:
             "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
             "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
             "backend": kernels.info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
-            "on_demand_length": self.opts.length, "built_by": adopt.BUILT_BY,
+            "on_demand_length": self.opts.length, "built_by": built_by.current(),
             "stats": self.stats.update(self.tables)}, self.mode, self.gid)
         except OSError as e:
             if strict or not upkeep.is_resource_error(e):
