@@ -146,7 +146,7 @@ def parse_config(cfg, base_dir: str = ".") -> TableList:
         fam = FAMILIES[family]
         spec = _entry_spec(fam, entry, loc, base_dir)
         n = req_int(entry, "length", loc, lo=1, hi=MAX_LENGTH, required=False, default=length)
-        dts = entry.get("dtypes", ["float32"] if fam.has_dtype else [None])
+        dts = entry.get("dtypes", [_dt.DEFAULT_DTYPE] if fam.has_dtype else [None])
         if fam.has_dtype:
             if not isinstance(dts, list) or not dts:
                 raise SpecError((*loc, "dtypes"), f"must be a non-empty list of {sorted(_dt.DTYPES)}")

@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import SpecError
 from .fields import is_int, json_repr, req_int, require_object
+from .tables.rope import HALF_SPLIT
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
@@ -119,7 +120,7 @@ class RopeModel:
     partial_key: str = "partial_rotary_factor"    # the top-level fraction (GPT-NeoX: rotary_pct)
     partial_default: float | None = None          # BC default of the fraction (Phi 0.5, StableLM 0.25)
     default_partial: bool = False                 # compute_default_rope_parameters honours the fraction
-    layout: str = "half_split"                    # the pairing of the cos/sin its rotary embedding returns
+    layout: str = HALF_SPLIT                      # the pairing of the cos/sin its rotary embedding returns
     head_dim: Callable[[Config], tuple] = standard_head_dim
     type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
 from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, split_head_dim)
+from .tables.rope import INTERLEAVED
 
 
 def _qk_rope_head_dim(cfg: Config) -> tuple[int, tuple]:
@@ -182,7 +183,7 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
                                            "create_sinusoidal_positions)",
                                     aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
                                              "max_position_embeddings": "n_positions"},
-                                    defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout="interleaved")},
+                                    defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
     "stablelm": {"rope": _llama_like("stablelm", "StableLm", defaults=_sizes(2560, 32, 4096), partial_default=0.25,
                                      **_NEOX)},
     "starcoder2": {"rope": _llama_like("starcoder2", "Starcoder2", defaults=_sizes(3072, 24, 4096))},
@@ -190,11 +191,11 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     "olmo2": {"rope": _llama_like("olmo2", "Olmo2", defaults=_sizes(4096, 32, 2048))},
     # CohereRotaryEmbedding: repeat_interleave(freqs, 2) instead of cat -> pairs (2k, 2k+1)
     "cohere": {"rope": _llama_like("cohere", "Cohere", defaults=_sizes(8192, 64, 8192), default_theta=500_000.0,
-                                   layout="interleaved")},
+                                   layout=INTERLEAVED)},
     # DeepseekV2RotaryEmbedding returns polar(1, freqs) (half width, complex); apply_rotary_emb
     # pairs (2k, 2k+1) through view_as_complex: interleaved
     "deepseek_v2": {"rope": _llama_like("deepseek_v2", "DeepseekV2", defaults=_sizes(4096, 32, 2048, qk_rope_head_dim=64),
-                                        head_dim=_qk_rope_head_dim, layout="interleaved")},
+                                        head_dim=_qk_rope_head_dim, layout=INTERLEAVED)},
     # DeepseekV3RotaryEmbedding returns Llama's half-split cos/sin; with rope_interleave the
     # attention de-interleaves q and k itself (apply_rotary_pos_emb_interleave)
     "deepseek_v3": {"rope": _llama_like("deepseek_v3", "DeepseekV3",

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import formats
-from ..dtypes import DTYPES, check_dtype
+from ..dtypes import BFLOAT16, DEFAULT_DTYPE, DTYPES, check_dtype
 from ..errors import SpecError
 from ..selection import POSITION_LIMIT, Selection, parse_selection
 
@@ -54,7 +54,7 @@ SELECTION_SCHEMA = {
     ],
     "description": "positions: a list (any order, repeats allowed) or a half-open range",
 }
-DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": "float32"}
+DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": DEFAULT_DTYPE}
 # Request pieces that OpenAPI names once (components) wherever a family's schema holds them.
 SHARED_SCHEMAS = {"Selection": SELECTION_SCHEMA, "Dtype": DTYPE_SCHEMA}
 
@@ -191,7 +191,7 @@ class Family:
     def safetensors_header(self, arrays: Mapping, dtype, shown: Mapping | None = None) -> bytes:
         """The safetensors header of an answer with these arrays (shapes and dtypes only matter):
         the one the full path's encoder writes, so a template's answers are byte-identical."""
-        bf16 = self.dtyped if dtype == "bfloat16" else frozenset()
+        bf16 = self.dtyped if dtype == BFLOAT16 else frozenset()
         return formats.safetensors_parts(arrays, bf16, self.answer_metadata(shown))[0]
 
     # -- the hot path ------------------------------------------------------------------------
