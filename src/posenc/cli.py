@@ -103,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compute)
 
     from posenc.engine import engine_cli
-    from posenc.service.supervise import serve as serve_main
+    from posenc.service.supervise import serve
     engine_cli.add_parser(sub)
-    serve_main.add_parser(sub)
+    serve.add_parser(sub)
     try:
         from posenc.loadtest import runner
     except ImportError as exc:   # the loadtest extra is missing: say so instead of "invalid choice"
