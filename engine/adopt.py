@@ -5,8 +5,9 @@ answering from their mappings. The next engine to take the namespace's lock read
 manifest and keeps every segment that is provably the table its entry names:
 
 - the manifest has this format, and was written by engine code whose table-building source is
-  byte-for-byte this process's (``BUILT_BY``: a digest of the families, kernels and rounding code,
-  so an upgrade never serves a predecessor's tables);
+  byte-for-byte this process's (engine/built_by.py: a digest of the registered families' modules
+  and every engine module they import, kernels and dtype rounding among them, so an upgrade never
+  serves a predecessor's tables);
 - the entry's key re-validates (``TableDef.from_key``) to the same digest and length, and the
   layout it records is the one this code would write;
 - the file is there, the same inode, a regular read-only file of ours, of the recorded size, and
@@ -21,38 +22,14 @@ on-demand tables stay unpinned, most recently used first, within the memory budg
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import store
+from . import built_by, store
 from .errors import SpecError
 from .tables import TableDef
-
-
-def _built_by() -> str:
-    """A digest of the code that decides a table's bytes: the families, the kernels (the C
-    extension's binary too, where it is built) and the dtype rounding."""
-    import importlib.util
-
-    from . import dtypes, kernels, selection, tables
-    from .kernels import numpy_impl
-    from .tables import alibi, base, rope, rope_types, sinusoidal, t5
-    mods = [dtypes, selection, kernels, numpy_impl, tables, base, rope, rope_types, sinusoidal, alibi, t5]
-    paths = [m.__file__ for m in mods]
-    native = importlib.util.find_spec(f"{kernels.__name__}._native")
-    if native is not None and native.origin:
-        paths.append(native.origin)
-    h = hashlib.sha1()
-    for path in paths:
-        with open(path, "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:20]
-
-
-BUILT_BY = _built_by()
 
 
 def workers() -> int:
@@ -103,7 +80,7 @@ def adopt(eng, log) -> dict:
     except (ValueError, OSError, RuntimeError):
         old = {}
     entries = old.get("tables") if isinstance(old.get("tables"), dict) else {}
-    same_code = old.get("built_by") == BUILT_BY
+    same_code = old.get("built_by") == built_by.current()
     configured = {ct.table.digest: ct for ct in eng.configured}
     candidates, dropped = [], {}
     for digest, e in entries.items():

@@ -31,9 +31,11 @@ from typing import Mapping
 import numpy as np
 
 from . import pipeline, store
+from .dtypes import BFLOAT16, DEFAULT_DTYPE
 from .errors import EngineUnavailable, NotStored, SpecError
 from .pipeline import DEFAULT_MAX_BYTES, Pipeline, Request
 from .tables import FAMILIES, TableDef
+from .tables.rope import DEFAULT_LAYOUT, HALF_SPLIT
 
 
 class TableView:
@@ -66,17 +68,17 @@ class TableView:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
             t = torch.from_numpy(a)
-        if self.dtype == "bfloat16" and a.dtype == np.uint16:
+        if self.dtype == BFLOAT16 and a.dtype == np.uint16:
             t = t.view(torch.bfloat16)
         return t
 
-    def rope_full(self, name: str, layout: str = "half_split") -> np.ndarray:
+    def rope_full(self, name: str, layout: str = DEFAULT_LAYOUT) -> np.ndarray:
         """Zero-copy full-width view of a half-width rope array, shaped [N, 2, d/2] (half_split)
         or [N, d/2, 2] (interleaved) with a 0 stride; ``.reshape(N, d)`` makes the usual
         [N, d] (a copy)."""
         h = self.segment.arrays[name]
         n, w = h.shape
-        if layout == "half_split":
+        if layout == HALF_SPLIT:
             return np.lib.stride_tricks.as_strided(h, (n, 2, w), (h.strides[0], 0, h.strides[1]), writeable=False)
         return np.lib.stride_tricks.as_strided(h, (n, w, 2), (h.strides[0], h.strides[1], 0), writeable=False)
 
@@ -242,7 +244,7 @@ class Client:
             raise EngineUnavailable("engine closed the connection")
         return json.loads(data)
 
-    def table(self, family: str, spec: Mapping, dtype: str | None = "float32", seq_len: int | None = None) -> TableView:
+    def table(self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None) -> TableView:
         """The shared table for a spec (no selections), built on demand. ``spec`` may also be
         ``{"hf_config": {...}, "layer_type": ...}`` or ``{"table": NAME}``. For rope, seq_len picks
         longrope's short/long set or dynamic's frequencies (default: the short/base set)."""

@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from . import dtypes as _dt
-from . import hf_config
+from . import hf_models
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
 from .tables import FAMILIES, TableDef
@@ -105,7 +105,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         if isinstance(cfg, str):
             cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config")
         try:
-            derived = hf_config.derive(fam.name, cfg, entry.get("layer_type"))
+            derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
             try:
                 return fam.parse_spec(derived.fields)
             except SpecError as e:
@@ -146,7 +146,7 @@ def parse_config(cfg, base_dir: str = ".") -> TableList:
         fam = FAMILIES[family]
         spec = _entry_spec(fam, entry, loc, base_dir)
         n = req_int(entry, "length", loc, lo=1, hi=MAX_LENGTH, required=False, default=length)
-        dts = entry.get("dtypes", ["float32"] if fam.has_dtype else [None])
+        dts = entry.get("dtypes", [_dt.DEFAULT_DTYPE] if fam.has_dtype else [None])
         if fam.has_dtype:
             if not isinstance(dts, list) or not dts:
                 raise SpecError((*loc, "dtypes"), f"must be a non-empty list of {sorted(_dt.DTYPES)}")

@@ -12,19 +12,21 @@ import numpy as np
 
 from .errors import SpecError
 
-# name -> (numpy storage dtype, bytes per element). Allowed names come from here (STYLE.md §3).
+# The output dtypes' names: everything else in posenc spells them through these.
+FLOAT32, FLOAT16, BFLOAT16 = "float32", "float16", "bfloat16"
+# name -> numpy storage dtype. Allowed names come from here (STYLE.md §3).
 DTYPES: dict[str, np.dtype] = {
-    "float32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(np.uint16),
+    FLOAT32: np.dtype(np.float32),
+    FLOAT16: np.dtype(np.float16),
+    BFLOAT16: np.dtype(np.uint16),   # bit patterns: numpy has no bfloat16
 }
-DEFAULT_DTYPE = "float32"
+DEFAULT_DTYPE = FLOAT32
 
 # Largest finite value of each output dtype (for refusing overflow and for masked cells).
 MAX_FINITE = {
-    "float32": float(np.finfo(np.float32).max),
-    "float16": 65504.0,
-    "bfloat16": float(np.frombuffer(np.uint32(0x7F7F0000).tobytes(), np.float32)[0]),
+    FLOAT32: float(np.finfo(np.float32).max),
+    FLOAT16: 65504.0,
+    BFLOAT16: float(np.frombuffer(np.uint32(0x7F7F0000).tobytes(), np.float32)[0]),
 }
 
 _BF16_MIN_NORMAL = 2.0**-126
@@ -67,7 +69,7 @@ def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
 
 def to_float(a: np.ndarray, dtype: str) -> np.ndarray:
     """Read an array of output dtype ``dtype`` back as float32/float16 (bfloat16 -> float32)."""
-    return bf16_bits_to_f32(a) if dtype == "bfloat16" else a
+    return bf16_bits_to_f32(a) if dtype == BFLOAT16 else a
 
 
 def round_f64(x: np.ndarray, dtype: str, loc=("dtype",)) -> np.ndarray:
@@ -75,11 +77,11 @@ def round_f64(x: np.ndarray, dtype: str, loc=("dtype",)) -> np.ndarray:
     overflow it rather than silently returning infinities."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore"):
-        if dtype == "float32":
+        if dtype == FLOAT32:
             out = x.astype(np.float32)
-        elif dtype == "float16":
+        elif dtype == FLOAT16:
             out = x.astype(np.float16)
-        elif dtype == "bfloat16":
+        elif dtype == BFLOAT16:
             out = f64_to_bf16_bits(x)
         else:  # pragma: no cover - callers validate first
             raise SpecError(loc, f"unknown dtype {dtype!r}")
@@ -90,7 +92,7 @@ def round_f64(x: np.ndarray, dtype: str, loc=("dtype",)) -> np.ndarray:
 def check_finite(out: np.ndarray, dtype: str, loc=("dtype",)) -> None:
     if out.size == 0:
         return
-    if dtype == "bfloat16":
+    if dtype == BFLOAT16:
         bad = ((out & np.uint16(0x7F80)) == np.uint16(0x7F80)).any()
     else:
         bad = not np.isfinite(out).all()
@@ -105,6 +107,6 @@ def check_finite(out: np.ndarray, dtype: str, loc=("dtype",)) -> None:
 def mask_value(dtype: str):
     """The output dtype's most negative finite value, as stored (transformers masks with
     ``torch.finfo(dtype).min``)."""
-    if dtype == "bfloat16":
+    if dtype == BFLOAT16:
         return np.uint16(0xFF7F)
     return np.array(-MAX_FINITE[dtype], dtype=DTYPES[dtype])[()]

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 
 from . import formats
-from .dtypes import bf16_bits_to_f32
+from .dtypes import BFLOAT16, bf16_bits_to_f32
 from .tables.base import canonical
 
 # format name -> media type (the service negotiates Accept against these)
@@ -25,7 +25,7 @@ _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 
 def bf16_names(family, arrays: Mapping, dtype: str | None) -> frozenset:
     """Names of the arrays holding bfloat16 bit patterns (uint16) in this answer."""
-    return family.dtyped & arrays.keys() if dtype == "bfloat16" else frozenset()
+    return family.dtyped & arrays.keys() if dtype == BFLOAT16 else frozenset()
 
 
 def as_arrays(family, result: Mapping, dtype: str | None):
@@ -42,7 +42,7 @@ def encode(family, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, st
         out = {}
         for k, v in result.items():
             if isinstance(v, np.ndarray):
-                if dtype == "bfloat16" and v.dtype == np.uint16:
+                if dtype == BFLOAT16 and v.dtype == np.uint16:
                     v = bf16_bits_to_f32(v)
                 if not v.flags.c_contiguous:
                     v = np.ascontiguousarray(v)

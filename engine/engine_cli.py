@@ -1,10 +1,12 @@
-"""``posenc engine``: its flags (shared with ``python -m posenc.engine.engine_main``, which
+"""``posenc engine``: the flags it shares with ``python -m posenc.engine.engine_main`` (which
 ``posenc serve`` runs), the settings they override, and ``--dry-run``."""
 
 from __future__ import annotations
 
 from . import settings
 from .config import load_config
+from .engine_core import EngineOptions, log, run
+from .errors import EngineRunning
 
 
 def dry_run(tables_path: str | None) -> int:
@@ -44,41 +46,16 @@ def engine_options(args):
         tables=getattr(args, "tables", None), shm_dir=getattr(args, "shm_dir", None),
         namespace=getattr(args, "namespace", None), memory_budget_bytes=getattr(args, "memory_budget", None),
         shm_group=getattr(args, "group", None), verify_interval_s=getattr(args, "verify_interval", None))
-    from .engine_main import EngineOptions
     return s, EngineOptions(shm_dir=s.shm_dir, namespace=s.namespace, memory_budget_bytes=s.memory_budget_bytes,
                             group=s.shm_group, verify_interval_s=s.verify_interval_s)
 
 
 def _cmd_engine(args) -> int:
-    from .engine_main import run, log
-    from .errors import EngineRunning
     s, opts = engine_options(args)
     if args.dry_run:
         return dry_run(s.tables)
     try:
         return run(s.tables, opts, parent_watch=False)
-    except EngineRunning as e:
-        log(str(e))
-        return 1
-
-
-def main(argv=None) -> int:
-    """``python -m posenc.engine.engine_main`` (used by posenc serve): --ready-fd N reports readiness."""
-    import argparse
-
-    from .engine_main import log, run
-    from .errors import EngineRunning, SpecError
-    p = argparse.ArgumentParser(prog="posenc-engine")
-    add_engine_args(p)
-    p.add_argument("--ready-fd", type=int)
-    p.add_argument("--exit-with-parent", action="store_true")
-    args = p.parse_args(argv)
-    s, opts = engine_options(args)
-    try:
-        return run(s.tables, opts, ready_fd=args.ready_fd, parent_watch=args.exit_with_parent)
-    except SpecError as e:
-        log(f"invalid table config: {e}")
-        return 2
     except EngineRunning as e:
         log(str(e))
         return 1

@@ -18,8 +18,10 @@ from typing import Mapping
 
 import numpy as np
 
+from .dtypes import BFLOAT16
+
 _KIND = {"f": "float32", "e": "float16", "d": "float64", "i": "int32", "H": "uint16"}
-_ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32",
+_ST_DTYPES = {"float32": "F32", "float16": "F16", BFLOAT16: "BF16", "int32": "I32",
               "float64": "F64", "int64": "I64", "uint16": "U16"}
 
 
@@ -41,7 +43,7 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
     if head is None:
         header, offset = {}, 0
         for (name, shape, _, is_bf16), a in zip(key, bufs):
-            kind = "bfloat16" if is_bf16 else _KIND.get(a.dtype.char) or a.dtype.name
+            kind = BFLOAT16 if is_bf16 else _KIND.get(a.dtype.char) or a.dtype.name
             header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(shape),
                             "data_offsets": [offset, offset + a.nbytes]}
             offset += a.nbytes
@@ -95,7 +97,7 @@ def read_safetensors(data: bytes) -> tuple[dict, dict]:
     out, kinds = {}, {}
     for name, info in header.items():
         kind = inv[info["dtype"]]
-        dt = np.uint16 if kind == "bfloat16" else np.dtype(kind)
+        dt = np.uint16 if kind == BFLOAT16 else np.dtype(kind)
         b, e = info["data_offsets"]
         out[name] = np.frombuffer(data, dtype=dt, count=(e - b) // np.dtype(dt).itemsize,
                                   offset=8 + n + b).reshape(info["shape"])

@@ -1,16 +1,15 @@
-"""A model's ``config.json`` -> the spec fields of a family (API.md "Named tables and model
-configs"): posenc reads the config the way transformers 5.24's code for its ``model_type`` does.
+"""The shared reading of a model's ``config.json`` (API.md "Named tables and model configs"):
+posenc reads the config the way transformers 5.24's code for its ``model_type`` does.
 
-    derive("rope", config, layer_type=None) -> Derived(fields, origin)
+A record (``RopeModel``, ``AlibiModel``) turns a config into ``Derived(fields, origin)``: ``fields``
+are the family's ordinary spec fields (rope: head_dim, rope_theta, partial_rotary_factor,
+rope_scaling, max_position_embeddings, original_max_position_embeddings, layout; alibi: num_heads,
+max_bias), which the family's own parser then validates; ``origin`` maps each of them to where it
+came from in the request (``("hf_config", "rotary_pct")``), so an invalid value is refused at the
+config key the user wrote (``Derived.relocate``).
 
-``fields`` are the family's ordinary spec fields (rope: head_dim, rope_theta,
-partial_rotary_factor, rope_scaling, max_position_embeddings, original_max_position_embeddings,
-layout; alibi: num_heads, max_bias), which the family's own parser then validates; ``origin`` maps
-each of them to where it came from in the request (``("hf_config", "rotary_pct")``), so an invalid
-value is refused at the config key the user wrote (``Derived.relocate``).
-
-What is read, per model type, is a record in ``posenc.engine.hf_models.MODELS`` (model_type ->
-{family: record}); this module holds the reading that most models share:
+The record of each model type, and ``derive`` which picks it by ``model_type``, are in
+``posenc.engine.hf_models``; this module holds the reading that most models share:
 
 - a config key is read as transformers' config class reads it: under its own name or its
   ``attribute_map`` alias (GPT-J's ``n_embd`` is ``hidden_size``), the class's default when absent
@@ -37,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import SpecError
 from .fields import is_int, json_repr, req_int, require_object
+from .tables.rope import HALF_SPLIT
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
@@ -120,7 +120,7 @@ class RopeModel:
     partial_key: str = "partial_rotary_factor"    # the top-level fraction (GPT-NeoX: rotary_pct)
     partial_default: float | None = None          # BC default of the fraction (Phi 0.5, StableLM 0.25)
     default_partial: bool = False                 # compute_default_rope_parameters honours the fraction
-    layout: str = "half_split"                    # the pairing of the cos/sin its rotary embedding returns
+    layout: str = HALF_SPLIT                      # the pairing of the cos/sin its rotary embedding returns
     head_dim: Callable[[Config], tuple] = standard_head_dim
     type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
 
@@ -224,42 +224,3 @@ class AlibiModel:
         max_bias, where = self.max_bias(cfg)
         return Derived({"num_heads": cfg.int("num_attention_heads"), "max_bias": max_bias},
                        {"num_heads": cfg.loc("num_attention_heads"), "max_bias": where})
-
-
-# One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
-EXAMPLES = {
-    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-             "max_position_embeddings": 131072, "rope_theta": 500000.0,
-             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
-    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
-}
-
-
-def supported(family: str) -> list[str]:
-    """The model types whose positions are of ``family``, as the docs list them."""
-    from .hf_models import MODELS
-    return [t for t, by in MODELS.items() if family in by]
-
-
-def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
-    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``)."""
-    from .hf_models import MODELS
-    config = require_object(config, LOC)
-    if layer_type is not None and not isinstance(layer_type, str):
-        raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
-    names = supported(family)
-    if not names:
-        raise SpecError(LOC, f"model configs give rope and alibi specs, not {family}")
-    mt = config.get("model_type")
-    entry = MODELS.get(mt, {}) if isinstance(mt, str) else {}
-    if family not in entry:
-        if mt is None:
-            why = "field required"
-        elif entry:
-            why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
-        else:
-            why = f"{json_repr(mt)} is not a model type posenc knows"
-        raise SpecError((*LOC, "model_type"), f"{why}; supported for {family}: {', '.join(names)}",
-                        "missing" if mt is None else "value_error")
-    return entry[family].derive(config, layer_type)

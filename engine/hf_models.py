@@ -1,4 +1,7 @@
-"""The model types posenc reads configs of: ``MODELS``, model_type -> {family: record}.
+"""The model types posenc reads configs of: ``MODELS``, model_type -> {family: record}, and
+``derive``, which reads a config through its model type's record:
+
+    derive("rope", config, layer_type=None) -> Derived(fields, origin)   (hf_config.Derived)
 
 Each record says which transformers 5.24 file it follows (``source``, relative to
 ``transformers/``) and what that file's config class and rotary embedding (or ALiBi builder) do
@@ -10,11 +13,12 @@ them to the classes themselves). docs/models.md lists these records.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
 from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, split_head_dim)
+from .tables.rope import INTERLEAVED
 
 
 def _qk_rope_head_dim(cfg: Config) -> tuple[int, tuple]:
@@ -179,7 +183,7 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
                                            "create_sinusoidal_positions)",
                                     aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
                                              "max_position_embeddings": "n_positions"},
-                                    defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout="interleaved")},
+                                    defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
     "stablelm": {"rope": _llama_like("stablelm", "StableLm", defaults=_sizes(2560, 32, 4096), partial_default=0.25,
                                      **_NEOX)},
     "starcoder2": {"rope": _llama_like("starcoder2", "Starcoder2", defaults=_sizes(3072, 24, 4096))},
@@ -187,11 +191,11 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     "olmo2": {"rope": _llama_like("olmo2", "Olmo2", defaults=_sizes(4096, 32, 2048))},
     # CohereRotaryEmbedding: repeat_interleave(freqs, 2) instead of cat -> pairs (2k, 2k+1)
     "cohere": {"rope": _llama_like("cohere", "Cohere", defaults=_sizes(8192, 64, 8192), default_theta=500_000.0,
-                                   layout="interleaved")},
+                                   layout=INTERLEAVED)},
     # DeepseekV2RotaryEmbedding returns polar(1, freqs) (half width, complex); apply_rotary_emb
     # pairs (2k, 2k+1) through view_as_complex: interleaved
     "deepseek_v2": {"rope": _llama_like("deepseek_v2", "DeepseekV2", defaults=_sizes(4096, 32, 2048, qk_rope_head_dim=64),
-                                        head_dim=_qk_rope_head_dim, layout="interleaved")},
+                                        head_dim=_qk_rope_head_dim, layout=INTERLEAVED)},
     # DeepseekV3RotaryEmbedding returns Llama's half-split cos/sin; with rope_interleave the
     # attention de-interleaves q and k itself (apply_rotary_pos_emb_interleave)
     "deepseek_v3": {"rope": _llama_like("deepseek_v3", "DeepseekV3",
@@ -210,3 +214,40 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
                                 aliases={"num_attention_heads": "n_heads"}, defaults={"num_attention_heads": 16},
                                 uses=_mpt_uses, max_bias=_mpt_max_bias)},
 }
+
+
+# One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
+EXAMPLES = {
+    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "max_position_embeddings": 131072, "rope_theta": 500000.0,
+             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+}
+
+
+def supported(family: str) -> list[str]:
+    """The model types whose positions are of ``family``, as the docs list them."""
+    return [t for t, by in MODELS.items() if family in by]
+
+
+def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
+    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``)."""
+    config = require_object(config, LOC)
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
+    names = supported(family)
+    if not names:
+        raise SpecError(LOC, f"model configs give rope and alibi specs, not {family}")
+    mt = config.get("model_type")
+    entry = MODELS.get(mt, {}) if isinstance(mt, str) else {}
+    if family not in entry:
+        if mt is None:
+            why = "field required"
+        elif entry:
+            why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
+        else:
+            why = f"{json_repr(mt)} is not a model type posenc knows"
+        raise SpecError((*LOC, "model_type"), f"{why}; supported for {family}: {', '.join(names)}",
+                        "missing" if mt is None else "value_error")
+    return entry[family].derive(config, layer_type)

@@ -1,6 +1,6 @@
 """Log lines of every posenc process, in the ``log_format`` setting.
 
-- ``text``: what posenc always wrote: ``posenc engine[PID]: message`` from the engine, uvicorn's
+- ``text`` (the default): ``posenc engine[PID]: message`` from the engine, uvicorn's
   own lines from ``posenc serve`` and its workers (``LEVEL:     message``; posenc's loggers as
   ``LEVEL:     posenc.x: message``).
 - ``json``: one JSON object a line, from every logger (posenc's and uvicorn's): ``ts`` (UTC,

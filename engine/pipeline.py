@@ -25,9 +25,10 @@ from typing import Mapping
 import orjson
 
 from . import dtypes as _dt
-from . import hf_config
+from . import hf_models
 from .errors import SpecError, TooLarge, TooManyPositions
 from .fields import json_repr, require_object
+from .hf_config import Derived
 from .selection import parse_selection
 from .tables import FAMILIES, Family, TableDef
 from .tables.base import DEFAULT_LENGTH
@@ -70,7 +71,7 @@ class Request:
         return None if r is None else int(r)
 
 
-def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapping, hf_config.Derived | None]:
+def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapping, Derived | None]:
     """(the ordinary body, how its spec fields were found): a body with ``hf_config`` (and
     ``layer_type``) or ``table`` becomes the derived or named spec fields plus the body's own
     selections and dtype (API.md: either of them beside explicit spec fields is a 422). An
@@ -91,12 +92,12 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
             raise SpecError((k,), f"not allowed beside {given}, which gives every spec field", "extra_forbidden")
     rest = {k: body[k] for k in keep if k in body}
     if cfg is not None:
-        derived = hf_config.derive(fam.name, cfg, body.get("layer_type"))
+        derived = hf_models.derive(fam.name, cfg, body.get("layer_type"))
         return {**derived.fields, **rest}, derived
     if body.get("layer_type") is not None:
         raise SpecError(("layer_type",), "only with hf_config (a named table has one spec)")
     spec = named_spec(fam, name, named)
-    return {**spec, **rest}, hf_config.Derived(dict(spec), {k: ("table",) for k in spec})
+    return {**spec, **rest}, Derived(dict(spec), {k: ("table",) for k in spec})
 
 
 def named_spec(fam: Family, name, named: Named | None) -> Mapping:
@@ -122,14 +123,14 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
     required = list(fam.selections)
     alts, examples = [fam.schema], dict(fam.examples)
     sel = {k: [0, 1, 2] for k in fam.selections}
-    models = hf_config.supported(fam.name)
+    models = hf_models.supported(fam.name)
     if models:
         alts.append({"type": "object", "additionalProperties": False, "required": ["hf_config", *required],
                      "properties": {"hf_config": {"type": "object", "description": "a model's whole config.json; "
                                                   f"model_type one of {', '.join(models)}"},
                                     "layer_type": {"type": ["string", "null"], "description":
                                                    "picks one of a per-layer-type rope_parameters"}, **rest}})
-        examples["a model's config.json"] = {"value": {"hf_config": hf_config.EXAMPLES[fam.name], **sel}}
+        examples["a model's config.json"] = {"value": {"hf_config": hf_models.EXAMPLES[fam.name], **sel}}
     alts.append({"type": "object", "additionalProperties": False, "required": ["table", *required],
                  "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest}})
     return {"oneOf": alts}, examples

@@ -104,7 +104,7 @@ def dist_rows(m: np.ndarray, deltas: np.ndarray, dtype: str) -> np.ndarray:
     dtype's range become ±inf here; readers never serve them (they compute, and refuse, instead)."""
     with np.errstate(over="ignore"):
         v = m[:, None] * (-deltas).astype(np.float64)[None, :]
-        if dtype == "bfloat16":
+        if dtype == _dt.BFLOAT16:
             return _dt.f64_to_bf16_bits(v)
         return v.astype(_dt.DTYPES[dtype])
 
@@ -122,7 +122,7 @@ def finite_length(dist: np.ndarray, dtype: str) -> int:
 
 def _negate(a: np.ndarray, dtype: str) -> np.ndarray:
     """Exact negation in the stored form (bfloat16 bits: flip the sign bit)."""
-    return a ^ np.uint16(0x8000) if dtype == "bfloat16" else -a
+    return a ^ np.uint16(0x8000) if dtype == _dt.BFLOAT16 else -a
 
 
 class Alibi(Family):
@@ -208,14 +208,14 @@ class Alibi(Family):
         requested heads' float64 slopes, computed as the kernels compute; decode blocks copy from
         the engine's float32 distance table, which holds the same values."""
         spec = req.spec
-        if req.dtype != "float32":
+        if req.dtype != _dt.FLOAT32:
             return None
         m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
         m32 = m.astype(np.float32)
 
         def header_for(nq: int, nk: int) -> bytes:
             return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), np.float32), "slopes": m32},
-                                           "float32", req.shown)
+                                           _dt.FLOAT32, req.shown)
         dist = view.dist if view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
         return hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
                                  limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist())
@@ -233,7 +233,7 @@ class Alibi(Family):
               "slopes": json_array(1, "[len(heads)] float32")}
     examples = {
         "decode row, 32 heads": {"value": {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}}},
-        "masked prefill, 12 heads": {"value": {"num_heads": 12, "mask_future": True, "dtype": "float16",
+        "masked prefill, 12 heads": {"value": {"num_heads": 12, "mask_future": True, "dtype": _dt.FLOAT16,
                                                "query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
     }
 

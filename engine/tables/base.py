@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import formats
-from ..dtypes import DTYPES, check_dtype
+from ..dtypes import BFLOAT16, DEFAULT_DTYPE, DTYPES, check_dtype
 from ..errors import SpecError
 from ..selection import POSITION_LIMIT, Selection, parse_selection
 
@@ -54,7 +54,7 @@ SELECTION_SCHEMA = {
     ],
     "description": "positions: a list (any order, repeats allowed) or a half-open range",
 }
-DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": "float32"}
+DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": DEFAULT_DTYPE}
 # Request pieces that OpenAPI names once (components) wherever a family's schema holds them.
 SHARED_SCHEMAS = {"Selection": SELECTION_SCHEMA, "Dtype": DTYPE_SCHEMA}
 
@@ -191,7 +191,7 @@ class Family:
     def safetensors_header(self, arrays: Mapping, dtype, shown: Mapping | None = None) -> bytes:
         """The safetensors header of an answer with these arrays (shapes and dtypes only matter):
         the one the full path's encoder writes, so a template's answers are byte-identical."""
-        bf16 = self.dtyped if dtype == "bfloat16" else frozenset()
+        bf16 = self.dtyped if dtype == BFLOAT16 else frozenset()
         return formats.safetensors_parts(arrays, bf16, self.answer_metadata(shown))[0]
 
     # -- the hot path ------------------------------------------------------------------------
@@ -199,6 +199,12 @@ class Family:
         """A C spec template (``hot`` is posenc.service.shortcut._hot) answering later bodies that differ
         from ``req``'s only in their selections, or None where the shortcut does not apply."""
         return None
+
+
+# The registry, name -> family: posenc.engine.tables fills it (one line per family) and everyone
+# reads it from there. It is held here, below the families, so that a TableDef finds its family
+# without importing the package that imports every family.
+FAMILIES: dict[str, Family] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +217,6 @@ class TableDef:
 
     @property
     def fam(self) -> Family:
-        from . import FAMILIES
         return FAMILIES[self.family]
 
     @functools.cached_property
@@ -240,7 +245,6 @@ class TableDef:
     def from_key(cls, key: str, length: int) -> "TableDef":
         """The table a key names, re-validated: what the engine builds when a reader asks. A key
         that no request could have produced is a SpecError at ``table``."""
-        from . import FAMILIES
         try:
             obj = json.loads(key)
             fam = FAMILIES[obj["table"]["family"]]

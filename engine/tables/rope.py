@@ -27,7 +27,12 @@ from ..selection import Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from .rope_types import ROPE_TYPES, _Ctx
 
-LAYOUTS = ("half_split", "interleaved")
+# The pairings of rotary columns (API.md ``rope.layout``), as the kernels implement them
+# (kernels.rope_expand): half_split pairs column k with k + d/2 (Llama / GPT-NeoX rotate_half),
+# interleaved pairs 2k with 2k + 1 (GPT-J rotate_every_two).
+LAYOUTS = kernels.ROPE_LAYOUTS
+HALF_SPLIT, INTERLEAVED = LAYOUTS
+DEFAULT_LAYOUT = HALF_SPLIT
 # The largest head_dim taken (422 above it). Checked first, before anything is sized by it: the
 # frequency checks below build arrays of d/2, and a request must cost microseconds before its size
 # is known. Every released model's head_dim is <= 512; one row at this width is 512 KiB.
@@ -44,7 +49,7 @@ class RopeSpec:
     params: tuple = ()
     max_position_embeddings: int | None = None
     seq_len: int | None = None
-    layout: str = "half_split"
+    layout: str = DEFAULT_LAYOUT
 
     @property
     def d(self) -> int:
@@ -114,7 +119,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     seq_len = req_int(req, "seq_len", (), lo=1, required=False)
     if seq_len is not None and not rt.uses_seq_len:
         raise SpecError(("seq_len",), f"only for rope_type 'dynamic' or 'longrope', not {rope_type!r}")
-    layout = req_choice(req, "layout", (), LAYOUTS, "half_split")
+    layout = req_choice(req, "layout", (), LAYOUTS, DEFAULT_LAYOUT)
 
     ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc,
                head_dim=head_dim, prf=prf)
@@ -174,7 +179,7 @@ def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype
 def expand(half: np.ndarray, layout: str) -> np.ndarray:
     """Half width -> rotary width. half_split (Llama rotate_half): [h | h]; interleaved (GPT-J
     rotate_every_two): each column twice, [c0, c0, c1, c1, ...]."""
-    if layout == "half_split":
+    if layout == HALF_SPLIT:
         return np.concatenate([half, half], axis=-1)
     return np.repeat(half, 2, axis=-1)
 
@@ -182,7 +187,7 @@ def expand(half: np.ndarray, layout: str) -> np.ndarray:
 def _strip(spec: RopeSpec) -> RopeSpec:
     """The table spec: layout and seq_len arrange or select, and M matters only where it feeds
     the formula (dynamic; longrope's default attention factor), so none of them splits a table."""
-    return dataclasses.replace(spec, layout="half_split", seq_len=None,
+    return dataclasses.replace(spec, layout=DEFAULT_LAYOUT, seq_len=None,
                                max_position_embeddings=spec.max_position_embeddings
                                if spec.type.needs_max_position else None)
 
@@ -323,7 +328,7 @@ class Rope(Family):
             "rope_scaling": None, "rope_parameters": None,   # filled below from ROPE_TYPES
             "original_max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
             "seq_len": {"type": ["integer", "null"], "minimum": 1},
-            "layout": {"type": "string", "enum": list(LAYOUTS), "default": "half_split"},
+            "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
             "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
     answer = {"cos": json_array(2, "[n, d], times attention_scaling"),
               "sin": json_array(2, "[n, d], times attention_scaling"),
@@ -334,12 +339,12 @@ class Rope(Family):
             "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-            "positions": [4096], "dtype": "bfloat16"}},
+            "positions": [4096], "dtype": _dt.BFLOAT16}},
         "yarn prefill": {"value": {"head_dim": 64, "max_position_embeddings": 4096,
                                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
                                    "positions": {"start": 0, "stop": 16}}},
         "GPT-J interleaved, partial": {"value": {"head_dim": 256, "partial_rotary_factor": 0.25,
-                                                 "layout": "interleaved", "positions": [0, 1, 2]}},
+                                                 "layout": INTERLEAVED, "positions": [0, 1, 2]}},
     }
 
 

@@ -41,18 +41,20 @@ class Layout:
     canonical: str        # the layout a stored table's spec carries (one per stored table)
 
 
+INTERLEAVED, CONCAT, FAIRSEQ = "interleaved", "concat", "fairseq"
 LAYOUTS: dict[str, Layout] = {
-    "interleaved": Layout("aiayn", 2, "concat"),
-    "concat": Layout("aiayn", 2, "concat"),
-    "fairseq": Layout("fairseq", 4, "fairseq"),  # h − 1 = 0 divides by zero for d in {2, 3}
+    INTERLEAVED: Layout("aiayn", 2, CONCAT),
+    CONCAT: Layout("aiayn", 2, CONCAT),
+    FAIRSEQ: Layout("fairseq", 4, FAIRSEQ),  # h − 1 = 0 divides by zero for d in {2, 3}
 }
+DEFAULT_LAYOUT = INTERLEAVED   # "Attention Is All You Need"
 
 
 @dataclasses.dataclass(frozen=True)
 class SinusoidalSpec:
     d_model: int
     base: float = 10000.0
-    layout: str = "interleaved"
+    layout: str = DEFAULT_LAYOUT
     offset: int = 0
 
     @property
@@ -66,7 +68,7 @@ class SinusoidalSpec:
 def parse_spec(req: Mapping) -> SinusoidalSpec:
     require_object(req)
     refuse_unknown(req, Sinusoidal.fields)
-    layout = req_choice(req, "layout", (), tuple(LAYOUTS), "interleaved")
+    layout = req_choice(req, "layout", (), tuple(LAYOUTS), DEFAULT_LAYOUT)
     min_d = LAYOUTS[layout].min_d
     d = req_int(req, "d_model", (), lo=2)
     if d < min_d:
@@ -88,9 +90,9 @@ def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray
 def arrange(stored: np.ndarray, spec: SinusoidalSpec) -> np.ndarray:
     """Stored [sin | cos] rows -> the layout's columns."""
     d = spec.d_model
-    if spec.layout == "concat":
+    if spec.layout == CONCAT:
         return stored
-    if spec.layout == "interleaved":
+    if spec.layout == INTERLEAVED:
         out = np.empty((stored.shape[0], d), dtype=stored.dtype)
         n_sin = (d + 1) // 2
         out[:, 0::2] = stored[:, :n_sin]
@@ -181,13 +183,13 @@ class Sinusoidal(Family):
         "properties": {
             "d_model": {"type": "integer", "minimum": 2},
             "base": {"type": "number", "exclusiveMinimum": 1, "default": 10000.0},
-            "layout": {"type": "string", "enum": list(LAYOUTS), "default": "interleaved"},
+            "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
             "offset": {"type": "integer", "minimum": 0, "default": 0},
             "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
     answer = {"encoding": json_array(2, "[n, d_model]")}
     examples = {
         "transformer-base": {"value": {"d_model": 512, "positions": [0, 1, 2, 3]}},
-        "M2M100 (fairseq, padding_idx 1)": {"value": {"d_model": 1024, "layout": "fairseq", "offset": 2,
+        "M2M100 (fairseq, padding_idx 1)": {"value": {"d_model": 1024, "layout": FAIRSEQ, "offset": 2,
                                                      "positions": {"start": 0, "stop": 8}}},
     }
 

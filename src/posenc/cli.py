@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from posenc.engine.dtypes import BFLOAT16
 from posenc.engine.errors import PosencError, SpecError
 from posenc.engine.tables import FAMILIES
 
@@ -75,7 +76,7 @@ def cmd_compute(args) -> int:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, out)
-    shapes = ", ".join(f"{k} {list(v.shape)} {'bfloat16' if k in bf16 else v.dtype}"
+    shapes = ", ".join(f"{k} {list(v.shape)} {BFLOAT16 if k in bf16 else v.dtype}"
                        for k, v in arrays.items() if k != "spec")
     print(f"wrote {out}: {shapes}", file=sys.stderr)
     if req.shown is not None:   # what an hf_config or table was understood as
@@ -102,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compute)
 
     from posenc.engine import engine_cli
-    from posenc.service.supervise import serve as serve_main
+    from posenc.service.supervise import serve
     engine_cli.add_parser(sub)
-    serve_main.add_parser(sub)
+    serve.add_parser(sub)
     try:
         from posenc.loadtest import runner
     except ImportError as exc:   # the loadtest extra is missing: say so instead of "invalid choice"

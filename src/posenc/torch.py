@@ -43,12 +43,14 @@ import sys
 import numpy as np
 
 from posenc.engine import kernels, pipeline
+from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.client import Client
 from posenc.engine.errors import PosencError
 from posenc.engine.tables import rope as _rope
+from posenc.engine.tables import sinusoidal as _sinusoidal
 
 # torch dtype -> the table dtype that serves it (others read float32 tables and cast)
-TABLE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+TABLE_DTYPES = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
 LOCAL_ROWS = (4096, 1 << 20)   # a private table starts at, and never grows past, these rows
 REUSE_BYTES = 1 << 20          # outputs from this size on reuse the previous call's block when free
 # model types whose rotary embedding hands its attention half-width rows instead of full-width
@@ -205,7 +207,7 @@ class RotaryEmbedding(torch.nn.Module):
             raise ValueError(f"position_ids must be >= 0, got {lo}")
         seq_len = self._seq_len(spec, layer_type, hi + 1)
         half = HALF_OUTPUTS.get(self.model_type)
-        dtype = TABLE_DTYPES.get(x.dtype, "float32") if half is None or half[1] else "float32"
+        dtype = TABLE_DTYPES.get(x.dtype, FLOAT32) if half is None or half[1] else FLOAT32
         mode = spec.layout if half is None else "half"
         rt = spec.type
         variant = rt.variant(spec, seq_len) if rt.uses_seq_len else None
@@ -228,7 +230,7 @@ class SinusoidalEmbedding(torch.nn.Module):
     a table of ``num_positions`` rows (grown when a position is past it), like the
     ``nn.Embedding`` it replaces, in ``dtype`` on the table's device (``.to()`` moves it)."""
 
-    def __init__(self, d_model: int, layout: str = "interleaved", base: float = 10000.0, offset: int = 0,
+    def __init__(self, d_model: int, layout: str = _sinusoidal.DEFAULT_LAYOUT, base: float = 10000.0, offset: int = 0,
                  num_positions: int = 512, dtype=torch.float32, device=None):
         super().__init__()
         self.spec = {"d_model": d_model, "layout": layout, "base": base, "offset": offset}
@@ -238,7 +240,7 @@ class SinusoidalEmbedding(torch.nn.Module):
 
     def _rows(self, n: int, device):
         out = pipeline.compute("sinusoidal", {**self.spec, "positions": {"start": 0, "stop": n},
-                                              "dtype": TABLE_DTYPES.get(self.dtype, "float32")}, max_bytes=None)
+                                              "dtype": TABLE_DTYPES.get(self.dtype, FLOAT32)}, max_bytes=None)
         return _tensor(out["encoding"]).to(device=device, dtype=self.dtype)
 
     def forward(self, position_ids):
@@ -296,7 +298,7 @@ def _gathered_on(t: _Table, idx, mode: str, dtype: str):
         n, h = half.shape
         if mode == "half":
             full, width = half, h
-        elif mode == "half_split":
+        elif mode == _rope.HALF_SPLIT:
             full, width = half.as_strided((n, 2, h), (h, 0, 1)), 2 * h
         else:
             full, width = half.as_strided((n, h, 2), (h, 1, 0)), 2 * h

@@ -1,6 +1,6 @@
 """The kernel tests' backends and helpers.
 
-Kernel layer (issue #5): every backend against the numpy reference, bit for bit.
+Kernel layer: every backend against the numpy reference, bit for bit.
 
 Parametrized over the numpy backend and each dispatch level of the native one this CPU runs
 ("simd-avx2", "simd-baseline"), so the portable fallback is tested on an AVX2 machine too.

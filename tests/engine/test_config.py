@@ -103,7 +103,7 @@ def test_default_config_parses():
     assert fams == {"rope", "sinusoidal", "alibi", "t5-buckets"}
     assert len({t.table.digest for t in tables}) == len(tables)
     assert len({t.name for t in tables}) == len(tables)
-    # right-sized: each model's table as long as the positions it uses (issue #14), the whole
+    # right-sized: each model's table as long as the positions it uses, the whole
     # set a few hundred MiB, not the 1.4 GiB of one 131072-row length for all
     lengths = {t.name: t.table.length for t in tables}
     assert lengths["llama-3.1-8b"] == DEFAULT_CONFIG["length"] == 131072   # its 128k context

@@ -17,7 +17,7 @@ from posenc.engine.config import DEFAULT_CONFIG, load_config, named_specs, parse
 from posenc.engine.encode import encode
 from posenc.engine.errors import SpecError
 from posenc.engine.formats import read_safetensors
-from posenc.engine.hf_config import supported
+from posenc.engine.hf_models import supported
 from tests.engine.hf_published import ALIBI, ROPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""RoPE tables (issue #2) against transformers 5.24's own functions and modules (GPT-NeoX, Llama,
+"""RoPE tables against transformers 5.24's own functions and modules (GPT-NeoX, Llama,
 GPT-J); references in tests/engine/rope_refs.py.
 """
 

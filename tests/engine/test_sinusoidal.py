@@ -1,4 +1,4 @@
-"""Sinusoidal absolute encodings (issue #2), SEMANTICS.md §3, every layout at odd and even d_model.
+"""Sinusoidal absolute encodings, SEMANTICS.md §3, every layout at odd and even d_model.
 
 References: DistilBERT ``_create_sinusoidal_embeddings`` (interleaved, float64 then float32),
 Marian ``MarianSinusoidalPositionalEmbedding.create_weight`` (concat, float64 then float32) and

@@ -1,4 +1,4 @@
-"""How long the engine builds an on-demand table (issue #14): the rows a request reads
+"""How long the engine builds an on-demand table: the rows a request reads
 (``Family.reach``), rounded up to a power of two, at least MIN_ON_DEMAND, at most the cap."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The engine's shared-memory store (posenc.engine.store: segment files, checksums, the atomic
-manifest, namespaces), issue #3.
+manifest, namespaces).
 
 Everything here runs in-process against a temporary directory standing in for /dev/shm; the
 process-level behaviour (engines, readers, signals) is in tests/integration/test_engine_*.py.

@@ -9,7 +9,7 @@ import os
 
 from posenc.engine import store
 from posenc.engine.config import parse_config
-from posenc.engine.engine_main import Engine, EngineOptions
+from posenc.engine.engine_core import Engine, EngineOptions
 
 
 def test_a_repair_without_room_drops_the_table_and_the_engine_goes_on(tmp_path, monkeypatch):

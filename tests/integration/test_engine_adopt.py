@@ -1,4 +1,4 @@
-"""A restarting engine adopts what a dead engine left intact and builds only the rest (issue #14):
+"""A restarting engine adopts what a dead engine left intact and builds only the rest:
 real engines, killed with SIGKILL; a segment is damaged, the manifest's code digest changed, the
 config resized in between. Whatever was adopted or rebuilt, every answer is checked against the
 float64 reference, and nothing is left in /dev/shm afterwards."""

@@ -180,5 +180,5 @@ def test_dry_run_of_the_default_config(ns, procs):
     want = _expected_bytes(DEFAULT_CONFIG)
     assert sorted(sizes) == sorted(want), text
     assert total == sum(want)
-    assert 150 * 2**20 < total < 256 * 2**20, total   # right-sized (issue #14), not 1.4 GiB
+    assert 150 * 2**20 < total < 256 * 2**20, total   # right-sized, not 1.4 GiB
     assert_no_leftovers(ns)

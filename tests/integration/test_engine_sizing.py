@@ -1,4 +1,4 @@
-"""On-demand tables sized to the rows asked (issue #14), on a real engine and a real ``posenc
+"""On-demand tables sized to the rows asked, on a real engine and a real ``posenc
 serve``: a new spec's table is the positions asked rounded up to a power of two (at least
 MIN_ON_DEMAND, at most the config's ``on_demand_length``), it is rebuilt longer when a later
 request reaches past it, and the first request for a new spec is answered (exactly) without

@@ -1,0 +1,344 @@
+"""The engine: precompute the configured tables into shared memory, publish the manifest, build
+new tables on demand for readers, and clean up (``Engine``; ``run`` is its process's life). Its
+command lines are engine_cli.py (``posenc engine``) and engine_main.py (``posenc serve``'s child).
+
+Lifecycle
+- One engine per (shm_dir, namespace): it holds an exclusive ``flock`` on ``{ns}.lock`` for its
+  whole life. The kernel drops the lock when the process dies, however it dies, so a new engine
+  that gets the lock knows every file of the namespace is a dead engine's and reclaims it.
+- SIGTERM / SIGINT: stop taking requests, unlink every segment, the manifest, socket and lock.
+- Readers keep their mappings through all of this: unlinking a mapped file frees nothing until
+  the last mapping goes.
+
+On-demand builds: readers send ``{"op": "ensure", "table": KEY}`` as one JSON line over the Unix
+socket ``{ns}.sock`` (engine/engine_socket.py), where KEY is the canonical key of the table their request planned
+(``TableDef.key``); the engine re-validates it (``TableDef.from_key``) and builds it. Concurrent asks
+for one new table wait on a single build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import logging
+import os
+import signal
+import threading
+import time
+
+from . import adopt, built_by, coldstart, engine_socket, kernels, logs, proclife, settings, store, upkeep
+from .config import ConfiguredTable, load_config
+from .engine_stats import BuildStats
+from .errors import EngineRunning, NotStored, SpecError
+from .tables import TableDef
+from .tables.base import DEFAULT_LENGTH, on_demand_length
+
+
+_log = logging.getLogger("posenc.engine")
+
+
+def log(msg: str) -> None:
+    """One line on stderr: ``posenc engine[PID]: msg``, or JSON (the log_format setting; engine/logs.py)."""
+    _log.info(msg)
+
+
+@dataclasses.dataclass
+class EngineOptions:
+    shm_dir: str = "/dev/shm"
+    namespace: str = "posenc"
+    memory_budget_bytes: int = 2 * 2**30
+    length: int = DEFAULT_LENGTH      # the longest on-demand table (the config's on_demand_length)
+    group: str | None = None
+    verify_interval_s: float = 60.0   # full checksum sweep period (engine/upkeep.py); 0: never
+
+
+class Engine:
+    def __init__(self, tables: list[ConfiguredTable], opts: EngineOptions):
+        self.opts = opts
+        store.check_namespace(opts.namespace)
+        self.configured = tables
+        self.mode, self.gid = 0o600, None
+        if opts.group is not None:
+            import grp
+            self.gid = grp.getgrnam(opts.group).gr_gid if not opts.group.isdigit() else int(opts.group)
+            self.mode = 0o640
+        self.lock = threading.Lock()
+        self.stats = BuildStats()   # builds and evictions, in the manifest (engine/engine_stats.py)
+        self.tables: dict[str, dict] = {}
+        self.inflight: dict[str, threading.Event] = {}
+        self.build_errors: dict[str, BaseException] = {}
+        self.builds: dict[str, int] = {}
+        self.defs: dict[str, TableDef] = {}        # digest -> what it was built from (for repairs)
+        self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
+        self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
+        self.generation = 0
+        self._lock_fd = None
+        self._server = None
+        self.published = False  # no manifest until every configured table is built
+        self.closing = False    # set by shutdown: builds still running then are discarded
+
+    # -- paths ------------------------------------------------------------------------------
+    def _p(self, fn):
+        return fn(self.opts.shm_dir, self.opts.namespace)
+
+    # -- start --------------------------------------------------------------------------------
+    def acquire(self) -> None:
+        os.makedirs(self.opts.shm_dir, exist_ok=True)
+        fd = os.open(self._p(store.lock_path), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = (store.read_manifest(self.opts.shm_dir, self.opts.namespace) or {}).get("pid", "?")
+            raise EngineRunning(f"an engine (pid {holder}) already serves namespace {self.opts.namespace!r} "
+                                f"in {self.opts.shm_dir}") from None
+        self._lock_fd = fd
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        # Generations only grow, also across restarts: readers compare them.
+        self.generation = time.time_ns() // 1000
+        adopt.adopt(self, log)   # a dead engine's intact tables are kept; every other file goes
+        self.stats.adopted(self.tables)
+
+    log = staticmethod(log)
+
+    def build_configured(self, tables: list[ConfiguredTable] | None = None) -> None:
+        """Build the configured tables that are not stored, in parallel; the ones that do not fit
+        wait in ``missing`` and are retried while the engine runs (engine/coldstart.py)."""
+        coldstart.build_configured(self, tables)
+
+    def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
+               spec: dict | None = None) -> dict:
+        t0 = time.perf_counter()
+        path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
+        path += f"-{rev}" if rev else ""   # a repaired table gets a new name: readers remap it
+        info = store.create_segment(path, t.layout(), t.fill, self.mode, self.gid)
+        entry = {"key": t.key, "family": t.family, "dtype": t.dtype, "length": t.length,
+                 "file": os.path.basename(path), "pinned": pinned, "name": name or t.family,
+                 "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "inode": os.stat(path).st_ino,
+                 "last_used": time.time(), **info}
+        if spec is not None:   # a configured table: requests may name it ({"table": name})
+            entry["spec"] = spec
+        with self.lock:
+            if self.closing:   # shut down while this was being built: it must not outlive us
+                store.unlink(path)
+                raise NotStored("the engine is stopping")
+            self.tables[t.digest] = entry
+            self.defs[t.digest] = t
+            self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
+            if self.published:
+                self._write_manifest()
+        return entry
+
+    def publish(self) -> None:
+        """The first manifest, written last: after every configured table is built and the socket
+        is up, so a reader never sees a half-ready engine nor asks it to build a configured table.
+        With no room even for the manifest, tables are dropped (newest first) until it fits."""
+        with self.lock:
+            self.published = True
+            while True:
+                try:
+                    return self._write_manifest(strict=True)
+                except OSError as e:
+                    if not upkeep.is_resource_error(e) or not self.tables:
+                        raise
+                    digest = next(reversed(self.tables))   # (adopted on-demand tables come last)
+                    ct = next((c for c in self.configured if c.table.digest == digest), None)
+                    self._evict(digest, f"to fit the manifest ({e})")
+                    if ct is not None:
+                        self.missing.append(ct)
+
+    def _evict_for(self, nbytes: int) -> None:
+        """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
+        mapped an evicted table keep it (unlink frees nothing while it is mapped)."""
+        used = sum(e["nbytes"] for e in self.tables.values() if not e["pinned"])
+        if used + nbytes <= self.opts.memory_budget_bytes:
+            return
+        victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
+        while used + nbytes > self.opts.memory_budget_bytes and victims:
+            used -= self._evict(victims.pop(0)[1], "to stay within the memory budget")
+
+    def _evict(self, digest: str, why: str) -> int:
+        """Drop one table (the caller holds the lock): manifest first, then the file."""
+        e = self.tables.pop(digest)
+        if self.published:
+            self._write_manifest()   # (no room for it: written later; the file goes all the same)
+        store.unlink(os.path.join(self.opts.shm_dir, e["file"]))
+        log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) {why}")
+        return e["nbytes"]
+
+    def _write_manifest(self, strict: bool = False) -> None:
+        """Rewrite the manifest (the caller holds the lock). With no room for it, the change is
+        kept and written by the main loop once there is (``strict``: raise instead)."""
+        try:
+            self._manifest_pending = False
+            store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
+            "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
+            "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
+            "backend": kernels.info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
+            "on_demand_length": self.opts.length, "built_by": built_by.current(),
+            "stats": self.stats.update(self.tables)}, self.mode, self.gid)
+        except OSError as e:
+            if strict or not upkeep.is_resource_error(e):
+                raise
+            if not self._manifest_pending:
+                log(f"manifest not rewritten ({e}); retried while the engine runs")
+            self._manifest_pending = True
+
+    _manifest_pending = False
+
+    # -- on demand ------------------------------------------------------------------------------
+    def ensure(self, key, reach=None) -> tuple[str, dict]:
+        """Store the table ``key`` names, long enough for ``reach`` rows (or distances): an
+        on-demand table is sized to the rows asked (``on_demand_length``), and rebuilt longer when
+        a later ask reaches past it. Returns (its digest, its manifest entry)."""
+        if not isinstance(key, str):
+            raise SpecError(("table",), "must be a table key (a string)")
+        if reach is not None and (type(reach) is not int or reach < 1):
+            raise SpecError(("reach",), "must be a positive integer (rows the request reads)")
+        t = TableDef.from_key(key, self.opts.length)
+        # a configured table still waiting for room is built as itself (pinned, named, its length),
+        # not as an on-demand table that its next retry would have to adopt
+        ct = next((c for c in self.missing if c.table.digest == t.digest), None)
+        t = ct.table if ct is not None else dataclasses.replace(
+            t, length=t.fam.stored_length(t.spec, on_demand_length(reach, self.opts.length)))
+
+        def room():
+            if t.nbytes() > self.opts.memory_budget_bytes:
+                raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
+                                f"({self.opts.memory_budget_bytes} bytes)")
+            upkeep.make_room(self, t.nbytes())
+        for _ in range(8):   # another ask may be building it shorter: then it grows after that
+            with self.lock:
+                have = self.tables.get(t.digest)
+                if have is not None and self._holds(have, t):
+                    have["last_used"] = time.time()   # (least recently asked: evicted first)
+                    return t.digest, have
+            was = have and have["length"]
+            if self._build_once(t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec):
+                log(f"built on demand: {t.key} ({t.length} rows, {t.nbytes() / 2**20:.1f} MiB)"
+                    + (f", grown from {was}" if was else "") + (f", the configured table {ct.name}" if ct else ""))
+                if ct is not None:
+                    with self.lock:
+                        self.missing = [c for c in self.missing if c is not ct]
+        raise NotStored("the table kept changing while it was asked for")
+
+    @staticmethod
+    def _holds(entry: dict, t: TableDef) -> bool:
+        """A stored table serves an ask: configured tables keep their length (rows past them are
+        computed), on-demand ones must be at least as long as the ask."""
+        return entry["pinned"] or entry["length"] >= t.length
+
+    def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None,
+                    spec: dict | None = None) -> bool:
+        """Build ``t`` unless a table that holds it is there (a shorter on-demand one is rebuilt
+        at ``t``'s length under a new file name); concurrent asks (on demand, or the retry of a
+        configured table) wait on one build. True if this call built it. No room: NotStored."""
+        with self.lock:
+            old = self.tables.get(t.digest)
+            if old is not None and self._holds(old, t):
+                old["last_used"] = time.time()
+                return False
+            ev = self.inflight.get(t.digest)
+            builder = ev is None
+            if builder:
+                ev = self.inflight[t.digest] = threading.Event()
+        if not builder:
+            ev.wait()
+            if t.digest not in self.tables:
+                raise self.build_errors.get(t.digest) or RuntimeError("build failed")
+            return False
+        try:
+            if before is not None:
+                before()
+            try:
+                rev = old.get("rev", 0) + 1 if old is not None else 0
+                new = self._build(t, pinned=pinned or bool(old and old["pinned"]),
+                                  name=name or (old and old["name"]), spec=spec, rev=rev)
+            except Exception as e:
+                if not upkeep.is_resource_error(e):
+                    raise
+                log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
+                raise NotStored(f"table not stored: {e}") from None
+            if old is not None and old["file"] != new["file"]:   # grown: readers remap the new file
+                store.unlink(os.path.join(self.opts.shm_dir, old["file"]))
+        except BaseException as e:
+            self.build_errors[t.digest] = e
+            raise
+        finally:
+            with self.lock:
+                self.inflight.pop(t.digest, None)
+            ev.set()
+        return True
+
+    def serve(self) -> None:
+        """Answer readers' asks on the engine's socket (engine/engine_socket.py)."""
+        self._server = engine_socket.serve(self)
+
+    def tick(self) -> None:
+        """The main loop's upkeep: check the segments; retry configured tables that did not fit."""
+        try:
+            if self._manifest_pending:
+                with self.lock:
+                    if self.published:
+                        self._write_manifest()
+            self.sweep.tick()
+            if self.missing and time.monotonic() >= self._retry_at:
+                self._retry_at = time.monotonic() + 5.0
+                self.build_configured(self.missing)
+        except Exception as e:   # upkeep must never stop an engine that serves
+            log(f"upkeep failed, retried shortly: {type(e).__name__}: {e}")
+
+    _retry_at = 0.0
+
+    # -- stop -----------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        with self.lock:
+            self.closing, self.published = True, False
+            building = list(self.inflight.values())
+        deadline = time.monotonic() + 5.0   # builds in progress end (and discard themselves) first
+        for ev in building:
+            ev.wait(max(0.0, deadline - time.monotonic()))
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for p in self._p(store.our_files):
+            if p != self._p(store.lock_path):
+                store.unlink(p)
+        if self._lock_fd is not None:
+            store.unlink(self._p(store.lock_path))
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log("stopped; shared memory removed")
+
+
+def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False) -> int:
+    """Run an engine until SIGTERM or SIGINT (or, with ``parent_watch``, its parent's death);
+    ``ready_fd`` gets "ready" once the first manifest is out."""
+    logs.configure(settings.current().log_format, _log.name)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if parent_watch:
+        proclife.exit_with_parent(signal.SIGTERM)
+    tables = load_config(tables_path)  # raises SpecError before anything is touched
+    opts = dataclasses.replace(opts, length=tables.on_demand_length)
+    engine = Engine(tables, opts)
+    engine.acquire()
+    try:
+        log(f"backend {kernels.info()}")
+        engine.build_configured()
+        engine.serve()
+        engine.publish()
+        if ready_fd is not None:
+            os.write(ready_fd, b"ready\n")
+            os.close(ready_fd)
+        while not stop.wait(0.25):
+            engine.tick()
+    finally:
+        engine.shutdown()
+    return 0
