@@ -23,11 +23,11 @@
 #define ALWAYS_INLINE static inline
 #endif
 
+#include "alibi_cell.h" /* the ALiBi cell, shared with service/shortcut/_hot */
+
 #define BLOCK 512 /* float64 staging buffer per row chunk: 4 KiB, stays in L1 */
 
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, N_DT = 3 };
-
-enum { ALIBI_CAUSAL = 0, ALIBI_SYMMETRIC = 1, ALIBI_MASKED = 2 };
 
 typedef int (*cvt_fn)(const double *src, void *dst, Py_ssize_t n, int count_inf);
 typedef void (*alibi_vals_fn)(double *, const double *, Py_ssize_t, double, double, int, double);

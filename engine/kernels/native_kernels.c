@@ -380,9 +380,7 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
             for (Py_ssize_t j0 = 0; j0 < ln.len; j0 += BLOCK) {
                 Py_ssize_t m = ln.len - j0 < BLOCK ? ln.len - j0 : BLOCK;
                 for (Py_ssize_t j = 0; j < m; j++) {
-                    int64_t d = ln.dmax - (j0 + j);
-                    double x = 0.0 - (s * (double)(symmetric && d < 0 ? -d : d));
-                    vals[j] = (mask && d < 0) ? maskd : x;
+                    vals[j] = alibi_cell(s, (double)(ln.dmax - (j0 + j)), mode, maskd);
                 }
                 *over |= cvt(vals, line + (size_t)j0 * es, m, 1);
             }
@@ -415,13 +413,7 @@ static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
                 if (kd) {
                     lv->alibi_vals(vals, kd + j0, m, s, (double)q[a], mode, maskd);
                 } else { /* positions beyond 2^53: the int64 (wrapping) difference, as numpy */
-                    for (Py_ssize_t j = 0; j < m; j++) {
-                        int64_t kb = k[j0 + j];
-                        uint64_t du = (uint64_t)q[a] - (uint64_t)kb;
-                        if (symmetric && (int64_t)du < 0) du = 0 - du;
-                        double x = 0.0 - (s * (double)(int64_t)du);
-                        vals[j] = (mask && kb > q[a]) ? maskd : x;
-                    }
+                    for (Py_ssize_t j = 0; j < m; j++) vals[j] = alibi_cell_i64(s, q[a], k[j0 + j], mode, maskd);
                 }
                 *over |= cvt(vals, row + (size_t)j0 * es, m, 1);
             }

@@ -7,6 +7,11 @@
 static const uint64_t ABS64 = 0x7FFFFFFFFFFFFFFFull;
 static const uint64_t INF64 = 0x7FF0000000000000ull;
 
+/* The smallest float64 that rounds to +inf in each output dtype. */
+#define F32_OVER (0x1p128 - 0x1p103)
+#define F16_OVER 65520.0
+#define BF16_OVER (0x1p128 - 0x1p119)
+
 static inline uint64_t dbits(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
 static inline double bitsd(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
 
@@ -116,51 +121,39 @@ static int cvt_bf16_base(const double *s, void *dst, Py_ssize_t n, int count_inf
  * always-inline bodies, instantiated by INSTANTIATE below.
  * ------------------------------------------------------------------------------------------- */
 
-/* One row chunk of ALiBi values in float64, from positions already exact in float64.
- * (double)q - (double)k == (double)(q - k) when |q|, |k| <= 2^53. */
+/* A loop over the ALiBi modes, each with its mode a constant (so each vectorizes on its own). */
+#define EACH_ALIBI_MODE(mode, LOOP)                                                               \
+    do {                                                                                          \
+        if ((mode) == ALIBI_CAUSAL) { LOOP(ALIBI_CAUSAL); }                                       \
+        else if ((mode) == ALIBI_SYMMETRIC) { LOOP(ALIBI_SYMMETRIC); }                            \
+        else { LOOP(ALIBI_MASKED); }                                                              \
+    } while (0)
+
+/* One row chunk of ALiBi cells (alibi_cell.h) in float64, from positions already exact in
+ * float64: (double)q - (double)k is the rounding of q - k. */
 ALWAYS_INLINE void alibi_vals_body(double *v, const double *kd, Py_ssize_t n, double s, double qa,
                                    int mode, double maskd)
 {
-    if (mode == ALIBI_CAUSAL) {
-        for (Py_ssize_t j = 0; j < n; j++) v[j] = 0.0 - (s * (qa - kd[j]));
-    } else if (mode == ALIBI_SYMMETRIC) {
-        for (Py_ssize_t j = 0; j < n; j++) v[j] = 0.0 - (s * fabs(qa - kd[j]));
-    } else {
-        for (Py_ssize_t j = 0; j < n; j++) {
-            double x = 0.0 - (s * (qa - kd[j]));
-            v[j] = kd[j] > qa ? maskd : x;
-        }
-    }
+#define VALS(MODE) for (Py_ssize_t j = 0; j < n; j++) v[j] = alibi_cell(s, qa - kd[j], MODE, maskd)
+    EACH_ALIBI_MODE(mode, VALS);
+#undef VALS
 }
 
-/* The same values rounded straight to float32 in one pass (no staging buffer): (float) is the
+/* The same cells rounded straight to float32 in one pass (no staging buffer): (float) is the
  * hardware conversion numpy uses. Returns 1 if a value reaches float32's overflow threshold or
  * is infinite, exactly when an output is +-inf (NaN compares false). */
 ALWAYS_INLINE int alibi_f32_body(float *o, const double *kd, Py_ssize_t n, double s, double qa,
                                  int mode, double maskd)
 {
-    const double thr = 0x1p128 - 0x1p103; /* smallest float64 rounding to float32 inf */
     int over = 0;
-    if (mode == ALIBI_CAUSAL) {
-        for (Py_ssize_t j = 0; j < n; j++) {
-            double v = 0.0 - (s * (qa - kd[j]));
-            o[j] = (float)v;
-            over |= fabs(v) >= thr;
-        }
-    } else if (mode == ALIBI_SYMMETRIC) {
-        for (Py_ssize_t j = 0; j < n; j++) {
-            double v = 0.0 - (s * fabs(qa - kd[j]));
-            o[j] = (float)v;
-            over |= fabs(v) >= thr;
-        }
-    } else {
-        for (Py_ssize_t j = 0; j < n; j++) {
-            double x = 0.0 - (s * (qa - kd[j]));
-            double v = kd[j] > qa ? maskd : x;
-            o[j] = (float)v;
-            over |= fabs(v) >= thr;
-        }
+#define F32(MODE)                                                                                 \
+    for (Py_ssize_t j = 0; j < n; j++) {                                                          \
+        double v = alibi_cell(s, qa - kd[j], MODE, maskd);                                        \
+        o[j] = (float)v;                                                                          \
+        over |= fabs(v) >= F32_OVER;                                                              \
     }
+    EACH_ALIBI_MODE(mode, F32);
+#undef F32
     return over;
 }
 
@@ -244,7 +237,7 @@ AVX2 static int cvt_f16_avx2(const double *s, void *dst, Py_ssize_t n, int count
 {
     uint16_t *o = (uint16_t *)dst;
     const __m256i absm = _mm256_set1_epi64x((long long)ABS64);
-    const __m256i thr = _mm256_set1_epi64x((long long)dbits(65520.0) - 1); /* rounds to inf */
+    const __m256i thr = _mm256_set1_epi64x((long long)dbits(F16_OVER) - 1); /* rounds to inf */
     const __m256i lim = _mm256_set1_epi64x((long long)(count_inf ? INF64 + 1 : INF64));
     const __m256i inf = _mm256_set1_epi64x((long long)INF64);
     __m256i over = _mm256_setzero_si256();
@@ -377,9 +370,6 @@ static int over_scan(const double *s, Py_ssize_t n, double thr, int count_inf)
     return over;
 }
 
-#define F32_OVER (0x1p128 - 0x1p103)  /* smallest float64 rounding to float32 inf */
-#define F16_OVER 65520.0
-#define BF16_OVER (0x1p128 - 0x1p119)
 
 AVX512 static int cvt_f16_avx512(const double *s, void *dst, Py_ssize_t n, int count_inf)
 {

@@ -46,9 +46,8 @@
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
  *     header bytes; tail: the float32 slopes; max_n: most positions per selection; max_bytes:
- *     most bytes of arrays per answer. B[h,a,b] = float32(0 - m_h * (q_a - k_b)) (symmetric:
- *     |q_a - k_b|; mask_future: -FLT_MAX where k_b > q_a), as engine/kernels computes it: one
- *     float64 multiply, rounded once (setup.py compiles with -ffp-contract=off: no FMA).
+ *     most bytes of arrays per answer. Each cell is engine/kernels/alibi_cell.h's, as
+ *     engine.kernels computes it, rounded to float32.
  */
 #include "hot.h"
 

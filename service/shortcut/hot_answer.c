@@ -6,6 +6,8 @@
 
 #include <float.h>
 
+#include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
+
 /* Row fills store items at any alignment: a rows answer may start at any byte, behind an HTTP
  * head of any length (bytes_of). GCC and Clang are told so (one unaligned move on x86, and the
  * loops still vectorize); elsewhere each item goes through memcpy. The table rows are aligned
@@ -75,26 +77,17 @@ void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Se
     }
 }
 
-/* One ALiBi row: o[b] = float32(0 - m * (q - key[b])); |q - key[b]| < 2**31 fits int32. */
+/* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
+ * positions are < 2**31; each mode is its own loop, so each vectorizes. */
 VECTOR_CLONES
 static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
                       int symmetric, int mask_future)
 {
-    if (symmetric) {
-        for (Py_ssize_t b = 0; b < nk; b++) {
-            int32_t d = q - key[b];
-            d = d < 0 ? -d : d;
-            o[b] = (float)(0.0 - m * (double)d);
-        }
-    } else if (mask_future) {
-        for (Py_ssize_t b = 0; b < nk; b++) {
-            int32_t d = q - key[b];
-            float v = (float)(0.0 - m * (double)d);
-            o[b] = d < 0 ? -FLT_MAX : v;
-        }
-    } else {
-        for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)(0.0 - m * (double)(q - key[b]));
-    }
+#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell(m, (double)(q - key[b]), MODE, -FLT_MAX)
+    if (symmetric) ROW(ALIBI_SYMMETRIC);
+    else if (mask_future) ROW(ALIBI_MASKED);
+    else ROW(ALIBI_CAUSAL);
+#undef ROW
 }
 
 /* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
