@@ -1,5 +1,5 @@
-"""Build of the optional C extensions (the SIMD kernels of issue #5 and the HTTP hot path's
-template shortcut); all other metadata is in pyproject.toml.
+"""Build of the optional C extensions (the SIMD kernels and the HTTP hot path's template
+shortcut); all other metadata is in pyproject.toml.
 
     python setup.py build_ext --inplace      # development build next to the sources
     POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
@@ -45,12 +45,20 @@ class BuildExt(build_ext):
 # purpose, so there a failure stops the build.
 _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 
+# Each extension's sources, one file per concern; its headers are dependencies (a change rebuilds
+# it): its private one, and engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute.
+NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c")]
+HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
+                                          "hot_fill.c")]
+
 setup(
     ext_modules=[
-        Extension("posenc.engine.kernels._native", ["engine/kernels/_native.c"], optional=_OPTIONAL),
-        # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c); service/shortcut/templates.py learns
-        # its templates, and without it every request takes the full path
-        Extension("posenc.service.shortcut._hot", ["service/shortcut/_hot.c"], optional=_OPTIONAL),
+        Extension("posenc.engine.kernels._native", NATIVE,
+                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h"], optional=_OPTIONAL),
+        # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c and its parts);
+        # service/shortcut/templates.py learns its templates, and without it every request takes the full path
+        Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels"],
+                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -1,0 +1,56 @@
+/* engine/kernels/native.h -- what the files of the extension posenc.engine.kernels._native
+ * share. Private to them: _native.c documents the module and says which file holds what.
+ * Functions and data that one file defines and another uses are named native_*.
+ */
+#ifndef POSENC_NATIVE_H
+#define POSENC_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define POSENC_X86 1
+#include <immintrin.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
+
+#include "alibi_cell.h" /* the ALiBi cell, shared with service/shortcut/_hot */
+
+#define BLOCK 512 /* float64 staging buffer per row chunk: 4 KiB, stays in L1 */
+
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, N_DT = 3 };
+
+typedef int (*cvt_fn)(const double *src, void *dst, Py_ssize_t n, int count_inf);
+typedef void (*alibi_vals_fn)(double *, const double *, Py_ssize_t, double, double, int, double);
+typedef int (*alibi_f32_fn)(float *, const double *, Py_ssize_t, double, double, int, double);
+typedef void (*t5_row_fn)(int32_t *, const int64_t *, Py_ssize_t, int64_t, const int32_t *, int64_t);
+typedef void (*interleave_fn)(char *, const char *, Py_ssize_t, Py_ssize_t);
+
+typedef struct {
+    const char *name;
+    const char *features[5]; /* NULL-terminated */
+    cvt_fn cvt[N_DT];
+    alibi_vals_fn alibi_vals;
+    alibi_f32_fn alibi_f32;
+    t5_row_fn t5_row;
+    interleave_fn interleave;
+} Level;
+
+/* The dispatch levels, best first, the baseline last (native_levels.c), and the one in use. */
+extern const Level native_levels[];
+extern const int native_n_levels;
+extern const Level *native_level;
+int native_level_supported(const Level *lv);
+
+extern PyMethodDef native_kernel_methods[];
+
+#endif

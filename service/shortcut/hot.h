@@ -1,0 +1,127 @@
+/* service/shortcut/hot.h -- what the files of the extension posenc.service.shortcut._hot share.
+ * Private to them: _hot.c documents the module and says which file holds what. Functions
+ * that one file defines and another calls are named hot_*.
+ */
+#ifndef POSENC_HOT_H
+#define POSENC_HOT_H
+
+#define _GNU_SOURCE /* memmem; before any system header, so each file includes this one first */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_FIELDS 2                    /* selections per family: configure() checks Python's */
+#define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
+#define STACK_ROWS 256
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+/* What configure() received from Python (_hot.c); nothing runs before it. */
+typedef struct {
+    int64_t position_limit;
+    Py_ssize_t max_rows;
+    PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
+    PyObject *range_keys[3]; /* bytes: start, stop, step */
+} HotConfig;
+
+extern HotConfig hot_cfg;
+int hot_configured(void); /* 1, or 0 with an error set */
+
+/* ---- selections (hot_select.c) ---------------------------------------------------------- */
+
+static inline int hot_is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static inline int hot_is_digit(char c) { return c >= '0' && c <= '9'; }
+
+typedef struct {
+    const char *open, *close; /* '[' or '{' .. its ']' or '}' */
+} Span;
+
+/* A selection: a range (start, step, n) or n explicit values. */
+typedef struct {
+    int64_t start, step, lo, hi;
+    Py_ssize_t n;
+    int64_t *v; /* NULL: a range */
+    int64_t stack[STACK_ROWS];
+    int64_t *heap;
+} Sel;
+
+static inline void hot_sel_free(Sel *s) { PyMem_Free(s->heap); }
+static inline int64_t hot_sel_at(const Sel *s, Py_ssize_t i) { return s->v ? s->v[i] : s->start + i * s->step; }
+
+int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp);
+int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s); /* 0 ok, -1 refused, -2 error set */
+extern PyMethodDef hot_select_methods[];
+
+/* ---- templates (hot_templates.c) -------------------------------------------------------- */
+
+/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0). */
+typedef struct {
+    Py_ssize_t dst, src, len;
+} Run;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer arr[2];
+    int narr;
+    Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
+    int lists_only;
+    Run *runs;
+    Py_ssize_t nruns;
+    int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
+    Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
+    PyObject *header_for; /* n -> bytes */
+    PyObject *tail;       /* bytes */
+    PyObject *heads;      /* dict: n -> header bytes */
+} RowsTemplate;
+
+typedef struct {
+    PyObject_HEAD
+    double *slopes;
+    Py_ssize_t nheads;
+    int symmetric, mask_future;
+    Py_ssize_t max_n, max_bytes;
+    PyObject *header_for; /* (nq, nk) -> bytes */
+    PyObject *tail;       /* bytes: the float32 slopes */
+    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
+    Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
+    int have_dist;
+    Py_ssize_t *rows;     /* the requested heads' rows of dist */
+} AlibiTemplate;
+
+extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType;
+/* The safetensors header for an answer of shape (a) or (a, b) (b < 0: one dimension), from the
+ * template's cache, else from header_for(a[, b]) once; new reference. */
+PyObject *hot_header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_ssize_t b);
+int hot_templates_ready(PyObject *module);
+extern PyMethodDef hot_templates_methods[];
+
+/* ---- answers (hot_answer.c) ------------------------------------------------------------- */
+
+/* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
+ * "content-length: "), the answer's length, post (the headers after it), then "connection:
+ * close" when asked, and the blank line. NULL: the answer alone. */
+typedef struct {
+    PyObject *pre, *post; /* bytes */
+    int close;
+} Http;
+
+/* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
+ * with an HTTP head before it when `http` is given: a new reference, None, or NULL (error). */
+PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
+int hot_accepted(PyObject *accepts, PyObject *accept); /* 1 yes, 0 no, -1 error */
+void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
+extern PyMethodDef hot_answer_methods[];
+
+/* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
+
+void hot_lane_ready(void);
+extern PyMethodDef hot_lane_methods[];
+extern PyMethodDef hot_fill_methods[];
+
+#endif

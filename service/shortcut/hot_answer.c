@@ -1,0 +1,363 @@
+/* service/shortcut/hot_answer.c -- a template body answered: answer(), and the fills of its
+ * rows (RowsTemplate: table rows through a column map) and blocks (AlibiTemplate) behind the
+ * safetensors header and, for the lane, the HTTP head.
+ */
+#include "hot.h"
+
+#include <float.h>
+
+#include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
+
+/* Row fills store items at any alignment: a rows answer may start at any byte, behind an HTTP
+ * head of any length (bytes_of). GCC and Clang are told so (one unaligned move on x86, and the
+ * loops still vectorize); elsewhere each item goes through memcpy. The table rows are aligned
+ * by itemsize. */
+#if defined(__GNUC__)
+typedef uint32_t any32 __attribute__((aligned(1), may_alias));
+typedef uint16_t any16 __attribute__((aligned(1), may_alias));
+#define PUT(T, d, j, v) ((d)[j] = (v))
+#else
+typedef uint32_t any32;
+typedef uint16_t any16;
+#define PUT(T, d, j, v) do { T v_ = (v); memcpy((char *)(d) + (j) * sizeof v_, &v_, sizeof v_); } while (0)
+#endif
+
+#define GATHER(name, D, T)                                                                    \
+    VECTOR_CLONES static void name(D *restrict d, const T *restrict s, const int32_t *restrict idx, \
+                                   Py_ssize_t w)                                              \
+    {                                                                                         \
+        for (Py_ssize_t j = 0; j < w; j++) PUT(T, d, j, s[idx[j]]);                             \
+    }
+GATHER(gather32, any32, uint32_t)
+GATHER(gather16, any16, uint16_t)
+
+/* The gather above when the columns are two runs interleaved (a sinusoidal "interleaved"
+ * layout, RoPE's interleaved cos and sin): d = a0 b0 a1 b1 ..., plain loads and shuffles
+ * instead of one gather per item. */
+#define ZIP(name, D, T)                                                                     \
+    VECTOR_CLONES static void name(D *restrict d, const T *a, const T *b, Py_ssize_t w)     \
+    {                                                                                       \
+        Py_ssize_t h = w / 2;                                                               \
+        for (Py_ssize_t k = 0; k < h; k++) {                                                \
+            PUT(T, d, 2 * k, a[k]);                                                         \
+            PUT(T, d, 2 * k + 1, b[k]);                                                     \
+        }                                                                                   \
+        if (w & 1) PUT(T, d, w - 1, a[h]);                                                  \
+    }
+ZIP(zip32, any32, uint32_t)
+ZIP(zip16, any16, uint16_t)
+
+void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
+{
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        if (t->idx && t->zip[0] >= 0) {
+            if (es == 4) zip32((any32 *)d, (const uint32_t *)s + t->zip[0], (const uint32_t *)s + t->zip[1], t->width);
+            else zip16((any16 *)d, (const uint16_t *)s + t->zip[0], (const uint16_t *)s + t->zip[1], t->width);
+            continue;
+        }
+        if (t->idx) {
+            if (es == 4) gather32((any32 *)d, (const uint32_t *)s, t->idx, t->width);
+            else gather16((any16 *)d, (const uint16_t *)s, t->idx, t->width);
+            continue;
+        }
+        for (Py_ssize_t r = 0; r < t->nruns; r++) {
+            const Run *u = &t->runs[r];
+            if (u->src < 0)
+                memset(d + (size_t)u->dst * es, 0, (size_t)u->len * es);
+            else if (u->len == 1 && es == 4)
+                memcpy(d + 4 * (size_t)u->dst, s + 4 * (size_t)u->src, 4);
+            else if (u->len == 1)
+                memcpy(d + 2 * (size_t)u->dst, s + 2 * (size_t)u->src, 2);
+            else
+                memcpy(d + (size_t)u->dst * es, s + (size_t)u->src * es, (size_t)u->len * es);
+        }
+    }
+}
+
+/* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
+ * positions are < 2**31; each mode is its own loop, so each vectorizes. */
+VECTOR_CLONES
+static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
+                      int symmetric, int mask_future)
+{
+#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell(m, (double)(q - key[b]), MODE, -FLT_MAX)
+    if (symmetric) ROW(ALIBI_SYMMETRIC);
+    else if (mask_future) ROW(ALIBI_MASKED);
+    else ROW(ALIBI_CAUSAL);
+#undef ROW
+}
+
+/* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
+VECTOR_CLONES
+static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_t nk)
+{
+    for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
+}
+static const char CLOSE_LINE[] = "connection: close\r\n";
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
+{
+    Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
+    char digits[24];
+    int dl = 0;
+    if (http) {
+        dl = snprintf(digits, sizeof digits, "%zd", hl + body + tl);
+        pl = PyBytes_GET_SIZE(http->pre);
+        ql = PyBytes_GET_SIZE(http->post) + (http->close ? (Py_ssize_t)sizeof CLOSE_LINE - 1 : 0) + 2;
+    }
+    Py_ssize_t at = pl + dl + ql; /* where the safetensors answer starts */
+    o->obj = PyBytes_FromStringAndSize(NULL, at + hl + body + tl);
+    if (!o->obj) return -1;
+    char *w = PyBytes_AS_STRING(o->obj);
+    if (http) {
+        memcpy(w, PyBytes_AS_STRING(http->pre), (size_t)pl);
+        memcpy(w + pl, digits, (size_t)dl);
+        char *q = w + pl + dl;
+        memcpy(q, PyBytes_AS_STRING(http->post), (size_t)PyBytes_GET_SIZE(http->post));
+        q += PyBytes_GET_SIZE(http->post);
+        if (http->close) {
+            memcpy(q, CLOSE_LINE, sizeof CLOSE_LINE - 1);
+            q += sizeof CLOSE_LINE - 1;
+        }
+        memcpy(q, "\r\n", 2);
+        w += at;
+    }
+    memcpy(w, PyBytes_AS_STRING(head), (size_t)hl);
+    memcpy(w + hl + body, PyBytes_AS_STRING(tail), (size_t)tl);
+    o->dest = o->fill = w + hl;
+    o->n = body;
+    if (aligned && ((uintptr_t)o->dest & 7) && body > 0) {
+        if (!(o->fill = PyMem_Malloc((size_t)body))) {
+            Py_CLEAR(o->obj);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The filled answer (new reference). */
+static PyObject *finish(Out *o)
+{
+    if (o->fill != o->dest) {
+        memcpy(o->dest, o->fill, (size_t)o->n);
+        PyMem_Free(o->fill);
+    }
+    return o->obj;
+}
+
+
+static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
+{
+    Sel rows = {.heap = NULL};
+    PyObject *out = NULL;
+    if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
+    int rc = hot_parse_sel(sp, t->max_rows, &rows);
+    if (rc == -2) return NULL;
+    if (rc < 0 || rows.hi + t->offset >= t->length) { /* past the table: the full path computes */
+        hot_sel_free(&rows);
+        Py_RETURN_NONE;
+    }
+    PyObject *head = hot_header(t->heads, t->header_for, rows.n, -1);
+    if (head) {
+        Py_ssize_t block = rows.n * t->width * t->itemsize;
+        Out o;
+        int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
+        Py_DECREF(head);
+        if (rc2 == 0) {
+            for (int i = 0; i < t->narr; i++) hot_copy_rows(o.fill + i * block, t, (const char *)t->arr[i].buf, &rows);
+            out = finish(&o);
+        }
+    }
+    hot_sel_free(&rows);
+    return out;
+}
+
+static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
+{
+    Sel q = {.heap = NULL}, k = {.heap = NULL};
+    PyObject *out = NULL, *head = NULL;
+    int32_t *keys = NULL;
+    int rc = hot_parse_sel(sq, t->max_n, &q);
+    if (rc == 0) rc = hot_parse_sel(sk, t->max_n, &k);
+    if (rc == -2) goto done;
+    if (rc < 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    /* array bytes: 4 * H * nq * nk + 4 * H, each factor checked so nothing overflows */
+    Py_ssize_t cells_max = t->max_bytes / 4 - t->nheads;
+    if (cells_max < 1 || q.n > cells_max / t->nheads || k.n > cells_max / t->nheads / q.n) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    if (!(head = hot_header(t->heads, t->header_for, q.n, k.n))) goto done;
+    Out o;
+    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
+    /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
+     * table) are the stored values read backwards; the table holds the same rounding of the same
+     * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
+    if (t->have_dist && !k.v && k.step == 1 && k.hi <= q.lo && q.hi - k.lo < t->dist.shape[1]) {
+        Py_ssize_t L = t->dist.shape[1];
+        for (Py_ssize_t h = 0; h < t->nheads; h++) {
+            const float *row = (const float *)t->dist.buf + t->rows[h] * L;
+            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
+                reversed_row(f, row + (hot_sel_at(&q, a) - k.start), k.n);
+        }
+    } else {
+        if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
+            out = finish(&o);   /* frees the scratch buffer */
+            Py_CLEAR(out);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t b = 0; b < k.n; b++) keys[b] = (int32_t)hot_sel_at(&k, b);
+        for (Py_ssize_t h = 0; h < t->nheads; h++)
+            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
+                alibi_row(f, keys, k.n, (int32_t)hot_sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
+    }
+    out = finish(&o);
+done:
+    PyMem_Free(keys);
+    Py_XDECREF(head);
+    hot_sel_free(&q);
+    hot_sel_free(&k);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * answer()
+ * ------------------------------------------------------------------------------------------- */
+
+/* The value of header `name` (ASGI names are lower-case bytes), borrowed from the caller's
+ * list; NULL with no error set if there is none, or several (the full path joins them). */
+static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len)
+{
+    PyObject *fast = PySequence_Fast(headers, "headers must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *found = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) continue;
+        PyObject *k = PyTuple_GET_ITEM(pair, 0);
+        if (PyBytes_Check(k) && PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), name, len) == 0) {
+            if (found) {   /* repeated lines are one joined value (RFC 9110): the full path's */
+                found = NULL;
+                break;
+            }
+            found = PyTuple_GET_ITEM(pair, 1);
+        }
+    }
+    Py_DECREF(fast);
+    return found;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates,
+                          const Http *http)
+{
+    if (PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
+    /* the selections' spans, in field order, then by position for the key */
+    Py_ssize_t nf = PyTuple_GET_SIZE(fields);
+    Span spans[MAX_FIELDS];
+    int order[MAX_FIELDS] = {0, 1};
+    for (Py_ssize_t f = 0; f < nf; f++)
+        if (hot_find_span(b, end, PyTuple_GET_ITEM(fields, f), &spans[f]) < 0) Py_RETURN_NONE;
+    if (nf == 2 && spans[1].open < spans[0].open) order[0] = 1, order[1] = 0;
+    if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) Py_RETURN_NONE;
+
+    Py_ssize_t klen = (end - b) + nf;
+    for (Py_ssize_t f = 0; f < nf; f++) klen -= spans[f].close + 1 - spans[f].open;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, klen);
+    if (!key) return NULL;
+    char *kb = PyBytes_AS_STRING(key);
+    const char *from = b;
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        const Span *sp = &spans[order[i]];
+        memcpy(kb, from, (size_t)(sp->open - from));
+        kb += sp->open - from;
+        *kb++ = '\0';
+        from = sp->close + 1;
+    }
+    memcpy(kb, from, (size_t)(end - from));
+    PyObject *t = PyDict_GetItemWithError(templates, key);
+    Py_DECREF(key);
+    if (!t) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    /* held: header_for runs Python code, during which another thread may drop it from the dict */
+    Py_INCREF(t);
+    PyObject *out = NULL;
+    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
+        out = rows_answer((RowsTemplate *)t, &spans[0], http);
+    else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
+        out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
+    else
+        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate (1 field) or AlibiTemplate (2 fields)");
+    Py_DECREF(t);
+    return out;
+}
+
+/* 1 if `accept` (borrowed; NULL: none) is a value the negotiator maps to safetensors, 0 if not,
+ * -1 on error. */
+int hot_accepted(PyObject *accepts, PyObject *accept)
+{
+    if (!accept) return 0;
+    PyObject *ok = PyDict_GetItemWithError(accepts, accept);
+    return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
+}
+
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
+             "The safetensors answer of a body whose spec is a known template, or None.");
+
+static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!hot_configured()) return NULL;
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
+                                         "max_body: int, family: str)");
+        return NULL;
+    }
+    PyObject *raw = args[0];
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[5]); /* checked by configure() */
+    if (!fields) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
+        return NULL;
+    }
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
+    if (max_body == -1 && PyErr_Occurred()) return NULL;
+    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
+    PyObject *acc = find_header(args[1], "accept", 6);
+    if (!acc && PyErr_Occurred()) return NULL;
+    int ok = hot_accepted(args[2], acc);
+    if (ok <= 0) {
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    const char *b = PyBytes_AS_STRING(raw);
+    return hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, args[3], NULL);
+}
+
+PyMethodDef hot_answer_methods[] = {
+    {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
+    {NULL, NULL, 0, NULL},
+};

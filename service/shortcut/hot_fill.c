@@ -1,0 +1,175 @@
+/* service/shortcut/hot_fill.c -- fill() and fill_into(): a RowsTemplate's rows for raw binary
+ * positions (the v2 protocol's shortcut, service/v2/hot.py), laid out between caller-given bytes
+ * or written into caller-given buffers.
+ */
+#include "hot.h"
+
+/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
+ * assume it is): column by column through memcpy. */
+static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
+{
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
+        hot_copy_rows(dst, t, table, rows);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
+    }
+}
+
+PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
+             "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
+             "(itemsize 4: int32, 8: int64) + parts[1] + ... + parts[narrays], in one new bytes object;\n"
+             "None when a position is negative or past the table (the full path answers those).");
+
+PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -> True | None\n--\n\n"
+             "The same rows written into caller-given writable buffers, one per array, each exactly\n"
+             "the rows' size (e.g. a client's shared memory); None, writing nothing, as fill().");
+
+#define FILL_NOGIL_BYTES (1 << 20) /* copies this large run without the GIL (they may run in a thread) */
+
+/* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
+ * with an error set. */
+static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz, Sel *rows)
+{
+    Py_ssize_t n = pb->len / isz;
+    if ((isz != 4 && isz != 8) || pb->len % isz || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
+        return -1;
+    }
+    rows->v = rows->stack;
+    if (n > STACK_ROWS && !(rows->v = rows->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const char *src = (const char *)pb->buf;
+    const int64_t limit = (int64_t)(t->length - t->offset); /* 0 <= position < limit: a stored row */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        if (isz == 8) {
+            memcpy(&v, src + 8 * i, 8);
+        } else {
+            int32_t w;
+            memcpy(&w, src + 4 * i, 4);
+            v = w;
+        }
+        if (v < 0 || v >= limit) return 0;
+        rows->v[i] = v;
+    }
+    rows->n = n;
+    return 1;
+}
+
+/* Each array's rows into slots[i] (block bytes each), without the GIL when large. */
+static void fill_slots(const RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
+{
+    if (t->narr * block >= FILL_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+    }
+}
+
+static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
+{
+    return n * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
+}
+
+/* Where the rows go: into a new bytes object, between parts (fill), or into the given buffers
+ * (fill_into). slots[i]: where array i's rows start; -1 with an error set. */
+static int fill_targets(PyObject *targets, int into, const RowsTemplate *t, Py_ssize_t block, PyObject **out,
+                        Py_buffer *dst, int *got, char **slots)
+{
+    if (into) {
+        for (; *got < t->narr; (*got)++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(targets, *got), &dst[*got], PyBUF_WRITABLE) < 0) return -1;
+            slots[*got] = (char *)dst[*got].buf;
+            if (dst[*got].len != block) {
+                PyErr_SetString(PyExc_ValueError, "fill_into: a buffer is not the size of the rows");
+                (*got)++;
+                return -1;
+            }
+        }
+        Py_INCREF(Py_True);
+        *out = Py_True;
+        return 0;
+    }
+    Py_ssize_t fixed = 0;
+    for (Py_ssize_t i = 0; i <= t->narr; i++) fixed += PyBytes_GET_SIZE(PyTuple_GET_ITEM(targets, i));
+    if (!(*out = PyBytes_FromStringAndSize(NULL, fixed + t->narr * block))) return -1;
+    char *o = PyBytes_AS_STRING(*out);
+    for (Py_ssize_t i = 0; i <= t->narr; i++) {
+        PyObject *p = PyTuple_GET_ITEM(targets, i);
+        memcpy(o, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
+        o += PyBytes_GET_SIZE(p);
+        if (i < t->narr) {
+            slots[i] = o;
+            o += block;
+        }
+    }
+    return 0;
+}
+
+static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
+{
+    static const char *sig[2] = {"fill(template: RowsTemplate, positions: buffer, itemsize: int, parts: tuple of bytes)",
+                                 "fill_into(template: RowsTemplate, positions: buffer, itemsize: int, buffers: tuple)"};
+    if (!hot_configured()) return NULL;
+    if (nargs != 4 || !Py_IS_TYPE(args[0], &hot_RowsTemplateType) || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, sig[into]);
+        return NULL;
+    }
+    RowsTemplate *t = (RowsTemplate *)args[0];
+    Py_ssize_t isz = PyLong_AsSsize_t(args[2]);
+    if (isz == -1 && PyErr_Occurred()) return NULL;
+    int ok = PyTuple_GET_SIZE(args[3]) == t->narr + !into;
+    for (Py_ssize_t i = 0; ok && !into && i <= t->narr; i++) ok = PyBytes_Check(PyTuple_GET_ITEM(args[3], i));
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: one %s per array of the template", sig[into], into ? "buffer" : "part more");
+        return NULL;
+    }
+    Py_buffer pb, dst[2];
+    int got = 0;
+    PyObject *out = NULL;
+    Sel rows = {.heap = NULL};
+    if (PyObject_GetBuffer(args[1], &pb, PyBUF_SIMPLE) < 0) return NULL;
+    int rc = fill_rows(t, &pb, isz, &rows);
+    char *slots[2];
+    if (rc == 0) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else if (rc > 0 && fill_targets(args[3], into, t, row_bytes(t, rows.n), &out, dst, &got, slots) == 0) {
+        /* the template (held by the caller's reference) keeps the arrays mapped; a new `out` is not
+         * shared yet, and the caller's buffers are held until the copy is done */
+        fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+    } else {
+        Py_CLEAR(out);
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&dst[i]);
+    hot_sel_free(&rows);
+    PyBuffer_Release(&pb);
+    return out;
+}
+
+static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    return fill_any(args, nargs, 0);
+}
+
+static PyObject *fill_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    return fill_any(args, nargs, 1);
+}
+
+PyMethodDef hot_fill_methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
+    {"fill_into", (PyCFunction)(void (*)(void))fill_into, METH_FASTCALL, fill_into_doc},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,144 @@
+/* service/shortcut/hot_select.c -- the cut-out selections of a template body, parsed strictly.
+ *
+ * engine/selection.py defines the grammar (a non-empty list of non-negative ints, or {start,
+ * stop[, step]}); this is a subset of it on the JSON text itself, so that a body is answered
+ * without parsing it: whatever is accepted here, engine/selection.py accepts with the same
+ * positions, but some valid spellings ("-0", "start": null, keys written with escapes, a
+ * repeated key) are refused and left to the full path.
+ */
+#include "hot.h"
+
+static inline const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && hot_is_ws(*p)) p++;
+    return p;
+}
+
+/* A JSON non-negative integer below limit at *pp (no sign, no leading zero, no fraction or
+ * exponent); advances *pp. -1: refused. */
+static int parse_int(const char **pp, const char *end, int64_t limit, int64_t *out)
+{
+    const char *p = *pp;
+    if (p >= end || !hot_is_digit(*p)) return -1;
+    int64_t v = *p++ - '0';
+    if (v == 0 && p < end && hot_is_digit(*p)) return -1;
+    while (p < end && hot_is_digit(*p)) {
+        v = v * 10 + (*p++ - '0');
+        if (v >= limit) return -1;
+    }
+    if (v >= limit || (p < end && (*p == '.' || *p == 'e' || *p == 'E'))) return -1;
+    *pp = p;
+    *out = v;
+    return 0;
+}
+
+/* '[' ws (int ws (',' ws int ws)*)? ']' with 1..cap ints, each < limit. 0: ok; -1: refused;
+ * -2: error set. */
+static int parse_list(const Span *sp, Py_ssize_t cap, int64_t limit, Sel *s)
+{
+    const char *p = sp->open + 1, *end = sp->close + 1;
+    Py_ssize_t most = 1;
+    for (const char *c = p; c < sp->close; c++) most += *c == ',';
+    if (most > cap) return -1;
+    s->v = s->stack;
+    if (most > STACK_ROWS) {
+        if (!(s->heap = PyMem_Malloc((size_t)most * sizeof(int64_t)))) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        s->v = s->heap;
+    }
+    Py_ssize_t n = 0;
+    p = skip_ws(p, end);
+    for (;;) {
+        int64_t x;
+        if (parse_int(&p, end, limit, &x) < 0) return -1;
+        s->v[n++] = x;
+        if (n == 1 || x < s->lo) s->lo = x;
+        if (n == 1 || x > s->hi) s->hi = x;
+        p = skip_ws(p, end);
+        if (p >= end) return -1;
+        if (*p == ']') {
+            if (p + 1 != end) return -1;
+            s->n = n;
+            return 0;
+        }
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* {"start": s, "stop": e[, "step": k]} (the configured range keys) in any key order,
+ * s < e <= position_limit, k > 0. */
+static int parse_range(const Span *sp, Py_ssize_t cap, Sel *s)
+{
+    const int64_t limit = hot_cfg.position_limit;
+    int64_t vals[3] = {0, 0, 1};
+    int seen[3] = {0, 0, 0};
+    const char *p = sp->open + 1, *end = sp->close + 1;
+    p = skip_ws(p, end);
+    for (;;) {
+        int f = -1;
+        for (int i = 0; i < 3; i++) {
+            size_t l = (size_t)PyBytes_GET_SIZE(hot_cfg.range_keys[i]);
+            if ((size_t)(end - p) >= l && memcmp(p, PyBytes_AS_STRING(hot_cfg.range_keys[i]), l) == 0) {
+                f = i;
+                p += l;
+                break;
+            }
+        }
+        if (f < 0 || seen[f]) return -1;
+        seen[f] = 1;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':') return -1;
+        p = skip_ws(p + 1, end);
+        if (f == 2 && end - p >= 4 && memcmp(p, "null", 4) == 0)
+            p += 4; /* an explicit null equals an absent step */
+        else if (parse_int(&p, end, limit + 1, &vals[f]) < 0)
+            return -1;
+        p = skip_ws(p, end);
+        if (p >= end) return -1;
+        if (*p == '}') break;
+        if (*p != ',') return -1;
+        p = skip_ws(p + 1, end);
+    }
+    if (p + 1 != end || !seen[0] || !seen[1]) return -1;
+    int64_t start = vals[0], stop = vals[1], step = vals[2];
+    if (start >= limit || !(start < stop) || step <= 0) return -1;
+    int64_t n = (stop - start + step - 1) / step;
+    if (n > cap) return -1;
+    s->v = NULL;
+    s->start = start;
+    s->step = step;
+    s->n = (Py_ssize_t)n;
+    s->lo = start;
+    s->hi = start + (n - 1) * step;
+    return 0;
+}
+
+int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
+{
+    return *sp->open == '[' ? parse_list(sp, cap, hot_cfg.position_limit, s) : parse_range(sp, cap, s);
+}
+
+/* The span of field `name` (JSON text with its quotes): the first occurrence, then only
+ * whitespace and exactly one ':' up to '[' or '{', then up to the first ']' or '}'.
+ * (templates.py's spans() cuts learnt bodies by the same rule.) */
+int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp)
+{
+    const char *i = memmem(b, (size_t)(end - b), PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    if (!i) return -1;
+    const char *p = i + PyBytes_GET_SIZE(name);
+    int colons = 0;
+    while (p < end && (hot_is_ws(*p) || *p == ':')) colons += *p++ == ':';
+    if (p >= end || colons != 1 || (*p != '[' && *p != '{')) return -1;
+    const char *c = memchr(p, *p == '[' ? ']' : '}', (size_t)(end - p));
+    if (!c) return -1;
+    sp->open = p;
+    sp->close = c;
+    return 0;
+}
+
+PyMethodDef hot_select_methods[] = {
+    {NULL, NULL, 0, NULL},
+};

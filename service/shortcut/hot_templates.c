@@ -1,0 +1,288 @@
+/* service/shortcut/hot_templates.c -- the templates: RowsTemplate and AlibiTemplate (what a
+ * learnt spec answers from; see _hot.c), and their caches of safetensors headers (one per
+ * answer shape).
+ */
+#include "hot.h"
+
+#define HEADS_CACHED 4096 /* headers per template; a full cache starts over */
+
+static void RowsTemplate_dealloc(RowsTemplate *t)
+{
+    for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
+    PyMem_Free(t->runs);
+    PyMem_Free(t->idx);
+    Py_XDECREF(t->header_for);
+    Py_XDECREF(t->tail);
+    Py_XDECREF(t->heads);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int get_table(PyObject *o, Py_buffer *b)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (b->ndim != 2 || (b->itemsize != 2 && b->itemsize != 4)) {
+        PyErr_SetString(PyExc_ValueError, "arrays: want 2-d arrays of 2- or 4-byte items");
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+static int once(int initialised)
+{
+    if (initialised) PyErr_SetString(PyExc_RuntimeError, "a template is initialised once");
+    return initialised;
+}
+
+static int want_callable(PyObject *f)
+{
+    if (PyCallable_Check(f)) return 0;
+    PyErr_SetString(PyExc_TypeError, "header_for must be callable");
+    return -1;
+}
+
+PyObject *hot_header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_ssize_t b)
+{
+    PyObject *key = PyLong_FromLongLong(b < 0 ? (long long)a : ((long long)a << 32) | (long long)b);
+    if (!key) return NULL;
+    PyObject *h = PyDict_GetItemWithError(cache, key);
+    if (h) {
+        Py_INCREF(h);
+    } else if (!PyErr_Occurred()) {
+        h = b < 0 ? PyObject_CallFunction(header_for, "n", a) : PyObject_CallFunction(header_for, "nn", a, b);
+        if (h && !PyBytes_Check(h)) {
+            Py_CLEAR(h);
+            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
+        }
+        if (h && PyDict_GET_SIZE(cache) >= HEADS_CACHED) PyDict_Clear(cache);
+        if (h && PyDict_SetItem(cache, key, h) < 0) Py_CLEAR(h);
+    }
+    Py_DECREF(key);
+    return h;
+}
+
+/* ---- RowsTemplate ----------------------------------------------------------------------- */
+
+/* colmap (output column -> stored column, -1: zero) as runs of consecutive columns. */
+static int make_runs(RowsTemplate *t, PyObject *colmap)
+{
+    PyObject *fast = PySequence_Fast(colmap, "colmap: want a sequence of ints");
+    if (!fast) return -1;
+    Py_ssize_t w = PySequence_Fast_GET_SIZE(fast);
+    if (w < 1 || !(t->runs = PyMem_Malloc((size_t)w * sizeof(Run)))) {
+        Py_DECREF(fast);
+        if (w < 1) PyErr_SetString(PyExc_ValueError, "colmap: empty");
+        else PyErr_NoMemory();
+        return -1;
+    }
+    t->nruns = 0;
+    int zeros = 0;
+    for (Py_ssize_t j = 0; j < w; j++) {
+        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
+        if (c == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (c < -1 || c >= t->src_width) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "colmap: a column outside the arrays");
+            return -1;
+        }
+        if (c < 0) zeros = 1;
+        Run *last = t->nruns ? &t->runs[t->nruns - 1] : NULL;
+        if (last && ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
+            last->len++;
+        else
+            t->runs[t->nruns++] = (Run){j, c, 1};
+    }
+    Py_DECREF(fast);
+    t->width = w;
+    if (!zeros && 4 * t->nruns > w) {
+        if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t)))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < t->nruns; r++)
+            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
+                t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
+        t->zip[0] = w >= 2 ? t->idx[0] : -1;
+        t->zip[1] = w >= 2 ? t->idx[1] : -1;
+        for (Py_ssize_t j = 0; j < w && t->zip[0] >= 0; j++)
+            if (t->idx[j] != t->zip[j & 1] + j / 2) t->zip[0] = -1;
+    }
+    return 0;
+}
+
+static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", NULL};
+    PyObject *arrays, *colmap, *hf, *tail;
+    Py_ssize_t offset, max_rows;
+    int lists_only;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
+                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail))
+        return -1;
+    if (!hot_configured() || want_callable(hf) || once(t->narr != 0)) return -1;
+    Py_ssize_t na = PyTuple_GET_SIZE(arrays);
+    if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > hot_cfg.max_rows) {
+        PyErr_Format(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= %zd (configured)",
+                     hot_cfg.max_rows);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        if (get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) return -1;
+        t->narr++;
+        if (t->arr[i].shape[0] != t->arr[0].shape[0] || t->arr[i].shape[1] != t->arr[0].shape[1] ||
+            t->arr[i].itemsize != t->arr[0].itemsize) {
+            PyErr_SetString(PyExc_ValueError, "arrays differ in shape or item size");
+            return -1;
+        }
+    }
+    t->length = t->arr[0].shape[0];
+    t->src_width = t->arr[0].shape[1];
+    t->itemsize = t->arr[0].itemsize;
+    if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
+    t->offset = offset;
+    t->max_rows = max_rows;
+    t->lists_only = lists_only;
+    Py_INCREF(hf);
+    t->header_for = hf;
+    Py_INCREF(tail);
+    t->tail = tail;
+    return 0;
+}
+
+PyTypeObject hot_RowsTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsTemplate",
+    .tp_basicsize = sizeof(RowsTemplate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RowsTemplate_init,
+    .tp_dealloc = (destructor)RowsTemplate_dealloc,
+};
+
+/* ---- AlibiTemplate ---------------------------------------------------------------------- */
+
+static void AlibiTemplate_dealloc(AlibiTemplate *t)
+{
+    PyMem_Free(t->slopes);
+    PyMem_Free(t->rows);
+    if (t->have_dist) PyBuffer_Release(&t->dist);
+    Py_XDECREF(t->header_for);
+    Py_XDECREF(t->tail);
+    Py_XDECREF(t->heads);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"slopes", "symmetric", "mask_future", "header_for", "tail", "max_n",
+                             "max_bytes", "dist", "rows", NULL};
+    PyObject *os, *hf, *tail, *odist = Py_None, *orows = Py_None;
+    int sym, mask;
+    Py_ssize_t max_n, max_bytes;
+    Py_buffer b;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OO:AlibiTemplate", kwlist, &os, &sym, &mask,
+                                     &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows))
+        return -1;
+    if (!hot_configured() || want_callable(hf) || once(t->slopes != NULL)) return -1;
+    if (sym && mask) {
+        PyErr_SetString(PyExc_ValueError, "mask_future applies to causal ALiBi only");
+        return -1;
+    }
+    if (PyObject_GetBuffer(os, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (b.ndim != 1 || b.itemsize != 8 || !b.format || strcmp(b.format, "d") != 0 || b.shape[0] < 1) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "slopes: want a non-empty 1-d float64 array");
+        return -1;
+    }
+    if ((Py_ssize_t)PyBytes_GET_SIZE(tail) != 4 * b.shape[0]) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "tail: want the float32 slopes");
+        return -1;
+    }
+    t->slopes = PyMem_Malloc((size_t)b.len);
+    if (!t->slopes) {
+        PyBuffer_Release(&b);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(t->slopes, b.buf, (size_t)b.len);
+    t->nheads = b.shape[0];
+    PyBuffer_Release(&b);
+    if (!(t->heads = PyDict_New())) return -1;
+    if (odist != Py_None) { /* dist [num_heads, L] float32 and rows: one int per requested head */
+        if (PyObject_GetBuffer(odist, &t->dist, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+        t->have_dist = 1;
+        if (t->dist.ndim != 2 || t->dist.itemsize != 4 || !t->dist.format || strcmp(t->dist.format, "f") != 0) {
+            PyErr_SetString(PyExc_ValueError, "dist: want a 2-d float32 array");
+            return -1;
+        }
+        PyObject *fast = PySequence_Fast(orows, "rows: want a sequence of head rows");
+        if (!fast) return -1;
+        if (PySequence_Fast_GET_SIZE(fast) != t->nheads) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "rows: want one row of dist per slope");
+            return -1;
+        }
+        if (!(t->rows = PyMem_Malloc((size_t)t->nheads * sizeof(Py_ssize_t)))) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t h = 0; h < t->nheads; h++) {
+            Py_ssize_t r = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, h));
+            if (r == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                return -1;
+            }
+            if (r < 0 || r >= t->dist.shape[0]) {
+                Py_DECREF(fast);
+                PyErr_SetString(PyExc_ValueError, "rows: a row outside dist");
+                return -1;
+            }
+            t->rows[h] = r;
+        }
+        Py_DECREF(fast);
+    }
+    t->symmetric = sym;
+    t->mask_future = mask;
+    t->max_n = max_n;
+    t->max_bytes = max_bytes;
+    Py_INCREF(hf);
+    t->header_for = hf;
+    Py_INCREF(tail);
+    t->tail = tail;
+    return 0;
+}
+
+PyTypeObject hot_AlibiTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
+    .tp_basicsize = sizeof(AlibiTemplate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)AlibiTemplate_init,
+    .tp_dealloc = (destructor)AlibiTemplate_dealloc,
+};
+
+PyMethodDef hot_templates_methods[] = {
+    {NULL, NULL, 0, NULL},
+};
+
+int hot_templates_ready(PyObject *m)
+{
+    if (PyType_Ready(&hot_RowsTemplateType) < 0 || PyType_Ready(&hot_AlibiTemplateType) < 0) return -1;
+    Py_INCREF(&hot_RowsTemplateType);
+    if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&hot_RowsTemplateType) < 0) {
+        Py_DECREF(&hot_RowsTemplateType);
+        return -1;
+    }
+    Py_INCREF(&hot_AlibiTemplateType);
+    if (PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&hot_AlibiTemplateType) < 0) {
+        Py_DECREF(&hot_AlibiTemplateType);
+        return -1;
+    }
+    return 0;
+}
