@@ -79,8 +79,9 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
     # a new spec is built by the engine once it is back (one build, then it is mapped)
     fresh = {"head_dim": 6, "positions": [1]}
     assert httpx.post(server.url + "/v1/rope", json=fresh, headers=BIN, timeout=30).status_code == 200
-    stats = Client(namespace=server.namespace).call({"op": "stats"})
-    assert stats["generation"] != gen and len(stats["builds"]) > 7
+    client = Client(namespace=server.namespace)   # the build runs behind the first answer: wait for it
+    wait_for(lambda: len(client.call({"op": "stats"})["builds"]) > 7, 30, 0.05, "the new spec's build")
+    assert client.call({"op": "stats"})["generation"] != gen
 
 
 def test_readyz_says_down_while_no_engine_runs_and_up_once_one_adopts_its_tables(procs, ns):
