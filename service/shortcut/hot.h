@@ -26,8 +26,11 @@
 typedef struct {
     int64_t position_limit;
     Py_ssize_t max_rows;
+    Py_ssize_t max_head;     /* bytes of a request head the lane reads (settings.max_header_bytes) */
+    Py_ssize_t max_body;     /* bytes of a body the shortcut answers (settings.max_body_bytes) */
     PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
     PyObject *range_keys[3]; /* bytes: start, stop, step */
+    PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
 } HotConfig;
 
 extern HotConfig hot_cfg;
@@ -121,6 +124,8 @@ extern PyMethodDef hot_answer_methods[];
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 
 void hot_lane_ready(void);
+/* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
+PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 extern PyMethodDef hot_fill_methods[];
 

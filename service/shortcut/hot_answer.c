@@ -325,27 +325,24 @@ int hot_accepted(PyObject *accepts, PyObject *accept)
     return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, family) -> bytes | None\n--\n\n"
              "The safetensors answer of a body whose spec is a known template, or None.");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (!hot_configured()) return NULL;
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
-                                         "max_body: int, family: str)");
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, family: str)");
         return NULL;
     }
     PyObject *raw = args[0];
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[5]); /* checked by configure() */
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[4]); /* checked by configure() */
     if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[4]);
         return NULL;
     }
-    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
-    if (max_body == -1 && PyErr_Occurred()) return NULL;
-    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
+    if (PyBytes_GET_SIZE(raw) > hot_cfg.max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
     int ok = hot_accepted(args[2], acc);

@@ -34,7 +34,7 @@ import orjson
 from posenc.engine import kernels
 from posenc.engine.errors import ConfigError
 from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
-from posenc.engine.settings import ENV_PREFIX
+from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
@@ -48,18 +48,34 @@ _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
-    """(service._hot, configured with the rules Python owns), or (None, why it is missing)."""
+    """(service._hot, None), or (None, why it is missing)."""
     try:
         from . import _hot
     except ImportError as exc:
         return None, exc
-    _hot.configure(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
-                   range_keys=tuple(map(orjson.dumps, RANGE_KEYS)))
     return _hot, None
 
 
 _hot, _MISSING = _load_native()
 NATIVE = _hot is not None       # built
+
+
+def native_rules(settings: Settings) -> dict:
+    """What the C shortcut is configured with: the rules Python owns (selections, template
+    fields, the lane's off headers) and the limits of ``settings``."""
+    return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
+                range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
+                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS)
+
+
+def configure(settings: Settings) -> None:
+    """Configure the C shortcut for ``settings`` (the Service calls it with its own). One
+    configuration per process: the last call's limits hold for every template."""
+    if _hot is not None:
+        _hot.configure(**native_rules(settings))
+
+
+configure(current())   # this process's settings, until a Service configures its own
 
 
 def shortcut_in_use(setting: str) -> str:
@@ -76,17 +92,21 @@ def shortcut_in_use(setting: str) -> str:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
-def answer(raw: bytes, headers, accepts: dict, templates: dict, max_body: int, family: str) -> bytes | None:
+def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, *_old) -> bytes | None:
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
-    None: the full path answers."""
-    return _hot.answer(raw, headers, accepts, templates, max_body, family)
+    None: the full path answers. (A body over the configured max_body_bytes: None.)"""
+    if _old:   # transitional: service/front/service.py's call from before configure() (.., max_body, family)
+        family = _old[0]
+    return _hot.answer(raw, headers, accepts, templates, family)
 
 
-def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, max_body: int,
-                   pre: bytes, post: bytes, close: bool):
+def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
+                   close: bool, *_old):
     """The whole plain HTTP request at ``data[start:]`` answered from its bytes to the response's
     bytes: (end of the request, its route, response, keep-alive), or None (service/protocol/lane.py)."""
-    return _hot.lane(data, start, routes, accepts, native, max_body, pre, post, close)
+    if _old:   # transitional: service/front/service.py's call from before configure() (.., max_body, pre, post, close)
+        pre, post, close = post, close, _old[0]
+    return _hot.lane(data, start, routes, accepts, native, pre, post, close)
 
 
 def rows_template(req, view):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from posenc.engine.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
@@ -89,7 +90,7 @@ def test_connection_close_in_the_request_closes(hot):
     lambda r: r.replace(b"content-length: ", b"content-length: +"),
     lambda r: r.replace(b"content-length: ", b"content-length: 00000000000"),
     lambda r: r.replace(b"host: t", b"content-length: 0"),          # two Content-Lengths
-    lambda r: r.replace(b"host: t", b"x-big: " + b"a" * 9000),     # a head over 8 KiB
+    lambda r: r.replace(b"host: t", b"x-big: " + b"a" * current().max_header_bytes),   # a head over the limit
     lambda r: r.replace(b'"head_dim":64', b'"head_dim":65'),        # no template
 ])
 def test_anything_unusual_is_left_to_httptools(hot, change):
@@ -98,10 +99,35 @@ def test_anything_unusual_is_left_to_httptools(hot, change):
     assert lane(hot, change(plain)) is None
 
 
+def direct(svc, data: bytes):
+    """templates.answer_request as the lane calls it, with the service's templates."""
+    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, b"", b"", False)
+
+
 @needs_native
-def test_a_body_over_the_limit_is_left_to_the_full_path(hot):
+def test_the_body_and_head_limits_are_the_settings(hot):
     body = BODIES[0][2]
     data = request(b"/v1/rope", body)
-    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body), b"", b"", False)
-    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body) - 1, b"", b"", False) \
-        is None
+    head = len(data) - len(body)
+    pad = b"x-pad: " + b"a" * 10 + b"\r\n"
+    try:
+        replay.configure(Settings(max_body_bytes=len(body), max_header_bytes=head + len(pad)))
+        assert direct(hot, data)
+        padded = request(b"/v1/rope", body, pad)
+        assert direct(hot, padded)                                            # a head of exactly the limit
+        assert direct(hot, padded.replace(b"x-pad: ", b"x-pad:  ")) is None   # one byte more
+        replay.configure(Settings(max_body_bytes=len(body) - 1))
+        assert direct(hot, data) is None
+    finally:
+        replay.configure(current())
+
+
+@needs_native
+def test_the_off_headers_are_the_configured_ones(hot):
+    data = request(b"/v1/rope", BODIES[0][2], b"X-Custom_Hop: 1\r\n")
+    assert direct(hot, data)
+    try:
+        replay._hot.configure(**(replay.native_rules(current()) | {"off_headers": LANE_OFF_HEADERS + ("x-custom_hop",)}))
+        assert direct(hot, data) is None
+    finally:
+        replay.configure(current())
