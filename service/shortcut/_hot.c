@@ -29,7 +29,7 @@
  *     a request off the lane (engine/settings.py LANE_OFF_HEADERS). Called again, it replaces
  *     them all.
  *
- *   answer(raw, headers, accepts, templates, family) -> bytes | None
+ *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
  *
  * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
  * True} for values the negotiator maps to safetensors; templates: {key: RowsTemplate |
@@ -39,12 +39,21 @@
  * but never accepts a body the full path would answer differently. The tests hold the answers
  * to the full path's bytes and to the float64 reference.
  *
+ * No call here calls Python. An answer whose shape's safetensors header the template has not
+ * cached returns NotImplemented instead, and notes (template, shape) for its thread:
+ *
+ *   missing() -> (template, shape) | None     that note, forgotten as it is returned
+ *   template.set_header(shape, header)       caches a header: (n,) rows, or (nq, nk)
+ *
+ * templates.py then computes the header with template.header_for(*shape) and calls again.
+ *
  *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
  *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
  *     the stored column it copies (-1: zero), so out[i, j] = array[position_i + offset, colmap[j]];
- *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after the arrays.
+ *     header_for(n) -> safetensors header bytes for n rows (kept for templates.py, which calls
+ *     it on a miss); tail: the bytes after the arrays.
  *     Positions: at most max_rows (<= the configured max_rows), each row inside the table; a
  *     list, or also a range unless lists_only.
  *

@@ -184,10 +184,10 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     Http http = {args[5], args[6], r.close || force_close};
-    Py_INCREF(route);   /* held across answer_body, which may run Python code (header_for) */
+    Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     PyObject *out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
     PyObject *res = NULL;
-    if (out == Py_None)
+    if (out == Py_None || out == Py_NotImplemented)
         res = out;
     else if (out)
         res = Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http.close ? Py_False : Py_True);

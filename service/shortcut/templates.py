@@ -92,12 +92,35 @@ def shortcut_in_use(setting: str) -> str:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
+#
+# C never calls back into Python: when a template lacks the safetensors header of an answer's
+# shape, the call returns NotImplemented, and _again computes the header with the template's
+# header_for (its family's function), caches it in the template and calls again.
+_MISSES = 4   # misses one call may meet (another thread may clear a full cache meanwhile)
+
+
+def _again(call, args: tuple, declined):
+    """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
+    for _ in range(_MISSES):
+        got = _hot.missing()   # this thread's: (template, shape)
+        if got is not None:
+            t, shape = got
+            t.set_header(shape, t.header_for(*shape))
+        out = call(*args)
+        if out is not NotImplemented:
+            return out
+    return declined
+
+
 def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, *_old) -> bytes | None:
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
     None: the full path answers. (A body over the configured max_body_bytes: None.)"""
     if _old:   # transitional: service/front/service.py's call from before configure() (.., max_body, family)
         family = _old[0]
-    return _hot.answer(raw, headers, accepts, templates, family)
+    out = _hot.answer(raw, headers, accepts, templates, family)
+    if out is NotImplemented:
+        return _again(_hot.answer, (raw, headers, accepts, templates, family), None)
+    return out
 
 
 def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
@@ -106,7 +129,10 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
     bytes: (end of the request, its route, response, keep-alive), or None (service/protocol/lane.py)."""
     if _old:   # transitional: service/front/service.py's call from before configure() (.., max_body, pre, post, close)
         pre, post, close = post, close, _old[0]
-    return _hot.lane(data, start, routes, accepts, native, pre, post, close)
+    out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
+    if out is NotImplemented:
+        return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), None)
+    return out
 
 
 def rows_template(req, view):
