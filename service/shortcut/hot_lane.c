@@ -1,5 +1,7 @@
 /* service/shortcut/hot_lane.c -- lane(): a whole HTTP request to the whole HTTP response, for
- * service/protocol/lane.py.
+ * service/protocol/lane.py. It tells the bytes it cannot read as a request of its routes (None:
+ * httptools reads them) from a request it reads and declines to answer (False: the full path
+ * answers it, and need not offer it to the shortcut again).
  */
 #include "hot.h"
 
@@ -126,10 +128,26 @@ static const char *parse_request(const char *p, const char *end, Request *r)
 }
 
 PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, close)\n--\n\n"
-             "The request at data[start:], if it is a whole, plain POST to one of routes ({target: (family, "
-             "...)}) whose Accept is in accepts and whose spec is a known template (native: {family: "
-             "templates}), answered: (end of the request, its route's value, the whole response with the "
-             "HTTP head pre + length + post [+ connection: close], keep-alive). Else None.");
+             "The request at data[start:] answered, if it is a whole, plain POST to a target of routes\n"
+             "({target: (family, ...)}) whose Accept is in accepts and whose spec is a known template\n"
+             "(native: {family: templates}): (end of the request, its route's value, the whole response\n"
+             "with the HTTP head pre + length + post [+ connection: close], keep-alive).\n"
+             "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
+             "this parser's strict subset of HTTP/1.1, or to another target).\n"
+             "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
+             "configured max_body, no template for its spec, or one that does not answer it).\n"
+             "NotImplemented: as answer()'s, a header to compute first (see missing()).");
+
+/* The value of routes for the target [t, t + len), borrowed, or NULL (none; no error set). */
+static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(routes, &pos, &key, &value))
+        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), t, (size_t)len) == 0)
+            return value;
+    return NULL;
+}
 
 static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -149,27 +167,24 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (start < 0 || start > end - b) Py_RETURN_NONE;
     Request r;
     const char *next = parse_request(b + start, end, &r);
-    if (!next || r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_NONE;
-
-    PyObject *key, *route = NULL, *found;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(args[2], &pos, &key, &found))
-        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == r.target_len &&
-            memcmp(PyBytes_AS_STRING(key), r.target, (size_t)r.target_len) == 0) {
-            route = found;
-            break;
-        }
-    if (!route || !PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) Py_RETURN_NONE;
+    PyObject *route = next ? route_of(args[2], r.target, r.target_len) : NULL;
+    if (!route) Py_RETURN_NONE;
+    if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) {
+        PyErr_SetString(PyExc_TypeError, "routes: want {target: (family, ...)}");
+        return NULL;
+    }
+    /* a whole plain request to one of the routes: from here on a decline is False */
     PyObject *family = PyTuple_GET_ITEM(route, 0);
     PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
     if (!fields) {
         if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
         return NULL;
     }
+    if (r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_FALSE;
     PyObject *templates = PyDict_GetItemWithError(args[4], family);
     if (!templates) {
         if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+        Py_RETURN_FALSE;
     }
     if (!PyDict_Check(templates)) {
         PyErr_SetString(PyExc_TypeError, "native: want {family: {key: template}}");
@@ -181,16 +196,21 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(acc);
     if (ok <= 0) {
         if (ok < 0) return NULL;
-        Py_RETURN_NONE;
+        Py_RETURN_FALSE;
     }
     Http http = {args[5], args[6], r.close || force_close};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     PyObject *out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
     PyObject *res = NULL;
-    if (out == Py_None || out == Py_NotImplemented)
+    if (out == Py_None) {
+        Py_DECREF(out);
+        res = Py_False;
+        Py_INCREF(res);
+    } else if (out == Py_NotImplemented) {
         res = out;
-    else if (out)
+    } else if (out) {
         res = Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http.close ? Py_False : Py_True);
+    }
     Py_DECREF(route);
     return res;
 }
