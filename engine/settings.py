@@ -27,6 +27,12 @@ ENV_PREFIX = "POSENC_"
 # lane (service/protocol/lane.py and the C shortcut's whole-request parser both use this list)
 LANE_OFF_HEADERS = ("expect", "proxy-connection", "transfer-encoding", "upgrade")
 
+# Request headers that keep a request off the hot lane (service/protocol/lane.py, and the C
+# lane in service/shortcut, which is handed this tuple): each changes how the request is read or
+# answered (a 100-continue, a chunked body, a protocol switch, a proxy's hop-by-hop instruction),
+# which httptools and ASGI handle. Lower-case names.
+LANE_OFF_HEADERS = ("expect", "proxy-connection", "transfer-encoding", "upgrade")
+
 # The accepted values of the fields that are choices (the names exist only here).
 CHOICES = {
     # engine/kernels: auto = the C SIMD extension if it imports, else numpy (the reference path)

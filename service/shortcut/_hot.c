@@ -17,14 +17,19 @@
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
  *
- *   configure(position_limit, max_rows, fields, range_keys)
- *     Once, from service/shortcut/templates.py, before anything else: the rules Python owns, so that none is
- *     written twice. position_limit: positions are < it (engine/selection.py; at most 2**31, for
- *     the int32 distances below); max_rows: most rows of a RowsTemplate answer; fields: {family:
- *     its selection names as JSON text}, e.g. {"alibi": (b'"query"', b'"key"')}, 1 or 2 each;
- *     range_keys: a range selection's start, stop and step names as JSON text.
+ *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
+ *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
+ *     rules and limits Python owns, so that none is written twice. position_limit: positions are
+ *     < it (engine/selection.py; at most 2**31, for the int32 distances below); max_rows: most
+ *     rows of a RowsTemplate answer; fields: {family: its selection names as JSON text}, e.g.
+ *     {"alibi": (b'"query"', b'"key"')}, 1 or 2 each; range_keys: a range selection's start,
+ *     stop and step names as JSON text; max_head: most bytes of a request head lane() reads
+ *     (settings.max_header_bytes); max_body: most bytes of a body answered
+ *     (settings.max_body_bytes); off_headers: lower-case names of the request headers that keep
+ *     a request off the lane (engine/settings.py LANE_OFF_HEADERS). Called again, it replaces
+ *     them all.
  *
- *   answer(raw, headers, accepts, templates, max_body, family) -> bytes | None
+ *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
  *
  * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
  * True} for values the negotiator maps to safetensors; templates: {key: RowsTemplate |
@@ -34,12 +39,21 @@
  * but never accepts a body the full path would answer differently. The tests hold the answers
  * to the full path's bytes and to the float64 reference.
  *
+ * No call here calls Python. An answer whose shape's safetensors header the template has not
+ * cached returns NotImplemented instead, and notes (template, shape) for its thread:
+ *
+ *   missing() -> (template, shape) | None     that note, forgotten as it is returned
+ *   template.set_header(shape, header)       caches a header: (n,) rows, or (nq, nk)
+ *
+ * templates.py then computes the header with template.header_for(*shape) and calls again.
+ *
  *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
  *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
  *     the stored column it copies (-1: zero), so out[i, j] = array[position_i + offset, colmap[j]];
- *     header_for(n) -> safetensors header bytes for n rows; tail: the bytes after the arrays.
+ *     header_for(n) -> safetensors header bytes for n rows (kept for templates.py, which calls
+ *     it on a miss); tail: the bytes after the arrays.
  *     Positions: at most max_rows (<= the configured max_rows), each row inside the table; a
  *     list, or also a range unless lists_only.
  *
@@ -69,25 +83,28 @@ static int want_name(PyObject *o, const char *what)
     return -1;
 }
 
-PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys)\n--\n\n"
+PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys, max_head, max_body, "
+             "off_headers)\n--\n\n"
              "The rules Python owns (see the module source); once, before any template or answer.");
 
 static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", NULL};
+    static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", "max_head", "max_body",
+                             "off_headers", NULL};
     long long limit;
-    Py_ssize_t max_rows;
-    PyObject *fields, *keys, *copy = NULL, *family, *names;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
-                                     &fields, &PyTuple_Type, &keys))
+    Py_ssize_t max_rows, max_head, max_body;
+    PyObject *fields, *keys, *off, *copy = NULL, *family, *names;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
+                                     &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off))
         return NULL;
     if (limit < 1 || limit > MAX_POSITION_LIMIT) {
         PyErr_Format(PyExc_ValueError, "position_limit: want 1 .. 2**31 (distances are int32 here), got %lld", limit);
         return NULL;
     }
-    if (max_rows < 1) {
-        PyErr_Format(PyExc_ValueError, "max_rows: want >= 1, got %zd", max_rows);
+    if (max_rows < 1 || max_head < 1 || max_body < 1) {
+        PyErr_Format(PyExc_ValueError, "max_rows, max_head, max_body: want >= 1, got %zd, %zd, %zd", max_rows,
+                     max_head, max_body);
         return NULL;
     }
     if (PyTuple_GET_SIZE(keys) != 3) {
@@ -107,9 +124,17 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
         for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(names); f++)
             if (want_name(PyTuple_GET_ITEM(names, f), "fields") < 0) return NULL;
     }
-    if (!(copy = PyDict_Copy(fields))) return NULL;
+    PyObject *off_names = hot_lane_names(off);
+    if (!off_names) return NULL;
+    if (!(copy = PyDict_Copy(fields))) {
+        Py_DECREF(off_names);
+        return NULL;
+    }
     hot_cfg.position_limit = limit;
     hot_cfg.max_rows = max_rows;
+    hot_cfg.max_head = max_head;
+    hot_cfg.max_body = max_body;
+    Py_XSETREF(hot_cfg.off_headers, off_names);
     Py_XSETREF(hot_cfg.fields, copy);
     for (int i = 0; i < 3; i++) {
         Py_INCREF(PyTuple_GET_ITEM(keys, i));

@@ -26,8 +26,11 @@
 typedef struct {
     int64_t position_limit;
     Py_ssize_t max_rows;
+    Py_ssize_t max_head;     /* bytes of a request head the lane reads (settings.max_header_bytes) */
+    Py_ssize_t max_body;     /* bytes of a body the shortcut answers (settings.max_body_bytes) */
     PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
     PyObject *range_keys[3]; /* bytes: start, stop, step */
+    PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
 } HotConfig;
 
 extern HotConfig hot_cfg;
@@ -75,7 +78,7 @@ typedef struct {
     Py_ssize_t nruns;
     int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
     Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
-    PyObject *header_for; /* n -> bytes */
+    PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
 } RowsTemplate;
@@ -86,7 +89,7 @@ typedef struct {
     Py_ssize_t nheads;
     int symmetric, mask_future;
     Py_ssize_t max_n, max_bytes;
-    PyObject *header_for; /* (nq, nk) -> bytes */
+    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as RowsTemplate's */
     PyObject *tail;       /* bytes: the float32 slopes */
     PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
@@ -95,9 +98,9 @@ typedef struct {
 } AlibiTemplate;
 
 extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType;
-/* The safetensors header for an answer of shape (a) or (a, b) (b < 0: one dimension), from the
- * template's cache, else from header_for(a[, b]) once; new reference. */
-PyObject *hot_header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_ssize_t b);
+/* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
+ * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
+int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
 int hot_templates_ready(PyObject *module);
 extern PyMethodDef hot_templates_methods[];
 
@@ -112,7 +115,8 @@ typedef struct {
 } Http;
 
 /* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
- * with an HTTP head before it when `http` is given: a new reference, None, or NULL (error). */
+ * with an HTTP head before it when `http` is given: a new reference to the bytes, to None
+ * (declined), to NotImplemented (a header is missing: see hot_templates.c), or NULL (error). */
 PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
 int hot_accepted(PyObject *accepts, PyObject *accept); /* 1 yes, 0 no, -1 error */
 void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
@@ -121,6 +125,8 @@ extern PyMethodDef hot_answer_methods[];
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 
 void hot_lane_ready(void);
+/* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
+PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 extern PyMethodDef hot_fill_methods[];
 

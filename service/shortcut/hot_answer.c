@@ -158,7 +158,6 @@ static PyObject *finish(Out *o)
     return o->obj;
 }
 
-
 static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
 {
     Sel rows = {.heap = NULL};
@@ -170,8 +169,12 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
         hot_sel_free(&rows);
         Py_RETURN_NONE;
     }
-    PyObject *head = hot_header(t->heads, t->header_for, rows.n, -1);
-    if (head) {
+    PyObject *head = NULL;
+    int got = hot_header((PyObject *)t, t->heads, rows.n, -1, &head);
+    if (got == 0) {
+        out = Py_NotImplemented;
+        Py_INCREF(out);
+    } else if (got > 0) {
         Py_ssize_t block = rows.n * t->width * t->itemsize;
         Out o;
         int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
@@ -205,7 +208,14 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         Py_INCREF(out);
         goto done;
     }
-    if (!(head = hot_header(t->heads, t->header_for, q.n, k.n))) goto done;
+    int got = hot_header((PyObject *)t, t->heads, q.n, k.n, &head);
+    if (got <= 0) {
+        if (got == 0) {
+            out = Py_NotImplemented;
+            Py_INCREF(out);
+        }
+        goto done;
+    }
     Out o;
     if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
@@ -303,7 +313,8 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    /* held: header_for runs Python code, during which another thread may drop it from the dict */
+    /* held: an allocation may run the garbage collector, whose finalizers may run Python code that
+     * drops it from the dict */
     Py_INCREF(t);
     PyObject *out = NULL;
     if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
@@ -325,27 +336,25 @@ int hot_accepted(PyObject *accepts, PyObject *accept)
     return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, max_body, family) -> bytes | None\n--\n\n"
-             "The safetensors answer of a body whose spec is a known template, or None.");
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
+             "The safetensors answer of a body whose spec is a known template; None: declined;\n"
+             "NotImplemented: the template lacks the header of its shape (see missing()).");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (!hot_configured()) return NULL;
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, "
-                                         "max_body: int, family: str)");
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, family: str)");
         return NULL;
     }
     PyObject *raw = args[0];
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[5]); /* checked by configure() */
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[4]); /* checked by configure() */
     if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[5]);
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[4]);
         return NULL;
     }
-    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
-    if (max_body == -1 && PyErr_Occurred()) return NULL;
-    if (PyBytes_GET_SIZE(raw) > max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
+    if (PyBytes_GET_SIZE(raw) > hot_cfg.max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
     int ok = hot_accepted(args[2], acc);

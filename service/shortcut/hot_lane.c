@@ -1,16 +1,18 @@
 /* service/shortcut/hot_lane.c -- lane(): a whole HTTP request to the whole HTTP response, for
- * service/protocol/lane.py.
+ * service/protocol/lane.py. It tells the bytes it cannot read as a request of its routes (None:
+ * httptools reads them) from a request it reads and declines to answer (False: the full path
+ * answers it, and need not offer it to the shortcut again).
  */
 #include "hot.h"
 
 /* A request the lane may answer: "POST <target> HTTP/1.1", each header line a token name, ':',
  * optional spaces, and visible text (no trailing space) ended by CRLF, a Content-Length of
  * digits whose body is all in the buffer. Anything else, however legal, is left to httptools
- * (and from there to ASGI): Transfer-Encoding, Expect, Upgrade, a Connection other than one
- * "close" or "keep-alive", a repeated Content-Length, Connection or Accept, obs-text or a
- * folded line, a head over MAX_HEAD bytes. So whatever this parser takes, httptools parses the
- * same way (it only ever sees less). */
-#define MAX_HEAD 8192
+ * (and from there to ASGI): a header of the configured off_headers (Transfer-Encoding, Expect,
+ * Upgrade, ...), a Connection other than one "close" or "keep-alive", a repeated
+ * Content-Length, Connection or Accept, obs-text or a folded line, a head over the configured
+ * max_head bytes. So whatever this parser takes, httptools parses the same way (it only ever
+ * sees less). */
 
 typedef struct {
     const char *target, *accept, *body;
@@ -19,8 +21,6 @@ typedef struct {
 } Request;
 
 static unsigned char TOKEN[256]; /* RFC 9110 tchar; filled at import */
-/* headers that change how a request is read or answered: such a request is left to httptools */
-static const char *const LEFT[] = {"expect", "proxy-connection", "transfer-encoding", "upgrade"};
 
 void hot_lane_ready(void)
 {
@@ -30,19 +30,44 @@ void hot_lane_ready(void)
     for (const char *e = extra; *e; e++) TOKEN[(unsigned char)*e] = 1;
 }
 
-static int name_is(const char *n, Py_ssize_t len, const char *lower)
+/* Whether n[0:len] is `lower` (l bytes) but for the case of ASCII letters. */
+static int name_is(const char *n, Py_ssize_t len, const char *lower, Py_ssize_t l)
 {
-    Py_ssize_t l = (Py_ssize_t)strlen(lower);
     if (len != l) return 0;
     for (Py_ssize_t i = 0; i < l; i++)
-        if ((n[i] | 0x20) != lower[i]) return 0;   /* | 0x20 folds letters; '-' matches only '-' or CR */
+        if ((n[i] >= 'A' && n[i] <= 'Z' ? n[i] + 32 : n[i]) != lower[i]) return 0;
     return 1;
+}
+
+#define NAME_IS(n, len, literal) name_is(n, len, literal, (Py_ssize_t)sizeof literal - 1)
+
+PyObject *hot_lane_names(PyObject *names)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(names, i), *b = NULL;
+        int ok = PyUnicode_Check(o) && PyUnicode_IS_ASCII(o) && PyUnicode_GET_LENGTH(o) > 0;
+        for (Py_ssize_t j = 0; ok && j < PyUnicode_GET_LENGTH(o); j++) {
+            Py_UCS4 c = PyUnicode_READ_CHAR(o, j);
+            ok = TOKEN[c] && !(c >= 'A' && c <= 'Z');
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "off_headers: want lower-case header names (str), got %R", o);
+            Py_CLEAR(out);
+        } else if (!(b = PyUnicode_AsASCIIString(o))) {
+            Py_CLEAR(out);
+        } else {
+            PyTuple_SET_ITEM(out, i, b);
+        }
+    }
+    return out;
 }
 
 /* The end of the request at p (after its body), or NULL: not one this lane takes, or not whole. */
 static const char *parse_request(const char *p, const char *end, Request *r)
 {
-    const char *limit = end - p > MAX_HEAD ? p + MAX_HEAD : end;
+    const char *limit = end - p > hot_cfg.max_head ? p + hot_cfg.max_head : end;
     if (limit - p < 5 || memcmp(p, "POST ", 5) != 0) return NULL;
     p += 5;
     r->target = p;
@@ -74,24 +99,26 @@ static const char *parse_request(const char *p, const char *end, Request *r)
         if (limit - p < 2 || p[0] != '\r' || p[1] != '\n') return NULL;
         if (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) return NULL;
         p += 2;
-        if (name_is(n, nl, "accept")) {
+        if (NAME_IS(n, nl, "accept")) {
             r->accept = v;
             r->accept_len = vl;
             n_accept++;
-        } else if (name_is(n, nl, "content-length")) {
+        } else if (NAME_IS(n, nl, "content-length")) {
             if (vl < 1 || vl > 9 || n_length++) return NULL;
             length = 0;
             for (Py_ssize_t i = 0; i < vl; i++) {
                 if (!hot_is_digit(v[i])) return NULL;
                 length = length * 10 + (v[i] - '0');
             }
-        } else if (name_is(n, nl, "connection")) {
+        } else if (NAME_IS(n, nl, "connection")) {
             if (n_connection++) return NULL;
-            if (name_is(v, vl, "close")) r->close = 1;
-            else if (!name_is(v, vl, "keep-alive")) return NULL;
+            if (NAME_IS(v, vl, "close")) r->close = 1;
+            else if (!NAME_IS(v, vl, "keep-alive")) return NULL;
         } else {
-            for (size_t i = 0; i < sizeof LEFT / sizeof *LEFT; i++)
-                if (name_is(n, nl, LEFT[i])) return NULL;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hot_cfg.off_headers); i++) {
+                PyObject *off = PyTuple_GET_ITEM(hot_cfg.off_headers, i);
+                if (name_is(n, nl, PyBytes_AS_STRING(off), PyBytes_GET_SIZE(off))) return NULL;
+            }
         }
     }
     if (n_length != 1 || n_accept > 1 || end - p < length) return NULL;
@@ -100,51 +127,64 @@ static const char *parse_request(const char *p, const char *end, Request *r)
     return p + length;
 }
 
-PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, max_body, pre, post, close)\n--\n\n"
-             "The request at data[start:], if it is a whole, plain POST to one of routes ({target: (family, "
-             "...)}) whose Accept is in accepts and whose spec is a known template (native: {family: "
-             "templates}), answered: (end of the request, its route's value, the whole response with the "
-             "HTTP head pre + length + post [+ connection: close], keep-alive). Else None.");
+PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, close)\n--\n\n"
+             "The request at data[start:] answered, if it is a whole, plain POST to a target of routes\n"
+             "({target: (family, ...)}) whose Accept is in accepts and whose spec is a known template\n"
+             "(native: {family: templates}): (end of the request, its route's value, the whole response\n"
+             "with the HTTP head pre + length + post [+ connection: close], keep-alive).\n"
+             "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
+             "this parser's strict subset of HTTP/1.1, or to another target).\n"
+             "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
+             "configured max_body, no template for its spec, or one that does not answer it).\n"
+             "NotImplemented: as answer()'s, a header to compute first (see missing()).");
+
+/* The value of routes for the target [t, t + len), borrowed, or NULL (none; no error set). */
+static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(routes, &pos, &key, &value))
+        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), t, (size_t)len) == 0)
+            return value;
+    return NULL;
+}
 
 static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (!hot_configured()) return NULL;
-    if (nargs != 9 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
-        !PyDict_Check(args[4]) || !PyBytes_Check(args[6]) || !PyBytes_Check(args[7])) {
+    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
+        !PyDict_Check(args[4]) || !PyBytes_Check(args[5]) || !PyBytes_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict, accepts: dict, native: dict, "
-                                         "max_body: int, pre: bytes, post: bytes, close: bool)");
+                                         "pre: bytes, post: bytes, close: bool)");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), max_body = PyLong_AsSsize_t(args[5]);
-    if ((start == -1 || max_body == -1) && PyErr_Occurred()) return NULL;
-    int force_close = PyObject_IsTrue(args[8]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    int force_close = PyObject_IsTrue(args[7]);
     if (force_close < 0) return NULL;
     const char *b = PyBytes_AS_STRING(args[0]), *end = b + PyBytes_GET_SIZE(args[0]);
     if (start < 0 || start > end - b) Py_RETURN_NONE;
     Request r;
     const char *next = parse_request(b + start, end, &r);
-    if (!next || r.body_len > max_body || !r.accept) Py_RETURN_NONE;
-
-    PyObject *key, *route = NULL, *found;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(args[2], &pos, &key, &found))
-        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == r.target_len &&
-            memcmp(PyBytes_AS_STRING(key), r.target, (size_t)r.target_len) == 0) {
-            route = found;
-            break;
-        }
-    if (!route || !PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) Py_RETURN_NONE;
+    PyObject *route = next ? route_of(args[2], r.target, r.target_len) : NULL;
+    if (!route) Py_RETURN_NONE;
+    if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) {
+        PyErr_SetString(PyExc_TypeError, "routes: want {target: (family, ...)}");
+        return NULL;
+    }
+    /* a whole plain request to one of the routes: from here on a decline is False */
     PyObject *family = PyTuple_GET_ITEM(route, 0);
     PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
     if (!fields) {
         if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
         return NULL;
     }
+    if (r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_FALSE;
     PyObject *templates = PyDict_GetItemWithError(args[4], family);
     if (!templates) {
         if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+        Py_RETURN_FALSE;
     }
     if (!PyDict_Check(templates)) {
         PyErr_SetString(PyExc_TypeError, "native: want {family: {key: template}}");
@@ -156,16 +196,21 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(acc);
     if (ok <= 0) {
         if (ok < 0) return NULL;
-        Py_RETURN_NONE;
+        Py_RETURN_FALSE;
     }
-    Http http = {args[6], args[7], r.close || force_close};
-    Py_INCREF(route);   /* held across answer_body, which may run Python code (header_for) */
+    Http http = {args[5], args[6], r.close || force_close};
+    Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     PyObject *out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
     PyObject *res = NULL;
-    if (out == Py_None)
+    if (out == Py_None) {
+        Py_DECREF(out);
+        res = Py_False;
+        Py_INCREF(res);
+    } else if (out == Py_NotImplemented) {
         res = out;
-    else if (out)
+    } else if (out) {
         res = Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http.close ? Py_False : Py_True);
+    }
     Py_DECREF(route);
     return res;
 }

@@ -1,6 +1,11 @@
 /* service/shortcut/hot_templates.c -- the templates: RowsTemplate and AlibiTemplate (what a
- * learnt spec answers from; see _hot.c), and their caches of safetensors headers (one per
- * answer shape).
+ * learnt spec answers from; see _hot.c), and their caches of safetensors headers.
+ *
+ * A header depends on the answer's shape only, so each template caches one per shape. The code
+ * here never calls Python: on a miss an answer returns NotImplemented and notes (template,
+ * shape) for this thread, missing() hands that to templates.py, which computes the header with
+ * the template's header_for (the family's function) and stores it with set_header() before it
+ * asks again.
  */
 #include "hot.h"
 
@@ -41,24 +46,116 @@ static int want_callable(PyObject *f)
     return -1;
 }
 
-PyObject *hot_header(PyObject *cache, PyObject *header_for, Py_ssize_t a, Py_ssize_t b)
+/* ---- the header caches ---------------------------------------------------------------- */
+
+static PyObject *MISSING; /* the key of this thread's missing header in its thread-state dict */
+
+static PyObject *head_key(Py_ssize_t a, Py_ssize_t b)
 {
-    PyObject *key = PyLong_FromLongLong(b < 0 ? (long long)a : ((long long)a << 32) | (long long)b);
-    if (!key) return NULL;
+    return PyLong_FromLongLong(b < 0 ? (long long)a : ((long long)a << 32) | (long long)b);
+}
+
+/* Notes (t, shape) as this thread's missing header: a dict per thread, so that two threads
+ * missing at once each fetch their own. */
+static int note_missing(PyObject *t, Py_ssize_t a, Py_ssize_t b)
+{
+    PyObject *d = PyThreadState_GetDict();
+    if (!d) {
+        PyErr_SetString(PyExc_RuntimeError, "_hot: no thread state dict");
+        return -1;
+    }
+    PyObject *v = b < 0 ? Py_BuildValue("(O(n))", t, a) : Py_BuildValue("(O(nn))", t, a, b);
+    if (!v) return -1;
+    int rc = PyDict_SetItem(d, MISSING, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out)
+{
+    PyObject *key = head_key(a, b);
+    if (!key) return -1;
     PyObject *h = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
     if (h) {
         Py_INCREF(h);
-    } else if (!PyErr_Occurred()) {
-        h = b < 0 ? PyObject_CallFunction(header_for, "n", a) : PyObject_CallFunction(header_for, "nn", a, b);
-        if (h && !PyBytes_Check(h)) {
-            Py_CLEAR(h);
-            PyErr_SetString(PyExc_TypeError, "header_for must return bytes");
-        }
-        if (h && PyDict_GET_SIZE(cache) >= HEADS_CACHED) PyDict_Clear(cache);
-        if (h && PyDict_SetItem(cache, key, h) < 0) Py_CLEAR(h);
+        *out = h;
+        return 1;
     }
+    if (PyErr_Occurred()) return -1;
+    return note_missing(t, a, b) < 0 ? -1 : 0;
+}
+
+PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | None\n--\n\n"
+             "The header this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
+             "returned: template.header_for(*shape) computes it, template.set_header(shape, header) keeps it.");
+
+static PyObject *missing(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *d = PyThreadState_GetDict();
+    PyObject *v = d ? PyDict_GetItemWithError(d, MISSING) : NULL;
+    if (!v) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(v);
+    if (PyDict_DelItem(d, MISSING) < 0) Py_CLEAR(v);
+    return v;
+}
+
+PyDoc_STRVAR(set_header_doc, "set_header(shape, header)\n--\n\n"
+             "Cache the safetensors header (bytes) of answers of shape: (n,) rows for a RowsTemplate,\n"
+             "(nq, nk) for an AlibiTemplate.");
+
+static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int rows = Py_IS_TYPE(self, &hot_RowsTemplateType);
+    PyObject *cache = rows ? ((RowsTemplate *)self)->heads : ((AlibiTemplate *)self)->heads;
+    Py_ssize_t dims = rows ? 1 : 2, v[2] = {0, -1};
+    if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != dims || !PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "set_header(shape: tuple of %zd ints, header: bytes)", dims);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < dims; i++) {
+        v[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[0], i));
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+        if (v[i] < 0 || v[i] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "set_header: a dimension outside 0 .. 2**31 - 1");
+            return NULL;
+        }
+    }
+    if (!cache) {
+        PyErr_SetString(PyExc_RuntimeError, "set_header: the template is not initialised");
+        return NULL;
+    }
+    PyObject *key = head_key(v[0], v[1]);
+    if (!key) return NULL;
+    if (PyDict_GET_SIZE(cache) >= HEADS_CACHED) PyDict_Clear(cache);
+    int rc = PyDict_SetItem(cache, key, args[1]);
     Py_DECREF(key);
-    return h;
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *header_for_of(PyObject *f)
+{
+    if (!f) Py_RETURN_NONE;
+    Py_INCREF(f);
+    return f;
+}
+
+static PyObject *RowsTemplate_header_for(RowsTemplate *t, void *closure)
+{
+    (void)closure;
+    return header_for_of(t->header_for);
+}
+
+static PyObject *AlibiTemplate_header_for(AlibiTemplate *t, void *closure)
+{
+    (void)closure;
+    return header_for_of(t->header_for);
 }
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
@@ -152,6 +249,16 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
+static PyMethodDef RowsTemplate_methods[] = {
+    {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef RowsTemplate_getset[] = {
+    {"header_for", (getter)RowsTemplate_header_for, NULL, "n -> the header of an answer of n rows", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 PyTypeObject hot_RowsTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsTemplate",
     .tp_basicsize = sizeof(RowsTemplate),
@@ -159,6 +266,8 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)RowsTemplate_init,
+    .tp_methods = RowsTemplate_methods,
+    .tp_getset = RowsTemplate_getset,
     .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
 
@@ -257,6 +366,16 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
+static PyMethodDef AlibiTemplate_methods[] = {
+    {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef AlibiTemplate_getset[] = {
+    {"header_for", (getter)AlibiTemplate_header_for, NULL, "(nq, nk) -> the header of an nq x nk block", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 PyTypeObject hot_AlibiTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
     .tp_basicsize = sizeof(AlibiTemplate),
@@ -264,15 +383,19 @@ PyTypeObject hot_AlibiTemplateType = {
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)AlibiTemplate_init,
+    .tp_methods = AlibiTemplate_methods,
+    .tp_getset = AlibiTemplate_getset,
     .tp_dealloc = (destructor)AlibiTemplate_dealloc,
 };
 
 PyMethodDef hot_templates_methods[] = {
+    {"missing", missing, METH_NOARGS, missing_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int hot_templates_ready(PyObject *m)
 {
+    if (!MISSING && !(MISSING = PyUnicode_InternFromString("posenc.service.shortcut._hot.missing"))) return -1;
     if (PyType_Ready(&hot_RowsTemplateType) < 0 || PyType_Ready(&hot_AlibiTemplateType) < 0) return -1;
     Py_INCREF(&hot_RowsTemplateType);
     if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&hot_RowsTemplateType) < 0) {

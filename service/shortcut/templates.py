@@ -34,7 +34,7 @@ import orjson
 from posenc.engine import kernels
 from posenc.engine.errors import ConfigError
 from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
-from posenc.engine.settings import ENV_PREFIX
+from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
@@ -48,18 +48,34 @@ _CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
-    """(service._hot, configured with the rules Python owns), or (None, why it is missing)."""
+    """(service._hot, None), or (None, why it is missing)."""
     try:
         from . import _hot
     except ImportError as exc:
         return None, exc
-    _hot.configure(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
-                   range_keys=tuple(map(orjson.dumps, RANGE_KEYS)))
     return _hot, None
 
 
 _hot, _MISSING = _load_native()
 NATIVE = _hot is not None       # built
+
+
+def native_rules(settings: Settings) -> dict:
+    """What the C shortcut is configured with: the rules Python owns (selections, template
+    fields, the lane's off headers) and the limits of ``settings``."""
+    return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
+                range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
+                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS)
+
+
+def configure(settings: Settings) -> None:
+    """Configure the C shortcut for ``settings`` (the Service calls it with its own). One
+    configuration per process: the last call's limits hold for every template."""
+    if _hot is not None:
+        _hot.configure(**native_rules(settings))
+
+
+configure(current())   # this process's settings, until a Service configures its own
 
 
 def shortcut_in_use(setting: str) -> str:
@@ -76,17 +92,55 @@ def shortcut_in_use(setting: str) -> str:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
-def answer(raw: bytes, headers, accepts: dict, templates: dict, max_body: int, family: str) -> bytes | None:
+#
+# C never calls back into Python: when a template lacks the safetensors header of an answer's
+# shape, the call returns NotImplemented, and _again computes the header with the template's
+# header_for (its family's function), caches it in the template and calls again.
+_MISSES = 4   # misses one call may meet (another thread may clear a full cache meanwhile)
+
+
+def _again(call, args: tuple, declined):
+    """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
+    for _ in range(_MISSES):
+        got = _hot.missing()   # this thread's: (template, shape)
+        if got is not None:
+            t, shape = got
+            t.set_header(shape, t.header_for(*shape))
+        out = call(*args)
+        if out is not NotImplemented:
+            return out
+    return declined
+
+
+def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, *_old) -> bytes | None:
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
-    None: the full path answers."""
-    return _hot.answer(raw, headers, accepts, templates, max_body, family)
+    None: the full path answers. (A body over the configured max_body_bytes: None.)"""
+    if _old:   # transitional: service/front/service.py's call (.., max_body, family); goes when it calls the above
+        family = _old[0]
+    out = _hot.answer(raw, headers, accepts, templates, family)
+    if out is NotImplemented:
+        return _again(_hot.answer, (raw, headers, accepts, templates, family), None)
+    return out
 
 
-def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, max_body: int,
-                   pre: bytes, post: bytes, close: bool):
-    """The whole plain HTTP request at ``data[start:]`` answered from its bytes to the response's
-    bytes: (end of the request, its route, response, keep-alive), or None (service/protocol/lane.py)."""
-    return _hot.lane(data, start, routes, accepts, native, max_body, pre, post, close)
+def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
+                   close: bool, *_old):
+    """The HTTP request at ``data[start:]`` answered from its bytes to the response's bytes, for
+    service/protocol/lane.py: (end of the request, its route, response, keep-alive) when it is a
+    whole plain POST to a target of ``routes`` that the shortcut answers. Else
+    - None: the bytes are not a whole plain request to a target of ``routes`` (incomplete,
+      outside the C parser's strict subset of HTTP/1.1, or to another target): httptools reads
+      them;
+    - False: they are one, and the shortcut declines it (its Accept not negotiated to
+      safetensors, a body over max_body_bytes, no template for its spec, or one that does not
+      answer it): the full path answers it, and need not offer it to the shortcut again."""
+    if _old:   # transitional: service/front/service.py's call (.., max_body, pre, post, close) for a lane.py
+        # that knows None only; both go once they call the signature above
+        return answer_request(data, start, routes, accepts, native, post, close, _old[0]) or None
+    out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
+    if out is NotImplemented:
+        return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+    return out
 
 
 def rows_template(req, view):

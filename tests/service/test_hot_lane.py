@@ -1,13 +1,14 @@
-"""The hot lane's whole-request call (service/shortcut/_hot.c ``lane``) in-process: for a plain POST it
-returns the HTTP head the lane is given around the same bytes ``answer`` returns for the body,
-whatever the head's length (the arrays land at every alignment); it leaves to httptools every
-request that is not whole or not plain.
+"""The hot lane's whole-request call (service/shortcut/hot_lane.c ``lane``) in-process: for a plain
+POST it returns the HTTP head the lane is given around the same bytes ``answer`` returns for the
+body, whatever the head's length (the arrays land at every alignment); it leaves to httptools
+(None) every request that is not whole or not plain, and says False for a plain one it declines.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from posenc.engine.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
@@ -63,6 +64,11 @@ def test_connection_close_in_the_request_closes(hot):
     assert lane(hot, request(b"/v1/rope", body, b"Connection: Keep-Alive\r\n"))[3] is True
 
 
+def direct(svc, data: bytes):
+    """templates.answer_request as the lane calls it, with the service's templates."""
+    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, b"", b"", False)
+
+
 @needs_native
 @pytest.mark.parametrize("change", [
     lambda r: r[:-1],                                               # not whole
@@ -84,24 +90,55 @@ def test_connection_close_in_the_request_closes(hot):
     lambda r: r.replace(b"host: t", b"connection: keep-alive, close"),
     lambda r: r.replace(b"host: t", b"connection: close\r\nconnection: close"),
     lambda r: r.replace(b"host: t", b"accept: " + HOT),             # two Accept lines
-    lambda r: r.replace(b"accept: " + HOT, b"accept: text/html"),   # not negotiated to safetensors
-    lambda r: r.replace(b"accept: " + HOT + b"\r\n", b""),          # none
     lambda r: r.replace(b"content-length: ", b"content-length: +"),
     lambda r: r.replace(b"content-length: ", b"content-length: 00000000000"),
     lambda r: r.replace(b"host: t", b"content-length: 0"),          # two Content-Lengths
-    lambda r: r.replace(b"host: t", b"x-big: " + b"a" * 9000),     # a head over 8 KiB
-    lambda r: r.replace(b'"head_dim":64', b'"head_dim":65'),        # no template
+    lambda r: r.replace(b"host: t", b"x-big: " + b"a" * current().max_header_bytes),   # a head over the limit
 ])
 def test_anything_unusual_is_left_to_httptools(hot, change):
     plain = request(b"/v1/rope", BODIES[0][2])
-    assert lane(hot, plain) is not None
+    assert direct(hot, plain)
+    assert direct(hot, change(plain)) is None
     assert lane(hot, change(plain)) is None
 
 
 @needs_native
-def test_a_body_over_the_limit_is_left_to_the_full_path(hot):
+@pytest.mark.parametrize("change", [
+    lambda r: r.replace(b"accept: " + HOT, b"accept: text/html"),   # not negotiated to safetensors
+    lambda r: r.replace(b"accept: " + HOT + b"\r\n", b""),          # none
+    lambda r: r.replace(b'"head_dim":64', b'"head_dim":65'),        # no template
+    lambda r: r.replace(b'"positions":[7', b'"positions":[-7'),     # a selection the shortcut leaves
+])
+def test_a_plain_request_the_shortcut_declines_is_false(hot, change):
+    plain = request(b"/v1/rope", BODIES[0][2])
+    assert direct(hot, plain)
+    assert direct(hot, change(plain)) is False
+
+
+@needs_native
+def test_the_body_and_head_limits_are_the_settings(hot):
     body = BODIES[0][2]
     data = request(b"/v1/rope", body)
-    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body), b"", b"", False)
-    assert replay._hot.lane(data, 0, ROUTES, hot.accepts, hot.templates.native, len(body) - 1, b"", b"", False) \
-        is None
+    head = len(data) - len(body)
+    pad = b"x-pad: " + b"a" * 10 + b"\r\n"
+    try:
+        replay.configure(Settings(max_body_bytes=len(body), max_header_bytes=head + len(pad)))
+        assert direct(hot, data)
+        padded = request(b"/v1/rope", body, pad)
+        assert direct(hot, padded)                                            # a head of exactly the limit
+        assert direct(hot, padded.replace(b"x-pad: ", b"x-pad:  ")) is None   # one byte more
+        replay.configure(Settings(max_body_bytes=len(body) - 1))
+        assert direct(hot, data) is False                                     # a body one byte over
+    finally:
+        replay.configure(current())
+
+
+@needs_native
+def test_the_off_headers_are_the_configured_ones(hot):
+    data = request(b"/v1/rope", BODIES[0][2], b"X-Custom_Hop: 1\r\n")
+    assert direct(hot, data)
+    try:
+        replay._hot.configure(**(replay.native_rules(current()) | {"off_headers": LANE_OFF_HEADERS + ("x-custom_hop",)}))
+        assert direct(hot, data) is None
+    finally:
+        replay.configure(current())

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from posenc.service.shortcut import _hot
+from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 
@@ -99,6 +100,6 @@ def test_native_template_checks_its_arrays():
     t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
     acc = ([(b"accept", b"x")], {b"x": True})
     with pytest.raises(TypeError, match="bytes"):
-        _hot.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, 100, "rope")
+        replay.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, "rope")
     with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family
-        _hot.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, 100, "alibi")
+        replay.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, "alibi")

@@ -22,7 +22,6 @@ pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not b
 LENGTH = 512                                   # rows (distances) of the in-memory tables
 ACCEPT = b"application/x-safetensors"
 HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
-MAX_BODY = 1 << 20
 _VIEWS: dict = {}
 
 
@@ -45,7 +44,7 @@ def answer_both(family: str, first: dict, later: dict):
     req = pipeline.parse(family, first, LENGTH)
     templates.learn("safetensors", orjson.dumps(first), req, view_of(req.table))
     raw = orjson.dumps(later)
-    c = replay._hot.answer(raw, HEADERS, {ACCEPT: True}, templates.native[family], MAX_BODY, family)
+    c = replay.answer(raw, HEADERS, {ACCEPT: True}, templates.native[family], family)
     req2 = pipeline.parse(family, later, LENGTH)
     pipeline.check(req2)
     fam = req2.family
