@@ -44,6 +44,7 @@ class Service:
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
         self.shortcut = replay.shortcut_in_use(settings.shortcut)   # "c" or "off": /v1/tables shows it
+        replay.configure(settings)   # the C side's limits: this worker's
         self.templates = self._new_templates()
         self._templates_manifest = None
         self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
@@ -87,10 +88,8 @@ class Service:
         """The template shortcut in C (service/shortcut/_hot.c) for a rope, sinusoidal or alibi body and
         its ASGI headers; None when it does not apply (the full path answers). Only when
         ``self.shortcut == "c"``."""
-        if not self._fresh_templates():
-            return None
-        return replay.answer(raw, headers, self.accepts, self.templates.native[family],
-                                  self.settings.max_body_bytes, family)
+        self._fresh_templates()   # templates dropped here leave none to answer from: C declines
+        return replay.answer(raw, headers, self.accepts, self.templates.native[family], family)
 
     def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool,
                     now: float):
@@ -100,12 +99,10 @@ class Service:
         (end of the request, its route, response, keep-alive); None when it does not apply.
         ``now``: the event loop's clock; the templates' manifest is checked at most every
         LANE_RECHECK_S of it (the client reads the manifest at most every 50 ms anyway)."""
-        if now >= self._lane_recheck:
+        if now >= self._lane_recheck:   # templates dropped here leave none to answer from: C declines
             self._lane_recheck = now + LANE_RECHECK_S
-            if not self._fresh_templates():
-                return None
-        return replay.answer_request(data, start, routes, self.accepts, self.templates.native,
-                                self.settings.max_body_bytes, pre, post, close)
+            self._fresh_templates()
+        return replay.answer_request(data, start, routes, self.accepts, self.templates.native, pre, post, close)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

@@ -112,11 +112,9 @@ def _again(call, args: tuple, declined):
     return declined
 
 
-def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, *_old) -> bytes | None:
+def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str) -> bytes | None:
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
     None: the full path answers. (A body over the configured max_body_bytes: None.)"""
-    if _old:   # transitional: service/front/service.py's call (.., max_body, family); goes when it calls the above
-        family = _old[0]
     out = _hot.answer(raw, headers, accepts, templates, family)
     if out is NotImplemented:
         return _again(_hot.answer, (raw, headers, accepts, templates, family), None)
@@ -124,7 +122,7 @@ def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, *_o
 
 
 def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
-                   close: bool, *_old):
+                   close: bool):
     """The HTTP request at ``data[start:]`` answered from its bytes to the response's bytes, for
     service/protocol/lane.py: (end of the request, its route, response, keep-alive) when it is a
     whole plain POST to a target of ``routes`` that the shortcut answers. Else
@@ -134,9 +132,6 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
     - False: they are one, and the shortcut declines it (its Accept not negotiated to
       safetensors, a body over max_body_bytes, no template for its spec, or one that does not
       answer it): the full path answers it, and need not offer it to the shortcut again."""
-    if _old:   # transitional: service/front/service.py's call (.., max_body, pre, post, close) for a lane.py
-        # that knows None only; both go once they call the signature above
-        return answer_request(data, start, routes, accepts, native, post, close, _old[0]) or None
     out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
     if out is NotImplemented:
         return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
