@@ -128,7 +128,7 @@ def test_colocated_client_by_name_and_by_config(server):
     assert len(pinned) == 2
 
 
-@pytest.mark.skipif("__import__('posenc.service.shortcut.templates').service.replay.shortcut_in_use('auto') != 'c'",
+@pytest.mark.skipif("__import__('posenc.service.shortcut.templates').service.shortcut.templates.shortcut_in_use('auto') != 'c'",
                     reason="the C template shortcut runs with service._hot built and the simd backend")
 def test_template_shortcut_writes_the_spec_metadata(server):
     """In-process: once the full path has answered a table or hf_config body, the C shortcut
