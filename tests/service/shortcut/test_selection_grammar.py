@@ -53,7 +53,7 @@ def plain_tokens(draw) -> list[tuple[str, str]]:
         return out + [("close", "]")]
     start = draw(st.one_of(st.integers(0, 3000), st.integers(POSITION_LIMIT - 5, POSITION_LIMIT - 1)))
     pairs = [("start", ("num", str(start))),
-             ("stop", ("num", str(start + draw(st.integers(1, 300))) if start < 3000 else str(POSITION_LIMIT)))]
+             ("stop", ("num", str(start + draw(st.integers(1, 300))) if start <= 3000 else str(POSITION_LIMIT)))]
     if draw(st.booleans()):
         pairs.append(("step", ("step", draw(st.sampled_from(["1", "2", "7", "null"])))))
     out = [("open", "{")]
