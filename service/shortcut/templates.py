@@ -17,11 +17,13 @@ another format, a range where the learnt body had a list, a rope type whose tabl
 positions, rows past the table, a template not seen yet — takes the full path.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
-headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The ``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when
-service._hot is built and the kernel backend is simd, ``c`` requires it, ``off`` never runs it.
-There is no Python twin: without the C shortcut (the numpy backend, the reference path, or no C
-compiler at install time) every request takes the full path. Tests hold the C answers to the
-full path's bytes and to the float64 reference.
+headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The
+``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when service._hot is built
+and the kernel backend is simd, ``c`` requires it, ``off`` never runs it. There is no Python
+twin: without the C shortcut (the numpy backend, the reference path, or no C compiler at install
+time) every request takes the full path. Tests hold the C answers to the full path's bytes and
+to the float64 reference. C takes its rules and limits from here (``configure``) and never calls
+back into Python (see ``_again``).
 """
 
 from __future__ import annotations

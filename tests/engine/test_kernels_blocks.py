@@ -1,4 +1,4 @@
-"""Kernels (issue #5), every backend against the numpy reference bit for bit: ALiBi and T5 blocks,
+"""Kernels, every backend against the numpy reference bit for bit: ALiBi and T5 blocks,
 and sin/cos rows (also held to mpmath).
 """
 

@@ -1,4 +1,4 @@
-"""Kernels (issue #5): every backend refuses bad arguments (shape, dtype, contiguity, alignment,
+"""Kernels: every backend refuses bad arguments (shape, dtype, contiguity, alignment,
 writability) with an exception, never a crash; and the backend this run selected.
 """
 

@@ -1,4 +1,4 @@
-"""Kernels (issue #5), every backend against the numpy reference bit for bit: the single rounding
+"""Kernels, every backend against the numpy reference bit for bit: the single rounding
 of float64 into each storage dtype, row gathers and the RoPE half-to-full expansion.
 """
 
