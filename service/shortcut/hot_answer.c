@@ -78,15 +78,21 @@ void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Se
 }
 
 /* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
- * positions are < 2**31; each mode is its own loop, so each vectorizes. */
+ * positions are < 2**31. Each mode is its own loop, so each vectorizes; a masked row takes two,
+ * the values then the mask (in one loop GCC sinks the multiply into a branch, which does not
+ * vectorize). */
 VECTOR_CLONES
 static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
                       int symmetric, int mask_future)
 {
-#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell(m, (double)(q - key[b]), MODE, -FLT_MAX)
-    if (symmetric) ROW(ALIBI_SYMMETRIC);
-    else if (mask_future) ROW(ALIBI_MASKED);
-    else ROW(ALIBI_CAUSAL);
+#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell_i32(m, q - key[b], MODE, -FLT_MAX)
+    if (symmetric) {
+        ROW(ALIBI_SYMMETRIC);
+    } else {
+        ROW(ALIBI_CAUSAL);
+        if (mask_future)
+            for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_masked(o[b], ALIBI_MASKED, key[b] > q, -FLT_MAX);
+    }
 #undef ROW
 }
 
