@@ -133,13 +133,12 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
     - False: they are one, and the shortcut declines it (its Accept not negotiated to
       safetensors, a body over max_body_bytes, no template for its spec, or one that does not
       answer it): the full path answers it, and need not offer it to the shortcut again."""
-    if _old:   # transitional: service/front/service.py's call (.., max_body, pre, post, close) for a lane.py
-        # that knows None only; both go once they call the signature above
-        return answer_request(data, start, routes, accepts, native, post, close, _old[0]) or None
+    if _old:   # transitional: service/front/service.py's call (.., max_body, pre, post, close), for a lane.py
+        pre, post, close = post, close, _old[0]   # that knows None only (see the return); both go together
     out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
     if out is NotImplemented:
-        return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
-    return out
+        out = _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+    return (out or None) if _old else out
 
 
 def rows_template(req, view):
