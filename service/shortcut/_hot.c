@@ -74,6 +74,13 @@ int hot_configured(void)
     return 0;
 }
 
+PyObject *hot_fields_of(PyObject *family)
+{
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
+    if (!fields && !PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
+    return fields;
+}
+
 /* 0: a non-empty bytes without NUL (a NUL would match the template keys' cut marks). */
 static int want_name(PyObject *o, const char *what)
 {

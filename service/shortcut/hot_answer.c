@@ -369,11 +369,8 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *raw = args[0];
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[4]); /* checked by configure() */
-    if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[4]);
-        return NULL;
-    }
+    PyObject *fields = hot_fields_of(args[4]);
+    if (!fields) return NULL;
     if (PyBytes_GET_SIZE(raw) > hot_cfg.max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
@@ -399,11 +396,8 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "cut(raw: bytes, family: str)");
         return NULL;
     }
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[1]);
-    if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[1]);
-        return NULL;
-    }
+    PyObject *fields = hot_fields_of(args[1]);
+    if (!fields) return NULL;
     const char *b = PyBytes_AS_STRING(args[0]);
     Span spans[MAX_FIELDS];
     PyObject *key = cut_key(b, b + PyBytes_GET_SIZE(args[0]), fields, spans);
