@@ -28,7 +28,9 @@ class BuildExt(build_ext):
         else:
             # -ffp-contract=off: each multiply rounds once, never fused into an FMA, so the
             # results stay bit-identical to numpy's (see engine/kernels/_native.c).
-            cflags, lflags = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing"], []
+            # -fvisibility=hidden: an extension exports its PyInit only; the names its files share
+            # (hot_*, native_*) stay inside it, called directly rather than through the PLT.
+            cflags, lflags = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-fvisibility=hidden"], []
             if _on("POSENC_WERROR"):
                 cflags += ["-Wall", "-Wextra", "-Werror"]
             if _on("POSENC_SANITIZE"):

@@ -1,4 +1,4 @@
-"""Kernel layer (issue #5): the hot loops behind table builds and request answers.
+"""Kernel layer: the hot loops behind table builds and request answers.
 
 Two interchangeable backends implement one API (see docs/native.md):
 

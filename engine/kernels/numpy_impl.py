@@ -1,4 +1,4 @@
-"""numpy reference backend of the kernel layer (issue #5).
+"""numpy reference backend of the kernel layer.
 
 The plain, obviously-correct path: every kernel here is the definition the native SIMD backend
 (``_native.c``) is tested against bit for bit (sincos within 1 ulp). Values are computed in
@@ -141,7 +141,8 @@ def alibi_block(slopes, query, key, out, dtype, symmetric, mask_future) -> bool:
     """ALiBi bias block (Press et al. 2022): out[h, a, b] = 0 - slopes[h] * (query[a] - key[b]),
     or with |query[a] - key[b]| when ``symmetric``; ``mask_future`` puts the dtype's most negative
     finite value (transformers' ``finfo.min``) where key[b] > query[a]. Returns True if an
-    unmasked output is +-inf (overflow; the caller refuses)."""
+    unmasked output is +-inf (overflow; the caller refuses). The reference of both C extensions'
+    ALiBi cell (engine/kernels/alibi_cell.h)."""
     _array(slopes, "slopes", _F64, 1)
     _array(query, "query", _I64, 1)
     _array(key, "key", _I64, 1)

@@ -39,8 +39,18 @@
  * but never accepts a body the full path would answer differently. The tests hold the answers
  * to the full path's bytes and to the float64 reference.
  *
- * No call here calls Python. An answer whose shape's safetensors header the template has not
- * cached returns NotImplemented instead, and notes (template, shape) for its thread:
+ *   lane(data, start, routes, accepts, native, pre, post, close)   (hot_lane.c)
+ *     The same for a whole HTTP request, head and all, to the whole response; None or False where
+ *     it does not answer (its doc says which is which).
+ *
+ *   cut(raw, family) -> (key, spans) | None                  (hot_answer.c)
+ *     The key a body's template is stored under when templates.py learns it.
+ *
+ *   parse_selection(text, lists_only, cap)                  (hot_select.c; for the tests)
+ *
+ * Nothing here calls back into the service's Python (the families' functions). An answer whose
+ * shape's safetensors header the template has not cached returns NotImplemented instead, and
+ * notes (template, shape) for its thread:
  *
  *   missing() -> (template, shape) | None     that note, forgotten as it is returned
  *   template.set_header(shape, header)       caches a header: (n,) rows, or (nq, nk)
@@ -72,6 +82,13 @@ int hot_configured(void)
     if (hot_cfg.fields) return 1;
     PyErr_SetString(PyExc_RuntimeError, "posenc.service._hot: configure() has not been called");
     return 0;
+}
+
+PyObject *hot_fields_of(PyObject *family)
+{
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
+    if (!fields && !PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
+    return fields;
 }
 
 /* 0: a non-empty bytes without NUL (a NUL would match the template keys' cut marks). */

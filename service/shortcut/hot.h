@@ -35,6 +35,7 @@ typedef struct {
 
 extern HotConfig hot_cfg;
 int hot_configured(void); /* 1, or 0 with an error set */
+PyObject *hot_fields_of(PyObject *family); /* its selection names (borrowed), or NULL and KeyError */
 
 /* ---- selections (hot_select.c) ---------------------------------------------------------- */
 

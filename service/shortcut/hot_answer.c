@@ -78,15 +78,21 @@ void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Se
 }
 
 /* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
- * positions are < 2**31; each mode is its own loop, so each vectorizes. */
+ * positions are < 2**31. Each mode is its own loop, so each vectorizes; a masked row takes two,
+ * the values then the mask (in one loop GCC sinks the multiply into a branch, which does not
+ * vectorize). */
 VECTOR_CLONES
 static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
                       int symmetric, int mask_future)
 {
-#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell(m, (double)(q - key[b]), MODE, -FLT_MAX)
-    if (symmetric) ROW(ALIBI_SYMMETRIC);
-    else if (mask_future) ROW(ALIBI_MASKED);
-    else ROW(ALIBI_CAUSAL);
+#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell_i32(m, q - key[b], MODE, -FLT_MAX)
+    if (symmetric) {
+        ROW(ALIBI_SYMMETRIC);
+    } else {
+        ROW(ALIBI_CAUSAL);
+        if (mask_future)
+            for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_masked(o[b], ALIBI_MASKED, key[b] > q, -FLT_MAX);
+    }
 #undef ROW
 }
 
@@ -279,19 +285,18 @@ static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len
     return found;
 }
 
-/* declared, and described, in hot.h */
-PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates,
-                          const Http *http)
+/* The template key of body [b, end) for a family's selection names `fields`: the body with the
+ * text of each selection (its span, into spans[] in field order) replaced by one NUL byte. A new
+ * reference; NULL with no error set when the body has none (a field missing, spans that overlap);
+ * NULL with an error set. */
+static PyObject *cut_key(const char *b, const char *end, PyObject *fields, Span *spans)
 {
-    if (PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
-    /* the selections' spans, in field order, then by position for the key */
     Py_ssize_t nf = PyTuple_GET_SIZE(fields);
-    Span spans[MAX_FIELDS];
-    int order[MAX_FIELDS] = {0, 1};
+    int order[MAX_FIELDS] = {0, 1}; /* the spans by position */
     for (Py_ssize_t f = 0; f < nf; f++)
-        if (hot_find_span(b, end, PyTuple_GET_ITEM(fields, f), &spans[f]) < 0) Py_RETURN_NONE;
+        if (hot_find_span(b, end, PyTuple_GET_ITEM(fields, f), &spans[f]) < 0) return NULL;
     if (nf == 2 && spans[1].open < spans[0].open) order[0] = 1, order[1] = 0;
-    if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) Py_RETURN_NONE;
+    if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) return NULL;
 
     Py_ssize_t klen = (end - b) + nf;
     for (Py_ssize_t f = 0; f < nf; f++) klen -= spans[f].close + 1 - spans[f].open;
@@ -307,6 +312,21 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
         from = sp->close + 1;
     }
     memcpy(kb, from, (size_t)(end - from));
+    return key;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates,
+                          const Http *http)
+{
+    if (PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
+    Py_ssize_t nf = PyTuple_GET_SIZE(fields);
+    Span spans[MAX_FIELDS];
+    PyObject *key = cut_key(b, end, fields, spans);
+    if (!key) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
     PyObject *t = PyDict_GetItemWithError(templates, key);
     Py_DECREF(key);
     if (!t) {
@@ -349,11 +369,8 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *raw = args[0];
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, args[4]); /* checked by configure() */
-    if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", args[4]);
-        return NULL;
-    }
+    PyObject *fields = hot_fields_of(args[4]);
+    if (!fields) return NULL;
     if (PyBytes_GET_SIZE(raw) > hot_cfg.max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
@@ -366,7 +383,44 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, args[3], NULL);
 }
 
+PyDoc_STRVAR(cut_doc, "cut(raw, family) -> (key, spans) | None\n--\n\n"
+             "The template key of a body of family (the key answer() looks its template up by) and the\n"
+             "(start, end) offsets of its selections' texts, in the family's field order; None when the\n"
+             "body has none. templates.py learns templates by it.");
+
+static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!hot_configured()) return NULL;
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "cut(raw: bytes, family: str)");
+        return NULL;
+    }
+    PyObject *fields = hot_fields_of(args[1]);
+    if (!fields) return NULL;
+    const char *b = PyBytes_AS_STRING(args[0]);
+    Span spans[MAX_FIELDS];
+    PyObject *key = cut_key(b, b + PyBytes_GET_SIZE(args[0]), fields, spans);
+    if (!key) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t nf = PyTuple_GET_SIZE(fields);
+    PyObject *offsets = PyTuple_New(nf);
+    for (Py_ssize_t f = 0; offsets && f < nf; f++) {
+        PyObject *o = Py_BuildValue("(nn)", (Py_ssize_t)(spans[f].open - b), (Py_ssize_t)(spans[f].close + 1 - b));
+        if (!o) Py_CLEAR(offsets);
+        else PyTuple_SET_ITEM(offsets, f, o);
+    }
+    if (!offsets) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", key, offsets);
+}
+
 PyMethodDef hot_answer_methods[] = {
     {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
+    {"cut", (PyCFunction)(void (*)(void))cut, METH_FASTCALL, cut_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -175,11 +175,8 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* a whole plain request to one of the routes: from here on a decline is False */
     PyObject *family = PyTuple_GET_ITEM(route, 0);
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
-    if (!fields) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
-        return NULL;
-    }
+    PyObject *fields = hot_fields_of(family);
+    if (!fields) return NULL;
     if (r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_FALSE;
     PyObject *templates = PyDict_GetItemWithError(args[4], family);
     if (!templates) {

@@ -4,7 +4,8 @@
  * stop[, step]}); this is a subset of it on the JSON text itself, so that a body is answered
  * without parsing it: whatever is accepted here, engine/selection.py accepts with the same
  * positions, but some valid spellings ("-0", "start": null, keys written with escapes, a
- * repeated key) are refused and left to the full path.
+ * repeated key) are refused and left to the full path. parse_selection() exposes the parser to
+ * the tests that hold it to Python's (tests/service/shortcut/test_selection_grammar.py).
  */
 #include "hot.h"
 
@@ -139,6 +140,51 @@ int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp)
     return 0;
 }
 
+PyDoc_STRVAR(parse_selection_doc, "parse_selection(text, lists_only, cap) -> list | range | None\n--\n\n"
+             "For tests: the positions of a selection's JSON text as a template answer reads them (the\n"
+             "text is the cut-out span: '[' or '{' up to the first ']' or '}', which must end it), or\n"
+             "None where the shortcut leaves the body to the full path (also: a range when lists_only,\n"
+             "more than cap positions).");
+
+static PyObject *parse_selection(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!hot_configured()) return NULL;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "parse_selection(text: bytes, lists_only: bool, cap: int)");
+        return NULL;
+    }
+    int lists_only = PyObject_IsTrue(args[1]);
+    Py_ssize_t cap = PyLong_AsSsize_t(args[2]);
+    if (lists_only < 0 || (cap == -1 && PyErr_Occurred())) return NULL;
+    const char *b = PyBytes_AS_STRING(args[0]), *end = b + PyBytes_GET_SIZE(args[0]);
+    if (end - b < 2 || (*b != '[' && *b != '{') || (lists_only && *b != '[')) Py_RETURN_NONE;
+    Span sp = {b, memchr(b, *b == '[' ? ']' : '}', (size_t)(end - b))};
+    Sel s = {.heap = NULL};
+    if (!sp.close || sp.close != end - 1) Py_RETURN_NONE;
+    int rc = hot_parse_sel(&sp, cap, &s);
+    PyObject *out = NULL;
+    if (rc == -1) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else if (rc == 0 && !s.v) {
+        out = PyObject_CallFunction((PyObject *)&PyRange_Type, "LLL", (long long)s.start,
+                                    (long long)(s.start + s.n * s.step), (long long)s.step);
+    } else if (rc == 0 && (out = PyList_New(s.n))) {
+        for (Py_ssize_t i = 0; i < s.n; i++) {
+            PyObject *v = PyLong_FromLongLong((long long)s.v[i]);
+            if (!v) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, i, v);
+        }
+    }
+    hot_sel_free(&s);
+    return out;
+}
+
 PyMethodDef hot_select_methods[] = {
+    {"parse_selection", (PyCFunction)(void (*)(void))parse_selection, METH_FASTCALL, parse_selection_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -139,24 +139,26 @@ static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
-static PyObject *header_for_of(PyObject *f)
+static PyObject *get_header_for(PyObject *t, void *closure)
 {
+    (void)closure;
+    PyObject *f = Py_IS_TYPE(t, &hot_RowsTemplateType) ? ((RowsTemplate *)t)->header_for
+                                                       : ((AlibiTemplate *)t)->header_for;
     if (!f) Py_RETURN_NONE;
     Py_INCREF(f);
     return f;
 }
 
-static PyObject *RowsTemplate_header_for(RowsTemplate *t, void *closure)
-{
-    (void)closure;
-    return header_for_of(t->header_for);
-}
+/* What both template types have: set_header() and header_for. */
+static PyMethodDef template_methods[] = {
+    {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
+    {NULL, NULL, 0, NULL},
+};
 
-static PyObject *AlibiTemplate_header_for(AlibiTemplate *t, void *closure)
-{
-    (void)closure;
-    return header_for_of(t->header_for);
-}
+static PyGetSetDef template_getset[] = {
+    {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
 
@@ -249,16 +251,6 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyMethodDef RowsTemplate_methods[] = {
-    {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef RowsTemplate_getset[] = {
-    {"header_for", (getter)RowsTemplate_header_for, NULL, "n -> the header of an answer of n rows", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 PyTypeObject hot_RowsTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsTemplate",
     .tp_basicsize = sizeof(RowsTemplate),
@@ -266,8 +258,8 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)RowsTemplate_init,
-    .tp_methods = RowsTemplate_methods,
-    .tp_getset = RowsTemplate_getset,
+    .tp_methods = template_methods,
+    .tp_getset = template_getset,
     .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
 
@@ -366,16 +358,6 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyMethodDef AlibiTemplate_methods[] = {
-    {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef AlibiTemplate_getset[] = {
-    {"header_for", (getter)AlibiTemplate_header_for, NULL, "(nq, nk) -> the header of an nq x nk block", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 PyTypeObject hot_AlibiTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
     .tp_basicsize = sizeof(AlibiTemplate),
@@ -383,8 +365,8 @@ PyTypeObject hot_AlibiTemplateType = {
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)AlibiTemplate_init,
-    .tp_methods = AlibiTemplate_methods,
-    .tp_getset = AlibiTemplate_getset,
+    .tp_methods = template_methods,
+    .tp_getset = template_getset,
     .tp_dealloc = (destructor)AlibiTemplate_dealloc,
 };
 

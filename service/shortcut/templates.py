@@ -16,18 +16,19 @@ response header, the tail); this module only cuts bodies and keeps templates. An
 another format, a range where the learnt body had a list, a rope type whose table follows the
 positions, rows past the table, a template not seen yet — takes the full path.
 
-The shortcut runs in C (service/shortcut/_hot.c): one call from the request body and headers to the
-response bytes. The ``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when
-service._hot is built and the kernel backend is simd, ``c`` requires it, ``off`` never runs it.
-There is no Python twin: without the C shortcut (the numpy backend, the reference path, or no C
-compiler at install time) every request takes the full path. Tests hold the C answers to the
-full path's bytes and to the float64 reference.
+The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
+headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The
+``shortcut`` setting picks it (``shortcut_in_use``): ``auto`` runs it when service._hot is built
+and the kernel backend is simd, ``c`` requires it, ``off`` never runs it. There is no Python
+twin: without the C shortcut (the numpy backend, the reference path, or no C compiler at install
+time) every request takes the full path. Tests hold the C answers to the full path's bytes and
+to the float64 reference. C takes its rules and limits from here (``configure``) and never calls
+back into Python (see ``_again``).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 
 import orjson
 
@@ -43,8 +44,6 @@ MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 M
 # the families that make templates -> their selections' names as JSON text, quotes included
 FIELDS = {name: tuple(map(orjson.dumps, f.selections))
           for name, f in FAMILIES.items() if type(f).template is not Family.template}
-_BETWEEN = re.compile(rb"[ \t\r\n:]*")
-_CLOSE = {ord("["): b"]", ord("{"): b"}"}
 
 
 def _load_native():
@@ -134,7 +133,7 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
       answer it): the full path answers it, and need not offer it to the shortcut again."""
     out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
     if out is NotImplemented:
-        return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+        out = _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
     return out
 
 
@@ -154,37 +153,6 @@ def fill(rows, positions, itemsize: int, parts: tuple) -> bytes | None:
 def fill_into(rows, positions, itemsize: int, views: tuple) -> bool:
     """The same rows written into writable buffers ``views`` (one per array); False as fill's None."""
     return _hot.fill_into(rows, positions, itemsize, views)
-
-
-def spans(raw: bytes, fields) -> list[tuple[int, int]] | None:
-    """[(start, end)] of each field's selection text, in field order: the field name's first
-    occurrence, whitespace and exactly one ':', then '[' .. the first ']' or '{' .. the first
-    '}'. None if a field is missing or the spans overlap. (service/shortcut/_hot.c: find_span.)"""
-    out = []
-    for name in fields:
-        i = raw.find(name)
-        if i < 0:
-            return None
-        j = _BETWEEN.match(raw, i + len(name)).end()
-        if j >= len(raw) or raw.count(b":", i + len(name), j) != 1 or raw[j] not in _CLOSE:
-            return None
-        k = raw.find(_CLOSE[raw[j]], j)
-        if k < 0:
-            return None
-        out.append((j, k + 1))
-    ordered = sorted(out)
-    if any(a[1] > b[0] for a, b in zip(ordered, ordered[1:])):
-        return None
-    return out
-
-
-def template_key(raw: bytes, cut: list[tuple[int, int]]) -> bytes:
-    parts, at = [], 0
-    for a, b in sorted(cut):
-        parts += [raw[at:a], b"\0"]
-        at = b
-    parts.append(raw[at:])
-    return b"".join(parts)
 
 
 def controls(raw: bytes, cut: list[tuple[int, int]], fields) -> bool:
@@ -222,11 +190,11 @@ class Templates:
         fields = FIELDS.get(req.family.name)
         if fmt != "safetensors" or not NATIVE or fields is None:
             return
-        cut = spans(raw, fields)
-        if cut is None:
+        got = _hot.cut(raw, req.family.name)   # C cuts bodies here as when it answers them
+        if got is None:
             return
+        key, cut = got
         known = self.native[req.family.name]
-        key = template_key(raw, cut)
         if len(key) > MAX_KEY_BYTES or key in known or not controls(raw, cut, fields):
             return
         t = req.family.template(_hot, req, view, self.limits)

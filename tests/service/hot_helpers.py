@@ -1,4 +1,4 @@
-"""Helpers of the C-shortcut tests (service/shortcut/_hot.c): specs, odd tokens, and a full path that
+"""Helpers of the C-shortcut tests (service/shortcut/_hot.c and its parts): specs, odd tokens, and a full path that
 learns a body's template before the shortcut answers it.
 """
 

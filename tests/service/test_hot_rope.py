@@ -1,4 +1,4 @@
-"""The C shortcut (service/shortcut/_hot.c) for RoPE rows against the full path and the library's bytes,
+"""The C shortcut (service/shortcut/hot_answer.c) for RoPE rows against the full path and the library's bytes,
 driven in-process.
 """
 

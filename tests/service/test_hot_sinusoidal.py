@@ -1,4 +1,4 @@
-"""The C shortcut (service/shortcut/_hot.c) for sinusoidal rows against the full path and the library's
+"""The C shortcut (service/shortcut/hot_answer.c) for sinusoidal rows against the full path and the library's
 bytes, driven in-process.
 """
 

@@ -1,4 +1,4 @@
-"""The v2 shortcut (service/v2/hot.py, service/shortcut/_hot.c ``fill``) held to the full path, in process
+"""The v2 shortcut (service/v2/hot.py, service/shortcut/hot_fill.c ``fill``) held to the full path, in process
 against the engine: after one request of a shape has been answered, later requests of that shape
 with other positions are answered by the shortcut, byte for byte what the full path answers
 (gRPC: the serialized ModelInferResponse; REST: status, headers and body), and anything the
