@@ -5,7 +5,12 @@ speaks): a co-located client registers a POSIX shared-memory object of its own
 Registrations are shared by every process of the server, the HTTP workers and the gRPC
 processes alike (a region registered over gRPC serves REST requests), in one small JSON file in
 the namespace (``{ns}.v2-regions.json``, replaced atomically; changes under ``flock`` of
-``{ns}.v2-regions.lock``). Each process maps a region when a request first uses it.
+``{ns}.v2-regions.lock``). Each process opens a region when a request first uses it.
+
+Regions are never mapped: outputs are written with ``os.pwrite`` and inputs read with
+``os.pread``. A client may shrink its object at any moment; a store through a mapping past its
+new end would kill the server process (SIGBUS), where a write is refused as "too small" or, in
+the instant between that check and the write, grows the object back.
 
 Trust: as with Triton, any client that reaches the server may make it write into a shared-memory
 object its user can open. posenc refuses keys that name posenc's own files (any namespace's
@@ -14,8 +19,8 @@ segments, manifest, metrics); serve on 127.0.0.1 (the default) unless every clie
 
 from __future__ import annotations
 
+import errno
 import fcntl
-import mmap
 import os
 import re
 
@@ -42,11 +47,11 @@ def remove_registry(shm_dir: str, namespace: str) -> None:
             pass
 
 
-class _Mapped:
-    __slots__ = ("entry", "fd", "mm")
+class _Open:
+    __slots__ = ("entry", "fd")
 
-    def __init__(self, entry: tuple, fd: int, mm: mmap.mmap):
-        self.entry, self.fd, self.mm = entry, fd, mm
+    def __init__(self, entry: tuple, fd: int):
+        self.entry, self.fd = entry, fd
 
 
 class Regions:
@@ -56,7 +61,7 @@ class Regions:
         self.region_dir = region_dir
         self._stamp = None
         self._entries: dict[str, dict] = {}
-        self._mapped: dict[str, _Mapped] = {}
+        self._mapped: dict[str, _Open] = {}
 
     # -- the shared registry ---------------------------------------------------------------------
     def entries(self) -> dict[str, dict]:
@@ -133,7 +138,7 @@ class Regions:
         return os.path.join(self.region_dir, stem)
 
     # -- using regions -----------------------------------------------------------------------------
-    def _span(self, name, offset, byte_size, path: str) -> tuple[_Mapped, int, int]:
+    def _span(self, name, offset, byte_size, path: str) -> tuple[_Open, int, int]:
         entries = self.entries()
         e = entries.get(name) if isinstance(name, str) else None
         if e is None:
@@ -153,31 +158,37 @@ class Regions:
         """An input's bytes, copied out of the client's region (the client may change it while
         the request runs; posenc never reads a position twice)."""
         m, start, n = self._span(name, offset, byte_size, path)
-        self._check_size(m, start + n, name, path)
-        return m.mm[start:start + n]
+        data = os.pread(m.fd, n, start)
+        if len(data) < n:
+            raise _too_small(name, os.fstat(m.fd).st_size, start + n, path)
+        return data
 
-    def write(self, name, offset, byte_size, array: np.ndarray, path: str) -> None:
-        """An output's bytes into the client's region, refused (400) when it does not fit."""
-        dst = self.view(name, offset, byte_size, array.nbytes, path)
-        np.copyto(dst.view(array.dtype).reshape(array.shape), array)
-
-    def view(self, name, offset, byte_size, nbytes: int, path: str) -> np.ndarray:
-        """The ``nbytes`` of the client's region where an output of that size goes (uint8,
-        writable), refused (400) when it does not fit."""
+    def write(self, name, offset, byte_size, data, path: str) -> None:
+        """An output's bytes (an array, or any contiguous buffer) into the client's region,
+        refused (400) when they do not fit in the span asked or the object is too small now."""
+        mv = _bytes(data)
         m, start, n = self._span(name, offset, byte_size, path)
-        if nbytes > n:
+        if mv.nbytes > n:
             raise BadRequest(f"{path}.shared_memory_byte_size",
-                             f"the output is {nbytes} bytes, more than the {n} bytes given in region {name!r}")
-        self._check_size(m, start + nbytes, name, path)
-        return np.frombuffer(m.mm, np.uint8, nbytes, start)
+                             f"the output is {mv.nbytes} bytes, more than the {n} bytes given in region {name!r}")
+        end = start + mv.nbytes
+        try:
+            size = os.fstat(m.fd).st_size
+            if size < end:
+                raise _too_small(name, size, end, path)
+            # shrunk between the check and the write: the write grows the object back (to at most
+            # the registered span), where a store through a mapping would be a SIGBUS
+            done = 0
+            while done < mv.nbytes:
+                k = os.pwrite(m.fd, mv[done:], start + done)
+                if k <= 0:
+                    raise OSError(errno.EIO, "short write")
+                done += k
+        except OSError as e:   # ENOSPC, EFBIG (the server's RLIMIT_FSIZE), EIO
+            raise BadRequest(f"{path}.shared_memory_region",
+                             f"cannot write into region {name!r}: {e.strerror}") from None
 
-    def _check_size(self, m: _Mapped, end: int, name: str, path: str) -> None:
-        # A client may shrink its object after registering it: touching pages past its end
-        # would kill this process (SIGBUS), so the size is checked at every use.
-        if os.fstat(m.fd).st_size < end or len(m.mm) < end:
-            raise BadRequest(f"{path}.shared_memory_region", f"region {name!r} is smaller than when it was registered")
-
-    def _map(self, name: str, e: dict) -> _Mapped:
+    def _map(self, name: str, e: dict) -> _Open:
         m = self._mapped.get(name)
         if m is not None and m.entry == _entry(e):
             return m
@@ -186,20 +197,28 @@ class Regions:
             fd = os.open(path, os.O_RDWR)
         except OSError as err:
             raise BadRequest("shared_memory_region", f"region {name!r}: cannot open {e['key']!r}: {err.strerror}") from None
-        try:
-            mm = mmap.mmap(fd, e["offset"] + e["byte_size"])
-        except (OSError, ValueError) as err:
-            os.close(fd)
-            raise BadRequest("shared_memory_region", f"region {name!r}: cannot map {e['key']!r}: {err}") from None
         self._unmap(name)
-        m = self._mapped[name] = _Mapped(_entry(e), fd, mm)
+        m = self._mapped[name] = _Open(_entry(e), fd)
         return m
 
     def _unmap(self, name: str) -> None:
         m = self._mapped.pop(name, None)
         if m is not None:
-            os.close(m.fd)   # the mapping itself goes when the last view of it does
+            os.close(m.fd)
 
 
 def _entry(e: dict | None):
     return None if e is None else (e["key"], e["offset"], e["byte_size"])
+
+
+def _too_small(name: str, size: int, end: int, path: str) -> BadRequest:
+    return BadRequest(f"{path}.shared_memory_region",
+                      f"region {name!r} is too small: it holds {size} bytes now, the request needs {end}")
+
+
+def _bytes(data) -> memoryview:
+    """``data``'s bytes as a flat memoryview (a C-contiguous copy of a strided array)."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    mv = memoryview(data)
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")

@@ -1,10 +1,12 @@
 """The shared-memory registry (service/v2/shm.py) in process: what one process registers the
-others see, outputs land at the offset asked, and a client that shrinks its object after
-registering gets a 400, not a server killed by SIGBUS."""
+others see, outputs land at the offset asked, a client that shrinks its object gets a 400
+("too small") and never a SIGBUS."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.shm import Regions, remove_registry
+from tests.shm import assert_no_leftovers
 
 SHM = "/dev/shm"
 
@@ -21,16 +24,39 @@ def ns(tmp_path):
     ns = f"ptest-{uuid.uuid4().hex[:8]}"
     yield ns
     remove_registry(SHM, ns)
+    assert_no_leftovers(ns)
+
+
+def _object(size: int = 4096) -> tuple[str, str]:
+    """A client's object, as shm_open(3) makes it: (key, path)."""
+    key = f"posenc_test_{uuid.uuid4().hex[:8]}"
+    path = os.path.join(SHM, key)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.ftruncate(fd, size)
+    os.close(fd)
+    return "/" + key, path
 
 
 @pytest.fixture
-def region():
-    key = f"posenc_test_{uuid.uuid4().hex[:8]}"
-    path = os.path.join(SHM, key)
-    with open(path, "wb") as f:
-        f.truncate(4096)
-    yield "/" + key, path
-    os.unlink(path)
+def objects():
+    """Make client objects; every one is removed after the test."""
+    made = []
+
+    def make(size: int = 4096):
+        key, path = _object(size)
+        made.append(path)
+        return key, path
+    yield make
+    for path in made:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+@pytest.fixture
+def region(objects):
+    return objects(4096)
 
 
 def test_another_process_sees_registrations_and_writes_land(ns, region):
@@ -43,6 +69,8 @@ def test_another_process_sees_registrations_and_writes_land(ns, region):
     got = np.fromfile(path, np.float32, 6, offset=1024 + 100)
     np.testing.assert_array_equal(got, out.reshape(-1))
     assert a.read("r", 100, 24, "inputs[0].parameters") == out.tobytes()
+    b.write("r", 0, 24, out.T, "outputs[0].parameters")   # a strided array is written in C order
+    assert np.fromfile(path, np.float32, 6, offset=1024).tolist() == out.T.reshape(-1).tolist()
     a.unregister("r")
     with pytest.raises(BadRequest, match="unknown shared memory region 'r'"):
         b.write("r", 0, 24, out, "outputs[0].parameters")
@@ -52,10 +80,53 @@ def test_a_shrunk_object_is_refused_not_a_crash(ns, region):
     key, path = region
     r = Regions(SHM, ns)
     r.register("r", key, 0, 4096)
-    r.write("r", 0, 16, np.zeros(4, np.float32), "outputs[0].parameters")   # mapped now
+    r.write("r", 0, 16, np.zeros(4, np.float32), "outputs[0].parameters")   # open now
     os.truncate(path, 8)
-    with pytest.raises(BadRequest, match="smaller than when it was registered"):
+    with pytest.raises(BadRequest, match="region 'r' is too small: .* holds 8 bytes now, the request needs 16"):
         r.write("r", 0, 16, np.ones(4, np.float32), "outputs[0].parameters")
+    with pytest.raises(BadRequest, match="too small"):
+        r.read("r", 0, 16, "inputs[0].parameters")
+    os.truncate(path, 4096)
+    r.write("r", 0, 16, np.ones(4, np.float32), "outputs[0].parameters")
+    assert np.fromfile(path, np.float32, 4).tolist() == [1, 1, 1, 1]
+
+
+def test_writes_racing_a_shrinking_object_never_signal(ns, region):
+    """The attack of tests/integration/test_kserve_shm_attacks.py in process, bounded: each write
+    lands or is refused as too small; a store through a mapping would have been a SIGBUS."""
+    key, path = region
+    size = 1 << 20
+    os.truncate(path, size)
+    r = Regions(SHM, ns)
+    r.register("r", key, 0, size)
+    fd, stop = os.open(path, os.O_RDWR), threading.Event()
+
+    def shrink():
+        for _ in range(1_000_000):
+            if stop.is_set():
+                return
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, size)
+
+    t = threading.Thread(target=shrink, daemon=True)
+    t.start()
+    out, seen = np.ones(size // 4, np.float32), set()
+    deadline = time.monotonic() + 5
+    try:
+        for _ in range(300):
+            if time.monotonic() > deadline:
+                break
+            try:
+                r.write("r", 0, size, out, "outputs[0].parameters")
+                seen.add("written")
+            except BadRequest as e:
+                assert "too small" in str(e), e
+                seen.add("too small")
+    finally:
+        stop.set()
+        t.join(10)
+        os.close(fd)
+    assert seen, "no write was tried"
 
 
 @pytest.mark.parametrize("key, words", [
