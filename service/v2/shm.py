@@ -12,9 +12,15 @@ Regions are never mapped: outputs are written with ``os.pwrite`` and inputs read
 new end would kill the server process (SIGBUS), where a write is refused as "too small" or, in
 the instant between that check and the write, grows the object back.
 
+A key is opened with O_NOFOLLOW (a symbolic link is refused) and must be a regular file (no
+FIFO, device or directory) with one link (a hard link to a table segment, or to anything else, is
+refused: posenc cannot tell whose file it is), not named like a posenc file of any namespace.
+The checks are made on the opened descriptor, at registration and whenever a process opens the
+key to use it, so a key swapped for a link after registration is refused at use.
+
 Trust: as with Triton, any client that reaches the server may make it write into a shared-memory
-object its user can open. posenc refuses keys that name posenc's own files (any namespace's
-segments, manifest, metrics); serve on 127.0.0.1 (the default) unless every client is trusted.
+object its user can open and that passes those checks; serve on 127.0.0.1 (the default) unless
+every client is trusted.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import errno
 import fcntl
 import os
 import re
+import stat
 
 import numpy as np
 import orjson
@@ -30,8 +37,11 @@ import orjson
 from posenc.service.v2.errors import BadRequest
 
 REGION_DIR = "/dev/shm"          # where shm_open(3) objects live on Linux
-# posenc's own files, in any namespace (engine/store.py, service/metrics/counters.py, this module)
-_POSENC_FILE = re.compile(r"^[A-Za-z0-9_-]{1,64}\.(seg\.|manifest\.json|lock$|sock$|metrics\.|v2-regions)")
+MAX_KEY = 255                    # bytes of a key's file name (NAME_MAX)
+# posenc's own files, in any namespace (engine/store.py, service/metrics/, service/supervise/serve.py,
+# this module): a namespace is not checked for dots, so the suffix is looked for anywhere
+_POSENC_FILE = re.compile(r"\.(seg\.|manifest\.json|lock$|sock$|metrics\.|v2-regions)")
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 
 
 def registry_path(shm_dir: str, namespace: str) -> str:
@@ -99,15 +109,8 @@ class Regions:
         for field, v, lo in (("offset", offset, 0), ("byte_size", byte_size, 1)):
             if type(v) is not int or v < lo:
                 raise BadRequest(field, f"must be an integer >= {lo}, got {v!r}")
-        path = self._key_path(key)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as e:
-            raise BadRequest("key", f"unable to open shared memory object {key!r}: {e.strerror}") from None
-        try:
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        fd, size = self._open_key(key, "key")
+        os.close(fd)
         if offset + byte_size > size:
             raise BadRequest("byte_size", f"offset {offset} + byte_size {byte_size} is past the end of "
                                           f"{key!r} ({size} bytes)")
@@ -129,13 +132,32 @@ class Regions:
             raise BadRequest("name", f"unknown shared memory region {name!r}")
         return [{"name": n, **e} for n, e in entries.items() if name is None or n == name]
 
-    def _key_path(self, key) -> str:
-        stem = key.lstrip("/") if isinstance(key, str) else ""
-        if not stem or "/" in stem or stem in (".", "..") or "\0" in stem:
-            raise BadRequest("key", f"must name a POSIX shared memory object (e.g. '/my_region'), got {key!r}")
-        if _POSENC_FILE.match(stem):
-            raise BadRequest("key", f"{key!r} is one of posenc's own files")
-        return os.path.join(self.region_dir, stem)
+    def _open_key(self, key, field: str) -> tuple[int, int]:
+        """(an open descriptor, the size) of a key's object, refused (400 naming ``field``) unless
+        it is a regular file with one name, not posenc's and not reached through a link."""
+        stem = key[1:] if isinstance(key, str) and key.startswith("/") else key
+        if (not isinstance(stem, str) or not stem or "/" in stem or stem in (".", "..") or "\0" in stem
+                or not _utf8(stem) or len(stem.encode()) > MAX_KEY):
+            raise BadRequest(field, f"must name a POSIX shared memory object (e.g. '/my_region', at most "
+                                    f"{MAX_KEY} bytes), got {key!r}")
+        if _POSENC_FILE.search(stem):
+            raise BadRequest(field, f"{key!r} is named like one of posenc's own files")
+        try:
+            fd = os.open(os.path.join(self.region_dir, stem), _OPEN)
+        except OSError as e:
+            why = "it is a symbolic link (posenc opens only the object itself)" if e.errno == errno.ELOOP else e.strerror
+            raise BadRequest(field, f"unable to open shared memory object {key!r}: {why}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise BadRequest(field, f"shared memory object {key!r} is not a regular file")
+            if st.st_nlink != 1:
+                raise BadRequest(field, f"shared memory object {key!r} has {st.st_nlink} links; posenc writes only "
+                                        "into an object with one name (a hard link may be another's file)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st.st_size
 
     # -- using regions -----------------------------------------------------------------------------
     def _span(self, name, offset, byte_size, path: str) -> tuple[_Open, int, int]:
@@ -152,7 +174,7 @@ class Regions:
             raise BadRequest(f"{path}.shared_memory_byte_size",
                              f"offset {offset} + byte_size {byte_size} is past the end of region {name!r} "
                              f"({e['byte_size']} bytes)")
-        return self._map(name, e), e["offset"] + offset, byte_size
+        return self._map(name, e, path), e["offset"] + offset, byte_size
 
     def read(self, name, offset, byte_size, path: str) -> bytes:
         """An input's bytes, copied out of the client's region (the client may change it while
@@ -188,15 +210,11 @@ class Regions:
             raise BadRequest(f"{path}.shared_memory_region",
                              f"cannot write into region {name!r}: {e.strerror}") from None
 
-    def _map(self, name: str, e: dict) -> _Open:
+    def _map(self, name: str, e: dict, path: str) -> _Open:
         m = self._mapped.get(name)
         if m is not None and m.entry == _entry(e):
             return m
-        path = self._key_path(e["key"])
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as err:
-            raise BadRequest("shared_memory_region", f"region {name!r}: cannot open {e['key']!r}: {err.strerror}") from None
+        fd, _ = self._open_key(e["key"], f"{path}.shared_memory_region")
         self._unmap(name)
         m = self._mapped[name] = _Open(_entry(e), fd)
         return m
@@ -209,6 +227,14 @@ class Regions:
 
 def _entry(e: dict | None):
     return None if e is None else (e["key"], e["offset"], e["byte_size"])
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:   # a lone surrogate
+        return False
+    return True
 
 
 def _too_small(name: str, size: int, end: int, path: str) -> BadRequest:

@@ -3,11 +3,15 @@ server processes (REST and gRPC, one and two workers of each), with the real ``t
 
 - shrinking and regrowing its own region in a loop while asking for outputs into it gets answers
   or a 400 / INVALID_ARGUMENT ("too small"), never a process killed by SIGBUS: every process of
-  the server (uvicorn, its workers, the gRPC processes, the engine) keeps its pid.
+  the server (uvicorn, its workers, the gRPC processes, the engine) keeps its pid;
+- a key that is a symbolic link (to a file outside /dev/shm, or to the server's own table
+  segment) or a hard link (to a table segment) is refused, at registration and at use, and the
+  file behind it is left as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -84,6 +88,11 @@ def _region_file(size: int) -> tuple[str, str]:
     return "/" + key, path
 
 
+def _sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
     s = _serve(procs, ns, workers)
@@ -148,3 +157,112 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
         os.unlink(path)
     assert s.stop() == 0, s.logs()
     assert shm_files(ns) == []
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One server (2 workers of each transport) for the link attacks, stopped cleanly after."""
+    from tests.procs import Procs, unique_namespace
+    reg = Procs(tmp_path_factory.mktemp("links"))
+    ns = unique_namespace()
+    s = _serve(reg, ns, 2)
+    clients = _clients(s)
+    yield s, clients
+    for c in clients.values():
+        c.close()
+    rc = s.stop()
+    reg.cleanup()
+    assert rc == 0, s.logs()
+    assert shm_files(ns) == []
+
+
+def _segment(ns: str) -> str:
+    segs = [n for n in shm_files(ns) if ".seg." in n]
+    assert segs, shm_files(ns)
+    return os.path.join(SHM_DIR, segs[0])
+
+
+def _refused(call, transport: str, words: str) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        call()
+    assert e.value.status() == CODE[transport] and words in e.value.message(), (e.value.status(), e.value.message())
+
+
+def _links(tmp_path, ns: str) -> dict:
+    """Keys of /dev/shm that lead elsewhere: {kind: (key, the file written through it)}."""
+    outside = tmp_path / f"outside-{_tag()}"
+    outside.write_bytes(b"A" * REGION)
+    seg = _segment(ns)
+    out = {}
+    for kind, target in (("symlink outside", str(outside)), ("symlink to a segment", seg),
+                         ("hard link to a segment", seg)):
+        key = f"posenc_test_{_tag()}"
+        path = os.path.join(SHM_DIR, key)
+        (os.link if kind.startswith("hard") else os.symlink)(target, path)
+        out[kind] = ("/" + key, path, target)
+    return out
+
+
+WORDS = {"symlink outside": "symbolic link", "symlink to a segment": "symbolic link",
+         "hard link to a segment": "links"}
+
+
+@pytest.mark.parametrize("transport", MODULES)
+def test_links_are_refused_at_registration(served, tmp_path, transport):
+    s, clients = served
+    c = clients[transport]
+    links = _links(tmp_path, s.namespace)
+    try:
+        before = {k: _sha(t) for k, (_, _, t) in links.items()}
+        for kind, (key, _, _) in links.items():
+            size = os.stat(links[kind][2]).st_size
+            _refused(lambda: c.register_system_shared_memory("evil", key, min(size, 1 << 16)), transport,
+                     WORDS[kind])
+        st = c.get_system_shared_memory_status()
+        assert (st == []) if transport == "rest" else not st.regions
+        assert {k: _sha(t) for k, (_, _, t) in links.items()} == before
+    finally:
+        for key, path, _ in links.values():
+            os.unlink(path)
+
+
+@pytest.mark.parametrize("transport", MODULES)
+def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, tmp_path, transport):
+    """A client registers a region of its own, then puts a link where it was: posenc opens the
+    key again when a request first uses it (and after its descriptor was closed) and refuses."""
+    s, clients = served
+    c, m = clients[transport], MODULES[transport]
+    links = _links(tmp_path, s.namespace)
+    before = {k: _sha(t) for k, (_, _, t) in links.items()}
+    try:
+        for kind, (key, path, target) in links.items():
+            name = f"swap-{_tag()}"
+            own, own_path = _region_file(REGION)
+            try:
+                c.register_system_shared_memory(name, own, 1 << 16)
+            finally:
+                os.unlink(own_path)
+            os.rename(path, own_path)   # the link now has the registered key's name
+            try:
+                p = np.arange(16, dtype=np.int64).reshape(1, 16)
+                for _ in range(4):   # over both workers, and on to the shortcut if it could learn
+                    ins, outs = _request(m, name, p, (0, 8192))
+                    _refused(lambda: c.infer("rope", ins, outputs=outs, parameters={"spec": SPEC}), transport,
+                             WORDS[kind])
+            finally:
+                os.rename(own_path, path)
+                c.unregister_system_shared_memory(name)
+        assert {k: _sha(t) for k, (_, _, t) in links.items()} == before
+    finally:
+        for key, path, _ in links.values():
+            os.unlink(path)
+
+
+@pytest.mark.parametrize("transport", MODULES)
+def test_keys_of_any_posenc_namespace_are_refused(served, transport):
+    s, clients = served
+    c = clients[transport]
+    seg = os.path.basename(_segment(s.namespace))
+    for key in (f"/{seg}", f"/{s.namespace}.manifest.json", f"/{s.namespace}.lock",
+                "/ptest-00000000.seg.0.rope", "/other_ns.manifest.json", "/x.metrics.1"):
+        _refused(lambda: c.register_system_shared_memory("evil", key, 16), transport, "posenc's own files")

@@ -1,6 +1,6 @@
 """The shared-memory registry (service/v2/shm.py) in process: what one process registers the
 others see, outputs land at the offset asked, a client that shrinks its object gets a 400
-("too small") and never a SIGBUS."""
+("too small"), keys that lead anywhere but a client's own object are refused at registration and at use."""
 
 from __future__ import annotations
 
@@ -131,9 +131,64 @@ def test_writes_racing_a_shrinking_object_never_signal(ns, region):
 
 @pytest.mark.parametrize("key, words", [
     ("", "must name a POSIX shared memory object"), ("/a/b", "must name"), ("..", "must name"),
+    ("/" + "x" * 256, "at most 255 bytes"), ("/\udc80x", "must name"),
     ("/posenc.seg.1.abc", "posenc's own files"), ("ns-1.manifest.json", "posenc's own files"),
-    ("/posenc_test_absent", "unable to open"),
+    ("/my.ns.seg.1.abc", "posenc's own files"), ("/ns.serve.lock", "posenc's own files"),
+    ("/ns.metrics.total", "posenc's own files"), ("/ns.sock", "posenc's own files"),
+    ("/ns.v2-regions.log", "posenc's own files"), ("/posenc_test_absent", "unable to open"),
 ])
 def test_keys_refused(ns, key, words):
     with pytest.raises(BadRequest, match=words):
         Regions(SHM, ns).register("r", key, 0, 8)
+
+
+def _links(tmp_path, ns: str) -> dict:
+    """Keys in /dev/shm that are not a client's own object: {what: (key, path, target)}."""
+    target = tmp_path / "target"
+    target.write_bytes(b"A" * 4096)
+    seg = os.path.join(SHM, f"{ns}.seg.1.abc")   # stands for a table segment of the server
+    with open(seg, "wb") as f:
+        f.write(b"S" * 4096)
+    tag = uuid.uuid4().hex[:8]
+    out = {"symbolic link": (str(target), os.symlink), "symbolic link to a segment": (seg, os.symlink),
+           "hard link to a segment": (seg, os.link)}
+    links = {}
+    for what, (to, make) in out.items():
+        path = os.path.join(SHM, f"posenc_test_{tag}_{len(links)}")
+        make(to, path)
+        links[what] = ("/" + os.path.basename(path), path, to)
+    fifo = os.path.join(SHM, f"posenc_test_{tag}_fifo")
+    os.mkfifo(fifo)
+    links["fifo"] = ("/" + os.path.basename(fifo), fifo, fifo)
+    return links
+
+
+WORDS = {"symbolic link": "it is a symbolic link", "symbolic link to a segment": "it is a symbolic link",
+         "hard link to a segment": "has 2 links", "fifo": "not a regular file"}
+
+
+def test_links_and_special_files_are_refused_at_registration_and_at_use(ns, tmp_path, objects):
+    links = _links(tmp_path, ns)
+    r = Regions(SHM, ns)
+    try:
+        for what, (key, path, to) in links.items():
+            with pytest.raises(BadRequest, match=WORDS[what]):
+                r.register("evil", key, 0, 16)
+            # registered as the client's own object, then swapped for the link before first use
+            own, own_path = objects()
+            r.register(what, own, 0, 16)
+            os.replace(path, own_path)
+            try:
+                for _ in range(2):
+                    with pytest.raises(BadRequest, match=WORDS[what]) as e:
+                        r.write(what, 0, 16, np.zeros(4, np.float32), "outputs[0].parameters")
+                    assert e.value.path == "outputs[0].parameters.shared_memory_region"
+            finally:
+                os.replace(own_path, path)
+        assert (tmp_path / "target").read_bytes() == b"A" * 4096
+        with open(os.path.join(SHM, f"{ns}.seg.1.abc"), "rb") as f:
+            assert f.read() == b"S" * 4096
+    finally:
+        for _, path, _ in links.values():
+            os.unlink(path)
+        os.unlink(os.path.join(SHM, f"{ns}.seg.1.abc"))
