@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 import uuid
 
@@ -25,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.procs import children_of, cmdline
+from tests.service.v2.shm_client import client_object, shrinking
 from tests.shm import SHM_DIR, shm_files
 
 pytestmark = pytest.mark.slow
@@ -78,16 +78,6 @@ def _infer(c, m, name: str, positions: np.ndarray) -> None:
     c.infer("rope", ins, outputs=outs, parameters={"spec": SPEC})
 
 
-def _region_file(size: int) -> tuple[str, str]:
-    """A region of the test's own: (key, path), created as shm_open(3) creates it."""
-    key = f"posenc_test_{_tag()}"
-    path = os.path.join(SHM_DIR, key)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    os.ftruncate(fd, size)
-    os.close(fd)
-    return "/" + key, path
-
-
 def _sha(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -99,7 +89,7 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
     before = _pids(s)
     assert len(before["grpc"]) == workers and before["engine"] is not None
     clients = _clients(s)
-    key, path = _region_file(REGION)
+    key, path = client_object(REGION)
     rng = np.random.default_rng(workers)
     counts = {}
     try:
@@ -108,21 +98,9 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
             c.register_system_shared_memory(name, key, REGION)
             for _ in range(3):   # answered twice by the full path, then learnt by the shortcut (simd)
                 _infer(c, m, name, rng.integers(0, 4096, BATCH, dtype=np.int64))
-            fd = os.open(path, os.O_RDWR)
-            stop = threading.Event()
-
-            def shrink():   # the client's own object: to 0 bytes and back, as fast as it can
-                for _ in range(5_000_000):
-                    if stop.is_set():
-                        return
-                    os.ftruncate(fd, 0)
-                    os.ftruncate(fd, REGION)
-
-            t = threading.Thread(target=shrink, daemon=True)
-            t.start()
             ok = refused = 0
             deadline = time.monotonic() + SECONDS
-            try:
+            with shrinking(path, REGION):
                 # the same request with new positions: the shortcut's, or the full path's when it declines
                 for _ in range(REQUESTS):
                     if time.monotonic() > deadline:
@@ -134,11 +112,6 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
                         assert e.status() == CODE[transport] and "too small" in e.message(), \
                             f"{transport}: {e.status()} {e.message()}\n{s.logs()}"
                         refused += 1
-            finally:
-                stop.set()
-                t.join(10)
-                os.ftruncate(fd, REGION)
-                os.close(fd)
             counts[transport] = (ok, refused)
             assert ok + refused >= 10, counts
             # the region still works once the client stops shrinking it, on the full path and the shortcut
@@ -237,7 +210,7 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
     try:
         for kind, (key, path, target) in links.items():
             name = f"swap-{_tag()}"
-            own, own_path = _region_file(REGION)
+            own, own_path = client_object(REGION)
             try:
                 c.register_system_shared_memory(name, own, 1 << 16)
             finally:

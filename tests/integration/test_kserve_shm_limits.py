@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.procs import children_of
+from tests.service.v2.shm_client import client_object
 from tests.shm import SHM_DIR, shm_files
 
 pytestmark = pytest.mark.slow
@@ -49,13 +50,11 @@ def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(pro
     wait_grpc_ready(s)
     clients = {"rest": httpclient.InferenceServerClient(s.url[len("http://"):], network_timeout=30),
                "grpc": grpcclient.InferenceServerClient(s.grpc_url)}
-    tag = uuid.uuid4().hex[:8]
-    paths = [os.path.join(SHM_DIR, f"posenc_test_{tag}_{i}") for i in range(REGIONS)]
+    prefix = f"posenc_test_{uuid.uuid4().hex[:8]}_"
+    paths = []
     try:
-        for path in paths:   # the client's regions, as shm_open(3) makes them
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.ftruncate(fd, SIZE)
-            os.close(fd)
+        for _ in range(REGIONS):   # the client's regions
+            paths.append(client_object(SIZE, prefix)[1])
         pids = _server_pids(s)
         for t in ("rest", "grpc"):   # each transport's connection is open before the baseline
             clients[t].infer("rope", [_positions(MODULES[t], 1)], parameters={"spec": '{"head_dim": 64}'})
@@ -105,7 +104,7 @@ def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(pro
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-    assert not [n for n in os.listdir(SHM_DIR) if n.startswith(f"posenc_test_{tag}")]
+    assert not [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
     assert s.stop() == 0, s.logs()
     assert shm_files(ns) == []
 

@@ -16,6 +16,7 @@ import pytest
 
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS, Regions, TooManyRegions, registry_path, remove_registry
+from tests.service.v2.shm_client import client_object, shrinking
 from tests.shm import assert_no_leftovers
 
 SHM = "/dev/shm"
@@ -29,23 +30,13 @@ def ns(tmp_path):
     assert_no_leftovers(ns)
 
 
-def _object(size: int = 4096) -> tuple[str, str]:
-    """A client's object, as shm_open(3) makes it: (key, path)."""
-    key = f"posenc_test_{uuid.uuid4().hex[:8]}"
-    path = os.path.join(SHM, key)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    os.ftruncate(fd, size)
-    os.close(fd)
-    return "/" + key, path
-
-
 @pytest.fixture
 def objects():
     """Make client objects; every one is removed after the test."""
     made = []
 
     def make(size: int = 4096):
-        key, path = _object(size)
+        key, path = client_object(size)
         made.append(path)
         return key, path
     yield make
@@ -105,20 +96,9 @@ def test_writes_racing_a_shrinking_object_never_signal(ns, region):
     os.truncate(path, size)
     r = Regions(SHM, ns)
     r.register("r", key, 0, size)
-    fd, stop = os.open(path, os.O_RDWR), threading.Event()
-
-    def shrink():
-        for _ in range(1_000_000):
-            if stop.is_set():
-                return
-            os.ftruncate(fd, 0)
-            os.ftruncate(fd, size)
-
-    t = threading.Thread(target=shrink, daemon=True)
-    t.start()
     out, seen = np.ones(size // 4, np.float32), set()
     deadline = time.monotonic() + 5
-    try:
+    with shrinking(path, size):
         for _ in range(300):
             if time.monotonic() > deadline:
                 break
@@ -128,10 +108,6 @@ def test_writes_racing_a_shrinking_object_never_signal(ns, region):
             except BadRequest as e:
                 assert "too small" in str(e), e
                 seen.add("too small")
-    finally:
-        stop.set()
-        t.join(10)
-        os.close(fd)
     assert seen, "no write was tried"
 
 
