@@ -155,7 +155,7 @@ class GrpcV2:
             return await fn(req)
         except Exception as e:
             status, msg = describe(e)
-            code = grpc_code(status)
+            code = getattr(e, "grpc_status", None) or grpc_code(status)   # TooManyRegions: RESOURCE_EXHAUSTED
             await ctx.abort(code, msg)
         finally:
             self._observe(route if isinstance(route, str) else route[0], code, t0)
