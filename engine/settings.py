@@ -92,6 +92,11 @@ class Settings:
     body_timeout_s: float = 30.0
     max_connections: int = 1024
     max_header_bytes: int = 64 * 2**10
+    # KServe v2 system shared memory (service/v2/shm.py): regions registered per server, all
+    # processes together (a registration past it: 400 / RESOURCE_EXHAUSTED); region descriptors
+    # each server process keeps open (least recently used closed first).
+    max_shm_regions: int = 1024
+    open_shm_regions: int = 64
     # Shared-memory budget for on-demand tables (bytes); pinned default tables do not count.
     memory_budget_bytes: int = 2 * 2**30
     # Unix group that may read the segments (None: owner only; segments 0400, else 0440).
@@ -140,7 +145,8 @@ class Settings:
             raise ConfigError(f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
                               f"{self.port}, got {self.grpc_port}")
         for name in ("workers", "grpc_workers", "max_response_bytes", "max_positions", "max_body_bytes",
-                     "memory_budget_bytes", "max_connections", "max_header_bytes"):
+                     "memory_budget_bytes", "max_connections", "max_header_bytes", "max_shm_regions",
+                     "open_shm_regions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")
         for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):

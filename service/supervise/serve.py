@@ -185,6 +185,7 @@ def cmd_serve(args) -> int:
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
     options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
     held = claim(s)   # before anything of a running server could be touched
+    remove_registry(s.shm_dir, s.namespace)   # what a killed server left registered is not ours
     use(s)   # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.

@@ -24,7 +24,8 @@ class V2:
         self.client = client
         self.is_ready = ready
         self.models = Models(client)
-        self.regions = Regions(settings.shm_dir, settings.namespace)
+        self.regions = Regions(settings.shm_dir, settings.namespace, max_regions=settings.max_shm_regions,
+                               open_regions=settings.open_shm_regions)
         self.inferer = Inferer(settings, client, self.models, self.regions)
         self.hot = Hot(self)   # repeated row requests answered by one C call (service/v2/hot.py)
 

@@ -43,12 +43,12 @@ import grpc
 import numpy as np
 import orjson
 
+from posenc.engine.settings import Settings
 from posenc.service.v2.errors import BadRequest
 
 REGION_DIR = "/dev/shm"          # where shm_open(3) objects live on Linux
-# Defaults of settings to come (engine/settings.py is not this module's): see docs/kserve.md.
-MAX_REGIONS = 1024               # registrations per server, all processes together
-OPEN_REGIONS = 64                # region descriptors each server process keeps open (an LRU)
+MAX_REGIONS = Settings.max_shm_regions    # registrations per server, all processes together
+OPEN_REGIONS = Settings.open_shm_regions  # region descriptors each server process keeps open (an LRU)
 MAX_NAME = 256                   # characters of a region's name
 MAX_KEY = 255                    # bytes of a key's file name (NAME_MAX)
 # posenc's own files, in any namespace (engine/store.py, service/metrics/, service/supervise/serve.py,
