@@ -2,7 +2,7 @@
 to the reference, engine/kernels/numpy_impl.alibi_block: service.shortcut._hot's AlibiTemplate
 answers (float32) and engine.kernels._native's alibi_block, for any positive slope, each mode,
 and positions up to 2**31 - 1 in any order. (The shortcut's copies from the engine's distance
-table are held to the full path in tests/service/test_hot_alibi.py.)"""
+table are held to the full path in tests/service/shortcut/test_hot_alibi.py.)"""
 
 from __future__ import annotations
 

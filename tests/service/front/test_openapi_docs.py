@@ -29,7 +29,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NO_ENGINE = Settings(namespace="ptest-openapi-no-engine")
 
 

@@ -20,7 +20,7 @@ from posenc.engine.errors import (
 )
 from posenc.engine.settings import CHOICES, ENV_PREFIX, Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("exc, status, body", [

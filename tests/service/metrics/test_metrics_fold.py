@@ -33,7 +33,7 @@ def count(text: str, route: str, status: str = "200") -> float:
 def start_worker(shm: str, n: int, exit_cleanly: bool) -> subprocess.Popen:
     p = subprocess.Popen([PYTHON, "-m", "tests.children.metrics_worker", shm, "mtest", str(n),
                           "exit" if exit_cleanly else "hang"], stdout=subprocess.PIPE, env=child_env(),
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     line = p.stdout.readline()
     p.stdout.close()
     assert json.loads(line)["counted"] == n
