@@ -1,4 +1,4 @@
-"""Engine and shared-memory benchmark (issue #3): reading tables a running engine published, all
+"""Engine and shared-memory benchmark: reading tables a running engine published, all
 ratios measured in the same run.
 
     python tests/bench/bench_engine.py             # the section in docs/benchmarks.md

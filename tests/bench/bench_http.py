@@ -7,8 +7,8 @@ One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For e
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
 - the floor: loadtest's raw ASGI app (loadtest/floor.py) under posenc's own uvicorn settings,
   returning the same bytes;
-- posenc's hot path (the hot lane below ASGI: issue #16), the raw-ASGI front and its C template
-  shortcut alone (POSENC_LANE=off: issue #11's hot path), and the same front with the shortcut
+- posenc's hot path (the hot lane below ASGI), the raw-ASGI front and its C template
+  shortcut alone (POSENC_LANE=off), and the same front with the shortcut
   off (POSENC_SHORTCUT=off: every request validated and resolved), for one RoPE row,
   four sinusoidal rows and a 32 x 1 x 4096 ALiBi block;
 - a 32 × 1 × 8192 ALiBi decode block with the C kernels vs POSENC_BACKEND=numpy;

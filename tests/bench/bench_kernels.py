@@ -1,4 +1,4 @@
-"""Kernel benchmark (issue #5): the simd backend against the numpy reference and against a plain
+"""Kernel benchmark: the simd backend against the numpy reference and against a plain
 copy of the same number of output bytes, all in one run.
 
     python tests/bench/bench_kernels.py            # the table in docs/benchmarks.md

@@ -1,4 +1,4 @@
-"""KServe v2 / gRPC benchmark (issue #12). A script, not a test:
+"""KServe v2 / gRPC benchmark. A script, not a test:
 
     python tests/bench/bench_kserve.py [--seconds 5]
 
@@ -214,7 +214,7 @@ def main() -> int:
     return 0
 
 
-RATIOS = {   # the targets of issue #12, per round
+RATIOS = {   # the targets the KServe v2 paths are held to, per round
     "gRPC unary p50 / floor p50 [<= 1.3]": lambda x: x["grpc p50"]["p50_us"] / x["floor p50"]["p50_us"],
     "v2 REST p50 / raw-ASGI floor p50 [<= 1.3]": lambda x: x["v2 rest"]["p50_us"] / x["asgi floor v2"]["p50_us"],
     "batch / single positions/s, 8 MiB answers [>= 20]": lambda x: 64 * x["batch"]["rps"] / x["single"]["rps"],

@@ -1,4 +1,4 @@
-"""The hot lane below ASGI (issue #16) against its two ceilings. A script, not a test:
+"""The hot lane below ASGI against its two ceilings. A script, not a test:
 
     python tests/bench/bench_lane.py [--seconds 4] [--rounds 3] [--plot docs/lane-throughput.png]
     python tests/bench/bench_lane.py --in-process [--profile]

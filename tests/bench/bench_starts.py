@@ -1,4 +1,4 @@
-"""Engine starts and first answers (issue #14). A script, not a test:
+"""Engine starts and first answers. A script, not a test:
 
     python tests/bench/bench_starts.py [--rounds 5] [--specs 20]
 

@@ -1,4 +1,4 @@
-"""Table-build benchmark (issue #2): posenc's exact float64-then-round-once builds beside a plain
+"""Table-build benchmark: posenc's exact float64-then-round-once builds beside a plain
 torch float32 implementation of the same tables. A script, not a test:
 
     python tests/bench/bench_tables.py [--repeats 7]

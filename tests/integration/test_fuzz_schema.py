@@ -1,4 +1,4 @@
-"""Schema fuzzing of a real ``posenc serve`` (issue 15): schemathesis generates requests from the
+"""Schema fuzzing of a real ``posenc serve``: schemathesis generates requests from the
 server's own OpenAPI document — its examples, the schema's boundary values and random bodies for
 every operation — and no answer may be a server error (5xx). Bounded: ~1,000 cases, ~20 s. Its
 own server, with a small on-demand budget: fuzzed specs build (and evict) tables, which the

@@ -1,6 +1,6 @@
 """What the installed package puts on sys.path: one top-level package, ``posenc``. The generic
 folder names of the checkout (engine/, service/, loadtest/) must not be importable from anywhere
-else, or a user's own ``service`` module would silently collide with ours (issue #11)."""
+else, or a user's own ``service`` module would silently collide with ours."""
 
 from __future__ import annotations
 
