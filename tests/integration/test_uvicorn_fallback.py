@@ -11,10 +11,12 @@ import httpx
 import orjson
 import pytest
 
+from posenc.service.shortcut import templates
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 
-pytestmark = pytest.mark.slow
+# the lane answers what the C shortcut answers: both servers run it, under the numpy backend too
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not templates.NATIVE, reason="the lane needs service._hot")]
 
 PATCH = """
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -32,8 +34,9 @@ def servers(tmp_path_factory):
     (tmp / "sitecustomize.py").write_text(PATCH)
     reg = Procs(tmp)
     try:
-        old = reg.serve(CONFIG, workers=1, args=["--lane", "on"], env=child_env({"PYTHONPATH": str(tmp)}))
-        new = reg.serve(CONFIG, workers=1, args=["--lane", "on"])
+        old = reg.serve(CONFIG, workers=1, args=["--lane", "on"],
+                        env=child_env({"PYTHONPATH": str(tmp), "POSENC_SHORTCUT": "c"}))
+        new = reg.serve(CONFIG, workers=1, args=["--lane", "on"], env=child_env({"POSENC_SHORTCUT": "c"}))
         yield old, new
     finally:
         reg.cleanup()
