@@ -119,8 +119,9 @@ f = 32: 1.3465736). DeepSeek-V3 (mscale = mscale_all_dim, factor 1.0) also scale
 get_mscale(f, mscale_all_dim)², a step outside the encoding.
 
 *dynamic* is stateful in transformers (its frequencies grow with the longest sequence seen and
-reset only below M); posenc is stateless and uses a fresh module's value: the frequencies for
-seq_len = max(positions) + 1 unless the request gives `seq_len`. *longrope* applies its attention
+reset only below M); a request is stateless and uses a fresh module's value: the frequencies for
+seq_len = max(positions) + 1 unless the request gives `seq_len` (the torch drop-in,
+`posenc.torch.RotaryEmbedding`, keeps transformers' state). *longrope* applies its attention
 factor at every length, and switches between short and long factors for each request.
 
 **Angles and layouts.** angle(p, k) = p · inv_k, evaluated in float64;
