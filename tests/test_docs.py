@@ -11,8 +11,10 @@ from tests.tools import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# what a user of the clone reads: the README, the docs, and the code's messages and comments
-READ = ("README.md", "docs", "service", "engine", "src", "loadtest")
+# what a user of the clone reads: the README, the docs, the code's messages and comments, the
+# deployment files and the tests' docstrings (this file names the patterns, so it is left out)
+READ = ("README.md", "docs", "service", "engine", "src", "loadtest", "deploy", "tests", "Dockerfile", ".ci")
+SELF = Path(__file__).resolve()
 SUFFIXES = {".md", ".py", ".c", ".h", ".proto", ".txt", ".yaml", ".yml", ".toml", ".json", ".html"}
 # files that lived beside the repository, never in it: the contract now lives in docs/reference.md
 OUTSIDE = re.compile(r"\.\./shared|\bshared/(?:API|SEMANTICS|STYLE)|\bAPI\.md\b|\bSEMANTICS\b|\bSTYLE\.md\b")
@@ -23,7 +25,8 @@ def read_files():
     for top in READ:
         path = ROOT / top
         for f in ([path] if path.is_file() else sorted(path.rglob("*"))):
-            if f.is_file() and f.suffix in SUFFIXES and "__pycache__" not in f.parts:
+            if f.is_file() and (f.suffix in SUFFIXES or f.name in ("Dockerfile", "run")) \
+                    and "__pycache__" not in f.parts and f.resolve() != SELF:
                 yield f
 
 
