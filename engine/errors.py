@@ -120,7 +120,7 @@ class EngineUnavailable(PosencError):
 class NotStored(PosencError):
     """The engine will not store this table: it alone exceeds the memory budget, shared memory is
     full (ENOSPC), or the engine is out of descriptors. Not an error for a request: its rows are
-    computed exactly instead (docs/reference.md: no table limits positions)."""
+    computed exactly instead (no table limits positions)."""
 
     status = 507
 

@@ -273,6 +273,12 @@ def family_section(fam) -> list[str]:
     return out + [""]
 
 
+# v2 statuses that service/v2/errors.py's GRPC_CODES does not map (they are decided before the
+# protocol's handlers: the token gate, service/front/auth.py and service/v2/grpc_auth.py; the HTTP
+# head limits, which gRPC does not have)
+V2_OTHER = {401: "401 / UNAUTHENTICATED", 431: "431 (REST) / —"}
+
+
 def error_table() -> list[str]:
     rows = ["| error | HTTP status | KServe v2 REST / gRPC | when |", "|---|---|---|---|"]
     found = [c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, errors.PosencError)
@@ -285,9 +291,12 @@ def error_table() -> list[str]:
         if status == 500:   # not a request's error: the process refuses to start
             rows.append(f"| `{cls.__name__}` | — (start-up: exit 1) | — | {when} |")
             continue
+        if cls is errors.NotStored:   # the engine's answer to a worker, never a request's
+            rows.append(f"| `{cls.__name__}` | — (never a request's answer) | — | {when} |")
+            continue
         v2 = 400 if status == 422 else status
         code = v2errors.GRPC_CODES.get(v2)
-        v2col = f"{v2} / {code.name}" if code is not None else "—"
+        v2col = f"{v2} / {code.name}" if code is not None else V2_OTHER.get(status, "—")
         rows.append(f"| `{cls.__name__}` | {status} | {v2col} | {when} |")
     return rows
 
@@ -452,7 +461,7 @@ differences below are transformers' error, which the tests allow when comparing 
   3–8·10^−8 · p, 4.1·10^−3 at p ≈ 1.3·10^5. The tests allow 1·10^−6 + 2.5·10^−7 · p (times
   attention_scaling), and 2·10^−7 relative on `inv_freq`.
 - **The torch drop-in** (`posenc.torch.RotaryEmbedding`) therefore does not give bit-identical
-  logits: on a float32 Llama-style model its logits were measured within 7.7·10^−7 of transformers'
+  logits: on a float32 model its logits were measured within 7.7·10^−7 of transformers'
   own at positions < 64 and within 4.2·10^−6 at positions ≈ 9,000, with the same greedy tokens.
   The difference is transformers' float32 rounding of the angles, not posenc's.
 - ALiBi: transformers' BLOOM slopes (float32) are off by up to 6.8·10^−7 relative (H = 127); MPT's
