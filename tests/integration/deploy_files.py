@@ -116,7 +116,7 @@ def kubectl() -> str:
     found = shutil.which("kubectl")
     if not found:
         pytest.fail("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it; "
-                    "`apt-get install -y kubectl` (.ci/run installs it)")
+                    "install it (https://kubernetes.io/docs/tasks/tools/; .ci/run installs it where an apt source has it)")
     return found
 
 
