@@ -59,3 +59,12 @@ def test_named_test_files_exist():
                 if not any(re.search(pattern, t) for t in tests):
                     missing.append(f"{f.relative_to(ROOT)}:{n}: {name}")
     assert not missing, "the docs name test files that do not exist:\n" + "\n".join(missing)
+
+
+def test_relative_links_in_the_docs_resolve():
+    link = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")
+    broken = [f"{f.relative_to(ROOT)}:{n}: {target}"
+              for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+              for n, line in enumerate(f.read_text().splitlines(), 1)
+              for target in link.findall(line) if not (f.parent / target).exists()]
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
