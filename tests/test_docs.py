@@ -61,10 +61,26 @@ def test_named_test_files_exist():
     assert not missing, "the docs name test files that do not exist:\n" + "\n".join(missing)
 
 
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 def test_relative_links_in_the_docs_resolve():
-    link = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")
-    broken = [f"{f.relative_to(ROOT)}:{n}: {target}"
-              for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-              for n, line in enumerate(f.read_text().splitlines(), 1)
-              for target in link.findall(line) if not (f.parent / target).exists()]
-    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+    """Every relative link of the README and docs names a file of the clone, and its #anchor a
+    heading of that file."""
+    link = re.compile(r"\]\(([^)#:\s]*)(?:#([^)\s]*))?\)")
+    broken = []
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            for target, anchor in link.findall(line):
+                if not target and not anchor:
+                    continue
+                path = f.parent / target if target else f
+                if not path.exists():
+                    broken.append(f"{f.relative_to(ROOT)}:{n}: {target}")
+                elif anchor and path.suffix == ".md":
+                    heads = {slug(h) for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)}
+                    if anchor not in heads:
+                        broken.append(f"{f.relative_to(ROOT)}:{n}: {target}#{anchor}")
+    assert not broken, "links to files or headings that do not exist:\n" + "\n".join(broken)
