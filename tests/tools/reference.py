@@ -17,6 +17,7 @@ this output.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import inspect
 import json
@@ -179,8 +180,8 @@ out += min(me + trunc(ln(n/me) / ln(max_distance/me) · (nb − me)), nb − 1) 
 ```
 
 Bidirectional (32, 128): rel 0 → 0, −1 → 1, +1 → 17, −16 → 10, ≤ −128 → 15, ≥ 128 → 31.
-Unidirectional (32, 128): rel ≥ 0 → 0, −1 → 1, −16 → 16, ≤ −128 → 31. The logarithm is evaluated so
-that the buckets equal transformers' float32 ones (they agree with float64 for |rel| ≤ 3·10^5).
+Unidirectional (32, 128): rel ≥ 0 → 0, −1 → 1, −16 → 16, ≤ −128 → 31. posenc evaluates the logarithm
+in float64; T5's float32 gives the same buckets for |rel| ≤ 3·10^5 in the configurations checked.
 """,
 }
 
@@ -317,14 +318,26 @@ LIMITS = (  # setting -> (what it bounds, refused with)
 )
 
 
+def serve_flags() -> set[str]:
+    """The options of ``posenc serve`` (its argparse parser)."""
+    from posenc.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for a in sub.choices["serve"]._actions for o in a.option_strings}
+
+
 def limits_table() -> list[str]:
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
                 for f in dataclasses.fields(settings.Settings)}
-    rows = ["| limit | default | setting | refused with |", "|---|---|---|---|"]
+    flags = serve_flags()
+    rows = ["| limit | default | setting (`posenc serve` flag) | refused with |", "|---|---|---|---|"]
     for name, what, refused in LIMITS:
         v = defaults[name]
         shown = f"{v:,}" + (f" ({v / 2**20:g} MiB)" if name.endswith("bytes") and v >= 2**20 else "")
-        rows.append(f"| {what} | {shown} | `{settings.ENV_PREFIX}{name.upper()}` | {refused} |")
+        flag = "--" + name.replace("_", "-").removesuffix("-s").removesuffix("-bytes")
+        flag = next((f for f in (flag, "--" + name.replace("_", "-")) if f in flags), None)
+        setting = f"`{settings.ENV_PREFIX}{name.upper()}`" + (f" (`{flag}`)" if flag else "")
+        rows.append(f"| {what} | {shown} | {setting} | {refused} |")
     schema_bounds = []
     for fam in FAMILIES.values():
         for field, s in fam.schema["properties"].items():
@@ -453,7 +466,8 @@ selections and `dtype` (except `t5-buckets`, whose answer is int32).
 
 posenc's tables are exact (float64, rounded once); transformers builds most of them in float32. The
 differences below are transformers' error, which the tests allow when comparing with transformers
-5.24 (and nowhere else: against float64 references the tests demand the correctly rounded value).
+5.24, and nowhere else: against float64 references the tests demand half an ulp of the output dtype
+(give or take the float64 reference's own error of a few 10^−16 relative).
 
 - RoPE `inv_freq`: transformers' float32 frequencies are within about 8·10^−8 (relative) of float64
   when d is a power of two, within 4.1·10^−7 otherwise (d = 80, 112, 160 with θ = 5·10^5 or 10^6).
@@ -469,7 +483,8 @@ differences below are transformers' error, which the tests allow when comparing 
   loses 3.9·10^−3 at j ≈ 131071; posenc computes −m · (i − j) directly.
 - Sinusoidal `fairseq` (M2M100 and kin) is float32 in transformers: 6.1·10^−3 off at p = 10^5.
   DistilBERT, Marian, RoFormer and Pegasus compute in float64 like posenc.
-- T5 buckets are integers and equal transformers' exactly.
+- T5 buckets equal transformers' (its float32 logarithm and posenc's float64 one agree for
+  |rel| ≤ 3·10^5 in the configurations checked; past `max_distance` every bucket is the last).
 
 ## HTTP
 
@@ -507,7 +522,7 @@ traceback, and exits with 2 for a refused input, 1 otherwise.
 ## Limits
 
 Every size is checked before anything is allocated. Settings are `POSENC_*` environment variables
-or the matching `posenc serve` flags (engine/settings.py).
+(engine/settings.py), some also `posenc serve` flags (`posenc serve --help`).
 
 {limits}
 
