@@ -12,10 +12,11 @@ import shutil
 
 import pytest
 
-# find_spec, not import: importing locust monkey-patches the whole test process with gevent.
+# find_spec, not import: importing locust monkey-patches the whole test process with gevent. The
+# test extra installs them, so a missing one is a broken install: it fails, it is not skipped.
 for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
-        pytest.skip(f"{_mod} not installed (pip install -e .[loadtest])", allow_module_level=True)
+        pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
 
 from posenc.loadtest import locustrun, payloads, probe
 from tests.procs import PYTHON, Procs
