@@ -84,3 +84,11 @@ def test_relative_links_in_the_docs_resolve():
                     if anchor not in heads:
                         broken.append(f"{f.relative_to(ROOT)}:{n}: {target}#{anchor}")
     assert not broken, "links to files or headings that do not exist:\n" + "\n".join(broken)
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs the README's test command as written (then its low-uvicorn pass)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("Install and run the whole test suite", 1)[1]
+    command = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1).strip()
+    assert command in (ROOT / ".ci" / "run").read_text().splitlines(), command
