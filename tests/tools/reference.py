@@ -568,7 +568,9 @@ streams and figures.
 - `posenc compute FAMILY --spec JSON|@FILE --out FILE`: one spec with its selections, written to
   `.npz` or `.safetensors` (arrays named as above; `attention_scaling` a 0-d float64 array; bfloat16
   as uint16 bit patterns in npz). `--hf-config FILE` (and `--layer-type`) gives a model's config
-  instead of the spec fields. An invalid spec exits with status 2 and prints the 422's message.
+  instead of the spec fields; `--tables FILE` the table config whose names `{{"table": ...}}` may use.
+  The same response limit applies as on the server (64 MiB), raised with `--max-bytes`. An invalid
+  spec exits with status 2 and prints the 422's message.
 - `posenc loadtest`: the load-test report ([loadtest.md](loadtest.md)).
 
 The table config (`--tables FILE` / `POSENC_TABLES`): a JSON list of entries
