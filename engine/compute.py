@@ -1,4 +1,4 @@
-"""One request (spec + selections + dtype, the JSON of ../shared/API.md) -> named arrays, computed
+"""One request (spec + selections + dtype, the JSON of docs/reference.md) -> named arrays, computed
 exactly without shared memory: the pipeline's parse -> check -> arrays (engine/pipeline.py).
 
     compute(family, request, max_bytes=64 MiB) -> dict[str, np.ndarray | float]

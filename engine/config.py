@@ -4,7 +4,7 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
 
     {"length": 131072,                        # rows per rope/sinusoidal table, distances per alibi
      "on_demand_length": 131072,              # the longest an on-demand table grows (engine/tables/base.py)
-     "tables": [{"family": "rope", "spec": {...API.md spec fields...},
+     "tables": [{"family": "rope", "spec": {...the family's spec fields (docs/reference.md)...},
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
 Instead of ``spec``, a rope or alibi entry may give a model's config: ``"hf_config": {...}`` or a

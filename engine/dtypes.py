@@ -14,7 +14,7 @@ from .errors import SpecError
 
 # The output dtypes' names: everything else in posenc spells them through these.
 FLOAT32, FLOAT16, BFLOAT16 = "float32", "float16", "bfloat16"
-# name -> numpy storage dtype. Allowed names come from here (STYLE.md §3).
+# name -> numpy storage dtype. Allowed names come from here (and only here).
 DTYPES: dict[str, np.dtype] = {
     FLOAT32: np.dtype(np.float32),
     FLOAT16: np.dtype(np.float16),

@@ -1,6 +1,6 @@
 """Every domain error, in one module. Each carries the HTTP status it maps to and its response
 ``detail()``; ``error_response`` turns any exception into (status, body) for every HTTP way in,
-and the CLI prints the same message and exits with ``exit_code`` (STYLE.md §7)."""
+and the CLI prints the same message and exits with ``exit_code``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ class PosencError(Exception):
               "properties": {"detail": {"type": "string"}}}
 
     def detail(self):
-        """The response body's ``detail`` (API.md): the message, unless a subclass says more."""
+        """The response body's ``detail`` (docs/reference.md, "Errors and statuses"): the message,
+        unless a subclass says more."""
         return str(self)
 
     @property
@@ -119,7 +120,7 @@ class EngineUnavailable(PosencError):
 class NotStored(PosencError):
     """The engine will not store this table: it alone exceeds the memory budget, shared memory is
     full (ENOSPC), or the engine is out of descriptors. Not an error for a request: its rows are
-    computed exactly instead (API.md: no table limits positions)."""
+    computed exactly instead (no table limits positions)."""
 
     status = 507
 

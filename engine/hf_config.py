@@ -1,4 +1,4 @@
-"""The shared reading of a model's ``config.json`` (API.md "Named tables and model configs"):
+"""The shared reading of a model's ``config.json`` (docs/reference.md, "Named tables and model configs"):
 posenc reads the config the way transformers 5.24's code for its ``model_type`` does.
 
 A record (``RopeModel``, ``AlibiModel``) turns a config into ``Derived(fields, origin)``: ``fields``

@@ -132,7 +132,7 @@ def _mpt_uses(cfg):
 
 
 def _mpt_max_bias(cfg):
-    # MptAttentionConfig.alibi_bias_max (default 8), as API.md reads it. transformers' MptModel
+    # MptAttentionConfig.alibi_bias_max (default 8), as docs/reference.md reads it. transformers' MptModel
     # calls build_mpt_alibi_tensor without it (always 8); the published MPT configs all say 8.
     v = _mpt_attn(cfg).get("alibi_bias_max")
     if v is None:

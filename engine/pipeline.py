@@ -33,7 +33,7 @@ from .selection import parse_selection
 from .tables import FAMILIES, Family, TableDef
 from .tables.base import DEFAULT_LENGTH
 
-DEFAULT_MAX_BYTES = 64 * 2**20     # API.md: the default response limit
+DEFAULT_MAX_BYTES = 64 * 2**20     # docs/reference.md: the default response limit
 SPEC_CACHE = 1024                  # distinct specs a Pipeline remembers
 SPEC_CACHE_BYTES = 8 * 2**20       # ... and the most bytes of their keys together (client input)
 
@@ -74,13 +74,13 @@ class Request:
 def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapping, Derived | None]:
     """(the ordinary body, how its spec fields were found): a body with ``hf_config`` (and
     ``layer_type``) or ``table`` becomes the derived or named spec fields plus the body's own
-    selections and dtype (API.md: either of them beside explicit spec fields is a 422). An
+    selections and dtype (docs/reference.md: either of them beside explicit spec fields is a 422). An
     ordinary body comes back as it is, with None."""
     cfg, name = body.get("hf_config"), body.get("table")
     if cfg is None and name is None:
         if body.get("layer_type") is not None:
             raise SpecError(("layer_type",), "only with hf_config (it picks one of a config's rope parameters)")
-        if any(k in body for k in BODY_FORMS):     # explicit nulls are absent fields (API.md)
+        if any(k in body for k in BODY_FORMS):     # explicit nulls are absent fields (docs/reference.md)
             body = {k: v for k, v in body.items() if k not in BODY_FORMS}
         return body, None
     if cfg is not None and name is not None:

@@ -1,6 +1,6 @@
 """Selections: which positions (or query/key positions) a request asks for.
 
-API.md: a non-empty list of non-negative ints < 2**31 (any order, repeats allowed, answered in
+docs/reference.md: a non-empty list of non-negative ints < 2**31 (any order, repeats allowed, answered in
 the order given), or {"start": s, "stop": e, "step": k} with s < e, half-open, k > 0.
 The count is known before anything is allocated, so size limits are checked first.
 """

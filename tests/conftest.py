@@ -2,7 +2,7 @@
 failure, one seeded ``rng`` fixture, and hypothesis seeded from the same POSENC_TEST_SEED.
 
 References used by the tests are transformers' own functions or float64 formulas written in the
-tests from SEMANTICS.md, never the engine's code (numeric helpers: tests/numeric.py).
+tests from docs/reference.md, never the engine's code (numeric helpers: tests/numeric.py).
 """
 
 from __future__ import annotations

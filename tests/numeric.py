@@ -1,5 +1,5 @@
 """Numeric helpers for the table-math tests: ulps of each output dtype and the comparisons the
-tests make against transformers or float64 references written here from SEMANTICS.md."""
+tests make against transformers or float64 references written here from docs/reference.md."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def angle_slack(ang, exponent, base: float, scale: float = 1.0) -> np.ndarray:
 def assert_within_ulp(got, ref64, dtype: str, slack=0.0, n_ulp=0.5, what=""):
     """|got − ref| <= n_ulp·ulp_dtype(|ref| + slack) + slack, elementwise.
 
-    The default, half an ulp, is the promise "computed in float64 and rounded once" (API.md);
+    The default, half an ulp, is the promise "computed in float64 and rounded once" (docs/reference.md);
     ``slack`` is the float64 reference's own absolute error (angle_slack). A larger ``n_ulp`` is
     for comparisons with tables that are themselves rounded (transformers' float32 tables).
     """

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     client = Client(shm_dir=os.environ.get("POSENC_SHM_DIR", "/dev/shm"),
                     namespace=os.environ.get("POSENC_NAMESPACE", "posenc"))
     client.wait_ready(timeout=args.ready_timeout)
-    # The spec fields of shared/API.md (`rope`), without selections: the whole shared table.
+    # The spec fields of docs/reference.md (`rope`), without selections: the whole shared table.
     # One that is not in shared memory yet is built once by the engine, on request.
     spec = {"head_dim": args.head_dim, "rope_theta": args.rope_theta}
     while True:

@@ -22,7 +22,7 @@ BACKEND = "numpy"
 FEATURES: tuple[str, ...] = ()
 COMPILER = None
 
-# rope_expand layouts (API.md `rope.layout`): half_split pairs column k with k + d/2 (Llama/NeoX
+# rope_expand layouts (docs/reference.md, rope `layout`): half_split pairs column k with k + d/2 (Llama/NeoX
 # rotate_half), interleaved pairs 2k with 2k + 1 (GPT-J/RoFormer).
 ROPE_LAYOUTS = ("half_split", "interleaved")
 

@@ -1,4 +1,4 @@
-"""ALiBi linear attention biases (Press et al., "Train Short, Test Long"; SEMANTICS.md §2).
+"""ALiBi linear attention biases (Press et al., "Train Short, Test Long"; formulas in docs/reference.md, alibi).
 
 Slopes: the paper's ``get_slopes`` (ofirpress/attention_with_linear_biases), identical to BLOOM's
 ``_get_alibi_slopes`` and MPT's ``build_mpt_alibi_tensor`` with max_bias 8: for c = 2^floor(log2 H),

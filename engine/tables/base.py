@@ -74,7 +74,7 @@ def canonical(obj) -> str:
 
 
 class Family:
-    """The surface every family implements (STYLE.md: one module per family, one registry line)."""
+    """The surface every family implements (one module per family, one registry line: engine/tables/__init__.py)."""
 
     name: str                          # the family's name in URLs, specs and the manifest
     fields: tuple[str, ...]            # every field a request may hold

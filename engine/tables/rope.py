@@ -1,7 +1,7 @@
 """RoPE cos/sin (rotary position embeddings) with every scaling transformers ships.
 
 Reference: transformers 5.24 ``modeling_rope_utils.py`` and ``LlamaRotaryEmbedding.forward``;
-formulas in ../shared/SEMANTICS.md §1. Everything is evaluated in float64 (transformers uses
+formulas in docs/reference.md, rope. Everything is evaluated in float64 (transformers uses
 float32) and rounded once to the output dtype; ``inv_freq`` is the float32 rounding of the float64
 frequencies actually used. The rope types themselves (frequencies, validators, which stable sets
 they store) are ``rope_types.ROPE_TYPES``.
@@ -27,7 +27,7 @@ from ..selection import Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from .rope_types import ROPE_TYPES, _Ctx
 
-# The pairings of rotary columns (API.md ``rope.layout``), as the kernels implement them
+# The pairings of rotary columns (docs/reference.md, rope ``layout``), as the kernels implement them
 # (kernels.rope_expand): half_split pairs column k with k + d/2 (Llama / GPT-NeoX rotate_half),
 # interleaved pairs 2k with 2k + 1 (GPT-J rotate_every_two).
 LAYOUTS = kernels.ROPE_LAYOUTS
@@ -162,7 +162,7 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
 
 def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
     """dynamic / longrope pick frequencies from the sequence length: the request's seq_len, else
-    max(position) + 1 (a fresh module's value; SEMANTICS.md §1.3 on dynamic's runtime state)."""
+    max(position) + 1 (a fresh module's value; docs/reference.md on dynamic's runtime state)."""
     return spec.seq_len if spec.seq_len is not None else positions.max + 1
 
 

@@ -1,6 +1,6 @@
 """RoPE types: the frequency functions and strict validators of every rope_type transformers
 ships (5.24 ``modeling_rope_utils.py``, ``ROPE_INIT_FUNCTIONS`` and its validators; formulas in
-../shared/SEMANTICS.md §1), and ``ROPE_TYPES``, the registry of ``RopeType`` objects.
+docs/reference.md, rope), and ``ROPE_TYPES``, the registry of ``RopeType`` objects.
 
 Contract (like transformers' ROPE_INIT_FUNCTIONS, but strict): each ``RopeType`` has
 ``validate(scaling, ctx)`` returning the resolved parameters (or raising SpecError naming the key)
@@ -136,7 +136,7 @@ def _proportional(spec: RopeSpec, seq_len: int):
 
 def _longrope(spec: RopeSpec, seq_len: int):
     # _compute_longrope_parameters (Phi-3): per-dimension rescale, long factors past O; the
-    # attention factor applies at every length (SEMANTICS.md §1.3).
+    # attention factor applies at every length (docs/reference.md, rope).
     ext = np.asarray(spec.p["long_factor" if _longrope_uses_long(spec, seq_len) else "short_factor"],
                      dtype=np.float64)
     return 1.0 / (ext * np.power(spec.rope_theta, np.arange(0, spec.d, 2, dtype=np.float64) / spec.d)), \

@@ -1,4 +1,4 @@
-"""Absolute sinusoidal encodings (SEMANTICS.md §3).
+"""Absolute sinusoidal encodings (formulas in docs/reference.md, sinusoidal).
 
 Layouts (a registry: name -> column arrangement of one sin/cos table):
 - interleaved: "Attention Is All You Need" / DistilBERT ``_create_sinusoidal_embeddings``:

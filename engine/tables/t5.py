@@ -1,5 +1,5 @@
 """T5 relative-position buckets: ``T5Attention._relative_position_bucket``
-(transformers models/t5/modeling_t5.py; SEMANTICS.md §4), for rel = key − query.
+(transformers models/t5/modeling_t5.py; docs/reference.md, t5-buckets), for rel = key − query.
 
 Buckets depend on rel alone and saturate at |rel| >= max_distance, so the whole function is a
 lookup table over rel in [−max_distance, max_distance]; blocks are gathers from it.
@@ -45,7 +45,7 @@ def parse_spec(req: Mapping) -> T5Spec:
 
 def buckets_of(spec: T5Spec, rel: np.ndarray) -> np.ndarray:
     """The formula itself on int64 relative positions (float64 log; T5 uses float32 — they agree
-    for |rel| <= 3e5, SEMANTICS.md §4, and past max_distance every bucket is saturated)."""
+    for |rel| <= 3e5, docs/reference.md, and past max_distance every bucket is saturated)."""
     rel = np.asarray(rel, dtype=np.int64)
     nb = spec.num_buckets
     out = np.zeros(rel.shape, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""Float64 references written from SEMANTICS.md (never posenc's code) for ALiBi and sinusoidal
+"""Float64 references written from docs/reference.md (never posenc's code) for ALiBi and sinusoidal
 tables; RoPE's are in tests/engine/rope_refs.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.numeric import angle_slack
 
 
 def slopes64(n, max_bias=8.0):
-    """Press et al. (ALiBi) slopes in float64, SEMANTICS §2: 2^(−max_bias·j/c) for the largest power
+    """Press et al. (ALiBi) slopes in float64, docs/reference.md: 2^(−max_bias·j/c) for the largest power
     of two c <= n, then every other one of the 2c-head sequence."""
     c = 2 ** math.floor(math.log2(n))
     s = [2.0 ** (-max_bias * j / c) for j in range(1, c + 1)]
@@ -21,7 +21,7 @@ def slopes64(n, max_bias=8.0):
 
 def bias64(slopes, query, key, mode="causal"):
     """−m·(i − j) (or −m·|i − j|) in float64: the paper's formula, whose float64 value is then
-    rounded once to the output dtype (API.md), so outputs are compared with it exactly."""
+    rounded once to the output dtype (docs/reference.md), so outputs are compared with it exactly."""
     i = np.asarray(query, dtype=np.float64)[None, :, None]
     j = np.asarray(key, dtype=np.float64)[None, None, :]
     dist = np.abs(i - j) if mode == "symmetric" else (i - j)
@@ -29,7 +29,7 @@ def bias64(slopes, query, key, mode="causal"):
 
 
 def sinusoidal64(d, positions, layout, base=10000.0, offset=0):
-    """Float64 encoding from SEMANTICS §3, and the reference's own error (numeric.angle_slack)."""
+    """Float64 encoding from docs/reference.md, and the reference's own error (numeric.angle_slack)."""
     p = np.asarray(positions, dtype=np.float64)[:, None] + offset
     if layout == "interleaved":
         j = np.arange(d)

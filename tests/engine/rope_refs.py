@@ -1,11 +1,11 @@
-"""RoPE references for the rope tests: transformers' side and float64 math from SEMANTICS.md §1.
+"""RoPE references for the rope tests: transformers' side and float64 math from docs/reference.md.
 
 References:
 - inv_freq / attention_factor: ``ROPE_INIT_FUNCTIONS[rope_type](config, device, seq_len)`` and,
   for "default", ``GPTNeoXRotaryEmbedding.compute_default_rope_parameters`` (it honours
-  partial_rotary_factor; Llama's does not, SEMANTICS §1.3).
+  partial_rotary_factor; Llama's does not, docs/reference.md).
 - cos/sin: a fresh ``GPTNeoXRotaryEmbedding(config).forward`` (same code as Llama's, plus the
-  dynamic/longrope frequency update), tolerance ``(1e-6 + 2.5e-7·p)·max(1, α)`` (SEMANTICS §1.3:
+  dynamic/longrope frequency update), tolerance ``(1e-6 + 2.5e-7·p)·max(1, α)`` (docs/reference.md:
   transformers' own float32 error).
 - interleaved layout: GPT-J's ``create_sinusoidal_positions`` / ``apply_rotary_pos_emb``.
 """
@@ -132,7 +132,7 @@ def hf_style_cos_sin(inv_freq_f32, positions, scaling):
 
 
 def hf_inv_rtol(spec, seq_len):
-    """transformers' own float32 inv_freq error: 2e-7 (SEMANTICS §1.3) plus the float32 rounding of
+    """transformers' own float32 inv_freq error: 2e-7 (docs/reference.md) plus the float32 rounding of
     the exponent 2k/d (exact for d a power of two), which theta**e magnifies by ln(theta)."""
     rs = _scaling_block(spec)
     e64, theta = rope_exponents(spec, seq_len)
@@ -175,7 +175,7 @@ def hf_tol(positions, scaling):
 # --------------------------------------------------------------------------- float64 side
 
 def ref_inv64(spec, seq_len):
-    """inv_freq and attention scaling in float64, from SEMANTICS.md §1.1 (not transformers' code)."""
+    """inv_freq and attention scaling in float64, from docs/reference.md (not transformers' code)."""
     rs = _scaling_block(spec)
     theta = float(spec.get("rope_theta") or rs.get("rope_theta") or 10000.0)
     prf = spec.get("partial_rotary_factor") or rs.get("partial_rotary_factor") or 1.0

@@ -1,4 +1,4 @@
-"""ALiBi slopes and bias blocks, SEMANTICS.md §2.
+"""ALiBi slopes and bias blocks (formulas: docs/reference.md, alibi).
 
 References: BLOOM ``_get_alibi_slopes`` / ``build_alibi_tensor`` (slope × key position, which
 softmax cannot tell from the canonical −m·(i−j): they differ by m·i per query row), MPT

@@ -4,7 +4,7 @@ For each model: the config is built with transformers' config class from the val
 config.json holds (tests/engine/hf_published.py); posenc gets the same config in both spellings
 (as published, transformers 4's ``rope_scaling``/``type``/``rotary_pct``; and the config class's
 ``to_dict()``, transformers 5's ``rope_parameters``), and its cos/sin must equal the model's own
-``*RotaryEmbedding`` output within SEMANTICS §1.3's tolerance (1e-6 + 2.5e-7·p, times the
+``*RotaryEmbedding`` output within docs/reference.md's tolerance (1e-6 + 2.5e-7·p, times the
 attention scaling), in the pairing layout that module hands its attention. ALiBi: BLOOM's,
 MPT's and Falcon's own bias builders.
 """
@@ -120,7 +120,7 @@ def hf_cos_sin(model_type, cfg, positions, layer_type):
 
 
 def hf_tol(positions, scaling):
-    """transformers' own float32 error (SEMANTICS §1.3)."""
+    """transformers' own float32 error (docs/reference.md)."""
     return (1e-6 + 2.5e-7 * np.asarray(positions, dtype=np.float64)[:, None]) * max(1.0, scaling)
 
 
@@ -211,7 +211,7 @@ def test_mpt_alibi():
 
 
 def test_falcon_alibi():
-    """Falcon casts its slopes to bfloat16 (SEMANTICS §2): equal within that rounding."""
+    """Falcon casts its slopes to bfloat16 (docs/reference.md): equal within that rounding."""
     from transformers.models.falcon.modeling_falcon import build_alibi_tensor
     published = ALIBI["falcon-rw-1b"]
     cfg = _hf_config(published)

@@ -1,4 +1,4 @@
-"""RoPE tables against float64 math written from SEMANTICS.md §1 (every dtype and layout), the
+"""RoPE tables against float64 math written from docs/reference.md (every dtype and layout), the
 scaling constants, and the seq_len switch of longrope and dynamic.
 """
 

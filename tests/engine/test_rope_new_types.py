@@ -1,6 +1,6 @@
 """The rope types transformers 5.24 has beyond the original six: ``proportional`` (Gemma 4's
 full-attention layers) and Phi-3's legacy spelling ``su`` of longrope, against transformers'
-own ``ROPE_INIT_FUNCTIONS`` and rotary embedding forward (SEMANTICS.md §1 tolerances:
+own ``ROPE_INIT_FUNCTIONS`` and rotary embedding forward (docs/reference.md tolerances:
 inv_freq rtol 2e-7, cos/sin 1e-6 + 2.5e-7·p)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sinusoidal absolute encodings, SEMANTICS.md §3, every layout at odd and even d_model.
+"""Sinusoidal absolute encodings, docs/reference.md, every layout at odd and even d_model.
 
 References: DistilBERT ``_create_sinusoidal_embeddings`` (interleaved, float64 then float32),
 Marian ``MarianSinusoidalPositionalEmbedding.create_weight`` (concat, float64 then float32) and
@@ -72,7 +72,7 @@ def test_fairseq_vs_m2m100_past_131072(d):
 
 
 def test_fairseq_rows_are_never_zeroed():
-    # transformers zeroes row padding_idx; the table does not (API.md).
+    # transformers zeroes row padding_idx; the table does not (docs/reference.md).
     d = 8
     table = M2M100SinusoidalPositionalEmbedding.get_embedding(4, d, padding_idx=None).double().numpy()
     out = compute("sinusoidal", sin_req(d, [0, 1, 2, 3], layout="fairseq"))
@@ -81,7 +81,7 @@ def test_fairseq_rows_are_never_zeroed():
 
 
 def test_layouts_have_different_exponents_d512():
-    # SEMANTICS §3: d=512, k=255 has frequency 1.0366e-4 in (a)/(b) and exactly 1e-4 in (c).
+    # docs/reference.md: d=512, k=255 has frequency 1.0366e-4 in interleaved/concat and exactly 1e-4 in fairseq.
     pos = [10000]
     fair = compute("sinusoidal", sin_req(512, pos, layout="fairseq"))["encoding"][0]
     inter = compute("sinusoidal", sin_req(512, pos, layout="interleaved"))["encoding"][0]

@@ -1,4 +1,4 @@
-"""T5 relative-position buckets, SEMANTICS.md §4, against transformers'
+"""T5 relative-position buckets, docs/reference.md, against transformers'
 ``T5Attention._relative_position_bucket`` (relative position = key − query)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Strict specs (API.md "Selections, dtypes, strictness" and each family's rules): every invalid
+"""Strict specs (docs/reference.md "Selections, dtypes, strictness" and each family's rules): every invalid
 field is refused with a SpecError whose loc names it (for a cross-field rule, the field whose
-value must change; where API.md leaves two candidates, either is accepted).
+value must change; where docs/reference.md leaves two candidates, either is accepted).
 """
 
 from __future__ import annotations

@@ -112,10 +112,11 @@ def load_yaml_docs(path: Path) -> list:
 
 
 def kubectl() -> str:
-    """The real kubectl, which renders the overlays; without it the Kubernetes tests skip."""
+    """The real kubectl, which renders the overlays; without it the Kubernetes tests fail."""
     found = shutil.which("kubectl")
     if not found:
-        pytest.skip("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it")
+        pytest.fail("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it; "
+                    "install it (https://kubernetes.io/docs/tasks/tools/; .ci/run installs it where an apt source has it)")
     return found
 
 

@@ -53,7 +53,7 @@ def _poll_start(eng, ns, during=lambda: None) -> list[int]:
 
 
 def test_manifest_appears_only_when_every_configured_table_is_in_it(ns, procs):
-    """The manifest is written last (STYLE.md: "manifest written last, atomically"): a reader
+    """The manifest is written last (docs/design.md: the manifest is rewritten last, by rename): a reader
     that attaches as soon as it sees one (Client.wait_ready) must find every configured table,
     or it asks the engine to build a configured table on demand."""
     eng = procs.engine(SLOW_CONFIG, ns, ready=False)

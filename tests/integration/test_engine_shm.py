@@ -109,7 +109,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     m = eng.manifest()
     assert d1 not in m["tables"] and {d3, d4} <= set(m["tables"]) and pinned <= set(m["tables"])
     # A table bigger than the whole budget is not stored, and evicts nothing; a request for it is
-    # still answered, computed exactly (API.md: no table limits positions).
+    # still answered, computed exactly (docs/reference.md: no table limits positions).
     from posenc.engine.errors import NotStored
     with pytest.raises(NotStored):
         c.table("rope", {"head_dim": 64, "rope_theta": 1005.0})

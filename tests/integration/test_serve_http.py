@@ -19,11 +19,14 @@ from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
 from tests.children.bits import digest_of
+from tests.independent import assert_answer
 from tests.service_cases import BIN, REQUEST_IDS, REQUESTS, as_float, orjson_dumps, reference_safetensors
 
 
 @pytest.mark.parametrize("family,body", REQUESTS, ids=REQUEST_IDS)
 def test_every_family_in_every_format(http, family, body):
+    """Each answer is the float64 reference of docs/reference.md's formulas rounded once
+    (tests/independent.py, not posenc's code), and every format carries the library's bits."""
     ref = compute(family, body)
     dtype = body.get("dtype", "float32") if family != "t5-buckets" else None
 
@@ -31,6 +34,7 @@ def test_every_family_in_every_format(http, family, body):
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "application/json"
     got = r.json()
+    assert_answer(family, body, got, what=f"JSON {family}")
     assert set(got) == set(ref)
     for k, v in ref.items():
         if isinstance(v, float):
@@ -44,6 +48,7 @@ def test_every_family_in_every_format(http, family, body):
     r = http.post(f"/v1/{family}", json=body, headers=BIN)
     assert r.status_code == 200 and r.headers["content-type"] == "application/x-safetensors"
     arrays, kinds = read_safetensors(r.content)
+    assert_answer(family, body, arrays, what=f"safetensors {family}")
     for k, v in ref.items():
         v = np.asarray(v)
         assert arrays[k].tobytes() == v.tobytes(), k

@@ -6,12 +6,14 @@ and the README's curl examples against it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -22,6 +24,7 @@ from posenc.engine.compute import compute
 from posenc.engine.dtypes import bf16_bits_to_f32
 from posenc.engine.formats import read_safetensors
 from posenc.engine.settings import Settings
+from tests.independent import assert_answer
 from tests.procs import REPO
 from tests.shm import shm_files
 from tests.service_cases import BIN, CONFIG
@@ -106,6 +109,8 @@ def test_python_clients_return_the_reference_arrays(server):
 
 
 def test_readme_curl_examples_work(server, tmp_path):
+    """Each README curl command runs as written (only the port changed) and its answer, JSON or the
+    file it writes, is the float64 reference of its body (tests/independent.py), not just a 200."""
     readme = (REPO / "README.md").read_text()
     commands = [c.replace("\\\n", " ") for c in re.findall(r"^curl .*?(?<!\\)$", readme, re.M | re.S)]
     assert len(commands) >= 3
@@ -115,6 +120,11 @@ def test_readme_curl_examples_work(server, tmp_path):
         argv = [str(tmp_path / a) if i and argv[i - 1] == "-o" else a for i, a in enumerate(argv)]
         r = subprocess.run(argv, capture_output=True, timeout=30)
         assert r.returncode == 0, (cmd, r.stderr)
+        family = re.search(r"/v1/([a-z0-9-]+)", cmd).group(1)
+        body = json.loads(argv[argv.index("-d") + 1])
+        out = Path(argv[argv.index("-o") + 1] if "-o" in argv else argv[argv.index("--output") + 1]).read_bytes()
+        binary = any("x-safetensors" in a for a in argv)
+        assert_answer(family, body, read_safetensors(out)[0] if binary else json.loads(out), what=cmd)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

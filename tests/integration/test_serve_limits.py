@@ -1,4 +1,4 @@
-"""Every limit of API.md exactly at it and one past it, over HTTP on a real ``posenc serve``, through
+"""Every limit of docs/reference.md exactly at it and one past it, over HTTP on a real ``posenc serve``, through
 the C path (a safetensors body whose spec template the workers have learnt, offered to the
 shortcut first) and the plain path (a JSON answer, which only the full path gives):
 4 MiB request bodies, 64 MiB responses, 2^20 positions in a selection, positions below 2^31."""

@@ -1,5 +1,5 @@
 """Errors (engine/errors.py) and settings (engine/settings.py): each domain error's status and
-response bytes, written out here as API.md gives them, and the one settings object that reads
+response bytes, written out here as docs/reference.md gives them, and the one settings object that reads
 POSENC_* (no other module of engine/, service/ or src/ reads the environment)."""
 
 from __future__ import annotations

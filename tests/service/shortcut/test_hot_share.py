@@ -2,7 +2,7 @@
 ``Service.hot`` in-process. Plain bodies of a spec with a mapped table must all be answered by C
 (those of a spec it does not serve, none), bodies past its limits must all be left to the full
 path, and every C answer is decoded with stock safetensors and held directly to transformers or
-to float64 references written from SEMANTICS.md, not only to posenc's other paths."""
+to float64 references written from docs/reference.md, not only to posenc's other paths."""
 
 from __future__ import annotations
 

@@ -1,0 +1,94 @@
+"""The docs are complete in a clone: docs/reference.md is what its generator writes from the
+registry, nothing a user reads points to a file outside the repository, and every test file the
+docs name exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.tools import reference
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# what a user of the clone reads: the README, the docs, the code's messages and comments, the
+# deployment files and the tests' docstrings (this file names the patterns, so it is left out)
+READ = ("README.md", "docs", "service", "engine", "src", "loadtest", "deploy", "tests", "Dockerfile", ".ci")
+SELF = Path(__file__).resolve()
+SUFFIXES = {".md", ".py", ".c", ".h", ".proto", ".txt", ".yaml", ".yml", ".toml", ".json", ".html"}
+# files that lived beside the repository, never in it: the contract now lives in docs/reference.md
+OUTSIDE = re.compile(r"\.\./shared|\bshared/(?:API|SEMANTICS|STYLE)|\bAPI\.md\b|\bSEMANTICS\b|\bSTYLE\.md\b")
+TEST_FILE = re.compile(r"(?<![\w/.*-])((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
+
+
+def read_files():
+    for top in READ:
+        path = ROOT / top
+        for f in ([path] if path.is_file() else sorted(path.rglob("*"))):
+            if f.is_file() and (f.suffix in SUFFIXES or f.name in ("Dockerfile", "run")) \
+                    and "__pycache__" not in f.parts and f.resolve() != SELF:
+                yield f
+
+
+def test_reference_is_generated_from_the_registry():
+    page = (ROOT / "docs" / "reference.md").read_text()
+    assert page == reference.render(), \
+        "docs/reference.md is stale: .venv/bin/python -m tests.tools.reference > docs/reference.md"
+
+
+def test_nothing_points_outside_the_clone():
+    found = []
+    for f in read_files():
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line):
+                found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, ("these point to files that are not in the repository; link the right docs/ page "
+                       "(docs/reference.md holds the contract and the formulas):\n" + "\n".join(found))
+
+
+def test_named_test_files_exist():
+    tests = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")]
+    missing = []
+    for f in read_files():   # the docs, and the code's comments that send a reader to a test
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            for name in TEST_FILE.findall(line):
+                if "/" in name:
+                    pattern = re.escape(name).replace(r"\*", r"[\w]*") + "$"
+                else:
+                    pattern = r"(^|/)" + re.escape(name).replace(r"\*", r"[\w]*") + "$"
+                if not any(re.search(pattern, t) for t in tests):
+                    missing.append(f"{f.relative_to(ROOT)}:{n}: {name}")
+    assert not missing, "the docs name test files that do not exist:\n" + "\n".join(missing)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_relative_links_in_the_docs_resolve():
+    """Every relative link of the README and docs names a file of the clone, and its #anchor a
+    heading of that file."""
+    link = re.compile(r"\]\(([^)#:\s]*)(?:#([^)\s]*))?\)")
+    broken = []
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            for target, anchor in link.findall(line):
+                if not target and not anchor:
+                    continue
+                path = f.parent / target if target else f
+                if not path.exists():
+                    broken.append(f"{f.relative_to(ROOT)}:{n}: {target}")
+                elif anchor and path.suffix == ".md":
+                    heads = {slug(h) for h in re.findall(r"^#+ (.*)$", path.read_text(), re.M)}
+                    if anchor not in heads:
+                        broken.append(f"{f.relative_to(ROOT)}:{n}: {target}#{anchor}")
+    assert not broken, "links to files or headings that do not exist:\n" + "\n".join(broken)
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs the README's test command as written (then its low-uvicorn pass)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("Install and run the whole test suite", 1)[1]
+    command = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1).strip()
+    assert command in (ROOT / ".ci" / "run").read_text().splitlines(), command

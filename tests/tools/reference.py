@@ -1,0 +1,596 @@
+"""Writes docs/reference.md, the complete contract of posenc, from the registry where the registry
+can say it and from the prose below where it cannot:
+
+    .venv/bin/python -m tests.tools.reference > docs/reference.md      # regenerate
+    .venv/bin/python -m tests.tools.reference --check                  # exit 1 if docs/reference.md is stale
+
+Generated: the families and their fields, types, bounds, defaults and examples (each family's
+request schema, ``engine/tables``), the arrays each answers and which take the request's dtype,
+the rope types and their keys (``ROPE_TYPES``), the model types ``hf_config`` reads
+(``engine/hf_models``), the dtypes, the selection bounds, every error and its status
+(``engine/errors.py`` and the v2 errors), the limits and their settings (``engine/settings.py``),
+the media types (``service/front/negotiate.py``) and the KServe v2 models' inputs and outputs
+(``service/v2``). A field added to a family without a line of prose here stops the generator
+(``MEANING``), so the page cannot silently fall behind. tests/test_docs.py asserts the page equals
+this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import sys
+from pathlib import Path
+
+from posenc.engine import dtypes, errors, hf_models, settings
+from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine.tables import FAMILIES
+from posenc.engine.tables.base import DEFAULT_LENGTH
+from posenc.engine.tables.rope_types import ROPE_TYPES
+from posenc.service.front import negotiate
+from posenc.service.v2 import errors as v2errors
+from posenc.service.v2 import models as v2models
+from posenc.service.v2 import tensors as v2tensors
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "reference.md"
+
+# -- prose: what each field means (the schema gives its type, bounds and default) -------------------
+MEANING = {
+    "rope": {
+        "head_dim": "D, the per-head dimension (transformers' `head_dim`)",
+        "rope_theta": "θ, the base of the frequencies",
+        "partial_rotary_factor": "the rotary width is d = int(D · factor) (Python's `int`); d must be even and ≥ 2",
+        "max_position_embeddings": "M; required by `dynamic`, and the default `original_max_position_embeddings` "
+                                   "of `yarn`, `llama3` and `longrope`",
+        "rope_scaling": "`{\"rope_type\": ..., ...}` with transformers' keys (below); `\"type\"` is accepted for "
+                        "`\"rope_type\"`; null or absent means `default`",
+        "rope_parameters": "transformers 5's name for `rope_scaling` (send one or the other), which may also hold "
+                           "`rope_theta` and `partial_rotary_factor`",
+        "original_max_position_embeddings": "the top-level form of Phi-3 configs: overrides the one inside "
+                                            "`rope_scaling`, as transformers does (yarn, llama3, longrope only)",
+        "seq_len": "`dynamic` and `longrope` only: the sequence length that picks the frequencies; null means "
+                   "max(position) + 1; a value below that is allowed",
+        "layout": "`half_split`: Llama/NeoX `rotate_half` pairing (k, k + d/2); `interleaved`: GPT-J/RoFormer "
+                  "pairing (2k, 2k + 1)",
+        "positions": "the positions p of the rows",
+        "dtype": "the dtype of `cos` and `sin`",
+    },
+    "sinusoidal": {
+        "d_model": "the width d",
+        "base": "the base of the frequencies (10000 in every published model)",
+        "layout": "`interleaved`: sin at even, cos at odd columns (\"Attention Is All You Need\", DistilBERT); "
+                  "`concat`: all sin then all cos, same frequencies (Marian, RoFormer, Pegasus); `fairseq`: "
+                  "concat with exponent k/(d/2 − 1) and a zero column for odd d (fairseq, tensor2tensor, "
+                  "M2M100, XGLM)",
+        "offset": "added to every position before evaluating (fairseq-style models index rows at "
+                  "position + padding_idx + 1)",
+        "positions": "the positions p of the rows",
+        "dtype": "the dtype of `encoding`",
+    },
+    "alibi": {
+        "num_heads": "H; the slopes follow the ALiBi paper, including its rule for H not a power of two",
+        "heads": "which heads, in output order; entries in [0, H), repeats allowed; null means all",
+        "max_bias": "the paper's 8 (MPT's `alibi_bias_max`)",
+        "mode": "`causal`: B[h, i, j] = −m_h · (i − j); `symmetric`: −m_h · |i − j|",
+        "mask_future": "`causal` only: cells with j > i get the output dtype's most negative finite value "
+                       "(as transformers masks)",
+        "query": "the absolute query positions i",
+        "key": "the absolute key positions j",
+        "dtype": "the dtype of `bias`",
+    },
+    "t5-buckets": {
+        "bidirectional": "encoder (true) or decoder (false) buckets",
+        "num_buckets": "the number of buckets; ≥ 4 when bidirectional",
+        "max_distance": "the distance from which every bucket is the last; must exceed the exact range "
+                        "(num_buckets/4 bidirectional, num_buckets/2 otherwise)",
+        "query": "the query positions",
+        "key": "the key positions",
+    },
+}
+
+# -- prose: each family's rules and formulas (transformers 5.24's conventions) -----------------------
+FORMULAS = {
+    "rope": r"""
+**Frequencies.** With k = 0 … d/2 − 1, the base frequencies are inv_k = 1 / θ^(2k/d) (the exponent is
+over the rotary width d, not D). By `rope_type`:
+
+| rope_type | inv_freq | attention_scaling |
+|---|---|---|
+| `default` | 1 / θ^(2k/d) | 1 |
+| `linear` | inv_k / factor | 1 |
+| `dynamic` | L = max(seq_len, M); θ' = θ · (factor · L/M − (factor − 1))^(d/(d−2)); 1 / θ'^(2k/d) | 1 |
+| `yarn` | (1 − ramp_k) · inv_k + ramp_k · inv_k / factor (below) | `attention_factor`, else the mscale rule (below) |
+| `llama3` | λ_k = 2π / inv_k; λ > O/low → inv_k / factor; λ < O/high → inv_k; else s = (O/λ − low)/(high − low) and (1 − s) · inv_k / factor + s · inv_k | 1 |
+| `longrope` (`su`) | 1 / (ext_k · θ^(2k/d)), ext = `long_factor` if seq_len > O else `short_factor` | `attention_factor`, else 1 if factor ≤ 1 else √(1 + ln(factor)/ln(O)), factor defaulting to M/O |
+| `proportional` | the table is D wide; the first int(factor_p · D // 2) frequencies are 1/θ^(2k/D) (factor_p = `partial_rotary_factor`), the rest 0 (those pairs keep cos 1, sin 0); all divided by `factor` | 1 |
+
+O is `original_max_position_embeddings` (defaulting to M), low/high are `low_freq_factor` and
+`high_freq_factor`.
+
+*YaRN*: corr(r) = d · ln(O / (r · 2π)) / (2 ln θ); low = corr(`beta_fast`, default 32), high =
+corr(`beta_slow`, default 1); with `truncate` (default true) floor(low) and ceil(high); then low =
+max(low, 0), high = min(high, d − 1), and high += 0.001 if they are equal. ramp_k = clamp((k − low) /
+(high − low), 0, 1). The attention factor is `attention_factor` if given, else
+get_mscale(f, `mscale`) / get_mscale(f, `mscale_all_dim`) when both are given and non-zero, else
+get_mscale(f), with get_mscale(s, m = 1) = 1 if s ≤ 1 else 0.1 · m · ln(s) + 1 (f = 4: 1.1386294;
+f = 32: 1.3465736). DeepSeek-V3 (mscale = mscale_all_dim, factor 1.0) also scales its softmax by
+get_mscale(f, mscale_all_dim)², a step outside the encoding.
+
+*dynamic* is stateful in transformers (its frequencies grow with the longest sequence seen and
+reset only below M); a request is stateless and uses a fresh module's value: the frequencies for
+seq_len = max(positions) + 1 unless the request gives `seq_len` (the torch drop-in,
+`posenc.torch.RotaryEmbedding`, keeps transformers' state). *longrope* applies its attention
+factor at every length, and switches between short and long factors for each request.
+
+**Angles and layouts.** angle(p, k) = p · inv_k, evaluated in float64;
+cos = cos(angle) · attention_scaling and sin likewise, rounded once to `dtype`. `half_split`
+repeats the d/2 angles as [a_0 … a_{d/2−1}, a_0 … a_{d/2−1}] (q' = q · cos + rotate_half(q) · sin,
+rotate_half(x) = cat(−x[d/2:], x[:d/2])); `interleaved` as [a_0, a_0, a_1, a_1, …]
+(rotate_every_two). Only the first d columns of q and k are rotated when d < D (partial rotary).
+
+**Rules** (transformers' validators, made strict): `factor` is required for linear, dynamic, yarn
+and llama3 and must be ≥ 1; llama3 also requires `low_freq_factor` < `high_freq_factor`; longrope
+requires `short_factor` and `long_factor`, each of length d/2; an absent `rope_type` means
+`default`. Refused: keys the rope_type does not use; `type` and `rope_type` disagreeing;
+`rope_scaling` and `rope_parameters` both sent; `rope_theta` or `partial_rotary_factor` given both
+at the top level and inside `rope_parameters` with different values; `seq_len` with another
+rope_type; d < 2 or odd; dynamic with d = 2; yarn with `rope_theta` ≤ 1.
+""",
+    "sinusoidal": r"""
+**Formulas** (position p' = p + `offset`, evaluated in float64 and rounded once):
+
+- `interleaved`: E[p, j] = sin(p' · ω_⌊j/2⌋) for even j, cos(p' · ω_⌊j/2⌋) for odd j, with
+  ω_k = base^(−2k/d). With odd d the last column is a sine: ⌈d/2⌉ sine and ⌊d/2⌋ cosine columns.
+- `concat`: the first ⌈d/2⌉ columns sin(p' · ω_k), the next ⌊d/2⌋ columns cos(p' · ω_k), same ω_k.
+- `fairseq`: with h = ⌊d/2⌋, ω_k = base^(−k/(h−1)) (the lowest frequency is exactly 1/base), the row
+  [sin(p' · ω), cos(p' · ω)], and a zero column appended for odd d. M2M100 (padding_idx 1) reads its
+  first token at row 2: `offset` 2.
+
+No row is ever zeroed: padding rows are the model's business, not the table's (transformers zeroes
+row `padding_idx` in some models).
+""",
+    "alibi": r"""
+**Slopes** (Press et al., "Train Short, Test Long"): with c = 2^⌊log2 H⌋, m_j = 2^(−max_bias · j / c) for
+j = 1 … c; if H ≠ c, then 2^(−max_bias · j / (2c)) for j = 1, 3, 5, …, 2r − 1 with r = H − c are
+appended. They are not monotone for H not a power of two (H = 12: 2^−1 … 2^−8, 2^−0.5, 2^−1.5,
+2^−2.5, 2^−3.5). This equals transformers' BLOOM `_get_alibi_slopes` and MPT's
+`build_mpt_alibi_tensor` (max_bias = `alibi_bias_max`), evaluated in float64 and rounded once.
+
+**Bias block**: B[h, i, j] = −m_h · (i − j) (`causal`; the consumer masks j > i, or `mask_future`
+does) or −m_h · |i − j| (`symmetric`), computed directly (never as a difference of two large
+products). transformers' BLOOM builds m · j instead, which differs by the constant m · i per query
+row: softmax ignores it.
+
+**Rules**: `mask_future` with `symmetric` is refused; a bias that would overflow the dtype (e.g.
+float16 at distances past 65504 / slope) is a 422 at `dtype`, never infinities.
+""",
+    "t5-buckets": r"""
+**Formula** (transformers' `T5Attention._relative_position_bucket`), for rel = key − query:
+
+```
+nb = num_buckets; out = 0
+bidirectional: nb //= 2; out += (rel > 0) * nb; n = |rel|
+otherwise:     n = max(−rel, 0)
+me = nb // 2
+out += n                                                        if n < me
+out += min(me + trunc(ln(n/me) / ln(max_distance/me) · (nb − me)), nb − 1)   otherwise
+```
+
+Bidirectional (32, 128): rel 0 → 0, −1 → 1, +1 → 17, −16 → 10, ≤ −128 → 15, ≥ 128 → 31.
+Unidirectional (32, 128): rel ≥ 0 → 0, −1 → 1, −16 → 16, ≤ −128 → 31. posenc evaluates the logarithm
+in float64; T5's float32 gives the same buckets for |rel| ≤ 3·10^5 in the configurations checked.
+""",
+}
+
+
+# -- generated parts -------------------------------------------------------------------------------
+def _type(s: dict) -> str:
+    """A field's type from its JSON schema, in words."""
+    if "oneOf" in s:
+        return "selection"
+    t = s.get("type", "any")
+    types = t if isinstance(t, list) else [t]
+    words = {"integer": "int", "number": "float", "boolean": "bool", "string": "string", "object": "object",
+             "array": "list", "null": "null"}
+    out = " or ".join(words.get(x, x) for x in types)
+    if "array" in types and "items" in s:
+        out = out.replace("list", f"list of {words.get(s['items'].get('type'), 'values')}")
+    if "enum" in s:
+        out = " \\| ".join(f"`{json.dumps(v)}`" for v in s["enum"])
+    return out
+
+
+def _bounds(s: dict) -> str:
+    parts = []
+    if "minimum" in s:
+        parts.append(f"≥ {s['minimum']}")
+    if "exclusiveMinimum" in s:
+        parts.append(f"> {s['exclusiveMinimum']}")
+    if "maximum" in s:
+        parts.append(f"≤ {s['maximum']}")
+    if s.get("minItems"):
+        parts.append("non-empty")
+    items = s.get("items", {})
+    if "minimum" in items:
+        parts.append(f"entries ≥ {items['minimum']}")
+    return ", ".join(parts)
+
+
+def field_table(fam) -> list[str]:
+    props, required = fam.schema["properties"], set(fam.schema.get("required", ()))
+    meaning = MEANING[fam.name]
+    if set(meaning) != set(props):
+        raise SystemExit(f"tests/tools/reference.py: MEANING[{fam.name!r}] must describe exactly the fields "
+                         f"{sorted(props)}; it has {sorted(meaning)}")
+    rows = ["| field | type | bounds | default | meaning |", "|---|---|---|---|---|"]
+    for name, s in props.items():
+        default = "required" if name in required else (f"`{json.dumps(s['default'])}`" if "default" in s else "null")
+        rows.append(f"| `{name}` | {_type(s)} | {_bounds(s)} | {default} | {meaning[name]} |")
+    return rows
+
+
+def answer_table(fam) -> list[str]:
+    rows = ["| array | shape and meaning | dtype |", "|---|---|---|"]
+    for name, s in fam.answer.items():
+        if name in fam.dtyped:
+            dt = "the request's `dtype`"
+        elif s.get("type") in ("number",) and name == "attention_scaling":
+            dt = "a number (float64; a 0-d float64 array in binary answers)"
+        elif "int32" in s.get("description", ""):
+            dt = "int32"
+        else:
+            dt = "float32"
+        rows.append(f"| `{name}` | {s.get('description', '')} | {dt} |")
+    return rows
+
+
+def rope_types_table() -> list[str]:
+    rows = ["| rope_type | keys of `rope_scaling` / `rope_parameters` | frequencies follow the sequence length |",
+            "|---|---|---|"]
+    for alias, t in ROPE_TYPES.items():
+        name = f"`{alias}`" if alias == t.name else f"`{alias}` (= `{t.name}`)"
+        keys = ", ".join(f"`{k}`" for k in t.keys) or "none"
+        rows.append(f"| {name} | {keys} | {'yes (`seq_len`)' if t.uses_seq_len else 'no'} |")
+    return rows
+
+
+def family_section(fam) -> list[str]:
+    out = [f"### `{fam.name}`", "", f"`POST /v1/{fam.name}`; KServe v2 model `{fam.name}`. Selections: "
+           + ", ".join(f"`{s}`" for s in fam.selections) + ".", ""]
+    out += field_table(fam) + ["", "Answer:", ""] + answer_table(fam)
+    if fam.name == "rope":
+        out += ["", "Rope types (`\"su\"` is transformers' old name for longrope):", ""] + rope_types_table()
+    out += [FORMULAS[fam.name].rstrip()]
+    types = hf_models.supported(fam.name)
+    if types:
+        out += ["", f"`hf_config` model types ({len(types)}): " + ", ".join(f"`{t}`" for t in types)
+                + " (how each is read: [models.md](models.md))."]
+    out += ["", "Examples (the bodies `/docs` offers):", ""]
+    for title, ex in fam.examples.items():
+        out += [f"- {title}: `{json.dumps(ex['value'])}`"]
+    return out + [""]
+
+
+# v2 statuses that service/v2/errors.py's GRPC_CODES does not map (they are decided before the
+# protocol's handlers: the token gate, service/front/auth.py and service/v2/grpc_auth.py; the HTTP
+# head limits, which gRPC does not have)
+V2_OTHER = {401: "401 / UNAUTHENTICATED", 431: "431 (REST) / —"}
+
+
+def error_table() -> list[str]:
+    rows = ["| error | HTTP status | KServe v2 REST / gRPC | when |", "|---|---|---|---|"]
+    found = [c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, errors.PosencError)
+             and c is not errors.PosencError]
+    found += [v2errors.BadRequest, v2errors.ModelNotFound]
+    for cls in found:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        when = " ".join(doc.split("\n\n")[0].split()).replace("``", "`")
+        status = cls.status
+        if status == 500:   # not a request's error: the process refuses to start
+            rows.append(f"| `{cls.__name__}` | — (start-up: exit 1) | — | {when} |")
+            continue
+        if cls is errors.NotStored:   # the engine's answer to a worker, never a request's
+            rows.append(f"| `{cls.__name__}` | — (never a request's answer) | — | {when} |")
+            continue
+        v2 = 400 if status == 422 else status
+        code = v2errors.GRPC_CODES.get(v2)
+        v2col = f"{v2} / {code.name}" if code is not None else V2_OTHER.get(status, "—")
+        rows.append(f"| `{cls.__name__}` | {status} | {v2col} | {when} |")
+    return rows
+
+
+LIMITS = (  # setting -> (what it bounds, refused with)
+    ("max_response_bytes", "a response, all arrays together", "413 (`TooLarge`)"),
+    ("max_positions", "positions in one selection (`positions`, `query`, `key`)", "413 naming the selection"),
+    ("max_body_bytes", "a request body", "413 (`BodyTooLarge`)"),
+    ("max_header_bytes", "a request head", "431, connection closed"),
+    ("header_timeout_s", "seconds to receive a request head", "408"),
+    ("body_timeout_s", "seconds to receive a request body", "connection closed"),
+    ("max_connections", "open connections per worker", "503, connection closed"),
+    ("build_timeout_s", "seconds a request waits for an on-demand build", "503"),
+    ("max_shm_regions", "KServe v2 shared-memory regions registered, all processes together",
+     "400 / RESOURCE_EXHAUSTED"),
+    ("memory_budget_bytes", "shared memory for on-demand tables (pinned default tables do not count)",
+     "never refused: rows are computed instead"),
+)
+
+
+def serve_flags() -> set[str]:
+    """The options of ``posenc serve`` (its argparse parser)."""
+    from posenc.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for a in sub.choices["serve"]._actions for o in a.option_strings}
+
+
+def limits_table() -> list[str]:
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
+                for f in dataclasses.fields(settings.Settings)}
+    flags = serve_flags()
+    rows = ["| limit | default | setting (`posenc serve` flag) | refused with |", "|---|---|---|---|"]
+    for name, what, refused in LIMITS:
+        v = defaults[name]
+        shown = f"{v:,}" + (f" ({v / 2**20:g} MiB)" if name.endswith("bytes") and v >= 2**20 else "")
+        flag = "--" + name.replace("_", "-").removesuffix("-s").removesuffix("-bytes")
+        flag = next((f for f in (flag, "--" + name.replace("_", "-")) if f in flags), None)
+        setting = f"`{settings.ENV_PREFIX}{name.upper()}`" + (f" (`{flag}`)" if flag else "")
+        rows.append(f"| {what} | {shown} | {setting} | {refused} |")
+    schema_bounds = []
+    for fam in FAMILIES.values():
+        for field, s in fam.schema["properties"].items():
+            if "maximum" in s and s.get("type") == "integer":
+                schema_bounds.append(f"| `{fam.name}.{field}` | {s['maximum']:,} | — | 422 at `{field}` |")
+    rows += schema_bounds
+    # t5-buckets' request schema does not carry these bounds (its parser does: engine/tables/t5.py)
+    rows.append("| `t5-buckets.num_buckets` | 1,048,576 (2^20) | — | 422 at `num_buckets` |")
+    rows.append("| `t5-buckets.max_distance` | 2,147,483,648 (2^31) | — | 422 at `max_distance` |")
+    rows.append(f"| `Accept`, its lines joined | {negotiate.MAX_ACCEPT:,} bytes | — | 431 |")
+    rows.append(f"| a position | < {POSITION_LIMIT:,} (2^31) | — | 422 at the selection |")
+    return rows
+
+
+def v2_table() -> list[str]:
+    rows = ["| model | inputs (INT32 or INT64) | outputs: name, datatype (`dtype` float32), shape |", "|---|---|---|"]
+    for name, fam in FAMILIES.items():
+        outs = v2models._output_metadata(fam, None, dtypes.DEFAULT_DTYPE)
+        shown = ", ".join(f"`{o['name']}` {o['datatype']} {o['shape']}" for o in outs)
+        rows.append(f"| `{name}` | " + ", ".join(f"`{s}` [N] or [B, N]" for s in fam.selections) + f" | {shown} |")
+    return rows
+
+
+def render() -> str:
+    fams = list(FAMILIES.values())
+    g = {
+        "families": ", ".join(f"`{f.name}`" for f in fams),
+        "family_sections": "\n".join("\n".join(family_section(f)) for f in fams),
+        "dtypes": ", ".join(f"`{d}`" for d in dtypes.DTYPES),
+        "default_dtype": dtypes.DEFAULT_DTYPE,
+        "position_limit": f"{POSITION_LIMIT:,}",
+        "errors": "\n".join(error_table()),
+        "limits": "\n".join(limits_table()),
+        "offers": ", ".join(f"`{m}`" for m in negotiate.OFFERS),
+        "v2": "\n".join(v2_table()),
+        "v2_inputs": ", ".join(f"`{d}`" for d in v2tensors.INPUT_DATATYPES),
+        "routes": ", ".join(f"`POST /v1/{f.name}`" for f in fams),
+        "default_length": f"{DEFAULT_LENGTH:,}",
+        "http_port": settings.DEFAULT_PORT,
+        "grpc_port": settings.DEFAULT_GRPC_PORT,
+    }
+    return TEMPLATE.format(**g)
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if argv[1:] == ["--check"]:
+        if PAGE.read_text() != text:
+            print("docs/reference.md is stale: python -m tests.tools.reference > docs/reference.md", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+TEMPLATE = """\
+# posenc reference
+
+<!-- Generated by `python -m tests.tools.reference > docs/reference.md` from the family registry
+(engine/tables), engine/errors.py, engine/settings.py and service/v2; edit the generator
+(tests/tools/reference.py), not this page. tests/test_docs.py checks that they agree. -->
+
+The whole contract of posenc in one page: every family, field, selection rule, dtype, status and
+limit, and the KServe v2 mapping. Every way in (HTTP, KServe v2, `posenc compute`, the
+shared-memory client `posenc.engine.client.Client`, the engine's table config) speaks the same
+**spec**: one JSON object per table family. Field names are transformers' config names wherever
+transformers has one, so values can be pasted from a model's `config.json`.
+
+Every value is computed in float64 and rounded **once** to the requested dtype. Where transformers
+computes in float32, posenc is therefore at least as exact, and differs from transformers by
+transformers' own float32 error ([Precision](#precision-against-transformers)).
+
+Contents: [Families](#families) · [Named tables and model configs](#named-tables-and-model-configs) ·
+[Selections, dtypes, strictness](#selections-dtypes-strictness) ·
+[Precision](#precision-against-transformers) · [HTTP](#http) · [Errors and statuses](#errors-and-statuses) ·
+[Limits](#limits) · [KServe v2](#kserve-v2-open-inference-protocol) · [Command line](#command-line) ·
+[Python](#python)
+
+## Families
+
+{families}. Notation: D = `head_dim`, d = the rotary width, k = 0 … d/2 − 1, p = an integer
+position, θ = `rope_theta`, M = `max_position_embeddings`. A body is the spec fields, the family's
+selections and `dtype` (except `t5-buckets`, whose answer is int32).
+
+{family_sections}
+## Named tables and model configs
+
+- **`table`**: instead of the spec fields, a body may name a table of the engine's table config
+  (`{{"table": "llama-3.1-8b", "positions": [0, 1, 2]}}`): the answer is that table's spec with these
+  selections and `dtype`. An unknown name is a 422 at `table` listing the known names of that
+  family; a table of another family is a 422 naming its route. `GET /v1/tables` lists the names.
+- **`hf_config`** (the families that list model types above): instead of the spec fields, a model's
+  whole `config.json` object, as transformers writes it or as published. posenc derives what
+  transformers' own code for that `model_type` computes (head dimension, θ, rotary fraction, the
+  scaling in both its transformers 4 `rope_scaling` and transformers 5 `rope_parameters` forms, the
+  pairing layout; for ALiBi `num_heads` and `max_bias`). `layer_type` (e.g. `"full_attention"`,
+  `"sliding_attention"`) picks one entry of a per-layer-type `rope_parameters` and is required
+  exactly when the config has several. Keys without positional information are ignored. A
+  `model_type` whose positions are not of this family, or that posenc does not know, is a 422 at
+  `hf_config.model_type` naming the supported ones. [models.md](models.md) lists how each type is read.
+- `hf_config` or `table` together with explicit spec fields is a 422 at the extra field; both
+  together is a 422 at `table`; `layer_type` without `hf_config` is a 422 at `layer_type`. An
+  explicit null for any of them is an absent field.
+- Every answer to an `hf_config` or `table` body also returns the canonical spec it used (`spec`:
+  JSON in the JSON answer, the `spec` entry of the metadata in binary answers), which sent back as
+  spec fields gives the same table.
+
+## Selections, dtypes, strictness
+
+- A **selection** is a non-empty list of non-negative ints (any order, repeats allowed, answered in
+  the order given), or `{{"start": s, "stop": e}}` with s < e (half-open, optional `"step"` > 0).
+  Every position is < 2^31 ({position_limit}). No precomputed table bounds positions: a position
+  past a stored table is computed exactly, not refused.
+- **Specs are strict**: an unknown field is refused (a typo must not yield a silently wrong table);
+  an int field takes only a JSON integer (not `"64"`, not `64.0`, not `true`); a float field also
+  takes an integer; an explicit null equals an absent optional field, in every family. Any value
+  for which a formula would divide by zero, take the logarithm of a non-positive number or produce
+  a non-finite result is refused like any other invalid field, at the field whose value must change
+  (for a rule across fields, e.g. `rope_scaling.factor`).
+- **`dtype`**: {dtypes} (default `{default_dtype}`), for every float array of the answer except
+  `inv_freq` and `slopes`, which stay float32 (the tables above say which). Values are computed in
+  float64 and rounded once (round to nearest even). A result that would overflow the dtype is a 422
+  at `dtype`, never silently turned into infinities.
+
+## Precision against transformers
+
+posenc's tables are exact (float64, rounded once); transformers builds most of them in float32. The
+differences below are transformers' error, which the tests allow when comparing with transformers
+5.24, and nowhere else: against float64 references the tests demand half an ulp of the output dtype
+(give or take the float64 reference's own error of a few 10^−16 relative).
+
+- RoPE `inv_freq`: transformers' float32 frequencies are within about 8·10^−8 (relative) of float64
+  when d is a power of two, within 4.1·10^−7 otherwise (d = 80, 112, 160 with θ = 5·10^5 or 10^6).
+  Its cos/sin come from float32 products p · inv_freq and so drift with the position: up to about
+  3–8·10^−8 · p, 4.1·10^−3 at p ≈ 1.3·10^5. The tests allow 1·10^−6 + 2.5·10^−7 · p (times
+  attention_scaling), and 2·10^−7 relative on `inv_freq`.
+- **The torch drop-in** (`posenc.torch.RotaryEmbedding`) therefore does not give bit-identical
+  logits: on a float32 model its logits were measured within 7.7·10^−7 of transformers'
+  own at positions < 64 and within 4.2·10^−6 at positions ≈ 9,000, with the same greedy tokens.
+  The difference is transformers' float32 rounding of the angles, not posenc's.
+- ALiBi: transformers' BLOOM slopes (float32) are off by up to 6.8·10^−7 relative (H = 127); MPT's
+  agree to 1 ulp; Falcon casts its slopes to bfloat16 (error 1.6·10^−3). BLOOM's m · j in float32
+  loses 3.9·10^−3 at j ≈ 131071; posenc computes −m · (i − j) directly.
+- Sinusoidal `fairseq` (M2M100 and kin) is float32 in transformers: 6.1·10^−3 off at p = 10^5.
+  DistilBERT, Marian, RoFormer and Pegasus compute in float64 like posenc.
+- T5 buckets equal transformers' (its float32 logarithm and posenc's float64 one agree for
+  |rel| ≤ 3·10^5 in the configurations checked; past `max_distance` every bucket is the last).
+
+## HTTP
+
+`posenc serve` listens on 127.0.0.1:{http_port} by default (`--host`, `--port`).
+
+- {routes}: the body is the spec plus its selections and `dtype`.
+- `GET /v1/tables`: the tables in shared memory and the configured names; `GET /healthz` (alive),
+  `GET /readyz` (503 until a worker has mapped and verified the tables), `GET /metrics` (Prometheus
+  text), `GET /docs` (OpenAPI, an example per route).
+- **Answer formats**, chosen by `Accept` (offered: {offers}; a missing Accept, `*/*` and
+  `application/*` get JSON; q-values are honoured; ties go to JSON):
+  - JSON: an object whose keys are the array names, each a nested list (bfloat16 and float16
+    values written as their float values), plus `attention_scaling` for rope and `spec` for
+    `hf_config`/`table` bodies.
+  - safetensors (`application/x-safetensors`, also `application/octet-stream`): 8-byte little-endian
+    header length, a JSON header `{{name: {{dtype, shape, data_offsets}}, "__metadata__": {{...}}}}`, then the
+    raw arrays; bfloat16 is native (`BF16`); `attention_scaling` is a 0-d float64 array; the
+    metadata holds `family` (and `spec`). Loads with `safetensors.numpy`/`safetensors.torch` or numpy
+    alone (the README shows how).
+  - npz (`application/x-npz`): `numpy.savez` output; bfloat16 arrays are uint16 bit patterns (torch:
+    `.view(torch.bfloat16)`), listed in its `__bfloat16__` entry.
+- With a bearer token configured, `/v1` and `/v2` need `Authorization: Bearer <token>` (401
+  otherwise); TLS and CORS are `posenc serve` options ([deploy.md](deploy.md)).
+
+## Errors and statuses
+
+A refused request gets a JSON body `{{"detail": ...}}`. For a 422 (an invalid spec, selection or
+dtype) it is FastAPI's list `[{{"type", "loc", "msg"}}]`, whose `loc` is `"body"` then the path of
+the field whose value must change (e.g. `["body", "rope_scaling", "factor"]`); for every other status
+a string. No input gets a 500. `posenc compute` prints the same message on stderr, without a
+traceback, and exits with 2 for a refused input, 1 otherwise.
+
+{errors}
+
+## Limits
+
+Every size is checked before anything is allocated. Settings are `POSENC_*` environment variables
+(engine/settings.py), some also `posenc serve` flags (`posenc serve --help`).
+
+{limits}
+
+## KServe v2 (Open Inference Protocol)
+
+REST under `/v2` on the HTTP port, and `inference.GRPCInferenceService` (KServe's
+`grpc_predict_v2.proto` as extended by Triton's `grpc_service.proto`, which `tritonclient` speaks) on
+port {grpc_port} (`posenc serve --grpc-port`; 0 turns it off). [kserve.md](kserve.md) has examples,
+streams and figures.
+
+- Health and metadata: `GET /v2/health/live`, `/v2/health/ready`, `/v2` (server metadata with its
+  extensions), `/v2/models/{{name}}`, `/v2/models/{{name}}/ready`, and their gRPC twins.
+- **Models**: one per family, named as the family, taking the spec (its fields without selections;
+  `dtype` included, or `hf_config` and `layer_type`) as the request parameter `spec`, a JSON string;
+  and one per table of the table config, named as in `GET /v1/tables`, whose spec is fixed (only a
+  `dtype` parameter).
+- **Inputs**: the family's selections by name, datatype {v2_inputs}, shape [N], or [B, N] for a batch
+  of B selections of equal length in one request. Values lie in [0, 2^31).
+- **Outputs**: the family's arrays by name; FP32, FP16 or BF16 as `dtype` says for the arrays that
+  take it; INT32 `buckets`; FP32 `inv_freq` and `slopes`; `attention_scaling` FP64 shape [1]. For a
+  batch the selection-shaped outputs (`cos`, `sin`, `encoding`, `bias`, `buckets`) get a leading B;
+  the others are shared. The binary tensor data extension (REST) and raw contents (gRPC) carry every
+  datatype; BF16 travels only in binary.
+
+{v2}
+
+(-1: a dimension that depends on the request.)
+
+- **System shared memory**: a client on the same host registers a region of its own
+  (`/v2/systemsharedmemory/region/{{name}}/register`, gRPC `SystemSharedMemoryRegister`) and asks for
+  outputs in it with the `shared_memory_region` parameters, as `tritonclient.utils.shared_memory`
+  does.
+- **Errors**: an invalid spec, selection or parameter is REST 400 `{{"error": "<field path>: <message>"}}`
+  (e.g. `parameters.spec.head_dim: ...`, `inputs[0].data[1][3]: ...`) and gRPC INVALID_ARGUMENT
+  with the same message; an unknown model 404 / NOT_FOUND; a response over the size limit
+  413 / RESOURCE_EXHAUSTED; the engine unavailable 503 / UNAVAILABLE (the table above).
+
+## Command line
+
+- `posenc serve`: the engine plus the HTTP (and gRPC) workers, on 127.0.0.1:{http_port} with the
+  default tables (`--tables FILE` for others; `posenc serve --help` lists every option).
+- `posenc engine`: the engine alone (`--dry-run` prints the bytes a table config needs).
+- `posenc compute FAMILY --spec JSON|@FILE --out FILE`: one spec with its selections, written to
+  `.npz` or `.safetensors` (arrays named as above; `attention_scaling` a 0-d float64 array; bfloat16
+  as uint16 bit patterns in npz). `--hf-config FILE` (and `--layer-type`) gives a model's config
+  instead of the spec fields; `--tables FILE` the table config whose names `{{"table": ...}}` may use.
+  The same response limit applies as on the server (64 MiB), raised with `--max-bytes`. An invalid
+  spec exits with status 2 and prints the 422's message.
+- `posenc loadtest`: the load-test report ([loadtest.md](loadtest.md)).
+
+The table config (`--tables FILE` / `POSENC_TABLES`): a JSON list of entries
+`{{"family": ..., "spec": {{...the family's spec fields...}}, "name": ...}}` or, instead of `spec`,
+`"hf_config": "path/to/config.json"`; tables are {default_length} rows long unless an entry says
+otherwise (engine/config.py).
+
+## Python
+
+- `posenc.engine.client.Client(shm_dir, namespace)`: `table(family, spec)` maps a stored table
+  read-only (numpy views; `.torch(name)` for torch), `lookup(family, body)` answers a body bit for
+  bit as the service does.
+- `posenc.service.client.PosencClient(url)` (needs `httpx`): one method per family, numpy answers.
+- `posenc.torch.RotaryEmbedding(config, device=None)`: a drop-in for a transformers model's rotary
+  embedding (`model.model.rotary_emb`): `forward(x, position_ids)` returns `(cos, sin)` of shape
+  [batch, seq, rotary width] in `x.dtype` on `x.device`, `attention_scaling` applied, read from the
+  shared tables when an engine runs and computed exactly when none does (see
+  [Precision](#precision-against-transformers) for how its logits compare with transformers').
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
