@@ -18,7 +18,7 @@ from .errors import ConfigError
 # Paths and port the container image, the manifests and the tests agree on.
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_GRPC_PORT = 8001   # KServe v2 over gRPC (API.md); 0 turns it off
+DEFAULT_GRPC_PORT = 8001   # KServe v2 over gRPC (docs/kserve.md); 0 turns it off
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
@@ -73,7 +73,7 @@ class Settings:
     shm_dir: str = "/dev/shm"
     # Name prefix of this engine's segments (several engines may share one shm_dir).
     namespace: str = "posenc"
-    # Largest response, all arrays together (API.md: 64 MiB by default) -> 413 above it.
+    # Largest response, all arrays together (docs/reference.md: 64 MiB by default) -> 413 above it.
     max_response_bytes: int = 64 * 2**20
     # Most positions in one selection (query, key or positions) -> 413 above it.
     max_positions: int = 1 << 20

@@ -1,4 +1,4 @@
-"""Errors of the v2 protocol and how both transports report them (API.md): an invalid spec,
+"""Errors of the v2 protocol and how both transports report them (docs/reference.md): an invalid spec,
 selection or parameter is REST 400 ``{"error": "<field path>: <message>"}`` and gRPC
 INVALID_ARGUMENT with the same message; an unknown model 404 / NOT_FOUND; an answer over the size
 limit 413 / RESOURCE_EXHAUSTED. Every other domain error keeps its HTTP status (503 for an engine
@@ -36,7 +36,7 @@ class ModelNotFound(PosencError):
     status = 404
 
 
-# HTTP status of a domain error -> gRPC status code (API.md); statuses not listed are bugs
+# HTTP status of a domain error -> gRPC status code (docs/reference.md); statuses not listed are bugs
 GRPC_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     404: grpc.StatusCode.NOT_FOUND,

@@ -1,4 +1,4 @@
-"""The v2 models (API.md): one per family, named as the family, whose spec comes with each
+"""The v2 models (docs/reference.md): one per family, named as the family, whose spec comes with each
 request (the ``spec`` parameter); and one per configured table of the engine, named as in
 ``GET /v1/tables``, whose spec is fixed (a request sends positions, and may set ``dtype``).
 

@@ -95,7 +95,7 @@ async def _route(v2: V2, scope, receive, route: list) -> Reply:
         return await _shm(v2, parts[1:], get, post, receive)
     known = parts[:1] in (["health"], ["models"], ["systemsharedmemory"]) or not parts
     raise Reply(405 if known else 404, rest_body(f"{method} {scope['path']}: not served "
-                                                 "(see API.md, Open Inference Protocol)"))
+                                                 "(see docs/kserve.md)"))
 
 
 async def _shm(v2: V2, parts: list, get: bool, post: bool, receive) -> Reply:

