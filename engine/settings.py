@@ -152,6 +152,10 @@ class Settings:
         for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be > 0, got {getattr(self, name)}")
+        ns = self.namespace   # the rule of engine/store.py check_namespace: segment names are built from it
+        if not ns or len(ns) > 64 or not all(c.isalnum() or c in "_-" for c in ns):
+            raise ConfigError(f"{ENV_PREFIX}NAMESPACE (--namespace): must be 1-64 letters, digits, '_' or '-', "
+                              f"got {ns!r}")
         if self.verify_interval_s < 0:
             raise ConfigError(f"{ENV_PREFIX}VERIFY_INTERVAL_S: must be >= 0 (0: never)")
         if (self.tls_cert is None) != (self.tls_key is None):
