@@ -115,9 +115,9 @@ class GrpcV2:
         self.metrics = metrics
         self.hot = v2.hot
 
-    def _observe(self, route: str, code, t0: float) -> None:
-        if self.metrics is not None:
-            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0)
+    def _observe(self, route: str, code, t0: float, nbytes: int = 0) -> None:
+        if self.metrics is not None:   # nbytes: the serialized response's
+            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0, nbytes)
 
     def _route(self, method: str, model) -> str:
         try:
@@ -150,22 +150,24 @@ class GrpcV2:
 
     # -- unary methods ----------------------------------------------------------------------------
     async def _unary(self, fn, req, ctx, route: str | list = "grpc"):
-        t0, code = perf_counter(), grpc.StatusCode.OK
+        t0, code, nbytes = perf_counter(), grpc.StatusCode.OK, 0
         try:
-            return await fn(req)
+            out = await fn(req)
+            nbytes = out.ByteSize() if hasattr(out, "ByteSize") else len(out)
+            return out
         except Exception as e:
             status, msg = describe(e)
             code = getattr(e, "grpc_status", None) or grpc_code(status)   # TooManyRegions: RESOURCE_EXHAUSTED
             await ctx.abort(code, msg)
         finally:
-            self._observe(route if isinstance(route, str) else route[0], code, t0)
+            self._observe(route if isinstance(route, str) else route[0], code, t0, nbytes)
 
     async def ModelInfer(self, data: bytes, ctx):
         """Raw bytes in and out: the shortcut first, then the full path."""
         t0, route = perf_counter(), ["grpc"]
         out = await self._hot(data, route)
         if out is not None:
-            self._observe(route[0], grpc.StatusCode.OK, t0)
+            self._observe(route[0], grpc.StatusCode.OK, t0, len(out))
             return out
         return await self._unary(lambda d: self._answer(d, route), data, ctx, route)
 
@@ -227,7 +229,7 @@ class GrpcV2:
                 code = grpc_code(status)
                 out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
                     id=_request_id(data))).SerializeToString()
-            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0)
+            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out))
             yield out
 
     def handler(self) -> grpc.GenericRpcHandler:
