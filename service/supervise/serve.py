@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
     p.add_argument("--grpc-port", type=int, help="KServe v2 gRPC port (default 8001; 0: no gRPC server)")
     p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port (default 1)")
+    p.add_argument("--grpc-max-concurrent", type=int, help="inference calls one gRPC process answers at once "
+                   "(RESOURCE_EXHAUSTED beyond; default 64; POSENC_GRPC_MAX_CONCURRENT)")
+    p.add_argument("--grpc-max-inflight-bytes", type=int, help="bytes of the answers one gRPC process builds at "
+                   "once (RESOURCE_EXHAUSTED beyond; default 256 MiB; POSENC_GRPC_MAX_INFLIGHT_BYTES)")
     p.add_argument("--tables", help="table config JSON (default: the embedded set)")
     p.add_argument("--shm-dir", help="directory for shared memory (default /dev/shm)")
     p.add_argument("--namespace", help="segment name prefix (default posenc)")
@@ -74,6 +78,8 @@ def protocol_for() -> str:
 def settings_from_args(args) -> Settings:
     return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
                               grpc_port=args.grpc_port, grpc_workers=args.grpc_workers,
+                              grpc_max_concurrent=args.grpc_max_concurrent,
+                              grpc_max_inflight_bytes=args.grpc_max_inflight_bytes,
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
