@@ -203,8 +203,9 @@ def cmd_serve(args) -> int:
     if s.tables:   # an invalid config fails here, with the field named, before anything starts
         try:
             load_config(s.tables)
-        except PosencError as e:
-            raise SystemExit(f"posenc serve: --tables {s.tables}: {e}; not starting") from None
+        except PosencError as e:   # a refused input: status 2, as the CLI's other refusals
+            print(f"posenc serve: --tables {s.tables}: {e}; not starting", file=sys.stderr)
+            return e.exit_code
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
     options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
     held = claim(s)   # before anything of a running server could be touched
