@@ -21,7 +21,8 @@ from posenc.engine.settings import ENV_PREFIX
 
 
 class Busy(PosencError):
-    """A call past a bound of ``Admission``: gRPC RESOURCE_EXHAUSTED (HTTP 503 in the metrics)."""
+    """A call past a bound of ``Admission``: gRPC RESOURCE_EXHAUSTED (counted under its status, 413,
+    in the metrics); ``status`` 503 is what it would be over HTTP (not used: the bound is gRPC's)."""
 
     status = 503
     grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -228,7 +228,7 @@ class GrpcV2:
                 out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
             except Exception as e:
                 status, msg = describe(e)
-                code = grpc_code(status)
+                code = getattr(e, "grpc_status", None) or grpc_code(status)   # Busy: RESOURCE_EXHAUSTED
                 out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
                     id=_request_id(data))).SerializeToString()
             self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out))
