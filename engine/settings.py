@@ -67,6 +67,10 @@ class Settings:
     # gRPC (service/v2): its port on the same host (0: no gRPC server) and its processes
     grpc_port: int = DEFAULT_GRPC_PORT
     grpc_workers: int = 1
+    # Per gRPC process (service/v2/admit.py): inference calls answered at once, and bytes of the
+    # answers they will send (planned before they are built); RESOURCE_EXHAUSTED beyond either.
+    grpc_max_concurrent: int = 64
+    grpc_max_inflight_bytes: int = 256 * 2**20
     # Table config (JSON file); None means the embedded default set.
     tables: str | None = None
     # Directory holding the shared-memory segments and the manifest.
@@ -144,7 +148,7 @@ class Settings:
         if not (0 <= self.grpc_port < 65536) or self.grpc_port == self.port:
             raise ConfigError(f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
                               f"{self.port}, got {self.grpc_port}")
-        for name in ("workers", "grpc_workers", "max_response_bytes", "max_positions", "max_body_bytes",
+        for name in ("workers", "grpc_workers", "grpc_max_concurrent", "grpc_max_inflight_bytes", "max_response_bytes", "max_positions", "max_body_bytes",
                      "memory_budget_bytes", "max_connections", "max_header_bytes", "max_shm_regions",
                      "open_shm_regions"):
             if getattr(self, name) < 1:
@@ -152,6 +156,10 @@ class Settings:
         for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be > 0, got {getattr(self, name)}")
+        ns = self.namespace   # the rule of engine/store.py check_namespace: segment names are built from it
+        if not ns or len(ns) > 64 or not all(c.isalnum() or c in "_-" for c in ns):
+            raise ConfigError(f"{ENV_PREFIX}NAMESPACE (--namespace): must be 1-64 letters, digits, '_' or '-', "
+                              f"got {ns!r}")
         if self.verify_interval_s < 0:
             raise ConfigError(f"{ENV_PREFIX}VERIFY_INTERVAL_S: must be >= 0 (0: never)")
         if (self.tls_cert is None) != (self.tls_key is None):

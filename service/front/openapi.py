@@ -6,6 +6,11 @@ errors (engine.errors), so that a family or an error is described where it is de
   ``ValidationError`` (the 422 body) and ``Error`` (every other refusal's body).
 - each ``POST /v1/{family}``: the request body by reference with the family's examples; 200 with
   the JSON schema and the binary media types; 406, 413, 422 and 503 with their bodies' schemas.
+- an explicit ``null`` for a field with a default is that default (the parsers read it so): each
+  such field's schema allows null (``nullable_defaults``). Integer fields: JSON Schema's
+  ``integer`` also matches ``1.0`` (a number with no fraction), which the parsers refuse; the
+  document says so in each integer's description (no schema keyword can tell ``1.0`` from ``1``).
+- the KServe v2 REST routes (service/v2/rest.py, raw ASGI past FastAPI's routing): ``v2_paths``.
 - with a bearer token set (service/front/auth.py): an http bearer security scheme and a 401 on every
   guarded path, so Swagger UI's "Authorize" sends the token.
 - /docs: Swagger UI from files shipped in this package (service/front/static/swagger-ui: swagger-ui-dist
@@ -60,10 +65,46 @@ def _with_refs(schema):
     return copy.deepcopy(schema)
 
 
+INTEGER_NOTE = "written without a fraction or exponent (1, not 1.0)"
+
+
+def nullable_defaults(schema):
+    """A copy of a request schema where a property with a default also allows ``null`` (which
+    the parser reads as the default), and every integer says it is written as one."""
+    if isinstance(schema, list):
+        return [nullable_defaults(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: nullable_defaults(v) for k, v in schema.items()}
+    if out.get("type") == "integer" or (isinstance(out.get("type"), list) and "integer" in out["type"]):
+        out["description"] = (out["description"] + "; " if "description" in out else "") + INTEGER_NOTE
+    props = out.get("properties")
+    if isinstance(props, dict):
+        for name, p in props.items():
+            if isinstance(p, dict) and "default" in p:
+                props[name] = _nullable(p)
+    return out
+
+
+def _nullable(p: dict) -> dict:
+    if "$ref" in p:
+        return {"anyOf": [p, {"type": "null"}], "default": p.get("default")}
+    p = dict(p)
+    t = p.get("type")
+    if t is not None and not (isinstance(t, list) and "null" in t):
+        p["type"] = [*(t if isinstance(t, list) else [t]), "null"]
+    if "enum" in p and None not in p["enum"]:
+        p["enum"] = [*p["enum"], None]
+    return p
+
+
 def components() -> dict:
-    out = {name: copy.deepcopy(part) for name, part in SHARED_SCHEMAS.items()}
+    out = {}
+    for name, part in SHARED_SCHEMAS.items():   # Dtype has a default: null is it, as for any field
+        part = nullable_defaults(copy.deepcopy(part))
+        out[name] = _nullable(part) if "default" in part else part
     for fam in FAMILIES.values():
-        out[component_name(fam.name) + "Request"] = _with_refs(body_schema(fam)[0])   # spec, hf_config or table
+        out[component_name(fam.name) + "Request"] = nullable_defaults(_with_refs(body_schema(fam)[0]))
         out[component_name(fam.name) + "Response"] = copy.deepcopy(fam.response_schema)
     out["ValidationError"] = copy.deepcopy(SpecError.schema)
     out["Error"] = copy.deepcopy(PosencError.schema)
@@ -100,9 +141,73 @@ def family_request(fam) -> dict:
         "schema": _ref(component_name(fam.name) + "Request"), "examples": body_schema(fam)[1]}}}}
 
 
+_V2_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+_V2_TENSOR = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
+    "name": {"type": "string"}, "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+    "datatype": {"type": "string"}, "parameters": {"type": "object"},
+    "data": {"type": "array", "description": "the tensor's values, row-major (absent when binary)"}}}
+_V2_SCHEMAS = {
+    "V2Error": _V2_ERROR,
+    "V2InferenceRequest": {"type": "object", "required": ["inputs"], "properties": {
+        "id": {"type": "string"}, "parameters": {"type": "object", "description": "spec (a JSON string) for "
+                                                 "a family model; dtype; binary_data_output"},
+        "inputs": {"type": "array", "items": _V2_TENSOR},
+        "outputs": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string"}, "parameters": {"type": "object"}}}}}},
+    "V2InferenceResponse": {"type": "object", "properties": {
+        "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
+        "outputs": {"type": "array", "items": _V2_TENSOR}}},
+    "V2RegisterRequest": {"type": "object", "additionalProperties": False, "required": ["key", "byte_size"],
+                          "properties": {"key": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
+                                         "byte_size": {"type": "integer", "minimum": 1}}},
+}
+
+
+def _v2_op(summary: str, ok: str, params=(), body: str | None = None, ok_schema: dict | None = None) -> dict:
+    err = {"description": "refused; error names the field", "content": {"application/json": {
+        "schema": _ref("V2Error")}}}
+    op = {"summary": summary, "tags": ["KServe v2"], "responses": {
+        "200": {"description": ok, "content": {"application/json": {"schema": ok_schema or {"type": "object"}}}},
+        **{code: err for code in ("400", "404", "405", "413", "503")}},
+        "parameters": [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in params]}
+    if body == "infer":
+        op["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": _ref("V2InferenceRequest")},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary", "description":
+                                         "binary tensor data: the JSON header (Inference-Header-Content-Length "
+                                         "bytes), then the tensors' bytes"}}}}
+        op["responses"]["200"]["content"]["application/octet-stream"] = {"schema": {"type": "string",
+                                                                                     "format": "binary"}}
+    elif body:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+    return op
+
+
+def v2_paths() -> dict:
+    """The KServe v2 REST routes (service/v2/rest.py; Open Inference Protocol)."""
+    model, version = ("model",), ("model", "version")
+    paths = {"/v2": {"get": _v2_op("Server metadata", "name, version, extensions")},
+             "/v2/health/live": {"get": _v2_op("Server live", "{live: true}")},
+             "/v2/health/ready": {"get": _v2_op("Server ready (503 until the tables are attached)", "{ready}")},
+             "/v2/systemsharedmemory/status": {"get": _v2_op("Registered regions", "their status")},
+             "/v2/systemsharedmemory/unregister": {"post": _v2_op("Unregister every region", "{}")}}
+    for base, params in (("/v2/models/{model}", model), ("/v2/models/{model}/versions/{version}", version)):
+        paths[base] = {"get": _v2_op("Model metadata", "name, versions, platform, inputs, outputs", params)}
+        paths[base + "/ready"] = {"get": _v2_op("Model ready", "{name, ready}", params)}
+        paths[base + "/infer"] = {"post": _v2_op("Inference", "the outputs", params, "infer",
+                                                 _ref("V2InferenceResponse"))}
+    region = "/v2/systemsharedmemory/region/{region}"
+    paths[region + "/status"] = {"get": _v2_op("A region's status", "its status", ("region",))}
+    paths[region + "/register"] = {"post": _v2_op("Register a region", "{}", ("region",), "V2RegisterRequest")}
+    paths[region + "/unregister"] = {"post": _v2_op("Unregister a region", "{}", ("region",))}
+    return paths
+
+
 def document(app: FastAPI, settings: Settings) -> dict:
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     doc.setdefault("components", {}).setdefault("schemas", {}).update(components())
+    doc["components"]["schemas"].update(copy.deepcopy(_V2_SCHEMAS))
+    doc.setdefault("paths", {}).update(v2_paths())
     if settings.auth_token:
         doc["components"]["securitySchemes"] = {SECURITY: {"type": "http", "scheme": "bearer"}}
         for path, ops in doc["paths"].items():

@@ -21,11 +21,12 @@ import numpy as np
 from posenc.engine.store import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (
-    CELLS, NB, ROUTE_INDEX, ROUTES, SHAPE, SHORTCUT_ROW, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
+    CELLS, KINDS, NB, ROUTE_INDEX, ROUTES, SHAPE, SHORTCUT_ROW, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
 from posenc.service.metrics.text import render
 
 class Metrics:
-    def __init__(self, shm_dir: str, namespace: str):
+    def __init__(self, shm_dir: str, namespace: str, kind: str = "http"):
+        """``kind``: the server counting here (layout.KINDS: an HTTP worker, or a gRPC server process)."""
         self.shm_dir, self.namespace = shm_dir, namespace
         self.path = os.path.join(shm_dir, f"{prefix(namespace)}{os.getpid()}")
         size = int(np.prod(SHAPE)) * 8
@@ -43,6 +44,7 @@ class Metrics:
             os.close(fd)
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(SHAPE)
         self.counts[-1, 0, 0] = random.getrandbits(48) + 1   # folded once by this token
+        self.counts[-1, 0, 1] = KINDS.index(kind)
         self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
 
     @staticmethod

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from posenc.service.metrics.layout import SHAPE, alive, prefix
+from posenc.service.metrics.layout import KINDS, SHAPE, alive, prefix
 
 _SIZE = int(np.prod(SHAPE))
 
@@ -84,9 +84,9 @@ def retire(shm_dir: str, namespace: str, path: str, counts: np.ndarray) -> None:
         pass
 
 
-def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, list[int]]:
-    """(every count ever made on this server, live worker pids): the total plus each live
-    worker's file; dead workers' files are folded into the total first, once."""
+def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """(every count ever made on this server, (kind, pid) of each live counting process: layout.KINDS):
+    the total plus each live process's file; dead ones' files are folded into the total first, once."""
     with _locked(shm_dir, namespace):
         tokens, total = _read_total(shm_dir, namespace)
         try:
@@ -108,7 +108,8 @@ def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, li
             a = a.reshape(SHAPE)
             if pid == os.getpid() or alive(pid):
                 live += a
-                pids.append(pid)
+                kind = int(a[-1, 0, 1])
+                pids.append((KINDS[kind] if 0 <= kind < len(KINDS) else KINDS[0], pid))
             else:
                 dead.append((path, a))
         new = [(p, a) for p, a in dead if float(a[-1, 0, 0]) not in tokens]

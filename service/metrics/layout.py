@@ -25,8 +25,12 @@ CELLS = NB + 2                  # + the sum of seconds, the sum of response byte
 SHORTCUT_ROW = {name: len(ROUTES) + i for i, name in enumerate(FAMILIES)}
 SHAPE = (len(ROUTES) + len(FAMILIES) + 1, len(STATUSES), CELLS)
 ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
-# gRPC calls are counted under the HTTP status of their code (service/v2/errors.py) and shown by name
-GRPC_NAMES = {200: "OK", 500: "INTERNAL", **{s: c.name for s, c in GRPC_CODES.items()}}
+# gRPC calls are counted and shown under the HTTP status of their code (service/v2/errors.py
+# GRPC_CODES: OK 200, INVALID_ARGUMENT 400, NOT_FOUND 404, UNIMPLEMENTED 405, RESOURCE_EXHAUSTED 413,
+# INTERNAL 500, UNAVAILABLE 503), so one status label means one thing on every route
+GRPC_STATUSES = {grpc_code.name: status for status, grpc_code in GRPC_CODES.items()}
+# which server counts into a file: its header row's cell [-1, 0, 1] holds the index (0: an HTTP worker)
+KINDS = ("http", "grpc")
 STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
 
 

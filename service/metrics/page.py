@@ -73,9 +73,9 @@ def page(metrics, client, settings, serve_pid: int | None) -> str:
     fams = []
     procs = []
     if metrics is not None:
-        total, pids = collect(metrics.shm_dir, metrics.namespace, metrics.path)
-        fams += request_families(total, len(pids))
-        procs += [("worker", p) for p in pids]
+        total, counting = collect(metrics.shm_dir, metrics.namespace, metrics.path)
+        fams += request_families(total, counting)
+        procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]
     fams += engine_families(client, settings.memory_budget_bytes)
     engine_pid = (client.manifest() or {}).get("pid")
     if engine_pid and _is_engine(engine_pid):

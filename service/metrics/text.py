@@ -8,7 +8,12 @@ folded across worker restarts by service/metrics/fold.py); prometheus_client wri
   statuses outside the list, e.g. 401 or 499, as "other");
 - ``posenc_hot_path_total`` (by route and path): family requests answered by the C shortcut
   (the hot lane below ASGI, or the raw front's shortcut) or by the full path;
-- ``posenc_workers``: worker processes counting now.
+- ``posenc_workers``: HTTP worker processes counting now; ``posenc_grpc_workers``: gRPC server
+  processes counting now.
+
+The ``status`` label is an HTTP status on every route: a gRPC call counts under its code's
+(layout.py: OK is 200, INVALID_ARGUMENT 400, RESOURCE_EXHAUSTED 413, ...), and its response bytes
+are the serialized response message's.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from posenc.engine.tables import FAMILIES
 
-from posenc.service.metrics.layout import NB, BUCKETS_S, GRPC_NAMES, ROUTE_INDEX, ROUTES, SHORTCUT_ROW, STATUSES
+from posenc.service.metrics.layout import NB, BUCKETS_S, ROUTE_INDEX, ROUTES, SHORTCUT_ROW, STATUSES
 from posenc.service.metrics.fold import collect
 
 
@@ -36,13 +41,12 @@ def to_text(families) -> str:
     return generate_latest(registry).decode()
 
 
-def _status_label(route: str, status: int) -> str:
-    if route.startswith("grpc"):
-        return GRPC_NAMES.get(status, "other")
+def _status_label(status: int) -> str:
     return str(status) if status else "other"
 
 
-def request_families(total, workers: int) -> list:
+def request_families(total, procs: list[tuple[str, int]]) -> list:
+    """The request families from the counts ``total``; ``procs``: (kind, pid) of the live counters."""
     total = total.copy()
     shortcut = {}
     for name, row in SHORTCUT_ROW.items():   # the shortcut's answers are their route's too
@@ -50,7 +54,8 @@ def request_families(total, workers: int) -> list:
         shortcut[route] = total[row, :, :NB].sum()
         total[ROUTE_INDEX[route]] += total[row]
     dur = HistogramMetricFamily("posenc_request_duration_seconds",
-                                "Time from request start to the last response byte.",
+                                "Time from request start to the last response byte (status: the HTTP "
+                                "status; a gRPC call's code as its HTTP status, OK 200).",
                                 labels=["route", "status"])
     nbytes = CounterMetricFamily("posenc_response_bytes", "Response body bytes.", labels=["route"])
     errors = CounterMetricFamily("posenc_errors", "Responses with an error status (400 and up; other: "
@@ -71,7 +76,7 @@ def request_families(total, workers: int) -> list:
             n = row[:NB].sum()
             if n == 0:
                 continue
-            label = _status_label(route, status)
+            label = _status_label(status)
             cum, buckets = 0.0, []
             for bi, le in enumerate(BUCKETS_S):
                 cum += row[bi]
@@ -80,13 +85,15 @@ def request_families(total, workers: int) -> list:
             dur.add_metric([route, label], buckets, row[NB])
             if status == 0 or status >= 400:
                 errors.add_metric([route, label], n)
-    workers_g = GaugeMetricFamily("posenc_workers", "HTTP worker processes reporting metrics.", workers)
-    return [dur, nbytes, errors, hot, workers_g]
+    kinds = [k for k, _ in procs]
+    workers_g = GaugeMetricFamily("posenc_workers", "HTTP worker processes reporting metrics.", kinds.count("http"))
+    grpc_g = GaugeMetricFamily("posenc_grpc_workers", "gRPC server processes reporting metrics.", kinds.count("grpc"))
+    return [dur, nbytes, errors, hot, workers_g, grpc_g]
 
 
 def render(metrics, extra: str = "") -> str:
-    total, pids = collect(metrics.shm_dir, metrics.namespace, metrics.path)
-    return to_text(request_families(total, len(pids))) + extra
+    total, procs = collect(metrics.shm_dir, metrics.namespace, metrics.path)
+    return to_text(request_families(total, procs)) + extra
 
 
 assert all(f"/v1/{name}" in ROUTE_INDEX for name in FAMILIES)

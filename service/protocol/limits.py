@@ -12,8 +12,9 @@ requests but still accepts and holds every connection. The protocol (service/pro
   end of its head; then 408 and close;
 - ``body_timeout_s``: from the end of the head to the end of the body (a huge Content-Length that
   never arrives); then the connection is closed (the app sees a disconnect);
-- ``max_header_bytes``: a request head larger than this is answered 431 and closed while it is
-  still arriving (httptools would otherwise buffer all of it);
+- ``max_header_bytes``: a request head larger than this is answered 431 and closed, while it is
+  still arriving (httptools would otherwise buffer all of it) or when it is whole (a head that
+  came in one read is measured at its end, ``head_size``);
 - at shutdown, an idle keep-alive connection is closed after ``IDLE_GRACE_S``, not at once, and a
   request that arrives meanwhile is answered (``connection: close``) rather than reset.
 
@@ -36,6 +37,16 @@ def _raw(status: bytes) -> bytes:
 
 BUSY, TIMEOUT, HEAD_TOO_LARGE = _raw(b"503 Service Unavailable"), _raw(b"408 Request Timeout"), \
     _raw(b"431 Request Header Fields Too Large")
+
+
+class HeadTooLarge(Exception):
+    """Raised in an httptools callback: parsing stops at a head refused with 431."""
+
+
+def head_size(url: bytes, headers) -> int:
+    """A whole head's bytes as httptools read them: the request line (with the shortest method),
+    each ``name: value\r\n`` and the blank line (whitespace around values not counted)."""
+    return len(url) + sum(len(n) + len(v) + 4 for n, v in headers) + len(b"GET  HTTP/1.1\r\n\r\n")
 
 
 class Limits:

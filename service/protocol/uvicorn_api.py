@@ -1,13 +1,11 @@
 """The one door to uvicorn's internals: ``Protocol``, the HTTP protocol ``posenc serve`` gives uvicorn.
 
 It subclasses uvicorn's httptools protocol with the connection limits (service/protocol/limits.py)
-and the hot lane (service/protocol/lane.py), relying on names uvicorn does not publish: methods,
-attributes of the protocol, its request cycle, server state and flow control, the bytes of its
-response head. Only this module touches them, and at import ``problems()`` checks each one (a
-protocol and a cycle are built as uvicorn builds them; a cycle writes the head the lane writes).
-When one fails, ``posenc serve`` runs uvicorn's own protocol, says so in its log and in
-/v1/tables (``lane: "off: uvicorn X.Y not supported (...)"``), and answers everything through
-ASGI. pyproject.toml bounds uvicorn to the releases CI tests.
+and the hot lane (service/protocol/lane.py), relying on names uvicorn does not publish (methods and
+attributes of the protocol, cycle, server state, flow control; its response head's bytes). Only
+this module touches them; ``problems()`` checks each at import (a protocol and a cycle built as
+uvicorn builds them). When one fails, ``posenc serve`` runs uvicorn's own protocol, says so in its
+log and /v1/tables (``lane: "off: uvicorn X.Y not supported (...)"``). pyproject.toml bounds uvicorn.
 """
 
 from __future__ import annotations
@@ -25,14 +23,14 @@ from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsPro
 from uvicorn.server import ServerState
 
 from posenc.service.protocol import lane as lanes
-from posenc.service.protocol.limits import BUSY, HEAD_TOO_LARGE, IDLE_GRACE_S, TIMEOUT, Deadline, limits
+from posenc.service.protocol.limits import BUSY, HEAD_TOO_LARGE, IDLE_GRACE_S, TIMEOUT, Deadline, HeadTooLarge, head_size, limits
 
 log = logging.getLogger("posenc.service")
 VERSION = uvicorn.__version__
 METHODS = {   # HttpToolsProtocol's methods overridden or called here -> their parameters
     "connection_made": ("transport",), "connection_lost": ("exc",), "data_received": ("data",),
     "on_message_begin": (), "on_headers_complete": (), "on_body": ("body",), "on_message_complete": (),
-    "on_response_complete": (), "shutdown": (), "timeout_keep_alive_handler": (),
+    "on_response_complete": (), "shutdown": (), "timeout_keep_alive_handler": (), "send_400_response": ("msg",),
     "_unset_keepalive_if_required": (), "_start_asgi_task": ("cycle", "app")}
 ATTRIBUTES = {   # what each object used here must have
     "protocol": ("app", "app_state", "loop", "access_log", "root_path", "limit_concurrency", "server_state",
@@ -104,9 +102,8 @@ WHY_OFF = None if SUPPORTED else f"off: uvicorn {VERSION} not supported ({'; '.j
 class Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the connection limits (service/protocol/limits.py) and,
     when the app put a ``Lane`` in the lifespan state, the hot lane (service/protocol/lane.py says
-    which requests and why). Keep-alive: one timer per connection, not one made and cancelled per
-    request; data and completions note the time, and the timer, when it fires, closes an idle
-    connection or waits for the rest."""
+    which requests and why). Keep-alive: one timer per connection, not one per request; data and
+    completions note the time, and the timer, when it fires, closes an idle connection or waits."""
 
     _lane = None           # the worker's lane.Lane
     _whole_ok = False      # the whole-request lane may run on this connection
@@ -115,8 +112,7 @@ class Protocol(HttpToolsProtocol):
     _hot = None            # [route, body] of a request admitted at its headers (no cycle exists yet)
     _close_after = False   # shutdown came while an admitted request was arriving
     _mid = False           # httptools is inside a request (or past an upgrade): no whole-request lane
-    _declined = False      # the whole-request lane offered the next request httptools parses
-    _offered = False       # the request httptools is parsing was offered
+    _declined = _offered = False   # the lane offered the next request httptools parses / the one it parses
     _head_bytes, _draining = 0, False   # of the request head arriving; shutdown has begun
 
     def connection_made(self, transport) -> None:
@@ -169,7 +165,7 @@ class Protocol(HttpToolsProtocol):
         self._parse(data)
 
     def _parse(self, data: bytes) -> None:
-        """httptools parses ``data``; a head past ``max_header_bytes`` is refused meanwhile."""
+        """httptools parses ``data``; a head past ``max_header_bytes`` is refused while it arrives."""
         dl = self._dl
         if dl.stage == "head":
             self._head_bytes += len(data)
@@ -203,7 +199,13 @@ class Protocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
+    def send_400_response(self, msg: str) -> None:   # not after a refusal (a head too large stops httptools)
+        return None if self.transport.is_closing() else super().send_400_response(msg)
+
     def on_headers_complete(self) -> None:
+        if head_size(self.url, self.headers) > limits().max_header_bytes:   # (a whole head may come in one read)
+            self._refuse(HEAD_TOO_LARGE)
+            raise HeadTooLarge   # httptools stops here; uvicorn's 400 is not written after the 431
         route = self._admit()
         if route is None:
             if self._offered:
@@ -219,8 +221,7 @@ class Protocol(HttpToolsProtocol):
             self.cycle.keep_alive = False
 
     def shutdown(self) -> None:
-        """SIGTERM: a request in flight or arriving finishes; an idle keep-alive connection gets
-        IDLE_GRACE_S more for a request on its way (answered with ``connection: close``)."""
+        """SIGTERM: requests in flight or arriving finish; an idle keep-alive connection gets IDLE_GRACE_S."""
         if self._hot is not None:
             self._close_after = True
         elif self._idle():
@@ -236,11 +237,8 @@ class Protocol(HttpToolsProtocol):
     def _idle(self) -> bool:   # no request of this connection is being answered
         return self.cycle is None or self.cycle.response_complete
 
-    def _expired(self, stage: str) -> None:   # body: the app, waiting for it, sees a disconnect
-        if stage == "head":
-            self._refuse(TIMEOUT)
-        elif stage == "body" and not self.transport.is_closing():
-            self.transport.close()
+    def _expired(self, stage: str) -> None:   # head: 408; body: closed (the app, waiting for it, sees a disconnect)
+        self._refuse(TIMEOUT if stage == "head" else b"")
 
     def _refuse(self, raw: bytes) -> None:
         """Answer ``raw`` and close; only close while a response is being written (``self.cycle``)."""

@@ -37,6 +37,7 @@ class Children:
         self.s = settings
         self.procs: list[subprocess.Popen] = []
         self.stopping = False
+        self.failure: str | None = None   # why the server stopped itself (posenc serve exits with it, status 1)
 
     def start(self) -> None:
         if self.s.grpc_port == 0:
@@ -54,8 +55,9 @@ class Children:
             if self.stopping or rc == 0:   # 0: it was told to stop (a signal to the process group)
                 return
             if rc == EXIT_NO_PORT:   # restarting cannot help
-                print(f"posenc serve: the gRPC server cannot listen on port {self.s.grpc_port}; stopping",
-                      file=sys.stderr, flush=True)
+                self.failure = (f"posenc serve: the gRPC server cannot listen on {self.s.host}:{self.s.grpc_port}; "
+                                "choose another port with --grpc-port (or 0: no gRPC server); stopping")
+                print(self.failure, file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             print(f"posenc serve: gRPC server exited with {rc}; restarting", file=sys.stderr, flush=True)

@@ -43,8 +43,8 @@ def check_tls(s: Settings) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(s.tls_cert, s.tls_key)
     except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"{ENV_PREFIX}TLS_CERT={s.tls_cert} / {ENV_PREFIX}TLS_KEY={s.tls_key}: "
-                          f"cannot load them: {e}") from None
+        raise ConfigError(f"{ENV_PREFIX}TLS_CERT={s.tls_cert} / {ENV_PREFIX}TLS_KEY={s.tls_key} (--tls-cert / "
+                          f"--tls-key): cannot load them as a PEM certificate chain and its key: {e}") from None
 
 
 def uvicorn_options(s: Settings) -> dict:

@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
     p.add_argument("--grpc-port", type=int, help="KServe v2 gRPC port (default 8001; 0: no gRPC server)")
     p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port (default 1)")
+    p.add_argument("--grpc-max-concurrent", type=int, help="inference calls one gRPC process answers at once "
+                   "(RESOURCE_EXHAUSTED beyond; default 64; POSENC_GRPC_MAX_CONCURRENT)")
+    p.add_argument("--grpc-max-inflight-bytes", type=int, help="bytes of the answers one gRPC process builds at "
+                   "once (RESOURCE_EXHAUSTED beyond; default 256 MiB; POSENC_GRPC_MAX_INFLIGHT_BYTES)")
     p.add_argument("--tables", help="table config JSON (default: the embedded set)")
     p.add_argument("--shm-dir", help="directory for shared memory (default /dev/shm)")
     p.add_argument("--namespace", help="segment name prefix (default posenc)")
@@ -74,6 +78,8 @@ def protocol_for() -> str:
 def settings_from_args(args) -> Settings:
     return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
                               grpc_port=args.grpc_port, grpc_workers=args.grpc_workers,
+                              grpc_max_concurrent=args.grpc_max_concurrent,
+                              grpc_max_inflight_bytes=args.grpc_max_inflight_bytes,
                               shm_dir=args.shm_dir, namespace=args.namespace,
                               memory_budget_bytes=args.memory_budget,
                               max_response_bytes=args.max_response_bytes, log_level=args.log_level,
@@ -90,9 +96,13 @@ def claim(s: Settings) -> int:
     """This server's hold on its namespace and port, taken before anything is started or
     removed: the lock's descriptor. Exits (status 1) when another server holds the namespace or
     the port is taken."""
-    os.makedirs(s.shm_dir, exist_ok=True)
     path = os.path.join(s.shm_dir, f"{s.namespace}.serve.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.makedirs(s.shm_dir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise SystemExit(f"posenc serve: cannot use {s.shm_dir} for shared memory ({e.strerror}); choose "
+                         "another directory with --shm-dir; not starting") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -100,15 +110,22 @@ def claim(s: Settings) -> int:
         os.close(fd)
         raise SystemExit(f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
                          f"in {s.shm_dir}; not starting")
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((s.host, s.port))
-    except OSError as e:
-        os.unlink(path)   # ours: we hold its lock
-        os.close(fd)
-        why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
-        raise SystemExit(f"posenc serve: {s.host}:{s.port} {why}; not starting") from None
+    for port, flag in ((s.port, "--port"), (s.grpc_port, "--grpc-port")):
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((s.host, port))
+        except OSError as e:
+            os.unlink(path)   # ours: we hold its lock
+            os.close(fd)
+            what = "gRPC " if flag == "--grpc-port" else ""
+            if e.errno == errno.EADDRINUSE:
+                why = f"is in use; choose another with {flag}{' (or 0: no gRPC server)' if what else ''}"
+            else:
+                why = f"cannot be bound ({e.strerror}); check --host"
+            raise SystemExit(f"posenc serve: {what}port {s.host}:{port} {why}; not starting") from None
+        if s.grpc_port == 0:
+            break
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
@@ -127,6 +144,7 @@ class EngineChild:
         self.s = settings
         self.proc: subprocess.Popen | None = None
         self.stopping = False
+        self.failure: str | None = None   # why the server stopped itself (posenc serve exits with it)
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--exit-with-parent",
@@ -149,6 +167,7 @@ class EngineChild:
             if self.stopping:
                 return
             if rc == 2:   # invalid table config: restarting cannot help
+                self.failure = "posenc serve: the engine refused its table config (--tables; its log above says why)"
                 log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
@@ -175,13 +194,18 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from posenc.engine.config import load_config
+    from posenc.engine.errors import PosencError
     from posenc.service.metrics.counters import remove_all
     from posenc.service.shortcut.templates import shortcut_in_use
     from posenc.service.v2.shm import remove_registry
 
     s = settings_from_args(args)
-    if s.tables:
-        load_config(s.tables)   # an invalid config fails here, with the field named, before anything starts
+    if s.tables:   # an invalid config fails here, with the field named, before anything starts
+        try:
+            load_config(s.tables)
+        except PosencError as e:   # a refused input: status 2, as the CLI's other refusals
+            print(f"posenc serve: --tables {s.tables}: {e}; not starting", file=sys.stderr)
+            return e.exit_code
     shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
     options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
     held = claim(s)   # before anything of a running server could be touched
@@ -210,4 +234,7 @@ def cmd_serve(args) -> int:
         remove_all(s.shm_dir, s.namespace)
         remove_registry(s.shm_dir, s.namespace)
         release(s, held)
+        failure = grpc_servers.failure or (engine.failure if engine is not None else None)
+        if failure:   # it stopped itself: not a clean exit (status 1, the reason last)
+            raise SystemExit(failure)
     return 0

@@ -40,7 +40,7 @@ EXIT_NO_PORT = 2
 async def serve(s: Settings, stop: asyncio.Event) -> int:
     client = Client(s.shm_dir, s.namespace, build_timeout=s.build_timeout_s)
     ready = [False]
-    metrics = Metrics(s.shm_dir, s.namespace)
+    metrics = Metrics(s.shm_dir, s.namespace, kind="grpc")
     server = grpc.aio.server(interceptors=interceptors(s), options=[   # the bearer token: grpc_auth.py
         ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
         ("grpc.max_receive_message_length", s.max_body_bytes),

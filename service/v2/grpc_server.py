@@ -18,6 +18,7 @@ import anyio
 import grpc
 from google.protobuf.message import DecodeError
 
+from posenc.service.v2.admit import Admission
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, describe, grpc_code
 from posenc.service.v2.infer import Inference, Input, Output, Tensor
@@ -114,10 +115,12 @@ class GrpcV2:
         self.v2 = v2
         self.metrics = metrics
         self.hot = v2.hot
+        s = v2.settings   # how much inference work runs at once (service/v2/admit.py)
+        self.admission = Admission(s.grpc_max_concurrent, s.grpc_max_inflight_bytes)
 
-    def _observe(self, route: str, code, t0: float) -> None:
-        if self.metrics is not None:
-            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0)
+    def _observe(self, route: str, code, t0: float, nbytes: int = 0) -> None:
+        if self.metrics is not None:   # nbytes: the serialized response's
+            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0, nbytes)
 
     def _route(self, method: str, model) -> str:
         try:
@@ -126,23 +129,24 @@ class GrpcV2:
             return "grpc"
         return f"grpc {method} {'<table>' if m.is_table else m.name}"
 
-    async def _hot(self, data: bytes, route: list) -> bytes | None:
+    async def _hot(self, data: bytes, route: list, reserve) -> bytes | None:
         """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None
-        (service/v2/hot.py)."""
+        (service/v2/hot.py); ``reserve``: the call's Admission."""
         hit = self.hot.grpc(data)
         if hit is None:
             return None
         e, positions = hit
         route[0] = e.route
+        reserve(e.size)
         return e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
 
-    async def _answer(self, data: bytes, route: list) -> bytes:
+    async def _answer(self, data: bytes, route: list, reserve) -> bytes:
         """The full path's answer to a serialized ModelInferRequest (``route[0]`` set on the way),
         which the shortcut then learns."""
         req = parse(data)
         route[0] = self._route("ModelInfer", req.model_name)
         inf = inference(req)
-        plan, tensors = await self.v2.infer(inf)
+        plan, tensors = await self.v2.infer(inf, reserve)
         segments = response_segments(inf, tensors)
         if self.hot.on:
             self.hot.learn_grpc(data, inf, plan, tensors, segments, route[0])
@@ -150,24 +154,26 @@ class GrpcV2:
 
     # -- unary methods ----------------------------------------------------------------------------
     async def _unary(self, fn, req, ctx, route: str | list = "grpc"):
-        t0, code = perf_counter(), grpc.StatusCode.OK
+        t0, code, nbytes = perf_counter(), grpc.StatusCode.OK, 0
         try:
-            return await fn(req)
+            out = await fn(req)
+            nbytes = out.ByteSize() if hasattr(out, "ByteSize") else len(out)
+            return out
         except Exception as e:
             status, msg = describe(e)
             code = getattr(e, "grpc_status", None) or grpc_code(status)   # TooManyRegions: RESOURCE_EXHAUSTED
             await ctx.abort(code, msg)
         finally:
-            self._observe(route if isinstance(route, str) else route[0], code, t0)
+            self._observe(route if isinstance(route, str) else route[0], code, t0, nbytes)
 
     async def ModelInfer(self, data: bytes, ctx):
-        """Raw bytes in and out: the shortcut first, then the full path."""
-        t0, route = perf_counter(), ["grpc"]
-        out = await self._hot(data, route)
-        if out is not None:
-            self._observe(route[0], grpc.StatusCode.OK, t0)
-            return out
-        return await self._unary(lambda d: self._answer(d, route), data, ctx, route)
+        """Raw bytes in and out: the shortcut first, then the full path (within the Admission)."""
+        return await self._unary(lambda d: self._infer(d, route), data, ctx, route := ["grpc"])
+
+    async def _infer(self, data: bytes, route: list) -> bytes:
+        with self.admission.call() as reserve:
+            out = await self._hot(data, route, reserve)
+            return out if out is not None else await self._answer(data, route, reserve)
 
     async def ServerLive(self, req, ctx):
         return await self._unary(lambda r: _done(pb.ServerLiveResponse(live=True)), req, ctx)
@@ -218,16 +224,14 @@ class GrpcV2:
         async for data in requests:
             t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc"]
             try:
-                body = await self._hot(data, route)
-                if body is None:
-                    body = await self._answer(data, route)
+                body = await self._infer(data, route)
                 out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
             except Exception as e:
                 status, msg = describe(e)
-                code = grpc_code(status)
+                code = getattr(e, "grpc_status", None) or grpc_code(status)   # Busy: RESOURCE_EXHAUSTED
                 out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
                     id=_request_id(data))).SerializeToString()
-            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0)
+            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out))
             yield out
 
     def handler(self) -> grpc.GenericRpcHandler:

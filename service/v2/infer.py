@@ -78,6 +78,7 @@ class Plan:
     reqs: list = dataclasses.field(default_factory=list)   # pipeline Requests: one, or one per row
     outputs: list = dataclasses.field(default_factory=list)  # [(name, Output | None)] in answer order
     inline: bool = True
+    nbytes: int = 0     # the answer's arrays, all together (known before they are built)
 
     def path(self, loc: tuple, row: int | None = None) -> str:
         """The v2 field path of a pipeline error's ``loc``."""
@@ -137,6 +138,7 @@ class Inferer:
         if nbytes > self.settings.max_response_bytes:
             raise TooLarge(nbytes, self.settings.max_response_bytes)
         plan.outputs = self._outputs(model, inf.outputs)
+        plan.nbytes = nbytes
         plan.inline = nbytes <= INLINE_BYTES and all(self.client is None or self.client.is_mapped(r) for r in plan.reqs)
         return plan
 

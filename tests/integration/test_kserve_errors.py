@@ -192,6 +192,6 @@ def test_metrics_count_v2_and_grpc(clients):
         clients[t].infer("t5-decoder", [_input(m, "query", [1]), _input(m, "key", [2])])
     text = clients["http"].get("/metrics").text
     for line in ('route="/v2/models/rope/infer",status="200"', 'route="/v2/models/rope/infer",status="400"',
-                 'route="/v2/models/<table>/infer",status="200"', 'route="grpc ModelInfer rope",status="OK"',
-                 'route="grpc ModelInfer rope",status="INVALID_ARGUMENT"', 'route="grpc ModelInfer <table>",status="OK"'):
+                 'route="/v2/models/<table>/infer",status="200"', 'route="grpc ModelInfer rope",status="200"',
+                 'route="grpc ModelInfer rope",status="400"', 'route="grpc ModelInfer <table>",status="200"'):
         assert f"posenc_request_duration_seconds_count{{{line}}}" in text, line

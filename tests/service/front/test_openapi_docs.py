@@ -67,7 +67,8 @@ def test_components_name_every_family_request_and_answer_and_the_refusals():
     names = {openapi.component_name(f) for f in FAMILIES}
     assert names == {"Rope", "Sinusoidal", "Alibi", "T5Buckets"}
     want = {f"{n}{kind}" for n in names for kind in ("Request", "Response")} | {
-        "Selection", "Dtype", "ValidationError", "Error"}
+        "Selection", "Dtype", "ValidationError", "Error", "V2Error", "V2InferenceRequest", "V2InferenceResponse",
+        "V2RegisterRequest"}
     assert set(doc["components"]["schemas"]) == want
     for name, fam in FAMILIES.items():
         op = doc["paths"][f"/v1/{name}"]["post"]
@@ -92,7 +93,7 @@ def test_with_a_token_guarded_operations_need_bearer_and_health_does_not():
     assert doc["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
     for path, ops in doc["paths"].items():
         for op in ops.values():
-            guarded = path.startswith("/v1/")
+            guarded = path.startswith(("/v1/", "/v2/")) or path == "/v2"
             assert (op.get("security") == [{"bearer": []}]) is guarded, path
             assert ("401" in op["responses"]) is guarded, path
     assert {"/healthz", "/readyz", "/metrics", "/v1/tables"} <= set(doc["paths"])

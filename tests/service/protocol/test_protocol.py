@@ -168,3 +168,13 @@ def test_the_protocol_checks_pass_on_this_uvicorn_even_inside_a_running_loop():
     assert uvicorn_api.SUPPORTED and uvicorn_api.WHY_OFF is None
 
 
+
+
+def test_a_whole_head_over_the_limit_in_one_read_gets_431_and_nothing_else(world):
+    make, front, loop, offers = world
+    p, t = make()
+    body = b'{"head_dim": 64, "positions": [1]}'
+    p.data_received(b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                    b"x-pad: %s\r\n\r\n%s" % (len(body), b"a" * (70 * 1024), body))
+    settle(loop)
+    assert t.buffer.startswith(b"HTTP/1.1 431 ") and t.buffer.count(b"HTTP/1.1") == 1 and t.closed

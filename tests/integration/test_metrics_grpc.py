@@ -1,0 +1,69 @@
+"""/metrics of a real ``posenc serve`` with its gRPC server, scraped and parsed with
+prometheus_client's text parser: the gRPC process is not an HTTP worker, gRPC answers count their
+response bytes, and the status label is an HTTP status on every route (gRPC OK is 200)."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
+from tests.procs import Procs
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    reg = Procs(tmp_path_factory.mktemp("metrics-grpc"))
+    s = reg.serve(V2_CONFIG, workers=2, grpc=True)
+    try:
+        wait_grpc_ready(s)
+        yield s
+    finally:
+        assert s.stop() == 0, s.output()
+        reg.cleanup()
+
+
+def scrape(srv) -> dict:
+    """{(sample name, labels as a sorted tuple): value}."""
+    text = httpx.get(srv.url + "/metrics", timeout=10).text
+    return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for fam in text_string_to_metric_families(text) for smp in fam.samples}
+
+
+def infer(c, head_dim: int, positions: list[int]):
+    t = grpcclient.InferInput("positions", [len(positions)], "INT64")
+    t.set_data_from_numpy(np.asarray(positions, dtype=np.int64))
+    return c.infer("rope", [t], parameters={"spec": f'{{"head_dim": {head_dim}}}'})
+
+
+def test_grpc_metrics_are_consistent_with_http(srv):
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        answered = [infer(c, 64, list(range(n))) for n in (1, 100, 1000, 1000)]   # full path, then the shortcut
+        with pytest.raises(Exception):
+            infer(c, 7, [1])   # an odd head_dim: INVALID_ARGUMENT
+    finally:
+        c.close()
+    httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}, timeout=10)
+    got = scrape(srv)
+
+    assert got[("posenc_workers", ())] == 2                 # the HTTP workers only
+    assert got[("posenc_grpc_workers", ())] == 1
+    roles = {dict(k[1]).get("role") for k in got if k[0] == "process_resident_memory_bytes"}
+    assert {"worker", "grpc"} <= roles, roles
+
+    route = "grpc ModelInfer rope"
+    raw = sum(r.as_numpy("cos").nbytes + r.as_numpy("sin").nbytes for r in answered)
+    sent = got[("posenc_response_bytes_total", (("route", route),))]
+    assert raw <= sent < raw + 4096, (raw, sent)             # the messages: their arrays plus small headers
+
+    statuses = {dict(k[1])["status"] for k in got if k[0] == "posenc_request_duration_seconds_count"}
+    assert statuses <= {"200", "400", "404", "405", "406", "413", "422", "500", "503", "other"}, statuses
+    count = "posenc_request_duration_seconds_count"
+    assert got[(count, (("route", route), ("status", "200")))] == 4
+    assert got[(count, (("route", route), ("status", "400")))] == 1
+    assert got[("posenc_errors_total", (("route", route), ("status", "400")))] == 1
+    assert got[(count, (("route", "/v1/rope"), ("status", "200")))] >= 1
