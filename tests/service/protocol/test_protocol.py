@@ -13,7 +13,6 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from posenc.engine.settings import Settings
 from posenc.service.front.app import create_app
 from posenc.service.protocol import limits as limits_mod, uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY
