@@ -1,5 +1,5 @@
 """Writes the seed corpus of each fuzz target into tests/fuzz/corpus/<target>/ (checked in; run
-again after changing the seeds below: python -m tests.fuzz.make_corpus). Small on purpose: valid
+again after changing the seeds below: python -m tests.fuzz.make_corpus; it keeps regression-* files). Small on purpose: valid
 inputs of each shape and a few edge cases; the fuzzer finds the rest. Files are named by their
 content's hash, as libFuzzer names what it adds."""
 
@@ -92,7 +92,8 @@ def main() -> None:
         d = root / name
         d.mkdir(parents=True, exist_ok=True)
         for old in d.iterdir():
-            old.unlink()
+            if not old.name.startswith("regression-"):   # found crashes stay
+                old.unlink()
         for seed in seeds():
             (d / hashlib.sha1(seed).hexdigest()).write_bytes(seed)
 
