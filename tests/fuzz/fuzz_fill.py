@@ -1,7 +1,8 @@
 """Coverage-guided fuzz of fill() and fill_into() (service/shortcut/hot_fill.c, the v2 shortcut's
 rows for raw binary positions) on the RowsTemplates of real rope and sinusoidal specs. An input's
-first byte picks the template and the item size (int32 or int64); the rest are the raw
-little-endian positions. Besides the sanitizers: fill is None exactly when a position is outside
+first byte picks the template, the item size (int32 or int64) and whether the positions are
+masked to 0 .. 511 (so that long runs of them are rows of the table: copies of 1 MiB and more
+drop the GIL); the rest are the raw little-endian positions. Besides the sanitizers: fill is None exactly when a position is outside
 the table (each position tried alone says which), each array's rows are those of each position
 alone, in order, between the given parts, and fill_into writes the same bytes.
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import sys
 
 from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
+
+import numpy as np  # noqa: E402
 
 
 ROWS = ht.rows_templates()
@@ -26,6 +29,8 @@ def one_input(data: bytes) -> None:
     isz = 8 if data[0] & 0x80 else 4
     raw = data[1:]
     parts = tuple(b"<%d>" % i for i in range(narr + 1))
+    if data[0] & 0x40 and len(raw) % isz == 0:
+        raw = (np.frombuffer(raw, "<i%d" % isz) & 511).tobytes()
     if len(raw) % isz:
         try:
             ht.replay.fill(t, raw, isz, parts)

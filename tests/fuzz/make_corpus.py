@@ -73,6 +73,8 @@ def fill() -> list[bytes]:
         for isz, fmt in ((4, "<i"), (8, "<q")):
             for positions in ([0], [7, 1, 511], [511, 512], [-1], list(range(70))):
                 out.append(bytes([t | (0x80 if isz == 8 else 0)]) + b"".join(struct.pack(fmt, p) for p in positions))
+    # 4096 rope rows of 2 x 256 bytes, masked into the table: a copy past 1 MiB, without the GIL
+    out.append(bytes([0x40]) + b"".join(struct.pack("<i", p * 7) for p in range(4096)))
     return out
 
 
