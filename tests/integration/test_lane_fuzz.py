@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow,
 
 SEED = int(os.environ.get("POSENC_LANE_FUZZ_SEED", "20261201"))   # another seed explores further
 CASES = 2000         # at most this many inputs ...
-BUDGET_S = 40.0      # ... and no more time than this (the two servers answer each input in parallel)
+BUDGET_S = 35.0      # ... and no more time than this (the two servers answer each input in parallel)
 MAX_HEAD = 4096      # the servers' max_header_bytes: oversized heads stay small
 HOT = b"application/x-safetensors"
 # a request both servers answer and then close after: whatever came before is whole by then, or
@@ -50,6 +50,11 @@ def body_of(rng: random.Random, family: str, spec: dict) -> bytes:
         return {"start": a, "stop": a + rng.randrange(1, 9)}
     sels = {"query": sel(), "key": sel()} if family == "alibi" else {"positions": sel()}
     return orjson.dumps({**spec, **sels})
+
+
+def plain_body(family: str, spec: dict) -> bytes:
+    """A body of the spec with selections inside the tables (the full path learns from it)."""
+    return orjson.dumps({**spec, **({"query": [3], "key": [0, 1, 2]} if family == "alibi" else {"positions": [1, 2]})})
 
 
 def request(family: str, body: bytes, accept: bytes = HOT, extra: bytes = b"") -> bytes:
@@ -256,9 +261,17 @@ def test_mutated_raw_requests_answer_alike_with_the_lane_on_and_off(servers):
             assert on.alive() and off.alive(), (data, on.output(), off.output())
             return got[0]
 
-        for family, spec in LEARN:      # both workers learn every template (twice: the second is hot)
-            for _ in range(2):
-                out, _ = both(request(family, body_of(random.Random(0), family, spec)), [])
+        # both workers learn every template: a spec whose table the engine builds on first sight
+        # is computed until the table is published, and teaches nothing meanwhile
+        for family, spec in LEARN:
+            for _ in range(50):
+                before = lane_answers(on)
+                both(request(family, plain_body(family, spec)), [])
+                if lane_answers(on) > before:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"the lane never answered {family} {spec}")
         before = lane_answers(on)
         t0, n = time.monotonic(), 0
         while n < CASES and time.monotonic() - t0 < BUDGET_S:
@@ -271,3 +284,22 @@ def test_mutated_raw_requests_answer_alike_with_the_lane_on_and_off(servers):
     assert answered >= n // 6, f"the lane answered {answered} of {n} cases: the fuzz hardly reached it"
     for s in servers:
         assert httpx.get(s.url + "/healthz").status_code == 200
+
+
+def test_a_malformed_request_pipelined_behind_hot_ones(servers):
+    """The difference the fuzz found (dropped_by_uvicorn), pinned: hot requests and a malformed
+    one in one read. With the lane on, the hot ones are answered, then the malformed one 400 and
+    the connection closed; with it off, uvicorn answers the 400 at once and the ASGI answers still
+    pending are lost (today: all of them, as they are computed after httptools read the whole
+    read). Both send the same 400, close, and nothing else differs."""
+    on, off = servers
+    family, spec = LEARN[0]
+    hot = request(family, plain_body(family, spec))
+    for s in servers:                                    # learnt by both (the first answer teaches)
+        exchange(s.port, hot, [])
+    bad = hot.replace(b"content-length:", b"content-length: 1\r\ncontent-length:")   # two: 400
+    got_on, got_off = (exchange(s.port, hot + hot + bad, []) for s in servers)
+    assert [r[0] for r in got_on[0]] == [b"HTTP/1.1 200 OK"] * 2 + [BAD] and got_on[1]
+    assert got_on[0][0][2] == got_on[0][1][2] == exchange(on.port, hot, [])[0][0][2]
+    assert got_off[0][-1] == got_on[0][-1] and got_off[1]
+    assert dropped_by_uvicorn(got_on, got_off) or got_on == got_off
