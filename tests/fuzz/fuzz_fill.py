@@ -1,0 +1,67 @@
+"""Coverage-guided fuzz of fill() and fill_into() (service/shortcut/hot_fill.c, the v2 shortcut's
+rows for raw binary positions) on the RowsTemplates of real rope and sinusoidal specs. An input's
+first byte picks the template, the item size (int32 or int64) and whether the positions are
+masked to 0 .. 511 (so that long runs of them are rows of the table: copies of 1 MiB and more
+drop the GIL); the rest are the raw little-endian positions. Besides the sanitizers: fill is None exactly when a position is outside
+the table (each position tried alone says which), each array's rows are those of each position
+alone, in order, between the given parts, and fill_into writes the same bytes.
+
+    python tests/fuzz/fuzz_fill.py tests/fuzz/corpus/fill
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
+
+import numpy as np  # noqa: E402
+
+
+ROWS = ht.rows_templates()
+SINGLES = 64     # positions checked one by one
+
+
+def one_input(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    t, narr = ROWS[data[0] % len(ROWS)]
+    isz = 8 if data[0] & 0x80 else 4
+    raw = data[1:]
+    parts = tuple(b"<%d>" % i for i in range(narr + 1))
+    if data[0] & 0x40 and len(raw) % isz == 0:
+        raw = (np.frombuffer(raw, "<i%d" % isz) & 511).tobytes()
+    if len(raw) % isz:
+        try:
+            ht.replay.fill(t, raw, isz, parts)
+        except ValueError:
+            return
+        raise AssertionError(f"fill took {len(raw)} bytes of {isz}-byte positions")
+    n = len(raw) // isz
+    got = ht.replay.fill(t, raw, isz, parts)
+    singles = [ht.replay.fill(t, raw[i * isz:(i + 1) * isz], isz, (b"",) * (narr + 1)) for i in range(min(n, SINGLES))]
+    if got is None:
+        assert n > SINGLES or None in singles, raw
+        return
+    assert None not in singles, raw
+    per = len(singles[0]) // narr             # one position's row in one array
+    arrays, at = [], 0
+    for a in range(narr):
+        assert got[at:at + len(parts[a])] == parts[a], raw
+        at += len(parts[a])
+        arrays.append(got[at:at + n * per])
+        at += n * per
+    assert got[at:] == parts[narr], raw
+    for a, array in enumerate(arrays):
+        for i, s in enumerate(singles):
+            assert array[i * per:(i + 1) * per] == s[a * per:(a + 1) * per], (raw, a, i)
+    views = tuple(bytearray(n * per) for _ in range(narr))
+    assert ht.replay.fill_into(t, raw, isz, tuple(memoryview(v) for v in views)) is True
+    assert [bytes(v) for v in views] == arrays, raw
+
+
+if __name__ == "__main__":
+    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()

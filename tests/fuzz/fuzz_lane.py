@@ -1,0 +1,105 @@
+"""Coverage-guided fuzz of the hot lane's whole-request parser (service/shortcut/hot_lane.c
+``lane``): an input is the bytes of a connection's buffer, answered against real learnt templates
+of rope, sinusoidal and ALiBi. Besides the sanitizers, each input is held to:
+
+- anything the lane reads as a whole plain request (a tuple: answered; False: declined) httptools
+  reads as the same request: POST, the same target and body, no parse error, keep-alive alike;
+- an answer is the HTTP head the lane is given around answer()'s bytes for the same body, and
+  those are the full path's bytes; a decline is answer()'s None.
+
+    python tests/fuzz/fuzz_lane.py tests/fuzz/corpus/lane   (.ci/fuzz runs it; see README.md)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
+
+import httptools  # noqa: E402
+
+
+class _Reader:
+    def __init__(self):
+        self.url, self.body, self.headers, self.done, self.keep_alive = b"", b"", [], 0, None
+        self.parser = None
+
+    def on_headers_complete(self):   # where uvicorn asks it
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_url(self, url):
+        self.url += url
+
+    def on_header(self, name, value):
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body):
+        self.body += body
+
+    def on_message_complete(self):
+        self.done += 1
+
+
+def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpRequestParser]:
+    """httptools' reading of the request at data[start:]: its head, then as many bytes of body as
+    its own Content-Length says (the bytes after it are the next request's)."""
+    r = _Reader()
+    p = r.parser = httptools.HttpRequestParser(r)
+    head_end = data.index(b"\r\n\r\n", start) + 4
+    try:
+        p.feed_data(data[start:head_end])
+        length = [int(v) for n, v in r.headers if n == b"content-length"]
+        assert len(length) == 1, f"the lane took a request without one Content-Length: {data!r}"
+        p.feed_data(data[head_end:head_end + length[0]])
+    except httptools.HttpParserUpgrade:
+        raise AssertionError(f"httptools reads an upgrade in what the lane took: {data!r}")
+    except httptools.HttpParserError as exc:
+        raise AssertionError(f"httptools refuses what the lane took ({exc}): {data!r}")
+    return r, p
+
+
+def check(data: bytes, start: int, close: bool) -> None:
+    got = ht.hot.lane(data, start, ht.ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close)
+    if got is NotImplemented:     # a header to compute first: as the service calls it
+        got = ht.replay.answer_request(data, start, ht.ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST,
+                                       close)
+    if got is None:
+        return
+    if got is False:
+        head_end = data.index(b"\r\n\r\n", start) + 4
+        r, p = httptools_reads(data, start)
+        assert r.done >= 1 and p.get_method() == b"POST", data
+        family = ht.ROUTES[r.url][0]
+        accept = [v for n, v in r.headers if n == b"accept"]
+        if accept and len(r.body) <= ht.replay.current().max_body_bytes:
+            assert ht.answer(r.body, family, accept[0]) is None, f"lane declined what answer() answers: {data!r}"
+        assert data[head_end:head_end + len(r.body)] == r.body
+        return
+    end, route, out, keep_alive = got
+    assert start < end <= len(data)
+    head_end = data.index(b"\r\n\r\n", start) + 4
+    r, p = httptools_reads(data, start)
+    assert r.done == 1 and p.get_method() == b"POST" and p.get_http_version() == "1.1", data
+    assert ht.ROUTES[r.url] == route, data
+    assert r.body == data[head_end:end], data
+    assert keep_alive == (r.keep_alive and not close), data
+    accept = [v for n, v in r.headers if n == b"accept"]
+    assert len(accept) == 1, data
+    want = ht.answer(r.body, route[0], accept[0])
+    assert want is not None, f"lane answered what answer() declines: {data!r}"
+    assert out == (ht.PRE + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
+                   + b"\r\n" + want), data
+    ht.check_answer(r.body, route[0], want)
+
+
+def one_input(data: bytes) -> None:
+    check(data, 0, False)
+    if data:   # the same bytes after a previous request's end, closing
+        check(b"\r\n" * (data[0] & 3) + data, 2 * (data[0] & 3), True)
+
+
+if __name__ == "__main__":
+    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()

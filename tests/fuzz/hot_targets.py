@@ -1,0 +1,129 @@
+"""What the fuzz harnesses of tests/fuzz/ share: the C shortcut (the instrumented copy .ci/fuzz
+builds, when POSENC_FUZZ_HOT names it), real templates of rope, sinusoidal and ALiBi learnt with no
+engine (each table built in this process by its own TableDef, as
+tests/service/shortcut/test_templates_in_memory.py does), and the oracles each harness holds the
+C answers to: the pipeline's bytes, httptools' reading of a request, engine/selection.py.
+
+Import this module before anything imports posenc.service.shortcut.templates."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+
+
+
+def _load_instrumented() -> None:
+    path = os.environ.get("POSENC_FUZZ_HOT")
+    if not path:
+        return
+    importlib.import_module("posenc.service.shortcut")   # the package the instrumented module goes into
+    name = "posenc.service.shortcut._hot"
+    assert name not in sys.modules, "tests/fuzz/hot_targets.py must be imported before the shortcut"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+
+
+_load_instrumented()
+
+import orjson  # noqa: E402
+
+from posenc.engine import pipeline  # noqa: E402
+from posenc.engine.encode import encode  # noqa: E402
+from posenc.engine.errors import PosencError  # noqa: E402
+from posenc.engine.tables import FAMILIES  # noqa: E402
+from posenc.service.shortcut import templates as replay  # noqa: E402
+
+hot = replay._hot
+if os.environ.get("POSENC_FUZZ_HOT"):
+    assert hot.__file__ == os.environ["POSENC_FUZZ_HOT"], hot.__file__
+
+LENGTH = 512                                   # rows (distances) of the in-memory tables
+ACCEPT = b"application/x-safetensors"
+HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
+ACCEPTS = {ACCEPT: True, b"*/*;q=0.1, application/x-safetensors": True}
+ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2)}
+PRE, POST = b"HTTP/1.1 200 OK\r\ncontent-length: ", b"\r\ncontent-type: application/x-safetensors\r\n"
+
+# the learnt specs: (family, first body); later bodies differ in their selections only
+SPECS = [
+    ("rope", {"head_dim": 64, "positions": [5]}),
+    ("rope", {"head_dim": 36, "partial_rotary_factor": 0.5, "layout": "interleaved", "dtype": "bfloat16",
+              "positions": [1]}),
+    ("sinusoidal", {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "float16", "positions": [1]}),
+    ("sinusoidal", {"d_model": 8, "positions": [0]}),
+    ("alibi", {"num_heads": 12, "query": [1], "key": [0]}),
+    ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
+    ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
+]
+_VIEWS: dict = {}
+
+
+def view_of(table):
+    """What Client.attach maps for ``table``, built in this process: its arrays and metadata."""
+    v = _VIEWS.get(table.key)
+    if v is None:
+        arrays, meta = table.build()
+        for a in arrays.values():
+            a.flags.writeable = False          # as read-only as the engine's mapping
+        v = _VIEWS[table.key] = types.SimpleNamespace(family=table.family, dtype=table.dtype, meta=meta,
+                                                      length=table.length, arrays=arrays, **arrays)
+        FAMILIES[table.family].attach(v)
+    return v
+
+
+def learn() -> replay.Templates:
+    """Templates of every spec of SPECS, learnt as the service learns them."""
+    t = replay.Templates(max_n=1 << 12, max_bytes=1 << 20)
+    for family, body in SPECS:
+        req = pipeline.parse(family, body, LENGTH)
+        t.learn("safetensors", orjson.dumps(body), req, view_of(req.table))
+    for family, _ in SPECS:
+        assert t.native[family], f"no {family} template learnt"
+    return t
+
+
+TEMPLATES = learn()
+
+
+def rows_templates() -> list:
+    """(RowsTemplate, its number of arrays) of each row spec, for fill()."""
+    out = []
+    for family, body in SPECS:
+        if family == "alibi":
+            continue
+        req = pipeline.parse(family, body, LENGTH)
+        t = replay.rows_template(req, view_of(req.table))
+        assert t is not None, body
+        out.append((t, 2 if family == "rope" else 1))   # rope: cos and sin; sinusoidal: one table
+    return out
+
+
+def full_path(family: str, raw: bytes) -> bytes | None:
+    """The full path's safetensors answer to ``raw`` from the same in-memory tables, or None
+    where it refuses the body."""
+    try:
+        body = orjson.loads(raw)
+        req = pipeline.parse(family, body, LENGTH)
+        pipeline.check(req)
+    except (orjson.JSONDecodeError, PosencError):
+        return None
+    return encode(req.family, pipeline.arrays(req, view_of(req.table)), req.dtype, "safetensors")[0]
+
+
+def answer(raw: bytes, family: str, accept: bytes = ACCEPT):
+    """The C shortcut's answer to the body ``raw`` (its header misses filled, as the service does)."""
+    return replay.answer(raw, [(b"accept", accept)], ACCEPTS, TEMPLATES.native[family], family)
+
+
+def check_answer(raw: bytes, family: str, got) -> None:
+    """A C answer must be the full path's bytes, byte for byte."""
+    if got is None:
+        return
+    want = full_path(family, raw)
+    assert want is not None, f"C answered a body the full path refuses: {raw!r}"
+    assert got == want, f"C's answer differs from the full path's: {raw!r}"

@@ -1,0 +1,104 @@
+"""Writes the seed corpus of each fuzz target into tests/fuzz/corpus/<target>/ (checked in; run
+again after changing the seeds below: python -m tests.fuzz.make_corpus; it keeps regression-* files). Small on purpose: valid
+inputs of each shape and a few edge cases; the fuzzer finds the rest. Files are named by their
+content's hash, as libFuzzer names what it adds."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import struct
+
+import orjson
+
+SPECS = [   # as tests/fuzz/hot_targets.py SPECS, without importing the shortcut
+    ("rope", {"head_dim": 64}),
+    ("rope", {"head_dim": 36, "partial_rotary_factor": 0.5, "layout": "interleaved", "dtype": "bfloat16"}),
+    ("sinusoidal", {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "float16"}),
+    ("sinusoidal", {"d_model": 8}),
+    ("alibi", {"num_heads": 12}),
+    ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3]}),
+    ("alibi", {"num_heads": 8, "mask_future": True}),
+]
+SELECTIONS = [[0], [7, 1, 511], [509, 510], {"start": 3, "stop": 9}, {"start": 0, "stop": 64, "step": 2},
+              [600], [0, 0, 0]]
+ACCEPT = b"application/x-safetensors"
+
+
+def bodies() -> list[tuple[str, bytes]]:
+    out = []
+    for family, spec in SPECS:
+        for i, sel in enumerate(SELECTIONS):
+            body = {**spec, "positions": sel} if family != "alibi" else \
+                {**spec, "query": sel, "key": SELECTIONS[(i + 2) % len(SELECTIONS)]}
+            out.append((family, orjson.dumps(body)))
+    return out
+
+
+def request(family: str, body: bytes, head: bytes = b"", accept: bytes = ACCEPT) -> bytes:
+    return (b"POST /v1/%s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s"
+            % (family.encode(), accept, head, len(body), body))
+
+
+def lane() -> list[bytes]:
+    out = [request(f, b) for f, b in bodies()[::2]]
+    f, b = bodies()[0]
+    plain = request(f, b)
+    out += [
+        request(f, b, b"connection: close\r\n"), request(f, b, b"Connection: Keep-Alive\r\n"),
+        request(f, b, accept=b"*/*;q=0.1, application/x-safetensors"), request(f, b, accept=b"text/html"),
+        plain.replace(b"content-length", b"Content-Length"), plain.replace(b"host: t", b"HOST:\tt"),
+        plain + plain, plain + request(*bodies()[-1]), plain[:-3],
+        plain.replace(b"host: t", b"transfer-encoding: chunked"),
+        plain.replace(b"host: t", b"expect: 100-continue"),
+        plain.replace(b"host: t", b"content-length: 0"),
+        plain.replace(b"host: t", b"host: t\r\n folded"),
+        plain.replace(b"host: t", b"host: a\x00b"),
+        plain.replace(b"HTTP/1.1", b"HTTP/1.0"),
+        plain.replace(b"/v1/rope", b"/v1/rope?x=1"),
+        plain.replace(b"\r\n", b"\n"),
+        b"POST /v1/alibi HTTP/1.1\r\ncontent-length: 0\r\naccept: " + ACCEPT + b"\r\n\r\n",
+    ]
+    return out
+
+
+def answer() -> list[bytes]:
+    return [b for _, b in bodies()] + [b'{"head_dim":64,"positions":[1,-0]}', b'{"head_dim":64,"positions":[01]}',
+                                       b'{"num_heads":12,"query":[1],"key":{"start":0,"stop":2147483648}}']
+
+
+def fill() -> list[bytes]:
+    out = []
+    for t in range(4):
+        for isz, fmt in ((4, "<i"), (8, "<q")):
+            for positions in ([0], [7, 1, 511], [511, 512], [-1], list(range(70))):
+                out.append(bytes([t | (0x80 if isz == 8 else 0)]) + b"".join(struct.pack(fmt, p) for p in positions))
+    # 4096 rope rows of 2 x 256 bytes, masked into the table: a copy past 1 MiB, without the GIL
+    out.append(bytes([0x40]) + b"".join(struct.pack("<i", p * 7) for p in range(4096)))
+    return out
+
+
+def select() -> list[bytes]:
+    texts = [b"[0]", b"[ 3 ,\t1,\n2\r]", b"[2147483647, 0]", b'{"start": 4, "stop": 9, "step": 2}',
+             b'{"stop":3,"start":0}', b'{"start":0,"stop":2,"step":null}', b'{"start":2147483646,"stop":2147483648}',
+             b"[01]", b"[1,-0]", b"[2147483648]", b'{"start":1,"start":0,"stop":3}', b"[1e0]", b"[]", b"{}"]
+    return [bytes([flags]) + t for t in texts for flags in (2, 7)]
+
+
+TARGETS = {"lane": lane, "answer": answer, "fill": fill, "select": select}
+
+
+def main() -> None:
+    root = pathlib.Path(__file__).parent / "corpus"
+    for name, seeds in TARGETS.items():
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.iterdir():
+            if not old.name.startswith("regression-"):   # found crashes stay
+                old.unlink()
+        for seed in seeds():
+            (d / hashlib.sha1(seed).hexdigest()).write_bytes(seed)
+
+
+if __name__ == "__main__":
+    main()
