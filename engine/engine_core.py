@@ -109,6 +109,8 @@ class Engine:
 
     def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
                spec: dict | None = None) -> dict:
+        if self.closing:   # no build starts once shutdown began: its file could appear after the cleanup
+            raise NotStored("the engine is stopping")
         t0 = time.perf_counter()
         path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
         path += f"-{rev}" if rev else ""   # a repaired table gets a new name: readers remap it
@@ -302,14 +304,22 @@ class Engine:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        for p in self._p(store.our_files):
-            if p != self._p(store.lock_path):
-                store.unlink(p)
+        self._remove_files()
+        if any(not ev.is_set() for ev in building):   # a build slower than the deadline (a loaded
+            for ev in building:                       # machine): its file may come after the pass above
+                ev.wait(max(0.0, deadline + 5.0 - time.monotonic()))
+            self._remove_files()
         if self._lock_fd is not None:
             store.unlink(self._p(store.lock_path))
             os.close(self._lock_fd)
             self._lock_fd = None
         log("stopped; shared memory removed")
+
+
+    def _remove_files(self) -> None:
+        for p in self._p(store.our_files):
+            if p != self._p(store.lock_path):
+                store.unlink(p)
 
 
 def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False) -> int:
