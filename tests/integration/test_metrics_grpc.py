@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
-from tests.procs import Procs
+from tests.procs import Procs, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,8 @@ def test_grpc_metrics_are_consistent_with_http(srv):
     finally:
         c.close()
     httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}, timeout=10)
+    # both HTTP workers count themselves once each has started (readiness needs only one)
+    wait_for(lambda: scrape(srv).get(("posenc_workers", ())) == 2, 30, 0.1, "both HTTP workers counted")
     got = scrape(srv)
 
     assert got[("posenc_workers", ())] == 2                 # the HTTP workers only
