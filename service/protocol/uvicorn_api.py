@@ -46,7 +46,7 @@ def _head(keep_alive: bool) -> bytes:   # what a request cycle writes for a 2-by
     out = []
     t = SimpleNamespace(write=lambda b: out.append(bytes(b)), is_closing=lambda: False, close=lambda: None)
     c = RequestResponseCycle(scope={"type": "http", "method": "POST", "path": "/",
-                                    "headers": [] if keep_alive else [(b"connection", b"close")]},
+                                    "headers": []},   # keep-alive off with no Connection header: HTTP/1.0
                              transport=t, flow=FlowControl(t), logger=log, access_logger=log, access_log=False,
                              default_headers=[(b"date", b"x")], message_event=asyncio.Event(),
                              expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: None)

@@ -69,7 +69,7 @@ def world(settings, monkeypatch):
     front = create_app(settings)
     front.svc.attach_all()
     loop = asyncio.new_event_loop()
-    cfg = uvicorn.Config(app=front, loop="none", lifespan="off", log_config=None, server_header=False)
+    cfg = uvicorn.Config(app=front, loop="none", lifespan="off", log_config=None, server_header=False, ws="none")
     cfg.load()
     offers = []
     for name in ("hot", "hot_request"):   # every offer to the C shortcut, counted
