@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import types
 
 
 
@@ -35,8 +34,9 @@ import orjson  # noqa: E402
 from posenc.engine import pipeline  # noqa: E402
 from posenc.engine.encode import encode  # noqa: E402
 from posenc.engine.errors import PosencError  # noqa: E402
-from posenc.engine.tables import FAMILIES  # noqa: E402
 from posenc.service.shortcut import templates as replay  # noqa: E402
+# the tables the in-memory template tests build, the engine's arrays without an engine
+from tests.service.shortcut.test_templates_in_memory import view_of  # noqa: E402
 
 hot = replay._hot
 if os.environ.get("POSENC_FUZZ_HOT"):
@@ -60,22 +60,6 @@ SPECS = [
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
 ]
-_VIEWS: dict = {}
-
-
-def view_of(table):
-    """What Client.attach maps for ``table``, built in this process: its arrays and metadata."""
-    v = _VIEWS.get(table.key)
-    if v is None:
-        arrays, meta = table.build()
-        for a in arrays.values():
-            a.flags.writeable = False          # as read-only as the engine's mapping
-        v = _VIEWS[table.key] = types.SimpleNamespace(family=table.family, dtype=table.dtype, meta=meta,
-                                                      length=table.length, arrays=arrays, **arrays)
-        FAMILIES[table.family].attach(v)
-    return v
-
-
 def learn() -> replay.Templates:
     """Templates of every spec of SPECS, learnt as the service learns them."""
     t = replay.Templates(max_n=1 << 12, max_bytes=1 << 20)
