@@ -1,33 +1,34 @@
-"""A restarting engine adopts what its dead predecessor left intact, instead of building it again.
+"""A restarting engine adopts the tables its dead predecessor left with the keeper, instead of
+building them again.
 
-When an engine dies (kill -9, OOM), its segments and manifest stay in ``shm_dir``; workers keep
-answering from their mappings. The next engine to take the namespace's lock reads the dead one's
-manifest and keeps every segment that is provably the table its entry names:
+When an engine dies (kill -9, OOM), workers keep answering from their mappings, and ``posenc
+serve``'s keeper (engine/keeper.py) still holds a descriptor of every table it had published. The
+next engine takes them over (``KeeperLink.take``) and keeps each one that is provably the table its
+entry names:
 
-- the manifest has this format, and was written by engine code whose table-building source is
-  byte-for-byte this process's (engine/built_by.py: a digest of the registered families' modules
-  and every engine module they import, kernels and dtype rounding among them, so an upgrade never
-  serves a predecessor's tables);
+- the tables were built by engine code whose table-building source is byte-for-byte this
+  process's (engine/built_by.py: a digest of the registered families' modules and every engine
+  module they import, kernels and dtype rounding among them, so an upgrade never serves a
+  predecessor's tables);
 - the entry's key re-validates (``TableDef.from_key``) to the same digest and length, and the
   layout it records is the one this code would write;
-- the file is there, the same inode, a regular read-only file of ours, of the recorded size, and
-  its crc32 matches (every byte read: the checks run in parallel threads; zlib releases the GIL).
+- the descriptor is a sealed segment of the recorded size (store.check_sealed). Sealed, its bytes
+  cannot have changed since the dead engine checksummed and sealed them, so nothing is read
+  again: adoption costs the same for 2 GiB of tables as for 2 MiB.
 
-Everything else the namespace holds (temporaries, segments that fail a check or that the new
-config sizes differently, the dead engine's socket) is removed. The old manifest stays until the
-new engine publishes its own (a new generation), so readers keep finding the adopted tables
-meanwhile. Configured tables that were adopted take the new config's name, spec and pin; adopted
-on-demand tables stay unpinned, most recently used first, within the memory budget.
+What fails a check is closed (the keeper is told to drop it); every file the namespace left in
+``shm_dir`` (the old manifest, socket, temporaries) is removed; the old manifest stays until the new
+engine publishes its own (a new generation). Configured tables that were adopted take the new
+config's name, spec and pin; adopted on-demand tables stay unpinned, most recently used first,
+within the memory budget. ``posenc engine`` run alone has no keeper: nothing to adopt.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from . import built_by, store
+from . import built_by, fdpass, store
 from .errors import SpecError
 from .tables import TableDef
 
@@ -40,8 +41,8 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def why_not(shm_dir: str, digest: str, e: dict) -> tuple[str | None, TableDef | None]:
-    """(why this manifest entry's segment cannot be adopted or None, its TableDef)."""
+def why_not(digest: str, e: dict, fd: int) -> tuple[str | None, TableDef | None]:
+    """(why this held table cannot be adopted or None, its TableDef)."""
     try:
         t = TableDef.from_key(e["key"], int(e["length"]))
         if t.digest != digest or t.length != e["length"] or t.dtype != e.get("dtype"):
@@ -49,79 +50,55 @@ def why_not(shm_dir: str, digest: str, e: dict) -> tuple[str | None, TableDef | 
         arrays, size = store.plan(t.layout())
         if arrays != e["arrays"] or size != e["nbytes"]:
             return "its layout is not this version's", None
-        st = os.stat(os.path.join(shm_dir, e["file"]), follow_symlinks=False)
-    except FileNotFoundError:
-        return "its file is gone", None
-    except (SpecError, KeyError, TypeError, ValueError, OSError) as exc:
+    except (SpecError, KeyError, TypeError, ValueError) as exc:
         return f"its entry is not valid ({exc})", None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o222:
-        return "its file is not a read-only file of ours", None
-    if st.st_ino != e.get("inode") or st.st_size != e["nbytes"]:
-        return "its file was replaced", None
-    return None, t
-
-
-def _crc_ok(shm_dir: str, e: dict) -> bool:
-    fd = os.open(os.path.join(shm_dir, e["file"]), os.O_RDONLY)
-    try:
-        return store.crc32(store.map_readonly(fd, e["nbytes"])) == e["crc32"]
-    finally:
-        os.close(fd)
+    why = store.check_sealed(fd, e["nbytes"])
+    return (f"its segment is {why}", None) if why else (None, t)
 
 
 def adopt(eng, log) -> dict:
-    """Take over the intact tables of a dead engine's manifest into ``eng.tables``, and remove
-    every other file of the namespace (but the lock, and the old manifest until publish).
-    Returns {adopted, bytes, dropped: {file: why}, seconds}."""
+    """Take over the intact tables the keeper held into ``eng.tables``/``eng.fds``, and remove every
+    file of the namespace (but the lock, and the old manifest until publish). Returns {adopted,
+    bytes, dropped: {segment: why}, seconds}."""
     t0 = time.perf_counter()
     shm_dir, ns = eng.opts.shm_dir, eng.opts.namespace
     try:
         old = store.read_manifest(shm_dir, ns) or {}
     except (ValueError, OSError, RuntimeError):
         old = {}
-    entries = old.get("tables") if isinstance(old.get("tables"), dict) else {}
-    same_code = old.get("built_by") == built_by.current()
+    old_code, held = eng.keeper.take(built_by.current())
     configured = {ct.table.digest: ct for ct in eng.configured}
-    candidates, dropped = [], {}
-    for digest, e in entries.items():
-        if not isinstance(e, dict):
-            continue
-        why, t = why_not(shm_dir, digest, e) if same_code else ("other table code built it", None)
+    keep, dropped = [], {}
+    for digest, e, fd in sorted(held, key=lambda h: -h[1].get("last_used", 0) if isinstance(h[1], dict) else 0):
+        why, t = (why_not(digest, e, fd) if old_code == built_by.current() and isinstance(e, dict)
+                  else ("other table code built it", None))
         ct = configured.get(digest)
         if why is None and ct is not None and ct.table.length != t.length:
             why = f"the config now sizes it {ct.table.length}"
-        if why is None:
-            candidates.append((digest, e, t))
-        else:
-            dropped[e.get("file")] = why
-    with ThreadPoolExecutor(workers()) as pool:
-        intact = list(pool.map(lambda c: _crc_ok(shm_dir, c[1]), candidates))
-    room = eng.opts.memory_budget_bytes
-    for (digest, e, t), ok in sorted(zip(candidates, intact), key=lambda c: -c[0][1].get("last_used", 0)):
-        ct = configured.get(digest)
-        if not ok:
-            dropped[e["file"]] = "its checksum does not match"
+        if why is None and ct is None and e["nbytes"] > eng.opts.memory_budget_bytes - sum(
+                k[1]["nbytes"] for k in keep if k[3] is None):
+            why = "the memory budget is full"
+        if why is not None:
+            dropped[str(e.get("file") if isinstance(e, dict) else digest)] = why
+            fdpass.close_all([fd])
+            eng.keeper.drop(digest)
             continue
-        if ct is None and e["nbytes"] > room:
-            dropped[e["file"]] = "the memory budget is full"
-            continue
-        room -= e["nbytes"] if ct is None else 0
+        keep.append((digest, e, t, ct, fd))
+    for digest, e, t, ct, fd in keep:
         entry = {**e, "pinned": ct is not None, "adopted": True}
         entry.pop("spec", None)
         if ct is not None:
             entry.update(name=ct.name, spec=ct.spec)
         elif e.get("pinned"):   # configured before, not now: an on-demand table from here on
             entry["name"] = t.family
-        eng.tables[digest] = entry
-        eng.defs[digest] = t
-    keep = {os.path.join(shm_dir, e["file"]) for e in eng.tables.values()}
-    keep |= {store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns)}
-    removed = [p for p in store.our_files(shm_dir, ns) if p not in keep]
+        eng.tables[digest], eng.fds[digest], eng.defs[digest] = entry, fd, t
+    removed = [p for p in store.our_files(shm_dir, ns)
+               if p not in (store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns))]
     for p in removed:
         store.unlink(p)
     report = {"adopted": len(eng.tables), "bytes": sum(e["nbytes"] for e in eng.tables.values()),
-              "dropped": {f: w for f, w in dropped.items() if f}, "seconds": time.perf_counter() - t0}
-    if eng.tables or removed:
+              "dropped": dropped, "seconds": time.perf_counter() - t0}
+    if held or removed:
         log(f"adopted {report['adopted']} table(s), {report['bytes'] / 2**20:.1f} MiB, left by a dead engine "
             f"(pid {old.get('pid', '?')}) in {report['seconds']:.3f}s; removed {len(removed)} other file(s)"
             + "".join(f"; {f}: {w}" for f, w in sorted(report["dropped"].items())[:8]))

@@ -19,8 +19,6 @@ zero-copy view) waits for the build. The client never writes or unlinks a segmen
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import socket
 import threading
@@ -30,7 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import pipeline, store
+from . import fdpass, pipeline, store
 from .dtypes import BFLOAT16, DEFAULT_DTYPE
 from .errors import EngineUnavailable, NotStored, SpecError
 from .pipeline import DEFAULT_MAX_BYTES, Pipeline, Request
@@ -83,6 +81,8 @@ class TableView:
         return np.lib.stride_tricks.as_strided(h, (n, w, 2), (h.strides[0], h.strides[1], 0), writeable=False)
 
 
+NO_FILE_RECHECK_S = 1.0   # how often the engine is asked for its manifest when there is no file
+ASK_TIMEOUT_S = 5.0       # a manifest or a segment asked of the engine (not a build) takes at most this
 ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
 MAX_PENDING_ASKS = 64  # asks queued for the engine at once; more are dropped (and their requests computed)
 ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
@@ -99,6 +99,7 @@ class Client:
         self._manifest: dict | None = None
         self._stamp = None
         self._checked = 0.0
+        self._asked_at = -NO_FILE_RECHECK_S
         self._views: dict[str, TableView] = {}   # digest -> view (current generation)
         self._named: tuple = (None, {})          # (manifest it was read from, named tables)
         self._asks: dict[str, tuple[int, float]] = {}   # digest -> (rows asked, when): asked, not yet there
@@ -113,10 +114,17 @@ class Client:
             return self._manifest
         stamp = store.manifest_stamp(self.shm_dir, self.namespace)
         self._checked = now
-        if stamp != self._stamp or self._manifest is None:   # a new manifest is a new inode
+        # A new manifest file is a new inode: then the manifest is asked of the engine (the file
+        # only says that something changed: anyone of the same user can write it). With no file
+        # (no room for it in shm_dir), the engine is asked every NO_FILE_RECHECK_S.
+        if (stamp != self._stamp or self._manifest is None) and (
+                stamp is not None or now - self._asked_at >= NO_FILE_RECHECK_S or force):
+            self._asked_at = now
             try:
-                m = store.read_manifest(self.shm_dir, self.namespace)
-            except (ValueError, OSError):
+                m = self.call({"op": "manifest"}, timeout=ASK_TIMEOUT_S)["manifest"]
+                if m.get("format") != store.MANIFEST_FORMAT:
+                    raise EngineUnavailable(f"manifest format {m.get('format')} is not {store.MANIFEST_FORMAT}")
+            except (EngineUnavailable, KeyError, TypeError, ValueError):
                 m = None
             with self._lock:
                 if m is None:
@@ -151,8 +159,9 @@ class Client:
         entries): what a ``table`` body may name."""
         m = self.manifest()
         if self._named[0] is not m:
-            named = {e["name"]: (e["family"], e["spec"]) for e in (m or {}).get("tables", {}).values()
-                     if e.get("pinned") and "spec" in e}
+            named = {}
+            for e in (m or {}).get("named", ()):   # configured tables, stored or computed; a name's
+                named.setdefault(e["name"], (e["family"], e["spec"]))   # first entry is its default dtype
             self._named = (m, named)
         return self._named[1]
 
@@ -171,13 +180,11 @@ class Client:
             return v
         for attempt in range(3):
             if m is not None and digest in m["tables"]:
-                entry = m["tables"][digest]
-                try:
-                    seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
-                except FileNotFoundError:  # evicted or reclaimed between manifest read and open
+                segs = self._open([digest])
+                if digest not in segs:   # evicted or replaced since the manifest said so
                     m = self.manifest(force=True)
                     continue
-                view = TableView(seg, m["generation"], m.get("on_demand_length", 0))
+                view = TableView(segs[digest], m["generation"], m.get("on_demand_length", 0))
                 with self._lock:
                     if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                         self._views[digest] = view
@@ -192,21 +199,31 @@ class Client:
         """Map every table in the manifest (and check its crc32): what a worker does before it
         reports ready, so first requests find their tables mapped."""
         m = self.wait_ready(timeout)
-        views = {}
-        for digest, entry in m["tables"].items():
-            try:
-                seg = store.Segment(os.path.join(self.shm_dir, entry["file"]), entry)
-                if verify and not seg.verify():
-                    raise RuntimeError(f"checksum mismatch in {entry['file']}")
-            except (OSError, RuntimeError):
+        digests, segs = list(m["tables"]), {}
+        for i in range(0, len(digests), fdpass.MAX_FDS):
+            segs.update(self._open(digests[i:i + fdpass.MAX_FDS]))
+        for digest, seg in segs.items():
+            if verify and not seg.verify():
                 self._ask_verify()   # the engine rebuilds it; the caller tries again
                 self.manifest(force=True)
-                raise
-            views[digest] = TableView(seg, m["generation"], m.get("on_demand_length", 0))
+                raise RuntimeError(f"checksum mismatch in {seg.entry['file']}")
+        views = {d: TableView(seg, m["generation"], m.get("on_demand_length", 0)) for d, seg in segs.items()}
         with self._lock:
             if self._manifest is not None and self._manifest["generation"] == m["generation"]:
                 self._views.update(views)
         return len(views)
+
+    def _open(self, digests: list[str]) -> dict[str, store.Segment]:
+        """Map the tables ``digests`` names that the engine stores: their sealed segments come
+        over its socket (engine/engine_socket.py ``open``), are checked and mapped read-only, and
+        their descriptors closed at once."""
+        reply, fds = self.call_fds({"op": "open", "digests": digests}, timeout=ASK_TIMEOUT_S)
+        try:
+            if not reply.get("ok") or len(fds) != len(reply.get("tables", ())):
+                raise EngineUnavailable(f"the engine did not hand over the tables: {reply.get('error')}")
+            return {d: store.Segment(fd, entry) for (d, entry), fd in zip(reply["tables"].items(), fds)}
+        finally:
+            fdpass.close_all(fds)
 
     def _ask_verify(self) -> None:
         try:
@@ -226,23 +243,21 @@ class Client:
             raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
 
     def call(self, msg: dict, timeout: float | None = None) -> dict:
+        reply, fds = self.call_fds(msg, timeout)
+        fdpass.close_all(fds)
+        return reply
+
+    def call_fds(self, msg: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
+        """One ask of the engine: (its reply, the descriptors attached; the caller closes them)."""
         path = store.socket_path(self.shm_dir, self.namespace)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(timeout or self.build_timeout)
                 s.connect(path)
-                s.sendall(json.dumps(msg).encode() + b"\n")
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-        except (OSError, socket.timeout) as e:
+                fdpass.send_line(s, msg)
+                return fdpass.recv_line(s)
+        except (OSError, socket.timeout, EOFError, ValueError) as e:
             raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
-        if not data:
-            raise EngineUnavailable("engine closed the connection")
-        return json.loads(data)
 
     def table(self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None) -> TableView:
         """The shared table for a spec (no selections), built on demand. ``spec`` may also be

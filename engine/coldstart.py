@@ -1,8 +1,9 @@
 """Building the configured tables: in parallel, one thread per core, with each table's progress
 in the log. The fills spend their time in numpy's loops and the C kernels, which release the GIL,
 so two cores build the default set in about half the time of one. A table that does not fit
-(no room in shared memory, or the file system full) waits in ``engine.missing`` and is retried
-while the engine runs; its requests are computed meanwhile."""
+(not enough memory) waits in ``engine.missing`` and is retried
+while the engine runs; it is still known by name (the manifest's ``named``) and its requests
+are computed meanwhile."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def _have(eng, ct: ConfiguredTable) -> bool:
 def _build(eng, ct: ConfiguredTable):
     """Build one configured table; the resource error that kept it out, or None."""
     try:
-        if upkeep.free_bytes(eng.opts.shm_dir) < ct.table.nbytes() + upkeep.SLACK:
-            raise OSError(errno.ENOSPC, "not enough free space")
+        if upkeep.available_bytes() < ct.table.nbytes() + upkeep.SLACK:
+            raise OSError(errno.ENOMEM, "not enough memory available")
         eng._build_once(ct.table, pinned=True, name=ct.name, spec=ct.spec)
         return None
     except Exception as e:

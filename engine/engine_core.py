@@ -26,7 +26,8 @@ import signal
 import threading
 import time
 
-from . import adopt, built_by, coldstart, engine_socket, kernels, logs, proclife, settings, store, upkeep
+from . import adopt, built_by, coldstart, engine_socket, fdpass, kernels, logs, proclife, settings, store, upkeep
+from .keeper import KeeperLink
 from .config import ConfiguredTable, load_config
 from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
@@ -50,6 +51,7 @@ class EngineOptions:
     length: int = DEFAULT_LENGTH      # the longest on-demand table (the config's on_demand_length)
     group: str | None = None
     verify_interval_s: float = 60.0   # full checksum sweep period (engine/upkeep.py); 0: never
+    keeper_fd: int | None = None      # posenc serve's keeper (engine/keeper.py), None: no keeper
 
 
 class Engine:
@@ -65,6 +67,8 @@ class Engine:
         self.lock = threading.Lock()
         self.stats = BuildStats()   # builds and evictions, in the manifest (engine/engine_stats.py)
         self.tables: dict[str, dict] = {}
+        self.fds: dict[str, int] = {}              # digest -> the sealed segment's descriptor
+        self.keeper = KeeperLink(opts.keeper_fd)
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
@@ -93,11 +97,14 @@ class Engine:
             raise EngineRunning(f"an engine (pid {holder}) already serves namespace {self.opts.namespace!r} "
                                 f"in {self.opts.shm_dir}") from None
         self._lock_fd = fd
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError:   # a full directory: the lock holds without the pid in it
+            pass
         # Generations only grow, also across restarts: readers compare them.
         self.generation = time.time_ns() // 1000
-        adopt.adopt(self, log)   # a dead engine's intact tables are kept; every other file goes
+        adopt.adopt(self, log)   # what the keeper held of a dead engine is kept; leftover files go
         self.stats.adopted(self.tables)
 
     log = staticmethod(log)
@@ -109,46 +116,53 @@ class Engine:
 
     def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
                spec: dict | None = None) -> dict:
-        if self.closing:   # no build starts once shutdown began: its file could appear after the cleanup
+        if self.closing:   # no build starts once shutdown began
             raise NotStored("the engine is stopping")
         t0 = time.perf_counter()
-        path = store.segment_path(self.opts.shm_dir, self.opts.namespace, self.generation, t.digest)
-        path += f"-{rev}" if rev else ""   # a repaired table gets a new name: readers remap it
-        info = store.create_segment(path, t.layout(), t.fill, self.mode, self.gid)
+        # the segment's name: unique per build, so readers see a rebuilt table is another one
+        seg = f"{self.opts.namespace}.seg.{self.generation}.{t.digest}" + (f"-{rev}" if rev else "")
+        fd, info = store.create_segment(seg, t.layout(), t.fill)
         entry = {"key": t.key, "family": t.family, "dtype": t.dtype, "length": t.length,
-                 "file": os.path.basename(path), "pinned": pinned, "name": name or t.family,
-                 "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "inode": os.stat(path).st_ino,
-                 "last_used": time.time(), **info}
+                 "file": seg, "pinned": pinned, "name": name or t.family,
+                 "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "last_used": time.time(), **info}
         if spec is not None:   # a configured table: requests may name it ({"table": name})
             entry["spec"] = spec
         with self.lock:
             if self.closing:   # shut down while this was being built: it must not outlive us
-                store.unlink(path)
+                os.close(fd)
                 raise NotStored("the engine is stopping")
-            self.tables[t.digest] = entry
+            self._hold(t.digest, entry, fd)
             self.defs[t.digest] = t
             self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
             if self.published:
                 self._write_manifest()
         return entry
 
+    def _hold(self, digest: str, entry: dict, fd: int) -> None:
+        """Publish a sealed segment as ``digest``'s table (the caller holds the lock); the one it
+        replaces (grown, repaired) closes: readers that mapped it keep their mapping."""
+        old = self.fds.pop(digest, None)
+        self.tables[digest], self.fds[digest] = entry, fd
+        self.keeper.keep(digest, entry, fd)
+        if old is not None:
+            os.close(old)
+
+    def segment_fds(self, digests) -> tuple[dict, list[int]]:
+        """({digest: entry}, [a duplicate of its descriptor]) of the tables asked that are stored:
+        what the socket's ``open`` hands a reader (duplicates, so an eviction meanwhile cannot
+        close, or reuse, a descriptor being sent; the caller closes them)."""
+        with self.lock:
+            have = {d: self.tables[d] for d in digests if d in self.tables}
+            return have, [os.dup(self.fds[d]) for d in have]
+
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
         is up, so a reader never sees a half-ready engine nor asks it to build a configured table.
-        With no room even for the manifest, tables are dropped (newest first) until it fits."""
+        With no room for the file, readers take the manifest from the socket (engine/client.py)
+        and the file is written once there is room."""
         with self.lock:
             self.published = True
-            while True:
-                try:
-                    return self._write_manifest(strict=True)
-                except OSError as e:
-                    if not upkeep.is_resource_error(e) or not self.tables:
-                        raise
-                    digest = next(reversed(self.tables))   # (adopted on-demand tables come last)
-                    ct = next((c for c in self.configured if c.table.digest == digest), None)
-                    self._evict(digest, f"to fit the manifest ({e})")
-                    if ct is not None:
-                        self.missing.append(ct)
+            self._write_manifest()
 
     def _evict_for(self, nbytes: int) -> None:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
@@ -164,24 +178,32 @@ class Engine:
         """Drop one table (the caller holds the lock): manifest first, then the file."""
         e = self.tables.pop(digest)
         if self.published:
-            self._write_manifest()   # (no room for it: written later; the file goes all the same)
-        store.unlink(os.path.join(self.opts.shm_dir, e["file"]))
+            self._write_manifest()
+        fdpass.close_all([self.fds.pop(digest)])
+        self.keeper.drop(digest)
         log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) {why}")
         return e["nbytes"]
 
-    def _write_manifest(self, strict: bool = False) -> None:
-        """Rewrite the manifest (the caller holds the lock). With no room for it, the change is
-        kept and written by the main loop once there is (``strict``: raise instead)."""
+    def manifest(self) -> dict:
+        """The manifest (the caller holds the lock): what the file says and the socket answers.
+        ``named`` lists every configured table by name, stored or not (a table that did not fit is
+        still answered by name: computed)."""
+        return {"format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
+                "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
+                "backend": kernels.info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
+                "on_demand_length": self.opts.length, "built_by": built_by.current(), "stats": self.stats.last,
+                "named": [{"name": c.name, "family": c.table.family, "spec": c.spec, "digest": c.table.digest,
+                           "stored": c.table.digest in self.tables} for c in self.configured]}
+
+    def _write_manifest(self) -> None:
+        """Rewrite the manifest file (the caller holds the lock). With no room for it, the change is
+        kept and written by the main loop once there is."""
+        self.stats.update(self.tables)
         try:
             self._manifest_pending = False
-            store.write_manifest(self.opts.shm_dir, self.opts.namespace, {
-            "format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
-            "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
-            "backend": kernels.info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
-            "on_demand_length": self.opts.length, "built_by": built_by.current(),
-            "stats": self.stats.update(self.tables)}, self.mode, self.gid)
+            store.write_manifest(self.opts.shm_dir, self.opts.namespace, self.manifest(), self.mode, self.gid)
         except OSError as e:
-            if strict or not upkeep.is_resource_error(e):
+            if not upkeep.is_resource_error(e):
                 raise
             if not self._manifest_pending:
                 log(f"manifest not rewritten ({e}); retried while the engine runs")
@@ -255,15 +277,13 @@ class Engine:
                 before()
             try:
                 rev = old.get("rev", 0) + 1 if old is not None else 0
-                new = self._build(t, pinned=pinned or bool(old and old["pinned"]),
-                                  name=name or (old and old["name"]), spec=spec, rev=rev)
+                self._build(t, pinned=pinned or bool(old and old["pinned"]), name=name or (old and old["name"]),
+                            spec=spec or (old and old.get("spec")), rev=rev)
             except Exception as e:
                 if not upkeep.is_resource_error(e):
                     raise
                 log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
                 raise NotStored(f"table not stored: {e}") from None
-            if old is not None and old["file"] != new["file"]:   # grown: readers remap the new file
-                store.unlink(os.path.join(self.opts.shm_dir, old["file"]))
         except BaseException as e:
             self.build_errors[t.digest] = e
             raise
@@ -305,10 +325,10 @@ class Engine:
             self._server.shutdown()
             self._server.server_close()
         self._remove_files()
-        if any(not ev.is_set() for ev in building):   # a build slower than the deadline (a loaded
-            for ev in building:                       # machine): its file may come after the pass above
-                ev.wait(max(0.0, deadline + 5.0 - time.monotonic()))
-            self._remove_files()
+        with self.lock:   # (a build still running discards its segment when it ends: closing is set)
+            fdpass.close_all(self.fds.values())
+            self.fds.clear()
+        self.keeper.close()
         if self._lock_fd is not None:
             store.unlink(self._p(store.lock_path))
             os.close(self._lock_fd)

@@ -5,6 +5,11 @@
     {"op": "verify"}                      -> {"ok": true, ...the sweep's report} (a full check now)
     {"op": "ensure", "table": KEY, "reach": N}
                                           -> {"ok": true, "digest", "length", "generation"}
+    {"op": "manifest"}                    -> {"ok": true, "manifest": {...}} (what readers trust,
+                                             not the file, which anyone of the same user can write)
+    {"op": "open", "digests": [D, ...]}   -> {"ok": true, "tables": {D: entry, ...}, "generation"}
+                                             with one descriptor per table, in that order, attached
+                                             (SCM_RIGHTS; at most fdpass.MAX_FDS digests an ask)
 
 A refusal is ``{"ok": false, "status", "error"}`` (a SpecError adds ``loc`` and ``msg``). The
 socket is the owner's alone (0600), or its group's too (0660) when the engine has one.
@@ -17,7 +22,7 @@ import os
 import socketserver
 import threading
 
-from . import store
+from . import fdpass, store
 from .errors import NotStored, SpecError
 
 
@@ -29,7 +34,10 @@ def answer(engine, msg: dict) -> dict:
     if op == "stats":
         with engine.lock:
             return {"ok": True, "builds": dict(engine.builds), "generation": engine.generation,
-                    "tables": len(engine.tables)}
+                    "tables": len(engine.tables), "stats": engine.stats.last, "pid": os.getpid()}
+    if op == "manifest":
+        with engine.lock:
+            return {"ok": True, "manifest": engine.manifest()}
     if op == "verify":   # a full check now (a reader found a checksum that does not match)
         return {"ok": True, **engine.sweep.run(checksum=True)}
     if op == "ensure":
@@ -52,15 +60,30 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _lines(self):
         for line in self.rfile:
+            fds = []
             try:
-                reply = answer(self.server.engine, json.loads(line))
+                msg = json.loads(line)
+                if isinstance(msg, dict) and msg.get("op") == "open":
+                    reply, fds = _open(self.server.engine, msg.get("digests"))
+                else:
+                    reply = answer(self.server.engine, msg)
             except Exception as e:  # a bad message must not take the engine down
                 reply = {"ok": False, "status": 500, "error": f"{type(e).__name__}: {e}"}
             try:
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-                self.wfile.flush()
+                fdpass.send_line(self.request, reply, fds)
             except (BrokenPipeError, ConnectionResetError):   # the asker died while waiting
                 return
+            finally:
+                fdpass.close_all(fds)
+
+
+def _open(engine, digests) -> tuple[dict, list[int]]:
+    """The reply to ``open`` and the descriptors to attach (duplicates, the caller closes them)."""
+    if (not isinstance(digests, list) or len(digests) > fdpass.MAX_FDS
+            or not all(isinstance(d, str) for d in digests)):
+        return {"ok": False, "status": 400, "error": f"digests must be a list of at most {fdpass.MAX_FDS} strings"}, []
+    tables, fds = engine.segment_fds(digests)
+    return {"ok": True, "tables": tables, "generation": engine.generation}, fds
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

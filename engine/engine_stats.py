@@ -17,11 +17,13 @@ class BuildStats:
         self.builds = self.evictions = 0
         self.counts = [0] * (len(BUILD_BUCKETS_S) + 1)
         self.seconds = 0.0
+        self.last: dict = self.figures()
 
     def adopted(self, tables: dict) -> None:
         """Tables a restarted engine adopted: not builds of this process."""
         self.seen.update({d: e["file"] for d, e in tables.items()})
         self.adopted_tables = len(tables)
+        self.last = self.figures()
 
     adopted_tables = 0
 
@@ -34,5 +36,9 @@ class BuildStats:
                 self.counts[next((i for i, le in enumerate(BUILD_BUCKETS_S) if s <= le), -1)] += 1
         self.evictions += sum(1 for d in self.seen if d not in tables)
         self.seen = {d: e["file"] for d, e in tables.items()}
+        self.last = self.figures()
+        return self.last
+
+    def figures(self) -> dict:
         return {"builds": self.builds, "evictions": self.evictions, "adopted": self.adopted_tables, "build_seconds_sum": round(self.seconds, 6),
                 "build_seconds_buckets": list(BUILD_BUCKETS_S), "build_seconds_counts": list(self.counts)}

@@ -1,26 +1,27 @@
-"""Shared-memory segments and the manifest.
+"""Sealed shared-memory segments and the manifest.
 
-Each table is one file in ``shm_dir`` (``/dev/shm`` by default: tmpfs, i.e. POSIX shared memory)
-named ``{namespace}.seg.{generation}.{digest}``, where the digest is a hash of the table's canonical
-key. The engine writes it under a temporary name and renames it into place; then it rewrites the
-manifest ``{namespace}.manifest.json`` (temporary file + rename, so readers see the old manifest or
-the new one, never a torn one). The manifest is the only way readers find segments, so a reader
-never sees a half-built table.
+Each table is one anonymous shared-memory file from ``memfd_create``: the engine sizes it,
+reserves its pages (``posix_fallocate``: no memory is ENOSPC/ENOMEM, a clean refusal of that one
+build, never a SIGBUS while filling), fills it through a writable mapping, unmaps that, and seals
+it with ``F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``. From then on nobody (the
+engine, another process of the same user, root) can write, truncate or grow it; and nothing of it
+is in ``shm_dir``, so there is no file to unlink, replace or truncate. Readers get its descriptor
+from the engine over the engine's socket (``SCM_RIGHTS``, engine/engine_socket.py), check the seals
+and size (``check_sealed``: a descriptor that is not sealed as ours is refused), map it
+``PROT_READ`` and close the descriptor at once (``Segment``): a process holding thousands of
+tables holds no descriptor for them. The memory goes back when the engine (and ``posenc serve``'s
+keeper, engine/keeper.py) has closed its descriptor and the last reader has unmapped it.
 
-Readers open segments ``O_RDONLY`` and map them ``PROT_READ``: numpy views are not writable, and
-no reader code path unlinks anything (plain files, not ``multiprocessing.shared_memory``, whose
-resource tracker unlinks on a reader's exit before Python 3.13). A reader closes the descriptor as
-soon as the segment is mapped (Python's ``mmap`` keeps a duplicate open for its life, so readers
-map through libc), so a process holding thousands of tables holds no descriptor for them.
-
-A segment's pages are reserved (``posix_fallocate``) before it is mapped for writing: on a full
-tmpfs the build fails with ENOSPC, cleanly, instead of the writer dying of SIGBUS on the first
-page that cannot be backed. Published segments are read-only files (0400, or 0440 with a group).
+``shm_dir`` keeps small plain files only, none of them mapped by anyone: the manifest
+``{namespace}.manifest.json`` (rewritten by temporary file + rename, read with ``read()``; readers
+use it to notice changes, then take the tables' entries from the engine's socket, never from the
+file), the engine's socket and its lock.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import zlib
@@ -44,14 +45,6 @@ def socket_path(shm_dir: str, namespace: str) -> str:
     return os.path.join(shm_dir, f"{namespace}.sock")
 
 
-def segment_prefix(namespace: str) -> str:
-    return f"{namespace}.seg."
-
-
-def segment_path(shm_dir: str, namespace: str, generation: int, digest: str) -> str:
-    return os.path.join(shm_dir, f"{segment_prefix(namespace)}{generation}.{digest}")
-
-
 def check_namespace(namespace: str) -> str:
     if not namespace or not all(c.isalnum() or c in "_-" for c in namespace) or len(namespace) > 64:
         raise ValueError(f"namespace must be 1-64 letters, digits, '_' or '-', got {namespace!r}")
@@ -62,12 +55,15 @@ def crc32(buf) -> int:
     return zlib.crc32(memoryview(buf).cast("B")) & 0xFFFFFFFF
 
 
-def write_segment(path: str, arrays: dict[str, np.ndarray], mode: int = 0o600, gid: int | None = None) -> dict:
-    """Write arrays into a new segment file atomically; returns {arrays, nbytes, crc32}."""
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def write_segment(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, dict]:
+    """A sealed segment holding ``arrays``: (its descriptor, {arrays, nbytes, crc32, inode, meta})."""
     def fill(views):
-        for name, a in arrays.items():
-            views[name][...] = a
-    return create_segment(path, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill, mode, gid)
+        for k, a in arrays.items():
+            views[k][...] = a
+    return create_segment(name, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill)
 
 
 def plan(layout: dict) -> tuple[dict, int]:
@@ -81,38 +77,43 @@ def plan(layout: dict) -> tuple[dict, int]:
     return entries, max(off, 1)
 
 
-def create_segment(path: str, layout: dict, fill, mode: int = 0o600, gid: int | None = None) -> dict:
-    """Create a segment for ``layout`` ({name: (shape, dtype)}) under a temporary name, let
-    ``fill(views)`` write into writable views of it, checksum it, then rename it into place.
-    Returns {arrays, nbytes, crc32, meta} where meta is what fill returned."""
+def create_segment(name: str, layout: dict, fill) -> tuple[int, dict]:
+    """A new sealed segment for ``layout`` ({name: (shape, dtype)}): ``fill(views)`` writes into
+    writable views of it, then it is checksummed, unmapped and sealed. Returns (its descriptor, the
+    caller's to close; {arrays, nbytes, crc32, inode, meta} where meta is what fill returned)."""
     entries, size = plan(layout)
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        if gid is not None:
-            os.fchown(fd, -1, gid)
-        os.fchmod(fd, mode)  # umask must not widen or narrow what was asked for
         os.ftruncate(fd, size)
-        reserve(fd, size)    # ENOSPC here, not SIGBUS while filling
+        reserve(fd, size)    # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        views = {name: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
-                                     offset=e["offset"]).reshape(e["shape"]) for name, e in entries.items()}
-        meta = fill(views)
+        views = {k: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
+                                  offset=e["offset"]).reshape(e["shape"]) for k, e in entries.items()}
+        meta = fill(views)   # (if it fails, its traceback may still hold views: the collector unmaps)
         del views
         checksum = crc32(mm)
-        mm.close()
+        mm.close()           # F_SEAL_WRITE needs no writable mapping left
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        inode = os.fstat(fd).st_ino
     except BaseException:
-        # A failed fill's traceback may still reference views of the mapping, so it is left to
-        # the garbage collector rather than closed here; the file itself goes now.
         os.close(fd)
-        _unlink(tmp)
         raise
+    return fd, {"arrays": entries, "nbytes": size, "crc32": checksum, "inode": inode, "meta": meta or {}}
+
+
+def check_sealed(fd: int, nbytes: int) -> str | None:
+    """Why ``fd`` is not a segment a reader may map (None: it is): every seal set, and the size
+    the entry says (a sealed file can never change size afterwards, so mapping it cannot fault)."""
     try:
-        os.fchmod(fd, mode & 0o444)   # published tables are never written again
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    return {"arrays": entries, "nbytes": size, "crc32": checksum, "meta": meta or {}}
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        st = os.fstat(fd)
+    except OSError as e:
+        return f"not a sealed segment ({e.strerror})"
+    if seals & SEALS != SEALS:
+        return "not sealed"
+    if st.st_size != nbytes:
+        return f"{st.st_size} bytes, its entry says {nbytes}"
+    return None
 
 
 def reserve(fd: int, size: int) -> None:
@@ -164,19 +165,15 @@ def map_readonly(fd: int, size: int):
 
 
 class Segment:
-    """A read-only mapping of one segment and numpy views of its arrays."""
+    """A read-only mapping of one sealed segment and numpy views of its arrays; the descriptor
+    is the caller's (it may close it at once: the mapping needs none)."""
 
-    def __init__(self, path: str, entry: dict):
-        self.path = path
+    def __init__(self, fd: int, entry: dict):
         self.entry = entry
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            if size != entry["nbytes"]:
-                raise OSError(f"segment {path} is {size} bytes, manifest says {entry['nbytes']}")
-            self.mm = map_readonly(fd, size)
-        finally:
-            os.close(fd)   # the mapping needs no descriptor
+        why = check_sealed(fd, entry["nbytes"])
+        if why is not None:
+            raise OSError(f"segment {entry.get('file')}: {why}")
+        self.mm = map_readonly(fd, entry["nbytes"])
         self.arrays: dict[str, np.ndarray] = {}
         for name, e in entry["arrays"].items():
             dt = np.dtype(e["dtype"])
@@ -231,17 +228,16 @@ def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o6
 
 
 def our_files(shm_dir: str, namespace: str) -> list[str]:
-    """Every file this namespace may have left in shm_dir (segments, temporaries, manifest,
-    socket, lock)."""
+    """Every file this namespace may have left in shm_dir (manifest and its temporaries, socket,
+    lock; and segment files of a version before sealed segments)."""
     try:
         names = os.listdir(shm_dir)
     except FileNotFoundError:
         return []
-    pre = segment_prefix(namespace)
     own = {os.path.basename(p) for p in (manifest_path(shm_dir, namespace), lock_path(shm_dir, namespace),
                                           socket_path(shm_dir, namespace))}
     return [os.path.join(shm_dir, n) for n in names
-            if n.startswith(pre) or n in own or n.startswith(f"{namespace}.manifest.json.tmp")]
+            if n in own or n.startswith(f"{namespace}.manifest.json.tmp") or n.startswith(f"{namespace}.seg.")]
 
 
 def _unlink(path: str) -> None:

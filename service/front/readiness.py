@@ -41,9 +41,11 @@ def readiness(svc) -> tuple[int, dict]:
     """(status, body) of /readyz; blocks up to PING_TIMEOUT_S (run it off the event loop)."""
     if not svc.ready:
         return 503, {"status": "starting"}
-    m = svc.client.manifest()
-    return 200, {"status": "ready", "generation": (m or {}).get("generation"),
-                 "engine": "up" if engine_up(svc.client) else "down"}
+    m = svc.client.manifest() or {}
+    return 200, {"status": "ready", "generation": m.get("generation"),
+                 "engine": "up" if engine_up(svc.client) else "down",
+                 # configured tables the engine could not store (no memory): answered by name, computed
+                 "computed": [e["name"] for e in m.get("named", ()) if not e.get("stored")]}
 
 
 async def attach_when_up(attach: Callable[[], int]) -> int:

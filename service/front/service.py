@@ -135,6 +135,9 @@ class Service:
         return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
                 "engine_backend": m.get("backend"), "shortcut": self.shortcut,
                 "lane": lane, "lane_answers": lane_answers, "ready": self.ready,
+                # every configured table by name: stored (in shared memory) or computed (no room)
+                "named": [{"name": e["name"], "family": e["family"], "digest": e["digest"],
+                           "answered": "stored" if e.get("stored") else "computed"} for e in m.get("named", ())],
                 "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
                                               "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
                            for d, e in (m.get("tables") or {}).items()]}

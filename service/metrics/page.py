@@ -1,11 +1,14 @@
 """/metrics: the request metrics (service/metrics/text.py) plus the engine, shared memory and
 process figures, read when scraped.
 
-- ``posenc_engine_up``: 1 when the engine answers a ping on its socket (service/front/readiness.py);
+- ``posenc_engine_up``: 1 when the engine answers on its socket within 0.25 s;
 - ``posenc_tables`` and ``posenc_shm_bytes`` (by kind: pinned, on_demand): from its manifest;
 - ``posenc_memory_budget_bytes``: the on-demand budget (the manifest's, else this worker's setting);
-- ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: the
-  manifest's ``stats`` (engine/engine_stats.py; they restart from zero with the engine process);
+- ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: asked
+  of the engine at each scrape (its ``stats``, engine/engine_stats.py), so every worker reports the
+  one source and no counter goes back between scrapes that land on different workers (workers'
+  cached manifests differ by a build or two); absent while the engine is down; they restart from
+  zero with the engine process;
 - ``process_*`` (prometheus_client's ProcessCollector) for each process of the server, labelled
   ``role`` (serve, engine, worker) and ``pid``, so a scrape answered by any worker shows them all
   and no series mixes two processes (the engine's only when its pid is an engine in this pid
@@ -19,7 +22,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from posenc.service.metrics.fold import collect
 from posenc.service.metrics.text import request_families, to_text
-from posenc.service.front.readiness import engine_up
+from posenc.engine.errors import EngineUnavailable
+from posenc.service.front.readiness import PING_TIMEOUT_S
 
 
 def _is_engine(pid: int) -> bool:
@@ -31,7 +35,11 @@ def _is_engine(pid: int) -> bool:
 
 
 def engine_families(client, budget_default: int) -> list:
-    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(engine_up(client)))]
+    try:   # the engine's counters from the engine itself: every worker reports the same ones
+        reply = client.call({"op": "stats"}, timeout=PING_TIMEOUT_S)
+    except (EngineUnavailable, ValueError):
+        reply = {}
+    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(bool(reply.get("ok"))))]
     m = client.manifest() or {}
     tables = GaugeMetricFamily("posenc_tables", "Tables in shared memory.", labels=["kind"])
     nbytes = GaugeMetricFamily("posenc_shm_bytes", "Bytes of tables in shared memory.", labels=["kind"])
@@ -41,8 +49,8 @@ def engine_families(client, budget_default: int) -> list:
         nbytes.add_metric([kind], sum(e.get("nbytes", 0) for e in es))
     fams += [tables, nbytes, GaugeMetricFamily("posenc_memory_budget_bytes", "Bytes allowed for on-demand tables.",
                                                m.get("budget", budget_default))]
-    st = m.get("stats")
-    if st:
+    st = reply.get("stats")
+    if st:   # (absent while the engine is down: a series that pauses, never one that goes back)
         fams.append(CounterMetricFamily("posenc_builds", "Tables built by this engine process.", st["builds"]))
         fams.append(CounterMetricFamily("posenc_evictions", "On-demand tables evicted by this engine process.",
                                         st["evictions"]))

@@ -5,8 +5,9 @@ Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separat
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
 drains its workers, then the engine is stopped and removes every segment. The engine child and
 every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
-it in the app factory). The engine is restarted if it dies while serving (its successor reclaims
-the segments), after a delay that doubles while it keeps dying young.
+it in the app factory). The engine is restarted if it dies while serving (its successor adopts the
+tables this process keeps a descriptor of: engine/keeper.py), after a delay that doubles while it
+keeps dying young.
 
 One ``posenc serve`` per namespace: it holds ``{ns}.serve.lock`` (flock) for its life, and a
 second one, or one whose port is taken, refuses before it starts or deletes anything.
@@ -25,6 +26,7 @@ import sys
 import threading
 import time
 
+from posenc.engine.keeper import Keeper
 from posenc.engine.settings import CHOICES, Settings, current, use
 
 from posenc.service.supervise import options as serve_opts
@@ -143,6 +145,7 @@ class EngineChild:
     def __init__(self, settings: Settings):
         self.s = settings
         self.proc: subprocess.Popen | None = None
+        self.keeper = Keeper()   # holds every table the engine publishes, for the next engine
         self.stopping = False
         self.failure: str | None = None   # why the server stopped itself (posenc serve exits with it)
 
@@ -154,7 +157,9 @@ class EngineChild:
             cmd += ["--tables", self.s.tables]
         if self.s.shm_group:
             cmd += ["--group", self.s.shm_group]
-        self.proc = subprocess.Popen(cmd)
+        channel = self.keeper.channel()
+        with channel:
+            self.proc = subprocess.Popen([*cmd, "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),))
 
     def watch(self) -> None:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
@@ -188,6 +193,7 @@ class EngineChild:
         self.stopping = True
         if self.proc:
             terminate(self.proc, timeout)
+        self.keeper.close()
 
 
 def cmd_serve(args) -> int:

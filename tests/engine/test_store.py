@@ -1,4 +1,4 @@
-"""The engine's shared-memory store (posenc.engine.store: segment files, checksums, the atomic
+"""The engine's shared-memory store (posenc.engine.store: sealed segments, checksums, the atomic
 manifest, namespaces).
 
 Everything here runs in-process against a temporary directory standing in for /dev/shm; the
@@ -7,6 +7,9 @@ process-level behaviour (engines, readers, signals) is in tests/integration/test
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import mmap
 import os
 import stat
 import threading
@@ -37,19 +40,26 @@ def shm(tmp_path):
     return str(d)
 
 
+def _bytes(fd: int, n: int) -> bytes:
+    return os.pread(fd, n, 0)
+
+
 def test_segment_round_trip_and_crc(shm):
     arrays = _arrays()
-    path = store.segment_path(shm, "ns", 12, "abc")
-    info = store.write_segment(path, arrays)
-    assert os.listdir(shm) == [os.path.basename(path)]      # no temporary left behind
-    raw = Path(path).read_bytes()
-    assert info["nbytes"] == len(raw)
-    assert info["crc32"] == zlib.crc32(raw) & 0xFFFFFFFF
-    for name, e in info["arrays"].items():
-        assert e["offset"] % store.ALIGN == 0, (name, e)
-        a = arrays[name]
-        assert raw[e["offset"]:e["offset"] + a.nbytes] == a.tobytes()
-    seg = store.Segment(path, info)
+    fd, info = store.write_segment("ns.seg.12.abc", arrays)
+    try:
+        assert os.listdir(shm) == []                          # nothing of it in any directory
+        assert os.readlink(f"/proc/self/fd/{fd}") == "/memfd:ns.seg.12.abc (deleted)"
+        raw = _bytes(fd, info["nbytes"] + 1)
+        assert info["nbytes"] == len(raw) == os.fstat(fd).st_size
+        assert info["crc32"] == zlib.crc32(raw) & 0xFFFFFFFF
+        for name, e in info["arrays"].items():
+            assert e["offset"] % store.ALIGN == 0, (name, e)
+            a = arrays[name]
+            assert raw[e["offset"]:e["offset"] + a.nbytes] == a.tobytes()
+        seg = store.Segment(fd, info)
+    finally:
+        os.close(fd)                                          # the mapping needs no descriptor
     assert seg.verify()
     for name, a in arrays.items():
         got = seg[name]
@@ -61,39 +71,66 @@ def test_segment_round_trip_and_crc(shm):
             got[...] = 0
 
 
-def test_crc_detects_a_changed_byte(shm):
-    path = store.segment_path(shm, "ns", 1, "d")
-    info = store.write_segment(path, _arrays())
-    seg = store.Segment(path, info)
-    off = info["arrays"]["half"]["offset"] + 3
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x01]))
-    assert not store.Segment(path, info).verify()
-    assert not seg.verify()  # a shared mapping sees the change too
+def test_a_sealed_segment_cannot_be_written_truncated_or_grown_by_anyone(shm):
+    """What F_SEAL_WRITE | SHRINK | GROW | SEAL promise, tried every way a process of the same
+    user can reach it: the descriptor, a writable reopen through /proc, a writable mapping, and
+    removing the seals."""
+    fd, info = store.write_segment("ns.seg.1.d", _arrays())
+    before = _bytes(fd, info["nbytes"])
+    path = f"/proc/self/fd/{fd}"
+    try:
+        for attempt in (lambda: os.ftruncate(fd, 1), lambda: os.ftruncate(fd, info["nbytes"] * 2),
+                        lambda: os.truncate(path, 0), lambda: os.pwrite(fd, b"x", 0),
+                        lambda: os.posix_fallocate(fd, 0, info["nbytes"] * 2),
+                        lambda: mmap.mmap(fd, info["nbytes"], prot=mmap.PROT_READ | mmap.PROT_WRITE),
+                        lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)):
+            with pytest.raises(OSError) as e:
+                attempt()
+            assert e.value.errno == errno.EPERM, e.value
+        rw = os.open(path, os.O_RDWR)   # a reopen for writing is allowed, and writes nothing
+        try:
+            with pytest.raises(OSError):
+                os.write(rw, b"x")
+        finally:
+            os.close(rw)
+        assert _bytes(fd, info["nbytes"]) == before and store.check_sealed(fd, info["nbytes"]) is None
+    finally:
+        os.close(fd)
 
 
-def test_segment_size_must_match_manifest(shm):
-    path = store.segment_path(shm, "ns", 1, "d")
-    info = store.write_segment(path, _arrays())
-    with pytest.raises(OSError):
-        store.Segment(path, {**info, "nbytes": info["nbytes"] + 64})
+def test_only_a_sealed_segment_of_the_entry_size_is_mapped(shm):
+    fd, info = store.write_segment("ns.seg.1.d", _arrays())
+    try:
+        with pytest.raises(OSError, match="entry says"):
+            store.Segment(fd, {**info, "nbytes": info["nbytes"] + 64})
+    finally:
+        os.close(fd)
+    plain = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)   # another process's fake table
+    try:
+        os.ftruncate(plain, info["nbytes"])
+        with pytest.raises(OSError, match="not sealed"):
+            store.Segment(plain, info)
+        fcntl.fcntl(plain, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)   # a partial seal is not enough
+        with pytest.raises(OSError, match="not sealed"):
+            store.Segment(plain, info)
+    finally:
+        os.close(plain)
+    with open(os.path.join(shm, "file"), "wb") as f:            # nor is a plain file
+        f.write(b"\0" * info["nbytes"])
+    with open(os.path.join(shm, "file"), "rb") as f:
+        assert "not" in store.check_sealed(f.fileno(), info["nbytes"])
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
-def test_segment_and_manifest_modes(shm, umask):
+def test_manifest_modes(shm, umask):
     old = os.umask(umask)
     try:
-        store.write_segment(os.path.join(shm, "a"), _arrays())
-        store.write_segment(os.path.join(shm, "b"), _arrays(), mode=0o640, gid=os.getgid())
         store.write_manifest(shm, "m1", {"format": store.MANIFEST_FORMAT})
         store.write_manifest(shm, "m2", {"format": store.MANIFEST_FORMAT}, mode=0o640, gid=os.getgid())
     finally:
         os.umask(old)
     mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
-    assert mode == {"a": 0o400, "b": 0o440, "m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
+    assert mode == {"m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
 
 
 def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
@@ -103,10 +140,10 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
         views["x"][...] = 1
         raise RuntimeError("boom")
 
-    path = os.path.join(shm, "ns.seg.1.d")
+    before = set(os.listdir("/proc/self/fd"))
     with pytest.raises(RuntimeError, match="boom"):
-        store.create_segment(path, {"x": ((4, 4), "float32")}, fill)
-    assert os.listdir(shm) == []
+        store.create_segment("ns.seg.1.d", {"x": ((4, 4), "float32")}, fill)
+    assert set(os.listdir("/proc/self/fd")) <= before   # its descriptor closed
 
 
 # ---------------------------------------------------------------------------------------------
