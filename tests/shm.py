@@ -1,6 +1,7 @@
 """The engine's files in /dev/shm, found only through their documented names
-(``{ns}.manifest.json``, ``{ns}.seg.*``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read as
-plain JSON and files are listed by prefix, independently of ``posenc.engine.store``."""
+(``{ns}.manifest.json``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read as plain JSON and
+files are listed by prefix, independently of ``posenc.engine.store``; and the sealed segments a
+process holds or maps (memfds named ``{ns}.seg.{generation}.{digest}[-rev]``), read from /proc."""
 
 from __future__ import annotations
 
@@ -54,3 +55,33 @@ def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
             return json.loads(f.read())
     except FileNotFoundError:
         return None
+
+
+def held_segments(pid: int, namespace: str, generation: int | None = None) -> list[str]:
+    """Names of the namespace's sealed segments process ``pid`` holds a descriptor of (its
+    /proc/PID/fd links read ``/memfd:NAME (deleted)``)."""
+    pre = f"/memfd:{namespace}.seg." + ("" if generation is None else f"{generation}.")
+    out = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return []
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith(pre):
+            out.append(link[len("/memfd:"):].removesuffix(" (deleted)"))
+    return sorted(out)
+
+
+def mapped_segments(pid: int, namespace: str) -> dict[str, str]:
+    """{segment name: permissions} of the namespace's sealed segments process ``pid`` maps."""
+    out = {}
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith(f"/memfd:{namespace}.seg."):
+                out[parts[5].strip()[len("/memfd:"):].removesuffix(" (deleted)")] = parts[1]
+    return out

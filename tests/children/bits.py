@@ -22,5 +22,5 @@ def bits_equal(a, b) -> bool:
 
 
 def digest_of(view) -> str:
-    """A table view's manifest key: its segment is named {ns}.seg.{generation}.{digest}."""
-    return view.segment.path.rsplit(".", 1)[1]
+    """A table view's manifest key: its segment is named {ns}.seg.{generation}.{digest}[-rev]."""
+    return view.segment.entry["file"].rsplit(".", 1)[1]

@@ -1,10 +1,12 @@
 """A co-located reader running as another user: ``python tests/children/group_reader.py NS SHM``.
-Maps a table, asks the engine for a new one, and tries what group read-only access must not
-allow (opening a segment for writing, unlinking it, writing the manifest). Prints one JSON line."""
+Maps a table, asks the engine for a new one, and tries what it must not be able to do: write,
+truncate or map for writing a sealed segment it was handed, reach the engine's own descriptors
+through /proc, write the manifest. Prints one JSON line."""
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 
@@ -28,11 +30,13 @@ def main(ns: str, shm: str) -> None:
     out["lookup"] = c.lookup("rope", {"head_dim": 64, "positions": [3]})["cos"].tolist()
     c.table("rope", {"head_dim": 12, "rope_theta": 77.0})   # asks the engine to build it, and waits
     out["built"] = c.lookup("rope", {"head_dim": 12, "rope_theta": 77.0, "positions": [2]})["cos"].tolist()
-    seg = next(e["file"] for e in c.manifest(force=True)["tables"].values())
-    path = os.path.join(shm, seg)
-    out["write"] = attempt(lambda: os.close(os.open(path, os.O_RDWR)))
-    out["unlink"] = attempt(lambda: os.unlink(path))
-    out["chmod"] = attempt(lambda: os.chmod(path, 0o666))
+    m = c.manifest(force=True)
+    reply, fds = c.call_fds({"op": "open", "digests": list(m["tables"])[:1]})
+    fd = fds[0]
+    out["write"] = attempt(lambda: os.pwrite(fd, b"x", 0))
+    out["truncate"] = attempt(lambda: os.ftruncate(fd, 0))
+    out["map"] = attempt(lambda: mmap.mmap(fd, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+    out["engine_fds"] = attempt(lambda: os.listdir(f"/proc/{m['pid']}/fd"))
     out["manifest"] = attempt(lambda: os.close(os.open(os.path.join(shm, f"{ns}.manifest.json"), os.O_RDWR)))
     print(json.dumps(out), flush=True)
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from tests.procs import Procs
-from tests.shm import SHM_DIR, shm_files
+from tests.shm import SHM_DIR, held_segments, shm_files
 
 
 LENGTH = 4096          # rows of every configured table in these tests
@@ -150,6 +150,6 @@ def engine_stats(eng) -> dict:
     return reply
 
 
-def seg_files(ns: str, generation: int | None = None) -> list[str]:
-    pre = f"{ns}.seg." if generation is None else f"{ns}.seg.{generation}."
-    return [n for n in shm_files(ns) if n.startswith(pre)]
+def seg_files(eng, generation: int | None = None) -> list[str]:
+    """The sealed segments engine ``eng`` (a tests/procs.py process) holds."""
+    return held_segments(eng.pid, eng.namespace, generation)

@@ -31,14 +31,14 @@ def _modes(ns) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_segments_are_0400_by_default(ns, procs):
+def test_tables_are_sealed_segments_and_the_namespace_files_are_private(ns, procs):
     eng = procs.engine(SMALL_CONFIG, ns)
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})   # an on-demand segment too
-    modes = _modes(ns)
-    segs = seg_files(ns)
+    segs = seg_files(eng)
     assert len(segs) == len(SMALL_CONFIG["tables"]) + 2  # rope config has two dtypes, + on-demand
-    for n in segs:   # published tables are read-only files, also to their owner
-        assert modes[n][0] == 0o400, (n, oct(modes[n][0]))
+    assert sorted(e["file"] for e in eng.manifest()["tables"].values()) == segs
+    modes = _modes(ns)   # no table in /dev/shm: the manifest, the socket and the lock only
+    assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "sock", "lock")), modes
     assert modes[f"{ns}.manifest.json"][0] == 0o600
     assert modes[f"{ns}.sock"][0] & 0o077 == 0, oct(modes[f"{ns}.sock"][0])
     assert eng.stop() == 0
@@ -55,15 +55,12 @@ def _other_group() -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("by", ["name", "gid"])
-def test_group_option_makes_segments_0440_of_that_group(ns, procs, by):
+def test_group_option_opens_the_socket_and_manifest_to_that_group(ns, procs, by):
     name, gid = _other_group()
     eng = procs.engine(SMALL_CONFIG, ns, args=["--group", name if by == "name" else str(gid)])
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})
     modes = _modes(ns)
-    segs = seg_files(ns)
     assert any(not e["pinned"] for e in eng.manifest()["tables"].values())
-    for n in segs:
-        assert modes[n] == (0o440, gid), (n, oct(modes[n][0]), modes[n][1], gid)
     assert modes[f"{ns}.manifest.json"] == (0o640, gid)
     sock_mode, sock_gid = modes[f"{ns}.sock"]
     assert sock_gid == gid and sock_mode & 0o060 == 0o060 and sock_mode & 0o007 == 0, oct(sock_mode)
@@ -99,7 +96,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     m = eng.manifest()
     assert d2 not in m["tables"], "the least recently used table was not evicted"
     assert {d1, d3} <= set(m["tables"]) and pinned <= set(m["tables"])
-    assert not [n for n in shm_files(ns) if n.endswith(d2)], "the evicted segment is still in /dev/shm"
+    assert not [n for n in seg_files(eng) if n.endswith(d2)], "the engine still holds the evicted segment"
     assert sum(e["nbytes"] for e in m["tables"].values() if not e["pinned"]) <= budget
     assert "evicted" in eng.stderr()
     go.touch()

@@ -17,7 +17,7 @@ from tests.children.bits import bits_equal
 from tests.integration.engine_cases import SMALL_CONFIG
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors
-from tests.shm import SHM_DIR, assert_no_leftovers, read_manifest
+from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, read_manifest
 
 CAP = 65536
 CONFIG = {**SMALL_CONFIG, "on_demand_length": CAP}
@@ -114,7 +114,9 @@ def test_new_specs_under_a_small_budget_evict_and_rebuild_with_nothing_leaked(pr
     ask(thetas[0], [7])
     wait_for(lambda: stored(thetas[0]), 30, 0.02, "the evicted table rebuilt")
     files = {e["file"] for e in read_manifest(server.namespace)["tables"].values()}
-    segs = {n for n in os.listdir(SHM_DIR) if n.startswith(server.namespace + ".seg.")}
-    assert segs == files, segs ^ files                  # an evicted table's file is gone
+    for holder in (server.engine_pid(), server.pid):    # the engine and serve's keeper hold exactly
+        wait_for(lambda: set(held_segments(holder, server.namespace)) == files, 10, 0.02,   # the tables
+                 "evicted tables let go")
+    assert not [n for n in os.listdir(SHM_DIR) if n.startswith(server.namespace + ".seg.")]
     assert server.stop() == 0, server.output()
     assert_no_leftovers(server.namespace)
