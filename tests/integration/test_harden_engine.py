@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -38,7 +37,7 @@ def building(server) -> list[str]:
 
 
 @pytest.mark.slow
-def test_engine_killed_mid_build_the_waiting_request_is_answered_and_tmp_reclaimed(procs):
+def test_engine_killed_mid_build_the_waiting_request_is_answered_and_nothing_is_left(procs):
     s = procs.serve(CONFIG, workers=1)
     result = {}
     t = threading.Thread(target=lambda: result.update(
@@ -59,7 +58,7 @@ def test_engine_killed_mid_build_the_waiting_request_is_answered_and_tmp_reclaim
 
 
 @pytest.mark.slow
-def test_engine_killed_mid_start_its_tmp_is_removed_and_requests_are_answered(procs, ns):
+def test_engine_killed_mid_start_leaves_nothing_and_requests_are_answered(procs, ns):
     config = {"tables": [{"family": "sinusoidal", "spec": {"d_model": 2048}},
                          {"family": "rope", "spec": {"head_dim": 64}}]}
     s = procs.serve(config, workers=1, ready=False, namespace=ns)
@@ -71,7 +70,8 @@ def test_engine_killed_mid_start_its_tmp_is_removed_and_requests_are_answered(pr
     r = httpx.post(s.url + "/v1/rope", json=body, headers=BIN, timeout=60)
     assert r.status_code == 200 and r.content == reference_safetensors("rope", body)
     s.wait_ready(120)
-    assert re.search(r"adopted \d+ table\(s\).*removed [1-9]\d* other file", s.stderr()), s.output()
+    assert "2 tables (0 adopted)" in s.stderr(), s.output()   # (nothing was published to keep)
+    assert not [n for n in shm_files(ns) if ".seg." in n or n.endswith(".tmp")], shm_files(ns)
     assert s.stop() == 0, s.output()
 
 
