@@ -1,8 +1,10 @@
 """Prometheus metrics shared by every worker.
 
-Each uvicorn worker counts into its own small file in shm_dir (``{ns}.metrics.{pid}``, a float64
-array [route, status, bucket + seconds + bytes]); ``/metrics`` on any worker sums all workers'
-files, so a scrape sees the whole server whichever worker answers. Buckets are fine enough for
+Each uvicorn worker counts in its own memory and writes the counts to its own small file in shm_dir
+(``{ns}.metrics.{pid}``, a float64 array [route, status, bucket + seconds + bytes]) every
+``FLUSH_S`` and before each scrape it answers; the file is written (``pwrite``), never mapped, so
+whatever another process does to it (truncate it, fill the file system) costs at most counts, never
+the worker. ``/metrics`` on any worker sums all workers' files, so a scrape sees the whole server whichever worker answers. Buckets are fine enough for
 10–1000 µs. A worker that dies (or exits) has its counts folded, once, into a persistent total
 (service/metrics/fold.py), so no counter goes backwards when uvicorn replaces a worker. Requests
 answered by the C shortcut (service/front/front.py, service/protocol/lane.py) count into rows of their own, which
@@ -15,6 +17,7 @@ import bisect
 import mmap
 import os
 import random
+import threading
 
 import numpy as np
 
@@ -24,28 +27,41 @@ from posenc.service.metrics.layout import (
     CELLS, KINDS, NB, ROUTE_INDEX, ROUTES, SHAPE, SHORTCUT_ROW, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
 from posenc.service.metrics.text import render
 
+FLUSH_S = 0.1   # how often a worker writes its counts to its file
+
 class Metrics:
     def __init__(self, shm_dir: str, namespace: str, kind: str = "http"):
         """``kind``: the server counting here (layout.KINDS: an HTTP worker, or a gRPC server process)."""
         self.shm_dir, self.namespace = shm_dir, namespace
         self.path = os.path.join(shm_dir, f"{prefix(namespace)}{os.getpid()}")
         size = int(np.prod(SHAPE)) * 8
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(fd, size)
-            # Every page backed now: on a full tmpfs the first count on an untouched page would
-            # otherwise kill the worker with SIGBUS. ENOSPC here: the worker runs without metrics.
-            reserve(fd, size)
-            self._mm = mmap.mmap(fd, size)
+            os.ftruncate(self._fd, size)
+            reserve(self._fd, size)   # ENOSPC here: the worker runs without metrics
         except OSError:
             os.unlink(self.path)
+            os.close(self._fd)
             raise
-        finally:
-            os.close(fd)
+        self._mm = mmap.mmap(-1, size)   # the counts themselves: this process's memory
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(SHAPE)
         self.counts[-1, 0, 0] = random.getrandbits(48) + 1   # folded once by this token
         self.counts[-1, 0, 1] = KINDS.index(kind)
         self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
+        self.flush()
+        self._stop = threading.Event()
+        threading.Thread(target=self._flusher, daemon=True, name="posenc-metrics-flush").start()
+
+    def flush(self) -> None:
+        """Write the counts to this worker's file (what other workers' scrapes read)."""
+        try:
+            os.pwrite(self._fd, self._mm, 0)
+        except (OSError, ValueError):   # no room, or closed: the counts stay here, written next time
+            pass
+
+    def _flusher(self) -> None:
+        while not self._stop.wait(FLUSH_S):
+            self.flush()
 
     @staticmethod
     def index(route: str, status: int) -> int:
@@ -70,11 +86,14 @@ class Metrics:
 
     def close(self) -> None:
         """This worker's counts go into the persistent total (they stay counted), then its file."""
+        self._stop.set()
         self._flat.release()
+        os.close(self._fd)
         retire(self.shm_dir, self.namespace, self.path, self.counts)
 
     def render(self, extra: str = "") -> str:
         """Every worker's counts (live ones and the folded total) in the text format."""
+        self.flush()
         return render(self, extra)
 
 

@@ -81,6 +81,7 @@ def page(metrics, client, settings, serve_pid: int | None) -> str:
     fams = []
     procs = []
     if metrics is not None:
+        metrics.flush()   # this worker's counts up to now, for itself and any later scrape
         total, counting = collect(metrics.shm_dir, metrics.namespace, metrics.path)
         fams += request_families(total, counting)
         procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]

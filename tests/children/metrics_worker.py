@@ -1,5 +1,6 @@
 """A worker that counts N shortcut answers of 10 bytes into the metrics of (shm_dir, namespace),
-says so on stdout, then exits through close() ("exit") or waits to be killed ("hang").
+waits for its counts to reach its file (the flusher writes them every FLUSH_S: what a kill -9
+can lose is the last FLUSH_S), says so on stdout, then exits through close() ("exit") or waits to be killed ("hang").
 
     python -m tests.children.metrics_worker SHM_DIR NAMESPACE N exit|hang
 """
@@ -10,7 +11,7 @@ import json
 import sys
 import time
 
-from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.counters import FLUSH_S, Metrics
 
 
 def main() -> None:
@@ -19,6 +20,7 @@ def main() -> None:
     base = Metrics.shortcut_index("rope")
     for _ in range(n):
         m.observe_at(base, 30e-6, 10)
+    time.sleep(3 * FLUSH_S)
     print(json.dumps({"counted": n}), flush=True)
     if how == "exit":
         m.close()
