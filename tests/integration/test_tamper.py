@@ -1,0 +1,167 @@
+"""Tampering with a running server's storage, as another process of the same user can, under a
+checked load (every HTTP answer compared byte for byte with the float64 reference) and with a
+co-located reader process holding views and checking its own lookups: the tables (configured,
+named, on-demand) are sealed segments, reached through /proc/PID/fd of the engine and of serve's
+keeper, and every way of changing them is refused; every file the namespace has in /dev/shm
+(manifest, metrics files, locks) is truncated, overwritten with lies or unlinked. Nothing may die,
+no byte may be wrong, named tables answer by name throughout."""
+
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import random
+import threading
+import time
+
+import httpx
+
+from posenc.engine.compute import compute
+from posenc.engine.formats import read_safetensors
+from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
+from tests.procs import wait_for
+from tests.service_cases import BIN, reference_safetensors
+from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, shm_files
+
+ON_DEMAND = {"head_dim": 32, "rope_theta": 77.0}
+
+
+def _requests(rng: random.Random, named: str):
+    """(route, body, the spec body whose reference it must equal): configured by spec, by name,
+    on demand; positions on both sides of the tables' ends."""
+    p = sorted(rng.sample(range(0, 9000), 3))
+    return rng.choice([
+        ("rope", {"head_dim": 64, "positions": p}, None),
+        ("rope", {"table": named, "positions": p}, {"head_dim": 64, "positions": p}),
+        ("rope", {**ON_DEMAND, "positions": p}, None),
+        ("sinusoidal", {"d_model": 33, "positions": p}, None),
+        ("alibi", {"num_heads": 8, "query": p[:2], "key": p}, None),
+    ])
+
+
+def _load(url: str, named: str, stop: threading.Event, out: list, seed: int) -> None:
+    rng = random.Random(seed)
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while not stop.is_set():
+            family, body, ref = _requests(rng, named)
+            try:
+                r = c.post(f"/v1/{family}", json=body, headers=BIN)
+                if ref is None:
+                    ok = r.content == reference_safetensors(family, body)
+                else:   # by name: the arrays of its spec's answer (the metadata names the table)
+                    got, want = read_safetensors(r.content)[0], compute(family, ref)
+                    ok = all(got[k].tobytes() == want[k].tobytes() for k in ("cos", "sin"))
+                out.append((r.status_code, ok, body))
+            except httpx.HTTPError as e:
+                out.append((repr(e), False, body))
+
+
+def _try_tables(pid: int, ns: str) -> dict[str, int]:
+    """Every way to change a sealed segment through /proc/PID/fd; {attempt: refusals}."""
+    refused = {"truncate": 0, "grow": 0, "write": 0, "map": 0}
+    fds = [fd for fd in os.listdir(f"/proc/{pid}/fd")
+           if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{ns}.seg.")]
+    for fd in fds:
+        path = f"/proc/{pid}/fd/{fd}"
+        for what, attempt in (("truncate", lambda: os.truncate(path, 4096)),
+                              ("grow", lambda: os.truncate(path, 1 << 30))):
+            try:
+                attempt()
+            except OSError as e:
+                assert e.errno == errno.EPERM, e
+                refused[what] += 1
+        own = os.open(path, os.O_RDWR)   # a reopen for writing is allowed; nothing through it is
+        try:
+            try:
+                os.pwrite(own, b"\xff" * 64, 64)
+            except OSError as e:
+                assert e.errno == errno.EPERM, e
+                refused["write"] += 1
+            try:
+                mmap.mmap(own, 0, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError as e:
+                assert e.errno == errno.EPERM, e
+                refused["map"] += 1
+        finally:
+            os.close(own)
+    return refused
+
+
+def _tamper_files(ns: str, named: str) -> list[str]:
+    """Truncate every file of the namespace in /dev/shm, write lies into the manifest (every named
+    table pointing at another's digest, arrays at wrong offsets), then unlink it."""
+    done = []
+    for n in shm_files(ns):
+        path = os.path.join(SHM_DIR, n)
+        if n.endswith(".sock"):
+            continue
+        try:
+            if n.endswith(".manifest.json"):
+                try:
+                    with open(path, "rb") as f:
+                        m = json.loads(f.read())
+                except ValueError:   # truncated last round (or rewritten since): lie again next round
+                    continue
+                digests = list(m["tables"])
+                for e in m["named"]:
+                    e["digest"] = digests[0]
+                    e["spec"] = {"head_dim": 8}
+                for e in m["tables"].values():
+                    e["nbytes"] *= 4
+                    for a in e["arrays"].values():
+                        a["offset"] += 4096
+                with open(path, "w") as f:
+                    json.dump(m, f)
+                time.sleep(0.2)   # long enough for readers to notice the new file and act on it
+            os.truncate(path, 0)
+            done.append(n)
+        except OSError:
+            pass
+    return done
+
+
+def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
+    server = procs.serve(SMALL_CONFIG, workers=2, namespace=ns)
+    with open(os.path.join(SHM_DIR, f"{ns}.manifest.json"), "rb") as f:
+        named = next(e["name"] for e in json.load(f)["named"] if e["family"] == "rope")
+    stop_file = tmp_path / "stop"
+    co = reader(procs, ns, "loop", name="co-located", cases=LOOP_CASES, stop=str(stop_file))
+    co.wait_json(lambda m: m.get("i", 0) >= 2, timeout=60, what="the co-located reader's first rounds")
+    httpx.post(server.url + "/v1/rope", json={**ON_DEMAND, "positions": [1]}, headers=BIN, timeout=30)
+    wait_for(lambda: len(held_segments(server.engine_pid(), ns)) == 6, 30, 0.05, "the on-demand table")
+    pids = {"engine": server.engine_pid(), "workers": sorted(server.worker_pids()), "serve": server.pid}
+    stop, out = threading.Event(), []
+    threads = [threading.Thread(target=_load, args=(server.url, named, stop, out, k)) for k in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        refused = [_try_tables(pids["engine"], ns), _try_tables(pids["serve"], ns)]
+        tampered = []
+        for _ in range(3):
+            tampered += _tamper_files(ns, named)
+            time.sleep(0.3)
+        manifest = os.path.join(SHM_DIR, f"{ns}.manifest.json")
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    for r in refused:   # 6 tables (2 rope dtypes, sinusoidal, alibi, t5, on-demand), each refused each way
+        assert r == dict.fromkeys(("truncate", "grow", "write", "map"), 6), refused
+    assert any(".metrics." in n for n in tampered) and any(n.endswith("manifest.json") for n in tampered), tampered
+    bad = [(s, body) for s, ok, body in out if s != 200 or not ok]
+    assert not bad and len(out) > 50, (bad[:5], len(out))
+    named_ok = [ok for s, ok, body in out if "table" in body]
+    assert named_ok and all(named_ok)
+    # nothing died
+    assert server.alive() and server.engine_pid() == pids["engine"] and sorted(server.worker_pids()) == pids["workers"]
+    assert co.alive(), co.logs()
+    stop_file.touch()
+    co.expect_exit(0, timeout=30)
+    assert server.stop() == 0, server.output()
+    assert_no_leftovers(ns)
