@@ -128,8 +128,11 @@ def claim(s: Settings) -> int:
             raise SystemExit(f"posenc serve: {what}port {s.host}:{port} {why}; not starting") from None
         if s.grpc_port == 0:
             break
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+    except OSError:   # a full directory: the lock holds without the pid in it (nothing needs room)
+        pass
     return fd
 
 
