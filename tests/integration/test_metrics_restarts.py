@@ -1,7 +1,9 @@
 """/metrics on a real ``posenc serve`` with 2 workers obeys Prometheus' counter semantics when a
-worker is SIGKILLed under load (uvicorn replaces it): no counter series ever decreases across
-scrapes (parsed with prometheus_client's text parser), the dead worker's requests stay counted,
-and the engine, shared-memory and process figures are there. Load on 127.0.0.1 only, bounded."""
+worker is SIGKILLed under load (uvicorn replaces it) while new specs keep the engine building and
+evicting (a small budget): no counter series ever decreases across scrapes every 100 ms, which
+land on either worker (parsed with prometheus_client's text parser), the engine's builds and
+evictions among them; the dead worker's requests stay counted (up to its last write of its
+counts, service/metrics/counters.py FLUSH_S); the engine, shared-memory and process figures are there. Load on 127.0.0.1 only, bounded."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from posenc.service.metrics.counters import FLUSH_S
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG
 
@@ -47,20 +50,25 @@ def counter_series(sample: dict) -> dict:
     return out
 
 
-def load(url: str, stop: threading.Event, counts: dict) -> None:
+def load(url: str, stop: threading.Event, counts: dict, new_specs: bool = False) -> None:
+    theta = 100.0
     with httpx.Client(base_url=url, timeout=5) as c:
         while not stop.is_set():
+            theta += 1.0
+            body = {"head_dim": 8, "rope_theta": theta, "positions": [1, 9]} if new_specs else ROPE
             try:
-                r = c.post("/v1/rope", json=ROPE, headers=BIN)
+                r = c.post("/v1/rope", json=body, headers=BIN)
                 counts[r.status_code] = counts.get(r.status_code, 0) + 1
             except httpx.HTTPError:
                 counts["error"] = counts.get("error", 0) + 1
 
 
 def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
-    server = procs.serve(CONFIG, workers=2, namespace=ns)
-    stop, counts = threading.Event(), {}
+    server = procs.serve(CONFIG, workers=2, namespace=ns, args=["--memory-budget", str(12 * 2**20)])
+    stop, counts, fresh = threading.Event(), {}, {}
     threads = [threading.Thread(target=load, args=(server.url, stop, counts)) for _ in range(2)]
+    threads.append(threading.Thread(target=load, args=(server.url, stop, fresh, True)))   # builds, evictions
+    t_start = time.monotonic()
     for t in threads:
         t.start()
     scrapes = []
@@ -82,6 +90,7 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
         stop.set()
         for t in threads:
             t.join(10)
+    took = time.monotonic() - t_start
     final = scrape(server.url)
     scrapes.append(final)
     assert counts.get(200, 0) > 50, counts
@@ -92,17 +101,19 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
             if key in prev:
                 assert v >= prev[key], (i, key, prev[key], v)
         prev.update(cur)
-    # every answered rope request is counted, those of the killed worker too; only a request the
-    # killed worker had written but not yet counted when SIGKILL came (one per load connection at
-    # most) can be missing
+    # every answered rope request is counted, those of the killed worker too, but for what it
+    # answered since it last wrote its counts (every FLUSH_S) when SIGKILL came
     rope = sum(v for (name, labels), v in final.items()
                if name == "posenc_request_duration_seconds_count" and ("route", "/v1/rope") in labels)
-    assert rope >= counts[200] - len(threads), (rope, counts)
+    answered = counts[200] + fresh.get(200, 0)
+    assert rope >= answered - 2 * FLUSH_S * answered / took - len(threads), (rope, answered, took)
+    assert final[("posenc_evictions_total", ())] >= 3, final[("posenc_evictions_total", ())]
     got = before_kill[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))]
     assert final[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "200")))] > got
     assert final[("posenc_workers", ())] == 2
     assert final[("posenc_engine_up", ())] == 1
     assert final[("posenc_tables", (("kind", "pinned"),))] == 7
+    assert final[("posenc_builds_total", ())] >= 7 + 3
     assert final[("posenc_shm_bytes", (("kind", "pinned"),))] > 0
     assert final[("posenc_builds_total", ())] >= 7
     assert final[("posenc_build_seconds_count", ())] == final[("posenc_builds_total", ())]
