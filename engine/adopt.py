@@ -10,8 +10,8 @@ entry names:
   process's (engine/built_by.py: a digest of the registered families' modules and every engine
   module they import, kernels and dtype rounding among them, so an upgrade never serves a
   predecessor's tables);
-- the entry's key re-validates (``TableDef.from_key``) to the same digest and length, and the
-  layout it records is the one this code would write;
+- the entry's key re-validates (``TableDef.from_key``; a configured table's is the config's, already
+  validated) to the same digest, length and dtype (the same code lays a table out the same way);
 - the descriptor is a sealed segment of the recorded size (store.check_sealed). Sealed, its bytes
   cannot have changed since the dead engine checksummed and sealed them, so nothing is read
   again: adoption costs the same for 2 GiB of tables as for 2 MiB.
@@ -41,15 +41,14 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def why_not(digest: str, e: dict, fd: int) -> tuple[str | None, TableDef | None]:
-    """(why this held table cannot be adopted or None, its TableDef)."""
+def why_not(digest: str, e: dict, fd: int, t: TableDef | None = None) -> tuple[str | None, TableDef | None]:
+    """(why this held table cannot be adopted or None, its TableDef); ``t``: the configured table
+    of that digest, already validated (its key is not parsed again)."""
     try:
-        t = TableDef.from_key(e["key"], int(e["length"]))
+        if t is None or t.length != e["length"] or t.key != e["key"]:
+            t = TableDef.from_key(e["key"], int(e["length"]))
         if t.digest != digest or t.length != e["length"] or t.dtype != e.get("dtype"):
             return "its key does not match its entry", None
-        arrays, size = store.plan(t.layout())
-        if arrays != e["arrays"] or size != e["nbytes"]:
-            return "its layout is not this version's", None
     except (SpecError, KeyError, TypeError, ValueError) as exc:
         return f"its entry is not valid ({exc})", None
     why = store.check_sealed(fd, e["nbytes"])
@@ -70,9 +69,9 @@ def adopt(eng, log) -> dict:
     configured = {ct.table.digest: ct for ct in eng.configured}
     keep, dropped = [], {}
     for digest, e, fd in sorted(held, key=lambda h: -h[1].get("last_used", 0) if isinstance(h[1], dict) else 0):
-        why, t = (why_not(digest, e, fd) if old_code == built_by.current() and isinstance(e, dict)
-                  else ("other table code built it", None))
         ct = configured.get(digest)
+        why, t = (why_not(digest, e, fd, ct and ct.table) if old_code == built_by.current() and isinstance(e, dict)
+                  else ("other table code built it", None))
         if why is None and ct is not None and ct.table.length != t.length:
             why = f"the config now sizes it {ct.table.length}"
         if why is None and ct is None and e["nbytes"] > eng.opts.memory_budget_bytes - sum(
