@@ -36,6 +36,7 @@ from .tables.base import DEFAULT_LENGTH, on_demand_length
 
 
 _log = logging.getLogger("posenc.engine")
+FD_RESERVE = 256   # descriptors the engine keeps for its socket's connections and its files
 
 
 def log(msg: str) -> None:
@@ -69,6 +70,8 @@ class Engine:
         self.tables: dict[str, dict] = {}
         self.fds: dict[str, int] = {}              # digest -> the sealed segment's descriptor
         self.keeper = KeeperLink(opts.keeper_fd)
+        # one descriptor per table: at most this many, the rest kept for the socket's connections
+        self.max_tables = max(16, proclife.descriptors() - FD_RESERVE)
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
@@ -168,11 +171,13 @@ class Engine:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
         mapped an evicted table keep it (unlink frees nothing while it is mapped)."""
         used = sum(e["nbytes"] for e in self.tables.values() if not e["pinned"])
-        if used + nbytes <= self.opts.memory_budget_bytes:
+        if used + nbytes <= self.opts.memory_budget_bytes and len(self.tables) < self.max_tables:
             return
         victims = sorted((e["last_used"], d) for d, e in self.tables.items() if not e["pinned"])
         while used + nbytes > self.opts.memory_budget_bytes and victims:
             used -= self._evict(victims.pop(0)[1], "to stay within the memory budget")
+        while len(self.tables) >= self.max_tables and victims:
+            self._evict(victims.pop(0)[1], f"to stay within {self.max_tables} tables (a descriptor each)")
 
     def _evict(self, digest: str, why: str) -> int:
         """Drop one table (the caller holds the lock): manifest first, then the file."""

@@ -23,11 +23,15 @@ from __future__ import annotations
 import socket
 import threading
 
-from . import fdpass
+from . import fdpass, proclife
 
 
 class Keeper:
     def __init__(self):
+        # one descriptor per table, in a process that also serves (with one worker, uvicorn's
+        # worker is this process): at most half of what it may open; a table past that is not
+        # kept (after a crash, its engine builds it again)
+        self.max_held = max(0, proclife.descriptors() // 2 - 64)
         self.lock = threading.Lock()
         self.held: dict[str, tuple[dict, int]] = {}   # digest -> (manifest entry, descriptor)
         self.built_by: str | None = None
@@ -62,7 +66,7 @@ class Keeper:
         with self.lock:
             if op == "built_by":
                 self.built_by = msg.get("value")
-            elif op == "keep" and fd is not None:
+            elif op == "keep" and fd is not None and (digest in self.held or len(self.held) < self.max_held):
                 old = self.held.pop(digest, None)
                 self.held[digest] = (msg.get("entry") or {}, fd)
                 fd = None

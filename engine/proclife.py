@@ -1,4 +1,4 @@
-"""Process life shared by the engine and the HTTP workers: die with the parent."""
+"""Process life shared by the engine and the HTTP workers: die with the parent; descriptors."""
 
 from __future__ import annotations
 
@@ -22,3 +22,17 @@ def exit_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> bo
     if parent is not None and os.getppid() != parent:
         signal.raise_signal(sig)
     return True
+
+
+def descriptors() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (the engine and the keeper hold
+    one descriptor per table) and return it (a very large number when unlimited)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):   # pragma: no cover - a hard limit we may not reach
+            pass
+    return 1 << 30 if soft == resource.RLIM_INFINITY else soft

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -70,7 +71,7 @@ def test_engine_killed_mid_start_leaves_nothing_and_requests_are_answered(procs,
     r = httpx.post(s.url + "/v1/rope", json=body, headers=BIN, timeout=60)
     assert r.status_code == 200 and r.content == reference_safetensors("rope", body)
     s.wait_ready(120)
-    assert "2 tables (0 adopted)" in s.stderr(), s.output()   # (nothing was published to keep)
+    assert re.search(r"2 tables \([01] adopted\)", s.stderr()), s.output()   # (a table built before the kill is kept)
     assert not [n for n in shm_files(ns) if ".seg." in n or n.endswith(".tmp")], shm_files(ns)
     assert s.stop() == 0, s.output()
 

@@ -210,8 +210,13 @@ def test_2000_distinct_specs_under_nofile_1024_never_get_a_500(procs, tmp_path):
                 assert r.status_code == 200, (i, r.text)
                 got = read_safetensors(r.content)[0]["buckets"]
                 assert np.array_equal(got, compute("t5-buckets", body)["buckets"])
-        fds = len(os.listdir(f"/proc/{s.pid}/fd"))   # one worker: uvicorn serves in this process
+        # one worker: uvicorn serves in this process, which is also serve's keeper (a descriptor per
+        # table it keeps for the next engine, at most half its limit)
+        links = [os.readlink(f"/proc/{s.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{s.pid}/fd")]
+        kept = sum(1 for x in links if x.startswith("/memfd:"))
+        fds = len(links) - kept
         assert c.get("/metrics").text.count("posenc_request_duration_seconds_count") >= 1
     assert statuses == {200: 2000}, statuses
     assert fds < 200, fds   # mapped tables hold no descriptor
+    assert kept <= 1024 // 2 - 64, kept
     assert s.stop() == 0, s.output()

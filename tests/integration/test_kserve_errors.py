@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.procs import wait_for
 from tests.integration.kserve_cases import clients_of
 
 pytestmark = pytest.mark.slow
@@ -190,7 +191,17 @@ def test_metrics_count_v2_and_grpc(clients):
         with pytest.raises(InferenceServerException):
             clients[t].infer("rope", [_input(m, "positions", [1])], parameters={"spec": '{"head_dim": 7}'})
         clients[t].infer("t5-decoder", [_input(m, "query", [1]), _input(m, "key", [2])])
-    text = clients["http"].get("/metrics").text
+    lines = ('route="/v2/models/rope/infer",status="200"', 'route="/v2/models/rope/infer",status="400"',
+             'route="/v2/models/<table>/infer",status="200"', 'route="grpc ModelInfer rope",status="200"',
+             'route="grpc ModelInfer rope",status="400"', 'route="grpc ModelInfer <table>",status="200"')
+
+    def counted():   # each process writes its counts to its file every FLUSH_S
+        text = clients["http"].get("/metrics").text
+        return text if all(f"posenc_request_duration_seconds_count{{{x}}}" in text for x in lines) else None
+    try:
+        text = wait_for(counted, 5, 0.05, "every route counted")
+    except TimeoutError:
+        text = clients["http"].get("/metrics").text
     for line in ('route="/v2/models/rope/infer",status="200"', 'route="/v2/models/rope/infer",status="400"',
                  'route="/v2/models/<table>/infer",status="200"', 'route="grpc ModelInfer rope",status="200"',
                  'route="grpc ModelInfer rope",status="400"', 'route="grpc ModelInfer <table>",status="200"'):

@@ -4,8 +4,8 @@ server processes (REST and gRPC, one and two workers of each), with the real ``t
 - shrinking and regrowing its own region in a loop while asking for outputs into it gets answers
   or a 400 / INVALID_ARGUMENT ("too small"), never a process killed by SIGBUS: every process of
   the server (uvicorn, its workers, the gRPC processes, the engine) keeps its pid;
-- a key that is a symbolic link (to a file outside /dev/shm, or to the server's own table
-  segment) or a hard link (to a table segment) is refused, at registration and at use, and the
+- a key that is a symbolic link (to a file outside /dev/shm, or to one of the server's own
+  files) or a hard link (to one of them) is refused, at registration and at use, and the
   file behind it is left as it was.
 """
 
@@ -149,10 +149,11 @@ def served(tmp_path_factory):
     assert shm_files(ns) == []
 
 
-def _segment(ns: str) -> str:
-    segs = [n for n in shm_files(ns) if ".seg." in n]
-    assert segs, shm_files(ns)
-    return os.path.join(SHM_DIR, segs[0])
+def _own_file(ns: str) -> str:
+    """A file of the server's in /dev/shm (its manifest: tables are sealed memory, not files)."""
+    path = os.path.join(SHM_DIR, f"{ns}.manifest.json")
+    assert os.path.exists(path), shm_files(ns)
+    return path
 
 
 def _refused(call, transport: str, words: str) -> None:
@@ -165,10 +166,10 @@ def _links(tmp_path, ns: str) -> dict:
     """Keys of /dev/shm that lead elsewhere: {kind: (key, the file written through it)}."""
     outside = tmp_path / f"outside-{_tag()}"
     outside.write_bytes(b"A" * REGION)
-    seg = _segment(ns)
+    own = _own_file(ns)
     out = {}
-    for kind, target in (("symlink outside", str(outside)), ("symlink to a segment", seg),
-                         ("hard link to a segment", seg)):
+    for kind, target in (("symlink outside", str(outside)), ("symlink to a posenc file", own),
+                         ("hard link to a posenc file", own)):
         key = f"posenc_test_{_tag()}"
         path = os.path.join(SHM_DIR, key)
         (os.link if kind.startswith("hard") else os.symlink)(target, path)
@@ -176,8 +177,8 @@ def _links(tmp_path, ns: str) -> dict:
     return out
 
 
-WORDS = {"symlink outside": "symbolic link", "symlink to a segment": "symbolic link",
-         "hard link to a segment": "links"}
+WORDS = {"symlink outside": "symbolic link", "symlink to a posenc file": "symbolic link",
+         "hard link to a posenc file": "links"}
 
 
 @pytest.mark.parametrize("transport", MODULES)
@@ -235,7 +236,7 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
 def test_keys_of_any_posenc_namespace_are_refused(served, transport):
     s, clients = served
     c = clients[transport]
-    seg = os.path.basename(_segment(s.namespace))
+    seg = f"{s.namespace}.seg.1.0123456789abcdef0123"   # (a segment name of an older version)
     for key in (f"/{seg}", f"/{s.namespace}.manifest.json", f"/{s.namespace}.lock",
                 "/ptest-00000000.seg.0.rope", "/other_ns.manifest.json", "/x.metrics.1"):
         _refused(lambda: c.register_system_shared_memory("evil", key, 16), transport, "posenc's own files")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
-import os
 
 import httpx
 import numpy as np
@@ -18,7 +17,10 @@ from posenc.engine import kernels
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
+from tests.procs import wait_for
 from tests.children.bits import digest_of
+from tests.shm import held_segments, mapped_segments
+from posenc.service.metrics.counters import FLUSH_S
 from tests.independent import assert_answer
 from tests.service_cases import BIN, REQUEST_IDS, REQUESTS, as_float, orjson_dumps, reference_safetensors
 
@@ -92,15 +94,12 @@ def test_accept_negotiation(http):
 def test_workers_share_one_set_of_segments(server, http):
     workers = server.worker_pids()
     assert len(workers) == 2, workers
-    maps = {}
-    for pid in workers:
-        with open(f"/proc/{pid}/maps") as f:
-            maps[pid] = {line.split()[-1] for line in f if f"/dev/shm/{server.namespace}.seg." in line}
-    a, b = ({os.path.basename(p) for p in v} for v in maps.values())
+    maps = {pid: set(mapped_segments(pid, server.namespace)) for pid in workers}
+    a, b = maps.values()
     pinned = {e["file"] for e in Client(namespace=server.namespace).tables() if e["pinned"]}
-    files = {n for n in os.listdir("/dev/shm") if n.startswith(server.namespace + ".seg.")}
-    assert pinned and pinned <= a & b, maps   # both map every configured table from the same files
-    assert a | b <= files                     # and nothing else: no private copies
+    held = set(held_segments(server.engine_pid(), server.namespace))
+    assert pinned and pinned <= a & b, maps   # both map every configured table: the engine's segments
+    assert a | b <= held                      # and nothing else: no private copies
     seen = set()
     for _ in range(60):  # a new connection each time: the kernel spreads them over the workers
         r = httpx.post(server.url + "/v1/rope", json={"head_dim": 64, "positions": [1]})
@@ -135,11 +134,16 @@ def test_health_ready_tables_metrics_docs(http, server):
     # The workers and the engine run the suite's backend: POSENC_BACKEND reaches every child.
     assert t["backend"]["backend"] == t["engine_backend"]["backend"] == kernels.BACKEND
     names = {e["file"] for e in t["tables"]}
-    assert names <= set(os.listdir("/dev/shm")) and len(names) >= 7
+    assert names <= set(held_segments(server.engine_pid(), server.namespace)) and len(names) >= 7
     http.post("/v1/rope", json={"head_dim": 64, "positions": [1]})
     http.post("/v1/rope", json={"head_dim": "x", "positions": [1]})
-    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
-           for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples}
+
+    def scrape():   # either worker answers; the other's counts reach its file within FLUSH_S
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples}
+    got = wait_for(lambda: (g := scrape()).get(
+        ("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "422")))) and g,
+        5, 2 * FLUSH_S, "the requests counted")
     assert ("posenc_request_duration_seconds_bucket",
             (("le", "1e-05"), ("route", "/v1/rope"), ("status", "200"))) in got
     assert got[("posenc_request_duration_seconds_count", (("route", "/v1/rope"), ("status", "422")))] >= 1

@@ -26,7 +26,7 @@ from posenc.engine.formats import read_safetensors
 from posenc.engine.settings import Settings
 from tests.independent import assert_answer
 from tests.procs import REPO
-from tests.shm import shm_files
+from tests.shm import held_segments, shm_files
 from tests.service_cases import BIN, CONFIG
 
 
@@ -64,10 +64,10 @@ def test_killed_worker_and_engine_are_survived(procs):
     new = {"head_dim": 40, "positions": [3]}   # an on-demand build through the new engine
     assert httpx.post(s.url + "/v1/rope", json=new, timeout=60).status_code == 200
     assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
-    # the new engine adopted the dead one's intact segments (same files) and published them anew
+    # the new engine adopted the tables serve's keeper held for it (the same segments) and published them anew
     m = Client(namespace=s.namespace).manifest(force=True)
-    files = [n for n in shm_files(s.namespace) if n.startswith(s.namespace + ".seg.") and not n.endswith(".tmp")]
-    assert set(e["file"] for e in m["tables"].values()) <= set(files)   # (head_dim 40 may be building)
+    held = held_segments(s.engine_pid(), s.namespace)
+    assert set(e["file"] for e in m["tables"].values()) <= set(held)   # (head_dim 40 may be building)
     assert any(e.get("adopted") and f".seg.{gen}." in e["file"] for e in m["tables"].values()), m["tables"]
     assert s.stop() == 0, s.output()
     assert shm_files(s.namespace) == []
