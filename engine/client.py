@@ -84,7 +84,7 @@ class TableView:
 NO_FILE_RECHECK_S = 1.0   # how often the engine is asked for its manifest when there is no file
 ASK_TIMEOUT_S = 5.0       # a manifest or a segment asked of the engine (not a build) takes at most this
 ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
-MAX_PENDING_ASKS = 64  # asks queued for the engine at once; more are dropped (and their requests computed)
+MAX_PENDING_ASKS = 64  # tables asked for at once; more are dropped (and their requests computed)
 ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
 
 
@@ -103,8 +103,8 @@ class Client:
         self._views: dict[str, TableView] = {}   # digest -> view (current generation)
         self._named: tuple = (None, {})          # (manifest it was read from, named tables)
         self._asks: dict[str, tuple[int, float]] = {}   # digest -> (rows asked, when): asked, not yet there
-        self._queue: queue.SimpleQueue | None = None    # asks for the engine, sent by daemon threads
-        self._pending = 0
+        self._queue: queue.SimpleQueue | None = None    # digests to ask the engine for, by daemon threads
+        self._flying: dict[str, list] = {}               # digest -> [TableDef, reach]: queued or on its way
         self.pipeline = Pipeline(named=self.named_tables)
 
     # -- manifest ----------------------------------------------------------------------------
@@ -307,37 +307,51 @@ class Client:
         return v
 
     def _ask(self, t: TableDef, reach: int | None) -> None:
-        """Queue an ask for ``t`` (``reach`` rows) unless the same or a longer one is pending."""
-        now = time.monotonic()
+        """Queue an ask for ``t`` (``reach`` rows) unless the same or a longer one was made lately.
+        Asks coalesce: while one for a table is queued or on its way, a new one only raises the
+        reach it will ask for, so a stalled engine is asked once per table however often (and
+        however far) requests reach meanwhile, then once more at the longest reach."""
+        now, reach = time.monotonic(), None if reach is None else int(reach)
         with self._lock:
             prev = self._asks.get(t.digest)
             if prev is not None and (prev[0] or 0) >= (reach or 0) and now - prev[1] < ASK_AGAIN_S:
                 return
-            if self._pending >= MAX_PENDING_ASKS:
-                return
+            self._asks[t.digest] = (reach or 0, now)
             if len(self._asks) > 4 * MAX_PENDING_ASKS:   # forget old asks (their tables came or were refused)
                 self._asks = {d: a for d, a in self._asks.items() if now - a[1] < ASK_AGAIN_S}
-            self._asks[t.digest] = (reach or 0, now)
-            self._pending += 1
+            flying = self._flying.get(t.digest)
+            if flying is not None:   # queued or on its way: the next ask goes as far as this one
+                flying[1] = None if reach is None or flying[1] is None else max(flying[1], reach)
+                return
+            if len(self._flying) >= MAX_PENDING_ASKS:
+                return
+            self._flying[t.digest] = [t, reach]
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
                 for i in range(2):   # two: a long build does not hold up every other ask
                     threading.Thread(target=self._asker, daemon=True, name=f"posenc-ask-{i}").start()
-            self._queue.put((t, None if reach is None else int(reach)))
+            self._queue.put(t.digest)
 
     def _asker(self) -> None:
         while True:
-            t, reach = self._queue.get()
+            digest = self._queue.get()
+            with self._lock:
+                t, reach = self._flying[digest]
+                self._flying[digest] = [t, 0]   # what asks raise while this one is on its way
             try:
                 self._ensure(t, reach)
             except Exception:   # no room, engine away, ...: its requests are computed, and it
                 pass            # is asked for again after ASK_AGAIN_S; this thread must live on
             else:               # built: asked again (evicted since) once the manifest has shown it
                 with self._lock:
-                    self._asks[t.digest] = (reach or 0, time.monotonic() - ASK_AGAIN_S + ASKED_SHOWN_S)
-            finally:
-                with self._lock:
-                    self._pending -= 1
+                    self._asks[digest] = (reach or 0, time.monotonic() - ASK_AGAIN_S + ASKED_SHOWN_S)
+            with self._lock:
+                later = self._flying[digest][1]
+                if later is None and reach is not None or (later or 0) > (reach or 0):
+                    self._flying[digest][1] = later   # asked further meanwhile: once more, that far
+                    self._queue.put(digest)
+                else:
+                    del self._flying[digest]
 
     def answer(self, req: Request) -> dict:
         """The arrays for a planned request: from its shared table, or computed directly."""
