@@ -103,6 +103,13 @@ class Family:
         cuts out, and any a spec takes instead of them, such as rope's ``position_ids``)."""
         return self.selections
 
+    axis_fields: frozenset[str] = frozenset()   # selections of per-axis positions ([k, n])
+
+    def selection_rank(self, name: str) -> int:
+        """The rank of one selection of field ``name``: 1 (a list of positions), or 2 for
+        per-axis positions ([k, n], rope's ``position_ids``)."""
+        return 2 if name in self.axis_fields else 1
+
     @property
     def required_selections(self) -> tuple[str, ...]:
         """The selection fields every request holds (a v2 request's required inputs)."""
@@ -135,6 +142,11 @@ class Family:
     def parse_selections(self, spec, req: Mapping) -> dict:
         """{selection name: parsed selection} of a request with this (parsed) spec."""
         return {k: parse_selection(req.get(k), (k,)) for k in self.selections}
+
+    def probe_selections(self, spec, position: int) -> dict:
+        """Selection fields of a body reading one ``position`` with this spec (None: an invalid
+        one), as JSON: what picks a spec's table without a request's selections."""
+        return {name: [position] for name in self.selections}
 
     def check_selections(self, spec, sel: Mapping[str, Selection]) -> None:
         """Rules joining a spec and its selections (run for every request, cached spec or not)."""

@@ -209,6 +209,7 @@ class Rope(Family):
               "layout", "mrope_section", "mrope_interleaved", "axes_dim", "positions", "position_ids", "dtype")
     selections = ("positions",)
     selection_fields = ("positions", "position_ids")
+    axis_fields = frozenset({"position_ids"})
     dtyped = frozenset({"cos", "sin"})
     batched = frozenset({"cos", "sin"})
     returns = "cos, sin [n, d] (times attention_scaling), inv_freq [d/2] float32, attention_scaling"
@@ -218,6 +219,9 @@ class Rope(Family):
 
     def parse_selections(self, spec, req):
         return axes.selections(spec, req)
+
+    def probe_selections(self, spec, position):
+        return axes.probe(spec, position) or super().probe_selections(spec, position)
 
     def spec_json(self, spec):
         scaling = {"rope_type": spec.rope_type,
@@ -230,15 +234,14 @@ class Rope(Family):
         return {k: v for k, v in out.items() if v is not None}
 
     def output_nbytes(self, spec, sel, dtype):
-        return 2 * _pos(sel).n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
+        return 2 * axes.positions_of(sel).n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
 
     def compute(self, spec, sel, dtype):
-        positions = _pos(sel)
+        positions = axes.positions_of(sel)
         inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
         if "position_ids" in sel:      # each column at its axis's position (rope_axes.py)
-            st = _dt.DTYPES[dtype]
-            cos, sin = (axes.gather(lambda p, i=i: half_rows(inv, scaling, p, dtype)[i], *axes.spec_column_map(spec)[:2],
-                                    positions.array(), st) for i in (0, 1))
+            cos, sin = axes.gather(lambda p: half_rows(inv, scaling, p, dtype), *axes.spec_column_map(spec)[:2],
+                                   positions.array(), _dt.DTYPES[dtype])
             return {"cos": cos, "sin": sin, "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
         cos, sin = half_rows(inv, scaling, positions.array(), dtype)
         return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
@@ -247,7 +250,7 @@ class Rope(Family):
     # -- stored tables -------------------------------------------------------------------------
     def variant_of(self, spec, sel):
         rt = spec.type
-        return rt.variant(spec, effective_seq_len(spec, _pos(sel))) if rt.uses_seq_len else None
+        return rt.variant(spec, effective_seq_len(spec, axes.positions_of(sel))) if rt.uses_seq_len else None
 
     def table_for(self, spec, dtype, sel, length):
         rt = spec.type
@@ -260,7 +263,7 @@ class Rope(Family):
         return [TableDef(self.name, _strip(spec), dtype, length, v) for v in spec.type.stable_variants(spec)]
 
     def reach(self, spec, sel):
-        return _pos(sel).max + 1
+        return axes.positions_of(sel).max + 1
 
     def table_key(self, tspec, variant):
         key = {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
@@ -308,9 +311,8 @@ class Rope(Family):
                 return self.compute(spec, sel, dtype)
             half_col, axis, _ = axes.spec_column_map(spec)
             pos = sel["position_ids"].array()
-            return {"cos": axes.gather(view.cos.__getitem__, half_col, axis, pos, view.cos.dtype),
-                    "sin": axes.gather(view.sin.__getitem__, half_col, axis, pos, view.sin.dtype),
-                    "inv_freq": view.inv_freq, "attention_scaling": float(scaling)}
+            cos, sin = axes.gather(lambda p: (view.cos[p], view.sin[p]), half_col, axis, pos, view.cos.dtype)
+            return {"cos": cos, "sin": sin, "inv_freq": view.inv_freq, "attention_scaling": float(scaling)}
         rows = sel["positions"].array()
         if sel["positions"].max >= view.length:          # past the table: computed exactly
             inside = rows < view.length
@@ -381,11 +383,6 @@ class Rope(Family):
         "Flux axes": {"value": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": INTERLEAVED,
                                 "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]]}},
     }
-
-
-def _pos(sel):
-    """The request's positions: ``positions`` or ``position_ids`` (both have n and max)."""
-    return sel["positions"] if "positions" in sel else sel["position_ids"]
 
 
 _SCALING = {

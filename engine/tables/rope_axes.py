@@ -166,7 +166,9 @@ def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
     if bad.any():
         a, i = (int(x) for x in np.argwhere(bad)[0])
         raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {int(arr[a, i])}")
-    return AxisPositions(np.ascontiguousarray(arr, dtype=np.int64))
+    if arr.dtype != np.int64 or not (arr.flags.aligned and arr.flags.c_contiguous):
+        arr = np.array(arr, dtype=np.int64)   # binary tensors arrive at any byte offset
+    return AxisPositions(arr)
 
 
 def selections(spec, req) -> dict:
@@ -184,14 +186,27 @@ def selections(spec, req) -> dict:
     return {"position_ids": parse_position_ids(pid, n_axes(spec))}
 
 
-def gather(half_of, half_col: np.ndarray, axis: np.ndarray, pos: np.ndarray, dtype) -> np.ndarray:
-    """out[i, j] = half_of(pos[axis[j]])[i, half_col[j]]: ``half_of(positions)`` gives the
-    half-width rows of those positions (a table gather or the exact computation)."""
-    out = np.empty((pos.shape[1], half_col.shape[0]), dtype)
+def probe(spec, position: int) -> dict | None:
+    """``position_ids`` reading one position on every axis where a spec requires them."""
+    if spec is not None and spec.axes_dim is not None:
+        return {"position_ids": [[position]] * len(spec.axes_dim)}
+    return None
+
+
+def positions_of(sel):
+    """A rope request's positions: ``positions`` or ``position_ids`` (both have n and max)."""
+    return sel["positions"] if "positions" in sel else sel["position_ids"]
+
+
+def gather(half_of, half_col: np.ndarray, axis: np.ndarray, pos: np.ndarray, dtype) -> tuple:
+    """(cos, sin) with out[i, j] = half_of(pos[axis[j]])[i, half_col[j]]: ``half_of(positions)``
+    gives the half-width (cos, sin) rows of those positions (a table gather or the computation)."""
+    out = np.empty((pos.shape[1], half_col.shape[0]), dtype), np.empty((pos.shape[1], half_col.shape[0]), dtype)
     for a in range(pos.shape[0]):
         cols = np.flatnonzero(axis == a)
         if cols.size:
-            out[:, cols] = half_of(pos[a])[:, half_col[cols]]
+            for o, rows in zip(out, half_of(pos[a])):
+                o[:, cols] = rows[:, half_col[cols]]
     return out
 
 

@@ -222,7 +222,7 @@ class SinusoidalGrid(Family):
             "temporal_size": {"type": ["integer", "null"], "minimum": 1},
             "temporal_interpolation_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
             "extra_tokens": {"type": "integer", "minimum": 0, "default": 0},
-            "positions": {**SELECTION_SCHEMA, "description": "rows of the flattened table; absent: every row"},
+            "positions": SELECTION_SCHEMA,
             "dtype": DTYPE_SCHEMA}}
     answer = {"encoding": json_array(2, "[n, embed_dim]")}
     examples = {

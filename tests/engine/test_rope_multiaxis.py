@@ -174,6 +174,15 @@ def test_table_gathers_equal_the_computation(spec, dtype, rng):
         np.testing.assert_array_equal(served[name], computed[name])
 
 
+def test_position_ids_from_an_unaligned_buffer():
+    """Binary v2 inputs arrive at any byte offset: parsed into aligned int64 for the kernels."""
+    buf = bytearray(1 + 6 * 8)
+    arr = np.frombuffer(buf, np.int64, count=6, offset=1).reshape(3, 2)
+    assert not arr.flags.aligned
+    out = compute("rope", {**MROPE["qwen2-vl"], "position_ids": arr})
+    np.testing.assert_array_equal(out["cos"], compute("rope", {**MROPE["qwen2-vl"], "position_ids": [[0, 0]] * 3})["cos"])
+
+
 def test_mrope_shares_the_plain_table():
     plain = pipeline.parse("rope", {"head_dim": 128, "rope_theta": 1e6, "positions": [1]})
     mrope = pipeline.parse("rope", {**MROPE["qwen2-vl"], "position_ids": [[1], [2], [3]]})
