@@ -481,7 +481,10 @@ selections and `dtype` (except `t5-buckets`, whose answer is int32).
   `"sliding_attention"`) picks one entry of a per-layer-type `rope_parameters` and is required
   exactly when the config has several. Keys without positional information are ignored. A
   `model_type` whose positions are not of this family, or that posenc does not know, is a 422 at
-  `hf_config.model_type` naming the supported ones. [models.md](models.md) lists how each type is read.
+  `hf_config.model_type` naming the supported ones. diffusers transformer configs are recognised by
+  `_class_name` instead (Flux's per-axis RoPE, SD3's and CogVideoX's grids; a CogVideoX config with
+  rotary or learnt positions is a 422 at the key that says so); the Qwen-VL types give
+  `mrope_section` (multi-axis rope, `position_ids`). [models.md](models.md) lists how each type is read.
 - `hf_config` or `table` together with explicit spec fields is a 422 at the extra field; both
   together is a 422 at `table`; `layer_type` without `hf_config` is a 422 at `layer_type`. An
   explicit null for any of them is an absent field.
