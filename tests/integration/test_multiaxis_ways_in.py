@@ -165,3 +165,42 @@ def test_client_table_and_lookup(v2server, rng):
         _same(c.lookup("rope", body), compute("rope", body))
         body = {**GRID, "positions": [0, 1, 54]}
         _same(c.lookup("sinusoidal-grid", body), compute("sinusoidal-grid", body))
+
+
+def test_torch_module_reads_the_shared_table(v2server, rng):
+    """posenc.torch.RotaryEmbedding for a Qwen2-VL text config, with an engine running: the rows
+    come from the shared table and equal those of a module that builds its own."""
+    import torch
+    from transformers import Qwen2VLTextConfig
+
+    from posenc.torch import RotaryEmbedding
+    from tests.procs import unique_namespace
+
+    config = Qwen2VLTextConfig(hidden_size=256, num_attention_heads=2, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]})
+    shared = RotaryEmbedding(config, client=Client(namespace=v2server.namespace))
+    local = RotaryEmbedding(config, client=Client(namespace=unique_namespace()))
+    pos = torch.from_numpy(np.stack([ids(rng, n=20, hi=9000) for _ in range(2)], axis=1))   # [3, B, N]
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    for a, b in zip(shared(x, pos), local(x, pos)):
+        assert a.dtype == torch.bfloat16 and torch.equal(a, b)
+    assert shared.source == "shared" and local.source == "local"
+
+
+def test_readme_requests(clients):
+    """The README's mrope and grid curl lines, as written, answer the exact values."""
+    import re
+
+    from tests.procs import REPO
+    text = (REPO / "README.md").read_text()
+    found = {}
+    for route, body in re.findall(r"curl -s localhost:8000/v1/([\w-]+) -d '(.*?)'", text, re.S):
+        body = json.loads(body)
+        if "position_ids" in body or route == "sinusoidal-grid":
+            found[route] = body
+            r = clients["http"].post(f"/v1/{route}", content=orjson.dumps(body))
+            assert r.status_code == 200, r.text
+            want = compute(route, body)
+            for name, v in r.json().items():
+                np.testing.assert_array_equal(np.asarray(v, np.float32), np.asarray(want[name], np.float32))
+    assert set(found) == {"rope", "sinusoidal-grid"}

@@ -401,7 +401,9 @@ def v2_table() -> list[str]:
     for name, fam in FAMILIES.items():
         outs = v2models._output_metadata(fam, None, dtypes.DEFAULT_DTYPE)
         shown = ", ".join(f"`{o['name']}` {o['datatype']} {o['shape']}" for o in outs)
-        rows.append(f"| `{name}` | " + ", ".join(f"`{s}` [N] or [B, N]" for s in fam.selections) + f" | {shown} |")
+        ins = [f"`{s}` [k, N] or [B, k, N]" if fam.selection_rank(s) == 2 else f"`{s}` [N] or [B, N]"
+               for s in fam.selection_fields]
+        rows.append(f"| `{name}` | " + ", ".join(ins) + f" | {shown} |")
     return rows
 
 
