@@ -117,7 +117,8 @@ class Inferer:
         ranks = {n: fam.selection_rank(n) for n in arrays}
         batched = {a.ndim > ranks[n] for n, a in arrays.items()}
         if len(batched) > 1 or (batched == {True} and len({a.shape[0] for a in arrays.values()}) > 1):
-            raise BadRequest("inputs", "inputs must be all one selection or all a batch [B, ...] with one B, got "
+            raise BadRequest("inputs", "inputs must be all [N] or all [B, N] with one B (per-axis inputs [k, N] "
+                             "or [B, k, N]), got "
                              + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items()))
         for name, a in arrays.items():
             if a.shape[-1] > self.settings.max_positions:
