@@ -240,8 +240,8 @@ class Rope(Family):
         positions = axes.positions_of(sel)
         inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
         if "position_ids" in sel:      # each column at its axis's position (rope_axes.py)
-            cos, sin = axes.gather(lambda p: half_rows(inv, scaling, p, dtype), *axes.spec_column_map(spec)[:2],
-                                   positions.array(), _dt.DTYPES[dtype])
+            cos, sin = axes.computed(lambda p: half_rows(inv, scaling, p, dtype), positions.array(),
+                                     *axes.spec_column_map(spec)[:2])
             return {"cos": cos, "sin": sin, "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
         cos, sin = half_rows(inv, scaling, positions.array(), dtype)
         return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
@@ -311,7 +311,7 @@ class Rope(Family):
                 return self.compute(spec, sel, dtype)
             half_col, axis, _ = axes.spec_column_map(spec)
             pos = sel["position_ids"].array()
-            cos, sin = axes.gather(lambda p: (view.cos[p], view.sin[p]), half_col, axis, pos, view.cos.dtype)
+            cos, sin = axes.gather((view.cos, view.sin), pos, half_col, axis)
             return {"cos": cos, "sin": sin, "inv_freq": view.inv_freq, "attention_scaling": float(scaling)}
         rows = sel["positions"].array()
         if sel["positions"].max >= view.length:          # past the table: computed exactly

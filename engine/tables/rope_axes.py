@@ -19,6 +19,7 @@ frequencies), so no other kind of stored table exists for them.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -152,9 +153,14 @@ def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
         for a, row in enumerate(value):
             if len(row) != n:
                 raise SpecError((*loc, a), f"must have as many positions as position_ids[0] ({n}), got {len(row)}")
-            for i, v in enumerate(row):
-                if not is_int(v):
-                    raise SpecError((*loc, a, i), f"must be an integer, got {json_repr(v)}", "int_type")
+        flat = list(itertools.chain.from_iterable(value))
+        if flat and (set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= POSITION_LIMIT):
+            for a, row in enumerate(value):      # name the first bad value (no int64 overflow)
+                for i, v in enumerate(row):
+                    if not is_int(v):
+                        raise SpecError((*loc, a, i), f"must be an integer, got {json_repr(v)}", "int_type")
+                    if not 0 <= v < POSITION_LIMIT:
+                        raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {v}")
         arr = np.array(value, dtype=np.int64) if n else np.empty((k, 0), np.int64)
     if arr.ndim != 2 or arr.dtype.kind not in "iu":
         raise SpecError(loc, f"must be [k, n] integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
@@ -198,16 +204,17 @@ def positions_of(sel):
     return sel["positions"] if "positions" in sel else sel["position_ids"]
 
 
-def gather(half_of, half_col: np.ndarray, axis: np.ndarray, pos: np.ndarray, dtype) -> tuple:
-    """(cos, sin) with out[i, j] = half_of(pos[axis[j]])[i, half_col[j]]: ``half_of(positions)``
-    gives the half-width (cos, sin) rows of those positions (a table gather or the computation)."""
-    out = np.empty((pos.shape[1], half_col.shape[0]), dtype), np.empty((pos.shape[1], half_col.shape[0]), dtype)
-    for a in range(pos.shape[0]):
-        cols = np.flatnonzero(axis == a)
-        if cols.size:
-            for o, rows in zip(out, half_of(pos[a])):
-                o[:, cols] = rows[:, half_col[cols]]
-    return out
+def gather(tables, rows: np.ndarray, half_col: np.ndarray, axis: np.ndarray) -> list:
+    """out[i, j] = table[rows[axis[j], i], half_col[j]] for each half-width table (cos, sin):
+    ``rows`` [k, n] are each axis's rows of the tables. One fancy index per table."""
+    flat = rows.T[:, axis] * tables[0].shape[1] + half_col     # element offsets: one 1-D take each
+    return [np.take(t.reshape(-1), flat) for t in tables]
+
+
+def computed(half_rows, pos: np.ndarray, half_col: np.ndarray, axis: np.ndarray) -> list:
+    """The same from ``half_rows(positions)`` -> (cos, sin) of every axis's positions at once."""
+    k, n = pos.shape
+    return gather(half_rows(pos.reshape(-1)), np.arange(k * n).reshape(k, n), half_col, axis)
 
 
 # The request schema's multi-axis fields (OpenAPI), part of rope's schema.

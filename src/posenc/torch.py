@@ -53,7 +53,7 @@ import sys
 import numpy as np
 
 from posenc.engine import kernels, pipeline
-from posenc.engine.dtypes import BFLOAT16, DTYPES, FLOAT16, FLOAT32
+from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.client import Client
 from posenc.engine.errors import PosencError
 from posenc.engine.tables import rope as _rope
@@ -293,20 +293,13 @@ def _mrope(spec, t: _Table | None, seq_len: int, pos, dtype: str):
     """Multimodal RoPE rows: column j at the position of its axis (rope_axes.column_map), each
     axis's half-width rows gathered from table ``t`` (rows past it, or every row without a table:
     computed exactly)."""
-    per_axis = pos.reshape(pos.shape[0], -1).to(device="cpu", dtype=torch.int64).numpy()
-    inv, scaling = (t.inv64, t.scaling) if t is not None else _rope.frequencies(spec, seq_len)
-
-    def half_of(rows):
-        if t is None:
-            return _rope.half_rows(inv, scaling, rows, dtype)
-        inside = rows < t.rows
-        if inside.all():
-            return t.cos[rows], t.sin[rows]
-        cos, sin = t.cos[np.where(inside, rows, 0)], t.sin[np.where(inside, rows, 0)]
-        cos[~inside], sin[~inside] = _rope.half_rows(inv, scaling, rows[~inside], dtype)
-        return cos, sin
-    out = _axes.gather(half_of, *_axes.spec_column_map(spec)[:2], np.ascontiguousarray(per_axis),
-                       t.cos.dtype if t is not None else DTYPES[dtype])
+    per_axis = np.ascontiguousarray(pos.reshape(pos.shape[0], -1).to(device="cpu", dtype=torch.int64).numpy())
+    half_col, axis, _ = _axes.spec_column_map(spec)
+    if t is None or per_axis.max() >= t.rows:
+        inv, scaling = (t.inv64, t.scaling) if t is not None else _rope.frequencies(spec, seq_len)
+        out = _axes.computed(lambda p: _rope.half_rows(inv, scaling, p, dtype), per_axis, half_col, axis)
+    else:
+        out = _axes.gather((t.cos, t.sin), per_axis, half_col, axis)
     return _tensor(out[0]), _tensor(out[1])
 
 
