@@ -209,6 +209,9 @@ def test_mrope_shares_the_plain_table():
     ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [0]]}, ("position_ids",)),
     ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [0], [2**31]]}, ("position_ids", 2, 0)),
     ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [0.5], [0]]}, ("position_ids", 1, 0)),
+    ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [2**70], [0]]}, ("position_ids", 1, 0)),
+    ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [True], [0]]}, ("position_ids", 1, 0)),
+    ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[0], [-1], [0]]}, ("position_ids", 1, 0)),
     ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [[], [], []]}, ("position_ids", 0)),
     ({"head_dim": 128, "mrope_section": [16, 24, 24], "position_ids": [0, 1, 2]}, ("position_ids",)),
 ])

@@ -168,3 +168,9 @@ def test_refusals_name_the_field(body, loc):
     with pytest.raises(SpecError) as e:
         compute("sinusoidal-grid", body)
     assert spec_error(e) == loc
+
+
+def test_a_whole_table_over_the_limit_is_413_before_anything_is_built():
+    from posenc.engine.errors import TooLarge
+    with pytest.raises(TooLarge):
+        compute("sinusoidal-grid", {"embed_dim": 1024, "grid_size": 4096})

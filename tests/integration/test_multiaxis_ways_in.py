@@ -204,3 +204,24 @@ def test_readme_requests(clients):
             for name, v in r.json().items():
                 np.testing.assert_array_equal(np.asarray(v, np.float32), np.asarray(want[name], np.float32))
     assert set(found) == {"rope", "sinusoidal-grid"}
+
+
+def test_on_demand_tables_are_built_and_served(clients, v2server, rng):
+    """A grid and a Flux spec no config holds: the engine builds their tables on demand (the
+    axes_dim one keyed by its frequencies, the mrope one is the plain table), and later answers,
+    served from them, are still exact."""
+    from tests.procs import wait_for
+    grid = {"embed_dim": 32, "grid_size": [5, 11], "base_size": 3, "interpolation_scale": 0.5}
+    flux = {"head_dim": 64, "axes_dim": [8, 28, 28], "rope_theta": 2000.0}
+    bodies = [("sinusoidal-grid", {**grid, "positions": [0, 54]}),
+              ("rope", {**flux, "position_ids": ids(rng, hi=3000).tolist()})]
+    for family, body in bodies:
+        assert clients["http"].post(f"/v1/{family}", content=orjson.dumps(body)).status_code == 200
+
+    def built():
+        tables = clients["http"].get("/v1/tables").json()
+        text = json.dumps(tables)
+        return "sinusoidal-grid" in text and ("[8,28,28]" in text or "[8, 28, 28]" in text)
+    wait_for(built, 30, 0.1, "on-demand grid and axes tables")
+    for family, body in bodies:
+        _same(v1_answer(clients["http"], family, body), compute(family, body))
