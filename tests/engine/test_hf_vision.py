@@ -152,3 +152,18 @@ def test_refusals_name_the_key(family, cfg, loc):
     with pytest.raises(SpecError) as e:
         compute(family, body)
     assert spec_error(e) == loc
+
+
+@pytest.mark.parametrize("family,cfg,sel", [
+    ("rope", {"model_type": "qwen3_vl", "text_config": {"hidden_size": 512, "num_attention_heads": 4}},
+     {"position_ids": [[0, 5, 7], [0, 6, 1], [0, 9, 2]]}),
+    ("rope", {"_class_name": "FluxTransformer2DModel"}, {"position_ids": [[0, 0], [3, 1], [2, 9]]}),
+    ("sinusoidal-grid", {"_class_name": "CogVideoXTransformer3DModel", "sample_frames": 5}, {"positions": [0, 300, 2925]}),
+    ("sinusoidal-grid", {"model_type": "vit_mae"}, {"positions": [0, 1, 196]}),
+])
+def test_the_spec_shown_gives_the_same_answer(family, cfg, sel):
+    a = compute(family, {"hf_config": cfg, **sel})
+    b = compute(family, {**a["spec"], **sel})
+    assert "spec" not in b
+    for k, v in b.items():
+        np.testing.assert_array_equal(a[k], v)

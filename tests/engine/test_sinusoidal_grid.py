@@ -5,8 +5,6 @@ within their float32 error, the stored per-axis tables against the computation, 
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 import torch
@@ -17,35 +15,9 @@ from transformers import ViTMAEConfig, ViTMAEModel
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-from tests.numeric import FLOAT_DTYPES, EPS64, assert_close, assert_within_ulp, spec_error
+from tests.engine.float64_refs import grid64
+from tests.numeric import FLOAT_DTYPES, assert_close, assert_within_ulp, spec_error
 from tests.service.shortcut.test_templates_in_memory import view_of
-
-
-def one_d(coords, width):
-    """[sin(c·ω) | cos(c·ω)], ω_j = 10000^(−j/(width/2)), and the reference's own error."""
-    half = width // 2
-    ang = np.multiply.outer(np.asarray(coords, np.float64), 10000.0 ** (-np.arange(half) / half))
-    slack = (np.abs(ang) * (np.log(10000.0) + 4) + 2) * EPS64
-    return np.concatenate([np.sin(ang), np.cos(ang)], 1), np.concatenate([slack, slack], 1)
-
-
-def coord(i, n, base, scale):
-    step = 1 / Fraction(scale) if base is None else Fraction(base) / (n * Fraction(scale))
-    return float(i * step)
-
-
-def grid64(d, h, w, base=None, scale=1.0, frames=None, tscale=1.0, extra=0):
-    """The whole table in float64 (rows: extra zeros, then t-major, h-major), and its slack."""
-    rows, slacks = [np.zeros((extra, d))], [np.zeros((extra, d))]
-    spatial = d if frames is None else 3 * d // 4
-    for t in range(frames or 1):
-        for i in range(h):
-            for j in range(w):
-                parts = [] if frames is None else [one_d([coord(t, 0, None, tscale)], d // 4)]
-                parts += [one_d([coord(j, w, base, scale)], spatial // 2), one_d([coord(i, h, base, scale)], spatial // 2)]
-                rows.append(np.concatenate([p[0] for p in parts], 1))
-                slacks.append(np.concatenate([p[1] for p in parts], 1))
-    return np.concatenate(rows), np.concatenate(slacks)
 
 
 CASES = {
