@@ -638,6 +638,8 @@ otherwise (engine/config.py).
   [batch, seq, rotary width] in `x.dtype` on `x.device`, `attention_scaling` applied, read from the
   shared tables when an engine runs and computed exactly when none does (see
   [Precision](#precision-against-transformers) for how its logits compare with transformers').
+  For the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (`mrope_section`) `position_ids` is
+  [3, batch, seq] (t, h, w), or [batch, seq] for every axis at once, as their rotary classes take it.
 """
 
 
