@@ -13,8 +13,10 @@ Reference: diffusers 0.42 ``get_2d_sincos_pos_embed`` / ``get_2d_sincos_pos_embe
   over i / interpolation_scale; rows t-major.
 - ``extra_tokens`` rows of zeros come first (a CLS token; CogVideoX's text tokens).
 
-Stored: one small table per axis ([W, ·], [H, ·], and [T, ·] in 3-D) of the 1-D rows, rounded
-once to the dtype; a grid row is the concatenation of its axes' rows, so serving is a gather.
+Stored: the whole table (extra rows included) where it is small (``FULL_BYTES``): serving, and the
+template shortcut, are then row gathers as for ``sinusoidal``; otherwise one small table per axis
+([W, ·], [H, ·], and [T, ·] in 3-D) of the 1-D rows, a grid row being its axes' rows side by side.
+Either way each value is rounded once to the dtype, so both give the computed bits.
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ from typing import Mapping
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import kernels
 from ..errors import SpecError
 from ..fields import is_int, json_repr, refuse_unknown, req_float, req_int, require_object
 from ..selection import POSITION_LIMIT, Selection, parse_selection
-from .base import DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 BASE = 10000.0                  # MAE / diffusers' fixed base
 MAX_EMBED_DIM = 1 << 16
 MAX_STORED_BYTES = 64 * 2**20   # a grid whose axis tables are larger is computed per request
+FULL_BYTES = 32 * 2**20         # a whole table up to this size is stored as rows (variant "rows")
+ROWS, AXES = "rows", "axes"     # the two stored forms (TableDef.variant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,39 +182,65 @@ class SinusoidalGrid(Family):
             return axis_rows(spec, axis, uniq, dtype)[inverse]
         return {"encoding": assemble(spec, sel["positions"].array(), lookup, _dt.DTYPES[dtype])}
 
-    # -- stored tables: one 1-D table per axis; a row is a gather from each ----------------------
+    # -- stored tables: the whole table (small grids) or one 1-D table per axis ------------------
     def table_for(self, spec, dtype, sel, length):
-        t = TableDef(self.name, dataclasses.replace(spec, extra_tokens=0), dtype, spec.rows - spec.extra_tokens)
+        full = TableDef(self.name, spec, dtype, spec.rows, ROWS)
+        if full.nbytes() <= FULL_BYTES:
+            return full
+        t = TableDef(self.name, dataclasses.replace(spec, extra_tokens=0), dtype, spec.rows - spec.extra_tokens, AXES)
         return t if t.nbytes() <= MAX_STORED_BYTES else None
 
     def stored_length(self, tspec, length):
         return tspec.rows
 
     def table_key(self, tspec, variant):
-        return {"family": self.name, **self.spec_json(tspec)}
+        return {"family": self.name, **self.spec_json(tspec), "variant": variant}
 
     def table_spec(self, key):
-        if not isinstance(key, Mapping) or key.get("family") != self.name:
+        if not isinstance(key, Mapping) or key.get("family") != self.name or key.get("variant") not in (ROWS, AXES):
             raise SpecError(("table",), "not a sinusoidal-grid table key")
-        spec = parse_spec({k: v for k, v in key.items() if k != "family"})
-        if spec.extra_tokens:
-            raise SpecError(("table", "extra_tokens"), "not part of a stored table")
-        return spec, None
+        spec = parse_spec({k: v for k, v in key.items() if k not in ("family", "variant")})
+        if key["variant"] == AXES and spec.extra_tokens:
+            raise SpecError(("table", "extra_tokens"), "not part of a stored axis table")
+        return spec, key["variant"]
 
     def layout(self, t):
         st = _dt.DTYPES[t.dtype].name
+        if t.variant == ROWS:
+            return {"table": ((t.spec.rows, t.spec.embed_dim), st)}
         sizes = t.spec.sizes()
         return {axis: ((sizes[axis], width), st) for axis, width in t.spec.widths.items()}
 
     def fill(self, t, out):
-        for axis in t.spec.widths:
-            out[axis][...] = axis_rows(t.spec, axis, np.arange(out[axis].shape[0]), t.dtype)
+        tables = {axis: axis_rows(t.spec, axis, np.arange(n), t.dtype) for axis, n in t.spec.sizes().items()
+                  if axis in t.spec.widths}
+        if t.variant == AXES:
+            for axis, rows in tables.items():
+                out[axis][...] = rows
+            return {}
+        for lo in range(0, t.spec.rows, CHUNK):
+            rows = np.arange(lo, min(t.spec.rows, lo + CHUNK), dtype=np.int64)
+            out["table"][lo:lo + rows.size] = assemble(t.spec, rows, lambda a, i: tables[a][i], out["table"].dtype)
         return {}
 
     def serve(self, view, spec, sel, dtype):
-        def lookup(axis, idx):
-            return getattr(view, axis)[idx]
-        return {"encoding": assemble(spec, sel["positions"].array(), lookup, _dt.DTYPES[dtype])}
+        rows = sel["positions"].array()
+        if "table" in view.arrays:       # the whole table: one gather
+            out = np.empty((rows.shape[0], spec.embed_dim), view.table.dtype)
+            kernels.gather_rows(view.table, rows, out)
+            return {"encoding": out}
+        return {"encoding": assemble(spec, rows, lambda axis, idx: view.arrays[axis][idx], _dt.DTYPES[dtype])}
+
+    # -- the hot path: rows of the whole table (as sinusoidal's) --------------------------------
+    def template(self, hot, req, view, limits):
+        if "table" not in view.arrays or not isinstance(req.body.get("positions"), list):
+            return None
+        st = _dt.DTYPES[req.dtype]
+
+        def header_for(n: int) -> bytes:
+            return self.safetensors_header({"encoding": np.empty((n, req.spec.embed_dim), st)}, req.dtype, req.shown)
+        return hot.RowsTemplate((view.table,), list(range(req.spec.embed_dim)), 0, limits.max_rows, True,
+                                header_for, b"")
 
     schema = {
         "type": "object", "additionalProperties": False, "required": ["embed_dim", "grid_size"],

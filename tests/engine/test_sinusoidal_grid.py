@@ -48,12 +48,17 @@ def test_against_float64(case, dtype, rng):
     np.testing.assert_array_equal(some, out[rows])
 
 
+@pytest.mark.parametrize("form", ["rows", "axes"])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("case", CASES)
-def test_stored_axis_tables_serve_the_computed_rows(case, dtype, rng):
+def test_stored_tables_serve_the_computed_rows(case, dtype, form, rng, monkeypatch):
+    """Both stored forms (the whole table; one table per axis) give the computed bits."""
+    from posenc.engine.tables import sinusoidal_grid
+    if form == "axes":
+        monkeypatch.setattr(sinusoidal_grid, "FULL_BYTES", 0)
     spec = CASES[case]
     req = pipeline.parse("sinusoidal-grid", {**spec, "dtype": dtype})
-    assert req.table is not None
+    assert req.table is not None and req.table.variant == form
     np.testing.assert_array_equal(pipeline.arrays(req, view_of(req.table))["encoding"], pipeline.arrays(req)["encoding"])
     rows = rng.integers(0, req.sel["positions"].n, 33).tolist()
     req = pipeline.parse("sinusoidal-grid", {**spec, "dtype": dtype, "positions": rows})
@@ -146,3 +151,23 @@ def test_a_whole_table_over_the_limit_is_413_before_anything_is_built():
     from posenc.engine.errors import TooLarge
     with pytest.raises(TooLarge):
         compute("sinusoidal-grid", {"embed_dim": 1024, "grid_size": 4096})
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", CASES)
+def test_the_template_shortcut_answers_the_pipelines_bytes(case, dtype, rng):
+    """Small grids are stored whole, so the C template shortcut answers their rows: the same
+    bytes as the pipeline's answer from the table and as the exact computation."""
+    from tests.service.shortcut.test_templates_in_memory import answer_both
+    spec = {**CASES[case], "dtype": dtype}
+    n = pipeline.parse("sinusoidal-grid", spec).sel["positions"].n
+    for rows in (rng.integers(0, n, 5).tolist(), rng.integers(0, n, 64).tolist(), [n - 1]):
+        c, served, computed = answer_both("sinusoidal-grid", {**spec, "positions": [1]}, {**spec, "positions": rows})
+        assert c is not None and c == served == computed
+
+
+def test_large_grids_keep_axis_tables():
+    small = pipeline.parse("sinusoidal-grid", {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1})
+    sd3 = pipeline.parse("sinusoidal-grid", {"embed_dim": 1536, "grid_size": 192, "base_size": 64, "positions": [0]})
+    assert small.table.variant == "rows" and sd3.table.variant == "axes"
+    assert sd3.table.nbytes() < 2 * 2**20 < 192 * 192 * 1536 * 4

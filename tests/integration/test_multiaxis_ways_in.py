@@ -76,15 +76,39 @@ def test_v1_json_and_binary(clients, family, spec, sel, rng):
         np.testing.assert_array_equal(np.asarray(v, dtype=np.float32), np.asarray(exact[name], dtype=np.float32))
 
 
-@pytest.mark.parametrize("spec", [QWEN, FLUX], ids=["qwen", "flux"])
-def test_v1_repeated_binary_requests(clients, spec, rng):
-    """Repeats of one spec (what the template shortcut learns from), with position_ids and, for
-    mrope, plain positions in turn: every answer is the exact one."""
-    for i in range(6):
-        body = {**spec, "position_ids": ids(rng, n=3).tolist()}
-        if i % 2 and "mrope_section" in spec:
+@pytest.mark.parametrize("family,spec", [("rope", QWEN), ("rope", FLUX), ("sinusoidal-grid", GRID),
+                                         ("sinusoidal-grid", GRID3)], ids=["qwen", "flux", "grid", "grid3"])
+def test_v1_repeated_binary_requests(clients, family, spec, rng):
+    """Repeats of one spec (what the template shortcut learns from: small grids are answered by
+    it), with position_ids and, for mrope, plain positions in turn: every answer is the exact one."""
+    for i in range(8):
+        if family == "sinusoidal-grid":
+            body = {**spec, "positions": rng.integers(0, 24, 1 + i).tolist()}
+        elif i % 2 and "mrope_section" in spec:
             body = {**spec, "positions": rng.integers(0, 9000, 3).tolist()}
-        _same(v1_answer(clients["http"], "rope", body), compute("rope", body))
+        else:
+            body = {**spec, "position_ids": ids(rng, n=3).tolist()}
+        _same(v1_answer(clients["http"], family, body), compute(family, body))
+    if family == "sinusoidal-grid":     # not vacuous: once the engine built the table, the shortcut answers
+        def shortcut_answers() -> float:
+            body = {**spec, "positions": rng.integers(0, 24, 3).tolist()}
+            _same(v1_answer(clients["http"], family, body), compute(family, body))
+            line = next(x for x in clients["http"].get("/metrics").text.splitlines() if x.startswith(
+                "posenc_hot_path_total") and 'route="/v1/sinusoidal-grid"' in x and "shortcut" in x)
+            return float(line.split()[-1])
+        from tests.procs import wait_for
+        wait_for(shortcut_answers, 30, 0.05, "a grid row answered by the template shortcut")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_v2_repeated_grid_requests(clients, transport, rng):
+    """The v2 shortcut learns a grid row template on a repeated request: still the exact rows."""
+    spec = {k: v for k, v in GRID.items()}
+    for _ in range(6):
+        rows = rng.integers(0, 55, 4)
+        r = _infer(transport, clients[transport], "sinusoidal-grid", spec, {"positions": rows})
+        want = compute("sinusoidal-grid", {**spec, "positions": rows.tolist()})["encoding"]
+        assert np.array_equal(bits(r.as_numpy("encoding")), want)
 
 
 @pytest.mark.parametrize("body,loc", [
