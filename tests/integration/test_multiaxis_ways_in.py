@@ -89,7 +89,8 @@ def test_v1_repeated_binary_requests(clients, family, spec, rng):
         else:
             body = {**spec, "position_ids": ids(rng, n=3).tolist()}
         _same(v1_answer(clients["http"], family, body), compute(family, body))
-    if family == "sinusoidal-grid":     # not vacuous: once the engine built the table, the shortcut answers
+    shortcut = clients["http"].get("/v1/tables").json()["shortcut"] == "c"   # off with the numpy backend
+    if family == "sinusoidal-grid" and shortcut:   # not vacuous: once the table is built, the shortcut answers
         def shortcut_answers() -> float:
             body = {**spec, "positions": rng.integers(0, 24, 3).tolist()}
             _same(v1_answer(clients["http"], family, body), compute(family, body))
