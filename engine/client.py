@@ -265,8 +265,11 @@ class Client:
         longrope's short/long set or dynamic's frequencies (default: the short/base set)."""
         fam = pipeline.family_of(family)
         body = dict(spec)
-        for name in fam.selections:   # one position that selects the table (rope: by seq_len)
-            body[name] = [max(0, (seq_len or 1) - 1)]
+        try:                          # one position that selects the table (rope: by seq_len)
+            tspec = fam.parse_spec(pipeline.expand(fam, body, self.named_tables())[0])
+        except SpecError:             # refused below, at the field the body gave
+            tspec = None
+        body.update(fam.probe_selections(tspec, max(0, (seq_len or 1) - 1)))
         if fam.has_dtype and dtype is not None:
             body["dtype"] = dtype
         req = pipeline.parse(family, body, named=self.named_tables())

@@ -53,6 +53,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
         # Pythia 6.9B (GPT-NeoX): rotary_pct 0.25 of head_dim 128 (2k context)
         {"name": "pythia-6.9b", "family": "rope", "length": 8192,
          "spec": {"head_dim": 128, "rope_theta": 10000.0, "partial_rotary_factor": 0.25}},
+        # Qwen2.5-VL's multimodal RoPE (mrope_section [16, 24, 24]) reads the qwen2.5-7b table above:
+        # same frequencies, its columns gathered per axis. FLUX.1 (axes_dims_rope [16, 56, 56],
+        # θ 10000, interleaved): text ids are 0 and image ids the latent patch grid (64-128 per side).
+        {"name": "flux.1", "family": "rope", "length": 4096,
+         "spec": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"}},
+        # SD3 / SD3.5's PatchEmbed: a pos_embed_max_size 192 grid with base_size 128 // 2, stored as
+        # two 192-row axis tables
+        {"name": "sd3-grid", "family": "sinusoidal-grid",
+         "spec": {"embed_dim": 1536, "grid_size": 192, "base_size": 64}},
         # Transformer-base/big, BERT-size and large encoders (512-8192 positions); interleaved and
         # concat share a table
         *({"name": f"sinusoidal-{d}", "family": "sinusoidal", "length": 8192, "spec": {"d_model": d}}
@@ -116,7 +125,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         raise SpecError((*loc, "layer_type"), "only with hf_config")
     spec_json = entry.get("spec") or {}
     require_object(spec_json, (*loc, "spec"))
-    for sel_name in (*fam.selections, "dtype"):
+    for sel_name in (*fam.selection_fields, "dtype"):
         if sel_name in spec_json:
             raise SpecError((*loc, "spec", sel_name),
                             "not part of a table spec (selections come with requests; dtypes go in 'dtypes')")

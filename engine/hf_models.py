@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
+from . import hf_vision
 from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, split_head_dim)
 from .tables.rope import INTERLEAVED
 
@@ -226,9 +227,14 @@ EXAMPLES = {
 }
 
 
+MODELS.update(hf_vision.MODELS)
+EXAMPLES.update(hf_vision.EXAMPLES)
+CLASSES = hf_vision.CLASSES    # diffusers configs: by _class_name
+
+
 def supported(family: str) -> list[str]:
-    """The model types whose positions are of ``family``, as the docs list them."""
-    return [t for t, by in MODELS.items() if family in by]
+    """The model types (and diffusers classes) whose positions are of ``family``, as the docs list them."""
+    return [t for t, by in (*MODELS.items(), *CLASSES.items()) if family in by]
 
 
 def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
@@ -238,9 +244,10 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
         raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
     names = supported(family)
     if not names:
-        raise SpecError(LOC, f"model configs give rope and alibi specs, not {family}")
-    mt = config.get("model_type")
-    entry = MODELS.get(mt, {}) if isinstance(mt, str) else {}
+        raise SpecError(LOC, f"model configs give rope, alibi and sinusoidal-grid specs, not {family}")
+    key = "model_type" if "model_type" in config or "_class_name" not in config else "_class_name"
+    mt = config.get(key)
+    entry = (MODELS if key == "model_type" else CLASSES).get(mt, {}) if isinstance(mt, str) else {}
     if family not in entry:
         if mt is None:
             why = "field required"
@@ -248,6 +255,6 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
             why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
         else:
             why = f"{json_repr(mt)} is not a model type posenc knows"
-        raise SpecError((*LOC, "model_type"), f"{why}; supported for {family}: {', '.join(names)}",
+        raise SpecError((*LOC, key), f"{why}; supported for {family}: {', '.join(names)}",
                         "missing" if mt is None else "value_error")
     return entry[family].derive(config, layer_type)

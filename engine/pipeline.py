@@ -29,7 +29,6 @@ from . import hf_models
 from .errors import SpecError, TooLarge, TooManyPositions
 from .fields import json_repr, require_object
 from .hf_config import Derived
-from .selection import parse_selection
 from .tables import FAMILIES, Family, TableDef
 from .tables.base import DEFAULT_LENGTH
 
@@ -86,7 +85,7 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     if cfg is not None and name is not None:
         raise SpecError(("table",), "send either hf_config or table, not both")
     given = "hf_config" if cfg is not None else "table"
-    keep = (*fam.selections, "dtype")
+    keep = (*fam.selection_fields, "dtype")
     for k in body:
         if k not in keep and k not in BODY_FORMS:
             raise SpecError((k,), f"not allowed beside {given}, which gives every spec field", "extra_forbidden")
@@ -119,8 +118,8 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
     fields, or a model config (families that configs give), or a configured table's name; each
     with the family's selections and dtype. (A named table has no example: names are the engine's.)"""
     props = fam.schema["properties"]
-    rest = {k: props[k] for k in (*fam.selections, "dtype") if k in props}
-    required = list(fam.selections)
+    rest = {k: props[k] for k in (*fam.selection_fields, "dtype") if k in props}
+    required = list(fam.required_selections)
     alts, examples = [fam.schema], dict(fam.examples)
     sel = {k: [0, 1, 2] for k in fam.selections}
     models = hf_models.supported(fam.name)
@@ -145,7 +144,7 @@ def parse(family: str, body: Mapping, length: int = DEFAULT_LENGTH, named: Named
     try:
         spec, sel = fam.parse(plain)
     except SpecError as e:     # a derived field's error names the config key (or the table)
-        if derived is None or (e.loc and e.loc[0] in fam.selections):
+        if derived is None or (e.loc and e.loc[0] in fam.selection_fields):
             raise
         raise derived.relocate(e) from None
     dtype = _dt.check_dtype(body.get("dtype")) if fam.has_dtype else None
@@ -210,7 +209,7 @@ class Pipeline:
     def request(self, family: str, body: Mapping) -> Request:
         fam = family_of(family)
         require_object(body)
-        part = {k: v for k, v in body.items() if k not in fam.selections}
+        part = {k: v for k, v in body.items() if k not in fam.selection_fields}
         named = self.named() if body.get("table") is not None else None
         try:
             key = (fam.name, orjson.dumps(part, option=orjson.OPT_SORT_KEYS),
@@ -226,7 +225,7 @@ class Pipeline:
                 while self._specs and (len(self._specs) > self.cache or self._bytes > self.cache_bytes):
                     self._bytes -= len(self._specs.popitem(last=False)[0][1])
             return req
-        sel = {n: parse_selection(body.get(n), (n,)) for n in fam.selections}
+        sel = fam.parse_selections(known.spec, body)
         fam.check_selections(known.spec, sel)
         # The table is fixed per spec, except where a rope type's frequencies follow the length.
         variant = fam.variant_of(known.spec, sel)

@@ -14,8 +14,9 @@ import math
 
 import numpy as np
 
-from tests.engine.float64_refs import bias64, sinusoidal64, slopes64
-from tests.engine.rope_refs import ref_cos_sin64, ref_inv64, rope_exponents, to_interleaved
+from tests.engine.float64_refs import bias64, grid64, sinusoidal64, slopes64
+from tests.engine.rope_refs import (lay, ref_axes64, ref_cos_sin64, ref_inv64, ref_mrope64, rope_exponents,
+                                    to_interleaved)
 from tests.numeric import angle_slack, assert_rounded_once, assert_within_ulp
 
 
@@ -64,7 +65,9 @@ def as_storage(value, dtype: str) -> np.ndarray:
 def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None:
     dtype = body.get("dtype", "float32")
     what = what or f"{family} {body}"
-    if family == "rope":
+    if family == "rope" and body.get("position_ids") is not None:
+        _assert_multiaxis(body, arrays, dtype, what)
+    elif family == "rope":
         pos = positions_of(body["positions"])
         inv64, alpha = ref_inv64(body, max(pos) + 1)
         cos64, sin64, ang = ref_cos_sin64(inv64, alpha, pos)
@@ -82,6 +85,15 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
         want, slack = sinusoidal64(body["d_model"], pos, body.get("layout", "interleaved"),
                                    base=body.get("base", 10000.0), offset=body.get("offset", 0))
         assert_within_ulp(as_storage(arrays["encoding"], dtype), want, dtype, slack=slack, what=f"{what} encoding")
+    elif family == "sinusoidal-grid":
+        g = body["grid_size"]
+        h, w = (g, g) if isinstance(g, int) else g
+        want, slack = grid64(body["embed_dim"], h, w, body.get("base_size"), body.get("interpolation_scale", 1.0),
+                             body.get("temporal_size"), body.get("temporal_interpolation_scale", 1.0),
+                             body.get("extra_tokens", 0))
+        rows = positions_of(body["positions"]) if body.get("positions") is not None else list(range(want.shape[0]))
+        assert_within_ulp(as_storage(arrays["encoding"], dtype), want[rows], dtype, slack=slack[rows],
+                          what=f"{what} encoding")
     elif family == "alibi":
         q, k = positions_of(body["query"]), positions_of(body["key"])
         slopes = slopes64(body["num_heads"], body.get("max_bias", 8.0))
@@ -101,3 +113,29 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
         assert np.array_equal(got.astype(np.int64), want), f"{what}: buckets differ from T5's formula"
     else:
         raise AssertionError(f"no independent reference for {family}")
+
+
+def _assert_multiaxis(body: dict, arrays: dict, dtype: str, what: str) -> None:
+    """rope with position_ids: mrope_section (one frequency set dealt to the axes) or axes_dim
+    (a set per axis), each column at its axis's position (docs/reference.md, rope)."""
+    ids = np.asarray(body["position_ids"])
+    layout = body.get("layout", "half_split")
+    if body.get("axes_dim"):
+        theta = body.get("rope_theta", 10000.0)
+        angs, exps = ref_axes64(body["axes_dim"], theta, ids)
+        cos64, sin64 = lay([np.cos(a) for a in angs], layout), lay([np.sin(a) for a in angs], layout)
+        slack = lay([angle_slack(a, e[None, :], theta) for a, e in zip(angs, exps)], layout)
+        inv64 = np.concatenate([1.0 / theta ** e for e in exps])
+        inv_slack = np.concatenate([angle_slack(1.0 / theta ** e, e, theta) for e in exps])
+        alpha = 1.0
+    else:
+        ang, alpha, inv64 = ref_mrope64(body, ids, int(ids.max()) + 1)
+        e, base = rope_exponents(body, int(ids.max()) + 1)
+        cos64, sin64 = lay([np.cos(ang) * alpha], layout), lay([np.sin(ang) * alpha], layout)
+        slack = lay([angle_slack(ang, e[None, :], base, alpha)], layout)
+        inv_slack = angle_slack(inv64, e, base)
+    assert_within_ulp(as_storage(arrays["cos"], dtype), cos64, dtype, slack=slack, what=f"{what} cos")
+    assert_within_ulp(as_storage(arrays["sin"], dtype), sin64, dtype, slack=slack, what=f"{what} sin")
+    assert_within_ulp(as_storage(arrays["inv_freq"], "float32"), inv64, "float32", slack=inv_slack,
+                      what=f"{what} inv_freq")
+    assert abs(float(np.asarray(arrays["attention_scaling"])) - alpha) <= 1e-13 * alpha, what

@@ -29,6 +29,7 @@ ACCEPT_HDRS = [(b"host", b"x"), (b"content-type", b"application/json"), (b"accep
 
 # A valid body per family (tests vary one field at a time).
 VALID = {"rope": {"head_dim": 64, "positions": [1]}, "sinusoidal": {"d_model": 8, "positions": [1]},
+         "sinusoidal-grid": {"embed_dim": 8, "grid_size": [2, 3], "positions": [1]},
          "alibi": {"num_heads": 12, "query": [1], "key": [0]}, "t5-buckets": {"query": [0], "key": [1]}}
 
 REQUESTS = [

@@ -6,9 +6,10 @@ derived from ``FAMILIES``; adding a family is one new module and one line here.
 
 from __future__ import annotations
 
-from . import alibi, rope, sinusoidal, t5
+from . import alibi, rope, sinusoidal, sinusoidal_grid, t5
 from .base import FAMILIES, Family, TableDef
 
-FAMILIES.update((f.name, f) for f in (rope.FAMILY, sinusoidal.FAMILY, alibi.FAMILY, t5.FAMILY))
+FAMILIES.update((f.name, f) for f in (rope.FAMILY, sinusoidal.FAMILY, sinusoidal_grid.FAMILY, alibi.FAMILY,
+                                      t5.FAMILY))
 
 __all__ = ["FAMILIES", "Family", "TableDef"]

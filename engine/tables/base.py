@@ -98,9 +98,27 @@ class Family:
                 "properties": dict(self.answer)}
 
     @property
+    def selection_fields(self) -> tuple[str, ...]:
+        """Every field that may carry a selection (``selections``, the ones the template shortcut
+        cuts out, and any a spec takes instead of them, such as rope's ``position_ids``)."""
+        return self.selections
+
+    axis_fields: frozenset[str] = frozenset()   # selections of per-axis positions ([k, n])
+
+    def selection_rank(self, name: str) -> int:
+        """The rank of one selection of field ``name``: 1 (a list of positions), or 2 for
+        per-axis positions ([k, n], rope's ``position_ids``)."""
+        return 2 if name in self.axis_fields else 1
+
+    @property
+    def required_selections(self) -> tuple[str, ...]:
+        """The selection fields every request holds (a v2 request's required inputs)."""
+        return tuple(k for k in self.schema.get("required", ()) if k in self.selection_fields)
+
+    @property
     def spec_fields(self) -> tuple[str, ...]:
         """The fields of a table spec: the request's, less selections and dtype."""
-        return tuple(f for f in self.fields if f not in self.selections and f != "dtype")
+        return tuple(f for f in self.fields if f not in self.selection_fields and f != "dtype")
 
     # -- requests ----------------------------------------------------------------------------
     def parse_spec(self, req: Mapping):
@@ -117,9 +135,18 @@ class Family:
     def parse(self, req: Mapping):
         """(spec, {selection name: Selection}) of a whole request (dtype is read by the caller)."""
         spec = self.parse_spec(req)
-        sel = {k: parse_selection(req.get(k), (k,)) for k in self.selections}
+        sel = self.parse_selections(spec, req)
         self.check_selections(spec, sel)
         return spec, sel
+
+    def parse_selections(self, spec, req: Mapping) -> dict:
+        """{selection name: parsed selection} of a request with this (parsed) spec."""
+        return {k: parse_selection(req.get(k), (k,)) for k in self.selections}
+
+    def probe_selections(self, spec, position: int) -> dict:
+        """Selection fields of a body reading one ``position`` with this spec (None: an invalid
+        one), as JSON: what picks a spec's table without a request's selections."""
+        return {name: [position] for name in self.selections}
 
     def check_selections(self, spec, sel: Mapping[str, Selection]) -> None:
         """Rules joining a spec and its selections (run for every request, cached spec or not)."""

@@ -22,9 +22,10 @@ import numpy as np
 from .. import dtypes as _dt
 from .. import kernels
 from ..errors import SpecError
-from ..fields import json_repr, refuse_unknown, req_choice, req_float, req_int, require_object
+from ..fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
 from ..selection import Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from . import rope_axes as axes
 from .rope_types import ROPE_TYPES, _Ctx
 
 # The pairings of rotary columns (docs/reference.md, rope ``layout``), as the kernels implement them
@@ -50,6 +51,9 @@ class RopeSpec:
     max_position_embeddings: int | None = None
     seq_len: int | None = None
     layout: str = DEFAULT_LAYOUT
+    mrope_section: tuple | None = None    # multi-axis (rope_axes.py): Qwen-VL's dealing of d/2
+    mrope_interleaved: bool = False
+    axes_dim: tuple | None = None         # multi-axis: Flux's frequency set per axis
 
     @property
     def d(self) -> int:
@@ -120,13 +124,17 @@ def parse_spec(req: Mapping) -> RopeSpec:
     if seq_len is not None and not rt.uses_seq_len:
         raise SpecError(("seq_len",), f"only for rope_type 'dynamic' or 'longrope', not {rope_type!r}")
     layout = req_choice(req, "layout", (), LAYOUTS, DEFAULT_LAYOUT)
+    section, axes_dim = axes.parse_int_list(req, "mrope_section", 1), axes.parse_int_list(req, "axes_dim", 2, True)
+    interleaved = req_bool(req, "mrope_interleaved", (), False)
+    axes.check_sections(section, interleaved, axes_dim, d, rope_type, src)
 
     ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc,
                head_dim=head_dim, prf=prf)
     params = rt.validate(scaling, ctx)
     spec = RopeSpec(head_dim=head_dim, rope_theta=theta, partial_rotary_factor=prf, rope_type=rope_type,
                     params=tuple(sorted(params.items())), max_position_embeddings=max_pos,
-                    seq_len=seq_len, layout=layout)
+                    seq_len=seq_len, layout=layout, mrope_section=section, mrope_interleaved=interleaved,
+                    axes_dim=axes_dim)
     _check_frequencies(spec, src)
     return spec
 
@@ -147,7 +155,7 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
     rt = ROPE_TYPES[spec.rope_type]
     for v in rt.stable_variants(spec):
         with np.errstate(all="ignore"):
-            inv, att = rt.inv_freq(spec, rt.seq_len_of(spec, v))
+            inv, att = frequencies(spec, rt.seq_len_of(spec, v))
         if rt.pads_zeros:                # only the rotated frequencies must be positive
             inv = inv[inv != 0]
         if not (np.isfinite(inv).all() and (inv > 0).all() and math.isfinite(att) and att > 0):
@@ -167,6 +175,8 @@ def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
 
 
 def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
+    if spec.axes_dim is not None:        # one set per axis, concatenated (default type only)
+        return axes.axes_inv_freq(spec.rope_theta, spec.axes_dim), 1.0
     return spec.type.inv_freq(spec, seq_len)
 
 
@@ -187,7 +197,7 @@ def expand(half: np.ndarray, layout: str) -> np.ndarray:
 def _strip(spec: RopeSpec) -> RopeSpec:
     """The table spec: layout and seq_len arrange or select, and M matters only where it feeds
     the formula (dynamic; longrope's default attention factor), so none of them splits a table."""
-    return dataclasses.replace(spec, layout=DEFAULT_LAYOUT, seq_len=None,
+    return dataclasses.replace(spec, layout=DEFAULT_LAYOUT, seq_len=None, mrope_section=None, mrope_interleaved=False,
                                max_position_embeddings=spec.max_position_embeddings
                                if spec.type.needs_max_position else None)
 
@@ -196,8 +206,10 @@ class Rope(Family):
     name = "rope"
     fields = ("head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings",
               "rope_scaling", "rope_parameters", "original_max_position_embeddings", "seq_len",
-              "layout", "positions", "dtype")
+              "layout", "mrope_section", "mrope_interleaved", "axes_dim", "positions", "position_ids", "dtype")
     selections = ("positions",)
+    selection_fields = ("positions", "position_ids")
+    axis_fields = frozenset({"position_ids"})
     dtyped = frozenset({"cos", "sin"})
     batched = frozenset({"cos", "sin"})
     returns = "cos, sin [n, d] (times attention_scaling), inv_freq [d/2] float32, attention_scaling"
@@ -205,21 +217,32 @@ class Rope(Family):
     def parse_spec(self, req):
         return parse_spec(req)
 
+    def parse_selections(self, spec, req):
+        return axes.selections(spec, req)
+
+    def probe_selections(self, spec, position):
+        return axes.probe(spec, position) or super().probe_selections(spec, position)
+
     def spec_json(self, spec):
         scaling = {"rope_type": spec.rope_type,
                    **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.params if v is not None}}
         out = {"head_dim": spec.head_dim, "rope_theta": spec.rope_theta,
                "partial_rotary_factor": spec.partial_rotary_factor, "rope_scaling": scaling,
                "max_position_embeddings": spec.max_position_embeddings, "seq_len": spec.seq_len,
-               "layout": spec.layout}
+               "layout": spec.layout, "mrope_section": spec.mrope_section and list(spec.mrope_section),
+               "mrope_interleaved": spec.mrope_interleaved or None, "axes_dim": spec.axes_dim and list(spec.axes_dim)}
         return {k: v for k, v in out.items() if v is not None}
 
     def output_nbytes(self, spec, sel, dtype):
-        return 2 * sel["positions"].n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
+        return 2 * axes.positions_of(sel).n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
 
     def compute(self, spec, sel, dtype):
-        positions = sel["positions"]
+        positions = axes.positions_of(sel)
         inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
+        if "position_ids" in sel:      # each column at its axis's position (rope_axes.py)
+            cos, sin = axes.computed(lambda p: half_rows(inv, scaling, p, dtype), positions.array(),
+                                     *axes.spec_column_map(spec)[:2])
+            return {"cos": cos, "sin": sin, "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
         cos, sin = half_rows(inv, scaling, positions.array(), dtype)
         return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
                 "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
@@ -227,7 +250,7 @@ class Rope(Family):
     # -- stored tables -------------------------------------------------------------------------
     def variant_of(self, spec, sel):
         rt = spec.type
-        return rt.variant(spec, effective_seq_len(spec, sel["positions"])) if rt.uses_seq_len else None
+        return rt.variant(spec, effective_seq_len(spec, axes.positions_of(sel))) if rt.uses_seq_len else None
 
     def table_for(self, spec, dtype, sel, length):
         rt = spec.type
@@ -240,12 +263,14 @@ class Rope(Family):
         return [TableDef(self.name, _strip(spec), dtype, length, v) for v in spec.type.stable_variants(spec)]
 
     def reach(self, spec, sel):
-        return sel["positions"].max + 1
+        return axes.positions_of(sel).max + 1
 
     def table_key(self, tspec, variant):
         key = {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
                "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,
                "variant": variant}
+        if tspec.axes_dim is not None:   # its own frequencies per axis block
+            key["axes_dim"] = tspec.axes_dim
         if tspec.type.pads_zeros:        # proportional: the factor picks which frequencies are 0
             key["partial_rotary_factor"] = tspec.partial_rotary_factor
         return key
@@ -255,7 +280,7 @@ class Rope(Family):
             scaling = {"rope_type": key["rope_type"], **{k: v for k, v in key["params"]}}
             req = {"head_dim": key["d"], "rope_theta": key["rope_theta"], "rope_scaling": scaling,
                    "max_position_embeddings": key["max_position_embeddings"],
-                   "partial_rotary_factor": key.get("partial_rotary_factor")}
+                   "partial_rotary_factor": key.get("partial_rotary_factor"), "axes_dim": key.get("axes_dim")}
             variant = key["variant"]
         except (KeyError, TypeError, ValueError):
             raise SpecError(("table",), "not a rope table key") from None
@@ -281,6 +306,13 @@ class Rope(Family):
 
     def serve(self, view, spec, sel, dtype):
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
+        if "position_ids" in sel:      # gathers through the column -> axis map (rope_axes.py)
+            if sel["position_ids"].max >= view.length:
+                return self.compute(spec, sel, dtype)
+            half_col, axis, _ = axes.spec_column_map(spec)
+            pos = sel["position_ids"].array()
+            cos, sin = axes.gather((view.cos, view.sin), pos, half_col, axis)
+            return {"cos": cos, "sin": sin, "inv_freq": view.inv_freq, "attention_scaling": float(scaling)}
         rows = sel["positions"].array()
         if sel["positions"].max >= view.length:          # past the table: computed exactly
             inside = rows < view.length
@@ -304,7 +336,7 @@ class Rope(Family):
         ``expand`` applied to column numbers, so every layout matches ``serve``. Lists only, and
         not for types whose table follows the positions."""
         spec, dtype = req.spec, req.dtype
-        if spec.type.uses_seq_len or not isinstance(req.body.get("positions"), list):
+        if spec.type.uses_seq_len or not isinstance(req.body.get("positions"), list) or spec.axes_dim is not None:
             return None
         half = view.cos.shape[1]
         colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
@@ -319,7 +351,7 @@ class Rope(Family):
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail)
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["head_dim", "positions"],
+        "type": "object", "additionalProperties": False, "required": ["head_dim"],
         "properties": {
             "head_dim": {"type": "integer", "minimum": 2, "maximum": MAX_HEAD_DIM},
             "rope_theta": {"type": "number", "exclusiveMinimum": 0, "default": 10000.0},
@@ -329,7 +361,7 @@ class Rope(Family):
             "original_max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
             "seq_len": {"type": ["integer", "null"], "minimum": 1},
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
-            "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+            **axes.SCHEMA, "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
     answer = {"cos": json_array(2, "[n, d], times attention_scaling"),
               "sin": json_array(2, "[n, d], times attention_scaling"),
               "inv_freq": json_array(1, "[d/2] float32: the frequencies used"),
@@ -345,6 +377,11 @@ class Rope(Family):
                                    "positions": {"start": 0, "stop": 16}}},
         "GPT-J interleaved, partial": {"value": {"head_dim": 256, "partial_rotary_factor": 0.25,
                                                  "layout": INTERLEAVED, "positions": [0, 1, 2]}},
+        "Qwen2.5-VL mrope, text then image tokens": {"value": {
+            "head_dim": 128, "rope_theta": 1000000.0, "mrope_section": [16, 24, 24],
+            "position_ids": [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]]}},
+        "Flux axes": {"value": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": INTERLEAVED,
+                                "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]]}},
     }
 
 

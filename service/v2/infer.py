@@ -84,10 +84,14 @@ class Plan:
         """The v2 field path of a pipeline error's ``loc``."""
         if loc and loc[0] in self.where:
             at = ["inputs", self.where[loc[0]], "data"]
-            if len(loc) > 1 and isinstance(loc[1], int):
-                i = loc[1]
-                at += [*divmod(i, self.batch[1])] if self.batch else ([row, i] if row is not None else [i])
+            ints = [x for x in loc[1:] if isinstance(x, int)]
+            if ints:
+                *axis, i = ints            # per-axis positions ([k, N]): the axis comes first
+                at += [*divmod(i, self.batch[1])][:1] + axis + [i % self.batch[1]] if self.batch else \
+                    ([row] if row is not None else []) + axis + [i]
             return path_of(at)
+        if loc and loc[0] in self.model.family.selection_fields:   # a selection no input gave
+            return "inputs"
         if self.model.is_table:   # a fixed spec was checked by the engine: only dtype can be wrong
             return path_of(("parameters", "dtype") if loc[:1] == ("dtype",) else loc)
         return path_of(("parameters", "spec", *loc))
@@ -110,21 +114,24 @@ class Inferer:
         fam = model.family
         spec = self._spec(model, inf.params)
         arrays, where = self._inputs(model, inf.inputs)
-        shapes = {a.shape for a in arrays.values()}
-        ranks = {len(s) for s in shapes}
-        if len(ranks) > 1 or (ranks == {2} and len({s[0] for s in shapes}) > 1):
-            raise BadRequest("inputs", "inputs must be all [N] or all [B, N] with one B, got "
+        ranks = {n: fam.selection_rank(n) for n in arrays}
+        batched = {a.ndim > ranks[n] for n, a in arrays.items()}
+        if len(batched) > 1 or (batched == {True} and len({a.shape[0] for a in arrays.values()}) > 1):
+            raise BadRequest("inputs", "inputs must be all [N] or all [B, N] with one B (per-axis inputs [k, N] "
+                             "or [B, k, N]), got "
                              + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items()))
         for name, a in arrays.items():
             if a.shape[-1] > self.settings.max_positions:
                 raise TooManyPositions(name, a.shape[-1], self.settings.max_positions)
-        batched = ranks == {2}
+        batched = batched == {True}
         one = len(fam.selections) == 1
-        plan = Plan(model, where, next(iter(shapes)) if batched and one else None, batched and not one)
-        if plan.batch:        # one gather for the whole batch
-            bodies = [{**spec, **{n: a.reshape(-1) for n, a in arrays.items()}}]
+        shape = next((a.shape[0], a.shape[-1]) for a in arrays.values()) if batched and one else None
+        plan = Plan(model, where, shape, batched and not one)
+        if plan.batch:        # one gather for the whole batch ([B, k, N] -> [k, B·N])
+            bodies = [{**spec, **{n: a.reshape(-1) if a.ndim == 2 else np.moveaxis(a, 0, -2).reshape(a.shape[1], -1)
+                                  for n, a in arrays.items()}}]
         elif plan.stacked:
-            bodies = [{**spec, **{n: a[i] for n, a in arrays.items()}} for i in range(plan_rows(shapes))]
+            bodies = [{**spec, **{n: a[i] for n, a in arrays.items()}} for i in range(next(iter(arrays.values())).shape[0])]
         else:
             bodies = [{**spec, **arrays}]
         nbytes = 0
@@ -167,7 +174,7 @@ class Inferer:
             raise BadRequest("parameters.spec", f"not valid JSON: {e}") from None
         if not isinstance(spec, dict):
             raise BadRequest("parameters.spec", "must be a JSON object")
-        for name in model.family.selections:
+        for name in model.family.selection_fields:
             if name in spec:
                 raise BadRequest(f"parameters.spec.{name}", "selections come as inputs, not in the spec")
         return spec
@@ -176,15 +183,15 @@ class Inferer:
         fam, out, where = model.family, {}, {}
         for i, t in enumerate(inputs):
             path = f"inputs[{i}]"
-            if t.name not in fam.selections:
+            if t.name not in fam.selection_fields:
                 raise BadRequest(f"{path}.name", f"unknown input {t.name!r}; {model.name} takes "
-                                 + ", ".join(fam.selections))
+                                 + ", ".join(fam.selection_fields))
             if t.name in out:
                 raise BadRequest(f"{path}.name", f"input {t.name!r} given twice")
             for k in t.params:
                 if k not in SHM_PARAMS and k != "binary_data_size":
                     raise BadRequest(f"{path}.parameters.{k}", "unknown parameter")
-            shape = check_shape(t.shape, path)
+            shape = check_shape(t.shape, path, fam.selection_rank(t.name))
             if "shared_memory_region" in t.params:
                 if self.regions is None:
                     raise BadRequest(f"{path}.parameters.shared_memory_region", "shared memory is not served here")
@@ -199,9 +206,9 @@ class Inferer:
             else:
                 raise BadRequest(f"{path}.data", "field required (or binary data, or a shared memory region)")
             out[t.name], where[t.name] = a, i
-        for name in fam.selections:
+        for name in fam.required_selections:
             if name not in out:
-                raise BadRequest("inputs", f"missing input {name!r}; {model.name} takes {', '.join(fam.selections)}")
+                raise BadRequest("inputs", f"missing input {name!r}; {model.name} takes {', '.join(fam.selection_fields)}")
         return out, where
 
     def _outputs(self, model: Model, outputs: list | None) -> list:
@@ -258,6 +265,3 @@ def _stack(arrays: list) -> np.ndarray:
         out[i] = a
     return out
 
-
-def plan_rows(shapes: set) -> int:
-    return next(iter(shapes))[0]

@@ -50,7 +50,7 @@ class Model:
     @functools.cached_property
     def metadata(self) -> dict:
         fam = self.family
-        inputs = [{"name": n, "datatype": "INT64", "shape": [-1]} for n in fam.selections]
+        inputs = [{"name": n, "datatype": "INT64", "shape": [-1] * fam.selection_rank(n)} for n in fam.selection_fields]
         return {"name": self.name, "versions": [VERSION], "platform": PLATFORM, "inputs": inputs,
                 "outputs": _output_metadata(fam, self.fixed, self.dtype or DEFAULT_DTYPE)}
 
@@ -77,7 +77,7 @@ def _output_metadata(fam: Family, fixed: dict | None, dtype: str) -> list[dict]:
 
 def example_spec(fam: Family) -> dict:
     body = next(iter(fam.examples.values()))["value"]
-    return {k: v for k, v in body.items() if k not in fam.selections and k != "dtype"}
+    return {k: v for k, v in body.items() if k not in fam.selection_fields and k != "dtype"}
 
 
 FAMILY_MODELS = {name: Model(name, fam) for name, fam in FAMILIES.items()}

@@ -196,8 +196,8 @@ def inference(name: str, version: str, head: dict, binary: memoryview) -> Infere
         raise BadRequest("parameters", "must be an object")
     inputs, at = [], 0
     raw_inputs = head.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise BadRequest("inputs", "must be a non-empty list")
+    if not isinstance(raw_inputs, list):   # may be empty: sinusoidal-grid's positions are optional
+        raise BadRequest("inputs", "must be a list")
     for i, t in enumerate(raw_inputs):
         t = _fields(t, f"inputs[{i}]", ("name", "shape", "datatype", "parameters", "data"))
         p = _params(t, f"inputs[{i}]")

@@ -20,12 +20,14 @@ MAX_RANK = 2                 # [N] or [B, N]
 MAX_ELEMENTS = 1 << 40       # any real limit (max_positions, body size) is far below
 
 
-def check_shape(shape, path: str) -> tuple[int, ...]:
-    """A v2 input shape: [N] or [B, N] of positive ints."""
+def check_shape(shape, path: str, rank: int = 1) -> tuple[int, ...]:
+    """A v2 input shape: [N] or [B, N] of positive ints (``rank`` 2, per-axis positions such as
+    rope's ``position_ids``: [k, N] or [B, k, N])."""
     if not isinstance(shape, (list, tuple)) or not all(type(d) is int for d in shape):
         raise BadRequest(f"{path}.shape", "must be a list of integers")
-    if not 1 <= len(shape) <= MAX_RANK:
-        raise BadRequest(f"{path}.shape", f"must be [N] or [B, N] (a batch of B selections), got {list(shape)}")
+    if not rank <= len(shape) <= rank + MAX_RANK - 1:
+        want = "[N] or [B, N]" if rank == 1 else "[k, N] or [B, k, N]"
+        raise BadRequest(f"{path}.shape", f"must be {want} (a batch of B selections), got {list(shape)}")
     for d in shape:
         if d < 1:
             raise BadRequest(f"{path}.shape", f"every dimension must be >= 1, got {list(shape)}")
@@ -56,7 +58,7 @@ def from_json(data, datatype, shape: tuple, path: str) -> np.ndarray:
     """An input tensor from JSON ``data``: a flat list in row-major order, or nested as the shape."""
     dt = input_dtype(datatype, path)
     flat = data
-    if isinstance(flat, list) and flat and isinstance(flat[0], list):
+    while isinstance(flat, list) and flat and isinstance(flat[0], list):   # nested as the shape
         flat = [v for row in flat for v in (row if isinstance(row, list) else [row])]
     if not isinstance(flat, list):
         raise BadRequest(f"{path}.data", "must be a list of integers")

@@ -29,6 +29,11 @@ short or long factors from max(position_ids) + 1 at every call; dynamic NTK keep
 state (the frequencies grow with the longest sequence seen and go back to the original ones once
 a sequence is shorter than max_position_embeddings, ``dynamic_rope_update``).
 
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL text models (multimodal RoPE, ``mrope_section``) take
+``position_ids`` of shape [3, batch, seq] (t, h, w; [batch, seq] means every axis at that
+position, as their rotary classes expand it): each column is gathered from the same table at its
+axis's position (on the CPU; the rows then move to ``x.device``).
+
 ``SinusoidalEmbedding(d_model, layout=...)`` gives fixed sinusoidal position embeddings
 (``forward(position_ids)`` -> [..., d_model]), a drop-in for DistilBERT's
 ``embeddings.position_embeddings`` (interleaved) and the values of Marian's (concat).
@@ -52,6 +57,7 @@ from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.client import Client
 from posenc.engine.errors import PosencError
 from posenc.engine.tables import rope as _rope
+from posenc.engine.tables import rope_axes as _axes
 from posenc.engine.tables import sinusoidal as _sinusoidal
 
 # torch dtype -> the table dtype that serves it (others read float32 tables and cast)
@@ -207,6 +213,8 @@ class RotaryEmbedding(torch.nn.Module):
         if spec is None:
             raise ValueError(f"layer_type must be one of {list(self.specs)}, got {layer_type!r}")
         pos = position_ids
+        if spec.mrope_section is not None:   # Qwen-VL: [3, B, N], or [B, N] for every axis
+            pos = pos.expand(len(spec.mrope_section), -1, -1) if pos.ndim == 2 else pos
         hi, lo = int(pos.max()), int(pos.min())
         if lo < 0:
             raise ValueError(f"position_ids must be >= 0, got {lo}")
@@ -216,7 +224,12 @@ class RotaryEmbedding(torch.nn.Module):
         mode = spec.layout if half is None else "half"
         rt = spec.type
         variant = rt.variant(spec, seq_len) if rt.uses_seq_len else None
-        if rt.uses_seq_len and not rt.stores(spec, variant):   # dynamic NTK past M
+        if spec.mrope_section is not None:
+            t = None if rt.uses_seq_len and not rt.stores(spec, variant) else \
+                self._table(spec, layer_type, variant, dtype, hi + 1)
+            cos, sin = _mrope(spec, t, seq_len, pos, dtype)
+            pos = pos[0]
+        elif rt.uses_seq_len and not rt.stores(spec, variant):   # dynamic NTK past M
             inv, scaling = _rope.frequencies(spec, seq_len)
             cos, sin = _computed(inv, scaling, pos, dtype, mode)
         else:
@@ -274,6 +287,20 @@ def _computed(inv64, scaling, pos, dtype: str, mode: str):
     cos, sin = _rope.half_rows(inv64, scaling, rows, dtype)
     out = _tensor(_expand_pair(cos, sin, np.arange(rows.shape[0], dtype=np.int64), mode))
     return out[0], out[1]
+
+
+def _mrope(spec, t: _Table | None, seq_len: int, pos, dtype: str):
+    """Multimodal RoPE rows: column j at the position of its axis (rope_axes.column_map), each
+    axis's half-width rows gathered from table ``t`` (rows past it, or every row without a table:
+    computed exactly)."""
+    per_axis = np.ascontiguousarray(pos.reshape(pos.shape[0], -1).to(device="cpu", dtype=torch.int64).numpy())
+    half_col, axis, _ = _axes.spec_column_map(spec)
+    if t is None or per_axis.max() >= t.rows:
+        inv, scaling = (t.inv64, t.scaling) if t is not None else _rope.frequencies(spec, seq_len)
+        out = _axes.computed(lambda p: _rope.half_rows(inv, scaling, p, dtype), per_axis, half_col, axis)
+    else:
+        out = _axes.gather((t.cos, t.sin), per_axis, half_col, axis)
+    return _tensor(out[0]), _tensor(out[1])
 
 
 def _gathered(t: _Table, pos, dtype: str, mode: str, device, alloc=np.empty):

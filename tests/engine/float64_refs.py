@@ -4,10 +4,11 @@ tables; RoPE's are in tests/engine/rope_refs.py."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
-from tests.numeric import angle_slack
+from tests.numeric import EPS64, angle_slack
 
 
 def slopes64(n, max_bias=8.0):
@@ -51,3 +52,31 @@ def sinusoidal64(d, positions, layout, base=10000.0, offset=0):
             slack.append(np.zeros((len(positions), 1)))
         return np.concatenate(enc, 1), np.concatenate(slack, 1)
     raise AssertionError(layout)
+
+
+# --------------------------------------------------------------------------- sinusoidal-grid
+def one_d(coords, width):
+    """[sin(c·ω) | cos(c·ω)], ω_j = 10000^(−j/(width/2)), and the reference's own error."""
+    half = width // 2
+    ang = np.multiply.outer(np.asarray(coords, np.float64), 10000.0 ** (-np.arange(half) / half))
+    slack = (np.abs(ang) * (np.log(10000.0) + 4) + 2) * EPS64
+    return np.concatenate([np.sin(ang), np.cos(ang)], 1), np.concatenate([slack, slack], 1)
+
+
+def coord(i, n, base, scale):
+    step = 1 / Fraction(scale) if base is None else Fraction(base) / (n * Fraction(scale))
+    return float(i * step)
+
+
+def grid64(d, h, w, base=None, scale=1.0, frames=None, tscale=1.0, extra=0):
+    """The whole table in float64 (rows: extra zeros, then t-major, h-major), and its slack."""
+    rows, slacks = [np.zeros((extra, d))], [np.zeros((extra, d))]
+    spatial = d if frames is None else 3 * d // 4
+    for t in range(frames or 1):
+        for i in range(h):
+            for j in range(w):
+                parts = [] if frames is None else [one_d([coord(t, 0, None, tscale)], d // 4)]
+                parts += [one_d([coord(j, w, base, scale)], spatial // 2), one_d([coord(i, h, base, scale)], spatial // 2)]
+                rows.append(np.concatenate([p[0] for p in parts], 1))
+                slacks.append(np.concatenate([p[1] for p in parts], 1))
+    return np.concatenate(rows), np.concatenate(slacks)

@@ -256,6 +256,38 @@ def ref_cos_sin64(inv64, alpha, positions):
     return np.cos(ang) * alpha, np.sin(ang) * alpha, ang
 
 
+# --------------------------------------------------------------------------- multi-axis (float64)
+
+def dealt_axes(half, section, interleaved):
+    """The axis of each of the d/2 frequencies, as docs/reference.md words it."""
+    if interleaved:
+        return [1 if (k % 3 == 1 and k < 3 * section[1]) else 2 if (k % 3 == 2 and k < 3 * section[2]) else 0
+                for k in range(half)]
+    return [a for a, c in enumerate(section) for _ in range(c)]
+
+
+def ref_mrope64(spec, ids, seq_len):
+    inv, alpha = ref_inv64(spec, seq_len)
+    axis = dealt_axes(inv.size, spec["mrope_section"], spec.get("mrope_interleaved", False))
+    ang = np.stack([ids[a] for a in axis], axis=1).astype(np.float64) * inv[None, :]
+    return ang, alpha, inv
+
+
+def ref_axes64(axes_dim, theta, ids):
+    parts, exps = [], []
+    for a, w in enumerate(axes_dim):
+        e = np.arange(0, w, 2, dtype=np.float64) / w
+        parts.append(ids[a].astype(np.float64)[:, None] * (1.0 / theta ** e)[None, :])
+        exps.append(e)
+    return parts, exps
+
+
+def lay(half_blocks, layout):
+    """Per block, half_split [c | c] or interleaved [c0, c0, c1, c1, ...]; blocks concatenated."""
+    return np.concatenate([np.concatenate([b, b], 1) if layout == "half_split" else np.repeat(b, 2, 1)
+                           for b in half_blocks], axis=1)
+
+
 def to_interleaved(half):
     """half_split columns (k, k+d/2) -> interleaved columns (2k, 2k+1)."""
     n, d = half.shape

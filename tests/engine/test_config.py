@@ -100,7 +100,7 @@ def test_default_config_parses():
     assert [t.table.key for t in tables] == [t.table.key for t in parse_config(DEFAULT_CONFIG)]
     assert len(tables) == len(DEFAULT_CONFIG["tables"])  # one float32 table per entry
     fams = {t.table.family for t in tables}
-    assert fams == {"rope", "sinusoidal", "alibi", "t5-buckets"}
+    assert fams == {"rope", "sinusoidal", "sinusoidal-grid", "alibi", "t5-buckets"}
     assert len({t.table.digest for t in tables}) == len(tables)
     assert len({t.name for t in tables}) == len(tables)
     # right-sized: each model's table as long as the positions it uses, the whole
@@ -109,6 +109,7 @@ def test_default_config_parses():
     assert lengths["llama-3.1-8b"] == DEFAULT_CONFIG["length"] == 131072   # its 128k context
     assert lengths["pythia-6.9b"] >= 2048 and lengths["qwen2.5-7b"] >= 32768
     assert all(lengths[f"sinusoidal-{d}"] == 8192 for d in (512, 768, 1024))
+    assert lengths["flux.1"] >= 4096 and lengths["sd3-grid"] == 192 * 192   # the latent grid; pos_embed_max_size²
     assert all(lengths[f"alibi-{h}"] >= 65536 for h in (8, 12, 16, 32, 64))
     total = sum(t.table.nbytes() for t in tables)
     assert 150 * 2**20 < total < 256 * 2**20, total

@@ -15,6 +15,7 @@ from posenc.engine.tables import FAMILIES
 BODIES = {
     "rope": {"head_dim": 64, "rope_theta": 500000.0},
     "sinusoidal": {"d_model": 33, "layout": "fairseq"},
+    "sinusoidal-grid": {"embed_dim": 32, "grid_size": [3, 5], "extra_tokens": 1},
     "alibi": {"num_heads": 6, "mode": "symmetric"},
     "t5-buckets": {"bidirectional": False},
 }

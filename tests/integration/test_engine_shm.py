@@ -138,6 +138,10 @@ def _expected_bytes(cfg: dict) -> list[int]:
                 out.append(n * width * item[dt])
             elif fam == "alibi":
                 out.append(spec["num_heads"] * n * item[dt] + spec["num_heads"] * 8)
+            elif fam == "sinusoidal-grid":   # one [side, D/2] table per axis (2-D)
+                g = spec["grid_size"]
+                h, w = (g, g) if isinstance(g, int) else g
+                out.append((h + w) * (spec["embed_dim"] // 2) * item[dt])
             else:
                 out.append((2 * spec.get("max_distance", 128) + 1) * 4)  # int32 LUT over [-r, r]
             if fam == "t5-buckets":

@@ -15,8 +15,8 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 pytestmark = pytest.mark.slow
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                          HealthCheck.too_slow])
-MODELS = ["rope", "sinusoidal", "alibi", "t5-buckets", "gptj-rope", "bloom-alibi", "t5-decoder", "nope", ""]
-NAMES = ["positions", "query", "key", "pos", ""]
+MODELS = ["rope", "sinusoidal", "sinusoidal-grid", "alibi", "t5-buckets", "gptj-rope", "bloom-alibi", "t5-decoder", "nope", ""]
+NAMES = ["positions", "position_ids", "query", "key", "pos", ""]
 DATATYPES = ["INT32", "INT64", "UINT64", "FP32", "BF16", "BYTES", "int64", ""]
 SPEC_FIELDS = {
     "head_dim": st.sampled_from([2, 8, 7, 0, -2, 64.0, "8", None, 1 << 40]),
@@ -43,7 +43,9 @@ values = st.lists(st.integers(-5, 2**33), max_size=12)
 # Valid requests (a model, its spec, its inputs), of which the fuzz breaks a few parts at a time
 VALID = {"rope": ('{"head_dim": 8}', ["positions"]), "sinusoidal": ('{"d_model": 9, "dtype": "bfloat16"}', ["positions"]),
          "alibi": ('{"num_heads": 3, "mask_future": true}', ["query", "key"]), "t5-buckets": ("{}", ["query", "key"]),
-         "gptj-rope": (None, ["positions"]), "t5-decoder": (None, ["query", "key"])}
+         "gptj-rope": (None, ["positions"]), "t5-decoder": (None, ["query", "key"]),
+         "sinusoidal-grid": ('{"embed_dim": 8, "grid_size": [70, 80], "extra_tokens": 1}', ["positions"]),
+         "mrope": ('{"head_dim": 12, "mrope_section": [1, 2, 3]}', ["position_ids"])}
 
 
 @st.composite
@@ -51,12 +53,15 @@ def requests(draw):
     """(model, parameters, inputs): valid ones, each part replaced by a fuzzed one now and then."""
     model = draw(st.sampled_from(list(VALID)))
     spec, names = VALID[model]
+    axes = 3 if model == "mrope" else None          # rope's position_ids: [3, N] or [B, 3, N]
+    model = "rope" if model == "mrope" else model
     p = {"spec": spec} if spec else {}
     rows = draw(st.sampled_from([None, 1, 2]))
     n = draw(st.integers(1, 4))
     inputs = [{"name": name, "datatype": draw(st.sampled_from(["INT32", "INT64"])),
-               "shape": [n] if rows is None else [rows, n],
-               "values": draw(st.lists(st.integers(0, 5000), min_size=n * (rows or 1), max_size=n * (rows or 1))),
+               "shape": [*([rows] if rows else []), *([axes] if axes else []), n],
+               "values": draw(st.lists(st.integers(0, 5000), min_size=n * (rows or 1) * (axes or 1),
+                                       max_size=n * (rows or 1) * (axes or 1))),
                "binary": draw(st.booleans()), "cut": 0} for name in names]
     if draw(st.integers(0, 3)) == 0:
         model = draw(st.sampled_from(MODELS))

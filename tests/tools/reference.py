@@ -55,8 +55,30 @@ MEANING = {
                    "max(position) + 1; a value below that is allowed",
         "layout": "`half_split`: Llama/NeoX `rotate_half` pairing (k, k + d/2); `interleaved`: GPT-J/RoFormer "
                   "pairing (2k, 2k + 1)",
-        "positions": "the positions p of the rows",
+        "mrope_section": "Qwen2-VL / Qwen2.5-VL multimodal RoPE: the d/2 frequencies are dealt to the axes in "
+                         "contiguous runs of these counts (sum d/2), frequency k evaluated at its axis's position",
+        "mrope_interleaved": "with `mrope_section`: Qwen3-VL's dealing (frequency k goes to axis 1 when k mod 3 = 1 "
+                             "and k < 3·section[1], to axis 2 when k mod 3 = 2 and k < 3·section[2], else to axis 0)",
+        "axes_dim": "one frequency set per axis (diffusers' Flux `axes_dims_rope`): axis a rotates `axes_dim[a]` "
+                    "columns with frequencies θ^(−2j/axes_dim[a]); blocks concatenated in order, `layout` within "
+                    "each block; sum = d; `default` rope_type only",
+        "positions": "required unless `position_ids` is given: the positions p of the rows (with `mrope_section`: "
+                     "every axis at p, i.e. text tokens)",
+        "position_ids": "with `mrope_section` or `axes_dim`, instead of `positions`: one list of positions per axis "
+                        "(transformers' [3, n] layout), all of one length",
         "dtype": "the dtype of `cos` and `sin`",
+    },
+    "sinusoidal-grid": {
+        "embed_dim": "D; divisible by 4 (by 16 with `temporal_size`)",
+        "grid_size": "patches per side, or [H, W]",
+        "base_size": "diffusers' `base_size`: coordinates along an axis of n patches are i / (n / base_size) / "
+                     "interpolation_scale; null means i / interpolation_scale (MAE, timm, transformers' ViTMAE)",
+        "interpolation_scale": "as diffusers",
+        "temporal_size": "3-D (CogVideoX `get_3d_sincos_pos_embed`): the number of frames T",
+        "temporal_interpolation_scale": "3-D: frame coordinates are t / this",
+        "extra_tokens": "rows of zeros before the grid (a CLS token; CogVideoX's text tokens)",
+        "positions": "rows of the flattened table (extra tokens first, then t-major, h-major); absent means every row",
+        "dtype": "the dtype of `encoding`",
     },
     "sinusoidal": {
         "d_model": "the width d",
@@ -131,6 +153,14 @@ repeats the d/2 angles as [a_0 … a_{d/2−1}, a_0 … a_{d/2−1}] (q' = q · 
 rotate_half(x) = cat(−x[d/2:], x[:d/2])); `interleaved` as [a_0, a_0, a_1, a_1, …]
 (rotate_every_two). Only the first d columns of q and k are rotated when d < D (partial rotary).
 
+**Multi-axis.** With `mrope_section` or `axes_dim`, column j of the answer is evaluated at the position
+of its axis: `position_ids[axis(j)]`. `mrope_section` deals the d/2 frequencies of one set (any
+rope_type, combined as transformers combines them); `axes_dim` gives each axis its own set, and
+`inv_freq` lists the frequencies per axis block. Refused: `mrope_section` not summing to d/2,
+`axes_dim` not summing to d or with another rope_type, both fields, `mrope_interleaved` without
+`mrope_section` (or with other than 3 sections), `position_ids` without either field, ragged
+`position_ids` or one with the wrong number of axes, and `axes_dim` without `position_ids`.
+
 **Rules** (transformers' validators, made strict): `factor` is required for linear, dynamic, yarn
 and llama3 and must be ≥ 1; llama3 also requires `low_freq_factor` < `high_freq_factor`; longrope
 requires `short_factor` and `long_factor`, each of length d/2; an absent `rope_type` means
@@ -151,6 +181,20 @@ rope_type; d < 2 or odd; dynamic with d = 2; yarn with `rope_theta` ≤ 1.
 
 No row is ever zeroed: padding rows are the model's business, not the table's (transformers zeroes
 row `padding_idx` in some models).
+""",
+    "sinusoidal-grid": r"""
+**Formulas** (diffusers' `get_2d_sincos_pos_embed` / `get_3d_sincos_pos_embed`, MAE's `pos_embed.py`,
+transformers' ViTMAE). A 1-D part of width E over a coordinate c is [sin(c · ω_j) | cos(c · ω_j)],
+ω_j = 10000^(−j/(E/2)), j = 0 … E/2 − 1. In 2-D the first D/2 columns encode the column (w)
+coordinate and the next D/2 the row (h) coordinate; rows are h-major. In 3-D the first D/4 columns
+encode the frame coordinate t / `temporal_interpolation_scale`, then the 2-D form of width 3D/4 over
+i / `interpolation_scale`; rows are t-major. Coordinates are evaluated exactly (the float64 nearest
+the rational value; the libraries round them through float32, differing by up to about 1e-6), the
+sines and cosines in float64, rounded once. SD3's `PatchEmbed` is the table of `pos_embed_max_size`
+with base_size = sample_size // patch_size, of which it reads a centred crop: those rows.
+
+**Rules**: `base_size` is 2-D only; `temporal_interpolation_scale` only with `temporal_size`; a row
+past the table (extra_tokens + T·H·W rows) is a 422 at `positions`.
 """,
     "alibi": r"""
 **Slopes** (Press et al., "Train Short, Test Long"): with c = 2^⌊log2 H⌋, m_j = 2^(−max_bias · j / c) for
@@ -357,7 +401,9 @@ def v2_table() -> list[str]:
     for name, fam in FAMILIES.items():
         outs = v2models._output_metadata(fam, None, dtypes.DEFAULT_DTYPE)
         shown = ", ".join(f"`{o['name']}` {o['datatype']} {o['shape']}" for o in outs)
-        rows.append(f"| `{name}` | " + ", ".join(f"`{s}` [N] or [B, N]" for s in fam.selections) + f" | {shown} |")
+        ins = [f"`{s}` [k, N] or [B, k, N]" if fam.selection_rank(s) == 2 else f"`{s}` [N] or [B, N]"
+               for s in fam.selection_fields]
+        rows.append(f"| `{name}` | " + ", ".join(ins) + f" | {shown} |")
     return rows
 
 
@@ -437,7 +483,10 @@ selections and `dtype` (except `t5-buckets`, whose answer is int32).
   `"sliding_attention"`) picks one entry of a per-layer-type `rope_parameters` and is required
   exactly when the config has several. Keys without positional information are ignored. A
   `model_type` whose positions are not of this family, or that posenc does not know, is a 422 at
-  `hf_config.model_type` naming the supported ones. [models.md](models.md) lists how each type is read.
+  `hf_config.model_type` naming the supported ones. diffusers transformer configs are recognised by
+  `_class_name` instead (Flux's per-axis RoPE, SD3's and CogVideoX's grids; a CogVideoX config with
+  rotary or learnt positions is a 422 at the key that says so); the Qwen-VL types give
+  `mrope_section` (multi-axis rope, `position_ids`). [models.md](models.md) lists how each type is read.
 - `hf_config` or `table` together with explicit spec fields is a 422 at the extra field; both
   together is a 422 at `table`; `layer_type` without `hf_config` is a 422 at `layer_type`. An
   explicit null for any of them is an absent field.
@@ -589,6 +638,8 @@ otherwise (engine/config.py).
   [batch, seq, rotary width] in `x.dtype` on `x.device`, `attention_scaling` applied, read from the
   shared tables when an engine runs and computed exactly when none does (see
   [Precision](#precision-against-transformers) for how its logits compare with transformers').
+  For the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (`mrope_section`) `position_ids` is
+  [3, batch, seq] (t, h, w), or [batch, seq] for every axis at once, as their rotary classes take it.
 """
 
 

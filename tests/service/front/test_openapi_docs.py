@@ -65,7 +65,7 @@ def test_the_document_is_valid_openapi(settings):
 def test_components_name_every_family_request_and_answer_and_the_refusals():
     doc = document()
     names = {openapi.component_name(f) for f in FAMILIES}
-    assert names == {"Rope", "Sinusoidal", "Alibi", "T5Buckets"}
+    assert names == {"Rope", "Sinusoidal", "SinusoidalGrid", "Alibi", "T5Buckets"}
     want = {f"{n}{kind}" for n in names for kind in ("Request", "Response")} | {
         "Selection", "Dtype", "ValidationError", "Error", "V2Error", "V2InferenceRequest", "V2InferenceResponse",
         "V2RegisterRequest"}

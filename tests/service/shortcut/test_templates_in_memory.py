@@ -97,7 +97,8 @@ def test_c_answers_the_plain_bodies_of_every_family():
     templates."""
     bodies = {"rope": ({"head_dim": 64}, {"positions": [3, 0, 511]}),
               "sinusoidal": ({"d_model": 33}, {"positions": {"start": 5, "stop": 9}}),
-              "alibi": ({"num_heads": 12}, {"query": [300], "key": {"start": 0, "stop": 301}})}
+              "alibi": ({"num_heads": 12}, {"query": [300], "key": {"start": 0, "stop": 301}}),
+              "sinusoidal-grid": ({"embed_dim": 32, "grid_size": [5, 7], "extra_tokens": 1}, {"positions": [0, 35, 4]})}
     assert set(bodies) == set(replay.FIELDS)
     for family, (spec, sel) in bodies.items():
         first = {**spec, **{k: [1] for k in sel}}

@@ -1,0 +1,231 @@
+"""Multi-axis RoPE (docs/reference.md, rope, "Multi-axis RoPE"): which axis and which half-width
+frequency column feed each output column, and ``position_ids``, the per-axis positions.
+
+- ``mrope_section`` (Qwen2-VL / Qwen2.5-VL ``Qwen2VLRotaryEmbedding.recomposition_frequencies``):
+  one frequency set over d; the d/2 half columns are dealt to the axes in contiguous runs of the
+  section's counts. ``mrope_interleaved`` (Qwen3-VL ``Qwen3VLTextRotaryEmbedding``): half column k
+  comes from axis 1 when k % 3 == 1 and k < 3·section[1], from axis 2 when k % 3 == 2 and
+  k < 3·section[2], else from axis 0.
+- ``axes_dim`` (diffusers ``FluxPosEmbed``: ``get_1d_rotary_pos_embed`` per axis, blocks
+  concatenated): axis a has its own frequencies θ^(−2j/axes_dim[a]) over its block of axes_dim[a]
+  columns, and ``layout`` pairs columns within each block.
+
+Either way an answer's column j is the stored half-width table's column ``half[j]`` at the
+position of axis ``axis[j]``: rows are gathers from an ordinary rope table through a column map
+(mrope: the plain table of the same frequencies; axes_dim: the table of the concatenated
+frequencies), so no other kind of stored table exists for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+
+from ..errors import SpecError
+from ..fields import is_int, json_repr
+from ..selection import POSITION_LIMIT, parse_selection
+
+HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"   # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
+MAX_AXES = 8
+
+
+def parse_int_list(req, key: str, lo: int, even: bool = False) -> tuple | None:
+    """A list of ints >= lo (even ones where ``even``), or None when absent or null."""
+    v = req.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= MAX_AXES:
+        raise SpecError((key,), f"must be a list of 1 to {MAX_AXES} integers, got {json_repr(v)}", "list_type")
+    for i, x in enumerate(v):
+        if not is_int(x) or x < lo or (even and x % 2):
+            want = f"an even integer >= {lo}" if even else f"an integer >= {lo}"
+            raise SpecError((key, i), f"must be {want}, got {json_repr(x)}")
+    return tuple(v)
+
+
+def check_sections(mrope_section, interleaved: bool, axes_dim, d: int, rope_type: str, src: str) -> None:
+    """The cross-field rules of the multi-axis fields (SpecError naming the field to change)."""
+    if mrope_section is not None and axes_dim is not None:
+        raise SpecError(("axes_dim",), "send either mrope_section or axes_dim, not both")
+    if interleaved and mrope_section is None:
+        raise SpecError(("mrope_interleaved",), "only with mrope_section (Qwen3-VL's dealing of its frequencies)")
+    if mrope_section is not None:
+        if sum(mrope_section) != d // 2:
+            raise SpecError(("mrope_section",), f"must sum to d/2 = {d // 2} (d = rotary width), "
+                                                f"got {sum(mrope_section)}")
+        if interleaved and len(mrope_section) != 3:
+            raise SpecError(("mrope_section",), "must have 3 entries (t, h, w) with mrope_interleaved, "
+                                                f"got {len(mrope_section)}")
+    if axes_dim is not None:
+        if sum(axes_dim) != d:
+            raise SpecError(("axes_dim",), f"must sum to the rotary width d = {d}, got {sum(axes_dim)}")
+        if rope_type != "default":
+            raise SpecError((src, "rope_type"), f"axes_dim takes only the default rope_type, got {rope_type!r}")
+
+
+def axes_inv_freq(theta: float, axes_dim) -> np.ndarray:
+    """Each axis's frequencies θ^(−2j/axes_dim[a]) (float64, as FluxPosEmbed's freqs_dtype),
+    concatenated in axis order: the d/2 half columns of an axes_dim table."""
+    return np.concatenate([1.0 / np.power(float(theta), np.arange(0, a, 2, dtype=np.float64) / a)
+                           for a in axes_dim])
+
+
+@functools.lru_cache(maxsize=256)
+def column_map(d: int, layout: str, mrope_section=None, interleaved: bool = False, axes_dim=None):
+    """(half column, axis) of every output column, two int64 arrays of d, and the number of axes.
+    Without multi-axis fields: the plain layout, one axis."""
+    h = d // 2
+    axis_of_half = np.zeros(h, dtype=np.int64)
+    if axes_dim is not None:
+        blocks = [(sum(axes_dim[:a]) // 2, w // 2) for a, w in enumerate(axes_dim)]
+        k = len(axes_dim)
+    else:
+        blocks = [(0, h)]
+        k = 1
+        if mrope_section is not None:
+            k = len(mrope_section)
+            if interleaved:   # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
+                for a, offset in ((1, 1), (2, 2)):
+                    axis_of_half[offset:3 * mrope_section[a]:3] = a
+            else:             # Qwen2VLRotaryEmbedding.recomposition_frequencies
+                axis_of_half[:] = np.repeat(np.arange(k), mrope_section)
+    half = []
+    for offset, width in blocks:
+        if layout == HALF_SPLIT:    # [c | c] within the block (rotate_half)
+            half.append(offset + np.tile(np.arange(width), 2))
+        else:                       # [c0, c0, c1, c1, ...] (rotate_every_two; Flux's repeat_interleave_real)
+            half.append(offset + np.repeat(np.arange(width), 2))
+        if axes_dim is not None:
+            axis_of_half[offset:offset + width] = len(half) - 1
+    half_col = np.concatenate(half)
+    half_col.flags.writeable = False
+    axis = axis_of_half[half_col]
+    axis.flags.writeable = False
+    return half_col, axis, k
+
+
+def spec_column_map(spec):
+    return column_map(spec.d, spec.layout, spec.mrope_section, spec.mrope_interleaved, spec.axes_dim)
+
+
+def n_axes(spec) -> int:
+    return len(spec.mrope_section if spec.mrope_section is not None else spec.axes_dim)
+
+
+class AxisPositions:
+    """Parsed ``position_ids``: int64 [k, n] (transformers' [3, n] layout for one sequence)."""
+
+    __slots__ = ("values", "hi")
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+        self.hi = int(values.max())
+
+    @property
+    def n(self) -> int:
+        return int(self.values.shape[1])
+
+    @property
+    def max(self) -> int:
+        return self.hi
+
+    @property
+    def min(self) -> int:
+        return int(self.values.min())
+
+    def array(self) -> np.ndarray:
+        return self.values
+
+
+def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
+    """k equal-length lists of positions in [0, 2**31) (or a [k, n] integer array)."""
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in value):
+            raise SpecError(loc, f"must be a list of {k} lists of positions (one per axis), got {json_repr(value)}",
+                            "list_type")
+        if len(value) != k:
+            raise SpecError(loc, f"must have one list per axis: {k}, got {len(value)}")
+        n = len(value[0]) if value else 0
+        for a, row in enumerate(value):
+            if len(row) != n:
+                raise SpecError((*loc, a), f"must have as many positions as position_ids[0] ({n}), got {len(row)}")
+        flat = list(itertools.chain.from_iterable(value))
+        if flat and (set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= POSITION_LIMIT):
+            for a, row in enumerate(value):      # name the first bad value (no int64 overflow)
+                for i, v in enumerate(row):
+                    if not is_int(v):
+                        raise SpecError((*loc, a, i), f"must be an integer, got {json_repr(v)}", "int_type")
+                    if not 0 <= v < POSITION_LIMIT:
+                        raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {v}")
+        arr = np.array(value, dtype=np.int64) if n else np.empty((k, 0), np.int64)
+    if arr.ndim != 2 or arr.dtype.kind not in "iu":
+        raise SpecError(loc, f"must be [k, n] integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
+    if arr.shape[0] != k:
+        raise SpecError(loc, f"must have one row per axis: {k}, got {arr.shape[0]}")
+    if arr.shape[1] == 0:
+        raise SpecError((*loc, 0), "must not be empty", "too_short")
+    bad = (arr < 0) | (arr >= POSITION_LIMIT)
+    if bad.any():
+        a, i = (int(x) for x in np.argwhere(bad)[0])
+        raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {int(arr[a, i])}")
+    if arr.dtype != np.int64 or not (arr.flags.aligned and arr.flags.c_contiguous):
+        arr = np.array(arr, dtype=np.int64)   # binary tensors arrive at any byte offset
+    return AxisPositions(arr)
+
+
+def selections(spec, req) -> dict:
+    """A rope request's selections: ``positions``, or with a multi-axis spec ``position_ids``
+    (mrope also takes plain positions: every axis at that position, which is the plain answer)."""
+    pid = req.get("position_ids")
+    if pid is None:
+        if spec.axes_dim is not None:
+            raise SpecError(("position_ids",), "field required with axes_dim (one list per axis)", "missing")
+        return {"positions": parse_selection(req.get("positions"), ("positions",))}
+    if spec.mrope_section is None and spec.axes_dim is None:
+        raise SpecError(("position_ids",), "only with mrope_section or axes_dim; plain rope takes positions")
+    if req.get("positions") is not None:
+        raise SpecError(("positions",), "send either positions or position_ids, not both")
+    return {"position_ids": parse_position_ids(pid, n_axes(spec))}
+
+
+def probe(spec, position: int) -> dict | None:
+    """``position_ids`` reading one position on every axis where a spec requires them."""
+    if spec is not None and spec.axes_dim is not None:
+        return {"position_ids": [[position]] * len(spec.axes_dim)}
+    return None
+
+
+def positions_of(sel):
+    """A rope request's positions: ``positions`` or ``position_ids`` (both have n and max)."""
+    return sel["positions"] if "positions" in sel else sel["position_ids"]
+
+
+def gather(tables, rows: np.ndarray, half_col: np.ndarray, axis: np.ndarray) -> list:
+    """out[i, j] = table[rows[axis[j], i], half_col[j]] for each half-width table (cos, sin):
+    ``rows`` [k, n] are each axis's rows of the tables. One fancy index per table."""
+    flat = rows.T[:, axis] * tables[0].shape[1] + half_col     # element offsets: one 1-D take each
+    return [np.take(t.reshape(-1), flat) for t in tables]
+
+
+def computed(half_rows, pos: np.ndarray, half_col: np.ndarray, axis: np.ndarray) -> list:
+    """The same from ``half_rows(positions)`` -> (cos, sin) of every axis's positions at once."""
+    k, n = pos.shape
+    return gather(half_rows(pos.reshape(-1)), np.arange(k * n).reshape(k, n), half_col, axis)
+
+
+# The request schema's multi-axis fields (OpenAPI), part of rope's schema.
+SCHEMA = {
+    "mrope_section": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 1},
+                      "description": "Qwen-VL multimodal RoPE: the d/2 frequencies dealt to the axes (sum d/2)"},
+    "mrope_interleaved": {"type": "boolean", "default": False, "description": "Qwen3-VL's interleaved dealing"},
+    "axes_dim": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 2, "multipleOf": 2},
+                 "description": "a frequency set per axis (Flux axes_dims_rope), sum = d"},
+    "position_ids": {"type": "array", "minItems": 1, "maxItems": MAX_AXES,
+                     "items": {"type": "array", "minItems": 1,
+                               "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1}},
+                     "description": "with mrope_section or axes_dim, instead of positions: one list per axis"},
+}
