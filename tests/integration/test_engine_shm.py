@@ -17,6 +17,7 @@ from tests.procs import CLI_MODULE, PYTHON
 from tests.shm import SHM_DIR, assert_no_leftovers, shm_files
 from posenc.engine.compute import compute
 from tests.children.bits import bits_equal, digest_of
+from tests.procs import wait_for
 from tests.integration.engine_cases import FULL_CONFIG, ON_DEMAND_LENGTH, SMALL_CONFIG, reader, seg_files
 
 
@@ -34,8 +35,9 @@ def _modes(ns) -> dict[str, tuple[int, int]]:
 def test_tables_are_sealed_segments_and_the_namespace_files_are_private(ns, procs):
     eng = procs.engine(SMALL_CONFIG, ns)
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})   # an on-demand segment too
-    segs = seg_files(eng)
-    assert len(segs) == len(SMALL_CONFIG["tables"]) + 2  # rope config has two dtypes, + on-demand
+    # rope config has two dtypes, + on-demand (waited for: a build may still be on its way)
+    segs = wait_for(lambda: s if len(s := seg_files(eng)) == len(SMALL_CONFIG["tables"]) + 2 else None,
+                    10, 0.02, "the engine to hold exactly its tables")
     assert sorted(e["file"] for e in eng.manifest()["tables"].values()) == segs
     modes = _modes(ns)   # no table in /dev/shm: the manifest, the socket and the lock only
     assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "sock", "lock")), modes
