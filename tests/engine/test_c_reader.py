@@ -7,9 +7,14 @@ answer columns, and past the table's end a distinct status. The C++ example comp
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +211,137 @@ def test_cpp_example_compiles_and_reads_a_table(engine, tmp_path):
     want = compute("rope", {"head_dim": 64, "positions": [1]})["cos"][0, :4]
     assert f"cos[1][0..3] = {' '.join(f'{x:g}' for x in want)} (d=64)" in p.stdout, p.stdout
     assert "past the table" in p.stdout
+
+
+class Session:
+    """One driver process kept running across engine changes (the sanitized build)."""
+
+    def __init__(self, exe: Path, engine):
+        self.p = subprocess.Popen([str(exe), engine.shm_dir, engine.namespace], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"})
+
+    def __call__(self, command: str) -> str:
+        self.p.stdin.write(command + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, f"the driver died: {self.p.wait()} {self.p.stderr.read()}"
+        return line.rstrip("\n")
+
+    def close(self) -> None:
+        _, err = self.p.communicate(timeout=30)
+        assert self.p.returncode == 0 and not err, err
+
+
+def _ensure(engine, key: str, reach: int) -> dict:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.path.join(engine.shm_dir, f"{engine.namespace}.sock"))
+        s.sendall(json.dumps({"op": "ensure", "table": key, "reach": reach}).encode() + b"\n")
+        reply = s.makefile("rb").readline()
+    out = json.loads(reply)
+    assert out["ok"], out
+    return out
+
+
+def test_a_held_table_reads_through_restart_and_growth_and_the_reader_sees_the_changes(binaries, tmp_path):
+    ns, reg = unique_namespace("creader"), Procs(tmp_path / "procs")
+    config = {"length": LENGTH, "tables": [CONFIG["tables"][0] | {"dtypes": ["float32"]}]}
+    try:
+        eng = reg.engine(config, ns)
+        s = Session(binaries["sanitized"], eng)
+        (digest,) = eng.manifest()["tables"]
+        rows = f"0,1,{LENGTH - 1}"
+        assert s(f"hold {digest}") == "OK"
+        before = s(f"held cos {rows}")
+        assert before.startswith("OK ") and s("changed") == "OK 0"
+        gen = int(s("gen")[3:])
+        assert eng.stop() == 0                              # the engine goes away: the mapping stays
+        assert s(f"held cos {rows}") == before
+        eng = reg.engine(config, ns)                       # a new engine, a new generation
+        assert s("changed") == "OK 1"
+        assert int(s("refresh")[3:]) > gen                 # (a new connection: the old one died)
+        assert s(f"hold {digest}") == "OK" and s(f"held cos {rows}") == before
+
+        key = eng.manifest()["tables"][digest]["key"].replace('"rope_theta":10000.0', '"rope_theta":31.0')
+        grown = _ensure(eng, key, 100)["digest"]           # on demand: 4096 rows, then rebuilt longer
+        s("refresh")
+        assert s(f"hold {grown}") == "OK" and s(f"held cos {LENGTH}") == "PAST 0"
+        assert _ensure(eng, key, LENGTH + 1)["length"] == 2 * LENGTH
+        assert s(f"held cos {LENGTH}") == "PAST 0"          # what it holds is unchanged
+        assert s("changed") == "OK 1" and s("refresh").startswith("OK ")
+        assert s(f"hold {grown}") == "OK"
+        got = s(f"held cos 5,{LENGTH},{2 * LENGTH - 1}")
+        want = compute("rope", {"head_dim": 64, "rope_theta": 31.0, "positions": [5, LENGTH, 2 * LENGTH - 1]})
+        assert bytes.fromhex(got[3:]) == np.ascontiguousarray(want["cos"][:, :32]).tobytes()
+        s.close()
+        assert eng.stop() == 0
+    finally:
+        reg.cleanup()
+        left = remove_leftovers(ns)
+        assert not left, f"{ns} left {left} in {SHM_DIR}"
+
+
+def _memfd(nbytes: int, seals: int | None, size: int | None = None) -> int:
+    fd = os.memfd_create("fake", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size if size is not None else nbytes)
+    os.pwrite(fd, np.arange(nbytes // 4, dtype=np.float32).tobytes(), 0)
+    if seals is not None:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def test_segments_that_are_not_sealed_as_documented_are_refused(binaries, tmp_path):
+    """A fake engine (the protocol of docs/shm-format.md, spoken by hand) hands out descriptors:
+    unsealed, missing a seal, of another size, arrays outside the segment; and a format-2 manifest."""
+    all_seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+    arrays = {"cos": {"offset": 0, "shape": [16, 4], "dtype": "float32"}}
+    cases = {   # digest -> (entry changes, descriptor)
+        "good": ({}, lambda: _memfd(256, all_seals)),
+        "unsealed": ({}, lambda: _memfd(256, None)),
+        "no-write-seal": ({}, lambda: _memfd(256, all_seals & ~fcntl.F_SEAL_WRITE)),
+        "larger": ({}, lambda: _memfd(256, all_seals, size=512)),
+        "outside": ({"arrays": {"cos": {"offset": 64, "shape": [16, 4], "dtype": "float32"}}},
+                    lambda: _memfd(256, all_seals)),
+    }
+    entry = {"family": "rope", "dtype": "float32", "length": 16, "nbytes": 256, "meta": {}, "arrays": arrays}
+    tables = {d: entry | changes for d, (changes, _) in cases.items()}
+    fmt = {"value": 1}
+    path = tmp_path / "fake.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as lines:
+                for line in lines:
+                    msg, fds = json.loads(line), []
+                    if msg["op"] == "manifest":
+                        reply = {"ok": True, "manifest": {"format": fmt["value"], "generation": 7, "tables": tables}}
+                    else:
+                        fds = [cases[d][1]() for d in msg["digests"]]
+                        reply = {"ok": True, "generation": 7, "tables": {d: tables[d] for d in msg["digests"]}}
+                    socket.send_fds(conn, [json.dumps(reply).encode() + b"\n"], fds)
+                    for fd in fds:
+                        os.close(fd)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        r = Reader(binaries, types.SimpleNamespace(shm_dir=str(tmp_path), namespace="fake"))
+        assert r.run(*(f"rows {d} cos 0,15" for d in cases)) == [
+            "OK " + np.array([0, 1, 2, 3, 60, 61, 62, 63], np.float32).tobytes().hex(),
+            *["ERR -4 descriptor is not a sealed segment of the recorded size"] * 3,
+            "ERR -2 unexpected reply from the engine"]
+        fmt["value"] = 2
+        p = subprocess.run([str(binaries["plain"]), str(tmp_path), "fake"], input="", capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 1 and "format is not 1" in p.stderr
+    finally:
+        srv.shutdown(socket.SHUT_RDWR)   # wakes the accept
+        srv.close()
+        server.join(10)

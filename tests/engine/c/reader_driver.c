@@ -5,6 +5,10 @@
  *     named NAME DTYPE|-          -> OK <digest>
  *     meta DIGEST KEY             -> OK <%.17g>
  *     gen                         -> OK <generation>
+ *     hold DIGEST                 -> OK | ERR ...: keep that table open (one at a time)
+ *     held ARRAY P,P,...          -> rows of the held table, as "rows" answers
+ *     changed                     -> OK 0|1 (posenc_changed)
+ *     refresh                     -> OK <generation> | ERR ...
  */
 #include "posenc_shm.h"
 
@@ -20,14 +24,12 @@ static size_t parse_positions(char *s, int64_t *pos, size_t cap) {
 
 static void err(int st) { printf("ERR %d %s\n", st, posenc_strerror(st)); }
 
-static void gather(posenc_conn *c, int cols, const char *digest, const char *array, char *list) {
+static void gather_from(posenc_table *t, int cols, const char *array, char *list) {
     static int64_t pos[1 << 16];
-    posenc_table *t;
     posenc_array a;
     size_t n = parse_positions(list, pos, sizeof pos / sizeof pos[0]), past = 0;
-    int st = posenc_open(c, digest, &t);
+    int st = posenc_table_array(t, array, &a);
     if (st != POSENC_OK) { err(st); return; }
-    if ((st = posenc_table_array(t, array, &a)) != POSENC_OK) { err(st); posenc_table_close(t); return; }
     size_t per = a.itemsize;
     for (int i = 0; i < a.ndim; i++) per *= (size_t)a.shape[i];
     size_t bytes = n * per / (size_t)(cols ? a.shape[1] : a.shape[0]);
@@ -41,12 +43,20 @@ static void gather(posenc_conn *c, int cols, const char *digest, const char *arr
         putchar('\n');
     }
     free(out);
+}
+
+static void gather(posenc_conn *c, int cols, const char *digest, const char *array, char *list) {
+    posenc_table *t;
+    int st = posenc_open(c, digest, &t);
+    if (st != POSENC_OK) { err(st); return; }
+    gather_from(t, cols, array, list);
     posenc_table_close(t);
 }
 
 int main(int argc, char **argv) {
     posenc_conn *c;
-    char line[1 << 20];
+    posenc_table *held = NULL;
+    static char line[1 << 20];
     if (argc != 3) { fprintf(stderr, "usage: %s SHM_DIR NAMESPACE\n", argv[0]); return 2; }
     int st = posenc_connect(argv[1], argv[2], &c);
     if (st != POSENC_OK) { fprintf(stderr, "connect: %s\n", posenc_strerror(st)); return 1; }
@@ -67,9 +77,20 @@ int main(int argc, char **argv) {
             if (st != POSENC_OK) err(st); else printf("OK %.17g\n", x);
             posenc_table_close(t);
         } else if (!strcmp(cmd, "gen")) printf("OK %llu\n", (unsigned long long)posenc_generation(c));
+        else if (!strcmp(cmd, "hold") && a) {
+            posenc_table_close(held);
+            held = NULL;
+            if ((st = posenc_open(c, a, &held)) != POSENC_OK) err(st); else puts("OK");
+        } else if (!strcmp(cmd, "held") && b && held) gather_from(held, 0, a, b);
+        else if (!strcmp(cmd, "changed")) printf("OK %d\n", posenc_changed(c));
+        else if (!strcmp(cmd, "refresh")) {
+            if ((st = posenc_refresh(c)) != POSENC_OK) err(st);
+            else printf("OK %llu\n", (unsigned long long)posenc_generation(c));
+        }
         else printf("ERR %d unknown command\n", POSENC_ERR_ARG);
         fflush(stdout);
     }
+    posenc_table_close(held);
     posenc_close(c);
     return 0;
 }
