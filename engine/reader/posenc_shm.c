@@ -21,6 +21,7 @@
 
 #define SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define MAX_FDS 250
+#define DIGEST_CHARS "0123456789abcdefABCDEF"   /* a digest is hex */
 
 struct posenc_conn {
     int sock;
@@ -343,8 +344,8 @@ int posenc_open(posenc_conn *c, const char *digest, posenc_table **out) {
     int fds[MAX_FDS], nfds, st;
     int64_t gen;
     *out = NULL;
-    if (!digest || strlen(digest) > 64 || strpbrk(digest, "\"\\"))
-        return POSENC_ERR_ARG;
+    if (!digest || !*digest || strlen(digest) > 64 || strspn(digest, DIGEST_CHARS) != strlen(digest))
+        return POSENC_ERR_ARG;   /* (nothing that could break the ask's line or its JSON) */
     snprintf(line, sizeof line, "{\"op\":\"open\",\"digests\":[\"%s\"]}\n", digest);
     if ((st = ask(c, line, &reply, fds, &nfds)) != POSENC_OK) return st;
     const char *tables = obj_get(reply, "tables"), *k, *v, *p = tables;

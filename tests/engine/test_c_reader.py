@@ -8,6 +8,7 @@ answer columns, and past the table's end a distinct status. The C++ example comp
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -124,6 +125,7 @@ def test_names_open_the_configured_tables_of_each_dtype(reader, engine):
             d = reader.digest(item["name"], dtype)
             e = m["tables"][d]
             assert (e["name"], e["family"], e["dtype"]) == (item["name"], item["family"], dtype)
+            assert hashlib.sha1(e["key"].encode()).hexdigest()[:20] == d   # as docs/shm-format.md says
     assert reader.run("named nosuch -", "named rope64 float64", "gen") == [
         "ERR -3 no such table or array stored", "ERR -3 no such table or array stored", f"OK {m['generation']}"]
 
@@ -194,9 +196,9 @@ def test_past_the_end_is_a_status_and_nothing_else_is_read(reader):
     rope, alibi = reader.digest("rope64", "float32"), reader.digest("alibi8", "float32")
     assert reader.run(f"rows {rope} cos 5,{LENGTH},7", f"rows {rope} sin {LENGTH - 1},{2**40}",
                       f"cols {alibi} dist 0,{LENGTH}", f"rows {rope} cos -1", f"rows {rope} nosuch 1",
-                      "rows 0000000000000000dead cos 1") == [
+                      "rows 0000000000000000dead cos 1", 'rows "],"x":[" cos 1') == [
         "PAST 1", "PAST 1", "PAST 1", "ERR -5 bad argument", "ERR -3 no such table or array stored",
-        "ERR -3 no such table or array stored"]
+        "ERR -3 no such table or array stored", "ERR -5 bad argument"]
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler")
@@ -296,12 +298,12 @@ def test_segments_that_are_not_sealed_as_documented_are_refused(binaries, tmp_pa
     all_seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
     arrays = {"cos": {"offset": 0, "shape": [16, 4], "dtype": "float32"}}
     cases = {   # digest -> (entry changes, descriptor)
-        "good": ({}, lambda: _memfd(256, all_seals)),
-        "unsealed": ({}, lambda: _memfd(256, None)),
-        "no-write-seal": ({}, lambda: _memfd(256, all_seals & ~fcntl.F_SEAL_WRITE)),
-        "larger": ({}, lambda: _memfd(256, all_seals, size=512)),
-        "outside": ({"arrays": {"cos": {"offset": 64, "shape": [16, 4], "dtype": "float32"}}},
-                    lambda: _memfd(256, all_seals)),
+        "a0": ({}, lambda: _memfd(256, all_seals)),                                   # as documented
+        "b1": ({}, lambda: _memfd(256, None)),                                        # unsealed
+        "b2": ({}, lambda: _memfd(256, all_seals & ~fcntl.F_SEAL_WRITE)),             # writable
+        "b3": ({}, lambda: _memfd(256, all_seals, size=512)),                         # another size
+        "b4": ({"arrays": {"cos": {"offset": 64, "shape": [16, 4], "dtype": "float32"}}},  # past nbytes
+               lambda: _memfd(256, all_seals)),
     }
     entry = {"family": "rope", "dtype": "float32", "length": 16, "nbytes": 256, "meta": {}, "arrays": arrays}
     tables = {d: entry | changes for d, (changes, _) in cases.items()}
