@@ -21,6 +21,7 @@
 
 #define SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define MAX_FDS 250
+#define MAX_ARRAYS 16
 #define DIGEST_CHARS "0123456789abcdefABCDEF"   /* a digest is hex */
 
 struct posenc_conn {
@@ -42,6 +43,8 @@ struct posenc_table {
     char family[32], dtype[16], digest[64];
     int64_t length;
     uint64_t generation;
+    int narrays;               /* its arrays, parsed and checked once, at open */
+    struct { char name[32]; posenc_array a; } arrays[MAX_ARRAYS];
 };
 
 const char *posenc_strerror(int st) {
@@ -303,6 +306,8 @@ const char *posenc_manifest(const posenc_conn *c) { return c->manifest; }
 
 /* -- tables ----------------------------------------------------------------------------------- */
 
+static int parse_array(const unsigned char *base, size_t nbytes, const char *e, posenc_array *out);
+
 static int map_table(const char *entry, size_t elen, int fd, uint64_t gen, const char *digest, posenc_table **out) {
     int64_t nbytes, length;
     int seals = fcntl(fd, F_GET_SEALS);
@@ -335,6 +340,17 @@ static int map_table(const char *entry, size_t elen, int fd, uint64_t gen, const
     t->nbytes = (size_t)nbytes;
     t->length = length;
     t->generation = gen;
+    const char *arrays = obj_get(t->entry, "arrays"), *k, *v;
+    size_t kl;
+    while (arrays && obj_next(&arrays, &k, &kl, &v)) {
+        if (t->narrays == MAX_ARRAYS || kl >= sizeof t->arrays[0].name
+            || parse_array(t->base, t->nbytes, v, &t->arrays[t->narrays].a) != POSENC_OK) {
+            posenc_table_close(t);
+            return POSENC_ERR_PROTOCOL;
+        }
+        memcpy(t->arrays[t->narrays].name, k, kl);
+        t->arrays[t->narrays++].name[kl] = 0;
+    }
     *out = t;
     return POSENC_OK;
 }
@@ -411,12 +427,12 @@ static size_t itemsize_of(const char *dt) {
     return 0;
 }
 
-int posenc_table_array(const posenc_table *t, const char *name, posenc_array *out) {
-    const char *e = obj_get(obj_get(t->entry, "arrays"), name);
+/* The array an entry's "arrays" value describes, once it lies inside the mapping (reading it can
+ * then never fault). */
+static int parse_array(const unsigned char *base, size_t nbytes, const char *e, posenc_array *out) {
     const char *shape = obj_get(e, "shape");
     int64_t off, count = 1;
     memset(out, 0, sizeof *out);
-    if (!e) return POSENC_ERR_NOT_FOUND;
     if (get_i64(obj_get(e, "offset"), &off) || off < 0 || get_str(obj_get(e, "dtype"), out->dtype, sizeof out->dtype)
         || !(out->itemsize = itemsize_of(out->dtype)) || !shape || *shape != '[')
         return POSENC_ERR_PROTOCOL;
@@ -430,11 +446,20 @@ int posenc_table_array(const posenc_table *t, const char *name, posenc_array *ou
         if (*p == ',') p++;
         else if (*p != ']') return POSENC_ERR_PROTOCOL;
     }
-    /* the array lies inside the mapping: reading it can never fault */
-    if ((uint64_t)count > (t->nbytes - (uint64_t)off) / out->itemsize || (uint64_t)off > t->nbytes)
+    if ((uint64_t)off > nbytes || (uint64_t)count > (nbytes - (uint64_t)off) / out->itemsize)
         return POSENC_ERR_PROTOCOL;
-    out->data = t->base + off;
+    out->data = base + off;
     return POSENC_OK;
+}
+
+int posenc_table_array(const posenc_table *t, const char *name, posenc_array *out) {
+    for (int i = 0; i < t->narrays; i++)
+        if (strcmp(t->arrays[i].name, name) == 0) {
+            *out = t->arrays[i].a;
+            return POSENC_OK;
+        }
+    memset(out, 0, sizeof *out);
+    return POSENC_ERR_NOT_FOUND;
 }
 
 /* The array, once every position is inside its axis ``axis`` (of an array of rank >= 1, or 2). */

@@ -81,6 +81,7 @@ int64_t posenc_table_length(const posenc_table *t);
 uint64_t posenc_table_generation(const posenc_table *t);
 /* A number of the entry's meta (rope: "attention_scaling"). */
 int posenc_table_meta(const posenc_table *t, const char *name, double *out);
+/* One of its arrays (parsed at open, where every array was checked to lie inside the mapping). */
 int posenc_table_array(const posenc_table *t, const char *name, posenc_array *out);
 
 /* out[i] = arr[pos[i]] for an array whose axis 0 is the position (rope cos/sin, sinusoidal
