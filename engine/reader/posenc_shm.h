@@ -1,0 +1,101 @@
+/* posenc_shm.h: read the posenc engine's tables from shared memory, without Python.
+ *
+ * Follows docs/shm-format.md (format 1): connect to the engine's socket {shm_dir}/{ns}.sock, take
+ * the manifest from it, open a table by digest or by the name of a configured table (a sealed
+ * memfd passed with SCM_RIGHTS), check its seals and size, map it PROT_READ and close the
+ * descriptor, then gather rows of its arrays. C11 and libc only (Linux: memfd seals).
+ *
+ *     posenc_conn *c;  posenc_table *t;
+ *     if (posenc_connect(NULL, NULL, &c) == POSENC_OK &&
+ *         posenc_open_named(c, "llama-2-7b", "float32", &t) == POSENC_OK) {
+ *         int64_t pos[] = {0, 17, 4095};
+ *         float cos[3 * 64];                           // [3, d/2]: half-width rows
+ *         int st = posenc_gather_rows(t, "cos", pos, 3, cos, NULL);
+ *         // st == POSENC_PAST_END: a position is past the table; compute it or ask the service
+ *         posenc_table_close(t);
+ *     }
+ *     posenc_close(c);
+ *
+ * A table stays valid while it is open, whatever the engine does (sealed memory); call
+ * posenc_changed() now and then to learn of newer tables (a new generation, a longer table).
+ * Not thread-safe per connection: one thread at a time on a posenc_conn; tables are read-only
+ * and may be read from any number of threads.
+ */
+#ifndef POSENC_SHM_H
+#define POSENC_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define POSENC_FORMAT 1
+
+enum posenc_status {
+    POSENC_OK = 0,
+    POSENC_PAST_END = 1,        /* a position (alibi: distance) >= the table's length: not stored */
+    POSENC_ERR_SYS = -1,        /* a system call failed: errno says why */
+    POSENC_ERR_PROTOCOL = -2,   /* the engine's reply is not what docs/shm-format.md says */
+    POSENC_ERR_NOT_FOUND = -3,  /* no such digest, name, dtype or array (or not stored now) */
+    POSENC_ERR_NOT_SEALED = -4, /* the descriptor is not a sealed segment of the recorded size */
+    POSENC_ERR_ARG = -5,        /* a bad argument (negative position, wrong rank...) */
+    POSENC_ERR_FORMAT = -6      /* the manifest's format is not POSENC_FORMAT */
+};
+
+typedef struct posenc_conn posenc_conn;
+typedef struct posenc_table posenc_table;
+
+typedef struct {
+    const void *data;      /* read-only: a PROT_READ mapping */
+    int ndim;              /* 0..4 */
+    int64_t shape[4];
+    char dtype[16];        /* numpy name: float32, float16, float64, int32, uint16 (bfloat16 bits) */
+    size_t itemsize;
+} posenc_array;
+
+const char *posenc_strerror(int status);
+
+/* Connect to {shm_dir}/{ns}.sock (NULL: "/dev/shm", "posenc") and fetch the manifest. */
+int posenc_connect(const char *shm_dir, const char *ns, posenc_conn **out);
+void posenc_close(posenc_conn *c);
+/* Ask the engine for the manifest again (after posenc_changed() said 1). */
+int posenc_refresh(posenc_conn *c);
+/* 1 when the manifest file changed since the last fetch (then posenc_refresh), 0 if not. */
+int posenc_changed(posenc_conn *c);
+uint64_t posenc_generation(const posenc_conn *c);
+/* The manifest's JSON text, as the engine sent it (valid until the next refresh or close). */
+const char *posenc_manifest(const posenc_conn *c);
+
+/* Open a stored table by digest, or a configured table by name and dtype ("float32", "float16",
+ * "bfloat16"; NULL for t5-buckets or "the first one"). NOT_FOUND when it is not stored now. */
+int posenc_open(posenc_conn *c, const char *digest, posenc_table **out);
+int posenc_open_named(posenc_conn *c, const char *name, const char *dtype, posenc_table **out);
+void posenc_table_close(posenc_table *t);
+
+const char *posenc_table_family(const posenc_table *t);
+const char *posenc_table_dtype(const posenc_table *t);   /* "" for t5-buckets */
+const char *posenc_table_digest(const posenc_table *t);
+int64_t posenc_table_length(const posenc_table *t);
+uint64_t posenc_table_generation(const posenc_table *t);
+/* A number of the entry's meta (rope: "attention_scaling"). */
+int posenc_table_meta(const posenc_table *t, const char *name, double *out);
+/* One of its arrays (parsed at open, where every array was checked to lie inside the mapping). */
+int posenc_table_array(const posenc_table *t, const char *name, posenc_array *out);
+
+/* out[i] = arr[pos[i]] for an array whose axis 0 is the position (rope cos/sin, sinusoidal
+ * table, t5 lut with pos = rel + length): n rows of prod(shape[1:]) items each, copied as stored.
+ * POSENC_PAST_END when some pos[i] >= shape[0] (*first_past = i; nothing written);
+ * POSENC_ERR_ARG for a negative one. */
+int posenc_gather_rows(const posenc_table *t, const char *array, const int64_t *pos, size_t n,
+                       void *out, size_t *first_past);
+/* out[r][i] = arr[r][pos[i]] for a 2-D array whose axis 1 is the position (alibi dist: every
+ * head's value at distance pos[i]); out is [shape[0], n]. Same statuses. */
+int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *pos, size_t n,
+                       void *out, size_t *first_past);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
