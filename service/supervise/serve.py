@@ -91,7 +91,7 @@ def settings_from_args(args) -> Settings:
 
 
 STABLE_S = 60.0        # an engine that lived this long restarts at once, its back-off forgotten
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 4.0
 
 
 def claim(s: Settings) -> int:
@@ -167,7 +167,7 @@ class EngineChild:
     def watch(self) -> None:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
         at once (its successor adopts its intact tables, so workers lose nothing), and when it
-        keeps dying young (within STABLE_S), after a delay doubling from 0.5 s to 30 s."""
+        keeps dying young (within STABLE_S), after a delay doubling from 0.5 s to 4 s."""
         streak = 0
         while not self.stopping:
             started = time.monotonic()
