@@ -100,3 +100,24 @@ def test_a_repair_without_room_drops_the_table_and_the_engine_goes_on(eng, tmp_p
     m = store.read_manifest(str(tmp_path), "repair")
     assert victim not in m["tables"] and len(m["tables"]) == 1 and victim not in eng.fds
     assert [e["stored"] for e in m["named"]].count(False) == 1   # still known by name: computed
+
+
+def test_an_on_demand_table_larger_than_memory_is_refused_before_anything_is_evicted(tmp_path):
+    """Issue #23's item 6: a table larger than the memory available used to empty the on-demand
+    cache to make room, then fail anyway. Now it is refused first, and the cache stays."""
+    from posenc.engine.errors import NotStored
+    from posenc.engine.upkeep import available_bytes
+    e = Engine(parse_config(CONFIG), EngineOptions(shm_dir=str(tmp_path), namespace="room", verify_interval_s=0,
+                                                   memory_budget_bytes=1 << 50))
+    e.acquire()
+    try:
+        e.build_configured()
+        e.publish()
+        small, _ = e.ensure(_key(5.0), 64)
+        head_dim = 2 * (available_bytes() // (2 * 131072 * 4) + 2)   # cos + sin past all memory
+        huge = pipeline.parse("rope", {"head_dim": head_dim, "positions": [0]}).table.key
+        with pytest.raises(NotStored, match="exceeds the memory available"):
+            e.ensure(huge, 131072)
+        assert small in e.tables and e.stats.last["evictions"] == 0
+    finally:
+        e.shutdown()
