@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_api.h" /* engine/kernels: the sincos kernel, lent by engine.kernels._native */
+
 #define MAX_FIELDS 2                    /* selections per family: configure() checks Python's */
 #define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
 #define STACK_ROWS 256
@@ -31,6 +33,8 @@ typedef struct {
     PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
     PyObject *range_keys[3]; /* bytes: start, stop, step */
     PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
+    const NativeApi *kernels; /* the engine's kernels (NULL: rows past a table are the full path's) */
+    PyObject *kernels_capsule;
 } HotConfig;
 
 extern HotConfig hot_cfg;
@@ -82,6 +86,15 @@ typedef struct {
     PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
+    /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
+     * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel),
+     * and output column j of array a is item pmap[a * width + j] of it (-1: zero) */
+    double *freqs;
+    Py_ssize_t nfreq;
+    double scale;
+    int dt;
+    int64_t row_limit;
+    int32_t *pmap;
 } RowsTemplate;
 
 typedef struct {
@@ -121,6 +134,15 @@ typedef struct {
 PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
 int hot_accepted(PyObject *accepts, PyObject *accept); /* 1 yes, 0 no, -1 error */
 void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
+/* Whether the template answers every row of a selection whose largest position is `hi`: inside
+ * the table, or past it and computed. */
+static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
+{
+    return hi + t->offset < t->length || (t->freqs && hot_cfg.kernels && hi + t->offset < t->row_limit);
+}
+/* Each array's rows into slots[a] (unaligned: any alignment), those past the table computed:
+ * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
+int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unaligned);
 extern PyMethodDef hot_answer_methods[];
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */

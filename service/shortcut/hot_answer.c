@@ -5,6 +5,7 @@
 #include "hot.h"
 
 #include <float.h>
+#include <stdlib.h>
 
 #include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
 
@@ -75,6 +76,68 @@ void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Se
                 memcpy(d + (size_t)u->dst * es, s + (size_t)u->src * es, (size_t)u->len * es);
         }
     }
+}
+
+/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
+ * assume it is): column by column through memcpy. */
+static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
+{
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
+        hot_copy_rows(dst, t, table, rows);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
+    }
+}
+
+#define PAST_STACK 4096 /* bytes of one computed [cos | sin] row kept on the stack; longer ones are allocated */
+
+/* One computed row's items into array a's output row d: d[j] = row[pmap[a * width + j]] (0 at -1). */
+static void past_row(char *d, const RowsTemplate *t, int a, const char *row)
+{
+    size_t es = (size_t)t->itemsize;
+    const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
+    for (Py_ssize_t j = 0; j < t->width; j++) {
+        if (m[j] < 0) memset(d + (size_t)j * es, 0, es);
+        else memcpy(d + (size_t)j * es, row + (size_t)m[j] * es, es);
+    }
+}
+
+/* declared, and described, in hot.h; runs without the GIL (fill's large copies) */
+int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unaligned)
+{
+    if (rows->n > 0 && rows->hi + t->offset < t->length) {   /* all stored: plain copies */
+        for (int a = 0; a < t->narr; a++) {
+            if (unaligned) copy_rows_unaligned(slots[a], t, (const char *)t->arr[a].buf, rows);
+            else hot_copy_rows(slots[a], t, (const char *)t->arr[a].buf, rows);
+        }
+        return 0;
+    }
+    const NativeApi *api = hot_cfg.kernels;
+    size_t es = (size_t)t->itemsize, drb = (size_t)t->width * es, half = (size_t)t->nfreq * es;
+    _Alignas(8) char stack[PAST_STACK];
+    char *row = 2 * half <= sizeof stack ? stack : malloc(2 * half);
+    if (!row) return -1;
+    int over = 0;
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        int64_t p = hot_sel_at(rows, i), r = p + t->offset;
+        if (r < t->length) {
+            Sel one = {.n = 1, .v = &p}; /* hot_copy_rows adds the offset */
+            for (int a = 0; a < t->narr; a++) {
+                if (unaligned) copy_rows_unaligned(slots[a] + drb * (size_t)i, t, (const char *)t->arr[a].buf, &one);
+                else hot_copy_rows(slots[a] + drb * (size_t)i, t, (const char *)t->arr[a].buf, &one);
+            }
+            continue;
+        }
+        over |= api->sincos(t->freqs, t->nfreq, &r, 1, t->scale, row, row + half, t->dt);
+        for (int a = 0; a < t->narr; a++) past_row(slots[a] + drb * (size_t)i, t, a, row);
+    }
+    if (row != stack) free(row);
+    return over;
 }
 
 /* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
@@ -171,7 +234,7 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
     int rc = hot_parse_sel(sp, t->max_rows, &rows);
     if (rc == -2) return NULL;
-    if (rc < 0 || rows.hi + t->offset >= t->length) { /* past the table: the full path computes */
+    if (rc < 0 || !hot_rows_answerable(t, rows.hi)) { /* past a table it computes no rows of: the full path's */
         hot_sel_free(&rows);
         Py_RETURN_NONE;
     }
@@ -186,8 +249,15 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
         int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
         if (rc2 == 0) {
-            for (int i = 0; i < t->narr; i++) hot_copy_rows(o.fill + i * block, t, (const char *)t->arr[i].buf, &rows);
+            char *slots[2] = {o.fill, o.fill + block};
+            int over = hot_rows_into(slots, t, &rows, 0);
             out = finish(&o);
+            if (over) Py_CLEAR(out);
+            if (over < 0) PyErr_NoMemory();
+            else if (over > 0) {           /* a computed value overflows the dtype: the full path refuses it */
+                out = Py_None;
+                Py_INCREF(out);
+            }
         }
     }
     hot_sel_free(&rows);

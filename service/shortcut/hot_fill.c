@@ -4,26 +4,11 @@
  */
 #include "hot.h"
 
-/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
- * assume it is): column by column through memcpy. */
-static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
-{
-    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
-    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
-        hot_copy_rows(dst, t, table, rows);
-        return;
-    }
-    for (Py_ssize_t i = 0; i < rows->n; i++) {
-        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
-        char *d = dst + drb * (size_t)i;
-        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
-    }
-}
-
 PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
              "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
              "(itemsize 4: int32, 8: int64) + parts[1] + ... + parts[narrays], in one new bytes object;\n"
-             "None when a position is negative or past the table (the full path answers those).");
+             "None when a position is negative or not below the position limit, or past the table of a\n"
+             "template that computes no rows there, or a computed value overflows (the full path answers those).");
 
 PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -> True | None\n--\n\n"
              "The same rows written into caller-given writable buffers, one per array, each exactly\n"
@@ -46,7 +31,7 @@ static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz,
         return -1;
     }
     const char *src = (const char *)pb->buf;
-    const int64_t limit = (int64_t)(t->length - t->offset); /* 0 <= position < limit: a stored row */
+    int64_t hi = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t v;
         if (isz == 8) {
@@ -56,23 +41,29 @@ static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz,
             memcpy(&w, src + 4 * i, 4);
             v = w;
         }
-        if (v < 0 || v >= limit) return 0;
+        if (v < 0 || v >= hot_cfg.position_limit) return 0;
         rows->v[i] = v;
+        if (v > hi) hi = v;
     }
     rows->n = n;
-    return 1;
+    rows->hi = hi;
+    return hot_rows_answerable(t, hi);
 }
 
-/* Each array's rows into slots[i] (block bytes each), without the GIL when large. */
-static void fill_slots(const RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
+/* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
+ * computed row overflows the dtype, -1 error set. */
+static int fill_slots(const RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
 {
+    int rc;
     if (t->narr * block >= FILL_NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+        rc = hot_rows_into(slots, t, rows, 1);
         Py_END_ALLOW_THREADS
     } else {
-        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+        rc = hot_rows_into(slots, t, rows, 1);
     }
+    if (rc < 0) PyErr_NoMemory();
+    return rc;
 }
 
 static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
@@ -146,7 +137,12 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     } else if (rc > 0 && fill_targets(args[3], into, t, row_bytes(t, rows.n), &out, dst, &got, slots) == 0) {
         /* the template (held by the caller's reference) keeps the arrays mapped; a new `out` is not
          * shared yet, and the caller's buffers are held until the copy is done */
-        fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+        int over = fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+        if (over) Py_CLEAR(out);       /* nothing written that the caller keeps: None, or the error */
+        if (over > 0) {
+            out = Py_None;
+            Py_INCREF(out);
+        }
     } else {
         Py_CLEAR(out);
     }

@@ -16,6 +16,8 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
     PyMem_Free(t->runs);
     PyMem_Free(t->idx);
+    PyMem_Free(t->freqs);
+    PyMem_Free(t->pmap);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
@@ -212,14 +214,65 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
     return 0;
 }
 
+/* past = (freqs, scale, dtype, maps, row_limit): how rows past the table are computed (hot.h). */
+static int set_past(RowsTemplate *t, PyObject *past)
+{
+    PyObject *of, *odt, *maps;
+    double scale;
+    long long row_limit;
+    Py_buffer b;
+    const NativeApi *api = hot_cfg.kernels;
+    if (!PyArg_ParseTuple(past, "OdOO!L:past", &of, &scale, &odt, &PyTuple_Type, &maps, &row_limit)) return -1;
+    if (!api) return 0; /* configured without the engine's kernels: rows past the table are declined */
+    int dt = api->dtype_code(odt);
+    if (dt < 0) return -1;
+    if (api->itemsize(dt) != t->itemsize || PyTuple_GET_SIZE(maps) != t->narr || row_limit < t->length) {
+        PyErr_SetString(PyExc_ValueError, "past: want the arrays' dtype, one map per array and row_limit >= length");
+        return -1;
+    }
+    if (PyObject_GetBuffer(of, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    int ok = b.ndim == 1 && b.itemsize == 8 && b.format && strcmp(b.format, "d") == 0 && b.shape[0] >= 1;
+    t->nfreq = ok ? b.shape[0] : 0;
+    t->freqs = ok ? PyMem_Malloc((size_t)b.len) : NULL;
+    if (t->freqs) memcpy(t->freqs, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (!ok) PyErr_SetString(PyExc_ValueError, "past: freqs must be a non-empty 1-d float64 array");
+    if (!t->freqs) return ok ? (PyErr_NoMemory(), -1) : -1;
+    if (!(t->pmap = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(int32_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int a = 0; a < t->narr; a++) {
+        PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(maps, a), "past: a map is a sequence of ints");
+        if (!fast) return -1;
+        int bad = PySequence_Fast_GET_SIZE(fast) != t->width;
+        for (Py_ssize_t j = 0; !bad && j < t->width; j++) {
+            Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
+            bad = c < -1 || c >= 2 * t->nfreq;   /* an index into [cos | sin], or -1 */
+            t->pmap[(size_t)a * (size_t)t->width + (size_t)j] = (int32_t)c;
+        }
+        Py_DECREF(fast);
+        if (bad) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] (or -1) per column");
+            return -1;
+        }
+    }
+    t->scale = scale;
+    t->dt = dt;
+    t->row_limit = row_limit;
+    return 0;
+}
+
 static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", NULL};
-    PyObject *arrays, *colmap, *hf, *tail;
+    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", "past",
+                             NULL};
+    PyObject *arrays, *colmap, *hf, *tail, *past = Py_None;
     Py_ssize_t offset, max_rows;
     int lists_only;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
-                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|O:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
+                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past))
         return -1;
     if (!hot_configured() || want_callable(hf) || once(t->narr != 0)) return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(arrays);
@@ -241,6 +294,10 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
     if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
+    if (past != Py_None && (!PyTuple_Check(past) || set_past(t, past) < 0)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past: want a tuple or None");
+        return -1;
+    }
     t->offset = offset;
     t->max_rows = max_rows;
     t->lists_only = lists_only;

@@ -14,7 +14,8 @@ one wins) and escaped spellings of a field name. Only the selections are parsed 
 Each family's registry entry makes its own template (``Family.template``: the column map, the
 response header, the tail); this module only cuts bodies and keeps templates. Anything unusual —
 another format, a range where the learnt body had a list, a rope type whose table follows the
-positions, rows past the table, a template not seen yet — takes the full path.
+positions, a template not seen yet — takes the full path. Rows past a stored table are computed in
+C by the engine's own sincos kernel (``kernels.c_api()``), the same bits as the pipeline's rows.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
 headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The
@@ -61,10 +62,11 @@ NATIVE = _hot is not None       # built
 
 def native_rules(settings: Settings) -> dict:
     """What the C shortcut is configured with: the rules Python owns (selections, template
-    fields, the lane's off headers) and the limits of ``settings``."""
+    fields, the lane's off headers), the limits of ``settings`` and the engine's kernels (their
+    sincos loop computes rows past a stored table; None with the numpy backend)."""
     return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
                 range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
-                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS)
+                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS, kernels=kernels.c_api())
 
 
 def configure(settings: Settings) -> None:

@@ -15,8 +15,8 @@ template's parts; the rows come from the family's own /v1 template (``Family.tem
 tables and column map service/shortcut/_hot.c already reads), so no rule of the families is written
 twice. ``fill`` (service/shortcut) copies each row straight into the answer's bytes (one gather, no other copy).
 
-What stays with the full path: a position that is negative or past the stored table (``fill``
-says None), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
+What stays with the full path: a position that is negative or not below the position limit
+(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
 requests naming other outputs in another order (the learn-time check below refuses them), families
 without a row template (alibi, t5-buckets, rope types whose table follows the positions).
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
