@@ -52,7 +52,7 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 # engine/kernels/native_api.h, the capsule through which the shortcut borrows the sincos kernel.
 NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c")]
 HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
-                                          "hot_fill.c")]
+                                          "hot_fill.c", "hot_json.c")]
 
 setup(
     ext_modules=[

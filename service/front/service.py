@@ -48,14 +48,15 @@ class Service:
         self.templates = self._new_templates()
         self._templates_manifest = None
         self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
-        self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
+        # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
+        self.accepts: dict[bytes | None, int] = {}
         self.lane_state = lambda: ("off", 0)     # (/v1/tables' lane, its answers): the app sets it
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
         fmt = choose(accept)                                  # 406 before any work
-        if fmt == "safetensors" and len(self.accepts) < 256 and len(accept) <= CACHED_ACCEPT:
-            self.accepts[accept.encode("latin-1")] = True      # for hot() (the header's bytes)
+        if fmt in replay.FORMATS and len(self.accepts) < 256 and (accept is None or len(accept) <= CACHED_ACCEPT):
+            self.accepts[None if accept is None else accept.encode("latin-1")] = replay.FORMATS[fmt]   # for C
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:

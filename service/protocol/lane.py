@@ -67,15 +67,17 @@ class Lane:
         self.post = front.HOT_HEADERS[1]  # a hot answer's head after its content length's digits
         self.answered = 0                 # requests answered in the lane (/v1/tables shows it)
         self.serving = False              # a connection of this worker was served by the lane
-        self.heads = (None, b"", b"")     # (uvicorn's default header list, as bytes, OK + them + pre)
+        # (uvicorn's default header list, as bytes, (OK + them + the safetensors pre, ... + the JSON pre))
+        self.heads = (None, b"", (b"", b""))
 
     def heads_of(self, defaults) -> tuple:
-        """(defaults, their bytes, the whole-request head up to the content length's digits) for
-        uvicorn's default header list (renewed each second: the date)."""
+        """(defaults, their bytes, the whole-request heads up to the content length's digits, of a
+        safetensors answer and of a JSON one) for uvicorn's default header list (renewed each
+        second: the date)."""
         h = self.heads
         if h[0] is not defaults:
             d = b"".join(b"%s: %s\r\n" % x for x in defaults)
-            h = self.heads = (defaults, d, OK + d + self.front.HOT_HEADERS[0])
+            h = self.heads = (defaults, d, (OK + d + self.front.HOT_HEADERS[0], OK + d + self.front.JSON_PRE))
         return h
 
     # -- admission --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
  *   hot_answer.c     answer(): a body to its safetensors answer (the row and block fills)
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
+ *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the

@@ -95,6 +95,12 @@ typedef struct {
     int dt;
     int64_t row_limit;
     int32_t *pmap;
+    /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
+    PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
+    PyObject *zero_text;  /* bytes: a zero item's text */
+    PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
+    char **texts;         /* [narr * length], allocated at the first JSON answer: NULL or a row's text */
+    Py_ssize_t text_bytes, text_budget;
 } RowsTemplate;
 
 typedef struct {
@@ -126,13 +132,30 @@ extern PyMethodDef hot_templates_methods[];
 typedef struct {
     PyObject *pre, *post; /* bytes */
     int close;
+    int json;             /* the answer in JSON (a RowsTemplate with enable_json()), else safetensors */
 } Http;
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+/* A new bytes object: the HTTP head (when http), head, `body` bytes to fill, tail; 0 or -1. */
+int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o);
+PyObject *hot_finish(Out *o); /* the filled answer (new reference) */
 
 /* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
  * with an HTTP head before it when `http` is given: a new reference to the bytes, to None
  * (declined), to NotImplemented (a header is missing: see hot_templates.c), or NULL (error). */
 PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
-int hot_accepted(PyObject *accepts, PyObject *accept); /* 1 yes, 0 no, -1 error */
+/* The format an Accept value (borrowed; NULL: no Accept header, looked up as None) negotiates to
+ * by `accepts` ({value: 0 safetensors | 1 JSON}, what the full path's negotiator chose): 1 + that,
+ * 0 for a value not in it, -1 error. */
+int hot_accepted(PyObject *accepts, PyObject *accept);
 void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
 /* Whether the template answers every row of a selection whose largest position is `hi`: inside
  * the table, or past it and computed. */
@@ -144,6 +167,16 @@ static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
  * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
 int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unaligned);
 extern PyMethodDef hot_answer_methods[];
+
+/* ---- JSON answers (hot_json.c) ------------------------------------------------------------ */
+
+/* The JSON answer of rows from a RowsTemplate with enable_json(): bytes, None (declined: a row
+ * past the table), NotImplemented (rows' texts missing: noted for missing()), NULL error. */
+PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http);
+void hot_json_clear(RowsTemplate *t); /* frees the texts kept */
+extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, row */
+/* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
+int hot_note_missing_rows(PyObject *t, PyObject *rows);
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 

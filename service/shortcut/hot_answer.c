@@ -167,16 +167,8 @@ static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_
 }
 static const char CLOSE_LINE[] = "connection: close\r\n";
 
-/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
- * unaligned, an 8-byte aligned scratch buffer that finish() moves in place. */
-typedef struct {
-    PyObject *obj;
-    char *dest, *fill;
-    Py_ssize_t n;
-} Out;
-
-static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
+/* declared, and described, in hot.h */
+int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
 {
     Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
     char digits[24];
@@ -217,8 +209,8 @@ static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject 
     return 0;
 }
 
-/* The filled answer (new reference). */
-static PyObject *finish(Out *o)
+/* declared in hot.h */
+PyObject *hot_finish(Out *o)
 {
     if (o->fill != o->dest) {
         memcpy(o->dest, o->fill, (size_t)o->n);
@@ -232,8 +224,14 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     Sel rows = {.heap = NULL};
     PyObject *out = NULL;
     if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
+    if (http && http->json && !t->json_parts) Py_RETURN_NONE;
     int rc = hot_parse_sel(sp, t->max_rows, &rows);
     if (rc == -2) return NULL;
+    if (rc == 0 && http && http->json) {
+        out = hot_rows_json(t, &rows, http);
+        hot_sel_free(&rows);
+        return out;
+    }
     if (rc < 0 || !hot_rows_answerable(t, rows.hi)) { /* past a table it computes no rows of: the full path's */
         hot_sel_free(&rows);
         Py_RETURN_NONE;
@@ -246,12 +244,12 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     } else if (got > 0) {
         Py_ssize_t block = rows.n * t->width * t->itemsize;
         Out o;
-        int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
+        int rc2 = hot_bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
         if (rc2 == 0) {
             char *slots[2] = {o.fill, o.fill + block};
             int over = hot_rows_into(slots, t, &rows, 0);
-            out = finish(&o);
+            out = hot_finish(&o);
             if (over) Py_CLEAR(out);
             if (over < 0) PyErr_NoMemory();
             else if (over > 0) {           /* a computed value overflows the dtype: the full path refuses it */
@@ -293,7 +291,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         goto done;
     }
     Out o;
-    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    if (hot_bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
     /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
      * table) are the stored values read backwards; the table holds the same rounding of the same
@@ -307,7 +305,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         }
     } else {
         if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
-            out = finish(&o);   /* frees the scratch buffer */
+            out = hot_finish(&o);   /* frees the scratch buffer */
             Py_CLEAR(out);
             PyErr_NoMemory();
             goto done;
@@ -317,7 +315,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
             for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
                 alibi_row(f, keys, k.n, (int32_t)hot_sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
     }
-    out = finish(&o);
+    out = hot_finish(&o);
 done:
     PyMem_Free(keys);
     Py_XDECREF(head);
@@ -409,6 +407,8 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
     PyObject *out = NULL;
     if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
         out = rows_answer((RowsTemplate *)t, &spans[0], http);
+    else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
+        out = Py_None, Py_INCREF(out);   /* JSON blocks: the full path's */
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
     else
@@ -417,17 +417,23 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
     return out;
 }
 
-/* 1 if `accept` (borrowed; NULL: none) is a value the negotiator maps to safetensors, 0 if not,
- * -1 on error. */
+/* declared, and described, in hot.h */
 int hot_accepted(PyObject *accepts, PyObject *accept)
 {
-    if (!accept) return 0;
-    PyObject *ok = PyDict_GetItemWithError(accepts, accept);
-    return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
+    PyObject *fmt = PyDict_GetItemWithError(accepts, accept ? accept : Py_None);
+    if (!fmt) return PyErr_Occurred() ? -1 : 0;
+    long v = PyLong_AsLong(fmt);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v != 0 && v != 1) {
+        PyErr_SetString(PyExc_ValueError, "accepts: want {Accept value: 0 (safetensors) or 1 (JSON)}");
+        return -1;
+    }
+    return 1 + (int)v;
 }
 
 PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
-             "The safetensors answer of a body whose spec is a known template; None: declined;\n"
+             "The safetensors answer of a body whose spec is a known template (its Accept one that accepts\n"
+             "maps to 0, safetensors); None: declined;\n"
              "NotImplemented: the template lacks the header of its shape (see missing()).");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -445,7 +451,7 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
     int ok = hot_accepted(args[2], acc);
-    if (ok <= 0) {
+    if (ok != 1) {   /* safetensors only: the ASGI front's hot answer is (JSON: the lane's) */
         if (ok < 0) return NULL;
         Py_RETURN_NONE;
     }

@@ -129,9 +129,10 @@ static const char *parse_request(const char *p, const char *end, Request *r)
 
 PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, close)\n--\n\n"
              "The request at data[start:] answered, if it is a whole, plain POST to a target of routes\n"
-             "({target: (family, ...)}) whose Accept is in accepts and whose spec is a known template\n"
-             "(native: {family: templates}): (end of the request, its route's value, the whole response\n"
-             "with the HTTP head pre + length + post [+ connection: close], keep-alive).\n"
+             "({target: (family, ...)}) whose Accept is in accepts ({value or None: 0 safetensors, 1 JSON})\n"
+             "and whose spec is a known template (native: {family: templates}): (end of the request, its\n"
+             "route's value, the whole response with the HTTP head pre[format] + length + post\n"
+             "[+ connection: close], keep-alive).\n"
              "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
              "this parser's strict subset of HTTP/1.1, or to another target).\n"
              "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
@@ -154,9 +155,11 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     (void)self;
     if (!hot_configured()) return NULL;
     if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
-        !PyDict_Check(args[4]) || !PyBytes_Check(args[5]) || !PyBytes_Check(args[6])) {
+        !PyDict_Check(args[4]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 2 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(args[5], 0)) || !PyBytes_Check(PyTuple_GET_ITEM(args[5], 1)) ||
+        !PyBytes_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict, accepts: dict, native: dict, "
-                                         "pre: bytes, post: bytes, close: bool)");
+                                         "pre: (safetensors: bytes, json: bytes), post: bytes, close: bool)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
@@ -177,7 +180,7 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *family = PyTuple_GET_ITEM(route, 0);
     PyObject *fields = hot_fields_of(family);
     if (!fields) return NULL;
-    if (r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_FALSE;
+    if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
     PyObject *templates = PyDict_GetItemWithError(args[4], family);
     if (!templates) {
         if (PyErr_Occurred()) return NULL;
@@ -187,15 +190,16 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "native: want {family: {key: template}}");
         return NULL;
     }
-    PyObject *acc = PyBytes_FromStringAndSize(r.accept, r.accept_len);
-    if (!acc) return NULL;
-    int ok = hot_accepted(args[3], acc);
-    Py_DECREF(acc);
+    PyObject *acc = r.accept ? PyBytes_FromStringAndSize(r.accept, r.accept_len) : NULL;
+    if (r.accept && !acc) return NULL;
+    int ok = hot_accepted(args[3], acc);   /* no Accept: looked up as None */
+    Py_XDECREF(acc);
     if (ok <= 0) {
         if (ok < 0) return NULL;
         Py_RETURN_FALSE;
     }
-    Http http = {args[5], args[6], r.close || force_close};
+    int json = ok == 2;
+    Http http = {PyTuple_GET_ITEM(args[5], json), args[6], r.close || force_close, json};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     PyObject *out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
     PyObject *res = NULL;

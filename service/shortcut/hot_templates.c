@@ -8,6 +8,7 @@
  * asks again.
  */
 #include "hot.h"
+#include <stdlib.h> /* free: the JSON texts (hot_json.c) */
 
 #define HEADS_CACHED 4096 /* headers per template; a full cache starts over */
 
@@ -18,6 +19,11 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     PyMem_Free(t->idx);
     PyMem_Free(t->freqs);
     PyMem_Free(t->pmap);
+    hot_json_clear(t);
+    free(t->texts);
+    Py_XDECREF(t->json_parts);
+    Py_XDECREF(t->zero_text);
+    Py_XDECREF(t->text_for);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
@@ -88,9 +94,25 @@ int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObjec
     return note_missing(t, a, b) < 0 ? -1 : 0;
 }
 
-PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | None\n--\n\n"
-             "The header this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
-             "returned: template.header_for(*shape) computes it, template.set_header(shape, header) keeps it.");
+int hot_note_missing_rows(PyObject *t, PyObject *rows)
+{
+    PyObject *d = PyThreadState_GetDict();
+    if (!d) {
+        PyErr_SetString(PyExc_RuntimeError, "_hot: no thread state dict");
+        return -1;
+    }
+    PyObject *v = Py_BuildValue("(OOO)", t, Py_None, rows);
+    if (!v) return -1;
+    int rc = PyDict_SetItem(d, MISSING, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | (template, None, rows) | None\n--\n\n"
+             "What this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
+             "returned: a header (template.header_for(*shape) computes it, template.set_header(shape,\n"
+             "header) keeps it), or JSON texts of stored rows [(array, row), ...] (template.text_for(array,\n"
+             "row) renders one, template.set_text(array, row, text) keeps it).");
 
 static PyObject *missing(PyObject *self, PyObject *unused)
 {
@@ -141,6 +163,15 @@ static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
+static PyObject *get_text_for(PyObject *t, void *closure)
+{
+    (void)closure;
+    PyObject *f = ((RowsTemplate *)t)->text_for;
+    if (!f) Py_RETURN_NONE;
+    Py_INCREF(f);
+    return f;
+}
+
 static PyObject *get_header_for(PyObject *t, void *closure)
 {
     (void)closure;
@@ -161,6 +192,15 @@ static PyGetSetDef template_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+static PyGetSetDef rows_getset[] = {
+    {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
+    {"text_for", get_text_for, NULL, "(array, row) -> the stored row's JSON text (enable_json's), or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* RowsTemplate's methods: template_methods and hot_json_methods, joined at import. */
+static PyMethodDef rows_methods[8];
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
 
@@ -315,8 +355,8 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)RowsTemplate_init,
-    .tp_methods = template_methods,
-    .tp_getset = template_getset,
+    .tp_methods = rows_methods,
+    .tp_getset = rows_getset,
     .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
 
@@ -435,6 +475,15 @@ PyMethodDef hot_templates_methods[] = {
 int hot_templates_ready(PyObject *m)
 {
     if (!MISSING && !(MISSING = PyUnicode_InternFromString("posenc.service.shortcut._hot.missing"))) return -1;
+    size_t n = 0;
+    for (const PyMethodDef *parts[] = {template_methods, hot_json_methods}, **p = parts; p < parts + 2; p++)
+        for (const PyMethodDef *m = *p; m->ml_name; m++) {
+            if (n + 1 >= sizeof rows_methods / sizeof *rows_methods) {
+                PyErr_SetString(PyExc_SystemError, "_hot: rows_methods is too short");
+                return -1;
+            }
+            rows_methods[n++] = *m;
+        }
     if (PyType_Ready(&hot_RowsTemplateType) < 0 || PyType_Ready(&hot_AlibiTemplateType) < 0) return -1;
     Py_INCREF(&hot_RowsTemplateType);
     if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&hot_RowsTemplateType) < 0) {

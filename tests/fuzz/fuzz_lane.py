@@ -4,8 +4,9 @@ of rope, sinusoidal and ALiBi. Besides the sanitizers, each input is held to:
 
 - anything the lane reads as a whole plain request (a tuple: answered; False: declined) httptools
   reads as the same request: POST, the same target and body, no parse error, keep-alive alike;
-- an answer is the HTTP head the lane is given around answer()'s bytes for the same body, and
-  those are the full path's bytes; a decline is answer()'s None.
+- an answer is the HTTP head the lane is given for its format around answer()'s bytes for the
+  same body (a JSON answer: the full path's JSON), and those are the full path's bytes; a
+  safetensors decline is answer()'s None.
 
     python tests/fuzz/fuzz_lane.py tests/fuzz/corpus/lane   (.ci/fuzz runs it; see README.md)
 """
@@ -84,12 +85,17 @@ def check(data: bytes, start: int, close: bool) -> None:
     assert r.body == data[head_end:end], data
     assert keep_alive == (r.keep_alive and not close), data
     accept = [v for n, v in r.headers if n == b"accept"]
-    assert len(accept) == 1, data
-    want = ht.answer(r.body, route[0], accept[0])
-    assert want is not None, f"lane answered what answer() declines: {data!r}"
-    assert out == (ht.PRE + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
+    assert len(accept) <= 1, data
+    fmt = ht.ACCEPTS[accept[0] if accept else None]
+    if fmt == 0:
+        want = ht.answer(r.body, route[0], accept[0])
+        assert want is not None, f"lane answered what answer() declines: {data!r}"
+        ht.check_answer(r.body, route[0], want)
+    else:
+        want = ht.full_path(route[0], r.body, "json")
+        assert want is not None, f"lane answered in JSON what the full path refuses: {data!r}"
+    assert out == (ht.PRE[fmt] + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
                    + b"\r\n" + want), data
-    ht.check_answer(r.body, route[0], want)
 
 
 def one_input(data: bytes) -> None:

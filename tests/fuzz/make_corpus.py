@@ -47,6 +47,8 @@ def lane() -> list[bytes]:
     out += [
         request(f, b, b"connection: close\r\n"), request(f, b, b"Connection: Keep-Alive\r\n"),
         request(f, b, accept=b"*/*;q=0.1, application/x-safetensors"), request(f, b, accept=b"text/html"),
+        request(f, b, accept=b"application/json"), plain.replace(b"accept: " + ACCEPT + b"\r\n", b""),   # JSON
+        *(request(f2, b2, accept=b"application/json") for f2, b2 in bodies()[1::3]),
         plain.replace(b"content-length", b"Content-Length"), plain.replace(b"host: t", b"HOST:\tt"),
         plain + plain, plain + request(*bodies()[-1]), plain[:-3],
         plain.replace(b"host: t", b"transfer-encoding: chunked"),

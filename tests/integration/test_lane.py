@@ -273,3 +273,22 @@ def test_v2_rest_binary_infer_takes_the_lane_once_learnt_and_answers_the_same_by
     assert [r[0] for r in out] == [b"HTTP/1.1 200 OK"] * 4 and not closed
     out2, _ = both(servers, b"".join(reqs), len(reqs), lane=4)   # (/v1's [2] is learnt by now)
     assert out2 == out
+
+
+def test_json_answers_in_the_lane_are_asgis_bytes(servers):
+    """A learnt rows spec asked in JSON (by Accept, or with none): once the full path has answered
+    that Accept, the lane answers it, byte for byte (and head for head) what ASGI writes."""
+    body = rope([40, 41], rope_theta=20000.0)                     # a template no other test learns
+    both(servers, request("/v1/rope", body), 1)                    # learn the template
+    for accept in (b"application/json", b"*/*"):
+        both(servers, request("/v1/rope", body, accept=accept), 1)   # the negotiator's choice, seen once
+        later = request("/v1/rope", rope([7, 2047, 0], rope_theta=20000.0), accept=accept)
+        out, _ = both(servers, later * 2, 2, lane=2)
+        assert out[0][0] == b"HTTP/1.1 200 OK" and (b"content-type", b"application/json") in out[0][1]
+        assert out[0][2].startswith(b'{"cos":[[')
+    bare = request("/v1/rope", body).replace(b"accept: " + HOT + b"\r\n", b"")
+    both(servers, bare, 1)                                          # no Accept: JSON, seen once
+    out, _ = both(servers, bare, 1, lane=1)
+    assert out[0][2].startswith(b'{"cos":[[')
+    past = request("/v1/rope", rope([1 << 20], rope_theta=20000.0), accept=b"application/json")   # past any table
+    both(servers, past, 1, lane=0)                                  # JSON of rows past the table: ASGI's

@@ -100,7 +100,7 @@ def test_native_template_checks_its_arrays():
     with pytest.raises(ValueError, match="causal"):
         _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
     t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
-    acc = ([(b"accept", b"x")], {b"x": True})
+    acc = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
     with pytest.raises(TypeError, match="bytes"):
         replay.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, "rope")
     with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family

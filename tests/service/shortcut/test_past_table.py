@@ -71,7 +71,7 @@ def test_position_plus_offset_past_its_limit_takes_the_full_path():
     req = pipeline.parse("sinusoidal", {**spec, "positions": [1]}, LENGTH)
     templates.learn("safetensors", orjson.dumps({**spec, "positions": [1]}), req, view_of(req.table))
     over = orjson.dumps({**spec, "positions": [10]})
-    assert replay.answer(over, HEADERS, {HEADERS[1][1]: True}, templates.native["sinusoidal"], "sinusoidal") is None
+    assert replay.answer(over, HEADERS, {HEADERS[1][1]: 0}, templates.native["sinusoidal"], "sinusoidal") is None
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
