@@ -181,6 +181,11 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 
 void hot_lane_ready(void);
+/* A v2 REST binary infer's answer, with the HTTP head http (its post replaced by the entry's):
+ * entry = (RowsTemplate, itemsize, nbytes, parts, post) of service/v2/hot.py, pos the raw
+ * positions (len bytes). Bytes; None: declined (not nbytes, a position the template does not
+ * answer, an overflow); NULL: error. */
+PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];

@@ -18,10 +18,10 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 
 /* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
  * with an error set. */
-static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz, Sel *rows)
+static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
 {
-    Py_ssize_t n = pb->len / isz;
-    if ((isz != 4 && isz != 8) || pb->len % isz || n < 1) {
+    Py_ssize_t n = len / isz;
+    if ((isz != 4 && isz != 8) || len % isz || n < 1) {
         PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
         return -1;
     }
@@ -30,7 +30,6 @@ static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz,
         PyErr_NoMemory();
         return -1;
     }
-    const char *src = (const char *)pb->buf;
     int64_t hi = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t v;
@@ -129,7 +128,7 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     PyObject *out = NULL;
     Sel rows = {.heap = NULL};
     if (PyObject_GetBuffer(args[1], &pb, PyBUF_SIMPLE) < 0) return NULL;
-    int rc = fill_rows(t, &pb, isz, &rows);
+    int rc = fill_rows(t, (const char *)pb.buf, pb.len, isz, &rows);
     char *slots[2];
     if (rc == 0) {
         out = Py_None;
@@ -149,6 +148,62 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     for (int i = 0; i < got; i++) PyBuffer_Release(&dst[i]);
     hot_sel_free(&rows);
     PyBuffer_Release(&pb);
+    return out;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
+{
+    RowsTemplate *t;
+    Py_ssize_t isz, nbytes;
+    PyObject *parts, *post;
+    if (!PyArg_ParseTuple(entry, "O!nnO!O!:v2 entry", &hot_RowsTemplateType, &t, &isz, &nbytes, &PyTuple_Type, &parts,
+                          &PyBytes_Type, &post))
+        return NULL;
+    if (PyTuple_GET_SIZE(parts) != t->narr + 1) {
+        PyErr_SetString(PyExc_ValueError, "v2 entry: one part more than the template's arrays");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i <= t->narr; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(parts, i))) {
+            PyErr_SetString(PyExc_TypeError, "v2 entry: parts are bytes");
+            return NULL;
+        }
+    if (len != nbytes) Py_RETURN_NONE;   /* not the learnt number of positions */
+    Sel rows = {.heap = NULL};
+    int rc = fill_rows(t, pos, len, isz, &rows);
+    if (rc <= 0) {
+        hot_sel_free(&rows);
+        if (rc < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t block = row_bytes(t, rows.n), body = t->narr * block;
+    for (Py_ssize_t i = 1; i < t->narr; i++) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
+    Http h = *http;
+    h.post = post;
+    Out o;
+    PyObject *out = NULL;
+    if (hot_bytes_of(&h, PyTuple_GET_ITEM(parts, 0), body, PyTuple_GET_ITEM(parts, t->narr), 0, &o) == 0) {
+        char *slots[2], *d = o.fill;
+        for (Py_ssize_t i = 0; i < t->narr; i++) {
+            if (i > 0) {
+                PyObject *p = PyTuple_GET_ITEM(parts, i);
+                memcpy(d, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
+                d += PyBytes_GET_SIZE(p);
+            }
+            slots[i] = d;
+            d += block;
+        }
+        int over = hot_rows_into(slots, t, &rows, 1);
+        out = hot_finish(&o);
+        if (over) Py_CLEAR(out);
+        if (over < 0) PyErr_NoMemory();
+        else if (over > 0) {
+            out = Py_None;
+            Py_INCREF(out);
+        }
+    }
+    hot_sel_free(&rows);
     return out;
 }
 

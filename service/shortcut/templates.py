@@ -253,7 +253,7 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
     want = json_text({k: json_ready(v, req.dtype) for k, v in result.items()})
     got = answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
                          {b"/": (req.family.name,)}, {None: FORMATS["json"]}, {req.family.name: {key: t}},
-                         (b"", b""), b"", False)
+                         (b"", b"", b""), b"", False)
     if not got or got[2].partition(b"\r\n")[2] != want:
         t.enable_json(None, b"", text_for, 0)   # JSON stays with the full path
         return False

@@ -49,7 +49,8 @@ HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
 ACCEPTS = {ACCEPT: 0, b"*/*;q=0.1, application/x-safetensors": 0, b"application/json": 1, None: 1}
 ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2)}
 PRE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/x-safetensors\r\ncontent-length: ",   # by format
-       b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ")
+       b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
+       b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ")
 POST = b"\r\nx-posenc-worker: 1\r\n"
 
 # the learnt specs: (family, first body); later bodies differ in their selections only

@@ -23,7 +23,7 @@ def request(path: bytes, body: bytes, head: bytes = b"") -> bytes:
 
 
 def lane(svc, data: bytes, start: int = 0, pre: bytes = b"PRE:", post: bytes = b"\r\nPOST\r\n", close=False):
-    return svc.hot_request(data, start, ROUTES, (pre, b"JSON:"), post, close, 0.0)
+    return svc.hot_request(data, start, ROUTES, (pre, b"JSON:", b"V2:"), post, close, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_connection_close_in_the_request_closes(hot):
 
 def direct(svc, data: bytes):
     """templates.answer_request as the lane calls it, with the service's templates."""
-    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, (b"", b""), b"", False)
+    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, (b"", b"", b""), b"", False)
 
 
 @needs_native

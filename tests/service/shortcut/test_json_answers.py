@@ -33,7 +33,7 @@ def lane_json(family: str, first: dict, later: dict, accept: bytes | None = b"ap
     raw = orjson.dumps(later)
     head = b"" if accept is None else b"accept: %s\r\n" % accept
     data = b"POST %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n%s" % (ROUTE, head, len(raw), raw)
-    got = replay.answer_request(data, 0, {ROUTE: (family, 0)}, ACCEPTS, templates.native, (b"ST", b"JS"), b"|",
+    got = replay.answer_request(data, 0, {ROUTE: (family, 0)}, ACCEPTS, templates.native, (b"ST", b"JS", b"V2"), b"|",
                                 False)
     req2 = pipeline.parse(family, later, LENGTH)
     pipeline.check(req2)
@@ -98,7 +98,7 @@ def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
     def ask(rows):
         raw = orjson.dumps({**spec, "positions": rows})
         data = b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw)
-        got = replay.answer_request(data, 0, {b"/": ("rope", 0)}, {None: 1}, templates.native, (b"", b""), b"", False)
+        got = replay.answer_request(data, 0, {b"/": ("rope", 0)}, {None: 1}, templates.native, (b"", b"", b""), b"", False)
         want = encode(req.family, pipeline.arrays(pipeline.parse("rope", {**spec, "positions": rows}, LENGTH), view),
                       "float32", "json")[0]
         assert got[2].partition(b"\r\n")[2] == want
