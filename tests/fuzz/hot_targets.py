@@ -123,3 +123,23 @@ def pipeline_rows(family: str, body: dict, position: int) -> bytes:
     req = pipeline.parse(family, {**body, "positions": [position]}, LENGTH)
     arrays = pipeline.arrays(req, view_of(req.table))
     return b"".join(arrays[k].tobytes() for k in arrays if k in req.family.batched)
+
+
+# v2 REST binary infers in the lane (service/v2/hot.py lane_routes): one learnt entry per row spec,
+# int64 positions of V2_ROWS rows after the JSON inference header V2_HEAD
+V2_HEAD, V2_ROWS = b'{"inputs":[]}', 2
+V2_POST = b"\r\ninference-header-content-length: 7\r\n"
+
+
+def v2_routes() -> dict:
+    out = {}
+    for i, (t, narr, _) in enumerate(rows_templates()):
+        parts = tuple(b"<%d>" % k for k in range(narr + 1))
+        entries = {V2_HEAD: (t, 8, 8 * V2_ROWS, parts, V2_POST)}
+        out[b"/v2/models/m%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
+                                            (b"content-encoding",))
+    return out
+
+
+V2_ROUTES = v2_routes()
+LANE_ROUTES = (ROUTES, V2_ROUTES)
