@@ -30,7 +30,9 @@
  *     a request off the lane (engine/settings.py LANE_OFF_HEADERS); kernels: engine.kernels'
  *     capsule (engine/kernels/native_api.h, engine.kernels.c_api()) whose sincos loop computes
  *     rows past a stored table, or None (the simd backend is not in use: those rows take the full
- *     path). Called again, it replaces them all.
+ *     path); keep_bytes: the most bytes all templates keep together (JSON texts of stored rows,
+ *     rows past a table once computed; over it, everything kept is dropped and kept again as
+ *     asked). Called again, it replaces them all.
  *
  *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
  *
@@ -109,22 +111,26 @@ static int want_name(PyObject *o, const char *what)
 }
 
 PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys, max_head, max_body, "
-             "off_headers, kernels=None)\n--\n\n"
+             "off_headers, kernels=None, keep_bytes=0)\n--\n\n"
              "The rules Python owns (see the module source); once, before any template or answer.");
 
 static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", "max_head", "max_body",
-                             "off_headers", "kernels", NULL};
+                             "off_headers", "kernels", "keep_bytes", NULL};
     long long limit;
-    Py_ssize_t max_rows, max_head, max_body;
+    Py_ssize_t max_rows, max_head, max_body, keep_bytes = 0;
     PyObject *fields, *keys, *off, *copy = NULL, *family, *names, *kernels = Py_None;
     const NativeApi *api = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|O:configure", kwlist, &limit, &max_rows, &PyDict_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|On:configure", kwlist, &limit, &max_rows, &PyDict_Type,
                                      &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off,
-                                     &kernels))
+                                     &kernels, &keep_bytes))
         return NULL;
+    if (keep_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "keep_bytes: want >= 0");
+        return NULL;
+    }
     if (kernels != Py_None) {
         if (!(api = PyCapsule_GetPointer(kernels, NATIVE_API_NAME))) return NULL;
         if (api->version != NATIVE_API_VERSION) {
@@ -174,6 +180,7 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
     Py_INCREF(kernels);
     Py_XSETREF(hot_cfg.kernels_capsule, kernels);
     hot_cfg.kernels = api;
+    hot_cfg.keep_bytes = keep_bytes;
     for (int i = 0; i < 3; i++) {
         Py_INCREF(PyTuple_GET_ITEM(keys, i));
         Py_XSETREF(hot_cfg.range_keys[i], PyTuple_GET_ITEM(keys, i));

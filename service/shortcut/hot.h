@@ -35,6 +35,7 @@ typedef struct {
     PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
     const NativeApi *kernels; /* the engine's kernels (NULL: rows past a table are the full path's) */
     PyObject *kernels_capsule;
+    Py_ssize_t keep_bytes;    /* the most bytes all templates keep (JSON texts, computed rows) */
 } HotConfig;
 
 extern HotConfig hot_cfg;
@@ -73,7 +74,7 @@ typedef struct {
     Py_ssize_t dst, src, len;
 } Run;
 
-typedef struct {
+typedef struct RowsTemplate {
     PyObject_HEAD
     Py_buffer arr[2];
     int narr;
@@ -101,7 +102,21 @@ typedef struct {
     PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
     char **texts;         /* [narr * length], allocated at the first JSON answer: NULL or a row's text */
     Py_ssize_t text_bytes, text_budget;
+    /* rows past the table kept once computed (hot_rows_into with the GIL): [cos | sin] items of row
+     * length + i in grown[i], i < GROWN_ROWS */
+    char **grown;
+    Py_ssize_t grown_bytes;
+    /* the templates keeping texts or rows, a list (hot_keep) */
+    struct RowsTemplate *keep_prev, *keep_next;
+    int keeping;
 } RowsTemplate;
+
+#define GROWN_ROWS 65536 /* rows past a table a template keeps at most */
+/* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
+ * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */
+int hot_keep(RowsTemplate *t, Py_ssize_t bytes);
+void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
+void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
 
 typedef struct {
     PyObject_HEAD
@@ -165,7 +180,7 @@ static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
 }
 /* Each array's rows into slots[a] (unaligned: any alignment), those past the table computed:
  * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
-int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unaligned);
+int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep);
 extern PyMethodDef hot_answer_methods[];
 
 /* ---- JSON answers (hot_json.c) ------------------------------------------------------------ */

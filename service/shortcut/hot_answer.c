@@ -107,8 +107,33 @@ static void past_row(char *d, const RowsTemplate *t, int a, const char *row)
     }
 }
 
-/* declared, and described, in hot.h; runs without the GIL (fill's large copies) */
-int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unaligned)
+/* declared, and described, in hot.h; runs without the GIL (fill's large copies) when !keep */
+/* Row r past t's table kept (its [cos | sin] items, `bytes` of them, copied from row), if the
+ * budget allows; with the GIL only. */
+static void keep_row(RowsTemplate *t, int64_t r, const char *row, size_t bytes)
+{
+    Py_ssize_t i = (Py_ssize_t)(r - t->length), table = GROWN_ROWS * (Py_ssize_t)sizeof(char *);
+    if (i >= GROWN_ROWS) return;
+    if (!t->grown) {
+        if (!hot_keep(t, table)) return;
+        if (!(t->grown = calloc(GROWN_ROWS, sizeof(char *)))) {
+            hot_unkeep(t, table);
+            return;
+        }
+        t->grown_bytes = table;
+    }
+    if (!hot_keep(t, (Py_ssize_t)bytes)) return;
+    char *k = t->grown ? malloc(bytes) : NULL;   /* (the budget may have dropped every template's rows) */
+    if (!k) {
+        hot_unkeep(t, (Py_ssize_t)bytes);
+        return;
+    }
+    memcpy(k, row, bytes);
+    t->grown[i] = k;
+    t->grown_bytes += (Py_ssize_t)bytes;
+}
+
+int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep)
 {
     if (rows->n > 0 && rows->hi + t->offset < t->length) {   /* all stored: plain copies */
         for (int a = 0; a < t->narr; a++) {
@@ -133,8 +158,14 @@ int hot_rows_into(char **slots, const RowsTemplate *t, const Sel *rows, int unal
             }
             continue;
         }
-        over |= api->sincos(t->freqs, t->nfreq, &r, 1, t->scale, row, row + half, t->dt);
-        for (int a = 0; a < t->narr; a++) past_row(slots[a] + drb * (size_t)i, t, a, row);
+        const char *items = keep && t->grown && r - t->length < GROWN_ROWS ? t->grown[r - t->length] : NULL;
+        if (!items) {
+            int o = api->sincos(t->freqs, t->nfreq, &r, 1, t->scale, row, row + half, t->dt);
+            if (keep && !o) keep_row(t, r, row, 2 * half);
+            over |= o;
+            items = row;
+        }
+        for (int a = 0; a < t->narr; a++) past_row(slots[a] + drb * (size_t)i, t, a, items);
     }
     if (row != stack) free(row);
     return over;
@@ -248,7 +279,7 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
         Py_DECREF(head);
         if (rc2 == 0) {
             char *slots[2] = {o.fill, o.fill + block};
-            int over = hot_rows_into(slots, t, &rows, 0);
+            int over = hot_rows_into(slots, t, &rows, 0, 1);
             out = hot_finish(&o);
             if (over) Py_CLEAR(out);
             if (over < 0) PyErr_NoMemory();

@@ -51,15 +51,15 @@ static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_
 
 /* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
  * computed row overflows the dtype, -1 error set. */
-static int fill_slots(const RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
+static int fill_slots(RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
 {
     int rc;
     if (t->narr * block >= FILL_NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        rc = hot_rows_into(slots, t, rows, 1);
+        rc = hot_rows_into(slots, t, rows, 1, 0);   /* without the GIL: nothing kept, nothing read kept */
         Py_END_ALLOW_THREADS
     } else {
-        rc = hot_rows_into(slots, t, rows, 1);
+        rc = hot_rows_into(slots, t, rows, 1, 1);
     }
     if (rc < 0) PyErr_NoMemory();
     return rc;
@@ -194,7 +194,7 @@ PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const 
             slots[i] = d;
             d += block;
         }
-        int over = hot_rows_into(slots, t, &rows, 1);
+        int over = hot_rows_into(slots, t, &rows, 1, 1);
         out = hot_finish(&o);
         if (over) Py_CLEAR(out);
         if (over < 0) PyErr_NoMemory();

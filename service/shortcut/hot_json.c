@@ -35,6 +35,7 @@ void hot_json_clear(RowsTemplate *t)
             free(t->texts[i]);
             t->texts[i] = NULL;
         }
+    hot_unkeep(t, t->text_bytes);
     t->text_bytes = 0;
 }
 
@@ -73,7 +74,14 @@ static char *row_put(char *d, const RowsTemplate *t, const RowText *x, const cha
 PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
 {
     if (rows->hi + t->offset >= t->length) Py_RETURN_NONE;   /* computed rows: the full path writes them */
-    if (!t->texts && !(t->texts = calloc((size_t)(t->narr * t->length), sizeof(char *)))) return PyErr_NoMemory();
+    if (!t->texts) {   /* its row pointers count against the budget too */
+        Py_ssize_t bytes = t->narr * t->length * (Py_ssize_t)sizeof(char *);
+        if (!hot_keep(t, bytes)) Py_RETURN_NONE;
+        if (!(t->texts = calloc((size_t)(t->narr * t->length), sizeof(char *)))) {
+            hot_unkeep(t, bytes);
+            return PyErr_NoMemory();
+        }
+    }
     PyObject *missing = NULL;
     for (int a = 0; a < t->narr; a++)
         for (Py_ssize_t i = 0; i < rows->n; i++) {
@@ -210,9 +218,22 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     Py_ssize_t size = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + (n - 1);
+    char **slot = &t->texts[a * t->length + r];
+    if (*slot) {
+        Py_ssize_t old = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + ((RowText *)*slot)->len;
+        free(*slot);
+        *slot = NULL;
+        t->text_bytes -= old;
+        hot_unkeep(t, old);
+    }
     if (t->text_bytes + size > t->text_budget) hot_json_clear(t);
+    if (!hot_keep(t, size)) Py_RETURN_NONE;   /* not kept: the answer misses again, and is declined */
+    if (!t->texts) Py_RETURN_NONE;            /* dropped with every template's (the budget): as above */
     RowText *x = malloc((size_t)size);
-    if (!x) return PyErr_NoMemory();
+    if (!x) {
+        hot_unkeep(t, size);
+        return PyErr_NoMemory();
+    }
     x->len = n - 1;
     char *c = (char *)(x->off + w + 1);
     memcpy(c, s + 1, (size_t)(n - 2));
@@ -220,9 +241,6 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
     x->off[0] = 0;
     for (Py_ssize_t i = 0, k = 1; i < n - 1; i++)
         if (c[i] == ',') x->off[k++] = (int32_t)(i + 1);
-    char **slot = &t->texts[a * t->length + r];
-    if (*slot) t->text_bytes -= (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + ((RowText *)*slot)->len;
-    free(*slot);
     *slot = (char *)x;
     t->text_bytes += size;
     Py_RETURN_NONE;

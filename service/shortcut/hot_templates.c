@@ -12,15 +12,72 @@
 
 #define HEADS_CACHED 4096 /* headers per template; a full cache starts over */
 
+/* ---- what templates keep: JSON texts and computed rows, within one budget ------------------- */
+
+static RowsTemplate *keepers; /* the templates keeping anything */
+static Py_ssize_t kept;       /* their bytes */
+
+void hot_keep_drop(RowsTemplate *t)
+{
+    hot_json_clear(t);
+    if (t->texts) {
+        free(t->texts);
+        t->texts = NULL;
+        hot_unkeep(t, t->narr * t->length * (Py_ssize_t)sizeof(char *));
+    }
+    if (t->grown) {
+        for (Py_ssize_t i = 0; i < GROWN_ROWS; i++) free(t->grown[i]);
+        free(t->grown);
+        t->grown = NULL;
+        hot_unkeep(t, t->grown_bytes);
+        t->grown_bytes = 0;
+    }
+    if (!t->keeping) return;
+    if (t->keep_prev) t->keep_prev->keep_next = t->keep_next;
+    else keepers = t->keep_next;
+    if (t->keep_next) t->keep_next->keep_prev = t->keep_prev;
+    t->keeping = 0;
+}
+
+int hot_keep(RowsTemplate *t, Py_ssize_t bytes)
+{
+    if (bytes > hot_cfg.keep_bytes) return 0;
+    if (kept + bytes > hot_cfg.keep_bytes)
+        while (keepers) hot_keep_drop(keepers);
+    kept += bytes;
+    if (!t->keeping) {
+        t->keeping = 1;
+        t->keep_prev = NULL;
+        t->keep_next = keepers;
+        if (keepers) keepers->keep_prev = t;
+        keepers = t;
+    }
+    return 1;
+}
+
+void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes)
+{
+    (void)t;
+    kept -= bytes;
+}
+
+PyDoc_STRVAR(kept_doc, "kept() -> int\n--\n\nBytes all templates keep (JSON texts, computed rows).");
+
+static PyObject *kept_bytes(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromSsize_t(kept);
+}
+
 static void RowsTemplate_dealloc(RowsTemplate *t)
 {
+    hot_keep_drop(t);
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
     PyMem_Free(t->runs);
     PyMem_Free(t->idx);
     PyMem_Free(t->freqs);
     PyMem_Free(t->pmap);
-    hot_json_clear(t);
-    free(t->texts);
     Py_XDECREF(t->json_parts);
     Py_XDECREF(t->zero_text);
     Py_XDECREF(t->text_for);
@@ -469,6 +526,7 @@ PyTypeObject hot_AlibiTemplateType = {
 
 PyMethodDef hot_templates_methods[] = {
     {"missing", missing, METH_NOARGS, missing_doc},
+    {"kept", kept_bytes, METH_NOARGS, kept_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -126,3 +126,23 @@ def test_without_the_simd_kernels_rows_past_the_table_take_the_full_path():
         assert c == served
     finally:
         replay.configure(replay.current())
+
+
+def test_rows_past_the_table_are_kept_within_the_budget():
+    """A row past the table, once computed, is kept (the worker's table grows) and read again with
+    the same bytes; over keep_bytes everything kept is dropped and computed again as asked."""
+    spec = {"head_dim": 64, "dtype": "float16"}
+    later = {**spec, "positions": [LENGTH + 1, 3, LENGTH + 70000, LENGTH + 1]}
+    c1, served, computed = answer_both("rope", {**spec, "positions": [1]}, later)
+    assert c1 == served == computed
+    rules = replay.native_rules(replay.current())
+    replay._hot.configure(**(rules | {"keep_bytes": (1 << 19) + 3 * 64}))   # the row table and ~1 row
+    try:
+        templates = replay.Templates()
+        req = pipeline.parse("rope", {**spec, "positions": [1]}, LENGTH)
+        templates.learn("safetensors", orjson.dumps({**spec, "positions": [1]}), req, view_of(req.table))
+        ask = lambda: replay.answer(orjson.dumps(later), HEADERS, {HEADERS[1][1]: 0}, templates.native["rope"], "rope")
+        assert ask() == c1 and ask() == c1           # computed, kept (and dropped over the budget), read
+        assert replay._hot.kept() <= (1 << 19) + 3 * 64
+    finally:
+        replay.configure(replay.current())
