@@ -96,6 +96,9 @@ typedef struct RowsTemplate {
     int dt;
     int64_t row_limit;
     int32_t *pmap;
+    Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
+    Py_ssize_t npruns[2];
+    int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
     /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
     PyObject *zero_text;  /* bytes: a zero item's text */

@@ -96,14 +96,22 @@ static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *ta
 
 #define PAST_STACK 4096 /* bytes of one computed [cos | sin] row kept on the stack; longer ones are allocated */
 
-/* One computed row's items into array a's output row d: d[j] = row[pmap[a * width + j]] (0 at -1). */
+/* One computed row's items into array a's output row d: d[j] = row[pmap[a * width + j]] (0 at -1),
+ * run by run. */
 static void past_row(char *d, const RowsTemplate *t, int a, const char *row)
 {
     size_t es = (size_t)t->itemsize;
-    const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
-    for (Py_ssize_t j = 0; j < t->width; j++) {
-        if (m[j] < 0) memset(d + (size_t)j * es, 0, es);
-        else memcpy(d + (size_t)j * es, row + (size_t)m[j] * es, es);
+    const Run *runs = t->pruns + (size_t)a * (size_t)t->width;
+    if (t->pgather[a]) {   /* interleaved layouts: one gather */
+        const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
+        if (es == 4) gather32((any32 *)d, (const uint32_t *)row, m, t->width);
+        else gather16((any16 *)d, (const uint16_t *)row, m, t->width);
+        return;
+    }
+    for (Py_ssize_t r = 0; r < t->npruns[a]; r++) {
+        const Run *u = &runs[r];
+        if (u->src < 0) memset(d + (size_t)u->dst * es, 0, (size_t)u->len * es);
+        else memcpy(d + (size_t)u->dst * es, row + (size_t)u->src * es, (size_t)u->len * es);
     }
 }
 

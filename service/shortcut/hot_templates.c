@@ -78,6 +78,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     PyMem_Free(t->idx);
     PyMem_Free(t->freqs);
     PyMem_Free(t->pmap);
+    PyMem_Free(t->pruns);
     Py_XDECREF(t->json_parts);
     Py_XDECREF(t->zero_text);
     Py_XDECREF(t->text_for);
@@ -354,6 +355,25 @@ static int set_past(RowsTemplate *t, PyObject *past)
                 PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] (or -1) per column");
             return -1;
         }
+    }
+    if (!(t->pruns = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(Run)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int a = 0; a < t->narr; a++) {   /* each map as runs, as make_runs does the column map */
+        Run *runs = t->pruns + (size_t)a * (size_t)t->width;
+        const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
+        Py_ssize_t n = 0;
+        for (Py_ssize_t j = 0; j < t->width; j++) {
+            Run *last = n ? &runs[n - 1] : NULL;
+            if (last && ((m[j] < 0 && last->src < 0) || (m[j] >= 0 && last->src >= 0 && m[j] == last->src + last->len)))
+                last->len++;
+            else
+                runs[n++] = (Run){j, m[j], 1};
+        }
+        t->npruns[a] = n;
+        t->pgather[a] = n == t->width;
+        for (Py_ssize_t j = 0; j < t->width; j++) t->pgather[a] &= m[j] >= 0;
     }
     t->scale = scale;
     t->dt = dt;

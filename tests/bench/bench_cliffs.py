@@ -18,9 +18,12 @@ uvicorn with posenc's settings, answering that case's path with posenc's answer 
 request: the same status, content type and length). Round after round each case is measured on
 posenc then on its floor, so both see the same stretch of a shared machine. Printed: per round and
 as medians, requests/s at 64 connections, p50 at one connection, the ratios posenc/floor, and the
-share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests).
+share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests). wrk cycles
+through the --requests distinct requests of a case: a row past a table is computed the first time
+it is asked and kept by the worker after that (templates.KEEP_BYTES), so these are the figures of
+recurring positions; --in-process --no-keep gives the cost of computing every such row.
 
---in-process: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
+--in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
 (templates.answer_request) from tables built in memory as the engine builds them, and the v2
 case's positions by fill(): µs per request (best of 5), what the cases cost posenc in C and
 Python beside the HTTP work, which the floor does too.
@@ -143,7 +146,7 @@ def prepare(tmp: str, n: int) -> tuple:
     return posenc, floors, scripts
 
 
-def in_process(n: int, reps: int = 20000) -> None:
+def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     import sys
     import time
 
@@ -155,7 +158,11 @@ def in_process(n: int, reps: int = 20000) -> None:
     from tests.service.shortcut.test_templates_in_memory import view_of
 
     lengths = {t["family"]: t["length"] for t in CONFIG["tables"]}
+    if not keep:   # every row past a table computed each time (JSON texts cannot be kept: declined)
+        replay._hot.configure(**(replay.native_rules(replay.current()) | {"keep_bytes": 0}))
     for i, (name, make) in enumerate(CASES.items()):
+        if not keep and "json" in name:
+            continue
         rng = random.Random(1000 + i)
         reqs = [make(rng) for _ in range(n)]
         path, headers, body = reqs[0]
@@ -187,11 +194,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=512, help="distinct random requests per case")
+    ap.add_argument("--requests", type=int, default=4096, help="distinct random requests per case")
     ap.add_argument("--in-process", action="store_true", help="the cases' cost in C, no sockets")
+    ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
     a = ap.parse_args()
     if a.in_process:
-        return in_process(a.requests)
+        return in_process(a.requests, not a.no_keep)
     runs: dict = {}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,10 +207,13 @@ def main() -> None:
         try:
             for rnd in range(a.rounds):
                 for name in CASES:
-                    before = lane_answers(posenc.url)
-                    p = {k: wrk(posenc.url, scripts[name], a.seconds, c) for k, c in (("many", 64), ("one", 1))}
-                    share = (lane_answers(posenc.url) - before) / (p["many"]["requests"] + p["one"]["requests"])
-                    f = {k: wrk(floors[name].url, scripts[name], a.seconds, c) for k, c in (("many", 64), ("one", 1))}
+                    p, f, served = {}, {}, 0
+                    for k, c in (("many", 64), ("one", 1)):   # posenc, then its floor, at each load
+                        before = lane_answers(posenc.url)
+                        p[k] = wrk(posenc.url, scripts[name], a.seconds, c)
+                        served += lane_answers(posenc.url) - before
+                        f[k] = wrk(floors[name].url, scripts[name], a.seconds, c)
+                    share = served / (p["many"]["requests"] + p["one"]["requests"])
                     got = {"rps": p["many"]["rps"], "p50": p["one"]["p50_us"], "floor_rps": f["many"]["rps"],
                            "floor_p50": f["one"]["p50_us"], "lane_share": share}
                     runs.setdefault(name, []).append(got)
