@@ -104,7 +104,7 @@ typedef struct RowsTemplate {
     PyObject *zero_text;  /* bytes: a zero item's text */
     PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
     char **texts;         /* [narr * length], allocated at the first JSON answer: NULL or a row's text */
-    Py_ssize_t text_bytes, text_budget;
+    Py_ssize_t text_bytes, text_budget, text_cursor; /* over the budget, texts are freed from the cursor on */
     /* rows past the table kept once computed (hot_rows_into with the GIL): [cos | sin] items of row
      * length + i in grown[i], i < GROWN_ROWS */
     char **grown;

@@ -226,7 +226,18 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         t->text_bytes -= old;
         hot_unkeep(t, old);
     }
-    if (t->text_bytes + size > t->text_budget) hot_json_clear(t);
+    /* over the template's budget: free kept texts from a cursor that goes round the rows (the
+     * oldest kept first, roughly), never the slot being set */
+    for (Py_ssize_t n_all = t->narr * t->length, seen = 0; t->text_bytes + size > t->text_budget && seen < n_all; seen++) {
+        t->text_cursor = (t->text_cursor + 1) % n_all;
+        RowText *old = (RowText *)t->texts[t->text_cursor];
+        if (!old) continue;
+        Py_ssize_t ob = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + old->len;
+        free(old);
+        t->texts[t->text_cursor] = NULL;
+        t->text_bytes -= ob;
+        hot_unkeep(t, ob);
+    }
     if (!hot_keep(t, size)) Py_RETURN_NONE;   /* not kept: the answer misses again, and is declined */
     if (!t->texts) Py_RETURN_NONE;            /* dropped with every template's (the budget): as above */
     RowText *x = malloc((size_t)size);

@@ -51,8 +51,8 @@ from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
 FORMATS = {"safetensors": 0, "json": 1}   # the answer formats C writes: an Accept value -> its index
-TEXT_BUDGET = 64 << 20   # bytes of stored rows' JSON texts a template keeps (a 32k x 128 RoPE table: ~54 MiB)
-KEEP_BYTES = 128 << 20   # bytes all templates keep together: JSON texts and rows past a table once computed
+TEXT_BUDGET = 128 << 20   # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
+KEEP_BYTES = 256 << 20    # bytes all templates keep together: JSON texts and rows past a table once computed
 _ROWS_MARK = "posenc:rows:%d"   # stands for an array's rows in the JSON answer the parts are cut from
 MAX_TEMPLATES = 1024
 MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 MiB at most

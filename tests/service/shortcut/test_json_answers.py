@@ -85,8 +85,8 @@ def test_alibi_json_stays_with_the_full_path():
 
 
 def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
-    """A row's text is rendered at its first JSON answer only; over the budget the texts are dropped
-    and rendered again as asked, and the answers stay the full path's."""
+    """A row's text is rendered at its first JSON answer only; over the budget the oldest kept
+    texts are freed and rendered again as asked, and the answers stay the full path's."""
     spec = {"head_dim": 8}
     rendered = []
     real = replay.json_text
@@ -109,6 +109,7 @@ def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
     assert len(rendered) == 4          # rows 5 and 6 of cos and sin, once each
     ask([6, 5, 6])
     assert len(rendered) == 4          # kept: nothing rendered again
-    ask([7, 8])                        # over the budget: dropped, and rendered as asked
+    ask([7, 8])                        # over the budget: older texts freed
+    assert len(rendered) == 8
+    ask([5, 6, 7, 8])                  # and rendered again as asked
     assert len(rendered) > 8
-    ask([5, 6, 7, 8])
