@@ -19,9 +19,10 @@ request: the same status, content type and length). Round after round each case 
 posenc then on its floor, so both see the same stretch of a shared machine. Printed: per round and
 as medians, requests/s at 64 connections, p50 at one connection, the ratios posenc/floor, and the
 share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests). wrk cycles
-through the --requests distinct requests of a case: a row past a table is computed the first time
-it is asked and kept by the worker after that (templates.KEEP_BYTES), so these are the figures of
-recurring positions; --in-process --no-keep gives the cost of computing every such row.
+through the --requests distinct requests of a case (after a 2 s warm-up pass over each): a row
+past a table is computed the first time it is asked and kept by the worker after that
+(templates.KEEP_BYTES), as is a stored row's JSON text, so these are the figures of recurring
+positions; --in-process --no-keep gives the cost of computing every such row.
 
 --in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
 (templates.answer_request) from tables built in memory as the engine builds them, and the v2
@@ -205,6 +206,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         posenc, floors, scripts = prepare(tmp, a.requests)
         try:
+            for name in CASES:   # a pass over each pool first: JSON texts rendered, rows past a table kept
+                wrk(posenc.url, scripts[name], 2, 64)
             for rnd in range(a.rounds):
                 for name in CASES:
                     p, f, served = {}, {}, 0
