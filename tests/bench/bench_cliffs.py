@@ -147,6 +147,27 @@ def prepare(tmp: str, n: int) -> tuple:
     return posenc, floors, scripts
 
 
+def plot(runs: dict, path: str, load: list) -> None:
+    """posenc/floor req/s of each case, round by round (points) and their median (bars)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for j, (name, rs) in enumerate(runs.items()):
+        ratios = [r["rps"] / r["floor_rps"] for r in rs]
+        ax.bar(j, statistics.median(ratios), 0.6, color="#9ecae1")
+        ax.plot([j] * len(ratios), ratios, "o", color="#08519c", ms=4)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(2.5, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(runs)), [n.replace(" ", "\n", 1) for n in runs], fontsize=8)
+    ax.set_ylabel("posenc req/s / raw-ASGI floor")
+    ax.set_title(f"One server core, wrk on the other: per round (dots), median (bars); load {load[0]:.1f}-{load[1]:.1f}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     import sys
     import time
@@ -198,6 +219,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4096, help="distinct random requests per case")
     ap.add_argument("--in-process", action="store_true", help="the cases' cost in C, no sockets")
     ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
+    ap.add_argument("--plot", help="write the per-round ratios to this PNG")
     a = ap.parse_args()
     if a.in_process:
         return in_process(a.requests, not a.no_keep)
@@ -235,6 +257,9 @@ def main() -> None:
         ratios = [r["rps"] / r["floor_rps"] for r in rs]
         print(f"{name:<20} {m['rps']:>9.0f} {m['floor_rps']:>9.0f} {statistics.median(ratios):>6.2f} {m['p50']:>7.0f} "
               f"{m['floor_p50']:>6.0f} {m['lane_share']:>6.1%}  {' '.join(f'{x:.2f}' for x in ratios)}")
+    if a.plot:
+        plot(runs, a.plot, load)
+        print(f"plot: {a.plot}")
 
 
 if __name__ == "__main__":
