@@ -202,10 +202,11 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "set_text(array: int, row: int, text: bytes)");
         return NULL;
     }
-    if (!t->json_parts || !t->texts) {
-        PyErr_SetString(PyExc_RuntimeError, "set_text: the template has answered no JSON");
+    if (!t->json_parts) {
+        PyErr_SetString(PyExc_RuntimeError, "set_text: the template answers no JSON");
         return NULL;
     }
+    if (!t->texts) Py_RETURN_NONE;   /* dropped since the miss (the budget): the answer misses again */
     if (array_row(t, args, &a, &r) < 0) return NULL;
     const char *s = PyBytes_AS_STRING(args[2]);
     Py_ssize_t n = PyBytes_GET_SIZE(args[2]), commas = 0, nested = 0;
@@ -239,7 +240,10 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         hot_unkeep(t, ob);
     }
     if (!hot_keep(t, size)) Py_RETURN_NONE;   /* not kept: the answer misses again, and is declined */
-    if (!t->texts) Py_RETURN_NONE;            /* dropped with every template's (the budget): as above */
+    if (!t->texts) {                          /* dropped with every template's (the budget): as above */
+        hot_unkeep(t, size);
+        Py_RETURN_NONE;
+    }
     RowText *x = malloc((size_t)size);
     if (!x) {
         hot_unkeep(t, size);

@@ -113,3 +113,33 @@ def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
     assert len(rendered) == 8
     ask([5, 6, 7, 8])                  # and rendered again as asked
     assert len(rendered) > 8
+
+
+def test_over_the_workers_keep_budget_json_is_declined_or_exact():
+    """With room for fewer texts than an answer needs (all templates' keep_bytes), everything kept is
+    dropped as texts are set: the lane declines (False) rather than answering other bytes or failing."""
+    spec = {"head_dim": 8}
+    rules = replay.native_rules(replay.current())
+    templates = replay.Templates()
+    req = pipeline.parse("rope", {**spec, "positions": [1]}, LENGTH)
+    view = view_of(req.table)
+    outcomes = set()
+    try:
+        for keep in (2 * LENGTH * 8 + 200, 2 * LENGTH * 8 + 2000, 1 << 20):   # the row table and ~2, ~20 texts
+            replay._hot.configure(**(rules | {"keep_bytes": keep}))
+            templates.native["rope"].clear()
+            templates.learn("json", orjson.dumps({**spec, "positions": [1]}), req, view)
+            for rows in ([5, 6, 7, 8], [9], list(range(10, 30))):
+                raw = orjson.dumps({**spec, "positions": rows})
+                data = b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw)
+                got = replay.answer_request(data, 0, {b"/": ("rope", 0)}, {None: 1}, templates.native,
+                                            (b"", b"", b""), b"", False)
+                outcomes.add(got is False)
+                if got is not False:
+                    want = encode(req.family, pipeline.arrays(pipeline.parse("rope", {**spec, "positions": rows},
+                                                                              LENGTH), view), "float32", "json")[0]
+                    assert got[2].partition(b"\r\n")[2] == want
+            assert replay._hot.kept() <= keep
+    finally:
+        replay.configure(replay.current())
+    assert outcomes == {True, False}   # both happened: declined when it could not keep, exact when it could
