@@ -318,9 +318,9 @@ class Rope(Family):
                       "inv_freq": view.inv_freq, "attention_scaling": scaling}
             return self.safetensors_header(arrays, dtype, req.shown)
         # rows past the table, as ``serve`` computes them: half_rows' [cos | sin] of one row (items
-        # 0..half-1, half..2*half-1) through the same column map, one map per stored array
+        # 0..half-1, half..2*half-1), the stored cos and sin rows
         past = (np.ascontiguousarray(view.inv_freq64), scaling, dtype,
-                (colmap, [half + c for c in colmap]), POSITION_LIMIT)
+                (list(range(half)), list(range(half, 2 * half))), POSITION_LIMIT)
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past)
 
     schema = {

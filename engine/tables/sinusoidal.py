@@ -185,11 +185,11 @@ class Sinusoidal(Family):
         def header_for(n: int) -> bytes:
             return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype, req.shown)
         # rows past the table, as ``serve`` computes them: the stored row of one row's [cos | sin]
-        # (item numbers 0..h-1, h..2h-1), through the same column map
+        # (item numbers 0..h-1, h..2h-1)
         freqs = spec.freqs()
         h = freqs.shape[0]
         items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
-        past = (freqs, 1.0, dtype, ([int(items[c]) if c >= 0 else -1 for c in colmap],), ROW_LIMIT)
+        past = (freqs, 1.0, dtype, (items.tolist(),), ROW_LIMIT)
         return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"", past)
 
     schema = {

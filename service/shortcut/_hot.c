@@ -73,9 +73,9 @@
  *     list, or also a range unless lists_only. past: None (rows past the table are declined) or
  *     (freqs, scale, dtype, maps, row_limit): a row r = position + offset past the table, below
  *     row_limit, is computed by the engine's sincos kernel as the pipeline computes it, [cos |
- *     sin] of float64(r) * freqs[k] times scale rounded once to dtype, and output column j of
- *     array a is its item maps[a][j] (-1: zero). The family derives maps from its own stored
- *     layout and column map, applied to item numbers.
+ *     sin] of float64(r) * freqs[k] times scale rounded once to dtype, and stored column c of
+ *     array a is its item maps[a][c] (then the column map, as for stored rows). The family
+ *     derives maps from its own stored layout applied to item numbers.
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -210,7 +210,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (hot_templates_ready(m) < 0) {
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

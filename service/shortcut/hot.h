@@ -88,14 +88,15 @@ typedef struct RowsTemplate {
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
     /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
-     * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel),
-     * and output column j of array a is item pmap[a * width + j] of it (-1: zero) */
+     * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
+     * stored column c of array a is its item smap[a * src_width + c], and output column j item
+     * pmap[a * width + j] (-1: zero), through the column map */
     double *freqs;
     Py_ssize_t nfreq;
     double scale;
     int dt;
     int64_t row_limit;
-    int32_t *pmap;
+    int32_t *pmap, *smap;
     Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
     Py_ssize_t npruns[2];
     int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
@@ -103,7 +104,8 @@ typedef struct RowsTemplate {
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
     PyObject *zero_text;  /* bytes: a zero item's text */
     PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
-    char **texts;         /* [narr * length], allocated at the first JSON answer: NULL or a row's text */
+    char **texts;         /* [narr * text_rows], allocated at the first JSON answer: NULL or a row's text */
+    Py_ssize_t text_rows; /* rows with texts: the table's, and GROWN_ROWS past it when computed */
     Py_ssize_t text_bytes, text_budget, text_cursor; /* over the budget, texts are freed from the cursor on */
     /* rows past the table kept once computed (hot_rows_into with the GIL): [cos | sin] items of row
      * length + i in grown[i], i < GROWN_ROWS */

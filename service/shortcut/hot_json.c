@@ -13,8 +13,8 @@
  * set_text() before it asks again. The texts a template keeps are bounded by its budget (over it,
  * they are dropped and rendered again as asked).
  *
- * Rows past the table are computed per request, and formatting them would take a float printer
- * here: such JSON answers are declined (the full path writes them).
+ * Rows past the table (up to GROWN_ROWS of them) have texts the same way: row() computes such a
+ * row with the engine's kernel, as the binary answers do, and text_for renders it once.
  */
 #include "hot.h"
 
@@ -31,7 +31,7 @@ static const char *chars_of(const RowText *x, Py_ssize_t w) { return (const char
 void hot_json_clear(RowsTemplate *t)
 {
     if (t->texts)
-        for (Py_ssize_t i = 0; i < t->narr * t->length; i++) {
+        for (Py_ssize_t i = 0; i < t->narr * t->text_rows; i++) {
             free(t->texts[i]);
             t->texts[i] = NULL;
         }
@@ -73,11 +73,12 @@ static char *row_put(char *d, const RowsTemplate *t, const RowText *x, const cha
 /* declared, and described, in hot.h */
 PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
 {
-    if (rows->hi + t->offset >= t->length) Py_RETURN_NONE;   /* computed rows: the full path writes them */
+    if (rows->hi + t->offset >= t->text_rows || !hot_rows_answerable(t, rows->hi))
+        Py_RETURN_NONE;   /* rows too far past the table: the full path writes them */
     if (!t->texts) {   /* its row pointers count against the budget too */
-        Py_ssize_t bytes = t->narr * t->length * (Py_ssize_t)sizeof(char *);
+        Py_ssize_t bytes = t->narr * t->text_rows * (Py_ssize_t)sizeof(char *);
         if (!hot_keep(t, bytes)) Py_RETURN_NONE;
-        if (!(t->texts = calloc((size_t)(t->narr * t->length), sizeof(char *)))) {
+        if (!(t->texts = calloc((size_t)(t->narr * t->text_rows), sizeof(char *)))) {
             hot_unkeep(t, bytes);
             return PyErr_NoMemory();
         }
@@ -86,7 +87,7 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
     for (int a = 0; a < t->narr; a++)
         for (Py_ssize_t i = 0; i < rows->n; i++) {
             Py_ssize_t r = (Py_ssize_t)(hot_sel_at(rows, i) + t->offset);
-            if (t->texts[a * t->length + r]) continue;
+            if (t->texts[a * t->text_rows + r]) continue;
             PyObject *item = Py_BuildValue("(in)", a, r);
             if (!item || (!missing && !(missing = PyList_New(0))) || PyList_Append(missing, item) < 0) {
                 Py_XDECREF(item);
@@ -107,7 +108,7 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
         if (a > 0) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(t->json_parts, a));
         body += 1 + 2 * rows->n;   /* '[', and each row's '[' and the ',' or ']' after it (its last ',' is its ']') */
         for (Py_ssize_t i = 0; i < rows->n; i++)
-            body += row_len(t, (const RowText *)t->texts[a * t->length + hot_sel_at(rows, i) + t->offset], zl);
+            body += row_len(t, (const RowText *)t->texts[a * t->text_rows + hot_sel_at(rows, i) + t->offset], zl);
     }
     Out o;
     if (hot_bytes_of(http, PyTuple_GET_ITEM(t->json_parts, 0), body, PyTuple_GET_ITEM(t->json_parts, t->narr), 0,
@@ -123,7 +124,7 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
         *d++ = '[';
         for (Py_ssize_t i = 0; i < rows->n; i++) {
             *d++ = '[';
-            d = row_put(d, t, (const RowText *)t->texts[a * t->length + hot_sel_at(rows, i) + t->offset], zero, zl);
+            d = row_put(d, t, (const RowText *)t->texts[a * t->text_rows + hot_sel_at(rows, i) + t->offset], zero, zl);
             d[-1] = ']';
             *d++ = ',';
         }
@@ -182,7 +183,7 @@ static int array_row(RowsTemplate *t, PyObject *const *args, int *a, Py_ssize_t 
     if (av == -1 && PyErr_Occurred()) return -1;
     *r = PyLong_AsSsize_t(args[1]);
     if (*r == -1 && PyErr_Occurred()) return -1;
-    if (av < 0 || av >= t->narr || *r < 0 || *r >= t->length) {
+    if (av < 0 || av >= t->narr || *r < 0 || *r >= t->text_rows) {
         PyErr_SetString(PyExc_IndexError, "(array, row) outside the template's arrays");
         return -1;
     }
@@ -219,7 +220,7 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     Py_ssize_t size = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + (n - 1);
-    char **slot = &t->texts[a * t->length + r];
+    char **slot = &t->texts[a * t->text_rows + r];
     if (*slot) {
         Py_ssize_t old = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + ((RowText *)*slot)->len;
         free(*slot);
@@ -229,7 +230,7 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     /* over the template's budget: free kept texts from a cursor that goes round the rows (the
      * oldest kept first, roughly), never the slot being set */
-    for (Py_ssize_t n_all = t->narr * t->length, seen = 0; t->text_bytes + size > t->text_budget && seen < n_all; seen++) {
+    for (Py_ssize_t n_all = t->narr * t->text_rows, seen = 0; t->text_bytes + size > t->text_budget && seen < n_all; seen++) {
         t->text_cursor = (t->text_cursor + 1) % n_all;
         RowText *old = (RowText *)t->texts[t->text_cursor];
         if (!old) continue;
@@ -261,7 +262,8 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(row_doc, "row(array, row) -> bytes\n--\n\nThe stored row's items (the table's bytes).");
+PyDoc_STRVAR(row_doc, "row(array, row) -> bytes\n--\n\nThe stored row's items (the table's bytes; past the table, as\n"
+             "the engine's kernel computes them, laid out as stored).");
 
 static PyObject *row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -273,8 +275,24 @@ static PyObject *row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (!t->heads || array_row(t, args, &a, &r) < 0) return NULL;
-    Py_ssize_t rb = t->src_width * t->itemsize;
-    return PyBytes_FromStringAndSize((const char *)t->arr[a].buf + r * rb, rb);
+    Py_ssize_t rb = t->src_width * t->itemsize, es = t->itemsize;
+    if (r < t->length) return PyBytes_FromStringAndSize((const char *)t->arr[a].buf + r * rb, rb);
+    if (!t->freqs || !hot_cfg.kernels || r >= t->row_limit) {
+        PyErr_SetString(PyExc_IndexError, "row: past the table of a template that computes no rows there");
+        return NULL;
+    }
+    char *items = malloc((size_t)(2 * t->nfreq * es));
+    PyObject *out = items ? PyBytes_FromStringAndSize(NULL, rb) : PyErr_NoMemory();
+    int64_t r64 = r;
+    if (out && hot_cfg.kernels->sincos(t->freqs, t->nfreq, &r64, 1, t->scale, items, items + t->nfreq * es, t->dt)) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_OverflowError, "row: a value overflows the dtype");
+    }
+    const int32_t *sm = t->smap + (size_t)a * (size_t)t->src_width;
+    for (Py_ssize_t c = 0; out && c < t->src_width; c++)
+        memcpy(PyBytes_AS_STRING(out) + c * es, items + (Py_ssize_t)sm[c] * es, (size_t)es);
+    free(items);
+    return out;
 }
 
 PyMethodDef hot_json_methods[] = {

@@ -23,7 +23,7 @@ void hot_keep_drop(RowsTemplate *t)
     if (t->texts) {
         free(t->texts);
         t->texts = NULL;
-        hot_unkeep(t, t->narr * t->length * (Py_ssize_t)sizeof(char *));
+        hot_unkeep(t, t->narr * t->text_rows * (Py_ssize_t)sizeof(char *));
     }
     if (t->grown) {
         for (Py_ssize_t i = 0; i < GROWN_ROWS; i++) free(t->grown[i]);
@@ -78,6 +78,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     PyMem_Free(t->idx);
     PyMem_Free(t->freqs);
     PyMem_Free(t->pmap);
+    PyMem_Free(t->smap);
     PyMem_Free(t->pruns);
     Py_XDECREF(t->json_parts);
     Py_XDECREF(t->zero_text);
@@ -325,7 +326,7 @@ static int set_past(RowsTemplate *t, PyObject *past)
     int dt = api->dtype_code(odt);
     if (dt < 0) return -1;
     if (api->itemsize(dt) != t->itemsize || PyTuple_GET_SIZE(maps) != t->narr || row_limit < t->length) {
-        PyErr_SetString(PyExc_ValueError, "past: want the arrays' dtype, one map per array and row_limit >= length");
+        PyErr_SetString(PyExc_ValueError, "past: want the arrays' dtype, one map per stored array and row_limit >= length");
         return -1;
     }
     if (PyObject_GetBuffer(of, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -336,25 +337,30 @@ static int set_past(RowsTemplate *t, PyObject *past)
     PyBuffer_Release(&b);
     if (!ok) PyErr_SetString(PyExc_ValueError, "past: freqs must be a non-empty 1-d float64 array");
     if (!t->freqs) return ok ? (PyErr_NoMemory(), -1) : -1;
-    if (!(t->pmap = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(int32_t)))) {
+    if (!(t->pmap = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(int32_t))) ||
+        !(t->smap = PyMem_Malloc((size_t)t->narr * (size_t)t->src_width * sizeof(int32_t)))) {
         PyErr_NoMemory();
         return -1;
     }
-    for (int a = 0; a < t->narr; a++) {
+    for (int a = 0; a < t->narr; a++) {   /* the stored row's items, then the output row's through the runs */
+        int32_t *sm = t->smap + (size_t)a * (size_t)t->src_width, *m = t->pmap + (size_t)a * (size_t)t->width;
         PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(maps, a), "past: a map is a sequence of ints");
         if (!fast) return -1;
-        int bad = PySequence_Fast_GET_SIZE(fast) != t->width;
-        for (Py_ssize_t j = 0; !bad && j < t->width; j++) {
-            Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
-            bad = c < -1 || c >= 2 * t->nfreq;   /* an index into [cos | sin], or -1 */
-            t->pmap[(size_t)a * (size_t)t->width + (size_t)j] = (int32_t)c;
+        int bad = PySequence_Fast_GET_SIZE(fast) != t->src_width;
+        for (Py_ssize_t c = 0; !bad && c < t->src_width; c++) {
+            Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, c));
+            bad = i < 0 || i >= 2 * t->nfreq;   /* an index into [cos | sin] */
+            sm[c] = (int32_t)i;
         }
         Py_DECREF(fast);
         if (bad) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] (or -1) per column");
+                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column");
             return -1;
         }
+        for (Py_ssize_t r = 0; r < t->nruns; r++)
+            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
+                m[t->runs[r].dst + k] = t->runs[r].src < 0 ? -1 : sm[t->runs[r].src + k];
     }
     if (!(t->pruns = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(Run)))) {
         PyErr_NoMemory();
@@ -378,6 +384,7 @@ static int set_past(RowsTemplate *t, PyObject *past)
     t->scale = scale;
     t->dt = dt;
     t->row_limit = row_limit;
+    t->text_rows = t->length + (row_limit - t->length < GROWN_ROWS ? row_limit - t->length : GROWN_ROWS);
     return 0;
 }
 
@@ -411,6 +418,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
     if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
+    t->text_rows = t->length;
     if (past != Py_None && (!PyTuple_Check(past) || set_past(t, past) < 0)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past: want a tuple or None");
         return -1;

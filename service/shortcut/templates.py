@@ -20,8 +20,9 @@ C by the engine's own sincos kernel (``kernels.c_api()``), the same bits as the 
 JSON answers (the lane's, service/protocol/lane.py) come from the same RowsTemplates
 (``json_answers``): the full path's JSON of the learnt request, with each array's rows cut out,
 around the rows' texts, each stored row rendered once by the full path's own ``json_text`` the
-first time an answer needs it, and kept (up to TEXT_BUDGET bytes a template). The C code never
-formats a float; ALiBi blocks and rows past a table in JSON take the full path.
+first time an answer needs it, and kept (up to TEXT_BUDGET bytes a template); rows past the table
+(GROWN_ROWS of them) are computed by the engine's kernel for their rendering. The C code never
+formats a float; ALiBi blocks in JSON take the full path.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
 headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The

@@ -1,8 +1,9 @@
 """JSON answers from the C shortcut (service/shortcut/hot_json.c), through the lane's entry point:
 byte for byte the full path's JSON (engine/encode.py) from the same mapped arrays and its exact
 compute, for every rope type whose table does not follow the positions, every sinusoidal layout
-and every dtype, positions on both sides of the table's end (rows past it stay with the full path:
-declined, never different bytes). In memory, no process."""
+and every dtype, positions on both sides of the table's end (rows past it computed by the engine's
+kernel, their texts rendered as the stored rows' are; far past it, GROWN_ROWS on, declined). In
+memory, no process."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _check(got, served, computed, inside: bool):
     event("answered" if got is not False else "declined")
     assert served == computed
     if inside:
-        assert got is not False   # every row stored: C answers
+        assert got is not False   # every row stored, or computed within GROWN_ROWS past the table: C answers
     if got is not False:
         assert got == served
 
@@ -63,7 +64,7 @@ def test_rope_json(head_dim, prf, scaling, layout, dtype, rows):
             "max_position_embeddings": 1024, **({"rope_scaling": scaling} if scaling else {})}
     if int(head_dim * prf) % 2:
         return
-    _check(*lane_json("rope", {**spec, "positions": [1]}, {**spec, "positions": rows}), max(rows) < LENGTH)
+    _check(*lane_json("rope", {**spec, "positions": [1]}, {**spec, "positions": rows}), True)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,8 +75,17 @@ def test_sinusoidal_json(d_model, layout, offset, dtype, rows, ranged, accept):
     spec = {"d_model": d_model, "layout": layout, "offset": offset, "dtype": dtype}
     sel = {"start": rows[0], "stop": rows[0] + len(rows)} if ranged else rows
     top = rows[0] + len(rows) - 1 if ranged else max(rows)
-    _check(*lane_json("sinusoidal", {**spec, "positions": [1]}, {**spec, "positions": sel}, accept),
-           top + offset < LENGTH)
+    _check(*lane_json("sinusoidal", {**spec, "positions": [1]}, {**spec, "positions": sel}, accept), True)
+
+
+def test_json_far_past_the_table_stays_with_the_full_path():
+    spec = {"head_dim": 8}
+    got, served, computed = lane_json("rope", {**spec, "positions": [1]},
+                                      {**spec, "positions": [3, LENGTH + replay._hot.GROWN_ROWS]})
+    assert got is False and served == computed
+    got, served, _ = lane_json("rope", {**spec, "positions": [1]},
+                               {**spec, "positions": [3, LENGTH + replay._hot.GROWN_ROWS - 1]})
+    assert got == served
 
 
 def test_alibi_json_stays_with_the_full_path():
@@ -125,7 +135,8 @@ def test_over_the_workers_keep_budget_json_is_declined_or_exact():
     view = view_of(req.table)
     outcomes = set()
     try:
-        for keep in (2 * LENGTH * 8 + 200, 2 * LENGTH * 8 + 2000, 1 << 20):   # the row table and ~2, ~20 texts
+        rows_table = 2 * (LENGTH + replay._hot.GROWN_ROWS) * 8   # the texts' row pointers, cos and sin
+        for keep in (rows_table + 200, rows_table + 2000, rows_table + (1 << 20)):   # and ~2, ~20, all texts
             replay._hot.configure(**(rules | {"keep_bytes": keep}))
             templates.native["rope"].clear()
             templates.learn("json", orjson.dumps({**spec, "positions": [1]}), req, view)
