@@ -48,19 +48,20 @@ class BuildExt(build_ext):
 _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 
 # Each extension's sources, one file per concern; its headers are dependencies (a change rebuilds
-# it): its private one, and engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute.
+# it): its private one, engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute, and
+# engine/kernels/native_api.h, the capsule through which the shortcut borrows the sincos kernel.
 NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c")]
 HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
-                                          "hot_fill.c")]
+                                          "hot_fill.c", "hot_json.c")]
 
 setup(
     ext_modules=[
         Extension("posenc.engine.kernels._native", NATIVE,
-                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h"], optional=_OPTIONAL),
+                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h"], optional=_OPTIONAL),
         # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c and its parts);
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
         Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels"],
-                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h"], optional=_OPTIONAL),
+                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},
 )

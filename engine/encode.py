@@ -36,18 +36,27 @@ def as_arrays(family, result: Mapping, dtype: str | None):
     return arrays, bf16_names(family, arrays, dtype)
 
 
+def json_ready(v, dtype: str | None):
+    """A value as the JSON answer writes it: an array's bfloat16 bit patterns as their float
+    values, in C order; anything else as it is."""
+    if isinstance(v, np.ndarray):
+        if dtype == BFLOAT16 and v.dtype == np.uint16:
+            v = bf16_bits_to_f32(v)
+        if not v.flags.c_contiguous:
+            v = np.ascontiguousarray(v)
+    return v
+
+
+def json_text(obj) -> bytes:
+    """The JSON text of ``json_ready`` values: every float the shortest decimal that reads back as
+    the same value of its dtype (orjson's). The template shortcut renders stored rows with it."""
+    return orjson.dumps(obj, option=_JSON_OPTS)
+
+
 def encode(family, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, str]:
     """(body, media type) of an answer; ``family`` is its registry entry."""
     if fmt == "json":
-        out = {}
-        for k, v in result.items():
-            if isinstance(v, np.ndarray):
-                if dtype == BFLOAT16 and v.dtype == np.uint16:
-                    v = bf16_bits_to_f32(v)
-                if not v.flags.c_contiguous:
-                    v = np.ascontiguousarray(v)
-            out[k] = v
-        return orjson.dumps(out, option=_JSON_OPTS), CONTENT_TYPES["json"]
+        return json_text({k: json_ready(v, dtype) for k, v in result.items()}), CONTENT_TYPES["json"]
     if fmt == "npz":
         arrays, bf16 = as_arrays(family, result, dtype)
         return formats.to_npz(arrays, bf16), CONTENT_TYPES["npz"]

@@ -99,6 +99,13 @@ def cos_sin(freqs: np.ndarray, positions: np.ndarray, scale: float, dtype: str):
     return cos, sin
 
 
+def c_api():
+    """The simd backend's capsule that lends its ``sincos`` loop to another C extension
+    (engine/kernels/native_api.h: the template shortcut computes rows past a stored table with it),
+    or None with the numpy backend, whose ``sincos`` may differ from it by an ulp."""
+    return getattr(_impl, "API", None)
+
+
 def info() -> dict:
     """{"backend", "features", "compiler"} of the chosen backend, for /v1/tables and logs."""
     return {"backend": BACKEND, "features": list(FEATURES), "compiler": _impl.COMPILER}

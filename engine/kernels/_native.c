@@ -7,6 +7,8 @@
  *   _native.c          the module: the dispatch level in use, features(), levels(), _set_level()
  *   native_levels.c    the loops compiled once per dispatch level, the roundings, the levels
  *   native_kernels.c   the kernels: arguments checked as numpy_impl.py checks them, then the work
+ *   native_api.h       API, a capsule lending the sincos kernel to service/shortcut/_hot (rows
+ *                      past a stored table, computed by this very loop)
  *
  * Rounding: every float64 -> float32/float16/bfloat16 conversion rounds once, to nearest-even,
  * straight from float64 (engine/dtypes.py). float64 -> float16 must NOT go through an ordinary
@@ -32,6 +34,7 @@
  * rounded multiply, never fused.
  */
 #include "native.h"
+#include "native_api.h"
 
 const Level *native_level = &native_levels[0]; /* at import: the best level this CPU runs */
 
@@ -104,6 +107,20 @@ static PyObject *py_set_level(PyObject *self, PyObject *arg)
     return NULL;
 }
 
+/* ---- the capsule other extensions borrow the row kernel through (native_api.h) ---------- */
+
+static int api_sincos(const double *freqs, Py_ssize_t h, const int64_t *pos, Py_ssize_t n, double scale,
+                      char *out_cos, char *out_sin, int dt)
+{
+    int over = 0;
+    native_sincos_run(native_level, freqs, h, pos, n, scale, out_cos, out_sin, dt, &over);
+    return over;
+}
+
+static int api_itemsize(int dt) { return dt == DT_F32 ? 4 : 2; }
+
+static const NativeApi API = {NATIVE_API_VERSION, api_sincos, native_parse_dtype, api_itemsize};
+
 static PyMethodDef methods[] = {
     {"features", py_features, METH_NOARGS, features_doc},
     {"levels", py_levels, METH_NOARGS, levels_doc},
@@ -143,6 +160,12 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *feats = features_tuple(native_level);
     if (!feats || PyModule_AddObject(m, "FEATURES", feats) < 0) {
         Py_XDECREF(feats);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *api = PyCapsule_New((void *)&API, NATIVE_API_NAME, NULL);
+    if (!api || PyModule_AddObject(m, "API", api) < 0) {
+        Py_XDECREF(api);
         Py_DECREF(m);
         return NULL;
     }

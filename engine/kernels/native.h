@@ -52,5 +52,9 @@ extern const Level *native_level;
 int native_level_supported(const Level *lv);
 
 extern PyMethodDef native_kernel_methods[];
+/* the sincos kernel's loop and the dtype names (native_kernels.c), lent through native_api.h */
+void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos, Py_ssize_t n,
+                       double scale, char *oc, char *os, int dt, int *over);
+int native_parse_dtype(PyObject *obj);
 
 #endif

@@ -130,7 +130,7 @@ static int parse_choice(PyObject *obj, const char *what, const char *const *name
     return -1;
 }
 
-static int parse_dtype(PyObject *obj) { return parse_choice(obj, "dtype", DT_NAMES, N_DT); }
+int native_parse_dtype(PyObject *obj) { return parse_choice(obj, "dtype", DT_NAMES, N_DT); }
 
 static int want_out(const Py_buffer *v, const char *name, int dt)
 {
@@ -291,7 +291,7 @@ static PyObject *py_round_into(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:round_into", kwlist, &os, &oout, &odt))
         return NULL;
     if (!(s = get_buf(&b, os, "src", 0)) || want_code(s, "src", 'd', "float64")) goto fail;
-    if ((dt = parse_dtype(odt)) < 0) goto fail;
+    if ((dt = native_parse_dtype(odt)) < 0) goto fail;
     if (!(o = get_buf(&b, oout, "out", 1)) || want_out(o, "out", dt) ||
         want_shape(o, "out", s->ndim, s->shape))
         goto fail;
@@ -444,7 +444,7 @@ static PyObject *py_alibi_block(PyObject *self, PyObject *args, PyObject *kw)
     if (!(k = get_buf(&b, ok, "key", 0)) || want_code(k, "key", 'q', "int64") ||
         want_ndim(k, "key", 1))
         goto fail;
-    if ((dt = parse_dtype(odt)) < 0) goto fail;
+    if ((dt = native_parse_dtype(odt)) < 0) goto fail;
     if (!(o = get_buf(&b, oout, "out", 1)) || want_out(o, "out", dt) ||
         want_shape(o, "out", 3, (Py_ssize_t[]){sl->shape[0], q->shape[0], k->shape[0]}))
         goto fail;
@@ -539,7 +539,7 @@ PyDoc_STRVAR(sincos_doc,
              "angle = float64(p) * freqs[k]; out = round(cos/sin(angle) * scale) (libm, within"
              " 1 ulp of numpy). True if an output is +-inf.");
 
-static void sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos,
+void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos,
                        Py_ssize_t n, double scale, char *oc, char *os, int dt, int *over)
 {
     const size_t es = dt == DT_F32 ? 4 : 2;
@@ -588,7 +588,7 @@ static PyObject *py_sincos(PyObject *self, PyObject *args, PyObject *kw)
     if (!(p = get_buf(&b, op, "positions", 0)) || want_code(p, "positions", 'q', "int64") ||
         want_ndim(p, "positions", 1))
         goto fail;
-    if ((dt = parse_dtype(odt)) < 0) goto fail;
+    if ((dt = native_parse_dtype(odt)) < 0) goto fail;
     Py_ssize_t shape[2] = {p->shape[0], f->shape[0]};
     if (!(c = get_buf(&b, oc, "out_cos", 1)) || want_out(c, "out_cos", dt) ||
         want_shape(c, "out_cos", 2, shape))
@@ -599,7 +599,7 @@ static PyObject *py_sincos(PyObject *self, PyObject *args, PyObject *kw)
     {
         const Level *lv = native_level;
         Py_BEGIN_ALLOW_THREADS
-        sincos_run(lv, (const double *)f->buf, shape[1], (const int64_t *)p->buf, shape[0], scale,
+        native_sincos_run(lv, (const double *)f->buf, shape[1], (const int64_t *)p->buf, shape[0], scale,
                    (char *)c->buf, (char *)s->buf, dt, &over);
         Py_END_ALLOW_THREADS
     }

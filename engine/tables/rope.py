@@ -23,7 +23,7 @@ from .. import dtypes as _dt
 from .. import kernels
 from ..errors import SpecError
 from ..fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
-from ..selection import Selection
+from ..selection import POSITION_LIMIT, Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from . import rope_axes as axes
 from .rope_types import ROPE_TYPES, _Ctx
@@ -333,8 +333,9 @@ class Rope(Family):
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits):
         """Rows gathered from the half-width tables through a column map: the engine's own
-        ``expand`` applied to column numbers, so every layout matches ``serve``. Lists only, and
-        not for types whose table follows the positions."""
+        ``expand`` applied to column numbers, so every layout matches ``serve``; rows past the table
+        are computed from the mapped float64 frequencies, as ``serve`` computes them. Lists only,
+        and not for types whose table follows the positions."""
         spec, dtype = req.spec, req.dtype
         if spec.type.uses_seq_len or not isinstance(req.body.get("positions"), list) or spec.axes_dim is not None:
             return None
@@ -348,7 +349,11 @@ class Rope(Family):
             arrays = {"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
                       "inv_freq": view.inv_freq, "attention_scaling": scaling}
             return self.safetensors_header(arrays, dtype, req.shown)
-        return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail)
+        # rows past the table, as ``serve`` computes them: half_rows' [cos | sin] of one row (items
+        # 0..half-1, half..2*half-1), the stored cos and sin rows
+        past = (np.ascontiguousarray(view.inv_freq64), scaling, dtype,
+                (list(range(half)), list(range(half, 2 * half))), POSITION_LIMIT)
+        return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past)
 
     schema = {
         "type": "object", "additionalProperties": False, "required": ["head_dim"],

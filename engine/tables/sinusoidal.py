@@ -78,11 +78,18 @@ def parse_spec(req: Mapping) -> SinusoidalSpec:
     return SinusoidalSpec(d_model=d, base=base, layout=layout, offset=offset)
 
 
+ROW_LIMIT = 2**53   # position + offset stays below it (a float64 angle's position is exact)
+
+
 def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray:
     """Stored form, [n, width]: sin columns then cos columns (fairseq: h sin, h cos; aiayn:
     ceil(d/2) sin, floor(d/2) cos). ``rows`` are table rows, i.e. position + offset."""
-    w = spec.freqs()
-    cos, sin = kernels.cos_sin(w, rows, 1.0, dtype)
+    cos, sin = kernels.cos_sin(spec.freqs(), rows, 1.0, dtype)
+    return stored_columns(cos, sin, spec)
+
+
+def stored_columns(cos: np.ndarray, sin: np.ndarray, spec: SinusoidalSpec) -> np.ndarray:
+    """The stored row of its cos and sin [n, len(freqs)] (numbers, or item numbers)."""
     n_cos = spec.d_model // 2  # odd d (aiayn): one more sin column than cos columns
     return np.concatenate([sin, cos[:, :n_cos]], axis=1)
 
@@ -115,7 +122,7 @@ class Sinusoidal(Family):
         return parse_spec(req)
 
     def check_selections(self, spec, sel):
-        if sel["positions"].max + spec.offset >= 2**53:
+        if sel["positions"].max + spec.offset >= ROW_LIMIT:
             raise SpecError(("offset",), "position + offset must stay below 2**53")
 
     def output_nbytes(self, spec, sel, dtype):
@@ -169,14 +176,21 @@ class Sinusoidal(Family):
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits):
         """Rows of the stored [sin | cos] table through the layout's column map: the engine's own
-        ``arrange`` applied to column numbers + 1 (its zero column becomes -1)."""
+        ``arrange`` applied to column numbers + 1 (its zero column becomes -1); rows past the
+        table are computed as ``serve`` computes them."""
         spec, dtype = req.spec, req.dtype
         colmap = (arrange(np.arange(1, view.table.shape[1] + 1)[None, :], spec)[0] - 1).tolist()
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
             return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype, req.shown)
-        return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"")
+        # rows past the table, as ``serve`` computes them: the stored row of one row's [cos | sin]
+        # (item numbers 0..h-1, h..2h-1)
+        freqs = spec.freqs()
+        h = freqs.shape[0]
+        items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
+        past = (freqs, 1.0, dtype, (items.tolist(),), ROW_LIMIT)
+        return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"", past)
 
     schema = {
         "type": "object", "additionalProperties": False, "required": ["d_model", "positions"],

@@ -119,6 +119,7 @@ def create_app(settings: Settings | None = None):
     v2 = V2(settings, svc.client, lambda: svc.ready)
     front.v2 = functools.partial(v2_rest.handle, v2)
     front.v2_hot = v2.hot if v2.hot.on else None
+    svc.v2_fresh = v2.hot.fresh if v2.hot.on else None   # the lane answers v2 REST infers too
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/front/auth.py)
     if not uvicorn_api.SUPPORTED:

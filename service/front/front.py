@@ -28,6 +28,7 @@ from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 
 from posenc.service.front import auth as guard
+from posenc.service.front.negotiate import JSON
 from posenc.service.protocol.lane import offered
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
@@ -134,6 +135,7 @@ class FastFront:
     # the content length's digits and what follows them (the lane writes them around len(body)).
     HOT_HEADERS = (b"%s: %s\r\ncontent-length: " % _ST_HDR, b"\r\n%s: %s\r\n" % _WORKER)
     V2_PRE = b"%s: %s\r\ncontent-length: " % _OCTET_HDR   # a v2 binary answer's head, as the lane writes it
+    JSON_PRE = b"content-type: %s\r\ncontent-length: " % JSON.encode()   # a JSON answer's, as respond() writes it
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

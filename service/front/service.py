@@ -48,14 +48,16 @@ class Service:
         self.templates = self._new_templates()
         self._templates_manifest = None
         self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
-        self.accepts: dict[bytes, bool] = {}    # raw Accept values that negotiate to safetensors
+        # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
+        self.accepts: dict[bytes | None, int] = {}
         self.lane_state = lambda: ("off", 0)     # (/v1/tables' lane, its answers): the app sets it
+        self.v2_fresh = None   # the v2 shortcut's manifest check (service/v2/hot.py), which the lane's answers need
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
         fmt = choose(accept)                                  # 406 before any work
-        if fmt == "safetensors" and len(self.accepts) < 256 and len(accept) <= CACHED_ACCEPT:
-            self.accepts[accept.encode("latin-1")] = True      # for hot() (the header's bytes)
+        if fmt in replay.FORMATS and len(self.accepts) < 256 and (accept is None or len(accept) <= CACHED_ACCEPT):
+            self.accepts[None if accept is None else accept.encode("latin-1")] = replay.FORMATS[fmt]   # for C
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
@@ -102,6 +104,8 @@ class Service:
         if now >= self._lane_recheck:   # templates dropped here leave none to answer from: C declines
             self._lane_recheck = now + LANE_RECHECK_S
             self._fresh_templates()
+            if self.v2_fresh is not None:
+                self.v2_fresh()
         return replay.answer_request(data, start, routes, self.accepts, self.templates.native, pre, post, close)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----

@@ -30,6 +30,7 @@ import logging
 from time import perf_counter
 
 from posenc.engine.settings import LANE_OFF_HEADERS
+from posenc.service.v2.hot import head_lines
 
 log = logging.getLogger("posenc.service")
 
@@ -61,28 +62,32 @@ class Lane:
     def __init__(self, front):
         self.front = front
         self.svc = front.svc
-        self.urls = front.hot_urls        # request target (bytes) -> (family, metrics offset)
+        # request target (bytes) -> (family, metrics offset), and v2 REST infers' routes (service/v2/hot.py)
+        self.urls = (front.hot_urls, front.v2_hot.lane_routes if front.v2_hot is not None else {})
         self.paths = front.hot_paths      # the same by ASGI path
         self.gate = front.gate
         self.post = front.HOT_HEADERS[1]  # a hot answer's head after its content length's digits
         self.answered = 0                 # requests answered in the lane (/v1/tables shows it)
         self.serving = False              # a connection of this worker was served by the lane
-        self.heads = (None, b"", b"")     # (uvicorn's default header list, as bytes, OK + them + pre)
+        # (uvicorn's default header list, as bytes, (OK + them + the pre of a safetensors, JSON, v2 answer))
+        self.heads = (None, b"", (b"", b"", b""))
 
     def heads_of(self, defaults) -> tuple:
-        """(defaults, their bytes, the whole-request head up to the content length's digits) for
-        uvicorn's default header list (renewed each second: the date)."""
+        """(defaults, their bytes, the whole-request heads up to the content length's digits, of a
+        safetensors answer and of a JSON one) for uvicorn's default header list (renewed each
+        second: the date)."""
         h = self.heads
         if h[0] is not defaults:
             d = b"".join(b"%s: %s\r\n" % x for x in defaults)
-            h = self.heads = (defaults, d, OK + d + self.front.HOT_HEADERS[0])
+            f = self.front
+            h = self.heads = (defaults, d, (OK + d + f.HOT_HEADERS[0], OK + d + f.JSON_PRE, OK + d + f.V2_PRE))
         return h
 
     # -- admission --------------------------------------------------------------------------------
     def route(self, target) -> tuple | None:
         """The route of a request target (bytes, the exact target: no query, no escapes) or ASGI
         path (str) that the lane may answer, else None."""
-        r = (self.urls if type(target) is bytes else self.paths).get(target)
+        r = (self.urls[0] if type(target) is bytes else self.paths).get(target)
         if r is not None:
             return r
         v2 = self.front.v2_hot
@@ -141,4 +146,4 @@ class Lane:
         out = e.answer(positions)
         if out is None:
             return None, None, None, None
-        return out, self.front.V2_PRE, b"\r\n" + b"".join(b"%s: %s\r\n" % (k.lower(), v) for k, v in e.headers), e.route
+        return out, self.front.V2_PRE, head_lines(e.headers), e.route

@@ -16,6 +16,7 @@
  *   hot_answer.c     answer(): a body to its safetensors answer (the row and block fills)
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
+ *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -26,8 +27,12 @@
  *     stop and step names as JSON text; max_head: most bytes of a request head lane() reads
  *     (settings.max_header_bytes); max_body: most bytes of a body answered
  *     (settings.max_body_bytes); off_headers: lower-case names of the request headers that keep
- *     a request off the lane (engine/settings.py LANE_OFF_HEADERS). Called again, it replaces
- *     them all.
+ *     a request off the lane (engine/settings.py LANE_OFF_HEADERS); kernels: engine.kernels'
+ *     capsule (engine/kernels/native_api.h, engine.kernels.c_api()) whose sincos loop computes
+ *     rows past a stored table, or None (the simd backend is not in use: those rows take the full
+ *     path); keep_bytes: the most bytes all templates keep together (JSON texts of stored rows,
+ *     rows past a table once computed; over it, everything kept is dropped and kept again as
+ *     asked). Called again, it replaces them all.
  *
  *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
  *
@@ -57,7 +62,7 @@
  *
  * templates.py then computes the header with template.header_for(*shape) and calls again.
  *
- *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail)
+ *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
  *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
@@ -65,7 +70,12 @@
  *     header_for(n) -> safetensors header bytes for n rows (kept for templates.py, which calls
  *     it on a miss); tail: the bytes after the arrays.
  *     Positions: at most max_rows (<= the configured max_rows), each row inside the table; a
- *     list, or also a range unless lists_only.
+ *     list, or also a range unless lists_only. past: None (rows past the table are declined) or
+ *     (freqs, scale, dtype, maps, row_limit): a row r = position + offset past the table, below
+ *     row_limit, is computed by the engine's sincos kernel as the pipeline computes it, [cos |
+ *     sin] of float64(r) * freqs[k] times scale rounded once to dtype, and stored column c of
+ *     array a is its item maps[a][c] (then the column map, as for stored rows). The family
+ *     derives maps from its own stored layout applied to item numbers.
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -101,20 +111,34 @@ static int want_name(PyObject *o, const char *what)
 }
 
 PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys, max_head, max_body, "
-             "off_headers)\n--\n\n"
+             "off_headers, kernels=None, keep_bytes=0)\n--\n\n"
              "The rules Python owns (see the module source); once, before any template or answer.");
 
 static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", "max_head", "max_body",
-                             "off_headers", NULL};
+                             "off_headers", "kernels", "keep_bytes", NULL};
     long long limit;
-    Py_ssize_t max_rows, max_head, max_body;
-    PyObject *fields, *keys, *off, *copy = NULL, *family, *names;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
-                                     &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off))
+    Py_ssize_t max_rows, max_head, max_body, keep_bytes = 0;
+    PyObject *fields, *keys, *off, *copy = NULL, *family, *names, *kernels = Py_None;
+    const NativeApi *api = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|On:configure", kwlist, &limit, &max_rows, &PyDict_Type,
+                                     &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off,
+                                     &kernels, &keep_bytes))
         return NULL;
+    if (keep_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "keep_bytes: want >= 0");
+        return NULL;
+    }
+    if (kernels != Py_None) {
+        if (!(api = PyCapsule_GetPointer(kernels, NATIVE_API_NAME))) return NULL;
+        if (api->version != NATIVE_API_VERSION) {
+            PyErr_Format(PyExc_ValueError, "kernels: API version %d, this build wants %d", api->version,
+                         NATIVE_API_VERSION);
+            return NULL;
+        }
+    }
     if (limit < 1 || limit > MAX_POSITION_LIMIT) {
         PyErr_Format(PyExc_ValueError, "position_limit: want 1 .. 2**31 (distances are int32 here), got %lld", limit);
         return NULL;
@@ -153,6 +177,10 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
     hot_cfg.max_body = max_body;
     Py_XSETREF(hot_cfg.off_headers, off_names);
     Py_XSETREF(hot_cfg.fields, copy);
+    Py_INCREF(kernels);
+    Py_XSETREF(hot_cfg.kernels_capsule, kernels);
+    hot_cfg.kernels = api;
+    hot_cfg.keep_bytes = keep_bytes;
     for (int i = 0; i < 3; i++) {
         Py_INCREF(PyTuple_GET_ITEM(keys, i));
         Py_XSETREF(hot_cfg.range_keys[i], PyTuple_GET_ITEM(keys, i));
@@ -182,7 +210,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (hot_templates_ready(m) < 0) {
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "native_api.h" /* engine/kernels: the sincos kernel, lent by engine.kernels._native */
+
 #define MAX_FIELDS 2                    /* selections per family: configure() checks Python's */
 #define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
 #define STACK_ROWS 256
@@ -31,6 +33,9 @@ typedef struct {
     PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
     PyObject *range_keys[3]; /* bytes: start, stop, step */
     PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
+    const NativeApi *kernels; /* the engine's kernels (NULL: rows past a table are the full path's) */
+    PyObject *kernels_capsule;
+    Py_ssize_t keep_bytes;    /* the most bytes all templates keep (JSON texts, computed rows) */
 } HotConfig;
 
 extern HotConfig hot_cfg;
@@ -69,7 +74,7 @@ typedef struct {
     Py_ssize_t dst, src, len;
 } Run;
 
-typedef struct {
+typedef struct RowsTemplate {
     PyObject_HEAD
     Py_buffer arr[2];
     int narr;
@@ -82,7 +87,41 @@ typedef struct {
     PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
+    /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
+     * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
+     * stored column c of array a is its item smap[a * src_width + c], and output column j item
+     * pmap[a * width + j] (-1: zero), through the column map */
+    double *freqs;
+    Py_ssize_t nfreq;
+    double scale;
+    int dt;
+    int64_t row_limit;
+    int32_t *pmap, *smap;
+    Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
+    Py_ssize_t npruns[2];
+    int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
+    /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
+    PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
+    PyObject *zero_text;  /* bytes: a zero item's text */
+    PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
+    char **texts;         /* [narr * text_rows], allocated at the first JSON answer: NULL or a row's text */
+    Py_ssize_t text_rows; /* rows with texts: the table's, and GROWN_ROWS past it when computed */
+    Py_ssize_t text_bytes, text_budget, text_cursor; /* over the budget, texts are freed from the cursor on */
+    /* rows past the table kept once computed (hot_rows_into with the GIL): [cos | sin] items of row
+     * length + i in grown[i], i < GROWN_ROWS */
+    char **grown;
+    Py_ssize_t grown_bytes;
+    /* the templates keeping texts or rows, a list (hot_keep) */
+    struct RowsTemplate *keep_prev, *keep_next;
+    int keeping;
 } RowsTemplate;
+
+#define GROWN_ROWS 65536 /* rows past a table a template keeps at most */
+/* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
+ * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */
+int hot_keep(RowsTemplate *t, Py_ssize_t bytes);
+void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
+void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
 
 typedef struct {
     PyObject_HEAD
@@ -113,19 +152,60 @@ extern PyMethodDef hot_templates_methods[];
 typedef struct {
     PyObject *pre, *post; /* bytes */
     int close;
+    int json;             /* the answer in JSON (a RowsTemplate with enable_json()), else safetensors */
 } Http;
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+/* A new bytes object: the HTTP head (when http), head, `body` bytes to fill, tail; 0 or -1. */
+int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o);
+PyObject *hot_finish(Out *o); /* the filled answer (new reference) */
 
 /* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
  * with an HTTP head before it when `http` is given: a new reference to the bytes, to None
  * (declined), to NotImplemented (a header is missing: see hot_templates.c), or NULL (error). */
 PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
-int hot_accepted(PyObject *accepts, PyObject *accept); /* 1 yes, 0 no, -1 error */
+/* The format an Accept value (borrowed; NULL: no Accept header, looked up as None) negotiates to
+ * by `accepts` ({value: 0 safetensors | 1 JSON}, what the full path's negotiator chose): 1 + that,
+ * 0 for a value not in it, -1 error. */
+int hot_accepted(PyObject *accepts, PyObject *accept);
 void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
+/* Whether the template answers every row of a selection whose largest position is `hi`: inside
+ * the table, or past it and computed. */
+static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
+{
+    return hi + t->offset < t->length || (t->freqs && hot_cfg.kernels && hi + t->offset < t->row_limit);
+}
+/* Each array's rows into slots[a] (unaligned: any alignment), those past the table computed:
+ * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
+int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep);
 extern PyMethodDef hot_answer_methods[];
+
+/* ---- JSON answers (hot_json.c) ------------------------------------------------------------ */
+
+/* The JSON answer of rows from a RowsTemplate with enable_json(): bytes, None (declined: a row
+ * past the table), NotImplemented (rows' texts missing: noted for missing()), NULL error. */
+PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http);
+void hot_json_clear(RowsTemplate *t); /* frees the texts kept */
+extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, row */
+/* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
+int hot_note_missing_rows(PyObject *t, PyObject *rows);
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 
 void hot_lane_ready(void);
+/* A v2 REST binary infer's answer, with the HTTP head http (its post replaced by the entry's):
+ * entry = (RowsTemplate, itemsize, nbytes, parts, post) of service/v2/hot.py, pos the raw
+ * positions (len bytes). Bytes; None: declined (not nbytes, a position the template does not
+ * answer, an overflow); NULL: error. */
+PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];

@@ -5,6 +5,7 @@
 #include "hot.h"
 
 #include <float.h>
+#include <stdlib.h>
 
 #include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
 
@@ -77,6 +78,107 @@ void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Se
     }
 }
 
+/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
+ * assume it is): column by column through memcpy. */
+static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
+{
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
+        hot_copy_rows(dst, t, table, rows);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
+        char *d = dst + drb * (size_t)i;
+        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
+    }
+}
+
+#define PAST_STACK 4096 /* bytes of one computed [cos | sin] row kept on the stack; longer ones are allocated */
+
+/* One computed row's items into array a's output row d: d[j] = row[pmap[a * width + j]] (0 at -1),
+ * run by run. */
+static void past_row(char *d, const RowsTemplate *t, int a, const char *row)
+{
+    size_t es = (size_t)t->itemsize;
+    const Run *runs = t->pruns + (size_t)a * (size_t)t->width;
+    if (t->pgather[a]) {   /* interleaved layouts: one gather */
+        const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
+        if (es == 4) gather32((any32 *)d, (const uint32_t *)row, m, t->width);
+        else gather16((any16 *)d, (const uint16_t *)row, m, t->width);
+        return;
+    }
+    for (Py_ssize_t r = 0; r < t->npruns[a]; r++) {
+        const Run *u = &runs[r];
+        if (u->src < 0) memset(d + (size_t)u->dst * es, 0, (size_t)u->len * es);
+        else memcpy(d + (size_t)u->dst * es, row + (size_t)u->src * es, (size_t)u->len * es);
+    }
+}
+
+/* declared, and described, in hot.h; runs without the GIL (fill's large copies) when !keep */
+/* Row r past t's table kept (its [cos | sin] items, `bytes` of them, copied from row), if the
+ * budget allows; with the GIL only. */
+static void keep_row(RowsTemplate *t, int64_t r, const char *row, size_t bytes)
+{
+    Py_ssize_t i = (Py_ssize_t)(r - t->length), table = GROWN_ROWS * (Py_ssize_t)sizeof(char *);
+    if (i >= GROWN_ROWS) return;
+    if (!t->grown) {
+        if (!hot_keep(t, table)) return;
+        if (!(t->grown = calloc(GROWN_ROWS, sizeof(char *)))) {
+            hot_unkeep(t, table);
+            return;
+        }
+        t->grown_bytes = table;
+    }
+    if (!hot_keep(t, (Py_ssize_t)bytes)) return;
+    char *k = t->grown ? malloc(bytes) : NULL;   /* (the budget may have dropped every template's rows) */
+    if (!k) {
+        hot_unkeep(t, (Py_ssize_t)bytes);
+        return;
+    }
+    memcpy(k, row, bytes);
+    t->grown[i] = k;
+    t->grown_bytes += (Py_ssize_t)bytes;
+}
+
+int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep)
+{
+    if (rows->n > 0 && rows->hi + t->offset < t->length) {   /* all stored: plain copies */
+        for (int a = 0; a < t->narr; a++) {
+            if (unaligned) copy_rows_unaligned(slots[a], t, (const char *)t->arr[a].buf, rows);
+            else hot_copy_rows(slots[a], t, (const char *)t->arr[a].buf, rows);
+        }
+        return 0;
+    }
+    const NativeApi *api = hot_cfg.kernels;
+    size_t es = (size_t)t->itemsize, drb = (size_t)t->width * es, half = (size_t)t->nfreq * es;
+    _Alignas(8) char stack[PAST_STACK];
+    char *row = 2 * half <= sizeof stack ? stack : malloc(2 * half);
+    if (!row) return -1;
+    int over = 0;
+    for (Py_ssize_t i = 0; i < rows->n; i++) {
+        int64_t p = hot_sel_at(rows, i), r = p + t->offset;
+        if (r < t->length) {
+            Sel one = {.n = 1, .v = &p}; /* hot_copy_rows adds the offset */
+            for (int a = 0; a < t->narr; a++) {
+                if (unaligned) copy_rows_unaligned(slots[a] + drb * (size_t)i, t, (const char *)t->arr[a].buf, &one);
+                else hot_copy_rows(slots[a] + drb * (size_t)i, t, (const char *)t->arr[a].buf, &one);
+            }
+            continue;
+        }
+        const char *items = keep && t->grown && r - t->length < GROWN_ROWS ? t->grown[r - t->length] : NULL;
+        if (!items) {
+            int o = api->sincos(t->freqs, t->nfreq, &r, 1, t->scale, row, row + half, t->dt);
+            if (keep && !o) keep_row(t, r, row, 2 * half);
+            over |= o;
+            items = row;
+        }
+        for (int a = 0; a < t->narr; a++) past_row(slots[a] + drb * (size_t)i, t, a, items);
+    }
+    if (row != stack) free(row);
+    return over;
+}
+
 /* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
  * positions are < 2**31. Each mode is its own loop, so each vectorizes; a masked row takes two,
  * the values then the mask (in one loop GCC sinks the multiply into a branch, which does not
@@ -104,16 +206,8 @@ static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_
 }
 static const char CLOSE_LINE[] = "connection: close\r\n";
 
-/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
- * unaligned, an 8-byte aligned scratch buffer that finish() moves in place. */
-typedef struct {
-    PyObject *obj;
-    char *dest, *fill;
-    Py_ssize_t n;
-} Out;
-
-static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
+/* declared, and described, in hot.h */
+int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
 {
     Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
     char digits[24];
@@ -154,8 +248,8 @@ static int bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject 
     return 0;
 }
 
-/* The filled answer (new reference). */
-static PyObject *finish(Out *o)
+/* declared in hot.h */
+PyObject *hot_finish(Out *o)
 {
     if (o->fill != o->dest) {
         memcpy(o->dest, o->fill, (size_t)o->n);
@@ -169,9 +263,15 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     Sel rows = {.heap = NULL};
     PyObject *out = NULL;
     if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
+    if (http && http->json && !t->json_parts) Py_RETURN_NONE;
     int rc = hot_parse_sel(sp, t->max_rows, &rows);
     if (rc == -2) return NULL;
-    if (rc < 0 || rows.hi + t->offset >= t->length) { /* past the table: the full path computes */
+    if (rc == 0 && http && http->json) {
+        out = hot_rows_json(t, &rows, http);
+        hot_sel_free(&rows);
+        return out;
+    }
+    if (rc < 0 || !hot_rows_answerable(t, rows.hi)) { /* past a table it computes no rows of: the full path's */
         hot_sel_free(&rows);
         Py_RETURN_NONE;
     }
@@ -183,11 +283,18 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     } else if (got > 0) {
         Py_ssize_t block = rows.n * t->width * t->itemsize;
         Out o;
-        int rc2 = bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
+        int rc2 = hot_bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
         if (rc2 == 0) {
-            for (int i = 0; i < t->narr; i++) hot_copy_rows(o.fill + i * block, t, (const char *)t->arr[i].buf, &rows);
-            out = finish(&o);
+            char *slots[2] = {o.fill, o.fill + block};
+            int over = hot_rows_into(slots, t, &rows, 0, 1);
+            out = hot_finish(&o);
+            if (over) Py_CLEAR(out);
+            if (over < 0) PyErr_NoMemory();
+            else if (over > 0) {           /* a computed value overflows the dtype: the full path refuses it */
+                out = Py_None;
+                Py_INCREF(out);
+            }
         }
     }
     hot_sel_free(&rows);
@@ -223,7 +330,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         goto done;
     }
     Out o;
-    if (bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    if (hot_bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
     /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
      * table) are the stored values read backwards; the table holds the same rounding of the same
@@ -237,7 +344,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         }
     } else {
         if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
-            out = finish(&o);   /* frees the scratch buffer */
+            out = hot_finish(&o);   /* frees the scratch buffer */
             Py_CLEAR(out);
             PyErr_NoMemory();
             goto done;
@@ -247,7 +354,7 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
             for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
                 alibi_row(f, keys, k.n, (int32_t)hot_sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
     }
-    out = finish(&o);
+    out = hot_finish(&o);
 done:
     PyMem_Free(keys);
     Py_XDECREF(head);
@@ -339,6 +446,8 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
     PyObject *out = NULL;
     if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
         out = rows_answer((RowsTemplate *)t, &spans[0], http);
+    else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
+        out = Py_None, Py_INCREF(out);   /* JSON blocks: the full path's */
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
     else
@@ -347,17 +456,23 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
     return out;
 }
 
-/* 1 if `accept` (borrowed; NULL: none) is a value the negotiator maps to safetensors, 0 if not,
- * -1 on error. */
+/* declared, and described, in hot.h */
 int hot_accepted(PyObject *accepts, PyObject *accept)
 {
-    if (!accept) return 0;
-    PyObject *ok = PyDict_GetItemWithError(accepts, accept);
-    return ok ? 1 : (PyErr_Occurred() ? -1 : 0);
+    PyObject *fmt = PyDict_GetItemWithError(accepts, accept ? accept : Py_None);
+    if (!fmt) return PyErr_Occurred() ? -1 : 0;
+    long v = PyLong_AsLong(fmt);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v != 0 && v != 1) {
+        PyErr_SetString(PyExc_ValueError, "accepts: want {Accept value: 0 (safetensors) or 1 (JSON)}");
+        return -1;
+    }
+    return 1 + (int)v;
 }
 
 PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
-             "The safetensors answer of a body whose spec is a known template; None: declined;\n"
+             "The safetensors answer of a body whose spec is a known template (its Accept one that accepts\n"
+             "maps to 0, safetensors); None: declined;\n"
              "NotImplemented: the template lacks the header of its shape (see missing()).");
 
 static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -375,7 +490,7 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
     int ok = hot_accepted(args[2], acc);
-    if (ok <= 0) {
+    if (ok != 1) {   /* safetensors only: the ASGI front's hot answer is (JSON: the lane's) */
         if (ok < 0) return NULL;
         Py_RETURN_NONE;
     }

@@ -4,26 +4,11 @@
  */
 #include "hot.h"
 
-/* copy_rows, for a destination that may not be aligned to the item size (the gather loops
- * assume it is): column by column through memcpy. */
-static void copy_rows_unaligned(char *dst, const RowsTemplate *t, const char *table, const Sel *rows)
-{
-    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
-    if (!t->idx || ((uintptr_t)dst % es == 0 && drb % es == 0)) {
-        hot_copy_rows(dst, t, table, rows);
-        return;
-    }
-    for (Py_ssize_t i = 0; i < rows->n; i++) {
-        const char *s = table + (size_t)(hot_sel_at(rows, i) + t->offset) * srb;
-        char *d = dst + drb * (size_t)i;
-        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + (size_t)j * es, s + (size_t)t->idx[j] * es, es);
-    }
-}
-
 PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
              "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
              "(itemsize 4: int32, 8: int64) + parts[1] + ... + parts[narrays], in one new bytes object;\n"
-             "None when a position is negative or past the table (the full path answers those).");
+             "None when a position is negative or not below the position limit, or past the table of a\n"
+             "template that computes no rows there, or a computed value overflows (the full path answers those).");
 
 PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -> True | None\n--\n\n"
              "The same rows written into caller-given writable buffers, one per array, each exactly\n"
@@ -33,10 +18,10 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 
 /* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
  * with an error set. */
-static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz, Sel *rows)
+static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
 {
-    Py_ssize_t n = pb->len / isz;
-    if ((isz != 4 && isz != 8) || pb->len % isz || n < 1) {
+    Py_ssize_t n = len / isz;
+    if ((isz != 4 && isz != 8) || len % isz || n < 1) {
         PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
         return -1;
     }
@@ -45,8 +30,7 @@ static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz,
         PyErr_NoMemory();
         return -1;
     }
-    const char *src = (const char *)pb->buf;
-    const int64_t limit = (int64_t)(t->length - t->offset); /* 0 <= position < limit: a stored row */
+    int64_t hi = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t v;
         if (isz == 8) {
@@ -56,23 +40,29 @@ static int fill_rows(const RowsTemplate *t, const Py_buffer *pb, Py_ssize_t isz,
             memcpy(&w, src + 4 * i, 4);
             v = w;
         }
-        if (v < 0 || v >= limit) return 0;
+        if (v < 0 || v >= hot_cfg.position_limit) return 0;
         rows->v[i] = v;
+        if (v > hi) hi = v;
     }
     rows->n = n;
-    return 1;
+    rows->hi = hi;
+    return hot_rows_answerable(t, hi);
 }
 
-/* Each array's rows into slots[i] (block bytes each), without the GIL when large. */
-static void fill_slots(const RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
+/* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
+ * computed row overflows the dtype, -1 error set. */
+static int fill_slots(RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
 {
+    int rc;
     if (t->narr * block >= FILL_NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+        rc = hot_rows_into(slots, t, rows, 1, 0);   /* without the GIL: nothing kept, nothing read kept */
         Py_END_ALLOW_THREADS
     } else {
-        for (int i = 0; i < t->narr; i++) copy_rows_unaligned(slots[i], t, (const char *)t->arr[i].buf, rows);
+        rc = hot_rows_into(slots, t, rows, 1, 1);
     }
+    if (rc < 0) PyErr_NoMemory();
+    return rc;
 }
 
 static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
@@ -138,7 +128,7 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     PyObject *out = NULL;
     Sel rows = {.heap = NULL};
     if (PyObject_GetBuffer(args[1], &pb, PyBUF_SIMPLE) < 0) return NULL;
-    int rc = fill_rows(t, &pb, isz, &rows);
+    int rc = fill_rows(t, (const char *)pb.buf, pb.len, isz, &rows);
     char *slots[2];
     if (rc == 0) {
         out = Py_None;
@@ -146,13 +136,74 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     } else if (rc > 0 && fill_targets(args[3], into, t, row_bytes(t, rows.n), &out, dst, &got, slots) == 0) {
         /* the template (held by the caller's reference) keeps the arrays mapped; a new `out` is not
          * shared yet, and the caller's buffers are held until the copy is done */
-        fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+        int over = fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+        if (over) Py_CLEAR(out);       /* nothing written that the caller keeps: None, or the error */
+        if (over > 0) {
+            out = Py_None;
+            Py_INCREF(out);
+        }
     } else {
         Py_CLEAR(out);
     }
     for (int i = 0; i < got; i++) PyBuffer_Release(&dst[i]);
     hot_sel_free(&rows);
     PyBuffer_Release(&pb);
+    return out;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
+{
+    RowsTemplate *t;
+    Py_ssize_t isz, nbytes;
+    PyObject *parts, *post;
+    if (!PyArg_ParseTuple(entry, "O!nnO!O!:v2 entry", &hot_RowsTemplateType, &t, &isz, &nbytes, &PyTuple_Type, &parts,
+                          &PyBytes_Type, &post))
+        return NULL;
+    if (PyTuple_GET_SIZE(parts) != t->narr + 1) {
+        PyErr_SetString(PyExc_ValueError, "v2 entry: one part more than the template's arrays");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i <= t->narr; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(parts, i))) {
+            PyErr_SetString(PyExc_TypeError, "v2 entry: parts are bytes");
+            return NULL;
+        }
+    if (len != nbytes) Py_RETURN_NONE;   /* not the learnt number of positions */
+    Sel rows = {.heap = NULL};
+    int rc = fill_rows(t, pos, len, isz, &rows);
+    if (rc <= 0) {
+        hot_sel_free(&rows);
+        if (rc < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t block = row_bytes(t, rows.n), body = t->narr * block;
+    for (Py_ssize_t i = 1; i < t->narr; i++) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
+    Http h = *http;
+    h.post = post;
+    Out o;
+    PyObject *out = NULL;
+    if (hot_bytes_of(&h, PyTuple_GET_ITEM(parts, 0), body, PyTuple_GET_ITEM(parts, t->narr), 0, &o) == 0) {
+        char *slots[2], *d = o.fill;
+        for (Py_ssize_t i = 0; i < t->narr; i++) {
+            if (i > 0) {
+                PyObject *p = PyTuple_GET_ITEM(parts, i);
+                memcpy(d, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
+                d += PyBytes_GET_SIZE(p);
+            }
+            slots[i] = d;
+            d += block;
+        }
+        int over = hot_rows_into(slots, t, &rows, 1, 1);
+        out = hot_finish(&o);
+        if (over) Py_CLEAR(out);
+        if (over < 0) PyErr_NoMemory();
+        else if (over > 0) {
+            out = Py_None;
+            Py_INCREF(out);
+        }
+    }
+    hot_sel_free(&rows);
     return out;
 }
 

@@ -14,10 +14,15 @@
  * max_head bytes. So whatever this parser takes, httptools parses the same way (it only ever
  * sees less). */
 
+#define LANE_HEADERS 48 /* header lines a request the lane takes may have (more: httptools reads it) */
+
 typedef struct {
     const char *target, *accept, *body;
     Py_ssize_t target_len, accept_len, body_len;
     int close;
+    int nh; /* its header lines: names and values */
+    const char *name[LANE_HEADERS], *value[LANE_HEADERS];
+    Py_ssize_t name_len[LANE_HEADERS], value_len[LANE_HEADERS];
 } Request;
 
 static unsigned char TOKEN[256]; /* RFC 9110 tchar; filled at import */
@@ -80,6 +85,7 @@ static const char *parse_request(const char *p, const char *end, Request *r)
     r->close = 0;
     r->accept = NULL;
     r->accept_len = 0;
+    r->nh = 0;
     for (;;) {
         if (limit - p < 2) return NULL;
         if (p[0] == '\r') {
@@ -99,6 +105,9 @@ static const char *parse_request(const char *p, const char *end, Request *r)
         if (limit - p < 2 || p[0] != '\r' || p[1] != '\n') return NULL;
         if (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) return NULL;
         p += 2;
+        if (r->nh == LANE_HEADERS) return NULL;
+        r->name[r->nh] = n, r->name_len[r->nh] = nl, r->value[r->nh] = v, r->value_len[r->nh] = vl;
+        r->nh++;
         if (NAME_IS(n, nl, "accept")) {
             r->accept = v;
             r->accept_len = vl;
@@ -129,34 +138,98 @@ static const char *parse_request(const char *p, const char *end, Request *r)
 
 PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, close)\n--\n\n"
              "The request at data[start:] answered, if it is a whole, plain POST to a target of routes\n"
-             "({target: (family, ...)}) whose Accept is in accepts and whose spec is a known template\n"
-             "(native: {family: templates}): (end of the request, its route's value, the whole response\n"
-             "with the HTTP head pre + length + post [+ connection: close], keep-alive).\n"
+             "({target: (family, ...)}, or a tuple of such dicts) whose Accept is in accepts ({value or None:\n"
+             "0 safetensors, 1 JSON}) and whose spec is a known template (native: {family: templates}):\n"
+             "(end of the request, its route's value, the whole response with the HTTP head pre[format] +\n"
+             "length + post [+ connection: close], keep-alive). A route (None, metrics, entries, length name,\n"
+             "refused names) is a v2 REST binary infer of service/v2/hot.py: its entry's rows, head\n"
+             "pre[2] + length + the entry's post.\n"
              "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
              "this parser's strict subset of HTTP/1.1, or to another target).\n"
              "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
              "configured max_body, no template for its spec, or one that does not answer it).\n"
              "NotImplemented: as answer()'s, a header to compute first (see missing()).");
 
-/* The value of routes for the target [t, t + len), borrowed, or NULL (none; no error set). */
+/* The value of routes (a dict, or a tuple of dicts searched in order) for the target [t, t + len),
+ * borrowed, or NULL (none; no error set). */
 static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
 {
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(routes, &pos, &key, &value))
-        if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), t, (size_t)len) == 0)
-            return value;
+    Py_ssize_t nd = PyTuple_Check(routes) ? PyTuple_GET_SIZE(routes) : 1;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        PyObject *d = PyTuple_Check(routes) ? PyTuple_GET_ITEM(routes, i) : routes, *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Check(d) && PyDict_Next(d, &pos, &key, &value))
+            if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), t, (size_t)len) == 0)
+                return value;
+    }
     return NULL;
+}
+
+/* A v2 REST binary infer to a route (None, metrics, entries, length name, refused names) of
+ * service/v2/hot.py: its answer (bytes), None (declined) or NULL. The inference header is the
+ * body's first n bytes, n the value of the one header `length name` (digits); entries maps the
+ * header's bytes to a hot_v2_answer() entry; a header of `refused names` declines it. */
+static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http)
+{
+    PyObject *entries, *lname, *refused;
+    if (PyTuple_GET_SIZE(route) != 5 || !PyDict_Check(entries = PyTuple_GET_ITEM(route, 2)) ||
+        !PyBytes_Check(lname = PyTuple_GET_ITEM(route, 3)) || !PyTuple_Check(refused = PyTuple_GET_ITEM(route, 4))) {
+        PyErr_SetString(PyExc_TypeError, "routes: a v2 route is (None, metrics, entries, length name, refused names)");
+        return NULL;
+    }
+    Py_ssize_t n = -1;
+    for (int i = 0; i < r->nh; i++) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(refused); k++) {
+            PyObject *x = PyTuple_GET_ITEM(refused, k);
+            if (PyBytes_Check(x) && name_is(r->name[i], r->name_len[i], PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x)))
+                Py_RETURN_NONE;
+        }
+        if (!name_is(r->name[i], r->name_len[i], PyBytes_AS_STRING(lname), PyBytes_GET_SIZE(lname))) continue;
+        if (n >= 0 || r->value_len[i] < 1 || r->value_len[i] > 9) Py_RETURN_NONE;   /* twice, or not a length */
+        n = 0;
+        for (Py_ssize_t j = 0; j < r->value_len[i]; j++) {
+            if (!hot_is_digit(r->value[i][j])) Py_RETURN_NONE;
+            n = n * 10 + (r->value[i][j] - '0');
+        }
+    }
+    if (n < 0 || n > r->body_len || PyDict_GET_SIZE(entries) == 0) Py_RETURN_NONE;
+    PyObject *key = PyBytes_FromStringAndSize(r->body, n);
+    if (!key) return NULL;
+    PyObject *e = PyDict_GetItemWithError(entries, key);
+    Py_DECREF(key);
+    if (!e) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(e);   /* held while it answers, as hot_answer_body holds its template */
+    PyObject *out = hot_v2_answer(e, r->body + n, r->body_len - n, http);
+    Py_DECREF(e);
+    return out;
+}
+
+/* lane()'s result from an answer (a new reference, None, NotImplemented or NULL; stolen). */
+static PyObject *lane_result(PyObject *out, const char *b, const char *next, PyObject *route, const Http *http)
+{
+    if (out == Py_None) {
+        Py_DECREF(out);
+        Py_RETURN_FALSE;
+    }
+    if (!out || out == Py_NotImplemented) return out;
+    return Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http->close ? Py_False : Py_True);
 }
 
 static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (!hot_configured()) return NULL;
-    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
-        !PyDict_Check(args[4]) || !PyBytes_Check(args[5]) || !PyBytes_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict, accepts: dict, native: dict, "
-                                         "pre: bytes, post: bytes, close: bool)");
+    int ok_args = nargs == 8 && PyBytes_Check(args[0]) && (PyDict_Check(args[2]) || PyTuple_Check(args[2])) &&
+                  PyDict_Check(args[3]) && PyDict_Check(args[4]) && PyTuple_Check(args[5]) &&
+                  PyTuple_GET_SIZE(args[5]) == 3 && PyBytes_Check(args[6]);
+    for (Py_ssize_t i = 0; ok_args && i < 3; i++) ok_args = PyBytes_Check(PyTuple_GET_ITEM(args[5], i));
+    if (!ok_args) {
+        PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict | tuple of dicts, accepts: dict, "
+                                         "native: dict, pre: (safetensors, json, v2 binary: bytes), post: bytes, "
+                                         "close: bool)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
@@ -175,9 +248,16 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* a whole plain request to one of the routes: from here on a decline is False */
     PyObject *family = PyTuple_GET_ITEM(route, 0);
+    PyObject *out;
+    if (family == Py_None) {   /* a v2 REST infer (service/v2/hot.py) */
+        if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
+        Http http = {PyTuple_GET_ITEM(args[5], 2), NULL, r.close || force_close, 0};
+        out = v2_answer(route, &r, &http);
+        return lane_result(out, b, next, route, &http);
+    }
     PyObject *fields = hot_fields_of(family);
     if (!fields) return NULL;
-    if (r.body_len > hot_cfg.max_body || !r.accept) Py_RETURN_FALSE;
+    if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
     PyObject *templates = PyDict_GetItemWithError(args[4], family);
     if (!templates) {
         if (PyErr_Occurred()) return NULL;
@@ -187,27 +267,19 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "native: want {family: {key: template}}");
         return NULL;
     }
-    PyObject *acc = PyBytes_FromStringAndSize(r.accept, r.accept_len);
-    if (!acc) return NULL;
-    int ok = hot_accepted(args[3], acc);
-    Py_DECREF(acc);
+    PyObject *acc = r.accept ? PyBytes_FromStringAndSize(r.accept, r.accept_len) : NULL;
+    if (r.accept && !acc) return NULL;
+    int ok = hot_accepted(args[3], acc);   /* no Accept: looked up as None */
+    Py_XDECREF(acc);
     if (ok <= 0) {
         if (ok < 0) return NULL;
         Py_RETURN_FALSE;
     }
-    Http http = {args[5], args[6], r.close || force_close};
+    int json = ok == 2;
+    Http http = {PyTuple_GET_ITEM(args[5], json), args[6], r.close || force_close, json};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
-    PyObject *out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
-    PyObject *res = NULL;
-    if (out == Py_None) {
-        Py_DECREF(out);
-        res = Py_False;
-        Py_INCREF(res);
-    } else if (out == Py_NotImplemented) {
-        res = out;
-    } else if (out) {
-        res = Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http.close ? Py_False : Py_True);
-    }
+    out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
+    PyObject *res = lane_result(out, b, next, route, &http);
     Py_DECREF(route);
     return res;
 }

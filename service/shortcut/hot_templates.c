@@ -8,14 +8,81 @@
  * asks again.
  */
 #include "hot.h"
+#include <stdlib.h> /* free: the JSON texts (hot_json.c) */
 
 #define HEADS_CACHED 4096 /* headers per template; a full cache starts over */
 
+/* ---- what templates keep: JSON texts and computed rows, within one budget ------------------- */
+
+static RowsTemplate *keepers; /* the templates keeping anything */
+static Py_ssize_t kept;       /* their bytes */
+
+void hot_keep_drop(RowsTemplate *t)
+{
+    hot_json_clear(t);
+    if (t->texts) {
+        free(t->texts);
+        t->texts = NULL;
+        hot_unkeep(t, t->narr * t->text_rows * (Py_ssize_t)sizeof(char *));
+    }
+    if (t->grown) {
+        for (Py_ssize_t i = 0; i < GROWN_ROWS; i++) free(t->grown[i]);
+        free(t->grown);
+        t->grown = NULL;
+        hot_unkeep(t, t->grown_bytes);
+        t->grown_bytes = 0;
+    }
+    if (!t->keeping) return;
+    if (t->keep_prev) t->keep_prev->keep_next = t->keep_next;
+    else keepers = t->keep_next;
+    if (t->keep_next) t->keep_next->keep_prev = t->keep_prev;
+    t->keeping = 0;
+}
+
+int hot_keep(RowsTemplate *t, Py_ssize_t bytes)
+{
+    if (bytes > hot_cfg.keep_bytes) return 0;
+    if (kept + bytes > hot_cfg.keep_bytes)
+        while (keepers) hot_keep_drop(keepers);
+    kept += bytes;
+    if (!t->keeping) {
+        t->keeping = 1;
+        t->keep_prev = NULL;
+        t->keep_next = keepers;
+        if (keepers) keepers->keep_prev = t;
+        keepers = t;
+    }
+    return 1;
+}
+
+void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes)
+{
+    (void)t;
+    kept -= bytes;
+}
+
+PyDoc_STRVAR(kept_doc, "kept() -> int\n--\n\nBytes all templates keep (JSON texts, computed rows).");
+
+static PyObject *kept_bytes(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromSsize_t(kept);
+}
+
 static void RowsTemplate_dealloc(RowsTemplate *t)
 {
+    hot_keep_drop(t);
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
     PyMem_Free(t->runs);
     PyMem_Free(t->idx);
+    PyMem_Free(t->freqs);
+    PyMem_Free(t->pmap);
+    PyMem_Free(t->smap);
+    PyMem_Free(t->pruns);
+    Py_XDECREF(t->json_parts);
+    Py_XDECREF(t->zero_text);
+    Py_XDECREF(t->text_for);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
@@ -86,9 +153,25 @@ int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObjec
     return note_missing(t, a, b) < 0 ? -1 : 0;
 }
 
-PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | None\n--\n\n"
-             "The header this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
-             "returned: template.header_for(*shape) computes it, template.set_header(shape, header) keeps it.");
+int hot_note_missing_rows(PyObject *t, PyObject *rows)
+{
+    PyObject *d = PyThreadState_GetDict();
+    if (!d) {
+        PyErr_SetString(PyExc_RuntimeError, "_hot: no thread state dict");
+        return -1;
+    }
+    PyObject *v = Py_BuildValue("(OOO)", t, Py_None, rows);
+    if (!v) return -1;
+    int rc = PyDict_SetItem(d, MISSING, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | (template, None, rows) | None\n--\n\n"
+             "What this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
+             "returned: a header (template.header_for(*shape) computes it, template.set_header(shape,\n"
+             "header) keeps it), or JSON texts of stored rows [(array, row), ...] (template.text_for(array,\n"
+             "row) renders one, template.set_text(array, row, text) keeps it).");
 
 static PyObject *missing(PyObject *self, PyObject *unused)
 {
@@ -139,6 +222,15 @@ static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
+static PyObject *get_text_for(PyObject *t, void *closure)
+{
+    (void)closure;
+    PyObject *f = ((RowsTemplate *)t)->text_for;
+    if (!f) Py_RETURN_NONE;
+    Py_INCREF(f);
+    return f;
+}
+
 static PyObject *get_header_for(PyObject *t, void *closure)
 {
     (void)closure;
@@ -159,6 +251,15 @@ static PyGetSetDef template_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+static PyGetSetDef rows_getset[] = {
+    {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
+    {"text_for", get_text_for, NULL, "(array, row) -> the stored row's JSON text (enable_json's), or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* RowsTemplate's methods: template_methods and hot_json_methods, joined at import. */
+static PyMethodDef rows_methods[8];
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
 
@@ -212,14 +313,90 @@ static int make_runs(RowsTemplate *t, PyObject *colmap)
     return 0;
 }
 
+/* past = (freqs, scale, dtype, maps, row_limit): how rows past the table are computed (hot.h). */
+static int set_past(RowsTemplate *t, PyObject *past)
+{
+    PyObject *of, *odt, *maps;
+    double scale;
+    long long row_limit;
+    Py_buffer b;
+    const NativeApi *api = hot_cfg.kernels;
+    if (!PyArg_ParseTuple(past, "OdOO!L:past", &of, &scale, &odt, &PyTuple_Type, &maps, &row_limit)) return -1;
+    if (!api) return 0; /* configured without the engine's kernels: rows past the table are declined */
+    int dt = api->dtype_code(odt);
+    if (dt < 0) return -1;
+    if (api->itemsize(dt) != t->itemsize || PyTuple_GET_SIZE(maps) != t->narr || row_limit < t->length) {
+        PyErr_SetString(PyExc_ValueError, "past: want the arrays' dtype, one map per stored array and row_limit >= length");
+        return -1;
+    }
+    if (PyObject_GetBuffer(of, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    int ok = b.ndim == 1 && b.itemsize == 8 && b.format && strcmp(b.format, "d") == 0 && b.shape[0] >= 1;
+    t->nfreq = ok ? b.shape[0] : 0;
+    t->freqs = ok ? PyMem_Malloc((size_t)b.len) : NULL;
+    if (t->freqs) memcpy(t->freqs, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (!ok) PyErr_SetString(PyExc_ValueError, "past: freqs must be a non-empty 1-d float64 array");
+    if (!t->freqs) return ok ? (PyErr_NoMemory(), -1) : -1;
+    if (!(t->pmap = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(int32_t))) ||
+        !(t->smap = PyMem_Malloc((size_t)t->narr * (size_t)t->src_width * sizeof(int32_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int a = 0; a < t->narr; a++) {   /* the stored row's items, then the output row's through the runs */
+        int32_t *sm = t->smap + (size_t)a * (size_t)t->src_width, *m = t->pmap + (size_t)a * (size_t)t->width;
+        PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(maps, a), "past: a map is a sequence of ints");
+        if (!fast) return -1;
+        int bad = PySequence_Fast_GET_SIZE(fast) != t->src_width;
+        for (Py_ssize_t c = 0; !bad && c < t->src_width; c++) {
+            Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, c));
+            bad = i < 0 || i >= 2 * t->nfreq;   /* an index into [cos | sin] */
+            sm[c] = (int32_t)i;
+        }
+        Py_DECREF(fast);
+        if (bad) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column");
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < t->nruns; r++)
+            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
+                m[t->runs[r].dst + k] = t->runs[r].src < 0 ? -1 : sm[t->runs[r].src + k];
+    }
+    if (!(t->pruns = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(Run)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int a = 0; a < t->narr; a++) {   /* each map as runs, as make_runs does the column map */
+        Run *runs = t->pruns + (size_t)a * (size_t)t->width;
+        const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
+        Py_ssize_t n = 0;
+        for (Py_ssize_t j = 0; j < t->width; j++) {
+            Run *last = n ? &runs[n - 1] : NULL;
+            if (last && ((m[j] < 0 && last->src < 0) || (m[j] >= 0 && last->src >= 0 && m[j] == last->src + last->len)))
+                last->len++;
+            else
+                runs[n++] = (Run){j, m[j], 1};
+        }
+        t->npruns[a] = n;
+        t->pgather[a] = n == t->width;
+        for (Py_ssize_t j = 0; j < t->width; j++) t->pgather[a] &= m[j] >= 0;
+    }
+    t->scale = scale;
+    t->dt = dt;
+    t->row_limit = row_limit;
+    t->text_rows = t->length + (row_limit - t->length < GROWN_ROWS ? row_limit - t->length : GROWN_ROWS);
+    return 0;
+}
+
 static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", NULL};
-    PyObject *arrays, *colmap, *hf, *tail;
+    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", "past",
+                             NULL};
+    PyObject *arrays, *colmap, *hf, *tail, *past = Py_None;
     Py_ssize_t offset, max_rows;
     int lists_only;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
-                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|O:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
+                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past))
         return -1;
     if (!hot_configured() || want_callable(hf) || once(t->narr != 0)) return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(arrays);
@@ -241,6 +418,11 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
     if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
+    t->text_rows = t->length;
+    if (past != Py_None && (!PyTuple_Check(past) || set_past(t, past) < 0)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past: want a tuple or None");
+        return -1;
+    }
     t->offset = offset;
     t->max_rows = max_rows;
     t->lists_only = lists_only;
@@ -258,8 +440,8 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)RowsTemplate_init,
-    .tp_methods = template_methods,
-    .tp_getset = template_getset,
+    .tp_methods = rows_methods,
+    .tp_getset = rows_getset,
     .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
 
@@ -372,12 +554,22 @@ PyTypeObject hot_AlibiTemplateType = {
 
 PyMethodDef hot_templates_methods[] = {
     {"missing", missing, METH_NOARGS, missing_doc},
+    {"kept", kept_bytes, METH_NOARGS, kept_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int hot_templates_ready(PyObject *m)
 {
     if (!MISSING && !(MISSING = PyUnicode_InternFromString("posenc.service.shortcut._hot.missing"))) return -1;
+    size_t n = 0;
+    for (const PyMethodDef *parts[] = {template_methods, hot_json_methods}, **p = parts; p < parts + 2; p++)
+        for (const PyMethodDef *m = *p; m->ml_name; m++) {
+            if (n + 1 >= sizeof rows_methods / sizeof *rows_methods) {
+                PyErr_SetString(PyExc_SystemError, "_hot: rows_methods is too short");
+                return -1;
+            }
+            rows_methods[n++] = *m;
+        }
     if (PyType_Ready(&hot_RowsTemplateType) < 0 || PyType_Ready(&hot_AlibiTemplateType) < 0) return -1;
     Py_INCREF(&hot_RowsTemplateType);
     if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&hot_RowsTemplateType) < 0) {

@@ -14,7 +14,15 @@ one wins) and escaped spellings of a field name. Only the selections are parsed 
 Each family's registry entry makes its own template (``Family.template``: the column map, the
 response header, the tail); this module only cuts bodies and keeps templates. Anything unusual —
 another format, a range where the learnt body had a list, a rope type whose table follows the
-positions, rows past the table, a template not seen yet — takes the full path.
+positions, a template not seen yet — takes the full path. Rows past a stored table are computed in
+C by the engine's own sincos kernel (``kernels.c_api()``), the same bits as the pipeline's rows.
+
+JSON answers (the lane's, service/protocol/lane.py) come from the same RowsTemplates
+(``json_answers``): the full path's JSON of the learnt request, with each array's rows cut out,
+around the rows' texts, each stored row rendered once by the full path's own ``json_text`` the
+first time an answer needs it, and kept (up to TEXT_BUDGET bytes a template); rows past the table
+(GROWN_ROWS of them) are computed by the engine's kernel for their rendering. The C code never
+formats a float; ALiBi blocks in JSON take the full path.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
 headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The
@@ -32,13 +40,21 @@ import logging
 
 import orjson
 
-from posenc.engine import kernels
+import numpy as np
+
+from posenc.engine import kernels, pipeline
+from posenc.engine.dtypes import DTYPES
+from posenc.engine.encode import json_ready, json_text
 from posenc.engine.errors import ConfigError
 from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
 from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
+FORMATS = {"safetensors": 0, "json": 1}   # the answer formats C writes: an Accept value -> its index
+TEXT_BUDGET = 128 << 20   # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
+KEEP_BYTES = 256 << 20    # bytes all templates keep together: JSON texts and rows past a table once computed
+_ROWS_MARK = "posenc:rows:%d"   # stands for an array's rows in the JSON answer the parts are cut from
 MAX_TEMPLATES = 1024
 MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 MiB at most
 # the families that make templates -> their selections' names as JSON text, quotes included
@@ -61,10 +77,12 @@ NATIVE = _hot is not None       # built
 
 def native_rules(settings: Settings) -> dict:
     """What the C shortcut is configured with: the rules Python owns (selections, template
-    fields, the lane's off headers) and the limits of ``settings``."""
+    fields, the lane's off headers), the limits of ``settings`` and the engine's kernels (their
+    sincos loop computes rows past a stored table; None with the numpy backend)."""
     return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
                 range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
-                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS)
+                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS, kernels=kernels.c_api(),
+                keep_bytes=KEEP_BYTES)
 
 
 def configure(settings: Settings) -> None:
@@ -101,8 +119,12 @@ _MISSES = 4   # misses one call may meet (another thread may clear a full cache 
 def _again(call, args: tuple, declined):
     """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
     for _ in range(_MISSES):
-        got = _hot.missing()   # this thread's: (template, shape)
-        if got is not None:
+        got = _hot.missing()   # this thread's: (template, shape) or (template, None, rows)
+        if got is not None and len(got) == 3:
+            t = got[0]
+            for a, r in got[2]:
+                t.set_text(a, r, t.text_for(a, r))
+        elif got is not None:
             t, shape = got
             t.set_header(shape, t.header_for(*shape))
         out = call(*args)
@@ -185,10 +207,10 @@ class Templates:
         self.limits = Limits(MAX_ROWS, max_n, max_bytes)
 
     def learn(self, fmt: str, raw: bytes, req, view) -> None:
-        """After the full path answered ``raw`` (the pipeline's ``req``) from the mapped ``view``:
-        remember its template if the family makes one for it."""
+        """After the full path answered ``raw`` (the pipeline's ``req``) from the mapped ``view``
+        in either format: remember its template if the family makes one for it."""
         fields = FIELDS.get(req.family.name)
-        if fmt != "safetensors" or not NATIVE or fields is None:
+        if fmt not in FORMATS or not NATIVE or fields is None:
             return
         got = _hot.cut(raw, req.family.name)   # C cuts bodies here as when it answers them
         if got is None:
@@ -200,7 +222,42 @@ class Templates:
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:
             return
+        if type(t) is _hot.RowsTemplate:
+            json_answers(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():
                 d.clear()
         known[key] = t
+
+
+def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
+    """Let RowsTemplate ``t`` answer JSON too (service/shortcut/hot_json.c): its parts are the full
+    path's JSON answer of ``req`` with each row-gathered array's rows cut out, and its rows' texts
+    are rendered by the full path's own ``json_text``. Only when its JSON answer to ``raw``, asked
+    through the lane's own entry point, is the full path's bytes."""
+    result = pipeline.arrays(req, view)
+    names = [k for k in result if k in req.family.batched]
+    marks = {k: _ROWS_MARK % i for i, k in enumerate(names)}
+    text = json_text({k: marks.get(k) or json_ready(v, req.dtype) for k, v in result.items()})
+    parts = [text]
+    for k in names:
+        head, sep, rest = parts[-1].partition(orjson.dumps(marks[k]))
+        if not sep:
+            return False
+        parts[-1:] = [head, rest]
+    storage, dtype = DTYPES[req.dtype], req.dtype
+
+    def text_for(a: int, r: int) -> bytes:
+        return json_text(json_ready(np.frombuffer(t.row(a, r), storage), dtype))
+    try:
+        t.enable_json(tuple(parts), json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET)
+    except ValueError:   # not one part more than the template's arrays
+        return False
+    want = json_text({k: json_ready(v, req.dtype) for k, v in result.items()})
+    got = answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
+                         {b"/": (req.family.name,)}, {None: FORMATS["json"]}, {req.family.name: {key: t}},
+                         (b"", b"", b""), b"", False)
+    if not got or got[2].partition(b"\r\n")[2] != want:
+        t.enable_json(None, b"", text_for, 0)   # JSON stays with the full path
+        return False
+    return True

@@ -15,8 +15,8 @@ template's parts; the rows come from the family's own /v1 template (``Family.tem
 tables and column map service/shortcut/_hot.c already reads), so no rule of the families is written
 twice. ``fill`` (service/shortcut) copies each row straight into the answer's bytes (one gather, no other copy).
 
-What stays with the full path: a position that is negative or past the stored table (``fill``
-says None), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
+What stays with the full path: a position that is negative or not below the position limit
+(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
 requests naming other outputs in another order (the learn-time check below refuses them), families
 without a row template (alibi, t5-buckets, rope types whose table follows the positions).
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.wire import varint
@@ -40,6 +41,14 @@ INLINE_BYTES = 8 << 20     # larger answers are filled in a thread; fill runs at
 SCRATCH_BYTES = 16 << 20  # rows for shared memory are gathered into a per-thread buffer of at most this
 _RAW_INPUT = 0x3A        # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
+LENGTH_HEADER = b"inference-header-content-length"   # the JSON inference header's bytes (rest.py reads it)
+REFUSED_HEADERS = (b"content-encoding",)   # a compressed body: the full path decodes it
+
+
+def head_lines(headers) -> bytes:
+    """A v2 shortcut answer's head after its content length: the entry's extra headers, as
+    uvicorn writes the ASGI headers the raw front sends."""
+    return b"\r\n" + b"".join(b"%s: %s\r\n" % (k.lower(), v) for k, v in headers)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,8 +112,15 @@ class Hot:
         self.known: dict = {}          # key -> Entry, or None: not a template
         self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
         self.paths: set = set()        # REST: the paths with entries
+        # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
+        # request in one call): (None, metrics offset, {JSON header: entry}, LENGTH_HEADER, REFUSED_HEADERS)
+        self.lane_routes: dict[bytes, tuple] = {}
         self.once: set = set()         # keys the full path has answered once
         self._seen = None
+
+    def fresh(self) -> None:
+        """Drop the templates when the engine's manifest changed (the lane calls it every few ms)."""
+        self._fresh()
 
     def _fresh(self) -> None:
         m = self.v2.client.manifest() if self.v2.client is not None else None
@@ -116,6 +132,7 @@ class Hot:
         self.known.clear()
         self.tails.clear()
         self.paths.clear()
+        self.lane_routes.clear()
 
     # -- lookups ----------------------------------------------------------------------------------
     def grpc(self, data: bytes):
@@ -135,11 +152,11 @@ class Hot:
         """(entry, positions) for a v2 REST infer body and its ASGI headers, or None."""
         hl = None
         for k, v in headers:
-            if k == b"inference-header-content-length":
+            if k == LENGTH_HEADER:
                 if hl is not None:
                     return None
                 hl = v
-            elif k == b"content-encoding":
+            elif k in REFUSED_HEADERS:
                 return None
         if hl is None or not hl.isdigit():
             return None
@@ -195,6 +212,17 @@ class Hot:
         self.known[key] = e
         if e is not None:
             self.paths.add(path)
+            self._lane_route(path, key[1], e)
+
+    def _lane_route(self, path: str, head: bytes, e: Entry) -> None:
+        """Hand a REST entry to the C lane: small answers into the message (not shared memory)."""
+        if not e.inline or e.regions or not path.isascii():
+            return
+        target = path.encode("ascii")
+        route = self.lane_routes.get(target)
+        if route is None:
+            route = self.lane_routes[target] = (None, Metrics.index(e.route, 200), {}, LENGTH_HEADER, REFUSED_HEADERS)
+        route[2][head] = (e.rows, e.itemsize, e.nbytes, e.parts, head_lines(e.headers))
 
     def _entry(self, inf, plan, tensors: list, segments: list, marker: bytes, route: str,
                headers: tuple) -> Entry | None:

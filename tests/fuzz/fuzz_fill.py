@@ -2,9 +2,10 @@
 rows for raw binary positions) on the RowsTemplates of real rope and sinusoidal specs. An input's
 first byte picks the template, the item size (int32 or int64) and whether the positions are
 masked to 0 .. 511 (so that long runs of them are rows of the table: copies of 1 MiB and more
-drop the GIL); the rest are the raw little-endian positions. Besides the sanitizers: fill is None exactly when a position is outside
-the table (each position tried alone says which), each array's rows are those of each position
-alone, in order, between the given parts, and fill_into writes the same bytes.
+drop the GIL); the rest are the raw little-endian positions. Besides the sanitizers: fill is None exactly when a position is negative
+or not below the position limit (each position tried alone says which), each array's rows are those
+of each position alone, in order, between the given parts, the first positions' rows (past the
+table too: computed with the engine's kernel) are the pipeline's, and fill_into writes the same bytes.
 
     python tests/fuzz/fuzz_fill.py tests/fuzz/corpus/fill
 """
@@ -20,12 +21,13 @@ import numpy as np  # noqa: E402
 
 ROWS = ht.rows_templates()
 SINGLES = 64     # positions checked one by one
+PIPELINE = 4     # of them, held to the pipeline's rows
 
 
 def one_input(data: bytes) -> None:
     if len(data) < 2:
         return
-    t, narr = ROWS[data[0] % len(ROWS)]
+    t, narr, (family, body) = ROWS[data[0] % len(ROWS)]
     isz = 8 if data[0] & 0x80 else 4
     raw = data[1:]
     parts = tuple(b"<%d>" % i for i in range(narr + 1))
@@ -44,6 +46,9 @@ def one_input(data: bytes) -> None:
         assert n > SINGLES or None in singles, raw
         return
     assert None not in singles, raw
+    positions = np.frombuffer(raw, "<i%d" % isz)
+    for i in range(min(n, PIPELINE)):
+        assert singles[i] == ht.pipeline_rows(family, body, int(positions[i])), (raw, i)
     per = len(singles[0]) // narr             # one position's row in one array
     arrays, at = [], 0
     for a in range(narr):

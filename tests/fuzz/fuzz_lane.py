@@ -4,8 +4,10 @@ of rope, sinusoidal and ALiBi. Besides the sanitizers, each input is held to:
 
 - anything the lane reads as a whole plain request (a tuple: answered; False: declined) httptools
   reads as the same request: POST, the same target and body, no parse error, keep-alive alike;
-- an answer is the HTTP head the lane is given around answer()'s bytes for the same body, and
-  those are the full path's bytes; a decline is answer()'s None.
+- a v2 REST infer's answer is the v2 head around its entry's parts and fill()'s rows;
+- an answer is the HTTP head the lane is given for its format around answer()'s bytes for the
+  same body (a JSON answer: the full path's JSON), and those are the full path's bytes; a
+  safetensors decline is answer()'s None.
 
     python tests/fuzz/fuzz_lane.py tests/fuzz/corpus/lane   (.ci/fuzz runs it; see README.md)
 """
@@ -58,17 +60,32 @@ def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpReq
     return r, p
 
 
+def check_v2(r, out: bytes, keep_alive: bool) -> None:
+    """A v2 answer: its entry's parts around fill()'s rows of the positions after the header."""
+    (_, _, entries, _, _) = ht.V2_ROUTES[r.url]
+    t, isz, nbytes, parts, post = entries[ht.V2_HEAD]
+    n = [int(v) for k, v in r.headers if k == b"inference-header-content-length"]
+    assert n == [len(ht.V2_HEAD)] and r.body[:n[0]] == ht.V2_HEAD and len(r.body) - n[0] == nbytes, r.body
+    assert not any(k == b"content-encoding" for k, _ in r.headers)
+    want = ht.replay.fill(t, r.body[n[0]:], isz, parts)
+    assert want is not None, r.body
+    assert out == ht.PRE[2] + b"%d" % len(want) + post + (b"" if keep_alive else b"connection: close\r\n") \
+        + b"\r\n" + want
+
+
 def check(data: bytes, start: int, close: bool) -> None:
-    got = ht.hot.lane(data, start, ht.ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close)
+    got = ht.hot.lane(data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close)
     if got is NotImplemented:     # a header to compute first: as the service calls it
-        got = ht.replay.answer_request(data, start, ht.ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST,
-                                       close)
+        got = ht.replay.answer_request(data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE,
+                                       ht.POST, close)
     if got is None:
         return
     if got is False:
         head_end = data.index(b"\r\n\r\n", start) + 4
         r, p = httptools_reads(data, start)
         assert r.done >= 1 and p.get_method() == b"POST", data
+        if r.url in ht.V2_ROUTES:
+            return
         family = ht.ROUTES[r.url][0]
         accept = [v for n, v in r.headers if n == b"accept"]
         if accept and len(r.body) <= ht.replay.current().max_body_bytes:
@@ -80,16 +97,23 @@ def check(data: bytes, start: int, close: bool) -> None:
     head_end = data.index(b"\r\n\r\n", start) + 4
     r, p = httptools_reads(data, start)
     assert r.done == 1 and p.get_method() == b"POST" and p.get_http_version() == "1.1", data
-    assert ht.ROUTES[r.url] == route, data
+    assert (ht.ROUTES.get(r.url) or ht.V2_ROUTES[r.url]) == route, data
     assert r.body == data[head_end:end], data
     assert keep_alive == (r.keep_alive and not close), data
+    if route[0] is None:
+        return check_v2(r, out, keep_alive)
     accept = [v for n, v in r.headers if n == b"accept"]
-    assert len(accept) == 1, data
-    want = ht.answer(r.body, route[0], accept[0])
-    assert want is not None, f"lane answered what answer() declines: {data!r}"
-    assert out == (ht.PRE + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
+    assert len(accept) <= 1, data
+    fmt = ht.ACCEPTS[accept[0] if accept else None]
+    if fmt == 0:
+        want = ht.answer(r.body, route[0], accept[0])
+        assert want is not None, f"lane answered what answer() declines: {data!r}"
+        ht.check_answer(r.body, route[0], want)
+    else:
+        want = ht.full_path(route[0], r.body, "json")
+        assert want is not None, f"lane answered in JSON what the full path refuses: {data!r}"
+    assert out == (ht.PRE[fmt] + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
                    + b"\r\n" + want), data
-    ht.check_answer(r.body, route[0], want)
 
 
 def one_input(data: bytes) -> None:

@@ -45,9 +45,13 @@ if os.environ.get("POSENC_FUZZ_HOT"):
 LENGTH = 512                                   # rows (distances) of the in-memory tables
 ACCEPT = b"application/x-safetensors"
 HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
-ACCEPTS = {ACCEPT: True, b"*/*;q=0.1, application/x-safetensors": True}
+# Accept value (None: no Accept) -> the format the negotiator chose (templates.FORMATS: 0 safetensors, 1 JSON)
+ACCEPTS = {ACCEPT: 0, b"*/*;q=0.1, application/x-safetensors": 0, b"application/json": 1, None: 1}
 ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2)}
-PRE, POST = b"HTTP/1.1 200 OK\r\ncontent-length: ", b"\r\ncontent-type: application/x-safetensors\r\n"
+PRE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/x-safetensors\r\ncontent-length: ",   # by format
+       b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
+       b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ")
+POST = b"\r\nx-posenc-worker: 1\r\n"
 
 # the learnt specs: (family, first body); later bodies differ in their selections only
 SPECS = [
@@ -75,7 +79,7 @@ TEMPLATES = learn()
 
 
 def rows_templates() -> list:
-    """(RowsTemplate, its number of arrays) of each row spec, for fill()."""
+    """(RowsTemplate, its number of arrays, its spec's first body) of each row spec, for fill()."""
     out = []
     for family, body in SPECS:
         if family == "alibi":
@@ -83,20 +87,20 @@ def rows_templates() -> list:
         req = pipeline.parse(family, body, LENGTH)
         t = replay.rows_template(req, view_of(req.table))
         assert t is not None, body
-        out.append((t, 2 if family == "rope" else 1))   # rope: cos and sin; sinusoidal: one table
+        out.append((t, 2 if family == "rope" else 1, (family, body)))   # rope: cos and sin; sinusoidal: one table
     return out
 
 
-def full_path(family: str, raw: bytes) -> bytes | None:
-    """The full path's safetensors answer to ``raw`` from the same in-memory tables, or None
-    where it refuses the body."""
+def full_path(family: str, raw: bytes, fmt: str = "safetensors") -> bytes | None:
+    """The full path's answer to ``raw`` (safetensors or JSON) from the same in-memory tables, or
+    None where it refuses the body."""
     try:
         body = orjson.loads(raw)
         req = pipeline.parse(family, body, LENGTH)
         pipeline.check(req)
     except (orjson.JSONDecodeError, PosencError):
         return None
-    return encode(req.family, pipeline.arrays(req, view_of(req.table)), req.dtype, "safetensors")[0]
+    return encode(req.family, pipeline.arrays(req, view_of(req.table)), req.dtype, fmt)[0]
 
 
 def answer(raw: bytes, family: str, accept: bytes = ACCEPT):
@@ -111,3 +115,31 @@ def check_answer(raw: bytes, family: str, got) -> None:
     want = full_path(family, raw)
     assert want is not None, f"C answered a body the full path refuses: {raw!r}"
     assert got == want, f"C's answer differs from the full path's: {raw!r}"
+
+
+def pipeline_rows(family: str, body: dict, position: int) -> bytes:
+    """The pipeline's row-gathered arrays of one position (rope: cos then sin; sinusoidal: the
+    encoding) from the same in-memory tables, as fill() lays them out with empty parts."""
+    req = pipeline.parse(family, {**body, "positions": [position]}, LENGTH)
+    arrays = pipeline.arrays(req, view_of(req.table))
+    return b"".join(arrays[k].tobytes() for k in arrays if k in req.family.batched)
+
+
+# v2 REST binary infers in the lane (service/v2/hot.py lane_routes): one learnt entry per row spec,
+# int64 positions of V2_ROWS rows after the JSON inference header V2_HEAD
+V2_HEAD, V2_ROWS = b'{"inputs":[]}', 2
+V2_POST = b"\r\ninference-header-content-length: 7\r\n"
+
+
+def v2_routes() -> dict:
+    out = {}
+    for i, (t, narr, _) in enumerate(rows_templates()):
+        parts = tuple(b"<%d>" % k for k in range(narr + 1))
+        entries = {V2_HEAD: (t, 8, 8 * V2_ROWS, parts, V2_POST)}
+        out[b"/v2/models/m%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
+                                            (b"content-encoding",))
+    return out
+
+
+V2_ROUTES = v2_routes()
+LANE_ROUTES = (ROUTES, V2_ROUTES)

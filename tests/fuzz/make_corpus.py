@@ -40,6 +40,12 @@ def request(family: str, body: bytes, head: bytes = b"", accept: bytes = ACCEPT)
             % (family.encode(), accept, head, len(body), body))
 
 
+def v2(model: int, rows: list[int], head: bytes = b"") -> bytes:
+    body = b'{"inputs":[]}' + struct.pack("<%dq" % len(rows), *rows)
+    return (b"POST /v2/models/m%d/infer HTTP/1.1\r\nhost: t\r\ninference-header-content-length: 13\r\n%s"
+            b"content-length: %d\r\n\r\n%s" % (model, head, len(body), body))
+
+
 def lane() -> list[bytes]:
     out = [request(f, b) for f, b in bodies()[::2]]
     f, b = bodies()[0]
@@ -47,6 +53,8 @@ def lane() -> list[bytes]:
     out += [
         request(f, b, b"connection: close\r\n"), request(f, b, b"Connection: Keep-Alive\r\n"),
         request(f, b, accept=b"*/*;q=0.1, application/x-safetensors"), request(f, b, accept=b"text/html"),
+        request(f, b, accept=b"application/json"), plain.replace(b"accept: " + ACCEPT + b"\r\n", b""),   # JSON
+        *(request(f2, b2, accept=b"application/json") for f2, b2 in bodies()[1::3]),
         plain.replace(b"content-length", b"Content-Length"), plain.replace(b"host: t", b"HOST:\tt"),
         plain + plain, plain + request(*bodies()[-1]), plain[:-3],
         plain.replace(b"host: t", b"transfer-encoding: chunked"),
@@ -58,6 +66,8 @@ def lane() -> list[bytes]:
         plain.replace(b"/v1/rope", b"/v1/rope?x=1"),
         plain.replace(b"\r\n", b"\n"),
         b"POST /v1/alibi HTTP/1.1\r\ncontent-length: 0\r\naccept: " + ACCEPT + b"\r\n\r\n",
+        *(v2(m, rows) for m in range(4) for rows in ([0, 7], [511, 600], [-1, 3])),   # hot_targets V2_ROUTES
+        v2(0, [1, 2], b"content-encoding: gzip\r\n"), v2(1, [1, 2, 3]), v2(0, [1, 2]) + v2(2, [5, 4]),
     ]
     return out
 

@@ -3,7 +3,7 @@
 first two requests of a shape are answered by the full path, which learns it at the second; the
 ones after them, with other positions, by the shortcut (its in-process tests check that it does take them); each answer is
 held to /v1's for the same spec, bit for bit, on family and table models, INT32 and INT64, [N]
-and [B, N], with positions past the table that only the full path can answer, and into a
+and [B, N], with positions past the table (computed by the shortcut with the engine's kernel), and into a
 client-registered shared-memory region."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_repeated_requests_answer_what_v1_answers(clients, transport, model, spe
     for k in range(5):
         p = rng.integers(0, 2048, shape)
         if k == 3:
-            p.flat[-1] = 5000   # past the 2048 rows: the full path computes it
+            p.flat[-1] = 5000   # past the 2048 rows: computed
         r = infer(TRANSPORTS[transport], clients[transport], model, {"positions": p}, spec, datatype=datatype)
         rows = p if p.ndim == 2 else p[None]
         for i, row in enumerate(rows):

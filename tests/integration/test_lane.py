@@ -197,7 +197,7 @@ def test_whole_requests_of_every_shape_answer_as_asgi_does(servers):
         (request("/v1/rope", body, extra=b"content-length: %d\r\n" % len(body)), 1, 0),   # 400
         (request("/v1/rope", body, extra=b"connection: keep-alive, close\r\n"), 1, 1),
         (request("/v1/rope?x=1", body), 1, 1),                     # a query string: httptools, then the lane
-        (request("/v1/rope", body.replace(b"[30,31]", b"[30,2048]")), 1, 0),   # past the table: computed
+        (request("/v1/rope", body.replace(b"[30,31]", b"[30,2048]")), 1, 1),   # past the table: computed in C
     ]
     for data, n, lane in shapes:
         out, _ = both(servers, data, n, lane=lane)
@@ -264,12 +264,31 @@ def test_v2_rest_binary_infer_takes_the_lane_once_learnt_and_answers_the_same_by
     out, _ = both(servers, v2_infer("rope", [7, 7], spec), 1, lane=1)
     assert out[0][0] == b"HTTP/1.1 200 OK"
     # a table model (CONFIG's first table, "rope-0"), pipelined with /v1: in order, the learnt
-    # ones in the lane, a position past the table through the full path
+    # ones in the lane, a position past the table too (computed in C)
     for p in ([3, 5], [4, 1]):
         both(servers, v2_infer("rope-0", p), 1)
     reqs = [v2_infer("rope", [1, 2], spec), request("/v1/rope", rope([2])), v2_infer("rope-0", [2047, 9]),
             v2_infer("rope", [2048, 0], spec)]
     out, closed = both(servers, b"".join(reqs), len(reqs))
     assert [r[0] for r in out] == [b"HTTP/1.1 200 OK"] * 4 and not closed
-    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=3)   # (/v1's [2] is learnt by now)
+    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=4)   # (/v1's [2] is learnt by now)
     assert out2 == out
+
+
+def test_json_answers_in_the_lane_are_asgis_bytes(servers):
+    """A learnt rows spec asked in JSON (by Accept, or with none): once the full path has answered
+    that Accept, the lane answers it, byte for byte (and head for head) what ASGI writes."""
+    body = rope([40, 41], rope_theta=20000.0)                     # a template no other test learns
+    both(servers, request("/v1/rope", body), 1)                    # learn the template
+    for accept in (b"application/json", b"*/*"):
+        both(servers, request("/v1/rope", body, accept=accept), 1)   # the negotiator's choice, seen once
+        later = request("/v1/rope", rope([7, 2047, 0], rope_theta=20000.0), accept=accept)
+        out, _ = both(servers, later * 2, 2, lane=2)
+        assert out[0][0] == b"HTTP/1.1 200 OK" and (b"content-type", b"application/json") in out[0][1]
+        assert out[0][2].startswith(b'{"cos":[[')
+    bare = request("/v1/rope", body).replace(b"accept: " + HOT + b"\r\n", b"")
+    both(servers, bare, 1)                                          # no Accept: JSON, seen once
+    out, _ = both(servers, bare, 1, lane=1)
+    assert out[0][2].startswith(b'{"cos":[[')
+    past = request("/v1/rope", rope([1 << 20], rope_theta=20000.0), accept=b"application/json")   # past any table
+    both(servers, past, 1, lane=0)                                  # JSON of rows past the table: ASGI's

@@ -69,10 +69,10 @@ def test_template_shortcut_is_taken_and_exact(settings):
     svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
     assert svc.hot("rope", orjson_dumps({**spec, "positions": [5]}), ACCEPT_HDRS) is None   # nothing learnt yet
     svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), accept))
-    for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3]):
+    for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3], [2048, 5, 2**31 - 1]):   # past the table too
         body = {**spec, "positions": positions}
         assert svc.hot("rope", orjson_dumps(body), ACCEPT_HDRS) == reference_safetensors("rope", body)
-    for positions in ([2048], list(range(65)), [1.0], [True], [-2]):   # past the table, too many, bad
+    for positions in ([2**31], list(range(65)), [1.0], [True], [-2]):   # past the limit, too many, bad
         assert svc.hot("rope", orjson_dumps({**spec, "positions": positions}), ACCEPT_HDRS) is None
     assert svc.hot("rope", orjson_dumps({**spec, "positions": [1]}), [(b"accept", b"application/json")]) is None
     assert svc.hot("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), ACCEPT_HDRS) is None

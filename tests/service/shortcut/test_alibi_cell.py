@@ -38,7 +38,7 @@ def shortcut_block(m: np.ndarray, mode: str, query: list, key: list) -> bytes:
     sym, mask = MODES[mode]
     t = replay._hot.AlibiTemplate(m, sym, mask, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 1 << 20, 1 << 30)
     raw = orjson.dumps({"query": query, "key": key})
-    out = replay.answer(raw, [(b"accept", ACCEPT)], {ACCEPT: True}, {KEY: t}, "alibi")
+    out = replay.answer(raw, [(b"accept", ACCEPT)], {ACCEPT: 0}, {KEY: t}, "alibi")
     assert out is not None
     return out[:-4 * len(m)]
 

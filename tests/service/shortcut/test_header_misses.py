@@ -16,7 +16,7 @@ from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 _hot = replay._hot
-ACC = ([(b"accept", b"x")], {b"x": True})
+ACC = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
 KEY = b'{"positions":\0}'
 TABLE = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
 

@@ -54,7 +54,7 @@ def test_the_configured_rules_are_the_ones_applied():
     """The row limit, the position limit, the range keys and the body limit come from
     configure(): answers follow them (the template here is a bare 4 x 8 float32 table, header
     b'H', no tail)."""
-    acc = ([(b"accept", b"x")], {b"x": True})
+    acc = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
     key = b'{"positions":\0}'
     try:
         _hot.configure(**(GOOD | {"max_rows": 3, "position_limit": 3, "range_keys": (b'"from"', b'"to"', b'"by"')}))

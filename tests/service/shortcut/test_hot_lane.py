@@ -23,7 +23,7 @@ def request(path: bytes, body: bytes, head: bytes = b"") -> bytes:
 
 
 def lane(svc, data: bytes, start: int = 0, pre: bytes = b"PRE:", post: bytes = b"\r\nPOST\r\n", close=False):
-    return svc.hot_request(data, start, ROUTES, pre, post, close, 0.0)
+    return svc.hot_request(data, start, ROUTES, (pre, b"JSON:", b"V2:"), post, close, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_connection_close_in_the_request_closes(hot):
 
 def direct(svc, data: bytes):
     """templates.answer_request as the lane calls it, with the service's templates."""
-    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, b"", b"", False)
+    return replay.answer_request(data, 0, ROUTES, svc.accepts, svc.templates.native, (b"", b"", b""), b"", False)
 
 
 @needs_native
@@ -143,3 +143,23 @@ def test_the_off_headers_are_the_configured_ones(hot):
         assert direct(hot, data) is None
     finally:
         replay.configure(current())
+
+
+@needs_native
+@pytest.mark.parametrize("accept", [b"application/json", b"*/*", None])
+def test_json_answers_are_the_full_paths_bytes(hot, accept):
+    """A learnt rows spec asked in JSON (by Accept, or none): the JSON head and the full path's
+    JSON bytes, rows past the table too; ALiBi blocks stay with the full path (False)."""
+    hot.prepare("rope", BODIES[0][2], None if accept is None else accept.decode())   # the negotiator's choice
+    for positions in ([7, 1, 2047], [0], list(range(64)), [2047] * 3):
+        body = orjson_dumps({"head_dim": 64, "positions": positions})
+        data = request(b"/v1/rope", body)
+        data = data.replace(b"accept: " + HOT + b"\r\n", b"" if accept is None else b"accept: " + accept + b"\r\n")
+        end, route, out, keep_alive = lane(hot, data)
+        want = hot.execute(hot.prepare("rope", body, None if accept is None else accept.decode()))[0]
+        assert out == b"JSON:%d\r\nPOST\r\n\r\n" % len(want) + want
+    body = orjson_dumps({"head_dim": 64, "positions": [2048, 60000]})          # past the table: computed
+    want = hot.execute(hot.prepare("rope", body, "application/json"))[0]
+    assert lane(hot, request(b"/v1/rope", body).replace(HOT, b"application/json"))[2].endswith(want)
+    hot.prepare("alibi", BODIES[2][2], "application/json")
+    assert lane(hot, request(b"/v1/alibi", BODIES[2][2]).replace(HOT, b"application/json")) is False

@@ -45,9 +45,9 @@ def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at,
         parsed = json.loads(body)["positions"]
     except ValueError:
         parsed = None
-    # A valid list of 1 to 64 positions inside the table: the shortcut must answer it.
+    # A valid list of 1 to 64 positions, inside the table or past it: the shortcut must answer it.
     plain = (colon != "::" and isinstance(parsed, list) and 0 < len(parsed) <= 64
-             and all(type(v) is int and 0 <= v < 2048 for v in parsed) and b"-" not in lst)
+             and all(type(v) is int and 0 <= v < 2**31 for v in parsed) and b"-" not in lst)
     if plain:
         assert c is not None, body
     if c is not None:
@@ -67,7 +67,9 @@ def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
     assert learnt.hot("rope", body, [(b"accept", odd)]) == learnt.hot("rope", body, ACCEPT_HDRS)
     spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
     assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None                                     # over the body limit
-    assert learnt.hot("rope", orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048]}), ACCEPT_HDRS) is None   # past the table
+    past = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048, 1 << 30]})                      # past the table:
+    assert learnt.hot("rope", past, ACCEPT_HDRS) == learnt.execute(learnt.prepare("rope", past, BIN["accept"]))[0]
+    assert learnt.hot("rope", past, ACCEPT_HDRS) == reference_safetensors("rope", json.loads(past))   # computed
 
 
 @needs_native
@@ -98,7 +100,7 @@ def test_native_template_checks_its_arrays():
     with pytest.raises(ValueError, match="causal"):
         _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
     t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
-    acc = ([(b"accept", b"x")], {b"x": True})
+    acc = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
     with pytest.raises(TypeError, match="bytes"):
         replay.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, "rope")
     with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family

@@ -2,7 +2,7 @@
 against the engine: after one request of a shape has been answered, later requests of that shape
 with other positions are answered by the shortcut, byte for byte what the full path answers
 (gRPC: the serialized ModelInferResponse; REST: status, headers and body), and anything the
-shortcut must not take (past the table, negative, other keys) still gets the full path's answer."""
+shortcut must not take (past the position limit, negative, other keys) still gets the full path's answer."""
 
 from __future__ import annotations
 
@@ -86,12 +86,13 @@ def test_grpc_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
         assert call(on, data) == call(off, data)
 
 
-@pytest.mark.parametrize("positions, why", [([2047, 2048], "past the table"), ([-1, 3], "negative")])
-def test_grpc_what_the_shortcut_declines_gets_the_full_path(servers, positions, why):
+@pytest.mark.parametrize("positions, datatype, why", [([2047, 2**31], "INT64", "past the position limit"),
+                                                     ([-1, 3], "INT32", "negative")])
+def test_grpc_what_the_shortcut_declines_gets_the_full_path(servers, positions, datatype, why):
     on, off = servers
     for _ in range(2):
-        call(on, grpc_request("rope", {"head_dim": 64}, [1, 2], "INT32"))
-    data = grpc_request("rope", {"head_dim": 64}, positions, "INT32")
+        call(on, grpc_request("rope", {"head_dim": 64}, [1, 2], datatype))
+    data = grpc_request("rope", {"head_dim": 64}, positions, datatype)
     assert on.hot.grpc(data) is not None   # the key is known; fill declines, then the full path
     assert call(on, data) == call(off, data)
 

@@ -1,0 +1,29 @@
+/* engine/kernels/native_api.h -- what engine.kernels._native lends another extension (the
+ * template shortcut, service/shortcut/_hot) through a capsule, so that a row the shortcut
+ * computes past a stored table is the engine's own kernel's row: the same float64 angle, libm
+ * call, scale and one rounding, at the dispatch level in use. No second copy of the rule.
+ *
+ *   engine.kernels._native.API   PyCapsule named NATIVE_API_NAME, pointing at a NativeApi
+ */
+#ifndef POSENC_NATIVE_API_H
+#define POSENC_NATIVE_API_H
+
+#include <stdint.h>
+
+#define NATIVE_API_NAME "posenc.engine.kernels._native.API"
+#define NATIVE_API_VERSION 1
+
+typedef struct {
+    int version; /* NATIVE_API_VERSION */
+    /* out_cos[i, k], out_sin[i, k] = round_dt(cos|sin(float64(pos[i]) * freqs[k]) * scale), rows of h
+     * items (C order, the dtype's storage items, any alignment of 2/4 bytes as the kernels take);
+     * the sincos kernel itself. Returns 1 when an output is +-inf (the full path refuses it). */
+    int (*sincos)(const double *freqs, Py_ssize_t h, const int64_t *pos, Py_ssize_t n, double scale,
+                  char *out_cos, char *out_sin, int dt);
+    /* The kernels' code of a dtype name (str); -1 with ValueError set for anything else. */
+    int (*dtype_code)(PyObject *name);
+    /* Bytes of one item of a dtype code (4 or 2). */
+    int (*itemsize)(int dt);
+} NativeApi;
+
+#endif

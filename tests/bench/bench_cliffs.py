@@ -1,0 +1,266 @@
+"""No cliffs (issue 21): the hot lane one step away from its benchmark's shape, against the raw-ASGI
+floor returning the same bytes. A script, not a test:
+
+    python tests/bench/bench_cliffs.py [--seconds 3] [--rounds 3] [--requests 512]
+
+One `posenc serve --lane on` worker pinned to core 0, wrk (C, closed loop) pinned to core 1. Each
+case is a list of requests with positions drawn at random (seeded), which wrk cycles through:
+- rope in table: one RoPE row (head_dim 128, θ 10000; the configured table holds 32,768 rows),
+  a position in 0 .. 32,767, safetensors;
+- rope past table: the same spec, a position in 32,768 .. 131,071 (computed in C);
+- sinusoidal 4 rows: d_model 768 (table 8,192 rows), four positions in 0 .. 9,999 (across the
+  table's end and past it);
+- v2 rest 1 row: `POST /v2/models/rope/infer`, binary (one INT64 position in 0 .. 131,071, the
+  inference header in JSON before it), the spec of the first case;
+- rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json.
+Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
+uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
+request: the same status, content type and length). Round after round each case is measured on
+posenc then on its floor, so both see the same stretch of a shared machine. Printed: per round and
+as medians, requests/s at 64 connections, p50 at one connection, the ratios posenc/floor, and the
+share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests). wrk cycles
+through the --requests distinct requests of a case (after a 2 s warm-up pass over each): a row
+past a table is computed the first time it is asked and kept by the worker after that
+(templates.KEEP_BYTES), as is a stored row's JSON text, so these are the figures of recurring
+positions; --in-process --no-keep gives the cost of computing every such row.
+
+--in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
+(templates.answer_request) from tables built in memory as the engine builds them, and the v2
+case's positions by fill(): µs per request (best of 5), what the cases cost posenc in C and
+Python beside the HTTP work, which the floor does too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import tempfile
+import uuid
+
+import httpx
+import numpy as np
+
+from posenc.loadtest.floor import save_bodies
+from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+ROPE = {"head_dim": 128}
+CONFIG = {"tables": [{"family": "rope", "spec": ROPE, "length": 32768},
+                     {"family": "sinusoidal", "spec": {"d_model": 768}, "length": 8192}]}
+ST, JSON = "application/x-safetensors", "application/json"
+
+
+def v1(path: str, accept: str, body: dict) -> tuple:
+    return path, {"Accept": accept, "Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+def v2_rest(position: int) -> tuple:
+    a = np.asarray([position], np.int64)
+    head = json.dumps({"parameters": {"spec": json.dumps(ROPE), "binary_data_output": True},
+                       "inputs": [{"name": "positions", "datatype": "INT64", "shape": [1],
+                                   "parameters": {"binary_data_size": 8}}]}).encode()
+    return ("/v2/models/rope/infer", {"Content-Type": "application/octet-stream",
+                                      "Inference-Header-Content-Length": str(len(head))}, head + a.tobytes())
+
+
+CASES = {   # name -> request maker of a seeded random generator
+    "rope in table": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": [r.randrange(32768)]}),
+    "rope past table": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": [r.randrange(32768, 131072)]}),
+    "sinusoidal 4 rows": lambda r: v1("/v1/sinusoidal", ST, {"d_model": 768,
+                                                             "positions": [r.randrange(10000) for _ in range(4)]}),
+    "v2 rest 1 row": lambda r: v2_rest(r.randrange(131072)),
+    "rope 16 rows json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": [r.randrange(32768) for _ in range(16)]}),
+}
+
+_LUA = r"""
+local reqs = {%s}
+local i = 0
+init = function(args)
+  for j, r in ipairs(reqs) do reqs[j] = wrk.format("POST", r[1], r[2], r[3]) end
+end
+request = function()
+  i = i %% #reqs + 1
+  return reqs[i]
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRKJSON {"requests": %%d, "duration_us": %%d, "errors": %%d, "timeouts": %%d, "p50": %%d}\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.status, e.timeout, latency:percentile(50)))
+end
+"""
+
+
+def _lua(b: bytes) -> str:
+    return '"' + "".join(chr(c) if c < 128 and chr(c).isalnum() else "\\%03d" % c for c in b) + '"'
+
+
+def write_script(path: str, reqs: list[tuple]) -> None:
+    items = ",\n".join("{%s, {%s}, %s}" % (_lua(p.encode()), ", ".join(f"[{_lua(k.encode())}] = {_lua(v.encode())}"
+                                                                         for k, v in h.items()), _lua(b))
+                       for p, h, b in reqs)
+    with open(path, "w") as f:
+        f.write(_LUA % items)
+
+
+def wrk(url: str, lua: str, seconds: float, connections: int) -> dict:
+    cmd = pinned(["wrk", "-t", "1", "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
+                  "-s", lua, url], CLIENT_CPU)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=False).stdout
+    line = next(x for x in out.splitlines() if x.startswith("WRKJSON "))
+    r = json.loads(line[8:])
+    if r["errors"] or r["timeouts"]:
+        raise RuntimeError(f"wrk saw errors on {url}: {r}")
+    return {"rps": r["requests"] / (r["duration_us"] / 1e6), "p50_us": r["p50"], "requests": r["requests"]}
+
+
+def lane_answers(url: str) -> int:
+    return httpx.get(url + "/v1/tables").json()["lane_answers"]
+
+
+def prepare(tmp: str, n: int) -> tuple:
+    """posenc, one floor per case, and each case's requests and wrk script."""
+    cfg = os.path.join(tmp, "tables.json")
+    with open(cfg, "w") as f:
+        json.dump(CONFIG, f)
+    posenc = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU,
+                          args=("--lane", "on"))
+    posenc.wait_ready()
+    assert httpx.get(posenc.url + "/v1/tables").json()["lane"] == "on"
+    floors, scripts = {}, {}
+    for i, (name, make) in enumerate(CASES.items()):
+        rng = random.Random(1000 + i)
+        reqs = [make(rng) for _ in range(n)]
+        for path, headers, body in reqs[:2]:   # the full path answers, and learns (v2: at the second)
+            r = httpx.post(posenc.url + path, content=body, headers=headers)
+            assert r.status_code == 200, r.text
+        bodies = os.path.join(tmp, f"bodies{i}.json")
+        save_bodies(bodies, {reqs[0][0]: (r.headers["content-type"], r.content)})
+        floors[name] = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
+        scripts[name] = os.path.join(tmp, f"case{i}.lua")
+        write_script(scripts[name], reqs)
+    for f in floors.values():
+        f.wait_ready()
+    return posenc, floors, scripts
+
+
+def plot(runs: dict, path: str, load: list) -> None:
+    """posenc/floor req/s of each case, round by round (points) and their median (bars)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for j, (name, rs) in enumerate(runs.items()):
+        ratios = [r["rps"] / r["floor_rps"] for r in rs]
+        ax.bar(j, statistics.median(ratios), 0.6, color="#9ecae1")
+        ax.plot([j] * len(ratios), ratios, "o", color="#08519c", ms=4)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(2.5, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(runs)), [n.replace(" ", "\n", 1) for n in runs], fontsize=8)
+    ax.set_ylabel("posenc req/s / raw-ASGI floor")
+    ax.set_title(f"One server core, wrk on the other: per round (dots), median (bars); load {load[0]:.1f}-{load[1]:.1f}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def in_process(n: int, keep: bool, reps: int = 20000) -> None:
+    import sys
+    import time
+
+    import orjson
+
+    from posenc.engine import pipeline
+    from posenc.service.shortcut import templates as replay
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from tests.service.shortcut.test_templates_in_memory import view_of
+
+    lengths = {t["family"]: t["length"] for t in CONFIG["tables"]}
+    if not keep:   # every row past a table computed each time (JSON texts cannot be kept: declined)
+        replay._hot.configure(**(replay.native_rules(replay.current()) | {"keep_bytes": 0}))
+    for i, (name, make) in enumerate(CASES.items()):
+        if not keep and "json" in name:
+            continue
+        rng = random.Random(1000 + i)
+        reqs = [make(rng) for _ in range(n)]
+        path, headers, body = reqs[0]
+        family = "rope" if "rope" in path else "sinusoidal"
+        first = body if path.startswith("/v1") else orjson.dumps({**ROPE, "positions": [1]})
+        req = pipeline.parse(family, orjson.loads(first), lengths[family])
+        templates = replay.Templates()   # learnt from the first request's bytes, as the service learns
+        templates.learn("json" if headers.get("Accept") == JSON else "safetensors", first, req, view_of(req.table))
+        if path.startswith("/v2"):
+            t = replay.rows_template(req, view_of(req.table))
+            calls = [lambda b=b: replay.fill(t, b[-8:], 8, (b"", b"", b"")) for _, _, b in reqs]
+        else:
+            accepts = {ST.encode(): 0, JSON.encode(): 1}
+            datas = [b"POST %s HTTP/1.1\r\naccept: %s\r\ncontent-length: %d\r\n\r\n%s"
+                     % (p.encode(), h["Accept"].encode(), len(b), b) for p, h, b in reqs]
+            calls = [lambda d=d: replay.answer_request(d, 0, {path.encode(): (family, 0)}, accepts, templates.native,
+                                                       (b"", b"", b""), b"", False) for d in datas]
+        assert all(c() for c in calls), name   # answered (and every JSON text rendered once)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for k in range(reps):
+                calls[k % n]()
+            best = min(best, time.perf_counter() - t0)
+        print(f"{name:<20} {best / reps * 1e6:6.2f} µs per request in C and its call", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=4096, help="distinct random requests per case")
+    ap.add_argument("--in-process", action="store_true", help="the cases' cost in C, no sockets")
+    ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
+    ap.add_argument("--plot", help="write the per-round ratios to this PNG")
+    a = ap.parse_args()
+    if a.in_process:
+        return in_process(a.requests, not a.no_keep)
+    runs: dict = {}
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        posenc, floors, scripts = prepare(tmp, a.requests)
+        try:
+            for name in CASES:   # a pass over each pool first: JSON texts rendered, rows past a table kept
+                wrk(posenc.url, scripts[name], 2, 64)
+            for rnd in range(a.rounds):
+                for name in CASES:
+                    p, f, served = {}, {}, 0
+                    for k, c in (("many", 64), ("one", 1)):   # posenc, then its floor, at each load
+                        before = lane_answers(posenc.url)
+                        p[k] = wrk(posenc.url, scripts[name], a.seconds, c)
+                        served += lane_answers(posenc.url) - before
+                        f[k] = wrk(floors[name].url, scripts[name], a.seconds, c)
+                    share = served / (p["many"]["requests"] + p["one"]["requests"])
+                    got = {"rps": p["many"]["rps"], "p50": p["one"]["p50_us"], "floor_rps": f["many"]["rps"],
+                           "floor_p50": f["one"]["p50_us"], "lane_share": share}
+                    runs.setdefault(name, []).append(got)
+                    print(f"round {rnd + 1} {name}: posenc {got['rps']:.0f}/s p50 {got['p50']} µs, floor "
+                          f"{got['floor_rps']:.0f}/s p50 {got['floor_p50']} µs, ratio {got['rps'] / got['floor_rps']:.2f}, "
+                          f"lane {share:.1%}", flush=True)
+        finally:
+            posenc.stop()
+            for f in floors.values():
+                f.stop()
+    load.append(os.getloadavg()[0])
+    print(f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after)")
+    print(f"{'case':<20} {'posenc/s':>9} {'floor/s':>9} {'ratio':>6} {'p50 µs':>7} {'floor':>6} {'lane':>6}  per-round ratios")
+    for name, rs in runs.items():
+        m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        ratios = [r["rps"] / r["floor_rps"] for r in rs]
+        print(f"{name:<20} {m['rps']:>9.0f} {m['floor_rps']:>9.0f} {statistics.median(ratios):>6.2f} {m['p50']:>7.0f} "
+              f"{m['floor_p50']:>6.0f} {m['lane_share']:>6.1%}  {' '.join(f'{x:.2f}' for x in ratios)}")
+    if a.plot:
+        plot(runs, a.plot, load)
+        print(f"plot: {a.plot}")
+
+
+if __name__ == "__main__":
+    main()
