@@ -382,12 +382,7 @@ class Rope(Family):
                                    "positions": {"start": 0, "stop": 16}}},
         "GPT-J interleaved, partial": {"value": {"head_dim": 256, "partial_rotary_factor": 0.25,
                                                  "layout": INTERLEAVED, "positions": [0, 1, 2]}},
-        "Qwen2.5-VL mrope, text then image tokens": {"value": {
-            "head_dim": 128, "rope_theta": 1000000.0, "mrope_section": [16, 24, 24],
-            "position_ids": [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]]}},
-        "Flux axes": {"value": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": INTERLEAVED,
-                                "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]]}},
-    }
+        **axes.EXAMPLES}
 
 
 _SCALING = {

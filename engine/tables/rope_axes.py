@@ -29,6 +29,14 @@ from ..selection import POSITION_LIMIT, parse_selection
 
 HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"   # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
 MAX_AXES = 8
+# the OpenAPI examples of the multi-axis forms (rope.py's Rope.examples takes them)
+EXAMPLES = {
+    "Qwen2.5-VL mrope, text then image tokens": {"value": {
+        "head_dim": 128, "rope_theta": 1000000.0, "mrope_section": [16, 24, 24],
+        "position_ids": [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]]}},
+    "Flux axes": {"value": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": INTERLEAVED,
+                            "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]]}},
+}
 
 
 def parse_int_list(req, key: str, lo: int, even: bool = False) -> tuple | None:
