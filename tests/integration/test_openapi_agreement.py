@@ -59,24 +59,28 @@ def test_every_documented_v2_get_route_is_served(srv):
 
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(case=st.data())
-def _check_nulls(c, doc, case):
-    family = case.draw(st.sampled_from(sorted(BASES)))
-    schema = spec_form(doc, family)
-    fields = sorted(k for k, p in schema["properties"].items() if k not in BASES[family]
-                    and jsonschema.Draft202012Validator(schema).is_valid({**BASES[family], k: None}))
-    nulls = case.draw(st.sets(st.sampled_from(fields))) if fields else set()
-    extra = case.draw(st.sampled_from(sorted(set(schema["properties"]) - set(BASES[family]))))
-    body = {**BASES[family], **{k: None for k in nulls}, extra: None}
-    allowed = jsonschema.Draft202012Validator(schema).is_valid(body)
-    r = c.post(f"/v1/{family}", json=body)
-    assert (r.status_code == 200) == allowed, (family, body, allowed, r.status_code, r.text[:300])
+def _check_nulls(c, doc, rng) -> None:
+    """40 bodies, each a family's base body with a random subset of the fields whose lone null the
+    schema allows set to null, plus one more field set to null: the server accepts exactly the
+    bodies the schema does. (A seeded loop: hypothesis' data() reported its own draws as flaky
+    here, across families whose field lists differ in length.)"""
+    for _ in range(40):
+        family = sorted(BASES)[rng.integers(len(BASES))]
+        schema = spec_form(doc, family)
+        fields = sorted(k for k, p in schema["properties"].items() if k not in BASES[family]
+                        and jsonschema.Draft202012Validator(schema).is_valid({**BASES[family], k: None}))
+        nulls = [k for k in fields if rng.integers(2)]
+        others = sorted(set(schema["properties"]) - set(BASES[family]))
+        extra = others[rng.integers(len(others))]
+        body = {**BASES[family], **{k: None for k in nulls}, extra: None}
+        allowed = jsonschema.Draft202012Validator(schema).is_valid(body)
+        r = c.post(f"/v1/{family}", json=body)
+        assert (r.status_code == 200) == allowed, (family, body, allowed, r.status_code, r.text[:300])
 
 
-def test_an_explicit_null_is_accepted_where_the_schema_allows_it_and_only_there(srv):
+def test_an_explicit_null_is_accepted_where_the_schema_allows_it_and_only_there(srv, rng):
     c, doc = srv
-    _check_nulls(c, doc)
+    _check_nulls(c, doc, rng)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
