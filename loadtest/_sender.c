@@ -4,7 +4,9 @@
  * Request k is scheduled at t0 + k / rate whatever happened before it; its latency is its
  * completion minus that scheduled time (coordinated omission corrected, as wrk2 does): a request
  * that finds every connection busy waits in a FIFO and is charged the wait. When the next send is
- * closer than 2 ms the loop spins (epoll timeout 0), so the sender's core is busy for the run.
+ * closer than SPIN_NS the loop spins (epoll timeout 0); further off it sleeps in epoll_pwait2 until
+ * shortly before it (timer slack 1 ns for the run), so at low rates a server sharing the core is
+ * not crowded out, and at tens of thousands per second the sender's core is busy for the run.
  * Per request it records (int64 nanoseconds): the latency from the scheduled time, the loop's
  * lateness at that time (its own share), and its receive-and-parse time after epoll returned; and
  * the HTTP status (0: unanswered; 1: reset or malformed). Python (loadtest/sender.py) turns them
@@ -27,11 +29,14 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#define SPIN_NS 2000000LL         /* spin when the next send is closer than this */
+#define SPIN_NS 60000LL           /* spin when the next send is closer than this ... */
+#define EARLY_NS 30000LL          /* ... else sleep until this long before it */
 #define HEAD_MAX 16384            /* the most bytes of a response head kept */
 #define RBUF (1 << 20)            /* one receive buffer for every connection */
 #define MAX_EVENTS 256
@@ -281,12 +286,17 @@ static int loop(Run *r, int64_t hard_stop, int64_t *scheduled) {
         }
         if (now > hard_stop)
             break;
-        int timeout = 10;
-        if (k < r->total) {
-            int64_t wait = sched(r, k) - now;
-            timeout = wait > SPIN_NS ? (int)((wait - 1000000) / 1000000) : 0;
+        int ne;
+        int64_t wait = k < r->total ? sched(r, k) - now : 10000000;
+        if (wait <= SPIN_NS) {
+            ne = epoll_wait(r->ep, evs, MAX_EVENTS, 0);
+        } else {
+            int64_t nap = wait - EARLY_NS;
+            struct timespec ts = {.tv_sec = nap / 1000000000LL, .tv_nsec = nap % 1000000000LL};
+            ne = epoll_pwait2(r->ep, evs, MAX_EVENTS, &ts, NULL);
+            if (ne < 0 && errno == ENOSYS)   /* kernels before 5.11: whole milliseconds, else spin */
+                ne = epoll_wait(r->ep, evs, MAX_EVENTS, (int)((wait - 1000000) / 1000000) > 0 ? (int)((wait - 1000000) / 1000000) : 0);
         }
-        int ne = epoll_wait(r->ep, evs, MAX_EVENTS, timeout);
         if (ne < 0 && errno != EINTR) {
             free(rbuf);
             return -1;
@@ -387,8 +397,12 @@ static PyObject *run(PyObject *self, PyObject *args) {
     int64_t scheduled = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);   /* wake when asked, not up to 50 µs later */
     r.t0 = now_ns() + 5000000;        /* the first send 5 ms from now */
     rc = loop(&r, r.t0 + (int64_t)(hard_stop_s * 1e9), &scheduled);
+    if (slack > 0)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_SetFromErrno(PyExc_OSError);

@@ -12,10 +12,11 @@ requests/s from one core), or, where that extension is not built, by the same lo
 (loadtest/pyloop.py, a few thousand/s); loadtest/sender.py picks. Latencies go into per-request
 arrays during the run and into an HdrHistogram (µs, 3 significant digits) after it.
 
-**A rate it cannot hold is not a latency.** A step *fell behind* when the probe itself could not keep
-its schedule (more than 1% of requests sent over 1 ms late, or not all sent), or the server did not
-(fewer than 97% of the offered rate answered, or answers missing at the end); such a step reports
-who fell behind and the achieved rate, and the report shows no percentiles for it.
+**A rate it cannot hold is not a latency.** A step *fell behind* when the server did not keep up
+(fewer than 97% of the offered rate answered, or answers missing at the end, while requests waited
+for a connection) or the probe did not (not every request sent, or more than 1% of them sent over
+1 ms late); such a step reports who fell behind (``judge``) and the achieved rate, and the report
+shows no percentiles for it.
 
 What the probe itself adds (the loop's lateness, its parsing, its recv) shows as ``loop_lag`` and
 ``rx`` per step and, in full, as the difference to a C client (wrk, one connection) on the raw
@@ -163,12 +164,18 @@ def _result(got, rate, duration, connections, n_warm, kinds, kind_names, target,
 
 
 def judge(r: StepResult, unsent: bool) -> tuple[bool, str]:
-    """(fell behind?, who): the probe, when it sent late or could not send everything; the server,
-    when its answers came slower than the offered rate or not at all."""
-    if unsent or r.late_share > MAX_LATE_SHARE:
+    """(fell behind?, who). The probe, when it could not send everything by the end; the server,
+    when fewer than KEPT_UP of the offered rate was answered (or answers were missing at the end)
+    while requests waited for a free connection; otherwise, the probe when it sent over
+    MAX_LATE_SHARE of its requests more than LATE_NS late (its own limit, or its core taken by
+    others): those latencies would be its own."""
+    if unsent:
         return True, "probe"
+    late = r.late_share > MAX_LATE_SHARE
     if r.timeouts > 0 or r.achieved_rps < KEPT_UP * r.rate:
-        return True, "server"
+        return True, "probe" if late and r.queued <= MAX_LATE_SHARE * max(1, r.sent) else "server"
+    if late:
+        return True, "probe"
     return False, ""
 
 

@@ -21,7 +21,8 @@ else:  # gevent (imported by locust) monkey-patched select and hid epoll: take t
     from gevent import monkey as _monkey
     _epoll = _monkey.get_original("select", "epoll")
 
-SPIN_NS = 2_000_000          # spin (epoll timeout 0) when the next send is closer than this
+SPIN_NS = 1_200_000          # spin (epoll timeout 0) when the next send is closer than this, else
+                             # sleep in epoll for the whole milliseconds before it (never past it)
 
 
 class _Conn:
@@ -129,7 +130,7 @@ def run(host: str, port: int, requests: list[bytes], rate: float, total: int, ha
             break
         if k < total:
             wait = t0 + int(k * iv) - now
-            timeout = max(0.0, (wait - 1_000_000) / 1e9) if wait > SPIN_NS else 0
+            timeout = (wait - 200_000) // 1_000_000 / 1000 if wait > SPIN_NS else 0
         else:
             timeout = 0.01
         events = poll(timeout)
