@@ -40,8 +40,8 @@ _state = {"cfg": payloads.load(), "wait": 0.0, "tables": None}
 @events.init_command_line_parser.add_listener
 def _options(parser):
     parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS",
-                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2",
-                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N")
+                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2,mix=0",
+                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N,mix=N")
     parser.add_argument("--posenc-grpc", env_var="LOADTEST_GRPC", default="",
                         help="gRPC target HOST:PORT (default: the --host's host, port 8001)")
     parser.add_argument("--posenc-payloads", env_var="LOADTEST_PAYLOADS", default="",
@@ -68,6 +68,7 @@ def _configure(environment, **_kw):
     _state["wait"] = opts.posenc_wait
     NewSpecUser.wait_time = constant_pacing(opts.posenc_new_spec_every)
     _state["tables"] = mix.tables(opts.posenc_tables or None)
+    MixUser.weight = 0          # unless the weights or the scenario name it
     weights = opts.posenc_weights
     if opts.posenc_scenario == mix.NAME:
         weights = ",".join(f"{n}={ {'mix': 8, 'newspec': 1}.get(n, 0)}" for n in _CLASSES)
@@ -175,8 +176,10 @@ class V2RestUser(_PosencUser):
 
 
 class MixUser(_PosencUser):
-    """The realistic mix: every request a random table, way and positions (loadtest/mix.py)."""
-    weight = 0
+    """The realistic mix: every request a random table, way and positions (loadtest/mix.py). Its weight
+    is 0 unless --posenc-weights or --posenc-scenario gives it one (locust drops a class that
+    starts at 0 before the options are read)."""
+    weight = 1
 
     def on_start(self):
         super().on_start()

@@ -18,14 +18,7 @@ for _mod in ("hdrh", "uvicorn"):
         pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
 
 from posenc.loadtest import mix, probe, report, sender
-
-TABLES = {"length": 4096, "tables": [
-    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
-    {"family": "sinusoidal", "spec": {"d_model": 768}},
-    {"family": "alibi", "spec": {"num_heads": 8}},
-    {"family": "t5-buckets", "spec": {"bidirectional": True}},
-]}
-
+from tests.integration.loadtest_cases import TABLES
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
