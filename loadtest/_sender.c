@@ -13,7 +13,7 @@
  * lateness at that time (its own share), and its receive-and-parse time after epoll returned; and
  * the HTTP status (0: unanswered; 1: reset or malformed). Python (loadtest/sender.py) turns them
  * into histograms and rates. Answers are parsed as far as the status line, Content-Length and
- * "connection: close"; bodies are only counted.
+ * whether the server closes after them; bodies are only counted.
  *
  *     run(host, port, requests, rate, total, hard_stop_s, connections)
  *         -> (scheduled, queued, resets, latency, lag, rx, status)   (bytes: int64 x total, uint16)
@@ -52,6 +52,7 @@ typedef struct {
     size_t out_left;
     int64_t remaining;            /* -1: reading the head; else body bytes still due */
     int status, close_after;
+    int idle;                     /* on the stack of idle connections */
     size_t head_len;
     char head[HEAD_MAX];
 } Conn;
@@ -81,6 +82,19 @@ static int64_t now_ns(void) {
 }
 
 static int64_t sched(const Run *r, int64_t k) { return r->t0 + (int64_t)((double)k * r->iv); }
+
+static void push_idle(Run *r, Conn *c) {
+    if (!c->idle) {
+        c->idle = 1;
+        r->free_conns[r->nfree++] = c;
+    }
+}
+
+static Conn *pop_idle(Run *r) {
+    Conn *c = r->free_conns[--r->nfree];
+    c->idle = 0;
+    return c;
+}
 
 static int open_fd(Run *r) {
     int fd = socket(r->addr.ss_family, SOCK_STREAM, 0);
@@ -153,11 +167,13 @@ static void conn_next(Run *r, Conn *c) {
     if (r->p_head < r->p_tail)
         conn_send(r, c, r->pending[r->p_head++]);
     else
-        r->free_conns[r->nfree++] = c;
+        push_idle(r, c);
 }
 
 /* A reset, a malformed answer or a server close: the request in flight failed (status 1) and a
- * new connection takes the place of this one (if none can be opened, one fewer remains). */
+ * new connection takes the place of this one, idle (if none can be opened, one fewer remains); the
+ * loop hands it the oldest waiting request (never from here: a server that resets every request
+ * would otherwise recurse once per waiting request). */
 static void conn_drop(Run *r, Conn *c) {
     int64_t k = c->k;
     if (k >= 0) {
@@ -169,7 +185,7 @@ static void conn_drop(Run *r, Conn *c) {
     epoll_ctl(r->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (conn_open(r, c) == 0)
-        conn_next(r, c);
+        push_idle(r, c);
     else if (c->fd >= 0) {
         close(c->fd);
         c->fd = -1;
@@ -223,7 +239,9 @@ static int conn_feed(Conn *c, const char *buf, size_t n) {
         int64_t len = head_int(c->head, hl - 2, "content-length:", &found);
         if (!found || len < 0)
             return -1;
-        c->close_after = head_has(c->head, hl, "\nconnection: close");
+        /* the server closes after this answer: it says so, or answers HTTP/1.0 without keep-alive */
+        c->close_after = head_has(c->head, hl, "\nconnection: close") ||
+                         (c->head[7] == '0' && !head_has(c->head, hl, "\nconnection: keep-alive"));
         /* the bytes of this read after the head are body */
         int64_t body_here = (int64_t)(c->head_len - hl) + (int64_t)(n - take);
         c->remaining = len - body_here;
@@ -274,6 +292,8 @@ static int loop(Run *r, int64_t hard_stop, int64_t *scheduled) {
         return -1;
     int64_t k = 0;
     while (r->done < r->total) {
+        while (r->nfree && r->p_head < r->p_tail)   /* reopened connections take waiting requests */
+            conn_send(r, pop_idle(r), r->pending[r->p_head++]);
         int64_t now = now_ns();
         while (k < r->total) {
             int64_t tk = sched(r, k);
@@ -281,7 +301,7 @@ static int loop(Run *r, int64_t hard_stop, int64_t *scheduled) {
                 break;
             r->lag[k] = now - tk;
             if (r->nfree)
-                conn_send(r, r->free_conns[--r->nfree], k);
+                conn_send(r, pop_idle(r), k);
             else {
                 r->pending[r->p_tail++] = k;
                 r->queued++;
@@ -396,7 +416,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ConnectionError, "cannot connect to %s:%d: %s", host, port, strerror(errno));
             goto out;
         }
-        r.free_conns[r.nfree++] = &conns[i];
+        push_idle(&r, &conns[i]);
     }
     int64_t scheduled = 0;
     int rc;

@@ -57,7 +57,8 @@ class _Conn:
                 return -1
             e = head.find(b"\r\n", j)
             self.status = int(head[9:12])
-            self.close_after = b"\nconnection: close" in head
+            self.close_after = b"\nconnection: close" in head or (
+                head.startswith(b"http/1.0") and b"\nconnection: keep-alive" not in head)
             self.remaining = int(head[j + 15:e if e >= 0 else len(head)]) - (n - i - 4)
             self.buf = b""
         else:

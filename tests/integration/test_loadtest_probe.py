@@ -124,6 +124,37 @@ def test_a_server_that_cannot_keep_up_fell_behind():
     _no_latency_in_report(s)
 
 
+@pytest.mark.parametrize("which", ["c", "python"])
+def test_a_server_that_closes_after_each_answer(monkeypatch, which):
+    """An HTTP/1.0 server closes the connection after every answer: each answer counts, the probe
+    opens a new connection for the next request, and nothing is an error."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.setenv("POSENC_PROBE_SENDER", which)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        req = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+        s = probe.run_step("127.0.0.1", srv.server_address[1], [req], [0], ["x"], 200.0, duration=0.5,
+                           connections=4, warmup=0.1, target="http/1.0")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert s.errors == 0 and s.timeouts == 0 and s.resets == 0, s.status_counts
+    assert s.sent == 100 and s.completed == 100 and s.status_counts == {200: 100}
+
+
 def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
     """The Python sender offered 100,000/s over the realistic mix, far past what it and one worker
     on this machine answer: the step fell behind, and no latency is reported for it."""
