@@ -43,9 +43,12 @@ def _lua_str(b: bytes) -> str:
     return '"' + "".join(chr(c) if c in safe else "\\%03d" % c for c in b) + '"'
 
 
-def script(path: str, items: list[tuple[str, dict, bytes]]) -> None:
-    """items: (path, headers, body) cycled in order."""
-    def table(headers: dict) -> str:
+def script(path: str, items: list[tuple[str, dict | str, bytes]]) -> None:
+    """items: (path, headers, body) cycled in order; headers as a dict, or an Accept value alone
+    (with a JSON body: Content-Type application/json)."""
+    def table(headers: dict | str) -> str:
+        if isinstance(headers, str):
+            headers = {"Accept": headers, "Content-Type": "application/json"}
         return "{" + ", ".join("[%s] = %s" % (_lua_str(k.encode()), _lua_str(v.encode())) for k, v in headers.items()) + "}"
     reqs = ",\n  ".join("{%s, %s, %s}" % (_lua_str(p.encode()), table(h), _lua_str(b)) for p, h, b in items)
     with open(path, "w") as f:
