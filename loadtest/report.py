@@ -105,8 +105,8 @@ def plot(res: dict, path: str, f: dict) -> None:
               for name in ("posenc", "floor")}
     # Scale to the steps that kept up; a step that fell behind sits at the top edge, marked x.
     kept = [s["percentiles_us"][p] for v in series.values() for s in v if not _saturated(s) for p in PCTS]
-    top = max(kept) * 2.5 if kept else None
-    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else None
+    top = max(kept) * 2.5 if kept else 10_000.0
+    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else 10.0
     for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2)):
         steps = series[name]
         if not steps:
@@ -116,10 +116,9 @@ def plot(res: dict, path: str, f: dict) -> None:
             ax.plot([s["rate"] / 1000 for s in ok], [s["percentiles_us"][p] for s in ok], style, color=colors[p],
                     lw=lw, marker="o" if name == "posenc" else ".", label=f"{name} {p}")
         xs = [s["rate"] / 1000 for s in steps if _saturated(s)]
-        if xs and top:
-            ax.plot(xs, [top] * len(xs), "x", color="black", ms=9, mew=2)
-    if top:
-        ax.set_ylim(low, top)
+        if xs:
+            ax.plot(xs, [top] * len(xs), "x", color="black", ms=9, mew=2, clip_on=False)
+    ax.set_ylim(low, top)
     sat = f["saturation_rps"] / 1000
     if sat:
         for frac, ls in ((1.0, "-"), (0.8, ":"), (0.5, ":")):
