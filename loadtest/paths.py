@@ -30,10 +30,14 @@ def _family_route(route: str) -> bool:
     return route.startswith("/v1/") and route != "/v1/tables" or (route.startswith("/v2/models/") and route.endswith("/infer"))
 
 
-def scrape(url: str) -> dict:
-    """The counters this module reads, now."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
+def scrape(url: str) -> dict | None:
+    """The counters this module reads, now; None where /metrics cannot be read (a server elsewhere
+    behind a token, say): the report then leaves the paths out."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except (OSError, ValueError):
+        return None
     out = {"lane": http_json(url + "/v1/tables").get("lane_answers", 0), "routes": {}, "hot": {}, "answer": {}}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -77,7 +81,7 @@ def shares(before: dict, after: dict) -> dict:
     return res
 
 
-def describe(res: dict) -> str:
-    """One line: each way's share of the requests."""
-    parts = [f"{k} {v:.1%}" for k, v in res["shares"].items()]
-    return f"{res['requests']:,} requests: " + ", ".join(parts) + f"; below ASGI (the lane) {res['lane_share']:.1%}"
+def record(into: dict, key: str, before: dict | None, after: dict | None) -> None:
+    """``into[key]``: the shares between two scrapes, when both were read."""
+    if before is not None and after is not None:
+        into[key] = shares(before, after)

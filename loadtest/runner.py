@@ -166,7 +166,7 @@ def cmd_report(args) -> int:
                         with scenario.new_specs(args, url, res["new_specs"]):
                             before = paths.scrape(url)
                             r = wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
-                            res["paths"][f"wrk_{key}"] = paths.shares(before, paths.scrape(url))
+                            paths.record(res["paths"], f"wrk_{key}", before, paths.scrape(url))
                         return r
                     r = guard.measure(once, quality=lambda r: r["rps"])
                     res["wrk"][f"{name}_{key}"] = r
@@ -197,7 +197,7 @@ def cmd_report(args) -> int:
                                        args.probe_warmup, target=label or name)
                 time.sleep(0.2)
                 return dataclasses.asdict(r)
-            d = guard.measure(once, quality=lambda d: -(d["percentiles_us"] or {}).get("p99", 1e12))
+            d = guard.measure(once, quality=lambda d: (not d["fell_behind"], -(d["percentiles_us"] or {}).get("p99", 1e12)))
             _log(probe.format_step(probe.StepResult(**{k: v for k, v in d.items() if k in _STEP_FIELDS}))
                  + guard.note(d))
             return d
@@ -207,7 +207,7 @@ def cmd_report(args) -> int:
         for rate in rates:
             for name in ("floor", "posenc"):
                 steps[name].append(step(name, rate, args.probe_duration))
-        res["paths"]["probe"] = paths.shares(before, paths.scrape(url))
+        paths.record(res["paths"], "probe", before, paths.scrape(url))
         # Reproducibility: the first floor step again, after the sweep.
         again = step("floor", rates[0], args.probe_duration, "floor-again")
         # The probe's own ceiling: the fastest server here (the bare one) at its wrk saturation.
