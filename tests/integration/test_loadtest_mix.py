@@ -35,7 +35,7 @@ def test_realistic_mix_report_end_to_end(procs, tables, tmp_path):
     cmd = [PYTHON, "-m", "posenc", "loadtest", "--scenario", "realistic-mix", "--tables", tables, "--out", str(out),
            "--server-cpus", "", "--client-cpus", "", "--saturation", "400", "--fractions", "0.5",
            "--probe-duration", "1", "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1",
-           "--locust-time", "2", "--locust-users", "4", "--new-specs-per-s", "4", "--idle-budget", "0"]
+           "--locust-time", "4", "--locust-users", "4", "--new-specs-per-s", "4", "--idle-budget", "0"]
     p = procs.run(cmd, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
