@@ -1,5 +1,5 @@
-"""Build of the optional C extensions (the SIMD kernels and the HTTP hot path's template
-shortcut); all other metadata is in pyproject.toml.
+"""Build of the optional C extensions (the SIMD kernels, the HTTP hot path's template
+shortcut and the load test's open-loop sender); all other metadata is in pyproject.toml.
 
     python setup.py build_ext --inplace      # development build next to the sources
     POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
@@ -62,6 +62,9 @@ setup(
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
         Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels"],
                   depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h"], optional=_OPTIONAL),
+        # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
+        # runs its Python loop, which holds far lower rates (loadtest/sender.py says which ran)
+        Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -2,8 +2,10 @@
 bytes posenc answered them with.
 
 It reads the whole body (as posenc does) and answers with two ASGI sends carrying the same
-status, content-type and body posenc returned for that path, captured beforehand into a JSON file
-``{path: [content_type, base64 body]}``. Run under the same uvicorn settings as ``posenc serve``
+status, content-type and body posenc returned, captured beforehand: per request (``--requests``,
+a JSON list ``[path, base64 request body, content_type, base64 answer, [[header, value], ...]]``,
+looked up by path and body: the realistic mix, where every request has its own answer) or per path
+(``--bodies``, ``{path: [content_type, base64 body]}``) for anything else. Run under the same uvicorn settings as ``posenc serve``
 (uvloop, httptools, one worker, no access log, no server header), on the same pinned core, the
 probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
 uvicorn's HTTP handling. posenc minus floor is what posenc costs.
@@ -20,10 +22,13 @@ import json
 _DEFAULT = (b"application/octet-stream", b"floor")
 
 
-def make_app(bodies: dict[str, tuple[bytes, bytes]]):
+def make_app(bodies: dict[str, tuple[bytes, bytes]], requests: dict | None = None):
+    """``requests``: {(path, request body): (content_type, answer, extra headers)} (load_requests)."""
     responses = {}
     for path, (ctype, body) in bodies.items():
         responses[path] = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())], body
+    exact = {key: ([(b"content-type", ct), (b"content-length", b"%d" % len(body)), *extra], body)
+             for key, (ct, body, extra) in (requests or {}).items()}
     dflt = [(b"content-type", _DEFAULT[0]), (b"content-length", str(len(_DEFAULT[1])).encode())], _DEFAULT[1]
 
     async def app(scope, receive, send):
@@ -37,11 +42,14 @@ def make_app(bodies: dict[str, tuple[bytes, bytes]]):
                     return
         if scope["type"] != "http":
             return
+        chunks = []
         while True:                                  # read the body, as posenc does
             msg = await receive()
+            chunks.append(msg.get("body", b""))
             if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
                 break
-        headers, body = responses.get(scope["path"], dflt)
+        hit = exact.get((scope["path"], chunks[0] if len(chunks) == 1 else b"".join(chunks))) if exact else None
+        headers, body = hit or responses.get(scope["path"], dflt)
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -61,12 +69,31 @@ def save_bodies(path: str, bodies: dict[str, tuple[str, bytes]]) -> None:
         json.dump({p: [ct, base64.b64encode(b).decode()] for p, (ct, b) in bodies.items()}, f)
 
 
+def save_requests(path: str, answers: list[tuple[str, bytes, str, bytes, list]]) -> None:
+    """answers: (path, request body, content type, answer, [(header, value)]) per request."""
+    b64 = base64.b64encode
+    with open(path, "w") as f:
+        json.dump([[p, b64(rb).decode(), ct, b64(a).decode(), [list(h) for h in extra]]
+                   for p, rb, ct, a, extra in answers], f)
+
+
+def load_requests(path: str | None) -> dict:
+    """{(path, request body): (content type, answer, [(header, value)])}, all bytes."""
+    if not path:
+        return {}
+    with open(path) as f:
+        raw = json.load(f)
+    return {(p, base64.b64decode(rb)): (ct.encode(), base64.b64decode(a), [(k.encode(), v.encode()) for k, v in extra])
+            for p, rb, ct, a, extra in raw}
+
+
 def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespace:
     """--host, --port, --bodies of a floor server (this one, or loadtest/bare.py)."""
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")
+    p.add_argument("--requests", help="JSON list of [path, base64 request body, content_type, base64 answer, headers]")
     return p.parse_args(argv)
 
 
@@ -74,7 +101,7 @@ def main(argv=None) -> int:
     import uvicorn
 
     args = server_args("posenc.loadtest.floor", __doc__, 8100, argv)
-    app = make_app(load_bodies(args.bodies))
+    app = make_app(load_bodies(args.bodies), load_requests(args.requests))
     # The settings service/supervise/serve.py gives uvicorn, so only the app differs.
     uvicorn.run(app, host=args.host, port=args.port, workers=1, loop="uvloop", http="httptools",
                 lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=5,

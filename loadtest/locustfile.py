@@ -13,6 +13,10 @@ Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_
   never seen before, which the engine builds on demand.
 - ``V2RestUser`` and ``GrpcUser`` (KServe v2): the decode RoPE row as a v2 REST binary request and
   as a gRPC ModelInfer call (``--posenc-grpc HOST:PORT``; loadtest/grpc_user.py).
+- ``MixUser``: the ``realistic-mix`` scenario (loadtest/mix.py): each request drawn at random over the
+  table config's models (``--posenc-tables FILE``, default the embedded set), positions over each
+  table and past it, binary and JSON, /v1 and v2 REST. ``--posenc-scenario realistic-mix`` runs it
+  with ``NewSpecUser`` alone beside it (its weight 0 otherwise).
 
 Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/payloads.py).
 Think time: ``--posenc-wait SECONDS`` (default 0: each user sends back to back, closed loop).
@@ -27,17 +31,17 @@ import random
 
 from locust import FastHttpUser, constant_pacing, events, task
 
-from posenc.loadtest import payloads
+from posenc.loadtest import mix, payloads
 from posenc.loadtest.grpc_user import GrpcUser as _GrpcBase
 
-_state = {"cfg": payloads.load(), "wait": 0.0}
+_state = {"cfg": payloads.load(), "wait": 0.0, "tables": None}
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser):
     parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS",
-                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2",
-                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N")
+                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2,mix=0",
+                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N,mix=N")
     parser.add_argument("--posenc-grpc", env_var="LOADTEST_GRPC", default="",
                         help="gRPC target HOST:PORT (default: the --host's host, port 8001)")
     parser.add_argument("--posenc-payloads", env_var="LOADTEST_PAYLOADS", default="",
@@ -46,6 +50,10 @@ def _options(parser):
                         help="think time between a user's requests, seconds (0: back to back)")
     parser.add_argument("--posenc-new-spec-every", env_var="LOADTEST_NEW_SPEC_EVERY", type=float, default=5.0,
                         help="seconds between a NewSpecUser's requests")
+    parser.add_argument("--posenc-scenario", env_var="LOADTEST_SCENARIO", default="", choices=["", mix.NAME],
+                        help="realistic-mix: MixUser and NewSpecUser only (weights mix=8,newspec=1)")
+    parser.add_argument("--posenc-tables", env_var="LOADTEST_TABLES", default="",
+                        help="the server's table config (realistic-mix draws its specs from it; default: the embedded set)")
 
 
 _CLASSES = {}
@@ -59,7 +67,12 @@ def _configure(environment, **_kw):
     _state["cfg"] = payloads.load(opts.posenc_payloads or None)
     _state["wait"] = opts.posenc_wait
     NewSpecUser.wait_time = constant_pacing(opts.posenc_new_spec_every)
-    for part in opts.posenc_weights.split(","):
+    _state["tables"] = mix.tables(opts.posenc_tables or None)
+    MixUser.weight = 0          # unless the weights or the scenario name it
+    weights = opts.posenc_weights
+    if opts.posenc_scenario == mix.NAME:
+        weights = ",".join(f"{n}={ {'mix': 8, 'newspec': 1}.get(n, 0)}" for n in _CLASSES)
+    for part in weights.split(","):
         name, _, w = part.strip().partition("=")
         if name not in _CLASSES:
             raise ValueError(f"--posenc-weights: unknown user {name!r}; known: {', '.join(_CLASSES)}")
@@ -162,6 +175,38 @@ class V2RestUser(_PosencUser):
                 r.success()
 
 
+class MixUser(_PosencUser):
+    """The realistic mix: every request a random table, way and positions (loadtest/mix.py). Its weight
+    is 0 unless --posenc-weights or --posenc-scenario gives it one (locust drops a class that
+    starts at 0 before the options are read)."""
+    weight = 1
+
+    def on_start(self):
+        super().on_start()
+        self.tables = _state["tables"] or mix.tables()
+
+    @task
+    def draw(self):
+        t, way = self.mix.rng.choice(self.tables), self.mix.rng.choice(mix.WAYS)
+        path, headers, body = mix.request(t, way, self.mix.rng)
+        with self.client.post(path, data=body, headers=headers, name=f"mix {t['family']} {way}",
+                              catch_response=True) as r:
+            if r.status_code != 200 or not r.content:
+                r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
+            elif way.endswith("json") and not _parses(r.content):
+                r.failure("response is not JSON")
+            else:
+                r.success()
+
+
+def _parses(content: bytes) -> bool:
+    try:
+        json.loads(content)
+    except ValueError:
+        return False
+    return True
+
+
 class GrpcUser(_GrpcBase):
     """KServe v2 over gRPC: the decode RoPE row as ModelInfer."""
     weight = 2
@@ -177,4 +222,4 @@ class GrpcUser(_GrpcBase):
 
 
 _CLASSES.update(decode=DecodeUser, pipeline=PipelineUser, json=JsonUser, newspec=NewSpecUser, v2rest=V2RestUser,
-                grpc=GrpcUser)
+                grpc=GrpcUser, mix=MixUser)

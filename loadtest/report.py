@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 
+from . import report_mix
+
 PCTS = ("p50", "p90", "p99", "p99.9")
 
 
@@ -29,7 +31,14 @@ def _step_at(steps: list[dict], rate: float) -> dict | None:
 
 
 def _saturated(s: dict) -> bool:
-    return s["timeouts"] > 0 or s["achieved_rps"] < 0.97 * s["rate"]
+    """The step fell behind (loadtest/probe.py judge()); results from before that field: the old rule."""
+    return s.get("fell_behind", s["timeouts"] > 0 or s["achieved_rps"] < 0.97 * s["rate"])
+
+
+def _behind(s: dict) -> str:
+    who = s.get("behind")
+    return f"fell behind ({who}), {s['achieved_rps']:,.0f}/s achieved" if who else \
+        f"fell behind, {s['achieved_rps']:,.0f}/s achieved"
 
 
 def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_cores: int) -> dict:
@@ -49,7 +58,7 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
         f[f"at_{int(frac * 100)}"] = {
             "rate": round(frac * sat, -1),
             "posenc": s["percentiles_us"] if s else None, "floor": fl["percentiles_us"] if fl else None,
-            "saturated": _saturated(s) if s else None,
+            "saturated": _saturated(s) if s else None, "behind": _behind(s) if s and _saturated(s) else "",
             "noisy": bool(s and s.get("others_cores", 0) > (res.get("noise") or {}).get("limit_cores", 1e9))}
     kept = [s for s in posenc if not _saturated(s)]
     f["probe_knee_rps"] = max((s["rate"] for s in kept), default=0.0)
@@ -92,27 +101,24 @@ def plot(res: dict, path: str, f: dict) -> None:
 
     colors = dict(zip(PCTS, ("tab:green", "tab:blue", "tab:orange", "tab:red")))
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    series = {name: [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"]]
+    series = {name: [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"] or _saturated(s)]
               for name in ("posenc", "floor")}
     # Scale to the steps that kept up; a step that fell behind sits at the top edge, marked x.
     kept = [s["percentiles_us"][p] for v in series.values() for s in v if not _saturated(s) for p in PCTS]
-    top = max(kept) * 2.5 if kept else None
-    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else None
+    top = max(kept) * 2.5 if kept else 10_000.0
+    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else 10.0
     for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2)):
         steps = series[name]
         if not steps:
             continue
-        x = [s["rate"] / 1000 for s in steps]
+        ok = [s for s in steps if not _saturated(s)]
         for p in PCTS:
-            y = [min(s["percentiles_us"][p], top) if top else s["percentiles_us"][p] for s in steps]
-            ax.plot(x, y, style, color=colors[p], lw=lw, marker="o" if name == "posenc" else ".",
-                    label=f"{name} {p}")
-            xs = [xi for xi, s in zip(x, steps) if _saturated(s)]
-            ys = [yi for yi, s in zip(y, steps) if _saturated(s)]
-            if xs:
-                ax.plot(xs, ys, "x", color="black", ms=9, mew=2)
-    if top:
-        ax.set_ylim(low, top)
+            ax.plot([s["rate"] / 1000 for s in ok], [s["percentiles_us"][p] for s in ok], style, color=colors[p],
+                    lw=lw, marker="o" if name == "posenc" else ".", label=f"{name} {p}")
+        xs = [s["rate"] / 1000 for s in steps if _saturated(s)]
+        if xs:
+            ax.plot(xs, [top] * len(xs), "x", color="black", ms=9, mew=2, clip_on=False)
+    ax.set_ylim(low, top)
     sat = f["saturation_rps"] / 1000
     if sat:
         for frac, ls in ((1.0, "-"), (0.8, ":"), (0.5, ":")):
@@ -124,7 +130,10 @@ def plot(res: dict, path: str, f: dict) -> None:
     ax.set_xlabel("offered rate (k requests/s, open loop)")
     ax.set_ylabel("latency from scheduled send (µs)")
     kinds = ", ".join(s["kind"] for s in res.get("probe_requests", []))
-    ax.set_title(f"posenc vs raw ASGI floor, {kinds}; one server core; x = fell behind (drawn at the top edge)", fontsize=10)
+    if len(kinds) > 80:
+        kinds = f"{res.get('scenario', {}).get('name', '')} ({len(res.get('probe_requests', []))} kinds)"
+    ax.set_title(f"posenc vs raw ASGI floor, {kinds}; one server core\n"
+                 "x: fell behind (no latency; drawn at the top edge)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
@@ -183,9 +192,13 @@ def markdown(res: dict, f: dict) -> str:
              + f" | {_fmt(t['rps_per_core'], '/s')} |")
     for k, frac in (("at_50", "50%"), ("at_80", "80%")):
         d = f[k]
+        if d["saturated"]:
+            L.append(f"| p50 / **p99** at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
+                     f"no latency: {d['behind']} | p99 < {t['p99_us']:g} µs |")
+            continue
         pp = d["posenc"] or {}
         fl = d["floor"] or {}
-        sat_note = (" (fell behind)" if d["saturated"] else "") + (" ⚠ noisy" if d.get("noisy") else "")
+        sat_note = " ⚠ noisy" if d.get("noisy") else ""
         diff = (f"; posenc − floor {pp['p50'] - fl['p50']:+d} / {pp['p99'] - fl['p99']:+d} µs") if pp and fl else ""
         L.append(f"| p50 / **p99** at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
                  f"{_fmt(pp.get('p50'))} / **{_fmt(pp.get('p99'), ' µs')}**{sat_note} (floor {_fmt(fl.get('p50'))} / "
@@ -249,7 +262,14 @@ def markdown(res: dict, f: dict) -> str:
                          f"{_fmt(r.get('p50_us'))} | {_fmt(r.get('p99_us'))} | {_noise(r, lim)} |")
         L.append("")
 
+    L.append(report_mix.markdown(res))
     L.append("## Open-loop probe (latency from each request's scheduled send time)\n")
+    st0 = (res.get("probe", {}).get("posenc") or [{}])[0]
+    if st0.get("sender"):
+        L.append("Sender: " + ("C (loadtest/_sender.c: one thread, epoll, keep-alive connections, no pipelining)."
+                               if st0["sender"] == "c" else "the Python loop (loadtest/pyloop.py: the C sender is "
+                               "not built here, so high rates fall behind at the probe).")
+                 + f" {st0.get('connections')} connections; the probe ran on CPU(s) {a.get('client_cpus') or 'any'}.")
     pw = f.get("probe_work_us")
     if pw:
         lag, rx = pw["lag"], pw["rx"]
@@ -272,28 +292,36 @@ def markdown(res: dict, f: dict) -> str:
                  f"{rd['p50']:+d} µs, p90 {rd['p90']:+d} µs, p99 {rd['p99']:+d} µs.")
     if "probe_ceiling_rps" in f:
         c = res["probe_ceiling"]
-        L.append(f"Probe ceiling: offered {c['rate']:,.0f}/s to the floor (its wrk saturation), it completed "
-                 f"{c['achieved_rps']:,.0f}/s (loop lag p99 {c['loop_lag_us'].get('p99', 0)} µs)"
-                 + ("; rates above this measure the probe, not the server." if f["probe_ceiling_limited"] else "."))
+        L.append(f"Probe ceiling: offered {c['rate']:,.0f}/s to the bare asyncio server (its wrk saturation), it "
+                 f"completed {c['achieved_rps']:,.0f}/s (loop lag p99 {c['loop_lag_us'].get('p99', 0)} µs, "
+                 f"{c.get('late_share', 0):.1%} of sends over 1 ms late)"
+                 + (f"; {_behind(c)}." if f["probe_ceiling_limited"] else "."))
     L.append("")
     L.append("| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | posenc − floor p50 / p99 | probe lag / rx p99 µs | queued | errors | others' CPU |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     fl_steps = {s["rate"]: s for s in res.get("probe", {}).get("floor", [])}
     for s in res.get("probe", {}).get("posenc", []):
         for name, st in (("floor", fl_steps.get(s["rate"])), ("posenc", s)):
-            if st is None or not st["percentiles_us"]:
+            if st is None:
+                continue
+            if _saturated(st) or not st["percentiles_us"]:
+                L.append(f"| {st['rate']:,.0f} | {name} | ✗ {_behind(st)} | – | – | – | – | – | | "
+                         f"{st['loop_lag_us'].get('p99', '')} / {st.get('rx_us', {}).get('p99', '')} | "
+                         f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |")
                 continue
             p = st["percentiles_us"]
             diff = ""
-            if name == "posenc" and fl_steps.get(s["rate"]) and fl_steps[s["rate"]]["percentiles_us"]:
+            if name == "posenc" and fl_steps.get(s["rate"]) and fl_steps[s["rate"]]["percentiles_us"] \
+                    and not _saturated(fl_steps[s["rate"]]):
                 fp = fl_steps[s["rate"]]["percentiles_us"]
                 diff = f"{p['p50'] - fp['p50']:+d} / {p['p99'] - fp['p99']:+d}"
-            flag = " ✗" if _saturated(st) else ""
-            L.append(f"| {st['rate']:,.0f} | {name} | {st['achieved_rps']:,.0f}{flag} | {p['p50']} | {p['p90']} | "
+            L.append(f"| {st['rate']:,.0f} | {name} | {st['achieved_rps']:,.0f} | {p['p50']} | {p['p90']} | "
                      f"{p['p99']} | {p['p99.9']} | {st['max_us']} | {diff} | {st['loop_lag_us'].get('p99', '')} / "
                      f"{st.get('rx_us', {}).get('p99', '')} | "
                      f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |")
-    L.append("\n✗: fell behind the offered rate (achieved < 97% or requests unanswered at the end).\n")
+    L.append("\n✗: fell behind the offered rate: the server (under 97% of it answered, or answers missing at "
+             "the end) or the probe (over 1% of its sends more than 1 ms late): no latency is reported for it, "
+             "only the rate achieved.\n")
     L.append("![latency percentiles against offered rate](latency.png)\n")
 
     lc = res.get("locust")

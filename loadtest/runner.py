@@ -18,6 +18,7 @@ The load generators run pinned to --client-cpus; every step is bounded in time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -28,7 +29,9 @@ import sys
 import time
 import uuid
 
-from . import cpuwatch, h2load, locustrun, payloads, probe, report, servers, wrk
+from urllib.parse import urlsplit
+
+from . import cpuwatch, h2load, locustrun, paths, payloads, probe, report, scenario, servers, wrk
 
 DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.8,1.0,1.2,1.4"
 
@@ -43,6 +46,7 @@ def add_parser(sub, name: str = "report") -> None:
     p.add_argument("--client-cpus", default="1", help="taskset list for the load generators")
     p.add_argument("--out", help="report directory (default ./posenc-loadtest/<timestamp>)")
     p.add_argument("--kinds", default="rope-row", help="probe/wrk request kinds, e.g. rope-row:1,alibi-decode:1")
+    scenario.add_arguments(p)
     p.add_argument("--fractions", default=DEFAULT_FRACTIONS, help="probe rates as fractions of posenc saturation")
     p.add_argument("--rates", help="probe rates in requests/s instead of --fractions")
     p.add_argument("--probe-duration", type=float, default=3.0, help="measured seconds per probe rate")
@@ -125,25 +129,14 @@ def cmd_report(args) -> int:
                              "workers": args.workers, "cpus": cpus_s, "ready_s": round(time.monotonic() - t0, 2)}
             _log(f"posenc ready in {res['server']['ready_s']} s")
 
-        # 2. the probe's requests; the floor answers them with posenc's bytes ------------------------
-        host_hdr = url.split("//", 1)[1]
-        reqs, kidx, names = probe.build_requests(host_hdr, probe.parse_kinds(args.kinds), cfg=cfg)
-        bodies, samples = {}, []
-        for name in names:
-            path, accept, _ = payloads.KINDS[name]
-            b = reqs[kidx.index(names.index(name))].split(b"\r\n\r\n", 1)[1]
-            status, ctype, content = servers.http_post(url + path, b, accept)
-            if status != 200:
-                raise RuntimeError(f"posenc answered {status} to the probe's {name} request: {content[:300]!r}")
-            bodies[path] = (ctype, content)
-            samples.append({"kind": name, "path": path, "request_bytes": len(b), "response_bytes": len(content),
-                            "content_type": ctype})
-        res["probe_requests"] = samples
-        bodies_path = os.path.join(out, "floor_bodies.json")
-        from .floor import save_bodies
-        save_bodies(bodies_path, bodies)
+        # 2. the probe's requests; the floors answer each with posenc's bytes ------------------------
+        pool = scenario.prepare(args, url, cfg, out)
+        reqs, kidx, names = pool["requests"], pool["kinds"], pool["names"]
+        res["probe_requests"] = pool["samples"]
+        res["scenario"] = {"name": args.scenario, "pool": pool["pool"], "kinds": names}
         fport = servers.free_port()
-        floor = servers.start_floor(fport, bodies_path, cpus_s, log_path=os.path.join(out, "floor.log"))
+        floor = servers.start_floor(fport, None, cpus_s, log_path=os.path.join(out, "floor.log"),
+                                    requests=pool["floor_requests"])
         started.append(floor)
         floor.wait_ready(timeout=30)
         _log(f"floor on :{fport}")
@@ -151,7 +144,8 @@ def cmd_report(args) -> int:
         res["server"]["lane"] = servers.http_json(url + "/v1/tables").get("lane", "?")
         # the bare asyncio + httptools server: the Python ceiling the hot lane is measured against (wrk)
         bport = servers.free_port()
-        bare = servers.start_floor(bport, bodies_path, cpus_s, log_path=os.path.join(out, "bare.log"), kind="bare")
+        bare = servers.start_floor(bport, None, cpus_s, log_path=os.path.join(out, "bare.log"), kind="bare",
+                                   requests=pool["floor_requests"])
         started.append(bare)
         bare.wait_ready(timeout=30)
 
@@ -159,26 +153,29 @@ def cmd_report(args) -> int:
         guard = NoiseGuard([x.proc.pid for x in started], args.idle_budget, args.noise_cores)
 
         # 3. wrk: C-client round trip and saturation --------------------------------------------------
-        res["wrk"] = {}
+        res["wrk"], res["paths"], res["new_specs"] = {}, {}, []
         sat = args.saturation
         if args.wrk and wrk.available():
             lua = os.path.join(out, "wrk.lua")
-            items = []
-            for raw, k in zip(reqs[:64], kidx):
-                path, accept, _ = payloads.KINDS[names[k]]
-                items.append((path, accept, raw.split(b"\r\n\r\n", 1)[1]))
-            wrk.script(lua, items)
+            wrk.script(lua, pool["items"])
             for name, u in {**targets, "bare": bare.url}.items():
                 for conns, key in ((1, "rtt"), (args.wrk_connections, "max")):
-                    r = guard.measure(lambda u=u, conns=conns: wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c),
-                                      quality=lambda r: r["rps"])
+                    def once(u=u, conns=conns, name=name, key=key):
+                        if name != "posenc":
+                            return wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
+                        with scenario.new_specs(args, url, res["new_specs"]):
+                            before = paths.scrape(url)
+                            r = wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
+                            paths.record(res["paths"], f"wrk_{key}", before, paths.scrape(url))
+                        return r
+                    r = guard.measure(once, quality=lambda r: r["rps"])
                     res["wrk"][f"{name}_{key}"] = r
                     _log(f"wrk {name} -c{conns}: {r['rps']:.0f}/s p50 {r['latency_us']['p50']} µs "
                          f"p99 {r['latency_us']['p99']} µs failures {r['failures']}{guard.note(r)}")
             if sat is None:
                 sat = res["wrk"]["posenc_max"]["rps"]
         if sat is None:   # no wrk: find the knee with the probe itself
-            sat = _probe_knee(targets["posenc"], args, cfg)
+            sat = _probe_knee(targets["posenc"], args, reqs, kidx, names)
         res["saturation_rps"] = sat
 
         # 4. the open-loop probe ------------------------------------------------------------------
@@ -192,24 +189,31 @@ def cmd_report(args) -> int:
                 rates.append(r)
         rates = sorted(set(rates))
         def step(name: str, rate: float, duration: float, label: str | None = None) -> dict:
+            u = urlsplit(targets[name])
+
             def once():
-                r = probe.sweep(targets[name], [rate], duration, args.kinds, args.connections,
-                                args.probe_warmup, target=label or name, cfg=cfg)[0]
+                with scenario.new_specs(args, url, res["new_specs"]) if name == "posenc" else _nothing():
+                    r = probe.run_step(u.hostname, u.port, reqs, kidx, names, rate, duration, args.connections,
+                                       args.probe_warmup, target=label or name)
+                time.sleep(0.2)
                 return dataclasses.asdict(r)
-            d = guard.measure(once, quality=lambda d: -(d["percentiles_us"] or {}).get("p99", 1e12))
+            d = guard.measure(once, quality=lambda d: (not d["fell_behind"], -(d["percentiles_us"] or {}).get("p99", 1e12)))
             _log(probe.format_step(probe.StepResult(**{k: v for k, v in d.items() if k in _STEP_FIELDS}))
                  + guard.note(d))
             return d
 
         steps = {"floor": [], "posenc": []}
+        before = paths.scrape(url)
         for rate in rates:
             for name in ("floor", "posenc"):
                 steps[name].append(step(name, rate, args.probe_duration))
+        paths.record(res["paths"], "probe", before, paths.scrape(url))
         # Reproducibility: the first floor step again, after the sweep.
         again = step("floor", rates[0], args.probe_duration, "floor-again")
-        # The probe's own ceiling: the floor at its wrk saturation (or 3x posenc's); last, it floods.
-        fsat = res["wrk"].get("floor_max", {}).get("rps") or 3 * sat
-        ceiling = step("floor", round(fsat, -1), min(2.0, args.probe_duration), "floor-max")
+        # The probe's own ceiling: the fastest server here (the bare one) at its wrk saturation.
+        targets["bare"] = bare.url
+        fsat = res["wrk"].get("bare_max", {}).get("rps") or 3 * sat
+        ceiling = step("bare", round(fsat, -1), min(2.0, args.probe_duration), "bare-max")
         res["probe"] = steps
         res["probe_ceiling"] = ceiling
         res["probe_repeat"] = again
@@ -226,8 +230,7 @@ def cmd_report(args) -> int:
                                           run_time=args.locust_time, processes=args.locust_processes,
                                           cpus=cpus_c, weights=args.locust_weights, payloads=args.payloads,
                                           log_path=os.path.join(out, "locust.log"),
-                                          extra=["--posenc-grpc", res["server"]["grpc"]]
-                                          if res["server"].get("grpc") else None)
+                                          extra=scenario.locust_args(args, res["server"].get("grpc")))
             agg = res["locust"].get("Aggregated", {})
             _log(f"locust: {agg.get('rps', 0):.0f}/s, {agg.get('failures', 0)} failures")
     finally:
@@ -248,6 +251,11 @@ def cmd_report(args) -> int:
 
 
 _STEP_FIELDS = {f.name for f in dataclasses.fields(probe.StepResult)}
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
 
 
 def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) -> dict:
@@ -331,12 +339,14 @@ class NoiseGuard:
                 "steps": len(self.results), "retried": sum(1 for r in self.results if r.get("retried"))}
 
 
-def _probe_knee(url: str, args, cfg) -> float:
+def _probe_knee(url: str, args, reqs, kidx, names) -> float:
     """Without wrk: double the rate until the probe sees posenc fall behind; the last kept-up rate."""
+    u = urlsplit(url)
     rate, last_ok = 500.0, 500.0
     while rate < 1e6:
-        s = probe.sweep(url, [rate], 1.0, args.kinds, args.connections, 0.3, target="knee", cfg=cfg, log=_log)[0]
-        if s.saturated:
+        s = probe.run_step(u.hostname, u.port, reqs, kidx, names, rate, 1.0, args.connections, 0.3, target="knee")
+        _log(probe.format_step(s))
+        if s.fell_behind:
             return max(last_ok, s.achieved_rps)
         last_ok, rate = rate, rate * 2
     return last_ok

@@ -49,14 +49,14 @@ def http_json(url: str, timeout: float = 5.0) -> dict:
         return {}
 
 
-def http_post(url: str, body: bytes, accept: str, timeout: float = 30.0) -> tuple[int, str, bytes]:
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Accept": accept, "Content-Type": "application/json"})
+def http_post_headers(url: str, body: bytes, headers: dict, timeout: float = 30.0) -> tuple[int, dict, bytes]:
+    """(status, lower-cased response headers, body) of one POST."""
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.headers.get("content-type", ""), r.read()
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("content-type", ""), e.read()
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
 
 
 class Server:
@@ -112,12 +112,14 @@ def start_posenc(port: int, namespace: str, tables: str | None = None, workers: 
 
 
 def start_floor(port: int, bodies: str | None = None, cpus: str | None = None,
-                log_path: str | None = None, kind: str = "floor") -> Server:
+                log_path: str | None = None, kind: str = "floor", requests: str | None = None) -> Server:
     """The raw-ASGI floor (kind "floor", loadtest/floor.py) or the bare asyncio + httptools
-    server (kind "bare", loadtest/bare.py), answering each path with the captured bytes."""
+    server (kind "bare", loadtest/bare.py), answering each request (or path) with the captured bytes."""
     cmd = [sys.executable, "-m", f"posenc.loadtest.{kind}", "--port", str(port)]
     if bodies:
         cmd += ["--bodies", os.path.abspath(bodies)]
+    if requests:
+        cmd += ["--requests", os.path.abspath(requests)]
     return Server(kind, cmd, port, "/", cpus=cpus, log_path=log_path)
 
 

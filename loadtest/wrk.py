@@ -20,7 +20,7 @@ request = function()
 end
 init = function(args)
   for j, r in ipairs(reqs) do
-    reqs[j] = wrk.format("POST", r[1], {["Accept"] = r[2], ["Content-Type"] = "application/json"}, r[3])
+    reqs[j] = wrk.format("POST", r[1], r[2], r[3])
   end
 end
 done = function(summary, latency, requests)
@@ -39,13 +39,18 @@ def available() -> str | None:
 
 
 def _lua_str(b: bytes) -> str:
-    return '"' + "".join(c if c.isalnum() or c in " {}[]:,._-" else "\\%03d" % ord(c) for c in b.decode()) + '"'
+    safe = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 {}[]:,._-")
+    return '"' + "".join(chr(c) if c in safe else "\\%03d" % c for c in b) + '"'
 
 
-def script(path: str, items: list[tuple[str, str, bytes]]) -> None:
-    """items: (path, accept, body) cycled in order."""
-    reqs = ",\n  ".join("{%s, %s, %s}" % (_lua_str(p.encode()), _lua_str(a.encode()), _lua_str(b))
-                        for p, a, b in items)
+def script(path: str, items: list[tuple[str, dict | str, bytes]]) -> None:
+    """items: (path, headers, body) cycled in order; headers as a dict, or an Accept value alone
+    (with a JSON body: Content-Type application/json)."""
+    def table(headers: dict | str) -> str:
+        if isinstance(headers, str):
+            headers = {"Accept": headers, "Content-Type": "application/json"}
+        return "{" + ", ".join("[%s] = %s" % (_lua_str(k.encode()), _lua_str(v.encode())) for k, v in headers.items()) + "}"
+    reqs = ",\n  ".join("{%s, %s, %s}" % (_lua_str(p.encode()), table(h), _lua_str(b)) for p, h, b in items)
     with open(path, "w") as f:
         f.write(_LUA % {"reqs": reqs})
 

@@ -189,7 +189,7 @@ def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, .
 
 @pytest.mark.parametrize("pattern, folders, limit, skip", [
     ("*.py", ("engine", "service", "src", "loadtest"), MAX_PY_LINES, GENERATED),
-    ("*.c", ("engine", "service"), MAX_C_LINES, ()),
+    ("*.c", ("engine", "service", "loadtest"), MAX_C_LINES, ()),
 ], ids=["python", "c"])
 def test_no_module_is_over_its_size(pattern, folders, limit, skip):
     over = _over(pattern, folders, limit, skip)
