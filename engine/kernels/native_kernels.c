@@ -168,17 +168,7 @@ static int check_rows(const Py_buffer *rv, Py_ssize_t nrows)
  * Kernels
  * ------------------------------------------------------------------------------------------- */
 
-/* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
- * most of that latency (a hint only: no effect on results, none where unsupported). */
-#define PREFETCH_AHEAD 8
-static inline void prefetch_row(const char *p, size_t bytes)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    for (size_t off = 0; off < bytes && off < 512; off += 64) __builtin_prefetch(p + off, 0, 3);
-#else
-    (void)p; (void)bytes;
-#endif
-}
+#define prefetch_row native_prefetch_row
 
 PyDoc_STRVAR(gather_rows_doc, "gather_rows(table, rows, out)\n--\n\nout[i] = table[rows[i]].");
 
@@ -539,7 +529,7 @@ PyDoc_STRVAR(sincos_doc,
              "angle = float64(p) * freqs[k]; out = round(cos/sin(angle) * scale) (libm, within"
              " 1 ulp of numpy). True if an output is +-inf.");
 
-static void sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos,
+void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos,
                        Py_ssize_t n, double scale, char *oc, char *os, int dt, int *over)
 {
     const size_t es = dt == DT_F32 ? 4 : 2;
@@ -599,7 +589,7 @@ static PyObject *py_sincos(PyObject *self, PyObject *args, PyObject *kw)
     {
         const Level *lv = native_level;
         Py_BEGIN_ALLOW_THREADS
-        sincos_run(lv, (const double *)f->buf, shape[1], (const int64_t *)p->buf, shape[0], scale,
+        native_sincos_run(lv, (const double *)f->buf, shape[1], (const int64_t *)p->buf, shape[0], scale,
                    (char *)c->buf, (char *)s->buf, dt, &over);
         Py_END_ALLOW_THREADS
     }
@@ -622,5 +612,6 @@ PyMethodDef native_kernel_methods[] = {
     {"t5_block", (PyCFunction)(void (*)(void))py_t5_block, METH_VARARGS | METH_KEYWORDS,
      t5_block_doc},
     {"sincos", (PyCFunction)(void (*)(void))py_sincos, METH_VARARGS | METH_KEYWORDS, sincos_doc},
+    {"rows_lookup", (PyCFunction)(void (*)(void))native_rows_lookup, METH_FASTCALL, native_rows_lookup_doc},
     {NULL, NULL, 0, NULL},
 };
