@@ -43,6 +43,7 @@ except ImportError:      # no extension: every lookup takes the pipeline path
 DT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # the order of native.h's DT_*
 MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}   # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
+_INT64 = np.dtype(np.int64)
 TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
@@ -97,6 +98,9 @@ class Handle:
         self.width = {k: probe[k].shape[-1] for k in self.names}
         self.dtype = self._req.dtype
         self.np_dtype = DTYPES[self.dtype] if self.dtype else None
+        self._widths = tuple(self.width[k] for k in self.names)
+        row_bytes = sum(self._widths) * (self.np_dtype.itemsize if self.dtype else 4)
+        self._max_rows = (1 << 62) if max_bytes is None else max_bytes // row_bytes   # more: the pipeline's 413
         self._extras = {k: v for k, v in probe.items() if k not in self.names}
         self.extras = None   # the answer's other entries, where they do not follow the positions
         self._plan, self._view, self._next = None, None, 0.0
@@ -163,10 +167,18 @@ class Handle:
         """{name: array} for these positions ([N] or [B, N]): numpy, or torch when ``out`` or
         ``positions`` is torch; written into ``out`` ({name: array}, or a tuple in ``names``
         order) when given."""
-        self.refresh()
+        if time.monotonic() >= self._next:
+            self.refresh()
+        plan = self._plan
+        if out is None and plan is not None and type(positions) is np.ndarray and positions.ndim == 1 and \
+                positions.dtype == _INT64 and positions.shape[0] <= self._max_rows and positions.flags.c_contiguous:
+            n, dt = positions.shape[0], self.np_dtype   # the common call, kept short: new numpy outputs
+            outs = tuple([np.empty((n, w), dt) for w in self._widths])
+            r = _native.rows_lookup(plan, positions, outs)
+            if r == 0 or r > 0 and not self._view.growable:
+                return dict(zip(self.names, outs))
         pos, as_torch = self._positions(positions)
         outs, as_torch = self._outs(pos.shape, out, as_torch)
-        plan = self._plan
         if plan is not None:
             r = _native.rows_lookup(plan, pos, outs[1])
         else:
@@ -233,9 +245,9 @@ class Handle:
     def _outs(self, shape, out, as_torch):
         """(what lookup returns, their numpy views for C) for positions of ``shape``."""
         if out is None:
-            if self.max_bytes is not None and np.prod(shape) * sum(self.width.values()) * \
-                    self.np_dtype.itemsize > self.max_bytes:
-                self.client.lookup(self.family, {**self.spec, "positions": list(range(int(np.prod(shape))))},
+            n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+            if n > self._max_rows:
+                self.client.lookup(self.family, {**self.spec, "positions": list(range(n))},
                                    self.max_bytes)   # raises the pipeline's 413
             if as_torch:
                 return _torch_empty(self, shape)

@@ -24,6 +24,9 @@ const char native_rows_lookup_doc[] =
     "rows_lookup(plan, positions, outs) -> int\n--\n\nThe resolved lookup (engine/lookup.py).";
 
 #define POS_LIMIT ((int64_t)1 << 31)
+#ifndef LOOKUP_AHEAD
+#define LOOKUP_AHEAD PREFETCH_AHEAD /* rows prefetched ahead: every table's row of position i + LOOKUP_AHEAD */
+#endif
 static inline void put_cols(char *dst, const char *src, const int32_t *map, Py_ssize_t D, Py_ssize_t es)
 {
     if (es == 2) {
@@ -194,14 +197,14 @@ PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t n
         interleave_fn inter = lv->interleave;
         int over = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (int k = 0; k < K; k++) {
+        for (int k = 0; k < K; k++) { /* one table at a time: measured faster than rows across tables */
             const char *s0 = src[k];
             char *d0 = dst[k];
             for (Py_ssize_t i = 0; i < n; i++) {
                 int64_t r = pos[i] + offset;
+                if (i + LOOKUP_AHEAD < n && pos[i + LOOKUP_AHEAD] + offset < length)
+                    native_prefetch_row(s0 + (size_t)(pos[i + LOOKUP_AHEAD] + offset) * rb, rb);
                 if (r >= length) continue;
-                if (i + PREFETCH_AHEAD < n && pos[i + PREFETCH_AHEAD] + offset < length)
-                    native_prefetch_row(s0 + (size_t)(pos[i + PREFETCH_AHEAD] + offset) * rb, rb);
                 const char *s = s0 + (size_t)r * rb;
                 char *d = d0 + (size_t)i * ob;
                 switch (mode) {
