@@ -32,10 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
-from bench_engine import fmt, steady_malloc  # noqa: E402  (beside this script)
+from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
 from posenc.engine.client import Client  # noqa: E402
-from tests.procs import Procs, unique_namespace  # noqa: E402
-from tests.shm import remove_leftovers, shm_files  # noqa: E402
 from timing import timeit  # noqa: E402
 
 N_ROWS = 131072
@@ -153,21 +151,12 @@ def main() -> int:
           f"numpy {np.__version__}, torch {torch.__version__} (1 thread), backend {kernels_info()}, "
           f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
     print()
-    procs = Procs(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_lookup.{os.getpid()}")
-    ns = unique_namespace("pbench")
     tables = [{"family": "rope", "spec": {k: v for k, v in s.items() if k not in ("dtype", "layout")},
                "dtypes": [s["dtype"]]} for s in SPECS.values()]
-    try:
-        eng = procs.engine({"length": N_ROWS, "tables": tables}, ns, timeout=120)
-        client = Client(namespace=ns)
-        client.wait_ready(10)
+    with engine_client({"length": N_ROWS, "tables": tables}, "bench_lookup") as (_, eng, client):
         for name, spec in SPECS.items():
             bench_spec(client, name, spec, args.repeat, args.min_time)
         assert eng.stop() == 0, eng.logs()
-    finally:
-        procs.cleanup()
-        left = remove_leftovers(ns)
-    assert not left and not shm_files(ns), f"left in /dev/shm: {left}"
     print(f"load average at the end {os.getloadavg()[0]:.1f}; nothing of the namespace left in /dev/shm")
     return 0
 

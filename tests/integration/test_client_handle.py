@@ -164,3 +164,41 @@ def test_a_handle_follows_growth_and_eviction_of_on_demand_tables(ns, procs):
     assert eng.manifest()["stats"]["evictions"] >= 1
     _same(h.lookup(pos), "rope", spec, pos)       # its mapping stays right
     assert eng.stop() == 0
+
+
+@pytest.mark.skipif(not FAST, reason="the C plan needs the simd backend")
+def test_every_dispatch_level_gives_the_same_bits(ns, procs):
+    from posenc.engine.kernels import _native
+
+    eng = procs.engine(_config(), ns)
+    c = eng.client()
+    rng = np.random.default_rng(3)
+    handles = [(f, {**s, "dtype": dt}) for f, s in CASES for dt in DTYPES]
+    handles = [(f, s, c.handle(f, s)) for f, s in handles]
+    first = _native.LEVEL
+    try:
+        for level in _native.levels():
+            _native._set_level(level)
+            for family, spec, h in handles:
+                pos = _positions(rng, 6)
+                _same(h.lookup(pos), family, spec, pos)
+    finally:
+        _native._set_level(first)
+    assert eng.stop() == 0
+
+
+@pytest.mark.skipif(not FAST, reason="the C plan needs the simd backend")
+def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns, procs, monkeypatch):
+    from posenc.engine import lookup
+
+    def swapped(view, req, tables):   # cos columns where sin belongs: not the family's table rows
+        freqs, scale, (pmap,) = lookup._past_sinusoidal(view, req, tables)
+        h = freqs.shape[0]
+        return freqs, scale, [[c - h if c >= h else c + h for c in pmap]]
+    monkeypatch.setitem(lookup.PAST, "sinusoidal", swapped)
+    eng = procs.engine(_config(), ns)
+    h = eng.client().handle("sinusoidal", SINUSOIDAL[0])
+    assert h.fast and h._plan[5] is None          # gathers in C, rows past the table by the pipeline
+    pos = _positions(np.random.default_rng(1), 8)
+    _same(h.lookup(pos), "sinusoidal", SINUSOIDAL[0], pos)
+    assert eng.stop() == 0
