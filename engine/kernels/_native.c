@@ -7,6 +7,8 @@
  *   _native.c          the module: the dispatch level in use, features(), levels(), _set_level()
  *   native_levels.c    the loops compiled once per dispatch level, the roundings, the levels
  *   native_kernels.c   the kernels: arguments checked as numpy_impl.py checks them, then the work
+ *   native_lookup.c    rows_lookup, the resolved lookup of engine/lookup.py (no numpy twin: with
+ *                      the numpy backend a handle answers through the pipeline)
  *
  * Rounding: every float64 -> float32/float16/bfloat16 conversion rounds once, to nearest-even,
  * straight from float64 (engine/dtypes.py). float64 -> float16 must NOT go through an ordinary
