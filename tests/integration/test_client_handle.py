@@ -202,3 +202,21 @@ def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns
     pos = _positions(np.random.default_rng(1), 8)
     _same(h.lookup(pos), "sinusoidal", SINUSOIDAL[0], pos)
     assert eng.stop() == 0
+
+
+def test_a_stored_grid_is_gathered_and_its_refusals_are_the_pipelines(ns, procs):
+    """sinusoidal-grid (a whole table, extra tokens first): rows gathered in C, the positions past
+    the grid refused at the pipeline's field."""
+    spec = {"embed_dim": 32, "grid_size": 8, "extra_tokens": 1}
+    eng = procs.engine({"length": LENGTH, "tables": [{"family": "sinusoidal-grid", "spec": spec, "dtypes": DTYPES}]}, ns)
+    c, rng = eng.client(), np.random.default_rng(11)
+    for dtype in DTYPES:
+        s = {**spec, "dtype": dtype}
+        h = c.handle("sinusoidal-grid", s)
+        assert h.fast == FAST
+        batch = rng.integers(0, 65, (4, 9))
+        got = h.lookup(batch)["encoding"]
+        for b in range(4):
+            _same({"encoding": got[b]}, "sinusoidal-grid", s, batch[b])
+        assert _loc(lambda: h.lookup([3, 65])) == _loc(lambda: compute("sinusoidal-grid", {**s, "positions": [3, 65]}))
+    assert eng.stop() == 0
