@@ -234,8 +234,14 @@ class Handle:
         else:
             raise SpecError(("positions",), f"must be a [N] or [B, N] array, got shape {list(pos.shape)}")
         for row in pos.reshape(-1, pos.shape[-1]):   # positions fine: what the pipeline refuses
-            self.client.lookup(self.family, {**self.spec, "positions": row.tolist()}, self.max_bytes)
+            self._by_pipeline(row.tolist())
         raise SpecError(("positions",), "refused")
+
+    def _by_pipeline(self, positions) -> dict:
+        """The pipeline's answer (or refusal: 413, 422) for these positions, never through a handle."""
+        req = self.client.resolve(self.family, {**self.spec, "positions": positions})
+        pipeline.check(req, self.max_bytes)
+        return self.client.answer(req)
 
     def _refuse_list(self, rows, nested):
         for b, row in enumerate(rows):
@@ -247,8 +253,7 @@ class Handle:
         if out is None:
             n = shape[0] * (shape[1] if len(shape) > 1 else 1)
             if n > self._max_rows:
-                self.client.lookup(self.family, {**self.spec, "positions": list(range(n))},
-                                   self.max_bytes)   # raises the pipeline's 413
+                self._by_pipeline(list(range(n)))   # raises the pipeline's 413
             if as_torch:
                 return _torch_empty(self, shape)
             arrs = tuple(np.empty((*shape, self.width[k]), self.np_dtype) for k in self.names)
@@ -263,7 +268,7 @@ class Handle:
     def _answer_by_pipeline(self, pos, views):
         """The same bits through the pipeline, row by row of a batch, copied into ``views``."""
         for b, row in enumerate(pos.reshape(-1, pos.shape[-1])):
-            ans = self.client.answer(self.client.resolve(self.family, {**self.spec, "positions": row.tolist()}))
+            ans = self._by_pipeline(row.tolist())
             for k, v in zip(self.names, views):
                 v.reshape(-1, row.size, self.width[k])[b] = ans[k]
 

@@ -89,6 +89,10 @@ def test_handle_is_compute_bit_for_bit_single_batched_and_torch(ns, procs, dtype
     assert eng.stop() == 0
 
 
+def bits_of(answer: dict) -> dict:
+    return {k: np.asarray(v).tobytes() for k, v in answer.items()}
+
+
 def _loc(fn):
     with pytest.raises(SpecError) as e:
         fn()
@@ -105,6 +109,15 @@ def test_bad_positions_and_outs_are_refused_at_the_pipelines_field(ns, procs):
         assert _loc(lambda: h.lookup(bad)) == want, bad
         if bad and all(type(v) is int and -2**63 <= v < 2**63 for v in bad):
             assert _loc(lambda: h.lookup(np.array(bad, np.int64))) == want, bad
+    from posenc.engine.errors import TooLarge
+    for _ in range(2):   # Client.lookup through the handle it keeps: the pipeline's 413 and 422
+        assert bits_of(c.lookup("rope", {**spec, "positions": [5]}, max_bytes=1000)) == \
+            bits_of(compute("rope", {**spec, "positions": [5]}))
+        with pytest.raises(TooLarge):
+            c.lookup("rope", {**spec, "positions": list(range(40))}, max_bytes=1000)
+        assert _loc(lambda: c.lookup("rope", {**spec, "positions": [1, -1]}, max_bytes=1000)) == ("positions", 1)
+    with pytest.raises(TooLarge):
+        c.handle("rope", spec, max_bytes=1000).lookup(np.arange(40))
     assert _loc(lambda: h.lookup([[0, 1], [2, -5]])) == ("positions", 1, 1)
     assert _loc(lambda: h.lookup(np.array([[0, 1], [2**31, 0]]))) == ("positions", 1, 0)
     assert _loc(lambda: h.lookup(np.zeros((2, 2, 2), np.int64))) == ("positions",)
