@@ -50,7 +50,8 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 # Each extension's sources, one file per concern; its headers are dependencies (a change rebuilds
 # it): its private one, engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute, and
 # engine/kernels/native_api.h, the capsule through which the shortcut borrows the sincos kernel.
-NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c")]
+NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c",
+                                         "native_lookup.c")]
 HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
                                           "hot_fill.c", "hot_json.c")]
 

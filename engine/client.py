@@ -27,10 +27,12 @@ import warnings
 from typing import Mapping
 
 import numpy as np
+import orjson
 
 from . import fdpass, pipeline, store
 from .dtypes import BFLOAT16, DEFAULT_DTYPE
 from .errors import EngineUnavailable, NotStored, SpecError
+from .lookup import Handle
 from .pipeline import DEFAULT_MAX_BYTES, Pipeline, Request
 from .tables import FAMILIES, TableDef
 from .tables.rope import DEFAULT_LAYOUT, HALF_SPLIT
@@ -85,6 +87,7 @@ NO_FILE_RECHECK_S = 1.0   # how often the engine is asked for its manifest when 
 ASK_TIMEOUT_S = 5.0       # a manifest or a segment asked of the engine (not a build) takes at most this
 ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
 MAX_PENDING_ASKS = 64  # tables asked for at once; more are dropped (and their requests computed)
+MAX_HANDLES = 256     # resolved specs Client.lookup keeps (engine/lookup.py); past it, it starts afresh
 ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
 
 
@@ -105,6 +108,7 @@ class Client:
         self._asks: dict[str, tuple[int, float]] = {}   # digest -> (rows asked, when): asked, not yet there
         self._queue: queue.SimpleQueue | None = None    # digests to ask the engine for, by daemon threads
         self._flying: dict[str, list] = {}               # digest -> [TableDef, reach]: queued or on its way
+        self._handles: dict = {}                          # (family, max_bytes, spec JSON) -> Handle
         self.pipeline = Pipeline(named=self.named_tables)
 
     # -- manifest ----------------------------------------------------------------------------
@@ -360,8 +364,37 @@ class Client:
         """The arrays for a planned request: from its shared table, or computed directly."""
         return pipeline.arrays(req, self.view(req))
 
+    def handle(self, family: str, spec: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Handle:
+        """A resolved lookup for one spec (a body without its positions; engine/lookup.py): its
+        ``lookup(positions, out=None)`` answers in one C call. Waits for the table's build."""
+        return Handle(self, family, spec, max_bytes)
+
     def lookup(self, family: str, body: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
-        """Exactly posenc.engine.compute.compute(family, body), served from shared memory."""
+        """Exactly posenc.engine.compute.compute(family, body), served from shared memory. A
+        ``positions`` list of a spec seen before (its table mapped) takes the spec's Handle."""
+        pos = body.get("positions") if isinstance(body, Mapping) else None
+        key = None
+        if type(pos) is list and pos and type(pos[0]) is int and "table" not in body:   # (names follow the config)
+            try:
+                key = (family, max_bytes, orjson.dumps({k: v for k, v in body.items() if k != "positions"},
+                                                       option=orjson.OPT_SORT_KEYS))
+            except (TypeError, orjson.JSONEncodeError):
+                key = None
+            h = self._handles.get(key) if key is not None else None
+            if h is not None:
+                h.refresh()
+                if h.fast:
+                    return {**h.lookup(pos), **h.extras}
         req = self.resolve(family, body)
         pipeline.check(req, max_bytes)
-        return self.answer(req)
+        out = self.answer(req)
+        if key is not None and key not in self._handles and req.table is not None and self.is_mapped(req):
+            # seen: next time (its table mapped, a row template), its handle answers
+            if len(self._handles) >= MAX_HANDLES:
+                self._handles.clear()
+            try:
+                self._handles[key] = Handle(self, family, {k: v for k, v in body.items() if k != "positions"},
+                                            max_bytes)
+            except (EngineUnavailable, OSError):
+                pass
+        return out

@@ -25,6 +25,18 @@
 
 #include "alibi_cell.h" /* the ALiBi cell, shared with service/shortcut/_hot */
 
+/* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
+ * most of that latency (a hint only: no effect on results, none where unsupported). */
+#define PREFETCH_AHEAD 8
+ALWAYS_INLINE void native_prefetch_row(const char *p, size_t bytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t off = 0; off < bytes && off < 512; off += 64) __builtin_prefetch(p + off, 0, 3);
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
 #define BLOCK 512 /* float64 staging buffer per row chunk: 4 KiB, stays in L1 */
 
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, N_DT = 3 };
@@ -52,9 +64,14 @@ extern const Level *native_level;
 int native_level_supported(const Level *lv);
 
 extern PyMethodDef native_kernel_methods[];
-/* the sincos kernel's loop and the dtype names (native_kernels.c), lent through native_api.h */
+/* the sincos kernel's loop: cos/sin of float64(pos[i]) * f[k], times scale, rounded once to dt, and
+ * the dtype names (native_kernels.c); lent to the shortcut through native_api.h, used by rows_lookup */
 void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos, Py_ssize_t n,
                        double scale, char *oc, char *os, int dt, int *over);
 int native_parse_dtype(PyObject *obj);
+
+/* native_lookup.c: the resolved lookup of engine/lookup.py (rows_lookup). */
+PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char native_rows_lookup_doc[];
 
 #endif

@@ -168,17 +168,7 @@ static int check_rows(const Py_buffer *rv, Py_ssize_t nrows)
  * Kernels
  * ------------------------------------------------------------------------------------------- */
 
-/* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
- * most of that latency (a hint only: no effect on results, none where unsupported). */
-#define PREFETCH_AHEAD 8
-static inline void prefetch_row(const char *p, size_t bytes)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    for (size_t off = 0; off < bytes && off < 512; off += 64) __builtin_prefetch(p + off, 0, 3);
-#else
-    (void)p; (void)bytes;
-#endif
-}
+#define prefetch_row native_prefetch_row
 
 PyDoc_STRVAR(gather_rows_doc, "gather_rows(table, rows, out)\n--\n\nout[i] = table[rows[i]].");
 
@@ -622,5 +612,6 @@ PyMethodDef native_kernel_methods[] = {
     {"t5_block", (PyCFunction)(void (*)(void))py_t5_block, METH_VARARGS | METH_KEYWORDS,
      t5_block_doc},
     {"sincos", (PyCFunction)(void (*)(void))py_sincos, METH_VARARGS | METH_KEYWORDS, sincos_doc},
+    {"rows_lookup", (PyCFunction)(void (*)(void))native_rows_lookup, METH_FASTCALL, native_rows_lookup_doc},
     {NULL, NULL, 0, NULL},
 };

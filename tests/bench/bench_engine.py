@@ -27,6 +27,7 @@ end (and checked).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import platform
@@ -62,6 +63,23 @@ def steady_malloc() -> bool:
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return bool(libc.mallopt(M_MMAP_THRESHOLD, 64 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 256 << 20))
+
+
+@contextlib.contextmanager
+def engine_client(cfg: dict, tag: str):
+    """(procs, engine, Client) of an engine holding ``cfg`` under a unique namespace; afterwards
+    everything is stopped and the namespace must have left nothing in /dev/shm."""
+    procs = Procs(Path(os.environ.get("TMPDIR", "/tmp")) / f"{tag}.{os.getpid()}")
+    ns = unique_namespace("pbench")
+    try:
+        eng = procs.engine(cfg, ns, timeout=120)
+        client = Client(namespace=ns)
+        client.wait_ready(10)
+        yield procs, eng, client
+    finally:
+        procs.cleanup()
+        left = remove_leftovers(ns)
+    assert not left and not shm_files(ns), f"left in /dev/shm: {left}"
 
 
 def fmt(s: float) -> str:
@@ -204,22 +222,13 @@ def main() -> int:
           f"numpy {np.__version__}, torch {torch.__version__}, backend {kernels_info()}, "
           f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
     print()
-    procs = Procs(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_engine.{os.getpid()}")
-    ns = unique_namespace("pbench")
     cfg = {"length": N_ROWS, "tables": [{"family": "rope", "spec": SPEC, "name": "bench-rope"}]}
-    try:
-        eng = procs.engine(cfg, ns, timeout=120)
-        client = Client(namespace=ns)
-        client.wait_ready(10)
+    with engine_client(cfg, "bench_engine") as (procs, eng, client):
         bench_reads(client, args.repeat, args.min_time)
         bench_on_demand(client, args.builds)
         assert eng.stop() == 0, eng.logs()
         if not args.quick:
             bench_default_start(procs)
-    finally:
-        procs.cleanup()
-        left = remove_leftovers(ns)
-    assert not left and not shm_files(ns), f"left in /dev/shm: {left}"
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}; nothing of the benchmark's namespaces left in /dev/shm")
     return 0
 

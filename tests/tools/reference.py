@@ -631,7 +631,10 @@ otherwise (engine/config.py).
 
 - `posenc.engine.client.Client(shm_dir, namespace)`: `table(family, spec)` maps a stored table
   read-only (numpy views; `.torch(name)` for torch), `lookup(family, body)` answers a body bit for
-  bit as the service does.
+  bit as the service does, `handle(family, spec)` resolves a spec once: its `lookup(positions,
+  out=None)` answers [N] or [B, N] positions in one C call (rope, sinusoidal), into numpy arrays or
+  torch tensors; a bad position is refused at `positions` (a batch: `positions`, row, index), a
+  wrong `out` at `out`, name.
 - `posenc.service.client.PosencClient(url)` (needs `httpx`): one method per family, numpy answers.
 - `posenc.torch.RotaryEmbedding(config, device=None)`: a drop-in for a transformers model's rotary
   embedding (`model.model.rotary_emb`): `forward(x, position_ids)` returns `(cos, sin)` of shape

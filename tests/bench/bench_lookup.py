@@ -1,0 +1,165 @@
+"""The resolved lookup (``Client.handle``, engine/lookup.py) against its floors, all ratios from one
+run, on a running engine's 131072-row RoPE tables:
+
+    python tests/bench/bench_lookup.py            # the section in docs/benchmarks.md
+    python tests/bench/bench_lookup.py --quick    # fewer repeats
+
+What is timed (each cell: median of --repeat timings; each timing averages enough calls to last
+--min-time seconds; every call takes the next positions of a pool drawn at random, seed 25):
+- one row: ``handle.lookup(p)`` (full width [1, 128] cos and sin, new arrays) against the raw
+  gather of the same row out of the Client's mapped view (``view.cos[p], view.sin[p]``, half width,
+  target lookup ≤ 1.5× it) and against torch computing it as transformers does (float32
+  ``outer(p, inv_freq)``, ``cos``, ``sin``; target ≤ 0.5× it); positions inside the table, then
+  with one in ten past it (computed exactly: no raw gather exists there);
+- 4,096 rows into preallocated outputs against ``np.copyto`` of a contiguous block of the same
+  bytes (the 4 MiB the lookup writes) from the same table (target ≥ 0.7 of its bandwidth);
+- a [32, 128] batch in one call against 32 one-row lookups and against 32 lookups of 128 rows
+  (rows/s; target ≥ 10× the one-row lookups);
+for two specs: plain RoPE float32 half_split, and Llama-3.1's llama3 scaling bfloat16 interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
+
+from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
+from posenc.engine.client import Client  # noqa: E402
+from timing import timeit  # noqa: E402
+
+N_ROWS = 131072
+SPECS = {
+    "rope float32 half_split": {"head_dim": 128, "rope_theta": 10000.0, "dtype": "float32"},
+    "llama3 bfloat16 interleaved": {
+        "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072, "layout": "interleaved",
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}, "dtype": "bfloat16"},
+}
+POOL = 256   # position sets per case, taken in turn
+
+
+def _pool(rng, shape, past: float):
+    """POOL int64 arrays of ``shape``: positions uniform over the table, a share ``past`` of them
+    uniform over [N_ROWS, 2**31) (past the table: computed)."""
+    out = []
+    for _ in range(POOL):
+        p = rng.integers(0, N_ROWS, shape)
+        far = rng.random(shape) < past
+        p[far] = rng.integers(N_ROWS, 2**31, int(far.sum()))
+        out.append(p.astype(np.int64))
+    return out
+
+
+def _cycling(fn, pool):
+    it = itertools.cycle(pool)
+    return lambda: fn(next(it))
+
+
+def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: float) -> None:
+    import torch
+
+    h = client.handle("rope", spec)
+    view = client.table("rope", {k: v for k, v in spec.items() if k not in ("dtype", "layout")}, dtype=spec["dtype"])
+    assert h.fast, "the handle has no C plan (numpy backend?)"
+    inv_t = torch.from_numpy(np.array(view.inv_freq))
+    rng = np.random.default_rng(25)
+    t = {}
+    one_in, one_mixed = _pool(rng, (1,), 0.0), _pool(rng, (1,), 0.1)
+    t["lookup 1"] = timeit(_cycling(h.lookup, one_in), repeat, min_time)
+    t["lookup 1 mixed"] = timeit(_cycling(h.lookup, one_mixed), repeat, min_time)
+    t["raw 1"] = timeit(_cycling(lambda p: (view.cos[p], view.sin[p]), one_in), repeat, min_time)
+    one_t = [torch.from_numpy(p.astype(np.float32)) for p in one_in]
+
+    def on_the_fly(p):
+        ang = torch.outer(p, inv_t)
+        return ang.cos(), ang.sin()
+    t["torch 1"] = timeit(_cycling(on_the_fly, one_t), repeat, min_time)
+    body = {**spec, "positions": [int(one_in[0][0])]}
+    client.lookup("rope", body)   # seen: Client.lookup now takes the handle
+    bodies = [{**spec, "positions": p.tolist()} for p in one_in]
+    t["Client.lookup 1"] = timeit(_cycling(lambda b: client.lookup("rope", b), bodies), repeat, min_time)
+
+    n = 4096
+    big_in, big_mixed = _pool(rng, (n,), 0.0)[:16], _pool(rng, (n,), 0.01)[:16]
+    outs = tuple(np.empty((n, 128), h.np_dtype) for _ in h.names)
+    t["lookup 4096"] = timeit(_cycling(lambda p: h.lookup(p, out=outs), big_in), repeat, min_time)
+    t["lookup 4096 mixed"] = timeit(_cycling(lambda p: h.lookup(p, out=outs), big_mixed), repeat, min_time)
+    blocks = view.cos.shape[0] // (2 * n)
+    starts = [int(s) * 2 * n for s in rng.integers(0, blocks, 16)]
+    flat = tuple(o.reshape(2 * n, 64) for o in outs)   # the same 4 MiB, as half-width table rows
+
+    def copy_block(s):
+        np.copyto(flat[0], view.cos[s:s + 2 * n])
+        np.copyto(flat[1], view.sin[s:s + 2 * n])
+    t["memcpy 4096"] = timeit(_cycling(copy_block, starts), repeat, min_time)
+
+    batch = _pool(rng, (32, 128), 0.0)[:32]
+    bouts = tuple(np.empty((32, 128, 128), h.np_dtype) for _ in h.names)
+    t["batch 32x128"] = timeit(_cycling(lambda p: h.lookup(p, out=bouts), batch), repeat, min_time)
+    rows128 = [p[0] for p in batch]
+    t["lookup 128"] = timeit(_cycling(h.lookup, rows128), repeat, min_time)
+
+    nbytes = sum(o.nbytes for o in outs)
+    print(f"### {name} ({h.dtype}, 131072-row table, full width 128)")
+    print()
+    print("| measure | median | floor | floor median | ratio | target |")
+    print("|---|---:|---|---:|---:|---|")
+    print(f"| 1 row, inside | {fmt(t['lookup 1'])} | raw gather `view.cos[p], view.sin[p]` | {fmt(t['raw 1'])} "
+          f"| {t['lookup 1'] / t['raw 1']:.2f}× | ≤ 1.5× |")
+    print(f"| 1 row, inside | {fmt(t['lookup 1'])} | torch computing it | {fmt(t['torch 1'])} "
+          f"| {t['lookup 1'] / t['torch 1']:.2f}× | ≤ 0.5× |")
+    print(f"| 1 row, 1 in 10 past the table | {fmt(t['lookup 1 mixed'])} | torch computing it | {fmt(t['torch 1'])} "
+          f"| {t['lookup 1 mixed'] / t['torch 1']:.2f}× | |")
+    print(f"| 1 row, `Client.lookup` (the README's call) | {fmt(t['Client.lookup 1'])} | raw gather "
+          f"| {fmt(t['raw 1'])} | {t['Client.lookup 1'] / t['raw 1']:.2f}× | |")
+    print(f"| 4096 rows into `out=`, inside | {fmt(t['lookup 4096'])} | np.copyto of {nbytes / 2**20:.0f} MiB "
+          f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096']:.2f} of its bandwidth | ≥ 0.7 |")
+    print(f"| 4096 rows into `out=`, 1 in 100 past | {fmt(t['lookup 4096 mixed'])} | np.copyto "
+          f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096 mixed']:.2f} of its bandwidth | |")
+    rate = {k: rows / t[k] for k, rows in (("batch 32x128", 4096), ("lookup 1", 1), ("lookup 128", 128))}
+    print(f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s ({fmt(t['batch 32x128'])}) "
+          f"| 32 one-row lookups | {rate['lookup 1'] / 1e6:.2f} M/s | {rate['batch 32x128'] / rate['lookup 1']:.0f}× "
+          f"| ≥ 10× |")
+    print(f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s | 32 lookups of 128 rows "
+          f"| {rate['lookup 128'] / 1e6:.1f} M/s | {rate['batch 32x128'] / rate['lookup 128']:.2f}× | |")
+    print()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--min-time", type=float, default=0.05)
+    ap.add_argument("--quick", action="store_true", help="3 repeats of 20 ms")
+    args = ap.parse_args()
+    if args.quick:
+        args.repeat, args.min_time = 3, 0.02
+
+    import torch
+    from posenc.engine import kernels_info
+    torch.set_num_threads(1)
+    malloc = steady_malloc()
+    print(f"# bench_lookup: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "
+          f"numpy {np.__version__}, torch {torch.__version__} (1 thread), backend {kernels_info()}, "
+          f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
+    print()
+    tables = [{"family": "rope", "spec": {k: v for k, v in s.items() if k not in ("dtype", "layout")},
+               "dtypes": [s["dtype"]]} for s in SPECS.values()]
+    with engine_client({"length": N_ROWS, "tables": tables}, "bench_lookup") as (_, eng, client):
+        for name, spec in SPECS.items():
+            bench_spec(client, name, spec, args.repeat, args.min_time)
+        assert eng.stop() == 0, eng.logs()
+    print(f"load average at the end {os.getloadavg()[0]:.1f}; nothing of the namespace left in /dev/shm")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
