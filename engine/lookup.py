@@ -12,9 +12,9 @@
 positions (bit for bit): one C call (kernels ``rows_lookup``) checks every position, gathers the
 rows from the mapped table through the family's column map, and computes the rows past the table
 with the pipeline's own sincos kernel. Where it applies, and what it uses, is decided by the
-family's own code: its ``template`` (the C shortcut's column map and row offset, captured here) and
-its stored arrays (rope: ``inv_freq64`` and ``attention_scaling``; sinusoidal: the spec's
-frequencies). A handle checks itself against the pipeline when it binds a table and takes the
+family's own code: its ``template`` (the C shortcut's column map, row offset and rule for rows past the table —
+rope: the table's ``inv_freq64`` and ``attention_scaling``; sinusoidal: the spec's frequencies —
+captured here, so the handle and the shortcut follow one rule). A handle checks itself against the pipeline when it binds a table and takes the
 pipeline path (same bits, slower) where it does not match, where the family has no row template
 (ALiBi, T5, multi-axis, the rope types whose frequencies follow the sequence length), or with the
 numpy backend. Views stay fresh without a syscall per call: the mapped table is re-read from the
@@ -47,31 +47,14 @@ _INT64 = np.dtype(np.int64)
 TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
-def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail):
-    return tuple(arrays), [int(c) for c in colmap], int(offset)
+def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
+    return tuple(arrays), [int(c) for c in colmap], int(offset), past
 
 
 # Stands in for the shortcut's C module when a family's ``template`` is asked for its row plan: the
 # plan it would hand the shortcut (arrays, column map, row offset) is what the handle gathers with.
 _CAPTURE = types.SimpleNamespace(RowsTemplate=_capture_rows, AlibiTemplate=lambda *a, **k: None)
 _LIMITS = types.SimpleNamespace(max_rows=1 << 30, max_bytes=1 << 62, max_positions=1 << 30)
-
-
-def _past_rope(view, req, tables):
-    """Rows past a rope table: cos and sin of p·inv_freq64 times attention_scaling (rope.half_rows,
-    from the table's own frequencies and factor); cos table <- scratch[0:h], sin <- scratch[h:2h]."""
-    h = tables[0].shape[1]
-    return view.inv_freq64, float(view.meta["attention_scaling"]), [list(range(h)), list(range(h, 2 * h))]
-
-
-def _past_sinusoidal(view, req, tables):
-    """Rows past a sinusoidal table: sinusoidal.table_rows's [sin | cos[:width - h]] of p·freqs."""
-    freqs = req.spec.freqs()
-    h, w = freqs.shape[0], tables[0].shape[1]
-    return freqs, 1.0, [list(range(h, 2 * h)) + list(range(w - h))]
-
-
-PAST = {"rope": _past_rope, "sinusoidal": _past_sinusoidal}   # families whose past rows are computed in C
 
 
 def _mode(colmap, w) -> int:
@@ -117,13 +100,14 @@ class Handle:
         if _native is None or kernels.BACKEND != "simd" or not got or len(got[0]) != len(self.names) or \
                 not 0 <= got[2] <= 2**53 - POSITION_LIMIT:
             return
-        tables, colmap, offset = got
+        tables, colmap, offset, rule = got
         if any(not t.flags.c_contiguous or t.dtype != self.np_dtype for t in tables):
             return
         past = None
-        if fam.name in PAST:
-            freqs, scale, pmap = PAST[fam.name](view, self._req, tables)
-            past = (np.asarray(pmap, np.int32).tobytes(), np.ascontiguousarray(freqs, np.float64).tobytes(), scale)
+        if rule is not None:   # the family's rule for rows past the table, as it hands the shortcut:
+            freqs, scale, _, pmap, _ = rule   # frequencies, factor, dtype, stored array <- sincos items
+            past = (np.asarray(list(pmap), np.int32).tobytes(), np.ascontiguousarray(freqs, np.float64).tobytes(),
+                    float(scale))
         w = tables[0].shape[1]
         plan = (tables, view.length, offset, np.asarray(colmap, np.int32).tobytes(), _mode(colmap, w),
                 past and past[0], past and past[1], float(past[2] if past else 1.0), DT_CODES[self.dtype])

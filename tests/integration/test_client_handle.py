@@ -204,11 +204,13 @@ def test_every_dispatch_level_gives_the_same_bits(ns, procs):
 def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns, procs, monkeypatch):
     from posenc.engine import lookup
 
-    def swapped(view, req, tables):   # cos columns where sin belongs: not the family's table rows
-        freqs, scale, (pmap,) = lookup._past_sinusoidal(view, req, tables)
+    real = lookup._CAPTURE.RowsTemplate
+
+    def swapped(*args):   # the family's rule with cos columns where sin belongs: not its table rows
+        tables, colmap, offset, (freqs, scale, dtype, (pmap,), limit) = real(*args)
         h = freqs.shape[0]
-        return freqs, scale, [[c - h if c >= h else c + h for c in pmap]]
-    monkeypatch.setitem(lookup.PAST, "sinusoidal", swapped)
+        return tables, colmap, offset, (freqs, scale, dtype, ([c - h if c >= h else c + h for c in pmap],), limit)
+    monkeypatch.setattr(lookup._CAPTURE, "RowsTemplate", swapped)
     eng = procs.engine(_config(), ns)
     h = eng.client().handle("sinusoidal", SINUSOIDAL[0])
     assert h.fast and h._plan[5] is None          # gathers in C, rows past the table by the pipeline
