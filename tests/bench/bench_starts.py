@@ -8,8 +8,9 @@ measured in the same run:
 - cold start: ``python -m posenc.engine.engine_main`` with the embedded default set, from process
   start until it reports ready (its ``--ready-fd``), on all cores against pinned to one core
   (``taskset -c 0``: one build thread, as before the builds ran in parallel);
-- adopt-restart: the same engine killed with SIGKILL and started again, until ready: it adopts
-  the dead engine's segments (their checksums read) instead of building them;
+- adopt-restart: the same engine killed with SIGKILL and started again, until ready, its tables
+  held by a keeper as ``posenc serve`` holds them (engine/keeper.py): it adopts them (sealed: not
+  read again) instead of building them;
 - ``posenc serve`` (1 worker) from process start until /readyz answers 200 (the engine built
   the default set and the worker mapped and checksummed every table);
 - under ``posenc serve`` (1 worker, a fresh server each round): SIGKILL the engine once, and the
@@ -40,20 +41,27 @@ import numpy as np
 
 from posenc.engine import store
 from posenc.engine.adopt import workers
+from posenc.engine.keeper import Keeper
 from posenc.engine.config import load_config
 from posenc.loadtest.servers import free_port, shm_leftovers, start_posenc
 
 BIN = {"accept": "application/x-safetensors"}
 
 
-def engine_start(ns: str, pin: str | None = None) -> tuple[subprocess.Popen, float]:
-    """Start an engine on the default set; (process, seconds until it said ready)."""
+def engine_start(ns: str, pin: str | None = None, keeper: Keeper | None = None) -> tuple[subprocess.Popen, float]:
+    """Start an engine on the default set (with ``keeper``: as posenc serve starts it, its tables
+    kept for the next one); (process, seconds until it said ready)."""
     r, w = os.pipe()
     cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--namespace", ns, "--ready-fd", str(w)]
     if pin is not None:
         cmd = ["taskset", "-c", pin, *cmd]
+    channel = keeper.channel() if keeper is not None else None
+    if channel is not None:
+        cmd += ["--keeper-fd", str(channel.fileno())]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, pass_fds=(w,), stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, pass_fds=(w, *([channel.fileno()] if channel else [])), stderr=subprocess.DEVNULL)
+    if channel is not None:
+        channel.close()
     os.close(w)
     with os.fdopen(r, "rb") as f:
         if not f.readline():
@@ -73,13 +81,15 @@ def cold_and_adopt(rounds: int) -> dict:
         p, t = engine_start(ns, pin="0")
         res["cold_1core"].append(t)
         stop(p)
-        p, t = engine_start(ns)
+        keeper = Keeper()   # (engine/keeper.py: what posenc serve holds)
+        p, t = engine_start(ns, keeper=keeper)
         res["cold"].append(t)
         p.kill()
         p.wait()
-        p, t = engine_start(ns)
+        p, t = engine_start(ns, keeper=keeper)
         res["adopt"].append(t)
         stop(p)
+        keeper.close()
         assert not shm_leftovers(ns), shm_leftovers(ns)
     return res
 
