@@ -11,11 +11,13 @@ import json
 import numpy as np
 import pytest
 
+from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from tests.service.v2.test_v2_hot import CASES, rest_call, servers  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
+PAST_IN_C = kernels.c_api() is not None   # rows past a table computed in C: the simd backend's kernels
 PRE = (b"ST:", b"JS:", b"V2:")   # the lane's heads by format: a v2 answer's is the third
 
 
@@ -47,7 +49,11 @@ def test_the_lane_answers_what_the_full_path_answers(servers, model, spec, param
             p.flat[0] = 5000                # past the table's 2048 rows: computed in C
         (status, headers, body), _ = rest_call(off, model, spec, p)
         data, _ = raw_request(model, spec, p)
-        end, route, out, keep_alive = lane(on, data)
+        got = lane(on, data)
+        if past and not PAST_IN_C:          # with the numpy backend's kernels: the full path answers
+            assert got is False
+            continue
+        end, route, out, keep_alive = got
         extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers if k == rest.HEADER_LENGTH)
         assert (end, keep_alive, status) == (len(data), True, 200)
         assert out == b"V2:%d\r\n%s\r\n%s" % (len(body), extra, body)
