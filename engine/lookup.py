@@ -44,7 +44,6 @@ DT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # the order of native.h
 MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}   # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
 _INT64 = np.dtype(np.int64)
-TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
 def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
@@ -260,7 +259,7 @@ class Handle:
 def _torch_empty(h: Handle, shape):
     import torch
 
-    ts = tuple(torch.empty((*shape, h.width[k]), dtype=getattr(torch, TORCH_DTYPES[h.dtype])) for k in h.names)
+    ts = tuple(torch.empty((*shape, h.width[k]), dtype=getattr(torch, h.dtype)) for k in h.names)
     return (ts, tuple(_torch_numpy(t) for t in ts)), True
 
 
@@ -281,9 +280,9 @@ def _writable_view(h: Handle, name: str, o, shape) -> np.ndarray:
             raise SpecError(loc, f"must be a numpy array or a torch tensor, got {type(o).__name__}")
         import torch
 
-        want = getattr(torch, TORCH_DTYPES[h.dtype])
+        want = getattr(torch, h.dtype)
         if o.dtype != want or o.device.type != "cpu" or not o.is_contiguous() or tuple(o.shape) != shape:
-            raise SpecError(loc, f"must be a contiguous CPU torch.{TORCH_DTYPES[h.dtype]} tensor of shape "
+            raise SpecError(loc, f"must be a contiguous CPU torch.{h.dtype} tensor of shape "
                                  f"{list(shape)}, got {o.dtype} {list(o.shape)} on {o.device}")
         return _torch_numpy(o)
     if o.dtype != h.np_dtype or o.shape != shape or not o.flags.c_contiguous or not o.flags.writeable:

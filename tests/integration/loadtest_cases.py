@@ -2,6 +2,19 @@
 test_loadtest*.py): one table per family, 4,096 rows, so a server starts in a second and the
 realistic mix reaches past every table."""
 
+import importlib.util
+
+import pytest
+
+
+def require_installed(*modules: str) -> None:
+    """Fail (not skip) the module when a load-test dependency is missing: the test extra installs
+    them, so a missing one is a broken install. find_spec, not import: importing locust
+    monkey-patches the whole test process with gevent."""
+    for mod in modules:
+        if importlib.util.find_spec(mod) is None:
+            pytest.fail(f"{mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
+
 TABLES = {"length": 4096, "tables": [
     {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 10000.0}},
     {"family": "alibi", "spec": {"num_heads": 32}},

@@ -23,6 +23,7 @@ import orjson
 import pytest
 
 from posenc.service.shortcut import templates as replay
+from tests.integration.test_lane import lane_answers
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 
@@ -242,11 +243,6 @@ def servers(tmp_path_factory):
         for s in (on, off):
             assert s.stop() == 0, s.output()
         reg.cleanup()
-
-
-def lane_answers(server) -> int:
-    t = httpx.get(server.url + "/v1/tables").json()
-    return t["lane_answers"] if t["lane"] == "on" else -1
 
 
 def test_mutated_raw_requests_answer_alike_with_the_lane_on_and_off(servers):

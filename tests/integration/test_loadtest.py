@@ -5,18 +5,15 @@ rate, and the one-command report in miniature. Bounded: about 30 s in all.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 
 import pytest
 
-# find_spec, not import: importing locust monkey-patches the whole test process with gevent. The
-# test extra installs them, so a missing one is a broken install: it fails, it is not skipped.
-for _mod in ("locust", "hdrh", "uvicorn"):
-    if importlib.util.find_spec(_mod) is None:
-        pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
+from tests.integration.loadtest_cases import require_installed
+
+require_installed("locust", "hdrh", "uvicorn")
 
 from posenc.loadtest import locustrun, payloads, probe
 from tests.integration.loadtest_cases import PAYLOADS, TABLES

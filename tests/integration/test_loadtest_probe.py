@@ -7,15 +7,14 @@ question (docs/loadtest.md), not these tests'.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import threading
 
 import pytest
 
-for _mod in ("hdrh", "uvicorn"):
-    if importlib.util.find_spec(_mod) is None:
-        pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
+from tests.integration.loadtest_cases import require_installed
+
+require_installed("hdrh", "uvicorn")
 
 from posenc.loadtest import mix, probe, report, sender
 from tests.integration.loadtest_cases import TABLES

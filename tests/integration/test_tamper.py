@@ -89,7 +89,7 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
     return refused
 
 
-def _tamper_files(ns: str, named: str) -> list[str]:
+def _tamper_files(ns: str) -> list[str]:
     """Truncate every file of the namespace in /dev/shm, write lies into the manifest (every named
     table pointing at another's digest, arrays at wrong offsets), then unlink it."""
     done = []
@@ -141,7 +141,7 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
         refused = [_try_tables(pids["engine"], ns), _try_tables(pids["serve"], ns)]
         tampered = []
         for _ in range(3):
-            tampered += _tamper_files(ns, named)
+            tampered += _tamper_files(ns)
             time.sleep(0.3)
         manifest = os.path.join(SHM_DIR, f"{ns}.manifest.json")
         if os.path.exists(manifest):
