@@ -10,6 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
+from posenc.service.metrics.counters import FLUSH_S
 from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
 from tests.procs import Procs, wait_for
 
@@ -48,23 +49,27 @@ def test_grpc_metrics_are_consistent_with_http(srv):
     finally:
         c.close()
     httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}, timeout=10)
-    # both HTTP workers count themselves once each has started (readiness needs only one)
-    wait_for(lambda: scrape(srv).get(("posenc_workers", ())) == 2, 30, 0.1, "both HTTP workers counted")
-    got = scrape(srv)
+    route = "grpc ModelInfer rope"
+    count = "posenc_request_duration_seconds_count"
+    # both HTTP workers count themselves once each has started (readiness needs only one), and the
+    # gRPC process's counts reach its file within FLUSH_S (later on a loaded machine): wait for
+    # every answer it gave before comparing the rest
+    got = wait_for(lambda: (g := scrape(srv)).get(("posenc_workers", ())) == 2
+                   and g.get((count, (("route", route), ("status", "400")))) == 1
+                   and g.get((count, (("route", route), ("status", "200")))) == 4 and g,
+                   30, 2 * FLUSH_S, "both HTTP workers and the gRPC answers counted")
 
     assert got[("posenc_workers", ())] == 2                 # the HTTP workers only
     assert got[("posenc_grpc_workers", ())] == 1
     roles = {dict(k[1]).get("role") for k in got if k[0] == "process_resident_memory_bytes"}
     assert {"worker", "grpc"} <= roles, roles
 
-    route = "grpc ModelInfer rope"
     raw = sum(r.as_numpy("cos").nbytes + r.as_numpy("sin").nbytes for r in answered)
     sent = got[("posenc_response_bytes_total", (("route", route),))]
     assert raw <= sent < raw + 4096, (raw, sent)             # the messages: their arrays plus small headers
 
     statuses = {dict(k[1])["status"] for k in got if k[0] == "posenc_request_duration_seconds_count"}
     assert statuses <= {"200", "400", "404", "405", "406", "413", "422", "500", "503", "other"}, statuses
-    count = "posenc_request_duration_seconds_count"
     assert got[(count, (("route", route), ("status", "200")))] == 4
     assert got[(count, (("route", route), ("status", "400")))] == 1
     assert got[("posenc_errors_total", (("route", route), ("status", "400")))] == 1
