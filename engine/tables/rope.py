@@ -335,9 +335,10 @@ class Rope(Family):
         """Rows gathered from the half-width tables through a column map: the engine's own
         ``expand`` applied to column numbers, so every layout matches ``serve``; rows past the table
         are computed from the mapped float64 frequencies, as ``serve`` computes them. Lists only,
-        and not for types whose table follows the positions."""
+        and not for types whose table follows the positions; ``position_ids``: rope_axes.template."""
         spec, dtype = req.spec, req.dtype
-        if spec.type.uses_seq_len or not isinstance(req.body.get("positions"), list) or spec.axes_dim is not None:
+        ids = req.body.get("position_ids")
+        if spec.type.uses_seq_len or not isinstance(req.body.get("positions" if ids is None else "position_ids"), list):
             return None
         half = view.cos.shape[1]
         colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
@@ -353,6 +354,8 @@ class Rope(Family):
         # 0..half-1, half..2*half-1), the stored cos and sin rows
         past = (np.ascontiguousarray(view.inv_freq64), scaling, dtype,
                 (list(range(half)), list(range(half, 2 * half))), POSITION_LIMIT)
+        if ids is not None:
+            return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past)
 
     schema = {

@@ -225,6 +225,16 @@ def computed(half_rows, pos: np.ndarray, half_col: np.ndarray, axis: np.ndarray)
     return gather(half_rows(pos.reshape(-1)), np.arange(k * n).reshape(k, n), half_col, axis)
 
 
+def template(hot, spec, view, max_rows: int, header_for, tail: bytes, past: tuple):
+    """The hot path's template of a ``position_ids`` request (service/shortcut/hot_axes.c): the
+    gather ``serve`` does, out[i, j] = table[ids[axis[j]][i], half[j]], from the same half-width
+    tables through the same column map; an axis's row past the table is computed by ``past`` (the
+    plain template's: [cos | sin] of the row), as ``computed`` computes it. JSON is the full path's."""
+    half_col, axis, k = spec_column_map(spec)
+    return hot.RowsTemplate((view.cos, view.sin), half_col.tolist(), 0, max_rows, True, header_for, tail, past,
+                            (k, axis.tolist()))
+
+
 # The request schema's multi-axis fields (OpenAPI), part of rope's schema.
 SCHEMA = {
     "mrope_section": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 1},

@@ -17,6 +17,7 @@
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
  *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
+ *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -32,7 +33,9 @@
  *     rows past a stored table, or None (the simd backend is not in use: those rows take the full
  *     path); keep_bytes: the most bytes all templates keep together (JSON texts of stored rows,
  *     rows past a table once computed; over it, everything kept is dropped and kept again as
- *     asked). Called again, it replaces them all.
+ *     asked); axis_fields: {family: the name, as JSON text, of the selection a one-field family
+ *     may send instead as a list of per-axis position lists (rope's "position_ids")}. Called
+ *     again, it replaces them all.
  *
  *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
  *
@@ -62,7 +65,7 @@
  *
  * templates.py then computes the header with template.header_for(*shape) and calls again.
  *
- *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None)
+ *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None, axes=None)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
  *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
@@ -76,6 +79,11 @@
  *     sin] of float64(r) * freqs[k] times scale rounded once to dtype, and stored column c of
  *     array a is its item maps[a][c] (then the column map, as for stored rows). The family
  *     derives maps from its own stored layout applied to item numbers.
+ *     axes: None, or (k, column_axes): the selection is the family's axis field, k lists of
+ *     positions, and out[i, j] = array[positions[column_axes[j]][i] + offset, colmap[j]] (rope's
+ *     mrope_section and axes_dim: engine/tables/rope_axes.py). Lists only, no JSON (the full path
+ *     answers it); with past, array a's map must be a * len(freqs) + c (an axis's row past the
+ *     table is computed whole, then read as a stored row).
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -101,6 +109,11 @@ PyObject *hot_fields_of(PyObject *family)
     return fields;
 }
 
+PyObject *hot_axis_field_of(PyObject *family)
+{
+    return hot_cfg.axis_fields ? PyDict_GetItem(hot_cfg.axis_fields, family) : NULL;   /* str keys: no error */
+}
+
 /* 0: a non-empty bytes without NUL (a NUL would match the template keys' cut marks). */
 static int want_name(PyObject *o, const char *what)
 {
@@ -111,21 +124,21 @@ static int want_name(PyObject *o, const char *what)
 }
 
 PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys, max_head, max_body, "
-             "off_headers, kernels=None, keep_bytes=0)\n--\n\n"
+             "off_headers, kernels=None, keep_bytes=0, axis_fields=None)\n--\n\n"
              "The rules Python owns (see the module source); once, before any template or answer.");
 
 static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     static char *kwlist[] = {"position_limit", "max_rows", "fields", "range_keys", "max_head", "max_body",
-                             "off_headers", "kernels", "keep_bytes", NULL};
+                             "off_headers", "kernels", "keep_bytes", "axis_fields", NULL};
     long long limit;
     Py_ssize_t max_rows, max_head, max_body, keep_bytes = 0;
-    PyObject *fields, *keys, *off, *copy = NULL, *family, *names, *kernels = Py_None;
+    PyObject *fields, *keys, *off, *copy = NULL, *family, *names, *kernels = Py_None, *axis = NULL, *axis_copy;
     const NativeApi *api = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|On:configure", kwlist, &limit, &max_rows, &PyDict_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|OnO!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
                                      &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off,
-                                     &kernels, &keep_bytes))
+                                     &kernels, &keep_bytes, &PyDict_Type, &axis))
         return NULL;
     if (keep_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "keep_bytes: want >= 0");
@@ -165,12 +178,25 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
         for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(names); f++)
             if (want_name(PyTuple_GET_ITEM(names, f), "fields") < 0) return NULL;
     }
+    pos = 0;
+    while (axis && PyDict_Next(axis, &pos, &family, &names)) {
+        PyObject *f = PyDict_GetItemWithError(fields, family);
+        if (!f && PyErr_Occurred()) return NULL;
+        if (!f || PyTuple_GET_SIZE(f) != 1) {
+            PyErr_Format(PyExc_ValueError, "axis_fields[%R]: want a family of fields with one selection", family);
+            return NULL;
+        }
+        if (want_name(names, "axis_fields") < 0) return NULL;
+    }
     PyObject *off_names = hot_lane_names(off);
     if (!off_names) return NULL;
-    if (!(copy = PyDict_Copy(fields))) {
+    axis_copy = axis ? PyDict_Copy(axis) : PyDict_New();
+    if (!axis_copy || !(copy = PyDict_Copy(fields))) {
+        Py_XDECREF(axis_copy);
         Py_DECREF(off_names);
         return NULL;
     }
+    Py_XSETREF(hot_cfg.axis_fields, axis_copy);
     hot_cfg.position_limit = limit;
     hot_cfg.max_rows = max_rows;
     hot_cfg.max_head = max_head;

@@ -15,6 +15,7 @@
 #include "native_api.h" /* engine/kernels: the sincos kernel, lent by engine.kernels._native */
 
 #define MAX_FIELDS 2                    /* selections per family: configure() checks Python's */
+#define MAX_AXES 8                      /* per-axis position lists of a selection (rope's position_ids) */
 #define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
 #define STACK_ROWS 256
 
@@ -31,6 +32,7 @@ typedef struct {
     Py_ssize_t max_head;     /* bytes of a request head the lane reads (settings.max_header_bytes) */
     Py_ssize_t max_body;     /* bytes of a body the shortcut answers (settings.max_body_bytes) */
     PyObject *fields;        /* dict: family -> tuple of 1..MAX_FIELDS bytes */
+    PyObject *axis_fields;   /* dict: family -> bytes, its selection of per-axis position lists */
     PyObject *range_keys[3]; /* bytes: start, stop, step */
     PyObject *off_headers;   /* tuple of lower-case bytes: header names that keep a request off the lane */
     const NativeApi *kernels; /* the engine's kernels (NULL: rows past a table are the full path's) */
@@ -41,6 +43,7 @@ typedef struct {
 extern HotConfig hot_cfg;
 int hot_configured(void); /* 1, or 0 with an error set */
 PyObject *hot_fields_of(PyObject *family); /* its selection names (borrowed), or NULL and KeyError */
+PyObject *hot_axis_field_of(PyObject *family); /* its per-axis selection's name (borrowed), or NULL (none) */
 
 /* ---- selections (hot_select.c) ---------------------------------------------------------- */
 
@@ -63,15 +66,19 @@ typedef struct {
 static inline void hot_sel_free(Sel *s) { PyMem_Free(s->heap); }
 static inline int64_t hot_sel_at(const Sel *s, Py_ssize_t i) { return s->v ? s->v[i] : s->start + i * s->step; }
 
+/* Where the value of field `name` (JSON text with its quotes) starts: after its first occurrence,
+ * only whitespace and exactly one ':' before it; NULL when there is none. */
+const char *hot_field_value(const char *b, const char *end, PyObject *name);
 int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp);
 int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s); /* 0 ok, -1 refused, -2 error set */
 extern PyMethodDef hot_select_methods[];
 
 /* ---- templates (hot_templates.c) -------------------------------------------------------- */
 
-/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0). */
+/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
+ * several axes, from the row of axis `axis`'s position. */
 typedef struct {
-    Py_ssize_t dst, src, len;
+    Py_ssize_t dst, src, len, axis;
 } Run;
 
 typedef struct RowsTemplate {
@@ -84,6 +91,8 @@ typedef struct RowsTemplate {
     Py_ssize_t nruns;
     int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
     Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
+    int naxes;         /* > 1: column j is read at the position of axis col_axis[j] (hot_axes.c) */
+    uint8_t *col_axis; /* with idx, each column's axis (naxes > 1); runs carry theirs */
     PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: n -> header bytes */
@@ -168,10 +177,11 @@ typedef struct {
 int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o);
 PyObject *hot_finish(Out *o); /* the filled answer (new reference) */
 
-/* The answer of body [b, end) of a family (its selection names `fields`) from its `templates`,
- * with an HTTP head before it when `http` is given: a new reference to the bytes, to None
+/* The answer of body [b, end) of a family (its selection names `fields`; `axis_field`, or NULL,
+ * the one it may send instead as per-axis lists) from its `templates`, with an HTTP head before it when `http` is given: a new reference to the bytes, to None
  * (declined), to NotImplemented (a header is missing: see hot_templates.c), or NULL (error). */
-PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates, const Http *http);
+PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *axis_field, PyObject *templates,
+                          const Http *http);
 /* The format an Accept value (borrowed; NULL: no Accept header, looked up as None) negotiates to
  * by `accepts` ({value: 0 safetensors | 1 JSON}, what the full path's negotiator chose): 1 + that,
  * 0 for a value not in it, -1 error. */
@@ -197,6 +207,13 @@ void hot_json_clear(RowsTemplate *t); /* frees the texts kept */
 extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, row */
 /* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
 int hot_note_missing_rows(PyObject *t, PyObject *rows);
+
+/* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
+
+/* The span of field `name` whose value is a list of position lists: '[' .. its ']'. 0, or -1. */
+int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
+/* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
+PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 

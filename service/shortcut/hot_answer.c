@@ -393,14 +393,21 @@ static PyObject *find_header(PyObject *headers, const char *name, Py_ssize_t len
 }
 
 /* The template key of body [b, end) for a family's selection names `fields`: the body with the
- * text of each selection (its span, into spans[] in field order) replaced by one NUL byte. A new
+ * text of each selection (its span, into spans[] in field order) replaced by one NUL byte; a body
+ * with no `fields` but the one-field family's `axis_field` (*axes = 1) has that cut. A new
  * reference; NULL with no error set when the body has none (a field missing, spans that overlap);
  * NULL with an error set. */
-static PyObject *cut_key(const char *b, const char *end, PyObject *fields, Span *spans)
+static PyObject *cut_key(const char *b, const char *end, PyObject *fields, PyObject *axis_field, Span *spans,
+                         int *axes)
 {
     Py_ssize_t nf = PyTuple_GET_SIZE(fields);
     int order[MAX_FIELDS] = {0, 1}; /* the spans by position */
-    for (Py_ssize_t f = 0; f < nf; f++)
+    *axes = 0;
+    if (nf == 1 && axis_field && hot_find_span(b, end, PyTuple_GET_ITEM(fields, 0), &spans[0]) < 0) {
+        if (hot_find_axes_span(b, end, axis_field, &spans[0]) < 0) return NULL;   /* per-axis lists instead */
+        *axes = 1;
+    }
+    for (Py_ssize_t f = 0; f < nf && !*axes; f++)
         if (hot_find_span(b, end, PyTuple_GET_ITEM(fields, f), &spans[f]) < 0) return NULL;
     if (nf == 2 && spans[1].open < spans[0].open) order[0] = 1, order[1] = 0;
     if (nf == 2 && !(spans[order[0]].close < spans[order[1]].open)) return NULL;
@@ -423,13 +430,14 @@ static PyObject *cut_key(const char *b, const char *end, PyObject *fields, Span 
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *templates,
+PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyObject *axis_field, PyObject *templates,
                           const Http *http)
 {
     if (PyDict_GET_SIZE(templates) == 0) Py_RETURN_NONE;
     Py_ssize_t nf = PyTuple_GET_SIZE(fields);
     Span spans[MAX_FIELDS];
-    PyObject *key = cut_key(b, end, fields, spans);
+    int axes;
+    PyObject *key = cut_key(b, end, fields, axis_field, spans, &axes);
     if (!key) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
@@ -444,7 +452,11 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
      * drops it from the dict */
     Py_INCREF(t);
     PyObject *out = NULL;
-    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
+    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1 && axes)
+        out = hot_axes_answer((RowsTemplate *)t, &spans[0], http);
+    else if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1 && ((RowsTemplate *)t)->naxes > 1)
+        out = Py_None, Py_INCREF(out);   /* (a key cut from per-axis lists only: not reached) */
+    else if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
         out = rows_answer((RowsTemplate *)t, &spans[0], http);
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
         out = Py_None, Py_INCREF(out);   /* JSON blocks: the full path's */
@@ -495,13 +507,13 @@ static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     const char *b = PyBytes_AS_STRING(raw);
-    return hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, args[3], NULL);
+    return hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, hot_axis_field_of(args[4]), args[3], NULL);
 }
 
 PyDoc_STRVAR(cut_doc, "cut(raw, family) -> (key, spans) | None\n--\n\n"
              "The template key of a body of family (the key answer() looks its template up by) and the\n"
-             "(start, end) offsets of its selections' texts, in the family's field order; None when the\n"
-             "body has none. templates.py learns templates by it.");
+             "(start, end) offsets of its selections' texts, in the family's field order (or of its per-axis\n"
+             "lists, sent instead); None when the body has none. templates.py learns templates by it.");
 
 static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -515,7 +527,8 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!fields) return NULL;
     const char *b = PyBytes_AS_STRING(args[0]);
     Span spans[MAX_FIELDS];
-    PyObject *key = cut_key(b, b + PyBytes_GET_SIZE(args[0]), fields, spans);
+    int axes;
+    PyObject *key = cut_key(b, b + PyBytes_GET_SIZE(args[0]), fields, hot_axis_field_of(args[1]), spans, &axes);
     if (!key) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;

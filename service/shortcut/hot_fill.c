@@ -21,6 +21,7 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
 {
     Py_ssize_t n = len / isz;
+    if (t->naxes > 1) return 0;   /* per-axis positions: the full path's */
     if ((isz != 4 && isz != 8) || len % isz || n < 1) {
         PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
         return -1;

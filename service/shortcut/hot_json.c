@@ -154,8 +154,9 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_CLEAR(t->json_parts);
         Py_RETURN_NONE;
     }
-    if (!t->heads || PyTuple_GET_SIZE(args[0]) != t->narr + 1) {
-        PyErr_SetString(PyExc_ValueError, "enable_json: an initialised template, and one part more than arrays");
+    if (!t->heads || t->naxes > 1 || PyTuple_GET_SIZE(args[0]) != t->narr + 1) {
+        PyErr_SetString(PyExc_ValueError, "enable_json: an initialised template of one axis, and one part more "
+                                          "than arrays");
         return NULL;
     }
     for (Py_ssize_t i = 0; i <= t->narr; i++)

@@ -278,7 +278,7 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int json = ok == 2;
     Http http = {PyTuple_GET_ITEM(args[5], json), args[6], r.close || force_close, json};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
-    out = hot_answer_body(r.body, r.body + r.body_len, fields, templates, &http);
+    out = hot_answer_body(r.body, r.body + r.body_len, fields, hot_axis_field_of(family), templates, &http);
     PyObject *res = lane_result(out, b, next, route, &http);
     Py_DECREF(route);
     return res;

@@ -125,14 +125,20 @@ int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s)
 /* The span of field `name` (JSON text with its quotes): the first occurrence, then only
  * whitespace and exactly one ':' up to '[' or '{', then up to the first ']' or '}'.
  * (templates.py's spans() cuts learnt bodies by the same rule.) */
-int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp)
+const char *hot_field_value(const char *b, const char *end, PyObject *name)
 {
     const char *i = memmem(b, (size_t)(end - b), PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
-    if (!i) return -1;
+    if (!i) return NULL;
     const char *p = i + PyBytes_GET_SIZE(name);
     int colons = 0;
     while (p < end && (hot_is_ws(*p) || *p == ':')) colons += *p++ == ':';
-    if (p >= end || colons != 1 || (*p != '[' && *p != '{')) return -1;
+    return p < end && colons == 1 ? p : NULL;
+}
+
+int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp)
+{
+    const char *p = hot_field_value(b, end, name);
+    if (!p || (*p != '[' && *p != '{')) return -1;
     const char *c = memchr(p, *p == '[' ? ']' : '}', (size_t)(end - p));
     if (!c) return -1;
     sp->open = p;

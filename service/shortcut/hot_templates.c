@@ -76,6 +76,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
     PyMem_Free(t->runs);
     PyMem_Free(t->idx);
+    PyMem_Free(t->col_axis);
     PyMem_Free(t->freqs);
     PyMem_Free(t->pmap);
     PyMem_Free(t->smap);
@@ -263,41 +264,61 @@ static PyMethodDef rows_methods[8];
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
 
-/* colmap (output column -> stored column, -1: zero) as runs of consecutive columns. */
-static int make_runs(RowsTemplate *t, PyObject *colmap)
+/* Item j of sequence `fast` as an int in [lo, hi), or -2 with an error set. */
+static Py_ssize_t item_in(PyObject *fast, Py_ssize_t j, Py_ssize_t lo, Py_ssize_t hi, const char *what)
+{
+    Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
+    if (c == -1 && PyErr_Occurred()) return -2;
+    if (c >= lo && c < hi) return c;
+    PyErr_Format(PyExc_ValueError, "%s: an item outside %zd .. %zd", what, lo, hi - 1);
+    return -2;
+}
+
+/* colmap (output column -> stored column, -1: zero) as runs of consecutive columns of one axis
+ * (axes: each column's, a sequence as long, or NULL: all 0). */
+static int make_runs(RowsTemplate *t, PyObject *colmap, PyObject *axes)
 {
     PyObject *fast = PySequence_Fast(colmap, "colmap: want a sequence of ints");
     if (!fast) return -1;
     Py_ssize_t w = PySequence_Fast_GET_SIZE(fast);
-    if (w < 1 || !(t->runs = PyMem_Malloc((size_t)w * sizeof(Run)))) {
+    int bad = w < 1 || (axes && PySequence_Fast_GET_SIZE(axes) != w);
+    if (bad || !(t->runs = PyMem_Malloc((size_t)w * sizeof(Run)))) {
         Py_DECREF(fast);
-        if (w < 1) PyErr_SetString(PyExc_ValueError, "colmap: empty");
+        if (bad) PyErr_SetString(PyExc_ValueError, "colmap: empty, or not one axis per column");
         else PyErr_NoMemory();
         return -1;
     }
     t->nruns = 0;
     int zeros = 0;
     for (Py_ssize_t j = 0; j < w; j++) {
-        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, j));
-        if (c == -1 && PyErr_Occurred()) {
+        Py_ssize_t c = item_in(fast, j, -1, t->src_width, "colmap");
+        Py_ssize_t a = axes ? item_in(axes, j, 0, t->naxes, "axes") : 0;
+        if (c == -2 || a == -2) {
             Py_DECREF(fast);
-            return -1;
-        }
-        if (c < -1 || c >= t->src_width) {
-            Py_DECREF(fast);
-            PyErr_SetString(PyExc_ValueError, "colmap: a column outside the arrays");
             return -1;
         }
         if (c < 0) zeros = 1;
         Run *last = t->nruns ? &t->runs[t->nruns - 1] : NULL;
-        if (last && ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
+        if (last && last->axis == a &&
+            ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
             last->len++;
         else
-            t->runs[t->nruns++] = (Run){j, c, 1};
+            t->runs[t->nruns++] = (Run){j, c, 1, a};
     }
     Py_DECREF(fast);
     t->width = w;
-    if (!zeros && 4 * t->nruns > w) {
+    if (!zeros && 4 * t->nruns > w && t->naxes > 1) {   /* short runs of several axes: column by column */
+        if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t))) || !(t->col_axis = PyMem_Malloc((size_t)w))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r < t->nruns; r++)
+            for (Py_ssize_t k = 0; k < t->runs[r].len; k++) {
+                t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
+                t->col_axis[t->runs[r].dst + k] = (uint8_t)t->runs[r].axis;
+            }
+        t->zip[0] = -1;
+    } else if (!zeros && 4 * t->nruns > w) {
         if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t)))) {
             PyErr_NoMemory();
             return -1;
@@ -353,9 +374,12 @@ static int set_past(RowsTemplate *t, PyObject *past)
             sm[c] = (int32_t)i;
         }
         Py_DECREF(fast);
+        for (Py_ssize_t c = 0; !bad && t->naxes > 1 && c < t->src_width; c++)
+            bad = t->src_width != t->nfreq || sm[c] != a * t->nfreq + c;   /* hot_axes.c reads computed rows so */
         if (bad) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column");
+                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column "
+                                                  "(with axes: array a's column c is item a * len(freqs) + c)");
             return -1;
         }
         for (Py_ssize_t r = 0; r < t->nruns; r++)
@@ -391,12 +415,12 @@ static int set_past(RowsTemplate *t, PyObject *past)
 static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", "past",
-                             NULL};
-    PyObject *arrays, *colmap, *hf, *tail, *past = Py_None;
+                             "axes", NULL};
+    PyObject *arrays, *colmap, *hf, *tail, *past = Py_None, *oaxes = Py_None, *axes = NULL;
     Py_ssize_t offset, max_rows;
     int lists_only;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|O:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
-                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|OO:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
+                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past, &oaxes))
         return -1;
     if (!hot_configured() || want_callable(hf) || once(t->narr != 0)) return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(arrays);
@@ -417,7 +441,19 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->length = t->arr[0].shape[0];
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
-    if (make_runs(t, colmap) < 0 || !(t->heads = PyDict_New())) return -1;
+    t->naxes = 1;
+    if (oaxes != Py_None) {   /* (k, each column's axis): lists only, rows inside the table */
+        PyObject *cols;
+        if (!PyArg_ParseTuple(oaxes, "iO:axes", &t->naxes, &cols)) return -1;
+        if (t->naxes < 2 || t->naxes > MAX_AXES || !lists_only) {
+            PyErr_Format(PyExc_ValueError, "axes: want 2 to %d axes, and lists_only", MAX_AXES);
+            return -1;
+        }
+        if (!(axes = PySequence_Fast(cols, "axes: want (k, a sequence of ints)"))) return -1;
+    }
+    int runs = make_runs(t, colmap, axes);
+    Py_XDECREF(axes);
+    if (runs < 0 || !(t->heads = PyDict_New())) return -1;
     t->text_rows = t->length;
     if (past != Py_None && (!PyTuple_Check(past) || set_past(t, past) < 0)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past: want a tuple or None");

@@ -3,7 +3,8 @@
 Decode-time clients send the same spec again and again with new positions. After the full path
 (the pipeline: strict validation, plan, arrays) has answered a body, the body's bytes *around* its
 selections become a template key: the body with the text of each selection (RoPE ``positions``;
-ALiBi ``query`` and ``key``) replaced by one NUL byte (JSON text never holds a raw one). A later
+ALiBi ``query`` and ``key``; or, sent instead of ``positions``, rope's per-axis ``position_ids``, whose
+template gathers each column at its axis's position) replaced by one NUL byte (JSON text never holds a raw one). A later
 body with the same key is the same validated spec with other selections: the bytes outside the
 selections are the learnt body's, so a JSON parser reaches each selection in the same state and
 leaves it in the same state. At learn time each cut-out span is checked to be the value its
@@ -60,6 +61,10 @@ MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 M
 # the families that make templates -> their selections' names as JSON text, quotes included
 FIELDS = {name: tuple(map(orjson.dumps, f.selections))
           for name, f in FAMILIES.items() if type(f).template is not Family.template}
+# a one-selection family's field of per-axis position lists, sent instead of its selection (rope's
+# position_ids): its templates gather each column at its axis's position (service/shortcut/hot_axes.c)
+AXIS_FIELDS = {name: orjson.dumps(next(iter(FAMILIES[name].axis_fields)))
+               for name, fields in FIELDS.items() if len(fields) == 1 and len(FAMILIES[name].axis_fields) == 1}
 
 
 def _load_native():
@@ -79,7 +84,7 @@ def native_rules(settings: Settings) -> dict:
     """What the C shortcut is configured with: the rules Python owns (selections, template
     fields, the lane's off headers), the limits of ``settings`` and the engine's kernels (their
     sincos loop computes rows past a stored table; None with the numpy backend)."""
-    return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS,
+    return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS, axis_fields=AXIS_FIELDS,
                 range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
                 max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS, kernels=kernels.c_api(),
                 keep_bytes=KEEP_BYTES)
@@ -212,6 +217,9 @@ class Templates:
         fields = FIELDS.get(req.family.name)
         if fmt not in FORMATS or not NATIVE or fields is None:
             return
+        axes = next((f for f in req.family.axis_fields if req.body.get(f) is not None), None)
+        if axes is not None:   # cut (C) takes the per-axis field where the body has no selection
+            fields = (AXIS_FIELDS[req.family.name],)
         got = _hot.cut(raw, req.family.name)   # C cuts bodies here as when it answers them
         if got is None:
             return
@@ -222,7 +230,7 @@ class Templates:
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:
             return
-        if type(t) is _hot.RowsTemplate:
+        if type(t) is _hot.RowsTemplate and axes is None:   # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():

@@ -2,12 +2,14 @@
 ``posenc serve --lane on`` (one worker, core 0) and the floor (the raw-ASGI app returning
 posenc's bytes, loadtest/floor.py) measured by wrk (core 1), as tests/bench/bench_lane.py does.
 
-    python tests/bench/bench_multiaxis_lane.py [--seconds 2] [--seed 1]
+    python tests/bench/bench_multiaxis_lane.py [--seconds 2] [--rounds 3] [--seed 1]
 
 Each case cycles 32 bodies whose positions are drawn at random over the table and past it; the
 grid case asks for rows of a ViT-size grid (stored whole, so the template shortcut answers it); the
-mrope case sends position_ids (no template yet: the full path). Printed: requests/s at 64
-connections, p50 at one, and the ratio lane/floor per case.
+mrope case sends position_ids (the template shortcut gathers each column at its axis's position,
+service/shortcut/hot_axes.c). Printed per round: requests/s at 64 connections, p50 at one, and the
+ratio lane/floor per case; then each case's median ratio over the rounds (cases and servers
+alternate within a round, so a noisy spell touches all of them).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def cases(rng) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
@@ -68,17 +71,25 @@ def main() -> None:
             save_bodies(os.path.join(tmp, "bodies.json"), bodies)
             servers["floor"] = start_floor(free_port(), bodies=os.path.join(tmp, "bodies.json"), cpus=SERVER_CPU)
             servers["floor"].wait_ready()
-            print("| case | lane req/s | floor req/s | lane/floor | lane p50 µs | floor p50 µs |\n|---|---|---|---|---|---|")
-            for name, (path, items) in work.items():
-                lua = os.path.join(tmp, "case.lua")
-                wrk_tool.script(lua, [(path, ACCEPT, json.dumps(b).encode()) for b in items])
-                got = {}
-                for kind, s in servers.items():
-                    many = wrk_tool.run(s.url, lua, args.seconds, 64, cpus=CLIENT_CPU, timeout_s=10)
-                    one = wrk_tool.run(s.url, lua, args.seconds, 1, cpus=CLIENT_CPU, timeout_s=10)
-                    got[kind] = (many["rps"], one["latency_us"]["p50"])
-                print(f"| {name} | {got['lane'][0]:.0f} | {got['floor'][0]:.0f} | {got['lane'][0] / got['floor'][0]:.2f} "
-                      f"| {got['lane'][1]:.0f} | {got['floor'][1]:.0f} |")
+            print("| round | case | lane req/s | floor req/s | lane/floor | lane p50 µs | floor p50 µs |\n"
+                  "|---|---|---|---|---|---|---|")
+            ratios = {name: [] for name in work}
+            load = os.getloadavg()[0]
+            for rnd in range(args.rounds):
+                for name, (path, items) in work.items():
+                    lua = os.path.join(tmp, "case.lua")
+                    wrk_tool.script(lua, [(path, ACCEPT, json.dumps(b).encode()) for b in items])
+                    got = {}
+                    for kind, s in servers.items():
+                        many = wrk_tool.run(s.url, lua, args.seconds, 64, cpus=CLIENT_CPU, timeout_s=10)
+                        one = wrk_tool.run(s.url, lua, args.seconds, 1, cpus=CLIENT_CPU, timeout_s=10)
+                        got[kind] = (many["rps"], one["latency_us"]["p50"])
+                    ratios[name].append(got["lane"][0] / got["floor"][0])
+                    print(f"| {rnd + 1} | {name} | {got['lane'][0]:.0f} | {got['floor'][0]:.0f} | {ratios[name][-1]:.2f} "
+                          f"| {got['lane'][1]:.0f} | {got['floor'][1]:.0f} |")
+            print(f"\nmedian lane/floor over {args.rounds} rounds (load average {load:.2f} before, "
+                  f"{os.getloadavg()[0]:.2f} after): "
+                  + ", ".join(f"{name} {float(np.median(r)):.2f}" for name, r in ratios.items()))
         finally:
             for s in servers.values():
                 s.stop()

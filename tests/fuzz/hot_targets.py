@@ -63,6 +63,10 @@ SPECS = [
     ("alibi", {"num_heads": 12, "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
+    # per-axis positions (service/shortcut/hot_axes.c): no fill() template (v2 takes them whole)
+    ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
+    ("rope", {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16",
+              "position_ids": [[0], [0], [0]]}),
 ]
 def learn() -> replay.Templates:
     """Templates of every spec of SPECS, learnt as the service learns them."""
@@ -82,7 +86,7 @@ def rows_templates() -> list:
     """(RowsTemplate, its number of arrays, its spec's first body) of each row spec, for fill()."""
     out = []
     for family, body in SPECS:
-        if family == "alibi":
+        if family == "alibi" or "position_ids" in body:
             continue
         req = pipeline.parse(family, body, LENGTH)
         t = replay.rows_template(req, view_of(req.table))

@@ -20,6 +20,11 @@ SPECS = [   # as tests/fuzz/hot_targets.py SPECS, without importing the shortcut
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3]}),
     ("alibi", {"num_heads": 8, "mask_future": True}),
 ]
+AXES = [   # as hot_targets.py's per-axis SPECS: bodies with position_ids
+    {"head_dim": 64, "mrope_section": [8, 12, 12]},
+    {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16"},
+]
+POSITION_IDS = [[[0], [7], [511]], [[1, 2], [3, 4], [600, 5]], [[1], [2]], [[1, 2], [3], [4]], [[1], [2], [3], [4]]]
 SELECTIONS = [[0], [7, 1, 511], [509, 510], {"start": 3, "stop": 9}, {"start": 0, "stop": 64, "step": 2},
               [600], [0, 0, 0]]
 ACCEPT = b"application/x-safetensors"
@@ -32,6 +37,7 @@ def bodies() -> list[tuple[str, bytes]]:
             body = {**spec, "positions": sel} if family != "alibi" else \
                 {**spec, "query": sel, "key": SELECTIONS[(i + 2) % len(SELECTIONS)]}
             out.append((family, orjson.dumps(body)))
+    out += [("rope", orjson.dumps({**spec, "position_ids": ids})) for spec in AXES for ids in POSITION_IDS]
     return out
 
 
