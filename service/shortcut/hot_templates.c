@@ -399,7 +399,7 @@ static int set_past(RowsTemplate *t, PyObject *past)
             if (last && ((m[j] < 0 && last->src < 0) || (m[j] >= 0 && last->src >= 0 && m[j] == last->src + last->len)))
                 last->len++;
             else
-                runs[n++] = (Run){j, m[j], 1};
+                runs[n++] = (Run){j, m[j], 1, 0};
         }
         t->npruns[a] = n;
         t->pgather[a] = n == t->width;
