@@ -231,16 +231,22 @@ class SinusoidalGrid(Family):
             return {"encoding": out}
         return {"encoding": assemble(spec, rows, lambda axis, idx: view.arrays[axis][idx], _dt.DTYPES[dtype])}
 
-    # -- the hot path: rows of the whole table (as sinusoidal's) --------------------------------
+    # -- the hot path: rows of the whole table (as sinusoidal's), or assembled as ``serve`` does ----
     def template(self, hot, req, view, limits):
-        if "table" not in view.arrays or not isinstance(req.body.get("positions"), list):
+        if not isinstance(req.body.get("positions"), list):
             return None
-        st = _dt.DTYPES[req.dtype]
+        spec, st = req.spec, _dt.DTYPES[req.dtype]
 
         def header_for(n: int) -> bytes:
-            return self.safetensors_header({"encoding": np.empty((n, req.spec.embed_dim), st)}, req.dtype, req.shown)
-        return hot.RowsTemplate((view.table,), list(range(req.spec.embed_dim)), 0, limits.max_rows, True,
-                                header_for, b"")
+            return self.safetensors_header({"encoding": np.empty((n, spec.embed_dim), st)}, req.dtype, req.shown)
+        if "table" in view.arrays:
+            return hot.RowsTemplate((view.table,), list(range(spec.embed_dim)), 0, limits.max_rows, True,
+                                    header_for, b"")
+        # per-axis tables (service/shortcut/hot_grid.c): assemble's indices as (div, mod) per axis
+        plane = spec.grid_h * spec.grid_w
+        steps = {"t": (plane, spec.frames), "h": (spec.grid_w, spec.grid_h), "w": (1, spec.grid_w)}
+        return hot.GridTemplate(tuple(view.arrays[a] for a in spec.widths), tuple(steps[a] for a in spec.widths),
+                                spec.extra_tokens, spec.rows, limits.max_rows, header_for, b"")
 
     schema = {
         "type": "object", "additionalProperties": False, "required": ["embed_dim", "grid_size"],

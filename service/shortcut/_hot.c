@@ -18,6 +18,7 @@
  *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
  *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
  *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
+ *   hot_grid.c       GridTemplate: rows of a large sinusoidal-grid from its per-axis tables
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -84,6 +85,12 @@
  *     mrope_section and axes_dim: engine/tables/rope_axes.py). Lists only, no JSON (the full path
  *     answers it); with past, array a's map must be a * len(freqs) + c (an axis's row past the
  *     table is computed whole, then read as a stored row).
+ *
+ *   GridTemplate(arrays, steps, extra, rows, max_rows, header_for, tail)
+ *     A sinusoidal-grid stored as per-axis tables: arrays, 1 to 3 [size, width] tables of one item
+ *     size; steps, (div, mod) per array; row p < extra is zeros, else array a's row ((p - extra) /
+ *     div) % mod, side by side in array order; positions (a list or a range, at most max_rows)
+ *     below rows, else declined.
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
  *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
@@ -236,7 +243,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0) {
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0 || hot_grid_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

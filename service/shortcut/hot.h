@@ -146,7 +146,26 @@ typedef struct {
     Py_ssize_t *rows;     /* the requested heads' rows of dist */
 } AlibiTemplate;
 
-extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType;
+/* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
+ * `extra`, else axis a's table row ((p - extra) / div[a]) % mod[a] at columns col[a] .. col[a] +
+ * its width, side by side; positions from `rows` on are past the grid (the full path refuses them). */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer arr[3];
+    int narr;
+    Py_ssize_t itemsize, width, extra, rows, max_rows;
+    Py_ssize_t div[3], mod[3], col[3];
+    PyObject *header_for; /* n -> bytes; never called here, as RowsTemplate's */
+    PyObject *tail;       /* bytes */
+    PyObject *heads;      /* dict: n -> header bytes */
+} GridTemplate;
+
+extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType;
+extern PyMethodDef hot_template_methods[]; /* every template type's: set_header() */
+extern PyGetSetDef hot_template_getset[];  /* and header_for */
+int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
+int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+int hot_grid_ready(PyObject *module);
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
@@ -214,6 +233,9 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
 /* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
 PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
+
+/* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
+PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http);
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
 

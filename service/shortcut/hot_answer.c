@@ -458,12 +458,15 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
         out = Py_None, Py_INCREF(out);   /* (a key cut from per-axis lists only: not reached) */
     else if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
         out = rows_answer((RowsTemplate *)t, &spans[0], http);
+    else if (Py_IS_TYPE(t, &hot_GridTemplateType) && nf == 1 && !axes)
+        out = hot_grid_answer((GridTemplate *)t, &spans[0], http);
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
         out = Py_None, Py_INCREF(out);   /* JSON blocks: the full path's */
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
     else
-        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate (1 field) or AlibiTemplate (2 fields)");
+        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate or GridTemplate (1 field) or AlibiTemplate "
+                                         "(2 fields)");
     Py_DECREF(t);
     return out;
 }

@@ -90,7 +90,7 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-static int get_table(PyObject *o, Py_buffer *b)
+int hot_get_table(PyObject *o, Py_buffer *b)
 {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     if (b->ndim != 2 || (b->itemsize != 2 && b->itemsize != 4)) {
@@ -107,7 +107,7 @@ static int once(int initialised)
     return initialised;
 }
 
-static int want_callable(PyObject *f)
+int hot_want_callable(PyObject *f)
 {
     if (PyCallable_Check(f)) return 0;
     PyErr_SetString(PyExc_TypeError, "header_for must be callable");
@@ -195,8 +195,9 @@ PyDoc_STRVAR(set_header_doc, "set_header(shape, header)\n--\n\n"
 
 static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    int rows = Py_IS_TYPE(self, &hot_RowsTemplateType);
-    PyObject *cache = rows ? ((RowsTemplate *)self)->heads : ((AlibiTemplate *)self)->heads;
+    int rows = !Py_IS_TYPE(self, &hot_AlibiTemplateType);
+    PyObject *cache = Py_IS_TYPE(self, &hot_RowsTemplateType) ? ((RowsTemplate *)self)->heads
+                      : rows ? ((GridTemplate *)self)->heads : ((AlibiTemplate *)self)->heads;
     Py_ssize_t dims = rows ? 1 : 2, v[2] = {0, -1};
     if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != dims || !PyBytes_Check(args[1])) {
         PyErr_Format(PyExc_TypeError, "set_header(shape: tuple of %zd ints, header: bytes)", dims);
@@ -235,20 +236,21 @@ static PyObject *get_text_for(PyObject *t, void *closure)
 static PyObject *get_header_for(PyObject *t, void *closure)
 {
     (void)closure;
-    PyObject *f = Py_IS_TYPE(t, &hot_RowsTemplateType) ? ((RowsTemplate *)t)->header_for
-                                                       : ((AlibiTemplate *)t)->header_for;
+    PyObject *f = Py_IS_TYPE(t, &hot_RowsTemplateType)    ? ((RowsTemplate *)t)->header_for
+                  : Py_IS_TYPE(t, &hot_GridTemplateType) ? ((GridTemplate *)t)->header_for
+                                                         : ((AlibiTemplate *)t)->header_for;
     if (!f) Py_RETURN_NONE;
     Py_INCREF(f);
     return f;
 }
 
-/* What both template types have: set_header() and header_for. */
-static PyMethodDef template_methods[] = {
+/* What every template type has: set_header() and header_for. */
+PyMethodDef hot_template_methods[] = {
     {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef template_getset[] = {
+PyGetSetDef hot_template_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -259,7 +261,7 @@ static PyGetSetDef rows_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* RowsTemplate's methods: template_methods and hot_json_methods, joined at import. */
+/* RowsTemplate's methods: hot_template_methods and hot_json_methods, joined at import. */
 static PyMethodDef rows_methods[8];
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
@@ -422,7 +424,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|OO:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
                                      &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past, &oaxes))
         return -1;
-    if (!hot_configured() || want_callable(hf) || once(t->narr != 0)) return -1;
+    if (!hot_configured() || hot_want_callable(hf) || once(t->narr != 0)) return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(arrays);
     if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > hot_cfg.max_rows) {
         PyErr_Format(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= %zd (configured)",
@@ -430,7 +432,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
         return -1;
     }
     for (Py_ssize_t i = 0; i < na; i++) {
-        if (get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) return -1;
+        if (hot_get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) return -1;
         t->narr++;
         if (t->arr[i].shape[0] != t->arr[0].shape[0] || t->arr[i].shape[1] != t->arr[0].shape[1] ||
             t->arr[i].itemsize != t->arr[0].itemsize) {
@@ -505,7 +507,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OO:AlibiTemplate", kwlist, &os, &sym, &mask,
                                      &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows))
         return -1;
-    if (!hot_configured() || want_callable(hf) || once(t->slopes != NULL)) return -1;
+    if (!hot_configured() || hot_want_callable(hf) || once(t->slopes != NULL)) return -1;
     if (sym && mask) {
         PyErr_SetString(PyExc_ValueError, "mask_future applies to causal ALiBi only");
         return -1;
@@ -583,8 +585,8 @@ PyTypeObject hot_AlibiTemplateType = {
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)AlibiTemplate_init,
-    .tp_methods = template_methods,
-    .tp_getset = template_getset,
+    .tp_methods = hot_template_methods,
+    .tp_getset = hot_template_getset,
     .tp_dealloc = (destructor)AlibiTemplate_dealloc,
 };
 
@@ -598,7 +600,7 @@ int hot_templates_ready(PyObject *m)
 {
     if (!MISSING && !(MISSING = PyUnicode_InternFromString("posenc.service.shortcut._hot.missing"))) return -1;
     size_t n = 0;
-    for (const PyMethodDef *parts[] = {template_methods, hot_json_methods}, **p = parts; p < parts + 2; p++)
+    for (const PyMethodDef *parts[] = {hot_template_methods, hot_json_methods}, **p = parts; p < parts + 2; p++)
         for (const PyMethodDef *m = *p; m->ml_name; m++) {
             if (n + 1 >= sizeof rows_methods / sizeof *rows_methods) {
                 PyErr_SetString(PyExc_SystemError, "_hot: rows_methods is too short");

@@ -4,10 +4,12 @@ posenc's bytes, loadtest/floor.py) measured by wrk (core 1), as tests/bench/benc
 
     python tests/bench/bench_multiaxis_lane.py [--seconds 2] [--rounds 3] [--seed 1]
 
-Each case cycles 32 bodies whose positions are drawn at random over the table and past it; the
-grid case asks for rows of a ViT-size grid (stored whole, so the template shortcut answers it); the
-mrope case sends position_ids (the template shortcut gathers each column at its axis's position,
-service/shortcut/hot_axes.c). Printed per round: requests/s at 64 connections, p50 at one, and the
+Each case cycles 32 bodies whose positions are drawn at random over the table and past it (a
+tenth of the bodies reach past the 32,768-row tables); the mrope (Qwen2.5-VL) and axes (Flux)
+cases send position_ids (the template shortcut gathers each column at its axis's position,
+service/shortcut/hot_axes.c); the grid cases ask for rows of a ViT grid (stored whole: one stored
+row each) and of SD3's 192 x 192 grid (per-axis tables: service/shortcut/hot_grid.c assembles a
+row from them). Printed per round: requests/s at 64 connections, p50 at one, and the
 ratio lane/floor per case; then each case's median ratio over the rounds (cases and servers
 alternate within a round, so a noisy spell touches all of them).
 """
@@ -29,9 +31,14 @@ from posenc.loadtest.servers import free_port, start_floor, start_posenc
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ACCEPT = "application/x-safetensors"
 ROPE = {"head_dim": 128, "rope_theta": 1e6}
+FLUX = {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"}
+VIT = {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}          # stored whole
+SD3 = {"embed_dim": 1536, "grid_size": 192, "base_size": 64}           # per-axis tables
 CONFIG = {"length": 32768, "tables": [
     {"family": "rope", "spec": ROPE},
-    {"family": "sinusoidal-grid", "spec": {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}},
+    {"family": "rope", "spec": {k: v for k, v in FLUX.items() if k != "layout"}},
+    {"family": "sinusoidal-grid", "spec": VIT},
+    {"family": "sinusoidal-grid", "spec": SD3},
 ]}
 
 
@@ -41,8 +48,11 @@ def cases(rng) -> dict:
         "rope 1 row": ("/v1/rope", [{**ROPE, "positions": [int(rng.integers(0, past()))]} for _ in range(32)]),
         "mrope 1 row": ("/v1/rope", [{**ROPE, "mrope_section": [16, 24, 24],
                                       "position_ids": rng.integers(0, past(), (3, 1)).tolist()} for _ in range(32)]),
-        "grid 1 row": ("/v1/sinusoidal-grid", [{"embed_dim": 768, "grid_size": 14, "extra_tokens": 1,
-                                                "positions": [int(rng.integers(0, 197))]} for _ in range(32)]),
+        "flux axes 1 row": ("/v1/rope", [{**FLUX, "position_ids": rng.integers(0, past(), (3, 1)).tolist()}
+                                         for _ in range(32)]),
+        "ViT grid 1 row": ("/v1/sinusoidal-grid", [{**VIT, "positions": [int(rng.integers(0, 197))]} for _ in range(32)]),
+        "SD3 grid 1 row": ("/v1/sinusoidal-grid", [{**SD3, "positions": [int(rng.integers(0, 192 * 192))]}
+                                                   for _ in range(32)]),
     }
 
 
