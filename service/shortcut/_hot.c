@@ -243,7 +243,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0 || hot_grid_ready(m) < 0) {
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -165,7 +165,6 @@ extern PyMethodDef hot_template_methods[]; /* every template type's: set_header(
 extern PyGetSetDef hot_template_getset[];  /* and header_for */
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
-int hot_grid_ready(PyObject *module);
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);

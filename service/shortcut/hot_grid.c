@@ -115,14 +115,3 @@ PyTypeObject hot_GridTemplateType = {
     .tp_getset = hot_template_getset,
     .tp_dealloc = (destructor)GridTemplate_dealloc,
 };
-
-int hot_grid_ready(PyObject *m)
-{
-    if (PyType_Ready(&hot_GridTemplateType) < 0) return -1;
-    Py_INCREF(&hot_GridTemplateType);
-    if (PyModule_AddObject(m, "GridTemplate", (PyObject *)&hot_GridTemplateType) < 0) {
-        Py_DECREF(&hot_GridTemplateType);
-        return -1;
-    }
-    return 0;
-}

@@ -608,16 +608,15 @@ int hot_templates_ready(PyObject *m)
             }
             rows_methods[n++] = *m;
         }
-    if (PyType_Ready(&hot_RowsTemplateType) < 0 || PyType_Ready(&hot_AlibiTemplateType) < 0) return -1;
-    Py_INCREF(&hot_RowsTemplateType);
-    if (PyModule_AddObject(m, "RowsTemplate", (PyObject *)&hot_RowsTemplateType) < 0) {
-        Py_DECREF(&hot_RowsTemplateType);
-        return -1;
-    }
-    Py_INCREF(&hot_AlibiTemplateType);
-    if (PyModule_AddObject(m, "AlibiTemplate", (PyObject *)&hot_AlibiTemplateType) < 0) {
-        Py_DECREF(&hot_AlibiTemplateType);
-        return -1;
+    PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType};
+    const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        if (PyType_Ready(types[i]) < 0) return -1;
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            return -1;
+        }
     }
     return 0;
 }

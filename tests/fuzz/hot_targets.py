@@ -67,6 +67,9 @@ SPECS = [
     ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
     ("rope", {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16",
               "position_ids": [[0], [0], [0]]}),
+    # a grid stored per axis (service/shortcut/hot_grid.c), 3-D with extra tokens
+    ("sinusoidal-grid", {"embed_dim": 32, "grid_size": [600, 700], "temporal_size": 5, "extra_tokens": 2,
+                         "interpolation_scale": 1.5, "dtype": "bfloat16", "positions": [1]}),
 ]
 def learn() -> replay.Templates:
     """Templates of every spec of SPECS, learnt as the service learns them."""
@@ -86,7 +89,7 @@ def rows_templates() -> list:
     """(RowsTemplate, its number of arrays, its spec's first body) of each row spec, for fill()."""
     out = []
     for family, body in SPECS:
-        if family == "alibi" or "position_ids" in body:
+        if family not in ("rope", "sinusoidal") or "position_ids" in body:
             continue
         req = pipeline.parse(family, body, LENGTH)
         t = replay.rows_template(req, view_of(req.table))

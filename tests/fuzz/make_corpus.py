@@ -24,6 +24,8 @@ AXES = [   # as hot_targets.py's per-axis SPECS: bodies with position_ids
     {"head_dim": 64, "mrope_section": [8, 12, 12]},
     {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16"},
 ]
+GRID = {"embed_dim": 32, "grid_size": [600, 700], "temporal_size": 5, "extra_tokens": 2, "interpolation_scale": 1.5,
+        "dtype": "bfloat16"}   # as hot_targets.py's grid: stored per axis
 POSITION_IDS = [[[0], [7], [511]], [[1, 2], [3, 4], [600, 5]], [[1], [2]], [[1, 2], [3], [4]], [[1], [2], [3], [4]]]
 SELECTIONS = [[0], [7, 1, 511], [509, 510], {"start": 3, "stop": 9}, {"start": 0, "stop": 64, "step": 2},
               [600], [0, 0, 0]]
@@ -38,6 +40,8 @@ def bodies() -> list[tuple[str, bytes]]:
                 {**spec, "query": sel, "key": SELECTIONS[(i + 2) % len(SELECTIONS)]}
             out.append((family, orjson.dumps(body)))
     out += [("rope", orjson.dumps({**spec, "position_ids": ids})) for spec in AXES for ids in POSITION_IDS]
+    out += [("sinusoidal-grid", orjson.dumps({**GRID, "positions": sel}))
+            for sel in SELECTIONS + [[2100001, 0, 1], [2100002]]]   # the grid's last row, and past it
     return out
 
 
