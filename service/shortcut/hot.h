@@ -232,6 +232,9 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
 /* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
 PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
+/* Raw positions `all` ([k, n], axis after axis; hot_fill.c's) to each array's n rows in slots[a],
+ * as hot_rows_into: 0, 1 on an overflow, -1 out of memory (no error set: it may run without the GIL). */
+int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all);
 
 /* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
 PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http);

@@ -7,6 +7,8 @@
  */
 #include "hot.h"
 
+#include <stdlib.h>
+
 static inline const char *skip_ws(const char *p, const char *end)
 {
     while (p < end && hot_is_ws(*p)) p++;
@@ -94,6 +96,24 @@ static int rows_into(char **slots, const RowsTemplate *t, const Sel *sels, char 
         }
         for (int k = 0; k < t->narr; k++) copy_row(slots[k] + drb * (size_t)i, t, s[k]);
     }
+    return over;
+}
+
+/* declared, and described, in hot.h */
+int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all)
+{
+    Py_ssize_t n = all->n / t->naxes;
+    Sel sels[MAX_AXES];
+    int past = 0;
+    for (int a = 0; a < t->naxes; a++) {
+        sels[a].v = all->v + a * n;
+        sels[a].n = n;
+        for (Py_ssize_t i = 0; i < n; i++) past |= sels[a].v[i] + t->offset >= t->length;
+    }
+    char *buf = past ? malloc((size_t)(2 * t->naxes * t->nfreq * t->itemsize)) : NULL;
+    if (past && !buf) return -1;
+    int over = rows_into(slots, t, sels, buf);
+    free(buf);
     return over;
 }
 

@@ -6,7 +6,8 @@
 
 PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
              "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
-             "(itemsize 4: int32, 8: int64) + parts[1] + ... + parts[narrays], in one new bytes object;\n"
+             "(itemsize 4: int32, 8: int64; a template with axes: [k, n] positions, axis after axis)\n"
+             "+ parts[1] + ... + parts[narrays], in one new bytes object;\n"
              "None when a position is negative or not below the position limit, or past the table of a\n"
              "template that computes no rows there, or a computed value overflows (the full path answers those).");
 
@@ -21,7 +22,6 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
 {
     Py_ssize_t n = len / isz;
-    if (t->naxes > 1) return 0;   /* per-axis positions: the full path's */
     if ((isz != 4 && isz != 8) || len % isz || n < 1) {
         PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
         return -1;
@@ -47,7 +47,13 @@ static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_
     }
     rows->n = n;
     rows->hi = hi;
-    return hot_rows_answerable(t, hi);
+    return n % t->naxes == 0 && hot_rows_answerable(t, hi);   /* per-axis: [k, n], axis after axis */
+}
+
+/* Each array's rows of positions `rows` (per-axis ones: hot_axes.c) into slots, as hot_rows_into. */
+static int rows_into(char **slots, RowsTemplate *t, const Sel *rows, int keep)
+{
+    return t->naxes > 1 ? hot_axes_rows_into(slots, t, rows) : hot_rows_into(slots, t, rows, 1, keep);
 }
 
 /* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
@@ -57,18 +63,19 @@ static int fill_slots(RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t
     int rc;
     if (t->narr * block >= FILL_NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        rc = hot_rows_into(slots, t, rows, 1, 0);   /* without the GIL: nothing kept, nothing read kept */
+        rc = rows_into(slots, t, rows, 0);   /* without the GIL: nothing kept, nothing read kept */
         Py_END_ALLOW_THREADS
     } else {
-        rc = hot_rows_into(slots, t, rows, 1, 1);
+        rc = rows_into(slots, t, rows, 1);
     }
     if (rc < 0) PyErr_NoMemory();
     return rc;
 }
 
+/* The bytes of one array's rows for n positions (k per row with per-axis positions). */
 static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
 {
-    return n * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
+    return n / t->naxes * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
 }
 
 /* Where the rows go: into a new bytes object, between parts (fill), or into the given buffers
@@ -195,7 +202,7 @@ PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const 
             slots[i] = d;
             d += block;
         }
-        int over = hot_rows_into(slots, t, &rows, 1, 1);
+        int over = rows_into(slots, t, &rows, 1);
         out = hot_finish(&o);
         if (over) Py_CLEAR(out);
         if (over < 0) PyErr_NoMemory();

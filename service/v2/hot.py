@@ -240,7 +240,8 @@ class Hot:
         if client is None or len(fam.selections) != 1:
             return None
         probe = dict(r.body)   # the family's template is made from a list body, as /v1 learns it
-        probe[fam.selections[0]] = [0]
+        axes = t.name in fam.axis_fields and len(t.shape) == 2   # [k, n] per-axis positions (rope's position_ids)
+        probe[t.name if axes else fam.selections[0]] = [[0]] * int(t.shape[0]) if axes else [0]
         try:
             probe = self.v2.inferer.pipeline.request(fam.name, probe)
         except Exception:   # the spec was valid with the real positions: nothing to learn here
@@ -251,6 +252,8 @@ class Hot:
         if rows is None:
             return None
         shm = [x for x in tensors if x.name in fam.batched and x.region is not None]
+        if shm and axes:   # its per-row bytes count k positions a row: the full path's
+            return None
         if shm:
             if len(shm) != len([x for x in tensors if x.name in fam.batched]):
                 return None   # some in shared memory, some in the answer: the full path's

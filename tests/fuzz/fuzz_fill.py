@@ -20,13 +20,38 @@ import numpy as np  # noqa: E402
 
 
 ROWS = ht.rows_templates()
+AXES = ht.axes_templates()
+PAST_IN_C = ht.replay.kernels.c_api() is not None
 SINGLES = 64     # positions checked one by one
 PIPELINE = 4     # of them, held to the pipeline's rows
+
+
+def axes_input(data: bytes) -> None:
+    """Per-axis templates (rope position_ids: [3, n] positions, axis after axis; first byte & 0x20):
+    None exactly when the count is not a multiple of 3 or a position is negative or not below the
+    limit; else the pipeline's rows of those position_ids (up to 64 rows checked)."""
+    t, body, length = AXES[data[0] % len(AXES)]
+    isz = 8 if data[0] & 0x80 else 4
+    raw = data[1:len(data) - (len(data) - 1) % isz]
+    if not raw:
+        return
+    positions = np.frombuffer(raw, "<i%d" % isz).astype(np.int64)
+    if data[0] & 0x40:
+        positions &= 511
+        raw = positions.astype("<i%d" % isz).tobytes()
+    got = ht.replay.fill(t, raw, isz, (b"", b"", b""))
+    valid = positions.size % 3 == 0 and positions.min() >= 0 and positions.max() < ht.replay.POSITION_LIMIT and (
+        PAST_IN_C or positions.max() < length)   # the numpy backend lends no kernel for rows past the table
+    assert (got is not None) == valid, raw
+    if got is not None and positions.size // 3 <= 64:
+        assert got == ht.pipeline_ids_rows(body, positions.reshape(3, -1).tolist()), raw
 
 
 def one_input(data: bytes) -> None:
     if len(data) < 2:
         return
+    if data[0] & 0x20:
+        return axes_input(data)
     t, narr, (family, body) = ROWS[data[0] % len(ROWS)]
     isz = 8 if data[0] & 0x80 else 4
     raw = data[1:]

@@ -98,6 +98,24 @@ def rows_templates() -> list:
     return out
 
 
+def axes_templates() -> list:
+    """(RowsTemplate, its spec's first body, its table's length) of each per-axis rope spec
+    (position_ids), for fill()."""
+    out = []
+    for family, body in SPECS:
+        if "position_ids" in body:
+            req = pipeline.parse(family, body, LENGTH)
+            out.append((replay.rows_template(req, view_of(req.table)), body, req.table.length))
+    return out
+
+
+def pipeline_ids_rows(body: dict, ids: list) -> bytes:
+    """The pipeline's cos then sin for per-axis positions ``ids`` [k, n], from the same tables."""
+    req = pipeline.parse("rope", {**body, "position_ids": ids}, LENGTH)
+    arrays = pipeline.arrays(req, view_of(req.table))
+    return arrays["cos"].tobytes() + arrays["sin"].tobytes()
+
+
 def full_path(family: str, raw: bytes, fmt: str = "safetensors") -> bytes | None:
     """The full path's answer to ``raw`` (safetensors or JSON) from the same in-memory tables, or
     None where it refuses the body."""

@@ -93,6 +93,9 @@ def fill() -> list[bytes]:
         for isz, fmt in ((4, "<i"), (8, "<q")):
             for positions in ([0], [7, 1, 511], [511, 512], [-1], list(range(70))):
                 out.append(bytes([t | (0x80 if isz == 8 else 0)]) + b"".join(struct.pack(fmt, p) for p in positions))
+    for t in range(2):   # per-axis templates (0x20): [3, n] positions, axis after axis
+        for positions in ([0, 1, 2], [7, 1, 511, 512, 3, 2], [1, 2], [-1, 0, 0], [5, 6, 2**31 - 1]):
+            out.append(bytes([0x20 | 0x80 | t]) + b"".join(struct.pack("<q", p) for p in positions))
     # 4096 rope rows of 2 x 256 bytes, masked into the table: a copy past 1 MiB, without the GIL
     out.append(bytes([0x40]) + b"".join(struct.pack("<i", p * 7) for p in range(4096)))
     return out

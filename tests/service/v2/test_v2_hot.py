@@ -20,6 +20,7 @@ from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
 from posenc.service.v2.proto import grpc_service_pb2 as pb
 from posenc.service.shortcut import templates as replay
+from tests.procs import wait_for
 from tests.service_cases import LLAMA3_8K
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
@@ -53,11 +54,11 @@ def servers(engine):
     return out
 
 
-def grpc_request(model, spec, positions, datatype="INT64", rid="", outputs=()) -> bytes:
+def grpc_request(model, spec, positions, datatype="INT64", rid="", outputs=(), name="positions") -> bytes:
     r = pb.ModelInferRequest(model_name=model, id=rid)
     r.parameters["spec"].string_param = json.dumps(spec)
     a = np.asarray(positions, np.int32 if datatype == "INT32" else np.int64)
-    r.inputs.add(name="positions", datatype=datatype, shape=list(a.shape))
+    r.inputs.add(name=name, datatype=datatype, shape=list(a.shape))
     for o in outputs:
         r.outputs.add(name=o)
     r.raw_input_contents.append(a.tobytes())
@@ -82,6 +83,28 @@ def test_grpc_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
         assert call(on, first) == call(off, first)
     for _ in range(5):
         data = grpc_request(model, spec, rng.integers(0, 2048, shape), datatype, rid="r1")
+        assert on.hot.grpc(data) is not None, "the shortcut should take this request"
+        assert call(on, data) == call(off, data)
+
+
+@pytest.mark.parametrize("spec", [{"head_dim": 64, "mrope_section": [8, 12, 12], "dtype": "bfloat16"},
+                                  {"head_dim": 64, "mrope_section": [12, 10, 10], "mrope_interleaved": True},
+                                  {"head_dim": 64, "axes_dim": [16, 24, 24], "layout": "interleaved"}],
+                         ids=["mrope", "mrope-interleaved", "axes"])
+@pytest.mark.parametrize("datatype", ["INT64", "INT32"])
+def test_grpc_shortcut_answers_position_ids_as_the_full_path(servers, spec, datatype):
+    """[k, n] per-axis positions (service/shortcut/hot_axes.c via fill): rows inside the table and past it."""
+    on, off = servers
+    rng = np.random.default_rng(5)
+    ids = lambda hi=None: rng.integers(0, hi or rng.choice([2048, 1 << 20]), (3, 5))   # noqa: E731 - inside, or past
+
+    def learnt() -> bool:   # an axes_dim table is built on demand: learnt once it is mapped
+        first = grpc_request("rope", spec, ids(2048), datatype, name="position_ids")
+        assert call(on, first) == call(off, first)
+        return on.hot.grpc(grpc_request("rope", spec, ids(), datatype, name="position_ids")) is not None
+    wait_for(learnt, 30, 0.05, "the shortcut learns the spec")
+    for _ in range(8):
+        data = grpc_request("rope", spec, ids(), datatype, name="position_ids")
         assert on.hot.grpc(data) is not None, "the shortcut should take this request"
         assert call(on, data) == call(off, data)
 
