@@ -121,7 +121,15 @@ static int api_sincos(const double *freqs, Py_ssize_t h, const int64_t *pos, Py_
 
 static int api_itemsize(int dt) { return dt == DT_F32 ? 4 : 2; }
 
-static const NativeApi API = {NATIVE_API_VERSION, api_sincos, native_parse_dtype, api_itemsize};
+static int api_alibi(const double *slopes, Py_ssize_t H, const int64_t *q, Py_ssize_t nq, const int64_t *k,
+                     Py_ssize_t nk, char *out, int dt, int symmetric, int mask)
+{
+    int over = 0;
+    if (native_alibi_run(native_level, slopes, H, q, nq, k, nk, out, dt, symmetric, mask, &over) < 0) return -1;
+    return over;
+}
+
+static const NativeApi API = {NATIVE_API_VERSION, api_sincos, native_parse_dtype, api_itemsize, api_alibi};
 
 static PyMethodDef methods[] = {
     {"features", py_features, METH_NOARGS, features_doc},

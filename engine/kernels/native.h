@@ -68,6 +68,10 @@ extern PyMethodDef native_kernel_methods[];
  * the dtype names (native_kernels.c); lent to the shortcut through native_api.h, used by rows_lookup */
 void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int64_t *pos, Py_ssize_t n,
                        double scale, char *oc, char *os, int dt, int *over);
+/* alibi_block's loop (native_kernels.c; lent to the shortcut too): out [H, nq, nk] in dt, *over set
+ * when an unmasked cell is +-inf; 0, or -1 out of memory. Needs no GIL. */
+int native_alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const int64_t *q, Py_ssize_t nq,
+                     const int64_t *k, Py_ssize_t nk, char *out, int dt, int symmetric, int mask, int *over);
 int native_parse_dtype(PyObject *obj);
 
 /* native_lookup.c: the resolved lookup of engine/lookup.py (rows_lookup). */

@@ -1,7 +1,8 @@
 /* engine/kernels/native_api.h -- what engine.kernels._native lends another extension (the
  * template shortcut, service/shortcut/_hot) through a capsule, so that a row the shortcut
  * computes past a stored table is the engine's own kernel's row: the same float64 angle, libm
- * call, scale and one rounding, at the dispatch level in use. No second copy of the rule.
+ * call, scale and one rounding, at the dispatch level in use; and an ALiBi block in float16 or
+ * bfloat16 the engine's own block. No second copy of the rule.
  *
  *   engine.kernels._native.API   PyCapsule named NATIVE_API_NAME, pointing at a NativeApi
  */
@@ -11,7 +12,7 @@
 #include <stdint.h>
 
 #define NATIVE_API_NAME "posenc.engine.kernels._native.API"
-#define NATIVE_API_VERSION 1
+#define NATIVE_API_VERSION 2
 
 typedef struct {
     int version; /* NATIVE_API_VERSION */
@@ -24,6 +25,12 @@ typedef struct {
     int (*dtype_code)(PyObject *name);
     /* Bytes of one item of a dtype code (4 or 2). */
     int (*itemsize)(int dt);
+    /* The ALiBi block kernel (engine.kernels.alibi_block): out [H, nq, nk] items of dt (aligned to
+     * their size), 0 - slopes[h] * (q[a] - k[b]) (|.| when symmetric) rounded once, mask_future's
+     * cells the dtype's most negative finite value. Returns 1 when an unmasked cell is +-inf (the
+     * full path refuses it), 0, or -1 out of memory. Needs no GIL. */
+    int (*alibi)(const double *slopes, Py_ssize_t H, const int64_t *q, Py_ssize_t nq, const int64_t *k, Py_ssize_t nk,
+                 char *out, int dt, int symmetric, int mask_future);
 } NativeApi;
 
 #endif

@@ -351,7 +351,7 @@ PyDoc_STRVAR(alibi_block_doc,
              " mask_future puts the dtype's most negative finite value where key > query."
              " True if an unmasked output is +-inf.");
 
-static int alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const int64_t *q,
+int native_alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const int64_t *q,
                      Py_ssize_t nq, const int64_t *k, Py_ssize_t nk, char *out, int dt,
                      int symmetric, int mask, int *over)
 {
@@ -445,7 +445,7 @@ static PyObject *py_alibi_block(PyObject *self, PyObject *args, PyObject *kw)
     {
         const Level *lv = native_level;
         Py_BEGIN_ALLOW_THREADS
-        rc = alibi_run(lv, (const double *)sl->buf, sl->shape[0], (const int64_t *)q->buf,
+        rc = native_alibi_run(lv, (const double *)sl->buf, sl->shape[0], (const int64_t *)q->buf,
                        q->shape[0], (const int64_t *)k->buf, k->shape[0], (char *)o->buf, dt,
                        symmetric, mask, &over);
         Py_END_ALLOW_THREADS

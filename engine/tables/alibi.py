@@ -204,21 +204,22 @@ class Alibi(Family):
 
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits):
-        """float32 blocks only (f16/bf16 refuse on overflow, which the full path decides): the
-        requested heads' float64 slopes, computed as the kernels compute; decode blocks copy from
-        the engine's float32 distance table, which holds the same values."""
-        spec = req.spec
-        if req.dtype != _dt.FLOAT32:
+        """The requested heads' float64 slopes; float32 cells computed as the kernels compute them
+        (decode blocks copied from the engine's float32 distance table, which holds the same
+        values); float16/bfloat16 blocks by the engine's own block kernel, lent to the shortcut
+        (none with the numpy backend), which also says when a cell overflows (the full path's 422)."""
+        spec, f32 = req.spec, req.dtype == _dt.FLOAT32
+        if not f32 and kernels.c_api() is None:
             return None
         m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
-        m32 = m.astype(np.float32)
+        m32, st = m.astype(np.float32), _dt.DTYPES[req.dtype]
 
         def header_for(nq: int, nk: int) -> bytes:
-            return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), np.float32), "slopes": m32},
-                                           _dt.FLOAT32, req.shown)
-        dist = view.dist if view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
+            return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), st), "slopes": m32},
+                                           req.dtype, req.shown)
+        dist = view.dist if f32 and view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
         return hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
-                                 limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist())
+                                 limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist(), req.dtype)
 
     schema = {
         "type": "object", "additionalProperties": False, "required": ["num_heads", "query", "key"],

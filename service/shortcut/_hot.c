@@ -92,11 +92,14 @@
  *     div) % mod, side by side in array order; positions (a list or a range, at most max_rows)
  *     below rows, else declined.
  *
- *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes)
- *     float32 output only. slopes: the requested heads' float64 slopes; header_for(nq, nk) ->
- *     header bytes; tail: the float32 slopes; max_n: most positions per selection; max_bytes:
- *     most bytes of arrays per answer. Each cell is engine/kernels/alibi_cell.h's, as
- *     engine.kernels computes it, rounded to float32.
+ *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes, dist=None,
+ *                 rows=None, dtype="float32")
+ *     slopes: the requested heads' float64 slopes; header_for(nq, nk) -> header bytes; tail: the
+ *     float32 slopes; max_n: most positions per selection; max_bytes: most bytes of arrays per
+ *     answer. float32: each cell is engine/kernels/alibi_cell.h's, as engine.kernels computes it,
+ *     rounded to float32 (decode blocks inside dist, the engine's float32 distance table, copied
+ *     from its rows). float16/bfloat16 (configured with the kernels only): the engine's block
+ *     kernel (native_api.h) fills the block; a cell that overflows declines the body.
  */
 #include "hot.h"
 

@@ -144,6 +144,9 @@ typedef struct {
     Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
     int have_dist;
     Py_ssize_t *rows;     /* the requested heads' rows of dist */
+    int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
+                           * kernel (hot_cfg.kernels->alibi), of this dtype code */
+    Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
 } AlibiTemplate;
 
 /* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below

@@ -301,6 +301,26 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     return out;
 }
 
+/* A float16/bfloat16 block into o by the engine's kernel (hot_cfg.kernels->alibi): the filled
+ * answer, None when a cell overflows (the full path refuses it with its 422), or NULL. */
+static PyObject *kernel_block(const AlibiTemplate *t, const Sel *q, const Sel *k, Out *o)
+{
+    int64_t *pos = PyMem_Malloc((size_t)(q->n + k->n) * sizeof(int64_t));
+    int over = -1;
+    if (pos) {
+        for (Py_ssize_t a = 0; a < q->n; a++) pos[a] = hot_sel_at(q, a);
+        for (Py_ssize_t b = 0; b < k->n; b++) pos[q->n + b] = hot_sel_at(k, b);
+        over = hot_cfg.kernels->alibi(t->slopes, t->nheads, pos, q->n, pos + q->n, k->n, o->fill, t->kernel_dt,
+                                      t->symmetric, t->mask_future);
+        PyMem_Free(pos);
+    }
+    PyObject *out = hot_finish(o);
+    if (over == 0) return out;
+    Py_XDECREF(out);
+    if (over < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
 {
     Sel q = {.heap = NULL}, k = {.heap = NULL};
@@ -314,8 +334,9 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         Py_INCREF(out);
         goto done;
     }
-    /* array bytes: 4 * H * nq * nk + 4 * H, each factor checked so nothing overflows */
-    Py_ssize_t cells_max = t->max_bytes / 4 - t->nheads;
+    /* array bytes: itemsize * H * nq * nk + 4 * H (the float32 slopes), each factor checked so
+     * nothing overflows */
+    Py_ssize_t cells_max = (t->max_bytes - 4 * t->nheads) / t->itemsize;
     if (cells_max < 1 || q.n > cells_max / t->nheads || k.n > cells_max / t->nheads / q.n) {
         out = Py_None;
         Py_INCREF(out);
@@ -330,7 +351,11 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
         goto done;
     }
     Out o;
-    if (hot_bytes_of(http, head, 4 * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
+    if (t->kernel_dt >= 0) {   /* float16 / bfloat16: the engine's block kernel, its rounding and overflow */
+        out = kernel_block(t, &q, &k, &o);
+        goto done;
+    }
     float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
     /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
      * table) are the stored values read backwards; the table holds the same rounding of the same

@@ -499,15 +499,27 @@ static void AlibiTemplate_dealloc(AlibiTemplate *t)
 static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"slopes", "symmetric", "mask_future", "header_for", "tail", "max_n",
-                             "max_bytes", "dist", "rows", NULL};
-    PyObject *os, *hf, *tail, *odist = Py_None, *orows = Py_None;
+                             "max_bytes", "dist", "rows", "dtype", NULL};
+    PyObject *os, *hf, *tail, *odist = Py_None, *orows = Py_None, *odt = NULL;
     int sym, mask;
     Py_ssize_t max_n, max_bytes;
     Py_buffer b;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OO:AlibiTemplate", kwlist, &os, &sym, &mask,
-                                     &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OOU:AlibiTemplate", kwlist, &os, &sym, &mask,
+                                     &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows, &odt))
         return -1;
     if (!hot_configured() || hot_want_callable(hf) || once(t->slopes != NULL)) return -1;
+    t->kernel_dt = -1;
+    t->itemsize = 4;
+    if (odt && PyUnicode_CompareWithASCIIString(odt, "float32") != 0) {   /* the engine's kernel's blocks */
+        const NativeApi *api = hot_cfg.kernels;
+        if (!api || odist != Py_None) {
+            PyErr_SetString(PyExc_ValueError, "dtype: float16 and bfloat16 blocks need the engine's kernels "
+                                              "(configured) and no dist table");
+            return -1;
+        }
+        if ((t->kernel_dt = api->dtype_code(odt)) < 0) return -1;
+        t->itemsize = api->itemsize(t->kernel_dt);
+    }
     if (sym && mask) {
         PyErr_SetString(PyExc_ValueError, "mask_future applies to causal ALiBi only");
         return -1;

@@ -63,6 +63,7 @@ SPECS = [
     ("alibi", {"num_heads": 12, "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
+    ("alibi", {"num_heads": 8, "dtype": "float16", "query": [1], "key": [0]}),   # the engine's block kernel
     # per-axis positions (service/shortcut/hot_axes.c): no fill() template (v2 takes them whole)
     ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
     ("rope", {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16",

@@ -19,6 +19,7 @@ SPECS = [   # as tests/fuzz/hot_targets.py SPECS, without importing the shortcut
     ("alibi", {"num_heads": 12}),
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3]}),
     ("alibi", {"num_heads": 8, "mask_future": True}),
+    ("alibi", {"num_heads": 8, "dtype": "float16"}),
 ]
 AXES = [   # as hot_targets.py's per-axis SPECS: bodies with position_ids
     {"head_dim": 64, "mrope_section": [8, 12, 12]},

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from posenc.service.front.service import Service
+from posenc.engine.errors import PosencError
 from posenc.engine.settings import Settings
+from posenc.service.front.service import Service
+from tests.procs import wait_for
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 
@@ -39,10 +41,13 @@ def test_native_alibi_keeps_the_limits(learnt):
     assert learnt.hot("alibi", small, ACCEPT_HDRS) == learnt.execute(learnt.prepare("alibi", small, BIN["accept"]))[0]
     big = orjson_dumps({**spec, "query": [4095], "key": {"start": 0, "stop": 90000}})   # 4.3 MB: over HOT_BYTES
     assert learnt.hot("alibi", big, ACCEPT_HDRS) is None
-    learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "dtype": "float16", "query": [1], "key": [1]}),
-                                  BIN["accept"]))
-    f16 = orjson_dumps({**spec, "dtype": "float16", "query": [3], "key": [1, 2]})
-    assert learnt.hot("alibi", f16, ACCEPT_HDRS) is None                                 # float32 only
+    f16_probe = orjson_dumps({**spec, "dtype": "float16", "query": [1], "key": [1]})
+    wait_for(lambda: learnt.execute(learnt.prepare("alibi", f16_probe, BIN["accept"])) and
+             learnt.hot("alibi", f16_probe, ACCEPT_HDRS), 30, 0.02, "the float16 template learnt")
+    f16 = orjson_dumps({**spec, "dtype": "float16", "query": [3], "key": [1, 2]})            # the engine's kernel
+    assert learnt.hot("alibi", f16, ACCEPT_HDRS) == learnt.execute(learnt.prepare("alibi", f16, BIN["accept"]))[0]
+    big16 = orjson_dumps({**spec, "dtype": "float16", "query": [4095], "key": {"start": 0, "stop": 180000}})
+    assert learnt.hot("alibi", big16, ACCEPT_HDRS) is None   # 4.3 MB in float16 too: over HOT_BYTES
     tight = Service(Settings(namespace=learnt.settings.namespace, max_positions=100))
     tight.hot("alibi", b"{}", ACCEPT_HDRS)
     tight.execute(tight.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
@@ -68,3 +73,32 @@ def test_native_alibi_decode_blocks_at_the_table_edge(learnt, spec):
                 got = learnt.hot("alibi", body, ACCEPT_HDRS)
                 want = reference_safetensors("alibi", json.loads(body))
                 assert got == want, body
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=st.sampled_from(ALIBI_SPECS), dtype=st.sampled_from(["float16", "bfloat16"]),
+       query=st.lists(st.one_of(st.integers(0, 3000), st.integers(90_000, 300_000)), min_size=1, max_size=8),
+       key=st.one_of(st.lists(st.one_of(st.integers(0, 3000), st.integers(0, 300_000)), min_size=1, max_size=8),
+                     st.builds(lambda a, n: {"start": a, "stop": a + n}, st.integers(0, 300_000), st.integers(1, 64))))
+def test_native_alibi_half_precision_blocks_are_the_engines(learnt, spec, dtype, query, key):
+    """float16 and bfloat16 blocks come from the engine's own block kernel (lent to the shortcut):
+    the full path's bytes and the float64 reference's; a block with a cell past float16's range
+    (distances of ~100,000 and more) is left to the full path, which refuses it with a 422."""
+    spec = {**spec, "dtype": dtype}
+    probe = orjson_dumps({**spec, "query": [1], "key": [1]})
+
+    def learnt_it() -> bool:   # the half-precision table is built on demand: learnt once it is mapped
+        learnt.execute(learnt.prepare("alibi", probe, BIN["accept"]))
+        return learnt.hot("alibi", probe, ACCEPT_HDRS) is not None
+    wait_for(learnt_it, 30, 0.02, "the template learnt")
+    body = orjson_dumps({**spec, "query": query, "key": key})
+    c = learnt.hot("alibi", body, ACCEPT_HDRS)
+    try:
+        full = learnt.execute(learnt.prepare("alibi", body, BIN["accept"]))[0]
+    except PosencError:
+        full = None
+    event("answered" if full is not None else "refused (overflow)")
+    assert c == full
+    if c is not None:
+        assert c == reference_safetensors("alibi", json.loads(body))

@@ -62,12 +62,12 @@ CASES = {
     # demand, and C answers from it as from a configured one
     "sinusoidal-on-demand": ("sinusoidal", {"d_model": 33, "layout": "concat", "dtype": "bfloat16"},
                              on_demand_rows, True),
-    # ALiBi blocks other than float32 refuse on overflow, which the full path decides: C never answers
-    "alibi-f16": ("alibi", {"num_heads": 12, "dtype": "float16"}, alibi_decode, False),
+    # ALiBi blocks other than float32: the engine's block kernel, lent to C (overflow: the full path's)
+    "alibi-f16": ("alibi", {"num_heads": 12, "dtype": "float16"}, alibi_decode, True),
     "alibi-decode": ("alibi", {"num_heads": 12}, alibi_decode, True),
     "alibi-heads-masked": ("alibi", {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True}, alibi_decode, True),
     "alibi-symmetric": ("alibi", {"num_heads": 12, "mode": "symmetric"}, alibi_decode, True),
-    "alibi-float16": ("alibi", {"num_heads": 12, "dtype": "float16"}, alibi_decode, False),   # float32 only
+    "alibi-bf16-masked": ("alibi", {"num_heads": 12, "mask_future": True, "dtype": "bfloat16"}, alibi_decode, True),
 }
 
 
