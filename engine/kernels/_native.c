@@ -129,7 +129,13 @@ static int api_alibi(const double *slopes, Py_ssize_t H, const int64_t *q, Py_ss
     return over;
 }
 
-static const NativeApi API = {NATIVE_API_VERSION, api_sincos, native_parse_dtype, api_itemsize, api_alibi};
+static void api_t5(const int32_t *lut, Py_ssize_t R, const int64_t *q, Py_ssize_t nq, const int64_t *k, Py_ssize_t nk,
+                   int32_t *out)
+{
+    native_t5_run(native_level, lut, R, q, nq, k, nk, out);
+}
+
+static const NativeApi API = {NATIVE_API_VERSION, api_sincos, native_parse_dtype, api_itemsize, api_alibi, api_t5};
 
 static PyMethodDef methods[] = {
     {"features", py_features, METH_NOARGS, features_doc},

@@ -70,6 +70,10 @@ void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int
                        double scale, char *oc, char *os, int dt, int *over);
 /* alibi_block's loop (native_kernels.c; lent to the shortcut too): out [H, nq, nk] in dt, *over set
  * when an unmasked cell is +-inf; 0, or -1 out of memory. Needs no GIL. */
+/* t5_block's loop (native_kernels.c; lent to the shortcut too): out [nq, nk] int32 =
+ * lut[clamp(k - q, -R, R) + R]. Needs no GIL. */
+void native_t5_run(const Level *lv, const int32_t *lut, Py_ssize_t R, const int64_t *q, Py_ssize_t nq,
+                   const int64_t *k, Py_ssize_t nk, int32_t *out);
 int native_alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const int64_t *q, Py_ssize_t nq,
                      const int64_t *k, Py_ssize_t nk, char *out, int dt, int symmetric, int mask, int *over);
 int native_parse_dtype(PyObject *obj);

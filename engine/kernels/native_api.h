@@ -2,7 +2,7 @@
  * template shortcut, service/shortcut/_hot) through a capsule, so that a row the shortcut
  * computes past a stored table is the engine's own kernel's row: the same float64 angle, libm
  * call, scale and one rounding, at the dispatch level in use; and an ALiBi block in float16 or
- * bfloat16 the engine's own block. No second copy of the rule.
+ * bfloat16, or a T5 bucket block, the engine's own block. No second copy of the rule.
  *
  *   engine.kernels._native.API   PyCapsule named NATIVE_API_NAME, pointing at a NativeApi
  */
@@ -31,6 +31,10 @@ typedef struct {
      * full path refuses it), 0, or -1 out of memory. Needs no GIL. */
     int (*alibi)(const double *slopes, Py_ssize_t H, const int64_t *q, Py_ssize_t nq, const int64_t *k, Py_ssize_t nk,
                  char *out, int dt, int symmetric, int mask_future);
+    /* The T5 bucket block kernel (engine.kernels.t5_block): out [nq, nk] int32 (aligned) =
+     * lut[clamp(k[b] - q[a], -R, R) + R]. Needs no GIL. */
+    void (*t5)(const int32_t *lut, Py_ssize_t R, const int64_t *q, Py_ssize_t nq, const int64_t *k, Py_ssize_t nk,
+               int32_t *out);
 } NativeApi;
 
 #endif

@@ -461,6 +461,26 @@ fail:
     return NULL;
 }
 
+void native_t5_run(const Level *lv, const int32_t *lut, Py_ssize_t R, const int64_t *qq, Py_ssize_t nq,
+                   const int64_t *kk, Py_ssize_t nk, int32_t *out)
+{
+    Line ln;
+    int32_t *line = NULL;
+    if (line_plan(qq, nq, kk, nk, &ln) && (line = (int32_t *)PyMem_RawMalloc((size_t)ln.len * sizeof(int32_t))) != NULL) {
+        /* line[j] is relative position key - query = j - dmax */
+        for (Py_ssize_t j = 0; j < ln.len; j++) {
+            int64_t rel = (int64_t)j - ln.dmax;
+            rel = rel < -R ? -R : rel > R ? R : rel;
+            line[j] = lut[rel + R];
+        }
+        for (Py_ssize_t a = 0; a < nq; a++)
+            memcpy(out + (size_t)a * (size_t)nk, line + (ln.dmax - (qq[a] - kk[0])), (size_t)nk * sizeof(int32_t));
+        PyMem_RawFree(line);
+    } else {
+        for (Py_ssize_t a = 0; a < nq; a++) lv->t5_row(out + (size_t)a * (size_t)nk, kk, nk, qq[a], lut, (int64_t)R);
+    }
+}
+
 PyDoc_STRVAR(t5_block_doc, "t5_block(lut, query, key, out, radius)\n--\n\n"
              "out[a,b] = lut[clamp(key[b] - query[a], -radius, radius) + radius].");
 
@@ -490,33 +510,10 @@ static PyObject *py_t5_block(PyObject *self, PyObject *args, PyObject *kw)
     if (!(o = get_buf(&b, oout, "out", 1)) || want_code(o, "out", 'i', "int32") ||
         want_shape(o, "out", 2, (Py_ssize_t[]){q->shape[0], k->shape[0]}))
         goto fail;
-    {
-        const int32_t *lut = (const int32_t *)l->buf;
-        const int64_t *qq = (const int64_t *)q->buf, *kk = (const int64_t *)k->buf;
-        int32_t *out = (int32_t *)o->buf;
-        Py_ssize_t nq = q->shape[0], nk = k->shape[0];
-        t5_row_fn row = native_level->t5_row;
-        Py_BEGIN_ALLOW_THREADS
-        Line ln;
-        int32_t *line = NULL;
-        if (line_plan(qq, nq, kk, nk, &ln) &&
-            (line = (int32_t *)PyMem_RawMalloc((size_t)ln.len * sizeof(int32_t))) != NULL) {
-            /* line[j] is relative position key - query = j - dmax */
-            for (Py_ssize_t j = 0; j < ln.len; j++) {
-                int64_t rel = (int64_t)j - ln.dmax;
-                rel = rel < -R ? -R : rel > R ? R : rel;
-                line[j] = lut[rel + R];
-            }
-            for (Py_ssize_t a = 0; a < nq; a++)
-                memcpy(out + (size_t)a * (size_t)nk, line + (ln.dmax - (qq[a] - kk[0])),
-                       (size_t)nk * sizeof(int32_t));
-            PyMem_RawFree(line);
-        } else {
-            for (Py_ssize_t a = 0; a < nq; a++)
-                row(out + (size_t)a * (size_t)nk, kk, nk, qq[a], lut, (int64_t)R);
-        }
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    native_t5_run(native_level, (const int32_t *)l->buf, R, (const int64_t *)q->buf, q->shape[0],
+                  (const int64_t *)k->buf, k->shape[0], (int32_t *)o->buf);
+    Py_END_ALLOW_THREADS
     bufs_release(&b);
     Py_RETURN_NONE;
 fail:

@@ -119,6 +119,17 @@ class T5Buckets(Family):
         kernels.t5_block(view.lut, q, k, out, view.length)
         return {"buckets": out}
 
+    # -- the hot path: the same kernel over the mapped table, in the C shortcut -----------------
+    def template(self, hot, req, view, limits):
+        """The engine's block kernel over the mapped table (service/shortcut/hot_t5.c), as ``serve``
+        calls it; none with the numpy backend (no kernel to lend)."""
+        if kernels.c_api() is None:
+            return None
+
+        def header_for(nq: int, nk: int) -> bytes:
+            return self.safetensors_header({"buckets": np.empty((nq, nk), np.int32)}, req.dtype, req.shown)
+        return hot.T5Template(view.lut, view.length, header_for, b"", limits.max_positions, limits.max_bytes)
+
     schema = {
         "type": "object", "additionalProperties": False, "required": ["query", "key"],
         "properties": {

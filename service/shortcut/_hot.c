@@ -19,6 +19,7 @@
  *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
  *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
  *   hot_grid.c       GridTemplate: rows of a large sinusoidal-grid from its per-axis tables
+ *   hot_t5.c         T5Template: T5 bucket blocks by the engine's kernel
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -91,6 +92,11 @@
  *     size; steps, (div, mod) per array; row p < extra is zeros, else array a's row ((p - extra) /
  *     div) % mod, side by side in array order; positions (a list or a range, at most max_rows)
  *     below rows, else declined.
+ *
+ *   T5Template(lut, radius, header_for, tail, max_n, max_bytes)
+ *     t5-buckets: lut, the engine's int32 table [2 radius + 1] (held); blocks of at most max_n
+ *     positions per selection and max_bytes, filled by the engine's t5 kernel (native_api.h; the
+ *     kernels must be configured).
  *
  *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes, dist=None,
  *                 rows=None, dtype="float32")

@@ -163,11 +163,23 @@ typedef struct {
     PyObject *heads;      /* dict: n -> header bytes */
 } GridTemplate;
 
-extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType;
+/* T5 bucket blocks (hot_t5.c): the engine's lookup table lut [2 radius + 1] int32, held. */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer lut;
+    Py_ssize_t radius, max_n, max_bytes;
+    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as AlibiTemplate's */
+    PyObject *tail;       /* bytes */
+    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
+} T5Template;
+
+extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
 extern PyMethodDef hot_template_methods[]; /* every template type's: set_header() */
 extern PyGetSetDef hot_template_getset[];  /* and header_for */
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+/* A template's header_for and tail taken (new references) at the end of its init: 0. */
+int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl);
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
@@ -239,6 +251,14 @@ PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
  * as hot_rows_into: 0, 1 on an overflow, -1 out of memory (no error set: it may run without the GIL). */
 int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all);
 
+/* The start of a block answer (template t: AlibiTemplate, T5Template, its header cache heads):
+ * its two selections (at most max_n positions each) into q and k, its header into *head. 1: go
+ * on; 0: *out is None (a selection refused, or more than cells_max cells over `groups` blocks)
+ * or NotImplemented (a header to fetch); -1: error set. The caller frees q and k. */
+int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk, Py_ssize_t max_n, Py_ssize_t groups,
+                    Py_ssize_t cells_max, Sel *q, Sel *k, PyObject **head, PyObject **out);
+/* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */
+PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http);
 /* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
 PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http);
 

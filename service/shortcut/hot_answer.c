@@ -301,6 +301,27 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     return out;
 }
 
+/* declared, and described, in hot.h */
+int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk, Py_ssize_t max_n, Py_ssize_t groups,
+                    Py_ssize_t cells_max, Sel *q, Sel *k, PyObject **head, PyObject **out)
+{
+    int rc = hot_parse_sel(sq, max_n, q);
+    if (rc == 0) rc = hot_parse_sel(sk, max_n, k);
+    if (rc == -2) return -1;
+    /* each factor checked so that nothing overflows */
+    if (rc < 0 || cells_max < 1 || q->n > cells_max / groups || k->n > cells_max / groups / q->n) {
+        *out = Py_None;
+        Py_INCREF(*out);
+        return 0;
+    }
+    int got = hot_header(t, heads, q->n, k->n, head);
+    if (got == 0) {
+        *out = Py_NotImplemented;
+        Py_INCREF(*out);
+    }
+    return got;
+}
+
 /* A float16/bfloat16 block into o by the engine's kernel (hot_cfg.kernels->alibi): the filled
  * answer, None when a cell overflows (the full path refuses it with its 422), or NULL. */
 static PyObject *kernel_block(const AlibiTemplate *t, const Sel *q, const Sel *k, Out *o)
@@ -326,30 +347,10 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
     int32_t *keys = NULL;
-    int rc = hot_parse_sel(sq, t->max_n, &q);
-    if (rc == 0) rc = hot_parse_sel(sk, t->max_n, &k);
-    if (rc == -2) goto done;
-    if (rc < 0) {
-        out = Py_None;
-        Py_INCREF(out);
+    /* array bytes: itemsize * H * nq * nk + 4 * H (the float32 slopes) */
+    if (hot_block_start((PyObject *)t, t->heads, sq, sk, t->max_n, t->nheads,
+                        (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) <= 0)
         goto done;
-    }
-    /* array bytes: itemsize * H * nq * nk + 4 * H (the float32 slopes), each factor checked so
-     * nothing overflows */
-    Py_ssize_t cells_max = (t->max_bytes - 4 * t->nheads) / t->itemsize;
-    if (cells_max < 1 || q.n > cells_max / t->nheads || k.n > cells_max / t->nheads / q.n) {
-        out = Py_None;
-        Py_INCREF(out);
-        goto done;
-    }
-    int got = hot_header((PyObject *)t, t->heads, q.n, k.n, &head);
-    if (got <= 0) {
-        if (got == 0) {
-            out = Py_NotImplemented;
-            Py_INCREF(out);
-        }
-        goto done;
-    }
     Out o;
     if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     if (t->kernel_dt >= 0) {   /* float16 / bfloat16: the engine's block kernel, its rounding and overflow */
@@ -489,9 +490,11 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
         out = Py_None, Py_INCREF(out);   /* JSON blocks: the full path's */
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
+    else if (Py_IS_TYPE(t, &hot_T5TemplateType) && nf == 2)
+        out = hot_t5_answer((T5Template *)t, &spans[0], &spans[1], http);
     else
-        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate or GridTemplate (1 field) or AlibiTemplate "
-                                         "(2 fields)");
+        PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate or GridTemplate (1 field), AlibiTemplate "
+                                         "or T5Template (2 fields)");
     Py_DECREF(t);
     return out;
 }

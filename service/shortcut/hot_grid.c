@@ -53,11 +53,7 @@ static int GridTemplate_init(GridTemplate *t, PyObject *args, PyObject *kw)
     t->extra = extra;
     t->rows = rows;
     t->max_rows = max_rows;
-    Py_INCREF(hf);
-    t->header_for = hf;
-    Py_INCREF(tail);
-    t->tail = tail;
-    return 0;
+    return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
 /* Row p of the grid into d. */

@@ -107,6 +107,15 @@ static int once(int initialised)
     return initialised;
 }
 
+int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
+{
+    Py_INCREF(hf);
+    *header_for = hf;
+    Py_INCREF(tl);
+    *tail = tl;
+    return 0;
+}
+
 int hot_want_callable(PyObject *f)
 {
     if (PyCallable_Check(f)) return 0;
@@ -190,15 +199,26 @@ static PyObject *missing(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(set_header_doc, "set_header(shape, header)\n--\n\n"
-             "Cache the safetensors header (bytes) of answers of shape: (n,) rows for a RowsTemplate,\n"
-             "(nq, nk) for an AlibiTemplate.");
+             "Cache the safetensors header (bytes) of answers of shape: (n,) rows for a RowsTemplate or\n"
+             "GridTemplate, (nq, nk) for an AlibiTemplate or T5Template.");
+
+/* A template's header cache (or, with `header_for`, its header_for) and its answers' dimensions. */
+static PyObject *template_part(PyObject *t, int header_for, Py_ssize_t *dims)
+{
+    *dims = Py_IS_TYPE(t, &hot_RowsTemplateType) || Py_IS_TYPE(t, &hot_GridTemplateType) ? 1 : 2;
+    if (Py_IS_TYPE(t, &hot_RowsTemplateType))
+        return header_for ? ((RowsTemplate *)t)->header_for : ((RowsTemplate *)t)->heads;
+    if (Py_IS_TYPE(t, &hot_GridTemplateType))
+        return header_for ? ((GridTemplate *)t)->header_for : ((GridTemplate *)t)->heads;
+    if (Py_IS_TYPE(t, &hot_T5TemplateType))
+        return header_for ? ((T5Template *)t)->header_for : ((T5Template *)t)->heads;
+    return header_for ? ((AlibiTemplate *)t)->header_for : ((AlibiTemplate *)t)->heads;
+}
 
 static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    int rows = !Py_IS_TYPE(self, &hot_AlibiTemplateType);
-    PyObject *cache = Py_IS_TYPE(self, &hot_RowsTemplateType) ? ((RowsTemplate *)self)->heads
-                      : rows ? ((GridTemplate *)self)->heads : ((AlibiTemplate *)self)->heads;
-    Py_ssize_t dims = rows ? 1 : 2, v[2] = {0, -1};
+    Py_ssize_t dims, v[2] = {0, -1};
+    PyObject *cache = template_part(self, 0, &dims);
     if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != dims || !PyBytes_Check(args[1])) {
         PyErr_Format(PyExc_TypeError, "set_header(shape: tuple of %zd ints, header: bytes)", dims);
         return NULL;
@@ -236,9 +256,8 @@ static PyObject *get_text_for(PyObject *t, void *closure)
 static PyObject *get_header_for(PyObject *t, void *closure)
 {
     (void)closure;
-    PyObject *f = Py_IS_TYPE(t, &hot_RowsTemplateType)    ? ((RowsTemplate *)t)->header_for
-                  : Py_IS_TYPE(t, &hot_GridTemplateType) ? ((GridTemplate *)t)->header_for
-                                                         : ((AlibiTemplate *)t)->header_for;
+    Py_ssize_t dims;
+    PyObject *f = template_part(t, 1, &dims);
     if (!f) Py_RETURN_NONE;
     Py_INCREF(f);
     return f;
@@ -464,11 +483,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     t->offset = offset;
     t->max_rows = max_rows;
     t->lists_only = lists_only;
-    Py_INCREF(hf);
-    t->header_for = hf;
-    Py_INCREF(tail);
-    t->tail = tail;
-    return 0;
+    return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
 PyTypeObject hot_RowsTemplateType = {
@@ -583,11 +598,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     t->mask_future = mask;
     t->max_n = max_n;
     t->max_bytes = max_bytes;
-    Py_INCREF(hf);
-    t->header_for = hf;
-    Py_INCREF(tail);
-    t->tail = tail;
-    return 0;
+    return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
 PyTypeObject hot_AlibiTemplateType = {
@@ -620,8 +631,8 @@ int hot_templates_ready(PyObject *m)
             }
             rows_methods[n++] = *m;
         }
-    PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType};
-    const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate"};
+    PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType, &hot_T5TemplateType};
+    const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate", "T5Template"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         if (PyType_Ready(types[i]) < 0) return -1;
         Py_INCREF(types[i]);

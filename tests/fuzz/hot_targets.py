@@ -47,7 +47,8 @@ ACCEPT = b"application/x-safetensors"
 HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
 # Accept value (None: no Accept) -> the format the negotiator chose (templates.FORMATS: 0 safetensors, 1 JSON)
 ACCEPTS = {ACCEPT: 0, b"*/*;q=0.1, application/x-safetensors": 0, b"application/json": 1, None: 1}
-ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2)}
+ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2),
+          b"/v1/sinusoidal-grid": ("sinusoidal-grid", 3), b"/v1/t5-buckets": ("t5-buckets", 4)}
 PRE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/x-safetensors\r\ncontent-length: ",   # by format
        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
        b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ")
@@ -64,6 +65,7 @@ SPECS = [
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "dtype": "float16", "query": [1], "key": [0]}),   # the engine's block kernel
+    ("t5-buckets", {"num_buckets": 16, "max_distance": 40, "query": [1], "key": [0]}),   # and its T5 kernel
     # per-axis positions (service/shortcut/hot_axes.c): no fill() template (v2 takes them whole)
     ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
     ("rope", {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16",
@@ -78,8 +80,8 @@ def learn() -> replay.Templates:
     for family, body in SPECS:
         req = pipeline.parse(family, body, LENGTH)
         t.learn("safetensors", orjson.dumps(body), req, view_of(req.table))
-    for family, _ in SPECS:
-        assert t.native[family], f"no {family} template learnt"
+    for family, _ in SPECS:   # (T5 blocks are the engine's kernel's: none with the numpy backend)
+        assert t.native[family] or (family == "t5-buckets" and replay.kernels.c_api() is None), family
     return t
 
 

@@ -20,6 +20,7 @@ SPECS = [   # as tests/fuzz/hot_targets.py SPECS, without importing the shortcut
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3]}),
     ("alibi", {"num_heads": 8, "mask_future": True}),
     ("alibi", {"num_heads": 8, "dtype": "float16"}),
+    ("t5-buckets", {"num_buckets": 16, "max_distance": 40}),
 ]
 AXES = [   # as hot_targets.py's per-axis SPECS: bodies with position_ids
     {"head_dim": 64, "mrope_section": [8, 12, 12]},
@@ -37,7 +38,7 @@ def bodies() -> list[tuple[str, bytes]]:
     out = []
     for family, spec in SPECS:
         for i, sel in enumerate(SELECTIONS):
-            body = {**spec, "positions": sel} if family != "alibi" else \
+            body = {**spec, "positions": sel} if family not in ("alibi", "t5-buckets") else \
                 {**spec, "query": sel, "key": SELECTIONS[(i + 2) % len(SELECTIONS)]}
             out.append((family, orjson.dumps(body)))
     out += [("rope", orjson.dumps({**spec, "position_ids": ids})) for spec in AXES for ids in POSITION_IDS]

@@ -144,8 +144,9 @@ def test_pipelined_hot_and_asgi_requests_answer_in_order(servers):
     out, closed = both(servers, b"".join(reqs), len(reqs), lane=4)
     assert [r[0] for r in out] == [b"HTTP/1.1 200 OK"] * 6 + [b"HTTP/1.1 422 Unprocessable Entity"] + \
         [b"HTTP/1.1 200 OK"] * 4 and not closed
-    # and once more, now that every template is known to both workers
-    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=7)
+    # and once more, now that every template is known to both workers (the T5 block's too, where the
+    # engine's kernels are lent to the shortcut: not with the numpy backend)
+    out2, _ = both(servers, b"".join(reqs), len(reqs), lane=7 + (kernels.c_api() is not None))
     assert out2 == out
 
 
