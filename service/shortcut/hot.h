@@ -171,6 +171,7 @@ typedef struct {
     PyObject *header_for; /* (nq, nk) -> bytes; never called here, as AlibiTemplate's */
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
+    PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
 } T5Template;
 
 extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
@@ -184,6 +185,7 @@ int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
 int hot_templates_ready(PyObject *module);
+void hot_t5_ready(void); /* T5Template's methods: set_header() and enable_json(), joined */
 extern PyMethodDef hot_templates_methods[];
 
 /* ---- answers (hot_answer.c) ------------------------------------------------------------- */
@@ -252,9 +254,10 @@ PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
 int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all);
 
 /* The start of a block answer (template t: AlibiTemplate, T5Template, its header cache heads):
- * its two selections (at most max_n positions each) into q and k, its header into *head. 1: go
- * on; 0: *out is None (a selection refused, or more than cells_max cells over `groups` blocks)
- * or NotImplemented (a header to fetch); -1: error set. The caller frees q and k. */
+ * its two selections (at most max_n positions each) into q and k, its header into *head (heads
+ * NULL: none, a JSON answer). 1: go on; 0: *out is None (a selection refused, or more than
+ * cells_max cells over `groups` blocks) or NotImplemented (a header to fetch); -1: error set.
+ * The caller frees q and k. */
 int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk, Py_ssize_t max_n, Py_ssize_t groups,
                     Py_ssize_t cells_max, Sel *q, Sel *k, PyObject **head, PyObject **out);
 /* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */

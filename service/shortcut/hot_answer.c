@@ -314,6 +314,7 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
         Py_INCREF(*out);
         return 0;
     }
+    if (!heads) return 1;
     int got = hot_header(t, heads, q->n, k->n, head);
     if (got == 0) {
         *out = Py_NotImplemented;

@@ -2,7 +2,8 @@
  * the engine's mapped lookup table by the engine's own block kernel (native_api.h: t5), so the
  * shortcut's int32 blocks are the full path's (engine/tables/t5.py serve: kernels.t5_block).
  * The table holds the whole function (buckets saturate past max_distance), so every block is
- * answered; JSON is the full path's.
+ * answered. JSON (enable_json) is the full path's answer around the block's text, which is
+ * integers only: written here, no float to format.
  */
 #include "hot.h"
 
@@ -12,6 +13,7 @@ static void T5Template_dealloc(T5Template *t)
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
+    Py_XDECREF(t->json_parts);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -46,31 +48,106 @@ static int T5Template_init(T5Template *t, PyObject *args, PyObject *kw)
     return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
+/* The decimal text of v at d (JSON's, as orjson writes an int); returns its end. */
+static char *put_int(char *d, int32_t v)
+{
+    char tmp[12];
+    int n = 0;
+    int64_t x = v;
+    if (x < 0) {
+        *d++ = '-';
+        x = -x;
+    }
+    do tmp[n++] = (char)('0' + x % 10); while ((x /= 10) > 0);
+    while (n > 0) *d++ = tmp[--n];
+    return d;
+}
+
+/* The JSON answer of block b [nq, nk]: the parts around [[b00,b01,..],[b10,..],..]. */
+static PyObject *block_json(const T5Template *t, const int32_t *b, Py_ssize_t nq, Py_ssize_t nk, const Http *http)
+{
+    /* '[', then per row its '[', each item followed by ',' (the last by the row's ']'), and a ','
+     * after the row (the last row's is the closing ']') */
+    Py_ssize_t body = 1 + nq * (2 + nk);
+    char digits[12];
+    for (Py_ssize_t i = 0; i < nq * nk; i++) body += put_int(digits, b[i]) - digits;
+    Out o;
+    if (hot_bytes_of(http, PyTuple_GET_ITEM(t->json_parts, 0), body, PyTuple_GET_ITEM(t->json_parts, 1), 0, &o) < 0)
+        return NULL;
+    char *d = o.fill;
+    *d++ = '[';
+    for (Py_ssize_t a = 0; a < nq; a++) {
+        *d++ = '[';
+        for (Py_ssize_t j = 0; j < nk; j++) {
+            d = put_int(d, b[a * nk + j]);
+            *d++ = ',';
+        }
+        d[-1] = ']';
+        *d++ = ',';
+    }
+    d[-1] = ']';
+    return hot_finish(&o);
+}
+
 /* declared, and described, in hot.h */
 PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http)
 {
-    if (http && http->json) Py_RETURN_NONE;   /* JSON: the full path's */
+    int json = http && http->json;
+    if (json && !t->json_parts) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
     int64_t *pos = NULL;
-    if (hot_block_start((PyObject *)t, t->heads, sq, sk, t->max_n, 1, t->max_bytes / 4, &q, &k, &head, &out) <= 0)
+    int32_t *block = NULL;
+    if (hot_block_start((PyObject *)t, json ? NULL : t->heads, sq, sk, t->max_n, 1, t->max_bytes / 4, &q, &k, &head,
+                        &out) <= 0)
         goto done;
-    if (!(pos = PyMem_Malloc((size_t)(q.n + k.n) * sizeof(int64_t)))) {
+    if (!(pos = PyMem_Malloc((size_t)(q.n + k.n) * sizeof(int64_t))) ||
+        (json && !(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))))) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t a = 0; a < q.n; a++) pos[a] = hot_sel_at(&q, a);
     for (Py_ssize_t b = 0; b < k.n; b++) pos[q.n + b] = hot_sel_at(&k, b);
+    if (json) {
+        hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q.n, pos + q.n, k.n, block);
+        out = block_json(t, block, q.n, k.n, http);
+        goto done;
+    }
     Out o;
     if (hot_bytes_of(http, head, 4 * q.n * k.n, t->tail, 1, &o) < 0) goto done;
     hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q.n, pos + q.n, k.n, (int32_t *)o.fill);
     out = hot_finish(&o);
 done:
+    PyMem_Free(block);
     PyMem_Free(pos);
     Py_XDECREF(head);
     hot_sel_free(&q);
     hot_sel_free(&k);
     return out;
+}
+
+PyDoc_STRVAR(enable_json_doc, "enable_json(parts)\n--\n\n"
+             "Answer JSON too: parts, (before, after) the block's text in the full path's JSON answer;\n"
+             "None: JSON is the full path's again.");
+
+static PyObject *enable_json(PyObject *self, PyObject *parts)
+{
+    T5Template *t = (T5Template *)self;
+    if (parts != Py_None && (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 ||
+                             !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(parts, 1)))) {
+        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes) | None)");
+        return NULL;
+    }
+    Py_XSETREF(t->json_parts, parts == Py_None ? NULL : Py_NewRef(parts));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef t5_methods[3]; /* hot_template_methods' set_header, then enable_json */
+
+void hot_t5_ready(void)
+{
+    t5_methods[0] = hot_template_methods[0];
+    t5_methods[1] = (PyMethodDef){"enable_json", enable_json, METH_O, enable_json_doc};
 }
 
 PyTypeObject hot_T5TemplateType = {
@@ -80,7 +157,7 @@ PyTypeObject hot_T5TemplateType = {
     .tp_doc = "A t5-buckets spec's mapped lookup table and response layout (see hot_t5.c).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)T5Template_init,
-    .tp_methods = hot_template_methods,
+    .tp_methods = t5_methods,
     .tp_getset = hot_template_getset,
     .tp_dealloc = (destructor)T5Template_dealloc,
 };

@@ -631,6 +631,7 @@ int hot_templates_ready(PyObject *m)
             }
             rows_methods[n++] = *m;
         }
+    hot_t5_ready();
     PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType, &hot_T5TemplateType};
     const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate", "T5Template"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

@@ -232,10 +232,35 @@ class Templates:
             return
         if type(t) is _hot.RowsTemplate and axes is None:   # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
+        elif type(t) is _hot.T5Template:
+            block_json(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():
                 d.clear()
         known[key] = t
+
+
+def _json_parts(req, view):
+    """(the full path's JSON answer of ``req``, and the parts of it around each row-gathered
+    array's text, or None when a mark is not found)."""
+    result = pipeline.arrays(req, view)
+    names = [k for k in result if k in req.family.batched]
+    marks = {k: _ROWS_MARK % i for i, k in enumerate(names)}
+    parts = [json_text({k: marks.get(k) or json_ready(v, req.dtype) for k, v in result.items()})]
+    for k in names:
+        head, sep, rest = parts[-1].partition(orjson.dumps(marks[k]))
+        if not sep:
+            return json_text({k: json_ready(v, req.dtype) for k, v in result.items()}), None
+        parts[-1:] = [head, rest]
+    return json_text({k: json_ready(v, req.dtype) for k, v in result.items()}), tuple(parts)
+
+
+def _lane_json(t, key: bytes, raw: bytes, req) -> bytes | None:
+    """Template ``t``'s JSON answer to ``raw``, asked through the lane's own entry point."""
+    got = answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
+                         {b"/": (req.family.name,)}, {None: FORMATS["json"]}, {req.family.name: {key: t}},
+                         (b"", b"", b""), b"", False)
+    return got[2].partition(b"\r\n")[2] if got else None
 
 
 def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
@@ -243,29 +268,32 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
     path's JSON answer of ``req`` with each row-gathered array's rows cut out, and its rows' texts
     are rendered by the full path's own ``json_text``. Only when its JSON answer to ``raw``, asked
     through the lane's own entry point, is the full path's bytes."""
-    result = pipeline.arrays(req, view)
-    names = [k for k in result if k in req.family.batched]
-    marks = {k: _ROWS_MARK % i for i, k in enumerate(names)}
-    text = json_text({k: marks.get(k) or json_ready(v, req.dtype) for k, v in result.items()})
-    parts = [text]
-    for k in names:
-        head, sep, rest = parts[-1].partition(orjson.dumps(marks[k]))
-        if not sep:
-            return False
-        parts[-1:] = [head, rest]
+    want, parts = _json_parts(req, view)
+    if parts is None:
+        return False
     storage, dtype = DTYPES[req.dtype], req.dtype
 
     def text_for(a: int, r: int) -> bytes:
         return json_text(json_ready(np.frombuffer(t.row(a, r), storage), dtype))
     try:
-        t.enable_json(tuple(parts), json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET)
+        t.enable_json(parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET)
     except ValueError:   # not one part more than the template's arrays
         return False
-    want = json_text({k: json_ready(v, req.dtype) for k, v in result.items()})
-    got = answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
-                         {b"/": (req.family.name,)}, {None: FORMATS["json"]}, {req.family.name: {key: t}},
-                         (b"", b"", b""), b"", False)
-    if not got or got[2].partition(b"\r\n")[2] != want:
+    if _lane_json(t, key, raw, req) != want:
         t.enable_json(None, b"", text_for, 0)   # JSON stays with the full path
+        return False
+    return True
+
+
+def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
+    """Let T5Template ``t`` answer JSON too (service/shortcut/hot_t5.c): the full path's JSON answer
+    of ``req`` around the block's text, which C writes (integers only). Only when its answer to
+    ``raw`` through the lane is the full path's bytes."""
+    want, parts = _json_parts(req, view)
+    if parts is None or len(parts) != 2:
+        return False
+    t.enable_json(parts)
+    if _lane_json(t, key, raw, req) != want:
+        t.enable_json(None)   # JSON stays with the full path
         return False
     return True

@@ -1,7 +1,8 @@
 """T5 bucket blocks answered by the C shortcut (service/shortcut/hot_t5.c, the engine's own block
 kernel over the mapped table): byte for byte the pipeline's answer from the same table and its
 exact compute, over generated specs and selections (lists and ranges, positions up to the limit);
-blocks over the byte limit and JSON are the full path's."""
+JSON answers through the lane (C writes the integers) too; blocks over the byte limit are the full
+path's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from posenc.engine import kernels, pipeline
+from posenc.engine.encode import encode
 from posenc.engine.selection import POSITION_LIMIT
 from posenc.service.shortcut import templates as replay
 from tests.procs import wait_for
@@ -68,3 +70,21 @@ def test_t5_from_the_engines_table(learnt, spec):
         c = learnt.hot("t5-buckets", body, ACCEPT_HDRS)
         full = learnt.execute(learnt.prepare("t5-buckets", body, BIN["accept"]))[0]
         assert c is not None and c == full == reference_safetensors("t5-buckets", json.loads(body))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=st.sampled_from(SPECS), query=SELECTION, key=SELECTION)
+def test_t5_json_through_the_lane_is_the_full_paths(spec, query, key):
+    """JSON answers (the lane's; C writes the integers) are the full path's bytes."""
+    first = {**spec, "query": [1], "key": [1]}
+    templates = replay.Templates(max_n=1 << 20, max_bytes=4 << 20)
+    req = pipeline.parse("t5-buckets", first, LENGTH)
+    templates.learn("json", orjson.dumps(first), req, view_of(req.table))
+    (t,) = templates.native["t5-buckets"].values()
+    body = orjson.dumps({**spec, "query": query, "key": key})
+    got = replay.answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body), 0,
+                                {b"/": ("t5-buckets",)}, {None: replay.FORMATS["json"]},
+                                templates.native, (b"", b"", b""), b"", False)
+    req2 = pipeline.parse("t5-buckets", orjson.loads(body), LENGTH)
+    want = encode(req2.family, pipeline.arrays(req2), req2.dtype, "json")[0]
+    assert got and got[2].partition(b"\r\n")[2] == want
