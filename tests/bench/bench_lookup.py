@@ -15,7 +15,8 @@ What is timed (each cell: median of --repeat timings; each timing averages enoug
   bytes (the 2-4 MiB the lookup writes) from the same table, into the same outputs (target ≥ 0.7
   of its bandwidth). Both write into buffers already written (no first-touch page faults on either
   side); each lookup takes the next of 256 position sets (a million rows: the table does not stay
-  in the caches between calls), each copy the next of 16 blocks spread over the table;
+  in the caches between calls), each copy the next of 16 blocks spread over the table; the
+  lookup's and the copy's timings are taken in turn, so that both see the same machine load;
 - a [32, 128] batch in one call against 32 one-row lookups and against 32 lookups of 128 rows
   (rows/s; target ≥ 10× the one-row lookups);
 for two specs: plain RoPE float32 half_split, and Llama-3.1's llama3 scaling bfloat16 interleaved;
@@ -28,7 +29,9 @@ import argparse
 import itertools
 import os
 import platform
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
 from posenc.engine.client import Client  # noqa: E402
-from timing import timeit  # noqa: E402
+from timing import calibrate, timeit  # noqa: E402
 
 N_ROWS = 131072
 SPECS = {
@@ -69,13 +72,28 @@ def _cycling(fn, pool):
     return lambda: fn(next(it))
 
 
+def alternating(fa, fb, repeat: int, min_time: float) -> tuple[float, float]:
+    """Median seconds per call of ``fa`` and of ``fb``, their timings taken in turn (on a loaded
+    machine both then see the same load; timing.timeit takes one's timings, then the other's)."""
+    na, nb = calibrate(fa, min_time), calibrate(fb, min_time)
+    ta, tb = [], []
+    for _ in range(repeat):
+        for f, number, ts in ((fa, na, ta), (fb, nb, tb)):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                f()
+            ts.append((time.perf_counter() - t0) / number)
+    return statistics.median(ta), statistics.median(tb)
+
+
 def gather_vs_copy(h, view, rng, past: float, repeat: int, min_time: float, copy=True, n=4096):
     """(seconds per ``h.lookup`` of n random rows into preallocated outputs, seconds per copy of
-    the same bytes from contiguous rows of the same table into the same outputs, the outputs)."""
+    the same bytes from contiguous rows of the same table into the same outputs, the outputs);
+    the two timed in turn."""
     outs = tuple(np.empty((n, h.width[k]), h.np_dtype) for k in h.names)
-    t_lookup = timeit(_cycling(lambda p: h.lookup(p, out=outs), _pool(rng, (n,), past)), repeat, min_time)
+    lookup = _cycling(lambda p: h.lookup(p, out=outs), _pool(rng, (n,), past))
     if not copy:
-        return t_lookup, None, outs
+        return timeit(lookup, repeat, min_time), None, outs
     half = view.cos.shape[1]
     flat = tuple(o.reshape(-1, half) for o in outs)   # the same bytes, as half-width table rows
     rows = flat[0].shape[0]
@@ -84,7 +102,7 @@ def gather_vs_copy(h, view, rng, past: float, repeat: int, min_time: float, copy
     def copy_block(s):
         np.copyto(flat[0], view.cos[s:s + rows])
         np.copyto(flat[1], view.sin[s:s + rows])
-    return t_lookup, timeit(_cycling(copy_block, starts), repeat, min_time), outs
+    return (*alternating(lookup, _cycling(copy_block, starts), repeat, min_time), outs)
 
 
 def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: float) -> None:
