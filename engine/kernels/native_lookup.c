@@ -32,11 +32,12 @@ const char native_rows_lookup_doc[] =
 #endif
 
 /* Random rows of a table larger than the caches: each is asked for LOOKUP_AHEAD rows ahead into
- * L2 only (prefetcht1). Measured on 4,096 random rows of 16-32 MiB tables: an L1 prefetch
- * (native_prefetch_row, 8 ahead) holds one of the few L1 miss buffers per line until it lands,
- * which capped the gather at 0.5-0.6 of a memcpy's bandwidth whatever the distance; into L2,
- * 24 to 64 rows ahead, more misses overlap and the gather took 0.5-0.6 of the time
- * (docs/benchmarks.md). A hint only: no effect on results, none where unsupported. */
+ * L2 only (prefetcht1). Measured on 4,096 random rows of 16-32 MiB tables: prefetched into L1
+ * (native_prefetch_row) 4 to 32 rows ahead, the gather stayed at 0.5-0.6 of a memcpy's
+ * bandwidth whatever the distance (an L1 prefetch holds one of the core's few L1 miss buffers
+ * until its line lands); into L2, 24 to 64 rows ahead, more misses overlap, and with the inlined
+ * copies below the gather took 0.54-0.68 of the time (docs/benchmarks.md). A hint only: no
+ * effect on results, none where unsupported. */
 #ifndef LOOKUP_AHEAD
 #define LOOKUP_AHEAD 32
 #endif
@@ -93,6 +94,7 @@ LOOKUP_CLONES static void gather_table(char *d0, const char *s0, const int64_t *
         }
     }
 }
+
 typedef struct {
     Py_buffer t[4], o[4], pos;
     int nt, no, npos;
