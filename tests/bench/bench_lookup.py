@@ -5,7 +5,7 @@ run, on a running engine's 131072-row RoPE tables:
     python tests/bench/bench_lookup.py --quick    # fewer repeats
 
 What is timed (each cell: median of --repeat timings; each timing averages enough calls to last
---min-time seconds; every call takes the next positions of a pool drawn at random, seed 25):
+--min-time seconds; every call takes the next positions of a pool drawn at random, seeds 25, 26):
 - one row: ``handle.lookup(p)`` (full width [1, 128] cos and sin, new arrays) against the raw
   gather of the same row out of the Client's mapped view (``view.cos[p], view.sin[p]``, half width,
   target lookup ≤ 1.5× it) and against torch computing it as transformers does (float32
