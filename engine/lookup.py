@@ -40,10 +40,8 @@ try:
 except ImportError:      # no extension: every lookup takes the pipeline path
     _native = None
 
-DT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # the order of native.h's DT_*
 MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}   # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
-_INT64 = np.dtype(np.int64)
 
 
 def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
@@ -66,6 +64,15 @@ def _mode(colmap, w) -> int:
     return MODES["gather"]
 
 
+def _allocators(names, widths, dt):
+    """(new(n): the outputs for n positions, pack(outs): the answer), written out for the usual two
+    outputs (cos, sin): in a one-row lookup the Python around the C call costs more than the call."""
+    if len(names) == 2:
+        (k0, k1), (w0, w1) = names, widths
+        return (lambda n: (np.empty((n, w0), dt), np.empty((n, w1), dt))), (lambda o: {k0: o[0], k1: o[1]})
+    return (lambda n: tuple([np.empty((n, w), dt) for w in widths])), (lambda o: dict(zip(names, o)))
+
+
 class Handle:
     """One resolved spec of a Client (``Client.handle``): ``lookup(positions, out=None)``."""
 
@@ -81,6 +88,7 @@ class Handle:
         self.dtype = self._req.dtype
         self.np_dtype = DTYPES[self.dtype] if self.dtype else None
         self._widths = tuple(self.width[k] for k in self.names)
+        self._new, self._pack = _allocators(self.names, self._widths, self.np_dtype)
         row_bytes = sum(self._widths) * (self.np_dtype.itemsize if self.dtype else 4)
         self._max_rows = (1 << 62) if max_bytes is None else max_bytes // row_bytes   # more: the pipeline's 413
         self._extras = {k: v for k, v in probe.items() if k not in self.names}
@@ -109,7 +117,7 @@ class Handle:
                     float(scale))
         w = tables[0].shape[1]
         plan = (tables, view.length, offset, np.asarray(colmap, np.int32).tobytes(), _mode(colmap, w),
-                past and past[0], past and past[1], float(past[2] if past else 1.0), DT_CODES[self.dtype])
+                past and past[0], past and past[1], float(past[2] if past else 1.0), self.dtype)
         if self._agrees(plan, view):
             self._plan = plan
         elif past is not None and self._agrees(plan[:5] + (None, None, 1.0, plan[8]), view):
@@ -154,12 +162,14 @@ class Handle:
             self.refresh()
         plan = self._plan
         if out is None and plan is not None and type(positions) is np.ndarray and positions.ndim == 1 and \
-                positions.dtype == _INT64 and positions.shape[0] <= self._max_rows and positions.flags.c_contiguous:
-            n, dt = positions.shape[0], self.np_dtype   # the common call, kept short: new numpy outputs
-            outs = tuple([np.empty((n, w), dt) for w in self._widths])
-            r = _native.rows_lookup(plan, positions, outs)
+                0 < positions.shape[0] <= self._max_rows:   # the common call, kept short: new numpy outputs
+            outs = self._new(positions.shape[0])
+            try:
+                r = _native.rows_lookup(plan, positions, outs)   # it refuses positions not int64, not contiguous
+            except (ValueError, BufferError):
+                r = -2                                           # the general path below converts them
             if r == 0 or r > 0 and not self._view.growable:
-                return dict(zip(self.names, outs))
+                return self._pack(outs)
         pos, as_torch = self._positions(positions)
         outs, as_torch = self._outs(pos.shape, out, as_torch)
         if plan is not None:

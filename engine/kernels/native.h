@@ -37,6 +37,25 @@ ALWAYS_INLINE void native_prefetch_row(const char *p, size_t bytes)
 #endif
 }
 
+/* The interleaved layout's expand: out[2k] = out[2k+1] = src[k] for h elements of `es` bytes (2 or 4);
+ * inlined into each dispatch level (native_levels.c) and into rows_lookup's row loop. */
+ALWAYS_INLINE void native_interleave_row(char *out, const char *src, Py_ssize_t h, Py_ssize_t es)
+{
+    if (es == 2) {
+        for (Py_ssize_t k = 0; k < h; k++) {
+            uint16_t x; memcpy(&x, src + 2 * k, 2);
+            uint32_t w = (uint32_t)x * 0x10001u;
+            memcpy(out + 4 * k, &w, 4);
+        }
+    } else {
+        for (Py_ssize_t k = 0; k < h; k++) {
+            uint32_t x; memcpy(&x, src + 4 * k, 4);
+            uint64_t w = (uint64_t)x * 0x100000001ull;
+            memcpy(out + 8 * k, &w, 8);
+        }
+    }
+}
+
 #define BLOCK 512 /* float64 staging buffer per row chunk: 4 KiB, stays in L1 */
 
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, N_DT = 3 };

@@ -169,25 +169,6 @@ ALWAYS_INLINE void t5_row_body(int32_t *out, const int64_t *k, Py_ssize_t n, int
     }
 }
 
-/* out[2k] = out[2k+1] = src[k] for h elements of `es` bytes (2 or 4). */
-ALWAYS_INLINE void interleave_body(char *out, const char *src, Py_ssize_t h, Py_ssize_t es)
-{
-    if (es == 2) {
-        for (Py_ssize_t k = 0; k < h; k++) {
-            uint16_t x; memcpy(&x, src + 2 * k, 2);
-            uint32_t w = (uint32_t)x * 0x10001u;
-            memcpy(out + 4 * k, &w, 4);
-        }
-    } else {
-        for (Py_ssize_t k = 0; k < h; k++) {
-            uint32_t x; memcpy(&x, src + 4 * k, 4);
-            uint64_t w = (uint64_t)x * 0x100000001ull;
-            memcpy(out + 8 * k, &w, 8);
-        }
-    }
-}
-
-
 #define INSTANTIATE(SUFFIX, ATTR)                                                                 \
     ATTR static void alibi_vals_##SUFFIX(double *v, const double *kd, Py_ssize_t n, double s,     \
                                          double qa, int mode, double maskd)                       \
@@ -199,7 +180,7 @@ ALWAYS_INLINE void interleave_body(char *out, const char *src, Py_ssize_t h, Py_
                                      const int32_t *lut, int64_t R)                               \
     { t5_row_body(out, k, n, qa, lut, R); }                                                       \
     ATTR static void interleave_##SUFFIX(char *out, const char *src, Py_ssize_t h, Py_ssize_t es) \
-    { interleave_body(out, src, h, es); }
+    { native_interleave_row(out, src, h, es); }
 
 INSTANTIATE(base, )
 

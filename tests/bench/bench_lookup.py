@@ -5,17 +5,22 @@ run, on a running engine's 131072-row RoPE tables:
     python tests/bench/bench_lookup.py --quick    # fewer repeats
 
 What is timed (each cell: median of --repeat timings; each timing averages enough calls to last
---min-time seconds; every call takes the next positions of a pool drawn at random, seed 25):
+--min-time seconds; every call takes the next positions of a pool drawn at random, seeds 25, 26):
 - one row: ``handle.lookup(p)`` (full width [1, 128] cos and sin, new arrays) against the raw
   gather of the same row out of the Client's mapped view (``view.cos[p], view.sin[p]``, half width,
   target lookup ≤ 1.5× it) and against torch computing it as transformers does (float32
   ``outer(p, inv_freq)``, ``cos``, ``sin``; target ≤ 0.5× it); positions inside the table, then
   with one in ten past it (computed exactly: no raw gather exists there);
 - 4,096 rows into preallocated outputs against ``np.copyto`` of a contiguous block of the same
-  bytes (the 4 MiB the lookup writes) from the same table (target ≥ 0.7 of its bandwidth);
+  bytes (the 2-4 MiB the lookup writes) from the same table, into the same outputs (target ≥ 0.7
+  of its bandwidth). Both write into buffers already written (no first-touch page faults on either
+  side); each lookup takes the next of 256 position sets (a million rows: the table does not stay
+  in the caches between calls), each copy the next of 16 blocks spread over the table; the
+  lookup's and the copy's timings are taken in turn, so that both see the same machine load;
 - a [32, 128] batch in one call against 32 one-row lookups and against 32 lookups of 128 rows
   (rows/s; target ≥ 10× the one-row lookups);
-for two specs: plain RoPE float32 half_split, and Llama-3.1's llama3 scaling bfloat16 interleaved.
+for two specs: plain RoPE float32 half_split, and Llama-3.1's llama3 scaling bfloat16 interleaved;
+then the 4,096-row gather against the copy for the plain spec in every dtype and layout.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import argparse
 import itertools
 import os
 import platform
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
 from posenc.engine.client import Client  # noqa: E402
-from timing import timeit  # noqa: E402
+from timing import calibrate, timeit  # noqa: E402
 
 N_ROWS = 131072
 SPECS = {
@@ -45,6 +52,7 @@ SPECS = {
                          "original_max_position_embeddings": 8192}, "dtype": "bfloat16"},
 }
 POOL = 256   # position sets per case, taken in turn
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _pool(rng, shape, past: float):
@@ -62,6 +70,39 @@ def _pool(rng, shape, past: float):
 def _cycling(fn, pool):
     it = itertools.cycle(pool)
     return lambda: fn(next(it))
+
+
+def alternating(fa, fb, repeat: int, min_time: float) -> tuple[float, float]:
+    """Median seconds per call of ``fa`` and of ``fb``, their timings taken in turn (on a loaded
+    machine both then see the same load; timing.timeit takes one's timings, then the other's)."""
+    na, nb = calibrate(fa, min_time), calibrate(fb, min_time)
+    ta, tb = [], []
+    for _ in range(repeat):
+        for f, number, ts in ((fa, na, ta), (fb, nb, tb)):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                f()
+            ts.append((time.perf_counter() - t0) / number)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def gather_vs_copy(h, view, rng, past: float, repeat: int, min_time: float, copy=True, n=4096):
+    """(seconds per ``h.lookup`` of n random rows into preallocated outputs, seconds per copy of
+    the same bytes from contiguous rows of the same table into the same outputs, the outputs);
+    the two timed in turn."""
+    outs = tuple(np.empty((n, h.width[k]), h.np_dtype) for k in h.names)
+    lookup = _cycling(lambda p: h.lookup(p, out=outs), _pool(rng, (n,), past))
+    if not copy:
+        return timeit(lookup, repeat, min_time), None, outs
+    half = view.cos.shape[1]
+    flat = tuple(o.reshape(-1, half) for o in outs)   # the same bytes, as half-width table rows
+    rows = flat[0].shape[0]
+    starts = [int(s) * rows for s in rng.permutation(view.cos.shape[0] // rows)[:16]]
+
+    def copy_block(s):
+        np.copyto(flat[0], view.cos[s:s + rows])
+        np.copyto(flat[1], view.sin[s:s + rows])
+    return (*alternating(lookup, _cycling(copy_block, starts), repeat, min_time), outs)
 
 
 def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: float) -> None:
@@ -88,19 +129,8 @@ def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: flo
     bodies = [{**spec, "positions": p.tolist()} for p in one_in]
     t["Client.lookup 1"] = timeit(_cycling(lambda b: client.lookup("rope", b), bodies), repeat, min_time)
 
-    n = 4096
-    big_in, big_mixed = _pool(rng, (n,), 0.0)[:16], _pool(rng, (n,), 0.01)[:16]
-    outs = tuple(np.empty((n, 128), h.np_dtype) for _ in h.names)
-    t["lookup 4096"] = timeit(_cycling(lambda p: h.lookup(p, out=outs), big_in), repeat, min_time)
-    t["lookup 4096 mixed"] = timeit(_cycling(lambda p: h.lookup(p, out=outs), big_mixed), repeat, min_time)
-    blocks = view.cos.shape[0] // (2 * n)
-    starts = [int(s) * 2 * n for s in rng.integers(0, blocks, 16)]
-    flat = tuple(o.reshape(2 * n, 64) for o in outs)   # the same 4 MiB, as half-width table rows
-
-    def copy_block(s):
-        np.copyto(flat[0], view.cos[s:s + 2 * n])
-        np.copyto(flat[1], view.sin[s:s + 2 * n])
-    t["memcpy 4096"] = timeit(_cycling(copy_block, starts), repeat, min_time)
+    t["lookup 4096"], t["memcpy 4096"], outs = gather_vs_copy(h, view, rng, 0.0, repeat, min_time)
+    t["lookup 4096 mixed"] = gather_vs_copy(h, view, rng, 0.01, repeat, min_time, copy=False)[0]
 
     batch = _pool(rng, (32, 128), 0.0)[:32]
     bouts = tuple(np.empty((32, 128, 128), h.np_dtype) for _ in h.names)
@@ -134,6 +164,25 @@ def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: flo
     print()
 
 
+def bench_gathers(client: Client, spec: dict, repeat: int, min_time: float) -> None:
+    """4,096 random rows against the copy of the same bytes, for every dtype and layout."""
+    rng = np.random.default_rng(26)
+    table_spec = {k: v for k, v in spec.items() if k not in ("dtype", "layout")}
+    print("### 4096 random rows of the plain table (half width 64 stored, full width 128 answered)")
+    print()
+    print("| dtype | layout | lookup into `out=` | np.copyto of the same bytes | share of its bandwidth | target |")
+    print("|---|---|---:|---:|---:|---|")
+    for dtype in DTYPES:
+        view = client.table("rope", table_spec, dtype=dtype)
+        for layout in ("half_split", "interleaved"):
+            h = client.handle("rope", {**table_spec, "dtype": dtype, "layout": layout})
+            assert h.fast, "the handle has no C plan (numpy backend?)"
+            t_lookup, t_copy, outs = gather_vs_copy(h, view, rng, 0.0, repeat, min_time)
+            print(f"| {dtype} | {layout} | {fmt(t_lookup)} | {fmt(t_copy)} ({sum(o.nbytes for o in outs) / 2**20:.0f} MiB) "
+                  f"| {t_copy / t_lookup:.2f} | ≥ 0.7 |")
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=9)
@@ -152,10 +201,11 @@ def main() -> int:
           f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
     print()
     tables = [{"family": "rope", "spec": {k: v for k, v in s.items() if k not in ("dtype", "layout")},
-               "dtypes": [s["dtype"]]} for s in SPECS.values()]
+               "dtypes": list(DTYPES) if name.startswith("rope") else [s["dtype"]]} for name, s in SPECS.items()]
     with engine_client({"length": N_ROWS, "tables": tables}, "bench_lookup") as (_, eng, client):
         for name, spec in SPECS.items():
             bench_spec(client, name, spec, args.repeat, args.min_time)
+        bench_gathers(client, SPECS["rope float32 half_split"], args.repeat, args.min_time)
         assert eng.stop() == 0, eng.logs()
     print(f"load average at the end {os.getloadavg()[0]:.1f}; nothing of the namespace left in /dev/shm")
     return 0

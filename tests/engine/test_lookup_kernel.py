@@ -10,12 +10,12 @@ import pytest
 _native = pytest.importorskip("posenc.engine.kernels._native")
 
 
-def _plan(tables, colmap, mode=0, length=None, offset=0, past=None, freqs=None, dtype=0):
+def _plan(tables, colmap, mode=0, length=None, offset=0, past=None, freqs=None, dtype="float32"):
     return (tuple(tables), tables[0].shape[0] if length is None else length, offset,
             np.asarray(colmap, np.int32).tobytes(), mode, past, freqs, 1.0, dtype)
 
 
-@pytest.mark.parametrize("dtype, code", [(np.float32, 0), (np.uint16, 2)])
+@pytest.mark.parametrize("dtype, code", [(np.float32, "float32"), (np.uint16, "bfloat16")])
 def test_gathers_equal_numpy_indexing_for_every_mode(dtype, code):
     rng = np.random.default_rng(5)
     t = rng.integers(0, 2**15, (50, 6)).astype(dtype)
@@ -30,6 +30,38 @@ def test_gathers_equal_numpy_indexing_for_every_mode(dtype, code):
         batch = np.empty((5, 8, cm.size), dtype)   # a [B, N] batch: the same rows
         assert _native.rows_lookup(_plan([t], cm, mode, offset=3, dtype=code), pos.reshape(5, 8), (batch,)) == 0
         assert batch.tobytes() == out.tobytes()
+
+
+MODES = {0: lambda w: [w - 1, -1, *range(w - 2)], 1: range, 2: lambda w: [*range(w)] * 2,
+         3: lambda w: [c for c in range(w) for _ in (0, 1)]}
+
+
+@pytest.mark.parametrize("dtype, name", [(np.float32, "float32"), (np.float16, "float16"), (np.uint16, "bfloat16")])
+@pytest.mark.parametrize("width", [3, 24, 32, 40, 64, 100])
+def test_long_gathers_with_rows_past_the_table_between(dtype, name, width):
+    """Hundreds of random rows (the prefetch runs ahead of the copy), rows of any byte length (the
+    copy's 64-byte pieces and their tails), rows past the table in between (computed, and skipped
+    by the prefetch): the gathered rows are numpy's indexing, the computed ones what the kernel
+    computes for that position alone."""
+    rng = np.random.default_rng(width)
+    t = rng.integers(0, 2**15, (1000, width)).astype(dtype)
+    pos = rng.integers(0, 994, 700)   # + offset 3: inside the table's 997 rows
+    past_at = rng.random(700) < 0.05
+    pos[past_at] = rng.integers(994, 2**31, int(past_at.sum()))
+    freqs = (0.5 ** np.arange(2 * width)).tobytes()   # [cos | sin] of 2*width frequencies
+    pm = np.arange(width, dtype=np.int32).tobytes()   # the table's column c <- cos item c
+    for mode, colmap in MODES.items():
+        cm = np.array(list(colmap(width)))
+        plan = _plan([t], cm, mode, length=997, offset=3, past=pm, freqs=freqs, dtype=name)
+        out = np.empty((700, cm.size), dtype)
+        assert _native.rows_lookup(plan, pos, (out,)) == pos.max() + 3 + 1
+        inside = ~past_at
+        want = np.where(cm < 0, 0, t[pos[inside] + 3][:, cm]).astype(dtype)
+        assert out[inside].tobytes() == want.tobytes()
+        for i in np.flatnonzero(past_at)[:5]:
+            alone = np.empty((1, cm.size), dtype)
+            _native.rows_lookup(plan, pos[i:i + 1], (alone,))
+            assert out[i].tobytes() == alone.tobytes()
 
 
 def test_answer_codes():
@@ -58,7 +90,9 @@ def test_a_malformed_plan_is_refused_before_any_write():
     with pytest.raises(ValueError):   # positions that are not int64
         _native.rows_lookup(_plan([t], [0, 1], 1), pos.astype(np.int32), out)
     with pytest.raises(ValueError):   # a table of another element size than the dtype
-        _native.rows_lookup(_plan([t], [0, 1], 1, dtype=2), pos, out)
+        _native.rows_lookup(_plan([t], [0, 1], 1, dtype="bfloat16"), pos, out)
+    with pytest.raises(ValueError, match="dtype"):   # a dtype name the kernels do not know
+        _native.rows_lookup(_plan([t], [0, 1], 1, dtype="float64"), pos, out)
     with pytest.raises(TypeError):
         _native.rows_lookup((t,), pos, out)
     ro = np.empty((2, 2), np.float32)
