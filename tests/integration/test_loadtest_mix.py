@@ -108,3 +108,14 @@ def test_locust_mix_user(procs, tables, tmp_path):
     assert len(names) >= 8, sorted(stats)       # many families and ways drawn in a few seconds
     # the scenario runs MixUser and NewSpecUser only
     assert set(stats) - names - {"Aggregated"} <= {"new-spec"}, sorted(stats)
+
+
+def test_every_v1_request_the_mix_draws_from_the_default_tables_parses():
+    """The default table config's tables, as the mix asks them: each /v1 body parses (multi-axis
+    RoPE tables, asked with per-axis position_ids, are left out of the mix)."""
+    from posenc.engine import pipeline
+    _, _, _, items = mix.build("t", None, pool=512)
+    v1 = [(path, body) for path, _, body in items if path.startswith("/v1/")]
+    assert len({path for path, _ in v1}) == 4
+    for path, body in v1:
+        pipeline.parse(path[len("/v1/"):], json.loads(body))
