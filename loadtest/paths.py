@@ -62,25 +62,21 @@ def scrape(url: str) -> dict | None:
     return {"answers": answers, "lane": http_json(url + "/v1/tables").get("lane_answers", 0)}
 
 
-def _way_in(route: str) -> str:
-    return "/v1" if route.startswith("/v1/") else "v2 REST" if route.startswith("/v2/") else "gRPC"
-
-
 def shares(before: dict, after: dict) -> dict:
-    """Answers between two scrapes: counts and shares by path (``counts``), by way in and path
-    (``by_way_in``: /v1, v2 REST, gRPC), and the share the lane answered below ASGI."""
+    """Answers between two scrapes: counts and shares by path (``counts``), by route and path
+    (``by_route``, the routes that answered), and the share the lane answered below ASGI."""
     a, b = before["answers"], after["answers"]
     diff = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
     counts = dict.fromkeys(PATHS, 0)
-    by_way_in: dict[str, dict] = {}
+    by_route: dict[str, dict] = {}
     for (route, path), n in diff.items():
         counts[path] = counts.get(path, 0) + int(n)
         if n:
-            w = by_way_in.setdefault(_way_in(route), dict.fromkeys(PATHS, 0))
+            w = by_route.setdefault(route, dict.fromkeys(PATHS, 0))
             w[path] = w.get(path, 0) + int(n)
     total = sum(counts.values())
     lane = int(after["lane"] - before["lane"])
-    return {"requests": total, "counts": counts, "by_way_in": by_way_in,
+    return {"requests": total, "counts": counts, "by_route": by_route,
             "shares": {k: (v / total if total else 0.0) for k, v in counts.items()},
             "lane": lane, "lane_share": lane / total if total else 0.0}
 

@@ -27,14 +27,14 @@ def _paths_rows(res: dict) -> list[str]:
                  + " | ".join(f"{p['shares'].get(w, 0):.1%}" for w in PATHS) + f" | {p['lane_share']:.1%} |")
     L.append("")
     key = "wrk_max" if "wrk_max" in ps else next(iter(ps))
-    by = ps[key].get("by_way_in") or {}
+    by = ps[key].get("by_route") or {}
     if by:
-        L.append(f"By way in ({_LABEL.get(key, key)}), answers:\n")
-        L.append("| way in | requests | " + " | ".join(PATHS) + " |")
+        L.append(f"By route ({_LABEL.get(key, key)}), answers:\n")
+        L.append("| route | requests | " + " | ".join(PATHS) + " |")
         L.append("|---|---|" + "---|" * len(PATHS))
-        for way, c in sorted(by.items()):
+        for route, c in sorted(by.items()):
             n = sum(c.values())
-            L.append(f"| {way} | {n:,} | " + " | ".join(f"{c.get(w, 0):,} ({c.get(w, 0) / n:.1%})" for w in PATHS) + " |")
+            L.append(f"| {route} | {n:,} | " + " | ".join(f"{c.get(w, 0):,} ({c.get(w, 0) / n:.1%})" for w in PATHS) + " |")
         L.append("")
     return L
 

@@ -83,8 +83,7 @@ class Metrics:
 
     def observe_path(self, route: str, path: str, seconds: float, nbytes: int = 0) -> None:
         """A 200 of ``route`` made by ``path`` (layout.PATHS); a route no C path answers counts as python."""
-        row = PATH_ROW.get((route, path))
-        base = self.index(route, 200) if row is None else (row * len(STATUSES) + STATUS_INDEX[200]) * CELLS
+        base = self.path_index(route, path) if (route, path) in PATH_ROW else self.index(route, 200)
         self.observe_at(base, seconds, nbytes)
 
     def observe_at(self, base: int, seconds: float, nbytes: int = 0) -> None:
