@@ -9,7 +9,8 @@ made (service/metrics/layout.py ``PATHS``):
 - ``python``: the full path (refusals too).
 
 Also ``/v1/tables`` ``lane_answers``: requests the lane answered below ASGI (``c``, and the
-``shortcut`` answers the lane made after httptools read the head), for the share below ASGI.
+``shortcut`` answers the lane made after httptools read the head), for the share below ASGI; it is
+the answering worker's count, so the report shows it only for a server of one worker (its default).
 
 Workers write their counts every FLUSH_S (service/metrics/counters.py) and the worker answering a
 scrape writes its own first: ``scrape`` reads until two reads FLUSH_S apart agree, so a read after

@@ -14,17 +14,20 @@ def _paths_rows(res: dict) -> list[str]:
     ps = res.get("paths") or {}
     if not ps:
         return []
+    # lane_answers (/v1/tables) is the answering worker's: the whole server's with one worker only
+    lane = (res.get("server") or {}).get("workers") == 1
     L = ["### Which way posenc answered\n",
          "From the server's `posenc_answer_path_total{route, path}`, read before and after each measurement "
          "(the differences): **c**, the hot lane's one C call from the request's bytes to the response's; "
          "**shortcut**, the C template answering a request Python read (the lane after httptools, the raw "
-         "ASGI front); **python**, the full path. Below ASGI: the lane's answers (`lane_answers` of "
-         "/v1/tables), c included.\n",
-         "| measurement | requests | " + " | ".join(PATHS) + " | below ASGI (lane) |",
-         "|---|---|" + "---|" * len(PATHS) + "---|"]
+         "ASGI front); **python**, the full path."
+         + (" Below ASGI: the lane's answers (`lane_answers` of /v1/tables), c included." if lane else "") + "\n",
+         "| measurement | requests | " + " | ".join(PATHS) + " |" + (" below ASGI (lane) |" if lane else ""),
+         "|---|---|" + "---|" * len(PATHS) + ("---|" if lane else "")]
     for key, p in ps.items():
         L.append(f"| {_LABEL.get(key, key)} | {p['requests']:,} | "
-                 + " | ".join(f"{p['shares'].get(w, 0):.1%}" for w in PATHS) + f" | {p['lane_share']:.1%} |")
+                 + " | ".join(f"{p['shares'].get(w, 0):.1%}" for w in PATHS) + " |"
+                 + (f" {p['lane_share']:.1%} |" if lane else ""))
     L.append("")
     key = "wrk_max" if "wrk_max" in ps else next(iter(ps))
     by = ps[key].get("by_route") or {}
