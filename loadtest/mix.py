@@ -37,10 +37,15 @@ _SEL = {"rope": ("positions",), "sinusoidal": ("positions",), "alibi": ("query",
         "t5-buckets": ("query", "key")}
 
 
+# multi-axis RoPE specs (flux.1's axes_dim, Qwen2-VL's mrope_section) are asked with per-axis
+# position_ids, not positions: the mix leaves their tables out
+_MULTI_AXIS = ("axes_dim", "mrope_section")
+
+
 def tables(path: str | None = None) -> list[dict]:
     """The configured tables the mix draws from: name, family, spec, length."""
     return [{"name": t.name, "family": t.table.family, "spec": dict(t.spec), "length": t.table.length}
-            for t in load_config(path) if t.table.family in _SEL]
+            for t in load_config(path) if t.table.family in _SEL and not any(k in t.spec for k in _MULTI_AXIS)]
 
 
 def selections(t: dict, way: str, rng: random.Random) -> dict:

@@ -4,27 +4,41 @@ sent alongside (loadtest/mix.py)."""
 
 from __future__ import annotations
 
+from posenc.service.metrics.layout import PATHS
+
+
+_LABEL = {"wrk_max": "wrk, saturation", "wrk_rtt": "wrk, one connection", "probe": "probe sweep"}
+
 
 def _paths_rows(res: dict) -> list[str]:
     ps = res.get("paths") or {}
     if not ps:
         return []
-    L = ["### Which way posenc answered\n"]
-    first = next(iter(ps.values()))
-    exact = first.get("exact")
-    L.append("From the server's counters read before and after each measurement (one worker: they are the "
-             "whole server's). " + ("`posenc_answer_path_total` gives each way exactly." if exact else
-             "/v1 splits exactly into C and Python (`posenc_hot_path_total`); for v2 REST the server "
-             "exposes no such split, so its C share is estimated as the lane's answers (`lane_answers` "
-             "of /v1/tables) less the /v1 C answers.") + "\n")
-    ways = sorted({k for p in ps.values() for k in p["counts"]})
-    L.append("| measurement | requests | " + " | ".join(ways) + " | below ASGI (lane) |")
-    L.append("|---|---|" + "---|" * len(ways) + "---|")
-    label = {"wrk_max": "wrk, saturation", "wrk_rtt": "wrk, one connection", "probe": "probe sweep"}
+    # lane_answers (/v1/tables) is the answering worker's: the whole server's with one worker only
+    lane = (res.get("server") or {}).get("workers") == 1
+    L = ["### Which way posenc answered\n",
+         "From the server's `posenc_answer_path_total{route, path}`, read before and after each measurement "
+         "(the differences): **c**, the hot lane's one C call from the request's bytes to the response's; "
+         "**shortcut**, the C template answering a request Python read (the lane after httptools, the raw "
+         "ASGI front); **python**, the full path."
+         + (" Below ASGI: the lane's answers (`lane_answers` of /v1/tables), c included." if lane else "") + "\n",
+         "| measurement | requests | " + " | ".join(PATHS) + " |" + (" below ASGI (lane) |" if lane else ""),
+         "|---|---|" + "---|" * len(PATHS) + ("---|" if lane else "")]
     for key, p in ps.items():
-        L.append(f"| {label.get(key, key)} | {p['requests']:,} | "
-                 + " | ".join(f"{p['shares'].get(w, 0):.1%}" for w in ways) + f" | {p['lane_share']:.1%} |")
+        L.append(f"| {_LABEL.get(key, key)} | {p['requests']:,} | "
+                 + " | ".join(f"{p['shares'].get(w, 0):.1%}" for w in PATHS) + " |"
+                 + (f" {p['lane_share']:.1%} |" if lane else ""))
     L.append("")
+    key = "wrk_max" if "wrk_max" in ps else next(iter(ps))
+    by = ps[key].get("by_route") or {}
+    if by:
+        L.append(f"By route ({_LABEL.get(key, key)}), answers:\n")
+        L.append("| route | requests | " + " | ".join(PATHS) + " |")
+        L.append("|---|---|" + "---|" * len(PATHS))
+        for route, c in sorted(by.items()):
+            n = sum(c.values())
+            L.append(f"| {route} | {n:,} | " + " | ".join(f"{c.get(w, 0):,} ({c.get(w, 0) / n:.1%})" for w in PATHS) + " |")
+        L.append("")
     return L
 
 

@@ -163,10 +163,10 @@ def cmd_report(args) -> int:
                     def once(u=u, conns=conns, name=name, key=key):
                         if name != "posenc":
                             return wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
+                        before = paths.scrape(url)   # (read while no request arrives: counts settle)
                         with scenario.new_specs(args, url, res["new_specs"]):
-                            before = paths.scrape(url)
                             r = wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
-                            paths.record(res["paths"], f"wrk_{key}", before, paths.scrape(url))
+                        paths.record(res["paths"], f"wrk_{key}", before, paths.scrape(url))
                         return r
                     r = guard.measure(once, quality=lambda r: r["rps"])
                     res["wrk"][f"{name}_{key}"] = r

@@ -32,6 +32,7 @@ from posenc.service.front.negotiate import JSON
 from posenc.service.protocol.lane import offered
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.layout import TO_SHORTCUT
 from posenc.service.shortcut.templates import FIELDS
 
 log = logging.getLogger("posenc.service")
@@ -66,8 +67,9 @@ def header(scope, name: bytes) -> str | None:
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
 _OCTET_HDR = (b"content-type", b"application/octet-stream")   # a v2 REST binary answer's (service/v2/rest.py)
-# the paths of families with spec templates -> (family, metrics offset of their shortcut answers)
-_HOT = {f"/v1/{name}": (name, Metrics.shortcut_index(name)) for name in FIELDS}
+# the paths of families with spec templates -> (family, metrics offset of their "c" answers: the
+# lane's whole-request C call; the shortcut's are at + TO_SHORTCUT, service/metrics/layout.py)
+_HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
 
 
 async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
@@ -159,7 +161,7 @@ class FastFront:
                                 "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})
                     await send({"type": "http.response.body", "body": out})
                     if self.metrics is not None:
-                        self.metrics.observe_at(hot[1], perf_counter() - t0, len(out))
+                        self.metrics.observe_at(hot[1] + TO_SHORTCUT, perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
         elif self.v2_hot is not None and path in self.v2_hot.paths and scope["method"] == "POST" \
@@ -192,7 +194,7 @@ class FastFront:
                     "headers": [_OCTET_HDR, (b"content-length", b"%d" % len(out)), *e.headers]})
         await send({"type": "http.response.body", "body": out})
         if self.metrics is not None:
-            self.metrics.observe(e.route, 200, perf_counter() - t0, len(out))
+            self.metrics.observe_path(e.route, "shortcut", perf_counter() - t0, len(out))
         return None
 
     async def _general(self, scope, receive, send, path, t0):

@@ -7,8 +7,10 @@ whatever another process does to it (truncate it, fill the file system) costs at
 the worker. ``/metrics`` on any worker sums all workers' files, so a scrape sees the whole server whichever worker answers. Buckets are fine enough for
 10–1000 µs. A worker that dies (or exits) has its counts folded, once, into a persistent total
 (service/metrics/fold.py), so no counter goes backwards when uvicorn replaces a worker. Requests
-answered by the C shortcut (service/front/front.py, service/protocol/lane.py) count into rows of their own, which
-``/metrics`` adds to their route and reports as ``posenc_hot_path_total{path="shortcut"}``.
+answered by a C path (the hot lane's whole-request C call, service/protocol/uvicorn_api.py; the C
+template shortcut in the lane, the raw front or the gRPC server) count into rows of their own
+(layout.py ``PATH_ROW``), which ``/metrics`` adds to their route and reports as
+``posenc_answer_path_total{route, path}``: choosing the row is the whole cost of telling the paths apart.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from posenc.engine.store import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (
-    CELLS, KINDS, NB, ROUTE_INDEX, ROUTES, SHAPE, SHORTCUT_ROW, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
+    CELLS, KINDS, NB, PATH_ROW, ROUTE_INDEX, ROUTES, SHAPE, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
 from posenc.service.metrics.text import render
 
 FLUSH_S = 0.1   # how often a worker writes its counts to its file
@@ -71,12 +73,18 @@ class Metrics:
         return (r * len(STATUSES) + s) * CELLS
 
     @staticmethod
-    def shortcut_index(family: str) -> int:
-        """The offset of a family's shortcut answers (200s), for observe_at."""
-        return (SHORTCUT_ROW[family] * len(STATUSES) + STATUS_INDEX[200]) * CELLS
+    def path_index(route: str, path: str) -> int:
+        """The offset of a route's 200s answered by a C path ("c" or "shortcut": layout.PATHS),
+        for observe_at; a route's "shortcut" offset is its "c" offset + layout.TO_SHORTCUT."""
+        return (PATH_ROW[route, path] * len(STATUSES) + STATUS_INDEX[200]) * CELLS
 
     def observe(self, route: str, status: int, seconds: float, nbytes: int = 0) -> None:
         self.observe_at(self.index(route, status), seconds, nbytes)
+
+    def observe_path(self, route: str, path: str, seconds: float, nbytes: int = 0) -> None:
+        """A 200 of ``route`` made by ``path`` (layout.PATHS); a route no C path answers counts as python."""
+        base = self.path_index(route, path) if (route, path) in PATH_ROW else self.index(route, 200)
+        self.observe_at(base, seconds, nbytes)
 
     def observe_at(self, base: int, seconds: float, nbytes: int = 0) -> None:
         flat = self._flat

@@ -6,8 +6,14 @@ folded across worker restarts by service/metrics/fold.py); prometheus_client wri
 - ``posenc_response_bytes_total`` (by route): response body bytes;
 - ``posenc_errors_total`` (by route and status): responses with a status of 400 and up (and
   statuses outside the list, e.g. 401 or 499, as "other");
-- ``posenc_hot_path_total`` (by route and path): family requests answered by the C shortcut
-  (the hot lane below ASGI, or the raw front's shortcut) or by the full path;
+- ``posenc_answer_path_total`` (by route and path): each answer of a route that may take a C path
+  (/v1 families, v2 REST inference, gRPC ModelInfer and ModelStreamInfer), counted once, under the
+  way it was made (layout.py ``PATHS``): ``c``, the hot lane's one C call from the request's bytes
+  to the response's; ``shortcut``, the C template answering a request Python read (the lane's
+  request admitted at its headers, the raw ASGI front, the gRPC server); ``python``, the full path
+  and every refusal. Its three paths add up to the route's request count;
+- ``posenc_hot_path_total`` (by /v1 route and path), kept from before the counter above:
+  ``shortcut`` is its ``c`` + ``shortcut``, ``full`` its ``python``;
 - ``posenc_workers``: HTTP worker processes counting now; ``posenc_grpc_workers``: gRPC server
   processes counting now.
 
@@ -23,7 +29,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from posenc.engine.tables import FAMILIES
 
-from posenc.service.metrics.layout import NB, BUCKETS_S, ROUTE_INDEX, ROUTES, SHORTCUT_ROW, STATUSES
+from posenc.service.metrics.layout import ANSWER_ROUTES, BUCKETS_S, NB, PATH_ROW, PATHS, ROUTE_INDEX, ROUTES, STATUSES
 from posenc.service.metrics.fold import collect
 
 
@@ -48,11 +54,14 @@ def _status_label(status: int) -> str:
 def request_families(total, procs: list[tuple[str, int]]) -> list:
     """The request families from the counts ``total``; ``procs``: (kind, pid) of the live counters."""
     total = total.copy()
-    shortcut = {}
-    for name, row in SHORTCUT_ROW.items():   # the shortcut's answers are their route's too
-        route = f"/v1/{name}"
-        shortcut[route] = total[row, :, :NB].sum()
-        total[ROUTE_INDEX[route]] += total[row]
+    ways = {}   # route -> {path: answers}; the C paths' answers are their route's too
+    for route in ANSWER_ROUTES:
+        ri = ROUTE_INDEX[route]
+        ways[route] = {"python": total[ri, :, :NB].sum()}
+        for path in PATHS[:2]:
+            row = PATH_ROW[route, path]
+            ways[route][path] = total[row, :, :NB].sum()
+            total[ri] += total[row]
     dur = HistogramMetricFamily("posenc_request_duration_seconds",
                                 "Time from request start to the last response byte (status: the HTTP "
                                 "status; a gRPC call's code as its HTTP status, OK 200).",
@@ -60,14 +69,22 @@ def request_families(total, procs: list[tuple[str, int]]) -> list:
     nbytes = CounterMetricFamily("posenc_response_bytes", "Response body bytes.", labels=["route"])
     errors = CounterMetricFamily("posenc_errors", "Responses with an error status (400 and up; other: "
                                  "statuses not listed, e.g. 401, 499).", labels=["route", "status"])
-    hot = CounterMetricFamily("posenc_hot_path", "Family requests by the way they were answered: the C "
-                              "shortcut (hot lane or raw front) or the full path.", labels=["route", "path"])
+    paths = CounterMetricFamily("posenc_answer_path", "Answers by the way they were made: c (the hot lane's "
+                                "one C call from the request's bytes), shortcut (the C template, the request "
+                                "read by Python), python (the full path, refusals included).",
+                                labels=["route", "path"])
+    hot = CounterMetricFamily("posenc_hot_path", "/v1 family requests answered by a C path (shortcut: "
+                              "posenc_answer_path's c + shortcut) or the full path (its python).",
+                              labels=["route", "path"])
+    for route, w in ways.items():
+        for path in PATHS:
+            paths.add_metric([route, path], w[path])
+        if route.startswith("/v1/"):
+            hot.add_metric([route, "shortcut"], w["c"] + w["shortcut"])
+            hot.add_metric([route, "full"], w["python"])
     for ri, route in enumerate(ROUTES):
         rows = total[ri]
         n_route = rows[:, :NB].sum()
-        if route in shortcut:
-            hot.add_metric([route, "shortcut"], shortcut[route])
-            hot.add_metric([route, "full"], n_route - shortcut[route])
         if n_route == 0:
             continue
         nbytes.add_metric([route], rows[:, NB + 1].sum())
@@ -88,7 +105,7 @@ def request_families(total, procs: list[tuple[str, int]]) -> list:
     kinds = [k for k, _ in procs]
     workers_g = GaugeMetricFamily("posenc_workers", "HTTP worker processes reporting metrics.", kinds.count("http"))
     grpc_g = GaugeMetricFamily("posenc_grpc_workers", "gRPC server processes reporting metrics.", kinds.count("grpc"))
-    return [dur, nbytes, errors, hot, workers_g, grpc_g]
+    return [dur, nbytes, errors, paths, hot, workers_g, grpc_g]
 
 
 def render(metrics, extra: str = "") -> str:

@@ -30,6 +30,7 @@ import logging
 from time import perf_counter
 
 from posenc.engine.settings import LANE_OFF_HEADERS
+from posenc.service.metrics.layout import TO_SHORTCUT
 from posenc.service.v2.hot import head_lines
 
 log = logging.getLogger("posenc.service")
@@ -62,7 +63,8 @@ class Lane:
     def __init__(self, front):
         self.front = front
         self.svc = front.svc
-        # request target (bytes) -> (family, metrics offset), and v2 REST infers' routes (service/v2/hot.py)
+        # request target (bytes) -> (family, metrics offset of its "c" answers), and v2 REST infers'
+        # routes (service/v2/hot.py)
         self.urls = (front.hot_urls, front.v2_hot.lane_routes if front.v2_hot is not None else {})
         self.paths = front.hot_paths      # the same by ASGI path
         self.gate = front.gate
@@ -129,10 +131,11 @@ class Lane:
         self.answered += 1
         metrics = self.front.metrics
         if metrics is not None:
+            # the C template after httptools read the request: the "shortcut" path (not "c")
             if name is not None:
-                metrics.observe(name, 200, perf_counter() - t0, len(out))
+                metrics.observe_path(name, "shortcut", perf_counter() - t0, len(out))
             else:
-                metrics.observe_at(route[1], perf_counter() - t0, len(out))
+                metrics.observe_at(route[1] + TO_SHORTCUT, perf_counter() - t0, len(out))
         return head, out
 
     def _v2(self, path: str, body: bytes, headers):

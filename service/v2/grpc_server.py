@@ -118,9 +118,13 @@ class GrpcV2:
         s = v2.settings   # how much inference work runs at once (service/v2/admit.py)
         self.admission = Admission(s.grpc_max_concurrent, s.grpc_max_inflight_bytes)
 
-    def _observe(self, route: str, code, t0: float, nbytes: int = 0) -> None:
+    def _observe(self, route: str, code, t0: float, nbytes: int = 0, path: str = "python") -> None:
+        """``path``: how an OK answer was made (service/metrics/layout.py PATHS)."""
         if self.metrics is not None:   # nbytes: the serialized response's
-            self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0, nbytes)
+            if path != "python" and code == grpc.StatusCode.OK:
+                self.metrics.observe_path(route, path, perf_counter() - t0, nbytes)
+            else:
+                self.metrics.observe(route, _STATUS.get(code) or _http(code), perf_counter() - t0, nbytes)
 
     def _route(self, method: str, model) -> str:
         try:
@@ -131,7 +135,7 @@ class GrpcV2:
 
     async def _hot(self, data: bytes, route: list, reserve) -> bytes | None:
         """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None
-        (service/v2/hot.py); ``reserve``: the call's Admission."""
+        (service/v2/hot.py); ``reserve``: the call's Admission. ``route``: [metrics route, path]."""
         hit = self.hot.grpc(data)
         if hit is None:
             return None
@@ -164,16 +168,23 @@ class GrpcV2:
             code = getattr(e, "grpc_status", None) or grpc_code(status)   # TooManyRegions: RESOURCE_EXHAUSTED
             await ctx.abort(code, msg)
         finally:
-            self._observe(route if isinstance(route, str) else route[0], code, t0, nbytes)
+            if isinstance(route, str):
+                self._observe(route, code, t0, nbytes)
+            else:
+                self._observe(route[0], code, t0, nbytes, route[1])
 
     async def ModelInfer(self, data: bytes, ctx):
         """Raw bytes in and out: the shortcut first, then the full path (within the Admission)."""
-        return await self._unary(lambda d: self._infer(d, route), data, ctx, route := ["grpc"])
+        return await self._unary(lambda d: self._infer(d, route), data, ctx, route := ["grpc", "python"])
 
     async def _infer(self, data: bytes, route: list) -> bytes:
+        """``route``: [metrics route, path], set on the way (path "shortcut" when the shortcut answered)."""
         with self.admission.call() as reserve:
             out = await self._hot(data, route, reserve)
-            return out if out is not None else await self._answer(data, route, reserve)
+            if out is not None:
+                route[1] = "shortcut"
+                return out
+            return await self._answer(data, route, reserve)
 
     async def ServerLive(self, req, ctx):
         return await self._unary(lambda r: _done(pb.ServerLiveResponse(live=True)), req, ctx)
@@ -222,7 +233,7 @@ class GrpcV2:
         """Each request message gets one response message, in order; a refused request gets
         one with ``error_message`` and the stream goes on (as Triton does)."""
         async for data in requests:
-            t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc"]
+            t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc", "python"]
             try:
                 body = await self._infer(data, route)
                 out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
@@ -231,7 +242,7 @@ class GrpcV2:
                 code = getattr(e, "grpc_status", None) or grpc_code(status)   # Busy: RESOURCE_EXHAUSTED
                 out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
                     id=_request_id(data))).SerializeToString()
-            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out))
+            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out), route[1])
             yield out
 
     def handler(self) -> grpc.GenericRpcHandler:

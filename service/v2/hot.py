@@ -113,7 +113,8 @@ class Hot:
         self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
         self.paths: set = set()        # REST: the paths with entries
         # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
-        # request in one call): (None, metrics offset, {JSON header: entry}, LENGTH_HEADER, REFUSED_HEADERS)
+        # request in one call): (None, metrics offset of its "c" answers, {JSON header: entry},
+        # LENGTH_HEADER, REFUSED_HEADERS)
         self.lane_routes: dict[bytes, tuple] = {}
         self.once: set = set()         # keys the full path has answered once
         self._seen = None
@@ -221,7 +222,8 @@ class Hot:
         target = path.encode("ascii")
         route = self.lane_routes.get(target)
         if route is None:
-            route = self.lane_routes[target] = (None, Metrics.index(e.route, 200), {}, LENGTH_HEADER, REFUSED_HEADERS)
+            route = self.lane_routes[target] = (None, Metrics.path_index(e.route, "c"), {}, LENGTH_HEADER,
+                                                              REFUSED_HEADERS)
         route[2][head] = (e.rows, e.itemsize, e.nbytes, e.parts, head_lines(e.headers))
 
     def _entry(self, inf, plan, tensors: list, segments: list, marker: bytes, route: str,

@@ -78,7 +78,7 @@ def run(ns: str, tmp: str, rounds: int, min_time: float) -> None:
     assert sent[0]["status"] == 200, sent
     metrics = Metrics(tmp, ns)
     with_m, without_m, observe = [], [], []
-    base = Metrics.shortcut_index("rope")
+    base = Metrics.path_index("/v1/rope", "c")
     try:
         for _ in range(rounds):   # alternated, so both see the same stretch of a noisy machine
             front.metrics = metrics

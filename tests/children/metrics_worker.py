@@ -1,4 +1,4 @@
-"""A worker that counts N shortcut answers of 10 bytes into the metrics of (shm_dir, namespace),
+"""A worker that counts N C-path answers of /v1/rope of 10 bytes into the metrics of (shm_dir, namespace),
 waits for its counts to reach its file (the flusher writes them every FLUSH_S: what a kill -9
 can lose is the last FLUSH_S), says so on stdout, then exits through close() ("exit") or waits to be killed ("hang").
 
@@ -17,7 +17,7 @@ from posenc.service.metrics.counters import FLUSH_S, Metrics
 def main() -> None:
     shm, ns, n, how = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     m = Metrics(shm, ns)
-    base = Metrics.shortcut_index("rope")
+    base = Metrics.path_index("/v1/rope", "c")
     for _ in range(n):
         m.observe_at(base, 30e-6, 10)
     time.sleep(3 * FLUSH_S)

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 
 from posenc.engine import formats
-from tests.procs import wait_for
+from tests.procs import Procs, wait_for
 from tests.service_cases import LLAMA3_8K
 
 SELECTIONS = {"rope": ("positions",), "sinusoidal": ("positions",), "alibi": ("query", "key"),
@@ -45,6 +45,20 @@ def wait_grpc_ready(server, timeout: float = 60.0) -> None:
             raise AssertionError(f"posenc serve exited\n{server.output()}")
     wait_for(ready, timeout, 0.1, "gRPC ServerReady", check)
     c.close()
+
+
+@contextlib.contextmanager
+def serving_grpc(tmp_path_factory, name: str, config, **kw):
+    """A ``posenc serve`` with its gRPC server (``Procs.serve`` arguments), gRPC-ready; stopped
+    cleanly after, its files removed (a module fixture's body)."""
+    reg = Procs(tmp_path_factory.mktemp(name))
+    s = reg.serve(config, grpc=True, **kw)
+    try:
+        wait_grpc_ready(s)
+        yield s
+    finally:
+        assert s.stop() == 0, s.output()
+        reg.cleanup()
 
 
 @contextlib.contextmanager

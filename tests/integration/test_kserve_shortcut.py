@@ -18,9 +18,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
-from tests.integration.kserve_cases import TABLES, V2_CONFIG, assert_same, clients_of, infer, v1_answer, \
-    wait_grpc_ready
-from tests.procs import Procs, child_env
+from tests.integration.kserve_cases import TABLES, V2_CONFIG, assert_same, clients_of, infer, serving_grpc, \
+    v1_answer
+from tests.procs import child_env
 
 pytestmark = pytest.mark.slow
 TRANSPORTS = {"rest": httpclient, "grpc": grpcclient}
@@ -34,14 +34,9 @@ MODELS = [("rope", {"head_dim": 64}, {"head_dim": 64}),
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    reg = Procs(tmp_path_factory.mktemp("v2-shortcut"))
-    s = reg.serve(V2_CONFIG, workers=1, grpc=True, env=child_env({"POSENC_SHORTCUT": "c"}))
-    try:
-        wait_grpc_ready(s)
+    with serving_grpc(tmp_path_factory, "v2-shortcut", V2_CONFIG, workers=1,
+                      env=child_env({"POSENC_SHORTCUT": "c"})) as s:
         yield s
-    finally:
-        assert s.stop() == 0, s.output()
-        reg.cleanup()
 
 
 @pytest.fixture(scope="module")

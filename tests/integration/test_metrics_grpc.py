@@ -11,20 +11,14 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from posenc.service.metrics.counters import FLUSH_S
-from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
-from tests.procs import Procs, wait_for
+from tests.integration.kserve_cases import V2_CONFIG, serving_grpc
+from tests.procs import wait_for
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    reg = Procs(tmp_path_factory.mktemp("metrics-grpc"))
-    s = reg.serve(V2_CONFIG, workers=2, grpc=True)
-    try:
-        wait_grpc_ready(s)
+    with serving_grpc(tmp_path_factory, "metrics-grpc", V2_CONFIG, workers=2) as s:
         yield s
-    finally:
-        assert s.stop() == 0, s.output()
-        reg.cleanup()
 
 
 def scrape(srv) -> dict:

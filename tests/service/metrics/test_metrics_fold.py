@@ -60,6 +60,8 @@ def test_dead_and_exited_workers_keep_their_counts_once(tmp_path):
         s = samples(after)
         assert s[("posenc_workers", ())] == 1
         assert s[("posenc_response_bytes_total", (("route", "/v1/rope"),))] == 100 + 7 * 10 + 5 * 10
+        assert s[("posenc_answer_path_total", (("path", "c"), ("route", "/v1/rope")))] == 12
+        assert s[("posenc_answer_path_total", (("path", "python"), ("route", "/v1/rope")))] == 1
         assert s[("posenc_hot_path_total", (("path", "shortcut"), ("route", "/v1/rope")))] == 12
         assert s[("posenc_hot_path_total", (("path", "full"), ("route", "/v1/rope")))] == 1
     finally:
@@ -100,5 +102,38 @@ def test_errors_by_status_and_the_text_parses(tmp_path):
         assert ("posenc_errors_total", (("route", "/healthz"), ("status", "200"))) not in s
         assert s[("posenc_request_duration_seconds_bucket",
                   (("le", "0.001"), ("route", "/v1/rope"), ("status", "422")))] == 1
+    finally:
+        me.close()
+
+
+def test_each_answer_counts_once_under_its_path_and_in_its_route(tmp_path):
+    """Counts made at each path's offset (the ones the lane, the fronts and the gRPC server use)
+    come out under that path, and the paths add up to the route's request count."""
+    from posenc.service.metrics.layout import ANSWER_ROUTES, TO_SHORTCUT
+    me = Metrics(str(tmp_path), "mtest")
+    made = {}
+    try:
+        for k, route in enumerate(ANSWER_ROUTES):
+            c, sc, py = k + 1, 2 * k + 1, k % 3
+            for _ in range(c):
+                me.observe_at(Metrics.path_index(route, "c"), 40e-6, 8)
+            for i in range(sc):   # half as the lane and the /v1 front do, half by name
+                if i % 2:
+                    me.observe_at(Metrics.path_index(route, "c") + TO_SHORTCUT, 40e-6, 8)
+                else:
+                    me.observe_path(route, "shortcut", 40e-6, 8)
+            for i in range(py):
+                me.observe(route, 422 if i else 200, 1e-3, 8)
+            made[route] = {"c": c, "shortcut": sc, "python": py}
+        me.observe_path("/healthz", "c", 1e-5, 2)   # a route no C path answers: its own count
+        s = samples(me.render())
+        for route, want in made.items():
+            got = {p: s[("posenc_answer_path_total", (("path", p), ("route", route)))] for p in want}
+            assert got == want, route
+            n = sum(v for (name, labels), v in s.items()
+                    if name == "posenc_request_duration_seconds_count" and dict(labels)["route"] == route)
+            assert n == sum(want.values()), route
+        assert count(me.render(), "/healthz") == 1
+        assert not [k for k in s if k[0] == "posenc_answer_path_total" and dict(k[1])["route"] == "/healthz"]
     finally:
         me.close()
