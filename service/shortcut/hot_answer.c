@@ -32,19 +32,65 @@ typedef uint16_t any16;
 GATHER(gather32, any32, uint32_t)
 GATHER(gather16, any16, uint16_t)
 
+/* The bulk of a zip in 32-byte vectors (GCC and Clang vector extensions: a shuffle each half, the
+ * instructions of whichever clone runs): items a[0 .. k) and b[0 .. k) interleaved into d, k
+ * returned (a multiple of a vector's items, <= h). Unaligned loads and stores through memcpy. */
+#if defined(__GNUC__) || defined(__clang__)
+typedef uint32_t zv32 __attribute__((vector_size(32)));
+typedef uint16_t zv16 __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define SHUF32(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#define SHUF16(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define SHUF32(x, y, ...) __builtin_shuffle(x, y, (zv32){__VA_ARGS__})
+#define SHUF16(x, y, ...) __builtin_shuffle(x, y, (zv16){__VA_ARGS__})
+#endif
+static inline __attribute__((always_inline)) Py_ssize_t zip_vectors(char *d, const char *a, const char *b, Py_ssize_t h,
+                                                                  size_t es)
+{
+    Py_ssize_t n = (Py_ssize_t)(32 / es), k = 0;
+    for (; k + n <= h; k += n, a += 32, b += 32, d += 64) {
+        if (es == 4) {
+            zv32 x, y, lo, hi;
+            memcpy(&x, a, 32);
+            memcpy(&y, b, 32);
+            lo = SHUF32(x, y, 0, 8, 1, 9, 2, 10, 3, 11);
+            hi = SHUF32(x, y, 4, 12, 5, 13, 6, 14, 7, 15);
+            memcpy(d, &lo, 32);
+            memcpy(d + 32, &hi, 32);
+        } else {
+            zv16 x, y, lo, hi;
+            memcpy(&x, a, 32);
+            memcpy(&y, b, 32);
+            lo = SHUF16(x, y, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            hi = SHUF16(x, y, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            memcpy(d, &lo, 32);
+            memcpy(d + 32, &hi, 32);
+        }
+    }
+    return k;
+}
+#else
+static inline Py_ssize_t zip_vectors(char *d, const char *a, const char *b, Py_ssize_t h, size_t es)
+{
+    (void)d, (void)a, (void)b, (void)h, (void)es;
+    return 0;
+}
+#endif
 /* The gather above when the columns are two runs interleaved (a sinusoidal "interleaved"
  * layout, RoPE's interleaved cos and sin): d = a0 b0 a1 b1 ..., plain loads and shuffles
  * instead of one gather per item. */
 #define ZIP(name, D, T)                                                                     \
     VECTOR_CLONES static void name(D *restrict d, const T *a, const T *b, Py_ssize_t w)     \
     {                                                                                       \
-        Py_ssize_t h = w / 2;                                                               \
-        for (Py_ssize_t k = 0; k < h; k++) {                                                \
+        Py_ssize_t h = w / 2, k = zip_vectors((char *)d, (const char *)a, (const char *)b, h, sizeof(T)); \
+        for (; k < h; k++) {                                                                \
             PUT(T, d, 2 * k, a[k]);                                                         \
             PUT(T, d, 2 * k + 1, b[k]);                                                     \
         }                                                                                   \
         if (w & 1) PUT(T, d, w - 1, a[h]);                                                  \
     }
+
 ZIP(zip32, any32, uint32_t)
 ZIP(zip16, any16, uint16_t)
 
