@@ -72,6 +72,11 @@ class GridSpec:
     def sizes(self) -> dict[str, int]:
         return {"t": self.frames, "w": self.grid_w, "h": self.grid_h}
 
+    def steps(self) -> dict[str, tuple[int, int]]:
+        """Each axis's index of grid index g (row minus extra tokens, frame-major, then h, then
+        w) as (div, mod): (g // div) % mod."""
+        return {"t": (self.grid_h * self.grid_w, self.frames), "h": (self.grid_w, self.grid_h), "w": (1, self.grid_w)}
+
     def coordinates(self, axis: str, idx: np.ndarray) -> np.ndarray:
         """The float64 nearest to each exact coordinate of indices ``idx`` along ``axis``."""
         if axis == "t":
@@ -96,8 +101,7 @@ def assemble(spec: GridSpec, rows: np.ndarray, lookup, dtype) -> np.ndarray:
     out = np.zeros((rows.shape[0], spec.embed_dim), dtype)
     grid = rows >= spec.extra_tokens
     g = rows[grid] - spec.extra_tokens
-    plane = spec.grid_h * spec.grid_w
-    idx = {"t": g // plane, "h": (g % plane) // spec.grid_w, "w": g % spec.grid_w}
+    idx = {axis: (g // div) % mod for axis, (div, mod) in spec.steps().items()}
     col = 0
     for axis, width in spec.widths.items():
         if g.size:
@@ -242,9 +246,8 @@ class SinusoidalGrid(Family):
         if "table" in view.arrays:
             return hot.RowsTemplate((view.table,), list(range(spec.embed_dim)), 0, limits.max_rows, True,
                                     header_for, b"")
-        # per-axis tables (service/shortcut/hot_grid.c): assemble's indices as (div, mod) per axis
-        plane = spec.grid_h * spec.grid_w
-        steps = {"t": (plane, spec.frames), "h": (spec.grid_w, spec.grid_h), "w": (1, spec.grid_w)}
+        # per-axis tables (service/shortcut/hot_grid.c), indexed by assemble's own steps
+        steps = spec.steps()
         return hot.GridTemplate(tuple(view.arrays[a] for a in spec.widths), tuple(steps[a] for a in spec.widths),
                                 spec.extra_tokens, spec.rows, limits.max_rows, header_for, b"")
 
