@@ -58,7 +58,8 @@ HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_template
 setup(
     ext_modules=[
         Extension("posenc.engine.kernels._native", NATIVE,
-                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h"], optional=_OPTIONAL),
+                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h",
+                           "engine/kernels/round_f64.h"], optional=_OPTIONAL),
         # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c and its parts);
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
         Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels"],

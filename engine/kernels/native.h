@@ -24,6 +24,7 @@
 #endif
 
 #include "alibi_cell.h" /* the ALiBi cell, shared with service/shortcut/_hot */
+#include "round_f64.h"  /* the rounding to float16/bfloat16 and the sincos row, shared with the C reader */
 
 /* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
  * most of that latency (a hint only: no effect on results, none where unsupported). */

@@ -536,20 +536,7 @@ void native_sincos_run(const Level *lv, const double *f, Py_ssize_t h, const int
         const double p = (double)pos[i];
         for (Py_ssize_t k0 = 0; k0 < h; k0 += BLOCK) {
             Py_ssize_t m = h - k0 < BLOCK ? h - k0 : BLOCK;
-            for (Py_ssize_t k = 0; k < m; k++) {
-                double ang = p * f[k0 + k];
-#if defined(__GLIBC__)
-                sincos(ang, &sb[k], &cb[k]);
-#else
-                sb[k] = sin(ang);
-                cb[k] = cos(ang);
-#endif
-            }
-            if (scale != 1.0)
-                for (Py_ssize_t k = 0; k < m; k++) {
-                    cb[k] *= scale;
-                    sb[k] *= scale;
-                }
+            sincos_row(f + k0, m, p, scale, cb, sb);   /* round_f64.h: shared with the C reader */
             size_t off = ((size_t)i * (size_t)h + (size_t)k0) * es;
             *over |= cvt(cb, oc + off, m, 1);
             *over |= cvt(sb, os + off, m, 1);

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "posenc_shm.h"
+#include "../kernels/round_f64.h" /* the engine's rounding and sincos row: rows past a table are its bits */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +58,7 @@ const char *posenc_strerror(int st) {
     case POSENC_ERR_NOT_SEALED: return "descriptor is not a sealed segment of the recorded size";
     case POSENC_ERR_ARG: return "bad argument";
     case POSENC_ERR_FORMAT: return "manifest format is not 1";
+    case POSENC_ERR_RANGE: return "a computed value overflows the table's dtype";
     default: return "unknown status";
     }
 }
@@ -503,4 +505,58 @@ int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *
         copy_rows((const unsigned char *)a.data + (size_t)r * width * sz, pos, n, sz,
                   (unsigned char *)out + (size_t)r * n * sz);
     return POSENC_OK;
+}
+
+/* One computed row's float64 values into n items of dtype dt at out; 1 when one overflows. */
+static int round_row(const double *v, size_t n, const char *dt, unsigned char *out) {
+    int over = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(dt, "float32") == 0) {
+            float f = (float)v[k];
+            over |= isinf(f);
+            memcpy(out + 4 * k, &f, 4);
+            continue;
+        }
+        uint16_t h = strcmp(dt, "float16") == 0 ? f16_from_f64(v[k]) : bf16_from_f64(v[k]);
+        over |= (h & 0x7FFF) == (strcmp(dt, "float16") == 0 ? 0x7C00 : 0x7F80);
+        memcpy(out + 2 * k, &h, 2);
+    }
+    return over;
+}
+
+int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *out_cos, void *out_sin,
+                     size_t *first_past) {
+    posenc_array c, s, f;
+    double scale, past_ok = 0;
+    if (strcmp(t->family, "rope") != 0) return POSENC_ERR_ARG;
+    if (posenc_table_array(t, "cos", &c) || posenc_table_array(t, "sin", &s) ||
+        posenc_table_array(t, "inv_freq64", &f) || posenc_table_meta(t, "attention_scaling", &scale))
+        return POSENC_ERR_PROTOCOL;
+    if (c.ndim != 2 || s.ndim != 2 || f.ndim != 1 || f.shape[0] != c.shape[1] || s.shape[1] != c.shape[1] ||
+        strcmp(f.dtype, "float64") != 0)
+        return POSENC_ERR_PROTOCOL;
+    posenc_table_meta(t, "rows_past", &past_ok);   /* absent: an older engine's table, none computed */
+    size_t h = (size_t)c.shape[1], row = h * c.itemsize;
+    for (size_t i = 0; i < n; i++) {
+        if (pos[i] < 0) return POSENC_ERR_ARG;
+        if (pos[i] >= c.shape[0] && past_ok != 1.0) {
+            if (first_past) *first_past = i;
+            return POSENC_PAST_END;
+        }
+    }
+    double *v = malloc(2 * h * sizeof(double));
+    if (!v) return POSENC_ERR_SYS;
+    int over = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *oc = (unsigned char *)out_cos + i * row, *os = (unsigned char *)out_sin + i * row;
+        if (pos[i] < c.shape[0]) {
+            memcpy(oc, (const unsigned char *)c.data + (size_t)pos[i] * row, row);
+            memcpy(os, (const unsigned char *)s.data + (size_t)pos[i] * row, row);
+            continue;
+        }
+        sincos_row((const double *)f.data, (ptrdiff_t)h, (double)pos[i], scale, v, v + h);
+        over |= round_row(v, h, t->dtype, oc) | round_row(v + h, h, t->dtype, os);
+    }
+    free(v);
+    return over ? POSENC_ERR_RANGE : POSENC_OK;
 }

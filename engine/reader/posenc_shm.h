@@ -41,7 +41,8 @@ enum posenc_status {
     POSENC_ERR_NOT_FOUND = -3,  /* no such digest, name, dtype or array (or not stored now) */
     POSENC_ERR_NOT_SEALED = -4, /* the descriptor is not a sealed segment of the recorded size */
     POSENC_ERR_ARG = -5,        /* a bad argument (negative position, wrong rank...) */
-    POSENC_ERR_FORMAT = -6      /* the manifest's format is not POSENC_FORMAT */
+    POSENC_ERR_FORMAT = -6,     /* the manifest's format is not POSENC_FORMAT */
+    POSENC_ERR_RANGE = -7       /* a computed value overflows the table's dtype (the service refuses it too) */
 };
 
 typedef struct posenc_conn posenc_conn;
@@ -94,6 +95,18 @@ int posenc_gather_rows(const posenc_table *t, const char *array, const int64_t *
  * head's value at distance pos[i]); out is [shape[0], n]. Same statuses. */
 int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *pos, size_t n,
                        void *out, size_t *first_past);
+
+/* RoPE's half-width rows (a rope table: cos and sin [length, d/2]) for n positions into out_cos
+ * and out_sin ([n, d/2] items of the table's dtype each), on both sides of the table's end: a
+ * stored row is copied; a row past the end is computed as the engine computes it (cos and sin of
+ * float64(p) * inv_freq64[k], times the meta's attention_scaling, rounded once to the dtype:
+ * engine/kernels/round_f64.h, the same code), the same bits as the service's. Where the table's
+ * frequencies follow the sequence length (meta rows_past 0: dynamic NTK, longrope) its rows are
+ * the answer of requests within the model's context only (docs/shm-format.md), and a row past the
+ * end is POSENC_PAST_END (*first_past = i; nothing written); POSENC_ERR_RANGE when a computed
+ * value overflows the dtype; POSENC_ERR_ARG for a negative position or another family. */
+int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *out_cos, void *out_sin,
+                     size_t *first_past);
 
 #ifdef __cplusplus
 }

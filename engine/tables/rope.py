@@ -302,7 +302,7 @@ class Rope(Family):
         for lo in range(0, t.length, CHUNK):
             rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
             out["cos"][lo:lo + rows.size], out["sin"][lo:lo + rows.size] = half_rows(inv, scaling, rows, t.dtype)
-        return {"attention_scaling": float(scaling)}
+        return {"attention_scaling": float(scaling), "rows_past": float(not t.spec.type.uses_seq_len)}
 
     def serve(self, view, spec, sel, dtype):
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]

@@ -38,9 +38,11 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc, gcc or cl
 LENGTH = 4096
 YARN = {"head_dim": 32, "max_position_embeddings": 4096,
         "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}}
+NTK = {"head_dim": 16, "max_position_embeddings": 2048, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
 CONFIG = {"length": LENGTH, "tables": [
     {"name": "rope64", "family": "rope", "spec": {"head_dim": 64}, "dtypes": ["float32", "bfloat16", "float16"]},
     {"name": "yarn", "family": "rope", "spec": YARN},
+    {"name": "ntk", "family": "rope", "spec": NTK},
     {"name": "sin33", "family": "sinusoidal", "spec": {"d_model": 33}, "dtypes": ["float32", "float16"]},
     {"name": "fairseq31", "family": "sinusoidal", "spec": {"d_model": 31, "layout": "fairseq"}},
     {"name": "alibi8", "family": "alibi", "spec": {"num_heads": 8}, "dtypes": ["float32", "bfloat16"]},
@@ -57,7 +59,7 @@ def binaries(tmp_path_factory) -> dict[str, Path]:
     built = {}
     for kind, extra in (("plain", []), ("sanitized", SANITIZE)):
         exe = out / f"driver-{kind}"
-        subprocess.run([CC, *CFLAGS, *extra, str(READER / "posenc_shm.c"), str(DRIVER), "-o", str(exe)],
+        subprocess.run([CC, *CFLAGS, *extra, str(READER / "posenc_shm.c"), str(DRIVER), "-o", str(exe), "-lm"],
                        check=True, capture_output=True, text=True, timeout=60)
         built[kind] = exe
     return built
@@ -151,6 +153,36 @@ def test_rope_rows_are_the_answers_columns(reader, rng, name, spec, dtype):
     assert float(scaling[3:]) == want["attention_scaling"]
 
 
+@pytest.mark.parametrize("name,spec,dtype", [*(("rope64", {"head_dim": 64}, dt) for dt in FLOATS),
+                                             ("yarn", YARN, "float32")])
+def test_rope_rows_on_both_sides_of_the_end(reader, rng, name, spec, dtype):
+    """posenc_rope_rows: stored rows copied, rows past the end computed with the engine's own
+    rounding and sincos row (engine/kernels/round_f64.h): the service's bits at every position."""
+    d = reader.digest(name, dtype)
+    pos = [*_positions(rng, 16), LENGTH, LENGTH + 1, *rng.integers(LENGTH, 1 << 31, 32).tolist(), 2**31 - 1, 7]
+    half = spec["head_dim"] // 2
+    (line,) = reader.run(f"rope {d} {','.join(map(str, pos))}")
+    assert line.startswith("OK "), line
+    raw = bytes.fromhex(line[3:])
+    got = np.frombuffer(raw, FLOATS[dtype]).reshape(2, len(pos), half)
+    want = compute("rope", {**spec, "positions": pos, "dtype": dtype})   # half_split: [c | c]
+    for i, k in enumerate(("cos", "sin")):
+        assert np.ascontiguousarray(want[k][:, :half]).tobytes() == got[i].tobytes(), (name, dtype, k)
+
+
+def test_rope_rows_past_a_table_that_follows_the_length_are_a_status(reader):
+    """Dynamic NTK: past its table the frequencies depend on the request's length, which the
+    reader does not know (the table's meta rows_past is 0): PAST, as before."""
+    d = reader.digest("ntk", "float32")
+    assert reader.run(f"rope {d} 1,{LENGTH + 5}", f"rope {d} -1", f"rope {reader.digest('sin33', 'float32')} 1") == [
+        "PAST 1", "ERR -5 bad argument", "ERR -5 bad argument"]
+    m = NTK["max_position_embeddings"]   # rows a request below the model's context reads: the answer's
+    (line,) = reader.run(f"rope {d} 0,5,{m - 1}")
+    got = np.frombuffer(bytes.fromhex(line[3:]), np.float32).reshape(2, 3, 8)
+    want = compute("rope", {**NTK, "positions": [0, 5, m - 1]})
+    assert want["cos"][:, :8].tobytes() == np.ascontiguousarray(got[0]).tobytes()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_sinusoidal_rows_are_the_concat_and_interleaved_answers(reader, rng, dtype):
     d = reader.digest("sin33", dtype)
@@ -206,7 +238,7 @@ def test_cpp_example_compiles_and_reads_a_table(engine, tmp_path):
     obj, exe = tmp_path / "posenc_shm.o", tmp_path / "example"
     subprocess.run([CC, *CFLAGS, "-c", str(READER / "posenc_shm.c"), "-o", str(obj)], check=True, timeout=60)
     subprocess.run([CXX, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{READER}", str(READER / "example.cpp"),
-                    str(obj), "-o", str(exe)], check=True, timeout=60, capture_output=True, text=True)
+                    str(obj), "-o", str(exe), "-lm"], check=True, timeout=60, capture_output=True, text=True)
     env = {**os.environ, "POSENC_SHM_DIR": engine.shm_dir, "POSENC_NAMESPACE": engine.namespace}
     p = subprocess.run([str(exe), "rope64", "1", str(LENGTH + 10)], capture_output=True, text=True, env=env, timeout=30)
     assert p.returncode == 0, p.stderr

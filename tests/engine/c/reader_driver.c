@@ -7,6 +7,7 @@
  *     gen                         -> OK <generation>
  *     hold DIGEST                 -> OK | ERR ...: keep that table open (one at a time)
  *     held ARRAY P,P,...          -> rows of the held table, as "rows" answers
+ *     rope DIGEST P,P,...         -> OK <hex of cos rows><hex of sin rows> | PAST <i> | ERR ... (posenc_rope_rows)
  *     changed                     -> OK 0|1 (posenc_changed)
  *     refresh                     -> OK <generation> | ERR ...
  */
@@ -43,6 +44,27 @@ static void gather_from(posenc_table *t, int cols, const char *array, char *list
         putchar('\n');
     }
     free(out);
+}
+
+static void rope_rows(posenc_conn *c, const char *digest, char *list) {
+    static int64_t pos[1 << 16];
+    posenc_table *t;
+    posenc_array a;
+    int st = posenc_open(c, digest, &t);
+    if (st != POSENC_OK) { err(st); return; }
+    size_t n = parse_positions(list, pos, sizeof pos / sizeof pos[0]), past = 0, bytes = 0;
+    if (posenc_table_array(t, "cos", &a) == POSENC_OK) bytes = n * (size_t)a.shape[1] * a.itemsize;
+    unsigned char *out = malloc(2 * bytes + 1);
+    st = posenc_rope_rows(t, pos, n, out, out + bytes, &past);   /* another family: refused, nothing written */
+    if (st == POSENC_PAST_END) printf("PAST %zu\n", past);
+    else if (st != POSENC_OK) err(st);
+    else {
+        fputs("OK ", stdout);
+        for (size_t i = 0; i < 2 * bytes; i++) printf("%02x", out[i]);
+        putchar('\n');
+    }
+    free(out);
+    posenc_table_close(t);
 }
 
 static void gather(posenc_conn *c, int cols, const char *digest, const char *array, char *list) {
@@ -82,6 +104,7 @@ int main(int argc, char **argv) {
             held = NULL;
             if ((st = posenc_open(c, a, &held)) != POSENC_OK) err(st); else puts("OK");
         } else if (!strcmp(cmd, "held") && b && held) gather_from(held, 0, a, b);
+        else if (!strcmp(cmd, "rope") && b) rope_rows(c, a, b);
         else if (!strcmp(cmd, "changed")) printf("OK %d\n", posenc_changed(c));
         else if (!strcmp(cmd, "refresh")) {
             if ((st = posenc_refresh(c)) != POSENC_OK) err(st);
