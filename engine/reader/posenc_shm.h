@@ -100,7 +100,8 @@ int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *
  * and out_sin ([n, d/2] items of the table's dtype each), on both sides of the table's end: a
  * stored row is copied; a row past the end is computed as the engine computes it (cos and sin of
  * float64(p) * inv_freq64[k], times the meta's attention_scaling, rounded once to the dtype:
- * engine/kernels/round_f64.h, the same code), the same bits as the service's. Where the table's
+ * engine/kernels/round_f64.h, the same code), the same bits as the service's (with its simd
+ * kernels; the numpy backend's sin/cos may differ from libm's by an ulp). Where the table's
  * frequencies follow the sequence length (meta rows_past 0: dynamic NTK, longrope) its rows are
  * the answer of requests within the model's context only (docs/shm-format.md), and a row past the
  * end is POSENC_PAST_END (*first_past = i; nothing written); POSENC_ERR_RANGE when a computed
