@@ -6,7 +6,8 @@
  */
 #define _GNU_SOURCE
 #include "posenc_shm.h"
-#include "../kernels/round_f64.h" /* the engine's rounding and sincos row: rows past a table are its bits */
+#include "../kernels/alibi_cell.h" /* the engine's ALiBi cell */
+#include "../kernels/round_f64.h"  /* the engine's rounding and sincos row: rows past a table are its bits */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -558,5 +559,71 @@ int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *
         over |= round_row(v, h, t->dtype, oc) | round_row(v + h, h, t->dtype, os);
     }
     free(v);
+    return over ? POSENC_ERR_RANGE : POSENC_OK;
+}
+
+/* Positions (rows, distances) of n that lie past `length`: 0 when the table computes them (ok),
+ * else POSENC_PAST_END at the first (*first_past); POSENC_ERR_ARG for a negative one or one
+ * at or past `limit`. */
+static int past_check(const int64_t *pos, size_t n, int64_t length, int ok, int64_t limit, size_t *first_past) {
+    for (size_t i = 0; i < n; i++) {
+        if (pos[i] < 0 || pos[i] >= limit) return POSENC_ERR_ARG;
+        if (pos[i] >= length && !ok) {
+            if (first_past) *first_past = i;
+            return POSENC_PAST_END;
+        }
+    }
+    return POSENC_OK;
+}
+
+int posenc_sinusoidal_rows(const posenc_table *t, const int64_t *rows, size_t n, void *out, size_t *first_past) {
+    posenc_array a, f;
+    if (strcmp(t->family, "sinusoidal") != 0) return POSENC_ERR_ARG;
+    if (posenc_table_array(t, "table", &a) || a.ndim != 2) return POSENC_ERR_PROTOCOL;
+    int have_f = posenc_table_array(t, "freqs64", &f) == POSENC_OK;   /* absent: an older engine's table */
+    size_t w = (size_t)a.shape[1], h = have_f ? (size_t)f.shape[0] : 0, row = w * a.itemsize;
+    if (have_f && (f.ndim != 1 || strcmp(f.dtype, "float64") != 0 || h > w || 2 * h < w)) return POSENC_ERR_PROTOCOL;
+    int st = past_check(rows, n, a.shape[0], have_f, (int64_t)1 << 53, first_past);
+    if (st != POSENC_OK) return st;
+    double *v = have_f ? malloc(2 * h * sizeof(double)) : NULL;
+    if (have_f && !v) return POSENC_ERR_SYS;
+    int over = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *o = (unsigned char *)out + i * row;
+        if (rows[i] < a.shape[0]) {
+            memcpy(o, (const unsigned char *)a.data + (size_t)rows[i] * row, row);
+            continue;
+        }
+        /* the stored row [sin | cos]: its h sin columns, then its first w - h cos columns */
+        sincos_row((const double *)f.data, (ptrdiff_t)h, (double)rows[i], 1.0, v + h, v);
+        over |= round_row(v, w, t->dtype, o);
+    }
+    free(v);
+    return over ? POSENC_ERR_RANGE : POSENC_OK;
+}
+
+int posenc_alibi_dist(const posenc_table *t, const int64_t *dist, size_t n, void *out, size_t *first_past) {
+    posenc_array a, m;
+    if (strcmp(t->family, "alibi") != 0) return POSENC_ERR_ARG;
+    if (posenc_table_array(t, "dist", &a) || posenc_table_array(t, "slopes", &m) || a.ndim != 2 || m.ndim != 1 ||
+        m.shape[0] != a.shape[0] || strcmp(m.dtype, "float64") != 0)
+        return POSENC_ERR_PROTOCOL;
+    int st = past_check(dist, n, a.shape[1], 1, INT64_MAX, first_past);
+    if (st != POSENC_OK) return st;
+    size_t len = (size_t)a.shape[1], sz = a.itemsize;
+    int over = 0;
+    for (int64_t r = 0; r < a.shape[0]; r++) {   /* each head: its cells at the distances */
+        const unsigned char *src = (const unsigned char *)a.data + (size_t)r * len * sz;
+        unsigned char *o = (unsigned char *)out + (size_t)r * n * sz;
+        double slope = ((const double *)m.data)[r];
+        for (size_t k = 0; k < n; k++) {
+            if ((size_t)dist[k] < len) {
+                memcpy(o + k * sz, src + (size_t)dist[k] * sz, sz);
+                continue;
+            }
+            double cell = alibi_value(slope, (double)dist[k]);   /* 0 - m·d, as the kernels */
+            over |= round_row(&cell, 1, t->dtype, o + k * sz);
+        }
+    }
     return over ? POSENC_ERR_RANGE : POSENC_OK;
 }

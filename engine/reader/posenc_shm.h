@@ -108,6 +108,16 @@ int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *
  * value overflows the dtype; POSENC_ERR_ARG for a negative position or another family. */
 int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *out_cos, void *out_sin,
                      size_t *first_past);
+/* A sinusoidal table's stored rows ([n, width] of its dtype: sin columns, then cos columns) for
+ * table rows (position + offset), on both sides of its end: rows past it computed from its
+ * freqs64 as the engine computes them (the same code, as posenc_rope_rows). POSENC_ERR_ARG for a
+ * negative row, one at or past 2^53, or another family. */
+int posenc_sinusoidal_rows(const posenc_table *t, const int64_t *rows, size_t n, void *out, size_t *first_past);
+/* An ALiBi table's cells at n distances (>= 0) for every head ([num_heads, n] of its dtype):
+ * 0 - slope[h] * d rounded once, stored or (past the table) computed with the engine's own cell
+ * (engine/kernels/alibi_cell.h). POSENC_ERR_RANGE when a cell overflows the dtype (the service
+ * refuses such a block). */
+int posenc_alibi_dist(const posenc_table *t, const int64_t *dist, size_t n, void *out, size_t *first_past);
 
 #ifdef __cplusplus
 }

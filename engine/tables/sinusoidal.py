@@ -152,10 +152,11 @@ class Sinusoidal(Family):
         return parse_spec(req), None
 
     def layout(self, t):
-        width = t.spec.freqs().shape[0] + t.spec.d_model // 2
-        return {"table": ((t.length, width), _dt.DTYPES[t.dtype].name)}
+        h = t.spec.freqs().shape[0]   # freqs64: what a reader computes rows past the table from
+        return {"table": ((t.length, h + t.spec.d_model // 2), _dt.DTYPES[t.dtype].name), "freqs64": ((h,), "float64")}
 
     def fill(self, t, out):
+        out["freqs64"][...] = t.spec.freqs()
         for lo in range(0, t.length, CHUNK):
             rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
             out["table"][lo:lo + rows.size] = table_rows(t.spec, rows, t.dtype)

@@ -186,6 +186,36 @@ def test_rope_rows_past_a_table_that_follows_the_length_are_a_status(reader):
     assert want["cos"][:, :8].tobytes() == np.ascontiguousarray(got[0]).tobytes()
 
 
+@pytest.mark.skipif(kernels.BACKEND != "simd", reason="rows past a table are libm's, as the simd kernels compute "
+                    "them; the numpy backend's own sin/cos may differ from libm by an ulp before rounding")
+@pytest.mark.parametrize("name,spec,dtype", [("sin33", {"d_model": 33, "layout": "concat"}, "float32"),
+                                             ("sin33", {"d_model": 33, "layout": "concat"}, "float16"),
+                                             ("fairseq31", {"d_model": 31, "layout": "fairseq"}, "float32")])
+def test_sinusoidal_rows_on_both_sides_of_the_end(reader, rng, name, spec, dtype):
+    """posenc_sinusoidal_rows: the stored [sin | cos] rows, past the end computed from the table's
+    freqs64 with the engine's own code: the concat answer (fairseq's less its zero column)."""
+    d = reader.digest(name, dtype)
+    rows = [*_positions(rng, 16), LENGTH, *rng.integers(LENGTH, 1 << 31, 24).tolist(), 2**31 - 1, 3]
+    (line,) = reader.run(f"sin {d} {','.join(map(str, rows))}")
+    assert line.startswith("OK "), line
+    want = compute("sinusoidal", {**spec, "positions": rows, "dtype": dtype})["encoding"]
+    width = want.shape[1] - (spec["layout"] == "fairseq" and spec["d_model"] % 2)
+    assert np.ascontiguousarray(want[:, :width]).tobytes() == bytes.fromhex(line[3:]), (name, dtype)
+    assert reader.run(f"sin {d} {2**53}", f"sin {d} -1") == ["ERR -5 bad argument"] * 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_alibi_cells_on_both_sides_of_the_end(reader, rng, dtype):
+    """posenc_alibi_dist: every head's cells at distances inside the stored table and past it
+    (computed with the engine's own cell and rounding): a decode row's bias, far past the table."""
+    q = 5 * LENGTH
+    keys = sorted(set(rng.integers(0, q + 1, 64).tolist()) | {0, q, q - LENGTH, q - LENGTH + 1})
+    (line,) = reader.run(f"alibi {reader.digest('alibi8', dtype)} {','.join(str(q - k) for k in keys)}")
+    assert line.startswith("OK "), line
+    bias = compute("alibi", {"num_heads": 8, "query": [q], "key": keys, "dtype": dtype})["bias"]
+    assert np.ascontiguousarray(bias[:, 0, :]).tobytes() == bytes.fromhex(line[3:])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_sinusoidal_rows_are_the_concat_and_interleaved_answers(reader, rng, dtype):
     d = reader.digest("sin33", dtype)

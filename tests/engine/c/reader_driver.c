@@ -8,6 +8,8 @@
  *     hold DIGEST                 -> OK | ERR ...: keep that table open (one at a time)
  *     held ARRAY P,P,...          -> rows of the held table, as "rows" answers
  *     rope DIGEST P,P,...         -> OK <hex of cos rows><hex of sin rows> | PAST <i> | ERR ... (posenc_rope_rows)
+ *     sin DIGEST R,R,...          -> the same through posenc_sinusoidal_rows (rows of the stored table)
+ *     alibi DIGEST D,D,...        -> the same through posenc_alibi_dist (every head's cells at the distances)
  *     changed                     -> OK 0|1 (posenc_changed)
  *     refresh                     -> OK <generation> | ERR ...
  */
@@ -46,21 +48,28 @@ static void gather_from(posenc_table *t, int cols, const char *array, char *list
     free(out);
 }
 
-static void rope_rows(posenc_conn *c, const char *digest, char *list) {
+/* rope, sin or alibi: the computing readers (rows on both sides of a table's end) */
+static void computed(posenc_conn *c, const char *how, const char *digest, char *list) {
     static int64_t pos[1 << 16];
     posenc_table *t;
     posenc_array a;
     int st = posenc_open(c, digest, &t);
     if (st != POSENC_OK) { err(st); return; }
     size_t n = parse_positions(list, pos, sizeof pos / sizeof pos[0]), past = 0, bytes = 0;
-    if (posenc_table_array(t, "cos", &a) == POSENC_OK) bytes = n * (size_t)a.shape[1] * a.itemsize;
+    const char *array = how[0] == 'r' ? "cos" : how[0] == 's' ? "table" : "dist";
+    if (posenc_table_array(t, array, &a) == POSENC_OK && a.ndim == 2)
+        bytes = n * (size_t)(how[0] == 'a' ? a.shape[0] : a.shape[1]) * a.itemsize;
     unsigned char *out = malloc(2 * bytes + 1);
-    st = posenc_rope_rows(t, pos, n, out, out + bytes, &past);   /* another family: refused, nothing written */
+    /* another family: refused, nothing written */
+    if (how[0] == 'r') st = posenc_rope_rows(t, pos, n, out, out + bytes, &past);
+    else if (how[0] == 's') st = posenc_sinusoidal_rows(t, pos, n, out, &past);
+    else st = posenc_alibi_dist(t, pos, n, out, &past);
+    size_t shown = how[0] == 'r' ? 2 * bytes : bytes;   /* rope: cos then sin */
     if (st == POSENC_PAST_END) printf("PAST %zu\n", past);
     else if (st != POSENC_OK) err(st);
     else {
         fputs("OK ", stdout);
-        for (size_t i = 0; i < 2 * bytes; i++) printf("%02x", out[i]);
+        for (size_t i = 0; i < shown; i++) printf("%02x", out[i]);
         putchar('\n');
     }
     free(out);
@@ -104,7 +113,7 @@ int main(int argc, char **argv) {
             held = NULL;
             if ((st = posenc_open(c, a, &held)) != POSENC_OK) err(st); else puts("OK");
         } else if (!strcmp(cmd, "held") && b && held) gather_from(held, 0, a, b);
-        else if (!strcmp(cmd, "rope") && b) rope_rows(c, a, b);
+        else if ((!strcmp(cmd, "rope") || !strcmp(cmd, "sin") || !strcmp(cmd, "alibi")) && b) computed(c, cmd, a, b);
         else if (!strcmp(cmd, "changed")) printf("OK %d\n", posenc_changed(c));
         else if (!strcmp(cmd, "refresh")) {
             if ((st = posenc_refresh(c)) != POSENC_OK) err(st);
