@@ -33,6 +33,7 @@ from . import fdpass, pipeline, store
 from .dtypes import BFLOAT16, DEFAULT_DTYPE
 from .errors import EngineUnavailable, NotStored, SpecError
 from .lookup import Handle
+from .lookup_selections import handle_for
 from .pipeline import DEFAULT_MAX_BYTES, Pipeline, Request
 from .tables import FAMILIES, TableDef
 from .tables.rope import DEFAULT_LAYOUT, HALF_SPLIT
@@ -364,10 +365,9 @@ class Client:
         """The arrays for a planned request: from its shared table, or computed directly."""
         return pipeline.arrays(req, self.view(req))
 
-    def handle(self, family: str, spec: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Handle:
-        """A resolved lookup for one spec (a body without its positions; engine/lookup.py): its
-        ``lookup(positions, out=None)`` answers in one C call. Waits for the table's build."""
-        return Handle(self, family, spec, max_bytes)
+    def handle(self, family: str, spec: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES, selections=None):
+        """A resolved lookup for one spec, a body less its selections (engine/lookup_selections.py)."""
+        return handle_for(self, family, spec, max_bytes, selections)
 
     def lookup(self, family: str, body: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
         """Exactly posenc.engine.compute.compute(family, body), served from shared memory. A

@@ -634,7 +634,9 @@ otherwise (engine/config.py).
   bit as the service does, `handle(family, spec)` resolves a spec once: its `lookup(positions,
   out=None)` answers [N] or [B, N] positions in one C call (rope, sinusoidal), into numpy arrays or
   torch tensors; a bad position is refused at `positions` (a batch: `positions`, row, index), a
-  wrong `out` at `out`, name.
+  wrong `out` at `out`, name; for ALiBi, T5 and `handle(..., selections=("position_ids",))` its
+  `lookup(query=..., key=...)` / `lookup(position_ids=...)` answers the named selections
+  (engine/lookup_selections.py, through the pipeline: the same bits).
 - `posenc.service.client.PosencClient(url)` (needs `httpx`): one method per family, numpy answers.
 - `posenc.torch.RotaryEmbedding(config, device=None)`: a drop-in for a transformers model's rotary
   embedding (`model.model.rotary_emb`): `forward(x, position_ids)` returns `(cos, sin)` of shape
