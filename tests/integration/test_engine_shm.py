@@ -137,7 +137,8 @@ def _expected_bytes(cfg: dict) -> list[int]:
             elif fam == "sinusoidal":
                 d = spec["d_model"]
                 width = 2 * (d // 2) if spec.get("layout") == "fairseq" else d
-                out.append(n * width * item[dt])
+                freqs = d // 2 if spec.get("layout") == "fairseq" else (d + 1) // 2   # + freqs64 [h] float64
+                out.append(n * width * item[dt] + freqs * 8)
             elif fam == "alibi":
                 out.append(spec["num_heads"] * n * item[dt] + spec["num_heads"] * 8)
             elif fam == "sinusoidal-grid":   # one [side, D/2] table per axis (2-D)
