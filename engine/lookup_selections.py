@@ -50,8 +50,6 @@ def _plain(v):
 class SelectionHandle:
     """One resolved spec whose selections are named (``lookup(**selections, out=None)``)."""
 
-    fast = False   # (answers through the pipeline; Client.lookup keeps Handle for positions)
-
     def __init__(self, client, family: str, spec: Mapping, max_bytes, selections: tuple):
         self.client, self.family, self.spec, self.max_bytes = client, family, dict(spec), max_bytes
         self.selections = selections

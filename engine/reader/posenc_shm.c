@@ -508,21 +508,37 @@ int posenc_gather_cols(const posenc_table *t, const char *array, const int64_t *
     return POSENC_OK;
 }
 
-/* One computed row's float64 values into n items of dtype dt at out; 1 when one overflows. */
-static int round_row(const double *v, size_t n, const char *dt, unsigned char *out) {
-    int over = 0;
+/* One computed row's float64 values into n items of the table's dtype at out, rounded once as the
+ * engine rounds; 1 when one overflows. */
+static int round_row(const double *v, size_t n, const char *dtype, unsigned char *out) {
+    int over = 0, f32 = strcmp(dtype, "float32") == 0, f16 = strcmp(dtype, "float16") == 0;
+    uint16_t inf = f16 ? 0x7C00 : 0x7F80;
     for (size_t k = 0; k < n; k++) {
-        if (strcmp(dt, "float32") == 0) {
+        if (f32) {
             float f = (float)v[k];
             over |= isinf(f);
             memcpy(out + 4 * k, &f, 4);
             continue;
         }
-        uint16_t h = strcmp(dt, "float16") == 0 ? f16_from_f64(v[k]) : bf16_from_f64(v[k]);
-        over |= (h & 0x7FFF) == (strcmp(dt, "float16") == 0 ? 0x7C00 : 0x7F80);
+        uint16_t h = f16 ? f16_from_f64(v[k]) : bf16_from_f64(v[k]);
+        over |= (h & 0x7FFF) == inf;
         memcpy(out + 2 * k, &h, 2);
     }
     return over;
+}
+
+/* Positions (rows, distances) of n that lie past `length`: 0 when the table computes them (ok),
+ * else POSENC_PAST_END at the first (*first_past); POSENC_ERR_ARG for a negative one or one
+ * at or past `limit`. */
+static int past_check(const int64_t *pos, size_t n, int64_t length, int ok, int64_t limit, size_t *first_past) {
+    for (size_t i = 0; i < n; i++) {
+        if (pos[i] < 0 || pos[i] >= limit) return POSENC_ERR_ARG;
+        if (pos[i] >= length && !ok) {
+            if (first_past) *first_past = i;
+            return POSENC_PAST_END;
+        }
+    }
+    return POSENC_OK;
 }
 
 int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *out_cos, void *out_sin,
@@ -538,13 +554,8 @@ int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *
         return POSENC_ERR_PROTOCOL;
     posenc_table_meta(t, "rows_past", &past_ok);   /* absent: an older engine's table, none computed */
     size_t h = (size_t)c.shape[1], row = h * c.itemsize;
-    for (size_t i = 0; i < n; i++) {
-        if (pos[i] < 0) return POSENC_ERR_ARG;
-        if (pos[i] >= c.shape[0] && past_ok != 1.0) {
-            if (first_past) *first_past = i;
-            return POSENC_PAST_END;
-        }
-    }
+    int st = past_check(pos, n, c.shape[0], past_ok == 1.0, INT64_MAX, first_past);
+    if (st != POSENC_OK) return st;
     double *v = malloc(2 * h * sizeof(double));
     if (!v) return POSENC_ERR_SYS;
     int over = 0;
@@ -560,20 +571,6 @@ int posenc_rope_rows(const posenc_table *t, const int64_t *pos, size_t n, void *
     }
     free(v);
     return over ? POSENC_ERR_RANGE : POSENC_OK;
-}
-
-/* Positions (rows, distances) of n that lie past `length`: 0 when the table computes them (ok),
- * else POSENC_PAST_END at the first (*first_past); POSENC_ERR_ARG for a negative one or one
- * at or past `limit`. */
-static int past_check(const int64_t *pos, size_t n, int64_t length, int ok, int64_t limit, size_t *first_past) {
-    for (size_t i = 0; i < n; i++) {
-        if (pos[i] < 0 || pos[i] >= limit) return POSENC_ERR_ARG;
-        if (pos[i] >= length && !ok) {
-            if (first_past) *first_past = i;
-            return POSENC_PAST_END;
-        }
-    }
-    return POSENC_OK;
 }
 
 int posenc_sinusoidal_rows(const posenc_table *t, const int64_t *rows, size_t n, void *out, size_t *first_past) {

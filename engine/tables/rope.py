@@ -341,7 +341,6 @@ class Rope(Family):
         if spec.type.uses_seq_len or not isinstance(req.body.get("positions" if ids is None else "position_ids"), list):
             return None
         half = view.cos.shape[1]
-        colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
         scaling = float(view.meta["attention_scaling"])
         tail = view.inv_freq.tobytes() + np.float64(scaling).tobytes()
         st = _dt.DTYPES[dtype]
@@ -356,6 +355,7 @@ class Rope(Family):
                 (list(range(half)), list(range(half, 2 * half))), POSITION_LIMIT)
         if ids is not None:
             return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
+        colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
         return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past)
 
     schema = {

@@ -260,6 +260,9 @@ int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all);
  * The caller frees q and k. */
 int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk, Py_ssize_t max_n, Py_ssize_t groups,
                     Py_ssize_t cells_max, Sel *q, Sel *k, PyObject **head, PyObject **out);
+/* A block's query then key positions as int64, for the engine's block kernels (PyMem_Free it);
+ * NULL when out of memory (no error set). */
+int64_t *hot_block_positions(const Sel *q, const Sel *k);
 /* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */
 PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http);
 /* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */

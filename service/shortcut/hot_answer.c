@@ -348,6 +348,16 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
 }
 
 /* declared, and described, in hot.h */
+int64_t *hot_block_positions(const Sel *q, const Sel *k)
+{
+    int64_t *pos = PyMem_Malloc((size_t)(q->n + k->n) * sizeof(int64_t));
+    if (!pos) return NULL;
+    for (Py_ssize_t a = 0; a < q->n; a++) pos[a] = hot_sel_at(q, a);
+    for (Py_ssize_t b = 0; b < k->n; b++) pos[q->n + b] = hot_sel_at(k, b);
+    return pos;
+}
+
+/* declared, and described, in hot.h */
 int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk, Py_ssize_t max_n, Py_ssize_t groups,
                     Py_ssize_t cells_max, Sel *q, Sel *k, PyObject **head, PyObject **out)
 {
@@ -373,11 +383,9 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
  * answer, None when a cell overflows (the full path refuses it with its 422), or NULL. */
 static PyObject *kernel_block(const AlibiTemplate *t, const Sel *q, const Sel *k, Out *o)
 {
-    int64_t *pos = PyMem_Malloc((size_t)(q->n + k->n) * sizeof(int64_t));
+    int64_t *pos = hot_block_positions(q, k);
     int over = -1;
     if (pos) {
-        for (Py_ssize_t a = 0; a < q->n; a++) pos[a] = hot_sel_at(q, a);
-        for (Py_ssize_t b = 0; b < k->n; b++) pos[q->n + b] = hot_sel_at(k, b);
         over = hot_cfg.kernels->alibi(t->slopes, t->nheads, pos, q->n, pos + q->n, k->n, o->fill, t->kernel_dt,
                                       t->symmetric, t->mask_future);
         PyMem_Free(pos);

@@ -101,13 +101,10 @@ PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Htt
     if (hot_block_start((PyObject *)t, json ? NULL : t->heads, sq, sk, t->max_n, 1, t->max_bytes / 4, &q, &k, &head,
                         &out) <= 0)
         goto done;
-    if (!(pos = PyMem_Malloc((size_t)(q.n + k.n) * sizeof(int64_t))) ||
-        (json && !(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))))) {
+    if (!(pos = hot_block_positions(&q, &k)) || (json && !(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))))) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t a = 0; a < q.n; a++) pos[a] = hot_sel_at(&q, a);
-    for (Py_ssize_t b = 0; b < k.n; b++) pos[q.n + b] = hot_sel_at(&k, b);
     if (json) {
         hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q.n, pos + q.n, k.n, block);
         out = block_json(t, block, q.n, k.n, http);

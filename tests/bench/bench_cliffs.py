@@ -1,7 +1,7 @@
 """No cliffs (issue 21): the hot lane one step away from its benchmark's shape, against the raw-ASGI
 floor returning the same bytes. A script, not a test:
 
-    python tests/bench/bench_cliffs.py [--seconds 3] [--rounds 3] [--requests 512]
+    python tests/bench/bench_cliffs.py [--seconds 3] [--rounds 3] [--requests 512] [--perf CASE]
 
 One `posenc serve --lane on` worker pinned to core 0, wrk (C, closed loop) pinned to core 1. Each
 case is a list of requests with positions drawn at random (seeded), which wrk cycles through:
@@ -18,7 +18,10 @@ uvicorn with posenc's settings, answering that case's path with posenc's answer 
 request: the same status, content type and length). Round after round each case is measured on
 posenc then on its floor, so both see the same stretch of a shared machine. Printed: per round and
 as medians, requests/s at 64 connections, p50 at one connection, the ratios posenc/floor, and the
-share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests). wrk cycles
+share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests), and the
+cores posenc's processes used at 64 connections (/proc CPU time; 1.0: its pinned core saturated,
+so the figure is the server's, not the client's). --perf CASE then samples posenc's processes
+with linux-perf during one more run of that case and prints the top symbols. wrk cycles
 through the --requests distinct requests of a case (after a 2 s warm-up pass over each): a row
 past a table is computed the first time it is asked and kept by the worker after that
 (templates.KEEP_BYTES), as is a stored row's JSON text, so these are the figures of recurring
@@ -33,6 +36,7 @@ Python beside the HTTP work, which the floor does too.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import random
@@ -115,6 +119,46 @@ def wrk(url: str, lua: str, seconds: float, connections: int) -> dict:
     if r["errors"] or r["timeouts"]:
         raise RuntimeError(f"wrk saw errors on {url}: {r}")
     return {"rps": r["requests"] / (r["duration_us"] / 1e6), "p50_us": r["p50"], "requests": r["requests"]}
+
+
+def _procs() -> dict:
+    """{pid: (parent pid, CPU seconds user + system)} of every process, from /proc."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                f = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            out[int(d)] = (int(f[1]), (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def tree(pid: int, procs: dict) -> set:
+    """``pid`` and every process below it (posenc serve: its worker, the engine)."""
+    got, grew = {pid}, True
+    while grew:
+        new = {q for q, (pp, _) in procs.items() if pp in got} - got
+        got |= new
+        grew = bool(new)
+    return got
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid``'s process tree."""
+    procs = _procs()
+    return sum(procs[q][1] for q in tree(pid, procs) if q in procs)
+
+
+def perf_top(pid: int, seconds: float, out: str, n: int = 12) -> str:
+    """The top ``n`` symbols of posenc's processes over ``seconds`` (linux-perf, cpu-clock sampling:
+    no hardware counters needed)."""
+    pids = sorted(tree(pid, _procs()))
+    subprocess.run(["perf", "record", "-e", "cpu-clock", "-F", "2000", "-o", out, "-p", ",".join(map(str, pids)), "--",
+                    "sleep", str(seconds)], capture_output=True, timeout=seconds + 60, check=True)
+    rep = subprocess.run(["perf", "report", "-i", out, "--no-children", "--sort", "dso,sym", "--stdio"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    return "\n".join([x for x in rep.splitlines() if x.strip() and not x.startswith("#")][:n])
 
 
 def lane_answers(url: str) -> int:
@@ -220,6 +264,7 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true", help="the cases' cost in C, no sockets")
     ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
     ap.add_argument("--plot", help="write the per-round ratios to this PNG")
+    ap.add_argument("--perf", metavar="CASE", help="after the rounds, where posenc's time goes in CASE (linux-perf)")
     a = ap.parse_args()
     if a.in_process:
         return in_process(a.requests, not a.no_keep)
@@ -234,29 +279,38 @@ def main() -> None:
                 for name in CASES:
                     p, f, served = {}, {}, 0
                     for k, c in (("many", 64), ("one", 1)):   # posenc, then its floor, at each load
-                        before = lane_answers(posenc.url)
+                        before, cpu = lane_answers(posenc.url), tree_cpu_s(posenc.proc.pid)
                         p[k] = wrk(posenc.url, scripts[name], a.seconds, c)
                         served += lane_answers(posenc.url) - before
+                        if k == "many":   # cores posenc used: 1.0 is its pinned core saturated
+                            cores = (tree_cpu_s(posenc.proc.pid) - cpu) / max(1, round(a.seconds))
                         f[k] = wrk(floors[name].url, scripts[name], a.seconds, c)
                     share = served / (p["many"]["requests"] + p["one"]["requests"])
                     got = {"rps": p["many"]["rps"], "p50": p["one"]["p50_us"], "floor_rps": f["many"]["rps"],
-                           "floor_p50": f["one"]["p50_us"], "lane_share": share}
+                           "floor_p50": f["one"]["p50_us"], "lane_share": share, "cores": cores}
                     runs.setdefault(name, []).append(got)
                     print(f"round {rnd + 1} {name}: posenc {got['rps']:.0f}/s p50 {got['p50']} µs, floor "
                           f"{got['floor_rps']:.0f}/s p50 {got['floor_p50']} µs, ratio {got['rps'] / got['floor_rps']:.2f}, "
-                          f"lane {share:.1%}", flush=True)
+                          f"lane {share:.1%}, posenc {cores:.2f} cores", flush=True)
+            if a.perf:
+                print(f"\nwhere posenc's time goes in {a.perf!r} (perf record -e cpu-clock, top symbols):")
+                with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                    load_run = ex.submit(wrk, posenc.url, scripts[a.perf], a.seconds + 2, 64)
+                    print(perf_top(posenc.proc.pid, a.seconds, os.path.join(tmp, "perf.data")))
+                    load_run.result()
         finally:
             posenc.stop()
             for f in floors.values():
                 f.stop()
     load.append(os.getloadavg()[0])
     print(f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after)")
-    print(f"{'case':<20} {'posenc/s':>9} {'floor/s':>9} {'ratio':>6} {'p50 µs':>7} {'floor':>6} {'lane':>6}  per-round ratios")
+    print(f"{'case':<20} {'posenc/s':>9} {'floor/s':>9} {'ratio':>6} {'p50 µs':>7} {'floor':>6} {'lane':>6} {'cores':>6}"
+          "  per-round ratios")
     for name, rs in runs.items():
         m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         ratios = [r["rps"] / r["floor_rps"] for r in rs]
         print(f"{name:<20} {m['rps']:>9.0f} {m['floor_rps']:>9.0f} {statistics.median(ratios):>6.2f} {m['p50']:>7.0f} "
-              f"{m['floor_p50']:>6.0f} {m['lane_share']:>6.1%}  {' '.join(f'{x:.2f}' for x in ratios)}")
+              f"{m['floor_p50']:>6.0f} {m['lane_share']:>6.1%} {m['cores']:>6.2f}  {' '.join(f'{x:.2f}' for x in ratios)}")
     if a.plot:
         plot(runs, a.plot, load)
         print(f"plot: {a.plot}")

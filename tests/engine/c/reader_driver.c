@@ -27,6 +27,17 @@ static size_t parse_positions(char *s, int64_t *pos, size_t cap) {
 
 static void err(int st) { printf("ERR %d %s\n", st, posenc_strerror(st)); }
 
+/* A call's answer line: OK and the bytes written, PAST and the index, or ERR. */
+static void answer(int st, const unsigned char *out, size_t bytes, size_t past) {
+    if (st == POSENC_PAST_END) printf("PAST %zu\n", past);
+    else if (st != POSENC_OK) err(st);
+    else {
+        fputs("OK ", stdout);
+        for (size_t i = 0; i < bytes; i++) printf("%02x", out[i]);
+        putchar('\n');
+    }
+}
+
 static void gather_from(posenc_table *t, int cols, const char *array, char *list) {
     static int64_t pos[1 << 16];
     posenc_array a;
@@ -38,13 +49,7 @@ static void gather_from(posenc_table *t, int cols, const char *array, char *list
     size_t bytes = n * per / (size_t)(cols ? a.shape[1] : a.shape[0]);
     unsigned char *out = malloc(bytes ? bytes : 1);
     st = cols ? posenc_gather_cols(t, array, pos, n, out, &past) : posenc_gather_rows(t, array, pos, n, out, &past);
-    if (st == POSENC_PAST_END) printf("PAST %zu\n", past);
-    else if (st != POSENC_OK) err(st);
-    else {
-        fputs("OK ", stdout);
-        for (size_t i = 0; i < bytes; i++) printf("%02x", out[i]);
-        putchar('\n');
-    }
+    answer(st, out, bytes, past);
     free(out);
 }
 
@@ -64,14 +69,7 @@ static void computed(posenc_conn *c, const char *how, const char *digest, char *
     if (how[0] == 'r') st = posenc_rope_rows(t, pos, n, out, out + bytes, &past);
     else if (how[0] == 's') st = posenc_sinusoidal_rows(t, pos, n, out, &past);
     else st = posenc_alibi_dist(t, pos, n, out, &past);
-    size_t shown = how[0] == 'r' ? 2 * bytes : bytes;   /* rope: cos then sin */
-    if (st == POSENC_PAST_END) printf("PAST %zu\n", past);
-    else if (st != POSENC_OK) err(st);
-    else {
-        fputs("OK ", stdout);
-        for (size_t i = 0; i < shown; i++) printf("%02x", out[i]);
-        putchar('\n');
-    }
+    answer(st, out, how[0] == 'r' ? 2 * bytes : bytes, past);   /* rope: cos then sin */
     free(out);
     posenc_table_close(t);
 }

@@ -53,7 +53,7 @@ def test_blocks_over_the_byte_limit_and_json_take_the_full_path():
     assert answer({"query": [0], "key": {"start": 0, "stop": 1025}}) is None
     assert answer({"query": {"start": 0, "stop": 33}, "key": {"start": 0, "stop": 32}}) is None
     assert replay.answer(orjson.dumps({"query": [0], "key": [1]}), HEADERS, {b"application/x-safetensors": 1},
-                         native, "t5-buckets") is None                                  # JSON
+                         native, "t5-buckets") is None   # the ASGI front answers safetensors only (JSON: the lane, below)
 
 
 @pytest.mark.parametrize("spec", SPECS[:3])
