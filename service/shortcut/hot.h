@@ -111,6 +111,7 @@ typedef struct RowsTemplate {
     int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
     /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
+    int json_flat;        /* each array's rows as one flat list (a v2 JSON output's data), not a list of rows */
     PyObject *zero_text;  /* bytes: a zero item's text */
     PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
     char **texts;         /* [narr * text_rows], allocated at the first JSON answer: NULL or a row's text */
@@ -172,6 +173,7 @@ typedef struct {
     PyObject *tail;       /* bytes */
     PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
+    int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
 } T5Template;
 
 extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
@@ -232,6 +234,9 @@ static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
  * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
 int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep);
 extern PyMethodDef hot_answer_methods[];
+/* cut()'s result from a body's key (stolen; NULL: none, or an error set) and its nf spans, offsets
+ * from b: (key, ((start, end), ...)), None, or NULL. */
+PyObject *hot_key_spans(PyObject *key, const char *b, const Span *spans, Py_ssize_t nf);
 
 /* ---- JSON answers (hot_json.c) ------------------------------------------------------------ */
 
@@ -276,6 +281,14 @@ void hot_lane_ready(void);
  * positions (len bytes). Bytes; None: declined (not nbytes, a position the template does not
  * answer, an overflow); NULL: error. */
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
+/* A v2 REST JSON-tensor infer's answer (hot_v2json.c), the HTTP head http's: json = (the data
+ * field's name as JSON text, {key: entry}) of service/v2/hot_json.py, body [b, b + len). Bytes;
+ * None: declined; NotImplemented: rows' texts missing (see missing()); NULL: error. */
+PyObject *hot_v2json_answer(PyObject *json, const char *b, Py_ssize_t len, const Http *http);
+extern PyMethodDef hot_v2json_methods[];
+/* entries[key] (key stolen) as a new reference, held while it answers (an allocation may run
+ * finalizers that drop it from the dict); NULL: none (no error set), or an error. */
+PyObject *hot_entry(PyObject *entries, PyObject *key);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];

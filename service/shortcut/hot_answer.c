@@ -615,11 +615,16 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Span spans[MAX_FIELDS];
     int axes;
     PyObject *key = cut_key(b, b + PyBytes_GET_SIZE(args[0]), fields, hot_axis_field_of(args[1]), spans, &axes);
+    return hot_key_spans(key, b, spans, PyTuple_GET_SIZE(fields));
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_key_spans(PyObject *key, const char *b, const Span *spans, Py_ssize_t nf)
+{
     if (!key) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    Py_ssize_t nf = PyTuple_GET_SIZE(fields);
     PyObject *offsets = PyTuple_New(nf);
     for (Py_ssize_t f = 0; offsets && f < nf; f++) {
         PyObject *o = Py_BuildValue("(nn)", (Py_ssize_t)(spans[f].open - b), (Py_ssize_t)(spans[f].close + 1 - b));

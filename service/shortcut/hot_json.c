@@ -106,7 +106,9 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
     Py_ssize_t zl = PyBytes_GET_SIZE(t->zero_text), body = 0;
     for (int a = 0; a < t->narr; a++) {
         if (a > 0) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(t->json_parts, a));
-        body += 1 + 2 * rows->n;   /* '[', and each row's '[' and the ',' or ']' after it (its last ',' is its ']') */
+        /* '[', and each row's '[' and the ',' or ']' after it (its last ',' is its ']'); flat: '[' only,
+         * the last item's ',' is the list's ']' */
+        body += t->json_flat ? 1 : 1 + 2 * rows->n;
         for (Py_ssize_t i = 0; i < rows->n; i++)
             body += row_len(t, (const RowText *)t->texts[a * t->text_rows + hot_sel_at(rows, i) + t->offset], zl);
     }
@@ -123,10 +125,12 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
         }
         *d++ = '[';
         for (Py_ssize_t i = 0; i < rows->n; i++) {
-            *d++ = '[';
+            if (!t->json_flat) *d++ = '[';
             d = row_put(d, t, (const RowText *)t->texts[a * t->text_rows + hot_sel_at(rows, i) + t->offset], zero, zl);
-            d[-1] = ']';
-            *d++ = ',';
+            if (!t->json_flat) {
+                d[-1] = ']';
+                *d++ = ',';
+            }
         }
         d[-1] = ']';
     }
@@ -135,18 +139,19 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
 
 /* ---- RowsTemplate's JSON methods ---------------------------------------------------------- */
 
-PyDoc_STRVAR(enable_json_doc, "enable_json(parts, zero, text_for, budget)\n--\n\n"
+PyDoc_STRVAR(enable_json_doc, "enable_json(parts, zero, text_for, budget, flat=False)\n--\n\n"
              "Answer JSON too: parts, the narr + 1 bytes around the arrays' rows in the full path's JSON\n"
              "answer; zero, a zero item's text; text_for(array, row) -> the stored row's JSON text (the\n"
-             "full path's, \"[v,v,...]\"), called by templates.py on a miss; budget: bytes of texts kept.\n"
-             "parts None: no JSON answers.");
+             "full path's, \"[v,v,...]\"), called by templates.py on a miss; budget: bytes of texts kept;\n"
+             "flat: each array's rows as one flat list (a v2 JSON output's data). parts None: no JSON answers.");
 
 static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     RowsTemplate *t = (RowsTemplate *)self;
-    if (nargs != 4 || (!PyTuple_Check(args[0]) && args[0] != Py_None) || !PyBytes_Check(args[1]) ||
+    if (nargs < 4 || nargs > 5 || (!PyTuple_Check(args[0]) && args[0] != Py_None) || !PyBytes_Check(args[1]) ||
         !PyCallable_Check(args[2]) || !PyLong_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "enable_json(parts: tuple of bytes | None, zero: bytes, text_for, budget: int)");
+        PyErr_SetString(PyExc_TypeError, "enable_json(parts: tuple of bytes | None, zero: bytes, text_for, budget: int, "
+                                         "flat: bool = False)");
         return NULL;
     }
     if (args[0] == Py_None) {   /* no JSON answers (again) */
@@ -166,6 +171,9 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
     Py_ssize_t budget = PyLong_AsSsize_t(args[3]);
     if (budget == -1 && PyErr_Occurred()) return NULL;
+    int flat = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (flat < 0) return NULL;
+    t->json_flat = flat;
     hot_json_clear(t);
     Py_INCREF(args[0]);
     Py_XSETREF(t->json_parts, args[0]);

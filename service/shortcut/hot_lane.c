@@ -142,8 +142,9 @@ PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, cl
              "0 safetensors, 1 JSON}) and whose spec is a known template (native: {family: templates}):\n"
              "(end of the request, its route's value, the whole response with the HTTP head pre[format] +\n"
              "length + post [+ connection: close], keep-alive). A route (None, metrics, entries, length name,\n"
-             "refused names) is a v2 REST binary infer of service/v2/hot.py: its entry's rows, head\n"
-             "pre[2] + length + the entry's post.\n"
+             "refused names[, json]) is a v2 REST binary infer of service/v2/hot.py: its entry's rows, head\n"
+             "pre[2] + length + the entry's post; or, without the length header, a JSON-tensor infer of\n"
+             "json (service/v2/hot_json.py): head pre[1] + length + the entry's post.\n"
              "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
              "this parser's strict subset of HTTP/1.1, or to another target).\n"
              "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
@@ -165,16 +166,19 @@ static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
     return NULL;
 }
 
-/* A v2 REST binary infer to a route (None, metrics, entries, length name, refused names) of
+/* A v2 REST binary infer to a route (None, metrics, entries, length name, refused names[, json]) of
  * service/v2/hot.py: its answer (bytes), None (declined) or NULL. The inference header is the
  * body's first n bytes, n the value of the one header `length name` (digits); entries maps the
- * header's bytes to a hot_v2_answer() entry; a header of `refused names` declines it. */
-static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http)
+ * header's bytes to a hot_v2_answer() entry; a header of `refused names` declines it. A body
+ * without `length name` is a JSON-tensor infer: json's (hot_v2json.c), its head pre json_pre. */
+static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http, PyObject *json_pre)
 {
     PyObject *entries, *lname, *refused;
-    if (PyTuple_GET_SIZE(route) != 5 || !PyDict_Check(entries = PyTuple_GET_ITEM(route, 2)) ||
+    Py_ssize_t size = PyTuple_GET_SIZE(route);
+    if ((size != 5 && size != 6) || !PyDict_Check(entries = PyTuple_GET_ITEM(route, 2)) ||
         !PyBytes_Check(lname = PyTuple_GET_ITEM(route, 3)) || !PyTuple_Check(refused = PyTuple_GET_ITEM(route, 4))) {
-        PyErr_SetString(PyExc_TypeError, "routes: a v2 route is (None, metrics, entries, length name, refused names)");
+        PyErr_SetString(PyExc_TypeError, "routes: a v2 route is (None, metrics, entries, length name, refused names"
+                                         "[, json])");
         return NULL;
     }
     Py_ssize_t n = -1;
@@ -192,19 +196,29 @@ static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http)
             n = n * 10 + (r->value[i][j] - '0');
         }
     }
+    if (n < 0 && size == 6) {   /* no binary data: JSON tensors */
+        Http hj = {json_pre, NULL, http->close, 1};
+        return hot_v2json_answer(PyTuple_GET_ITEM(route, 5), r->body, r->body_len, &hj);
+    }
     if (n < 0 || n > r->body_len || PyDict_GET_SIZE(entries) == 0) Py_RETURN_NONE;
-    PyObject *key = PyBytes_FromStringAndSize(r->body, n);
-    if (!key) return NULL;
-    PyObject *e = PyDict_GetItemWithError(entries, key);
-    Py_DECREF(key);
+    PyObject *e = hot_entry(entries, PyBytes_FromStringAndSize(r->body, n));
     if (!e) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    Py_INCREF(e);   /* held while it answers, as hot_answer_body holds its template */
     PyObject *out = hot_v2_answer(e, r->body + n, r->body_len - n, http);
     Py_DECREF(e);
     return out;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_entry(PyObject *entries, PyObject *key)
+{
+    if (!key) return NULL;
+    PyObject *e = PyDict_GetItemWithError(entries, key);
+    Py_DECREF(key);
+    Py_XINCREF(e);
+    return e;
 }
 
 /* lane()'s result from an answer (a new reference, None, NotImplemented or NULL; stolen). */
@@ -252,7 +266,7 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (family == Py_None) {   /* a v2 REST infer (service/v2/hot.py) */
         if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
         Http http = {PyTuple_GET_ITEM(args[5], 2), NULL, r.close || force_close, 0};
-        out = v2_answer(route, &r, &http);
+        out = v2_answer(route, &r, &http, PyTuple_GET_ITEM(args[5], 1));
         return lane_result(out, b, next, route, &http);
     }
     PyObject *fields = hot_fields_of(family);

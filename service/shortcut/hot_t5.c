@@ -68,7 +68,7 @@ static PyObject *block_json(const T5Template *t, const int32_t *b, Py_ssize_t nq
 {
     /* '[', then per row its '[', each item followed by ',' (the last by the row's ']'), and a ','
      * after the row (the last row's is the closing ']') */
-    Py_ssize_t body = 1 + nq * (2 + nk);
+    Py_ssize_t body = t->json_flat ? 1 + nq * nk : 1 + nq * (2 + nk);   /* flat: '[', each item and its ',' or ']' */
     char digits[12];
     for (Py_ssize_t i = 0; i < nq * nk; i++) body += put_int(digits, b[i]) - digits;
     Out o;
@@ -77,13 +77,15 @@ static PyObject *block_json(const T5Template *t, const int32_t *b, Py_ssize_t nq
     char *d = o.fill;
     *d++ = '[';
     for (Py_ssize_t a = 0; a < nq; a++) {
-        *d++ = '[';
+        if (!t->json_flat) *d++ = '[';
         for (Py_ssize_t j = 0; j < nk; j++) {
             d = put_int(d, b[a * nk + j]);
             *d++ = ',';
         }
-        d[-1] = ']';
-        *d++ = ',';
+        if (!t->json_flat) {
+            d[-1] = ']';
+            *d++ = ',';
+        }
     }
     d[-1] = ']';
     return hot_finish(&o);
@@ -123,19 +125,24 @@ done:
     return out;
 }
 
-PyDoc_STRVAR(enable_json_doc, "enable_json(parts)\n--\n\n"
+PyDoc_STRVAR(enable_json_doc, "enable_json(parts, flat=False)\n--\n\n"
              "Answer JSON too: parts, (before, after) the block's text in the full path's JSON answer;\n"
-             "None: JSON is the full path's again.");
+             "None: JSON is the full path's again. flat: the block as one flat list (a v2 JSON output's data).");
 
-static PyObject *enable_json(PyObject *self, PyObject *parts)
+static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     T5Template *t = (T5Template *)self;
-    if (parts != Py_None && (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 ||
-                             !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(parts, 1)))) {
-        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes) | None)");
+    PyObject *parts = nargs >= 1 ? args[0] : NULL;
+    int flat = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (flat < 0) return NULL;
+    if (nargs < 1 || nargs > 2 ||
+        (parts != Py_None && (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 ||
+                              !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(parts, 1))))) {
+        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes) | None, flat: bool = False)");
         return NULL;
     }
     Py_XSETREF(t->json_parts, parts == Py_None ? NULL : Py_NewRef(parts));
+    t->json_flat = flat;
     Py_RETURN_NONE;
 }
 
@@ -144,7 +151,7 @@ static PyMethodDef t5_methods[3]; /* hot_template_methods' set_header, then enab
 void hot_t5_ready(void)
 {
     t5_methods[0] = hot_template_methods[0];
-    t5_methods[1] = (PyMethodDef){"enable_json", enable_json, METH_O, enable_json_doc};
+    t5_methods[1] = (PyMethodDef){"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc};
 }
 
 PyTypeObject hot_T5TemplateType = {

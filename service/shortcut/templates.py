@@ -171,6 +171,25 @@ def rows_template(req, view):
     return t if t is not None and type(t) is _hot.RowsTemplate else None
 
 
+def flat_json_template(req, view, parts: tuple, limits: Limits):
+    """The family's template of ``req`` (list selections), writing JSON with ``parts`` around each
+    array's values as one flat list (a v2 output's row-major data; service/shortcut/hot_v2json.c):
+    a RowsTemplate of one axis, or a T5Template (``parts`` around its block); None for any other."""
+    t = req.family.template(_hot, req, view, limits)
+    if type(t) is _hot.RowsTemplate:
+        return t if _rows_json(t, req, parts, True) else None
+    if type(t) is _hot.T5Template and len(parts) == 2:
+        t.enable_json(parts, True)
+        return t
+    return None
+
+
+def v2_cut(raw: bytes, name: bytes):
+    """(key, spans) of a v2 JSON-tensor infer body, each list of the data field ``name`` (JSON text)
+    cut out as the C lane cuts it (service/shortcut/hot_v2json.c); None when the lane does not."""
+    return _hot.v2_cut(raw, name)
+
+
 def fill(rows, positions, itemsize: int, parts: tuple) -> bytes | None:
     """The rows of ``positions`` (raw little-endian ints of ``itemsize`` bytes) laid out between
     ``parts``, or None when a position is not inside the table."""
@@ -263,24 +282,31 @@ def _lane_json(t, key: bytes, raw: bytes, req) -> bytes | None:
     return got[2].partition(b"\r\n")[2] if got else None
 
 
+def _rows_json(t, req, parts: tuple, flat: bool) -> bool:
+    """Let RowsTemplate ``t`` write JSON between ``parts`` (each array's rows as a list of rows, or
+    ``flat``: as one list), its rows' texts rendered by the full path's own ``json_text``; False
+    when ``parts`` are not one more than its arrays (or it has several axes)."""
+    storage, dtype = DTYPES[req.dtype], req.dtype
+
+    def text_for(a: int, r: int) -> bytes:
+        return json_text(json_ready(np.frombuffer(t.row(a, r), storage), dtype))
+    try:
+        t.enable_json(parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET, flat)
+    except ValueError:   # not one part more than the template's arrays
+        return False
+    return True
+
+
 def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
     """Let RowsTemplate ``t`` answer JSON too (service/shortcut/hot_json.c): its parts are the full
     path's JSON answer of ``req`` with each row-gathered array's rows cut out, and its rows' texts
     are rendered by the full path's own ``json_text``. Only when its JSON answer to ``raw``, asked
     through the lane's own entry point, is the full path's bytes."""
     want, parts = _json_parts(req, view)
-    if parts is None:
-        return False
-    storage, dtype = DTYPES[req.dtype], req.dtype
-
-    def text_for(a: int, r: int) -> bytes:
-        return json_text(json_ready(np.frombuffer(t.row(a, r), storage), dtype))
-    try:
-        t.enable_json(parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET)
-    except ValueError:   # not one part more than the template's arrays
+    if parts is None or not _rows_json(t, req, parts, False):
         return False
     if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None, b"", text_for, 0)   # JSON stays with the full path
+        t.enable_json(None, b"", t.text_for, 0)   # JSON stays with the full path
         return False
     return True
 

@@ -33,6 +33,7 @@ import threading
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use
 from posenc.service.v2.errors import BadRequest
+from posenc.service.v2.hot_json import DATA, JsonInfers
 from posenc.service.v2.wire import varint
 
 MAX_KEYS = 1024
@@ -114,8 +115,9 @@ class Hot:
         self.paths: set = set()        # REST: the paths with entries
         # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
         # request in one call): (None, metrics offset of its "c" answers, {JSON header: entry},
-        # LENGTH_HEADER, REFUSED_HEADERS)
+        # LENGTH_HEADER, REFUSED_HEADERS, (DATA, {key: JSON-tensor entry}): service/v2/hot_json.py)
         self.lane_routes: dict[bytes, tuple] = {}
+        self.json = JsonInfers(self)
         self.once: set = set()         # keys the full path has answered once
         self._seen = None
 
@@ -219,12 +221,26 @@ class Hot:
         """Hand a REST entry to the C lane: small answers into the message (not shared memory)."""
         if not e.inline or e.regions or not path.isascii():
             return
-        target = path.encode("ascii")
+        self.route_of(path.encode("ascii"), e.route)[2][head] = (e.rows, e.itemsize, e.nbytes, e.parts,
+                                                                  head_lines(e.headers))
+
+    def route_of(self, target: bytes, name: str) -> tuple:
+        """The C lane's route of a request target (made, empty, when it has none)."""
         route = self.lane_routes.get(target)
         if route is None:
-            route = self.lane_routes[target] = (None, Metrics.path_index(e.route, "c"), {}, LENGTH_HEADER,
-                                                              REFUSED_HEADERS)
-        route[2][head] = (e.rows, e.itemsize, e.nbytes, e.parts, head_lines(e.headers))
+            route = self.lane_routes[target] = self.new_route(name)
+        return route
+
+    @staticmethod
+    def new_route(name: str) -> tuple:
+        """An empty route of the C lane for requests of metrics route ``name``."""
+        return (None, Metrics.path_index(name, "c"), {}, LENGTH_HEADER, REFUSED_HEADERS, (DATA, {}))
+
+    def learn_json(self, path: str, body: bytes, inf, plan, tensors: list, route: str, headers: tuple, render,
+                   answer: bytes) -> None:
+        """A JSON-tensor infer the full path answered in JSON (service/v2/hot_json.py)."""
+        if self.on:
+            self.json.learn(path, body, inf, plan, tensors, route, head_lines(headers), render, answer)
 
     def _entry(self, inf, plan, tensors: list, segments: list, marker: bytes, route: str,
                headers: tuple) -> Entry | None:
@@ -241,14 +257,9 @@ class Hot:
         fam = r.family
         if client is None or len(fam.selections) != 1:
             return None
-        probe = dict(r.body)   # the family's template is made from a list body, as /v1 learns it
         axes = t.name in fam.axis_fields and len(t.shape) == 2   # [k, n] per-axis positions (rope's position_ids)
-        probe[t.name if axes else fam.selections[0]] = [[0]] * int(t.shape[0]) if axes else [0]
-        try:
-            probe = self.v2.inferer.pipeline.request(fam.name, probe)
-        except Exception:   # the spec was valid with the real positions: nothing to learn here
-            return None
-        if probe.table is None or not client.is_mapped(probe):
+        probe = self.probe(r, {t.name: [[0]] * int(t.shape[0])} if axes else {fam.selections[0]: [0]})
+        if probe is None:
             return None
         rows = rows_template(probe, client.view(probe))
         if rows is None:
@@ -278,6 +289,15 @@ class Hot:
             return None
         return e
 
+
+    def probe(self, r, lists: dict):
+        """The pipeline request of ``r``'s spec with ``lists`` as its selections (the family's
+        template is made from a list body, as /v1 learns it), or None: not answered from a mapped table."""
+        try:
+            probe = self.v2.inferer.pipeline.request(r.family.name, {**r.body, **lists})
+        except Exception:   # the spec was valid with the real positions: nothing to learn here
+            return None
+        return probe if probe.table is not None and self.v2.client.is_mapped(probe) else None
 
     def _shm_entry(self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str,
                    headers: tuple) -> Entry | None:

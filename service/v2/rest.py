@@ -165,6 +165,9 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
     reply, segments = _answer(name, inf.id, tensors, binary)
     if v2.hot.on and hl is not None and encoding is None and reply.ctype == OCTET:
         v2.hot.learn_rest(scope["path"], body[:n], inf, plan, tensors, segments, route, reply.headers)
+    elif v2.hot.on and hl is None and encoding is None and reply.ctype == JSON:   # JSON tensors (v2/hot_json.py)
+        v2.hot.learn_json(scope["path"], body, inf, plan, tensors, route, reply.headers,
+                          lambda ts: _answer(name, inf.id, ts, binary)[0].body, reply.body)
     return reply
 
 

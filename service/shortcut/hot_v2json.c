@@ -1,0 +1,140 @@
+/* service/shortcut/hot_v2json.c -- v2 REST JSON-tensor infers (service/v2/hot_json.py): a body whose
+ * inputs carry their positions as JSON "data" lists, no binary data, answered in JSON by the
+ * learnt template of its spec, from the request's bytes in one call (hot_lane.c's v2 routes).
+ *
+ * The key is the body with each input's data list cut out, as cut() cuts /v1 bodies at their
+ * selections: every occurrence of the data field's name (configured by Python, with its quotes)
+ * must be followed by whitespace, one ':', whitespace and a list, '[' .. its first ']', and each
+ * such list is replaced by one NUL byte. A later body with the same key is the learnt body with
+ * other lists (the argument of templates.py: the bytes outside the lists are the learnt ones, so
+ * a JSON parser reaches and leaves each list in the same state); hot_json.py checks at learn time
+ * that each list is the data its input really takes. Each list is parsed by the selection parser
+ * (hot_select.c, lists only) and must hold the learnt number of positions (the learnt shape).
+ *
+ * An entry is (template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
+ * one flat list (enable_json(..., flat=True): a v2 output's row-major data, the v2 answer's parts
+ * around them) and one list; or a T5Template of flat JSON and two lists (query and key; swap: the
+ * body's first list is the key's). counts: the positions each list must hold; post: the answer's
+ * head after its content length's digits.
+ */
+#include "hot.h"
+
+/* The positions a list holds if it parses: one more than its commas. */
+static Py_ssize_t items_of(const Span *sp)
+{
+    Py_ssize_t n = 1;
+    for (const char *c = sp->open + 1; c < sp->close; c++) n += *c == ',';
+    return n;
+}
+
+/* The key of body [b, end) (see the top): a new reference, its spans in body order in spans[] and
+ * their number in *n; NULL with no error set when the body is not such a body (no list, an
+ * occurrence of name that is not a list field, more than MAX_FIELDS), NULL with an error set. */
+static PyObject *cut_lists(const char *b, const char *end, PyObject *name, Span *spans, int *n)
+{
+    const char *p = b, *nm = PyBytes_AS_STRING(name);
+    size_t nl = (size_t)PyBytes_GET_SIZE(name);
+    *n = 0;
+    for (;;) {
+        const char *i = memmem(p, (size_t)(end - p), nm, nl);
+        if (!i) break;
+        const char *v = hot_field_value(i, end, name); /* the occurrence at i: the first from i */
+        const char *c = v && *v == '[' ? memchr(v, ']', (size_t)(end - v)) : NULL;
+        if (!c || *n == MAX_FIELDS) return NULL;
+        spans[(*n)++] = (Span){v, c};
+        p = c + 1;
+    }
+    if (*n == 0) return NULL;
+    Py_ssize_t klen = (end - b) + *n;
+    for (int f = 0; f < *n; f++) klen -= spans[f].close + 1 - spans[f].open;
+    PyObject *key = PyBytes_FromStringAndSize(NULL, klen);
+    if (!key) return NULL;
+    char *k = PyBytes_AS_STRING(key);
+    const char *from = b;
+    for (int f = 0; f < *n; f++) {
+        memcpy(k, from, (size_t)(spans[f].open - from));
+        k += spans[f].open - from;
+        *k++ = '\0';
+        from = spans[f].close + 1;
+    }
+    memcpy(k, from, (size_t)(end - from));
+    return key;
+}
+
+/* The answer of entry e (see the top) to the n lists of spans sp. */
+static PyObject *entry_answer(PyObject *e, const Span *sp, int n, const Http *http)
+{
+    PyObject *t, *counts, *post;
+    int swap;
+    if (!PyArg_ParseTuple(e, "OO!pO!:v2 JSON entry", &t, &PyTuple_Type, &counts, &swap, &PyBytes_Type, &post))
+        return NULL;
+    if (PyTuple_GET_SIZE(counts) != n) Py_RETURN_NONE;
+    Py_ssize_t want[MAX_FIELDS];
+    for (int f = 0; f < n; f++) {
+        want[f] = PyLong_AsSsize_t(PyTuple_GET_ITEM(counts, f));
+        if (want[f] == -1 && PyErr_Occurred()) return NULL;
+        if (items_of(&sp[f]) != want[f]) Py_RETURN_NONE; /* not the learnt shape */
+    }
+    Http h = *http;
+    h.post = post;
+    h.json = 1;
+    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && n == 1) {
+        RowsTemplate *rt = (RowsTemplate *)t;
+        if (!rt->json_parts || !rt->json_flat || rt->naxes > 1) Py_RETURN_NONE;
+        Sel rows = {.heap = NULL};
+        int rc = hot_parse_sel(&sp[0], want[0], &rows); /* a list: '[' */
+        PyObject *out = rc == 0 ? hot_rows_json(rt, &rows, &h) : rc == -2 ? NULL : Py_NewRef(Py_None);
+        hot_sel_free(&rows);
+        return out;
+    }
+    if (Py_IS_TYPE(t, &hot_T5TemplateType) && n == 2) {
+        T5Template *tt = (T5Template *)t;
+        if (!tt->json_parts || !tt->json_flat) Py_RETURN_NONE;
+        return hot_t5_answer(tt, &sp[swap], &sp[!swap], &h);
+    }
+    PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list or a T5Template of two");
+    return NULL;
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_v2json_answer(PyObject *json, const char *b, Py_ssize_t len, const Http *http)
+{
+    PyObject *name, *entries;
+    if (!PyArg_ParseTuple(json, "O!O!:v2 JSON route", &PyBytes_Type, &name, &PyDict_Type, &entries)) return NULL;
+    if (PyDict_GET_SIZE(entries) == 0 || PyBytes_GET_SIZE(name) == 0) Py_RETURN_NONE;
+    Span sp[MAX_FIELDS];
+    int n;
+    PyObject *key = cut_lists(b, b + len, name, sp, &n);
+    PyObject *e = key ? hot_entry(entries, key) : NULL;
+    if (!e) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *out = entry_answer(e, sp, n, http);
+    Py_DECREF(e);
+    return out;
+}
+
+PyDoc_STRVAR(v2_cut_doc, "v2_cut(raw, name) -> (key, spans) | None\n--\n\n"
+             "The key of a v2 JSON-tensor infer body (each list of the data field `name`, JSON text with\n"
+             "its quotes, cut out) and the (start, end) offsets of its lists in body order; None when the\n"
+             "body is not one the lane answers so. service/v2/hot_json.py learns entries by it.");
+
+static PyObject *v2_cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) == 0) {
+        PyErr_SetString(PyExc_TypeError, "v2_cut(raw: bytes, name: non-empty bytes)");
+        return NULL;
+    }
+    const char *b = PyBytes_AS_STRING(args[0]);
+    Span sp[MAX_FIELDS];
+    int n;
+    PyObject *key = cut_lists(b, b + PyBytes_GET_SIZE(args[0]), args[1], sp, &n);
+    return hot_key_spans(key, b, sp, n);
+}
+
+PyMethodDef hot_v2json_methods[] = {
+    {"v2_cut", (PyCFunction)(void (*)(void))v2_cut, METH_FASTCALL, v2_cut_doc},
+    {NULL, NULL, 0, NULL},
+};

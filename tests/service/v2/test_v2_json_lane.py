@@ -1,0 +1,182 @@
+"""v2 REST JSON-tensor infers on the whole-request C path (service/v2/hot_json.py,
+service/shortcut/hot_v2json.c, a branch of the lane's v2 routes): a body whose inputs carry JSON
+``data`` lists, answered in one C call from the request's bytes, byte for byte the body the full
+path (service/v2/rest.py with the shortcut off) writes, for rope types whose rows do not follow the
+positions in both layouts, partial rotary, every sinusoidal layout, T5 variants, float32 and
+float16 (BF16 travels only binary in v2), INT32 and INT64 inputs, positions on both sides of each
+table's end; anything else is declined (False) and left to the full path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from posenc.engine import kernels
+from posenc.service.shortcut import templates as replay
+from posenc.service.v2 import rest
+from posenc.service.v2.hot_json import DATA, controls
+from tests.procs import wait_for
+from tests.service.v2.test_v2_hot import servers  # noqa: F401  (the fixture)
+from tests.service_cases import LLAMA3_8K
+
+pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
+PAST_IN_C = kernels.c_api() is not None   # rows past a table computed in C: the simd backend's kernels
+PRE = (b"ST:", b"JS:", b"V2:")   # the lane's heads by format: a JSON answer's is the second
+GROWN = replay._hot.GROWN_ROWS   # JSON rows past a table have texts this far
+
+ROWS = [
+    ("rope", {"head_dim": 64}),
+    ("rope", {"head_dim": 64, "layout": "interleaved", "dtype": "float16"}),
+    ("rope", LLAMA3_8K),
+    ("rope", {"head_dim": 96, "partial_rotary_factor": 0.5, "max_position_embeddings": 4096,
+              "rope_scaling": {"type": "yarn", "factor": 4.0}}),
+    ("rope", {"head_dim": 36, "partial_rotary_factor": 0.5, "layout": "interleaved", "rope_theta": 500.0}),
+    ("sinusoidal", {"d_model": 33}),
+    ("sinusoidal", {"d_model": 33, "layout": "interleaved", "offset": 2, "dtype": "float16"}),
+    ("sinusoidal", {"d_model": 32, "layout": "fairseq", "offset": 2}),
+]
+T5 = [{}, {"bidirectional": False, "num_buckets": 16, "max_distance": 64}]
+
+
+def body_of(spec: dict, inputs: list, rid: str | None = None, params: dict | None = None) -> bytes:
+    head = {"parameters": {"spec": json.dumps(spec), **(params or {})},
+            "inputs": [{"name": n, "datatype": dt, "shape": list(np.shape(v)), "data": np.ravel(v).tolist()}
+                       for n, dt, v in inputs]}
+    if rid is not None:
+        head = {"id": rid, **head}
+    return json.dumps(head, separators=(",", ":")).encode()
+
+
+def full_path(server, model: str, body: bytes, headers=((b"content-type", b"application/json"),)):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(msg):
+        sent.append(msg)
+    path = f"/v2/models/{model}/infer"
+    scope = {"type": "http", "method": "POST", "path": path, "headers": list(headers)}
+    asyncio.run(rest.handle(server.v2, scope, receive, send, []))
+    return sent[0]["status"], sent[0]["headers"], sent[1]["body"]
+
+
+def lane(server, model: str, body: bytes, extra: bytes = b""):
+    data = (b"POST /v2/models/%s/infer HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n%s"
+            b"content-length: %d\r\n\r\n%s" % (model.encode(), extra, len(body), body))
+    return replay.answer_request(data, 0, ({}, server.hot.lane_routes), {}, {}, PRE, b"|", False)
+
+
+def check(servers, model: str, body: bytes, answered: bool) -> None:   # noqa: F811
+    on, off = servers
+    status, headers, want = full_path(off, model, body)
+    got = lane(on, model, body)
+    if not answered:
+        assert got is False, body
+        return
+    assert isinstance(got, tuple), body
+    assert status == 200 and [k for k, _ in headers] == [b"content-type", b"content-length"]
+    assert got[2] == b"JS:%d\r\n\r\n%s" % (len(want), want)
+    assert full_path(on, model, body)[2] == want   # and the full path with the shortcut on
+
+
+def learn(on, model: str, spec: dict, inputs, **kw) -> None:
+    """Until the lane answers: the full path learns at its second answer, once the spec's table is
+    mapped (a spec no configured table holds is built on demand)."""
+    def learnt() -> bool:
+        on.hot.fresh()   # as the lane does every few ms: a new table drops what was learnt before it
+        full_path(on, model, body_of(spec, inputs(), **kw))
+        return isinstance(lane(on, model, body_of(spec, inputs(), **kw)), tuple)
+    wait_for(learnt, 30, 0.05, "the shortcut learns the infer")
+
+
+@pytest.mark.parametrize("model, spec", ROWS, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c)
+@pytest.mark.parametrize("datatype", ["INT64", "INT32"])
+@pytest.mark.parametrize("shape", [(1,), (16,), (2, 3)])
+def test_rows_json_infers_are_the_full_paths(servers, model, spec, datatype, shape):  # noqa: F811
+    on, _ = servers
+    rng = np.random.default_rng(len(shape) * 31 + len(spec))
+    learn(on, model, spec, lambda: [("positions", datatype, rng.integers(0, 2048, shape))])
+    length = on.v2.client.view(on.v2.inferer.pipeline.request(model, {**spec, "positions": [0]})).length
+    for lo, hi in [(0, 2048), (length - 3, length + 3), (length, length + 5000),
+                   (length + GROWN - 2, length + GROWN + 2), (2**31 - 3, 2**31 + 1)]:
+        p = rng.integers(lo, hi, shape)
+        top = int(p.max()) + spec.get("offset", 0)   # the row it reads
+        inside = top < length or (PAST_IN_C and top < length + GROWN)
+        if p.max() >= 2**31:   # past the position limit: refused by the full path, declined here
+            assert lane(on, model, body_of(spec, [("positions", datatype, p)])) is False
+            continue
+        check(servers, model, body_of(spec, [("positions", datatype, p)]), inside)
+
+
+@pytest.mark.parametrize("spec", T5, ids=json.dumps)
+@pytest.mark.parametrize("datatype", ["INT64", "INT32"])
+@pytest.mark.parametrize("key_first", [False, True])
+def test_t5_json_infers_are_the_full_paths(servers, spec, datatype, key_first):  # noqa: F811
+    if kernels.c_api() is None:
+        pytest.skip("T5 blocks come from the simd backend's kernel")
+    on, _ = servers
+    rng = np.random.default_rng(7)
+
+    def inputs(hi: int = 2048):
+        q, k = ("query", datatype, rng.integers(0, hi, 1)), ("key", datatype, rng.integers(0, hi, 16))
+        return [k, q] if key_first else [q, k]
+    learn(on, "t5-buckets", spec, inputs, rid="step")
+    for hi in (2048, 10**6):
+        for _ in range(4):
+            check(servers, "t5-buckets", body_of(spec, inputs(hi), rid="step"), True)
+
+
+def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
+    on, off = servers
+    spec = {"head_dim": 64}
+    pos = lambda *p: [("positions", "INT64", np.array(p))]   # noqa: E731
+    learn(on, "rope", spec, lambda: pos(3, 4))
+    assert lane(on, "rope", body_of(spec, pos(5, 6)))[2].startswith(b"JS:")
+    declined = [body_of(spec, pos(5, 6, 7)),                                    # another shape
+                body_of(spec, pos(5)),
+                body_of(spec, pos(5, 6)).replace(b"[5,6]", b"[5,-0]"),         # the strict parser
+                body_of(spec, pos(5, 6)).replace(b"[5,6]", b"[5,6.0]"),
+                body_of(spec, pos(5, 6)).replace(b"[5,6]", b"[[5,6]]"),        # nested
+                body_of(spec, pos(5, 6), rid="other"),                          # another key
+                body_of(spec, pos(5, 6), params={"binary_data_output": True})]  # binary outputs: Python's
+    for b in declined:
+        assert lane(on, "rope", b) is False, b
+        assert full_path(on, "rope", b) == full_path(off, "rope", b)
+    b = body_of(spec, pos(5, 6))
+    assert lane(on, "rope", b, b"content-encoding: identity\r\n") is False
+    assert lane(on, "rope", b, b"inference-header-content-length: %d\r\n" % len(b)) is False
+
+
+def test_a_repeated_data_field_is_never_learnt(servers):  # noqa: F811
+    """A list that is not the input's data (JSON's last duplicate key wins) fails the learn-time
+    check: the key is remembered as not a template, and the full path keeps answering."""
+    on, off = servers
+    spec = {"head_dim": 64}
+    body = lambda p: body_of(spec, [("positions", "INT64", np.array([p, p]))]).replace(   # noqa: E731
+        b'"data":', b'"data":[9,9],"data":', 1)
+    for p in (1, 2, 3):
+        assert full_path(on, "rope", body(p)) == full_path(off, "rope", body(p))
+    assert lane(on, "rope", body(4)) is False
+    for raw in (b'{"inputs":[{"name":"p","data":[1],"data":[2]}]}',             # one input, two lists
+                b'{"parameters":{"x":{"data":[1]}},"inputs":[{"name":"p"}]}',  # not an input's
+                b'{"inputs":[{"data":[1]}],"inputs":[{"data":[2]}]}'):         # the last "inputs" wins
+        key, spans = replay.v2_cut(raw, DATA)
+        assert not controls(raw, spans), raw
+    raw = b'{"inputs":[{"name":"q","data":[1, 2]},{"data" : [3],"name":"k"}]}'
+    assert controls(raw, replay.v2_cut(raw, DATA)[1])
+    for raw in (b'{"id":"data","inputs":[{"data":[1]}]}', b'{"inputs":[{"data":[1]},{"data":[2]},{"data":[3]}]}',
+                b'{"inputs":[{"data":{"start":1}}]}', b'{"inputs":[{"data":[1}]}'[:-3]):
+        assert replay.v2_cut(raw, DATA) is None, raw   # not a list at each "data", more than two, none closed
+
+
+def test_entries_are_dropped_with_the_manifest(servers):  # noqa: F811
+    on, _ = servers
+    spec = {"d_model": 33}
+    pos = lambda: [("positions", "INT64", np.array([1, 2]))]   # noqa: E731
+    learn(on, "sinusoidal", spec, pos)
+    on.hot._clear()
+    assert not on.hot.lane_routes and lane(on, "sinusoidal", body_of(spec, pos())) is None
