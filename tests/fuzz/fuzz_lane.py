@@ -4,7 +4,8 @@ of rope, sinusoidal and ALiBi. Besides the sanitizers, each input is held to:
 
 - anything the lane reads as a whole plain request (a tuple: answered; False: declined) httptools
   reads as the same request: POST, the same target and body, no parse error, keep-alive alike;
-- a v2 REST infer's answer is the v2 head around its entry's parts and fill()'s rows;
+- a v2 REST infer's answer is the v2 head around its entry's parts and fill()'s rows; a JSON-tensor
+  infer's, the JSON head around its parts and the pipeline's values (service/v2/rest.py's flat lists);
 - an answer is the HTTP head the lane is given for its format around answer()'s bytes for the
   same body (a JSON answer: the full path's JSON), and those are the full path's bytes; a
   safetensors decline is answer()'s None.
@@ -61,7 +62,15 @@ def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpReq
 
 
 def check_v2(r, out: bytes, keep_alive: bool) -> None:
-    """A v2 answer: its entry's parts around fill()'s rows of the positions after the header."""
+    """A v2 answer: its entry's parts around fill()'s rows of the positions after the header; a
+    JSON-tensor infer's (no length header): its parts around the pipeline's values as flat lists."""
+    close = b"" if keep_alive else b"connection: close\r\n"
+    if r.url in ht.V2J_SPECS:
+        assert not any(k in (b"inference-header-content-length", b"content-encoding") for k, _ in r.headers)
+        want = ht.v2_json_answer(r.url, r.body)
+        assert want is not None, f"lane answered a JSON-tensor infer the full path refuses: {r.body!r}"
+        assert out == ht.PRE[1] + b"%d" % len(want) + ht.V2J_POST + close + b"\r\n" + want, r.body
+        return
     (_, _, entries, _, _) = ht.V2_ROUTES[r.url]
     t, isz, nbytes, parts, post = entries[ht.V2_HEAD]
     n = [int(v) for k, v in r.headers if k == b"inference-header-content-length"]
@@ -69,8 +78,7 @@ def check_v2(r, out: bytes, keep_alive: bool) -> None:
     assert not any(k == b"content-encoding" for k, _ in r.headers)
     want = ht.replay.fill(t, r.body[n[0]:], isz, parts)
     assert want is not None, r.body
-    assert out == ht.PRE[2] + b"%d" % len(want) + post + (b"" if keep_alive else b"connection: close\r\n") \
-        + b"\r\n" + want
+    assert out == ht.PRE[2] + b"%d" % len(want) + post + close + b"\r\n" + want
 
 
 def check(data: bytes, start: int, close: bool) -> None:

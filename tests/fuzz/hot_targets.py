@@ -32,8 +32,9 @@ _load_instrumented()
 import orjson  # noqa: E402
 
 from posenc.engine import pipeline  # noqa: E402
-from posenc.engine.encode import encode  # noqa: E402
+from posenc.engine.encode import encode, json_ready, json_text  # noqa: E402
 from posenc.engine.errors import PosencError  # noqa: E402
+from posenc.engine.tables import FAMILIES  # noqa: E402
 from posenc.service.shortcut import templates as replay  # noqa: E402
 # the tables the in-memory template tests build, the engine's arrays without an engine
 from tests.service.shortcut.test_templates_in_memory import view_of  # noqa: E402
@@ -169,5 +170,51 @@ def v2_routes() -> dict:
     return out
 
 
-V2_ROUTES = v2_routes()
+# v2 REST JSON-tensor infers in the lane (service/shortcut/hot_v2json.c): one learnt entry per rows
+# spec and T5 spec, keyed by the body with its data lists cut out (V2J_KEYS), V2J_COUNTS positions each
+V2J_KEYS = {1: b'{"inputs":[{"data":\x00}]}', 2: b'{"inputs":[{"data":\x00},{"data":\x00}]}'}
+V2J_COUNTS = {1: (2,), 2: (1, 3)}
+V2J_POST = b"\r\n"
+V2J_SPECS: dict = {}   # target -> (family, first body, parts)
+
+
+def v2_json_routes() -> dict:
+    out = {}
+    for i, (family, body) in enumerate(SPECS):
+        if family not in ("rope", "sinusoidal", "t5-buckets") or "position_ids" in body:
+            continue
+        req = pipeline.parse(family, body, LENGTH)
+        narr = 2 if family == "rope" else 1
+        parts = tuple(b"<%d>" % k for k in range(narr + 1))
+        t = replay.flat_json_template(req, view_of(req.table), parts, replay.Limits(replay.MAX_ROWS, 1 << 12, 1 << 20))
+        if t is None:   # (T5 blocks are the engine's kernel's: none with the numpy backend)
+            continue
+        n = len(req.family.selections)
+        target = b"/v2/models/j%d/infer" % i
+        V2J_SPECS[target] = (family, body, parts)
+        out[target] = (None, 0, {}, b"inference-header-content-length", (b"content-encoding",),
+                       (b'"data"', {V2J_KEYS[n]: (t, V2J_COUNTS[n], False, V2J_POST)}))
+    return out
+
+
+def v2_json_answer(target: bytes, raw: bytes) -> bytes | None:
+    """The answer to a JSON-tensor body of a route of v2_json_routes: its parts around each gathered
+    array's values as one flat JSON list (as service/v2/rest.py writes an output's data), from the
+    pipeline's arrays for the body's lists; None where the full path refuses them."""
+    family, body, parts = V2J_SPECS[target]
+    try:
+        lists = [x["data"] for x in orjson.loads(raw)["inputs"]]
+        names = FAMILIES[family].selections
+        if len(lists) != len(names):
+            return None
+        req = pipeline.parse(family, {**body, **dict(zip(names, lists))}, LENGTH)
+        pipeline.check(req)
+    except (orjson.JSONDecodeError, KeyError, TypeError, PosencError):
+        return None
+    arrays = pipeline.arrays(req, view_of(req.table))
+    texts = [json_text(json_ready(arrays[k].reshape(-1), req.dtype)) for k in arrays if k in req.family.batched]
+    return parts[0] + b"".join(x + p for x, p in zip(texts, parts[1:]))
+
+
+V2_ROUTES = {**v2_routes(), **v2_json_routes()}
 LANE_ROUTES = (ROUTES, V2_ROUTES)

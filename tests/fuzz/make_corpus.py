@@ -58,6 +58,13 @@ def v2(model: int, rows: list[int], head: bytes = b"") -> bytes:
             b"content-length: %d\r\n\r\n%s" % (model, head, len(body), body))
 
 
+def v2_json(model: int, *lists, head: bytes = b"") -> bytes:
+    """A v2 JSON-tensor infer to hot_targets.py's route j<model> (its SPECS index)."""
+    body = orjson.dumps({"inputs": [{"data": x} for x in lists]})
+    return (b"POST /v2/models/j%d/infer HTTP/1.1\r\nhost: t\r\n%scontent-length: %d\r\n\r\n%s"
+            % (model, head, len(body), body))
+
+
 def lane() -> list[bytes]:
     out = [request(f, b) for f, b in bodies()[::2]]
     f, b = bodies()[0]
@@ -80,6 +87,12 @@ def lane() -> list[bytes]:
         b"POST /v1/alibi HTTP/1.1\r\ncontent-length: 0\r\naccept: " + ACCEPT + b"\r\n\r\n",
         *(v2(m, rows) for m in range(4) for rows in ([0, 7], [511, 600], [-1, 3])),   # hot_targets V2_ROUTES
         v2(0, [1, 2], b"content-encoding: gzip\r\n"), v2(1, [1, 2, 3]), v2(0, [1, 2]) + v2(2, [5, 4]),
+        # hot_targets V2J routes: rope (SPECS 0, 1), sinusoidal (2, 3), t5-buckets (8)
+        *(v2_json(m, rows) for m in range(4) for rows in ([0, 7], [511, 600], [3, -1], [1, 2, 3], [1e0, 2])),
+        *(v2_json(8, q, k) for q, k in (([0], [1, 2, 3]), ([600], [0, 511, 2**31 - 1]), ([1], [2, 3]))),
+        v2_json(0, [1, 2], head=b"content-encoding: gzip\r\n"), v2_json(0, [5, 6]) + v2_json(8, [2], [3, 4, 5]),
+        v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data" : [ 1 ,2 ]'), v2_json(0, [[1, 2]]),
+        v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data":[1,2],"data":[3,4]'),
     ]
     return out
 
