@@ -16,7 +16,8 @@ tables and column map service/shortcut/_hot.c already reads), so no rule of the 
 twice. ``fill`` (service/shortcut) copies each row straight into the answer's bytes (one gather, no other copy).
 
 What stays with the full path: a position that is negative or not below the position limit
-(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs, compressed bodies,
+(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs (but
+REST infers of JSON tensors answered in JSON: service/v2/hot_json.py), compressed bodies,
 requests naming other outputs in another order (the learn-time check below refuses them), families
 without a row template (alibi, t5-buckets, rope types whose table follows the positions).
 A key is learnt the second time the full path answers it (a client that sends a fresh request id

@@ -22,7 +22,8 @@ point, is the full path's bytes; entries are dropped with hot.py's (a manifest c
 What stays with the full path: outputs asked as binary (``binary_data_output``, an output's
 ``binary_data``: the answer then carries binary data), inputs in shared memory or binary, batches
 of T5 blocks ([B, N] inputs), ALiBi (its JSON cells are not kept as texts), per-axis
-``position_ids``, rope types whose rows follow the positions, answers over 1 MiB of arrays, and
+``position_ids``, rope types whose rows follow the positions, more than 64 rows (``MAX_ROWS``, as
+/v1 JSON) or 1 MiB of arrays, and
 bodies the strict C cut or parser refuses (an occurrence of ``"data"`` that is not an input's list,
 nested lists, ``-0``).
 """
@@ -77,6 +78,8 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
     answered infer, writing the full path's JSON (``render(tensors)``'s bytes) around each gathered
     output's flat data."""
     if len(plan.reqs) != 1 or plan.stacked or plan.nbytes > INLINE_BYTES:
+        return None
+    if len(counts) == 1 and counts[0] > MAX_ROWS:   # as /v1's JSON rows: small answers only
         return None
     r, client = plan.reqs[0], hot.v2.client
     fam = r.family

@@ -12,7 +12,9 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   table's end and past it);
 - v2 rest 1 row: `POST /v2/models/rope/infer`, binary (one INT64 position in 0 .. 131,071, the
   inference header in JSON before it), the spec of the first case;
-- rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json.
+- rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json;
+- v2 json 16 rows: `POST /v2/models/rope/infer` with JSON tensors (an INT64 "data" list of sixteen
+  positions in 0 .. 65,535: inside the table and past it; no binary data), the answer in JSON.
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
 uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
 request: the same status, content type and length). Round after round each case is measured on
@@ -28,8 +30,8 @@ past a table is computed the first time it is asked and kept by the worker after
 positions; --in-process --no-keep gives the cost of computing every such row.
 
 --in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
-(templates.answer_request) from tables built in memory as the engine builds them, and the v2
-case's positions by fill(): µs per request (best of 5), what the cases cost posenc in C and
+(templates.answer_request) from tables built in memory as the engine builds them, the v2 binary
+case's positions by fill(), the v2 JSON case's bodies by the lane's v2 route: µs per request (best of 5), what the cases cost posenc in C and
 Python beside the HTTP work, which the floor does too.
 """
 
@@ -71,6 +73,13 @@ def v2_rest(position: int) -> tuple:
                                       "Inference-Header-Content-Length": str(len(head))}, head + a.tobytes())
 
 
+def v2_json(positions: list) -> tuple:
+    body = json.dumps({"parameters": {"spec": json.dumps(ROPE)},
+                       "inputs": [{"name": "positions", "datatype": "INT64", "shape": [len(positions)],
+                                   "data": positions}]}).encode()
+    return "/v2/models/rope/infer", {"Content-Type": "application/json"}, body
+
+
 CASES = {   # name -> request maker of a seeded random generator
     "rope in table": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": [r.randrange(32768)]}),
     "rope past table": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": [r.randrange(32768, 131072)]}),
@@ -78,6 +87,7 @@ CASES = {   # name -> request maker of a seeded random generator
                                                              "positions": [r.randrange(10000) for _ in range(4)]}),
     "v2 rest 1 row": lambda r: v2_rest(r.randrange(131072)),
     "rope 16 rows json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": [r.randrange(32768) for _ in range(16)]}),
+    "v2 json 16 rows": lambda r: v2_json([r.randrange(65536) for _ in range(16)]),
 }
 
 _LUA = r"""
@@ -237,7 +247,15 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
         req = pipeline.parse(family, orjson.loads(first), lengths[family])
         templates = replay.Templates()   # learnt from the first request's bytes, as the service learns
         templates.learn("json" if headers.get("Accept") == JSON else "safetensors", first, req, view_of(req.table))
-        if path.startswith("/v2"):
+        if path.startswith("/v2") and "json" in name:   # the lane's v2 route with one JSON-tensor entry
+            t = replay.flat_json_template(req, view_of(req.table), (b"", b"", b""), replay.Limits(64, 1 << 20, 1 << 24))
+            key = replay.v2_cut(body, b'"data"')[0]
+            route = {path.encode(): (None, 0, {}, b"inference-header-content-length", (),
+                                     (b'"data"', {key: (t, (16,), False, b"\r\n")}))}
+            datas = [b"POST %s HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (p.encode(), len(b), b) for p, _, b in reqs]
+            calls = [lambda d=d: replay.answer_request(d, 0, ({}, route), {}, {}, (b"", b"", b""), b"", False)
+                     for d in datas]
+        elif path.startswith("/v2"):
             t = replay.rows_template(req, view_of(req.table))
             calls = [lambda b=b: replay.fill(t, b[-8:], 8, (b"", b"", b"")) for _, _, b in reqs]
         else:

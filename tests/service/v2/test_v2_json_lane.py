@@ -13,12 +13,14 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
 
 from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.hot_json import DATA, controls
 from tests.procs import wait_for
+from tests.service.shortcut.test_past_table import ROPE_SCALINGS
 from tests.service.v2.test_v2_hot import servers  # noqa: F401  (the fixture)
 from tests.service_cases import LLAMA3_8K
 
@@ -180,3 +182,34 @@ def test_entries_are_dropped_with_the_manifest(servers):  # noqa: F811
     learn(on, "sinusoidal", spec, pos)
     on.hot._clear()
     assert not on.hot.lane_routes and lane(on, "sinusoidal", body_of(spec, pos())) is None
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(rope=st.fixed_dictionaries({
+           "head_dim": st.sampled_from([8, 36, 64]), "partial_rotary_factor": st.sampled_from([1.0, 0.5]),
+           "layout": st.sampled_from(["half_split", "interleaved"]), "dtype": st.sampled_from(["float32", "float16"]),
+           "rope_scaling": st.sampled_from(ROPE_SCALINGS)}),
+       sin=st.fixed_dictionaries({"d_model": st.sampled_from([7, 8, 33]), "offset": st.sampled_from([0, 3]),
+                                  "layout": st.sampled_from(["interleaved", "concat", "fairseq"]),
+                                  "dtype": st.sampled_from(["float32", "float16"])}),
+       family=st.sampled_from(["rope", "sinusoidal"]), datatype=st.sampled_from(["INT64", "INT32"]),
+       positions=st.lists(st.lists(st.one_of(st.integers(0, 4095), st.integers(4093, 4099), st.integers(4096, 70000)),
+                                   min_size=3, max_size=3), min_size=3, max_size=3))
+def test_generated_specs_and_positions(servers, rope, sin, family, datatype, positions):  # noqa: F811
+    """Generated rope specs (types whose rows do not follow the positions) and sinusoidal ones, learnt
+    from a first body; later bodies of generated positions (inside the table, across the end of an
+    on-demand table of 4096 rows, past it) answered as the full path answers them."""
+    spec = {k: v for k, v in rope.items() if v is not None} | {"max_position_embeddings": 1024} if family == "rope" \
+        else sin
+    on, off = servers
+    if full_path(off, family, body_of(spec, [("positions", datatype, np.array([1]))]))[0] != 200:
+        event("a spec the full path refuses")
+        return   # (an odd rotary width ...)
+    event(f"{family} learnt")
+    learn(on, family, spec, lambda: [("positions", datatype, np.array([1, 2, 3]))])
+    length = on.v2.client.view(on.v2.inferer.pipeline.request(family, {**spec, "positions": [0]})).length
+    for p in positions:
+        top = max(p) + spec.get("offset", 0)
+        check(servers, family, body_of(spec, [("positions", datatype, np.array(p))]),
+              top < length or (PAST_IN_C and top < length + GROWN))
