@@ -172,7 +172,7 @@ class Hot:
         return e, memoryview(body)[n:]
 
     # -- learning ---------------------------------------------------------------------------------
-    def _admit(self, key) -> bool:
+    def admit(self, key) -> bool:
         """Whether to learn ``key`` now: the second time the full path answers it. A key seen once
         (a request with a fresh id each time) costs a set entry, not a template; a full set or
         table of keys is dropped, to be learnt again."""
@@ -197,7 +197,7 @@ class Hot:
             return
         start, marker = cut
         key = data[:start]
-        if len(key) > MAX_KEY_BYTES or not self._admit(key):
+        if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
         e = self._entry(inf, plan, tensors, segments, marker, route, ())
         self.known[key] = e
@@ -210,7 +210,7 @@ class Hot:
         if not self.on or len(head) > MAX_KEY_BYTES:
             return
         key = (path, bytes(head))
-        if not self._admit(key):
+        if not self.admit(key):
             return
         e = self._entry(inf, plan, tensors, segments, b"", route, headers)
         self.known[key] = e

@@ -130,7 +130,7 @@ class JsonInfers:
         if got is None:
             return
         key, spans = got
-        if len(key) > MAX_KEY_BYTES or len(spans) != len(inf.inputs) or not hot._admit(("json", path, key)):
+        if len(key) > MAX_KEY_BYTES or len(spans) != len(inf.inputs) or not hot.admit(("json", path, key)):
             return
         if not controls(body, spans):
             hot.known[("json", path, key)] = None
