@@ -148,6 +148,11 @@ def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
     for b in declined:
         assert lane(on, "rope", b) is False, b
         assert full_path(on, "rope", b) == full_path(off, "rope", b)
+    bf16 = {"head_dim": 64, "dtype": "bfloat16"}   # BF16 travels only binary: refused (400), never learnt
+    for p in (1, 2, 3):
+        got = full_path(on, "rope", body_of(bf16, pos(p, p)))
+        assert got == full_path(off, "rope", body_of(bf16, pos(p, p))) and got[0] == 400
+    assert lane(on, "rope", body_of(bf16, pos(5, 6))) is False
     b = body_of(spec, pos(5, 6))
     assert lane(on, "rope", b, b"content-encoding: identity\r\n") is False
     assert lane(on, "rope", b, b"inference-header-content-length: %d\r\n" % len(b)) is False
