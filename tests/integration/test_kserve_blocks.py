@@ -19,7 +19,8 @@ import tritonclient.http as httpclient
 
 from posenc.engine.compute import compute
 from posenc.service.shortcut import templates as replay
-from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, clients_of, serving_grpc
+from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, serving_grpc
+from tests.integration.test_kserve_shortcut import clients  # noqa: F401  (the fixture, over this module's server)
 from tests.integration.test_metrics_paths import OK, Counted, send
 from tests.procs import child_env
 
@@ -43,12 +44,6 @@ def server(tmp_path_factory):
         yield s
 
 
-@pytest.fixture(scope="module")
-def clients(server):
-    with clients_of(server) as c:
-        yield c
-
-
 def block_inputs(module, q: np.ndarray, k: np.ndarray, qtype: str, ktype: str, key_first: bool) -> list:
     out = []
     for name, a, dt in (("key", k, ktype), ("query", q, qtype)) if key_first else (("query", q, qtype), ("key", k, ktype)):
@@ -60,7 +55,7 @@ def block_inputs(module, q: np.ndarray, k: np.ndarray, qtype: str, ktype: str, k
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("model, spec, ref_spec", MODELS, ids=[f"{m[0]}-{i}" for i, m in enumerate(MODELS)])
-def test_block_infers_answer_what_the_pipeline_computes(clients, transport, model, spec, ref_spec):
+def test_block_infers_answer_what_the_pipeline_computes(clients, transport, model, spec, ref_spec):  # noqa: F811
     rng = np.random.default_rng(zlib.crc32(f"{transport} {model} {spec}".encode()))
     qtype, ktype, key_first = rng.choice(["INT32", "INT64"]), rng.choice(["INT32", "INT64"]), bool(rng.integers(2))
     family = TABLES[model]["family"] if model in TABLES else model
