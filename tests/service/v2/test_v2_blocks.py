@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not b
 TABLE = 2048   # the engine's configured tables (tests/service_cases.CONFIG); on-demand ones hold 4096 and more
 
 ALIBI = st.builds(lambda h, sub, bias, mode, mask, dtype: {
-    "num_heads": h, **({"heads": sub[:h] and sorted({x % h for x in sub})} if sub else {}),
+    "num_heads": h, **({"heads": [x % h for x in sub]} if sub else {}),   # any order, repeats too
     **({"max_bias": bias} if bias else {}), "mode": mode, **({"mask_future": True} if mask and mode == "causal" else {}),
     "dtype": dtype},
     st.sampled_from([1, 3, 5, 8, 12, 16, 20]), st.lists(st.integers(0, 40), max_size=4),
@@ -112,15 +112,19 @@ def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_f
 def check(on, off, model, spec, q, k, types, key_first) -> bool:
     """Both transports and the lane against the full path; whether the shortcut answered."""
     data = grpc_block(model, spec, q, k, *types, key_first)
-    hit = on.hot.grpc(data)
-    assert hit is not None, "the key is known"
-    e, pos = hit
-    taken = e.answer(pos) is not None
-    assert call(on, data) == call(off, data)
     head, body = rest_block(model, spec, q, k, *types, key_first)
-    status, headers, want = rest_answer(off, model, head, body)
-    assert rest_answer(on, model, head, body) == (status, headers, want)
+    path, hl = f"/v2/models/{model}/infer", [(rest.HEADER_LENGTH, str(len(head)).encode())]
+    want_grpc = call(off, data)
+    status, headers, want = rest_answer(off, model, head, body)   # (a far position grows a table: a new manifest)
+    if on.hot.grpc(data) is None or on.hot.rest(path, body, hl) is None:   # templates dropped with the manifest
+        learn(on, off, model, spec, len(q), len(k), types, key_first)
+    e, pos = on.hot.grpc(data)
+    taken = e.answer(pos) is not None
+    e, pos = on.hot.rest(path, body, hl)
+    assert e.answer(pos) == (want if taken else None)   # the raw front's and the protocol lane's answer
     got = lane(on, raw_http(model, head, body))
+    assert call(on, data) == want_grpc
+    assert rest_answer(on, model, head, body) == (status, headers, want)
     if not taken:
         assert got is False and status != 200
         return False
@@ -129,7 +133,7 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     return True
 
 
-@hsettings(max_examples=40, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],   # no shrinking: slow
+@hsettings(max_examples=80, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],   # no shrinking: slow
            suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(case=SPECS, nq=st.integers(1, 4), nk=st.integers(1, 24), types=st.sampled_from(
