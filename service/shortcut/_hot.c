@@ -20,6 +20,7 @@
  *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
  *   hot_grid.c       GridTemplate: rows of a large sinusoidal-grid from its per-axis tables
  *   hot_t5.c         T5Template: T5 bucket blocks by the engine's kernel
+ *   hot_blocks.c     ALiBi block cells (every way in), fill_block(): blocks for raw binary query and key
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
@@ -244,7 +245,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__hot(void)
 {
     PyMethodDef *const parts[] = {hot_select_methods, hot_templates_methods, hot_answer_methods, hot_lane_methods,
-                                  hot_fill_methods, hot_v2json_methods};
+                                  hot_fill_methods, hot_v2json_methods, hot_blocks_methods};
     hot_lane_ready();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

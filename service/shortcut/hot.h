@@ -268,12 +268,22 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
 /* A block's query then key positions as int64, for the engine's block kernels (PyMem_Free it);
  * NULL when out of memory (no error set). */
 int64_t *hot_block_positions(const Sel *q, const Sel *k);
+/* Template t's block [H, nq, nk] of query q and key k into fill (8-byte aligned: float32 cells
+ * are stored aligned), as its /v1 answer holds it (hot_blocks.c): 0; 1 when a cell overflows the
+ * dtype (the full path refuses it); -1 out of memory (no error set). */
+int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill);
+/* Template t's bucket block [nq, nk] into out (aligned), the engine's kernel (hot_t5.c): 0, or -1
+ * out of memory (no error set). */
+int hot_t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out);
+/* A block answer's end: hot_finish(o) when rc (a block function's result) is 0; else None (1: a
+ * cell overflows) or NULL (-1: out of memory, the error set), the answer freed. */
+PyObject *hot_block_done(Out *o, int rc);
 /* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */
 PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http);
 /* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
 PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http);
 
-/* ---- the lane (hot_lane.c) and fills (hot_fill.c) --------------------------------------- */
+/* ---- the lane (hot_lane.c) and fills (hot_fill.c, hot_blocks.c) --------------------------------------- */
 
 void hot_lane_ready(void);
 /* A v2 REST binary infer's answer, with the HTTP head http (its post replaced by the entry's):
@@ -289,9 +299,18 @@ extern PyMethodDef hot_v2json_methods[];
 /* entries[key] (key stolen) as a new reference, held while it answers (an allocation may run
  * finalizers that drop it from the dict); NULL: none (no error set), or an error. */
 PyObject *hot_entry(PyObject *entries, PyObject *key);
+/* The same for a block entry (hot_blocks.c; hot_v2_answer passes it on): entry = (AlibiTemplate |
+ * T5Template, itemsize, nbytes, itemsize, nbytes, key first, (before, after), post) of
+ * service/v2/hot_blocks.py, pos the two inputs' raw positions one after the other. */
+PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
+/* Raw little-endian positions (len bytes of isz-byte ints, isz 4 or 8) into s, with its lo and hi
+ * (hot_fill.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
+ * (ValueError: not a whole, non-zero number of such ints; no memory). The caller frees s. */
+int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 extern PyMethodDef hot_fill_methods[];
+extern PyMethodDef hot_blocks_methods[];
 
 #endif

@@ -1,13 +1,10 @@
 /* service/shortcut/hot_answer.c -- a template body answered: answer(), and the fills of its
- * rows (RowsTemplate: table rows through a column map) and blocks (AlibiTemplate) behind the
- * safetensors header and, for the lane, the HTTP head.
+ * rows (RowsTemplate: table rows through a column map) and blocks (AlibiTemplate: the cells are
+ * hot_blocks.c's) behind the safetensors header and, for the lane, the HTTP head.
  */
 #include "hot.h"
 
-#include <float.h>
 #include <stdlib.h>
-
-#include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
 
 /* Row fills store items at any alignment: a rows answer may start at any byte, behind an HTTP
  * head of any length (bytes_of). GCC and Clang are told so (one unaligned move on x86, and the
@@ -225,31 +222,6 @@ int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned,
     return over;
 }
 
-/* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
- * positions are < 2**31. Each mode is its own loop, so each vectorizes; a masked row takes two,
- * the values then the mask (in one loop GCC sinks the multiply into a branch, which does not
- * vectorize). */
-VECTOR_CLONES
-static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
-                      int symmetric, int mask_future)
-{
-#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell_i32(m, q - key[b], MODE, -FLT_MAX)
-    if (symmetric) {
-        ROW(ALIBI_SYMMETRIC);
-    } else {
-        ROW(ALIBI_CAUSAL);
-        if (mask_future)
-            for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_masked(o[b], ALIBI_MASKED, key[b] > q, -FLT_MAX);
-    }
-#undef ROW
-}
-
-/* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
-VECTOR_CLONES
-static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_t nk)
-{
-    for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
-}
 static const char CLOSE_LINE[] = "connection: close\r\n";
 
 /* declared, and described, in hot.h */
@@ -379,65 +351,17 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
     return got;
 }
 
-/* A float16/bfloat16 block into o by the engine's kernel (hot_cfg.kernels->alibi): the filled
- * answer, None when a cell overflows (the full path refuses it with its 422), or NULL. */
-static PyObject *kernel_block(const AlibiTemplate *t, const Sel *q, const Sel *k, Out *o)
-{
-    int64_t *pos = hot_block_positions(q, k);
-    int over = -1;
-    if (pos) {
-        over = hot_cfg.kernels->alibi(t->slopes, t->nheads, pos, q->n, pos + q->n, k->n, o->fill, t->kernel_dt,
-                                      t->symmetric, t->mask_future);
-        PyMem_Free(pos);
-    }
-    PyObject *out = hot_finish(o);
-    if (over == 0) return out;
-    Py_XDECREF(out);
-    if (over < 0) return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
-
 static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
 {
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
-    int32_t *keys = NULL;
     /* array bytes: itemsize * H * nq * nk + 4 * H (the float32 slopes) */
     if (hot_block_start((PyObject *)t, t->heads, sq, sk, t->max_n, t->nheads,
-                        (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) <= 0)
-        goto done;
-    Out o;
-    if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) < 0) goto done;
-    if (t->kernel_dt >= 0) {   /* float16 / bfloat16: the engine's block kernel, its rounding and overflow */
-        out = kernel_block(t, &q, &k, &o);
-        goto done;
+                        (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) > 0) {
+        Out o;
+        if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) == 0)
+            out = hot_block_done(&o, hot_alibi_block(t, &q, &k, o.fill));
     }
-    float *f = (float *)o.fill; /* aligned: the header is padded to 8 bytes, else a scratch buffer */
-    /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
-     * table) are the stored values read backwards; the table holds the same rounding of the same
-     * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
-    if (t->have_dist && !k.v && k.step == 1 && k.hi <= q.lo && q.hi - k.lo < t->dist.shape[1]) {
-        Py_ssize_t L = t->dist.shape[1];
-        for (Py_ssize_t h = 0; h < t->nheads; h++) {
-            const float *row = (const float *)t->dist.buf + t->rows[h] * L;
-            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
-                reversed_row(f, row + (hot_sel_at(&q, a) - k.start), k.n);
-        }
-    } else {
-        if (!(keys = PyMem_Malloc((size_t)k.n * sizeof(int32_t)))) {
-            out = hot_finish(&o);   /* frees the scratch buffer */
-            Py_CLEAR(out);
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t b = 0; b < k.n; b++) keys[b] = (int32_t)hot_sel_at(&k, b);
-        for (Py_ssize_t h = 0; h < t->nheads; h++)
-            for (Py_ssize_t a = 0; a < q.n; a++, f += k.n)
-                alibi_row(f, keys, k.n, (int32_t)hot_sel_at(&q, a), t->slopes[h], t->symmetric, t->mask_future);
-    }
-    out = hot_finish(&o);
-done:
-    PyMem_Free(keys);
     Py_XDECREF(head);
     hot_sel_free(&q);
     hot_sel_free(&k);

@@ -17,21 +17,20 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 
 #define FILL_NOGIL_BYTES (1 << 20) /* copies this large run without the GIL (they may run in a thread) */
 
-/* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
- * with an error set. */
-static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
+/* declared, and described, in hot.h */
+int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s)
 {
     Py_ssize_t n = len / isz;
     if ((isz != 4 && isz != 8) || len % isz || n < 1) {
         PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
         return -1;
     }
-    rows->v = rows->stack;
-    if (n > STACK_ROWS && !(rows->v = rows->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
+    s->v = s->stack;
+    if (n > STACK_ROWS && !(s->v = s->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
         PyErr_NoMemory();
         return -1;
     }
-    int64_t hi = 0;
+    int64_t lo = 0, hi = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t v;
         if (isz == 8) {
@@ -42,12 +41,23 @@ static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_
             v = w;
         }
         if (v < 0 || v >= hot_cfg.position_limit) return 0;
-        rows->v[i] = v;
-        if (v > hi) hi = v;
+        s->v[i] = v;
+        if (i == 0 || v > hi) hi = v;
+        if (i == 0 || v < lo) lo = v;
     }
-    rows->n = n;
-    rows->hi = hi;
-    return n % t->naxes == 0 && hot_rows_answerable(t, hi);   /* per-axis: [k, n], axis after axis */
+    s->n = n;
+    s->lo = lo;
+    s->hi = hi;
+    return 1;
+}
+
+/* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
+ * with an error set. */
+static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
+{
+    int rc = hot_raw_positions(src, len, isz, rows);
+    if (rc <= 0) return rc;
+    return rows->n % t->naxes == 0 && hot_rows_answerable(t, rows->hi);   /* per-axis: [k, n], axis after axis */
 }
 
 /* Each array's rows of positions `rows` (per-axis ones: hot_axes.c) into slots, as hot_rows_into. */
@@ -162,6 +172,7 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
 /* declared, and described, in hot.h */
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
 {
+    if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 8) return hot_v2_block_answer(entry, pos, len, http);
     RowsTemplate *t;
     Py_ssize_t isz, nbytes;
     PyObject *parts, *post;

@@ -92,33 +92,38 @@ static PyObject *block_json(const T5Template *t, const int32_t *b, Py_ssize_t nq
 }
 
 /* declared, and described, in hot.h */
+int hot_t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out)
+{
+    int64_t *pos = hot_block_positions(q, k);
+    if (!pos) return -1;
+    hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q->n, pos + q->n, k->n, out);
+    PyMem_Free(pos);
+    return 0;
+}
+
+/* declared, and described, in hot.h */
 PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http)
 {
     int json = http && http->json;
     if (json && !t->json_parts) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
-    int64_t *pos = NULL;
     int32_t *block = NULL;
     if (hot_block_start((PyObject *)t, json ? NULL : t->heads, sq, sk, t->max_n, 1, t->max_bytes / 4, &q, &k, &head,
                         &out) <= 0)
         goto done;
-    if (!(pos = hot_block_positions(&q, &k)) || (json && !(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))))) {
-        PyErr_NoMemory();
-        goto done;
-    }
     if (json) {
-        hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q.n, pos + q.n, k.n, block);
-        out = block_json(t, block, q.n, k.n, http);
+        if (!(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))) || hot_t5_block(t, &q, &k, block) < 0)
+            PyErr_NoMemory();
+        else
+            out = block_json(t, block, q.n, k.n, http);
         goto done;
     }
     Out o;
-    if (hot_bytes_of(http, head, 4 * q.n * k.n, t->tail, 1, &o) < 0) goto done;
-    hot_cfg.kernels->t5((const int32_t *)t->lut.buf, t->radius, pos, q.n, pos + q.n, k.n, (int32_t *)o.fill);
-    out = hot_finish(&o);
+    if (hot_bytes_of(http, head, 4 * q.n * k.n, t->tail, 1, &o) == 0)
+        out = hot_block_done(&o, hot_t5_block(t, &q, &k, (int32_t *)o.fill));
 done:
     PyMem_Free(block);
-    PyMem_Free(pos);
     Py_XDECREF(head);
     hot_sel_free(&q);
     hot_sel_free(&k);

@@ -190,6 +190,23 @@ def v2_cut(raw: bytes, name: bytes):
     return _hot.v2_cut(raw, name)
 
 
+def block_template(req, view, max_n: int, max_bytes: int):
+    """The family's block template (AlibiTemplate, T5Template: the one /v1 answers from) of a
+    request answered from ``view``, for blocks of at most ``max_n`` positions a selection and
+    ``max_bytes`` bytes; None when the family makes none for it (the v2 shortcut's blocks,
+    service/v2/hot_blocks.py)."""
+    t = req.family.template(_hot, req, view, Limits(MAX_ROWS, max_n, max_bytes))
+    return t if t is not None and type(t) in (_hot.AlibiTemplate, _hot.T5Template) else None
+
+
+def fill_block(t, first, second, itemsizes: tuple, key_first: bool, parts: tuple) -> bytes | None:
+    """``parts[0]`` + block template ``t``'s block at raw positions ``first`` then ``second``
+    (query then key, or key then query when ``key_first``; little-endian ints of ``itemsizes``
+    bytes) + ``parts[1]``, or None: the full path answers (a position negative or past the limit,
+    a cell that overflows the dtype)."""
+    return _hot.fill_block(t, first, second, itemsizes, key_first, parts)
+
+
 def fill(rows, positions, itemsize: int, parts: tuple) -> bytes | None:
     """The rows of ``positions`` (raw little-endian ints of ``itemsize`` bytes) laid out between
     ``parts``, or None when a position is not inside the table."""

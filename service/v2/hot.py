@@ -18,8 +18,10 @@ twice. ``fill`` (service/shortcut) copies each row straight into the answer's by
 What stays with the full path: a position that is negative or not below the position limit
 (``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs (but
 REST infers of JSON tensors answered in JSON: service/v2/hot_json.py), compressed bodies,
-requests naming other outputs in another order (the learn-time check below refuses them), families
-without a row template (alibi, t5-buckets, rope types whose table follows the positions).
+requests naming other outputs in another order (the learn-time check below refuses them), rope
+types whose table follows the positions. The block families (alibi, t5-buckets: two raw inputs,
+``query`` and ``key``) are learnt alike by hot_blocks.py; their gRPC key is the message before its
+two trailing raw_input_contents fields, each of its learnt length.
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
 each time costs a set entry per request, not a template). At learn time the template's answer to
 the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped whenever the engine's manifest
@@ -34,6 +36,7 @@ import threading
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use
 from posenc.service.v2.errors import BadRequest
+from posenc.service.v2.hot_blocks import block_entry
 from posenc.service.v2.hot_json import DATA, JsonInfers
 from posenc.service.v2.wire import varint
 
@@ -87,6 +90,17 @@ class Entry:
         except BadRequest:   # unregistered, shrunk, too small: the full path refuses it
             return None
         return self.parts[0]
+
+    def grpc_positions(self, data: bytes, at: int):
+        """The positions (a memoryview) of a serialized request whose key ends at ``at``, or None:
+        the rest is not the learnt raw field of the learnt length."""
+        if len(data) - at != len(self.marker) + self.nbytes or not data.startswith(self.marker, at):
+            return None
+        return memoryview(data)[at + len(self.marker):]
+
+    def lane_entry(self, post: bytes) -> tuple:
+        """The C lane's entry (service/shortcut/hot_fill.c hot_v2_answer)."""
+        return self.rows, self.itemsize, self.nbytes, self.parts, post
 
 
 _SCRATCH = threading.local()
@@ -148,8 +162,9 @@ class Hot:
         for tail in self.tails:
             if tail < n:
                 e = self.known.get(data[:n - tail])
-                if e is not None and len(e.marker) + e.nbytes == tail and data.startswith(e.marker, n - tail):
-                    return e, memoryview(data)[n - e.nbytes:]
+                positions = e.grpc_positions(data, n - tail) if e is not None else None
+                if positions is not None:
+                    return e, positions
         return None
 
     def rest(self, path: str, body: bytes, headers):
@@ -192,14 +207,14 @@ class Hot:
     def learn_grpc(self, data: bytes, inf, plan, tensors: list, segments: list, route: str) -> None:
         if not self.on:
             return
-        cut = _last_raw_input(data)
+        cut = _last_raw_inputs(data)
         if cut is None:
             return
-        start, marker = cut
+        start, markers = cut
         key = data[:start]
         if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
-        e = self._entry(inf, plan, tensors, segments, marker, route, ())
+        e = self._entry(inf, plan, tensors, segments, markers, route, ())
         self.known[key] = e
         if e is not None:
             tail = len(data) - start
@@ -212,7 +227,7 @@ class Hot:
         key = (path, bytes(head))
         if not self.admit(key):
             return
-        e = self._entry(inf, plan, tensors, segments, b"", route, headers)
+        e = self._entry(inf, plan, tensors, segments, (), route, headers)
         self.known[key] = e
         if e is not None:
             self.paths.add(path)
@@ -222,8 +237,7 @@ class Hot:
         """Hand a REST entry to the C lane: small answers into the message (not shared memory)."""
         if not e.inline or e.regions or not path.isascii():
             return
-        self.route_of(path.encode("ascii"), e.route)[2][head] = (e.rows, e.itemsize, e.nbytes, e.parts,
-                                                                  head_lines(e.headers))
+        self.route_of(path.encode("ascii"), e.route)[2][head] = e.lane_entry(head_lines(e.headers))
 
     def route_of(self, target: bytes, name: str) -> tuple:
         """The C lane's route of a request target (made, empty, when it has none)."""
@@ -243,13 +257,17 @@ class Hot:
         if self.on:
             self.json.learn(path, body, inf, plan, tensors, route, head_lines(headers), render, answer)
 
-    def _entry(self, inf, plan, tensors: list, segments: list, marker: bytes, route: str,
+    def _entry(self, inf, plan, tensors: list, segments: list, markers: tuple, route: str,
                headers: tuple) -> Entry | None:
         """The template of an answered inference, or None: its answer's ``segments`` (bytes, and
-        the output ``tensors``' arrays as they were joined) with the family template's rows in
-        place of the row-gathered arrays must be the full path's bytes for the learnt positions."""
-        if len(inf.inputs) != 1 or len(plan.reqs) != 1:
+        the output ``tensors``' arrays as they were joined) with the family template's rows (or
+        block: hot_blocks.py) in place of the row-gathered arrays must be the full path's bytes for
+        the learnt positions. ``markers``: gRPC's raw fields' tags and lengths; REST: ()."""
+        if len(plan.model.family.selections) == 2:
+            return block_entry(self.v2, inf, plan, tensors, segments, markers, route, headers, INLINE_BYTES)
+        if len(inf.inputs) != 1 or len(plan.reqs) != 1 or len(markers) > 1:
             return None
+        marker = markers[0] if markers else b""
         t = inf.inputs[0]
         size = _ITEMSIZE.get(t.datatype)
         if t.raw is None or size is None or "shared_memory_region" in t.params:
@@ -321,15 +339,16 @@ class Hot:
         return e
 
 
-def _last_raw_input(data: bytes) -> tuple[int, bytes] | None:
-    """(where the last field starts, its tag and length) when a serialized message's top-level
-    fields end with its only ``raw_input_contents`` field, written minimally; else None."""
-    i, n, last, raws = 0, len(data), None, 0
+def _last_raw_inputs(data: bytes) -> tuple[int, tuple] | None:
+    """(where the first of them starts, each one's tag and length) when a serialized message's
+    top-level fields end with all its ``raw_input_contents`` fields, each written minimally; else None."""
+    i, n, starts, tags = 0, len(data), [], []
     while i < n:
-        start = i
+        starts.append(i)
         tag, i = _varint(data, i)
         if tag is None:
             return None
+        tags.append(tag)
         wire = tag & 7
         if wire == 0:
             _, i = _varint(data, i)
@@ -346,16 +365,18 @@ def _last_raw_input(data: bytes) -> tuple[int, bytes] | None:
             return None
         if i is None or i > n:
             return None
-        if tag == _RAW_INPUT:
-            raws += 1
-        last = start
-    if raws != 1 or last is None or data[last] != _RAW_INPUT:
+    raws = tags.count(_RAW_INPUT)
+    if raws == 0 or tags[len(tags) - raws:] != [_RAW_INPUT] * raws:
         return None
-    size, j = _varint(data, last + 1)
-    marker = data[last:j]
-    if j + size != n or marker != bytes([_RAW_INPUT]) + varint(size):
-        return None
-    return last, marker
+    starts.append(n)
+    markers = []
+    for k in range(len(tags) - raws, len(tags)):
+        size, j = _varint(data, starts[k] + 1)
+        marker = data[starts[k]:j]
+        if data[starts[k]] != _RAW_INPUT or j + size != starts[k + 1] or marker != bytes([_RAW_INPUT]) + varint(size):
+            return None
+        markers.append(marker)
+    return starts[len(tags) - raws], tuple(markers)
 
 
 def _varint(data: bytes, i: int):

@@ -15,6 +15,9 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
 - rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json;
 - v2 json 16 rows: `POST /v2/models/rope/infer` with JSON tensors (an INT64 "data" list of sixteen
   positions in 0 .. 65,535: inside the table and past it; no binary data), the answer in JSON.
+- v2 alibi 1x16: `POST /v2/models/alibi/infer`, binary, float32 (32 heads; the configured table
+  holds 65,536 distances): one INT64 query and sixteen INT64 keys, each in 0 .. 131,071 (blocks of
+  distances inside the table and past it: the cells are computed from the slopes either way).
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
 uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
 request: the same status, content type and length). Round after round each case is measured on
@@ -31,7 +34,7 @@ positions; --in-process --no-keep gives the cost of computing every such row.
 
 --in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
 (templates.answer_request) from tables built in memory as the engine builds them, the v2 binary
-case's positions by fill(), the v2 JSON case's bodies by the lane's v2 route: µs per request (best of 5), what the cases cost posenc in C and
+cases' positions by fill() and fill_block(), the v2 JSON case's bodies by the lane's v2 route: µs per request (best of 5), what the cases cost posenc in C and
 Python beside the HTTP work, which the floor does too.
 """
 
@@ -55,8 +58,10 @@ from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
+ALIBI = {"num_heads": 32}
 CONFIG = {"tables": [{"family": "rope", "spec": ROPE, "length": 32768},
-                     {"family": "sinusoidal", "spec": {"d_model": 768}, "length": 8192}]}
+                     {"family": "sinusoidal", "spec": {"d_model": 768}, "length": 8192},
+                     {"family": "alibi", "spec": ALIBI, "length": 65536}]}
 ST, JSON = "application/x-safetensors", "application/json"
 
 
@@ -64,13 +69,15 @@ def v1(path: str, accept: str, body: dict) -> tuple:
     return path, {"Accept": accept, "Content-Type": "application/json"}, json.dumps(body).encode()
 
 
-def v2_rest(position: int) -> tuple:
-    a = np.asarray([position], np.int64)
-    head = json.dumps({"parameters": {"spec": json.dumps(ROPE), "binary_data_output": True},
-                       "inputs": [{"name": "positions", "datatype": "INT64", "shape": [1],
-                                   "parameters": {"binary_data_size": 8}}]}).encode()
-    return ("/v2/models/rope/infer", {"Content-Type": "application/octet-stream",
-                                      "Inference-Header-Content-Length": str(len(head))}, head + a.tobytes())
+def v2_rest(model: str, spec: dict, **inputs: list) -> tuple:
+    """A v2 REST binary infer of INT64 ``inputs`` ({name: positions})."""
+    arrays = {n: np.asarray(v, np.int64) for n, v in inputs.items()}
+    head = json.dumps({"parameters": {"spec": json.dumps(spec), "binary_data_output": True},
+                       "inputs": [{"name": n, "datatype": "INT64", "shape": [a.size],
+                                   "parameters": {"binary_data_size": a.nbytes}} for n, a in arrays.items()]}).encode()
+    return (f"/v2/models/{model}/infer", {"Content-Type": "application/octet-stream",
+                                          "Inference-Header-Content-Length": str(len(head))},
+            head + b"".join(a.tobytes() for a in arrays.values()))
 
 
 def v2_json(positions: list) -> tuple:
@@ -85,9 +92,11 @@ CASES = {   # name -> request maker of a seeded random generator
     "rope past table": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": [r.randrange(32768, 131072)]}),
     "sinusoidal 4 rows": lambda r: v1("/v1/sinusoidal", ST, {"d_model": 768,
                                                              "positions": [r.randrange(10000) for _ in range(4)]}),
-    "v2 rest 1 row": lambda r: v2_rest(r.randrange(131072)),
+    "v2 rest 1 row": lambda r: v2_rest("rope", ROPE, positions=[r.randrange(131072)]),
     "rope 16 rows json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": [r.randrange(32768) for _ in range(16)]}),
     "v2 json 16 rows": lambda r: v2_json([r.randrange(65536) for _ in range(16)]),
+    "v2 alibi 1x16": lambda r: v2_rest("alibi", ALIBI, query=[r.randrange(131072)],
+                                       key=[r.randrange(131072) for _ in range(16)]),
 }
 
 _LUA = r"""
@@ -224,7 +233,6 @@ def plot(runs: dict, path: str, load: list) -> None:
 
 def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     import sys
-    import time
 
     import orjson
 
@@ -242,6 +250,12 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
         rng = random.Random(1000 + i)
         reqs = [make(rng) for _ in range(n)]
         path, headers, body = reqs[0]
+        if "alibi" in path:   # the block the v2 shortcut fills: the /v1 template's, from raw query and key
+            req = pipeline.parse("alibi", {**ALIBI, "query": [0], "key": [0]}, lengths["alibi"])
+            t = replay.block_template(req, view_of(req.table), 1 << 20, 1 << 26)
+            calls = [lambda b=b: replay.fill_block(t, b[-136:-128], b[-128:], (8, 8), False, (b"", b"")) for _, _, b in reqs]
+            timed(name, calls, n, reps)
+            continue
         family = "rope" if "rope" in path else "sinusoidal"
         first = body if path.startswith("/v1") else orjson.dumps({**ROPE, "positions": [1]})
         req = pipeline.parse(family, orjson.loads(first), lengths[family])
@@ -264,14 +278,20 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
                      % (p.encode(), h["Accept"].encode(), len(b), b) for p, h, b in reqs]
             calls = [lambda d=d: replay.answer_request(d, 0, {path.encode(): (family, 0)}, accepts, templates.native,
                                                        (b"", b"", b""), b"", False) for d in datas]
-        assert all(c() for c in calls), name   # answered (and every JSON text rendered once)
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for k in range(reps):
-                calls[k % n]()
-            best = min(best, time.perf_counter() - t0)
-        print(f"{name:<20} {best / reps * 1e6:6.2f} µs per request in C and its call", flush=True)
+        timed(name, calls, n, reps)
+
+
+def timed(name: str, calls: list, n: int, reps: int) -> None:
+    """µs per call of ``calls`` cycled (best of 5), each answered."""
+    import time
+    assert all(c() for c in calls), name   # answered (and every JSON text rendered once)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for k in range(reps):
+            calls[k % n]()
+        best = min(best, time.perf_counter() - t0)
+    print(f"{name:<20} {best / reps * 1e6:6.2f} µs per request in C and its call", flush=True)
 
 
 def main() -> None:

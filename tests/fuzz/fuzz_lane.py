@@ -62,8 +62,9 @@ def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpReq
 
 
 def check_v2(r, out: bytes, keep_alive: bool) -> None:
-    """A v2 answer: its entry's parts around fill()'s rows of the positions after the header; a
-    JSON-tensor infer's (no length header): its parts around the pipeline's values as flat lists."""
+    """A v2 answer: its entry's parts around fill()'s rows of the positions after the header (a
+    block entry's: fill_block()'s block of its two inputs); a JSON-tensor infer's (no length
+    header): its parts around the pipeline's values as flat lists."""
     close = b"" if keep_alive else b"connection: close\r\n"
     if r.url in ht.V2J_SPECS:
         assert not any(k in (b"inference-header-content-length", b"content-encoding") for k, _ in r.headers)
@@ -72,11 +73,18 @@ def check_v2(r, out: bytes, keep_alive: bool) -> None:
         assert out == ht.PRE[1] + b"%d" % len(want) + ht.V2J_POST + close + b"\r\n" + want, r.body
         return
     (_, _, entries, _, _) = ht.V2_ROUTES[r.url]
-    t, isz, nbytes, parts, post = entries[ht.V2_HEAD]
+    entry = entries[ht.V2_HEAD]
     n = [int(v) for k, v in r.headers if k == b"inference-header-content-length"]
+    if len(entry) == 8:   # a block entry (hot_blocks.c): its two inputs, fill_block()'s block
+        t, isz, nbytes, isz2, nbytes2, key_first, parts, post = entry
+        want = ht.replay.fill_block(t, r.body[n[0]:n[0] + nbytes], r.body[n[0] + nbytes:], (isz, isz2), key_first,
+                                    parts)
+        nbytes += nbytes2
+    else:
+        t, isz, nbytes, parts, post = entry
+        want = ht.replay.fill(t, r.body[n[0]:], isz, parts)
     assert n == [len(ht.V2_HEAD)] and r.body[:n[0]] == ht.V2_HEAD and len(r.body) - n[0] == nbytes, r.body
     assert not any(k == b"content-encoding" for k, _ in r.headers)
-    want = ht.replay.fill(t, r.body[n[0]:], isz, parts)
     assert want is not None, r.body
     assert out == ht.PRE[2] + b"%d" % len(want) + post + close + b"\r\n" + want
 

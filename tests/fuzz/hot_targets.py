@@ -154,10 +154,41 @@ def pipeline_rows(family: str, body: dict, position: int) -> bytes:
     return b"".join(arrays[k].tobytes() for k in arrays if k in req.family.batched)
 
 
+# block templates for fill_block() (the v2 shortcut's ALiBi and T5 blocks): at most this many
+# bytes a block (as the v2 shortcut gives its templates the response limit)
+BLOCK_BYTES = 1 << 20
+
+
+def block_templates() -> list:
+    """(AlibiTemplate or T5Template, its spec's family and first body) of each block spec, for
+    fill_block() (T5 and float16 ALiBi blocks are the engine's kernels': none with the numpy backend)."""
+    out = []
+    for family, body in SPECS:
+        if family in ("alibi", "t5-buckets"):
+            req = pipeline.parse(family, body, LENGTH)
+            t = replay.block_template(req, view_of(req.table), 1 << 20, BLOCK_BYTES)
+            if t is not None:
+                out.append((t, family, body))
+    return out
+
+
+def pipeline_block(family: str, body: dict, query: list, key: list) -> bytes | None:
+    """The pipeline's block (ALiBi's bias, T5's buckets) of ``query`` and ``key`` from the same
+    in-memory tables (computed where none holds it), or None where the full path refuses them."""
+    try:
+        req = pipeline.parse(family, {**body, "query": query, "key": key}, LENGTH)
+        pipeline.check(req, None)
+        arrays = pipeline.arrays(req, view_of(req.table) if req.table is not None else None)
+    except PosencError:
+        return None
+    return next(a for name, a in arrays.items() if name in req.family.batched).tobytes()
+
+
 # v2 REST binary infers in the lane (service/v2/hot.py lane_routes): one learnt entry per row spec,
 # int64 positions of V2_ROWS rows after the JSON inference header V2_HEAD
 V2_HEAD, V2_ROWS = b'{"inputs":[]}', 2
 V2_POST = b"\r\ninference-header-content-length: 7\r\n"
+V2_BLOCK = (1, 4)   # a block route's first and second input's positions (int64, then int32)
 
 
 def v2_routes() -> dict:
@@ -166,6 +197,10 @@ def v2_routes() -> dict:
         parts = tuple(b"<%d>" % k for k in range(narr + 1))
         entries = {V2_HEAD: (t, 8, 8 * V2_ROWS, parts, V2_POST)}
         out[b"/v2/models/m%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
+                                            (b"content-encoding",))
+    for i, (t, _, _) in enumerate(block_templates()):   # V2_BLOCK int64 queries then 4 int32 keys (key first: odd i)
+        entries = {V2_HEAD: (t, 8, 8 * V2_BLOCK[0], 4, 4 * V2_BLOCK[1], i % 2, (b"<", b">"), V2_POST)}
+        out[b"/v2/models/b%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
                                             (b"content-encoding",))
     return out
 

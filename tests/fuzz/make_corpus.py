@@ -65,6 +65,13 @@ def v2_json(model: int, *lists, head: bytes = b"") -> bytes:
             % (model, head, len(body), body))
 
 
+def v2_block(model: int, query: list[int], key: list[int]) -> bytes:
+    """A block route's request (hot_targets V2_BLOCK: int64 queries, then int32 keys)."""
+    body = b'{"inputs":[]}' + struct.pack("<%dq" % len(query), *query) + struct.pack("<%di" % len(key), *key)
+    return (b"POST /v2/models/b%d/infer HTTP/1.1\r\nhost: t\r\ninference-header-content-length: 13\r\n"
+            b"content-length: %d\r\n\r\n%s" % (model, len(body), body))
+
+
 def lane() -> list[bytes]:
     out = [request(f, b) for f, b in bodies()[::2]]
     f, b = bodies()[0]
@@ -93,6 +100,8 @@ def lane() -> list[bytes]:
         v2_json(0, [1, 2], head=b"content-encoding: gzip\r\n"), v2_json(0, [5, 6]) + v2_json(8, [2], [3, 4, 5]),
         v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data" : [ 1 ,2 ]'), v2_json(0, [[1, 2]]),
         v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data":[1,2],"data":[3,4]'),
+        *(v2_block(m, q, k) for m in range(5) for q, k in (([7], [0, 1, 2, 3]), ([600], [0, 511, 512, 9]),
+                                                            ([3], [-1, 0, 1, 2]), ([1], [1, 2]))),
     ]
     return out
 
@@ -111,6 +120,12 @@ def fill() -> list[bytes]:
     for t in range(2):   # per-axis templates (0x20): [3, n] positions, axis after axis
         for positions in ([0, 1, 2], [7, 1, 511, 512, 3, 2], [1, 2], [-1, 0, 0], [5, 6, 2**31 - 1]):
             out.append(bytes([0x20 | 0x80 | t]) + b"".join(struct.pack("<q", p) for p in positions))
+    for t in range(5):   # block templates (0x30): query and key of int32 or int64, in either order
+        for b1, first, second in ((0x80, [7], [0, 1, 2, 3, 4, 5, 6, 7]), (0x43, [500, 510, 600, 5], [0, 511, 512]),
+                                  (0x01, [3, 1], [-1]), (0xC0, [2**31 - 1], [0, 2**31 - 1])):
+            out.append(bytes([0x30 | t | (0x80 if t % 2 else 0), b1])
+                       + struct.pack("<%d%s" % (len(first), "q" if t % 2 else "i"), *first)
+                       + struct.pack("<%d%s" % (len(second), "q" if b1 & 0x80 else "i"), *second))
     # 4096 rope rows of 2 x 256 bytes, masked into the table: a copy past 1 MiB, without the GIL
     out.append(bytes([0x40]) + b"".join(struct.pack("<i", p * 7) for p in range(4096)))
     return out
