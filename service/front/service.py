@@ -72,17 +72,14 @@ class Service:
         return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes))
 
     def _fresh_templates(self) -> bool:
-        """Templates stay while the manifest only gains tables; a new engine generation, an
-        eviction or a repaired table (a new file for a digest) drops them all (so no template
-        reads a mapping the engine replaced), to be relearnt."""
+        """Templates stay while the manifest only gains tables (``replay.still_mapped``); else they
+        are all dropped, to be relearnt."""
         m, old = self.client.manifest(), self._templates_manifest
         if m is old:
             return True
         self._templates_manifest = m
-        if old is not None and m is not None and m["generation"] == old["generation"]:
-            now = m["tables"]
-            if all(d in now and now[d]["file"] == e["file"] for d, e in old["tables"].items()):
-                return True
+        if replay.still_mapped(old, m):
+            return True
         self.templates = self._new_templates()
         return False
 

@@ -113,6 +113,18 @@ def shortcut_in_use(setting: str) -> str:
     return "off"
 
 
+def still_mapped(old: dict | None, new: dict | None) -> bool:
+    """Whether templates learnt under engine manifest ``old`` may answer under ``new``: the same
+    engine generation, and every table of ``old`` still in ``new`` in the same file (the manifest
+    only gained tables). An eviction, a repaired table (a new file for a digest) or a new engine
+    generation drops them (so no template reads a mapping the engine replaced), to be relearnt.
+    The /v1 templates (front/service.py) and the v2 ones (v2/hot.py) both keep to it."""
+    if old is None or new is None or new["generation"] != old["generation"]:
+        return False
+    now = new["tables"]
+    return all(d in now and now[d]["file"] == e["file"] for d, e in old["tables"].items())
+
+
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
 #
 # C never calls back into Python: when a template lacks the safetensors header of an answer's

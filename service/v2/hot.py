@@ -24,8 +24,8 @@ types whose table follows the positions. The block families (alibi, t5-buckets: 
 two trailing raw_input_contents fields, each of its learnt length.
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
 each time costs a set entry per request, not a template). At learn time the template's answer to
-the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped whenever the engine's manifest
-changes (a new table, an eviction, a restart), to be learnt again.
+the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped when the engine's manifest
+changes other than by gaining tables (an eviction, a repair, a restart), to be learnt again.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import dataclasses
 import threading
 
 from posenc.service.metrics.counters import Metrics
-from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use
+from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use, still_mapped
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.hot_blocks import block_entry
 from posenc.service.v2.hot_json import DATA, JsonInfers
@@ -137,13 +137,20 @@ class Hot:
         self._seen = None
 
     def fresh(self) -> None:
-        """Drop the templates when the engine's manifest changed (the lane calls it every few ms)."""
+        """Check the templates against the engine's manifest (the lane calls it every few ms)."""
         self._fresh()
 
     def _fresh(self) -> None:
+        """A manifest that only gained tables (``still_mapped``, the /v1 templates' rule: new specs
+        arrive every second in a fleet) keeps the templates and forgets only the keys remembered
+        as no template (one may have waited for a table now built); any other change drops all."""
         m = self.v2.client.manifest() if self.v2.client is not None else None
         if m is not self._seen:
-            self._clear()
+            if still_mapped(self._seen, m):
+                for k in [k for k, e in self.known.items() if e is None]:
+                    del self.known[k]
+            else:
+                self._clear()
             self._seen = m
 
     def _clear(self) -> None:

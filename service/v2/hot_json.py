@@ -17,7 +17,7 @@ family's template as a flat row-major list: RoPE and sinusoidal rows from a Rows
 texts of stored rows (service/shortcut/hot_json.c, rows past the table computed and rendered as
 /v1 JSON's are), T5 blocks by the engine's kernel (integers). A key is learnt at the full path's
 second answer, only when the template's answer to the learnt body, through the lane's own entry
-point, is the full path's bytes; entries are dropped with hot.py's (a manifest change).
+point, is the full path's bytes; entries are dropped with hot.py's (a manifest change other than new tables).
 
 What stays with the full path: outputs asked as binary (``binary_data_output``, an output's
 ``binary_data``: the answer then carries binary data), inputs in shared memory or binary, batches

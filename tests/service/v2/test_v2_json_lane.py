@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def learn(on, model: str, spec: dict, inputs, **kw) -> None:
     """Until the lane answers: the full path learns at its second answer, once the spec's table is
     mapped (a spec no configured table holds is built on demand)."""
     def learnt() -> bool:
-        on.hot.fresh()   # as the lane does every few ms: a new table drops what was learnt before it
+        on.hot.fresh()   # as the lane does every few ms
         full_path(on, model, body_of(spec, inputs(), **kw))
         return isinstance(lane(on, model, body_of(spec, inputs(), **kw)), tuple)
     wait_for(learnt, 30, 0.05, "the shortcut learns the infer")
@@ -187,6 +188,33 @@ def test_entries_are_dropped_with_the_manifest(servers):  # noqa: F811
     learn(on, "sinusoidal", spec, pos)
     on.hot._clear()
     assert not on.hot.lane_routes and lane(on, "sinusoidal", body_of(spec, pos())) is None
+
+
+def test_entries_stay_while_the_manifest_only_gains_tables(servers):  # noqa: F811
+    """A fleet sends new specs every second: each builds a table, and the manifest that gains it
+    keeps every learnt entry (the /v1 templates' rule, templates.still_mapped)."""
+    on, off = servers
+    spec = {"d_model": 33}
+    pos = lambda: [("positions", "INT64", np.array([1, 2]))]   # noqa: E731
+    learn(on, "sinusoidal", spec, pos)
+    seen = on.v2.client.manifest()
+    fresh = {"d_model": 31, "base": 2000.0 + time.monotonic_ns() % 7919}   # no table holds it yet
+    assert full_path(on, "sinusoidal", body_of(fresh, pos()))[0] == 200
+    wait_for(lambda: on.v2.client.manifest() is not seen and len(on.v2.client.manifest()["tables"]) >
+             len(seen["tables"]), what="the manifest with the new table")
+    on.hot.fresh()
+    assert on.hot.lane_routes and lane(on, "sinusoidal", body_of(spec, pos())) not in (None, False)
+
+
+def test_still_mapped():
+    """Which manifest changes keep templates: only gaining tables in the same engine generation."""
+    old = {"generation": 3, "tables": {"a": {"file": "f1"}, "b": {"file": "f2"}}}
+    assert replay.still_mapped(old, {"generation": 3, "tables": {**old["tables"], "c": {"file": "f3"}}})
+    assert replay.still_mapped(old, old)
+    assert not replay.still_mapped(old, {"generation": 3, "tables": {"a": {"file": "f1"}}})           # evicted
+    assert not replay.still_mapped(old, {"generation": 3, "tables": {**old["tables"], "b": {"file": "f9"}}})
+    assert not replay.still_mapped(old, {"generation": 4, "tables": old["tables"]})                  # a new engine
+    assert not replay.still_mapped(None, old) and not replay.still_mapped(old, None)
 
 
 @hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
