@@ -20,6 +20,7 @@
  *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
  *   hot_grid.c       GridTemplate: rows of a large sinusoidal-grid from its per-axis tables
  *   hot_t5.c         T5Template: T5 bucket blocks by the engine's kernel
+ *   hot_alibi_json.c JSON answers of an AlibiTemplate: kept texts of its cells per distance, copied
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the

@@ -198,7 +198,7 @@ extern PyMethodDef hot_templates_methods[];
 typedef struct {
     PyObject *pre, *post; /* bytes */
     int close;
-    int json;             /* the answer in JSON (a RowsTemplate with enable_json()), else safetensors */
+    int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
 } Http;
 
 /* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they

@@ -12,8 +12,8 @@
  *   mask_future (by |d|); the masked cells: one text, the mask value's.
  *
  * A side's distances come in chunks of `chunk` (a power of two that templates.py owns); a chunk
- * holds every head's cells at those distances, each in a fixed slot of SLOT bytes (its length,
- * then its characters), rendered all at once by the full path's own functions (the engine's
+ * holds every head's cells at those distances, distance after distance, each in a fixed slot of
+ * SLOT bytes (its length, then its characters), rendered all at once by the full path's own functions (the engine's
  * ALiBi block kernel, then json_text) the first time an answer needs it: the answer returns
  * NotImplemented and notes (template, None, [(side, chunk), ...]) for missing(); templates.py
  * calls text_for(side, chunk) and set_text(side, chunk, text) before it asks again. Chunks reach
@@ -134,12 +134,12 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
     if (hot_block_start((PyObject *)t, NULL, sq, sk, t->max_n, t->nheads, (t->max_bytes - 4 * t->nheads) / t->itemsize,
                         &q, &k, &head, &out) <= 0)
         goto done;
-    Py_ssize_t nq = q.n, nk = k.n, H = t->nheads, cb = j->chunk_bits, hstride = ((Py_ssize_t)1 << cb) * SLOT;
+    Py_ssize_t nq = q.n, nk = k.n, H = t->nheads, cb = j->chunk_bits;
     if (!(cell = PyMem_Malloc((size_t)(nq * nk + 1) * sizeof *cell))) {
         PyErr_NoMemory();
         goto done;
     }
-    /* each cell's slot for head 0 (head h's is hstride * h further), or the mask's */
+    /* each cell's slot for head 0 (head h's is the h-th after it), or the mask's */
     for (Py_ssize_t a = 0, i = 0; a < nq; a++) {
         int64_t qa = hot_sel_at(&q, a);
         for (Py_ssize_t b = 0; b < nk; b++, i++) {
@@ -152,7 +152,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
             int64_t ad = d < 0 ? -d : d, c = ad >> cb;
             const char *slots = chunk_of(j, s, c);
             if (slots) {
-                cell[i] = slots + (ad & (((int64_t)1 << cb) - 1)) * SLOT;
+                cell[i] = slots + (ad & (((int64_t)1 << cb) - 1)) * H * SLOT;
                 continue;
             }
             if ((c >> PAGE_BITS) >= j->npages) {   /* past the directory (configured again since): declined */
@@ -175,7 +175,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
     Py_ssize_t body = 2 + 2 * H + (H - 1) + H * (2 * nq + (nq > 0 ? nq - 1 : 0)) + H * nq * (nk > 0 ? nk - 1 : 0);
     for (Py_ssize_t h = 0; h < H; h++)
         for (Py_ssize_t i = 0; i < nq * nk; i++) {
-            const char *p = cell[i] == j->mask ? j->mask : cell[i] + h * hstride;
+            const char *p = cell[i] == j->mask ? j->mask : cell[i] + h * SLOT;
             if (!p[0]) {   /* an overflow (the full path's 422), or a text too long to keep */
                 out = Py_NewRef(Py_None);
                 goto done;
@@ -192,7 +192,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
             *w++ = '[';
             for (Py_ssize_t b = 0; b < nk; b++) {
                 const char *p = cell[a * nk + b];
-                if (p != j->mask) p += h * hstride;
+                if (p != j->mask) p += h * SLOT;
                 size_t n = (unsigned char)p[0];
                 if (w + SLOT <= end) memcpy(w, p + 1, SLOT - 1);   /* a whole slot's chars where they fit */
                 else memcpy(w, p + 1, n);
@@ -266,7 +266,8 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* Parses text "[[c,...],...]" (H lists of n items) into slots [H, n]: 0, or -1 with an error set. */
+/* Parses text "[[c,...],...]" (H lists of n items) into slots [n, H] (a distance's heads side by
+ * side: a block's rows read the same few lines for every head): 0, or -1 with an error set. */
 static int parse_chunk(const char *s, Py_ssize_t len, Py_ssize_t H, Py_ssize_t n, char *slots)
 {
     const char *p = s, *end = s + len;
@@ -277,7 +278,7 @@ static int parse_chunk(const char *s, Py_ssize_t len, Py_ssize_t H, Py_ssize_t n
             const char *v = p;
             while (p < end && *p != ',' && *p != ']' && *p != '[' && *p != '"') p++;
             if (p >= end || p == v || *p != (i + 1 < n ? ',' : ']')) goto bad;
-            char *slot = slots + (h * n + i) * SLOT;
+            char *slot = slots + (i * H + h) * SLOT;
             int keep = p - v < SLOT && !(p - v == 4 && memcmp(v, "null", 4) == 0);   /* else empty: declined */
             slot[0] = keep ? (char)(p - v) : 0;
             if (keep) memcpy(slot + 1, v, (size_t)(p - v));

@@ -12,7 +12,11 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   table's end and past it);
 - v2 rest 1 row: `POST /v2/models/rope/infer`, binary (one INT64 position in 0 .. 131,071, the
   inference header in JSON before it), the spec of the first case;
-- rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json.
+- rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json;
+- alibi json: 32 heads (the configured table holds 65,536 distances), one query t in 0 .. 131,071
+  against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
+  application/json: cell texts kept per distance (service/shortcut/hot_alibi_json.c).
+--cases NAME,NAME runs only those cases.
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
 uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
 request: the same status, content type and length). Round after round each case is measured on
@@ -53,8 +57,10 @@ from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
+ALIBI = {"num_heads": 32}
 CONFIG = {"tables": [{"family": "rope", "spec": ROPE, "length": 32768},
-                     {"family": "sinusoidal", "spec": {"d_model": 768}, "length": 8192}]}
+                     {"family": "sinusoidal", "spec": {"d_model": 768}, "length": 8192},
+                     {"family": "alibi", "spec": ALIBI, "length": 65536}]}
 ST, JSON = "application/x-safetensors", "application/json"
 
 
@@ -78,7 +84,13 @@ CASES = {   # name -> request maker of a seeded random generator
                                                              "positions": [r.randrange(10000) for _ in range(4)]}),
     "v2 rest 1 row": lambda r: v2_rest(r.randrange(131072)),
     "rope 16 rows json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": [r.randrange(32768) for _ in range(16)]}),
+    "alibi json": lambda r: alibi_row(r, r.randrange(131072)),
 }
+SEEDS = {name: 1000 + i for i, name in enumerate(CASES)}   # each case's requests, whichever cases run
+
+
+def alibi_row(r: random.Random, q: int) -> tuple:
+    return v1("/v1/alibi", JSON, {**ALIBI, "query": [q], "key": sorted(r.randrange(q + 1) for _ in range(16))})
 
 _LUA = r"""
 local reqs = {%s}
@@ -176,7 +188,7 @@ def prepare(tmp: str, n: int) -> tuple:
     assert httpx.get(posenc.url + "/v1/tables").json()["lane"] == "on"
     floors, scripts = {}, {}
     for i, (name, make) in enumerate(CASES.items()):
-        rng = random.Random(1000 + i)
+        rng = random.Random(SEEDS[name])
         reqs = [make(rng) for _ in range(n)]
         for path, headers, body in reqs[:2]:   # the full path answers, and learns (v2: at the second)
             r = httpx.post(posenc.url + path, content=body, headers=headers)
@@ -226,13 +238,13 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     lengths = {t["family"]: t["length"] for t in CONFIG["tables"]}
     if not keep:   # every row past a table computed each time (JSON texts cannot be kept: declined)
         replay._hot.configure(**(replay.native_rules(replay.current()) | {"keep_bytes": 0}))
-    for i, (name, make) in enumerate(CASES.items()):
+    for name, make in CASES.items():
         if not keep and "json" in name:
             continue
-        rng = random.Random(1000 + i)
+        rng = random.Random(SEEDS[name])
         reqs = [make(rng) for _ in range(n)]
         path, headers, body = reqs[0]
-        family = "rope" if "rope" in path else "sinusoidal"
+        family = path.rsplit("/", 1)[1] if path.startswith("/v1") else "rope"
         first = body if path.startswith("/v1") else orjson.dumps({**ROPE, "positions": [1]})
         req = pipeline.parse(family, orjson.loads(first), lengths[family])
         templates = replay.Templates()   # learnt from the first request's bytes, as the service learns
@@ -265,7 +277,11 @@ def main() -> None:
     ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
     ap.add_argument("--plot", help="write the per-round ratios to this PNG")
     ap.add_argument("--perf", metavar="CASE", help="after the rounds, where posenc's time goes in CASE (linux-perf)")
+    ap.add_argument("--cases", help="comma-separated case names (default: every case)")
     a = ap.parse_args()
+    if a.cases:
+        for name in set(CASES) - set(a.cases.split(",")):
+            del CASES[name]
     if a.in_process:
         return in_process(a.requests, not a.no_keep)
     runs: dict = {}
