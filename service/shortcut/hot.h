@@ -253,7 +253,9 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http);
 void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts and kept texts, at dealloc */
 void hot_alibi_json_drop_all(void);         /* every AlibiTemplate's kept texts (hot_keep's budget) */
-void hot_alibi_json_ready(void);            /* AlibiTemplate's methods: set_header, enable_json, set_text */
+/* AlibiTemplate's methods (set_header, enable_json, set_text), and the module's ALIBI_MISS_CHUNKS and
+ * ALIBI_MISS_CELLS (for the tests): 0, or -1 with an error set */
+int hot_alibi_json_ready(PyObject *m);
 
 /* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
 

@@ -18,7 +18,8 @@
  * NotImplemented and notes (template, None, [(side, chunk), ...]) for missing(); templates.py
  * calls text_for(side, chunk) and set_text(side, chunk, text) before it asks again. Chunks reach
  * any distance below the configured position limit, inside the engine's stored table or past it
- * (the kernel computes every cell; the table is not read). A cell that overflows the dtype (json
+ * (the kernel computes every cell; the table is not read). A block whose cells would need many
+ * chunks rendered at once is declined instead (MISS_CHUNKS). A cell that overflows the dtype (json
  * text "null": a float16 block far enough out) or whose text does not fit a slot is kept empty,
  * and an answer that needs it is declined (the full path answers: its 422 for an overflow).
  *
@@ -31,6 +32,10 @@
 
 #define SLOT 16      /* bytes of a kept cell text: its length (0: none), then up to SLOT - 1 chars */
 #define PAGE_BITS 10 /* chunks per page of a side's directory: 1 << PAGE_BITS */
+/* An answer that misses more chunks than MISS_CHUNKS + one per MISS_CELLS cells of its block is
+ * declined rather than rendered (a block whose distances spread over many chunks: the full path's) */
+#define MISS_CHUNKS 16
+#define MISS_CELLS 64
 
 typedef struct AlibiJson {
     PyObject *parts;      /* (before, after) the block's text in the full path's JSON answer */
@@ -155,7 +160,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
                 cell[i] = slots + (ad & (((int64_t)1 << cb) - 1)) * H * SLOT;
                 continue;
             }
-            if ((c >> PAGE_BITS) >= j->npages) {   /* past the directory (configured again since): declined */
+            if (c >= j->chunks) {   /* past the directory (configured again since, with a larger limit): declined */
                 out = Py_NewRef(Py_None);
                 goto done;
             }
@@ -167,8 +172,8 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
             Py_DECREF(key);
         }
     }
-    if (keys) {
-        out = note_missing(t, keys);
+    if (keys) {   /* rendering a chunk costs the full path's formatting of its cells: a few per block only */
+        out = PySet_GET_SIZE(keys) > MISS_CHUNKS + nq * nk / MISS_CELLS ? Py_NewRef(Py_None) : note_missing(t, keys);
         goto done;
     }
     /* '[' and ']' around the heads, the queries and the keys, the commas between them, the texts */
@@ -370,7 +375,7 @@ static PyObject *get_text_for(PyObject *t, void *closure)
 static PyMethodDef alibi_methods[4]; /* hot_template_methods' set_header, then enable_json and set_text */
 static PyGetSetDef alibi_getset[3];  /* header_for, then text_for */
 
-void hot_alibi_json_ready(void)
+int hot_alibi_json_ready(PyObject *m)
 {
     alibi_methods[0] = hot_template_methods[0];
     alibi_methods[1] = (PyMethodDef){"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL,
@@ -381,4 +386,8 @@ void hot_alibi_json_ready(void)
                                     "at the chunk's distances (enable_json's), or None", NULL};
     hot_AlibiTemplateType.tp_methods = alibi_methods;
     hot_AlibiTemplateType.tp_getset = alibi_getset;
+    return PyModule_AddIntConstant(m, "ALIBI_MISS_CHUNKS", MISS_CHUNKS) < 0 ||
+                   PyModule_AddIntConstant(m, "ALIBI_MISS_CELLS", MISS_CELLS) < 0
+               ? -1
+               : 0;
 }

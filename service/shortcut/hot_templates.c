@@ -635,7 +635,7 @@ int hot_templates_ready(PyObject *m)
             rows_methods[n++] = *m;
         }
     hot_t5_ready();
-    hot_alibi_json_ready();
+    if (hot_alibi_json_ready(m) < 0) return -1;
     PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType, &hot_T5TemplateType};
     const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate", "T5Template"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

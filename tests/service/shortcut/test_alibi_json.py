@@ -48,6 +48,22 @@ def specs(draw) -> dict:
     return spec
 
 
+def positions(sel) -> list[int]:
+    return list(range(sel["start"], sel["stop"], sel["step"])) if isinstance(sel, dict) else sel
+
+
+def cells(query, key) -> int:
+    return len(positions(query)) * len(positions(key))
+
+
+def chunks_of(spec: dict, query, key) -> int:
+    """How many chunks of cell texts a block reads (a fresh template renders each)."""
+    side = {(d < 0 and spec.get("mode") != "symmetric", abs(d) // replay.ALIBI_CHUNK)
+            for q in positions(query) for k in positions(key) for d in [q - k]
+            if not (d < 0 and spec.get("mask_future"))}
+    return len(side)
+
+
 def full_path(spec: dict, query, key) -> bool:
     """Whether the full path answers the block (an overflow of the dtype: its 422)."""
     try:
@@ -81,7 +97,11 @@ def test_alibi_json_is_the_full_paths_bytes(spec, query, key):
         return
     got, served, computed = lane_json("alibi", first, later)
     assert served == computed
-    assert got == served    # every block the full path answers, C answers: the same bytes
+    if got is False:   # only a block whose distances spread over more chunks than one miss renders
+        event("declined: its distances spread over many chunks")
+        assert chunks_of(spec, query, key) > replay._hot.ALIBI_MISS_CHUNKS + cells(query, key) // replay._hot.ALIBI_MISS_CELLS
+        return
+    assert got == served    # every other block the full path answers, C answers: the same bytes
     assert_answer("alibi", later, orjson.loads(got))
 
 
@@ -182,3 +202,18 @@ def test_over_the_workers_keep_budget_json_is_declined_or_exact():
     finally:
         replay.configure(replay.current())
     assert outcomes == {True, False}
+
+
+def test_a_block_spread_over_many_chunks_is_declined_unrendered(monkeypatch):
+    """A miss renders a few chunks per block (what formatting its cells would cost the full path),
+    never thousands: a block over more distinct chunks than that is the full path's, nothing rendered."""
+    rendered = []
+    real = replay.json_text
+    monkeypatch.setattr(replay, "json_text", lambda obj: rendered.append(1) or real(obj))
+    ask, full = asker({"num_heads": 4})
+    rendered.clear()
+    far = [i * 10 * replay.ALIBI_CHUNK for i in range(20)]   # 20 cells in 20 chunks: 16 rendered at most
+    assert chunks_of({}, far, [0]) == 20
+    assert ask(far, [0]) is False and not rendered
+    near = [i * replay.ALIBI_CHUNK for i in range(4)]
+    assert ask(near, [0]) == full(near, [0]) and len(rendered) == 3   # (chunk 0 kept since it was learnt)
