@@ -192,13 +192,14 @@ def test_over_the_workers_keep_budget_json_is_declined_or_exact():
     try:
         for keep in (one - 1, one + 100, 1 << 24):
             replay._hot.configure(**(rules | {"keep_bytes": keep}))
+            before = replay._hot.kept()   # (other tests' templates may keep texts until a keep drops them)
             asks = [asker({"num_heads": 4}), asker({"num_heads": 4, "mode": "symmetric"})]
             for query, key in (([3], [1, 2]), ([1000], [0, 999]), ([5], [600])):
                 for ask, full in asks:
                     got = ask(query, key)
                     outcomes.add(got is False)
                     assert got is False or got == full(query, key)
-            assert replay._hot.kept() <= keep
+            assert replay._hot.kept() <= keep or (keep < one and replay._hot.kept() == before)   # none kept
     finally:
         replay.configure(replay.current())
     assert outcomes == {True, False}
