@@ -42,10 +42,12 @@ void hot_keep_drop(RowsTemplate *t)
 int hot_keep(RowsTemplate *t, Py_ssize_t bytes)
 {
     if (bytes > hot_cfg.keep_bytes) return 0;
-    if (kept + bytes > hot_cfg.keep_bytes)
+    if (kept + bytes > hot_cfg.keep_bytes) {
         while (keepers) hot_keep_drop(keepers);
+        hot_alibi_json_drop_all();
+    }
     kept += bytes;
-    if (!t->keeping) {
+    if (t && !t->keeping) {
         t->keeping = 1;
         t->keep_prev = NULL;
         t->keep_next = keepers;
@@ -505,6 +507,7 @@ static void AlibiTemplate_dealloc(AlibiTemplate *t)
     PyMem_Free(t->slopes);
     PyMem_Free(t->rows);
     if (t->have_dist) PyBuffer_Release(&t->dist);
+    hot_alibi_json_free(t);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
@@ -632,6 +635,7 @@ int hot_templates_ready(PyObject *m)
             rows_methods[n++] = *m;
         }
     hot_t5_ready();
+    if (hot_alibi_json_ready(m) < 0) return -1;
     PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType, &hot_T5TemplateType};
     const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate", "T5Template"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

@@ -18,6 +18,10 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
 - v2 alibi 1x16: `POST /v2/models/alibi/infer`, binary, float32 (32 heads; the configured table
   holds 65,536 distances): one INT64 query and sixteen INT64 keys, each in 0 .. 131,071 (blocks of
   distances inside the table and past it: the cells are computed from the slopes either way).
+- alibi json: 32 heads (the configured table holds 65,536 distances), one query t in 0 .. 131,071
+  against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
+  application/json: cell texts kept per distance (service/shortcut/hot_alibi_json.c).
+--cases NAME,NAME runs only those cases.
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
 uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
 request: the same status, content type and length). Round after round each case is measured on
@@ -97,7 +101,13 @@ CASES = {   # name -> request maker of a seeded random generator
     "v2 json 16 rows": lambda r: v2_json([r.randrange(65536) for _ in range(16)]),
     "v2 alibi 1x16": lambda r: v2_rest("alibi", ALIBI, query=[r.randrange(131072)],
                                        key=[r.randrange(131072) for _ in range(16)]),
+    "alibi json": lambda r: alibi_row(r, r.randrange(131072)),
 }
+SEEDS = {name: 1000 + i for i, name in enumerate(CASES)}   # each case's requests, whichever cases run
+
+
+def alibi_row(r: random.Random, q: int) -> tuple:
+    return v1("/v1/alibi", JSON, {**ALIBI, "query": [q], "key": sorted(r.randrange(q + 1) for _ in range(16))})
 
 _LUA = r"""
 local reqs = {%s}
@@ -195,7 +205,7 @@ def prepare(tmp: str, n: int) -> tuple:
     assert httpx.get(posenc.url + "/v1/tables").json()["lane"] == "on"
     floors, scripts = {}, {}
     for i, (name, make) in enumerate(CASES.items()):
-        rng = random.Random(1000 + i)
+        rng = random.Random(SEEDS[name])
         reqs = [make(rng) for _ in range(n)]
         for path, headers, body in reqs[:2]:   # the full path answers, and learns (v2: at the second)
             r = httpx.post(posenc.url + path, content=body, headers=headers)
@@ -244,19 +254,19 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     lengths = {t["family"]: t["length"] for t in CONFIG["tables"]}
     if not keep:   # every row past a table computed each time (JSON texts cannot be kept: declined)
         replay._hot.configure(**(replay.native_rules(replay.current()) | {"keep_bytes": 0}))
-    for i, (name, make) in enumerate(CASES.items()):
+    for name, make in CASES.items():
         if not keep and "json" in name:
             continue
-        rng = random.Random(1000 + i)
+        rng = random.Random(SEEDS[name])
         reqs = [make(rng) for _ in range(n)]
         path, headers, body = reqs[0]
-        if "alibi" in path:   # the block the v2 shortcut fills: the /v1 template's, from raw query and key
+        if path == "/v2/models/alibi/infer":   # the block the v2 shortcut fills: the /v1 template's, from raw query and key
             req = pipeline.parse("alibi", {**ALIBI, "query": [0], "key": [0]}, lengths["alibi"])
             t = replay.block_template(req, view_of(req.table), 1 << 20, 1 << 26)
             calls = [lambda b=b: replay.fill_block(t, b[-136:-128], b[-128:], (8, 8), False, (b"", b"")) for _, _, b in reqs]
             timed(name, calls, n, reps)
             continue
-        family = "rope" if "rope" in path else "sinusoidal"
+        family = path.rsplit("/", 1)[1] if path.startswith("/v1") else "rope"
         first = body if path.startswith("/v1") else orjson.dumps({**ROPE, "positions": [1]})
         req = pipeline.parse(family, orjson.loads(first), lengths[family])
         templates = replay.Templates()   # learnt from the first request's bytes, as the service learns
@@ -303,7 +313,11 @@ def main() -> None:
     ap.add_argument("--no-keep", action="store_true", help="with --in-process: rows past a table never kept")
     ap.add_argument("--plot", help="write the per-round ratios to this PNG")
     ap.add_argument("--perf", metavar="CASE", help="after the rounds, where posenc's time goes in CASE (linux-perf)")
+    ap.add_argument("--cases", help="comma-separated case names (default: every case)")
     a = ap.parse_args()
+    if a.cases:
+        for name in set(CASES) - set(a.cases.split(",")):
+            del CASES[name]
     if a.in_process:
         return in_process(a.requests, not a.no_keep)
     runs: dict = {}

@@ -66,6 +66,8 @@ SPECS = [
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "dtype": "float16", "query": [1], "key": [0]}),   # the engine's block kernel
+    ("alibi", {"num_heads": 5, "mode": "symmetric", "dtype": "bfloat16", "query": [1], "key": [0]}),
+    ("alibi", {"num_heads": 2, "max_bias": 0.5, "mask_future": True, "dtype": "float16", "query": [1], "key": [0]}),
     ("t5-buckets", {"num_buckets": 16, "max_distance": 40, "query": [1], "key": [0]}),   # and its T5 kernel
     # per-axis positions (service/shortcut/hot_axes.c): no fill() template (v2 takes them whole)
     ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
@@ -127,9 +129,10 @@ def full_path(family: str, raw: bytes, fmt: str = "safetensors") -> bytes | None
         body = orjson.loads(raw)
         req = pipeline.parse(family, body, LENGTH)
         pipeline.check(req)
+        arrays = pipeline.arrays(req, view_of(req.table))   # (a masked block's overflow is found here)
     except (orjson.JSONDecodeError, PosencError):
         return None
-    return encode(req.family, pipeline.arrays(req, view_of(req.table)), req.dtype, fmt)[0]
+    return encode(req.family, arrays, req.dtype, fmt)[0]
 
 
 def answer(raw: bytes, family: str, accept: bytes = ACCEPT):

@@ -20,6 +20,8 @@ SPECS = [   # as tests/fuzz/hot_targets.py SPECS, without importing the shortcut
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3]}),
     ("alibi", {"num_heads": 8, "mask_future": True}),
     ("alibi", {"num_heads": 8, "dtype": "float16"}),
+    ("alibi", {"num_heads": 5, "mode": "symmetric", "dtype": "bfloat16"}),
+    ("alibi", {"num_heads": 2, "max_bias": 0.5, "mask_future": True, "dtype": "float16"}),
     ("t5-buckets", {"num_buckets": 16, "max_distance": 40}),
 ]
 AXES = [   # as hot_targets.py's per-axis SPECS: bodies with position_ids
@@ -81,6 +83,10 @@ def lane() -> list[bytes]:
         request(f, b, accept=b"*/*;q=0.1, application/x-safetensors"), request(f, b, accept=b"text/html"),
         request(f, b, accept=b"application/json"), plain.replace(b"accept: " + ACCEPT + b"\r\n", b""),   # JSON
         *(request(f2, b2, accept=b"application/json") for f2, b2 in bodies()[1::3]),
+        *(request(f2, b2, accept=b"application/json") for f2, b2 in bodies()[::2] if f2 == "alibi"),   # JSON blocks
+        request("alibi", b'{"num_heads":12,"query":[2147483647,0],"key":[0,2147483647]}', accept=b"application/json"),
+        request("alibi", b'{"num_heads":2,"max_bias":0.5,"mask_future":true,"dtype":"float16","query":[80000],"key":[0]}',
+                accept=b"application/json"),   # a float16 cell that overflows: declined
         plain.replace(b"content-length", b"Content-Length"), plain.replace(b"host: t", b"HOST:\tt"),
         plain + plain, plain + request(*bodies()[-1]), plain[:-3],
         plain.replace(b"host: t", b"transfer-encoding: chunked"),

@@ -92,12 +92,6 @@ def test_json_far_past_the_table_stays_with_the_full_path():
     assert got == served if PAST_IN_C else got is False
 
 
-def test_alibi_json_stays_with_the_full_path():
-    spec = {"num_heads": 4}
-    got, served, computed = lane_json("alibi", {**spec, "query": [1], "key": [0]}, {**spec, "query": [3], "key": [1, 2]})
-    assert got is False and served == computed
-
-
 def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
     """A row's text is rendered at its first JSON answer only; over the budget the oldest kept
     texts are freed and rendered again as asked, and the answers stay the full path's."""
