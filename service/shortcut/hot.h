@@ -126,7 +126,7 @@ typedef struct RowsTemplate {
     int keeping;
 } RowsTemplate;
 
-#define GROWN_ROWS 65536 /* rows past a table a template keeps at most */
+#define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
 /* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
  * every template's kept texts and rows are dropped first (AlibiTemplates' too: they ask with t
  * NULL and keep their own list, hot_alibi_json.c). 1: granted (counted), 0: not. */
