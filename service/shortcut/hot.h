@@ -253,9 +253,10 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 /* ---- ALiBi JSON answers (hot_alibi_json.c) ----------------------------------------------- */
 
 /* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
- * (hot_answer_body's): bytes, None (declined: a cell that overflows, a limit), NotImplemented
- * (cell texts missing: noted for missing()), NULL error. */
-PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http);
+ * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
+ * a template whose JSON is not `flat` as asked: nested for /v1, flat for a v2 output's data),
+ * NotImplemented (cell texts missing: noted for missing()), NULL error. */
+PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
 void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts and kept texts, at dealloc */
 void hot_alibi_json_drop_all(void);         /* every AlibiTemplate's kept texts (hot_keep's budget) */
 /* AlibiTemplate's methods (set_header, enable_json, set_text), and the module's ALIBI_MISS_CHUNKS and

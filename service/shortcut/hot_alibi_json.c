@@ -3,7 +3,8 @@
  *
  * The JSON answer of a block is the learnt parts (templates.py cuts them from the full path's own
  * JSON of the learnt request) around the block's text, [[[c, c, ...], ...], ...] over [head][query]
- * [key]. Each cell's text is the one the full path writes for its value (engine/encode.py
+ * [key] (or, flat: [c, c, ...], the same cells in the same order: a v2 JSON output's row-major
+ * data, hot_v2json.c). Each cell's text is the one the full path writes for its value (engine/encode.py
  * json_text), and a cell's value is a function of its head and its signed distance d = q - k
  * alone (engine/kernels/alibi_cell.h: 0 - m_h * d, |d| when symmetric; with mask_future, a cell
  * with d < 0 holds the mask value whatever its distance). So the texts are kept per distance:
@@ -42,6 +43,7 @@ typedef struct AlibiJson {
     PyObject *text_for;   /* (side, chunk) -> "[[c,...],...]": every head's cells, never called here */
     char mask[SLOT];      /* the masked cells' text (mask_future) */
     int chunk_bits;
+    int flat;             /* the block as one flat list [c, c, ...] (a v2 JSON output's data), not nested */
     Py_ssize_t chunks, npages; /* chunks of a side below the position limit; pages of them */
     char ***pages[2];     /* [side][page] -> NULL or char *[1 << PAGE_BITS]: NULL or a chunk's slots */
     Py_ssize_t bytes, budget;
@@ -127,11 +129,20 @@ static PyObject *note_missing(AlibiTemplate *t, PyObject *keys)
     Py_RETURN_NOTIMPLEMENTED;
 }
 
+/* Writes the text of slot p (a cell's: its length, then its characters) at w; returns its end. */
+static inline char *put_cell(char *w, const char *p, const char *end)
+{
+    size_t n = (unsigned char)p[0];
+    if (w + SLOT <= end) memcpy(w, p + 1, SLOT - 1);   /* a whole slot's chars where they fit */
+    else memcpy(w, p + 1, n);
+    return w + n;
+}
+
 /* declared, and described, in hot.h */
-PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
+PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat)
 {
     AlibiJson *j = t->json;
-    if (!j || !j->parts) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
+    if (!j || !j->parts || j->flat != flat) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL, *keys = NULL;
     const char **cell = NULL;
@@ -176,8 +187,10 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
         out = PySet_GET_SIZE(keys) > MISS_CHUNKS + nq * nk / MISS_CELLS ? Py_NewRef(Py_None) : note_missing(t, keys);
         goto done;
     }
-    /* '[' and ']' around the heads, the queries and the keys, the commas between them, the texts */
-    Py_ssize_t body = 2 + 2 * H + (H - 1) + H * (2 * nq + (nq > 0 ? nq - 1 : 0)) + H * nq * (nk > 0 ? nk - 1 : 0);
+    /* '[' and ']' around the heads, the queries and the keys, the commas between them, the texts;
+     * flat: '[', each cell's ',' or the closing ']' (an empty block: "[]") */
+    Py_ssize_t body = flat ? 1 + (H * nq * nk > 0 ? H * nq * nk : 1)
+                           : 2 + 2 * H + (H - 1) + H * (2 * nq + (nq > 0 ? nq - 1 : 0)) + H * nq * (nk > 0 ? nk - 1 : 0);
     for (Py_ssize_t h = 0; h < H; h++)
         for (Py_ssize_t i = 0; i < nq * nk; i++) {
             const char *p = cell[i] == j->mask ? j->mask : cell[i] + h * SLOT;
@@ -191,17 +204,19 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
     if (hot_bytes_of(http, PyTuple_GET_ITEM(j->parts, 0), body, PyTuple_GET_ITEM(j->parts, 1), 0, &o) < 0) goto done;
     char *w = o.fill, *end = o.fill + body;
     *w++ = '[';
-    for (Py_ssize_t h = 0; h < H; h++) {
+    if (flat && H * nq * nk == 0) *w++ = ']';
+    for (Py_ssize_t h = 0; h < H && flat; h++)
+        for (Py_ssize_t i = 0; i < nq * nk; i++) {
+            w = put_cell(w, cell[i] == j->mask ? j->mask : cell[i] + h * SLOT, end);
+            *w++ = h + 1 < H || i + 1 < nq * nk ? ',' : ']';
+        }
+    for (Py_ssize_t h = 0; h < H && !flat; h++) {
         *w++ = '[';
         for (Py_ssize_t a = 0; a < nq; a++) {
             *w++ = '[';
             for (Py_ssize_t b = 0; b < nk; b++) {
                 const char *p = cell[a * nk + b];
-                if (p != j->mask) p += h * SLOT;
-                size_t n = (unsigned char)p[0];
-                if (w + SLOT <= end) memcpy(w, p + 1, SLOT - 1);   /* a whole slot's chars where they fit */
-                else memcpy(w, p + 1, n);
-                w += n;
+                w = put_cell(w, p == j->mask ? p : p + h * SLOT, end);
                 *w++ = ',';
             }
             w[nk > 0 ? -1 : 0] = ']';
@@ -212,7 +227,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
         w += nq > 0 ? 0 : 1;
         *w++ = ',';
     }
-    w[-1] = ']';
+    if (!flat) w[-1] = ']';
     out = hot_finish(&o);
 done:
     Py_XDECREF(keys);
@@ -225,12 +240,13 @@ done:
 
 /* ---- AlibiTemplate's JSON methods --------------------------------------------------------- */
 
-PyDoc_STRVAR(enable_json_doc, "enable_json(parts, mask, text_for, chunk, budget)\n--\n\n"
+PyDoc_STRVAR(enable_json_doc, "enable_json(parts, mask, text_for, chunk, budget, flat=False)\n--\n\n"
              "Answer JSON too: parts, (before, after) the block's text in the full path's JSON answer; mask,\n"
              "a masked cell's text; text_for(side, chunk) -> the JSON text [[c, ...], ...] of every head's\n"
              "cells at the chunk's distances (side 0: d = chunk * chunk_size + i >= 0, side 1: d = -(...)),\n"
              "called by templates.py on a miss; chunk: distances a chunk holds (a power of two); budget:\n"
-             "bytes of texts kept. parts None: no JSON answers.");
+             "bytes of texts kept; flat: the block as one flat list (a v2 JSON output's data). parts None: no\n"
+             "JSON answers.");
 
 static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -241,11 +257,13 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     long long chunk;
     Py_ssize_t budget;
-    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 ||
+    int flat = nargs == 6 ? PyObject_IsTrue(args[5]) : 0;
+    if (flat < 0) return NULL;
+    if (nargs < 5 || nargs > 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 ||
         !PyBytes_Check(PyTuple_GET_ITEM(args[0], 0)) || !PyBytes_Check(PyTuple_GET_ITEM(args[0], 1)) ||
         !PyBytes_Check(args[1]) || !PyCallable_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes), mask: bytes, text_for, chunk: int, "
-                                          "budget: int), or enable_json(None)");
+                                          "budget: int, flat: bool = False), or enable_json(None)");
         return NULL;
     }
     if ((chunk = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred()) return NULL;
@@ -267,6 +285,7 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     j->chunks = (Py_ssize_t)((hot_cfg.position_limit + chunk - 1) / chunk);
     j->npages = (j->chunks + (1 << PAGE_BITS) - 1) >> PAGE_BITS;
     j->budget = budget;
+    j->flat = flat;
     t->json = j;
     Py_RETURN_NONE;
 }

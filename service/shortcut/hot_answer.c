@@ -466,7 +466,7 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
     else if (Py_IS_TYPE(t, &hot_GridTemplateType) && nf == 1 && !axes)
         out = hot_grid_answer((GridTemplate *)t, &spans[0], http);
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
-        out = hot_alibi_json((AlibiTemplate *)t, &spans[0], &spans[1], http);
+        out = hot_alibi_json((AlibiTemplate *)t, &spans[0], &spans[1], http, 0);
     else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
         out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
     else if (Py_IS_TYPE(t, &hot_T5TemplateType) && nf == 2)

@@ -13,8 +13,9 @@
  *
  * An entry is (template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
  * one flat list (enable_json(..., flat=True): a v2 output's row-major data, the v2 answer's parts
- * around them) and one list; or a T5Template of flat JSON and two lists (query and key; swap: the
- * body's first list is the key's). counts: the positions each list must hold; post: the answer's
+ * around them) and one list; or a T5Template or an AlibiTemplate (its kept cell texts,
+ * hot_alibi_json.c) of flat JSON and two lists (query and key; swap: the body's first list is the
+ * key's). counts: the positions each list must hold; post: the answer's
  * head after its content length's digits.
  */
 #include "hot.h"
@@ -92,7 +93,9 @@ static PyObject *entry_answer(PyObject *e, const Span *sp, int n, const Http *ht
         if (!tt->json_parts || !tt->json_flat) Py_RETURN_NONE;
         return hot_t5_answer(tt, &sp[swap], &sp[!swap], &h);
     }
-    PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list or a T5Template of two");
+    if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && n == 2)
+        return hot_alibi_json((AlibiTemplate *)t, &sp[swap], &sp[!swap], &h, 1);
+    PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two");
     return NULL;
 }
 

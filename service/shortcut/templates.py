@@ -188,13 +188,16 @@ def rows_template(req, view):
 def flat_json_template(req, view, parts: tuple, limits: Limits):
     """The family's template of ``req`` (list selections), writing JSON with ``parts`` around each
     array's values as one flat list (a v2 output's row-major data; service/shortcut/hot_v2json.c):
-    a RowsTemplate of one axis, or a T5Template (``parts`` around its block); None for any other."""
+    a RowsTemplate of one axis, or a T5Template or AlibiTemplate (``parts`` around its block); None
+    for any other."""
     t = req.family.template(_hot, req, view, limits)
     if type(t) is _hot.RowsTemplate:
         return t if _rows_json(t, req, parts, True) else None
     if type(t) is _hot.T5Template and len(parts) == 2:
         t.enable_json(parts, True)
         return t
+    if type(t) is _hot.AlibiTemplate and len(parts) == 2:
+        return t if _alibi_texts(t, req, view, parts, True) else None
     return None
 
 
@@ -359,16 +362,24 @@ def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
 
 def alibi_json(t, key: bytes, raw: bytes, req, view) -> bool:
     """Let AlibiTemplate ``t`` answer JSON too (service/shortcut/hot_alibi_json.c): the full path's
-    JSON answer of ``req`` around the block's text, whose cells' texts C copies. A cell's value is
-    a function of its head and signed distance alone, so every head's cells at ALIBI_CHUNK
-    distances are computed at once by the engine's block kernel, as the full path computes them
-    (a query at each distance against key 0, or key at each distance against query 0 for the
-    side of negative distances), and rendered by the full path's own ``json_text`` (an overflow is
-    written null: C declines a block that needs it). Only when its answer to ``raw`` through the
-    lane is the full path's bytes."""
+    JSON answer of ``req`` around the block's text, whose cells' texts C copies (``_alibi_texts``).
+    Only when its answer to ``raw`` through the lane is the full path's bytes."""
     want, parts = _json_parts(req, view)
-    if parts is None or len(parts) != 2:
+    if parts is None or len(parts) != 2 or not _alibi_texts(t, req, view, parts, False):
         return False
+    if _lane_json(t, key, raw, req) != want:
+        t.enable_json(None)   # JSON stays with the full path
+        return False
+    return True
+
+
+def _alibi_texts(t, req, view, parts: tuple, flat: bool) -> bool:
+    """Let AlibiTemplate ``t`` write JSON between ``parts`` (the block nested [head][query][key], or
+    ``flat``: one row-major list). A cell's value is a function of its head and signed distance
+    alone, so every head's cells at ALIBI_CHUNK distances are computed at once by the engine's
+    block kernel, as the full path computes them (a query at each distance against key 0, or key
+    at each distance against query 0 for the side of negative distances), and rendered by the full
+    path's own ``json_text`` (an overflow is written null: C declines a block that needs it)."""
     spec, dtype = req.spec, req.dtype
     m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
     zero = np.zeros(1, np.int64)
@@ -383,10 +394,7 @@ def alibi_json(t, key: bytes, raw: bytes, req, view) -> bool:
         return cells(d, zero) if side == 0 else cells(zero, d)
     mask = cells(zero, zero + 1)[2:].partition(b"]")[0] if spec.mask_future else b"0"   # key 1 after query 0
     try:
-        t.enable_json(parts, mask, text_for, ALIBI_CHUNK, TEXT_BUDGET)
+        t.enable_json(parts, mask, text_for, ALIBI_CHUNK, TEXT_BUDGET, flat)
     except ValueError:   # a mask text longer than a slot
-        return False
-    if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None)   # JSON stays with the full path
         return False
     return True

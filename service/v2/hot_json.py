@@ -15,16 +15,16 @@ The answer is the full path's JSON (service/v2/rest.py ``_answer``, asked once w
 place of each row-gathered output's data) around each output's values, which C writes from the
 family's template as a flat row-major list: RoPE and sinusoidal rows from a RowsTemplate's kept
 texts of stored rows (service/shortcut/hot_json.c, rows past the table computed and rendered as
-/v1 JSON's are), T5 blocks by the engine's kernel (integers). A key is learnt at the full path's
-second answer, only when the template's answer to the learnt body, through the lane's own entry
+/v1 JSON's are), T5 blocks by the engine's kernel (integers), ALiBi blocks [heads, nq, nk] from
+an AlibiTemplate's kept cell texts (service/shortcut/hot_alibi_json.c: every mode, distances
+inside and past the stored table; a float16 cell that overflows or a block spread over many
+chunks is declined, as on /v1). A key is learnt at the full path's second answer, only when the template's answer to the learnt body, through the lane's own entry
 point, is the full path's bytes; entries are dropped with hot.py's (a manifest change other than new tables).
 
 What stays with the full path: outputs asked as binary (``binary_data_output``, an output's
 ``binary_data``: the answer then carries binary data), inputs in shared memory or binary, batches
-of T5 blocks ([B, N] inputs), ALiBi (its JSON cells are not kept as texts), per-axis
-``position_ids``, rope types whose rows follow the positions, more than 64 rows (``MAX_ROWS``, as
-/v1 JSON) or 1 MiB of arrays, and
-bodies the strict C cut or parser refuses (an occurrence of ``"data"`` that is not an input's list,
+of T5 and ALiBi blocks ([B, N] inputs), per-axis ``position_ids``, rope types whose rows follow
+the positions, more than 64 rows (``MAX_ROWS``, as /v1 JSON) or 1 MiB of arrays, and bodies the strict C cut or parser refuses (an occurrence of ``"data"`` that is not an input's list,
 nested lists, ``-0``).
 """
 

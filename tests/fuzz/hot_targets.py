@@ -209,7 +209,7 @@ def v2_routes() -> dict:
 
 
 # v2 REST JSON-tensor infers in the lane (service/shortcut/hot_v2json.c): one learnt entry per rows
-# spec and T5 spec, keyed by the body with its data lists cut out (V2J_KEYS), V2J_COUNTS positions each
+# spec, ALiBi spec and T5 spec, keyed by the body with its data lists cut out (V2J_KEYS), V2J_COUNTS positions each
 V2J_KEYS = {1: b'{"inputs":[{"data":\x00}]}', 2: b'{"inputs":[{"data":\x00},{"data":\x00}]}'}
 V2J_COUNTS = {1: (2,), 2: (1, 3)}
 V2J_POST = b"\r\n"
@@ -219,13 +219,13 @@ V2J_SPECS: dict = {}   # target -> (family, first body, parts)
 def v2_json_routes() -> dict:
     out = {}
     for i, (family, body) in enumerate(SPECS):
-        if family not in ("rope", "sinusoidal", "t5-buckets") or "position_ids" in body:
+        if family not in ("rope", "sinusoidal", "alibi", "t5-buckets") or "position_ids" in body:
             continue
         req = pipeline.parse(family, body, LENGTH)
         narr = 2 if family == "rope" else 1
         parts = tuple(b"<%d>" % k for k in range(narr + 1))
         t = replay.flat_json_template(req, view_of(req.table), parts, replay.Limits(replay.MAX_ROWS, 1 << 12, 1 << 20))
-        if t is None:   # (T5 blocks are the engine's kernel's: none with the numpy backend)
+        if t is None:   # (T5 and float16/bfloat16 ALiBi blocks are the engine's kernels': none with numpy)
             continue
         n = len(req.family.selections)
         target = b"/v2/models/j%d/infer" % i
@@ -247,9 +247,9 @@ def v2_json_answer(target: bytes, raw: bytes) -> bytes | None:
             return None
         req = pipeline.parse(family, {**body, **dict(zip(names, lists))}, LENGTH)
         pipeline.check(req)
-    except (orjson.JSONDecodeError, KeyError, TypeError, PosencError):
+        arrays = pipeline.arrays(req, view_of(req.table) if req.table is not None else None)
+    except (orjson.JSONDecodeError, KeyError, TypeError, PosencError):   # (a float16 cell that overflows)
         return None
-    arrays = pipeline.arrays(req, view_of(req.table))
     texts = [json_text(json_ready(arrays[k].reshape(-1), req.dtype)) for k in arrays if k in req.family.batched]
     return parts[0] + b"".join(x + p for x, p in zip(texts, parts[1:]))
 

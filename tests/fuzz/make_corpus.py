@@ -100,10 +100,12 @@ def lane() -> list[bytes]:
         b"POST /v1/alibi HTTP/1.1\r\ncontent-length: 0\r\naccept: " + ACCEPT + b"\r\n\r\n",
         *(v2(m, rows) for m in range(4) for rows in ([0, 7], [511, 600], [-1, 3])),   # hot_targets V2_ROUTES
         v2(0, [1, 2], b"content-encoding: gzip\r\n"), v2(1, [1, 2, 3]), v2(0, [1, 2]) + v2(2, [5, 4]),
-        # hot_targets V2J routes: rope (SPECS 0, 1), sinusoidal (2, 3), t5-buckets (8)
+        # hot_targets V2J routes: rope (SPECS 0, 1), sinusoidal (2, 3), alibi (4 .. 9), t5-buckets (10)
         *(v2_json(m, rows) for m in range(4) for rows in ([0, 7], [511, 600], [3, -1], [1, 2, 3], [1e0, 2])),
-        *(v2_json(8, q, k) for q, k in (([0], [1, 2, 3]), ([600], [0, 511, 2**31 - 1]), ([1], [2, 3]))),
-        v2_json(0, [1, 2], head=b"content-encoding: gzip\r\n"), v2_json(0, [5, 6]) + v2_json(8, [2], [3, 4, 5]),
+        *(v2_json(m, q, k) for m in range(4, 11) for q, k in (([0], [1, 2, 3]), ([600], [0, 511, 2**31 - 1]),
+                                                              ([1], [2, 3]), ([70000], [69999, 70001, 3]))),
+        v2_json(0, [1, 2], head=b"content-encoding: gzip\r\n"), v2_json(0, [5, 6]) + v2_json(10, [2], [3, 4, 5]),
+        v2_json(9, [2**31 - 1], [0, 1, 2]), v2_json(4, [5], [-1, 0, 1]),   # a float16 cell that overflows; -1
         v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data" : [ 1 ,2 ]'), v2_json(0, [[1, 2]]),
         v2_json(0, [1, 2]).replace(b'"data":[1,2]', b'"data":[1,2],"data":[3,4]'),
         *(v2_block(m, q, k) for m in range(5) for q, k in (([7], [0, 1, 2, 3]), ([600], [0, 511, 512, 9]),

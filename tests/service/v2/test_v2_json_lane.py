@@ -4,7 +4,8 @@ service/shortcut/hot_v2json.c, a branch of the lane's v2 routes): a body whose i
 path (service/v2/rest.py with the shortcut off) writes, for rope types whose rows do not follow the
 positions in both layouts, partial rotary, every sinusoidal layout, T5 variants, float32 and
 float16 (BF16 travels only binary in v2), INT32 and INT64 inputs, positions on both sides of each
-table's end; anything else is declined (False) and left to the full path."""
+table's end, ALiBi blocks of every mode with query and key in either order; anything else is
+declined (False) and left to the full path."""
 
 from __future__ import annotations
 
@@ -131,6 +132,60 @@ def test_t5_json_infers_are_the_full_paths(servers, spec, datatype, key_first): 
     for hi in (2048, 10**6):
         for _ in range(4):
             check(servers, "t5-buckets", body_of(spec, inputs(hi), rid="step"), True)
+
+
+ALIBI = [{"num_heads": 12},
+         {"num_heads": 5, "mode": "symmetric", "dtype": "float16"},
+         {"num_heads": 6, "mask_future": True},
+         {"num_heads": 3, "heads": [0, 2], "max_bias": 4.0, "mask_future": True, "dtype": "float16"},
+         {"num_heads": 7, "mode": "symmetric"},
+         {"num_heads": 10, "max_bias": 0.5, "dtype": "float16"}]
+
+
+def alibi_inputs(datatype: str, key_first: bool, q, k) -> list:
+    q, k = ("query", datatype, np.asarray(q)), ("key", datatype, np.asarray(k))
+    return [k, q] if key_first else [q, k]
+
+
+@pytest.mark.parametrize("spec", ALIBI, ids=json.dumps)
+@pytest.mark.parametrize("datatype", ["INT64", "INT32"])
+@pytest.mark.parametrize("key_first", [False, True])
+def test_alibi_json_infers_are_the_full_paths(servers, spec, datatype, key_first):  # noqa: F811
+    """Blocks [heads, nq, nk] as one flat list from the template's kept cell texts: every mode and
+    dtype, distances on both sides of the stored table's end and far past it (float16 cells that
+    overflow there: the full path's 422, declined here)."""
+    if spec.get("dtype") == "float16" and kernels.c_api() is None:
+        pytest.skip("float16 ALiBi blocks come from the simd backend's kernel")
+    on, off = servers
+    rng = np.random.default_rng(len(spec) * 7 + key_first)
+    learn(on, "alibi", spec, lambda: alibi_inputs(datatype, key_first, [20], rng.integers(0, 64, 3)))
+    length = on.v2.client.view(on.v2.inferer.pipeline.request("alibi", {**spec, "query": [0], "key": [0]})).length
+    outcomes = set()
+    for q0 in (30, length - 2, length + 2, 3 * length, 10**6, 2**31 - 40):
+        q = [q0]
+        for k in (q0 - 2 - np.arange(3), q0 + np.arange(3) - 1, np.maximum(0, q0 - length + rng.integers(-3, 3, 3)),
+                  [0, q0 // 2, q0]):   # distances: small, negative, across the table's end, far
+            body = body_of(spec, alibi_inputs(datatype, key_first, q, k))
+            ok = full_path(off, "alibi", body)[0] == 200   # a float16 cell that overflows: 422
+            outcomes.add(ok)
+            check(servers, "alibi", body, ok)
+    assert True in outcomes and (spec.get("dtype") != "float16" or False in outcomes)
+    prefill = alibi_inputs(datatype, key_first, length + np.arange(4), length - 5 + np.arange(6))   # 4 x 6 cells
+    learn(on, "alibi", spec, lambda: prefill)
+    check(servers, "alibi", body_of(spec, alibi_inputs(datatype, key_first, np.arange(4) + 9, np.arange(6) * 3)), True)
+
+
+def test_alibi_blocks_spread_over_many_chunks_are_declined(servers):  # noqa: F811
+    """A block whose distances spread over more chunks of cell texts than one answer renders
+    (ALIBI_MISS_CHUNKS) is left to the full path, as on /v1."""
+    on, off = servers
+    spec, n = {"num_heads": 4, "max_bias": 2.0}, replay._hot.ALIBI_MISS_CHUNKS + 2
+    keys = lambda step: np.arange(n) * step   # noqa: E731
+    learn(on, "alibi", spec, lambda: alibi_inputs("INT64", False, [5], keys(1)))
+    check(servers, "alibi", body_of(spec, alibi_inputs("INT64", False, [5], keys(1))), True)
+    far = body_of(spec, alibi_inputs("INT64", False, [2**30], keys(replay.ALIBI_CHUNK * 1001)))
+    assert full_path(off, "alibi", far)[0] == 200
+    check(servers, "alibi", far, False)
 
 
 def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
