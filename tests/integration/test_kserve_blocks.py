@@ -22,6 +22,7 @@ from posenc.service.shortcut import templates as replay
 from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, serving_grpc
 from tests.integration.test_kserve_shortcut import clients  # noqa: F401  (the fixture, over this module's server)
 from tests.integration.test_metrics_paths import OK, Counted, send
+from tests.service.hot_helpers import needs_kernels
 from tests.procs import child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not replay.NATIVE, reason="the C paths need service._hot")]
@@ -92,6 +93,7 @@ def raw_block(model: str, spec: dict, q, k) -> bytes:
             % (model.encode(), len(head), len(body), body))
 
 
+@needs_kernels   # float16 cells: the engine's C kernel
 def test_learnt_alibi_infers_are_answered_by_the_lanes_c_call(server):
     route = Counted(server, "/v2/models/alibi/infer")
     spec = {"num_heads": 12, "dtype": "float16"}

@@ -8,12 +8,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from posenc.service.shortcut import templates as replay
+from tests.service.hot_helpers import needs_kernels
 from tests.integration.test_lane import both, lane_answers, servers  # noqa: F401  (the fixture)
 from tests.integration.test_metrics_paths import OK, Counted, send, srv  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not replay.NATIVE, reason="the C paths need the C shortcut (service._hot)")]
+# T5 blocks, half-precision ALiBi cells and rows past a table: the engine's C kernels (simd backend)
+pytestmark = [pytest.mark.slow, needs_kernels]
 
 
 ALIBI = {"num_heads": 12, "mask_future": True, "dtype": "float16"}   # a configured table: [12, 1, 3] blocks

@@ -10,6 +10,7 @@ import time
 import pytest
 from hypothesis import event, strategies as st
 
+from posenc.engine import kernels
 from posenc.engine.errors import PosencError
 from posenc.service.shortcut import templates as replay
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
@@ -17,6 +18,11 @@ from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
 needs_native = pytest.mark.skipif(replay.shortcut_in_use("auto") != "c",
                                   reason="the C shortcut runs with service._hot built and the simd backend")
+# what the shortcut takes only with the engine's C kernels lent (kernels.c_api(), the simd backend):
+# T5 blocks, float16/bfloat16 ALiBi cells, rows past a table; with the numpy backend the full path answers
+needs_kernels = pytest.mark.skipif(not replay.NATIVE or kernels.c_api() is None,
+                                   reason="T5 blocks, half-precision ALiBi cells and rows past a table need the "
+                                          "engine's C kernels (the simd backend)")
 HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
 ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
                  st.sampled_from(["-0", "-1", "1.0", "1e2", "01", "00", "true", "null", '"3"', "[1]", "",

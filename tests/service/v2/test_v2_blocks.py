@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, Phase, given, settings as hsettings, strateg
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.proto import grpc_service_pb2 as pb
+from tests.service.hot_helpers import needs_kernels
 from tests.procs import wait_for
 from tests.service.v2.test_v2_hot import call, servers  # noqa: F401  (the fixture)
 from tests.service.v2.test_v2_lane import PRE, lane
 
-pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
+pytestmark = needs_kernels   # T5 blocks and half-precision ALiBi cells: the engine's C kernels
 TABLE = 2048   # the engine's configured tables (tests/service_cases.CONFIG); on-demand ones hold 4096 and more
 
 ALIBI = st.builds(lambda h, sub, bias, mode, mask, dtype: {
