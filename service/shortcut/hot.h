@@ -327,5 +327,13 @@ PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 extern PyMethodDef hot_fill_methods[];
 extern PyMethodDef hot_blocks_methods[];
+extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */
+
+/* ---- a float32's JSON text (hot_f32text.c) ---------------------------------------------- */
+
+#define HOT_F32_TEXT 24 /* room for one text: at most 17 bytes ("-0.0000012345678") */
+/* Writes f's text as the full path's JSON writer (orjson) writes it at w, "null" when not finite;
+ * returns its length. */
+int hot_f32_text(float f, char *w);
 
 #endif

@@ -1,0 +1,91 @@
+/* service/shortcut/hot_f32text.c -- a float32's JSON text, byte for byte the full path's writer's.
+ *
+ * The full path writes a cell with orjson (engine/encode.py json_text: float16 and bfloat16 cells
+ * as their float32 values). orjson writes a float32 as its shortest round-trip digits (Ryu's f2s,
+ * vendored in vendor/ryu/, see its README) in this layout, where k is the decimal exponent of
+ * d.ddd x 10^k:
+ *
+ *   -7 < k < 13: fixed, "0.000012345", "1234.5", integral values with ".0": "123456790.0"
+ *   else:        "1.2345e+13", "1e-7" ('+' on a positive exponent)
+ *   -0.0 as "-0.0"; inf and nan as "null".
+ *
+ * tests/tools/f32_text_exhaustive.py compares all 2^32 bit patterns with orjson; the suite compares
+ * millions of random ones and the edge cases (tests/service/shortcut/test_f32_text.py).
+ */
+#include "hot.h"
+
+#include "ryu/ryu.h"
+
+/* declared, and described, in hot.h */
+int hot_f32_text(float f, char *w)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if (((bits >> 23) & 0xff) == 0xff) {
+        memcpy(w, "null", 4);
+        return 4;
+    }
+    char r[16], dig[10];
+    /* "-1.2345E-7", "0E0": a digit, '.' and the others when more, 'E', the exponent (no NUL) */
+    const char *p = r, *end = r + f2s_buffered_n(f, r);
+    char *o = w;
+    if (*p == '-') *o++ = *p++;
+    int nd = 0;
+    for (; *p != 'E'; p++)
+        if (*p != '.') dig[nd++] = *p;
+    int neg = *++p == '-', k = 0;
+    for (p += neg; p < end; p++) k = k * 10 + (*p - '0');
+    if (neg) k = -k;
+    if (k >= 0 && k < 13) {   /* integral part, then the fraction or ".0" */
+        int ni = k + 1;
+        for (int i = 0; i < ni; i++) *o++ = i < nd ? dig[i] : '0';
+        *o++ = '.';
+        if (nd <= ni) *o++ = '0';
+        for (int i = ni; i < nd; i++) *o++ = dig[i];
+    } else if (k < 0 && k > -7) {
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -k - 1; i++) *o++ = '0';
+        for (int i = 0; i < nd; i++) *o++ = dig[i];
+    } else {
+        *o++ = dig[0];
+        if (nd > 1) *o++ = '.';
+        for (int i = 1; i < nd; i++) *o++ = dig[i];
+        *o++ = 'e';
+        *o++ = k > 0 ? '+' : '-';
+        int a = k < 0 ? -k : k;
+        if (a >= 10) *o++ = (char)('0' + a / 10);
+        *o++ = (char)('0' + a % 10);
+    }
+    return (int)(o - w);
+}
+
+PyDoc_STRVAR(f32_json_doc, "f32_json(buffer) -> bytes\n--\n\n"
+             "The texts of a float32 buffer's values, as the full path's JSON writes them, joined by ','\n"
+             "(orjson.dumps of the array less its brackets; for the tests).");
+
+static PyObject *f32_json(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(float);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (HOT_F32_TEXT + 1));
+    if (out) {
+        char *w = PyBytes_AS_STRING(out), *start = w;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, (const char *)view.buf + i * (Py_ssize_t)sizeof f, sizeof f);
+            w += hot_f32_text(f, w);
+            *w++ = ',';
+        }
+        _PyBytes_Resize(&out, n ? w - start - 1 : 0);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+PyMethodDef hot_f32text_methods[] = {
+    {"f32_json", f32_json, METH_O, f32_json_doc},
+    {NULL, NULL, 0, NULL},
+};
