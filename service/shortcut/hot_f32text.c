@@ -14,28 +14,30 @@
  */
 #include "hot.h"
 
-#include "ryu/ryu.h"
+/* Ryu's f2s, compiled here (not listed in setup.py on its own) so that its f2d, the shortest
+ * digits and exponent, is called directly rather than through its text */
+#include "ryu/f2s.c"
 
 /* declared, and described, in hot.h */
 int hot_f32_text(float f, char *w)
 {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if (((bits >> 23) & 0xff) == 0xff) {
+    uint32_t bits = float_to_bits(f), mant = bits & ((1u << FLOAT_MANTISSA_BITS) - 1),
+             ex = (bits >> FLOAT_MANTISSA_BITS) & ((1u << FLOAT_EXPONENT_BITS) - 1);
+    char *o = w;
+    if (ex == (1u << FLOAT_EXPONENT_BITS) - 1) {
         memcpy(w, "null", 4);
         return 4;
     }
-    char r[16], dig[10];
-    /* "-1.2345E-7", "0E0": a digit, '.' and the others when more, 'E', the exponent (no NUL) */
-    const char *p = r, *end = r + f2s_buffered_n(f, r);
-    char *o = w;
-    if (*p == '-') *o++ = *p++;
-    int nd = 0;
-    for (; *p != 'E'; p++)
-        if (*p != '.') dig[nd++] = *p;
-    int neg = *++p == '-', k = 0;
-    for (p += neg; p < end; p++) k = k * 10 + (*p - '0');
-    if (neg) k = -k;
+    if (bits >> 31) *o++ = '-';
+    if (ex == 0 && mant == 0) {
+        memcpy(o, "0.0", 3);
+        return (int)(o - w) + 3;
+    }
+    floating_decimal_32 v = f2d(mant, ex);   /* v.mantissa * 10^v.exponent, no trailing zero */
+    char dig[10];
+    int nd = (int)decimalLength9(v.mantissa);
+    for (uint32_t m = v.mantissa, i = (uint32_t)nd; i > 0; m /= 10) dig[--i] = (char)('0' + m % 10);
+    int k = v.exponent + nd - 1;   /* d.ddd x 10^k */
     if (k >= 0 && k < 13) {   /* integral part, then the fraction or ".0" */
         int ni = k + 1;
         for (int i = 0; i < ni; i++) *o++ = i < nd ? dig[i] : '0';
