@@ -34,30 +34,44 @@ int hot_f32_text(float f, char *w)
         return (int)(o - w) + 3;
     }
     floating_decimal_32 v = f2d(mant, ex);   /* v.mantissa * 10^v.exponent, no trailing zero */
-    char dig[10];
-    int nd = (int)decimalLength9(v.mantissa);
-    for (uint32_t m = v.mantissa, i = (uint32_t)nd; i > 0; m /= 10) dig[--i] = (char)('0' + m % 10);
+    char dig[10];   /* its digits, two at a time from Ryu's table */
+    uint32_t m = v.mantissa;
+    int nd = (int)decimalLength9(m), i = nd;
+    for (; m >= 100; m /= 100, i -= 2) memcpy(dig + i - 2, DIGIT_TABLE + (m % 100) * 2, 2);
+    if (m >= 10) memcpy(dig + i - 2, DIGIT_TABLE + m * 2, 2);
+    else dig[i - 1] = (char)('0' + m);
     int k = v.exponent + nd - 1;   /* d.ddd x 10^k */
     if (k >= 0 && k < 13) {   /* integral part, then the fraction or ".0" */
         int ni = k + 1;
-        for (int i = 0; i < ni; i++) *o++ = i < nd ? dig[i] : '0';
-        *o++ = '.';
-        if (nd <= ni) *o++ = '0';
-        for (int i = ni; i < nd; i++) *o++ = dig[i];
+        if (nd <= ni) {
+            memcpy(o, dig, (size_t)nd);
+            memset(o + nd, '0', (size_t)(ni - nd));
+            memcpy(o + ni, ".0", 2);
+            o += ni + 2;
+        } else {
+            memcpy(o, dig, (size_t)ni);
+            o[ni] = '.';
+            memcpy(o + ni + 1, dig + ni, (size_t)(nd - ni));
+            o += nd + 1;
+        }
     } else if (k < 0 && k > -7) {
-        *o++ = '0';
-        *o++ = '.';
-        for (int i = 0; i < -k - 1; i++) *o++ = '0';
-        for (int i = 0; i < nd; i++) *o++ = dig[i];
+        memcpy(o, "0.", 2);
+        memset(o + 2, '0', (size_t)(-k - 1));
+        o += 1 - k;
+        memcpy(o, dig, (size_t)nd);
+        o += nd;
     } else {
         *o++ = dig[0];
-        if (nd > 1) *o++ = '.';
-        for (int i = 1; i < nd; i++) *o++ = dig[i];
+        if (nd > 1) {
+            *o++ = '.';
+            memcpy(o, dig + 1, (size_t)(nd - 1));
+            o += nd - 1;
+        }
         *o++ = 'e';
         *o++ = k > 0 ? '+' : '-';
-        int a = k < 0 ? -k : k;
-        if (a >= 10) *o++ = (char)('0' + a / 10);
-        *o++ = (char)('0' + a % 10);
+        int e = k < 0 ? -k : k;
+        if (e >= 10) *o++ = (char)('0' + e / 10);
+        *o++ = (char)('0' + e % 10);
     }
     return (int)(o - w);
 }

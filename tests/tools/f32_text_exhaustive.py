@@ -4,8 +4,9 @@ the full path's writer (orjson), 2^24 patterns at a time: all 2^32 of them by de
     .venv/bin/python tests/tools/f32_text_exhaustive.py [--first CHUNK] [--chunks N]
 
 Prints each chunk that differs (its first differing value) and the total; exits 1 on a difference.
-Run of hot_f32text.c as of ea4c7ea (Ryu's f2d called directly), orjson 3.13.0: all 4,294,967,296
-patterns equal, 403 s on one core (the first version, over f2s's text, also all equal, 405 s).
+Runs against orjson 3.13.0, all 4,294,967,296 patterns equal each time: hot_f32text.c over f2s's
+text (405 s on one core), f2d called directly (ea4c7ea, 403 s), digits two at a time and copied
+with memcpy (366 s).
 Run it again after any change to hot_f32text.c, the vendored Ryu or the orjson pin.
 """
 
