@@ -54,7 +54,7 @@ NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "nativ
                                          "native_lookup.c")]
 HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
                                           "hot_fill.c", "hot_json.c", "hot_axes.c", "hot_grid.c", "hot_t5.c",
-                                          "hot_v2json.c", "hot_blocks.c", "hot_alibi_json.c")]
+                                          "hot_v2json.c", "hot_blocks.c", "hot_alibi_json.c", "hot_f32text.c")]
 
 setup(
     ext_modules=[
@@ -63,8 +63,9 @@ setup(
                            "engine/kernels/round_f64.h"], optional=_OPTIONAL),
         # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c and its parts);
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
-        Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels"],
-                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h"], optional=_OPTIONAL),
+        Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels", "service/shortcut/vendor"],
+                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h",
+                           "service/shortcut/vendor/ryu/f2s.c"], optional=_OPTIONAL),
         # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
         # runs its Python loop, which holds far lower rates (loadtest/sender.py says which ran)
         Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),

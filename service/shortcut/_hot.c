@@ -22,7 +22,8 @@
  *   hot_t5.c         T5Template: T5 bucket blocks by the engine's kernel
  *   hot_blocks.c     ALiBi block cells (every way in), fill_block(): blocks for raw binary query and key
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
- *   hot_alibi_json.c JSON answers of an AlibiTemplate: kept texts of its cells per distance, copied
+ *   hot_alibi_json.c JSON answers of an AlibiTemplate: its block's cells, each formatted as orjson would
+ *   hot_f32text.c    a float32's JSON text, orjson's (Ryu's digits, vendor/ryu/)
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -246,7 +247,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__hot(void)
 {
     PyMethodDef *const parts[] = {hot_select_methods, hot_templates_methods, hot_answer_methods, hot_lane_methods,
-                                  hot_fill_methods, hot_v2json_methods, hot_blocks_methods};
+                                  hot_fill_methods, hot_v2json_methods, hot_blocks_methods, hot_f32text_methods};
     hot_lane_ready();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

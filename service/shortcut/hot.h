@@ -128,8 +128,7 @@ typedef struct RowsTemplate {
 
 #define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
 /* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
- * every template's kept texts and rows are dropped first (AlibiTemplates' too: they ask with t
- * NULL and keep their own list, hot_alibi_json.c). 1: granted (counted), 0: not. */
+ * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */
 int hot_keep(RowsTemplate *t, Py_ssize_t bytes);
 void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
 void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
@@ -149,7 +148,7 @@ typedef struct {
     int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
                            * kernel (hot_cfg.kernels->alibi), of this dtype code */
     Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
-    struct AlibiJson *json; /* NULL, or its JSON answers' parts and kept cell texts (hot_alibi_json.c) */
+    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi_json.c) */
 } AlibiTemplate;
 
 /* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
@@ -255,12 +254,10 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
 /* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
  * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
  * a template whose JSON is not `flat` as asked: nested for /v1, flat for a v2 output's data),
- * NotImplemented (cell texts missing: noted for missing()), NULL error. */
+ * NULL error. */
 PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
-void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts and kept texts, at dealloc */
-void hot_alibi_json_drop_all(void);         /* every AlibiTemplate's kept texts (hot_keep's budget) */
-/* AlibiTemplate's methods (set_header, enable_json, set_text), and the module's ALIBI_MISS_CHUNKS and
- * ALIBI_MISS_CELLS (for the tests): 0, or -1 with an error set */
+void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts, at dealloc */
+/* AlibiTemplate's methods (set_header, enable_json): 0, or -1 with an error set */
 int hot_alibi_json_ready(PyObject *m);
 
 /* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
@@ -327,5 +324,13 @@ PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 extern PyMethodDef hot_fill_methods[];
 extern PyMethodDef hot_blocks_methods[];
+extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */
+
+/* ---- a float32's JSON text (hot_f32text.c) ---------------------------------------------- */
+
+#define HOT_F32_TEXT 24 /* room for one text: at most 17 bytes ("-0.0000012345678") */
+/* Writes f's text as the full path's JSON writer (orjson) writes it at w, "null" when not finite;
+ * returns its length. */
+int hot_f32_text(float f, char *w);
 
 #endif

@@ -44,7 +44,6 @@ int hot_keep(RowsTemplate *t, Py_ssize_t bytes)
     if (bytes > hot_cfg.keep_bytes) return 0;
     if (kept + bytes > hot_cfg.keep_bytes) {
         while (keepers) hot_keep_drop(keepers);
-        hot_alibi_json_drop_all();
     }
     kept += bytes;
     if (t && !t->keeping) {

@@ -23,8 +23,9 @@ JSON answers (the lane's, service/protocol/lane.py) come from the same RowsTempl
 around the rows' texts, each stored row rendered once by the full path's own ``json_text`` the
 first time an answer needs it, and kept (up to TEXT_BUDGET bytes a template); rows past the table
 (GROWN_ROWS of them) are computed by the engine's kernel for their rendering. ALiBi blocks
-(``alibi_json``) keep the texts of every head's cells per chunk of ALIBI_CHUNK signed distances,
-rendered the same way from the engine's block kernel. The C code never formats a float.
+(``block_json``) are formatted in C, cell by cell, with orjson's own text of a float32
+(hot_f32text.c: Ryu's shortest digits in orjson's layout, held to orjson over all 2^32 values by
+tests/tools/f32_text_exhaustive.py): a block's cells are far too many distances to keep texts of.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and
 headers to the response bytes; learning cuts bodies with the same C (``_hot.cut``). The
@@ -56,7 +57,6 @@ MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the s
 FORMATS = {"safetensors": 0, "json": 1}   # the answer formats C writes: an Accept value -> its index
 TEXT_BUDGET = 128 << 20   # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
 KEEP_BYTES = 256 << 20    # bytes all templates keep together: JSON texts and rows past a table once computed
-ALIBI_CHUNK = 256         # distances of an ALiBi template's cell texts rendered at once (every head's)
 _ROWS_MARK = "posenc:rows:%d"   # stands for an array's rows in the JSON answer the parts are cut from
 MAX_TEMPLATES = 1024
 MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 MiB at most
@@ -197,7 +197,8 @@ def flat_json_template(req, view, parts: tuple, limits: Limits):
         t.enable_json(parts, True)
         return t
     if type(t) is _hot.AlibiTemplate and len(parts) == 2:
-        return t if _alibi_texts(t, req, view, parts, True) else None
+        t.enable_json(parts, True)
+        return t
     return None
 
 
@@ -285,10 +286,8 @@ class Templates:
             return
         if type(t) is _hot.RowsTemplate and axes is None:   # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
-        elif type(t) is _hot.T5Template:
+        elif type(t) is _hot.T5Template or type(t) is _hot.AlibiTemplate:
             block_json(t, key, raw, req, view)
-        elif type(t) is _hot.AlibiTemplate:
-            alibi_json(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():
                 d.clear()
@@ -348,53 +347,15 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
 
 
 def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
-    """Let T5Template ``t`` answer JSON too (service/shortcut/hot_t5.c): the full path's JSON answer
-    of ``req`` around the block's text, which C writes (integers only). Only when its answer to
-    ``raw`` through the lane is the full path's bytes."""
+    """Let T5Template or AlibiTemplate ``t`` answer JSON too (service/shortcut/hot_t5.c: integers;
+    hot_alibi_json.c: floats as the full path's writer formats them): the full path's JSON answer of
+    ``req`` around the block's text, which C writes. Only when its answer to ``raw`` through the
+    lane is the full path's bytes."""
     want, parts = _json_parts(req, view)
     if parts is None or len(parts) != 2:
         return False
     t.enable_json(parts)
     if _lane_json(t, key, raw, req) != want:
         t.enable_json(None)   # JSON stays with the full path
-        return False
-    return True
-
-def alibi_json(t, key: bytes, raw: bytes, req, view) -> bool:
-    """Let AlibiTemplate ``t`` answer JSON too (service/shortcut/hot_alibi_json.c): the full path's
-    JSON answer of ``req`` around the block's text, whose cells' texts C copies (``_alibi_texts``).
-    Only when its answer to ``raw`` through the lane is the full path's bytes."""
-    want, parts = _json_parts(req, view)
-    if parts is None or len(parts) != 2 or not _alibi_texts(t, req, view, parts, False):
-        return False
-    if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None)   # JSON stays with the full path
-        return False
-    return True
-
-
-def _alibi_texts(t, req, view, parts: tuple, flat: bool) -> bool:
-    """Let AlibiTemplate ``t`` write JSON between ``parts`` (the block nested [head][query][key], or
-    ``flat``: one row-major list). A cell's value is a function of its head and signed distance
-    alone, so every head's cells at ALIBI_CHUNK distances are computed at once by the engine's
-    block kernel, as the full path computes them (a query at each distance against key 0, or key
-    at each distance against query 0 for the side of negative distances), and rendered by the full
-    path's own ``json_text`` (an overflow is written null: C declines a block that needs it)."""
-    spec, dtype = req.spec, req.dtype
-    m = np.ascontiguousarray(view.slopes[spec.head_index], dtype=np.float64)
-    zero = np.zeros(1, np.int64)
-
-    def cells(q: np.ndarray, k: np.ndarray) -> bytes:
-        out = np.empty((len(m), len(q), len(k)), DTYPES[dtype])
-        kernels.alibi_block(m, q, k, out, dtype, spec.mode == "symmetric", spec.mask_future)
-        return json_text(json_ready(out.reshape(len(m), -1), dtype))
-
-    def text_for(side: int, chunk: int) -> bytes:
-        d = np.arange(chunk * ALIBI_CHUNK, (chunk + 1) * ALIBI_CHUNK, dtype=np.int64)
-        return cells(d, zero) if side == 0 else cells(zero, d)
-    mask = cells(zero, zero + 1)[2:].partition(b"]")[0] if spec.mask_future else b"0"   # key 1 after query 0
-    try:
-        t.enable_json(parts, mask, text_for, ALIBI_CHUNK, TEXT_BUDGET, flat)
-    except ValueError:   # a mask text longer than a slot
         return False
     return True

@@ -175,17 +175,17 @@ def test_alibi_json_infers_are_the_full_paths(servers, spec, datatype, key_first
     check(servers, "alibi", body_of(spec, alibi_inputs(datatype, key_first, np.arange(4) + 9, np.arange(6) * 3)), True)
 
 
-def test_alibi_blocks_spread_over_many_chunks_are_declined(servers):  # noqa: F811
-    """A block whose distances spread over more chunks of cell texts than one answer renders
-    (ALIBI_MISS_CHUNKS) is left to the full path, as on /v1."""
+def test_alibi_blocks_spread_far_apart_are_the_lanes(servers):  # noqa: F811
+    """A block whose distances spread far apart (every cell at a distance of its own, far past the
+    table) is the lane's too, as on /v1: C formats each cell, nothing is rendered or kept per distance."""
     on, off = servers
-    spec, n = {"num_heads": 4, "max_bias": 2.0}, replay._hot.ALIBI_MISS_CHUNKS + 2
+    spec, n = {"num_heads": 4, "max_bias": 2.0}, 18
     keys = lambda step: np.arange(n) * step   # noqa: E731
     learn(on, "alibi", spec, lambda: alibi_inputs("INT64", False, [5], keys(1)))
     check(servers, "alibi", body_of(spec, alibi_inputs("INT64", False, [5], keys(1))), True)
-    far = body_of(spec, alibi_inputs("INT64", False, [2**30], keys(replay.ALIBI_CHUNK * 1001)))
+    far = body_of(spec, alibi_inputs("INT64", False, [2**30], keys(256 * 1001)))
     assert full_path(off, "alibi", far)[0] == 200
-    check(servers, "alibi", far, False)
+    check(servers, "alibi", far, True)
 
 
 def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
