@@ -14,6 +14,7 @@ from posenc.service.shortcut import templates as replay
 from tests.integration.test_lane import lane_answers, read_responses, request
 from tests.integration.test_metrics_paths import OFF, Counted
 from tests.procs import Procs, child_env, wait_for
+from tests.service.hot_helpers import needs_kernels
 from tests.service_cases import CONFIG
 
 pytestmark = [pytest.mark.slow,
@@ -49,8 +50,11 @@ def answered_by_the_lane(srv, data: bytes) -> bool:
     return lane_answers(srv) > before
 
 
-@pytest.mark.parametrize("spec", [{"num_heads": 12}, {"num_heads": 12, "dtype": "float16", "mask_future": True},
-                                  {"num_heads": 7, "mode": "symmetric", "dtype": "bfloat16"}],
+@pytest.mark.parametrize("spec", [{"num_heads": 12},   # half-precision cells: the engine's C kernel (simd)
+                                  pytest.param({"num_heads": 12, "dtype": "float16", "mask_future": True},
+                                               marks=needs_kernels),
+                                  pytest.param({"num_heads": 7, "mode": "symmetric", "dtype": "bfloat16"},
+                                               marks=needs_kernels)],
                          ids=["float32", "float16-masked", "bfloat16-symmetric"])
 def test_alibi_json_answers_come_from_c_with_the_full_paths_bytes(srv, spec):
     first = request("/v1/alibi", orjson.dumps({**spec, "query": [1], "key": [0]}), accept=JSON)
