@@ -57,7 +57,10 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
         fl = _step_at(floor, round(frac * sat, -1))
         f[f"at_{int(frac * 100)}"] = {
             "rate": round(frac * sat, -1),
-            "posenc": s["percentiles_us"] if s else None, "floor": fl["percentiles_us"] if fl else None,
+            "posenc": s["percentiles_us"] if s else None,
+            # a floor that fell behind at this rate has no latency to compare with, only its rate
+            "floor": fl["percentiles_us"] if fl and not _saturated(fl) else None,
+            "floor_behind": _behind(fl) if fl and _saturated(fl) else "",
             "saturated": _saturated(s) if s else None, "behind": _behind(s) if s and _saturated(s) else "",
             "noisy": bool(s and s.get("others_cores", 0) > (res.get("noise") or {}).get("limit_cores", 1e9))}
     kept = [s for s in posenc if not _saturated(s)]
@@ -200,9 +203,11 @@ def markdown(res: dict, f: dict) -> str:
         fl = d["floor"] or {}
         sat_note = " ⚠ noisy" if d.get("noisy") else ""
         diff = (f"; posenc − floor {pp['p50'] - fl['p50']:+d} / {pp['p99'] - fl['p99']:+d} µs") if pp and fl else ""
+        floor_text = (f"the floor {d['floor_behind']}" if d.get("floor_behind") else
+                      f"floor {_fmt(fl.get('p50'))} / {_fmt(fl.get('p99'), ' µs')}{diff}")
         L.append(f"| p50 / **p99** at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
-                 f"{_fmt(pp.get('p50'))} / **{_fmt(pp.get('p99'), ' µs')}**{sat_note} (floor {_fmt(fl.get('p50'))} / "
-                 f"{_fmt(fl.get('p99'), ' µs')}{diff}) | p99 < {t['p99_us']:g} µs |")
+                 f"{_fmt(pp.get('p50'))} / **{_fmt(pp.get('p99'), ' µs')}**{sat_note} ({floor_text}) | "
+                 f"p99 < {t['p99_us']:g} µs |")
     m80 = f["max_rate_p99_under_target"]
     L.append(f"| highest measured rate with p99 < {t['p99_us']:g} µs | "
              + (_fmt(m80, "/s") if m80 else f"none (the raw floor's own p99 was ≥ {_fmt(f['floor_min_p99_us'], ' µs')})")

@@ -194,3 +194,23 @@ def _no_latency_in_report(s: probe.StepResult) -> None:
     assert f"✗ fell behind ({s.behind}), {s.achieved_rps:,.0f}/s achieved | – | – | – | – | – |" in row, row
     head = next(line for line in md.splitlines() if "at 50% of saturation" in line)
     assert "no latency: fell behind" in head and "µs" not in head.split("|")[2], head
+
+
+def test_a_floor_that_fell_behind_gives_no_latency_in_the_headline():
+    """posenc held 50% of its saturation, the floor did not at that rate: the headline gives
+    posenc's latency and says the floor fell behind, with no floor latency or difference (the
+    floor's percentiles there are its queue, not a latency)."""
+    import dataclasses
+    pct = {"p50": 40, "p90": 90, "p99": 300, "p99.9": 900, "max": 1000}
+    kept = probe.StepResult(target="posenc", rate=25_000.0, duration_s=1.0, connections=64, sent=25_000,
+                            achieved_rps=25_000.0, percentiles_us=pct)
+    fell = probe.StepResult(target="floor", rate=25_000.0, duration_s=1.0, connections=64, sent=25_000,
+                            achieved_rps=20_000.0, queued=5_000, fell_behind=True, behind="server",
+                            percentiles_us={k: 100 * v for k, v in pct.items()})
+    res = {"probe": {"posenc": [dataclasses.asdict(kept)], "floor": [dataclasses.asdict(fell)]},
+           "saturation_rps": 50_000.0}
+    f = report.figures(res, 37_500.0, 80.0, 32)
+    assert f["at_50"]["floor"] is None and f["at_50"]["posenc"] == pct
+    head = next(line for line in report.markdown(res, f).splitlines() if "at 50% of saturation" in line)
+    assert "the floor fell behind (server), 20,000/s achieved" in head, head
+    assert "posenc − floor" not in head and "4000" not in head, head
