@@ -53,7 +53,7 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c",
                                          "native_lookup.c")]
 HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
-                                          "hot_fill.c", "hot_json.c", "hot_axes.c", "hot_grid.c", "hot_t5.c",
+                                          "hot_serve.c", "hot_fill.c", "hot_json.c", "hot_axes.c", "hot_grid.c", "hot_t5.c",
                                           "hot_v2json.c", "hot_blocks.c", "hot_alibi_json.c", "hot_f32text.c")]
 
 setup(

@@ -98,12 +98,26 @@ class Service:
         (end of the request, its route, response, keep-alive); None when it does not apply.
         ``now``: the event loop's clock; the templates' manifest is checked at most every
         LANE_RECHECK_S of it (the client reads the manifest at most every 50 ms anyway)."""
-        if now >= self._lane_recheck:   # templates dropped here leave none to answer from: C declines
-            self._lane_recheck = now + LANE_RECHECK_S
-            self._fresh_templates()
-            if self.v2_fresh is not None:
-                self.v2_fresh()
+        if now >= self._lane_recheck:
+            self._lane_fresh(now)
         return replay.answer_request(data, start, routes, self.accepts, self.templates.native, pre, post, close)
+
+    def _lane_fresh(self, now: float) -> None:
+        """The lane's templates checked against the manifest (templates dropped here leave none to
+        answer from: C declines), and the v2 shortcut's; next at ``now`` + LANE_RECHECK_S."""
+        self._lane_recheck = now + LANE_RECHECK_S
+        self._fresh_templates()
+        if self.v2_fresh is not None:
+            self.v2_fresh()
+
+    def hot_requests(self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow,
+                     counts):
+        """hot_request for every whole request at the start of ``data``, each answer passed to
+        ``write`` and counted in ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call
+        (``replay.serve``): (where the unanswered bytes start, answers, why it stopped, exception)."""
+        if now >= self._lane_recheck:
+            self._lane_fresh(now)
+        return replay.serve(data, routes, self.accepts, self.templates.native, pre, post, close, write, flow, *counts)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

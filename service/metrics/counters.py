@@ -26,7 +26,7 @@ import numpy as np
 from posenc.engine.store import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (
-    CELLS, KINDS, NB, PATH_ROW, ROUTE_INDEX, ROUTES, SHAPE, STATUS_INDEX, STATUSES, BUCKETS_S, prefix)
+    CELLS, KINDS, NB, PATH_ROW, ROUTE_INDEX, ROUTES, SHAPE, STATUS_INDEX, STATUSES, BUCKETS_F64, BUCKETS_S, prefix)
 from posenc.service.metrics.text import render
 
 FLUSH_S = 0.1   # how often a worker writes its counts to its file
@@ -50,6 +50,9 @@ class Metrics:
         self.counts[-1, 0, 0] = random.getrandbits(48) + 1   # folded once by this token
         self.counts[-1, 0, 1] = KINDS.index(kind)
         self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
+        # (the counts, the bounds): what the lane's C loop (service/shortcut/hot_serve.c) counts in,
+        # as observe_at does
+        self.native = (self._mm, BUCKETS_F64)
         self.flush()
         self._stop = threading.Event()
         threading.Thread(target=self._flusher, daemon=True, name="posenc-metrics-flush").start()

@@ -4,6 +4,7 @@ workers' counts (fold.py) and the text format (text.py): routes, statuses, bucke
 from __future__ import annotations
 
 import os
+import struct
 
 from posenc.engine.tables import FAMILIES
 from posenc.service.v2.errors import GRPC_CODES
@@ -20,6 +21,7 @@ BUCKETS_S = (10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 70e-6, 80e-6, 90e-6, 100e
              200e-6, 250e-6, 300e-6, 400e-6, 500e-6, 750e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
              100e-3, 250e-3, 1.0)
 NB = len(BUCKETS_S) + 1          # + the +Inf bucket
+BUCKETS_F64 = struct.pack(f"={len(BUCKETS_S)}d", *BUCKETS_S)   # the bounds as the C lane counts with them
 CELLS = NB + 2                  # + the sum of seconds, the sum of response bytes
 # The ways an answer is made (posenc_answer_path_total): "c", the hot lane's whole-request C call
 # from the socket's bytes to the response's (service/protocol/uvicorn_api.py); "shortcut", the C

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from time import perf_counter
 from types import SimpleNamespace
 
 import uvicorn
@@ -26,6 +25,7 @@ from posenc.service.protocol import lane as lanes
 from posenc.service.protocol.limits import BUSY, HEAD_TOO_LARGE, IDLE_GRACE_S, TIMEOUT, Deadline, HeadTooLarge, head_size, limits
 
 log = logging.getLogger("posenc.service")
+_NO_COUNTS = (None, b"")   # a worker without metrics: serve() counts nothing
 VERSION = uvicorn.__version__
 METHODS = {   # HttpToolsProtocol's methods overridden or called here -> their parameters
     "connection_made": ("transport",), "connection_lost": ("exc",), "data_received": ("data",),
@@ -129,37 +129,30 @@ class Protocol(HttpToolsProtocol):
                 and self.limit_concurrency is None
 
     def data_received(self, data: bytes) -> None:
-        # whole plain requests at the start of data answered in one C call each, with uvicorn's
-        # completion bookkeeping; what they leave goes to httptools (one method: a call is ~5%)
+        # whole plain requests at the start of data answered, written and counted in one C call
+        # (templates.serve), with uvicorn's completion bookkeeping; what they leave goes to httptools
         if not self._whole_ok or self._mid or (self.cycle is not None and not self.cycle.response_complete) \
                 or self.pipeline or self.transport.is_closing():
             return self._parse(data)
-        lane, transport, flow = self._lane, self.transport, self.flow
-        hot, urls, post, metrics = lane.svc.hot_request, lane.urls, lane.post, lane.front.metrics
+        lane, transport = self._lane, self.transport
         h, d = lane.heads, self.server_state.default_headers
         pre = h[2] if h[0] is d else lane.heads_of(d)[2]
-        at, n, done, now = 0, len(data), 0, self.loop.time()
-        while at < n and not flow.write_paused:   # back-pressure: httptools and ASGI wait
-            t0 = perf_counter()
-            try:
-                got = hot(data, at, urls, pre, post, self._draining, now)
-            except Exception:   # a shortcut's failure must not fail the request: ASGI has it
-                log.exception("template shortcut failed in the hot lane; answering through ASGI")
-                got = None
-            if not got:
-                self._declined = got is False
-                break
-            at, route, out, keep_alive = got
-            transport.write(out)
-            done += 1
-            if metrics is not None:
-                metrics.observe_at(route[1], perf_counter() - t0, len(out))
-            if not keep_alive:           # what follows a close is dropped, as uvicorn does
-                transport.close()
-                return self._answered(done, now)
+        metrics, now = lane.front.metrics, self.loop.time()
+        counts = _NO_COUNTS if metrics is None else metrics.native
+        at, done, state, error = lane.svc.hot_requests(data, lane.urls, pre, lane.post, self._draining, now,
+                                                       transport.write, self.flow, counts)
+        if state == lanes.SERVE_AGAIN:   # a header or text to compute first: the loop one request at a time
+            at, more, state, error = lane.again(data, at, pre, self._draining, now, transport.write, self.flow)
+            done += more
+        if error is not None:   # a shortcut's failure must not fail the request: ASGI has it
+            log.error("template shortcut failed in the hot lane; answering through ASGI", exc_info=error)
+        if state == lanes.SERVE_CLOSED:   # what follows a close is dropped, as uvicorn does
+            transport.close()
+            return self._answered(done, now)
+        self._declined = state == lanes.SERVE_DECLINED
         if done:
             self._answered(done, now)
-            if at == n:
+            if at == len(data):
                 return
             data = data[at:]
         self._parse(data)

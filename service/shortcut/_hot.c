@@ -247,7 +247,7 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__hot(void)
 {
     PyMethodDef *const parts[] = {hot_select_methods, hot_templates_methods, hot_answer_methods, hot_lane_methods,
-                                  hot_fill_methods, hot_v2json_methods, hot_blocks_methods, hot_f32text_methods};
+                                  hot_serve_methods, hot_fill_methods, hot_v2json_methods, hot_blocks_methods, hot_f32text_methods};
     hot_lane_ready();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

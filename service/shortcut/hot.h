@@ -322,6 +322,9 @@ int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
+/* lane()'s body (hot_lane.c), for serve() (hot_serve.c) */
+PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern PyMethodDef hot_serve_methods[];
 extern PyMethodDef hot_fill_methods[];
 extern PyMethodDef hot_blocks_methods[];
 extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */

@@ -232,7 +232,8 @@ static PyObject *lane_result(PyObject *out, const char *b, const char *next, PyO
     return Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http->close ? Py_False : Py_True);
 }
 
-static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* declared in hot.h */
+PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (!hot_configured()) return NULL;
@@ -299,6 +300,6 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyMethodDef hot_lane_methods[] = {
-    {"lane", (PyCFunction)(void (*)(void))lane, METH_FASTCALL, lane_doc},
+    {"lane", (PyCFunction)(void (*)(void))hot_lane_call, METH_FASTCALL, lane_doc},
     {NULL, NULL, 0, NULL},
 };

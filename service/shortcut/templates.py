@@ -178,6 +178,16 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
     return out
 
 
+# serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets): the whole
+# requests at the start of one socket read answered as answer_request answers each, every response
+# written and counted in one C call (service/shortcut/hot_serve.c says what it returns); one that
+# misses a header or text comes back (state SERVE_AGAIN) for answer_request. Bound to the C function
+# itself: the lane calls it once per read, and a Python frame around it costs a tenth of a row.
+serve = None if _hot is None else _hot.serve
+SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
+SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(7)
+
+
 def rows_template(req, view):
     """The family's row template of a request answered from ``view`` (one row per position), or
     None when the family makes none for it (the v2 shortcut, service/v2/hot.py, fills its rows)."""

@@ -20,6 +20,9 @@ import sys
 from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
 
 import httptools  # noqa: E402
+import numpy as np  # noqa: E402
+
+from posenc.service.metrics.layout import BUCKETS_F64, SHAPE  # noqa: E402
 
 
 class _Reader:
@@ -132,8 +135,33 @@ def check(data: bytes, start: int, close: bool) -> None:
                    + b"\r\n" + want), data
 
 
+_FLOW = type("Flow", (), {"write_paused": False})()
+_COUNTS = (bytearray(8 * int(np.prod(SHAPE))), BUCKETS_F64)
+
+
+def check_serve(data: bytes) -> None:
+    """serve() over the whole buffer: the answers lane() gives one request after another."""
+    out: list[bytes] = []
+    at, done, state, error = ht.hot.serve(data, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST,
+                                          False, out.append, _FLOW, *_COUNTS)
+    assert error is None, (error, data)
+    want, pos, why = [], 0, ht.replay.SERVE_DONE
+    while pos < len(data):
+        got = ht.hot.lane(data, pos, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, False)
+        if type(got) is not tuple:
+            why = {None: ht.replay.SERVE_NOT_REQUEST, False: ht.replay.SERVE_DECLINED}.get(got, ht.replay.SERVE_AGAIN)
+            break
+        pos, _, answer, keep_alive = got
+        want.append(answer)
+        if not keep_alive:
+            why = ht.replay.SERVE_CLOSED
+            break
+    assert (at, done, state, out) == (pos, len(want), why, want), data
+
+
 def one_input(data: bytes) -> None:
     check(data, 0, False)
+    check_serve(data)
     if data:   # the same bytes after a previous request's end, closing
         check(b"\r\n" * (data[0] & 3) + data, 2 * (data[0] & 3), True)
 

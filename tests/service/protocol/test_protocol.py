@@ -72,7 +72,7 @@ def world(settings, monkeypatch):
     cfg = uvicorn.Config(app=front, loop="none", lifespan="off", log_config=None, server_header=False, ws="none")
     cfg.load()
     offers = []
-    for name in ("hot", "hot_request"):   # every offer to the C shortcut, counted
+    for name in ("hot", "hot_request", "hot_requests"):   # every offer to the C shortcut, counted
         real = getattr(front.svc, name)
         monkeypatch.setattr(front.svc, name, lambda *a, _real=real, _name=name: offers.append(_name) or _real(*a))
 
@@ -116,7 +116,7 @@ def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
     settle(loop)
     status, body = status_and_body(t.buffer)
     assert status == 200 and orjson.loads(body)["cos"]
-    assert offers == ["hot_request"], offers            # not again at the headers, nor in the front
+    assert offers == ["hot_requests"], offers           # not again at the headers, nor in the front
 
 
 @needs_native
@@ -127,7 +127,7 @@ def test_without_a_lane_the_front_offers_the_request_itself(world):
     p.data_received(request())
     settle(loop)
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
-    assert offers.count("hot") == 2 and "hot_request" not in offers   # the front's, and ours above
+    assert offers.count("hot") == 2 and "hot_requests" not in offers   # the front's, and ours above
 
 
 def test_a_request_split_across_reads_is_admitted_at_its_headers(world):

@@ -1,0 +1,161 @@
+"""The lane's per-read loop in C (service/shortcut/hot_serve.c ``serve``, through
+``Service.hot_requests``): every whole request of a read answered with the bytes ``hot_request``
+gives for it, each written, counted as ``Metrics.observe_at`` counts it, and the loop stopping
+where the Python loop stopped (paused writes, a request it does not read, one it declines, one
+that needs a text computed, a close, a failure).
+"""
+
+from __future__ import annotations
+
+import random
+import types
+
+import numpy as np
+import pytest
+
+from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.layout import BUCKETS_S, SHAPE
+from posenc.service.shortcut import templates as replay
+from tests.service.hot_helpers import needs_native
+from tests.service.shortcut.test_hot_lane import hot  # noqa: F401 (the fixture: rope and alibi learnt)
+from tests.service_cases import orjson_dumps
+
+ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/alibi": ("alibi", 2 * SHAPE[2] * SHAPE[1])}
+PRE = (b"PRE:", b"JSON:", b"V2:")
+POST = b"\r\nPOST\r\n"
+HOT, JSON = b"application/x-safetensors", b"application/json"
+
+
+def request(path: bytes, body: bytes, accept: bytes = HOT, head: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s"
+            % (path, accept, head, len(body), body))
+
+
+def rope(*positions: int) -> bytes:
+    return request(b"/v1/rope", orjson_dumps({"head_dim": 64, "positions": list(positions)}))
+
+
+@pytest.fixture
+def metrics(tmp_path):
+    m = Metrics(str(tmp_path), "serve-test")
+    yield m
+    m.close()
+
+
+def serve(svc, data: bytes, counts, write=None, flow=None, close=False):
+    out = []
+    got = svc.hot_requests(data, ROUTES, PRE, POST, close, 0.0, write or out.append,
+                           flow or types.SimpleNamespace(write_paused=False), counts)
+    return got, out
+
+
+def one_by_one(svc, data: bytes) -> list[bytes]:
+    """What hot_request answers, request after request (the Python loop's answers)."""
+    outs, at = [], 0
+    while at < len(data):
+        got = svc.hot_request(data, at, ROUTES, PRE, POST, False, 0.0)
+        if not got:
+            break
+        at, _, out, _ = got
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.skipif(replay.serve is None, reason="service._hot is not built")
+def test_an_answer_is_counted_in_the_bucket_observe_at_counts_it_in(tmp_path):
+    a, b = Metrics(str(tmp_path), "a"), Metrics(str(tmp_path), "b")
+    try:
+        rng = random.Random(5)
+        seconds = [*BUCKETS_S, *(x * (1 + 1e-15) for x in BUCKETS_S), *(x * (1 - 1e-15) for x in BUCKETS_S),
+                   0.0, 5e-324, 1e-9, 2.0, 1e6, *(10 ** rng.uniform(-7, 1) for _ in range(2000))]
+        for s in seconds:
+            base = Metrics.index(rng.choice(["/v1/rope", "/v2/models/alibi/infer", "other"]), rng.choice([200, 422]))
+            nbytes = rng.randrange(1 << 20)
+            a.observe_at(base, s, nbytes)
+            replay._hot.observe(*b.native, base, s, nbytes)
+        assert np.array_equal(a.counts[:-1], b.counts[:-1])   # (the last row: each file's own token)
+        before = b.counts.copy()
+        replay._hot.observe(*b.native, a.counts.size, 1e-5, 1)   # a base past the counts: nothing counted
+        assert np.array_equal(before, b.counts)
+    finally:
+        a.close()
+        b.close()
+
+
+@needs_native
+def test_every_pipelined_request_is_answered_written_and_counted(hot, metrics):
+    data = rope(7) + rope(1, 2, 2047) + request(b"/v1/alibi", orjson_dumps({"num_heads": 12, "query": [4],
+                                                                           "key": [0, 3]})) + rope(9)
+    want = one_by_one(hot, data)   # (and every answer's header computed)
+    (at, done, state, error), out = serve(hot, data, metrics.native)
+    assert (at, done, state, error) == (len(data), 4, replay.SERVE_DONE, None)
+    assert out == want
+    flat = metrics.counts.reshape(-1)
+    cells = SHAPE[2]
+    for base, answers in ((0, [out[0], out[1], out[3]]), (ROUTES[b"/v1/alibi"][1], [out[2]])):
+        assert flat[base:base + cells - 2].sum() == len(answers)
+        assert flat[base + cells - 1] == sum(map(len, answers))   # the bytes, as observe_at adds them
+        assert 0 < flat[base + cells - 2] < 1                      # the seconds
+
+
+@needs_native
+def test_the_loop_stops_where_the_python_loop_stopped(hot):
+    first = rope(3)
+    unlearnt = request(b"/v1/rope", orjson_dumps({"head_dim": 48, "positions": [1]}))
+    cases = {"not a request": (first + b"GET / HTTP/1.1\r\nhost: t\r\n\r\n", replay.SERVE_NOT_REQUEST),
+             "declined": (first + unlearnt, replay.SERVE_DECLINED),
+             "incomplete": (first + rope(4)[:-3], replay.SERVE_NOT_REQUEST),
+             "closed": (request(b"/v1/rope", orjson_dumps({"head_dim": 64, "positions": [3]}),
+                                head=b"connection: close\r\n") + rope(4), replay.SERVE_CLOSED)}
+    for name, (data, why) in cases.items():
+        want = one_by_one(hot, data)
+        (at, done, state, error), out = serve(hot, data, (None, b""))
+        assert (at, done, state, error) == (len(first) + 19 * (name == "closed"), 1, why, None), name
+        assert out == want[:1], name
+
+
+@needs_native
+def test_a_paused_transport_stops_the_loop_after_its_write(hot):
+    flow = types.SimpleNamespace(write_paused=False)
+    out = []
+
+    def write(b):
+        out.append(b)
+        flow.write_paused = True
+    data = rope(1) + rope(2)
+    want = one_by_one(hot, data)
+    (at, done, state, error), _ = serve(hot, data, (None, b""), write=write, flow=flow)
+    assert (at, done, state, error) == (len(rope(1)), 1, replay.SERVE_PAUSED, None)
+    assert out == want[:1]
+
+
+@needs_native
+def test_a_failing_write_or_lane_comes_back_as_the_exception_with_the_answers_before_it_counted(hot, metrics):
+    calls = []
+    one_by_one(hot, rope(1))
+
+    def write(b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise ConnectionError("gone")
+    (at, done, state, error), _ = serve(hot, rope(1) + rope(2) + rope(3), metrics.native, write=write)
+    assert (at, done, state, type(error)) == (len(rope(1)), 1, replay.SERVE_FAILED, ConnectionError)
+    assert metrics.counts.reshape(-1)[:SHAPE[2] - 2].sum() == 1
+    bad = hot.hot_requests(rope(1), {b"/v1/rope": "rope"}, PRE, POST, False, 0.0, calls.append,
+                           types.SimpleNamespace(write_paused=False), (None, b""))
+    assert bad[:3] == (0, 0, replay.SERVE_FAILED) and isinstance(bad[3], TypeError)
+
+
+@needs_native
+def test_a_json_answer_missing_a_rows_text_comes_back_for_the_python_loop(hot):
+    body = {"head_dim": 64, "positions": [11]}
+    hot.execute(hot.prepare("rope", orjson_dumps(body), "application/json"))   # a JSON template
+    data = rope(1) + request(b"/v1/rope", orjson_dumps({**body, "positions": [1999, 2000]}), accept=JSON)
+    one_by_one(hot, rope(1))
+    (at, done, state, error), out = serve(hot, data, (None, b""))
+    assert (at, done, state, error) == (len(rope(1)), 1, replay.SERVE_AGAIN, None)
+    got = hot.hot_request(data, at, ROUTES, PRE, POST, False, 0.0)   # renders the rows' texts
+    assert got and got[0] == len(data)
+    (at, done, state, error), again = serve(hot, data, (None, b""))   # now kept: C answers both
+    assert (at, done, state, error) == (len(data), 2, replay.SERVE_DONE, None)
+    assert again == out + [got[2]]
