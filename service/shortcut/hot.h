@@ -109,6 +109,7 @@ typedef struct RowsTemplate {
     Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
     Py_ssize_t npruns[2];
     int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
+    Py_ssize_t pzip[2][2]; /* and is two runs of items from these, interleaved (pzip[a][0] < 0: it is not) */
     /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
     int json_flat;        /* each array's rows as one flat list (a v2 JSON output's data), not a list of rows */
@@ -126,6 +127,9 @@ typedef struct RowsTemplate {
     int keeping;
 } RowsTemplate;
 
+/* zip = the two column runs idx[0 .. w) interleaves (idx[j] = zip[j & 1] + j / 2), or zip[0] = -1 (not
+ * such, or idx NULL): copied by a vector zip instead of a gather (hot_answer.c) */
+void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w);
 #define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
 /* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
  * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */

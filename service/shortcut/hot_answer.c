@@ -145,7 +145,13 @@ static void past_row(char *d, const RowsTemplate *t, int a, const char *row)
 {
     size_t es = (size_t)t->itemsize;
     const Run *runs = t->pruns + (size_t)a * (size_t)t->width;
-    if (t->pgather[a]) {   /* interleaved layouts: one gather */
+    const Py_ssize_t *z = t->pzip[a];
+    if (t->pgather[a] && z[0] >= 0) {   /* interleaved layouts: a zip of the two halves */
+        if (es == 4) zip32((any32 *)d, (const uint32_t *)row + z[0], (const uint32_t *)row + z[1], t->width);
+        else zip16((any16 *)d, (const uint16_t *)row + z[0], (const uint16_t *)row + z[1], t->width);
+        return;
+    }
+    if (t->pgather[a]) {   /* any other map without zeros or runs: one gather */
         const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
         if (es == 4) gather32((any32 *)d, (const uint32_t *)row, m, t->width);
         else gather16((any16 *)d, (const uint16_t *)row, m, t->width);

@@ -348,12 +348,18 @@ static int make_runs(RowsTemplate *t, PyObject *colmap, PyObject *axes)
         for (Py_ssize_t r = 0; r < t->nruns; r++)
             for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
                 t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
-        t->zip[0] = w >= 2 ? t->idx[0] : -1;
-        t->zip[1] = w >= 2 ? t->idx[1] : -1;
-        for (Py_ssize_t j = 0; j < w && t->zip[0] >= 0; j++)
-            if (t->idx[j] != t->zip[j & 1] + j / 2) t->zip[0] = -1;
+        hot_zip_of(t->zip, t->idx, w);
     }
     return 0;
+}
+
+/* declared, and described, in hot.h */
+void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w)
+{
+    zip[0] = idx && w >= 2 ? idx[0] : -1;
+    zip[1] = idx && w >= 2 ? idx[1] : -1;
+    for (Py_ssize_t j = 0; j < w && zip[0] >= 0; j++)
+        if (idx[j] != zip[j & 1] + j / 2) zip[0] = -1;
 }
 
 /* past = (freqs, scale, dtype, maps, row_limit): how rows past the table are computed (hot.h). */
@@ -426,6 +432,7 @@ static int set_past(RowsTemplate *t, PyObject *past)
         t->npruns[a] = n;
         t->pgather[a] = n == t->width;
         for (Py_ssize_t j = 0; j < t->width; j++) t->pgather[a] &= m[j] >= 0;
+        hot_zip_of(t->pzip[a], t->pgather[a] ? m : NULL, t->width);
     }
     t->scale = scale;
     t->dt = dt;
