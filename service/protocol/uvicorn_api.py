@@ -127,6 +127,9 @@ class Protocol(HttpToolsProtocol):
             lane.serving = True
             self._whole_ok = lane.gate is None and not self.access_log and not self.root_path \
                 and self.limit_concurrency is None
+            metrics = lane.front.metrics   # what each read hands the C loop, but for its bytes and the time
+            self._serve = (lane.svc.hot_requests, lane.urls, lane.post, transport.write, self.flow,
+                           _NO_COUNTS if metrics is None else metrics.native)
 
     def data_received(self, data: bytes) -> None:
         # whole plain requests at the start of data answered, written and counted in one C call
@@ -134,15 +137,16 @@ class Protocol(HttpToolsProtocol):
         if not self._whole_ok or self._mid or (self.cycle is not None and not self.cycle.response_complete) \
                 or self.pipeline or self.transport.is_closing():
             return self._parse(data)
-        lane, transport = self._lane, self.transport
+        lane, now = self._lane, self.loop.time()
         h, d = lane.heads, self.server_state.default_headers
         pre = h[2] if h[0] is d else lane.heads_of(d)[2]
-        metrics, now = lane.front.metrics, self.loop.time()
-        counts = _NO_COUNTS if metrics is None else metrics.native
-        at, done, state, error = lane.svc.hot_requests(data, lane.urls, pre, lane.post, self._draining, now,
-                                                       transport.write, self.flow, counts)
+        hot, urls, post, write, flow, counts = self._serve
+        at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
+        if state == 0 and done:   # (SERVE_DONE) the common case: every request of the read answered
+            return self._answered(done, now)
+        transport = self.transport
         if state == lanes.SERVE_AGAIN:   # a header or text to compute first: the loop one request at a time
-            at, more, state, error = lane.again(data, at, pre, self._draining, now, transport.write, self.flow)
+            at, more, state, error = lane.again(data, at, pre, self._draining, now, write, flow)
             done += more
         if error is not None:   # a shortcut's failure must not fail the request: ASGI has it
             log.error("template shortcut failed in the hot lane; answering through ASGI", exc_info=error)
