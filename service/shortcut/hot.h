@@ -337,7 +337,7 @@ extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */
 
 #define HOT_F32_TEXT 24 /* room for one text: at most 17 bytes ("-0.0000012345678") */
 /* Writes f's text as the full path's JSON writer (orjson) writes it at w, "null" when not finite;
- * returns its length. */
+ * returns its length. It may write scratch past the text: w must have HOT_F32_TEXT bytes of room. */
 int hot_f32_text(float f, char *w);
 
 #endif

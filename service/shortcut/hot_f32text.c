@@ -18,6 +18,51 @@
  * digits and exponent, is called directly rather than through its text */
 #include "ryu/f2s.c"
 
+/* The eight decimal digits of v < 10^8, leading zeros included, as ASCII in one word whose first
+ * byte in memory is the most significant digit: each half of four digits split into two pairs, each
+ * pair into two digits, every lane at once (multiply-shift quotients exact over these ranges). */
+static inline uint64_t ascii8(uint32_t v)   /* (first byte: the lowest, as a little-endian store puts it) */
+{
+    uint64_t x = (uint64_t)(v / 10000) | ((uint64_t)(v % 10000) << 32);
+    uint64_t q = ((x * 5243) >> 19) & 0x0000007F0000007FULL;   /* n / 100, n < 10^4 */
+    x = q | ((x - 100 * q) << 16);
+    q = ((x * 103) >> 10) & 0x000F000F000F000FULL;   /* n / 10, n < 100 */
+    return (q | ((x - 10 * q) << 8)) | 0x3030303030303030ULL;
+}
+
+static inline void store8(char *p, uint64_t x)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    memcpy(p, &x, 8);
+}
+
+/* The nd digits of m (nd its length) written at d, with a '.' before the digit at index split
+ * (split >= nd: none), in word stores only and past the digits up to 9 bytes of scratch: digits
+ * gathered in a buffer and copied out stalled every text on a store-to-load forward, and a digit
+ * pair loop branching on the '.' mispredicted, together most of a text's time. */
+static inline void put_digits(char *d, uint32_t m, int nd, int split)
+{
+    if (nd == 9) {   /* the first digit alone, then eight */
+        *d++ = (char)('0' + m / 100000000);
+        m %= 100000000;
+        nd = 8;
+        if (--split == 0) {
+            *d++ = '.';
+            split = 8;
+        }
+    }
+    uint64_t x = ascii8(m) >> (8 * (8 - nd));   /* (little-endian view) the digits from the lowest byte */
+    if (split >= nd) {
+        store8(d, x);
+        return;
+    }
+    uint64_t low = split ? x & ((UINT64_C(1) << (8 * split)) - 1) : 0;
+    store8(d, low | ((uint64_t)'.' << (8 * split)));
+    store8(d + split + 1, x >> (8 * split));
+}
+
 /* declared, and described, in hot.h */
 int hot_f32_text(float f, char *w)
 {
@@ -34,39 +79,29 @@ int hot_f32_text(float f, char *w)
         return (int)(o - w) + 3;
     }
     floating_decimal_32 v = f2d(mant, ex);   /* v.mantissa * 10^v.exponent, no trailing zero */
-    char dig[10];   /* its digits, two at a time from Ryu's table */
     uint32_t m = v.mantissa;
-    int nd = (int)decimalLength9(m), i = nd;
-    for (; m >= 100; m /= 100, i -= 2) memcpy(dig + i - 2, DIGIT_TABLE + (m % 100) * 2, 2);
-    if (m >= 10) memcpy(dig + i - 2, DIGIT_TABLE + m * 2, 2);
-    else dig[i - 1] = (char)('0' + m);
+    int nd = (int)decimalLength9(m);
     int k = v.exponent + nd - 1;   /* d.ddd x 10^k */
     if (k >= 0 && k < 13) {   /* integral part, then the fraction or ".0" */
         int ni = k + 1;
         if (nd <= ni) {
-            memcpy(o, dig, (size_t)nd);
+            put_digits(o, m, nd, nd);
             memset(o + nd, '0', (size_t)(ni - nd));
             memcpy(o + ni, ".0", 2);
             o += ni + 2;
         } else {
-            memcpy(o, dig, (size_t)ni);
-            o[ni] = '.';
-            memcpy(o + ni + 1, dig + ni, (size_t)(nd - ni));
+            put_digits(o, m, nd, ni);
             o += nd + 1;
         }
     } else if (k < 0 && k > -7) {
         memcpy(o, "0.", 2);
         memset(o + 2, '0', (size_t)(-k - 1));
         o += 1 - k;
-        memcpy(o, dig, (size_t)nd);
+        put_digits(o, m, nd, nd);
         o += nd;
     } else {
-        *o++ = dig[0];
-        if (nd > 1) {
-            *o++ = '.';
-            memcpy(o, dig + 1, (size_t)(nd - 1));
-            o += nd - 1;
-        }
+        put_digits(o, m, nd, 1);
+        o += nd + (nd > 1);
         *o++ = 'e';
         *o++ = k > 0 ? '+' : '-';
         int e = k < 0 ? -k : k;
