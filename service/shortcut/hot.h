@@ -113,6 +113,7 @@ typedef struct RowsTemplate {
     /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
     int json_flat;        /* each array's rows as one flat list (a v2 JSON output's data), not a list of rows */
+    int json_in_order;    /* texts kept as output rows (many short runs, no item twice: interleaved layouts) */
     PyObject *zero_text;  /* bytes: a zero item's text */
     PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
     char **texts;         /* [narr * text_rows], allocated at the first JSON answer: NULL or a row's text */

@@ -20,13 +20,22 @@
 
 #include <stdlib.h>
 
-/* A kept text: the row's items' texts, each followed by ',' (chars), and where each starts. */
+/* A kept text: the row's items' texts, each followed by ',' (chars), and where each starts. A
+ * template whose output rows read the stored row in many short runs and no item twice (the
+ * interleaved layouts: sinusoidal's sin0 cos0 sin1 cos1 ...) keeps each row's text in its output
+ * order instead (json_in_order; no offsets), assembled once at set_text(), so an answer copies a
+ * row in one memcpy rather than one per item. */
 typedef struct {
     Py_ssize_t len;   /* bytes of chars */
-    int32_t off[];    /* src_width + 1 offsets, then the chars */
+    int32_t off[];    /* src_width + 1 offsets (in order: one, unused), then the chars */
 } RowText;
 
-static const char *chars_of(const RowText *x, Py_ssize_t w) { return (const char *)(x->off + w + 1); }
+static Py_ssize_t offsets_of(const RowsTemplate *t) { return t->json_in_order ? 1 : t->src_width + 1; }
+static const char *chars_of(const RowsTemplate *t, const RowText *x) { return (const char *)(x->off + offsets_of(t)); }
+static Py_ssize_t text_size(const RowsTemplate *t, Py_ssize_t len)
+{
+    return (Py_ssize_t)sizeof(RowText) + offsets_of(t) * 4 + len;
+}
 
 void hot_json_clear(RowsTemplate *t)
 {
@@ -39,8 +48,8 @@ void hot_json_clear(RowsTemplate *t)
     t->text_bytes = 0;
 }
 
-/* Bytes of one output row's items (each with its ','), from kept text x. */
-static Py_ssize_t row_len(const RowsTemplate *t, const RowText *x, Py_ssize_t zl)
+/* Bytes of one output row's items (each with its ','), from kept text x (in stored order). */
+static Py_ssize_t runs_len(const RowsTemplate *t, const RowText *x, Py_ssize_t zl)
 {
     Py_ssize_t n = 0;
     for (Py_ssize_t r = 0; r < t->nruns; r++) {
@@ -50,10 +59,11 @@ static Py_ssize_t row_len(const RowsTemplate *t, const RowText *x, Py_ssize_t zl
     return n;
 }
 
-/* One output row's items written at d (each with its ','): returns the end. */
-static char *row_put(char *d, const RowsTemplate *t, const RowText *x, const char *zero, Py_ssize_t zl)
+/* One output row's items written at d (each with its ','), from kept text x in stored order,
+ * through the column runs: returns the end. */
+static char *runs_put(char *d, const RowsTemplate *t, const RowText *x, const char *zero, Py_ssize_t zl)
 {
-    const char *c = chars_of(x, t->src_width);
+    const char *c = (const char *)(x->off + t->src_width + 1);
     for (Py_ssize_t r = 0; r < t->nruns; r++) {
         const Run *u = &t->runs[r];
         if (u->src < 0) {
@@ -68,6 +78,18 @@ static char *row_put(char *d, const RowsTemplate *t, const RowText *x, const cha
         d += b - a;
     }
     return d;
+}
+
+static Py_ssize_t row_len(const RowsTemplate *t, const RowText *x, Py_ssize_t zl)
+{
+    return t->json_in_order ? x->len : runs_len(t, x, zl);
+}
+
+static char *row_put(char *d, const RowsTemplate *t, const RowText *x, const char *zero, Py_ssize_t zl)
+{
+    if (!t->json_in_order) return runs_put(d, t, x, zero, zl);
+    memcpy(d, chars_of(t, x), (size_t)x->len);
+    return d + x->len;
 }
 
 /* declared, and described, in hot.h */
@@ -175,6 +197,7 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (flat < 0) return NULL;
     t->json_flat = flat;
     hot_json_clear(t);
+    t->json_in_order = 4 * t->nruns > t->width && t->width <= t->src_width;
     Py_INCREF(args[0]);
     Py_XSETREF(t->json_parts, args[0]);
     Py_INCREF(args[1]);
@@ -228,10 +251,34 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_ValueError, "set_text: want a flat JSON list of the row's items");
         return NULL;
     }
-    Py_ssize_t size = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + (n - 1);
+    /* the row's text in stored order (the item offsets); in order: the output row assembled from it */
+    RowText *x = malloc(sizeof(RowText) + (size_t)(w + 1) * 4 + (size_t)(n - 1));
+    if (!x) return PyErr_NoMemory();
+    x->len = n - 1;
+    char *c = (char *)(x->off + w + 1);
+    memcpy(c, s + 1, (size_t)(n - 2));
+    c[n - 2] = ',';
+    x->off[0] = 0;
+    for (Py_ssize_t i = 0, k = 1; i < n - 1; i++)
+        if (c[i] == ',') x->off[k++] = (int32_t)(i + 1);
+    if (t->json_in_order) {
+        const char *zero = PyBytes_AS_STRING(t->zero_text);
+        Py_ssize_t zl = PyBytes_GET_SIZE(t->zero_text), len = runs_len(t, x, zl);
+        RowText *y = malloc((size_t)text_size(t, len));
+        if (!y) {
+            free(x);
+            return PyErr_NoMemory();
+        }
+        y->len = len;
+        y->off[0] = 0;
+        runs_put((char *)chars_of(t, y), t, x, zero, zl);
+        free(x);
+        x = y;
+    }
+    Py_ssize_t size = text_size(t, x->len);
     char **slot = &t->texts[a * t->text_rows + r];
     if (*slot) {
-        Py_ssize_t old = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + ((RowText *)*slot)->len;
+        Py_ssize_t old = text_size(t, ((RowText *)*slot)->len);
         free(*slot);
         *slot = NULL;
         t->text_bytes -= old;
@@ -243,29 +290,21 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         t->text_cursor = (t->text_cursor + 1) % n_all;
         RowText *old = (RowText *)t->texts[t->text_cursor];
         if (!old) continue;
-        Py_ssize_t ob = (Py_ssize_t)sizeof(RowText) + (w + 1) * 4 + old->len;
+        Py_ssize_t ob = text_size(t, old->len);
         free(old);
         t->texts[t->text_cursor] = NULL;
         t->text_bytes -= ob;
         hot_unkeep(t, ob);
     }
-    if (!hot_keep(t, size)) Py_RETURN_NONE;   /* not kept: the answer misses again, and is declined */
-    if (!t->texts) {                          /* dropped with every template's (the budget): as above */
-        hot_unkeep(t, size);
+    if (!hot_keep(t, size)) {   /* not kept: the answer misses again, and is declined */
+        free(x);
         Py_RETURN_NONE;
     }
-    RowText *x = malloc((size_t)size);
-    if (!x) {
+    if (!t->texts) {            /* dropped with every template's (the budget): as above */
         hot_unkeep(t, size);
-        return PyErr_NoMemory();
+        free(x);
+        Py_RETURN_NONE;
     }
-    x->len = n - 1;
-    char *c = (char *)(x->off + w + 1);
-    memcpy(c, s + 1, (size_t)(n - 2));
-    c[n - 2] = ',';
-    x->off[0] = 0;
-    for (Py_ssize_t i = 0, k = 1; i < n - 1; i++)
-        if (c[i] == ',') x->off[k++] = (int32_t)(i + 1);
     *slot = (char *)x;
     t->text_bytes += size;
     Py_RETURN_NONE;

@@ -92,35 +92,39 @@ def test_json_far_past_the_table_stays_with_the_full_path():
     assert got == served if PAST_IN_C else got is False
 
 
-def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch):
+@pytest.mark.parametrize("family, spec, arrays, budget, last", [
+    ("rope", {"head_dim": 8}, 2, 600, [5, 6, 7, 8]),   # ~8 rows' texts of head_dim 8 (~75 bytes each), stored order
+    # sinusoidal's interleaved layout: texts kept in the output's order (hot_json.c json_in_order)
+    ("sinusoidal", {"d_model": 8, "layout": "interleaved"}, 1, 300, [5, 6])])   # ~3 texts (~95 bytes)
+def test_texts_are_rendered_once_and_kept_within_the_budget(monkeypatch, family, spec, arrays, budget, last):
     """A row's text is rendered at its first JSON answer only; over the budget the oldest kept
     texts are freed and rendered again as asked, and the answers stay the full path's."""
-    spec = {"head_dim": 8}
     rendered = []
     real = replay.json_text
     monkeypatch.setattr(replay, "json_text", lambda obj: rendered.append(1) or real(obj))
     templates = replay.Templates()
-    req = pipeline.parse("rope", {**spec, "positions": [1]}, LENGTH)
+    req = pipeline.parse(family, {**spec, "positions": [1]}, LENGTH)
     view = view_of(req.table)
 
     def ask(rows):
         raw = orjson.dumps({**spec, "positions": rows})
         data = b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw)
-        got = replay.answer_request(data, 0, {b"/": ("rope", 0)}, {None: 1}, templates.native, (b"", b"", b""), b"", False)
-        want = encode(req.family, pipeline.arrays(pipeline.parse("rope", {**spec, "positions": rows}, LENGTH), view),
+        got = replay.answer_request(data, 0, {b"/": (family, 0)}, {None: 1}, templates.native, (b"", b"", b""), b"",
+                                    False)
+        want = encode(req.family, pipeline.arrays(pipeline.parse(family, {**spec, "positions": rows}, LENGTH), view),
                       "float32", "json")[0]
         assert got[2].partition(b"\r\n")[2] == want
-    monkeypatch.setattr(replay, "TEXT_BUDGET", 600)   # ~8 rows' texts of head_dim 8 (~75 bytes each)
+    monkeypatch.setattr(replay, "TEXT_BUDGET", budget)
     templates.learn("json", orjson.dumps({**spec, "positions": [1]}), req, view)
     rendered.clear()
     ask([5, 6])
-    assert len(rendered) == 4          # rows 5 and 6 of cos and sin, once each
+    assert len(rendered) == 2 * arrays   # rows 5 and 6 of each array, once each
     ask([6, 5, 6])
-    assert len(rendered) == 4          # kept: nothing rendered again
-    ask([7, 8])                        # over the budget: older texts freed
-    assert len(rendered) == 8
-    ask([5, 6, 7, 8])                  # and rendered again as asked
-    assert len(rendered) > 8
+    assert len(rendered) == 2 * arrays   # kept: nothing rendered again
+    ask([7, 8])                          # over the budget: older texts freed
+    assert len(rendered) == 4 * arrays
+    ask(last)                            # and rendered again as asked
+    assert len(rendered) > 4 * arrays
 
 
 @pytest.mark.skipif(not PAST_IN_C, reason="the budget's arithmetic counts the rows past the table (simd)")
