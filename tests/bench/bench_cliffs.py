@@ -13,6 +13,8 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
 - v2 rest 1 row: `POST /v2/models/rope/infer`, binary (one INT64 position in 0 .. 131,071, the
   inference header in JSON before it), the spec of the first case;
 - rope 16 rows json: sixteen positions in 0 .. 32,767, Accept: application/json;
+- sinusoidal 4 rows json: the sinusoidal case's requests, Accept: application/json (its interleaved
+  rows' texts kept in the output's order: service/shortcut/hot_json.c);
 - v2 json 16 rows: `POST /v2/models/rope/infer` with JSON tensors (an INT64 "data" list of sixteen
   positions in 0 .. 65,535: inside the table and past it; no binary data), the answer in JSON.
 - v2 alibi 1x16: `POST /v2/models/alibi/infer`, binary, float32 (32 heads; the configured table
@@ -98,6 +100,8 @@ CASES = {   # name -> request maker of a seeded random generator
                                                              "positions": [r.randrange(10000) for _ in range(4)]}),
     "v2 rest 1 row": lambda r: v2_rest("rope", ROPE, positions=[r.randrange(131072)]),
     "rope 16 rows json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": [r.randrange(32768) for _ in range(16)]}),
+    "sinusoidal 4 rows json": lambda r: v1("/v1/sinusoidal", JSON, {"d_model": 768,
+                                                                   "positions": [r.randrange(10000) for _ in range(4)]}),
     "v2 json 16 rows": lambda r: v2_json([r.randrange(65536) for _ in range(16)]),
     "v2 alibi 1x16": lambda r: v2_rest("alibi", ALIBI, query=[r.randrange(131072)],
                                        key=[r.randrange(131072) for _ in range(16)]),
