@@ -44,7 +44,8 @@ _CLOSE = b"connection: close\r\n"
 _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 _V2 = object()      # the route of a v2 REST binary infer: (_V2, path)
 # why the whole-request loop stopped (templates.serve)
-SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED = replay.SERVE_DECLINED, replay.SERVE_AGAIN, replay.SERVE_CLOSED
+SERVE_DONE, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = (
+    replay.SERVE_DONE, replay.SERVE_DECLINED, replay.SERVE_AGAIN, replay.SERVE_CLOSED, replay.SERVE_FAILED)
 
 
 def offered(scope) -> bool:

@@ -26,6 +26,7 @@ from posenc.service.protocol.limits import BUSY, HEAD_TOO_LARGE, IDLE_GRACE_S, T
 
 log = logging.getLogger("posenc.service")
 _NO_COUNTS = (None, b"")   # a worker without metrics: serve() counts nothing
+_SERVE_DONE = lanes.SERVE_DONE
 VERSION = uvicorn.__version__
 METHODS = {   # HttpToolsProtocol's methods overridden or called here -> their parameters
     "connection_made": ("transport",), "connection_lost": ("exc",), "data_received": ("data",),
@@ -141,8 +142,11 @@ class Protocol(HttpToolsProtocol):
         h, d = lane.heads, self.server_state.default_headers
         pre = h[2] if h[0] is d else lane.heads_of(d)[2]
         hot, urls, post, write, flow, counts = self._serve
-        at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
-        if state == 0 and done:   # (SERVE_DONE) the common case: every request of the read answered
+        try:
+            at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
+        except Exception as e:   # (C returns its own failures; this is the service's, before it)
+            at, done, state, error = 0, 0, lanes.SERVE_FAILED, e
+        if state == _SERVE_DONE and done:   # the common case: every request of the read answered
             return self._answered(done, now)
         transport = self.transport
         if state == lanes.SERVE_AGAIN:   # a header or text to compute first: the loop one request at a time

@@ -120,6 +120,22 @@ def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
 
 
 @needs_native
+def test_a_whole_request_call_that_raises_is_logged_and_the_request_still_answered(world, monkeypatch, caplog):
+    make, front, loop, offers = world
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
+
+    def boom(*args):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(front.svc, "hot_requests", boom)
+    p, t = make()
+    with caplog.at_level(logging.ERROR, logger="posenc.service"):
+        p.data_received(request())
+        settle(loop)
+    assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
+    assert "template shortcut failed" in caplog.text and "boom" in caplog.text   # (then httptools read it)
+
+
+@needs_native
 def test_without_a_lane_the_front_offers_the_request_itself(world):
     make, front, loop, offers = world
     front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
