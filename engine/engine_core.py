@@ -351,10 +351,11 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
     """Run an engine until SIGTERM or SIGINT (or, with ``parent_watch``, its parent's death);
     ``ready_fd`` gets "ready" once the first manifest is out."""
     logs.configure(settings.current().log_format, _log.name)
-    stop = threading.Event()
+    stop: list[int] = []   # no Event: its set() in a handler deadlocks if the signal lands while
+                           # this thread holds the Event's lock (seen: an engine hung after SIGTERM)
 
     def on_signal(signum, frame):
-        stop.set()
+        stop.append(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -372,8 +373,10 @@ def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = Non
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
-        while not stop.wait(0.25):
-            engine.tick()
+        while not stop:
+            time.sleep(0.25)
+            if not stop:
+                engine.tick()
     finally:
         engine.shutdown()
     return 0

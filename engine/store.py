@@ -240,6 +240,32 @@ def our_files(shm_dir: str, namespace: str) -> list[str]:
             if n in own or n.startswith(f"{namespace}.manifest.json.tmp") or n.startswith(f"{namespace}.seg.")]
 
 
+def remove_dead(shm_dir: str, namespace: str) -> list[str]:
+    """Remove every file of the namespace (``our_files``) if no engine holds its lock: those of an
+    engine that died before a successor took them over. Returns what was removed; nothing while a
+    live engine holds the namespace."""
+    path = lock_path(shm_dir, namespace)
+    had_lock = os.path.exists(path)
+    if not had_lock and not our_files(shm_dir, namespace):
+        return []
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)   # as an engine takes it
+    except OSError:
+        return []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return []
+    try:
+        files = our_files(shm_dir, namespace)
+        for p in sorted(files, key=lambda p: p == path):   # the lock last, as an engine's shutdown
+            _unlink(p)
+        return [p for p in files if had_lock or p != path]
+    finally:
+        os.close(fd)
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)

@@ -1,5 +1,7 @@
 """Suite-wide hooks: the seed and the kernel backend in the report header, the seed beside every
-failure, one seeded ``rng`` fixture, and hypothesis seeded from the same POSENC_TEST_SEED.
+failure, one seeded ``rng`` fixture, and hypothesis seeded from the same POSENC_TEST_SEED; and at
+the session's end, no file in /dev/shm of any namespace this session handed out (tests/shm.py
+``unique_namespace``) once its engine has exited: the run fails, naming the files and the test.
 
 References used by the tests are transformers' own functions or float64 formulas written in the
 tests from docs/reference.md, never the engine's code (numeric helpers: tests/numeric.py).
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.numeric import SEED
+from tests.shm import ISSUED, SHM_DIR, leftovers, pid_alive
 
 # No example database: a failure must replay from the printed seed alone, not from a local file,
 # and a run must not depend on what an earlier run saved.
@@ -47,3 +50,28 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def rng():
     return np.random.default_rng(SEED)
+
+
+# -- /dev/shm at the end of the session --------------------------------------------------------
+# Only namespaces handed out by this process are looked at: another pytest session's engines on
+# the same machine (live or not) are never this run's business.
+
+LEFT_KEY = pytest.StashKey[dict]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    left = leftovers(list(ISSUED))
+    session.config.stash[LEFT_KEY] = left
+    if left and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left = config.stash.get(LEFT_KEY, {})
+    if not left:
+        return
+    terminalreporter.section(f"files left in {SHM_DIR}", sep="=", red=True, bold=True)
+    for ns, (files, pid) in sorted(left.items()):
+        owner = "no pid in a lock" if pid is None else f"lock pid {pid} {'still running' if pid_alive(pid) else 'dead'}"
+        terminalreporter.line(f"{ns} ({owner}), namespace of {ISSUED[ns]}: {' '.join(files)}", red=True)
+    terminalreporter.line(f"{len(left)} namespace(s) left files: the run fails", red=True, bold=True)

@@ -12,6 +12,7 @@ One API for every child a test starts:
 
 Children start in the test's log directory, never in the checkout: what they import is the
 installed ``posenc``, and a folder of the checkout (``engine/``, ``service/``) can never shadow it.
+A child gets SIGTERM when pytest dies, teardown or not (``die_with_pytest``): none outlives it.
 Their environment is the test's minus every ``POSENC_*`` variable except ``POSENC_BACKEND`` (a
 developer's settings must not change what a test starts, but CI's numpy pass must run its engines
 and readers on numpy too). Output goes to files, never to pipes, so a chatty child cannot block
@@ -22,6 +23,7 @@ The engine's files in /dev/shm are read by tests/shm.py.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -31,11 +33,11 @@ import ssl
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tests.shm import SHM_DIR, read_manifest
+from posenc.engine.proclife import PR_SET_PDEATHSIG
+from tests.shm import SHM_DIR, read_manifest, unique_namespace  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"
@@ -45,8 +47,12 @@ CLI_MODULE = "posenc"
 KEPT_ENV = ("POSENC_BACKEND",)   # the one POSENC_* variable children inherit: the suite's backend
 
 
-def unique_namespace(prefix: str = "ptest") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+_LIBC = ctypes.CDLL(None, use_errno=True)   # loaded here: the child calls it between fork and exec
+
+
+def die_with_pytest() -> None:
+    """``preexec_fn`` of every child: SIGTERM once pytest's main thread exits, however it does."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, int(SIGTERM))
 
 
 def child_env(extra: dict | None = None) -> dict:
@@ -117,7 +123,7 @@ class Proc:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.popen = subprocess.Popen(self.argv, cwd=cwd or log_dir, env=env or child_env(),
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=die_with_pytest)
         self.pid = self.popen.pid
 
     # -- state ----------------------------------------------------------------------------------
@@ -374,7 +380,7 @@ class Procs:
             cwd: os.PathLike | None = None) -> subprocess.CompletedProcess:
         """Run a command to completion (text output captured), in the log directory."""
         return subprocess.run([str(a) for a in argv], cwd=cwd or self.log_dir, env=env or child_env(),
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, preexec_fn=die_with_pytest)
 
     def posenc(self, *args, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """``python -m posenc ARGS...`` as a user runs it."""

@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
+from typing import Iterable
 
 SHM_DIR = "/dev/shm"
+
+# Every namespace this pytest process handed out -> the test (and phase) that asked for it:
+# tests/conftest.py checks at the session's end that none of them has a file left in /dev/shm.
+ISSUED: dict[str, str] = {}
+
+
+def unique_namespace(prefix: str = "ptest") -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    ISSUED[ns] = os.environ.get("PYTEST_CURRENT_TEST", "outside any test")
+    return ns
 
 
 def shm_files(namespace: str, shm_dir: str = SHM_DIR) -> list[str]:
@@ -47,6 +60,42 @@ def remove_leftovers(namespace: str, shm_dir: str = SHM_DIR) -> list[str]:
         except FileNotFoundError:
             pass
     return left
+
+
+def lock_pid(namespace: str, shm_dir: str = SHM_DIR) -> int | None:
+    """The pid the namespace's engine wrote in ``{ns}.lock`` (None: no lock, or no pid in it)."""
+    try:
+        with open(os.path.join(shm_dir, f"{namespace}.lock")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether ``pid`` is a running process (a zombie is not: it has exited)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def leftovers(namespaces: Iterable[str], shm_dir: str = SHM_DIR,
+              grace: float = 10.0) -> dict[str, tuple[list[str], int | None]]:
+    """{namespace: (its files, the pid in its lock)} of the given namespaces that still have files
+    in shm_dir once no live process owns them; an owner still running is waited for up to
+    ``grace`` seconds in all (an engine may be removing its files), then reported all the same."""
+    deadline = time.monotonic() + grace
+    out = {}
+    for ns in namespaces:
+        while shm_files(ns, shm_dir) and pid_alive(lock_pid(ns, shm_dir)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = shm_files(ns, shm_dir)
+        if left:
+            out[ns] = (left, lock_pid(ns, shm_dir))
+    return out
 
 
 def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:

@@ -3,7 +3,8 @@ gRPC server processes (service/v2/grpc_main.py) sharing them too.
 
 Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
-drains its workers, then the engine is stopped and removes every segment. The engine child and
+drains its workers, then the engine is stopped and removes every segment (the files of an engine
+that died before a successor took them over, this process removes). The engine child and
 every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
 it in the app factory). The engine is restarted if it dies while serving (its successor adopts the
 tables this process keeps a descriptor of: engine/keeper.py), after a delay that doubles while it
@@ -26,6 +27,7 @@ import sys
 import threading
 import time
 
+from posenc.engine import store
 from posenc.engine.keeper import Keeper
 from posenc.engine.settings import CHOICES, Settings, current, use
 
@@ -196,6 +198,11 @@ class EngineChild:
         self.stopping = True
         if self.proc:
             terminate(self.proc, timeout)
+        # an engine killed before a successor took its files over (or one that ignored SIGTERM)
+        # left its lock, manifest and socket: nobody else would remove them
+        left = store.remove_dead(self.s.shm_dir, self.s.namespace)
+        if left:
+            log.warning("removed %d file(s) a dead engine left in %s", len(left), self.s.shm_dir)
         self.keeper.close()
 
 

@@ -212,6 +212,29 @@ def test_our_files_are_exactly_the_namespace_files(shm):
     assert store.our_files(os.path.join(shm, "absent"), "ns") == []
 
 
+def test_remove_dead_leaves_a_live_engines_files_and_removes_a_dead_ones(shm):
+    names = ["ns.lock", "ns.manifest.json", "ns.sock", "ns.manifest.json.tmp7", "ns.metrics.9", "other.lock"]
+    for n in names:
+        open(os.path.join(shm, n), "w").close()
+    held = os.open(os.path.join(shm, "ns.lock"), os.O_RDWR)   # as a running engine holds it
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        assert store.remove_dead(shm, "ns") == []
+        assert sorted(os.listdir(shm)) == sorted(names)
+    finally:
+        os.close(held)                                          # the engine died
+    removed = store.remove_dead(shm, "ns")
+    assert sorted(os.path.basename(p) for p in removed) == ["ns.lock", "ns.manifest.json", "ns.manifest.json.tmp7",
+                                                             "ns.sock"]
+    assert sorted(os.listdir(shm)) == ["ns.metrics.9", "other.lock"]   # (serve's own files are serve's)
+    assert store.remove_dead(shm, "ns") == [] and sorted(os.listdir(shm)) == ["ns.metrics.9", "other.lock"]
+    os.remove(os.path.join(shm, "other.lock"))
+    open(os.path.join(shm, "ns.sock"), "w").close()                   # a socket without its lock
+    assert [os.path.basename(p) for p in store.remove_dead(shm, "ns")] == ["ns.sock"]
+    assert os.listdir(shm) == ["ns.metrics.9"]
+    assert store.remove_dead(os.path.join(shm, "absent"), "ns") == []
+
+
 @pytest.mark.parametrize("name", ["posenc", "ptest-1a2b", "A_b-9", "x" * 64])
 def test_namespace_accepted(name):
     assert store.check_namespace(name) == name

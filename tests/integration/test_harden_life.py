@@ -20,15 +20,7 @@ import pytest
 
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
-from tests.shm import shm_files, snapshot
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from tests.shm import pid_alive as alive, shm_files, snapshot
 
 
 @pytest.mark.slow
@@ -123,3 +115,21 @@ def test_an_engine_that_keeps_dying_is_restarted_with_growing_delays_and_a_reaso
     s.wait_ready()
     assert httpx.post(s.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}).status_code == 200
     assert s.stop() == 0, s.output()
+
+
+@pytest.mark.slow
+def test_a_server_stopped_while_its_dead_engine_waits_for_a_restart_leaves_nothing(procs, ns):
+    s = procs.serve(CONFIG, workers=1, namespace=ns)
+    pids = [s.engine_pid()]
+    os.kill(pids[0], signal.SIGKILL)      # its lock, manifest and socket stay: a successor takes them over
+    for _ in range(3):   # the successors too, as soon as they are up: the next restart waits 2 s
+        pid = wait_for(lambda: (p := s.engine_pid()) not in (None, *pids) and p, 30, 0.01, "a new engine")
+        pids.append(pid)
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: s.stderr().count("restarting in") >= 4, 30, 0.05, "four restarts")
+    assert "restarting in 2.0s" in s.stderr(), s.output()
+    assert shm_files(ns), "nothing of the dead engines is left to remove"
+    assert s.stop() == 0, s.output()      # no engine runs now, and none takes the files over
+    assert not any(alive(p) for p in pids)
+    assert shm_files(ns) == [], s.output()
+    assert "a dead engine left" in s.stderr(), s.output()

@@ -17,6 +17,7 @@ import pytest
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS, Regions, TooManyRegions, registry_path, remove_registry
 from tests.service.v2.shm_client import client_object, shrinking
+from tests.procs import unique_namespace
 from tests.shm import assert_no_leftovers
 
 SHM = "/dev/shm"
@@ -24,7 +25,7 @@ SHM = "/dev/shm"
 
 @pytest.fixture
 def ns(tmp_path):
-    ns = f"ptest-{uuid.uuid4().hex[:8]}"
+    ns = unique_namespace()
     yield ns
     remove_registry(SHM, ns)
     assert_no_leftovers(ns)
