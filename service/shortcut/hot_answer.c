@@ -230,6 +230,20 @@ int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned,
 
 static const char CLOSE_LINE[] = "connection: close\r\n";
 
+/* n's decimal digits at d (room for 20), their count: the content length of every answer, where
+ * snprintf's format parsing was 1-2% of a worker's time. */
+static int decimal(char *d, size_t n)
+{
+    char tmp[20];
+    int k = 0;
+    do {
+        tmp[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (int i = 0; i < k; i++) d[i] = tmp[k - 1 - i];
+    return k;
+}
+
 /* declared, and described, in hot.h */
 int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o)
 {
@@ -237,7 +251,7 @@ int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *ta
     char digits[24];
     int dl = 0;
     if (http) {
-        dl = snprintf(digits, sizeof digits, "%zd", hl + body + tl);
+        dl = decimal(digits, (size_t)(hl + body + tl));
         pl = PyBytes_GET_SIZE(http->pre);
         ql = PyBytes_GET_SIZE(http->post) + (http->close ? (Py_ssize_t)sizeof CLOSE_LINE - 1 : 0) + 2;
     }
