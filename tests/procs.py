@@ -357,7 +357,9 @@ class Procs:
         name = self._name("serve")
         namespace = namespace or unique_namespace()
         port = port or free_port()
-        grpc_port = free_port() if grpc else 0
+        grpc_port = 0
+        while grpc and grpc_port in (0, port):   # two free ports in a row can be the same one
+            grpc_port = free_port()
         path = self._config(name, config)
         argv = [PYTHON, "-m", CLI_MODULE, "serve", "--port", str(port), "--workers", str(workers),
                 "--namespace", namespace, "--log-level", "warning", "--grpc-port", str(grpc_port), *args]
