@@ -84,8 +84,8 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const double *bounds = c.buf ? (const double *)PyBytes_AS_STRING(args[10]) : NULL;
     Py_ssize_t nb = PyBytes_GET_SIZE(args[10]) / 8, at = 0, n = PyBytes_GET_SIZE(data), done = 0;
     int state = SERVE_DONE;
-    PyObject *paused_name = PyUnicode_InternFromString("write_paused");
-    if (!paused_name) goto failed;
+    static PyObject *paused_name;   /* "write_paused", interned once (with the GIL) */
+    if (!paused_name && !(paused_name = PyUnicode_InternFromString("write_paused"))) goto failed;
     while (at < n) {
         PyObject *p = PyObject_GetAttr(flow, paused_name);
         int paused = p ? PyObject_IsTrue(p) : -1;
@@ -140,7 +140,6 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(type);
         Py_XDECREF(tb);
     }
-    Py_XDECREF(paused_name);
     if (c.buf) PyBuffer_Release(&c);
     PyObject *res = Py_BuildValue("(nniO)", at, done, state, err ? err : Py_None);
     Py_XDECREF(err);
