@@ -65,7 +65,7 @@ setup(
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
         Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels", "service/shortcut/vendor"],
                   depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h",
-                           "service/shortcut/vendor/ryu/f2s.c"], optional=_OPTIONAL),
+                           "service/shortcut/vendor/zmij/zmij.c", "service/shortcut/vendor/zmij/zmij-c.h"], optional=_OPTIONAL),
         # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
         # runs its Python loop, which holds far lower rates (loadtest/sender.py says which ran)
         Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),

@@ -23,7 +23,7 @@
  *   hot_blocks.c     ALiBi block cells (every way in), fill_block(): blocks for raw binary query and key
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
  *   hot_alibi_json.c JSON answers of an AlibiTemplate: its block's cells, each formatted as orjson would
- *   hot_f32text.c    a float32's JSON text, orjson's (Ryu's digits, vendor/ryu/)
+ *   hot_f32text.c    a float32's JSON text, orjson's (zmij's digits, vendor/zmij/)
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the

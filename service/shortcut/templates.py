@@ -24,7 +24,7 @@ around the rows' texts, each stored row rendered once by the full path's own ``j
 first time an answer needs it, and kept (up to TEXT_BUDGET bytes a template); rows past the table
 (GROWN_ROWS of them) are computed by the engine's kernel for their rendering. ALiBi blocks
 (``block_json``) are formatted in C, cell by cell, with orjson's own text of a float32
-(hot_f32text.c: Ryu's shortest digits in orjson's layout, held to orjson over all 2^32 values by
+(hot_f32text.c: the shortest digits (vendored zmij) in orjson's layout, held to orjson over all 2^32 values by
 tests/tools/f32_text_exhaustive.py): a block's cells are far too many distances to keep texts of.
 
 The shortcut runs in C (service/shortcut/_hot.c and its parts): one call from the request body and

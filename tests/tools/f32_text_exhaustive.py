@@ -6,8 +6,8 @@ the full path's writer (orjson), 2^24 patterns at a time: all 2^32 of them by de
 Prints each chunk that differs (its first differing value) and the total; exits 1 on a difference.
 Runs against orjson 3.13.0, all 4,294,967,296 patterns equal each time: hot_f32text.c over f2s's
 text (405 s on one core), f2d called directly (ea4c7ea, 403 s), digits two at a time and copied
-with memcpy (366 s), digits as one word stored in place (361 s).
-Run it again after any change to hot_f32text.c, the vendored Ryu or the orjson pin.
+with memcpy (366 s), digits as one word stored in place (361 s), zmij's digits (382 s).
+Run it again after any change to hot_f32text.c, the vendored zmij or the orjson pin.
 """
 
 from __future__ import annotations
