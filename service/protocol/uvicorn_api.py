@@ -126,6 +126,7 @@ class Protocol(HttpToolsProtocol):
         lane = self._lane = self.app_state.get(lanes.STATE_KEY)
         if lane is not None:
             lane.serving = True
+            transport.set_write_buffer_limits(high=lanes.WRITE_AT_ONCE)
             self._whole_ok = lane.gate is None and not self.access_log and not self.root_path \
                 and self.limit_concurrency is None
             metrics = lane.front.metrics   # what each read hands the C loop, but for its bytes and the time

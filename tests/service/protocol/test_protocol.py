@@ -15,7 +15,7 @@ from uvicorn.server import ServerState
 
 from posenc.service.front.app import create_app
 from posenc.service.protocol import limits as limits_mod, uvicorn_api
-from posenc.service.protocol.lane import STATE_KEY
+from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
 
@@ -42,6 +42,9 @@ class Transport:
 
     def get_extra_info(self, name, default=None):
         return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        self.limits = (high, low)
 
     def pause_reading(self):
         pass
@@ -106,6 +109,7 @@ def test_a_learnt_request_is_answered_in_the_data_callback_with_the_shortcuts_by
     p.data_received(request())
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
     assert front.lane.answered == 1 and not t.closed and b"date: Thu" in t.buffer
+    assert t.limits[0] == WRITE_AT_ONCE   # a large answer is sent at once, not at the loop's turn
 
 
 @needs_native
