@@ -229,7 +229,19 @@ static PyObject *lane_result(PyObject *out, const char *b, const char *next, PyO
         Py_RETURN_FALSE;
     }
     if (!out || out == Py_NotImplemented) return out;
-    return Py_BuildValue("(nONO)", (Py_ssize_t)(next - b), route, out, http->close ? Py_False : Py_True);
+    /* (made by hand, once per answer: Py_BuildValue's format parsing costs more than the tuple) */
+    PyObject *res = PyTuple_New(4), *end = PyLong_FromSsize_t((Py_ssize_t)(next - b));
+    if (!res || !end) {
+        Py_XDECREF(res);
+        Py_XDECREF(end);
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(res, 0, end);
+    PyTuple_SET_ITEM(res, 1, Py_NewRef(route));
+    PyTuple_SET_ITEM(res, 2, out);   /* (stolen) */
+    PyTuple_SET_ITEM(res, 3, Py_NewRef(http->close ? Py_False : Py_True));
+    return res;
 }
 
 /* declared in hot.h */
