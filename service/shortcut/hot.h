@@ -187,6 +187,9 @@ extern PyMethodDef hot_template_methods[]; /* every template type's: set_header(
 extern PyGetSetDef hot_template_getset[];  /* and header_for */
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+/* A block template's enable_json(parts, flat=False) arguments read: *parts the (before, after) bytes
+ * pair (borrowed) or NULL for None, *flat the flag: 0, or -1 with a TypeError. */
+int hot_json_parts(PyObject *const *args, Py_ssize_t nargs, PyObject **parts, int *flat);
 /* A template's header_for and tail taken (new references) at the end of its init: 0. */
 int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl);
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:

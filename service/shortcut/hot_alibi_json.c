@@ -139,16 +139,12 @@ PyDoc_STRVAR(enable_json_doc, "enable_json(parts, flat=False)\n--\n\n"
 static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     AlibiTemplate *t = (AlibiTemplate *)self;
-    if (nargs == 1 && args[0] == Py_None) {   /* no JSON answers (again) */
+    PyObject *parts;
+    int flat;
+    if (hot_json_parts(args, nargs, &parts, &flat) < 0) return NULL;
+    if (!parts) {   /* no JSON answers (again) */
         hot_alibi_json_free(t);
         Py_RETURN_NONE;
-    }
-    int flat = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
-    if (flat < 0) return NULL;
-    if (nargs < 1 || nargs > 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 ||
-        !PyBytes_Check(PyTuple_GET_ITEM(args[0], 0)) || !PyBytes_Check(PyTuple_GET_ITEM(args[0], 1))) {
-        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes), flat: bool = False), or enable_json(None)");
-        return NULL;
     }
     if (!t->heads) {
         PyErr_SetString(PyExc_ValueError, "enable_json: an initialised template");
@@ -165,7 +161,7 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     hot_alibi_json_free(t);
     AlibiJson *j = PyMem_Calloc(1, sizeof *j);
     if (!j) return PyErr_NoMemory();
-    j->parts = Py_NewRef(args[0]);
+    j->parts = Py_NewRef(parts);
     j->flat = flat;
     j->bf16 = bf16;
     t->json = j;

@@ -137,16 +137,10 @@ PyDoc_STRVAR(enable_json_doc, "enable_json(parts, flat=False)\n--\n\n"
 static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     T5Template *t = (T5Template *)self;
-    PyObject *parts = nargs >= 1 ? args[0] : NULL;
-    int flat = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
-    if (flat < 0) return NULL;
-    if (nargs < 1 || nargs > 2 ||
-        (parts != Py_None && (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 ||
-                              !PyBytes_Check(PyTuple_GET_ITEM(parts, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(parts, 1))))) {
-        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes) | None, flat: bool = False)");
-        return NULL;
-    }
-    Py_XSETREF(t->json_parts, parts == Py_None ? NULL : Py_NewRef(parts));
+    PyObject *parts;
+    int flat;
+    if (hot_json_parts(args, nargs, &parts, &flat) < 0) return NULL;
+    Py_XSETREF(t->json_parts, Py_XNewRef(parts));
     t->json_flat = flat;
     Py_RETURN_NONE;
 }

@@ -264,6 +264,22 @@ static PyObject *get_header_for(PyObject *t, void *closure)
     return f;
 }
 
+/* declared, and described, in hot.h */
+int hot_json_parts(PyObject *const *args, Py_ssize_t nargs, PyObject **parts, int *flat)
+{
+    PyObject *p = nargs >= 1 ? args[0] : NULL;
+    *flat = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (*flat < 0) return -1;
+    if (nargs < 1 || nargs > 2 ||
+        (p != Py_None && (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(p, 0)) ||
+                          !PyBytes_Check(PyTuple_GET_ITEM(p, 1))))) {
+        PyErr_SetString(PyExc_TypeError, "enable_json(parts: (bytes, bytes) | None, flat: bool = False)");
+        return -1;
+    }
+    *parts = p == Py_None ? NULL : p;
+    return 0;
+}
+
 /* What every template type has: set_header() and header_for. */
 PyMethodDef hot_template_methods[] = {
     {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},

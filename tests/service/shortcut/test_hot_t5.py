@@ -88,3 +88,18 @@ def test_t5_json_through_the_lane_is_the_full_paths(spec, query, key):
     req2 = pipeline.parse("t5-buckets", orjson.loads(body), LENGTH)
     want = encode(req2.family, pipeline.arrays(req2), req2.dtype, "json")[0]
     assert got and got[2].partition(b"\r\n")[2] == want
+
+
+@pytest.mark.parametrize("family, body", [("t5-buckets", {}), ("alibi", {"num_heads": 12})])
+def test_enable_json_reads_its_arguments_alike_on_both_block_templates(family, body):
+    # one reader of (parts, flat) for AlibiTemplate and T5Template (hot_templates.c hot_json_parts)
+    req = pipeline.parse(family, {**body, "query": [3], "key": [1, 2]}, LENGTH)
+    t = replay.block_template(req, view_of(req.table), 1 << 20, 1 << 20)
+    assert t is not None
+    for bad in [(b"[",), (b"[", "]"), [b"[", b"]"], b"[]", 7]:
+        with pytest.raises(TypeError, match=r"enable_json\(parts: \(bytes, bytes\) \| None"):
+            t.enable_json(bad)
+    with pytest.raises(TypeError):
+        t.enable_json((b"[", b"]"), True, 3)
+    assert t.enable_json((b"[", b"]"), True) is None and t.enable_json(None) is None
+    assert t.enable_json(None, False) is None and t.enable_json((b"[", b"]")) is None
