@@ -1,7 +1,7 @@
 """No cliffs (issue 21): the hot lane one step away from its benchmark's shape, against the raw-ASGI
 floor returning the same bytes. A script, not a test:
 
-    python tests/bench/bench_cliffs.py [--seconds 3] [--rounds 3] [--requests 512] [--perf CASE]
+    python tests/bench/bench_cliffs.py [--seconds 3] [--rounds 3] [--requests 4096] [--floor each|one] [--perf CASE]
 
 One `posenc serve --lane on` worker pinned to core 0, wrk (C, closed loop) pinned to core 1. Each
 case is a list of requests with positions drawn at random (seeded), which wrk cycles through:
@@ -25,11 +25,16 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   application/json: each cell formatted in C (service/shortcut/hot_alibi_json.c, hot_f32text.c).
 --cases NAME,NAME runs only those cases.
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
-uvicorn with posenc's settings, answering that case's path with posenc's answer to the case's first
-request: the same status, content type and length). Round after round each case is measured on
-posenc then on its floor, so both see the same stretch of a shared machine. Printed: per round and
-as medians, requests/s at 64 connections, p50 at one connection, the ratios posenc/floor, and the
-share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests), and the
+uvicorn with posenc's settings). With --floor each (the default) the floor answers every request
+of the case with the bytes posenc answered it with (content type and headers too), as the
+realistic mix's floor (bench_mix.py, posenc loadtest) does: with positions drawn at random, that is
+"the same bytes". With --floor one it answers every request with posenc's answer to the case's
+first request (the floor of the runs before 2026-12-02): its one answer stays in the cache, which
+no server of random positions has (measured against --floor each, alternated: 2-4% faster on
+answers up to 12 KiB, 12% on 16 RoPE rows in JSON, 40 KiB).
+Round after round each case is measured on posenc then on its floor, so both see the same stretch
+of a shared machine. Printed: per round and as medians, requests/s at 64 connections, p50 at one
+connection, the ratios posenc/floor, and the share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests), and the
 cores posenc's processes used at 64 connections (/proc CPU time; 1.0: its pinned core saturated,
 so the figure is the server's, not the client's). --perf CASE then samples posenc's processes
 with linux-perf during one more run of that case and prints the top symbols. wrk cycles
@@ -59,8 +64,8 @@ import uuid
 import httpx
 import numpy as np
 
-from posenc.loadtest.floor import save_bodies
-from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
+from posenc.loadtest.floor import save_bodies, save_requests
+from posenc.loadtest.servers import free_port, http_post_headers, pinned, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
@@ -198,8 +203,9 @@ def lane_answers(url: str) -> int:
     return httpx.get(url + "/v1/tables").json()["lane_answers"]
 
 
-def prepare(tmp: str, n: int) -> tuple:
-    """posenc, one floor per case, and each case's requests and wrk script."""
+def prepare(tmp: str, n: int, floor: str = "each") -> tuple:
+    """posenc, one floor per case (answering as ``floor`` says: see the module's doc), and each
+    case's requests and wrk script."""
     cfg = os.path.join(tmp, "tables.json")
     with open(cfg, "w") as f:
         json.dump(CONFIG, f)
@@ -214,9 +220,20 @@ def prepare(tmp: str, n: int) -> tuple:
         for path, headers, body in reqs[:2]:   # the full path answers, and learns (v2: at the second)
             r = httpx.post(posenc.url + path, content=body, headers=headers)
             assert r.status_code == 200, r.text
-        bodies = os.path.join(tmp, f"bodies{i}.json")
-        save_bodies(bodies, {reqs[0][0]: (r.headers["content-type"], r.content)})
-        floors[name] = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
+        if floor == "one":
+            bodies = os.path.join(tmp, f"bodies{i}.json")
+            save_bodies(bodies, {reqs[0][0]: (r.headers["content-type"], r.content)})
+            floors[name] = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
+        else:   # every request's own answer: the probe's way (loadtest/scenario.py prepare)
+            answers = []
+            for path, headers, body in reqs:
+                status, head, content = http_post_headers(posenc.url + path, body, headers)
+                assert status == 200, content[:300]
+                extra = [(h, head[h]) for h in ("inference-header-content-length",) if h in head]
+                answers.append((path, body, head.get("content-type", ""), content, extra))
+            answered = os.path.join(tmp, f"requests{i}.json")
+            save_requests(answered, answers)
+            floors[name] = start_floor(free_port(), requests=answered, cpus=SERVER_CPU)
         scripts[name] = os.path.join(tmp, f"case{i}.lua")
         write_script(scripts[name], reqs)
     for f in floors.values():
@@ -318,6 +335,8 @@ def main() -> None:
     ap.add_argument("--plot", help="write the per-round ratios to this PNG")
     ap.add_argument("--perf", metavar="CASE", help="after the rounds, where posenc's time goes in CASE (linux-perf)")
     ap.add_argument("--cases", help="comma-separated case names (default: every case)")
+    ap.add_argument("--floor", choices=("each", "one"), default="each",
+                    help="the floor answers each request with posenc's answer to it, or every one with the first's")
     a = ap.parse_args()
     if a.cases:
         for name in set(CASES) - set(a.cases.split(",")):
@@ -327,7 +346,7 @@ def main() -> None:
     runs: dict = {}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
-        posenc, floors, scripts = prepare(tmp, a.requests)
+        posenc, floors, scripts = prepare(tmp, a.requests, a.floor)
         try:
             for name in CASES:   # a pass over each pool first: JSON texts rendered, rows past a table kept
                 wrk(posenc.url, scripts[name], 2, 64)
@@ -359,7 +378,7 @@ def main() -> None:
             for f in floors.values():
                 f.stop()
     load.append(os.getloadavg()[0])
-    print(f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after)")
+    print(f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after; floor: {a.floor})")
     print(f"{'case':<20} {'posenc/s':>9} {'floor/s':>9} {'ratio':>6} {'p50 µs':>7} {'floor':>6} {'lane':>6} {'cores':>6}"
           "  per-round ratios")
     for name, rs in runs.items():
