@@ -28,6 +28,16 @@ def add_arguments(p) -> None:
                    help="realistic-mix: RoPE specs no table holds, sent per second while posenc is measured")
 
 
+def answer(url: str, path: str, headers: dict, body: bytes, kind: str) -> tuple:
+    """posenc's answer to one request, as a floor answers it (floor.save_requests): (path, request
+    body, content type, answer, [(header, value)]); a status other than 200 raises."""
+    status, head, content = servers.http_post_headers(url + path, body, headers)
+    if status != 200:
+        raise RuntimeError(f"posenc answered {status} to the probe's {kind} request: {content[:300]!r}")
+    extra = [(h, head[h]) for h in ("inference-header-content-length",) if h in head]
+    return path, body, head.get("content-type", ""), content, extra
+
+
 def prepare(args, url: str, cfg: dict, out: str) -> dict:
     """The pool (requests, kinds, names, items), posenc's answer to each (saved for the floors as
     ``floor_requests.json``) and a sample per kind for the report."""
@@ -42,15 +52,12 @@ def prepare(args, url: str, cfg: dict, out: str) -> dict:
             items.append((path, {"Accept": accept, "Content-Type": "application/json"}, raw.split(b"\r\n\r\n", 1)[1]))
     answers, samples, seen = [], [], set()
     for (path, headers, body), k in zip(items, kinds):
-        status, head, content = servers.http_post_headers(url + path, body, headers)
-        if status != 200:
-            raise RuntimeError(f"posenc answered {status} to the probe's {names[k]} request: {content[:300]!r}")
-        extra = [(h, head[h]) for h in ("inference-header-content-length",) if h in head]
-        answers.append((path, body, head.get("content-type", ""), content, extra))
+        answers.append(answer(url, path, headers, body, names[k]))
         if k not in seen:
             seen.add(k)
+            _, _, ctype, content, _ = answers[-1]
             samples.append({"kind": names[k], "path": path, "request_bytes": len(body),
-                            "response_bytes": len(content), "content_type": head.get("content-type", "")})
+                            "response_bytes": len(content), "content_type": ctype})
     floor_requests = os.path.join(out, "floor_requests.json")
     save_requests(floor_requests, answers)
     return {"requests": reqs, "kinds": kinds, "names": names, "items": items, "floor_requests": floor_requests,

@@ -30,8 +30,7 @@ of the case with the bytes posenc answered it with (content type and headers too
 realistic mix's floor (bench_mix.py, posenc loadtest) does: with positions drawn at random, that is
 "the same bytes". With --floor one it answers every request with posenc's answer to the case's
 first request (the floor of the runs before 2026-12-02): its one answer stays in the cache, which
-no server of random positions has (measured against --floor each, alternated: 2-4% faster on
-answers up to 12 KiB, 12% on 16 RoPE rows in JSON, 40 KiB).
+no server of random positions has.
 Round after round each case is measured on posenc then on its floor, so both see the same stretch
 of a shared machine. Printed: per round and as medians, requests/s at 64 connections, p50 at one
 connection, the ratios posenc/floor, and the share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests), and the
@@ -64,8 +63,9 @@ import uuid
 import httpx
 import numpy as np
 
+from posenc.loadtest import scenario
 from posenc.loadtest.floor import save_bodies, save_requests
-from posenc.loadtest.servers import free_port, http_post_headers, pinned, start_floor, start_posenc
+from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
@@ -224,15 +224,9 @@ def prepare(tmp: str, n: int, floor: str = "each") -> tuple:
             bodies = os.path.join(tmp, f"bodies{i}.json")
             save_bodies(bodies, {reqs[0][0]: (r.headers["content-type"], r.content)})
             floors[name] = start_floor(free_port(), bodies=bodies, cpus=SERVER_CPU)
-        else:   # every request's own answer: the probe's way (loadtest/scenario.py prepare)
-            answers = []
-            for path, headers, body in reqs:
-                status, head, content = http_post_headers(posenc.url + path, body, headers)
-                assert status == 200, content[:300]
-                extra = [(h, head[h]) for h in ("inference-header-content-length",) if h in head]
-                answers.append((path, body, head.get("content-type", ""), content, extra))
+        else:   # every request's own answer, as the load test's floors have them
             answered = os.path.join(tmp, f"requests{i}.json")
-            save_requests(answered, answers)
+            save_requests(answered, [scenario.answer(posenc.url, p, h, b, name) for p, h, b in reqs])
             floors[name] = start_floor(free_port(), requests=answered, cpus=SERVER_CPU)
         scripts[name] = os.path.join(tmp, f"case{i}.lua")
         write_script(scripts[name], reqs)
