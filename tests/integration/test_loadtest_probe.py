@@ -77,8 +77,10 @@ class SlowServer(threading.Thread):
         super().__init__(daemon=True)
         self.ready = threading.Event()
         self.port = 0
+        self.writers = set()
 
     async def _conn(self, reader, writer):
+        self.writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -87,7 +89,10 @@ class SlowServer(threading.Thread):
                 await asyncio.sleep(0.02)
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
             writer.close()
+            self.writers.discard(writer)
 
     def run(self):
         async def main():
@@ -97,6 +102,13 @@ class SlowServer(threading.Thread):
             self.ready.set()
             async with server:
                 await self.stopped.wait()
+            # Close the connections the probe left open while the loop still runs: their handlers
+            # end at EOF, and no StreamWriter outlives the loop (its __del__ would warn "loop is
+            # closed" in whichever later test the garbage collector happens to run).
+            for w in list(self.writers):
+                w.close()
+            while self.writers:
+                await asyncio.sleep(0.01)
         asyncio.run(main())
 
     def stop(self):
