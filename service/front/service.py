@@ -114,10 +114,13 @@ class Service:
                      counts):
         """hot_request for every whole request at the start of ``data``, each answer passed to
         ``write`` and counted in ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call
-        (``replay.serve``): (where the unanswered bytes start, answers, why it stopped, exception)."""
+        (``replay.serve``; one whose header or text must be computed first through
+        ``replay.lane_again``, inside it): (where the unanswered bytes start, answers, why it
+        stopped, exception)."""
         if now >= self._lane_recheck:
             self._lane_fresh(now)
-        return replay.serve(data, routes, self.accepts, self.templates.native, pre, post, close, write, flow, *counts)
+        return replay.serve(data, routes, self.accepts, self.templates.native, pre, post, close, write, flow, *counts,
+                            replay.lane_again)
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:

@@ -8,7 +8,7 @@ shortcut, straight to the transport:
 
 - the requests that arrive whole in one read, on a connection with nothing else in progress, are
   offered whole (``Service.hot_requests``: one C call from the read's bytes to every response
-  written and counted; ``again`` when one needs a header or text computed first);
+  written and counted, one that needs a header or text computed first too);
 - otherwise a POST to a hot path is admitted at its headers (``admits``) and offered once its body
   is whole (``respond``), as is a pipelined request when uvicorn would start it.
 
@@ -51,8 +51,8 @@ _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 WRITE_AT_ONCE = 4096
 _V2 = object()      # the route of a v2 REST binary infer: (_V2, path)
 # why the whole-request loop stopped (templates.serve)
-SERVE_DONE, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = (
-    replay.SERVE_DONE, replay.SERVE_DECLINED, replay.SERVE_AGAIN, replay.SERVE_CLOSED, replay.SERVE_FAILED)
+SERVE_DONE, SERVE_DECLINED, SERVE_CLOSED, SERVE_FAILED = (
+    replay.SERVE_DONE, replay.SERVE_DECLINED, replay.SERVE_CLOSED, replay.SERVE_FAILED)
 
 
 def offered(scope) -> bool:
@@ -118,28 +118,6 @@ class Lane:
         return self.gate is None or self.gate.allows(headers)
 
     # -- answers ----------------------------------------------------------------------------------
-    def again(self, data: bytes, at: int, pre: bytes, close: bool, now: float, write, flow) -> tuple:
-        """The whole requests of ``data`` from ``at`` answered one at a time, as the C loop
-        (``Service.hot_requests``) answers them, for when it met one whose answer misses a header or
-        a row's text (``answer_request`` computes it): (at, answered, state, exception) as its."""
-        hot, metrics, done = self.svc.hot_request, self.front.metrics, 0
-        while at < len(data) and not flow.write_paused:
-            t0 = perf_counter()
-            try:
-                got = hot(data, at, self.urls, pre, self.post, close, now)
-            except Exception as e:
-                return at, done, replay.SERVE_FAILED, e
-            if not got:
-                return at, done, replay.SERVE_DECLINED if got is False else replay.SERVE_NOT_REQUEST, None
-            at, route, out, keep_alive = got
-            write(out)
-            done += 1
-            if metrics is not None:
-                metrics.observe_at(route[1], perf_counter() - t0, len(out))
-            if not keep_alive:
-                return at, done, replay.SERVE_CLOSED, None
-        return at, done, replay.SERVE_PAUSED if at < len(data) else replay.SERVE_DONE, None
-
     def respond(self, route, body: bytes, headers, keep_alive: bool, defaults) -> tuple | None:
         """(head, answer) of an admitted request whose body is whole, or None: the shortcut declined
         it (then ASGI answers) or failed (logged; ASGI answers)."""

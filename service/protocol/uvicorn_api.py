@@ -149,14 +149,10 @@ class Protocol(HttpToolsProtocol):
             at, done, state, error = 0, 0, lanes.SERVE_FAILED, e
         if state == _SERVE_DONE and done:   # the common case: every request of the read answered
             return self._answered(done, now)
-        transport = self.transport
-        if state == lanes.SERVE_AGAIN:   # a header or text to compute first: the loop one request at a time
-            at, more, state, error = lane.again(data, at, pre, self._draining, now, write, flow)
-            done += more
         if error is not None:   # a shortcut's failure must not fail the request: ASGI has it
             log.error("template shortcut failed in the hot lane; answering through ASGI", exc_info=error)
         if state == lanes.SERVE_CLOSED:   # what follows a close is dropped, as uvicorn does
-            transport.close()
+            self.transport.close()
             return self._answered(done, now)
         self._declined = state == lanes.SERVE_DECLINED
         if done:

@@ -59,26 +59,29 @@ static int counts_of(PyObject *counts, PyObject *buckets, Py_buffer *c)
     return 0;
 }
 
-PyDoc_STRVAR(serve_doc, "serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets)\n--\n\n"
+PyDoc_STRVAR(serve_doc, "serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again)\n--\n\n"
              "The whole requests at the start of data answered as lane(data, at, routes, accepts, native,\n"
              "pre, post, close) answers them, each response passed to write(), while flow.write_paused is\n"
              "false; each answer counted in counts (a writable float64 buffer, or None) at its route's\n"
              "metrics offset (route[1]) as Metrics.observe_at counts it, with buckets (float64 bytes) its\n"
-             "histogram's bounds. (at, answered, state, error): where the unanswered bytes start and why\n"
-             "the loop stopped: 0 all answered, 1 write paused, 2 not a request lane() reads (None), 3\n"
-             "declined (False), 4 a header or text to compute first (NotImplemented: answer that request\n"
-             "through templates.answer_request), 5 the last answer closes the connection, 6 lane() or\n"
-             "write() raised: error is the exception (else None).");
+             "histogram's bounds. A request lane() cannot answer before a header or text is computed\n"
+             "(NotImplemented) is handed to again(data, at, routes, ...), lane()'s arguments, which\n"
+             "computes it and answers as lane() does (templates.lane_again); again None: the loop stops\n"
+             "there. (at, answered, state, error): where the unanswered bytes start and why the loop\n"
+             "stopped: 0 all answered, 1 write paused, 2 not a request lane() reads (None), 3 declined\n"
+             "(False), 4 a header or text to compute first (NotImplemented, from lane() with again None or\n"
+             "from again), 5 the last answer closes the connection, 6 lane(), again() or write() raised:\n"
+             "error is the exception (else None).");
 
 static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 11 || !PyBytes_Check(args[0])) {
+    if (nargs != 12 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "serve(data: bytes, routes, accepts, native, pre, post, close, write, flow, "
-                                         "counts, buckets)");
+                                         "counts, buckets, again)");
         return NULL;
     }
-    PyObject *data = args[0], *write = args[7], *flow = args[8], *err = NULL;
+    PyObject *data = args[0], *write = args[7], *flow = args[8], *again = args[11], *err = NULL;
     Py_buffer c;
     if (counts_of(args[9], args[10], &c) < 0) return NULL;
     const double *bounds = c.buf ? (const double *)PyBytes_AS_STRING(args[10]) : NULL;
@@ -100,6 +103,10 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (!start) goto failed;
         PyObject *call[8] = {data, start, args[1], args[2], args[3], args[4], args[5], args[6]};
         PyObject *got = hot_lane_call(NULL, call, 8);
+        if (got == Py_NotImplemented && again != Py_None) {   /* a header or text computed, then answered */
+            Py_DECREF(got);
+            got = PyObject_Vectorcall(again, call, 8, NULL);
+        }
         Py_DECREF(start);
         if (!got) goto failed;
         if (!PyTuple_Check(got)) {

@@ -174,15 +174,24 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
       answer it): the full path answers it, and need not offer it to the shortcut again."""
     out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
     if out is NotImplemented:
-        out = _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+        out = lane_again(data, start, routes, accepts, native, pre, post, close)
     return out
 
 
-# serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets): the whole
-# requests at the start of one socket read answered as answer_request answers each, every response
-# written and counted in one C call (service/shortcut/hot_serve.c says what it returns); one that
-# misses a header or text comes back (state SERVE_AGAIN) for answer_request. Bound to the C function
-# itself: the lane calls it once per read, and a Python frame around it costs a tenth of a row.
+def lane_again(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
+               close: bool):
+    """The request at ``data[start:]`` that lane() could not answer before a header or a row's text
+    was computed (it returned NotImplemented), answered as answer_request answers it: serve()'s
+    ``again``, called from C with lane()'s arguments."""
+    return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+
+
+# serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again): the
+# whole requests at the start of one socket read answered as answer_request answers each, every
+# response written and counted in one C call (service/shortcut/hot_serve.c says what it returns);
+# one that misses a header or text is answered by ``again`` (lane_again) inside the same loop, so
+# the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
+# the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
 SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
 SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(7)

@@ -143,7 +143,7 @@ def check_serve(data: bytes) -> None:
     """serve() over the whole buffer: the answers lane() gives one request after another."""
     out: list[bytes] = []
     at, done, state, error = ht.hot.serve(data, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST,
-                                          False, out.append, _FLOW, *_COUNTS)
+                                          False, out.append, _FLOW, *_COUNTS, None)
     assert error is None, (error, data)
     want, pos, why = [], 0, ht.replay.SERVE_DONE
     while pos < len(data):

@@ -16,6 +16,7 @@ from uvicorn.server import ServerState
 from posenc.service.front.app import create_app
 from posenc.service.protocol import limits as limits_mod, uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
+from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
 
@@ -110,6 +111,28 @@ def test_a_learnt_request_is_answered_in_the_data_callback_with_the_shortcuts_by
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
     assert front.lane.answered == 1 and not t.closed and b"date: Thu" in t.buffer
     assert t.limits[0] == WRITE_AT_ONCE   # a large answer is sent at once, not at the loop's turn
+
+
+@needs_native
+def test_a_json_answer_whose_rows_text_is_not_kept_is_answered_in_the_same_call(world):
+    """Rows whose JSON text the template does not hold yet: the C loop has it rendered
+    (templates.lane_again) and answers it with the full path's bytes, still in the one offer per
+    read, as are the requests after it."""
+    make, front, loop, offers = world
+    front.svc.execute(front.svc.prepare("rope", BODY, "application/json"))   # a JSON template learnt
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))          # and the binary one
+    body = orjson.dumps({"head_dim": 64, "positions": [2998, 2999]})         # rows with no text kept
+    data = request(body=body, accept=b"application/json") + request()
+    native = front.svc.templates.native
+    assert replay._hot.lane(data, 0, front.lane.urls, front.svc.accepts, native, (b"", b"", b""), b"",
+                            False) is NotImplemented
+    p, t = make()
+    p.data_received(data)
+    assert offers == ["hot_requests"] and front.lane.answered == 2, offers
+    heads = t.buffer.split(b"HTTP/1.1 ")[1:]
+    want = front.svc.execute(front.svc.prepare("rope", body, "application/json"))[0]
+    assert len(heads) == 2 and heads[0].split(b"\r\n\r\n", 1)[1] == want
+    assert status_and_body(b"HTTP/1.1 " + heads[1]) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
 
 
 @needs_native

@@ -1,8 +1,9 @@
 """The lane's per-read loop in C (service/shortcut/hot_serve.c ``serve``, through
 ``Service.hot_requests``): every whole request of a read answered with the bytes ``hot_request``
-gives for it, each written, counted as ``Metrics.observe_at`` counts it, and the loop stopping
-where the Python loop stopped (paused writes, a request it does not read, one it declines, one
-that needs a text computed, a close, a failure).
+gives for it, each written, counted as ``Metrics.observe_at`` counts it, one that needs a text
+computed first answered inside the loop (``templates.lane_again``), and the loop stopping where
+the Python loop stopped (paused writes, a request it does not read, one it declines, a close, a
+failure).
 """
 
 from __future__ import annotations
@@ -147,15 +148,35 @@ def test_a_failing_write_or_lane_comes_back_as_the_exception_with_the_answers_be
 
 
 @needs_native
-def test_a_json_answer_missing_a_rows_text_comes_back_for_the_python_loop(hot):
+def test_a_json_answer_missing_a_rows_text_is_rendered_and_answered_inside_the_loop(hot, metrics):
+    """lane() cannot answer rows whose JSON text is not kept yet (NotImplemented); the loop hands that
+    request to replay.lane_again, which renders the texts, and goes on: every request of the read
+    answered in the one call, with the full path's bytes, and counted."""
     body = {"head_dim": 64, "positions": [11]}
     hot.execute(hot.prepare("rope", orjson_dumps(body), "application/json"))   # a JSON template
-    data = rope(1) + request(b"/v1/rope", orjson_dumps({**body, "positions": [1999, 2000]}), accept=JSON)
+    unrendered = {**body, "positions": [1999, 2000]}
+    data = rope(1) + request(b"/v1/rope", orjson_dumps(unrendered), accept=JSON) + rope(2)
     one_by_one(hot, rope(1))
-    (at, done, state, error), out = serve(hot, data, (None, b""))
-    assert (at, done, state, error) == (len(rope(1)), 1, replay.SERVE_AGAIN, None)
-    got = hot.hot_request(data, at, ROUTES, PRE, POST, False, 0.0)   # renders the rows' texts
-    assert got and got[0] == len(data)
-    (at, done, state, error), again = serve(hot, data, (None, b""))   # now kept: C answers both
-    assert (at, done, state, error) == (len(data), 2, replay.SERVE_DONE, None)
-    assert again == out + [got[2]]
+    (at, done, state, error), out = serve(hot, data, metrics.native)
+    assert (at, done, state, error) == (len(data), 3, replay.SERVE_DONE, None)
+    full, _ = hot.execute(hot.prepare("rope", orjson_dumps(unrendered), "application/json"))
+    assert out[1] == PRE[1] + b"%d" % len(full) + POST + b"\r\n" + full
+    assert out == one_by_one(hot, data)   # (now kept: lane() itself gives the same bytes)
+    assert metrics.counts.reshape(-1)[:SHAPE[2] - 2].sum() == 3
+
+
+@needs_native
+def test_without_again_the_c_loop_stops_at_a_missing_text_and_a_failing_again_comes_back(hot):
+    body = {"head_dim": 64, "positions": [11]}
+    hot.execute(hot.prepare("rope", orjson_dumps(body), "application/json"))
+    data = rope(1) + request(b"/v1/rope", orjson_dumps({**body, "positions": [2999, 3000]}), accept=JSON)
+    one_by_one(hot, rope(1))
+    args = (data, ROUTES, hot.accepts, hot.templates.native, PRE, POST, False)
+    flow, out = types.SimpleNamespace(write_paused=False), []
+    got = replay.serve(*args, out.append, flow, None, b"", None)
+    assert got == (len(rope(1)), 1, replay.SERVE_AGAIN, None) and len(out) == 1
+
+    def boom(*a):
+        raise RuntimeError("again failed")
+    at, done, state, error = replay.serve(*args, out.append, flow, None, b"", boom)
+    assert (at, done, state, type(error)) == (len(rope(1)), 1, replay.SERVE_FAILED, RuntimeError)
