@@ -107,7 +107,9 @@ class SlowServer(threading.Thread):
             # closed" in whichever later test the garbage collector happens to run).
             for w in list(self.writers):
                 w.close()
-            while self.writers:
+            for _ in range(500):   # (each handler ends at its EOF; bounded all the same)
+                if not self.writers:
+                    break
                 await asyncio.sleep(0.01)
         asyncio.run(main())
 
