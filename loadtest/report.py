@@ -234,7 +234,8 @@ def markdown(res: dict, f: dict) -> str:
     if noise:
         L.append(f"Shared machine: before each measurement the run waited for other processes to go quiet "
                  f"({noise['idle_waited_s']} s in all) and measured the CPU they took during it (\"others' CPU\", "
-                 f"in cores); {noise['retried']} of {noise['steps']} measurements were redone for noise, and "
+                 f"in cores); {noise['retried']} of {noise['steps']} measurements were redone for noise (others' CPU, "
+                 f"or the probe late on its own core), and "
                  + (f"{noise['noisy_steps']} still had others above {lim:g} cores (⚠): read those as noise, not as posenc.\n"
                     if noise["noisy_steps"] else f"none kept others above {lim:g} cores.\n"))
 
