@@ -9,9 +9,8 @@
  *   -0.0 as "-0.0"; inf and nan as "null".
  *
  * The digits come from zmij's float32 conversion (vendored in vendor/zmij/, see its README): a
- * Schubfach-style one-multiply step (tests/bench/bench_f32_text.py: 26 ns a text over Ryu's f2d,
- * which this file used before, 17.5 ns now, layout changes included) that gives Ryu's digits for
- * every float32 (tests/tools/f32_text_exhaustive.py).
+ * Schubfach-style one-multiply step giving the shortest round-trip digits (tests/bench/
+ * bench_f32_text.py times a text against orjson's; docs/benchmarks.md has the figures).
  * tests/tools/f32_text_exhaustive.py compares all 2^32 bit patterns with orjson; the suite compares
  * millions of random ones and the edge cases (tests/service/shortcut/test_f32_text.py).
  */
