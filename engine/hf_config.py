@@ -92,6 +92,12 @@ class Config:
         return None if v is None else require_object(v, self.loc(name))
 
 
+def key_head_dim(key: str) -> Callable[[Config], tuple]:
+    """The rotary head width is the config's ``key`` (DeepSeek-style attention: qk_rope_head_dim,
+    which the config class copies into head_dim)."""
+    return lambda cfg: (cfg.int(key), cfg.loc(key))
+
+
 def standard_head_dim(cfg: Config) -> tuple[int, tuple]:
     """``getattr(config, "head_dim", None) or hidden_size // num_attention_heads`` (Llama)."""
     hd = cfg.get("head_dim")
@@ -123,6 +129,25 @@ class RopeModel:
     layout: str = HALF_SPLIT                      # the pairing of the cos/sin its rotary embedding returns
     head_dim: Callable[[Config], tuple] = standard_head_dim
     type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
+    # The config class's own rope_parameters when a config gives none (flat, or one per layer type):
+    # what transformers' __post_init__ fills in. A top-level θ still wins over its rope_theta.
+    default_rope: Mapping | None = None
+    # Where the text model's config sits in a composite config (("text_config",), ("thinker_config",
+    # "text_config")); () when the config is the text config itself. A config sent without that
+    # level is read as the text config (its model_type says which).
+    text_path: tuple = ()
+    # Multi-axis RoPE (Qwen-VL's mrope_section in the rope parameters): None when the rotary class
+    # has one axis, else whether it deals the frequencies interleaved (Qwen3-VL) or in sections.
+    mrope_interleaved: bool | None = None
+    # A heterogeneous config (transformers' per_layer_config: Gemma 4's full-attention layers have
+    # their own head_dim): a layer type is read with the overrides of its first layer.
+    per_layer: bool = False
+    # What the rotary class hands its attention, for the torch drop-in: (cos, sin) at full width
+    # (None), at half width ("half", GPT-OSS), or complex freqs_cis ("complex", Llama 4).
+    returns: str | None = None
+    # The config class computes head_dim in its __post_init__ by a rule of its own (not hidden_size //
+    # num_attention_heads): a config without head_dim is refused rather than guessed.
+    head_dim_saved: bool = False
 
     def config(self, raw: Mapping) -> Config:
         return Config(raw, self.aliases, self.defaults)
@@ -131,28 +156,92 @@ class RopeModel:
         """Refuse a config of this model type whose positions are not rotary (Falcon with alibi)."""
 
     def rope_block(self, cfg: Config, layer_type: str | None) -> tuple[dict, tuple]:
-        """(the rope parameters block, its location): rope_scaling, else rope_parameters."""
+        """(the rope parameters block, its location): rope_scaling, else rope_parameters, else the
+        class default; a block of one entry per layer type gives the entry ``layer_type`` names."""
         for name in ("rope_scaling", "rope_parameters"):
             block = cfg.block(name)
             if block:
+                if per_layer_type(block):
+                    return layer_entry(block, cfg.loc(name), layer_type)
                 check_flat_layer_type(cfg, layer_type)
                 return dict(block), cfg.loc(name)
-        check_flat_layer_type(cfg, layer_type)
-        return {}, cfg.loc("rope_parameters")
+        where = cfg.loc("rope_parameters")
+        if self.default_rope and per_layer_type(self.default_rope):
+            block, where = layer_entry(self.default_rope, where, layer_type)
+        else:
+            check_flat_layer_type(cfg, layer_type)
+            block = dict(self.default_rope or {})
+        # the class default's θ and fraction yield to the config's top-level keys (setdefault)
+        return {k: v for k, v in block.items() if k not in ("rope_theta", "partial_rotary_factor")}, where
 
     def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
+        raw, where_text = self.text_config(raw)
+        d = self.derive_text(raw, layer_type)
+        if where_text != LOC:            # the text config's keys sit under text_path
+            d.origin = {k: (*where_text, *v[len(LOC):]) if v[:len(LOC)] == LOC else v for k, v in d.origin.items()}
+        return d
+
+    @staticmethod
+    def config_gives_rope(cfg: Config) -> bool:
+        return bool(cfg.block("rope_scaling") or cfg.block("rope_parameters"))
+
+    def default_entry(self, layer_type: str | None) -> Mapping:
+        """The class default rope parameters of ``layer_type`` (of the one block when flat)."""
+        rp = self.default_rope or {}
+        if per_layer_type(rp):
+            return rp.get(layer_type) or {}
+        return rp
+
+    def layer_names(self, raw: Mapping) -> list | None:
+        """The layer types a per-layer-type config has rope parameters for (None when flat)."""
+        cfg = self.config(self.text_config(raw)[0])
+        for name in ("rope_scaling", "rope_parameters"):
+            block = cfg.raw.get(cfg.key(name))
+            if isinstance(block, Mapping) and block:
+                return list(block) if per_layer_type(block) else None
+        return list(self.default_rope) if self.default_rope and per_layer_type(self.default_rope) else None
+
+    def text_config(self, raw: Mapping) -> tuple[Mapping, tuple]:
+        """(the text model's config, its location) in a composite config. Each composite class
+        builds the text config it leaves out in a way of its own, so a composite config without it
+        is refused, naming the key (the text config can also be sent by itself)."""
+        where = LOC
+        for key in self.text_path:
+            sub = raw.get(key)
+            where = (*where, key)
+            if sub is None:
+                raise SpecError(where, "field required: the text model's config, which holds its rope "
+                                       "parameters (or send that config by itself)", "missing")
+            raw = require_object(sub, where)
+        return raw, where
+
+    def derive_text(self, raw: Mapping, layer_type: str | None) -> Derived:
+        if self.per_layer and layer_type is not None:
+            raw = layer_overrides(raw, layer_type)
         cfg = self.config(raw)
         self.check(cfg)
         block, where = self.rope_block(cfg, layer_type)
+        if self.head_dim_saved and cfg.get("head_dim") is None:
+            raise SpecError(cfg.loc("head_dim"), "field required: this model's config class computes it by a rule "
+                                                 "of its own; send the config as transformers saves it", "missing")
         head_dim, hd_loc = self.head_dim(cfg)
         fields = {"head_dim": head_dim, "layout": self.layout}
         origin = {"head_dim": hd_loc, "rope_scaling": where, "layout": (*LOC, "model_type")}
+        if self.mrope_interleaved is not None and block.get("mrope_section") is not None:
+            fields["mrope_section"] = block["mrope_section"]
+            origin["mrope_section"] = (*where, "mrope_section")
+            if self.mrope_interleaved:
+                fields["mrope_interleaved"] = True
+                origin["mrope_interleaved"] = (*LOC, "model_type")
         theta_key, theta_default = self.theta_fallback(layer_type)
+        given = self.config_gives_rope(cfg)
+        entry = {} if given else self.default_entry(layer_type)    # the class's own rope parameters
         theta, origin["rope_theta"] = first(("rope_theta", block, where), (theta_key, cfg.raw, LOC),
-                                            default=theta_default)
+                                            default=entry.get("rope_theta", theta_default))
         fields["rope_theta"] = theta
         prf, origin["partial_rotary_factor"] = first(("partial_rotary_factor", block, where),
-                                                     (self.partial_key, cfg.raw, LOC), default=self.partial_default)
+                                                     (self.partial_key, cfg.raw, LOC),
+                                                     default=entry.get("partial_rotary_factor", self.partial_default))
         rope_type = self.rope_type(block)
         if rope_type == "default" and not self.default_partial:
             prf = None                   # Llama's default frequencies span the whole head
@@ -193,6 +282,40 @@ def first(*sources, default=None) -> tuple[Any, tuple]:
         if obj.get(key) is not None:
             return obj[key], (*where, key)
     return default, (*sources[-1][2], sources[-1][0])
+
+
+def per_layer_type(block: Mapping) -> bool:
+    """transformers 5's nested rope_parameters: one block per layer type (Gemma 3, GPT-OSS...)."""
+    return bool(block) and all(isinstance(v, Mapping) for v in block.values())
+
+
+def layer_entry(block: Mapping, where: tuple, layer_type: str | None) -> tuple[dict, tuple]:
+    """The entry of a per-layer-type block that ``layer_type`` names (SpecError at layer_type)."""
+    names = ", ".join(block)
+    if layer_type is None:
+        raise SpecError(("layer_type",), f"required: this config has rope parameters per layer type ({names})",
+                        "missing")
+    if layer_type not in block:
+        raise SpecError(("layer_type",), f"must be one of {names}, got {json_repr(layer_type)}")
+    return dict(require_object(block[layer_type], (*where, layer_type))), (*where, layer_type)
+
+
+def layer_overrides(raw: Mapping, layer_type: str) -> Mapping:
+    """The config as its first layer of ``layer_type`` sees it: ``per_layer_config`` maps layer
+    indices (as saved: "05") to the attributes that differ for that layer (HeterogeneousConfigMixin)."""
+    per, types = raw.get("per_layer_config"), raw.get("layer_types")
+    if per is None or types is None:
+        missing = "per_layer_config" if per is None else "layer_types"
+        raise SpecError((*LOC, missing), "field required: this model's layers differ by type (their head_dim); "
+                                         "send the config as transformers saves it", "missing")
+    per = require_object(per, (*LOC, "per_layer_config"))
+    if not isinstance(types, list) or layer_type not in types:
+        raise SpecError(("layer_type",), f"names no layer of this config's layer_types, got {json_repr(layer_type)}")
+    first = types.index(layer_type)
+    for key, over in per.items():
+        if str(key).lstrip("0") == str(first).lstrip("0"):
+            return {**raw, **require_object(over, (*LOC, "per_layer_config", key))}
+    return raw
 
 
 def check_flat_layer_type(cfg: Config, layer_type: str | None) -> None:

@@ -13,19 +13,16 @@ them to the classes themselves). docs/models.md lists these records.
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 from typing import Any, Mapping
 
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
 from . import hf_vision
-from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, split_head_dim)
+from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, key_head_dim,
+                        split_head_dim)
 from .tables.rope import INTERLEAVED
-
-
-def _qk_rope_head_dim(cfg: Config) -> tuple[int, tuple]:
-    # DeepseekV2Config / DeepseekV3Config.__post_init__: head_dim = qk_rope_head_dim (the rotated
-    # part of each query/key head; the rest, qk_nope_head_dim, has no positions)
-    return cfg.int("qk_rope_head_dim"), cfg.loc("qk_rope_head_dim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +153,9 @@ def _sizes(hidden: int, heads: int, max_pos: int, **more) -> dict:
 
 
 _NEOX = dict(default_partial=True)   # compute_default_rope_parameters honours partial_rotary_factor
+# DeepseekV2Config / DeepseekV3Config.__post_init__: head_dim = qk_rope_head_dim (the rotated part of
+# each query/key head; the rest, qk_nope_head_dim, has no positions)
+_QK_ROPE = key_head_dim("qk_rope_head_dim")
 
 MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     "llama": {"rope": _llama_like("llama", "Llama", defaults=_sizes(4096, 32, 2048))},
@@ -185,6 +185,12 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
                                     aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
                                              "max_position_embeddings": "n_positions"},
                                     defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
+    # CodeGen's rotary embedding and attention are GPT-J's (create_sinusoidal_positions, rotary_dim)
+    "codegen": {"rope": FixedTableRope(source="models/codegen/modeling_codegen.py (CodeGenRotaryEmbedding, "
+                                              "create_sinusoidal_positions)",
+                                       aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
+                                                "max_position_embeddings": "n_positions"},
+                                       defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
     "stablelm": {"rope": _llama_like("stablelm", "StableLm", defaults=_sizes(2560, 32, 4096), partial_default=0.25,
                                      **_NEOX)},
     "starcoder2": {"rope": _llama_like("starcoder2", "Starcoder2", defaults=_sizes(3072, 24, 4096))},
@@ -196,12 +202,12 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     # DeepseekV2RotaryEmbedding returns polar(1, freqs) (half width, complex); apply_rotary_emb
     # pairs (2k, 2k+1) through view_as_complex: interleaved
     "deepseek_v2": {"rope": _llama_like("deepseek_v2", "DeepseekV2", defaults=_sizes(4096, 32, 2048, qk_rope_head_dim=64),
-                                        head_dim=_qk_rope_head_dim, layout=INTERLEAVED)},
+                                        head_dim=_QK_ROPE, layout=INTERLEAVED)},
     # DeepseekV3RotaryEmbedding returns Llama's half-split cos/sin; with rope_interleave the
     # attention de-interleaves q and k itself (apply_rotary_pos_emb_interleave)
     "deepseek_v3": {"rope": _llama_like("deepseek_v3", "DeepseekV3",
                                         defaults=_sizes(7168, 128, 4096, qk_rope_head_dim=64),
-                                        head_dim=_qk_rope_head_dim)},
+                                        head_dim=_QK_ROPE)},
     "granite": {"rope": _llama_like("granite", "Granite", defaults=_sizes(4096, 32, 2048))},
     "falcon": {
         "rope": FalconRope(source="models/falcon/modeling_falcon.py (FalconRotaryEmbedding)",
@@ -230,6 +236,25 @@ EXAMPLES = {
 MODELS.update(hf_vision.MODELS)
 EXAMPLES.update(hf_vision.EXAMPLES)
 CLASSES = hf_vision.CLASSES    # diffusers configs: by _class_name
+
+# The model types above are read by records written for them; every other rotary model type of
+# transformers is read by the shared reading with the facts engine/hf_zoo.json holds for it
+# (generated from transformers' own classes by tests/tools/hf_zoo.py).
+HAND_WRITTEN = frozenset(MODELS)
+ZOO = json.loads((pathlib.Path(__file__).with_name("hf_zoo.json")).read_text())
+UNREAD: dict[str, str] = ZOO["unread"]    # rotary model types posenc does not read, and why
+
+
+def _zoo_record(row: dict) -> RopeModel:
+    row = {**row, "text_path": tuple(row["text_path"])}
+    key = row.pop("head_dim_key", None)
+    if key is not None:
+        row["head_dim"] = key_head_dim(key)
+    return RopeModel(**row)
+
+
+for _mt, _row in ZOO["models"].items():
+    MODELS.setdefault(_mt, {})["rope"] = _zoo_record(_row)
 
 
 def supported(family: str) -> list[str]:

@@ -52,7 +52,7 @@ import sys
 
 import numpy as np
 
-from posenc.engine import kernels, pipeline
+from posenc.engine import hf_models, kernels, pipeline
 from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.client import Client
 from posenc.engine.errors import PosencError
@@ -68,8 +68,12 @@ REUSE_BYTES = 1 << 20          # outputs from this size on reuse the previous ca
 # (cos, sin): model_type -> (what it returns from half-width cos and sin, whether in x.dtype)
 HALF_OUTPUTS = {
     "gptj": (lambda cos, sin: (sin, cos), True),                              # GPTJRotaryEmbedding
+    "codegen": (lambda cos, sin: (sin, cos), False),                          # CodeGenRotaryEmbedding (fp32)
     "deepseek_v2": (lambda cos, sin: torch.complex(cos, sin), False),        # polar(1, freqs)·scaling
 }
+# the zoo's rows say the same of theirs (engine/hf_zoo.json "returns")
+_RETURNS = {"half": (lambda cos, sin: (cos, sin), True), "complex": HALF_OUTPUTS["deepseek_v2"]}
+HALF_OUTPUTS.update({mt: _RETURNS[row["returns"]] for mt, row in hf_models.ZOO["models"].items() if row.get("returns")})
 PER_LAYER_TYPES = ("full_attention", "sliding_attention")   # if a per-layer config does not list its own
 
 
@@ -166,7 +170,22 @@ class RotaryEmbedding(torch.nn.Module):
         except PosencError as e:       # a per-layer-type config (Gemma 3): one spec per layer type
             if getattr(e, "loc", None) != ("layer_type",):
                 raise
-        return {lt: parse(lt) for lt in dict.fromkeys(self._raw.get("layer_types") or PER_LAYER_TYPES)}
+        specs = {}
+        for lt in dict.fromkeys(self._text_layer_types() or PER_LAYER_TYPES):
+            try:
+                specs[lt] = parse(lt)
+            except PosencError as e:   # a layer type without rope (a linear-attention layer)
+                if getattr(e, "loc", None) != ("layer_type",):
+                    raise
+        if not specs:
+            parse(None)                # says what the config lacks
+        return specs
+
+    def _text_layer_types(self) -> list | None:
+        """The layer types the config has rope parameters for, as hf_config reads it."""
+        record = hf_models.MODELS.get(self.model_type, {}).get("rope")
+        names = record.layer_names(self._raw) if hasattr(record, "layer_names") else None
+        return names or self._raw.get("layer_types")
 
     # -- which frequencies ---------------------------------------------------------------------
     def _seq_len(self, spec, layer_type, seq_len: int) -> int:

@@ -56,6 +56,9 @@ ROPE = {
     "pythia-6.9b": {"model_type": "gpt_neox", "hidden_size": 4096, "num_attention_heads": 32, "rotary_pct": 0.25,
                     "rotary_emb_base": 10000, "max_position_embeddings": 2048},
     "gpt-j-6b": {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64, "n_positions": 2048},
+    # Salesforce/codegen-350M-mono
+    "codegen-350m-mono": {"model_type": "codegen", "n_embd": 1024, "n_head": 16, "n_layer": 20, "rotary_dim": 32,
+                          "n_positions": 2048, "n_ctx": 2048},
     "stablelm-2-1.6b": {"model_type": "stablelm", "hidden_size": 2048, "num_attention_heads": 32,
                         "partial_rotary_factor": 0.25, "rope_theta": 10000, "max_position_embeddings": 4096},
     "starcoder2-7b": {"model_type": "starcoder2", "hidden_size": 4608, "num_attention_heads": 36,

@@ -23,7 +23,7 @@ import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.engine.compute import compute
-from posenc.engine.hf_models import MODELS
+from posenc.engine.hf_models import HAND_WRITTEN, MODELS
 from posenc.engine.hf_vision import CLASSES, MODELS as VISION
 from tests.numeric import assert_close
 from tests.engine.hf_published import ALIBI, LAYER_TYPES, ROPE
@@ -96,7 +96,7 @@ def _hf_config(published):
 
 
 def _positions(model_type, cfg):
-    if model_type == "gptj":                 # GPT-J's table stops at n_positions
+    if model_type in ("gptj", "codegen"):    # GPT-J's table stops at n_positions
         return [p for p in POSITIONS if p < cfg.n_positions]
     return POSITIONS
 
@@ -109,7 +109,7 @@ def hf_cos_sin(model_type, cfg, positions, layer_type):
     pos = torch.tensor([positions], dtype=torch.int64)
     with torch.no_grad():
         out = module(x, pos, layer_type) if layer_type else module(x, pos)
-    if model_type == "gptj":                 # (sin, cos), half width, applied by repeat_interleave
+    if model_type in ("gptj", "codegen"):    # (sin, cos), half width, applied by repeat_interleave
         sin, cos = (t[0].repeat_interleave(2, dim=-1) for t in out)
     elif model_type == "deepseek_v2":        # polar(1, freqs)·scaling, half width, paired (2k, 2k+1)
         z = out[0]
@@ -228,8 +228,10 @@ def test_every_model_type_is_tested():
     rope = {c["model_type"] for c in ROPE.values()}
     alibi = {c["model_type"] for c in ALIBI.values()}
     # the vision and multimodal types are held to their own classes by test_hf_vision.py
-    assert rope == {t for t, by in MODELS.items() if "rope" in by and t not in VISION}
-    assert alibi == {t for t, by in MODELS.items() if "alibi" in by}
+    # the zoo's rows (engine/hf_zoo.json) are held to their classes by tests/engine/test_hf_zoo.py
+    hand = {t: by for t, by in MODELS.items() if t in HAND_WRITTEN}
+    assert rope == {t for t, by in hand.items() if "rope" in by and t not in VISION}
+    assert alibi == {t for t, by in hand.items() if "alibi" in by}
 
 
 def _class_default(cls, name):
@@ -240,7 +242,7 @@ def _class_default(cls, name):
     return f.default
 
 
-@pytest.mark.parametrize("model_type", sorted(set(MODELS) - set(VISION)))
+@pytest.mark.parametrize("model_type", sorted(HAND_WRITTEN & set(MODELS) - set(VISION)))
 def test_defaults_are_the_config_classes(model_type):
     """What posenc assumes for an absent key is the config class's own default."""
     cls = CONFIG_MAPPING[model_type]

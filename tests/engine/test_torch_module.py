@@ -30,7 +30,7 @@ def _pairs(a, b):
 def test_module_matches_the_models_own(name, layer_type):
     cfg = _hf_config(ROPE[name])
     mt = ROPE[name]["model_type"]
-    positions = [0, 1, 5, 100, 1000, 2000] if mt == "gptj" else [0, 1, 5, 100, 1000, 4096, 5000, 9000]
+    positions = [0, 1, 5, 100, 1000, 2000] if mt in ("gptj", "codegen") else [0, 1, 5, 100, 1000, 4096, 5000, 9000]
     pos = torch.tensor([positions, positions[::-1]])
     stock, ours = _rotary_class(mt)(cfg), rotary(cfg)
     for dtype in (torch.float32, torch.bfloat16):

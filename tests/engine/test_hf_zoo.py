@@ -1,0 +1,188 @@
+"""The zoo: every rotary model type of the pinned transformers that posenc reads from
+engine/hf_zoo.json, against the model's own rotary embedding class.
+
+For each row, the config class's defaults (``CONFIG_MAPPING[model_type]()``) are built, the text
+model's rotary class (the row's ``source``, on the sub-config at ``text_path``) is run for positions
+up to and past the model's context, and posenc must give the same cos/sin within docs/reference.md's
+tolerance (transformers' own float32 error): through ``compute`` with the config as transformers
+saves it (``to_dict()``) and with nothing but its ``model_type`` (every other key from the class
+defaults the row holds), and through ``posenc.torch.RotaryEmbedding`` in the form the class hands
+its attention. tests/integration/test_hf_zoo_http.py asks a real server for the same.
+
+The model types posenc does not read are listed here (``NOT_READ``) with the reason the generator
+gave, so the list changes only on purpose.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from posenc.engine import hf_models
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
+from tests.numeric import assert_close
+from tests.tools import hf_zoo
+
+transformers = hf_zoo._quiet()
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
+
+ROWS = hf_models.ZOO["models"]
+
+# Rotary model types of transformers 5.24 that posenc does not read, and why (engine/hf_zoo.json's
+# "unread", from tests/tools/hf_zoo.py). A type whose text rotary class does not run on its own
+# config's defaults (a vision or audio sub-model, a class that needs more than position_ids) is not
+# a text rotary model; the rest are what posenc's RoPE cannot say yet.
+ODD_WIDTH = "odd rotary width"
+NOT_READ_RUNNABLE = {
+    # int(head_dim * partial_rotary_factor) is odd (73, 21): transformers then takes ceil(d/2)
+    # frequencies of exponent 2k/d; posenc's RoPE needs an even rotary width
+    "qwen3_omni_moe": ODD_WIDTH, "qwen3_omni_moe_text": ODD_WIDTH, "qwen3_omni_moe_thinker": ODD_WIDTH,
+    "glm4_moe": ODD_WIDTH,
+    # multi-axis with the class's own default mrope_section when the config has none, dealt
+    # interleaved per pair: read as one axis it would be wrong for image tokens
+    "glm_ocr": "mrope default section", "glm_ocr_text": "mrope default section",
+}
+
+
+def _runnable_unread():
+    return {mt for mt, why in hf_models.UNREAD.items() if not why.startswith("no text rotary class runs")}
+
+
+def _rope_types():
+    """Every model type of the pinned transformers whose modeling module has a text rotary class."""
+    classes = hf_zoo.rotary_classes()
+    return {mt for mt in CONFIG_MAPPING_NAMES if CONFIG_MAPPING[mt].__module__.split(".")[2] in classes}
+
+
+def test_the_table_covers_the_pinned_transformers():
+    assert hf_models.ZOO["transformers"] == transformers.__version__
+    hand = {mt for mt, by in hf_models.MODELS.items() if "rope" in by and mt in hf_models.HAND_WRITTEN}
+    missing = _rope_types() - set(ROWS) - set(hf_models.UNREAD) - hand
+    assert not missing, f"rotary model types in neither engine/hf_zoo.json nor the records: {sorted(missing)}"
+
+
+def test_what_is_not_read_changes_only_on_purpose():
+    assert _runnable_unread() == set(NOT_READ_RUNNABLE), {mt: hf_models.UNREAD.get(mt) for mt in
+                                                         _runnable_unread() ^ set(NOT_READ_RUNNABLE)}
+
+
+def test_share_of_the_zoo_read():
+    """Of the rotary model types whose own class runs on their defaults, posenc reads >= 95%."""
+    hand = {mt for mt in _rope_types() if mt in hf_models.HAND_WRITTEN and "rope" in hf_models.MODELS[mt]}
+    read = len(set(ROWS) | hand)
+    share = read / (read + len(_runnable_unread()))
+    print(f"zoo: {read} rotary model types read, {len(_runnable_unread())} not read, {share:.1%}")
+    assert share >= 0.95
+
+
+def _class_and_conf(mt):
+    row = ROWS[mt]
+    m = re.fullmatch(r"models/(\w+)/(modeling_\w+)\.py \((\w+)\)", row["source"])
+    klass = getattr(importlib.import_module(f"transformers.models.{m[1]}.{m[2]}"), m[3])
+    cfg = CONFIG_MAPPING[mt]()
+    conf = cfg
+    for key in row["text_path"]:
+        conf = getattr(conf, key)
+    return klass, cfg, conf
+
+
+def _cases():
+    for mt in sorted(ROWS):
+        _, _, conf = _class_and_conf(mt)
+        for lt in hf_zoo.layer_types(conf):
+            yield pytest.param(mt, lt, id=f"{mt}-{lt}" if lt else mt)
+
+
+CASES = list(_cases())
+
+
+def want(klass, conf, positions, layer_type):
+    """The class's cos/sin as posenc's full-width arrays (a half-width class: its half-split
+    layout's first half, repeated), and its attention scaling."""
+    cos, sin, form, scaling = hf_zoo.run_class(klass(conf), positions, layer_type)
+    return cos, sin, form, scaling
+
+
+def _widen(cos, sin, width):
+    if cos.shape[1] * 2 == width:
+        return np.concatenate([cos, cos], axis=1), np.concatenate([sin, sin], axis=1)
+    return cos, sin
+
+
+def _check(got, cos, sin, scaling, positions, what):
+    cos, sin = _widen(cos, sin, got["cos"].shape[1])
+    assert got["attention_scaling"] == pytest.approx(scaling, rel=1e-6), what
+    tol = hf_zoo.tolerance(positions, got["attention_scaling"])
+    assert_close(got["cos"], cos, atol=tol, what=f"{what} cos")
+    assert_close(got["sin"], sin, atol=tol, what=f"{what} sin")
+
+
+def _body(raw, positions, layer_type):
+    body = {"hf_config": raw, ("position_ids" if isinstance(positions[0], list) else "positions"): positions}
+    if layer_type is not None:
+        body["layer_type"] = layer_type
+    return body
+
+
+@pytest.mark.parametrize("mt,layer_type", CASES)
+def test_zoo_model_vs_its_rotary_class(mt, layer_type):
+    klass, cfg, conf = _class_and_conf(mt)
+    positions = hf_zoo._positions(klass, conf)
+    cos, sin, _, scaling = want(klass, conf, positions, layer_type)
+    full = compute("rope", _body(cfg.to_dict(), positions, layer_type))
+    _check(full, cos, sin, scaling, positions, f"{mt} (to_dict)")
+    # nothing but the model type: every key from the class defaults the row holds
+    refused = ("text_config" if ROWS[mt]["text_path"] else
+               "per_layer_config" if ROWS[mt].get("per_layer") and layer_type is not None else
+               "head_dim" if ROWS[mt].get("head_dim_saved") else None)
+    if refused:            # what its config class computes by a rule of its own is in the saved config only
+        with pytest.raises(SpecError) as e:
+            compute("rope", _body({"model_type": mt}, positions, layer_type))
+        assert e.value.loc[0] == "hf_config" and e.value.msg.startswith("field required"), e.value
+    else:
+        bare = compute("rope", _body({"model_type": mt}, positions, layer_type))
+        _check(bare, cos, sin, scaling, positions, f"{mt} (model_type alone)")
+        assert bare["spec"] == full["spec"]
+    # the text config sent by itself reads the same, under its own model type
+    if ROWS[mt]["text_path"] and conf.model_type in ROWS:
+        alone = compute("rope", _body(conf.to_dict(), positions, layer_type))
+        assert alone["spec"] == full["spec"]
+    if ROWS[mt].get("mrope_interleaved") is not None:      # three different axes
+        axes = [positions[:8], [p // 2 for p in positions[:8]], [p // 3 + 1 for p in positions[:8]]]
+        c3, s3, _, sc3 = want(klass, conf, axes, layer_type)
+        _check(compute("rope", _body(cfg.to_dict(), axes, layer_type)), c3, s3, sc3, axes, f"{mt} (3 axes)")
+
+
+def _pairs(a, b):
+    return list(zip(a, b)) if isinstance(a, tuple) else [(a, b)]
+
+
+@pytest.mark.parametrize("mt,layer_type", CASES)
+def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
+    """posenc.torch.RotaryEmbedding(config) returns what the model's own class returns, in its form
+    (half-width pairs, complex freqs_cis), dtype and shape."""
+    from posenc.engine.client import Client
+    from posenc.torch import RotaryEmbedding
+    klass, _, conf = _class_and_conf(mt)
+    positions = [0, 1, 5, 100, 1000, 4096, 5000, 9000]
+    positions = [p for p in positions if p < conf.max_position_embeddings] if hf_zoo._positions(
+        klass, conf) != hf_zoo.POSITIONS else positions
+    pos = torch.tensor([positions, positions[::-1]])
+    stock = klass(conf)
+    ours = RotaryEmbedding(copy.deepcopy(conf), client=Client(namespace="ptest-none"))
+    x = torch.zeros(1, dtype=torch.float32)
+    with torch.no_grad():
+        w_out = stock(x, pos, layer_type) if layer_type else stock(x, pos)
+    g_out = ours(x, pos, layer_type) if layer_type else ours(x, pos)
+    scaling = getattr(ours, f"{layer_type}_attention_scaling" if layer_type else "attention_scaling")
+    tol = torch.tensor(hf_zoo.tolerance(positions, scaling))
+    for w, g in _pairs(w_out, g_out):
+        assert g.shape == w.shape and g.dtype == w.dtype, (mt, g.shape, w.shape, g.dtype, w.dtype)
+        w, g = (torch.view_as_real(t).flatten(-2) if t.is_complex() else t for t in (w, g))
+        assert ((g[0] - w[0]).abs() <= tol).all(), (mt, (g[0] - w[0]).abs().max())
