@@ -13,6 +13,7 @@ them to the classes themselves). docs/models.md lists these records.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 from typing import Any, Mapping
@@ -283,3 +284,15 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
         raise SpecError((*LOC, key), f"{why}; supported for {family}: {', '.join(names)}",
                         "missing" if mt is None else "value_error")
     return entry[family].derive(config, layer_type)
+
+
+@functools.cache
+def catalogue() -> bytes:
+    """``GET /v1/models``: every model type (and diffusers class) hf_config reads, with the file
+    each family's reading follows, and the rotary model types it does not read, with the reason."""
+    def sources(by):
+        return {family: record.source for family, record in by.items()}
+    return json.dumps({"transformers": ZOO["transformers"],
+                       "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
+                       "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
+                       "not_read": dict(sorted(UNREAD.items()))}).encode()

@@ -36,6 +36,12 @@ def test_reference_is_generated_from_the_registry():
         "docs/reference.md is stale: .venv/bin/python -m tests.tools.reference > docs/reference.md"
 
 
+def test_models_page_is_generated_from_the_records():
+    from tests.tools import models_doc
+    assert (ROOT / "docs" / "models.md").read_text() == models_doc.render(), \
+        "docs/models.md is stale: .venv/bin/python -m tests.tools.models_doc"
+
+
 def test_nothing_points_outside_the_clone():
     found = []
     for f in read_files():

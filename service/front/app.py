@@ -19,6 +19,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from posenc.engine import hf_models
 from posenc.engine.proclife import exit_with_parent
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
@@ -98,6 +99,11 @@ def create_app(settings: Settings | None = None):
     @app.get("/v1/tables", summary="What is in shared memory, and the kernel backend")
     async def tables():
         return svc.tables()
+
+    @app.get("/v1/models", summary="The model types whose config.json hf_config reads, by family, "
+                                   "and the rotary ones it does not read, with the reason")
+    async def models():
+        return Response(hf_models.catalogue(), media_type="application/json")
 
     @app.get(HEALTH_PATH, summary="Alive")
     async def healthz():

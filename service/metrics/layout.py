@@ -9,7 +9,7 @@ import struct
 from posenc.engine.tables import FAMILIES
 from posenc.service.v2.errors import GRPC_CODES
 
-ROUTES = (*(f"/v1/{name}" for name in FAMILIES), "/v1/tables", "/healthz", "/readyz", "/metrics", "/docs",
+ROUTES = (*(f"/v1/{name}" for name in FAMILIES), "/v1/tables", "/v1/models", "/healthz", "/readyz", "/metrics", "/docs",
           # KServe v2 (service/v2): REST inference per family model, table models together, the
           # rest of /v2; gRPC ModelInfer and ModelStreamInfer messages the same way, other methods
           *(f"/v2/models/{name}/infer" for name in FAMILIES), "/v2/models/<table>/infer", "/v2",
@@ -29,7 +29,8 @@ CELLS = NB + 2                  # + the sum of seconds, the sum of response byte
 # ASGI front's shortcut, the gRPC server's); "python", the full path (and every refusal).
 PATHS = ("c", "shortcut", "python")
 # the routes whose answers may take a C path: /v1 families, v2 REST inference, gRPC ModelInfer
-ANSWER_ROUTES = tuple(r for r in ROUTES if r.startswith(("/v1/", "/v2/models/", "grpc Model")) and r != "/v1/tables")
+ANSWER_ROUTES = tuple(r for r in ROUTES if r.startswith(("/v1/", "/v2/models/", "grpc Model"))
+                      and r not in ("/v1/tables", "/v1/models"))
 # rows: ROUTES (the python path's answers), then each answer route's "c" row and its "shortcut" row
 # next to it (200s only: a C path answers nothing else), then a header (this file's token)
 PATH_ROW = {(route, path): len(ROUTES) + 2 * i + j

@@ -186,3 +186,53 @@ def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
         assert g.shape == w.shape and g.dtype == w.dtype, (mt, g.shape, w.shape, g.dtype, w.dtype)
         w, g = (torch.view_as_real(t).flatten(-2) if t.is_complex() else t for t in (w, g))
         assert ((g[0] - w[0]).abs() <= tol).all(), (mt, (g[0] - w[0]).abs().max())
+
+
+# -- swapped into small random-weight models of the zoo -------------------------------------------
+
+TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+            intermediate_size=128, vocab_size=128, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2, initializer_range=0.2)   # weights large enough that positions move the logits
+MOE = dict(num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+# zoo model types of several readings: partial rotary honoured (glm, glm4, persimmon, nemotron),
+# interleaved pairs (cohere2), half-width yarn (gpt_oss), complex freqs_cis in a composite's text
+# model (llama4_text), per-layer-type and MoE models
+SWAPPED = {"olmoe": MOE, "glm": {}, "glm4": {}, "gpt_oss": MOE, "cohere2": {}, "exaone4": {}, "ernie4_5": {},
+           "smollm3": {}, "helium": {}, "seed_oss": {}, "llama4_text": {}, "persimmon": {}, "nemotron": {},
+           "granitemoe": MOE}
+
+
+def _tiny(mt):
+    torch.manual_seed(0)
+    config = CONFIG_MAPPING[mt](**TINY, **SWAPPED[mt])
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+
+
+def _swap(model, config=None):
+    from posenc.engine.client import Client
+    from posenc.torch import RotaryEmbedding
+    model.model.rotary_emb = RotaryEmbedding(config or model.config, client=Client(namespace="ptest-none"))
+
+
+@pytest.mark.parametrize("mt", sorted(SWAPPED))
+def test_swapped_into_a_zoo_model_logits_and_tokens_stay(mt):
+    """posenc's cos/sin are exact where transformers' are float32: the logits move by that rounding
+    only (float32: within 1e-4), greedy tokens are the stock model's, and another θ moves them."""
+    model = _tiny(mt)
+    ids = torch.randint(3, 128, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        stock_tokens = model.generate(ids[:, :8], max_new_tokens=12, do_sample=False, pad_token_id=0)
+        _swap(model)
+        got = model(ids).logits
+        tokens = model.generate(ids[:, :8], max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert (got - want).abs().max() <= 1e-4, (mt, (got - want).abs().max())
+    assert torch.equal(tokens, stock_tokens), mt
+    other = copy.deepcopy(model.config.to_dict())         # the test can fail: another θ moves the logits
+    rp = other["rope_parameters"]
+    for block in (rp.values() if all(isinstance(v, dict) for v in rp.values()) else [rp]):
+        block["rope_theta"] = 50.0
+    with torch.no_grad():
+        _swap(model, other)
+        assert (model(ids).logits - want).abs().max() > 1e-2, mt

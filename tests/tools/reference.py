@@ -310,8 +310,9 @@ def family_section(fam) -> list[str]:
     out += [FORMULAS[fam.name].rstrip()]
     types = hf_models.supported(fam.name)
     if types:
-        out += ["", f"`hf_config` model types ({len(types)}): " + ", ".join(f"`{t}`" for t in types)
-                + " (how each is read: [models.md](models.md))."]
+        listed = types if len(types) <= 40 else [*types[:12], "…"]
+        out += ["", f"`hf_config` model types ({len(types)}): " + ", ".join(f"`{t}`" if t != "…" else t for t in listed)
+                + " (every one, and how each is read: [models.md](models.md); `GET /v1/models`)."]
     out += ["", "Examples (the bodies `/docs` offers):", ""]
     for title, ex in fam.examples.items():
         out += [f"- {title}: `{json.dumps(ex['value'])}`"]
@@ -540,7 +541,9 @@ differences below are transformers' error, which the tests allow when comparing 
 `posenc serve` listens on 127.0.0.1:{http_port} by default (`--host`, `--port`).
 
 - {routes}: the body is the spec plus its selections and `dtype`.
-- `GET /v1/tables`: the tables in shared memory and the configured names; `GET /healthz` (alive),
+- `GET /v1/tables`: the tables in shared memory and the configured names; `GET /v1/models`: the
+  model types whose config `hf_config` reads, by family, and the rotary ones it does not read, with
+  the reason ([models.md](models.md)); `GET /healthz` (alive),
   `GET /readyz` (503 until a worker has mapped and verified the tables), `GET /metrics` (Prometheus
   text), `GET /docs` (OpenAPI, an example per route).
 - **Answer formats**, chosen by `Accept` (offered: {offers}; a missing Accept, `*/*` and
