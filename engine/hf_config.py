@@ -40,6 +40,7 @@ from .tables.rope import HALF_SPLIT
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
+PER_HEAD = "/head_dim"   # a legacy key that holds a rotary width, not a fraction
 
 
 @dataclasses.dataclass
@@ -148,6 +149,11 @@ class RopeModel:
     # The config class computes head_dim in its __post_init__ by a rule of its own (not hidden_size //
     # num_attention_heads): a config without head_dim is refused rather than guessed.
     head_dim_saved: bool = False
+    # The top-level keys its config class's convert_rope_params_to_dict reads into the rope
+    # parameters (transformers 4 spellings): layer type ("" when one block) -> {rope field: key};
+    # a key ending in "/head_dim" is a rotary width (MiniMax-M2's rotary_dim). ModernBERT:
+    # {"full_attention": {"rope_theta": "global_rope_theta"}, "sliding_attention": {...}}.
+    legacy: Mapping = dataclasses.field(default_factory=dict)
 
     def config(self, raw: Mapping) -> Config:
         return Config(raw, self.aliases, self.defaults)
@@ -236,12 +242,19 @@ class RopeModel:
         theta_key, theta_default = self.theta_fallback(layer_type)
         given = self.config_gives_rope(cfg)
         entry = {} if given else self.default_entry(layer_type)    # the class's own rope parameters
-        theta, origin["rope_theta"] = first(("rope_theta", block, where), (theta_key, cfg.raw, LOC),
+        top = cfg.raw if theta_key is not None else {}             # no top-level θ for this layer type
+        theta, origin["rope_theta"] = first(("rope_theta", block, where), (theta_key or "rope_theta", top, LOC),
                                             default=entry.get("rope_theta", theta_default))
         fields["rope_theta"] = theta
+        pkey, per_head = self.partial_source(layer_type)
+        top = cfg.raw if pkey is not None else {}
         prf, origin["partial_rotary_factor"] = first(("partial_rotary_factor", block, where),
-                                                     (self.partial_key, cfg.raw, LOC),
+                                                     (pkey or "partial_rotary_factor", top, LOC),
                                                      default=entry.get("partial_rotary_factor", self.partial_default))
+        if per_head and block.get("partial_rotary_factor") is None and cfg.raw.get(pkey) is not None:
+            if not is_int(prf) or prf < 2:
+                raise SpecError((*LOC, pkey), f"must be an integer >= 2, got {json_repr(prf)}")
+            prf = prf / head_dim          # a rotary width (MiniMax-M2's rotary_dim): its fraction
         rope_type = self.rope_type(block)
         if rope_type == "default" and not self.default_partial:
             prf = None                   # Llama's default frequencies span the whole head
@@ -260,9 +273,19 @@ class RopeModel:
             origin["max_position_embeddings"] = cfg.loc("max_position_embeddings")
         return self.finish(cfg, block, Derived(fields, origin))
 
-    def theta_fallback(self, layer_type: str | None) -> tuple[str, float]:
-        """(top-level key, class default) of θ when the rope block holds none."""
+    def theta_fallback(self, layer_type: str | None) -> tuple[str | None, float]:
+        """(top-level key, class default) of θ when the rope block holds none; a config class
+        with keys of its own for it (``legacy``) reads those alone (None: none for this layer type)."""
+        if self.legacy:
+            return self.legacy.get(layer_type or "", {}).get("rope_theta"), self.default_theta
         return self.theta_key, self.default_theta
+
+    def partial_source(self, layer_type: str | None) -> tuple[str | None, bool]:
+        """(top-level key of the fraction, whether it holds a rotary width to divide by head_dim)."""
+        key = self.legacy.get(layer_type or "", {}).get("partial_rotary_factor") if self.legacy else self.partial_key
+        if key is not None and key.endswith(PER_HEAD):
+            return key[:-len(PER_HEAD)], True
+        return key, False
 
     def rope_type(self, block: Mapping) -> Any:
         t = block.get("rope_type")

@@ -99,6 +99,8 @@ def _llama3(spec: RopeSpec, seq_len: int):
     wavelen = 2 * math.pi / inv
     low_wavelen, high_wavelen = orig / low_ff, orig / high_ff
     out = np.where(wavelen > low_wavelen, inv / f, inv)
+    if high_ff == low_ff:                # no band between the two (Llama 4 Scout's 1.0 and 1.0)
+        return out, 1.0
     smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1 - smooth) * out / f + smooth * out
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
@@ -227,9 +229,9 @@ def _v_llama3(s, ctx):
          "low_freq_factor": req_float(s, "low_freq_factor", (ctx.src,), gt=0.0),
          "high_freq_factor": req_float(s, "high_freq_factor", (ctx.src,), gt=0.0),
          "original_max_position_embeddings": _orig(s, ctx, "llama3")}
-    if not p["low_freq_factor"] < p["high_freq_factor"]:
+    if p["high_freq_factor"] < p["low_freq_factor"]:   # equal: no smoothed band (Llama 4's configs)
         raise SpecError((ctx.src, "high_freq_factor"),
-                        f"must be greater than low_freq_factor ({p['low_freq_factor']}), "
+                        f"must be >= low_freq_factor ({p['low_freq_factor']}), "
                         f"got {p['high_freq_factor']}")
     return p
 

@@ -95,3 +95,42 @@ ALIBI = {
                "attn_config": {"alibi": True, "alibi_bias_max": 8, "attn_impl": "torch"}},
     "falcon-rw-1b": {"model_type": "falcon", "hidden_size": 2048, "num_attention_heads": 32, "alibi": True},
 }
+
+
+# Published configs of zoo model types (engine/hf_zoo.json), one for each family of quirks the zoo's
+# rows carry, with the positional keys as their config.json holds them (tests/engine/test_hf_zoo.py).
+ZOO = {
+    # openai/gpt-oss-20b: yarn by default, half-width cos/sin applied to the two halves of a head
+    "gpt-oss-20b": {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "head_dim": 64,
+                    "num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 150000,
+                    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                     "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                     "truncate": False}},
+    # meta-llama/Llama-4-Scout-17B-16E: composite (text_config), llama3 scaling, complex freqs_cis
+    "llama-4-scout": {"model_type": "llama4", "text_config": {
+        "model_type": "llama4_text", "hidden_size": 5120, "num_attention_heads": 40, "head_dim": 128,
+        "num_key_value_heads": 8, "max_position_embeddings": 10485760, "rope_theta": 500000.0,
+        "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}}},
+    # THUDM/glm-4-9b-chat-hf: partial_rotary_factor honoured by the default type
+    "glm-4-9b-chat-hf": {"model_type": "glm", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
+                         "num_key_value_heads": 2, "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+                         "max_position_embeddings": 131072},
+    # Qwen/Qwen3-Next-80B-A3B-Instruct: a hybrid (linear attention) model, a quarter of the head rotates
+    "qwen3-next-80b-a3b": {"model_type": "qwen3_next", "hidden_size": 2048, "num_attention_heads": 16,
+                           "head_dim": 256, "num_key_value_heads": 2, "partial_rotary_factor": 0.25,
+                           "rope_theta": 10000000, "max_position_embeddings": 262144},
+    # answerdotai/ModernBERT-base: per layer type, from transformers 4's global/local θ keys
+    "modernbert-base": {"model_type": "modernbert", "hidden_size": 768, "num_attention_heads": 12,
+                        "max_position_embeddings": 8192, "global_rope_theta": 160000.0,
+                        "local_rope_theta": 10000.0, "global_attn_every_n_layers": 3, "num_hidden_layers": 22},
+    # CohereForAI/c4ai-command-r7b-12-2024: interleaved pairs
+    "command-r7b": {"model_type": "cohere2", "hidden_size": 4096, "num_attention_heads": 32,
+                    "num_key_value_heads": 8, "rope_theta": 50000.0, "max_position_embeddings": 8192},
+    # allenai/OLMoE-1B-7B-0924
+    "olmoe-1b-7b": {"model_type": "olmoe", "hidden_size": 2048, "num_attention_heads": 16,
+                    "max_position_embeddings": 4096, "rope_theta": 10000.0},
+    # MiniMaxAI/MiniMax-M2: partial rotary as a rotary width (rotary_dim)
+    "minimax-m2": {"model_type": "minimax_m2", "hidden_size": 3072, "num_attention_heads": 48, "head_dim": 128,
+                   "rotary_dim": 64, "rope_theta": 5000000, "max_position_embeddings": 196608},
+}

@@ -26,6 +26,7 @@ import torch
 from posenc.engine import hf_models
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
+from tests.engine.hf_published import ZOO as ZOO_PUBLISHED
 from tests.numeric import assert_close
 from tests.tools import hf_zoo
 
@@ -159,6 +160,30 @@ def test_zoo_model_vs_its_rotary_class(mt, layer_type):
         _check(compute("rope", _body(cfg.to_dict(), axes, layer_type)), c3, s3, sc3, axes, f"{mt} (3 axes)")
 
 
+LEGACY = [pytest.param(mt, lt, field, key, id=f"{mt}-{key}") for mt, row in sorted(ROWS.items())
+          for lt, by in row.get("legacy", {}).items() for field, key in by.items()]
+
+
+@pytest.mark.parametrize("mt,layer_type,field,key", LEGACY)
+def test_transformers_4_spellings_its_class_reads(mt, layer_type, field, key):
+    """A top-level key the config class converts into its rope parameters (ModernBERT's
+    global_rope_theta, Gemma 3n's rope_local_base_freq, ...) is read as the class reads it."""
+    klass, _, conf = _class_and_conf(mt)
+    name = key.split("/")[0]
+    value = 54321.0 if field == "rope_theta" else conf.head_dim // 4 if key.endswith("/head_dim") else 0.25
+    probe = type(conf)(**{name: value})
+    lt = layer_type or None
+    positions = hf_zoo._positions(klass, probe)
+    cos, sin, _, scaling = want(klass, probe, positions, lt)
+    raw = {"model_type": conf.model_type, name: value}
+    for k in ("per_layer_config", "layer_types", "head_dim"):     # what the class computes, as it saves it
+        if ROWS[mt].get("per_layer" if k != "head_dim" else "head_dim_saved") and k in probe.to_dict():
+            raw[k] = probe.to_dict()[k]
+    got = compute("rope", _body(raw, positions, lt))
+    _check(got, cos, sin, scaling, positions, f"{mt} {key}")
+    assert got["spec"]["rope_theta" if field == "rope_theta" else "head_dim"] is not None
+
+
 def _pairs(a, b):
     return list(zip(a, b)) if isinstance(a, tuple) else [(a, b)]
 
@@ -236,3 +261,25 @@ def test_swapped_into_a_zoo_model_logits_and_tokens_stay(mt):
     with torch.no_grad():
         _swap(model, other)
         assert (model(ids).logits - want).abs().max() > 1e-2, mt
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_PUBLISHED))
+def test_published_configs_both_spellings(name):
+    """A real config.json of each family of quirks, as published and as its class's to_dict()."""
+    published = ZOO_PUBLISHED[name]
+    mt = published["model_type"]
+    klass, _, _ = _class_and_conf(mt)
+    kw = copy.deepcopy(published)
+    cfg = CONFIG_MAPPING[kw.pop("model_type")](**kw)
+    conf = cfg
+    for key in ROWS[mt]["text_path"]:
+        conf = getattr(conf, key)
+    positions = hf_zoo._positions(klass, conf)
+    shown = {}
+    for lt in hf_zoo.layer_types(conf):
+        cos, sin, _, scaling = want(klass, conf, positions, lt)
+        for spelling, raw in (("published", published), ("to_dict", cfg.to_dict())):
+            got = compute("rope", _body(raw, positions, lt))
+            _check(got, cos, sin, scaling, positions, f"{name} ({spelling}, {lt})")
+            shown.setdefault(lt, []).append(got["spec"])
+    assert all(a == b for a, b in shown.values()), shown

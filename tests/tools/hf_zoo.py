@@ -148,6 +148,9 @@ def class_facts(conf) -> dict:
     except Exception:
         return facts
     facts["default_rope"] = copy.deepcopy(getattr(bare, "rope_parameters", None))
+    legacy = legacy_keys(cls, bare)
+    if legacy:
+        facts["legacy"] = legacy
     try:
         hd, split = getattr(bare, "head_dim", None), bare.hidden_size // bare.num_attention_heads
     except Exception:     # a heterogeneous config: head_dim differs per layer (per_layer_config)
@@ -160,6 +163,47 @@ def class_facts(conf) -> dict:
     elif hd is not None and hd != facts["defaults"].get("head_dim", split):
         facts["head_dim_saved"] = True    # computed by __post_init__'s own rule
     return facts
+
+
+THETA, FRACTION = 12345.0, 0.5    # probe values no default has
+
+
+def legacy_keys(cls, bare) -> dict:
+    """The top-level keys a config class's own convert_rope_params_to_dict reads into its rope
+    parameters (transformers 4 spellings: ModernBERT's global_rope_theta, Gemma 3n's
+    rope_local_base_freq, GPT-NeoX-Japanese's rotary_emb_base, MiniMax-M2's rotary_dim), found by
+    building the class with each key it names set to a probe value: layer type ("" when one block)
+    -> {rope field: key}. Empty when the class keeps transformers' shared conversion."""
+    from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
+    fn = getattr(cls, "convert_rope_params_to_dict", None)
+    if fn is None or fn is getattr(RotaryEmbeddingConfigMixin, "convert_rope_params_to_dict", None):
+        return {}
+    names = []
+    for klass in cls.__mro__:
+        own = klass.__dict__.get("convert_rope_params_to_dict")
+        if own is not None and klass is not RotaryEmbeddingConfigMixin:
+            names += re.findall(r'(?:kwargs\.(?:pop|get)\(|getattr\(self, )"(\w+)"', inspect.getsource(own))
+    out: dict = {}
+    head = getattr(bare, "head_dim", None) if not bare.to_dict().get("per_layer_config") else None
+    for name in dict.fromkeys(names):
+        if name in ("rope_scaling", "rope_parameters"):
+            continue
+        probes = [(THETA, "rope_theta", name), (FRACTION, "partial_rotary_factor", name)]
+        if isinstance(head, int) and head >= 8:
+            probes += [(head // 2, "partial_rotary_factor", name + "/head_dim"),
+                       (head // 4, "partial_rotary_factor", name + "/head_dim")]
+        for value, field, key in probes:
+            try:
+                rp = cls(**{name: value}).rope_parameters
+            except Exception:
+                continue
+            entries = rp.items() if rp and all(isinstance(v, dict) for v in rp.values()) else [("", rp)]
+            want = value / head if key.endswith("/head_dim") else value
+            for lt, e in entries:
+                if e and e.get(field) == want and (bare.rope_parameters.get(lt, {}) if lt else
+                                                   bare.rope_parameters).get(field) != want:
+                    out.setdefault(lt, {})[field] = key
+    return out
 
 
 def find(mt, cfg, classes):

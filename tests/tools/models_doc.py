@@ -98,6 +98,9 @@ def zoo_note(row: dict) -> str:
         said.append("its class returns half-width cos/sin")
     elif row.get("returns") == "complex":
         said.append("its class returns complex `freqs_cis`")
+    for lt, by in row.get("legacy", {}).items():
+        said += [f"`{key}` is {'the ' + lt + ' ' if lt else ''}{field}" for field, key in by.items()
+                 if key != field]
     if row.get("aliases"):
         said.append("keys " + ", ".join(f"`{v}`" for v in row["aliases"].values()))
     return "; ".join(said) or "shared"

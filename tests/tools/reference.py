@@ -162,7 +162,7 @@ rope_type, combined as transformers combines them); `axes_dim` gives each axis i
 `position_ids` or one with the wrong number of axes, and `axes_dim` without `position_ids`.
 
 **Rules** (transformers' validators, made strict): `factor` is required for linear, dynamic, yarn
-and llama3 and must be ≥ 1; llama3 also requires `low_freq_factor` < `high_freq_factor`; longrope
+and llama3 and must be ≥ 1; llama3 also requires `low_freq_factor` ≤ `high_freq_factor` (equal: no smoothed band, as Llama 4's configs have it); longrope
 requires `short_factor` and `long_factor`, each of length d/2; an absent `rope_type` means
 `default`. Refused: keys the rope_type does not use; `type` and `rope_type` disagreeing;
 `rope_scaling` and `rope_parameters` both sent; `rope_theta` or `partial_rotary_factor` given both
