@@ -140,6 +140,7 @@ class RopeModel:
     # Multi-axis RoPE (Qwen-VL's mrope_section in the rope parameters): None when the rotary class
     # has one axis, else whether it deals the frequencies interleaved (Qwen3-VL) or in sections.
     mrope_interleaved: bool | None = None
+    mrope_default: tuple | None = None   # the class's own mrope_section when the config gives none
     # A heterogeneous config (transformers' per_layer_config: Gemma 4's full-attention layers have
     # their own head_dim): a layer type is read with the overrides of its first layer.
     per_layer: bool = False
@@ -233,8 +234,10 @@ class RopeModel:
         head_dim, hd_loc = self.head_dim(cfg)
         fields = {"head_dim": head_dim, "layout": self.layout}
         origin = {"head_dim": hd_loc, "rope_scaling": where, "layout": (*LOC, "model_type")}
-        if self.mrope_interleaved is not None and block.get("mrope_section") is not None:
-            fields["mrope_section"] = block["mrope_section"]
+        section = block.get("mrope_section")
+        section = list(self.mrope_default) if section is None and self.mrope_default else section
+        if self.mrope_interleaved is not None and section is not None:
+            fields["mrope_section"] = section
             origin["mrope_section"] = (*where, "mrope_section")
             if self.mrope_interleaved:
                 fields["mrope_interleaved"] = True

@@ -279,9 +279,13 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
             why = "field required"
         elif entry:
             why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
+        elif mt in UNREAD:
+            why = f"{json_repr(mt)} is a rotary model type posenc does not read ({UNREAD[mt]})"
         else:
             why = f"{json_repr(mt)} is not a model type posenc knows"
-        raise SpecError((*LOC, key), f"{why}; supported for {family}: {', '.join(names)}",
+        shown = ", ".join(names) if len(names) <= 40 else f"{', '.join(names[:8])} and {len(names) - 8} more"
+        raise SpecError((*LOC, key), f"{why}; send the {family} spec fields instead of hf_config, or a config "
+                                     f"of a model type posenc reads (GET /v1/models): {shown}",
                         "missing" if mt is None else "value_error")
     return entry[family].derive(config, layer_type)
 

@@ -40,14 +40,20 @@ ROWS = hf_models.ZOO["models"]
 # config's defaults (a vision or audio sub-model, a class that needs more than position_ids) is not
 # a text rotary model; the rest are what posenc's RoPE cannot say yet.
 ODD_WIDTH = "odd rotary width"
+MROPE = "multi-axis dealt neither in sections nor interleaved"
 NOT_READ_RUNNABLE = {
     # int(head_dim * partial_rotary_factor) is odd (73, 21): transformers then takes ceil(d/2)
     # frequencies of exponent 2k/d; posenc's RoPE needs an even rotary width
     "qwen3_omni_moe": ODD_WIDTH, "qwen3_omni_moe_text": ODD_WIDTH, "qwen3_omni_moe_thinker": ODD_WIDTH,
     "glm4_moe": ODD_WIDTH,
-    # multi-axis with the class's own default mrope_section when the config has none, dealt
-    # interleaved per pair: read as one axis it would be wrong for image tokens
-    "glm_ocr": "mrope default section", "glm_ocr_text": "mrope default section",
+    # multi-axis classes whose dealing of the frequencies over (t, h, w) is neither Qwen2-VL's
+    # sections nor Qwen3-VL's interleaving (the generator's three-axis probe)
+    "ernie4_5_vl_moe": MROPE, "ernie4_5_vl_moe_text": MROPE, "qwen4_exp": MROPE, "qwen4_exp_text": MROPE,
+    "qwen3_omni_moe_talker_text": MROPE,
+    # GLM-OCR's multi-axis class: with the fraction at 0.5 its width follows neither reading
+    "glm_ocr": "multi-axis, partial", "glm_ocr_text": "multi-axis, partial",
+    # NeoMME's class reads an mrope_section from somewhere posenc cannot find
+    "neomme": "multi-axis, section not found",
 }
 
 

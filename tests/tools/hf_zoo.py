@@ -265,6 +265,12 @@ def derive_row(mt, classes):
         row["per_layer"] = True
     lts = layer_types(conf)
     section = _section(base, lts[0])
+    own = getattr(klass(conf), "mrope_section", None)
+    if section is None and own is not None:         # the class's own default when the config has none
+        section = list(own)
+        row["mrope_default"] = section
+    elif section is None and "mrope_section" in inspect.getsource(klass):
+        return None, "multi-axis RoPE whose class reads an mrope_section posenc cannot find"
     positions = _positions(klass, conf)
 
     def matches(facts, d=base, pos=None):
@@ -275,15 +281,18 @@ def derive_row(mt, classes):
 
     # the layout and the fraction's reading, from the defaults (multi-axis as one axis: every
     # axis the same position)
-    cands = [{"layout": lay, "default_partial": dp, **({} if section is None else {"mrope_interleaved": False})}
-             for lay in ("half_split", "interleaved") for dp in (False, True)]
+    cands = [{"layout": lay, "default_partial": dp} for lay in ("half_split", "interleaved") for dp in (False, True)]
     cands = [c for c in cands if matches(c)]
     if not cands:
+        width = _odd_width(conf, lts[0])
+        if width is not None:
+            return None, (f"its rotary width int(head_dim * partial_rotary_factor) = {width} is odd (transformers "
+                          "then takes ceil(d/2) frequencies of exponent 2k/d); posenc's RoPE needs an even width")
         try:
             _probe(klass, base, cls, {**row, "layout": "half_split"}, positions, lts[0])
             why = "its rotary class's cos/sin differ from posenc's reading of its defaults in both layouts"
         except Exception as e:
-            why = f"posenc refuses its defaults ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+            why = f"posenc refuses its defaults ({str(e).splitlines()[0][:160]})"
         return None, why
     if all(_rope_type(base, lt) != "default" for lt in lts):
         cands = [c for c in cands if not c["default_partial"]]   # only the default type reads it
@@ -316,6 +325,14 @@ def _positions(klass, conf):
     if m and "max_position_embeddings" in src and "create_sinusoidal_positions" in src:
         return [p for p in POSITIONS if p < m]
     return POSITIONS
+
+
+def _odd_width(conf, lt):
+    """int(head_dim * partial_rotary_factor) as the default rope reads it, when odd."""
+    rp = conf.rope_parameters.get(lt, {}) if lt else conf.rope_parameters
+    head = getattr(conf, "head_dim", None) or conf.hidden_size // conf.num_attention_heads
+    d = int(head * (rp or {}).get("partial_rotary_factor", 1.0))
+    return d if d % 2 else None
 
 
 def _blocks(d, lt):

@@ -91,7 +91,9 @@ def zoo_note(row: dict) -> str:
     if row.get("partial_default") is not None:
         said.append(f"fraction defaults to {_num(row['partial_default'])}")
     if row.get("mrope_interleaved") is not None:
-        said.append("multi-axis (`mrope_section`), " + ("interleaved" if row["mrope_interleaved"] else "in sections"))
+        said.append("multi-axis (`mrope_section`" + (f", default {row['mrope_default']}" if row.get("mrope_default")
+                                                     else "") + "), "
+                    + ("interleaved" if row["mrope_interleaved"] else "in sections"))
     if row["layout"] != "half_split":
         said.append(row["layout"])
     if row.get("returns") == "half":
