@@ -74,6 +74,14 @@ def test_the_table_covers_the_pinned_transformers():
     assert not missing, f"rotary model types in neither engine/hf_zoo.json nor the records: {sorted(missing)}"
 
 
+@pytest.mark.slow
+def test_the_table_is_what_the_generator_writes():
+    """engine/hf_zoo.json is tests/tools/hf_zoo.py's output on the pinned transformers: every row
+    can be regenerated and checked (``python -m tests.tools.hf_zoo --check``)."""
+    assert hf_zoo.TABLE.read_text() == hf_zoo.dumps(hf_zoo.build()), \
+        "engine/hf_zoo.json is stale: .venv/bin/python -m tests.tools.hf_zoo"
+
+
 def test_what_is_not_read_changes_only_on_purpose():
     assert _runnable_unread() == set(NOT_READ_RUNNABLE), {mt: hf_models.UNREAD.get(mt) for mt in
                                                          _runnable_unread() ^ set(NOT_READ_RUNNABLE)}
