@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from . import dtypes as _dt
-from . import hf_models
+from . import hf_models, jsonread
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
 from .tables import FAMILIES, TableDef
@@ -95,10 +95,13 @@ def named_specs(tables: list[ConfiguredTable]) -> dict:
     return {ct.name: (ct.table.family, ct.spec) for ct in tables}
 
 
-def _read_json(path: str, loc: tuple, what: str):
+def _read_json(path: str, loc: tuple, what: str, allowed=jsonread.in_table_hf_config):
+    """A JSON file; NaN/Infinity only where ``allowed`` (inside model configs: engine/jsonread.py)."""
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            return jsonread.loads(f.read(), allowed)
+    except SpecError:            # a NaN outside the model configs: at its path
+        raise
     except OSError as e:
         raise SpecError(loc, f"cannot read {what} {path}: {e.strerror}") from None
     except ValueError as e:
@@ -112,7 +115,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         if entry.get("spec") is not None:
             raise SpecError((*loc, "spec"), "give either spec or hf_config, not both")
         if isinstance(cfg, str):
-            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config")
+            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config", jsonread.anywhere)
         try:
             derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
             try:
