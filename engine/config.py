@@ -7,9 +7,10 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
      "tables": [{"family": "rope", "spec": {...the family's spec fields (docs/reference.md)...},
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
-Instead of ``spec``, a rope or alibi entry may give a model's config: ``"hf_config": {...}`` or a
-path to a config.json (relative to the table config's folder), and for a per-layer-type config
-``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
+Instead of ``spec``, an entry may give a model's config (the families and model types of
+engine/hf_models.py): ``"hf_config": {...}`` or a path to a config.json (relative to the table
+config's folder; the file, and an inline config, may hold config.json's NaN and Infinity:
+engine/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
 the engine at start with the same message a request would get
 (``tables[2].spec.rope_scaling.factor: ...``, ``tables[3].hf_config.rotary_pct: ...``).
 

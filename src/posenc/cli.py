@@ -96,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("family", choices=list(FAMILIES))
     c.add_argument("--spec", required=True, help="the request JSON, or @FILE")
     c.add_argument("--hf-config", metavar="FILE",
-                   help="a model's config.json, instead of the spec fields (rope, alibi)")
-    c.add_argument("--layer-type", help="with --hf-config: which per-layer-type rope parameters (e.g. "
-                                        "full_attention)")
+                   help="a model's config.json, instead of the spec fields (docs/models.md lists the "
+                        "model types of each family)")
+    c.add_argument("--layer-type", help="with --hf-config: which part of the config (e.g. full_attention of "
+                                        "a per-layer-type rope_parameters, encoder or decoder of a T5)")
     c.add_argument("--tables", help="table config whose names {\"table\": NAME} may use "
                                     "(default: POSENC_TABLES or the embedded set)")
     c.add_argument("--out", required=True, help="output file: .npz or .safetensors")
