@@ -48,8 +48,9 @@ class FixedModel:
         names = [*self.layers, *self.refused_layers]
         if layer_type is None:
             if len(self.layers) > 1:
-                raise SpecError(("layer_type",), f"required: this config's {' and '.join(self.layers)} tables "
-                                f"differ; send layer_type {' or '.join(map(repr, self.layers))}", "missing")
+                raise SpecError(("layer_type",), f"required: this model's tables differ by stack "
+                                f"({', '.join(self.layers)}); send layer_type {' or '.join(map(repr, self.layers))}",
+                                "missing")
             return next(iter(self.layers.values()), None)
         if layer_type in self.refused_layers:
             raise SpecError(("layer_type",), self.refused_layers[layer_type])
@@ -200,6 +201,11 @@ def _trocr_refuse(cfg: Config):
                         "this TrOCR config learns its positions (use_learned_position_embeddings, default true)")
 
 
+def _by_layer(cfg: Config, read):
+    """A model whose stacks have different tables: ``layers`` maps each to its own reader."""
+    return read(cfg, None)
+
+
 def _sin(model: str, cls: str, read, defaults: Mapping, **kw) -> FixedModel:
     return FixedModel(source=f"models/{model}/modeling_{model}.py ({cls})", read=read, defaults=defaults, **kw)
 
@@ -242,6 +248,16 @@ SINUSOIDAL: dict[str, FixedModel] = {
     # Tipsv2TextEmbeddings: fairseq's table (no padding row), position_ids from 0
     "tipsv2": _sin("tipsv2", "Tipsv2SinusoidalPositionalEmbedding", _table(FAIRSEQ, "hidden_size"),
                    {"hidden_size": 768}, sub="text_config"),
+    # SpeechT5: its speech-encoder and text-decoder prenets' SpeechT5SinusoidalPositionalEmbedding
+    # (fairseq, rows from padding_idx + 1; the speech encoder adds learned conv positions), its
+    # text-encoder and speech-decoder prenets' SpeechT5ScaledPositionalEncoding (interleaved from 0,
+    # float32, even widths only; the model multiplies it by a learned alpha)
+    "speecht5": _sin("speecht5", "SpeechT5SinusoidalPositionalEmbedding, SpeechT5ScaledPositionalEncoding", _by_layer,
+                     {"hidden_size": 768, "pad_token_id": 1}, layers={
+                         "speech_encoder": _table(FAIRSEQ, "hidden_size", _after_padding),
+                         "text_decoder": _table(FAIRSEQ, "hidden_size", _after_padding),
+                         "text_encoder": _even(_table(INTERLEAVED, "hidden_size"), "hidden_size"),
+                         "speech_decoder": _even(_table(INTERLEAVED, "hidden_size"), "hidden_size")}),
     # AudioCraft's MusicGen: cos first (MusicgenSinusoidalPositionalEmbedding.get_embedding)
     "musicgen": _sin("musicgen", "MusicgenSinusoidalPositionalEmbedding", _table(FAIRSEQ_COS_FIRST, "hidden_size"),
                      {"hidden_size": 1024}, sub="decoder"),

@@ -230,6 +230,8 @@ SINUS = {
     "distilbert-sinusoidal": {"model_type": "distilbert", "dim": 768, "max_position_embeddings": 512,
                               "sinusoidal_pos_embds": True},
     "tipsv2": {"model_type": "tipsv2", "text_config": {"hidden_size": 768, "max_position_embeddings": 64}},
+    "speecht5-asr": {"model_type": "speecht5", "hidden_size": 768, "pad_token_id": 1, "max_speech_positions": 4000,
+                     "max_text_positions": 450},
     # branches beyond the published configs
     "m2m100-odd-width": {"model_type": "m2m_100", "d_model": 33, "pad_token_id": 3},
     "marian-odd-width": {"model_type": "marian", "d_model": 33, "max_position_embeddings": 256},
@@ -260,7 +262,7 @@ def _ids(n, pad):
     return torch.full((1, n), 5 if pad != 5 else 6, dtype=torch.long)     # n tokens, none of them padding
 
 
-def hf_sinusoidal(model_type, cfg, start, n):
+def hf_sinusoidal(model_type, cfg, start, n, layer=None):
     """The model's own position embedding for positions start..start+n−1, [n, d], float64."""
     record = MODELS[model_type]["sinusoidal"]
     mod, name = _cited(record)
@@ -308,6 +310,14 @@ def hf_sinusoidal(model_type, cfg, start, n):
         elif model_type in ("marian", "pegasus"):
             e = _emb(getattr(mod, name), c.max_position_embeddings, c.d_model, c.pad_token_id)
             out = e((1, n), cache_length=start)
+        elif model_type == "speecht5" and layer in ("speech_encoder", "text_decoder"):
+            size = c.max_speech_positions if layer == "speech_encoder" else c.max_text_positions
+            e = getattr(mod, name)(size + c.pad_token_id + 1, c.hidden_size, c.pad_token_id)
+            out = e(_ids(n, c.pad_token_id), cache_length=start)[0]
+        elif model_type == "speecht5":                # the prenets' ScaledPositionalEncoding, alpha = 1
+            size = c.max_text_positions if layer == "text_encoder" else c.max_speech_positions
+            e = mod.SpeechT5ScaledPositionalEncoding(0.0, c.hidden_size, size).eval()
+            out = e(torch.zeros(1, start + n, c.hidden_size))[0, start:]
         elif model_type in ("tipsv2", "tipsv2_text_model"):
             e = getattr(mod, name)(c)
             out = e(torch.arange(start, start + n)[None])[0]
@@ -319,6 +329,8 @@ def hf_sinusoidal(model_type, cfg, start, n):
 def _span(model_type, cfg):
     """(start, n) pairs of positions the model's own module can give."""
     c = getattr(cfg, "text_config", None) or getattr(cfg, "decoder", None) or cfg
+    if model_type == "speecht5":
+        return [(0, 64), (400, 50)]
     if model_type in ("informer", "autoformer", "time_series_transformer"):
         return [(0, c.context_length + c.prediction_length)]
     # tables that do not grow past their length (or, Speech2Text's and TrOCR's, not with cache_length)
@@ -331,16 +343,24 @@ def _span(model_type, cfg):
     return [(0, 64), (1000, 16), (20000, 4)]
 
 
-@pytest.mark.parametrize("name", list(SINUS))
-def test_sinusoidal_model_vs_its_own_table(name):
+def _sin_cases():
+    for name, published in SINUS.items():
+        layers = MODELS[published["model_type"]]["sinusoidal"].layers
+        for layer in (layers if len(layers) > 1 else [None]):
+            yield pytest.param(name, layer, id=f"{name}-{layer}" if layer else name)
+
+
+@pytest.mark.parametrize("name,layer", list(_sin_cases()))
+def test_sinusoidal_model_vs_its_own_table(name, layer):
     published = SINUS[name]
     mt = published["model_type"]
     cfg = _hf_config(published)
     shown = {}
     for spelling, hf in {"published": published, "to_dict": cfg.to_dict()}.items():
         for start, n in _span(mt, cfg):
-            want = hf_sinusoidal(mt, cfg, start, n)
-            got = compute("sinusoidal", {"hf_config": hf, "positions": {"start": start, "stop": start + n}})
+            want = hf_sinusoidal(mt, cfg, start, n, layer)
+            got = compute("sinusoidal", {"hf_config": hf, "layer_type": layer,
+                                         "positions": {"start": start, "stop": start + n}})
             p = np.arange(start, start + n, dtype=np.float64)[:, None]
             assert got["encoding"].shape == want.shape, (name, spelling, got["encoding"].shape, want.shape)
             assert_close(got["encoding"], want, atol=1e-6 + 2.5e-7 * p, what=f"{name} ({spelling}) from {start}")
@@ -356,6 +376,7 @@ def test_sinusoidal_model_vs_its_own_table(name):
     ({"model_type": "trocr"}, ("hf_config", "use_learned_position_embeddings")),
     ({"model_type": "whisper", "d_model": 385}, ("hf_config", "d_model")),
     ({"model_type": "pegasus_x", "d_model": 33}, ("hf_config", "d_model")),
+    ({"model_type": "speecht5"}, ("layer_type",)),
     ({"model_type": "m2m_100", "d_model": 3}, ("hf_config", "d_model")),
     ({"model_type": "m2m_100", "pad_token_id": -1}, ("hf_config", "pad_token_id")),
     ({"model_type": "xglm", "pad_token_id": 7}, ("hf_config", "pad_token_id")),
@@ -400,14 +421,7 @@ def _record_dirs(family):
 
 
 # model directories found by the patterns below whose positions posenc does not read, and why
-NOT_READ = {
-    "sinusoidal": {
-        "speecht5": "four position tables per model (speech encoder and text decoder prenets: fairseq rows from "
-                    "padding_idx + 1; text encoder and speech decoder prenets: interleaved times a learned alpha); "
-                    "a config cannot say which one a request means",
-    },
-    "t5-buckets": {},
-}
+NOT_READ: dict[str, dict[str, str]] = {"sinusoidal": {}, "t5-buckets": {}}
 PATTERNS = {
     "sinusoidal": r"class \w*SinusoidalPositionalEmbedding\b|def sinusoids\(|create_sinusoidal_embeddings"
                   r"|sinusoidal_pos_embds|sinusoidal_embeddings",
