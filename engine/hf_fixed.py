@@ -102,6 +102,18 @@ def _t5(model: str, cls: str = "Attention", layers: Mapping = _ENC_DEC, **kw) ->
                       read=_buckets(), defaults=_T5_DEFAULTS, layers=layers, **kw)
 
 
+def _mpnet(cfg: Config, bidirectional: bool):
+    # MPNetEncoder.compute_position_bias(hidden_states): relative_position_bucket with its defaults,
+    # num_buckets 32 and max_distance 128, whatever the config says; relative_attention_num_buckets
+    # only sizes the bias table, which must then hold 32 rows
+    rows = cfg.int("relative_attention_num_buckets")
+    if rows < 32:
+        raise SpecError(cfg.loc("relative_attention_num_buckets"), f"must be >= 32: MPNet buckets into 32 "
+                                                                   f"(its bias table has {rows} rows)")
+    return ({"bidirectional": bidirectional, "num_buckets": 32, "max_distance": 128},
+            {"bidirectional": MODEL_TYPE, "num_buckets": MODEL_TYPE, "max_distance": MODEL_TYPE})
+
+
 BUCKETS: dict[str, FixedModel] = {
     "t5": _t5("t5", "T5Attention"),
     "mt5": _t5("mt5", "MT5Attention"),
@@ -133,6 +145,8 @@ BUCKETS: dict[str, FixedModel] = {
                          read=_buckets("position_bias_num_buckets", "position_bias_max_distance"),
                          defaults={"position_bias_num_buckets": 512, "position_bias_max_distance": 2048},
                          layers={"decoder": True}),
+    "mpnet": FixedModel(source="models/mpnet/modeling_mpnet.py (MPNetEncoder.relative_position_bucket)", read=_mpnet,
+                        defaults={"relative_attention_num_buckets": 32}, layers={"encoder": True}),
 }
 BUCKETS["pix2struct_text_model"] = BUCKETS["pix2struct"].text_model()
 
