@@ -27,7 +27,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.errors import SpecError, TooLarge
 from posenc.engine.hf_fixed import BUCKETS, SINUSOIDAL
 from posenc.engine.hf_models import MODELS
 from tests.numeric import assert_close
@@ -487,3 +487,36 @@ def test_defaults_are_the_config_classes(model_type):
             assert _class_default(sub, name) == value, (model_type, name)
         for name, stored in record.aliases.items():
             assert getattr(sub, "attribute_map", {}).get(name) == stored, (model_type, name)
+
+
+MANGLED = [None, "32", -1, 0, 1, 3, 1.5, True, [], {}, [1, 2], 2**40, float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("model_type", sorted({**BUCKETS, **SINUSOIDAL}))
+def test_mangled_configs_get_a_spec_error_or_an_answer(model_type):
+    """Every key a record reads, and its sub-config, replaced by values of every JSON kind: a
+    SpecError naming a field, a 413 (a width of 2**40), or an answer; never another exception."""
+    family = "t5-buckets" if model_type in BUCKETS else "sinusoidal"
+    record = MODELS[model_type][family]
+    sel = {"query": [0, 5], "key": [0, 300]} if family == "t5-buckets" else {"positions": [0, 7]}
+    keys = [*record.defaults, "pad_token_id", "use_learned_position_embeddings", "sinusoidal_embeddings",
+            "sinusoidal_pos_embds"]
+    layers = [*record.layers, *record.refused_layers, None, "nope"]
+    for key in keys:
+        for value in MANGLED:
+            cfg = {"model_type": model_type, key: value}
+            if record.sub is not None:
+                cfg = {"model_type": model_type, record.sub: {key: value}}
+            for layer in layers:
+                try:
+                    pipeline.compute(family, {"hf_config": cfg, "layer_type": layer, **sel})
+                except TooLarge:
+                    assert value == 2**40, (key, value)
+                except SpecError as e:
+                    assert e.loc and e.loc[0] in ("hf_config", "layer_type"), (key, value, layer, e.loc)
+    if record.sub is not None:
+        for value in MANGLED:
+            try:
+                pipeline.compute(family, {"hf_config": {"model_type": model_type, record.sub: value}, **sel})
+            except SpecError as e:
+                assert e.loc[:2] == ("hf_config", record.sub) or e.loc == ("layer_type",), (value, e.loc)
