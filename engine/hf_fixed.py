@@ -314,3 +314,4 @@ EXAMPLES = {
     "sinusoidal": {"model_type": "marian", "d_model": 512, "max_position_embeddings": 512, "pad_token_id": 58100,
                    "scale_embedding": True},
 }
+EXAMPLE_LAYER_TYPES = {"t5-buckets": "encoder"}   # the stack an example's body names (T5 has two)

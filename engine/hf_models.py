@@ -231,6 +231,7 @@ MODELS.update(hf_vision.MODELS)
 EXAMPLES.update(hf_vision.EXAMPLES)
 MODELS.update(hf_fixed.MODELS)
 EXAMPLES.update(hf_fixed.EXAMPLES)
+EXAMPLE_LAYER_TYPES = dict(hf_fixed.EXAMPLE_LAYER_TYPES)   # family -> the layer_type its example needs
 CLASSES = hf_vision.CLASSES    # diffusers configs: by _class_name
 
 

@@ -131,7 +131,10 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
                                                    "which part of the model: one entry of a per-layer-type "
                                                    "rope_parameters, or the stack (encoder, decoder) where "
                                                    "an encoder-decoder model's tables differ"}, **rest}})
-        examples["a model's config.json"] = {"value": {"hf_config": hf_models.EXAMPLES[fam.name], **sel}}
+        example = {"hf_config": hf_models.EXAMPLES[fam.name], **sel}
+        if fam.name in hf_models.EXAMPLE_LAYER_TYPES:
+            example["layer_type"] = hf_models.EXAMPLE_LAYER_TYPES[fam.name]
+        examples["a model's config.json"] = {"value": example}
     alts.append({"type": "object", "additionalProperties": False, "required": ["table", *required],
                  "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest}})
     return {"oneOf": alts}, examples

@@ -489,6 +489,13 @@ def test_defaults_are_the_config_classes(model_type):
             assert getattr(sub, "attribute_map", {}).get(name) == stored, (model_type, name)
 
 
+@pytest.mark.parametrize("family", sorted({f for by in MODELS.values() for f in by}))
+def test_the_docs_config_example_of_each_family_answers(family):
+    """The /docs example body of a model config (pipeline.body_schema) is answered, not refused."""
+    example = pipeline.body_schema(pipeline.family_of(family))[1]["a model's config.json"]["value"]
+    assert "spec" in pipeline.compute(family, example)
+
+
 MANGLED = [None, "32", -1, 0, 1, 3, 1.5, True, [], {}, [1, 2], 2**40, float("nan"), float("inf")]
 
 
