@@ -7,9 +7,10 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
      "tables": [{"family": "rope", "spec": {...the family's spec fields (docs/reference.md)...},
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
-Instead of ``spec``, a rope or alibi entry may give a model's config: ``"hf_config": {...}`` or a
-path to a config.json (relative to the table config's folder), and for a per-layer-type config
-``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
+Instead of ``spec``, an entry may give a model's config (the families and model types of
+engine/hf_models.py): ``"hf_config": {...}`` or a path to a config.json (relative to the table
+config's folder; the file, and an inline config, may hold config.json's NaN and Infinity:
+engine/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
 the engine at start with the same message a request would get
 (``tables[2].spec.rope_scaling.factor: ...``, ``tables[3].hf_config.rotary_pct: ...``).
 
@@ -25,7 +26,7 @@ import os
 from typing import Any
 
 from . import dtypes as _dt
-from . import hf_models
+from . import hf_models, jsonread
 from .errors import SpecError
 from .fields import refuse_unknown, req_int, require_object
 from .tables import FAMILIES, TableDef
@@ -95,10 +96,13 @@ def named_specs(tables: list[ConfiguredTable]) -> dict:
     return {ct.name: (ct.table.family, ct.spec) for ct in tables}
 
 
-def _read_json(path: str, loc: tuple, what: str):
+def _read_json(path: str, loc: tuple, what: str, allowed=jsonread.in_table_hf_config):
+    """A JSON file; NaN/Infinity only where ``allowed`` (inside model configs: engine/jsonread.py)."""
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            return jsonread.loads(f.read(), allowed)
+    except SpecError:            # a NaN outside the model configs: at its path
+        raise
     except OSError as e:
         raise SpecError(loc, f"cannot read {what} {path}: {e.strerror}") from None
     except ValueError as e:
@@ -112,7 +116,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         if entry.get("spec") is not None:
             raise SpecError((*loc, "spec"), "give either spec or hf_config, not both")
         if isinstance(cfg, str):
-            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config")
+            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config", jsonread.anywhere)
         try:
             derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
             try:

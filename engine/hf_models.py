@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
-from . import hf_vision
+from . import hf_fixed, hf_vision
 from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, key_head_dim,
                         split_head_dim)
 from .tables.rope import INTERLEAVED
@@ -236,6 +236,9 @@ EXAMPLES = {
 
 MODELS.update(hf_vision.MODELS)
 EXAMPLES.update(hf_vision.EXAMPLES)
+MODELS.update(hf_fixed.MODELS)
+EXAMPLES.update(hf_fixed.EXAMPLES)
+EXAMPLE_LAYER_TYPES = dict(hf_fixed.EXAMPLE_LAYER_TYPES)   # family -> the layer_type its example needs
 CLASSES = hf_vision.CLASSES    # diffusers configs: by _class_name
 
 # The model types above are read by records written for them; every other rotary model type of
@@ -270,7 +273,8 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
         raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
     names = supported(family)
     if not names:
-        raise SpecError(LOC, f"model configs give rope, alibi and sinusoidal-grid specs, not {family}")
+        given = sorted({f for by in (*MODELS.values(), *CLASSES.values()) for f in by})
+        raise SpecError(LOC, f"model configs give {', '.join(given)} specs, not {family}")
     key = "model_type" if "model_type" in config or "_class_name" not in config else "_class_name"
     mt = config.get(key)
     entry = (MODELS if key == "model_type" else CLASSES).get(mt, {}) if isinstance(mt, str) else {}

@@ -78,7 +78,7 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     cfg, name = body.get("hf_config"), body.get("table")
     if cfg is None and name is None:
         if body.get("layer_type") is not None:
-            raise SpecError(("layer_type",), "only with hf_config (it picks one of a config's rope parameters)")
+            raise SpecError(("layer_type",), "only with hf_config (it picks one part of a model's config)")
         if any(k in body for k in BODY_FORMS):     # explicit nulls are absent fields (docs/reference.md)
             body = {k: v for k, v in body.items() if k not in BODY_FORMS}
         return body, None
@@ -128,8 +128,13 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
                      "properties": {"hf_config": {"type": "object", "description": "a model's whole config.json; "
                                                   f"model_type one of {', '.join(models)}"},
                                     "layer_type": {"type": ["string", "null"], "description":
-                                                   "picks one of a per-layer-type rope_parameters"}, **rest}})
-        examples["a model's config.json"] = {"value": {"hf_config": hf_models.EXAMPLES[fam.name], **sel}}
+                                                   "which part of the model: one entry of a per-layer-type "
+                                                   "rope_parameters, or the stack (encoder, decoder) where "
+                                                   "an encoder-decoder model's tables differ"}, **rest}})
+        example = {"hf_config": hf_models.EXAMPLES[fam.name], **sel}
+        if fam.name in hf_models.EXAMPLE_LAYER_TYPES:
+            example["layer_type"] = hf_models.EXAMPLE_LAYER_TYPES[fam.name]
+        examples["a model's config.json"] = {"value": example}
     alts.append({"type": "object", "additionalProperties": False, "required": ["table", *required],
                  "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest}})
     return {"oneOf": alts}, examples

@@ -400,3 +400,18 @@ class Procs:
                 p.signal(signal.SIGKILL)
                 p.popen.wait(timeout)
         return [p.name for p in stray]
+
+
+def serve_for_module(tmp: Path, request, config: dict, workers: int = 2) -> Server:
+    """``posenc serve`` of ``config`` for a test module's fixture: stopped when the module ends
+    with SIGTERM, which must exit cleanly and leave no shared memory behind."""
+    from tests.shm import shm_files
+    procs = Procs(tmp)
+    s = procs.serve(config, workers=workers)
+
+    def stop():
+        assert s.stop() == 0, s.output()
+        procs.cleanup()
+        assert shm_files(s.namespace) == []
+    request.addfinalizer(stop)
+    return s

@@ -8,7 +8,11 @@ Layouts (a registry: name -> column arrangement of one sin/cos table):
 - fairseq: fairseq / tensor2tensor / M2M100 ``get_embedding``: h = d//2, ω_k = base^(−k/(h−1)),
   [sin | cos], a zero column appended for odd d (transformers computes it in float32; we use
   float64).
-interleaved and concat share their numbers, so one stored table ("aiayn") serves both.
+- fairseq_cos_first: AudioCraft's MusicGen (transformers ``MusicgenSinusoidalPositionalEmbedding
+  .get_embedding``): the fairseq frequencies with the halves swapped, [cos | sin], a zero column
+  appended for odd d.
+interleaved and concat share their numbers, so one stored table ("aiayn") serves both; the two
+fairseq layouts share the other ("fairseq").
 """
 
 from __future__ import annotations
@@ -41,11 +45,12 @@ class Layout:
     canonical: str        # the layout a stored table's spec carries (one per stored table)
 
 
-INTERLEAVED, CONCAT, FAIRSEQ = "interleaved", "concat", "fairseq"
+INTERLEAVED, CONCAT, FAIRSEQ, FAIRSEQ_COS_FIRST = "interleaved", "concat", "fairseq", "fairseq_cos_first"
 LAYOUTS: dict[str, Layout] = {
     INTERLEAVED: Layout("aiayn", 2, CONCAT),
     CONCAT: Layout("aiayn", 2, CONCAT),
     FAIRSEQ: Layout("fairseq", 4, FAIRSEQ),  # h − 1 = 0 divides by zero for d in {2, 3}
+    FAIRSEQ_COS_FIRST: Layout("fairseq", 4, FAIRSEQ),
 }
 DEFAULT_LAYOUT = INTERLEAVED   # "Attention Is All You Need"
 
@@ -105,6 +110,9 @@ def arrange(stored: np.ndarray, spec: SinusoidalSpec) -> np.ndarray:
         out[:, 0::2] = stored[:, :n_sin]
         out[:, 1::2] = stored[:, n_sin:]
         return out
+    if spec.layout == FAIRSEQ_COS_FIRST:
+        h = d // 2
+        stored = np.concatenate([stored[:, h:], stored[:, :h]], axis=1)
     if d % 2:  # fairseq: zero column appended for odd d
         return np.concatenate([stored, np.zeros((stored.shape[0], 1), stored.dtype)], axis=1)
     return stored

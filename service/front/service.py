@@ -12,7 +12,7 @@ import logging
 
 import orjson
 
-from posenc.engine import pipeline
+from posenc.engine import jsonread, pipeline
 from posenc.engine.client import Client
 from posenc.engine.encode import encode
 from posenc.engine.errors import SpecError
@@ -60,8 +60,11 @@ class Service:
             self.accepts[None if accept is None else accept.encode("latin-1")] = replay.FORMATS[fmt]   # for C
         try:
             body = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            raise SpecError((), f"JSON decode error: {e}", "json_invalid") from None
+        except orjson.JSONDecodeError as e:   # config.json's NaN/Infinity, inside hf_config only
+            try:
+                body = jsonread.lenient(raw, e, jsonread.in_hf_config)
+            except orjson.JSONDecodeError:
+                raise SpecError((), f"JSON decode error: {e}", "json_invalid") from None
         if not isinstance(body, dict):
             raise SpecError((), "the body must be a JSON object", "dict_type")
         r = self.client.resolve(family, body)

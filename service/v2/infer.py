@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 import orjson
 
-from posenc.engine import pipeline
+from posenc.engine import jsonread, pipeline
 from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
 
 from posenc.service.v2.errors import BadRequest, path_of
@@ -169,7 +169,9 @@ class Inferer:
         if not isinstance(raw, str):
             raise BadRequest("parameters.spec", f"must be a JSON string, got {type(raw).__name__}")
         try:
-            spec = orjson.loads(raw)
+            spec = jsonread.loads(raw, jsonread.in_hf_config)   # config.json's NaN/Infinity: in hf_config only
+        except SpecError as e:
+            raise BadRequest(path_of(("parameters", "spec", *e.loc)), e.msg) from None
         except orjson.JSONDecodeError as e:
             raise BadRequest("parameters.spec", f"not valid JSON: {e}") from None
         if not isinstance(spec, dict):

@@ -9,12 +9,14 @@ import json
 import os
 import sys
 
+from posenc.engine import jsonread
 from posenc.engine.dtypes import BFLOAT16
 from posenc.engine.errors import PosencError, SpecError
 from posenc.engine.tables import FAMILIES
 
 
-def _read_spec(text: str, field: str = "spec"):
+def _read_spec(text: str, field: str = "spec", allowed=jsonread.in_hf_config):
+    """JSON text or @FILE; NaN/Infinity only where ``allowed`` (a model config: engine/jsonread.py)."""
     if text.startswith("@"):
         path = text[1:]
         try:
@@ -23,7 +25,9 @@ def _read_spec(text: str, field: str = "spec"):
         except OSError as e:
             raise SpecError((field,), f"cannot read {path}: {e.strerror}") from None
     try:
-        return json.loads(text)
+        return jsonread.loads(text, allowed)
+    except SpecError as e:       # a NaN outside the model config: at its path
+        raise SpecError((field, *e.loc), e.msg, e.kind) from None
     except ValueError as e:
         raise SpecError((field,), f"not valid JSON: {e}") from None
 
@@ -36,7 +40,7 @@ def _body(args) -> dict:
             raise SpecError(("spec",), "must be a JSON object")
         body = dict(body)
         if args.hf_config is not None:
-            body["hf_config"] = _read_spec("@" + args.hf_config, "hf_config")
+            body["hf_config"] = _read_spec("@" + args.hf_config, "hf_config", jsonread.anywhere)
         if args.layer_type is not None:
             body["layer_type"] = args.layer_type
     return body
@@ -92,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("family", choices=list(FAMILIES))
     c.add_argument("--spec", required=True, help="the request JSON, or @FILE")
     c.add_argument("--hf-config", metavar="FILE",
-                   help="a model's config.json, instead of the spec fields (rope, alibi)")
-    c.add_argument("--layer-type", help="with --hf-config: which per-layer-type rope parameters (e.g. "
-                                        "full_attention)")
+                   help="a model's config.json, instead of the spec fields (docs/models.md lists the "
+                        "model types of each family)")
+    c.add_argument("--layer-type", help="with --hf-config: which part of the config (e.g. full_attention of "
+                                        "a per-layer-type rope_parameters, encoder or decoder of a T5)")
     c.add_argument("--tables", help="table config whose names {\"table\": NAME} may use "
                                     "(default: POSENC_TABLES or the embedded set)")
     c.add_argument("--out", required=True, help="output file: .npz or .safetensors")

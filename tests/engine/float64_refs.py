@@ -42,11 +42,13 @@ def sinusoidal64(d, positions, layout, base=10000.0, offset=0):
         e = np.concatenate([2.0 * np.arange(ns) / d, 2.0 * np.arange(nc) / d])
         ang = p * base ** -e
         return np.concatenate([np.sin(ang[:, :ns]), np.cos(ang[:, ns:])], 1), angle_slack(ang, e, base)
-    if layout == "fairseq":
+    if layout in ("fairseq", "fairseq_cos_first"):
         h = d // 2
         e = np.arange(h) / (h - 1)
         ang = p * base ** -e
         enc, slack = [np.sin(ang), np.cos(ang)], [angle_slack(ang, e, base)] * 2
+        if layout == "fairseq_cos_first":      # MusicGen: [cos | sin]
+            enc = enc[::-1]
         if d % 2:
             enc.append(np.zeros((len(positions), 1)))
             slack.append(np.zeros((len(positions), 1)))

@@ -50,7 +50,7 @@ def loc_of(family, body, named=None):
     ("alibi", {"hf_config": LLAMA, "query": [1], "key": [1]}, ("hf_config", "model_type")),
     ("rope", {"hf_config": {k: v for k, v in LLAMA.items() if k != "model_type"}, "positions": [1]},
      ("hf_config", "model_type")),
-    ("sinusoidal", {"hf_config": LLAMA, "positions": [1]}, ("hf_config",)),
+    ("sinusoidal", {"hf_config": LLAMA, "positions": [1]}, ("hf_config", "model_type")),
     ("rope", {"hf_config": "config.json", "positions": [1]}, ("hf_config",)),
     # a config whose positions are not of this family
     ("rope", {"hf_config": ALIBI["falcon-rw-1b"], "positions": [1]}, ("hf_config", "alibi")),

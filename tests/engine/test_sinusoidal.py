@@ -97,7 +97,7 @@ def test_layouts_have_different_exponents_d512():
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("d", [4, 7, 64, 65])
-@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq", "fairseq_cos_first"])
 def test_against_float64_rounded_once(layout, d, dtype):
     pos = POSITIONS + HIGH[:2]
     out = compute("sinusoidal", sin_req(d, pos, layout=layout, dtype=dtype))
@@ -105,7 +105,7 @@ def test_against_float64_rounded_once(layout, d, dtype):
     assert_within_ulp(out["encoding"], want, dtype, slack=slack, what=f"{layout} d={d}")
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq"])
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq", "fairseq_cos_first"])
 def test_base_and_offset_against_float64(layout):
     pos = [0, 5, 131072, 2**31 - 1 - 7]
     out = compute("sinusoidal", sin_req(33, pos, layout=layout, base=500.0, offset=7))

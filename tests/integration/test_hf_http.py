@@ -16,8 +16,7 @@ from posenc.engine.compute import compute
 from posenc.engine.encode import encode
 from posenc.engine.formats import read_safetensors
 from tests.engine.hf_published import ALIBI, ROPE
-from tests.procs import Procs
-from tests.shm import shm_files
+from tests.procs import serve_for_module
 
 LLAMA = ROPE["llama-3.1-8b"]
 BIN = {"accept": "application/x-safetensors"}
@@ -33,15 +32,7 @@ def server(tmp_path_factory, request):
         {"name": "gptj-like", "family": "rope", "spec": {"head_dim": 256, "partial_rotary_factor": 0.25,
                                                          "layout": "interleaved"}},
     ]}
-    procs = Procs(tmp)
-    s = procs.serve(config, workers=2)
-
-    def stop():   # SIGTERM: a clean exit that leaves no shared memory behind
-        assert s.stop() == 0, s.output()
-        procs.cleanup()
-        assert shm_files(s.namespace) == []
-    request.addfinalizer(stop)
-    return s
+    return serve_for_module(tmp, request, config)
 
 
 @pytest.fixture(scope="module")

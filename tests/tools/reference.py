@@ -86,7 +86,7 @@ MEANING = {
         "layout": "`interleaved`: sin at even, cos at odd columns (\"Attention Is All You Need\", DistilBERT); "
                   "`concat`: all sin then all cos, same frequencies (Marian, RoFormer, Pegasus); `fairseq`: "
                   "concat with exponent k/(d/2 − 1) and a zero column for odd d (fairseq, tensor2tensor, "
-                  "M2M100, XGLM)",
+                  "M2M100, XGLM); `fairseq_cos_first`: the same with the cos half first (MusicGen)",
         "offset": "added to every position before evaluating (fairseq-style models index rows at "
                   "position + padding_idx + 1)",
         "positions": "the positions p of the rows",
@@ -178,6 +178,8 @@ rope_type; d < 2 or odd; dynamic with d = 2; yarn with `rope_theta` ≤ 1.
 - `fairseq`: with h = ⌊d/2⌋, ω_k = base^(−k/(h−1)) (the lowest frequency is exactly 1/base), the row
   [sin(p' · ω), cos(p' · ω)], and a zero column appended for odd d. M2M100 (padding_idx 1) reads its
   first token at row 2: `offset` 2.
+- `fairseq_cos_first`: the `fairseq` frequencies, the row [cos(p' · ω), sin(p' · ω)], and a zero
+  column appended for odd d (AudioCraft's MusicGen, transformers' `MusicgenSinusoidalPositionalEmbedding`).
 
 No row is ever zeroed: padding rows are the model's business, not the table's (transformers zeroes
 row `padding_idx` in some models).
@@ -477,17 +479,26 @@ selections and `dtype` (except `t5-buckets`, whose answer is int32).
   selections and `dtype`. An unknown name is a 422 at `table` listing the known names of that
   family; a table of another family is a 422 naming its route. `GET /v1/tables` lists the names.
 - **`hf_config`** (the families that list model types above): instead of the spec fields, a model's
-  whole `config.json` object, as transformers writes it or as published. posenc derives what
-  transformers' own code for that `model_type` computes (head dimension, θ, rotary fraction, the
-  scaling in both its transformers 4 `rope_scaling` and transformers 5 `rope_parameters` forms, the
-  pairing layout; for ALiBi `num_heads` and `max_bias`). `layer_type` (e.g. `"full_attention"`,
-  `"sliding_attention"`) picks one entry of a per-layer-type `rope_parameters` and is required
-  exactly when the config has several. Keys without positional information are ignored. A
-  `model_type` whose positions are not of this family, or that posenc does not know, is a 422 at
-  `hf_config.model_type` naming the supported ones. diffusers transformer configs are recognised by
-  `_class_name` instead (Flux's per-axis RoPE, SD3's and CogVideoX's grids; a CogVideoX config with
-  rotary or learnt positions is a 422 at the key that says so); the Qwen-VL types give
-  `mrope_section` (multi-axis rope, `position_ids`). [models.md](models.md) lists how each type is read.
+  whole `config.json` object, as transformers writes it (its `NaN`, `Infinity` and `-Infinity`
+  tokens included: accepted inside `hf_config` only, anywhere else such a number is a 422 at its
+  field) or as published. posenc derives what transformers' own code for that `model_type`
+  computes (head dimension, θ, rotary fraction, the scaling in both its transformers 4
+  `rope_scaling` and transformers 5 `rope_parameters` forms, the pairing layout; for ALiBi
+  `num_heads` and `max_bias`; for `t5-buckets` `num_buckets`, `max_distance` and whether the
+  stack's attention is bidirectional; for `sinusoidal` the width, the layout and the `offset` of
+  the model's own position table). `layer_type` picks one part of a config and is required exactly
+  when the config has several that differ: an entry of a per-layer-type `rope_parameters`
+  (`"full_attention"`, `"sliding_attention"`), or the stack of an encoder-decoder model
+  (`"encoder"`, `"decoder"`: T5's encoder buckets bidirectionally, its decoder not); a stack
+  without a table of the family (Whisper's learned decoder positions) is a 422 at `layer_type`
+  saying why. Keys without positional information are ignored. A config that turns the family's
+  table off (XLM's `sinusoidal_embeddings` false, TrOCR's `use_learned_position_embeddings`) is a
+  422 at that key. A `model_type` whose positions are not of this family, or that posenc does not
+  know, is a 422 at `hf_config.model_type` naming the supported ones. diffusers transformer configs
+  are recognised by `_class_name` instead (Flux's per-axis RoPE, SD3's and CogVideoX's grids; a
+  CogVideoX config with rotary or learnt positions is a 422 at the key that says so); the Qwen-VL
+  types give `mrope_section` (multi-axis rope, `position_ids`). [models.md](models.md) lists how
+  each type is read.
 - `hf_config` or `table` together with explicit spec fields is a 422 at the extra field; both
   together is a 422 at `table`; `layer_type` without `hf_config` is a 422 at `layer_type`. An
   explicit null for any of them is an absent field.

@@ -13,7 +13,8 @@ from tests.service_cases import orjson_dumps, reference_safetensors
 
 
 SINUSOIDAL_SPECS = [{"d_model": 33}, {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "bfloat16"},
-                    {"d_model": 33, "layout": "fairseq", "dtype": "float16"}, {"d_model": 32, "layout": "fairseq"}]
+                    {"d_model": 33, "layout": "fairseq", "dtype": "float16"}, {"d_model": 32, "layout": "fairseq"},
+                    {"d_model": 33, "layout": "fairseq_cos_first", "offset": 1}]
 
 
 @st.composite

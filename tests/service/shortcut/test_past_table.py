@@ -52,7 +52,7 @@ def test_rope_rows_past_the_table(head_dim, prf, scaling, layout, dtype, rows):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(d_model=st.sampled_from([7, 8, 33, 768]), layout=st.sampled_from(["interleaved", "concat", "fairseq"]),
+@given(d_model=st.sampled_from([7, 8, 33, 768]), layout=st.sampled_from(["interleaved", "concat", "fairseq", "fairseq_cos_first"]),
        offset=st.sampled_from([0, 2, LENGTH - 1, 1 << 40]), dtype=DTYPES, rows=POSITIONS,
        ranged=st.booleans())
 def test_sinusoidal_rows_past_the_table(d_model, layout, offset, dtype, rows, ranged):
