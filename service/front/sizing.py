@@ -191,28 +191,49 @@ def check_request(req, fmt: str, limit: int | None, max_positions: int | None) -
 
 
 # -- JSON text in bounded pieces --------------------------------------------------------------
-def array_text(a: np.ndarray, chunk: int = CHUNK_CELLS) -> bytes:
-    """``orjson.dumps(a, option=OPT_SERIALIZE_NUMPY)``, made of calls of at most ``chunk`` cells."""
+def _array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
+    """Append the pieces of ``orjson.dumps(a)``'s text to ``out``, each orjson call of at most
+    ``chunk`` cells (views of its text, not copies: the one join at the end copies them once)."""
     if a.size <= chunk or a.ndim == 0:
-        return orjson.dumps(a, option=_JSON_OPTS)
+        out.append(orjson.dumps(a, option=_JSON_OPTS))
+        return
+    out.append(b"[")
     if a.ndim == 1:
-        parts = [orjson.dumps(a[i:i + chunk], option=_JSON_OPTS)[1:-1] for i in range(0, len(a), chunk)]
+        step = chunk
     else:
         row = a[0].size
-        if row > chunk:   # each row in pieces
-            parts = [array_text(a[i], chunk) for i in range(len(a))]
-        else:             # several rows a call
-            step = max(1, chunk // max(1, row))
-            parts = [orjson.dumps(a[i:i + step], option=_JSON_OPTS)[1:-1] for i in range(0, len(a), step)]
-    return b"[" + b",".join(parts) + b"]"
+        step = 0 if row > chunk else max(1, chunk // max(1, row))
+    if step == 0:   # each row in pieces
+        for i in range(len(a)):
+            if i:
+                out.append(b",")
+            _array_pieces(a[i], chunk, out)
+    else:           # several rows (or cells) a call, its outer brackets cut off
+        for i in range(0, len(a), step):
+            if i:
+                out.append(b",")
+            out.append(memoryview(orjson.dumps(a[i:i + step], option=_JSON_OPTS))[1:-1])
+    out.append(b"]")
+
+
+def array_text(a: np.ndarray, chunk: int = CHUNK_CELLS) -> bytes:
+    """``orjson.dumps(a, option=OPT_SERIALIZE_NUMPY)``, made of calls of at most ``chunk`` cells."""
+    out: list = []
+    _array_pieces(a, chunk, out)
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 def json_text(obj: Mapping, chunk: int = CHUNK_CELLS) -> bytes:
-    """``encode.json_text`` of a dict of ``json_ready`` values, its large arrays in pieces."""
+    """``encode.json_text`` of a dict of ``json_ready`` values, its large arrays in pieces (one
+    copy of the whole text at the end, as orjson makes one)."""
     if not any(isinstance(v, np.ndarray) and v.size > chunk for v in obj.values()):
         return orjson.dumps(obj, option=_JSON_OPTS)
-    parts = []
-    for k, v in obj.items():
-        text = array_text(v, chunk) if isinstance(v, np.ndarray) else orjson.dumps(v, option=_JSON_OPTS)
-        parts.append(orjson.dumps(k) + b":" + text)
-    return b"{" + b",".join(parts) + b"}"
+    out: list = [b"{"]
+    for n, (k, v) in enumerate(obj.items()):
+        out += [b"," if n else b"", orjson.dumps(k), b":"]
+        if isinstance(v, np.ndarray):
+            _array_pieces(v, chunk, out)
+        else:
+            out.append(orjson.dumps(v, option=_JSON_OPTS))
+    out.append(b"}")
+    return b"".join(out)
