@@ -145,7 +145,7 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
             status, body, ctype = await answer(svc, family, request.receive, accept)
         except ConnectionAbortedError:   # the client left mid-body: nobody to answer (499, nginx's)
             return Response(status_code=499)
-        return Response(body, status_code=status, media_type=ctype)
+        return Response(body if type(body) is bytes else body.joined(), status_code=status, media_type=ctype)
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",

@@ -135,8 +135,9 @@ class Service:
         r = job.r
         view = self.client.view(r)
         result = pipeline.arrays(r, view)
-        if job.fmt == "json" and not job.inline:   # (in a thread) orjson in pieces: the loop gets the GIL between them
-            out = sizing.json_text({k: json_ready(v, r.dtype) for k, v in result.items()}), CONTENT_TYPES["json"]
+        if job.fmt == "json" and not job.inline:   # (in a thread) orjson in pieces, sent as blocks (never
+            # one copy of the whole text): the loop gets the GIL between them
+            out = sizing.json_blocks({k: json_ready(v, r.dtype) for k, v in result.items()}), CONTENT_TYPES["json"]
         else:
             out = encode(r.family, result, r.dtype, job.fmt)
         if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)

@@ -26,7 +26,7 @@ from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from posenc.service.metrics.fold import collect
-from posenc.service.metrics.layout import SHAPE
+from posenc.service.metrics.layout import SHAPE, prefix
 from posenc.service.metrics.text import request_families, to_text
 from posenc.engine.errors import EngineUnavailable
 from posenc.service.front.readiness import PING_TIMEOUT_S
@@ -133,11 +133,13 @@ def page(metrics, client, settings, serve_pid: int | None, missing: str | None =
     if metrics is not None:
         metrics.flush()   # this worker's counts up to now, for itself and any later scrape
         total, counting = collect(metrics.shm_dir, metrics.namespace, metrics.path)
-    else:
+    else:   # the others' counts, when there are any (no lock file is made for none)
+        total, counting = np.zeros(SHAPE), []
         try:
-            total, counting = collect(settings.shm_dir, settings.namespace, "")
+            if any(n.startswith(prefix(settings.namespace)) for n in os.listdir(settings.shm_dir)):
+                total, counting = collect(settings.shm_dir, settings.namespace, "")
         except OSError:   # not even the lock file can be made: no counts shown this time
-            total, counting = np.zeros(SHAPE), []
+            pass
     fams += request_families(total, counting)
     procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]
     fams.append(missing_family(settings.shm_dir, serve_pid or os.getpid(), counting, missing))

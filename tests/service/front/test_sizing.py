@@ -90,3 +90,14 @@ def test_too_large_names_format_and_selections():
         sizing.check(req, "json", 64 * 2**20)
     assert e.value.status == 413 and "JSON" in str(e.value) and "positions (1000000 positions)" in str(e.value)
     assert 64_000_000 < sizing.check(req, "safetensors", 64 * 2**20) < 64_000_000 + 256
+
+
+def test_json_blocks_are_the_text_in_consecutive_blocks():
+    req = pipeline.parse("sinusoidal", {"d_model": 64, "positions": {"start": 0, "stop": 40_000}})
+    ready = {k: json_ready(v, req.dtype) for k, v in pipeline.arrays(req).items()}
+    blocks = sizing.json_blocks(ready)
+    assert isinstance(blocks, sizing.Blocks) and len(blocks) > 2
+    assert all(len(b) < 2 * sizing.BLOCK_BYTES for b in blocks)
+    assert blocks.joined() == orjson_text(ready) and blocks.nbytes == len(orjson_text(ready))
+    small = {"e": ready["encoding"][:3]}
+    assert sizing.json_blocks(small) == orjson_text(small)
