@@ -596,8 +596,9 @@ whose bound is over 64 KiB, and any other answer over 1 MiB, is built in a threa
 of more than 16,384 cells is written in pieces of that many (each a few ms at most) and sent as
 1 MiB blocks, never copied whole, so a large answer does not hold the worker's event loop (and
 its other requests) while it is built: `/healthz` on the same worker during a 41.5 MiB JSON
-answer waited 10-20 ms at worst in most runs on a busy 2-core host, where one orjson call over
-the whole text held it 150-230 ms (`tests/integration/test_serve_answer_bounds.py` prints it).
+answer waited at worst 10-36 ms in four runs of six on a 2-core host at load 6 (150-180 ms in
+the other two), where one orjson call over the whole text made it wait 150-230 ms in every run
+(`tests/integration/test_serve_answer_bounds.py` prints the figure).
 
 ## KServe v2 (Open Inference Protocol)
 
