@@ -191,7 +191,7 @@ def check_request(req, fmt: str, limit: int | None, max_positions: int | None) -
 
 
 # -- JSON text in bounded pieces --------------------------------------------------------------
-def _array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
+def array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
     """Append the pieces of ``orjson.dumps(a)``'s text to ``out``, each orjson call of at most
     ``chunk`` cells (views of its text, not copies: the one join at the end copies them once)."""
     if a.size <= chunk or a.ndim == 0:
@@ -207,7 +207,7 @@ def _array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
         for i in range(len(a)):
             if i:
                 out.append(b",")
-            _array_pieces(a[i], chunk, out)
+            array_pieces(a[i], chunk, out)
     else:           # several rows (or cells) a call, its outer brackets cut off
         for i in range(0, len(a), step):
             if i:
@@ -219,7 +219,7 @@ def _array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
 def array_text(a: np.ndarray, chunk: int = CHUNK_CELLS) -> bytes:
     """``orjson.dumps(a, option=OPT_SERIALIZE_NUMPY)``, made of calls of at most ``chunk`` cells."""
     out: list = []
-    _array_pieces(a, chunk, out)
+    array_pieces(a, chunk, out)
     return out[0] if len(out) == 1 else b"".join(out)
 
 
@@ -244,8 +244,13 @@ def json_blocks(obj: Mapping, chunk: int = CHUNK_CELLS) -> "bytes | Blocks":
     most ``chunk`` cells, as Blocks of about BLOCK_BYTES (bytes when it is one call)."""
     if not any(isinstance(v, np.ndarray) and v.size > chunk for v in obj.values()):
         return orjson.dumps(obj, option=_JSON_OPTS)
+    return as_blocks(_json_pieces(obj, chunk))
+
+
+def as_blocks(pieces) -> Blocks:
+    """Consecutive pieces of a body grouped into Blocks of about BLOCK_BYTES."""
     blocks, group, size = Blocks(), [], 0
-    for piece in _json_pieces(obj, chunk):
+    for piece in pieces:
         group.append(piece)
         size += len(piece)
         if size >= BLOCK_BYTES:
@@ -269,7 +274,7 @@ def _json_pieces(obj: Mapping, chunk: int) -> list:
     for n, (k, v) in enumerate(obj.items()):
         out += [b"," if n else b"", orjson.dumps(k), b":"]
         if isinstance(v, np.ndarray):
-            _array_pieces(v, chunk, out)
+            array_pieces(v, chunk, out)
         else:
             out.append(orjson.dumps(v, option=_JSON_OPTS))
     out.append(b"}")

@@ -57,10 +57,17 @@ async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
         status, msg = describe(e)
         reply = Reply(status, rest_body(msg))
     statuses.append(reply.status)
+    body = reply.body
+    whole = type(body) is bytes
     await send({"type": "http.response.start", "status": reply.status,
-                "headers": [(b"content-type", reply.ctype), (b"content-length", b"%d" % len(reply.body)),
-                            *reply.headers]})
-    await send({"type": "http.response.body", "body": reply.body})
+                "headers": [(b"content-type", reply.ctype),
+                            (b"content-length", b"%d" % (len(body) if whole else body.nbytes)), *reply.headers]})
+    if whole:
+        await send({"type": "http.response.body", "body": body})
+    else:   # a long JSON text's blocks (service/front/sizing.py), one message each
+        last = len(body) - 1
+        for i, block in enumerate(body):
+            await send({"type": "http.response.body", "body": block, "more_body": i < last})
     return route[0]
 
 
@@ -164,10 +171,13 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
     for i, t in enumerate(tensors):
         if t.datatype == "BF16" and not binary[i] and t.region is None:
             raise BadRequest(f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true")
-    if plan.text > INLINE_TEXT:   # a long JSON text: built in a thread, in pieces (the loop gets the GIL between)
-        reply, segments = await anyio.to_thread.run_sync(_answer, name, inf.id, tensors, binary, True)
+    if plan.text > INLINE_TEXT:   # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
+        reply, segments = await anyio.to_thread.run_sync(_answer, name, inf.id, tensors, binary,
+                                                         plan.text > sizing.BLOCK_BYTES)
     else:
         reply, segments = _answer(name, inf.id, tensors, binary)
+    if type(reply.body) is not bytes:   # a long text in blocks: too large for the shortcut's templates
+        return reply
     if v2.hot.on and hl is not None and encoding is None and reply.ctype == OCTET:
         v2.hot.learn_rest(scope["path"], body[:n], inf, plan, tensors, segments, route, reply.headers)
     elif v2.hot.on and hl is None and encoding is None and reply.ctype == JSON:   # JSON tensors (v2/hot_json.py)
@@ -295,16 +305,22 @@ def _answer(name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bo
             head["id"] = rid
         js = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
         if pieces:   # each mark's first occurrence is its output's data (the id comes after the outputs)
+            out, rest = [], js
             for i, t in enumerate(tensors):
                 if t.region is None and not binary[i]:
-                    js = js.replace(b'"%s"' % (_DATA_MARK % i).encode(),
-                                    sizing.array_text(np.ascontiguousarray(t.array).reshape(-1)), 1)
+                    head, _, rest = rest.partition(b'"%s"' % (_DATA_MARK % i).encode())
+                    out.append(head)
+                    sizing.array_pieces(np.ascontiguousarray(t.array).reshape(-1), sizing.CHUNK_CELLS, out)
+            out.append(rest)
+            js = sizing.as_blocks(out)   # (never one copy of the whole text: service/front/sizing.py)
         if cacheable and len(rid) < 64:
             if len(_HEADS) > 4096:
                 _HEADS.clear()
             _HEADS[key] = js
     if not bufs:
         return Reply(200, js), [js]
+    if type(js) is not bytes:   # blocks of a JSON text, then the binary outputs
+        return Reply(200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((HEADER_LENGTH, b"%d" % js.nbytes),)), [js, *bufs]
     segments = [js, *bufs]
     return Reply(200, b"".join(segments), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),)), segments
 

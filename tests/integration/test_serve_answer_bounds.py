@@ -191,3 +191,27 @@ def test_v2_rest_json_outputs_over_the_limit(one_worker):
         assert r.as_numpy("encoding").shape == (500_000, 64)
     finally:
         c.close()
+
+
+def test_v2_rest_large_json_output_is_the_same_text(one_worker):
+    """A v2 REST JSON output long enough to be written in pieces and sent in blocks: the same
+    answer as the binary one, with a binary output beside it."""
+    import tritonclient.http as httpclient
+
+    c = httpclient.InferenceServerClient(one_worker.url[len("http://"):], network_timeout=120)
+    try:
+        pos = np.arange(40_000, dtype=np.int64)
+        inp = httpclient.InferInput("positions", [len(pos)], "INT64")
+        inp.set_data_from_numpy(pos)
+        params = {"spec": '{"head_dim": 64}'}
+        text = c.infer("rope", [inp], parameters=params,
+                       outputs=[httpclient.InferRequestedOutput("cos", binary_data=False),
+                                httpclient.InferRequestedOutput("sin", binary_data=True)])
+        binary = c.infer("rope", [inp], parameters=params,
+                         outputs=[httpclient.InferRequestedOutput("cos", binary_data=True),
+                                  httpclient.InferRequestedOutput("sin", binary_data=True)])
+        for name in ("cos", "sin"):
+            assert np.array_equal(text.as_numpy(name), binary.as_numpy(name)), name
+        assert text.as_numpy("cos").shape == (40_000, 64)
+    finally:
+        c.close()
