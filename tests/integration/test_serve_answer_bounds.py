@@ -10,6 +10,7 @@ Bounds are loose (a noisy 2-core machine): the figures are printed."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -163,16 +164,30 @@ def test_large_json_answer_leaves_the_loop_free(client, one_worker):
     assert got.shape == (n, 64)
 
 
+@contextlib.contextmanager
+def _rest(server):
+    import tritonclient.http as httpclient
+    c = httpclient.InferenceServerClient(server.url[len("http://"):], network_timeout=120)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _positions(n: int):
+    import tritonclient.http as httpclient
+    inp = httpclient.InferInput("positions", [n], "INT64")
+    inp.set_data_from_numpy(np.arange(n, dtype=np.int64))
+    return inp
+
+
 def test_v2_rest_json_outputs_over_the_limit(one_worker):
     """KServe v2 REST: outputs asked as JSON are bounded by their text, binary ones by their bytes."""
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    c = httpclient.InferenceServerClient(one_worker.url[len("http://"):], network_timeout=120)
-    try:
-        pos = np.arange(500_000, dtype=np.int64)
-        inp = httpclient.InferInput("positions", [len(pos)], "INT64")
-        inp.set_data_from_numpy(pos)
+    with _rest(one_worker) as c:
+        inp = _positions(500_000)
         params = {"spec": '{"d_model": 64, "dtype": "float16"}'}
         pid = _worker(one_worker)
         before = _status(pid)
@@ -189,8 +204,6 @@ def test_v2_rest_json_outputs_over_the_limit(one_worker):
         r = c.infer("sinusoidal", [inp], parameters=params,
                     outputs=[httpclient.InferRequestedOutput("encoding", binary_data=True)])
         assert r.as_numpy("encoding").shape == (500_000, 64)
-    finally:
-        c.close()
 
 
 def test_v2_rest_large_json_output_is_the_same_text(one_worker):
@@ -198,11 +211,8 @@ def test_v2_rest_large_json_output_is_the_same_text(one_worker):
     answer as the binary one, with a binary output beside it."""
     import tritonclient.http as httpclient
 
-    c = httpclient.InferenceServerClient(one_worker.url[len("http://"):], network_timeout=120)
-    try:
-        pos = np.arange(40_000, dtype=np.int64)
-        inp = httpclient.InferInput("positions", [len(pos)], "INT64")
-        inp.set_data_from_numpy(pos)
+    with _rest(one_worker) as c:
+        inp = _positions(40_000)
         params = {"spec": '{"head_dim": 64}'}
         text = c.infer("rope", [inp], parameters=params,
                        outputs=[httpclient.InferRequestedOutput("cos", binary_data=False),
@@ -213,5 +223,3 @@ def test_v2_rest_large_json_output_is_the_same_text(one_worker):
         for name in ("cos", "sin"):
             assert np.array_equal(text.as_numpy(name), binary.as_numpy(name)), name
         assert text.as_numpy("cos").shape == (40_000, 64)
-    finally:
-        c.close()
