@@ -92,6 +92,27 @@ MAX_HANDLES = 256     # resolved specs Client.lookup keeps (engine/lookup.py); p
 ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
 
 
+def connect(s: socket.socket, path: str, timeout: float) -> None:
+    """Connect ``s`` to the engine's socket within ``timeout`` s, then leave that timeout on it.
+    A Unix socket whose listen backlog is full refuses a connect with a timeout set (EAGAIN) at
+    once, where a blocking one would wait: so a crowd of askers is retried, backing off from
+    1 ms to 50 ms, until the deadline, not failed (a missing socket, ECONNREFUSED, fails at once)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout(f"connect: the engine's listen backlog stayed full for {timeout:g}s")
+        s.settimeout(left)
+        try:
+            s.connect(path)
+            s.settimeout(timeout)
+            return
+        except (BlockingIOError, InterruptedError):
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
+
+
 class Client:
     def __init__(self, shm_dir: str = "/dev/shm", namespace: str = "posenc", build_timeout: float = 60.0,
                  recheck_s: float = 0.05):
@@ -255,10 +276,10 @@ class Client:
     def call_fds(self, msg: dict, timeout: float | None = None) -> tuple[dict, list[int]]:
         """One ask of the engine: (its reply, the descriptors attached; the caller closes them)."""
         path = store.socket_path(self.shm_dir, self.namespace)
+        timeout = timeout or self.build_timeout
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(timeout or self.build_timeout)
-                s.connect(path)
+                connect(s, path, timeout)
                 fdpass.send_line(s, msg)
                 return fdpass.recv_line(s)
         except (OSError, socket.timeout, EOFError, ValueError) as e:

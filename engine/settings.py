@@ -64,9 +64,10 @@ class Settings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     workers: int = dataclasses.field(default_factory=_default_workers)
-    # gRPC (service/v2): its port on the same host (0: no gRPC server) and its processes
+    # gRPC (service/v2): its port on the same host (0: no gRPC server) and its processes, which
+    # share the port (SO_REUSEPORT): one that dies loses only its calls in flight
     grpc_port: int = DEFAULT_GRPC_PORT
-    grpc_workers: int = 1
+    grpc_workers: int = 2
     # Per gRPC process (service/v2/admit.py): inference calls answered at once, and bytes of the
     # answers they will send (planned before they are built); RESOURCE_EXHAUSTED beyond either.
     grpc_max_concurrent: int = 64

@@ -29,7 +29,7 @@ from posenc.service.protocol import uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY, Lane
 from posenc.service.front.front import FastFront, answer
 from posenc.service.front.service import Service
-from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.counters import open_metrics
 from posenc.service.metrics.page import page as metrics_page
 from posenc.service.front.readiness import attach_when_up, readiness
 from posenc.service.v2 import rest as v2_rest
@@ -70,13 +70,10 @@ def create_app(settings: Settings | None = None):
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        try:
-            metrics = Metrics(settings.shm_dir, settings.namespace)
-        except OSError as e:   # e.g. a full shared memory: serve without this worker's counts
-            log.warning("worker %d runs without metrics: %s", os.getpid(), e)
-            metrics = None
+        # e.g. a full shared memory: serve without this worker's counts (the log and /metrics say why)
+        metrics, missing = open_metrics(settings.shm_dir, settings.namespace, "http", log)
         front = front_holder["front"]
-        front.metrics = metrics
+        front.metrics, front.metrics_missing = metrics, missing
         task = asyncio.create_task(_attach(svc))
         try:
             # the protocol (service/protocol/uvicorn_api.py) finds this worker's lane in the
@@ -117,8 +114,10 @@ def create_app(settings: Settings | None = None):
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")
     async def metrics():   # service/metrics/page.py: requests, engine, shared memory, processes
-        text = await anyio.to_thread.run_sync(metrics_page, front_holder["front"].metrics, svc.client, settings,
-                                              getattr(multiprocessing.parent_process(), "pid", None))
+        front = front_holder["front"]
+        text = await anyio.to_thread.run_sync(metrics_page, front.metrics, svc.client, settings,
+                                              getattr(multiprocessing.parent_process(), "pid", None),
+                                              getattr(front, "metrics_missing", None))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
@@ -152,7 +151,7 @@ def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
             status, body, ctype = await answer(svc, family, request.receive, accept)
         except ConnectionAbortedError:   # the client left mid-body: nobody to answer (499, nginx's)
             return Response(status_code=499)
-        return Response(body, status_code=status, media_type=ctype)
+        return Response(body if type(body) is bytes else body.joined(), status_code=status, media_type=ctype)
 
     app.add_api_route(
         f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",

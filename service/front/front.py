@@ -72,10 +72,19 @@ _OCTET_HDR = (b"content-type", b"application/octet-stream")   # a v2 REST binary
 _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
 
 
-async def respond(send, status: int, body: bytes, ctype: bytes) -> None:
+async def respond(send, status: int, body, ctype: bytes) -> None:
+    """``body``: bytes, or a large JSON text's consecutive blocks (service/front/sizing.py
+    ``Blocks``), each sent as its own ASGI message."""
+    whole = type(body) is bytes
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), _WORKER]})
-    await send({"type": "http.response.body", "body": body})
+                "headers": [(b"content-type", ctype),
+                            (b"content-length", str(len(body) if whole else body.nbytes).encode()), _WORKER]})
+    if whole:
+        await send({"type": "http.response.body", "body": body})
+        return
+    last = len(body) - 1
+    for i, block in enumerate(body):
+        await send({"type": "http.response.body", "body": block, "more_body": i < last})
 
 
 async def answer(svc: Service, family: str, receive, accept: str | None) -> tuple[int, bytes, str]:

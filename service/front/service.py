@@ -14,18 +14,22 @@ import orjson
 
 from posenc.engine import jsonread, pipeline
 from posenc.engine.client import Client
-from posenc.engine.encode import encode
+from posenc.engine.encode import CONTENT_TYPES, encode, json_ready
 from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
 
+from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay
 from posenc.service.shortcut.templates import Templates
 
 log = logging.getLogger("posenc.service")
 
-INLINE_BYTES = 1 << 20       # larger responses are built off the event loop (a thread hop costs ~50 us)
+# answers whose body may be larger are built off the event loop (a thread hop costs ~50 us): a
+# binary body is a copy of rows (1 MiB: ~0.1 ms); JSON text costs ~20-200 ns a cell (64 KiB: < 1 ms)
+INLINE_BYTES = 1 << 20
+INLINE_JSON_BYTES = 64 << 10
 LANE_RECHECK_S = 0.005       # the hot lane's templates are checked against the manifest this often
 HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 
@@ -68,11 +72,15 @@ class Service:
         if not isinstance(body, dict):
             raise SpecError((), "the body must be a JSON object", "dict_type")
         r = self.client.resolve(family, body)
-        nbytes = pipeline.check(r, self.settings.max_response_bytes, self.settings.max_positions)
-        return Job(r, fmt, nbytes <= INLINE_BYTES, raw)
+        # the limit holds for the body itself (its JSON text, its npz or safetensors file), bounded
+        # here before anything is built (service/front/sizing.py)
+        size = sizing.check_request(r, fmt, self.settings.max_response_bytes, self.settings.max_positions)
+        return Job(r, fmt, size <= (INLINE_JSON_BYTES if fmt == "json" else INLINE_BYTES), raw)
 
     def _new_templates(self) -> Templates:
-        return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes))
+        # the C side bounds an answer's arrays, not its text: a bound under which even a JSON text
+        # of 2-byte cells (17 bytes each at most) and a safetensors header fit the response limit
+        return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes * 2 // 17))
 
     def _fresh_templates(self) -> bool:
         """Templates stay while the manifest only gains tables (``replay.still_mapped``); else they
@@ -129,7 +137,12 @@ class Service:
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
         view = self.client.view(r)
-        out = encode(r.family, pipeline.arrays(r, view), r.dtype, job.fmt)
+        result = pipeline.arrays(r, view)
+        if job.fmt == "json" and not job.inline:   # (in a thread) orjson in pieces, sent as blocks (never
+            # one copy of the whole text): the loop gets the GIL between them
+            out = sizing.json_blocks({k: json_ready(v, r.dtype) for k, v in result.items()}), CONTENT_TYPES["json"]
+        else:
+            out = encode(r.family, result, r.dtype, job.fmt)
         if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
             self._fresh_templates()   # learnt under the manifest it was answered from, not dropped at the next hot()
             self.templates.learn(job.fmt, job.raw, r, view)

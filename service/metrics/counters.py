@@ -16,6 +16,7 @@ template shortcut in the lane, the raw front or the gRPC server) count into rows
 from __future__ import annotations
 
 import bisect
+import errno
 import mmap
 import os
 import random
@@ -106,6 +107,20 @@ class Metrics:
         """Every worker's counts (live ones and the folded total) in the text format."""
         self.flush()
         return render(self, extra)
+
+
+def open_metrics(shm_dir: str, namespace: str, kind: str = "http", log=None) -> tuple["Metrics | None", str | None]:
+    """(this process's Metrics, None), or (None, why) when its file cannot be made (a full shared
+    memory: ENOSPC; no descriptor left): the process serves all the same, without its counts,
+    says why in its log, and /metrics lists it (``posenc_metrics_missing``, service/metrics/page.py)."""
+    try:
+        return Metrics(shm_dir, namespace, kind), None
+    except OSError as e:
+        why = f"{errno.errorcode.get(e.errno, 'error')}: {e.strerror or e}"
+        if log is not None:
+            log.warning("%s process %d runs without metrics: its metrics file in %s cannot be made (%s)",
+                        "gRPC" if kind == "grpc" else "worker", os.getpid(), shm_dir, why)
+        return None, why
 
 
 def remove_all(shm_dir: str, namespace: str) -> None:

@@ -9,6 +9,8 @@ process figures, read when scraped.
   one source and no counter goes back between scrapes that land on different workers (workers'
   cached manifests differ by a build or two); absent while the engine is down; they restart from
   zero with the engine process;
+- ``posenc_metrics_missing{role, pid, reason}``: 1 for each worker or gRPC process that counts
+  nowhere, its metrics file not made (a full shm_dir: ``ENOSPC``); it serves all the same;
 - ``process_*`` (prometheus_client's ProcessCollector) for each process of the server, labelled
   ``role`` (serve, engine, worker) and ``pid``, so a scrape answered by any worker shows them all
   and no series mixes two processes (the engine's only when its pid is an engine in this pid
@@ -17,13 +19,20 @@ process figures, read when scraped.
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from posenc.service.metrics.fold import collect
+from posenc.service.metrics.layout import SHAPE, prefix
 from posenc.service.metrics.text import request_families, to_text
 from posenc.engine.errors import EngineUnavailable
 from posenc.service.front.readiness import PING_TIMEOUT_S
+
+
+SEGMENT_BYTES = int(np.prod(SHAPE)) * 8   # one process's metrics file
 
 
 def _is_engine(pid: int) -> bool:
@@ -76,15 +85,64 @@ def process_families(procs: list[tuple[str, int]]) -> list:
     return list(merged.values())
 
 
-def page(metrics, client, settings, serve_pid: int | None) -> str:
-    """The whole /metrics text; ``metrics`` may be None (this worker has no counts file)."""
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def missing_family(shm_dir: str, root: int, counting: list, own: str | None) -> GaugeMetricFamily:
+    """``posenc_metrics_missing{role, pid, reason}`` = 1 for each serving process of this server
+    (this worker, its sibling workers, the gRPC processes: children of ``root``, the serve process)
+    that counts nowhere because its metrics file could not be made; ``own``: why not, for this one."""
+    fam = GaugeMetricFamily("posenc_metrics_missing", "A server process whose calls are not counted: its metrics "
+                            "file could not be made (its log says why).", labels=["role", "pid", "reason"])
+    have = {p for _, p in counting}
+    if own is not None:
+        fam.add_metric(["worker", str(os.getpid()), own], 1)
+    try:
+        st = os.statvfs(shm_dir)
+        full = st.f_bavail * st.f_frsize < SEGMENT_BYTES
+    except OSError:
+        full = False
+    for pid in _children(root):
+        if pid in have or pid == os.getpid():
+            continue
+        cmd = _cmdline(pid)
+        role = "grpc" if b"grpc_main" in cmd else "worker" if b"spawn_main" in cmd else None
+        if role is not None:
+            fam.add_metric([role, str(pid), f"ENOSPC: no room in {shm_dir}" if full else "unknown (see its log)"], 1)
+    return fam
+
+
+def page(metrics, client, settings, serve_pid: int | None, missing: str | None = None) -> str:
+    """The whole /metrics text; ``metrics`` may be None (this worker has no counts file, and
+    ``missing`` says why): then the other processes' counts are still shown."""
     fams = []
     procs = []
     if metrics is not None:
         metrics.flush()   # this worker's counts up to now, for itself and any later scrape
         total, counting = collect(metrics.shm_dir, metrics.namespace, metrics.path)
-        fams += request_families(total, counting)
-        procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]
+    else:   # the others' counts, when there are any (no lock file is made for none)
+        total, counting = np.zeros(SHAPE), []
+        try:
+            if any(n.startswith(prefix(settings.namespace)) for n in os.listdir(settings.shm_dir)):
+                total, counting = collect(settings.shm_dir, settings.namespace, "")
+        except OSError:   # not even the lock file can be made: no counts shown this time
+            pass
+    fams += request_families(total, counting)
+    procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]
+    fams.append(missing_family(settings.shm_dir, serve_pid or os.getpid(), counting, missing))
     fams += engine_families(client, settings.memory_budget_bytes)
     engine_pid = (client.manifest() or {}).get("pid")
     if engine_pid and _is_engine(engine_pid):

@@ -339,6 +339,11 @@ extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */
 
 /* ---- a float32's JSON text (hot_f32text.c) ---------------------------------------------- */
 
+/* A block's JSON text is written on the event loop, cell by cell (~10-50 ns a cell): a block of
+ * more cells than this is declined, to the full path, which writes it in a thread in bounded
+ * pieces (service/front/sizing.py). With only the templates' 4 MiB cap on a block's arrays, a
+ * 1024 x 1024 float32 ALiBi block's text (1M cells, 6.4 MB) held a worker's loop ~50 ms. */
+#define HOT_JSON_CELLS 262144
 #define HOT_F32_TEXT 24 /* room for one text: at most 17 bytes ("-0.0000012345678") */
 /* Writes f's text as the full path's JSON writer (orjson) writes it at w, "null" when not finite;
  * returns its length. It may write scratch past the text: w must have HOT_F32_TEXT bytes of room. */

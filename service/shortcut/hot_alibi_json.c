@@ -77,6 +77,10 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
                         &q, &k, &head, &out) <= 0)
         goto done;
     Py_ssize_t nq = q.n, nk = k.n, H = t->nheads, n = H * nq * nk;
+    if (n > HOT_JSON_CELLS) {   /* too long a text for the loop: the full path's (in a thread) */
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
     /* the text: every cell's and a ',' or ']' after it, a '[' before each list (H * (nq + 1) + 1) */
     if (!(cells = PyMem_Malloc((size_t)(n * t->itemsize + 8))) ||
         !(text = PyMem_Malloc((size_t)(n * (HOT_F32_TEXT + 1) + 2 * H * (nq + 1) + 4)))) {

@@ -112,6 +112,10 @@ PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Htt
     if (hot_block_start((PyObject *)t, json ? NULL : t->heads, sq, sk, t->max_n, 1, t->max_bytes / 4, &q, &k, &head,
                         &out) <= 0)
         goto done;
+    if (json && q.n * k.n > HOT_JSON_CELLS) {   /* too long a text for the loop: the full path's */
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
     if (json) {
         if (!(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))) || hot_t5_block(t, &q, &k, block) < 0)
             PyErr_NoMemory();

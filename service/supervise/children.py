@@ -29,9 +29,22 @@ def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM)
 
 
 
+STABLE_S = 10.0        # a gRPC process that served this long restarts at once, its back-off forgotten
+FIRST_BACKOFF_S = 0.5  # the delay after a second death in a row within STABLE_S, doubling ...
+MAX_BACKOFF_S = 4.0    # ... up to this
+
+
+def restart_delay(streak: int) -> float:
+    """Seconds before restarting a process that died young ``streak`` times in a row (1: it had
+    lived STABLE_S, or it is its first death): 0, then 0.5, 1, 2, 4, 4, ..."""
+    return 0.0 if streak <= 1 else min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (streak - 2))
+
+
 class Children:
-    """The gRPC server processes (service/v2/grpc_main.py): each gets SIGTERM if this process
-    dies; one that cannot bind its port stops the server, one that dies otherwise is restarted."""
+    """The gRPC server processes (service/v2/grpc_main.py, ``grpc_workers`` of them sharing the
+    port with SO_REUSEPORT, so a process that dies loses only the calls in flight on it): each
+    gets SIGTERM if this process dies; one that cannot bind its port stops the server, one that
+    dies otherwise is restarted (``restart_delay``)."""
 
     def __init__(self, settings: Settings):
         self.s = settings
@@ -50,7 +63,12 @@ class Children:
         return subprocess.Popen([sys.executable, "-m", "posenc.service.v2.grpc_main", "--exit-with-parent"])
 
     def _watch(self, i: int) -> None:
+        """Restart process ``i`` when it dies: at once when it had served for STABLE_S (or it is
+        its first death), else after a delay doubling from FIRST_BACKOFF_S to MAX_BACKOFF_S while
+        it keeps dying young (a crash loop costs a restart every few seconds, not a spin)."""
+        streak = 0
         while not self.stopping:
+            started = time.monotonic()
             rc = self.procs[i].wait()
             if self.stopping or rc == 0:   # 0: it was told to stop (a signal to the process group)
                 return
@@ -60,8 +78,15 @@ class Children:
                 print(self.failure, file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            print(f"posenc serve: gRPC server exited with {rc}; restarting", file=sys.stderr, flush=True)
-            time.sleep(0.5)
+            lived = time.monotonic() - started
+            streak = 1 if lived > STABLE_S else streak + 1
+            delay = restart_delay(streak)
+            why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
+            print(f"posenc serve: gRPC server {self.procs[i].pid} {why} after {lived:.1f}s; restarting in {delay:.1f}s",
+                  file=sys.stderr, flush=True)
+            deadline = time.monotonic() + delay
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             if not self.stopping:
                 self.procs[i] = self._spawn()
 

@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
     p.add_argument("--grpc-port", type=int, help="KServe v2 gRPC port (default 8001; 0: no gRPC server)")
-    p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port (default 1)")
+    p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port with SO_REUSEPORT, "
+                   "so that one that dies loses only its calls in flight (default 2; POSENC_GRPC_WORKERS)")
     p.add_argument("--grpc-max-concurrent", type=int, help="inference calls one gRPC process answers at once "
                    "(RESOURCE_EXHAUSTED beyond; default 64; POSENC_GRPC_MAX_CONCURRENT)")
     p.add_argument("--grpc-max-inflight-bytes", type=int, help="bytes of the answers one gRPC process builds at "

@@ -39,11 +39,12 @@ class V2:
         """Raises ModelNotFound for an unknown model; else whether it answers now."""
         return self.models.ready(self.models.get(name, version)) and self.is_ready()
 
-    async def infer(self, inf: Inference, reserve=None) -> tuple[Plan, list[Tensor]]:
+    async def infer(self, inf: Inference, reserve=None, as_json=None) -> tuple[Plan, list[Tensor]]:
         """Plan on the event loop; answer there when small and mapped, else in a thread (a new
         table's build or a large answer must not stall the other requests). ``reserve(nbytes)``,
-        given the planned answer's size before it is built, may refuse it (service/v2/admit.py)."""
-        plan = self.inferer.plan(inf)
+        given the planned answer's size before it is built, may refuse it (service/v2/admit.py).
+        ``as_json(i)``: whether output ``i`` goes as JSON text (REST), which the limit counts."""
+        plan = self.inferer.plan(inf, as_json)
         if reserve is not None:
             reserve(plan.nbytes)
         if plan.inline:

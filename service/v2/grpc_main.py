@@ -28,7 +28,7 @@ from posenc.engine.client import Client
 from posenc.engine.settings import Settings, current
 
 from posenc.service.front.readiness import attach_when_up
-from posenc.service.metrics.counters import Metrics
+from posenc.service.metrics.counters import open_metrics
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_auth import credentials, interceptors
 from posenc.service.v2.grpc_server import SERVICE, GrpcV2
@@ -40,7 +40,9 @@ EXIT_NO_PORT = 2
 async def serve(s: Settings, stop: asyncio.Event) -> int:
     client = Client(s.shm_dir, s.namespace, build_timeout=s.build_timeout_s)
     ready = [False]
-    metrics = Metrics(s.shm_dir, s.namespace, kind="grpc")
+    # a metrics file that cannot be made (a full /dev/shm) costs this process's counts, never the
+    # process: its calls are answered all the same (the log and /metrics say why)
+    metrics, _ = open_metrics(s.shm_dir, s.namespace, "grpc", log)
     server = grpc.aio.server(interceptors=interceptors(s), options=[   # the bearer token: grpc_auth.py
         ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
         ("grpc.max_receive_message_length", s.max_body_bytes),
@@ -57,7 +59,8 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
         server.add_secure_port(address, tls) if tls is not None else server.add_insecure_port(address)
     except RuntimeError as e:
         print(f"posenc grpc: cannot listen on {s.host}:{s.grpc_port}: {e}", file=sys.stderr, flush=True)
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         return EXIT_NO_PORT
     await server.start()
     attach = asyncio.create_task(_attach(client, s, ready, health))
@@ -67,7 +70,8 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
         attach.cancel()
         await health.enter_graceful_shutdown()
         await server.stop(s.shutdown_timeout_s)
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
     return 0
 
 

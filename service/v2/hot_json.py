@@ -53,6 +53,9 @@ class _Marked:
         return _MARK % self.i
 
 
+JSON_BLOCK_BYTES = 1 << 20
+
+
 def controls(raw: bytes, spans: tuple) -> bool:
     """Whether the i-th cut-out list is ``inputs[i].data``: probe lists substituted into every
     span come back there, in order, and the body has no other input."""
@@ -103,8 +106,12 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
         parts.append(head)
     parts.append(rest)
     settings = hot.v2.settings
+    # the C side bounds a block's arrays, not its text, and writes it on the event loop: arrays of
+    # at most JSON_BLOCK_BYTES (a few ms of text), and never a text past the response limit
+    # (17 bytes a 2-byte cell at most: service/front/sizing.py); bigger ones take the full path
     t = flat_json_template(probe, client.view(probe), tuple(parts),
-                           Limits(MAX_ROWS, settings.max_positions, settings.max_response_bytes))
+                           Limits(MAX_ROWS, settings.max_positions,
+                                  min(JSON_BLOCK_BYTES, settings.max_response_bytes * 2 // 17)))
     if t is None:
         return None
     return t, counts, names[0] != fam.selections[0], post

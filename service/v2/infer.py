@@ -22,12 +22,14 @@ import orjson
 from posenc.engine import jsonread, pipeline
 from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
 
+from posenc.service.front import sizing
 from posenc.service.v2.errors import BadRequest, path_of
 from posenc.service.v2.models import Model, Models, example_spec
 from posenc.service.v2.shm import Regions
 from posenc.service.v2.tensors import as_output, check_shape, from_bytes, from_json, output_datatype
 
 INLINE_BYTES = 1 << 20   # larger answers are built off the event loop (as service/front/service.py does)
+INLINE_TEXT = 64 << 10   # and answers with more JSON text than this (service/front/service.py's INLINE_JSON_BYTES)
 SHM_PARAMS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
@@ -79,6 +81,7 @@ class Plan:
     outputs: list = dataclasses.field(default_factory=list)  # [(name, Output | None)] in answer order
     inline: bool = True
     nbytes: int = 0     # the answer's arrays, all together (known before they are built)
+    text: int = 0       # at least the bytes of the outputs answered as JSON text (v2 REST), 0: none
 
     def path(self, loc: tuple, row: int | None = None) -> str:
         """The v2 field path of a pipeline error's ``loc``."""
@@ -109,7 +112,10 @@ class Inferer:
         self.regions = regions
 
     # -- phase 1: validate and plan (cheap, on the event loop) ----------------------------------
-    def plan(self, inf: Inference) -> Plan:
+    def plan(self, inf: Inference, as_json=None) -> Plan:
+        """``as_json(i)``: whether output ``i`` of the answer goes as JSON text (v2 REST); None:
+        every output is binary (gRPC). The response limit holds for the answer's bytes: binary
+        outputs' arrays plus a bound on the JSON outputs' text (service/front/sizing.py)."""
         model = self.models.get(inf.model, inf.version if isinstance(inf.version, str) else "?")
         fam = model.family
         spec = self._spec(model, inf.params)
@@ -142,12 +148,34 @@ class Inferer:
             except SpecError as e:
                 raise BadRequest(plan.path(e.loc, row if plan.stacked else None), e.msg) from None
             plan.reqs.append(r)
-        if nbytes > self.settings.max_response_bytes:
-            raise TooLarge(nbytes, self.settings.max_response_bytes)
+        limit = self.settings.max_response_bytes
+        if nbytes > limit:
+            raise TooLarge(nbytes, limit)
         plan.outputs = self._outputs(model, inf.outputs)
         plan.nbytes = nbytes
-        plan.inline = nbytes <= INLINE_BYTES and all(self.client is None or self.client.is_mapped(r) for r in plan.reqs)
+        if as_json is not None:
+            plan.text = self._text_bound(plan, as_json)
+            if plan.text and nbytes + plan.text > limit:
+                raise sizing.AnswerTooLarge(nbytes + plan.text, limit, "json", plan.reqs[0])
+        plan.inline = nbytes <= INLINE_BYTES and plan.text <= INLINE_TEXT and all(
+            self.client is None or self.client.is_mapped(r) for r in plan.reqs)
         return plan
+
+    @staticmethod
+    def _text_bound(plan: Plan, as_json) -> int:
+        """At least the bytes of the JSON ``data`` of the outputs ``as_json`` picks (an output in
+        shared memory is not in the body), each as one flat list."""
+        picked = {name for i, (name, o) in enumerate(plan.outputs)
+                  if as_json(i) and not (o is not None and "shared_memory_region" in o.params)}
+        if not picked:
+            return 0
+        text = 0
+        for r in plan.reqs:
+            for name, shape, dt in sizing.outputs(r):
+                if name in picked:
+                    cells = 1 if shape is None else sizing.cells(shape)
+                    text += sizing.flat_json_bound(cells, dt, r.spec) + 2   # (a comma between rows)
+        return text
 
     def _spec(self, model: Model, params: dict) -> dict:
         known = ("dtype",) if model.is_table else ("spec",)

@@ -17,15 +17,17 @@ from __future__ import annotations
 import zlib
 from urllib.parse import unquote
 
+import anyio
 import numpy as np
 import orjson
 
 from posenc.engine.errors import BodyTooLarge
+from posenc.service.front import sizing
 
 from posenc.service.front.front import read_body
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
-from posenc.service.v2.infer import Inference, Input, Output, Tensor
+from posenc.service.v2.infer import INLINE_TEXT, Inference, Input, Output, Tensor
 
 JSON = b"application/json"
 OCTET = b"application/octet-stream"
@@ -55,10 +57,17 @@ async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
         status, msg = describe(e)
         reply = Reply(status, rest_body(msg))
     statuses.append(reply.status)
+    body = reply.body
+    whole = type(body) is bytes
     await send({"type": "http.response.start", "status": reply.status,
-                "headers": [(b"content-type", reply.ctype), (b"content-length", b"%d" % len(reply.body)),
-                            *reply.headers]})
-    await send({"type": "http.response.body", "body": reply.body})
+                "headers": [(b"content-type", reply.ctype),
+                            (b"content-length", b"%d" % (len(body) if whole else body.nbytes)), *reply.headers]})
+    if whole:
+        await send({"type": "http.response.body", "body": body})
+    else:   # a long JSON text's blocks (service/front/sizing.py), one message each
+        last = len(body) - 1
+        for i, block in enumerate(body):
+            await send({"type": "http.response.body", "body": block, "more_body": i < last})
     return route[0]
 
 
@@ -157,12 +166,18 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
                              f"the body's length; got {hl.decode('latin-1')!r}")
     inf = inference(name, version, _object(body[:n], "the inference header"), memoryview(body)[n:])
     default, binary = _binary_choices(inf)
-    plan, tensors = await v2.infer(inf)
+    plan, tensors = await v2.infer(inf, as_json=lambda i: not binary.get(i, default))
     binary = [binary.get(i, default) for i in range(len(tensors))]
     for i, t in enumerate(tensors):
         if t.datatype == "BF16" and not binary[i] and t.region is None:
             raise BadRequest(f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true")
-    reply, segments = _answer(name, inf.id, tensors, binary)
+    if plan.text > INLINE_TEXT:   # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
+        reply, segments = await anyio.to_thread.run_sync(_answer, name, inf.id, tensors, binary,
+                                                         plan.text > sizing.BLOCK_BYTES)
+    else:
+        reply, segments = _answer(name, inf.id, tensors, binary)
+    if type(reply.body) is not bytes:   # a long text in blocks: too large for the shortcut's templates
+        return reply
     if v2.hot.on and hl is not None and encoding is None and reply.ctype == OCTET:
         v2.hot.learn_rest(scope["path"], body[:n], inf, plan, tensors, segments, route, reply.headers)
     elif v2.hot.on and hl is None and encoding is None and reply.ctype == JSON:   # JSON tensors (v2/hot_json.py)
@@ -258,13 +273,15 @@ def _binary_choices(inf: Inference) -> tuple[bool, dict]:
     return default, out
 
 
+_DATA_MARK = "posenc:data:%d"   # stands for a JSON output's data while its text is written in pieces
 _HEADS: dict = {}   # the JSON header of an all-binary answer, per (model, id, outputs' layout)
 
 
-def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> tuple[Reply, list]:
+def _answer(name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bool = False) -> tuple[Reply, list]:
     """The answer: its JSON header (built once per layout when every output is binary or in
     shared memory: decode steps repeat their shapes), then the binary outputs' bytes; and those
-    pieces (the JSON header, then each binary output's array)."""
+    pieces (the JSON header, then each binary output's array). ``pieces``: the JSON outputs'
+    data written in bounded orjson calls (service/front/sizing.py), the same bytes."""
     cacheable = all(b or t.region is not None for t, b in zip(tensors, binary))
     key = (name, rid, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
                         for t in tensors)) if cacheable else None
@@ -281,18 +298,29 @@ def _answer(name: str, rid: str, tensors: list[Tensor], binary: list) -> tuple[R
                 o["parameters"] = {"binary_data_size": bufs[k].nbytes}
                 k += 1
             else:
-                o["data"] = t.array.reshape(-1)
+                o["data"] = _DATA_MARK % i if pieces else t.array.reshape(-1)
             outs.append(o)
         head = {"model_name": name, "model_version": "1", "outputs": outs}
         if rid:
             head["id"] = rid
         js = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+        if pieces:   # each mark's first occurrence is its output's data (the id comes after the outputs)
+            out, rest = [], js
+            for i, t in enumerate(tensors):
+                if t.region is None and not binary[i]:
+                    head, _, rest = rest.partition(b'"%s"' % (_DATA_MARK % i).encode())
+                    out.append(head)
+                    sizing.array_pieces(np.ascontiguousarray(t.array).reshape(-1), sizing.CHUNK_CELLS, out)
+            out.append(rest)
+            js = sizing.as_blocks(out)   # (never one copy of the whole text: service/front/sizing.py)
         if cacheable and len(rid) < 64:
             if len(_HEADS) > 4096:
                 _HEADS.clear()
             _HEADS[key] = js
     if not bufs:
         return Reply(200, js), [js]
+    if type(js) is not bytes:   # blocks of a JSON text, then the binary outputs
+        return Reply(200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((HEADER_LENGTH, b"%d" % js.nbytes),)), [js, *bufs]
     segments = [js, *bufs]
     return Reply(200, b"".join(segments), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),)), segments
 

@@ -49,13 +49,14 @@ def test_grpc_metrics_are_consistent_with_http(srv):
     # gRPC process's and the other HTTP worker's counts reach their files within FLUSH_S (later on
     # a loaded machine): wait for every answer given before comparing the rest
     got = wait_for(lambda: (g := scrape(srv)).get(("posenc_workers", ())) == 2
+                   and g.get(("posenc_grpc_workers", ())) == 2
                    and g.get((count, (("route", route), ("status", "400")))) == 1
                    and g.get((count, (("route", route), ("status", "200")))) == 4
                    and g.get((count, (("route", "/v1/rope"), ("status", "200"))), 0) >= 1 and g,
                    30, 2 * FLUSH_S, "both HTTP workers, the gRPC answers and the HTTP one counted")
 
     assert got[("posenc_workers", ())] == 2                 # the HTTP workers only
-    assert got[("posenc_grpc_workers", ())] == 1
+    assert got[("posenc_grpc_workers", ())] == 2           # --grpc-workers' default
     roles = {dict(k[1]).get("role") for k in got if k[0] == "process_resident_memory_bytes"}
     assert {"worker", "grpc"} <= roles, roles
 

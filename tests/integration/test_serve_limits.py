@@ -1,7 +1,7 @@
 """Every limit of docs/reference.md exactly at it and one past it, over HTTP on a real ``posenc serve``, through
 the C path (a safetensors body whose spec template the workers have learnt, offered to the
 shortcut first) and the plain path (a JSON answer, which only the full path gives):
-4 MiB request bodies, 64 MiB responses, 2^20 positions in a selection, positions below 2^31."""
+4 MiB request bodies, 64 MiB responses (the body sent: a safetensors file's header counts), 2^20 positions in a selection, positions below 2^31."""
 
 from __future__ import annotations
 
@@ -92,31 +92,38 @@ def test_2_20_positions_and_one_more(learnt_http):
     assert learnt_http.post("/v1/alibi", content=orjson_dumps(body), headers=BIN).status_code == 413
 
 
-# One float16 ALiBi head: bias 2·nq·nk bytes + slopes 4 bytes. 4095 × 8194 cells make exactly
-# 64 MiB; 18631 × 1801 (2^25 − 1 cells) the smallest response past it, 64 MiB + 2 bytes (every
-# array has an even size, so no response is 64 MiB + 1).
-AT_LIMIT = (4095, 8194)
-PAST_LIMIT = (18631, 1801)
+# One float16 ALiBi head: bias 2·nq·nk bytes + slopes 4 bytes, in a safetensors file whose header
+# (service/front/sizing.py computes it exactly) makes the rest: the limit is the body's. 4103 × 8178
+# cells make a file of exactly 64 MiB; one more query row is past it (and so is the JSON text).
+AT_LIMIT = (4103, 8178)
+
+
+def _alibi_block(nq, nk):
+    return {"num_heads": 1, "dtype": "float16", "query": {"start": nk, "stop": nk + nq},
+            "key": {"start": 0, "stop": nk}}
 
 
 def test_response_of_64_mib_and_the_next_size_up(learnt_http):
+    from posenc.engine import pipeline
+    from posenc.service.front.sizing import safetensors_size
     nq, nk = AT_LIMIT
-    assert 2 * nq * nk + 4 == MAX_RESPONSE
-    body = {"num_heads": 1, "dtype": "float16", "query": {"start": nk, "stop": nk + nq},
-            "key": {"start": 0, "stop": nk}}
+    body = _alibi_block(nq, nk)
+    assert safetensors_size(pipeline.parse("alibi", body)) == MAX_RESPONSE
     r = learnt_http.post("/v1/alibi", content=orjson_dumps(body), headers=BIN)
     assert r.status_code == 200, r.text[:300]
+    assert len(r.content) == MAX_RESPONSE
     arrays = load_safetensors(r.content)
-    assert arrays["bias"].nbytes + arrays["slopes"].nbytes == MAX_RESPONSE
+    assert arrays["bias"].shape == (1, nq, nk)
     rows = [0, 1, nq // 2, nq - 1]          # held exactly to the float64 formula, a few rows
     want = bias64(slopes64(1), [nk + i for i in rows], list(range(nk)))
     assert_rounded_once(arrays["bias"][:, rows], want, "float16", what="64 MiB block")
-    nq, nk = PAST_LIMIT
-    assert 2 * nq * nk + 4 == MAX_RESPONSE + 2
-    body = {"num_heads": 1, "dtype": "float16", "query": {"start": nk, "stop": nk + nq},
-            "key": {"start": 0, "stop": nk}}
+    body = _alibi_block(nq + 1, nk)
+    past = safetensors_size(pipeline.parse("alibi", body))
+    assert past == MAX_RESPONSE + 2 * nk
     for headers in PATHS.values():
         r = learnt_http.post("/v1/alibi", content=orjson_dumps(body), headers=headers)
         assert r.status_code == 413, r.text[:300]
         detail = r.json()["detail"]
-        assert str(MAX_RESPONSE) in detail and str(MAX_RESPONSE + 2) in detail, detail
+        assert str(MAX_RESPONSE) in detail and ("query (4104 positions)" in detail), detail
+        if headers is BIN:
+            assert str(past) in detail, detail

@@ -350,7 +350,8 @@ def error_table() -> list[str]:
 
 
 LIMITS = (  # setting -> (what it bounds, refused with)
-    ("max_response_bytes", "a response, all arrays together", "413 (`TooLarge`)"),
+    ("max_response_bytes", "a response: the body sent (see below)",
+     "413 (`TooLarge`), naming the format and the selections"),
     ("max_positions", "positions in one selection (`positions`, `query`, `key`)", "413 naming the selection"),
     ("max_body_bytes", "a request body", "413 (`BodyTooLarge`)"),
     ("max_header_bytes", "a request head", "431, connection closed"),
@@ -588,6 +589,30 @@ Every size is checked before anything is allocated. Settings are `POSENC_*` envi
 (engine/settings.py), some also `posenc serve` flags (`posenc serve --help`).
 
 {limits}
+
+The response limit holds for the bytes the answer sends, bounded from the request's shapes before
+any array or text exists (service/front/sizing.py):
+
+- safetensors: exactly (its header and the arrays' bytes);
+- npz: the arrays' bytes plus at most a few hundred bytes of zip and `.npy` headers per array;
+- JSON: every cell counted at the longest text it can have: a float32, float16 or bfloat16 value
+  16 characters (`-0.0000` and nine digits, as orjson writes a float32) plus its comma, a
+  `t5-buckets` bucket the digits of `num_buckets - 1` plus its comma, plus every list's brackets.
+  So a JSON answer holds at most about 3.9 million float cells (64 MiB / 17); the same arrays in
+  safetensors fit four to eight times as many. A request over it (e.g. `sinusoidal-grid` with
+  `embed_dim` 32, `grid_size` 1000, bfloat16: 64,000,000 bytes of arrays, 544,000,000 of text at
+  most) is a 413 in about a millisecond, its worker's memory unmoved.
+- KServe v2 REST: the binary outputs' bytes plus the JSON outputs' text, bounded the same way;
+  gRPC answers are binary (`raw_output_contents`): their arrays' bytes.
+
+`posenc compute` writes files and keeps the arrays' bytes as its `--max-bytes` limit. A JSON answer
+whose bound is over 64 KiB, and any other answer over 1 MiB, is built in a thread, and a JSON text
+of more than 16,384 cells is written in pieces of that many (each a few ms at most) and sent as
+1 MiB blocks, never copied whole, so a large answer does not hold the worker's event loop (and
+its other requests) while it is built: `/healthz` on the same worker during a 41.5 MiB JSON
+answer waited at worst 10-36 ms in four runs of six on a 2-core host at load 6 (150-180 ms in
+the other two), where one orjson call over the whole text made it wait 150-230 ms in every run
+(`tests/integration/test_serve_answer_bounds.py` prints the figure).
 
 ## KServe v2 (Open Inference Protocol)
 
