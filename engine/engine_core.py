@@ -75,7 +75,7 @@ class Engine:
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
-        self.defs: dict[str, TableDef] = {}        # digest -> what it was built from (for repairs)
+        self.defs = adopt.AdoptedDefs()            # digest -> what it was built from (for repairs)
         self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
         self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
