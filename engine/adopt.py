@@ -21,8 +21,8 @@ entry names:
   again: adoption costs the same for 2 GiB of tables as for 2 MiB.
 
 What fails a check is closed (the keeper is told to drop it); every file the namespace left in
-``shm_dir`` (the old manifest, socket, temporaries) is removed; the old manifest stays until the new
-engine publishes its own (a new generation). Configured tables that were adopted take the new
+``shm_dir`` (socket, temporaries) is removed; the old manifest (head and table log) stays until the
+new engine publishes its own (a new generation). Configured tables that were adopted take the new
 config's name, spec and pin; adopted on-demand tables stay unpinned, most recently used first,
 within the memory budget. ``posenc engine`` run alone has no keeper: nothing to adopt.
 """
@@ -98,12 +98,12 @@ def why_not(digest: str, e: dict, fd: int, t: TableDef | None = None) -> tuple[s
 
 def adopt(eng, log) -> dict:
     """Take over the intact tables the keeper held into ``eng.tables``/``eng.fds``, and remove every
-    file of the namespace (but the lock, and the old manifest until publish). Returns {adopted,
+    file of the namespace (but the lock, and the old manifest's two files until publish). Returns {adopted,
     bytes, dropped: {segment: why}, seconds}."""
     t0 = time.perf_counter()
     shm_dir, ns = eng.opts.shm_dir, eng.opts.namespace
     try:
-        old = store.read_manifest(shm_dir, ns) or {}
+        old = store.read_head(shm_dir, ns) or {}
     except (ValueError, OSError, RuntimeError):
         old = {}
     old_code, held = eng.keeper.take(built_by.current())
@@ -133,7 +133,7 @@ def adopt(eng, log) -> dict:
             entry["name"] = e["family"]
         eng.tables[digest], eng.fds[digest], eng.defs[digest] = entry, fd, t
     removed = [p for p in store.our_files(shm_dir, ns)
-               if p not in (store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns))]
+               if p not in (store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns), store.log_path(shm_dir, ns))]
     for p in removed:
         store.unlink(p)
     report = {"adopted": len(eng.tables), "bytes": sum(e["nbytes"] for e in eng.tables.values()),
