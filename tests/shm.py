@@ -102,6 +102,15 @@ def leftovers(namespaces: Iterable[str], shm_dir: str = SHM_DIR,
 ENGINE_FILES = ("lock", "manifest.json", "manifest.log", "sock")   # an engine's files, but its segments
 
 
+def read_head(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
+    """The manifest's head file alone (generation, pid, named): cheap to poll."""
+    try:
+        with open(os.path.join(shm_dir, f"{namespace}.manifest.json"), "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
 def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
     """The whole manifest: the head file, its ``tables`` those of the table log's lines of the
     head's generation (an entry, or null: dropped; the last wins; a last line still being written

@@ -16,7 +16,8 @@ rope_theta each, asked for over the engine's socket as readers ask), the kind a 
 collects: adoption re-validates what a configured table's config already did, so this is the
 harder case; the adoption's own seconds are the engine's log line (target at 2,000: <= 0.5 s).
 
-``--serve-kills K``: a real ``posenc serve`` (1 worker, no gRPC) holding the ``--on-demand``
+``--serve-kills K``: a real ``posenc serve`` (--workers, default 2: its keeper in the supervisor,
+as with the default one worker per core; with 1, uvicorn's worker shares its process; no gRPC) holding the ``--on-demand``
 tables; its engine is SIGKILLed K times, each 1.5 s after the previous restart was up (kills far
 less than a minute apart, none a crash loop), timing kill -> the new engine's manifest (targets:
 <= 1 s for the first kill, <= 2 s for the repeated ones).
@@ -102,24 +103,24 @@ def on_demand_adoption(n: int, rounds: int) -> None:
           f"{statistics.median(restarts):.3f} s")
 
 
-def serve_kills(n: int, kills: int) -> None:
+def serve_kills(n: int, kills: int, workers: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.procs import Procs, wait_for
-    from tests.shm import read_manifest, unique_namespace
+    from tests.shm import read_head, unique_namespace
 
     procs = Procs(Path(tempfile.mkdtemp(prefix="bench-adopt-")))
     ns = unique_namespace("bench")
     took = []
     try:
         server = procs.serve({"length": 64, "tables": [{"name": "t0", "family": "rope", "spec": {"head_dim": 8}}]},
-                             workers=1, namespace=ns)
+                             workers=workers, namespace=ns)
         ask_tables(ns, n)
-        gen = read_manifest(ns)["generation"]
+        gen = read_head(ns)["generation"]
         for _ in range(kills):
             time.sleep(1.5)
             os.kill(server.engine_pid(), signal.SIGKILL)
             t0 = time.monotonic()
-            gen = wait_for(lambda: (g := (read_manifest(ns) or {}).get("generation")) not in (None, gen) and g,
+            gen = wait_for(lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g,
                            60, 0.005, "the restarted engine")
             took.append(time.monotonic() - t0)
         delays = re.findall(r"restarting in ([0-9.]+)s", server.stderr())
@@ -127,7 +128,7 @@ def serve_kills(n: int, kills: int) -> None:
     finally:
         procs.cleanup()
     rest = took[1:] or took
-    print(f"posenc serve, {n} on-demand tables, kill -9 of its engine -> the new engine's manifest: first "
+    print(f"posenc serve ({workers} worker(s)), {n} on-demand tables, kill -9 of its engine -> the new engine's manifest: first "
           f"{took[0]:.3f} s (target <= 1 s); the {len(rest)} kills after it, 1.5 s after each restart: median "
           f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s (target <= 2 s); restart delays logged: "
           f"{', '.join(delays)} s")
@@ -140,12 +141,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--on-demand", type=int, default=0, help="also adopt this many on-demand tables")
     ap.add_argument("--serve-kills", type=int, default=0, help="also kill posenc serve's engine this many times")
+    ap.add_argument("--workers", type=int, default=2, help="--serve-kills: posenc serve's HTTP workers")
     ap.add_argument("--skip-configured", action="store_true", help="only the --on-demand / --serve-kills parts")
     a = ap.parse_args()
     if a.on_demand:
         on_demand_adoption(a.on_demand, a.rounds)
     if a.serve_kills:
-        serve_kills(a.on_demand or 500, a.serve_kills)
+        serve_kills(a.on_demand or 500, a.serve_kills, a.workers)
     if a.skip_configured:
         return 0
     ns = f"bench-{uuid.uuid4().hex[:8]}"

@@ -17,7 +17,7 @@ import pytest
 
 from posenc.engine.client import Client
 from tests.procs import wait_for
-from tests.shm import read_manifest
+from tests.shm import read_head
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 
 pytestmark = pytest.mark.slow
@@ -110,7 +110,7 @@ def _back_after_kill(server, ns: str, gen) -> tuple[float, object]:
     """SIGKILL the server's engine; (seconds until a manifest of another generation, that one)."""
     os.kill(server.engine_pid(), signal.SIGKILL)
     t_kill = time.monotonic()
-    got = wait_for(lambda: (g := (read_manifest(ns) or {}).get("generation")) not in (None, gen) and g, 60, 0.005,
+    got = wait_for(lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g, 60, 0.005,
                    "the restarted engine's manifest")
     return time.monotonic() - t_kill, got
 
@@ -119,7 +119,7 @@ def test_an_engine_killed_again_soon_after_its_restart_is_restarted_at_once(proc
     """Kills 1.5 s apart (an engine that was up: no crash loop) restart at once each time; the
     kill-to-manifest times are printed (their bound is tests/bench/bench_adopt.py's, not asserted)."""
     server = procs.serve(CONFIG, workers=1, namespace=ns)
-    gen = read_manifest(ns)["generation"]
+    gen = read_head(ns)["generation"]
     took = []
     for _ in range(3):
         t, gen = _back_after_kill(server, ns, gen)
