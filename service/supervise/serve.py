@@ -8,8 +8,8 @@ that died before a successor took them over, this process removes). The engine c
 every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
 it in the app factory). The engine is restarted if it dies while serving (its successor adopts the
 tables this process keeps a descriptor of: engine/keeper.py) at once, and only in a crash loop
-(it died before it was ready, or within a second of its start) after a delay that doubles while
-it keeps dying so.
+(it died before it was ready, or within a second of its start twice in a row) after a delay that
+doubles while it keeps dying so.
 
 One ``posenc serve`` per namespace: it holds ``{ns}.serve.lock`` (flock) for its life, and a
 second one, or one whose port is taken, refuses before it starts or deletes anything.
@@ -93,7 +93,7 @@ def settings_from_args(args) -> Settings:
                               verify_interval_s=args.verify_interval, **serve_opts.overrides(args))
 
 
-CRASH_S = 1.0          # an engine that dies this soon after its start (or before it is ready) is in a crash loop
+CRASH_S = 1.0          # engines dying this soon after their start twice in a row (or before ready) are a crash loop
 MAX_BACKOFF_S = 4.0
 
 
@@ -178,8 +178,8 @@ class EngineChild:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
         at once (its successor adopts its intact tables, so workers lose nothing), also when it is
         killed again soon after; only a crash loop (deaths before the engine was ready, or within
-        CRASH_S of its start, in a row) waits, a delay doubling from 0.5 s to 4 s."""
-        streak = 0
+        CRASH_S of its start twice in a row) waits, a delay doubling from 0.5 s to 4 s."""
+        streak, quick = 0, False
         while not self.stopping:
             started = time.monotonic()
             rc = self.proc.wait()
@@ -193,7 +193,9 @@ class EngineChild:
             exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
             lived = exited_at - started
             was_up = old is not None and old != self.generation_before   # it published its manifest: it was up
-            streak = streak + 1 if lived < CRASH_S or not was_up else 0
+            # a crash loop: it died before it was up, or soon after its start twice in a row
+            streak = streak + 1 if not was_up or (lived < CRASH_S and quick) else 0
+            quick = lived < CRASH_S
             delay = restart_delay(streak)
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
             log.warning("engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay)
