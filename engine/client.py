@@ -140,30 +140,62 @@ class Client:
             return self._manifest
         stamp = store.manifest_stamp(self.shm_dir, self.namespace)
         self._checked = now
-        # A new manifest file is a new inode: then the manifest is asked of the engine (the file
-        # only says that something changed: anyone of the same user can write it). With no file
-        # (no room for it in shm_dir), the engine is asked every NO_FILE_RECHECK_S.
+        # The table log grows (or is replaced) with every change: then the engine is asked what
+        # changed since this manifest's sequence number (the file only says that something
+        # changed: anyone of the same user can write it). With no file (no room for it in
+        # shm_dir), the engine is asked every NO_FILE_RECHECK_S.
         if (stamp != self._stamp or self._manifest is None) and (
                 stamp is not None or now - self._asked_at >= NO_FILE_RECHECK_S or force):
             self._asked_at = now
-            try:
-                m = self.call({"op": "manifest"}, timeout=ASK_TIMEOUT_S)["manifest"]
-                if m.get("format") != store.MANIFEST_FORMAT:
-                    raise EngineUnavailable(f"manifest format {m.get('format')} is not {store.MANIFEST_FORMAT}")
-            except (EngineUnavailable, KeyError, TypeError, ValueError):
-                m = None
+            old = self._manifest
+            m, changed = self._fetch(old)
             with self._lock:
                 if m is None:
                     # Engine gone (or restarting): keep serving what we already mapped.
                     self._stamp = stamp
                     return self._manifest
-                if self._manifest is None or m["generation"] != self._manifest["generation"]:
+                if self._manifest is not old:   # another thread refreshed meanwhile: its turn counts
+                    return self._manifest
+                if old is None or m["generation"] != old["generation"]:
                     self._views = {}      # a new engine: remap lazily from the new generation
                 else:                     # same engine: forget evicted and rebuilt tables
-                    self._views = {d: v for d, v in self._views.items()   # (their mappings stay valid)
-                                   if m["tables"].get(d, {}).get("file") == v.segment.entry["file"]}
+                    for d in list(self._views if changed is None else changed):   # (their mappings stay valid)
+                        v = self._views.get(d)
+                        if v is not None and m["tables"].get(d, {}).get("file") != v.segment.entry["file"]:
+                            del self._views[d]
                 self._manifest, self._stamp = m, stamp
         return self._manifest
+
+    def _fetch(self, old: dict | None) -> tuple[dict | None, set | None]:
+        """(the engine's manifest now, the digests changed since ``old`` or None: read whole), or
+        (None, None) when the engine does not answer. With ``old`` of the same engine, only what
+        changed is asked (``changes``) and applied to a copy of its tables; a whole manifest when
+        the engine says reset (a new engine, or ``old`` too far behind)."""
+        try:
+            if old is not None and type(old.get("seq")) is int:
+                r = self.call({"op": "changes", "since": old["seq"], "generation": old["generation"]},
+                              timeout=ASK_TIMEOUT_S)
+                got = r.get("tables")
+                if r.get("ok") and not r.get("reset") and r.get("generation") == old["generation"] \
+                        and isinstance(got, dict) and type(r.get("seq")) is int:
+                    if not got and "named" not in r:
+                        return old, set()   # nothing changed (the same object: callers compare it)
+                    tables = dict(old["tables"])   # a copy (pointers only): callers may hold the old one
+                    for d, e in got.items():
+                        if e is None:
+                            tables.pop(d, None)
+                        else:
+                            tables[d] = e
+                    m = {**old, "tables": tables, "seq": r["seq"]}
+                    if isinstance(r.get("named"), list):
+                        m["named"] = r["named"]
+                    return m, set(got)
+            m = self.call({"op": "manifest"}, timeout=ASK_TIMEOUT_S)["manifest"]
+            if m.get("format") != store.MANIFEST_FORMAT:
+                raise EngineUnavailable(f"manifest format {m.get('format')} is not {store.MANIFEST_FORMAT}")
+            return m, None
+        except (EngineUnavailable, KeyError, TypeError, ValueError, AttributeError):
+            return None, None
 
     @property
     def generation(self) -> int | None:

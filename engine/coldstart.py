@@ -25,8 +25,7 @@ def _have(eng, ct: ConfiguredTable) -> bool:
         if have is None or (not have["pinned"] and have["length"] < ct.table.length):
             return False
         have.update(pinned=True, name=ct.name, spec=ct.spec)
-        if eng.published:
-            eng._write_manifest()
+        eng._note(ct.table.digest)   # (its entry changed: readers are told as of a build)
         return True
 
 

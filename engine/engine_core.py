@@ -18,6 +18,7 @@ for one new table wait on a single build.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fcntl
 import logging
@@ -25,6 +26,8 @@ import os
 import signal
 import threading
 import time
+
+import orjson
 
 from . import adopt, built_by, coldstart, engine_socket, fdpass, kernels, logs, proclife, settings, store, upkeep
 from .keeper import KeeperLink
@@ -37,6 +40,8 @@ from .tables.base import DEFAULT_LENGTH, on_demand_length
 
 _log = logging.getLogger("posenc.engine")
 FD_RESERVE = 256   # descriptors the engine keeps for its socket's connections and its files
+CHANGES_KEPT = 4096   # changes remembered past one per table (``changes``: older asks get a reset)
+MAX_CHANGES = 250     # entries one ``changes`` reply carries at most (more: a reset, then ``manifest``)
 
 
 def log(msg: str) -> None:
@@ -75,10 +80,18 @@ class Engine:
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
-        self.defs: dict[str, TableDef] = {}        # digest -> what it was built from (for repairs)
+        self.defs = adopt.AdoptedDefs()            # digest -> what it was built from (for repairs)
         self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
         self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
+        # the manifest's sequence number: one more per table published, replaced or dropped
+        # (docs/shm-format.md); digest -> the number of its last change, oldest first (dropped
+        # tables too, until CHANGES_KEPT past one per table); asks older than floor get a reset
+        self.seq, self.floor, self.named_seq = 0, 0, 0
+        self.changes: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._configured_digests = {c.table.digest for c in tables}
+        self._log_fd: int | None = None   # the table log, appended to (O_APPEND)
+        self._log_lines = 0
         self._lock_fd = None
         self._server = None
         self.published = False  # no manifest until every configured table is built
@@ -96,7 +109,7 @@ class Engine:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = (store.read_manifest(self.opts.shm_dir, self.opts.namespace) or {}).get("pid", "?")
+            holder = (store.read_head(self.opts.shm_dir, self.opts.namespace) or {}).get("pid", "?")
             raise EngineRunning(f"an engine (pid {holder}) already serves namespace {self.opts.namespace!r} "
                                 f"in {self.opts.shm_dir}") from None
         self._lock_fd = fd
@@ -137,8 +150,6 @@ class Engine:
             self._hold(t.digest, entry, fd)
             self.defs[t.digest] = t
             self.builds[t.digest] = self.builds.get(t.digest, 0) + 1
-            if self.published:
-                self._write_manifest()
         return entry
 
     def _hold(self, digest: str, entry: dict, fd: int) -> None:
@@ -149,6 +160,7 @@ class Engine:
         self.keeper.keep(digest, entry, fd)
         if old is not None:
             os.close(old)
+        self._note(digest)
 
     def segment_fds(self, digests) -> tuple[dict, list[int]]:
         """({digest: entry}, [a duplicate of its descriptor]) of the tables asked that are stored:
@@ -182,37 +194,103 @@ class Engine:
     def _evict(self, digest: str, why: str) -> int:
         """Drop one table (the caller holds the lock): manifest first, then the file."""
         e = self.tables.pop(digest)
-        if self.published:
-            self._write_manifest()
+        self._note(digest)
         fdpass.close_all([self.fds.pop(digest)])
         self.keeper.drop(digest)
         log(f"evicted {e['name']} ({e['nbytes'] / 2**20:.1f} MiB) {why}")
         return e["nbytes"]
 
-    def manifest(self) -> dict:
-        """The manifest (the caller holds the lock): what the file says and the socket answers.
+    def head(self) -> dict:
+        """The manifest less its tables (the caller holds the lock): the head file's content.
         ``named`` lists every configured table by name, stored or not (a table that did not fit is
         still answered by name: computed)."""
         return {"format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
                 "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
-                "backend": kernels.info(), "tables": self.tables, "budget": self.opts.memory_budget_bytes,
+                "log": os.path.basename(self._p(store.log_path)),
+                "backend": kernels.info(), "budget": self.opts.memory_budget_bytes,
                 "on_demand_length": self.opts.length, "built_by": built_by.current(), "stats": self.stats.last,
                 "named": [{"name": c.name, "family": c.table.family, "spec": c.spec, "digest": c.table.digest,
                            "stored": c.table.digest in self.tables} for c in self.configured]}
 
+    def manifest(self) -> dict:
+        """The whole manifest (the caller holds the lock): what the socket's ``manifest`` answers,
+        at sequence number ``seq``."""
+        return {**self.head(), "tables": self.tables, "seq": self.seq}
+
+    def changes_since(self, since, generation) -> dict:
+        """The reply to ``changes`` (the caller holds the lock): every table changed after sequence
+        number ``since`` of ``generation`` ({digest: entry, or None: dropped}), and ``named`` when
+        it changed; a reset (ask ``manifest``) when the asker's manifest is of another engine,
+        older than what is remembered, or more than MAX_CHANGES behind. Costs the changes, not
+        the tables."""
+        out = {"ok": True, "generation": self.generation, "seq": self.seq}
+        if type(since) is not int or generation != self.generation or not self.floor <= since <= self.seq:
+            return {**out, "reset": True}
+        got = {}
+        for digest in reversed(self.changes):
+            if self.changes[digest] <= since:
+                break
+            if len(got) == MAX_CHANGES:
+                return {**out, "reset": True}
+            got[digest] = self.tables.get(digest)
+        out["tables"] = got
+        if self.named_seq > since:
+            out["named"] = self.head()["named"]
+        return out
+
+    def _note(self, digest: str) -> None:
+        """Record a change of ``digest``'s table (published, replaced or dropped; the caller holds
+        the lock): a sequence number, its build or eviction counted, one line appended to the table
+        log, and the head rewritten only when a configured table's ``stored`` changed. Whatever the
+        number of tables, this costs the same (the log is written anew, by rename, once it holds
+        twice the lines it needs: amortized one line per change)."""
+        self.seq += 1
+        self.changes[digest] = self.seq
+        self.changes.move_to_end(digest)
+        while len(self.changes) > len(self.tables) + CHANGES_KEPT:
+            _, s = self.changes.popitem(last=False)
+            self.floor = max(self.floor, s)
+        entry = self.tables.get(digest)
+        self.stats.noted(digest, entry)
+        named = digest in self._configured_digests
+        if named:
+            self.named_seq = self.seq
+        if not self.published:
+            return
+        if self._manifest_pending or self._log_fd is None or self._log_lines > 2 * len(self.tables) + 1024:
+            return self._write_manifest()
+        try:
+            if os.fstat(self._log_fd).st_nlink == 0:   # unlinked (or replaced) by someone else: write it anew
+                return self._write_manifest()
+            store.write_all(self._log_fd, store.log_line(self.seq, digest, entry, self.stats.last))
+            self._log_lines += 1
+            if named:
+                store.write_file(self._p(store.manifest_path), orjson.dumps(self.head()), self.mode, self.gid)
+        except OSError as e:
+            self._not_written(e)
+
     def _write_manifest(self) -> None:
-        """Rewrite the manifest file (the caller holds the lock). With no room for it, the change is
-        kept and written by the main loop once there is."""
+        """Write the head and a new table log holding every table (the caller holds the lock): at
+        publish, and when the log has grown to twice its tables. With no room for them, the change
+        is kept and written by the main loop once there is."""
         self.stats.update(self.tables)
         try:
             self._manifest_pending = False
-            store.write_manifest(self.opts.shm_dir, self.opts.namespace, self.manifest(), self.mode, self.gid)
+            fd = store.write_file(self._p(store.log_path), store.log_snapshot(
+                self.generation, self.seq, self.tables, self.stats.last), self.mode, self.gid, keep_open=True)
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+            self._log_fd, self._log_lines = fd, len(self.tables) + 2
+            store.write_file(self._p(store.manifest_path), orjson.dumps(self.head()), self.mode, self.gid)
         except OSError as e:
-            if not upkeep.is_resource_error(e):
-                raise
-            if not self._manifest_pending:
-                log(f"manifest not rewritten ({e}); retried while the engine runs")
-            self._manifest_pending = True
+            self._not_written(e)
+
+    def _not_written(self, e: OSError) -> None:
+        if not upkeep.is_resource_error(e):
+            raise e
+        if not self._manifest_pending:
+            log(f"manifest not rewritten ({e}); retried while the engine runs")
+        self._manifest_pending = True
 
     _manifest_pending = False
 
@@ -333,6 +411,9 @@ class Engine:
         with self.lock:   # (a build still running discards its segment when it ends: closing is set)
             fdpass.close_all(self.fds.values())
             self.fds.clear()
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
         self.keeper.close()
         if self._lock_fd is not None:
             store.unlink(self._p(store.lock_path))

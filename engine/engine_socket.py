@@ -7,6 +7,10 @@
                                           -> {"ok": true, "digest", "length", "generation"}
     {"op": "manifest"}                    -> {"ok": true, "manifest": {...}} (what readers trust,
                                              not the file, which anyone of the same user can write)
+    {"op": "changes", "since": S, "generation": G}
+                                          -> {"ok": true, "generation", "seq", "tables": {D: entry
+                                             or null}, ["named"]}: what changed after S, or
+                                             {"ok": true, "reset": true, ...}: ask "manifest"
     {"op": "open", "digests": [D, ...]}   -> {"ok": true, "tables": {D: entry, ...}, "generation"}
                                              with one descriptor per table, in that order, attached
                                              (SCM_RIGHTS; at most fdpass.MAX_FDS digests an ask)
@@ -55,6 +59,9 @@ def answer(engine, msg: dict) -> dict:
     if op == "manifest":
         with engine.lock:
             return {"ok": True, "manifest": engine.manifest()}
+    if op == "changes":   # the tables changed since the asker's manifest (docs/shm-format.md)
+        with engine.lock:
+            return engine.changes_since(msg.get("since"), msg.get("generation"))
     if op == "verify":   # a full check now (a reader found a checksum that does not match)
         return {"ok": True, **engine.sweep.run(checksum=True)}
     if op == "ensure":

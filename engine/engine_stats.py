@@ -1,8 +1,9 @@
 """The engine's build and eviction counts, for the manifest (``"stats"``) and so for /metrics.
 
-Derived from the table set at each manifest write (the engine writes one after every build and
-every eviction): a digest that appears, or whose file changed, is a build (its ``built_s`` goes
-into the histogram); one that disappears is an eviction. The counts start at zero with each engine
+Derived from each change of the table set (``noted``: the engine notes every build and every
+eviction; ``update`` compares a whole table set, at a full manifest write): a digest that
+appears, or whose file changed, is a build (its ``built_s`` goes into the histogram); one that
+disappears is an eviction. The counts start at zero with each engine
 process, as a Prometheus counter does when its process restarts.
 """
 
@@ -38,6 +39,21 @@ class BuildStats:
         self.seen = {d: e["file"] for d, e in tables.items()}
         self.last = self.figures()
         return self.last
+
+    def noted(self, digest: str, entry: dict | None) -> None:
+        """One table published or replaced (``entry``) or dropped (None): ``update`` for one digest."""
+        if entry is None:
+            if self.seen.pop(digest, None) is not None:
+                self.evictions += 1
+        elif self.seen.get(digest) != entry["file"]:
+            s = float(entry.get("built_s", 0.0))
+            self.builds += 1
+            self.seconds += s
+            self.counts[next((i for i, le in enumerate(BUILD_BUCKETS_S) if s <= le), -1)] += 1
+            self.seen[digest] = entry["file"]
+        else:
+            return
+        self.last = self.figures()
 
     def figures(self) -> dict:
         return {"builds": self.builds, "evictions": self.evictions, "adopted": self.adopted_tables, "build_seconds_sum": round(self.seconds, 6),

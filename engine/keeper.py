@@ -8,7 +8,8 @@ descriptor of each table in its own process, which outlives the engine it restar
 
 - ``Keeper`` (in ``posenc serve``): ``channel()`` makes a ``SOCK_SEQPACKET`` socket pair for each
   engine it starts (the engine gets one end, ``--keeper-fd``); on it the keeper first hands over
-  every table it holds (``held`` packets, each with its descriptor and manifest entry, then
+  every table it holds (``held`` packets of up to HELD_BATCH tables, their manifest entries and
+  descriptors: 2,000 tables in 32 packets, not 2,000, since a restart waits for them; then
   ``end``), then holds what the engine reports: ``keep`` (a published table and its descriptor)
   and ``drop`` (an evicted or replaced one: its descriptor closes).
 - ``KeeperLink`` (in the engine): ``take()`` receives what the keeper holds (for adopt.py), then
@@ -23,7 +24,12 @@ from __future__ import annotations
 import socket
 import threading
 
+import orjson
+
 from . import fdpass, proclife
+
+HELD_BATCH = 64       # tables per ``held`` packet at most (their entries, ~1 KB each, and descriptors)
+HELD_BYTES = 64 << 10   # and entries' bytes (a packet stays well inside the socket's send buffer)
 
 
 class Keeper:
@@ -50,8 +56,14 @@ class Keeper:
                 with self.lock:
                     held = list(self.held.items())
                     built_by = self.built_by
-                for digest, (entry, fd) in held:
-                    fdpass.send_packet(sock, {"op": "held", "digest": digest, "entry": entry}, fd)
+                batch, size = [], 0
+                for k, (digest, (entry, fd)) in enumerate(held):
+                    batch.append((digest, entry, fd))
+                    size += len(orjson.dumps(entry))
+                    if len(batch) == HELD_BATCH or size > HELD_BYTES or k == len(held) - 1:
+                        socket.send_fds(sock, [orjson.dumps({"op": "held", "tables": [[d, e] for d, e, _ in batch]})],
+                                        [fd for _, _, fd in batch])
+                        batch, size = [], 0
                 fdpass.send_packet(sock, {"op": "end", "built_by": built_by})
                 while True:
                     msg, fd = fdpass.recv_packet(sock)
@@ -103,17 +115,21 @@ class KeeperLink:
             return None, got
         try:
             while True:
-                msg, fd = fdpass.recv_packet(self.sock)
+                data, fds, _, _ = socket.recv_fds(self.sock, fdpass.MAX_PACKET, HELD_BATCH)
+                fds = fdpass._private(fds)
+                msg = orjson.loads(data) if data else None
                 if msg is None or msg.get("op") == "end":
+                    fdpass.close_all(fds)
                     old = msg and msg.get("built_by")
                     break
-                if msg.get("op") == "held" and fd is not None:
-                    got.append((msg["digest"], msg["entry"], fd))
-                elif fd is not None:
-                    fdpass.close_all([fd])
+                tables = msg.get("tables") if msg.get("op") == "held" else None
+                if not isinstance(tables, list) or len(tables) != len(fds):
+                    fdpass.close_all(fds)   # not what the keeper sends: nothing of it is adopted
+                    continue
+                got += [(d, e, fd) for (d, e), fd in zip(tables, fds)]
             self._send({"op": "built_by", "value": built_by})
             return old, got
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             fdpass.close_all(fd for _, _, fd in got)
             self._lost()
             return None, []

@@ -86,9 +86,12 @@ class Settings:
     max_body_bytes: int = 4 * 2**20
     # Seconds a request may wait for an on-demand build before 503.
     build_timeout_s: float = 60.0
-    # Seconds uvicorn keeps idle keep-alive connections; graceful shutdown budget (SIGTERM: stop
-    # accepting, finish the requests in flight for up to this long, then exit).
-    keepalive_s: int = 5
+    # Seconds uvicorn keeps idle keep-alive connections: longer than common clients keep an idle
+    # pooled connection before reusing it (httpx 5 s, aiohttp 15 s, load balancers' 60 s) so
+    # that the client, not the server, closes it; a server closing it as a pooled client reuses it
+    # fails that request (docs/deploy.md). Graceful shutdown budget (SIGTERM: stop accepting,
+    # finish the requests in flight for up to this long, then exit).
+    keepalive_s: int = 75
     shutdown_timeout_s: int = 10
     # Per worker (service/protocol/limits.py): seconds to receive a request's head (408 after), then its
     # body (closed after); open connections (503 and closed beyond; also kept under

@@ -12,10 +12,14 @@ and size (``check_sealed``: a descriptor that is not sealed as ours is refused),
 tables holds no descriptor for them. The memory goes back when the engine (and ``posenc serve``'s
 keeper, engine/keeper.py) has closed its descriptor and the last reader has unmapped it.
 
-``shm_dir`` keeps small plain files only, none of them mapped by anyone: the manifest
-``{namespace}.manifest.json`` (rewritten by temporary file + rename, read with ``read()``; readers
-use it to notice changes, then take the tables' entries from the engine's socket, never from the
-file), the engine's socket and its lock.
+``shm_dir`` keeps small plain files only, none of them mapped by anyone (docs/shm-format.md): the
+manifest's head ``{namespace}.manifest.json`` (everything but the tables; rewritten by temporary
+file + rename when the engine starts and when the configured tables' ``stored`` change), the
+table log ``{namespace}.manifest.log`` (a snapshot of the tables, then one line appended per
+table built, rebuilt or evicted: a build costs one append whatever the number of tables; written
+anew, by rename, once it holds twice the lines it needs), the engine's socket and its lock.
+Readers ``stat`` the log to notice changes, then ask the engine's socket what changed since the
+sequence number they have (``changes``), never reading entries from a file.
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ import zlib
 import numpy as np
 import orjson
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
 ALIGN = 64
 
 
 def manifest_path(shm_dir: str, namespace: str) -> str:
     return os.path.join(shm_dir, f"{namespace}.manifest.json")
+
+
+def log_path(shm_dir: str, namespace: str) -> str:
+    return os.path.join(shm_dir, f"{namespace}.manifest.log")
 
 
 def lock_path(shm_dir: str, namespace: str) -> str:
@@ -188,11 +196,18 @@ class Segment:
         return self.arrays[name]
 
 
-def read_manifest(shm_dir: str, namespace: str) -> dict | None:
+def _read(path: str, limit: int | None = None) -> bytes | None:
     try:
-        with open(manifest_path(shm_dir, namespace), "rb") as f:
-            data = f.read()
+        with open(path, "rb") as f:
+            return f.read() if limit is None else f.read(limit)
     except FileNotFoundError:
+        return None
+
+
+def read_head(shm_dir: str, namespace: str) -> dict | None:
+    """The manifest's head file (no tables): generation, pid, named...; None if there is none."""
+    data = _read(manifest_path(shm_dir, namespace))
+    if data is None:
         return None
     m = orjson.loads(data)
     if m.get("format") != MANIFEST_FORMAT:
@@ -200,44 +215,120 @@ def read_manifest(shm_dir: str, namespace: str) -> dict | None:
     return m
 
 
+def replay(head: dict, log: bytes | None) -> dict:
+    """The whole manifest from its head and the table log of the same generation (lines of
+    another generation, or a log that does not parse, leave ``tables`` as far as they got)."""
+    m = {**head, "tables": {}, "seq": 0}
+    gen = None
+    for line in (log or b"").splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            break
+        if "generation" in rec:
+            gen = rec["generation"]
+            continue
+        if gen != head.get("generation"):
+            break
+        if rec.get("digest") is None:
+            pass                        # a line of stats only
+        elif rec.get("entry") is None:
+            m["tables"].pop(rec.get("digest"), None)
+        else:
+            m["tables"][rec["digest"]] = rec["entry"]
+        m["seq"] = rec.get("seq", m["seq"])
+        if "stats" in rec:
+            m["stats"] = rec["stats"]
+    return m
+
+
+def read_manifest(shm_dir: str, namespace: str) -> dict | None:
+    """The manifest as the files say (head + table log replayed): for tools and tests. Readers
+    never trust it (anyone of the engine's user can write the files): they ask the socket."""
+    head = read_head(shm_dir, namespace)
+    return None if head is None else replay(head, _read(log_path(shm_dir, namespace)))
+
+
 def manifest_stamp(shm_dir: str, namespace: str):
-    """Cheap change detector: (inode, mtime_ns) of the manifest, or None."""
+    """Cheap change detector: (inode, size, mtime_ns) of the table log, or None. Every change of
+    the manifest (a table, a new generation, the configured tables' ``stored``) appends to the log
+    or replaces it."""
     try:
-        st = os.stat(manifest_path(shm_dir, namespace))
+        st = os.stat(log_path(shm_dir, namespace))
     except FileNotFoundError:
         return None
-    return (st.st_ino, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None) -> None:
-    path = manifest_path(shm_dir, namespace)
+def write_file(path: str, data: bytes, mode: int = 0o600, gid: int | None = None, keep_open: bool = False):
+    """Write ``data`` to ``path`` by temporary file + rename; with ``keep_open`` the descriptor
+    (for appends, O_APPEND) is returned, else None."""
     tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         if gid is not None:
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)
-        data = orjson.dumps(manifest)   # (orjson: the manifest is rewritten on every build)
-        reserve(fd, len(data))          # ENOSPC before any byte is written
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
+        reserve(fd, len(data))          # ENOSPC before any byte is written (it sizes the file: no
+        write_all(fd, data)             # O_APPEND until the data is in)
+        if keep_open:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        os.rename(tmp, path)
+    except BaseException:
         os.close(fd)
-    os.rename(tmp, path)
+        _unlink(tmp)
+        raise
+    if keep_open:
+        return fd
+    os.close(fd)
+    return None
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None) -> None:
+    """Write a whole manifest (its head, then a table log holding its tables): what an engine
+    does at its start; afterwards it appends to the log (``Engine._note``)."""
+    head = {k: v for k, v in manifest.items() if k not in ("tables", "seq")}
+    seq = manifest.get("seq", 0)
+    fd = write_file(log_path(shm_dir, namespace), log_snapshot(manifest.get("generation"), seq, manifest.get(
+        "tables", {}), manifest.get("stats")), mode, gid, keep_open=True)
+    os.close(fd)
+    write_file(manifest_path(shm_dir, namespace), orjson.dumps(head), mode, gid)
+
+
+def log_snapshot(generation: int, seq: int, tables: dict, stats: dict | None = None) -> bytes:
+    """A table log's text holding ``tables`` at sequence number ``seq``."""
+    lines = [orjson.dumps({"generation": generation, "base": seq})]
+    lines += [orjson.dumps({"seq": seq, "digest": d, "entry": e}) for d, e in tables.items()]
+    if stats is not None:
+        lines.append(orjson.dumps({"seq": seq, "digest": None, "entry": None, "stats": stats}))
+    return b"\n".join(lines) + b"\n"
+
+
+def log_line(seq: int, digest: str, entry: dict | None, stats: dict | None = None) -> bytes:
+    rec = {"seq": seq, "digest": digest, "entry": entry}
+    if stats is not None:
+        rec["stats"] = stats
+    return orjson.dumps(rec) + b"\n"
 
 
 def our_files(shm_dir: str, namespace: str) -> list[str]:
-    """Every file this namespace may have left in shm_dir (manifest and its temporaries, socket,
-    lock; and segment files of a version before sealed segments)."""
+    """Every file this namespace may have left in shm_dir (manifest head, table log and their
+    temporaries, socket, lock; and segment files of a version before sealed segments)."""
     try:
         names = os.listdir(shm_dir)
     except FileNotFoundError:
         return []
     own = {os.path.basename(p) for p in (manifest_path(shm_dir, namespace), lock_path(shm_dir, namespace),
-                                          socket_path(shm_dir, namespace))}
+                                          socket_path(shm_dir, namespace), log_path(shm_dir, namespace))}
     return [os.path.join(shm_dir, n) for n in names
-            if n in own or n.startswith(f"{namespace}.manifest.json.tmp") or n.startswith(f"{namespace}.seg.")]
+            if n in own or n.startswith((f"{namespace}.manifest.json.tmp", f"{namespace}.manifest.log.tmp",
+                                         f"{namespace}.seg."))]
 
 
 def remove_dead(shm_dir: str, namespace: str) -> list[str]:

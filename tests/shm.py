@@ -1,5 +1,6 @@
 """The engine's files in /dev/shm, found only through their documented names
-(``{ns}.manifest.json``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read as plain JSON and
+(``{ns}.manifest.json``, ``{ns}.manifest.log``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read
+as plain JSON (the head, then the table log's lines replayed, as docs/shm-format.md says) and
 files are listed by prefix, independently of ``posenc.engine.store``; and the sealed segments a
 process holds or maps (memfds named ``{ns}.seg.{generation}.{digest}[-rev]``), read from /proc."""
 
@@ -98,12 +99,51 @@ def leftovers(namespaces: Iterable[str], shm_dir: str = SHM_DIR,
     return out
 
 
-def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
+ENGINE_FILES = ("lock", "manifest.json", "manifest.log", "sock")   # an engine's files, but its segments
+
+
+def read_head(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
+    """The manifest's head file alone (generation, pid, named): cheap to poll."""
     try:
         with open(os.path.join(shm_dir, f"{namespace}.manifest.json"), "rb") as f:
             return json.loads(f.read())
     except FileNotFoundError:
         return None
+
+
+def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
+    """The whole manifest: the head file, its ``tables`` those of the table log's lines of the
+    head's generation (an entry, or null: dropped; the last wins; a last line still being written
+    ends it), ``seq`` and ``stats`` those of its last line."""
+    try:
+        with open(os.path.join(shm_dir, f"{namespace}.manifest.json"), "rb") as f:
+            m = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    try:
+        with open(os.path.join(shm_dir, f"{namespace}.manifest.log"), "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        if m.get("format") == 1:   # (an engine before the table log: the tables are in the head)
+            return m
+        lines = []
+    m["tables"], gen = {}, None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            break
+        if "base" in rec:
+            gen = rec["generation"]
+        elif gen == m["generation"]:
+            if rec["digest"] is not None:
+                if rec["entry"] is None:
+                    m["tables"].pop(rec["digest"], None)
+                else:
+                    m["tables"][rec["digest"]] = rec["entry"]
+            m["seq"] = rec["seq"]
+            m.update({"stats": rec["stats"]} if "stats" in rec else {})
+    return m
 
 
 def held_segments(pid: int, namespace: str, generation: int | None = None) -> list[str]:

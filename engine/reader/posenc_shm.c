@@ -1,6 +1,6 @@
-/* posenc_shm.c: the C reader of docs/shm-format.md (format 1). See posenc_shm.h.
+/* posenc_shm.c: the C reader of docs/shm-format.md (format 2). See posenc_shm.h.
  *
- * The two replies it reads (manifest, open) are JSON written by the engine; a small scanner below
+ * The three replies it reads (manifest, changes, open) are JSON written by the engine; a small scanner below
  * finds values by key without building a tree: strings are compared as they are written (digests,
  * dtypes, array names and families are plain ASCII, and so must a configured name be to be found).
  */
@@ -33,7 +33,8 @@ struct posenc_conn {
     char *reply;               /* the manifest reply (NUL-terminated) */
     const char *manifest;      /* its "manifest" value */
     uint64_t generation;
-    struct stat seen;          /* the manifest file when the manifest was fetched */
+    int64_t seq;               /* the manifest's sequence number, as of the last refresh */
+    struct stat seen;          /* the table log when the manifest was last refreshed */
     int seen_ok;
     struct timespec fetched;
 };
@@ -58,7 +59,7 @@ const char *posenc_strerror(int st) {
     case POSENC_ERR_NOT_FOUND: return "no such table or array stored";
     case POSENC_ERR_NOT_SEALED: return "descriptor is not a sealed segment of the recorded size";
     case POSENC_ERR_ARG: return "bad argument";
-    case POSENC_ERR_FORMAT: return "manifest format is not 1";
+    case POSENC_ERR_FORMAT: return "manifest format is not 2";
     case POSENC_ERR_RANGE: return "a computed value overflows the table's dtype";
     default: return "unknown status";
     }
@@ -233,14 +234,11 @@ static int ok_reply(const char *reply) {
 
 /* -- the connection and its manifest -------------------------------------------------------- */
 
-int posenc_refresh(posenc_conn *c) {
+/* The whole manifest, asked again. */
+static int fetch_manifest(posenc_conn *c) {
     char *reply;
     int fds[MAX_FDS], nfds, st;
-    struct stat s;
-    int64_t fmt, gen;
-    c->seen_ok = stat(c->manifest_path, &s) == 0;   /* before the fetch: a later change is seen */
-    if (c->seen_ok) c->seen = s;
-    clock_gettime(CLOCK_MONOTONIC, &c->fetched);
+    int64_t fmt, gen, seq;
     if ((st = ask(c, "{\"op\":\"manifest\"}\n", &reply, fds, &nfds)) != POSENC_OK) return st;
     close_fds(fds, nfds);
     const char *m = obj_get(reply, "manifest");
@@ -252,11 +250,42 @@ int posenc_refresh(posenc_conn *c) {
         free(reply);
         return POSENC_ERR_FORMAT;
     }
+    if (get_i64(obj_get(m, "seq"), &seq)) {
+        free(reply);
+        return POSENC_ERR_PROTOCOL;
+    }
     free(c->reply);
     c->reply = reply;
     c->manifest = m;
     c->generation = (uint64_t)gen;
+    c->seq = seq;
     return POSENC_OK;
+}
+
+int posenc_refresh(posenc_conn *c) {
+    char line[128], *reply;
+    int fds[MAX_FDS], nfds, st;
+    struct stat s;
+    int64_t gen, seq;
+    c->seen_ok = stat(c->manifest_path, &s) == 0;   /* before the fetch: a later change is seen */
+    if (c->seen_ok) c->seen = s;
+    clock_gettime(CLOCK_MONOTONIC, &c->fetched);
+    if (!c->manifest) return fetch_manifest(c);
+    /* what changed since our sequence number: the tables this connection keeps nothing of (each
+     * posenc_open asks the engine), so only a new generation or named tables need the manifest */
+    snprintf(line, sizeof line, "{\"op\":\"changes\",\"since\":%lld,\"generation\":%llu}\n",
+             (long long)c->seq, (unsigned long long)c->generation);
+    if ((st = ask(c, line, &reply, fds, &nfds)) != POSENC_OK) return st;
+    close_fds(fds, nfds);
+    const char *reset = obj_get(reply, "reset");
+    if (!ok_reply(reply) || get_i64(obj_get(reply, "generation"), &gen)) st = POSENC_ERR_PROTOCOL;
+    else if ((reset && strncmp(reset, "true", 4) == 0) || (uint64_t)gen != c->generation || obj_get(reply, "named")
+             || get_i64(obj_get(reply, "seq"), &seq))
+        st = 1;   /* the whole manifest */
+    else
+        c->seq = seq;
+    free(reply);
+    return st == 1 ? fetch_manifest(c) : st;
 }
 
 int posenc_connect(const char *shm_dir, const char *ns, posenc_conn **out) {
@@ -270,12 +299,12 @@ int posenc_connect(const char *shm_dir, const char *ns, posenc_conn **out) {
         return POSENC_ERR_SYS;
     }
     c->sock = -1;
-    snprintf(c->manifest_path, n, "%s/%s.manifest.json", shm_dir, ns);
+    snprintf(c->manifest_path, n, "%s/%s.manifest.log", shm_dir, ns);   /* the table log: the change detector */
     if ((size_t)snprintf(c->sock_path, sizeof c->sock_path, "%s/%s.sock", shm_dir, ns) >= sizeof c->sock_path) {
         posenc_close(c);
         return POSENC_ERR_ARG;
     }
-    int st = posenc_refresh(c);
+    int st = posenc_refresh(c);   /* (no manifest yet: the whole one) */
     if (st != POSENC_OK) {
         int e = errno;
         posenc_close(c);
@@ -297,7 +326,8 @@ void posenc_close(posenc_conn *c) {
 int posenc_changed(posenc_conn *c) {
     struct stat s;
     if (stat(c->manifest_path, &s) == 0)
-        return !c->seen_ok || s.st_ino != c->seen.st_ino || s.st_mtim.tv_sec != c->seen.st_mtim.tv_sec
+        return !c->seen_ok || s.st_ino != c->seen.st_ino || s.st_size != c->seen.st_size
+               || s.st_mtim.tv_sec != c->seen.st_mtim.tv_sec
                || s.st_mtim.tv_nsec != c->seen.st_mtim.tv_nsec;
     struct timespec now;   /* no file (no room for it): ask the socket about once a second */
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -305,6 +335,7 @@ int posenc_changed(posenc_conn *c) {
 }
 
 uint64_t posenc_generation(const posenc_conn *c) { return c->generation; }
+int64_t posenc_seq(const posenc_conn *c) { return c->seq; }
 const char *posenc_manifest(const posenc_conn *c) { return c->manifest; }
 
 /* -- tables ----------------------------------------------------------------------------------- */

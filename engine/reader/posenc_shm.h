@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define POSENC_FORMAT 1
+#define POSENC_FORMAT 2
 
 enum posenc_status {
     POSENC_OK = 0,
@@ -61,12 +61,18 @@ const char *posenc_strerror(int status);
 /* Connect to {shm_dir}/{ns}.sock (NULL: "/dev/shm", "posenc") and fetch the manifest. */
 int posenc_connect(const char *shm_dir, const char *ns, posenc_conn **out);
 void posenc_close(posenc_conn *c);
-/* Ask the engine for the manifest again (after posenc_changed() said 1). */
+/* Catch up with the engine (after posenc_changed() said 1): ask what changed since the manifest's
+ * sequence number ("changes", a reply the size of the changes); the whole manifest again only for
+ * a new engine (generation), a change of the configured tables, or a reset. */
 int posenc_refresh(posenc_conn *c);
-/* 1 when the manifest file changed since the last fetch (then posenc_refresh), 0 if not. */
+/* 1 when the table log ({ns}.manifest.log) changed since the last refresh (then posenc_refresh), 0 if not. */
 int posenc_changed(posenc_conn *c);
 uint64_t posenc_generation(const posenc_conn *c);
-/* The manifest's JSON text, as the engine sent it (valid until the next refresh or close). */
+/* Sequence number of the last change the connection has seen (docs/shm-format.md). */
+int64_t posenc_seq(const posenc_conn *c);
+/* The manifest's JSON text as the engine last sent it whole (at connect, a new generation, a
+ * change of the configured tables): tables built or evicted since are not in it (open them by
+ * digest). Valid until the next refresh or close. */
 const char *posenc_manifest(const posenc_conn *c);
 
 /* Open a stored table by digest, or a configured table by name and dtype ("float32", "float16",

@@ -11,8 +11,11 @@ log and /v1/tables (``lane: "off: uvicorn X.Y not supported (...)"``). pyproject
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import logging
+import struct
+import termios
 from types import SimpleNamespace
 
 import uvicorn
@@ -98,6 +101,19 @@ def problems() -> list[str]:
 PROBLEMS = problems()
 SUPPORTED = not PROBLEMS
 WHY_OFF = None if SUPPORTED else f"off: uvicorn {VERSION} not supported ({'; '.join(PROBLEMS)})"
+
+
+UNREAD_RECHECK_S = 0.05   # an idle connection with bytes not read yet is looked at again after this
+
+
+def _unread(transport) -> bool:
+    """True when the kernel holds bytes of this connection that the loop has not read yet
+    (FIONREAD); False where that cannot be told."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+    except (OSError, AttributeError, ValueError, struct.error):
+        return False
 
 
 class Protocol(HttpToolsProtocol):
@@ -192,6 +208,11 @@ class Protocol(HttpToolsProtocol):
         if self.transport.is_closing() or not self._idle() or self.pipeline or self._deferred:
             return                           # busy: armed again when its response completes
         left = self._active + self.timeout_keep_alive - self.loop.time()
+        if left <= 0 and _unread(self.transport):
+            # a request arrived while the loop was busy and is not read yet (the loop runs due
+            # timers before it polls sockets): closing now would reset the connection under a
+            # client that sent within the timeout. Its read comes next and moves the clock.
+            left = UNREAD_RECHECK_S
         if left > 0:
             self.timeout_keep_alive_task = self.loop.call_later(left, self.timeout_keep_alive_handler)
         else:

@@ -16,8 +16,8 @@ log = logging.getLogger("posenc.serve")
 
 def generation_of(shm_dir: str, namespace: str):
     try:
-        return (store.read_manifest(shm_dir, namespace) or {}).get("generation")
-    except (ValueError, OSError):
+        return (store.read_head(shm_dir, namespace) or {}).get("generation")   # (the head file: small)
+    except (ValueError, OSError, RuntimeError):
         return None
 
 

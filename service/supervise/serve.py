@@ -7,8 +7,9 @@ drains its workers, then the engine is stopped and removes every segment (the fi
 that died before a successor took them over, this process removes). The engine child and
 every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
 it in the app factory). The engine is restarted if it dies while serving (its successor adopts the
-tables this process keeps a descriptor of: engine/keeper.py), after a delay that doubles while it
-keeps dying young.
+tables this process keeps a descriptor of: engine/keeper.py) at once, and only in a crash loop
+(it died before it was ready, or within a second of its start twice in a row) after a delay that
+doubles while it keeps dying so.
 
 One ``posenc serve`` per namespace: it holds ``{ns}.serve.lock`` (flock) for its life, and a
 second one, or one whose port is taken, refuses before it starts or deletes anything.
@@ -93,8 +94,14 @@ def settings_from_args(args) -> Settings:
                               verify_interval_s=args.verify_interval, **serve_opts.overrides(args))
 
 
-STABLE_S = 60.0        # an engine that lived this long restarts at once, its back-off forgotten
+CRASH_S = 1.0          # engines dying this soon after their start twice in a row (or before ready) are a crash loop
 MAX_BACKOFF_S = 4.0
+
+
+def restart_delay(streak: int) -> float:
+    """Seconds before the next engine starts, after ``streak`` crash-loop deaths in a row (0: the
+    engine died after it was up, however soon after the one before: at once)."""
+    return 0.0 if streak == 0 else min(MAX_BACKOFF_S, 0.5 * 2 ** (streak - 1))
 
 
 def claim(s: Settings) -> int:
@@ -163,15 +170,17 @@ class EngineChild:
             cmd += ["--tables", self.s.tables]
         if self.s.shm_group:
             cmd += ["--group", self.s.shm_group]
+        self.generation_before = generation_of(self.s.shm_dir, self.s.namespace)   # its own is another
         channel = self.keeper.channel()
         with channel:
             self.proc = subprocess.Popen([*cmd, "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),))
 
     def watch(self) -> None:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
-        at once (its successor adopts its intact tables, so workers lose nothing), and when it
-        keeps dying young (within STABLE_S), after a delay doubling from 0.5 s to 4 s."""
-        streak = 0
+        at once (its successor adopts its intact tables, so workers lose nothing), also when it is
+        killed again soon after; only a crash loop (deaths before the engine was ready, or within
+        CRASH_S of its start twice in a row) waits, a delay doubling from 0.5 s to 4 s."""
+        streak, quick = 0, False
         while not self.stopping:
             started = time.monotonic()
             rc = self.proc.wait()
@@ -182,12 +191,15 @@ class EngineChild:
                 log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            lived = time.monotonic() - started
-            streak = 1 if lived > STABLE_S else streak + 1
-            delay = 0.0 if streak == 1 else min(MAX_BACKOFF_S, 0.5 * 2 ** (streak - 2))
+            exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
+            lived = exited_at - started
+            was_up = old is not None and old != self.generation_before   # it published its manifest: it was up
+            # a crash loop: it died before it was up, or soon after its start twice in a row
+            streak = streak + 1 if not was_up or (lived < CRASH_S and quick) else 0
+            quick = lived < CRASH_S
+            delay = restart_delay(streak)
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
             log.warning("engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay)
-            exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
             deadline = time.monotonic() + delay
             while not self.stopping and time.monotonic() < deadline:
                 time.sleep(0.1)

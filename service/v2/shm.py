@@ -53,7 +53,7 @@ MAX_NAME = 256                   # characters of a region's name
 MAX_KEY = 255                    # bytes of a key's file name (NAME_MAX)
 # posenc's own files, in any namespace (engine/store.py, service/metrics/, service/supervise/serve.py,
 # this module): a namespace is not checked for dots, so the suffix is looked for anywhere
-_POSENC_FILE = re.compile(r"\.(seg\.|manifest\.json|lock$|sock$|metrics\.|v2-regions)")
+_POSENC_FILE = re.compile(r"\.(seg\.|manifest\.json|manifest\.log|lock$|sock$|metrics\.|v2-regions)")
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 
 

@@ -330,8 +330,11 @@ def test_a_held_table_reads_through_restart_and_growth_and_the_reader_sees_the_c
         assert s(f"hold {digest}") == "OK" and s(f"held cos {rows}") == before
 
         key = eng.manifest()["tables"][digest]["key"].replace('"rope_theta":10000.0', '"rope_theta":31.0')
+        whole, seq = s("whole"), int(s("seq")[3:])
         grown = _ensure(eng, key, 100)["digest"]           # on demand: 4096 rows, then rebuilt longer
-        s("refresh")
+        assert s("changed") == "OK 1"
+        s("refresh")                                       # the change alone: no whole manifest
+        assert int(s("seq")[3:]) > seq and s("whole") == whole
         assert s(f"hold {grown}") == "OK" and s(f"held cos {LENGTH}") == "PAST 0"
         assert _ensure(eng, key, LENGTH + 1)["length"] == 2 * LENGTH
         assert s(f"held cos {LENGTH}") == "PAST 0"          # what it holds is unchanged
@@ -372,7 +375,7 @@ def test_segments_that_are_not_sealed_as_documented_are_refused(binaries, tmp_pa
     }
     entry = {"family": "rope", "dtype": "float32", "length": 16, "nbytes": 256, "meta": {}, "arrays": arrays}
     tables = {d: entry | changes for d, (changes, _) in cases.items()}
-    fmt = {"value": 1}
+    fmt = {"value": 2}
     path = tmp_path / "fake.sock"
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(str(path))
@@ -388,7 +391,8 @@ def test_segments_that_are_not_sealed_as_documented_are_refused(binaries, tmp_pa
                 for line in lines:
                     msg, fds = json.loads(line), []
                     if msg["op"] == "manifest":
-                        reply = {"ok": True, "manifest": {"format": fmt["value"], "generation": 7, "tables": tables}}
+                        reply = {"ok": True, "manifest": {"format": fmt["value"], "generation": 7, "seq": 0,
+                                                          "tables": tables}}
                     else:
                         fds = [cases[d][1]() for d in msg["digests"]]
                         reply = {"ok": True, "generation": 7, "tables": {d: tables[d] for d in msg["digests"]}}
@@ -404,10 +408,10 @@ def test_segments_that_are_not_sealed_as_documented_are_refused(binaries, tmp_pa
             "OK " + np.array([0, 1, 2, 3, 60, 61, 62, 63], np.float32).tobytes().hex(),
             *["ERR -4 descriptor is not a sealed segment of the recorded size"] * 3,
             "ERR -2 unexpected reply from the engine"]
-        fmt["value"] = 2
+        fmt["value"] = 1   # (the format before the table log)
         p = subprocess.run([str(binaries["plain"]), str(tmp_path), "fake"], input="", capture_output=True, text=True,
                            timeout=30)
-        assert p.returncode == 1 and "format is not 1" in p.stderr
+        assert p.returncode == 1 and "format is not 2" in p.stderr
     finally:
         srv.shutdown(socket.SHUT_RDWR)   # wakes the accept
         srv.close()

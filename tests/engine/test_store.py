@@ -130,7 +130,8 @@ def test_manifest_modes(shm, umask):
     finally:
         os.umask(old)
     mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
-    assert mode == {"m1.manifest.json": 0o600, "m2.manifest.json": 0o640}
+    assert mode == {"m1.manifest.json": 0o600, "m1.manifest.log": 0o600, "m2.manifest.json": 0o640,
+                    "m2.manifest.log": 0o640}
 
 
 def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
@@ -151,7 +152,7 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
 
 def test_manifest_round_trip_and_atomic_replace(shm):
     assert store.read_manifest(shm, "ns") is None
-    m1 = {"format": store.MANIFEST_FORMAT, "generation": 1, "tables": {"a": {"nbytes": 1}}}
+    m1 = {"format": store.MANIFEST_FORMAT, "generation": 1, "tables": {"a": {"nbytes": 1}}, "seq": 0}
     store.write_manifest(shm, "ns", m1)
     assert store.read_manifest(shm, "ns") == m1
     ino = os.stat(store.manifest_path(shm, "ns")).st_ino
@@ -162,7 +163,25 @@ def test_manifest_round_trip_and_atomic_replace(shm):
     # Replaced by rename (a new inode), never rewritten in place; no temporary left.
     assert os.stat(store.manifest_path(shm, "ns")).st_ino != ino
     assert store.manifest_stamp(shm, "ns") != stamp
-    assert os.listdir(shm) == ["ns.manifest.json"]
+    assert sorted(os.listdir(shm)) == ["ns.manifest.json", "ns.manifest.log"]
+
+
+def test_the_table_log_replays_appended_changes_and_stops_at_another_generation(shm):
+    """What an engine appends (a table, a newer one, a drop, stats) replays onto the head; the
+    stamp moves with each append; a log of another generation than the head adds no table."""
+    store.write_manifest(shm, "ns", {"format": store.MANIFEST_FORMAT, "generation": 7, "seq": 3,
+                                     "tables": {"a": {"nbytes": 1}, "b": {"nbytes": 2}}})
+    stamp = store.manifest_stamp(shm, "ns")
+    with open(store.log_path(shm, "ns"), "ab") as f:
+        f.write(store.log_line(4, "c", {"nbytes": 3}))
+        f.write(store.log_line(5, "a", None, {"builds": 1}))
+        f.write(store.log_line(6, "b", {"nbytes": 20}))
+    assert store.manifest_stamp(shm, "ns") != stamp
+    m = store.read_manifest(shm, "ns")
+    assert m["tables"] == {"b": {"nbytes": 20}, "c": {"nbytes": 3}} and m["seq"] == 6
+    assert m["stats"] == {"builds": 1}
+    store.write_file(store.manifest_path(shm, "ns"), b'{"format": %d, "generation": 8}' % store.MANIFEST_FORMAT)
+    assert store.read_manifest(shm, "ns")["tables"] == {}
 
 
 def test_manifest_of_another_format_is_refused(shm):
@@ -172,8 +191,8 @@ def test_manifest_of_another_format_is_refused(shm):
 
 
 def test_concurrent_readers_never_see_a_torn_manifest(shm):
-    """A writer replaces the manifest many times (sizes from bytes to ~100 KB) while a reader
-    reads it in a loop: every read parses and is one whole version."""
+    """A writer replaces the manifest many times (head sizes from bytes to ~100 KB) while a reader
+    reads its head in a loop: every read parses and is one whole version."""
     def version(i):
         return {"format": store.MANIFEST_FORMAT, "generation": i, "pad": list(range((i * 7919) % 20000))}
 
@@ -189,14 +208,14 @@ def test_concurrent_readers_never_see_a_torn_manifest(shm):
     t.start()
     reads, last = 0, -1
     while not done.is_set() or reads == 0:
-        m = store.read_manifest(shm, "ns")
+        m = store.read_head(shm, "ns")
         assert m == version(m["generation"])
         assert m["generation"] >= last   # versions only move forward
         last = m["generation"]
         reads += 1
     t.join()
     assert store.read_manifest(shm, "ns")["generation"] == 399
-    assert os.listdir(shm) == ["ns.manifest.json"]
+    assert sorted(os.listdir(shm)) == ["ns.manifest.json", "ns.manifest.log"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_a_standalone_engine_killed_leaves_nothing_to_adopt_and_its_successor_cl
     c.table("rope", ON_DEMAND)
     old = eng.manifest()
     assert eng.kill9() != 0
-    assert shm_files(ns) == sorted(f"{ns}.{n}" for n in ("lock", "manifest.json", "sock"))   # no table among them
+    assert shm_files(ns) == sorted(f"{ns}.{n}" for n in ("lock", "manifest.json", "manifest.log", "sock"))   # no table
     stale = os.path.join(SHM_DIR, f"{ns}.seg.1.0123456789abcdef0123.tmp")   # an older version's leftover
     with open(stale, "wb") as f:
         f.write(b"half a table")

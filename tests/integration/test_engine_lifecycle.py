@@ -36,7 +36,7 @@ def _poll_start(eng, ns, during=lambda: None) -> list[int]:
     while time.monotonic() < deadline:
         st = None
         try:
-            st = os.stat(os.path.join(SHM_DIR, f"{ns}.manifest.json"))
+            st = os.stat(os.path.join(SHM_DIR, f"{ns}.manifest.log"))   # (every change: the table log)
         except FileNotFoundError:
             pass
         if st is not None and (st.st_ino, st.st_mtime_ns) != last:

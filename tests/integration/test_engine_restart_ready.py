@@ -17,6 +17,7 @@ import pytest
 
 from posenc.engine.client import Client
 from tests.procs import wait_for
+from tests.shm import read_head
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 
 pytestmark = pytest.mark.slow
@@ -103,3 +104,31 @@ def test_readyz_says_down_while_no_engine_runs_and_up_once_another_is_ready(proc
         "status": "ready", "generation": again.manifest()["generation"], "engine": "up", "computed": []},
         10, 0.05, "engine: up")
     assert server.stop() == 0 and again.stop() == 0
+
+
+def _back_after_kill(server, ns: str, gen) -> tuple[float, object]:
+    """SIGKILL the server's engine; (seconds until a manifest of another generation, that one)."""
+    os.kill(server.engine_pid(), signal.SIGKILL)
+    t_kill = time.monotonic()
+    got = wait_for(lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g, 60, 0.005,
+                   "the restarted engine's manifest")
+    return time.monotonic() - t_kill, got
+
+
+def test_an_engine_killed_again_soon_after_its_restart_is_restarted_at_once(procs, ns):
+    """Kills 1.5 s apart (an engine that was up: no crash loop) restart at once each time; the
+    kill-to-manifest times are printed (their bound is tests/bench/bench_adopt.py's, not asserted)."""
+    server = procs.serve(CONFIG, workers=1, namespace=ns)
+    gen = read_head(ns)["generation"]
+    took = []
+    for _ in range(3):
+        t, gen = _back_after_kill(server, ns, gen)
+        took.append(t)
+        time.sleep(1.5)
+    print("engine back after kill -9 (first, then 1.5 s after each restart): "
+          + ", ".join(f"{t:.2f} s" for t in took))
+    delays = re.findall(r"restarting in ([0-9.]+)s", server.stderr())
+    assert delays == ["0.0"] * 3, server.output()
+    assert httpx.post(server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30).content == \
+        reference_safetensors("rope", MAPPED)
+    assert server.stop() == 0, server.output()

@@ -39,9 +39,9 @@ def test_tables_are_sealed_segments_and_the_namespace_files_are_private(ns, proc
     segs = wait_for(lambda: s if len(s := seg_files(eng)) == len(SMALL_CONFIG["tables"]) + 2 else None,
                     10, 0.02, "the engine to hold exactly its tables")
     assert sorted(e["file"] for e in eng.manifest()["tables"].values()) == segs
-    modes = _modes(ns)   # no table in /dev/shm: the manifest, the socket and the lock only
-    assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "sock", "lock")), modes
-    assert modes[f"{ns}.manifest.json"][0] == 0o600
+    modes = _modes(ns)   # no table in /dev/shm: the manifest (head and table log), the socket and the lock only
+    assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "manifest.log", "sock", "lock")), modes
+    assert modes[f"{ns}.manifest.json"][0] == 0o600 and modes[f"{ns}.manifest.log"][0] == 0o600
     assert modes[f"{ns}.sock"][0] & 0o077 == 0, oct(modes[f"{ns}.sock"][0])
     assert eng.stop() == 0
 
@@ -63,7 +63,7 @@ def test_group_option_opens_the_socket_and_manifest_to_that_group(ns, procs, by)
     eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})
     modes = _modes(ns)
     assert any(not e["pinned"] for e in eng.manifest()["tables"].values())
-    assert modes[f"{ns}.manifest.json"] == (0o640, gid)
+    assert modes[f"{ns}.manifest.json"] == (0o640, gid) and modes[f"{ns}.manifest.log"] == (0o640, gid)
     sock_mode, sock_gid = modes[f"{ns}.sock"]
     assert sock_gid == gid and sock_mode & 0o060 == 0o060 and sock_mode & 0o007 == 0, oct(sock_mode)
     assert eng.stop() == 0

@@ -3,7 +3,8 @@ checked load (every HTTP answer compared byte for byte with the float64 referenc
 co-located reader process holding views and checking its own lookups: the tables (configured,
 named, on-demand) are sealed segments, reached through /proc/PID/fd of the engine and of serve's
 keeper, and every way of changing them is refused; every file the namespace has in /dev/shm
-(manifest, metrics files, locks) is truncated, overwritten with lies or unlinked. Nothing may die,
+(manifest head and table log, metrics files, locks) is truncated, overwritten or appended to
+with lies, or unlinked. Nothing may die,
 no byte may be wrong, named tables answer by name throughout."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from posenc.engine.formats import read_safetensors
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors
-from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, shm_files
+from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, read_manifest, shm_files
 
 ON_DEMAND = {"head_dim": 32, "rope_theta": 77.0}
 
@@ -90,8 +91,9 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
 
 
 def _tamper_files(ns: str) -> list[str]:
-    """Truncate every file of the namespace in /dev/shm, write lies into the manifest (every named
-    table pointing at another's digest, arrays at wrong offsets), then unlink it."""
+    """Truncate every file of the namespace in /dev/shm, write lies into the manifest (its head:
+    every named table pointing at another's digest; its table log: every table's arrays at wrong
+    offsets, appended as the engine appends), then unlink it."""
     done = []
     for n in shm_files(ns):
         path = os.path.join(SHM_DIR, n)
@@ -100,20 +102,22 @@ def _tamper_files(ns: str) -> list[str]:
         try:
             if n.endswith(".manifest.json"):
                 try:
-                    with open(path, "rb") as f:
-                        m = json.loads(f.read())
-                except ValueError:   # truncated last round (or rewritten since): lie again next round
-                    continue
-                digests = list(m["tables"])
+                    m = read_manifest(ns)
+                    digests = list(m["tables"])
+                    digests[0]
+                except (ValueError, KeyError, IndexError, TypeError):   # truncated last round (or
+                    continue                                            # rewritten since): lie again next round
                 for e in m["named"]:
                     e["digest"] = digests[0]
                     e["spec"] = {"head_dim": 8}
-                for e in m["tables"].values():
-                    e["nbytes"] *= 4
-                    for a in e["arrays"].values():
-                        a["offset"] += 4096
                 with open(path, "w") as f:
-                    json.dump(m, f)
+                    json.dump({k: v for k, v in m.items() if k not in ("tables", "seq")}, f)
+                with open(os.path.join(SHM_DIR, f"{ns}.manifest.log"), "a") as f:
+                    for d, e in m["tables"].items():
+                        e["nbytes"] *= 4
+                        for a in e["arrays"].values():
+                            a["offset"] += 4096
+                        f.write(json.dumps({"seq": m.get("seq", 0) + 1000, "digest": d, "entry": e}) + "\n")
                 time.sleep(0.2)   # long enough for readers to notice the new file and act on it
             os.truncate(path, 0)
             done.append(n)
@@ -143,9 +147,9 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
         for _ in range(3):
             tampered += _tamper_files(ns)
             time.sleep(0.3)
-        manifest = os.path.join(SHM_DIR, f"{ns}.manifest.json")
-        if os.path.exists(manifest):
-            os.unlink(manifest)
+        for manifest in (os.path.join(SHM_DIR, f"{ns}.manifest.{x}") for x in ("json", "log")):
+            if os.path.exists(manifest):
+                os.unlink(manifest)
         time.sleep(1.0)
     finally:
         stop.set()
@@ -153,7 +157,8 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
             t.join(30)
     for r in refused:   # 6 tables (2 rope dtypes, sinusoidal, alibi, t5, on-demand), each refused each way
         assert r == dict.fromkeys(("truncate", "grow", "write", "map"), 6), refused
-    assert any(".metrics." in n for n in tampered) and any(n.endswith("manifest.json") for n in tampered), tampered
+    assert any(".metrics." in n for n in tampered) and any(n.endswith("manifest.json") for n in tampered) and \
+        any(n.endswith("manifest.log") for n in tampered), tampered
     bad = [(s, body) for s, ok, body in out if s != 200 or not ok]
     assert not bad and len(out) > 50, (bad[:5], len(out))
     named_ok = [ok for s, ok, body in out if "table" in body]

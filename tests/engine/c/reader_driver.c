@@ -12,6 +12,8 @@
  *     alibi DIGEST D,D,...        -> the same through posenc_alibi_dist (every head's cells at the distances)
  *     changed                     -> OK 0|1 (posenc_changed)
  *     refresh                     -> OK <generation> | ERR ...
+ *     seq                         -> OK <sequence number> (posenc_seq)
+ *     whole                       -> OK <address of the manifest text>: the same until it is fetched whole again
  */
 #include "posenc_shm.h"
 
@@ -113,6 +115,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "held") && b && held) gather_from(held, 0, a, b);
         else if ((!strcmp(cmd, "rope") || !strcmp(cmd, "sin") || !strcmp(cmd, "alibi")) && b) computed(c, cmd, a, b);
         else if (!strcmp(cmd, "changed")) printf("OK %d\n", posenc_changed(c));
+        else if (!strcmp(cmd, "seq")) printf("OK %lld\n", (long long)posenc_seq(c));
+        else if (!strcmp(cmd, "whole")) printf("OK %p\n", (const void *)posenc_manifest(c));
         else if (!strcmp(cmd, "refresh")) {
             if ((st = posenc_refresh(c)) != POSENC_OK) err(st);
             else printf("OK %llu\n", (unsigned long long)posenc_generation(c));
