@@ -283,7 +283,7 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
             why = "field required"
         elif entry:
             why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
-        elif mt in UNREAD:
+        elif isinstance(mt, str) and mt in UNREAD:
             why = f"{json_repr(mt)} is a rotary model type posenc does not read ({UNREAD[mt]})"
         else:
             why = f"{json_repr(mt)} is not a model type posenc knows"
