@@ -32,7 +32,7 @@ BAD = [
     ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}}, ["rope_scaling", "beta_fast"]),
     ("rope", {"rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0}}, ["rope_scaling", "type"]),
     ("rope", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, ["max_position_embeddings"]),
-    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {**LLAMA3, "high_freq_factor": 1.0}},
+    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {**LLAMA3, "high_freq_factor": 0.5}},
      ["rope_scaling", "high_freq_factor"]),
     ("rope", {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": 1}},
      ["rope_scaling", "truncate"]),
