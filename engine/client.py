@@ -183,7 +183,7 @@ class Client:
         v = self._views.get(digest)
         if v is not None:
             return v
-        for attempt in range(3):
+        for _attempt in range(3):
             if m is not None and digest in m["tables"]:
                 segs = self._open([digest])
                 if digest not in segs:   # evicted or replaced since the manifest said so
@@ -207,7 +207,7 @@ class Client:
         digests, segs = list(m["tables"]), {}
         for i in range(0, len(digests), fdpass.MAX_FDS):
             segs.update(self._open(digests[i:i + fdpass.MAX_FDS]))
-        for digest, seg in segs.items():
+        for _digest, seg in segs.items():
             if verify and not seg.verify():
                 self._ask_verify()   # the engine rebuilds it; the caller tries again
                 self.manifest(force=True)
@@ -261,7 +261,7 @@ class Client:
                 s.connect(path)
                 fdpass.send_line(s, msg)
                 return fdpass.recv_line(s)
-        except (OSError, socket.timeout, EOFError, ValueError) as e:
+        except (TimeoutError, OSError, EOFError, ValueError) as e:
             raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
 
     def table(self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None) -> TableView:

@@ -242,7 +242,7 @@ def plot(runs: dict, path: str, load: list) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for j, (name, rs) in enumerate(runs.items()):
+    for j, rs in enumerate(runs.values()):
         ratios = [r["rps"] / r["floor_rps"] for r in rs]
         ax.bar(j, statistics.median(ratios), 0.6, color="#9ecae1")
         ax.plot([j] * len(ratios), ratios, "o", color="#08519c", ms=4)

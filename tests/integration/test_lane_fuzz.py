@@ -224,7 +224,7 @@ def exchange(port: int, data: bytes, splits: list[int], timeout: float = 8.0) ->
             closed = True
         except ConnectionResetError:
             closed = True
-        except socket.timeout:
+        except TimeoutError:
             pass
         return normalize(got), closed
 
