@@ -6,7 +6,7 @@ session's end, no file in /dev/shm of any namespace this session handed out (tes
 ``unique_namespace``) once its engine has exited: the run fails, naming the files and the test.
 
 The hypothesis seed changes from run to run, so that the suite explores new examples each time;
-it is printed in the header and beside each failure, and ``--hypothesis-seed=N`` (hypothesis'
+it is printed in the header, in the summary and beside each failure, and ``--hypothesis-seed=N`` (hypothesis'
 own option) or POSENC_HYPOTHESIS_SEED=N pins it to replay a run.
 
 References used by the tests are transformers' own functions or float64 formulas written in the
@@ -91,8 +91,8 @@ def pytest_report_header(config):
     return [f"posenc test seed: POSENC_TEST_SEED={SEED}; kernel backend: {BACKEND}",
             f"posenc hypothesis seed: {seed} (new each run; replay: --hypothesis-seed={seed})",
             f"posenc kernel levels: {_levels()}",
-            f"posenc skips: {'CI is set: a skip not in tests/allowed_skips.py fails' if IN_CI else 'CI is not set: any skip allowed'}"
-            f" (POSENC_BACKEND={BACKEND_ENV})"]
+            "posenc skips: " + ("CI is set: a skip not in tests/allowed_skips.py fails" if IN_CI
+                                else "CI is not set: any skip allowed") + f" (POSENC_BACKEND={BACKEND_ENV})"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -184,6 +184,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def _summarize_levels_and_skips(terminalreporter, config):
+    # here as well as in the header, which pytest -q (as .ci/run runs it) does not print
+    seed = config.stash[HYPOTHESIS_SEED_KEY]
+    terminalreporter.section("posenc seeds", sep="-")
+    terminalreporter.line(f"hypothesis seed {seed} (replay: --hypothesis-seed={seed}); POSENC_TEST_SEED={SEED}")
     levels = config.stash[LEVELS_KEY]
     if levels:   # the kernel tests (the ``kern`` fixture) ran: at which backend and dispatch level
         terminalreporter.section("posenc kernel levels tested", sep="-")
