@@ -6,8 +6,8 @@ session's end, no file in /dev/shm of any namespace this session handed out (tes
 ``unique_namespace``) once its engine has exited: the run fails, naming the files and the test.
 
 The hypothesis seed changes from run to run, so that the suite explores new examples each time;
-it is printed in the header, in the summary and beside each failure, and ``--hypothesis-seed=N`` (hypothesis'
-own option) or POSENC_HYPOTHESIS_SEED=N pins it to replay a run.
+it is printed in the header, in the summary and beside each failure, and ``--hypothesis-seed=N``
+(hypothesis' own option) or POSENC_HYPOTHESIS_SEED=N pins it to replay a run.
 
 References used by the tests are transformers' own functions or float64 formulas written in the
 tests from docs/reference.md, never the engine's code (numeric helpers: tests/numeric.py).
