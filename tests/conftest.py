@@ -167,7 +167,7 @@ def pytest_sessionfinish(session, exitstatus):
     left = leftovers(list(ISSUED))
     session.config.stash[LEFT_KEY] = left
     refused = session.config.stash[SKIPS_KEY]["refused"]
-    if (left or refused) and session.exitstatus == pytest.ExitCode.OK:
+    if (left or refused) and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
