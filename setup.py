@@ -3,10 +3,12 @@ shortcut and the load test's open-loop sender); all other metadata is in pyproje
 
     python setup.py build_ext --inplace      # development build next to the sources
     POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
-    POSENC_WERROR=1 ...                      # + -Wall -Wextra -Werror
+    POSENC_WERROR=1 ...                      # + -Wall -Wextra -Werror, and no extension optional
 
-The extension is optional: without a working C compiler the install still succeeds and
-engine.kernels falls back to its numpy backend.
+The extensions are optional: without a working C compiler the install still succeeds and
+engine.kernels falls back to its numpy backend. That also hides a compile error, so CI (.ci/run)
+builds with POSENC_WERROR=1, where an extension that fails to build, or warns, fails the install,
+and tests/test_build.py checks in the simd pass that all three are built.
 """
 
 import os

@@ -217,7 +217,7 @@ class Client:
         entries): what a ``table`` body may name."""
         m = self.manifest()
         if self._named[0] is not m:
-            named = {}
+            named: dict[str, tuple] = {}
             for e in (m or {}).get("named", ()):   # configured tables, stored or computed; a name's
                 named.setdefault(e["name"], (e["family"], e["spec"]))   # first entry is its default dtype
             self._named = (m, named)
@@ -236,7 +236,7 @@ class Client:
         v = self._views.get(digest)
         if v is not None:
             return v
-        for attempt in range(3):
+        for _attempt in range(3):
             if m is not None and digest in m["tables"]:
                 segs = self._open([digest])
                 if digest not in segs:   # evicted or replaced since the manifest said so
@@ -260,7 +260,7 @@ class Client:
         digests, segs = list(m["tables"]), {}
         for i in range(0, len(digests), fdpass.MAX_FDS):
             segs.update(self._open(digests[i:i + fdpass.MAX_FDS]))
-        for digest, seg in segs.items():
+        for _digest, seg in segs.items():
             if verify and not seg.verify():
                 self._ask_verify()   # the engine rebuilds it; the caller tries again
                 self.manifest(force=True)
@@ -297,7 +297,7 @@ class Client:
             if reply.get("status") == NotStored.status:
                 raise NotStored(reply.get("error"))
             if reply.get("status") == 422:
-                raise SpecError(tuple(reply.get("loc") or ("table",)), reply.get("msg") or reply.get("error"))
+                raise SpecError(tuple(reply.get("loc") or ("table",)), reply.get("msg") or str(reply.get("error")))
             raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
 
     def call(self, msg: dict, timeout: float | None = None) -> dict:
@@ -314,7 +314,7 @@ class Client:
                 connect(s, path, timeout)
                 fdpass.send_line(s, msg)
                 return fdpass.recv_line(s)
-        except (OSError, socket.timeout, EOFError, ValueError) as e:
+        except (TimeoutError, OSError, EOFError, ValueError) as e:
             raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
 
     def table(self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None) -> TableView:
@@ -390,12 +390,13 @@ class Client:
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
                 for i in range(2):   # two: a long build does not hold up every other ask
-                    threading.Thread(target=self._asker, daemon=True, name=f"posenc-ask-{i}").start()
+                    threading.Thread(target=self._asker, args=(self._queue,), daemon=True,
+                                     name=f"posenc-ask-{i}").start()
             self._queue.put(t.digest)
 
-    def _asker(self) -> None:
+    def _asker(self, asks: queue.SimpleQueue) -> None:
         while True:
-            digest = self._queue.get()
+            digest = asks.get()
             with self._lock:
                 t, reach = self._flying[digest]
                 self._flying[digest] = [t, 0]   # what asks raise while this one is on its way
@@ -410,7 +411,7 @@ class Client:
                 later = self._flying[digest][1]
                 if later is None and reach is not None or (later or 0) > (reach or 0):
                     self._flying[digest][1] = later   # asked further meanwhile: once more, that far
-                    self._queue.put(digest)
+                    asks.put(digest)
                 else:
                     del self._flying[digest]
 

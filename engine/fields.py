@@ -1,8 +1,8 @@
 """Strict field readers shared by every family's parser.
 
-docs/reference.md ("Selections, dtypes, strictness"): an int field takes only a JSON integer (not "64", not 64.0, not true); a float field also
-takes an integer; an explicit null equals an absent optional field; unknown fields are refused.
-Every failure raises SpecError naming the field's path.
+docs/reference.md ("Selections, dtypes, strictness"): an int field takes only a JSON integer (not "64", not
+64.0, not true); a float field also takes an integer; an explicit null equals an absent optional field;
+unknown fields are refused. Every failure raises SpecError naming the field's path.
 """
 
 from __future__ import annotations

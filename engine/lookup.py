@@ -14,13 +14,14 @@ rows from the mapped table through the family's column map, and computes the row
 with the pipeline's own sincos kernel. Where it applies, and what it uses, is decided by the
 family's own code: its ``template`` (the C shortcut's column map, row offset and rule for rows past the table —
 rope: the table's ``inv_freq64`` and ``attention_scaling``; sinusoidal: the spec's frequencies —
-captured here, so the handle and the shortcut follow one rule). A handle checks itself against the pipeline when it binds a table and takes the
-pipeline path (same bits, slower) where it does not match, where the spec has no row template
-(the rope types whose frequencies follow the sequence length), or with the numpy backend. Specs
-whose selections are not ``positions`` alone (ALiBi, T5, ``position_ids``) get a SelectionHandle
-from ``Client.handle`` instead (engine/lookup_selections.py). Views stay fresh without a syscall per call: the mapped table is re-read from the
-Client at most every ``recheck_s`` (a monotonic clock read, no system call, in between); a mapping
-stays valid after the engine evicts it or restarts (sealed segments), so answers stay right.
+captured here, so the handle and the shortcut follow one rule). A handle checks itself against the pipeline
+when it binds a table and takes the pipeline path (same bits, slower) where it does not match, where the spec
+has no row template (the rope types whose frequencies follow the sequence length), or with the numpy backend.
+Specs whose selections are not ``positions`` alone (ALiBi, T5, ``position_ids``) get a SelectionHandle
+from ``Client.handle`` instead (engine/lookup_selections.py). Views stay fresh without a syscall per call: the
+mapped table is re-read from the Client at most every ``recheck_s`` (a monotonic clock read, no system call,
+in between); a mapping stays valid after the engine evicts it or restarts (sealed segments), so answers stay
+right.
 """
 
 from __future__ import annotations

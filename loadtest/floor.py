@@ -5,9 +5,9 @@ It reads the whole body (as posenc does) and answers with two ASGI sends carryin
 status, content-type and body posenc returned, captured beforehand: per request (``--requests``,
 a JSON list ``[path, base64 request body, content_type, base64 answer, [[header, value], ...]]``,
 looked up by path and body: the realistic mix, where every request has its own answer) or per path
-(``--bodies``, ``{path: [content_type, base64 body]}``) for anything else. Run under the same uvicorn settings as ``posenc serve``
-(uvloop, httptools, one worker, no access log, no server header), on the same pinned core, the
-probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
+(``--bodies``, ``{path: [content_type, base64 body]}``) for anything else. Run under the same uvicorn settings
+as ``posenc serve`` (uvloop, httptools, one worker, no access log, no server header), on the same pinned core,
+the probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
 uvicorn's HTTP handling. posenc minus floor is what posenc costs.
 
     python -m posenc.loadtest.floor --port 8100 --bodies bodies.json

@@ -236,13 +236,15 @@ def markdown(res: dict, f: dict) -> str:
                  f"({noise['idle_waited_s']} s in all) and measured the CPU they took during it (\"others' CPU\", "
                  f"in cores); {noise['retried']} of {noise['steps']} measurements were redone for noise (others' CPU, "
                  f"or the probe late on its own core), and "
-                 + (f"{noise['noisy_steps']} still had others above {lim:g} cores (⚠): read those as noise, not as posenc.\n"
+                 + (f"{noise['noisy_steps']} still had others above {lim:g} cores (⚠): "
+                    "read those as noise, not as posenc.\n"
                     if noise["noisy_steps"] else f"none kept others above {lim:g} cores.\n"))
 
     w = res.get("wrk", {})
     if w:
         L.append("## wrk (C client, closed loop)\n")
-        L.append("| target | connections | requests/s | p50 µs | p90 µs | p99 µs | p99.9 µs | failures | others' CPU |\n|---|---|---|---|---|---|---|---|---|")
+        L.append("| target | connections | requests/s | p50 µs | p90 µs | p99 µs | p99.9 µs | failures | others' CPU |\n"
+                 "|---|---|---|---|---|---|---|---|---|")
         lane = res.get("server", {}).get("lane")
         label = {"floor": "raw-ASGI floor", "bare": "bare asyncio + httptools",
                  "posenc": f"posenc (hot lane {lane})" if lane else "posenc"}
@@ -250,8 +252,9 @@ def markdown(res: dict, f: dict) -> str:
             if key in w:
                 r = w[key]
                 lat = r["latency_us"]
-                L.append(f"| {label[key.split('_')[0]]} | {r['connections']} | {r['rps']:,.0f} | {lat['p50']} | {lat['p90']} | "
-                         f"{lat['p99']} | {lat['p99.9']} | {r['failures']} | {_noise(r, lim)} |")
+                L.append(f"| {label[key.split('_')[0]]} | {r['connections']} | {r['rps']:,.0f} | "
+                         f"{lat['p50']} | {lat['p90']} | {lat['p99']} | {lat['p99.9']} | "
+                         f"{r['failures']} | {_noise(r, lim)} |")
         L.append("")
 
     g = res.get("grpc")
@@ -303,7 +306,8 @@ def markdown(res: dict, f: dict) -> str:
                  f"{c.get('late_share', 0):.1%} of sends over 1 ms late)"
                  + (f"; {_behind(c)}." if f["probe_ceiling_limited"] else "."))
     L.append("")
-    L.append("| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | posenc − floor p50 / p99 | probe lag / rx p99 µs | queued | errors | others' CPU |")
+    L.append("| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs "
+             "| posenc − floor p50 / p99 | probe lag / rx p99 µs | queued | errors | others' CPU |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     fl_steps = {s["rate"]: s for s in res.get("probe", {}).get("floor", [])}
     for s in res.get("probe", {}).get("posenc", []):
@@ -336,7 +340,8 @@ def markdown(res: dict, f: dict) -> str:
         L.append(f"{a.get('locust_users')} users, {a.get('locust_time'):g} s, {a.get('locust_processes')} process(es), "
                  f"weights `{a.get('locust_weights') or 'decode=10,pipeline=2,json=2,newspec=1'}`. "
                  "Full report: [locust.html](locust.html); CSV: locust_stats.csv.\n")
-        L.append("| request type | requests | failures | requests/s | p50 ms | p95 ms | p99 ms | avg bytes |\n|---|---|---|---|---|---|---|---|")
+        L.append("| request type | requests | failures | requests/s | p50 ms | p95 ms | p99 ms | avg bytes |\n"
+                 "|---|---|---|---|---|---|---|---|")
         for name, r in lc.items():
             L.append(f"| {name} | {r['requests']} | {r['failures']} | {r['rps']:.1f} | {r['p50_ms']:g} | "
                      f"{r['p95_ms']:g} | {r['p99_ms']:g} | {r['avg_bytes']:,.0f} |")

@@ -4,11 +4,11 @@ Each uvicorn worker counts in its own memory and writes the counts to its own sm
 (``{ns}.metrics.{pid}``, a float64 array [route, status, bucket + seconds + bytes]) every
 ``FLUSH_S`` and before each scrape it answers; the file is written (``pwrite``), never mapped, so
 whatever another process does to it (truncate it, fill the file system) costs at most counts, never
-the worker. ``/metrics`` on any worker sums all workers' files, so a scrape sees the whole server whichever worker answers. Buckets are fine enough for
-10–1000 µs. A worker that dies (or exits) has its counts folded, once, into a persistent total
-(service/metrics/fold.py), so no counter goes backwards when uvicorn replaces a worker. Requests
-answered by a C path (the hot lane's whole-request C call, service/protocol/uvicorn_api.py; the C
-template shortcut in the lane, the raw front or the gRPC server) count into rows of their own
+the worker. ``/metrics`` on any worker sums all workers' files, so a scrape sees the whole server whichever
+worker answers. Buckets are fine enough for 10–1000 µs. A worker that dies (or exits) has its counts folded,
+once, into a persistent total (service/metrics/fold.py), so no counter goes backwards when uvicorn replaces a
+worker. Requests answered by a C path (the hot lane's whole-request C call, service/protocol/uvicorn_api.py;
+the C template shortcut in the lane, the raw front or the gRPC server) count into rows of their own
 (layout.py ``PATH_ROW``), which ``/metrics`` adds to their route and reports as
 ``posenc_answer_path_total{route, path}``: choosing the row is the whole cost of telling the paths apart.
 """

@@ -6,9 +6,9 @@ Settings come from ``POSENC_*`` (engine/settings.py; serve exports its flags the
 attaches the engine's shared tables through its own ``Client`` (no private copies), reports
 ``grpc.health.v1`` NOT_SERVING until every table is mapped and verified, then SERVING, and counts
 its calls into the server's shared metrics. With ``tls_cert``/``tls_key`` it serves TLS, and with
-``auth_token`` every call but health needs the bearer token (service/v2/grpc_auth.py). Several processes share the port with SO_REUSEPORT
-(only when ``grpc_workers`` > 1, so that a port held by anything else is an error, not a silent
-share). SIGTERM: stop accepting, finish what runs (the shutdown timeout), exit 0. A port that
+``auth_token`` every call but health needs the bearer token (service/v2/grpc_auth.py). Several processes share
+the port with SO_REUSEPORT (only when ``grpc_workers`` > 1, so that a port held by anything else is an error,
+not a silent share). SIGTERM: stop accepting, finish what runs (the shutdown timeout), exit 0. A port that
 cannot be bound exits 2 (``posenc serve`` then stops).
 """
 

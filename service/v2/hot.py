@@ -16,16 +16,17 @@ tables and column map service/shortcut/_hot.c already reads), so no rule of the 
 twice. ``fill`` (service/shortcut) copies each row straight into the answer's bytes (one gather, no other copy).
 
 What stays with the full path: a position that is negative or not below the position limit
-(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not seen, shared-memory inputs or outputs, JSON outputs (but
-REST infers of JSON tensors answered in JSON: service/v2/hot_json.py), compressed bodies,
-requests naming other outputs in another order (the learn-time check below refuses them), rope
-types whose table follows the positions. The block families (alibi, t5-buckets: two raw inputs,
-``query`` and ``key``) are learnt alike by hot_blocks.py; their gRPC key is the message before its
-two trailing raw_input_contents fields, each of its learnt length.
+(``fill`` says None; a position past the stored table is computed there with the engine's kernel), a key not
+seen, shared-memory inputs or outputs, JSON outputs (but REST infers of JSON tensors answered in JSON:
+service/v2/hot_json.py), compressed bodies, requests naming other outputs in another order (the learn-time
+check below refuses them), rope types whose table follows the positions. The block families (alibi,
+t5-buckets: two raw inputs, ``query`` and ``key``) are learnt alike by hot_blocks.py; their gRPC key is the
+message before its two trailing raw_input_contents fields, each of its learnt length.
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
 each time costs a set entry per request, not a template). At learn time the template's answer to
-the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates are dropped when the engine's manifest
-changes other than by gaining tables (an eviction, a repair, a restart), to be learnt again.
+the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates
+are dropped when the engine's manifest changes other than by gaining tables (an eviction, a repair, a
+restart), to be learnt again.
 """
 
 from __future__ import annotations

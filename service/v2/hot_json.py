@@ -18,14 +18,15 @@ texts of stored rows (service/shortcut/hot_json.c, rows past the table computed 
 /v1 JSON's are), T5 blocks by the engine's kernel (integers), ALiBi blocks [heads, nq, nk] from
 an AlibiTemplate's cells formatted in C as orjson writes them (service/shortcut/hot_alibi_json.c:
 every mode, distances inside and past the stored table; a float16 cell that overflows is
-declined, as on /v1). A key is learnt at the full path's second answer, only when the template's answer to the learnt body, through the lane's own entry
-point, is the full path's bytes; entries are dropped with hot.py's (a manifest change other than new tables).
+declined, as on /v1). A key is learnt at the full path's second answer, only when the template's answer to the
+learnt body, through the lane's own entry point, is the full path's bytes; entries are dropped with hot.py's
+(a manifest change other than new tables).
 
 What stays with the full path: outputs asked as binary (``binary_data_output``, an output's
 ``binary_data``: the answer then carries binary data), inputs in shared memory or binary, batches
 of T5 and ALiBi blocks ([B, N] inputs), per-axis ``position_ids``, rope types whose rows follow
-the positions, more than 64 rows (``MAX_ROWS``, as /v1 JSON) or 1 MiB of arrays, and bodies the strict C cut or parser refuses (an occurrence of ``"data"`` that is not an input's list,
-nested lists, ``-0``).
+the positions, more than 64 rows (``MAX_ROWS``, as /v1 JSON) or 1 MiB of arrays, and bodies the strict C cut
+or parser refuses (an occurrence of ``"data"`` that is not an input's list, nested lists, ``-0``).
 """
 
 from __future__ import annotations

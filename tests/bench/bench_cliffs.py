@@ -33,9 +33,9 @@ first request (the floor of the runs before 2026-12-02): its one answer stays in
 no server of random positions has.
 Round after round each case is measured on posenc then on its floor, so both see the same stretch
 of a shared machine. Printed: per round and as medians, requests/s at 64 connections, p50 at one
-connection, the ratios posenc/floor, and the share of posenc's answers the lane gave (/v1/tables lane_answers over wrk's requests), and the
-cores posenc's processes used at 64 connections (/proc CPU time; 1.0: its pinned core saturated,
-so the figure is the server's, not the client's). --perf CASE then samples posenc's processes
+connection, the ratios posenc/floor, and the share of posenc's answers the lane gave (/v1/tables lane_answers
+over wrk's requests), and the cores posenc's processes used at 64 connections (/proc CPU time; 1.0: its pinned
+core saturated, so the figure is the server's, not the client's). --perf CASE then samples posenc's processes
 with linux-perf during one more run of that case and prints the top symbols. wrk cycles
 through the --requests distinct requests of a case (after a 2 s warm-up pass over each): a row
 past a table is computed the first time it is asked and kept by the worker after that
@@ -44,8 +44,8 @@ positions; --in-process --no-keep gives the cost of computing every such row.
 
 --in-process [--no-keep]: no sockets, no engine. Each /v1 case's requests answered by the lane's C entry
 (templates.answer_request) from tables built in memory as the engine builds them, the v2 binary
-cases' positions by fill() and fill_block(), the v2 JSON case's bodies by the lane's v2 route: µs per request (best of 5), what the cases cost posenc in C and
-Python beside the HTTP work, which the floor does too.
+cases' positions by fill() and fill_block(), the v2 JSON case's bodies by the lane's v2 route: µs per request
+(best of 5), what the cases cost posenc in C and Python beside the HTTP work, which the floor does too.
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def plot(runs: dict, path: str, load: list) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for j, (name, rs) in enumerate(runs.items()):
+    for j, rs in enumerate(runs.values()):
         ratios = [r["rps"] / r["floor_rps"] for r in rs]
         ax.bar(j, statistics.median(ratios), 0.6, color="#9ecae1")
         ax.plot([j] * len(ratios), ratios, "o", color="#08519c", ms=4)
@@ -359,7 +359,8 @@ def main() -> None:
                            "floor_p50": f["one"]["p50_us"], "lane_share": share, "cores": cores}
                     runs.setdefault(name, []).append(got)
                     print(f"round {rnd + 1} {name}: posenc {got['rps']:.0f}/s p50 {got['p50']} µs, floor "
-                          f"{got['floor_rps']:.0f}/s p50 {got['floor_p50']} µs, ratio {got['rps'] / got['floor_rps']:.2f}, "
+                          f"{got['floor_rps']:.0f}/s p50 {got['floor_p50']} µs, "
+                          f"ratio {got['rps'] / got['floor_rps']:.2f}, "
                           f"lane {share:.1%}, posenc {cores:.2f} cores", flush=True)
             if a.perf:
                 print(f"\nwhere posenc's time goes in {a.perf!r} (perf record -e cpu-clock, top symbols):")

@@ -217,7 +217,8 @@ def main():
 
     for (cname, how), us in inproc.items():
         print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request, {how} (median of 5)")
-    print(f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} {'p50/floor':>10} {'rps/floor':>10}")
+    print(f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} "
+          f"{'p50/floor':>10} {'rps/floor':>10}")
     for (name, cname), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         floor = results.get(("floor (raw ASGI)", cname))
         rp = f"{r['p50_us'] / floor['p50_us']:.2f}" if floor else "-"

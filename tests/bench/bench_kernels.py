@@ -5,9 +5,9 @@ copy of the same number of output bytes, all in one run.
     python tests/bench/bench_kernels.py --quick    # fewer repeats, while developing
 
 Each cell is the median of --repeat timings (each timing averages enough calls to last at least
---min-time seconds); simd, numpy and copy take turns within each repeat. "x numpy" is numpy time / simd time; "% copy" is copy time / simd time,
-i.e. the share of plain-copy bandwidth the kernel reaches for the bytes it writes (the copy is
-np.copyto between two buffers of the output's size).
+--min-time seconds); simd, numpy and copy take turns within each repeat. "x numpy" is numpy time / simd time;
+"% copy" is copy time / simd time, i.e. the share of plain-copy bandwidth the kernel reaches for the bytes it
+writes (the copy is np.copyto between two buffers of the output's size).
 """
 
 from __future__ import annotations

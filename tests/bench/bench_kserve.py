@@ -38,7 +38,8 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from posenc.loadtest import h2load, wrk as wrk_tool  # noqa: E402
+from posenc.loadtest import h2load  # noqa: E402
+from posenc.loadtest import wrk as wrk_tool  # noqa: E402
 from posenc.loadtest.floor import save_bodies  # noqa: E402
 from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 from posenc.service.v2.proto import grpc_service_pb2 as pb  # noqa: E402

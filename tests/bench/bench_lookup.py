@@ -178,7 +178,8 @@ def bench_gathers(client: Client, spec: dict, repeat: int, min_time: float) -> N
             h = client.handle("rope", {**table_spec, "dtype": dtype, "layout": layout})
             assert h.fast, "the handle has no C plan (numpy backend?)"
             t_lookup, t_copy, outs = gather_vs_copy(h, view, rng, 0.0, repeat, min_time)
-            print(f"| {dtype} | {layout} | {fmt(t_lookup)} | {fmt(t_copy)} ({sum(o.nbytes for o in outs) / 2**20:.0f} MiB) "
+            mib = sum(o.nbytes for o in outs) / 2**20
+            print(f"| {dtype} | {layout} | {fmt(t_lookup)} | {fmt(t_copy)} ({mib:.0f} MiB) "
                   f"| {t_copy / t_lookup:.2f} | ≥ 0.7 |")
     print()
 

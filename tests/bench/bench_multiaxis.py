@@ -58,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     p = pipeline.Pipeline(length=LENGTH)
-    print(f"| case | rows | µs per request | ratio to plain rope |\n|---|---|---|---|")
+    print("| case | rows | µs per request | ratio to plain rope |\n|---|---|---|---|")
     for rows in (1, 64):
         base = None
         for case in CASES:

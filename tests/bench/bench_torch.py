@@ -62,7 +62,7 @@ def main() -> int:
               f"transformers {transformers.__version__}, posenc kernels {kernels.BACKEND}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         print(f"forward(x, position_ids [8, 4096]) -> cos, sin [8, 4096, 128]; median of {args.repeat}\n")
-        print(f"| x dtype | transformers | posenc local | posenc shared | transformers / local | transformers / shared |")
+        print("| x dtype | transformers | posenc local | posenc shared | transformers / local | transformers / shared |")
         print("|---|---:|---:|---:|---:|---:|")
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.zeros(1, dtype=dtype)

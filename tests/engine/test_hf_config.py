@@ -127,7 +127,7 @@ def hf_tol(positions, scaling):
 
 
 def _cases():
-    for name, c in CASES.items():
+    for name in CASES:
         for lt in LAYER_TYPES.get(name, (None,)):
             yield pytest.param(name, lt, id=f"{name}-{lt}" if lt else name)
 

@@ -14,7 +14,6 @@ import os
 import stat
 import threading
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest

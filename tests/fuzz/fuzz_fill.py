@@ -7,9 +7,9 @@ drop the GIL); the rest are the raw little-endian positions. With 0x20 | 0x10 in
 the block template and the first input's item size, byte 1 the second's, the input order and the
 first input's length; the block is None exactly when a position is negative or not below the
 limit, the block is over the template's bytes, or the full path refuses it (a float16 overflow),
-and otherwise the pipeline's block between the given parts. Besides the sanitizers: fill is None exactly when a position is negative
-or not below the position limit (each position tried alone says which), each array's rows are those
-of each position alone, in order, between the given parts, the first positions' rows (past the
+and otherwise the pipeline's block between the given parts. Besides the sanitizers: fill is None exactly when
+a position is negative or not below the position limit (each position tried alone says which), each array's
+rows are those of each position alone, in order, between the given parts, the first positions' rows (past the
 table too: computed with the engine's kernel) are the pipeline's, and fill_into writes the same bytes.
 
     python tests/fuzz/fuzz_fill.py tests/fuzz/corpus/fill

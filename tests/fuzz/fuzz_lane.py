@@ -58,9 +58,9 @@ def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpReq
         assert len(length) == 1, f"the lane took a request without one Content-Length: {data!r}"
         p.feed_data(data[head_end:head_end + length[0]])
     except httptools.HttpParserUpgrade:
-        raise AssertionError(f"httptools reads an upgrade in what the lane took: {data!r}")
+        raise AssertionError(f"httptools reads an upgrade in what the lane took: {data!r}") from None
     except httptools.HttpParserError as exc:
-        raise AssertionError(f"httptools refuses what the lane took ({exc}): {data!r}")
+        raise AssertionError(f"httptools refuses what the lane took ({exc}): {data!r}") from exc
     return r, p
 
 

@@ -1,6 +1,6 @@
 """Writes the seed corpus of each fuzz target into tests/fuzz/corpus/<target>/ (checked in; run
-again after changing the seeds below: python -m tests.fuzz.make_corpus; it keeps regression-* files). Small on purpose: valid
-inputs of each shape and a few edge cases; the fuzzer finds the rest. Files are named by their
+again after changing the seeds below: python -m tests.fuzz.make_corpus; it keeps regression-* files). Small on
+purpose: valid inputs of each shape and a few edge cases; the fuzzer finds the rest. Files are named by their
 content's hash, as libFuzzer names what it adds."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from tests.procs import Procs
-from tests.shm import SHM_DIR, held_segments, shm_files
+from tests.shm import SHM_DIR, held_segments
 
 
 LENGTH = 4096          # rows of every configured table in these tests

@@ -52,7 +52,7 @@ def test_outputs_land_in_the_clients_region(clients, region, register_on, infer_
     spec = '{"head_dim": 16, "dtype": "bfloat16"}'
     positions = [0, 5, 2047, 9000]
     ref = v1_answer(clients["http"], "rope", {"head_dim": 16, "dtype": "bfloat16", "positions": positions})
-    for attempt in range(4):   # several requests: the HTTP workers each map the region themselves
+    for _attempt in range(4):   # several requests: the HTTP workers each map the region themselves
         cos, sin = m.InferRequestedOutput("cos"), m.InferRequestedOutput("sin")
         cos.set_shared_memory(name, 128, offset=1024)
         sin.set_shared_memory(name, 128, offset=4096)

@@ -196,7 +196,7 @@ def test_links_are_refused_at_registration(served, tmp_path, transport):
         assert (st == []) if transport == "rest" else not st.regions
         assert {k: _sha(t) for k, (_, _, t) in links.items()} == before
     finally:
-        for key, path, _ in links.values():
+        for _key, path, _ in links.values():
             os.unlink(path)
 
 
@@ -209,7 +209,7 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
     links = _links(tmp_path, s.namespace)
     before = {k: _sha(t) for k, (_, _, t) in links.items()}
     try:
-        for kind, (key, path, target) in links.items():
+        for kind, (_key, path, _target) in links.items():
             name = f"swap-{_tag()}"
             own, own_path = client_object(REGION)
             try:
@@ -228,7 +228,7 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
                 c.unregister_system_shared_memory(name)
         assert {k: _sha(t) for k, (_, _, t) in links.items()} == before
     finally:
-        for key, path, _ in links.values():
+        for _key, path, _ in links.values():
             os.unlink(path)
 
 

@@ -1,8 +1,8 @@
 """The v2 shortcut (service/v2/hot.py) end to end: a ``posenc serve`` with the shortcut on
 (POSENC_SHORTCUT=c), driven by tritonclient over gRPC (unary and streamed) and REST binary. The
 first two requests of a shape are answered by the full path, which learns it at the second; the
-ones after them, with other positions, by the shortcut (its in-process tests check that it does take them); each answer is
-held to /v1's for the same spec, bit for bit, on family and table models, INT32 and INT64, [N]
+ones after them, with other positions, by the shortcut (its in-process tests check that it does take them);
+each answer is held to /v1's for the same spec, bit for bit, on family and table models, INT32 and INT64, [N]
 and [B, N], with positions past the table (computed by the shortcut with the engine's kernel), and into a
 client-registered shared-memory region."""
 

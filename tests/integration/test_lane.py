@@ -68,7 +68,7 @@ def read_responses(sock: socket.socket, n: int, timeout: float = 20.0) -> tuple[
     try:
         sock.settimeout(0.5)
         closed = sock.recv(1) == b""
-    except socket.timeout:
+    except TimeoutError:
         closed = False
     return out, closed
 

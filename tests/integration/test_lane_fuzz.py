@@ -183,10 +183,10 @@ CLOSING = (BAD, b"HTTP/1.1 431 Request Header Fields Too Large")
 
 def dropped_by_uvicorn(on: tuple[list, bool], off: tuple[list, bool]) -> bool:
     """The one difference allowed: a malformed request (or a head over the limit) pipelined
-    behind others. uvicorn answers it 400 (the protocol 431) and closes at once, discarding the responses still pending for the requests before it
-    (ASGI writes them later, into a closed transport). Which are pending is a race (a split's
-    pause against an ASGI answer), and with the lane on, those the lane answered never are: it
-    answers before httptools reads the malformed one. So both send the same 400 and close, and
+    behind others. uvicorn answers it 400 (the protocol 431) and closes at once, discarding the responses
+    still pending for the requests before it (ASGI writes them later, into a closed transport). Which are
+    pending is a race (a split's pause against an ASGI answer), and with the lane on, those the lane answered
+    never are: it answers before httptools reads the malformed one. So both send the same 400 and close, and
     the responses before it are the same but for some lost at the end by one of them."""
     (a, a_closed), (b, b_closed) = on, off
     if not (a_closed and b_closed and a and b and a[-1][0] in CLOSING and a[-1] == b[-1]):
@@ -224,7 +224,7 @@ def exchange(port: int, data: bytes, splits: list[int], timeout: float = 8.0) ->
             closed = True
         except ConnectionResetError:
             closed = True
-        except socket.timeout:
+        except TimeoutError:
             pass
         return normalize(got), closed
 

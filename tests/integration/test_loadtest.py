@@ -77,7 +77,8 @@ def test_probe_low_rate_reports_percentiles(posenc, files):
 @pytest.mark.slow
 def test_report_command_end_to_end(procs, files, tmp_path):
     """``python -m posenc.loadtest report`` in miniature, run from a scratch directory: its own server, floor, wrk,
-    h2load, probe, locust, report. A missing wrk or h2load fails it: the report would silently leave their sections out."""
+    h2load, probe, locust, report. A missing wrk or h2load fails it: the report would silently leave their
+    sections out."""
     for tool, package in (("wrk", "wrk"), ("h2load", "nghttp2-client")):
         assert shutil.which(tool), f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
     out = tmp_path / "report"

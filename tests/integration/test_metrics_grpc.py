@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
 
 from posenc.service.metrics.counters import FLUSH_S
 from tests.integration.kserve_cases import V2_CONFIG, serving_grpc
@@ -38,7 +39,7 @@ def test_grpc_metrics_are_consistent_with_http(srv):
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     try:
         answered = [infer(c, 64, list(range(n))) for n in (1, 100, 1000, 1000)]   # full path, then the shortcut
-        with pytest.raises(Exception):
+        with pytest.raises(InferenceServerException):
             infer(c, 7, [1])   # an odd head_dim: INVALID_ARGUMENT
     finally:
         c.close()

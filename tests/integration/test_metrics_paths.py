@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
 
 from posenc.service.metrics.counters import FLUSH_S
 from posenc.service.metrics.layout import PATHS
@@ -154,7 +155,7 @@ def test_grpc_answers_count_under_the_path_that_made_them(srv):
         spec = {"spec": '{"head_dim": 64}'}
         for k in range(6):   # the full path twice (learnt the second time), then the shortcut
             c.infer("rope", [rope_input([k, k + 1])], parameters=spec)
-        with pytest.raises(Exception):
+        with pytest.raises(InferenceServerException):
             c.infer("rope", [rope_input([1])], parameters={"spec": '{"head_dim": 7}'})
         unary.check(python=3, shortcut=4)
         got: queue.Queue = queue.Queue()

@@ -3,7 +3,8 @@ worker is SIGKILLed under load (uvicorn replaces it) while new specs keep the en
 evicting (a small budget): no counter series ever decreases across scrapes every 100 ms, which
 land on either worker (parsed with prometheus_client's text parser), the engine's builds and
 evictions among them; the dead worker's requests stay counted (up to its last write of its
-counts, service/metrics/counters.py FLUSH_S); the engine, shared-memory and process figures are there. Load on 127.0.0.1 only, bounded."""
+counts, service/metrics/counters.py FLUSH_S); the engine, shared-memory and process figures are there. Load on
+127.0.0.1 only, bounded."""
 
 from __future__ import annotations
 

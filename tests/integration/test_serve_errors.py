@@ -74,7 +74,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("family,patch,loc", BAD, ids=[f"{f}-{'.'.join(map(str, l))}-{i}" for i, (f, _, l) in enumerate(BAD)])
+@pytest.mark.parametrize("family,patch,loc", BAD, ids=[f"{f}-{'.'.join(map(str, at))}-{i}" for i, (f, _, at) in enumerate(BAD)])
 def test_bad_field_gets_422_naming_it(http, family, patch, loc):
     body = {**VALID[family], **patch}
     r = http.post(f"/v1/{family}", json=body)

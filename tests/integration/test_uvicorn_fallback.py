@@ -1,7 +1,7 @@
 """A uvicorn that lacks what the protocol (service/protocol/uvicorn_api.py) relies on: a real
 ``posenc serve`` whose every process imports a uvicorn whose ``HttpToolsProtocol._start_asgi_task``
-takes another parameter (a release that changed it; releases before 0.45 lack it, and before 0.53 the head differs), through a
-``sitecustomize`` on PYTHONPATH. The server
+takes another parameter (a release that changed it; releases before 0.45 lack it, and before 0.53 the head
+differs), through a ``sitecustomize`` on PYTHONPATH. The server
 runs uvicorn's own protocol, says why in its log and in /v1/tables, and answers every request
 with the same bytes as a server on the full uvicorn."""
 

@@ -71,7 +71,6 @@ def test_dead_and_exited_workers_keep_their_counts_once(tmp_path):
 def test_a_fold_interrupted_before_the_unlink_is_not_counted_twice(tmp_path):
     """The total records the tokens it folded: a dead file still there after its fold (the
     scraper died between the two steps) is removed, not added again."""
-    from posenc.service.metrics import fold as metrics_fold
     shm = str(tmp_path)
     me = Metrics(shm, "mtest")
     try:

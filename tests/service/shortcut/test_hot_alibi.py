@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from posenc.engine.errors import PosencError
 from posenc.engine.settings import Settings
-from posenc.service.front.service import Service
+from posenc.service.front.service import HOT_BYTES, Service
 from tests.procs import wait_for
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
@@ -26,8 +26,9 @@ def test_native_alibi_answers_like_the_full_path(learnt, drawn):
     spec, text, probe, plain = drawn
     body = text.encode()
     c, full = learn_then_answer(learnt, "alibi", body, probe.encode())
-    if plain:   # no odd token in a valid body of a spec with a mapped table: C must answer it
-        assert full is not None and c is not None, body
+    if plain:   # no odd token in a valid body of a spec with a mapped table: C must answer it,
+        assert full is not None, body   # unless its answer is over HOT_BYTES (test_native_alibi_keeps_the_limits)
+        assert c is not None or len(full) > HOT_BYTES, body
     if c is not None:
         assert c == full
         assert c == reference_safetensors("alibi", json.loads(body))

@@ -18,8 +18,10 @@ from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import BUCKETS_S, SHAPE
 from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
-from tests.service.shortcut.test_hot_lane import hot  # noqa: F401 (the fixture: rope and alibi learnt)
+from tests.service.shortcut import test_hot_lane as _hot_lane
 from tests.service_cases import orjson_dumps
+
+hot = _hot_lane.hot   # the fixture (rope and alibi learnt), registered here by its name
 
 ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/alibi": ("alibi", 2 * SHAPE[2] * SHAPE[1])}
 PRE = (b"PRE:", b"JSON:", b"V2:")

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
 from posenc.engine.selection import POSITION_LIMIT
 from posenc.engine.tables.sinusoidal import ROW_LIMIT
 from posenc.service.shortcut import templates as replay
@@ -142,7 +141,10 @@ def test_rows_past_the_table_are_kept_within_the_budget():
         templates = replay.Templates()
         req = pipeline.parse("rope", {**spec, "positions": [1]}, LENGTH)
         templates.learn("safetensors", orjson.dumps({**spec, "positions": [1]}), req, view_of(req.table))
-        ask = lambda: replay.answer(orjson.dumps(later), HEADERS, {HEADERS[1][1]: 0}, templates.native["rope"], "rope")
+
+        def ask():
+            return replay.answer(orjson.dumps(later), HEADERS, {HEADERS[1][1]: 0}, templates.native["rope"], "rope")
+
         assert ask() == c1 and ask() == c1           # computed, kept (and dropped over the budget), read
         assert replay._hot.kept() <= budget
     finally:

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings as hsettings, strategies as st
 
-from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.proto import grpc_service_pb2 as pb
 from tests.service.hot_helpers import needs_kernels

@@ -41,7 +41,7 @@ def lane(server, data: bytes):
 def test_the_lane_answers_what_the_full_path_answers(servers, model, spec, params, shape):  # noqa: F811
     on, off = servers
     rng = np.random.default_rng(3)
-    for i in range(2):                      # the full path answers, and learns at the second
+    for _ in range(2):                      # the full path answers, and learns at the second
         rest_call(on, model, spec, rng.integers(0, 2048, shape))
     for past in (False, True):
         p = rng.integers(0, 2048, shape)

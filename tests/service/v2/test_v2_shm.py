@@ -160,7 +160,7 @@ def test_links_and_special_files_are_refused_at_registration_and_at_use(ns, tmp_
     links = _links(tmp_path, ns)
     r = Regions(SHM, ns)
     try:
-        for what, (key, path, to) in links.items():
+        for what, (key, path, _to) in links.items():
             with pytest.raises(BadRequest, match=WORDS[what]):
                 r.register("evil", key, 0, 16)
             # registered as the client's own object, then swapped for the link before first use
