@@ -32,12 +32,19 @@ class BuildExt(build_ext):
             # results stay bit-identical to numpy's (see engine/kernels/_native.c).
             # -fvisibility=hidden: an extension exports its PyInit only; the names its files share
             # (hot_*, native_*) stay inside it, called directly rather than through the PLT.
-            cflags, lflags = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-fvisibility=hidden"], []
+            cflags, lflags = (
+                ["-O3", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-fvisibility=hidden"],
+                [],
+            )
             if _on("POSENC_WERROR"):
                 cflags += ["-Wall", "-Wextra", "-Werror"]
             if _on("POSENC_SANITIZE"):
-                san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                       "-fno-omit-frame-pointer", "-g"]
+                san = [
+                    "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=undefined",
+                    "-fno-omit-frame-pointer",
+                    "-g",
+                ]
                 cflags, lflags = cflags + san, lflags + san
         for ext in self.extensions:
             ext.extra_compile_args = cflags + list(ext.extra_compile_args or [])
@@ -52,22 +59,58 @@ _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 # Each extension's sources, one file per concern; its headers are dependencies (a change rebuilds
 # it): its private one, engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute, and
 # engine/kernels/native_api.h, the capsule through which the shortcut borrows the sincos kernel.
-NATIVE = ["engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c",
-                                         "native_lookup.c")]
-HOT = ["service/shortcut/" + f for f in ("_hot.c", "hot_select.c", "hot_templates.c", "hot_answer.c", "hot_lane.c",
-                                          "hot_serve.c", "hot_fill.c", "hot_json.c", "hot_axes.c", "hot_grid.c", "hot_t5.c",
-                                          "hot_v2json.c", "hot_blocks.c", "hot_alibi_json.c", "hot_f32text.c")]
+NATIVE = [
+    "engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c", "native_lookup.c")
+]
+HOT = [
+    "service/shortcut/" + f
+    for f in (
+        "_hot.c",
+        "hot_select.c",
+        "hot_templates.c",
+        "hot_answer.c",
+        "hot_lane.c",
+        "hot_serve.c",
+        "hot_fill.c",
+        "hot_json.c",
+        "hot_axes.c",
+        "hot_grid.c",
+        "hot_t5.c",
+        "hot_v2json.c",
+        "hot_blocks.c",
+        "hot_alibi_json.c",
+        "hot_f32text.c",
+    )
+]
 
 setup(
     ext_modules=[
-        Extension("posenc.engine.kernels._native", NATIVE,
-                  depends=["engine/kernels/native.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h",
-                           "engine/kernels/round_f64.h"], optional=_OPTIONAL),
+        Extension(
+            "posenc.engine.kernels._native",
+            NATIVE,
+            depends=[
+                "engine/kernels/native.h",
+                "engine/kernels/alibi_cell.h",
+                "engine/kernels/native_api.h",
+                "engine/kernels/round_f64.h",
+            ],
+            optional=_OPTIONAL,
+        ),
         # the HTTP hot path's spec-template shortcut (service/shortcut/_hot.c and its parts);
         # service/shortcut/templates.py learns its templates, and without it every request takes the full path
-        Extension("posenc.service.shortcut._hot", HOT, include_dirs=["engine/kernels", "service/shortcut/vendor"],
-                  depends=["service/shortcut/hot.h", "engine/kernels/alibi_cell.h", "engine/kernels/native_api.h",
-                           "service/shortcut/vendor/zmij/zmij.c", "service/shortcut/vendor/zmij/zmij-c.h"], optional=_OPTIONAL),
+        Extension(
+            "posenc.service.shortcut._hot",
+            HOT,
+            include_dirs=["engine/kernels", "service/shortcut/vendor"],
+            depends=[
+                "service/shortcut/hot.h",
+                "engine/kernels/alibi_cell.h",
+                "engine/kernels/native_api.h",
+                "service/shortcut/vendor/zmij/zmij.c",
+                "service/shortcut/vendor/zmij/zmij-c.h",
+            ],
+            optional=_OPTIONAL,
+        ),
         # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
         # runs its Python loop, which holds far lower rates (loadtest/sender.py says which ran)
         Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),

@@ -43,7 +43,7 @@ def workers() -> int:
     """Threads for builds and checks: the cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:   # pragma: no cover - not Linux
+    except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
 
 
@@ -79,7 +79,9 @@ def bound(digest: str, e: dict) -> str | None:
     return None
 
 
-def why_not(digest: str, e: dict, fd: int, t: TableDef | None = None) -> tuple[str | None, TableDef | tuple | None]:
+def why_not(
+    digest: str, e: dict, fd: int, t: TableDef | None = None
+) -> tuple[str | None, TableDef | tuple | None]:
     """(why this held table cannot be adopted or None, its TableDef, or (key, length, dtype) for
     ``AdoptedDefs`` to re-validate if it is ever rebuilt); ``t``: the configured table of that
     digest, already validated."""
@@ -88,7 +90,7 @@ def why_not(digest: str, e: dict, fd: int, t: TableDef | None = None) -> tuple[s
         if why is not None:
             return why, None
         if t is not None and (t.length != e["length"] or t.key != e["key"] or t.dtype != e.get("dtype")):
-            t = None   # configured otherwise now: the caller compares lengths
+            t = None  # configured otherwise now: the caller compares lengths
         got = t if t is not None else (e["key"], e["length"], e.get("dtype"))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return f"its entry is not valid ({type(exc).__name__}: {exc})", None
@@ -108,11 +110,16 @@ def adopt(eng, log) -> dict:
         old = {}
     old_code, held = eng.keeper.take(built_by.current())
     configured = {ct.table.digest: ct for ct in eng.configured}
-    keep, dropped, on_demand = [], {}, 0   # on_demand: bytes of the unpinned tables kept so far
-    for digest, e, fd in sorted(held, key=lambda h: -h[1].get("last_used", 0) if isinstance(h[1], dict) else 0):
+    keep, dropped, on_demand = [], {}, 0  # on_demand: bytes of the unpinned tables kept so far
+    for digest, e, fd in sorted(
+        held, key=lambda h: -h[1].get("last_used", 0) if isinstance(h[1], dict) else 0
+    ):
         ct = configured.get(digest)
-        why, t = (why_not(digest, e, fd, ct and ct.table) if old_code == built_by.current() and isinstance(e, dict)
-                  else ("other table code built it", None))
+        why, t = (
+            why_not(digest, e, fd, ct and ct.table)
+            if old_code == built_by.current() and isinstance(e, dict)
+            else ("other table code built it", None)
+        )
         if why is None and ct is not None and ct.table.length != e["length"]:
             why = f"the config now sizes it {ct.table.length}"
         if why is None and ct is None and e["nbytes"] > eng.opts.memory_budget_bytes - on_demand:
@@ -129,17 +136,27 @@ def adopt(eng, log) -> dict:
         entry.pop("spec", None)
         if ct is not None:
             entry.update(name=ct.name, spec=ct.spec)
-        elif e.get("pinned"):   # configured before, not now: an on-demand table from here on
+        elif e.get("pinned"):  # configured before, not now: an on-demand table from here on
             entry["name"] = e["family"]
         eng.tables[digest], eng.fds[digest], eng.defs[digest] = entry, fd, t
-    removed = [p for p in store.our_files(shm_dir, ns)
-               if p not in (store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns), store.log_path(shm_dir, ns))]
+    removed = [
+        p
+        for p in store.our_files(shm_dir, ns)
+        if p
+        not in (store.lock_path(shm_dir, ns), store.manifest_path(shm_dir, ns), store.log_path(shm_dir, ns))
+    ]
     for p in removed:
         store.unlink(p)
-    report = {"adopted": len(eng.tables), "bytes": sum(e["nbytes"] for e in eng.tables.values()),
-              "dropped": dropped, "seconds": time.perf_counter() - t0}
+    report = {
+        "adopted": len(eng.tables),
+        "bytes": sum(e["nbytes"] for e in eng.tables.values()),
+        "dropped": dropped,
+        "seconds": time.perf_counter() - t0,
+    }
     if held or removed:
-        log(f"adopted {report['adopted']} table(s), {report['bytes'] / 2**20:.1f} MiB, left by a dead engine "
+        log(
+            f"adopted {report['adopted']} table(s), {report['bytes'] / 2**20:.1f} MiB, left by a dead engine "
             f"(pid {old.get('pid', '?')}) in {report['seconds']:.3f}s; removed {len(removed)} other file(s)"
-            + "".join(f"; {f}: {w}" for f, w in sorted(report["dropped"].items())[:8]))
+            + "".join(f"; {f}: {w}" for f, w in sorted(report["dropped"].items())[:8])
+        )
     return report

@@ -15,7 +15,7 @@ import importlib.util
 
 from . import kernels, tables
 
-ENGINE_PACKAGE = __name__.rpartition(".")[0]   # posenc.engine: whose modules the digest follows
+ENGINE_PACKAGE = __name__.rpartition(".")[0]  # posenc.engine: whose modules the digest follows
 
 
 def _spec(name: str):
@@ -51,7 +51,9 @@ def _engine_imports(path: str, package: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             if _ours(base):
-                found |= {f"{base}.{alias.name}" if _spec(f"{base}.{alias.name}") else base for alias in node.names}
+                found |= {
+                    f"{base}.{alias.name}" if _spec(f"{base}.{alias.name}") else base for alias in node.names
+                }
     return found
 
 
@@ -60,12 +62,14 @@ def sources() -> list[str]:
     (and of its base classes), and every posenc.engine module those import, all the way down (the
     registry, each family's helpers, the kernels, the dtype rounding, the selections, the spec
     parsing), plus the C kernels' binary where it is built."""
-    todo = {tables.__name__} | {cls.__module__ for fam in tables.FAMILIES.values() for cls in type(fam).__mro__}
+    todo = {tables.__name__} | {
+        cls.__module__ for fam in tables.FAMILIES.values() for cls in type(fam).__mro__
+    }
     files: dict[str, str] = {}
     while todo:
         name = todo.pop()
         spec = _spec(name)
-        if spec is None or not spec.has_location:   # builtins (object)
+        if spec is None or not spec.has_location:  # builtins (object)
             continue
         files[name] = spec.origin
         if spec.origin.endswith(".py"):

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import warnings
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import orjson
@@ -80,16 +80,18 @@ class TableView:
         h = self.segment.arrays[name]
         n, w = h.shape
         if layout == HALF_SPLIT:
-            return np.lib.stride_tricks.as_strided(h, (n, 2, w), (h.strides[0], 0, h.strides[1]), writeable=False)
+            return np.lib.stride_tricks.as_strided(
+                h, (n, 2, w), (h.strides[0], 0, h.strides[1]), writeable=False
+            )
         return np.lib.stride_tricks.as_strided(h, (n, w, 2), (h.strides[0], h.strides[1], 0), writeable=False)
 
 
-NO_FILE_RECHECK_S = 1.0   # how often the engine is asked for its manifest when there is no file
-ASK_TIMEOUT_S = 5.0       # a manifest or a segment asked of the engine (not a build) takes at most this
-ASK_AGAIN_S = 2.0      # an ask that did not lead to a table (no room, engine away) is repeated after this
+NO_FILE_RECHECK_S = 1.0  # how often the engine is asked for its manifest when there is no file
+ASK_TIMEOUT_S = 5.0  # a manifest or a segment asked of the engine (not a build) takes at most this
+ASK_AGAIN_S = 2.0  # an ask that did not lead to a table (no room, engine away) is repeated after this
 MAX_PENDING_ASKS = 64  # tables asked for at once; more are dropped (and their requests computed)
-MAX_HANDLES = 256     # resolved specs Client.lookup keeps (engine/lookup.py); past it, it starts afresh
-ASKED_SHOWN_S = 0.2    # after a build, no new ask for that long: readers see the manifest within recheck_s
+MAX_HANDLES = 256  # resolved specs Client.lookup keeps (engine/lookup.py); past it, it starts afresh
+ASKED_SHOWN_S = 0.2  # after a build, no new ask for that long: readers see the manifest within recheck_s
 
 
 def connect(s: socket.socket, path: str, timeout: float) -> None:
@@ -102,7 +104,7 @@ def connect(s: socket.socket, path: str, timeout: float) -> None:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise socket.timeout(f"connect: the engine's listen backlog stayed full for {timeout:g}s")
+            raise TimeoutError(f"connect: the engine's listen backlog stayed full for {timeout:g}s")
         s.settimeout(left)
         try:
             s.connect(path)
@@ -114,8 +116,13 @@ def connect(s: socket.socket, path: str, timeout: float) -> None:
 
 
 class Client:
-    def __init__(self, shm_dir: str = "/dev/shm", namespace: str = "posenc", build_timeout: float = 60.0,
-                 recheck_s: float = 0.05):
+    def __init__(
+        self,
+        shm_dir: str = "/dev/shm",
+        namespace: str = "posenc",
+        build_timeout: float = 60.0,
+        recheck_s: float = 0.05,
+    ):
         self.shm_dir = shm_dir
         self.namespace = store.check_namespace(namespace)
         self.build_timeout = build_timeout
@@ -125,12 +132,12 @@ class Client:
         self._stamp = None
         self._checked = 0.0
         self._asked_at = -NO_FILE_RECHECK_S
-        self._views: dict[str, TableView] = {}   # digest -> view (current generation)
-        self._named: tuple = (None, {})          # (manifest it was read from, named tables)
-        self._asks: dict[str, tuple[int, float]] = {}   # digest -> (rows asked, when): asked, not yet there
-        self._queue: queue.SimpleQueue | None = None    # digests to ask the engine for, by daemon threads
-        self._flying: dict[str, list] = {}               # digest -> [TableDef, reach]: queued or on its way
-        self._handles: dict = {}                          # (family, max_bytes, spec JSON) -> Handle
+        self._views: dict[str, TableView] = {}  # digest -> view (current generation)
+        self._named: tuple = (None, {})  # (manifest it was read from, named tables)
+        self._asks: dict[str, tuple[int, float]] = {}  # digest -> (rows asked, when): asked, not yet there
+        self._queue: queue.SimpleQueue | None = None  # digests to ask the engine for, by daemon threads
+        self._flying: dict[str, list] = {}  # digest -> [TableDef, reach]: queued or on its way
+        self._handles: dict = {}  # (family, max_bytes, spec JSON) -> Handle
         self.pipeline = Pipeline(named=self.named_tables)
 
     # -- manifest ----------------------------------------------------------------------------
@@ -145,7 +152,8 @@ class Client:
         # changed: anyone of the same user can write it). With no file (no room for it in
         # shm_dir), the engine is asked every NO_FILE_RECHECK_S.
         if (stamp != self._stamp or self._manifest is None) and (
-                stamp is not None or now - self._asked_at >= NO_FILE_RECHECK_S or force):
+            stamp is not None or now - self._asked_at >= NO_FILE_RECHECK_S or force
+        ):
             self._asked_at = now
             old = self._manifest
             m, changed = self._fetch(old)
@@ -154,12 +162,12 @@ class Client:
                     # Engine gone (or restarting): keep serving what we already mapped.
                     self._stamp = stamp
                     return self._manifest
-                if self._manifest is not old:   # another thread refreshed meanwhile: its turn counts
+                if self._manifest is not old:  # another thread refreshed meanwhile: its turn counts
                     return self._manifest
                 if old is None or m["generation"] != old["generation"]:
-                    self._views = {}      # a new engine: remap lazily from the new generation
-                else:                     # same engine: forget evicted and rebuilt tables
-                    for d in list(self._views if changed is None else changed):   # (their mappings stay valid)
+                    self._views = {}  # a new engine: remap lazily from the new generation
+                else:  # same engine: forget evicted and rebuilt tables
+                    for d in list(self._views if changed is None else changed):  # (their mappings stay valid)
                         v = self._views.get(d)
                         if v is not None and m["tables"].get(d, {}).get("file") != v.segment.entry["file"]:
                             del self._views[d]
@@ -173,14 +181,21 @@ class Client:
         the engine says reset (a new engine, or ``old`` too far behind)."""
         try:
             if old is not None and type(old.get("seq")) is int:
-                r = self.call({"op": "changes", "since": old["seq"], "generation": old["generation"]},
-                              timeout=ASK_TIMEOUT_S)
+                r = self.call(
+                    {"op": "changes", "since": old["seq"], "generation": old["generation"]},
+                    timeout=ASK_TIMEOUT_S,
+                )
                 got = r.get("tables")
-                if r.get("ok") and not r.get("reset") and r.get("generation") == old["generation"] \
-                        and isinstance(got, dict) and type(r.get("seq")) is int:
+                if (
+                    r.get("ok")
+                    and not r.get("reset")
+                    and r.get("generation") == old["generation"]
+                    and isinstance(got, dict)
+                    and type(r.get("seq")) is int
+                ):
                     if not got and "named" not in r:
-                        return old, set()   # nothing changed (the same object: callers compare it)
-                    tables = dict(old["tables"])   # a copy (pointers only): callers may hold the old one
+                        return old, set()  # nothing changed (the same object: callers compare it)
+                    tables = dict(old["tables"])  # a copy (pointers only): callers may hold the old one
                     for d, e in got.items():
                         if e is None:
                             tables.pop(d, None)
@@ -209,7 +224,9 @@ class Client:
             if m is not None:
                 return m
             if time.monotonic() > deadline:
-                raise EngineUnavailable(f"no engine manifest in {self.shm_dir} for namespace {self.namespace!r}")
+                raise EngineUnavailable(
+                    f"no engine manifest in {self.shm_dir} for namespace {self.namespace!r}"
+                )
             time.sleep(0.02)
 
     def named_tables(self) -> dict:
@@ -218,14 +235,17 @@ class Client:
         m = self.manifest()
         if self._named[0] is not m:
             named: dict[str, tuple] = {}
-            for e in (m or {}).get("named", ()):   # configured tables, stored or computed; a name's
-                named.setdefault(e["name"], (e["family"], e["spec"]))   # first entry is its default dtype
+            for e in (m or {}).get("named", ()):  # configured tables, stored or computed; a name's
+                named.setdefault(e["name"], (e["family"], e["spec"]))  # first entry is its default dtype
             self._named = (m, named)
         return self._named[1]
 
     def tables(self) -> list[dict]:
         m = self.manifest() or {"tables": {}}
-        return [{"digest": d, **{k: v for k, v in e.items() if k not in ("arrays",)}} for d, e in m["tables"].items()]
+        return [
+            {"digest": d, **{k: v for k, v in e.items() if k not in ("arrays",)}}
+            for d, e in m["tables"].items()
+        ]
 
     # -- attaching -----------------------------------------------------------------------------
     def attach(self, tdef: TableDef, build: bool = True, reach: int | None = None) -> TableView:
@@ -239,7 +259,7 @@ class Client:
         for _attempt in range(3):
             if m is not None and digest in m["tables"]:
                 segs = self._open([digest])
-                if digest not in segs:   # evicted or replaced since the manifest said so
+                if digest not in segs:  # evicted or replaced since the manifest said so
                     m = self.manifest(force=True)
                     continue
                 view = TableView(segs[digest], m["generation"], m.get("on_demand_length", 0))
@@ -259,10 +279,10 @@ class Client:
         m = self.wait_ready(timeout)
         digests, segs = list(m["tables"]), {}
         for i in range(0, len(digests), fdpass.MAX_FDS):
-            segs.update(self._open(digests[i:i + fdpass.MAX_FDS]))
+            segs.update(self._open(digests[i : i + fdpass.MAX_FDS]))
         for _digest, seg in segs.items():
             if verify and not seg.verify():
-                self._ask_verify()   # the engine rebuilds it; the caller tries again
+                self._ask_verify()  # the engine rebuilds it; the caller tries again
                 self.manifest(force=True)
                 raise RuntimeError(f"checksum mismatch in {seg.entry['file']}")
         views = {d: TableView(seg, m["generation"], m.get("on_demand_length", 0)) for d, seg in segs.items()}
@@ -297,7 +317,9 @@ class Client:
             if reply.get("status") == NotStored.status:
                 raise NotStored(reply.get("error"))
             if reply.get("status") == 422:
-                raise SpecError(tuple(reply.get("loc") or ("table",)), reply.get("msg") or str(reply.get("error")))
+                raise SpecError(
+                    tuple(reply.get("loc") or ("table",)), reply.get("msg") or str(reply.get("error"))
+                )
             raise EngineUnavailable(f"engine could not build the table: {reply.get('error')}")
 
     def call(self, msg: dict, timeout: float | None = None) -> dict:
@@ -317,15 +339,17 @@ class Client:
         except (TimeoutError, OSError, EOFError, ValueError) as e:
             raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
 
-    def table(self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None) -> TableView:
+    def table(
+        self, family: str, spec: Mapping, dtype: str | None = DEFAULT_DTYPE, seq_len: int | None = None
+    ) -> TableView:
         """The shared table for a spec (no selections), built on demand. ``spec`` may also be
         ``{"hf_config": {...}, "layer_type": ...}`` or ``{"table": NAME}``. For rope, seq_len picks
         longrope's short/long set or dynamic's frequencies (default: the short/base set)."""
         fam = pipeline.family_of(family)
         body = dict(spec)
-        try:                          # one position that selects the table (rope: by seq_len)
+        try:  # one position that selects the table (rope: by seq_len)
             tspec = fam.parse_spec(pipeline.expand(fam, body, self.named_tables())[0])
-        except SpecError:             # refused below, at the field the body gave
+        except SpecError:  # refused below, at the field the body gave
             tspec = None
         body.update(fam.probe_selections(tspec, max(0, (seq_len or 1) - 1)))
         if fam.has_dtype and dtype is not None:
@@ -354,11 +378,11 @@ class Client:
         t = req.table
         if t is None:
             return None
-        self.manifest()   # (at most every recheck_s: a new generation drops old views)
+        self.manifest()  # (at most every recheck_s: a new generation drops old views)
         v = self._views.get(t.digest)
         if v is None:
             try:
-                v = self.attach(t, build=False)   # in the manifest: mapped now
+                v = self.attach(t, build=False)  # in the manifest: mapped now
             except (EngineUnavailable, OSError):
                 v = None
         if v is None or v.growable:
@@ -378,10 +402,10 @@ class Client:
             if prev is not None and (prev[0] or 0) >= (reach or 0) and now - prev[1] < ASK_AGAIN_S:
                 return
             self._asks[t.digest] = (reach or 0, now)
-            if len(self._asks) > 4 * MAX_PENDING_ASKS:   # forget old asks (their tables came or were refused)
+            if len(self._asks) > 4 * MAX_PENDING_ASKS:  # forget old asks (their tables came or were refused)
                 self._asks = {d: a for d, a in self._asks.items() if now - a[1] < ASK_AGAIN_S}
             flying = self._flying.get(t.digest)
-            if flying is not None:   # queued or on its way: the next ask goes as far as this one
+            if flying is not None:  # queued or on its way: the next ask goes as far as this one
                 flying[1] = None if reach is None or flying[1] is None else max(flying[1], reach)
                 return
             if len(self._flying) >= MAX_PENDING_ASKS:
@@ -389,9 +413,10 @@ class Client:
             self._flying[t.digest] = [t, reach]
             if self._queue is None:
                 self._queue = queue.SimpleQueue()
-                for i in range(2):   # two: a long build does not hold up every other ask
-                    threading.Thread(target=self._asker, args=(self._queue,), daemon=True,
-                                     name=f"posenc-ask-{i}").start()
+                for i in range(2):  # two: a long build does not hold up every other ask
+                    threading.Thread(
+                        target=self._asker, args=(self._queue,), daemon=True, name=f"posenc-ask-{i}"
+                    ).start()
             self._queue.put(t.digest)
 
     def _asker(self, asks: queue.SimpleQueue) -> None:
@@ -399,18 +424,18 @@ class Client:
             digest = asks.get()
             with self._lock:
                 t, reach = self._flying[digest]
-                self._flying[digest] = [t, 0]   # what asks raise while this one is on its way
+                self._flying[digest] = [t, 0]  # what asks raise while this one is on its way
             try:
                 self._ensure(t, reach)
-            except Exception:   # no room, engine away, ...: its requests are computed, and it
-                pass            # is asked for again after ASK_AGAIN_S; this thread must live on
-            else:               # built: asked again (evicted since) once the manifest has shown it
+            except Exception:  # no room, engine away, ...: its requests are computed, and it
+                pass  # is asked for again after ASK_AGAIN_S; this thread must live on
+            else:  # built: asked again (evicted since) once the manifest has shown it
                 with self._lock:
                     self._asks[digest] = (reach or 0, time.monotonic() - ASK_AGAIN_S + ASKED_SHOWN_S)
             with self._lock:
                 later = self._flying[digest][1]
                 if later is None and reach is not None or (later or 0) > (reach or 0):
-                    self._flying[digest][1] = later   # asked further meanwhile: once more, that far
+                    self._flying[digest][1] = later  # asked further meanwhile: once more, that far
                     asks.put(digest)
                 else:
                     del self._flying[digest]
@@ -428,10 +453,17 @@ class Client:
         ``positions`` list of a spec seen before (its table mapped) takes the spec's Handle."""
         pos = body.get("positions") if isinstance(body, Mapping) else None
         key = None
-        if type(pos) is list and pos and type(pos[0]) is int and "table" not in body:   # (names follow the config)
+        if (
+            type(pos) is list and pos and type(pos[0]) is int and "table" not in body
+        ):  # (names follow the config)
             try:
-                key = (family, max_bytes, orjson.dumps({k: v for k, v in body.items() if k != "positions"},
-                                                       option=orjson.OPT_SORT_KEYS))
+                key = (
+                    family,
+                    max_bytes,
+                    orjson.dumps(
+                        {k: v for k, v in body.items() if k != "positions"}, option=orjson.OPT_SORT_KEYS
+                    ),
+                )
             except (TypeError, orjson.JSONEncodeError):
                 key = None
             h = self._handles.get(key) if key is not None else None
@@ -447,8 +479,9 @@ class Client:
             if len(self._handles) >= MAX_HANDLES:
                 self._handles.clear()
             try:
-                self._handles[key] = Handle(self, family, {k: v for k, v in body.items() if k != "positions"},
-                                            max_bytes)
+                self._handles[key] = Handle(
+                    self, family, {k: v for k, v in body.items() if k != "positions"}, max_bytes
+                )
             except (EngineUnavailable, OSError):
                 pass
         return out

@@ -25,7 +25,7 @@ def _have(eng, ct: ConfiguredTable) -> bool:
         if have is None or (not have["pinned"] and have["length"] < ct.table.length):
             return False
         have.update(pinned=True, name=ct.name, spec=ct.spec)
-        eng._note(ct.table.digest)   # (its entry changed: readers are told as of a build)
+        eng._note(ct.table.digest)  # (its entry changed: readers are told as of a build)
         return True
 
 
@@ -51,25 +51,33 @@ def build_configured(eng, tables: list[ConfiguredTable] | None = None) -> None:
     if todo:
         with ThreadPoolExecutor(min(workers(), len(todo)), thread_name_prefix="posenc-build") as pool:
             # largest first: the longest build starts at once instead of ending the start alone
-            futures = {pool.submit(_build, eng, ct): ct for ct in sorted(todo, key=lambda c: -c.table.nbytes())}
+            futures = {
+                pool.submit(_build, eng, ct): ct for ct in sorted(todo, key=lambda c: -c.table.nbytes())
+            }
             for i, fut in enumerate(as_completed(futures), 1):
-                ct, err = futures[fut], fut.result()   # (a table that cannot be built stops the engine)
+                ct, err = futures[fut], fut.result()  # (a table that cannot be built stops the engine)
                 mib = ct.table.nbytes() / 2**20
                 if err is None:
                     built = eng.tables.get(ct.table.digest, {}).get("built_s", 0.0)
-                    eng.log(f"built {ct.name} ({ct.table.family}, {ct.table.length} rows, {mib:.1f} MiB) "
-                            f"in {built:.2f}s [{i}/{len(todo)}]")
+                    eng.log(
+                        f"built {ct.name} ({ct.table.family}, {ct.table.length} rows, {mib:.1f} MiB) "
+                        f"in {built:.2f}s [{i}/{len(todo)}]"
+                    )
                 else:
                     eng.missing.append(ct)
-                    eng.log(f"configured table {ct.name} ({mib:.1f} MiB) not built: {err}; retried while the "
-                            f"engine runs; its requests are computed meanwhile [{i}/{len(todo)}]")
-    with eng.lock:   # the manifest lists configured tables in the config's order (a name's first
-        order = {ct.table.digest: i for i, ct in enumerate(eng.configured)}   # dtype is its default)
+                    eng.log(
+                        f"configured table {ct.name} ({mib:.1f} MiB) not built: {err}; retried while the "
+                        f"engine runs; its requests are computed meanwhile [{i}/{len(todo)}]"
+                    )
+    with eng.lock:  # the manifest lists configured tables in the config's order (a name's first
+        order = {ct.table.digest: i for i, ct in enumerate(eng.configured)}  # dtype is its default)
         eng.tables = dict(sorted(eng.tables.items(), key=lambda kv: order.get(kv[0], len(order))))
         if eng.published:
             eng._write_manifest()
     if tables is None:
         total = sum(e["nbytes"] for e in eng.tables.values())
         adopted = sum(1 for e in eng.tables.values() if e.get("adopted"))
-        eng.log(f"generation {eng.generation}: {len(eng.tables)} tables ({adopted} adopted), "
-                f"{total / 2**20:.1f} MiB in {time.perf_counter() - t0:.2f}s on {workers()} thread(s)")
+        eng.log(
+            f"generation {eng.generation}: {len(eng.tables)} tables ({adopted} adopted), "
+            f"{total / 2**20:.1f} MiB in {time.perf_counter() - t0:.2f}s on {workers()} thread(s)"
+        )

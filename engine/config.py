@@ -21,7 +21,6 @@ writes both into its manifest, and a request may then name the table (``{"table"
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -41,36 +40,71 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "length": DEFAULT_LENGTH,
     "tables": [
         # Llama 2 / Llama 1 / Mistral-v0.1 style: θ = 10000, head_dim 128 (4k context; Mistral 32k)
-        {"name": "llama-2-7b", "family": "rope", "length": 32768,
-         "spec": {"head_dim": 128, "rope_theta": 10000.0}},
+        {
+            "name": "llama-2-7b",
+            "family": "rope",
+            "length": 32768,
+            "spec": {"head_dim": 128, "rope_theta": 10000.0},
+        },
         # Llama 3.1 8B config.json: 128k context
-        {"name": "llama-3.1-8b", "family": "rope",
-         "spec": {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}},
+        {
+            "name": "llama-3.1-8b",
+            "family": "rope",
+            "spec": {
+                "head_dim": 128,
+                "rope_theta": 500000.0,
+                "max_position_embeddings": 131072,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+            },
+        },
         # Qwen2.5 / Mistral-v0.3 style: θ = 1e6 (32k context)
-        {"name": "qwen2.5-7b", "family": "rope", "length": 32768,
-         "spec": {"head_dim": 128, "rope_theta": 1000000.0}},
+        {
+            "name": "qwen2.5-7b",
+            "family": "rope",
+            "length": 32768,
+            "spec": {"head_dim": 128, "rope_theta": 1000000.0},
+        },
         # Pythia 6.9B (GPT-NeoX): rotary_pct 0.25 of head_dim 128 (2k context)
-        {"name": "pythia-6.9b", "family": "rope", "length": 8192,
-         "spec": {"head_dim": 128, "rope_theta": 10000.0, "partial_rotary_factor": 0.25}},
+        {
+            "name": "pythia-6.9b",
+            "family": "rope",
+            "length": 8192,
+            "spec": {"head_dim": 128, "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        },
         # Qwen2.5-VL's multimodal RoPE (mrope_section [16, 24, 24]) reads the qwen2.5-7b table above:
         # same frequencies, its columns gathered per axis. FLUX.1 (axes_dims_rope [16, 56, 56],
         # θ 10000, interleaved): text ids are 0 and image ids the latent patch grid (64-128 per side).
-        {"name": "flux.1", "family": "rope", "length": 4096,
-         "spec": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"}},
+        {
+            "name": "flux.1",
+            "family": "rope",
+            "length": 4096,
+            "spec": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"},
+        },
         # SD3 / SD3.5's PatchEmbed: a pos_embed_max_size 192 grid with base_size 128 // 2, stored as
         # two 192-row axis tables
-        {"name": "sd3-grid", "family": "sinusoidal-grid",
-         "spec": {"embed_dim": 1536, "grid_size": 192, "base_size": 64}},
+        {
+            "name": "sd3-grid",
+            "family": "sinusoidal-grid",
+            "spec": {"embed_dim": 1536, "grid_size": 192, "base_size": 64},
+        },
         # Transformer-base/big, BERT-size and large encoders (512-8192 positions); interleaved and
         # concat share a table
-        *({"name": f"sinusoidal-{d}", "family": "sinusoidal", "length": 8192, "spec": {"d_model": d}}
-          for d in (512, 768, 1024)),
+        *(
+            {"name": f"sinusoidal-{d}", "family": "sinusoidal", "length": 8192, "spec": {"d_model": d}}
+            for d in (512, 768, 1024)
+        ),
         # ALiBi head counts of BLOOM-560m (16), MPT-7B (32), BLOOM-7b1 (32), 12 (BERT-size), 8, 64;
         # distances up to 64k (MPT-StoryWriter's 65k context)
-        *({"name": f"alibi-{h}", "family": "alibi", "length": 65536, "spec": {"num_heads": h}}
-          for h in (8, 12, 16, 32, 64)),
+        *(
+            {"name": f"alibi-{h}", "family": "alibi", "length": 65536, "spec": {"num_heads": h}}
+            for h in (8, 12, 16, 32, 64)
+        ),
         # T5 encoder (bidirectional) and decoder (unidirectional) defaults
         {"name": "t5-encoder", "family": "t5-buckets", "spec": {"bidirectional": True}},
         {"name": "t5-decoder", "family": "t5-buckets", "spec": {"bidirectional": False}},
@@ -82,12 +116,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
 class ConfiguredTable:
     name: str
     table: TableDef
-    spec: dict          # the canonical spec fields of the entry (Family.spec_json)
+    spec: dict  # the canonical spec fields of the entry (Family.spec_json)
 
 
 class TableList(list):
     """The configured tables (a list of ConfiguredTable), and the config's ``on_demand_length``:
     the longest the engine builds a table that requests ask for (sized to the rows they read)."""
+
     on_demand_length: int = DEFAULT_LENGTH
 
 
@@ -101,7 +136,7 @@ def _read_json(path: str, loc: tuple, what: str, allowed=jsonread.in_table_hf_co
     try:
         with open(path, "rb") as f:
             return jsonread.loads(f.read(), allowed)
-    except SpecError:            # a NaN outside the model configs: at its path
+    except SpecError:  # a NaN outside the model configs: at its path
         raise
     except OSError as e:
         raise SpecError(loc, f"cannot read {what} {path}: {e.strerror}") from None
@@ -116,7 +151,9 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
         if entry.get("spec") is not None:
             raise SpecError((*loc, "spec"), "give either spec or hf_config, not both")
         if isinstance(cfg, str):
-            cfg = _read_json(os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config", jsonread.anywhere)
+            cfg = _read_json(
+                os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config", jsonread.anywhere
+            )
         try:
             derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
             try:
@@ -131,8 +168,10 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
     require_object(spec_json, (*loc, "spec"))
     for sel_name in (*fam.selection_fields, "dtype"):
         if sel_name in spec_json:
-            raise SpecError((*loc, "spec", sel_name),
-                            "not part of a table spec (selections come with requests; dtypes go in 'dtypes')")
+            raise SpecError(
+                (*loc, "spec", sel_name),
+                "not part of a table spec (selections come with requests; dtypes go in 'dtypes')",
+            )
     try:
         return fam.parse_spec(spec_json)
     except SpecError as e:
@@ -143,7 +182,9 @@ def parse_config(cfg, base_dir: str = ".") -> TableList:
     require_object(cfg)
     refuse_unknown(cfg, ("length", "on_demand_length", "tables"))
     length = req_int(cfg, "length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH)
-    on_demand = req_int(cfg, "on_demand_length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH)
+    on_demand = req_int(
+        cfg, "on_demand_length", (), lo=1, hi=MAX_LENGTH, required=False, default=DEFAULT_LENGTH
+    )
     tables = cfg.get("tables")
     if not isinstance(tables, list):
         raise SpecError(("tables",), "must be a list of {family, spec, dtypes?, length?, name?}")
@@ -172,7 +213,7 @@ def parse_config(cfg, base_dir: str = ".") -> TableList:
         name = entry.get("name") or f"{family}-{i}"
         if not isinstance(name, str):
             raise SpecError((*loc, "name"), "must be a string")
-        if name in names:   # requests name tables: one name, one spec
+        if name in names:  # requests name tables: one name, one spec
             raise SpecError((*loc, "name"), f"{name!r} already names tables[{names[name]}]")
         names[name] = i
         for dt in dts:

@@ -18,7 +18,7 @@ FLOAT32, FLOAT16, BFLOAT16 = "float32", "float16", "bfloat16"
 DTYPES: dict[str, np.dtype] = {
     FLOAT32: np.dtype(np.float32),
     FLOAT16: np.dtype(np.float16),
-    BFLOAT16: np.dtype(np.uint16),   # bit patterns: numpy has no bfloat16
+    BFLOAT16: np.dtype(np.uint16),  # bit patterns: numpy has no bfloat16
 }
 DEFAULT_DTYPE = FLOAT32
 

@@ -8,7 +8,7 @@ safetensors, and as a 0-d string array ``spec`` in npz."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import orjson
@@ -18,8 +18,11 @@ from .dtypes import BFLOAT16, bf16_bits_to_f32
 from .tables.base import canonical
 
 # format name -> media type (the service negotiates Accept against these)
-CONTENT_TYPES = {"json": "application/json", "safetensors": "application/x-safetensors",
-                 "npz": "application/x-npz"}
+CONTENT_TYPES = {
+    "json": "application/json",
+    "safetensors": "application/x-safetensors",
+    "npz": "application/x-npz",
+}
 _JSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -31,8 +34,16 @@ def bf16_names(family, arrays: Mapping, dtype: str | None) -> frozenset:
 def as_arrays(family, result: Mapping, dtype: str | None):
     """A result as named numpy arrays for a file: scalars become 0-d float64 arrays, the spec a
     0-d string array of its JSON; returns (arrays, names of arrays holding bfloat16 bit patterns)."""
-    arrays = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, float) else
-                  np.asarray(canonical(v)) if isinstance(v, Mapping) else v) for k, v in result.items()}
+    arrays = {
+        k: (
+            np.asarray(v, dtype=np.float64)
+            if isinstance(v, float)
+            else np.asarray(canonical(v))
+            if isinstance(v, Mapping)
+            else v
+        )
+        for k, v in result.items()
+    }
     return arrays, bf16_names(family, arrays, dtype)
 
 
@@ -63,5 +74,7 @@ def encode(family, result: dict, dtype: str | None, fmt: str) -> tuple[bytes, st
     shown = result.get("spec")
     if shown is not None:
         result = {k: v for k, v in result.items() if k != "spec"}
-    return (formats.to_safetensors(result, bf16_names(family, result, dtype), family.answer_metadata(shown)),
-            CONTENT_TYPES["safetensors"])
+    return (
+        formats.to_safetensors(result, bf16_names(family, result, dtype), family.answer_metadata(shown)),
+        CONTENT_TYPES["safetensors"],
+    )

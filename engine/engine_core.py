@@ -29,19 +29,30 @@ import time
 
 import orjson
 
-from . import adopt, built_by, coldstart, engine_socket, fdpass, kernels, logs, proclife, settings, store, upkeep
-from .keeper import KeeperLink
+from . import (
+    adopt,
+    built_by,
+    coldstart,
+    engine_socket,
+    fdpass,
+    kernels,
+    logs,
+    proclife,
+    settings,
+    store,
+    upkeep,
+)
 from .config import ConfiguredTable, load_config
 from .engine_stats import BuildStats
 from .errors import EngineRunning, NotStored, SpecError
+from .keeper import KeeperLink
 from .tables import TableDef
 from .tables.base import DEFAULT_LENGTH, on_demand_length
 
-
 _log = logging.getLogger("posenc.engine")
-FD_RESERVE = 256   # descriptors the engine keeps for its socket's connections and its files
-CHANGES_KEPT = 4096   # changes remembered past one per table (``changes``: older asks get a reset)
-MAX_CHANGES = 250     # entries one ``changes`` reply carries at most (more: a reset, then ``manifest``)
+FD_RESERVE = 256  # descriptors the engine keeps for its socket's connections and its files
+CHANGES_KEPT = 4096  # changes remembered past one per table (``changes``: older asks get a reset)
+MAX_CHANGES = 250  # entries one ``changes`` reply carries at most (more: a reset, then ``manifest``)
 
 
 def log(msg: str) -> None:
@@ -54,10 +65,10 @@ class EngineOptions:
     shm_dir: str = "/dev/shm"
     namespace: str = "posenc"
     memory_budget_bytes: int = 2 * 2**30
-    length: int = DEFAULT_LENGTH      # the longest on-demand table (the config's on_demand_length)
+    length: int = DEFAULT_LENGTH  # the longest on-demand table (the config's on_demand_length)
     group: str | None = None
-    verify_interval_s: float = 60.0   # full checksum sweep period (engine/upkeep.py); 0: never
-    keeper_fd: int | None = None      # posenc serve's keeper (engine/keeper.py), None: no keeper
+    verify_interval_s: float = 60.0  # full checksum sweep period (engine/upkeep.py); 0: never
+    keeper_fd: int | None = None  # posenc serve's keeper (engine/keeper.py), None: no keeper
 
 
 class Engine:
@@ -68,20 +79,21 @@ class Engine:
         self.mode, self.gid = 0o600, None
         if opts.group is not None:
             import grp
+
             self.gid = grp.getgrnam(opts.group).gr_gid if not opts.group.isdigit() else int(opts.group)
             self.mode = 0o640
         self.lock = threading.Lock()
-        self.stats = BuildStats()   # builds and evictions, in the manifest (engine/engine_stats.py)
+        self.stats = BuildStats()  # builds and evictions, in the manifest (engine/engine_stats.py)
         self.tables: dict[str, dict] = {}
-        self.fds: dict[str, int] = {}              # digest -> the sealed segment's descriptor
+        self.fds: dict[str, int] = {}  # digest -> the sealed segment's descriptor
         self.keeper = KeeperLink(opts.keeper_fd)
         # one descriptor per table: at most this many, the rest kept for the socket's connections
         self.max_tables = max(16, proclife.descriptors() - FD_RESERVE)
         self.inflight: dict[str, threading.Event] = {}
         self.build_errors: dict[str, BaseException] = {}
         self.builds: dict[str, int] = {}
-        self.defs = adopt.AdoptedDefs()            # digest -> what it was built from (for repairs)
-        self.missing: list[ConfiguredTable] = []   # configured tables that did not fit (retried)
+        self.defs = adopt.AdoptedDefs()  # digest -> what it was built from (for repairs)
+        self.missing: list[ConfiguredTable] = []  # configured tables that did not fit (retried)
         self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
         # the manifest's sequence number: one more per table published, replaced or dropped
@@ -90,12 +102,12 @@ class Engine:
         self.seq, self.floor, self.named_seq = 0, 0, 0
         self.changes: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._configured_digests = {c.table.digest for c in tables}
-        self._log_fd: int | None = None   # the table log, appended to (O_APPEND)
+        self._log_fd: int | None = None  # the table log, appended to (O_APPEND)
         self._log_lines = 0
         self._lock_fd = None
         self._server = None
         self.published = False  # no manifest until every configured table is built
-        self.closing = False    # set by shutdown: builds still running then are discarded
+        self.closing = False  # set by shutdown: builds still running then are discarded
 
     # -- paths ------------------------------------------------------------------------------
     def _p(self, fn):
@@ -110,17 +122,19 @@ class Engine:
         except BlockingIOError:
             os.close(fd)
             holder = (store.read_head(self.opts.shm_dir, self.opts.namespace) or {}).get("pid", "?")
-            raise EngineRunning(f"an engine (pid {holder}) already serves namespace {self.opts.namespace!r} "
-                                f"in {self.opts.shm_dir}") from None
+            raise EngineRunning(
+                f"an engine (pid {holder}) already serves namespace {self.opts.namespace!r} "
+                f"in {self.opts.shm_dir}"
+            ) from None
         self._lock_fd = fd
         try:
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())
-        except OSError:   # a full directory: the lock holds without the pid in it
+        except OSError:  # a full directory: the lock holds without the pid in it
             pass
         # Generations only grow, also across restarts: readers compare them.
         self.generation = time.time_ns() // 1000
-        adopt.adopt(self, log)   # what the keeper held of a dead engine is kept; leftover files go
+        adopt.adopt(self, log)  # what the keeper held of a dead engine is kept; leftover files go
         self.stats.adopted(self.tables)
 
     log = staticmethod(log)
@@ -130,21 +144,32 @@ class Engine:
         wait in ``missing`` and are retried while the engine runs (engine/coldstart.py)."""
         coldstart.build_configured(self, tables)
 
-    def _build(self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0,
-               spec: dict | None = None) -> dict:
-        if self.closing:   # no build starts once shutdown began
+    def _build(
+        self, t: TableDef, pinned: bool, name: str | None = None, rev: int = 0, spec: dict | None = None
+    ) -> dict:
+        if self.closing:  # no build starts once shutdown began
             raise NotStored("the engine is stopping")
         t0 = time.perf_counter()
         # the segment's name: unique per build, so readers see a rebuilt table is another one
         seg = f"{self.opts.namespace}.seg.{self.generation}.{t.digest}" + (f"-{rev}" if rev else "")
         fd, info = store.create_segment(seg, t.layout(), t.fill)
-        entry = {"key": t.key, "family": t.family, "dtype": t.dtype, "length": t.length,
-                 "file": seg, "pinned": pinned, "name": name or t.family,
-                 "built_s": round(time.perf_counter() - t0, 4), "rev": rev, "last_used": time.time(), **info}
-        if spec is not None:   # a configured table: requests may name it ({"table": name})
+        entry = {
+            "key": t.key,
+            "family": t.family,
+            "dtype": t.dtype,
+            "length": t.length,
+            "file": seg,
+            "pinned": pinned,
+            "name": name or t.family,
+            "built_s": round(time.perf_counter() - t0, 4),
+            "rev": rev,
+            "last_used": time.time(),
+            **info,
+        }
+        if spec is not None:  # a configured table: requests may name it ({"table": name})
             entry["spec"] = spec
         with self.lock:
-            if self.closing:   # shut down while this was being built: it must not outlive us
+            if self.closing:  # shut down while this was being built: it must not outlive us
                 os.close(fd)
                 raise NotStored("the engine is stopping")
             self._hold(t.digest, entry, fd)
@@ -204,13 +229,29 @@ class Engine:
         """The manifest less its tables (the caller holds the lock): the head file's content.
         ``named`` lists every configured table by name, stored or not (a table that did not fit is
         still answered by name: computed)."""
-        return {"format": store.MANIFEST_FORMAT, "namespace": self.opts.namespace, "pid": os.getpid(),
-                "generation": self.generation, "socket": os.path.basename(self._p(store.socket_path)),
-                "log": os.path.basename(self._p(store.log_path)),
-                "backend": kernels.info(), "budget": self.opts.memory_budget_bytes,
-                "on_demand_length": self.opts.length, "built_by": built_by.current(), "stats": self.stats.last,
-                "named": [{"name": c.name, "family": c.table.family, "spec": c.spec, "digest": c.table.digest,
-                           "stored": c.table.digest in self.tables} for c in self.configured]}
+        return {
+            "format": store.MANIFEST_FORMAT,
+            "namespace": self.opts.namespace,
+            "pid": os.getpid(),
+            "generation": self.generation,
+            "socket": os.path.basename(self._p(store.socket_path)),
+            "log": os.path.basename(self._p(store.log_path)),
+            "backend": kernels.info(),
+            "budget": self.opts.memory_budget_bytes,
+            "on_demand_length": self.opts.length,
+            "built_by": built_by.current(),
+            "stats": self.stats.last,
+            "named": [
+                {
+                    "name": c.name,
+                    "family": c.table.family,
+                    "spec": c.spec,
+                    "digest": c.table.digest,
+                    "stored": c.table.digest in self.tables,
+                }
+                for c in self.configured
+            ],
+        }
 
     def manifest(self) -> dict:
         """The whole manifest (the caller holds the lock): what the socket's ``manifest`` answers,
@@ -260,7 +301,7 @@ class Engine:
         if self._manifest_pending or self._log_fd is None or self._log_lines > 2 * len(self.tables) + 1024:
             return self._write_manifest()
         try:
-            if os.fstat(self._log_fd).st_nlink == 0:   # unlinked (or replaced) by someone else: write it anew
+            if os.fstat(self._log_fd).st_nlink == 0:  # unlinked (or replaced) by someone else: write it anew
                 return self._write_manifest()
             store.write_all(self._log_fd, store.log_line(self.seq, digest, entry, self.stats.last))
             self._log_lines += 1
@@ -276,8 +317,13 @@ class Engine:
         self.stats.update(self.tables)
         try:
             self._manifest_pending = False
-            fd = store.write_file(self._p(store.log_path), store.log_snapshot(
-                self.generation, self.seq, self.tables, self.stats.last), self.mode, self.gid, keep_open=True)
+            fd = store.write_file(
+                self._p(store.log_path),
+                store.log_snapshot(self.generation, self.seq, self.tables, self.stats.last),
+                self.mode,
+                self.gid,
+                keep_open=True,
+            )
             if self._log_fd is not None:
                 os.close(self._log_fd)
             self._log_fd, self._log_lines = fd, len(self.tables) + 2
@@ -307,24 +353,37 @@ class Engine:
         # a configured table still waiting for room is built as itself (pinned, named, its length),
         # not as an on-demand table that its next retry would have to adopt
         ct = next((c for c in self.missing if c.table.digest == t.digest), None)
-        t = ct.table if ct is not None else dataclasses.replace(
-            t, length=t.fam.stored_length(t.spec, on_demand_length(reach, self.opts.length)))
+        t = (
+            ct.table
+            if ct is not None
+            else dataclasses.replace(
+                t, length=t.fam.stored_length(t.spec, on_demand_length(reach, self.opts.length))
+            )
+        )
 
         def room():
             if t.nbytes() > self.opts.memory_budget_bytes:
-                raise NotStored(f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
-                                f"({self.opts.memory_budget_bytes} bytes)")
+                raise NotStored(
+                    f"table of {t.nbytes()} bytes exceeds the engine's memory budget "
+                    f"({self.opts.memory_budget_bytes} bytes)"
+                )
             upkeep.make_room(self, t.nbytes())
-        for _ in range(8):   # another ask may be building it shorter: then it grows after that
+
+        for _ in range(8):  # another ask may be building it shorter: then it grows after that
             with self.lock:
                 have = self.tables.get(t.digest)
                 if have is not None and self._holds(have, t):
-                    have["last_used"] = time.time()   # (least recently asked: evicted first)
+                    have["last_used"] = time.time()  # (least recently asked: evicted first)
                     return t.digest, have
             was = have and have["length"]
-            if self._build_once(t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec):
-                log(f"built on demand: {t.key} ({t.length} rows, {t.nbytes() / 2**20:.1f} MiB)"
-                    + (f", grown from {was}" if was else "") + (f", the configured table {ct.name}" if ct else ""))
+            if self._build_once(
+                t, pinned=ct is not None, before=room, name=ct and ct.name, spec=ct and ct.spec
+            ):
+                log(
+                    f"built on demand: {t.key} ({t.length} rows, {t.nbytes() / 2**20:.1f} MiB)"
+                    + (f", grown from {was}" if was else "")
+                    + (f", the configured table {ct.name}" if ct else "")
+                )
                 if ct is not None:
                     with self.lock:
                         self.missing = [c for c in self.missing if c is not ct]
@@ -336,8 +395,9 @@ class Engine:
         computed), on-demand ones must be at least as long as the ask."""
         return entry["pinned"] or entry["length"] >= t.length
 
-    def _build_once(self, t: TableDef, pinned: bool, name: str | None = None, before=None,
-                    spec: dict | None = None) -> bool:
+    def _build_once(
+        self, t: TableDef, pinned: bool, name: str | None = None, before=None, spec: dict | None = None
+    ) -> bool:
         """Build ``t`` unless a table that holds it is there (a shorter on-demand one is rebuilt
         at ``t``'s length under a new file name); concurrent asks (on demand, or the retry of a
         configured table) wait on one build. True if this call built it. No room: NotStored."""
@@ -360,8 +420,13 @@ class Engine:
                 before()
             try:
                 rev = old.get("rev", 0) + 1 if old is not None else 0
-                self._build(t, pinned=pinned or bool(old and old["pinned"]), name=name or (old and old["name"]),
-                            spec=spec or (old and old.get("spec")), rev=rev)
+                self._build(
+                    t,
+                    pinned=pinned or bool(old and old["pinned"]),
+                    name=name or (old and old["name"]),
+                    spec=spec or (old and old.get("spec")),
+                    rev=rev,
+                )
             except Exception as e:
                 if not upkeep.is_resource_error(e):
                     raise
@@ -391,7 +456,7 @@ class Engine:
             if self.missing and time.monotonic() >= self._retry_at:
                 self._retry_at = time.monotonic() + 5.0
                 self.build_configured(self.missing)
-        except Exception as e:   # upkeep must never stop an engine that serves
+        except Exception as e:  # upkeep must never stop an engine that serves
             log(f"upkeep failed, retried shortly: {type(e).__name__}: {e}")
 
     _retry_at = 0.0
@@ -401,14 +466,14 @@ class Engine:
         with self.lock:
             self.closing, self.published = True, False
             building = list(self.inflight.values())
-        deadline = time.monotonic() + 5.0   # builds in progress end (and discard themselves) first
+        deadline = time.monotonic() + 5.0  # builds in progress end (and discard themselves) first
         for ev in building:
             ev.wait(max(0.0, deadline - time.monotonic()))
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         self._remove_files()
-        with self.lock:   # (a build still running discards its segment when it ends: closing is set)
+        with self.lock:  # (a build still running discards its segment when it ends: closing is set)
             fdpass.close_all(self.fds.values())
             self.fds.clear()
             if self._log_fd is not None:
@@ -421,19 +486,20 @@ class Engine:
             self._lock_fd = None
         log("stopped; shared memory removed")
 
-
     def _remove_files(self) -> None:
         for p in self._p(store.our_files):
             if p != self._p(store.lock_path):
                 store.unlink(p)
 
 
-def run(tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False) -> int:
+def run(
+    tables_path: str | None, opts: EngineOptions, ready_fd: int | None = None, parent_watch: bool = False
+) -> int:
     """Run an engine until SIGTERM or SIGINT (or, with ``parent_watch``, its parent's death);
     ``ready_fd`` gets "ready" once the first manifest is out."""
     logs.configure(settings.current().log_format, _log.name)
-    stop: list[int] = []   # no Event: its set() in a handler deadlocks if the signal lands while
-                           # this thread holds the Event's lock (seen: an engine hung after SIGTERM)
+    stop: list[int] = []  # no Event: its set() in a handler deadlocks if the signal lands while
+    # this thread holds the Event's lock (seen: an engine hung after SIGTERM)
 
     def on_signal(signum, frame):
         stop.append(signum)

@@ -39,12 +39,12 @@ from .errors import NotStored, SpecError
 # Every worker, gRPC process and reader may connect at once: the kernel caps this at
 # net.core.somaxconn (4096 on current kernels)
 BACKLOG = max(1024, socket.SOMAXCONN)
-MAX_LINE = 1 << 20        # bytes of one ask (a table key with a longrope factor list is well under)
-MAX_CONNECTIONS = 16384   # connections held at once (past it a new one is closed at once)
-FAST_THREADS = 4          # ping, stats, manifest, open: answered at once
-SLOW_THREADS = 16         # ensure, verify: may wait for a build or a sweep
-ACCEPT_PAUSE_S = 0.05    # accepting pauses this long when the engine has no descriptor left
-SEND_TIMEOUT_S = 10.0     # a reply the asker does not read within this is dropped with its connection
+MAX_LINE = 1 << 20  # bytes of one ask (a table key with a longrope factor list is well under)
+MAX_CONNECTIONS = 16384  # connections held at once (past it a new one is closed at once)
+FAST_THREADS = 4  # ping, stats, manifest, open: answered at once
+SLOW_THREADS = 16  # ensure, verify: may wait for a build or a sweep
+ACCEPT_PAUSE_S = 0.05  # accepting pauses this long when the engine has no descriptor left
+SEND_TIMEOUT_S = 10.0  # a reply the asker does not read within this is dropped with its connection
 
 
 def answer(engine, msg: dict) -> dict:
@@ -54,15 +54,21 @@ def answer(engine, msg: dict) -> dict:
         return {"ok": True, "pid": os.getpid(), "generation": engine.generation}
     if op == "stats":
         with engine.lock:
-            return {"ok": True, "builds": dict(engine.builds), "generation": engine.generation,
-                    "tables": len(engine.tables), "stats": engine.stats.last, "pid": os.getpid()}
+            return {
+                "ok": True,
+                "builds": dict(engine.builds),
+                "generation": engine.generation,
+                "tables": len(engine.tables),
+                "stats": engine.stats.last,
+                "pid": os.getpid(),
+            }
     if op == "manifest":
         with engine.lock:
             return {"ok": True, "manifest": engine.manifest()}
-    if op == "changes":   # the tables changed since the asker's manifest (docs/shm-format.md)
+    if op == "changes":  # the tables changed since the asker's manifest (docs/shm-format.md)
         with engine.lock:
             return engine.changes_since(msg.get("since"), msg.get("generation"))
-    if op == "verify":   # a full check now (a reader found a checksum that does not match)
+    if op == "verify":  # a full check now (a reader found a checksum that does not match)
         return {"ok": True, **engine.sweep.run(checksum=True)}
     if op == "ensure":
         try:
@@ -80,7 +86,7 @@ def reply_to(engine, line: bytes) -> tuple[dict, list[int]]:
     is not JSON, or JSON but not an object, is a 400, never an exception."""
     try:
         msg = json.loads(line)
-    except ValueError as e:   # (UnicodeDecodeError included)
+    except ValueError as e:  # (UnicodeDecodeError included)
         return {"ok": False, "status": 400, "error": f"not a JSON line: {e}"}, []
     if not isinstance(msg, dict):
         return {"ok": False, "status": 400, "error": f"an ask is a JSON object, got {type(msg).__name__}"}, []
@@ -94,9 +100,16 @@ def reply_to(engine, line: bytes) -> tuple[dict, list[int]]:
 
 def _open(engine, digests) -> tuple[dict, list[int]]:
     """The reply to ``open`` and the descriptors to attach (duplicates, the caller closes them)."""
-    if (not isinstance(digests, list) or len(digests) > fdpass.MAX_FDS
-            or not all(isinstance(d, str) for d in digests)):
-        return {"ok": False, "status": 400, "error": f"digests must be a list of at most {fdpass.MAX_FDS} strings"}, []
+    if (
+        not isinstance(digests, list)
+        or len(digests) > fdpass.MAX_FDS
+        or not all(isinstance(d, str) for d in digests)
+    ):
+        return {
+            "ok": False,
+            "status": 400,
+            "error": f"digests must be a list of at most {fdpass.MAX_FDS} strings",
+        }, []
     tables, fds = engine.segment_fds(digests)
     return {"ok": True, "tables": tables, "generation": engine.generation}, fds
 
@@ -127,14 +140,14 @@ class _Server:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._back: list[_Conn] = []      # connections answered, to be read again
+        self._back: list[_Conn] = []  # connections answered, to be read again
         self._back_lock = threading.Lock()
         self._fast = ThreadPoolExecutor(FAST_THREADS, thread_name_prefix="posenc-socket-ask")
         self._slow = ThreadPoolExecutor(SLOW_THREADS, thread_name_prefix="posenc-socket-build")
         self._conns: set[_Conn] = set()
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self._accept_at: float | None = None   # accepting paused (no descriptor left) until then
+        self._accept_at: float | None = None  # accepting paused (no descriptor left) until then
 
     # -- the selector thread --------------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.2) -> None:
@@ -155,12 +168,12 @@ class _Server:
             self._stopped.set()
 
     def _accept(self) -> None:
-        for _ in range(256):   # a burst at once, then the others get their turn
+        for _ in range(256):  # a burst at once, then the others get their turn
             try:
                 sock, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:    # EMFILE and the like: accepting pauses (the askers wait in the backlog)
+            except OSError:  # EMFILE and the like: accepting pauses (the askers wait in the backlog)
                 self._pause_accept()
                 return
             if len(self._conns) >= MAX_CONNECTIONS:
@@ -190,7 +203,7 @@ class _Server:
             return
         except OSError:
             chunk = b""
-        if not chunk:   # the asker closed (or reset) its end
+        if not chunk:  # the asker closed (or reset) its end
             self._close(c)
             return
         c.buf += chunk
@@ -209,7 +222,7 @@ class _Server:
             self._unwatch(c)
             self._fast.submit(self._refuse, c)
             return
-        line, c.buf = c.buf[:end + 1], c.buf[end + 1:]
+        line, c.buf = c.buf[: end + 1], c.buf[end + 1 :]
         self._unwatch(c)
         slow = b'"ensure"' in line or b'"verify"' in line
         (self._slow if slow else self._fast).submit(self._answer, c, line)
@@ -226,7 +239,7 @@ class _Server:
         with self._back_lock:
             back, self._back = self._back, []
         for c in back:
-            if c.sock.fileno() < 0:   # refused or dropped: closed by the pool thread
+            if c.sock.fileno() < 0:  # refused or dropped: closed by the pool thread
                 self._conns.discard(c)
                 continue
             try:
@@ -234,7 +247,7 @@ class _Server:
             except (KeyError, ValueError, OSError):
                 self._close(c)
                 continue
-            self._next(c)   # a line that came with the last one
+            self._next(c)  # a line that came with the last one
 
     def _close(self, c: _Conn) -> None:
         self._unwatch(c)
@@ -247,11 +260,11 @@ class _Server:
     # -- pool threads ---------------------------------------------------------------------------
     def _send(self, c: _Conn, reply: dict, fds) -> bool:
         try:
-            c.sock.settimeout(SEND_TIMEOUT_S)   # an asker that does not read cannot hold a thread
+            c.sock.settimeout(SEND_TIMEOUT_S)  # an asker that does not read cannot hold a thread
             fdpass.send_line(c.sock, reply, fds)
             c.sock.setblocking(False)
             return True
-        except OSError:   # the asker died while waiting, or stopped reading
+        except OSError:  # the asker died while waiting, or stopped reading
             return False
 
     def _answer(self, c: _Conn, line: bytes) -> None:
@@ -264,7 +277,7 @@ class _Server:
 
     def _refuse(self, c: _Conn) -> None:
         self._send(c, {"ok": False, "status": 413, "error": f"a line over {MAX_LINE} bytes"}, ())
-        self._hand_back(c, False)   # the rest of that line cannot be told from a next one: closed
+        self._hand_back(c, False)  # the rest of that line cannot be told from a next one: closed
 
     def _hand_back(self, c: _Conn, keep: bool) -> None:
         if not keep:
@@ -277,7 +290,7 @@ class _Server:
             self._back.append(c)
         try:
             self._wake_w.send(b"x")
-        except (BlockingIOError, OSError):   # a wake-up is pending already (or we are closing)
+        except (BlockingIOError, OSError):  # a wake-up is pending already (or we are closing)
             pass
 
     # -- what the engine calls ------------------------------------------------------------------
@@ -298,7 +311,7 @@ class _Server:
         self.sel.close()
 
 
-def serve(engine) -> "_Server":
+def serve(engine) -> _Server:
     """Listen on the engine's socket, answering every connection from one selector thread and
     two bounded pools; the server (its ``shutdown`` and ``server_close`` stop it)."""
     path = store.socket_path(engine.opts.shm_dir, engine.opts.namespace)
@@ -310,6 +323,7 @@ def serve(engine) -> "_Server":
         os.umask(old)
     if engine.gid is not None:
         os.chown(path, -1, engine.gid)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                     daemon=True, name="posenc-socket").start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="posenc-socket"
+    ).start()
     return server

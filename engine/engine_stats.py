@@ -14,7 +14,7 @@ BUILD_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 class BuildStats:
     def __init__(self):
-        self.seen: dict[str, str] = {}   # digest -> file at the last manifest
+        self.seen: dict[str, str] = {}  # digest -> file at the last manifest
         self.builds = self.evictions = 0
         self.counts = [0] * (len(BUILD_BUCKETS_S) + 1)
         self.seconds = 0.0
@@ -56,5 +56,11 @@ class BuildStats:
         self.last = self.figures()
 
     def figures(self) -> dict:
-        return {"builds": self.builds, "evictions": self.evictions, "adopted": self.adopted_tables, "build_seconds_sum": round(self.seconds, 6),
-                "build_seconds_buckets": list(BUILD_BUCKETS_S), "build_seconds_counts": list(self.counts)}
+        return {
+            "builds": self.builds,
+            "evictions": self.evictions,
+            "adopted": self.adopted_tables,
+            "build_seconds_sum": round(self.seconds, 6),
+            "build_seconds_buckets": list(BUILD_BUCKETS_S),
+            "build_seconds_counts": list(self.counts),
+        }

@@ -14,8 +14,12 @@ log = logging.getLogger("posenc.service")
 class PosencError(Exception):
     status = 500
     # The JSON schema of the response body (OpenAPI components, service/front/openapi.py).
-    schema = {"type": "object", "required": ["detail"], "additionalProperties": False,
-              "properties": {"detail": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "required": ["detail"],
+        "additionalProperties": False,
+        "properties": {"detail": {"type": "string"}},
+    }
 
     def detail(self):
         """The response body's ``detail`` (docs/reference.md, "Errors and statuses"): the message,
@@ -33,13 +37,34 @@ class SpecError(PosencError, ValueError):
     ``("rope_scaling", "factor")``; it becomes FastAPI's ``detail[].loc`` after ``"body"``."""
 
     status = 422
-    schema = {"type": "object", "required": ["detail"], "additionalProperties": False, "properties": {"detail": {
-        "type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["type", "loc", "msg"], "additionalProperties": False,
-            "properties": {"type": {"type": "string", "description": "e.g. value_error, json_invalid, dict_type"},
-                           "loc": {"type": "array", "items": {"type": ["string", "integer"]},
-                                   "description": "'body', then the path of the field whose value must change"},
-                           "msg": {"type": "string"}}}}}}
+    schema = {
+        "type": "object",
+        "required": ["detail"],
+        "additionalProperties": False,
+        "properties": {
+            "detail": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["type", "loc", "msg"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "type": {
+                            "type": "string",
+                            "description": "e.g. value_error, json_invalid, dict_type",
+                        },
+                        "loc": {
+                            "type": "array",
+                            "items": {"type": ["string", "integer"]},
+                            "description": "'body', then the path of the field whose value must change",
+                        },
+                        "msg": {"type": "string"},
+                    },
+                },
+            }
+        },
+    }
 
     def __init__(self, loc, msg: str, kind: str = "value_error"):
         if isinstance(loc, str):

@@ -11,8 +11,8 @@ import json
 import os
 import socket
 
-MAX_FDS = 250           # descriptors in one message (the kernel's SCM_MAX_FD is 253)
-MAX_PACKET = 1 << 20    # the largest keeper message (one manifest entry and its descriptor)
+MAX_FDS = 250  # descriptors in one message (the kernel's SCM_MAX_FD is 253)
+MAX_PACKET = 1 << 20  # the largest keeper message (one manifest entry and its descriptor)
 
 
 def close_all(fds) -> None:
@@ -47,7 +47,7 @@ def recv_line(sock: socket.socket) -> tuple[dict, list[int]]:
     while not data.endswith(b"\n"):
         chunk, got, flags, _ = socket.recv_fds(sock, 1 << 16, MAX_FDS)
         fds += _private(got)
-        if flags & socket.MSG_CTRUNC:   # (never with MAX_FDS a message: the sender is not ours)
+        if flags & socket.MSG_CTRUNC:  # (never with MAX_FDS a message: the sender is not ours)
             close_all(fds)
             raise EOFError("descriptors were cut off")
         if not chunk:

@@ -8,7 +8,8 @@ unknown fields are refused. Every failure raises SpecError naming the field's pa
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import SpecError
 
@@ -95,8 +96,11 @@ def req_choice(obj, key, loc, choices, default):
     if v is None:
         return default
     if not isinstance(v, str) or v not in choices:
-        raise SpecError((*loc, key), f"must be one of {', '.join(map(repr, choices))}, got {json_repr(v)}",
-                        "literal_error")
+        raise SpecError(
+            (*loc, key),
+            f"must be one of {', '.join(map(repr, choices))}, got {json_repr(v)}",
+            "literal_error",
+        )
     return v
 
 

@@ -14,15 +14,22 @@ from __future__ import annotations
 import io
 import json
 import struct
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from .dtypes import BFLOAT16
 
 _KIND = {"f": "float32", "e": "float16", "d": "float64", "i": "int32", "H": "uint16"}
-_ST_DTYPES = {"float32": "F32", "float16": "F16", BFLOAT16: "BF16", "int32": "I32",
-              "float64": "F64", "int64": "I64", "uint16": "U16"}
+_ST_DTYPES = {
+    "float32": "F32",
+    "float16": "F16",
+    BFLOAT16: "BF16",
+    "int32": "I32",
+    "float64": "F64",
+    "int64": "I64",
+    "uint16": "U16",
+}
 
 
 _HEADERS: dict = {}  # (names, shapes, kinds, metadata) -> header bytes: hot responses repeat shapes
@@ -44,8 +51,11 @@ def safetensors_parts(arrays: Mapping, bf16: set = frozenset(), metadata: Mappin
         header, offset = {}, 0
         for (name, shape, _, is_bf16), a in zip(key, bufs):
             kind = BFLOAT16 if is_bf16 else _KIND.get(a.dtype.char) or a.dtype.name
-            header[name] = {"dtype": _ST_DTYPES[kind], "shape": list(shape),
-                            "data_offsets": [offset, offset + a.nbytes]}
+            header[name] = {
+                "dtype": _ST_DTYPES[kind],
+                "shape": list(shape),
+                "data_offsets": [offset, offset + a.nbytes],
+            }
             offset += a.nbytes
         if metadata:
             header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
@@ -75,8 +85,8 @@ def _as_array(v) -> np.ndarray:
 def to_safetensors(arrays: Mapping, bf16: set = frozenset(), metadata: Mapping | None = None) -> bytes:
     head, bufs = safetensors_parts(arrays, bf16, metadata)
     try:
-        return b"".join([head, *bufs])   # join takes any C-contiguous buffer
-    except (BufferError, TypeError, ValueError):   # a strided view: copy it (keeping 0-d shapes)
+        return b"".join([head, *bufs])  # join takes any C-contiguous buffer
+    except (BufferError, TypeError, ValueError):  # a strided view: copy it (keeping 0-d shapes)
         return b"".join([head, *(b if b.flags.c_contiguous else b.copy(order="C") for b in bufs)])
 
 
@@ -91,7 +101,7 @@ def read_safetensors(data: bytes) -> tuple[dict, dict]:
     """Reference reader (tests and the Python client): (arrays, {name: dtype name}); the dtype
     name says "bfloat16" where the array is uint16 bits."""
     (n,) = struct.unpack_from("<Q", data, 0)
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     header.pop("__metadata__", None)
     inv = {v: k for k, v in _ST_DTYPES.items()}
     out, kinds = {}, {}
@@ -99,7 +109,8 @@ def read_safetensors(data: bytes) -> tuple[dict, dict]:
         kind = inv[info["dtype"]]
         dt = np.uint16 if kind == BFLOAT16 else np.dtype(kind)
         b, e = info["data_offsets"]
-        out[name] = np.frombuffer(data, dtype=dt, count=(e - b) // np.dtype(dt).itemsize,
-                                  offset=8 + n + b).reshape(info["shape"])
+        out[name] = np.frombuffer(
+            data, dtype=dt, count=(e - b) // np.dtype(dt).itemsize, offset=8 + n + b
+        ).reshape(info["shape"])
         kinds[name] = kind
     return out, kinds

@@ -32,7 +32,8 @@ The record of each model type, and ``derive`` which picks it by ``model_type``, 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import SpecError
 from .fields import is_int, json_repr, req_int, require_object
@@ -40,13 +41,13 @@ from .tables.rope import HALF_SPLIT
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
-PER_HEAD = "/head_dim"   # a legacy key that holds a rotary width, not a fraction
+PER_HEAD = "/head_dim"  # a legacy key that holds a rotary width, not a fraction
 
 
 @dataclasses.dataclass
 class Derived:
-    fields: dict          # the family's spec fields
-    origin: dict          # spec field -> its location in the request
+    fields: dict  # the family's spec fields
+    origin: dict  # spec field -> its location in the request
 
     def relocate(self, e: SpecError) -> SpecError:
         """The family parser's error, moved to the config key the value came from."""
@@ -85,7 +86,9 @@ class Config:
         k = self.key(name)
         v = req_int({k: self.get(name)}, k, LOC, lo=lo, required=False)
         if v is None:
-            raise SpecError(self.loc(name), "field required (this model type has no default for it)", "missing")
+            raise SpecError(
+                self.loc(name), "field required (this model type has no default for it)", "missing"
+            )
         return v
 
     def block(self, name: str) -> Mapping | None:
@@ -119,17 +122,17 @@ class RopeModel:
     """How one model type's config gives its RoPE (the reading most models share; see the module
     docstring). Fields are transformers' facts for that model type."""
 
-    source: str                                   # the transformers file whose code this follows
-    defaults: Mapping = dataclasses.field(default_factory=dict)   # class defaults of the keys read
-    aliases: Mapping = dataclasses.field(default_factory=dict)    # attribute_map
-    default_theta: float = 10000.0                # RotaryEmbeddingConfigMixin.default_theta
-    theta_key: str = "rope_theta"                 # the top-level θ (GPT-NeoX: rotary_emb_base)
-    partial_key: str = "partial_rotary_factor"    # the top-level fraction (GPT-NeoX: rotary_pct)
-    partial_default: float | None = None          # BC default of the fraction (Phi 0.5, StableLM 0.25)
-    default_partial: bool = False                 # compute_default_rope_parameters honours the fraction
-    layout: str = HALF_SPLIT                      # the pairing of the cos/sin its rotary embedding returns
+    source: str  # the transformers file whose code this follows
+    defaults: Mapping = dataclasses.field(default_factory=dict)  # class defaults of the keys read
+    aliases: Mapping = dataclasses.field(default_factory=dict)  # attribute_map
+    default_theta: float = 10000.0  # RotaryEmbeddingConfigMixin.default_theta
+    theta_key: str = "rope_theta"  # the top-level θ (GPT-NeoX: rotary_emb_base)
+    partial_key: str = "partial_rotary_factor"  # the top-level fraction (GPT-NeoX: rotary_pct)
+    partial_default: float | None = None  # BC default of the fraction (Phi 0.5, StableLM 0.25)
+    default_partial: bool = False  # compute_default_rope_parameters honours the fraction
+    layout: str = HALF_SPLIT  # the pairing of the cos/sin its rotary embedding returns
     head_dim: Callable[[Config], tuple] = standard_head_dim
-    type_aliases: Mapping = dataclasses.field(default_factory=dict)   # model-specific rope_type renames
+    type_aliases: Mapping = dataclasses.field(default_factory=dict)  # model-specific rope_type renames
     # The config class's own rope_parameters when a config gives none (flat, or one per layer type):
     # what transformers' __post_init__ fills in. A top-level θ still wins over its rope_theta.
     default_rope: Mapping | None = None
@@ -140,7 +143,7 @@ class RopeModel:
     # Multi-axis RoPE (Qwen-VL's mrope_section in the rope parameters): None when the rotary class
     # has one axis, else whether it deals the frequencies interleaved (Qwen3-VL) or in sections.
     mrope_interleaved: bool | None = None
-    mrope_default: tuple | None = None   # the class's own mrope_section when the config gives none
+    mrope_default: tuple | None = None  # the class's own mrope_section when the config gives none
     # A heterogeneous config (transformers' per_layer_config: Gemma 4's full-attention layers have
     # their own head_dim): a layer type is read with the overrides of its first layer.
     per_layer: bool = False
@@ -184,8 +187,10 @@ class RopeModel:
     def derive(self, raw: Mapping, layer_type: str | None) -> Derived:
         raw, where_text = self.text_config(raw)
         d = self.derive_text(raw, layer_type)
-        if where_text != LOC:            # the text config's keys sit under text_path
-            d.origin = {k: (*where_text, *v[len(LOC):]) if v[:len(LOC)] == LOC else v for k, v in d.origin.items()}
+        if where_text != LOC:  # the text config's keys sit under text_path
+            d.origin = {
+                k: (*where_text, *v[len(LOC) :]) if v[: len(LOC)] == LOC else v for k, v in d.origin.items()
+            }
         return d
 
     @staticmethod
@@ -217,8 +222,12 @@ class RopeModel:
             sub = raw.get(key)
             where = (*where, key)
             if sub is None:
-                raise SpecError(where, "field required: the text model's config, which holds its rope "
-                                       "parameters (or send that config by itself)", "missing")
+                raise SpecError(
+                    where,
+                    "field required: the text model's config, which holds its rope "
+                    "parameters (or send that config by itself)",
+                    "missing",
+                )
             raw = require_object(sub, where)
         return raw, where
 
@@ -229,8 +238,12 @@ class RopeModel:
         self.check(cfg)
         block, where = self.rope_block(cfg, layer_type)
         if self.head_dim_saved and cfg.get("head_dim") is None:
-            raise SpecError(cfg.loc("head_dim"), "field required: this model's config class computes it by a rule "
-                                                 "of its own; send the config as transformers saves it", "missing")
+            raise SpecError(
+                cfg.loc("head_dim"),
+                "field required: this model's config class computes it by a rule "
+                "of its own; send the config as transformers saves it",
+                "missing",
+            )
         head_dim, hd_loc = self.head_dim(cfg)
         fields = {"head_dim": head_dim, "layout": self.layout}
         origin = {"head_dim": hd_loc, "rope_scaling": where, "layout": (*LOC, "model_type")}
@@ -244,28 +257,33 @@ class RopeModel:
                 origin["mrope_interleaved"] = (*LOC, "model_type")
         theta_key, theta_default = self.theta_fallback(layer_type)
         given = self.config_gives_rope(cfg)
-        entry = {} if given else self.default_entry(layer_type)    # the class's own rope parameters
-        top = cfg.raw if theta_key is not None else {}             # no top-level θ for this layer type
-        theta, origin["rope_theta"] = first(("rope_theta", block, where), (theta_key or "rope_theta", top, LOC),
-                                            default=entry.get("rope_theta", theta_default))
+        entry = {} if given else self.default_entry(layer_type)  # the class's own rope parameters
+        top = cfg.raw if theta_key is not None else {}  # no top-level θ for this layer type
+        theta, origin["rope_theta"] = first(
+            ("rope_theta", block, where),
+            (theta_key or "rope_theta", top, LOC),
+            default=entry.get("rope_theta", theta_default),
+        )
         fields["rope_theta"] = theta
         pkey, per_head = self.partial_source(layer_type)
         top = cfg.raw if pkey is not None else {}
-        prf, origin["partial_rotary_factor"] = first(("partial_rotary_factor", block, where),
-                                                     (pkey or "partial_rotary_factor", top, LOC),
-                                                     default=entry.get("partial_rotary_factor", self.partial_default))
+        prf, origin["partial_rotary_factor"] = first(
+            ("partial_rotary_factor", block, where),
+            (pkey or "partial_rotary_factor", top, LOC),
+            default=entry.get("partial_rotary_factor", self.partial_default),
+        )
         if per_head and block.get("partial_rotary_factor") is None and cfg.raw.get(pkey) is not None:
             if not is_int(prf) or prf < 2:
                 raise SpecError((*LOC, pkey), f"must be an integer >= 2, got {json_repr(prf)}")
-            prf = prf / head_dim          # a rotary width (MiniMax-M2's rotary_dim): its fraction
+            prf = prf / head_dim  # a rotary width (MiniMax-M2's rotary_dim): its fraction
         rope_type = self.rope_type(block)
         if rope_type == "default" and not self.default_partial:
-            prf = None                   # Llama's default frequencies span the whole head
+            prf = None  # Llama's default frequencies span the whole head
         if prf is not None:
             fields["partial_rotary_factor"] = prf
         rt = ROPE_TYPES.get(rope_type) if isinstance(rope_type, str) else None
         scaling = {"rope_type": rope_type}
-        if rt is not None:               # an unknown type goes on alone, for the parser to name
+        if rt is not None:  # an unknown type goes on alone, for the parser to name
             scaling.update((k, v) for k, v in block.items() if k in rt.keys and v is not None)
             if rt.uses_original and cfg.get("original_max_position_embeddings") is not None:
                 fields["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings")
@@ -285,9 +303,13 @@ class RopeModel:
 
     def partial_source(self, layer_type: str | None) -> tuple[str | None, bool]:
         """(top-level key of the fraction, whether it holds a rotary width to divide by head_dim)."""
-        key = self.legacy.get(layer_type or "", {}).get("partial_rotary_factor") if self.legacy else self.partial_key
+        key = (
+            self.legacy.get(layer_type or "", {}).get("partial_rotary_factor")
+            if self.legacy
+            else self.partial_key
+        )
         if key is not None and key.endswith(PER_HEAD):
-            return key[:-len(PER_HEAD)], True
+            return key[: -len(PER_HEAD)], True
         return key, False
 
     def rope_type(self, block: Mapping) -> Any:
@@ -319,8 +341,9 @@ def layer_entry(block: Mapping, where: tuple, layer_type: str | None) -> tuple[d
     """The entry of a per-layer-type block that ``layer_type`` names (SpecError at layer_type)."""
     names = ", ".join(block)
     if layer_type is None:
-        raise SpecError(("layer_type",), f"required: this config has rope parameters per layer type ({names})",
-                        "missing")
+        raise SpecError(
+            ("layer_type",), f"required: this config has rope parameters per layer type ({names})", "missing"
+        )
     if layer_type not in block:
         raise SpecError(("layer_type",), f"must be one of {names}, got {json_repr(layer_type)}")
     return dict(require_object(block[layer_type], (*where, layer_type))), (*where, layer_type)
@@ -332,11 +355,17 @@ def layer_overrides(raw: Mapping, layer_type: str) -> Mapping:
     per, types = raw.get("per_layer_config"), raw.get("layer_types")
     if per is None or types is None:
         missing = "per_layer_config" if per is None else "layer_types"
-        raise SpecError((*LOC, missing), "field required: this model's layers differ by type (their head_dim); "
-                                         "send the config as transformers saves it", "missing")
+        raise SpecError(
+            (*LOC, missing),
+            "field required: this model's layers differ by type (their head_dim); "
+            "send the config as transformers saves it",
+            "missing",
+        )
     per = require_object(per, (*LOC, "per_layer_config"))
     if not isinstance(types, list) or layer_type not in types:
-        raise SpecError(("layer_type",), f"names no layer of this config's layer_types, got {json_repr(layer_type)}")
+        raise SpecError(
+            ("layer_type",), f"names no layer of this config's layer_types, got {json_repr(layer_type)}"
+        )
     first = types.index(layer_type)
     for key, over in per.items():
         if str(key).lstrip("0") == str(first).lstrip("0"):
@@ -347,8 +376,11 @@ def layer_overrides(raw: Mapping, layer_type: str) -> Mapping:
 def check_flat_layer_type(cfg: Config, layer_type: str | None) -> None:
     """One rope block serves every layer: a layer_type may only name one of the config's own."""
     if layer_type is not None and layer_type not in (cfg.raw.get("layer_types") or ()):
-        raise SpecError(("layer_type",), "this config has one set of rope parameters for every layer; "
-                                         "layer_type is only for a per-layer-type rope_parameters")
+        raise SpecError(
+            ("layer_type",),
+            "this config has one set of rope parameters for every layer; "
+            "layer_type is only for a per-layer-type rope_parameters",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,5 +403,7 @@ class AlibiModel:
         if not used:
             raise SpecError(where, "this config does not use ALiBi (its positions are rotary or learned)")
         max_bias, where = self.max_bias(cfg)
-        return Derived({"num_heads": cfg.int("num_attention_heads"), "max_bias": max_bias},
-                       {"num_heads": cfg.loc("num_attention_heads"), "max_bias": where})
+        return Derived(
+            {"num_heads": cfg.int("num_attention_heads"), "max_bias": max_bias},
+            {"num_heads": cfg.loc("num_attention_heads"), "max_bias": where},
+        )

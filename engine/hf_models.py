@@ -16,13 +16,22 @@ import dataclasses
 import functools
 import json
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from . import hf_fixed, hf_vision
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
-from . import hf_fixed, hf_vision
-from .hf_config import (LOC, AlibiModel, Config, Derived, RopeModel, check_flat_layer_type, key_head_dim,
-                        split_head_dim)
+from .hf_config import (
+    LOC,
+    AlibiModel,
+    Config,
+    Derived,
+    RopeModel,
+    check_flat_layer_type,
+    key_head_dim,
+    split_head_dim,
+)
 from .tables.rope import INTERLEAVED
 
 
@@ -33,8 +42,10 @@ class FalconRope(RopeModel):
 
     def check(self, cfg):
         if cfg.get("alibi", False) is not False:
-            raise SpecError(cfg.loc("alibi"), "this Falcon config uses ALiBi, not rotary positions "
-                                              "(alibi: true); ask /v1/alibi")
+            raise SpecError(
+                cfg.loc("alibi"),
+                "this Falcon config uses ALiBi, not rotary positions (alibi: true); ask /v1/alibi",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +54,12 @@ class PerLayerTypeRope(RopeModel):
     transformers 4 form gives ``rope_theta`` (full attention, default 1e6), ``rope_local_base_freq``
     (sliding attention, default 1e4) and ``rope_scaling``, which applies to full attention only."""
 
-    layer_thetas: Mapping = dataclasses.field(default_factory=lambda: {
-        "full_attention": ("rope_theta", 1_000_000.0), "sliding_attention": ("rope_local_base_freq", 10_000.0)})
+    layer_thetas: Mapping = dataclasses.field(
+        default_factory=lambda: {
+            "full_attention": ("rope_theta", 1_000_000.0),
+            "sliding_attention": ("rope_local_base_freq", 10_000.0),
+        }
+    )
 
     def rope_block(self, cfg, layer_type):
         rp = cfg.block("rope_parameters") or {}
@@ -58,10 +73,15 @@ class PerLayerTypeRope(RopeModel):
             entries["full_attention"].update(legacy)
             where["full_attention"] = cfg.loc("rope_scaling")
         if layer_type is None:
-            raise SpecError(("layer_type",), "required: this config has rope parameters per layer type ("
-                                             f"{', '.join(entries)})", "missing")
+            raise SpecError(
+                ("layer_type",),
+                f"required: this config has rope parameters per layer type ({', '.join(entries)})",
+                "missing",
+            )
         if layer_type not in entries:
-            raise SpecError(("layer_type",), f"must be one of {', '.join(entries)}, got {json_repr(layer_type)}")
+            raise SpecError(
+                ("layer_type",), f"must be one of {', '.join(entries)}, got {json_repr(layer_type)}"
+            )
         return entries[layer_type], where[layer_type]
 
     def theta_fallback(self, layer_type):
@@ -80,17 +100,33 @@ class FixedTableRope(RopeModel):
         check_flat_layer_type(cfg, layer_type)
         head_dim, hd_loc = split_head_dim(cfg)
         if "rotary_dim" in raw and raw["rotary_dim"] is None:
-            raise SpecError(cfg.loc("rotary_dim"), "null: GPT-J then rotates hidden_size dims per head, "
-                                                   "more than a head holds; give the rotary width")
+            raise SpecError(
+                cfg.loc("rotary_dim"),
+                "null: GPT-J then rotates hidden_size dims per head, "
+                "more than a head holds; give the rotary width",
+            )
         r = cfg.int("rotary_dim")
         if r > head_dim:
-            raise SpecError(cfg.loc("rotary_dim"), f"must be <= head_dim = n_embd // n_head = {head_dim}, got {r}")
-        fields = {"head_dim": head_dim, "partial_rotary_factor": r / head_dim, "rope_theta": 10000.0,
-                  "layout": self.layout, "max_position_embeddings": cfg.int("max_position_embeddings")}
-        if int(head_dim * (r / head_dim)) != r:     # the fraction does not round-trip: give d itself
+            raise SpecError(
+                cfg.loc("rotary_dim"), f"must be <= head_dim = n_embd // n_head = {head_dim}, got {r}"
+            )
+        fields = {
+            "head_dim": head_dim,
+            "partial_rotary_factor": r / head_dim,
+            "rope_theta": 10000.0,
+            "layout": self.layout,
+            "max_position_embeddings": cfg.int("max_position_embeddings"),
+        }
+        if int(head_dim * (r / head_dim)) != r:  # the fraction does not round-trip: give d itself
             fields.update(head_dim=r, partial_rotary_factor=1.0)
-        return Derived(fields, {"head_dim": hd_loc, "partial_rotary_factor": cfg.loc("rotary_dim"),
-                                "max_position_embeddings": cfg.loc("max_position_embeddings")})
+        return Derived(
+            fields,
+            {
+                "head_dim": hd_loc,
+                "partial_rotary_factor": cfg.loc("rotary_dim"),
+                "max_position_embeddings": cfg.loc("max_position_embeddings"),
+            },
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,10 +147,15 @@ class PhimoeRope(RopeModel):
         short, long = block.get("short_mscale"), block.get("long_mscale")
         for key, v in (("short_mscale", short), ("long_mscale", long)):
             if not is_number(v):
-                raise SpecError((*where, key), f"must be a number (PhimoeConfig requires it), got {json_repr(v)}")
+                raise SpecError(
+                    (*where, key), f"must be a number (PhimoeConfig requires it), got {json_repr(v)}"
+                )
         if long != short:
-            raise SpecError((*where, "long_mscale"), f"differs from short_mscale ({short}): the scale would "
-                                                     "switch with the sequence length, which a spec cannot say")
+            raise SpecError(
+                (*where, "long_mscale"),
+                f"differs from short_mscale ({short}): the scale would "
+                "switch with the sequence length, which a spec cannot say",
+            )
         if "short_factor" in scaling:
             scaling["long_factor"] = scaling["short_factor"]
         scaling["attention_factor"] = short
@@ -153,7 +194,7 @@ def _sizes(hidden: int, heads: int, max_pos: int, **more) -> dict:
     return {"hidden_size": hidden, "num_attention_heads": heads, "max_position_embeddings": max_pos, **more}
 
 
-_NEOX = dict(default_partial=True)   # compute_default_rope_parameters honours partial_rotary_factor
+_NEOX = dict(default_partial=True)  # compute_default_rope_parameters honours partial_rotary_factor
 # DeepseekV2Config / DeepseekV3Config.__post_init__: head_dim = qk_rope_head_dim (the rotated part of
 # each query/key head; the rest, qk_nope_head_dim, has no positions)
 _QK_ROPE = key_head_dim("qk_rope_head_dim")
@@ -161,8 +202,11 @@ _QK_ROPE = key_head_dim("qk_rope_head_dim")
 MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     "llama": {"rope": _llama_like("llama", "Llama", defaults=_sizes(4096, 32, 2048))},
     "mistral": {"rope": _llama_like("mistral", "Mistral", defaults=_sizes(4096, 32, 131072))},
-    "mixtral": {"rope": _llama_like("mixtral", "Mixtral", defaults=_sizes(4096, 32, 131072),
-                                    default_theta=1_000_000.0)},
+    "mixtral": {
+        "rope": _llama_like(
+            "mixtral", "Mixtral", defaults=_sizes(4096, 32, 131072), default_theta=1_000_000.0
+        )
+    },
     "qwen2": {"rope": _llama_like("qwen2", "Qwen2", defaults=_sizes(4096, 32, 32768))},
     "qwen2_moe": {"rope": _llama_like("qwen2_moe", "Qwen2Moe", defaults=_sizes(2048, 16, 32768))},
     "qwen3": {"rope": _llama_like("qwen3", "Qwen3", defaults=_sizes(4096, 32, 32768, head_dim=128))},
@@ -170,67 +214,159 @@ MODELS: dict[str, dict[str, RopeModel | AlibiModel]] = {
     "phi": {"rope": _llama_like("phi", "Phi", defaults=_sizes(2048, 32, 2048), partial_default=0.5, **_NEOX)},
     # Phi3Config renames legacy "su" and "yarn" to longrope, and its top-level
     # original_max_position_embeddings (class default 4096) overrides the one inside.
-    "phi3": {"rope": _llama_like("phi3", "Phi3", defaults=_sizes(3072, 32, 4096, original_max_position_embeddings=4096),
-                                 type_aliases={"su": "longrope", "yarn": "longrope"}, **_NEOX)},
-    "phimoe": {"rope": PhimoeRope(source="models/phimoe/modeling_phimoe.py (PhimoeRotaryEmbedding)",
-                                  defaults=_sizes(4096, 32, 131072), default_theta=1_000_000.0)},
+    "phi3": {
+        "rope": _llama_like(
+            "phi3",
+            "Phi3",
+            defaults=_sizes(3072, 32, 4096, original_max_position_embeddings=4096),
+            type_aliases={"su": "longrope", "yarn": "longrope"},
+            **_NEOX,
+        )
+    },
+    "phimoe": {
+        "rope": PhimoeRope(
+            source="models/phimoe/modeling_phimoe.py (PhimoeRotaryEmbedding)",
+            defaults=_sizes(4096, 32, 131072),
+            default_theta=1_000_000.0,
+        )
+    },
     "gemma": {"rope": _llama_like("gemma", "Gemma", defaults=_sizes(3072, 16, 8192, head_dim=256))},
     "gemma2": {"rope": _llama_like("gemma2", "Gemma2", defaults=_sizes(2304, 8, 8192, head_dim=256))},
-    "gemma3_text": {"rope": PerLayerTypeRope(source="models/gemma3/modeling_gemma3.py (Gemma3RotaryEmbedding)",
-                                             defaults=_sizes(2304, 8, 131072, head_dim=256))},
+    "gemma3_text": {
+        "rope": PerLayerTypeRope(
+            source="models/gemma3/modeling_gemma3.py (Gemma3RotaryEmbedding)",
+            defaults=_sizes(2304, 8, 131072, head_dim=256),
+        )
+    },
     # GPTNeoXConfig reads θ from rotary_emb_base and the fraction from rotary_pct (default 0.25)
-    "gpt_neox": {"rope": _llama_like("gpt_neox", "GPTNeoX", defaults=_sizes(6144, 64, 2048), theta_key="rotary_emb_base",
-                                     partial_key="rotary_pct", partial_default=0.25, **_NEOX)},
-    "gptj": {"rope": FixedTableRope(source="models/gptj/modeling_gptj.py (GPTJRotaryEmbedding, "
-                                           "create_sinusoidal_positions)",
-                                    aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
-                                             "max_position_embeddings": "n_positions"},
-                                    defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
+    "gpt_neox": {
+        "rope": _llama_like(
+            "gpt_neox",
+            "GPTNeoX",
+            defaults=_sizes(6144, 64, 2048),
+            theta_key="rotary_emb_base",
+            partial_key="rotary_pct",
+            partial_default=0.25,
+            **_NEOX,
+        )
+    },
+    "gptj": {
+        "rope": FixedTableRope(
+            source="models/gptj/modeling_gptj.py (GPTJRotaryEmbedding, create_sinusoidal_positions)",
+            aliases={
+                "hidden_size": "n_embd",
+                "num_attention_heads": "n_head",
+                "max_position_embeddings": "n_positions",
+            },
+            defaults=_sizes(4096, 16, 2048, rotary_dim=64),
+            layout=INTERLEAVED,
+        )
+    },
     # CodeGen's rotary embedding and attention are GPT-J's (create_sinusoidal_positions, rotary_dim)
-    "codegen": {"rope": FixedTableRope(source="models/codegen/modeling_codegen.py (CodeGenRotaryEmbedding, "
-                                              "create_sinusoidal_positions)",
-                                       aliases={"hidden_size": "n_embd", "num_attention_heads": "n_head",
-                                                "max_position_embeddings": "n_positions"},
-                                       defaults=_sizes(4096, 16, 2048, rotary_dim=64), layout=INTERLEAVED)},
-    "stablelm": {"rope": _llama_like("stablelm", "StableLm", defaults=_sizes(2560, 32, 4096), partial_default=0.25,
-                                     **_NEOX)},
+    "codegen": {
+        "rope": FixedTableRope(
+            source="models/codegen/modeling_codegen.py (CodeGenRotaryEmbedding, create_sinusoidal_positions)",
+            aliases={
+                "hidden_size": "n_embd",
+                "num_attention_heads": "n_head",
+                "max_position_embeddings": "n_positions",
+            },
+            defaults=_sizes(4096, 16, 2048, rotary_dim=64),
+            layout=INTERLEAVED,
+        )
+    },
+    "stablelm": {
+        "rope": _llama_like(
+            "stablelm", "StableLm", defaults=_sizes(2560, 32, 4096), partial_default=0.25, **_NEOX
+        )
+    },
     "starcoder2": {"rope": _llama_like("starcoder2", "Starcoder2", defaults=_sizes(3072, 24, 4096))},
     "olmo": {"rope": _llama_like("olmo", "Olmo", defaults=_sizes(4096, 32, 2048))},
     "olmo2": {"rope": _llama_like("olmo2", "Olmo2", defaults=_sizes(4096, 32, 2048))},
     # CohereRotaryEmbedding: repeat_interleave(freqs, 2) instead of cat -> pairs (2k, 2k+1)
-    "cohere": {"rope": _llama_like("cohere", "Cohere", defaults=_sizes(8192, 64, 8192), default_theta=500_000.0,
-                                   layout=INTERLEAVED)},
+    "cohere": {
+        "rope": _llama_like(
+            "cohere", "Cohere", defaults=_sizes(8192, 64, 8192), default_theta=500_000.0, layout=INTERLEAVED
+        )
+    },
     # DeepseekV2RotaryEmbedding returns polar(1, freqs) (half width, complex); apply_rotary_emb
     # pairs (2k, 2k+1) through view_as_complex: interleaved
-    "deepseek_v2": {"rope": _llama_like("deepseek_v2", "DeepseekV2", defaults=_sizes(4096, 32, 2048, qk_rope_head_dim=64),
-                                        head_dim=_QK_ROPE, layout=INTERLEAVED)},
+    "deepseek_v2": {
+        "rope": _llama_like(
+            "deepseek_v2",
+            "DeepseekV2",
+            defaults=_sizes(4096, 32, 2048, qk_rope_head_dim=64),
+            head_dim=_QK_ROPE,
+            layout=INTERLEAVED,
+        )
+    },
     # DeepseekV3RotaryEmbedding returns Llama's half-split cos/sin; with rope_interleave the
     # attention de-interleaves q and k itself (apply_rotary_pos_emb_interleave)
-    "deepseek_v3": {"rope": _llama_like("deepseek_v3", "DeepseekV3",
-                                        defaults=_sizes(7168, 128, 4096, qk_rope_head_dim=64),
-                                        head_dim=_QK_ROPE)},
+    "deepseek_v3": {
+        "rope": _llama_like(
+            "deepseek_v3",
+            "DeepseekV3",
+            defaults=_sizes(7168, 128, 4096, qk_rope_head_dim=64),
+            head_dim=_QK_ROPE,
+        )
+    },
     "granite": {"rope": _llama_like("granite", "Granite", defaults=_sizes(4096, 32, 2048))},
     "falcon": {
-        "rope": FalconRope(source="models/falcon/modeling_falcon.py (FalconRotaryEmbedding)",
-                           aliases={"hidden_size": "n_embed"}, defaults=_sizes(4544, 71, 2048), head_dim=split_head_dim),
+        "rope": FalconRope(
+            source="models/falcon/modeling_falcon.py (FalconRotaryEmbedding)",
+            aliases={"hidden_size": "n_embed"},
+            defaults=_sizes(4544, 71, 2048),
+            head_dim=split_head_dim,
+        ),
         # build_alibi_tensor (Falcon's copy casts the slopes to bfloat16; posenc's are exact)
-        "alibi": AlibiModel(source="models/falcon/modeling_falcon.py (build_alibi_tensor)",
-                            defaults={"num_attention_heads": 71}, uses=_falcon_uses)},
-    "bloom": {"alibi": AlibiModel(source="models/bloom/modeling_bloom.py (build_alibi_tensor, _get_alibi_slopes)",
-                                  aliases={"num_attention_heads": "n_head"}, defaults={"num_attention_heads": 8})},
-    "mpt": {"alibi": AlibiModel(source="models/mpt/modeling_mpt.py (build_mpt_alibi_tensor)",
-                                aliases={"num_attention_heads": "n_heads"}, defaults={"num_attention_heads": 16},
-                                uses=_mpt_uses, max_bias=_mpt_max_bias)},
+        "alibi": AlibiModel(
+            source="models/falcon/modeling_falcon.py (build_alibi_tensor)",
+            defaults={"num_attention_heads": 71},
+            uses=_falcon_uses,
+        ),
+    },
+    "bloom": {
+        "alibi": AlibiModel(
+            source="models/bloom/modeling_bloom.py (build_alibi_tensor, _get_alibi_slopes)",
+            aliases={"num_attention_heads": "n_head"},
+            defaults={"num_attention_heads": 8},
+        )
+    },
+    "mpt": {
+        "alibi": AlibiModel(
+            source="models/mpt/modeling_mpt.py (build_mpt_alibi_tensor)",
+            aliases={"num_attention_heads": "n_heads"},
+            defaults={"num_attention_heads": 16},
+            uses=_mpt_uses,
+            max_bias=_mpt_max_bias,
+        )
+    },
 }
 
 
 # One config per family for the docs (Llama 3.1 8B's and MPT-7B's positional keys, as published).
 EXAMPLES = {
-    "rope": {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-             "max_position_embeddings": 131072, "rope_theta": 500000.0,
-             "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                              "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
-    "alibi": {"model_type": "mpt", "d_model": 4096, "n_heads": 32, "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+    "rope": {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+    },
+    "alibi": {
+        "model_type": "mpt",
+        "d_model": 4096,
+        "n_heads": 32,
+        "attn_config": {"alibi": True, "alibi_bias_max": 8},
+    },
 }
 
 
@@ -238,15 +374,15 @@ MODELS.update(hf_vision.MODELS)
 EXAMPLES.update(hf_vision.EXAMPLES)
 MODELS.update(hf_fixed.MODELS)
 EXAMPLES.update(hf_fixed.EXAMPLES)
-EXAMPLE_LAYER_TYPES = dict(hf_fixed.EXAMPLE_LAYER_TYPES)   # family -> the layer_type its example needs
-CLASSES = hf_vision.CLASSES    # diffusers configs: by _class_name
+EXAMPLE_LAYER_TYPES = dict(hf_fixed.EXAMPLE_LAYER_TYPES)  # family -> the layer_type its example needs
+CLASSES = hf_vision.CLASSES  # diffusers configs: by _class_name
 
 # The model types above are read by records written for them; every other rotary model type of
 # transformers is read by the shared reading with the facts engine/hf_zoo.json holds for it
 # (generated from transformers' own classes by tests/tools/hf_zoo.py).
 HAND_WRITTEN = frozenset(MODELS)
 ZOO = json.loads((pathlib.Path(__file__).with_name("hf_zoo.json")).read_text())
-UNREAD: dict[str, str] = ZOO["unread"]    # rotary model types posenc does not read, and why
+UNREAD: dict[str, str] = ZOO["unread"]  # rotary model types posenc does not read, and why
 
 
 def _zoo_record(row: dict) -> RopeModel:
@@ -288,9 +424,12 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
         else:
             why = f"{json_repr(mt)} is not a model type posenc knows"
         shown = ", ".join(names) if len(names) <= 40 else f"{', '.join(names[:8])} and {len(names) - 8} more"
-        raise SpecError((*LOC, key), f"{why}; send the {family} spec fields instead of hf_config, or a config "
-                                     f"of a model type posenc reads (GET /v1/models): {shown}",
-                        "missing" if mt is None else "value_error")
+        raise SpecError(
+            (*LOC, key),
+            f"{why}; send the {family} spec fields instead of hf_config, or a config "
+            f"of a model type posenc reads (GET /v1/models): {shown}",
+            "missing" if mt is None else "value_error",
+        )
     return entry[family].derive(config, layer_type)
 
 
@@ -298,9 +437,15 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
 def catalogue() -> bytes:
     """``GET /v1/models``: every model type (and diffusers class) hf_config reads, with the file
     each family's reading follows, and the rotary model types it does not read, with the reason."""
+
     def sources(by):
         return {family: record.source for family, record in by.items()}
-    return json.dumps({"transformers": ZOO["transformers"],
-                       "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
-                       "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
-                       "not_read": dict(sorted(UNREAD.items()))}).encode()
+
+    return json.dumps(
+        {
+            "transformers": ZOO["transformers"],
+            "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
+            "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
+            "not_read": dict(sorted(UNREAD.items())),
+        }
+    ).encode()

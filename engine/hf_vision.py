@@ -8,7 +8,7 @@ file's code does; hf_models.MODELS and hf_models.CLASSES hold them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import SpecError
 from .fields import is_int, json_repr, require_object
@@ -31,11 +31,13 @@ class MropeModel(RopeModel):
         text = raw.get("text_config")
         if text is None:
             return self._derive_text(raw, layer_type, LOC)
-        return self._derive_text(require_object(text, (*LOC, "text_config")), layer_type, (*LOC, "text_config"))
+        return self._derive_text(
+            require_object(text, (*LOC, "text_config")), layer_type, (*LOC, "text_config")
+        )
 
     def _derive_text(self, raw, layer_type, where):
         d = super().derive(raw, layer_type)
-        block = raw.get("rope_scaling") or raw.get("rope_parameters") or {}   # rope_block's order
+        block = raw.get("rope_scaling") or raw.get("rope_parameters") or {}  # rope_block's order
         section = block.get("mrope_section")
         block_loc = d.origin["rope_scaling"]
         d.fields["mrope_section"] = list(self.section_default) if section is None else section
@@ -43,8 +45,10 @@ class MropeModel(RopeModel):
         if self.interleaved:
             d.fields["mrope_interleaved"] = True
             d.origin["mrope_interleaved"] = (*LOC, "model_type")
-        if where != LOC:    # the text config's keys sit under text_config
-            d.origin = {k: (*where, *v[len(LOC):]) if v[:len(LOC)] == LOC else v for k, v in d.origin.items()}
+        if where != LOC:  # the text config's keys sit under text_config
+            d.origin = {
+                k: (*where, *v[len(LOC) :]) if v[: len(LOC)] == LOC else v for k, v in d.origin.items()
+            }
         return d
 
 
@@ -82,9 +86,14 @@ def _vit_mae(cfg):
     # ViTMAEEmbeddings: hidden_size wide, image_size // patch_size per side, one CLS row of zeros
     image, patch = _size(cfg, "image_size"), cfg.int("patch_size")
     grid = image // patch if is_int(image) else [s // patch for s in image]
-    return ({"embed_dim": cfg.int("hidden_size"), "grid_size": grid, "extra_tokens": 1},
-            {"embed_dim": cfg.loc("hidden_size"), "grid_size": cfg.loc("image_size"),
-             "extra_tokens": (*LOC, "model_type")})
+    return (
+        {"embed_dim": cfg.int("hidden_size"), "grid_size": grid, "extra_tokens": 1},
+        {
+            "embed_dim": cfg.loc("hidden_size"),
+            "grid_size": cfg.loc("image_size"),
+            "extra_tokens": (*LOC, "model_type"),
+        },
+    )
 
 
 def _inner_dim(cfg):
@@ -98,19 +107,27 @@ def _sd3(cfg):
     sample, patch = cfg.int("sample_size"), cfg.int("patch_size")
     size = cfg.get("pos_embed_max_size")
     grid = sample // patch if size is None else size
-    return ({"embed_dim": _inner_dim(cfg), "grid_size": grid, "base_size": sample // patch},
-            {"embed_dim": cfg.loc("attention_head_dim"),
-             "grid_size": cfg.loc("pos_embed_max_size" if size is not None else "sample_size"),
-             "base_size": cfg.loc("sample_size")})
+    return (
+        {"embed_dim": _inner_dim(cfg), "grid_size": grid, "base_size": sample // patch},
+        {
+            "embed_dim": cfg.loc("attention_head_dim"),
+            "grid_size": cfg.loc("pos_embed_max_size" if size is not None else "sample_size"),
+            "base_size": cfg.loc("sample_size"),
+        },
+    )
 
 
 def _cogvideox_refuse(cfg):
     if cfg.get("use_rotary_positional_embeddings"):
-        raise SpecError(cfg.loc("use_rotary_positional_embeddings"),
-                        "this CogVideoX config rotates positions (3-D RoPE): it has no sin-cos table")
+        raise SpecError(
+            cfg.loc("use_rotary_positional_embeddings"),
+            "this CogVideoX config rotates positions (3-D RoPE): it has no sin-cos table",
+        )
     if cfg.get("use_learned_positional_embeddings"):
-        raise SpecError(cfg.loc("use_learned_positional_embeddings"),
-                        "this CogVideoX config learns its positional table (loaded from its weights)")
+        raise SpecError(
+            cfg.loc("use_learned_positional_embeddings"),
+            "this CogVideoX config learns its positional table (loaded from its weights)",
+        )
 
 
 def _cogvideox(cfg):
@@ -118,14 +135,22 @@ def _cogvideox(cfg):
     # the compressed frames, after max_text_seq_length zero rows
     p = cfg.int("patch_size")
     frames = (cfg.int("sample_frames") - 1) // cfg.int("temporal_compression_ratio") + 1
-    fields = {"embed_dim": _inner_dim(cfg), "grid_size": [cfg.int("sample_height") // p, cfg.int("sample_width") // p],
-              "temporal_size": frames, "interpolation_scale": cfg.get("spatial_interpolation_scale"),
-              "temporal_interpolation_scale": cfg.get("temporal_interpolation_scale"),
-              "extra_tokens": cfg.get("max_text_seq_length")}
-    return fields, {"embed_dim": cfg.loc("attention_head_dim"), "grid_size": cfg.loc("sample_height"),
-                    "temporal_size": cfg.loc("sample_frames"), "interpolation_scale": cfg.loc("spatial_interpolation_scale"),
-                    "temporal_interpolation_scale": cfg.loc("temporal_interpolation_scale"),
-                    "extra_tokens": cfg.loc("max_text_seq_length")}
+    fields = {
+        "embed_dim": _inner_dim(cfg),
+        "grid_size": [cfg.int("sample_height") // p, cfg.int("sample_width") // p],
+        "temporal_size": frames,
+        "interpolation_scale": cfg.get("spatial_interpolation_scale"),
+        "temporal_interpolation_scale": cfg.get("temporal_interpolation_scale"),
+        "extra_tokens": cfg.get("max_text_seq_length"),
+    }
+    return fields, {
+        "embed_dim": cfg.loc("attention_head_dim"),
+        "grid_size": cfg.loc("sample_height"),
+        "temporal_size": cfg.loc("sample_frames"),
+        "interpolation_scale": cfg.loc("spatial_interpolation_scale"),
+        "temporal_interpolation_scale": cfg.loc("temporal_interpolation_scale"),
+        "extra_tokens": cfg.loc("max_text_seq_length"),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +166,20 @@ class FluxRope:
             raise SpecError(("layer_type",), "this config has no layer types")
         cfg = Config(raw, {}, self.defaults)
         axes = cfg.get("axes_dims_rope")
-        return Derived({"head_dim": cfg.int("attention_head_dim"), "rope_theta": 10000.0,
-                        "axes_dim": list(axes) if isinstance(axes, (list, tuple)) else axes, "layout": INTERLEAVED},
-                       {"head_dim": cfg.loc("attention_head_dim"), "axes_dim": cfg.loc("axes_dims_rope"),
-                        "rope_theta": (*LOC, "_class_name"), "layout": (*LOC, "_class_name")})
+        return Derived(
+            {
+                "head_dim": cfg.int("attention_head_dim"),
+                "rope_theta": 10000.0,
+                "axes_dim": list(axes) if isinstance(axes, (list, tuple)) else axes,
+                "layout": INTERLEAVED,
+            },
+            {
+                "head_dim": cfg.loc("attention_head_dim"),
+                "axes_dim": cfg.loc("axes_dims_rope"),
+                "rope_theta": (*LOC, "_class_name"),
+                "layout": (*LOC, "_class_name"),
+            },
+        )
 
 
 def _qwen(model: str, cls: str, **kw) -> MropeModel:
@@ -153,15 +188,47 @@ def _qwen(model: str, cls: str, **kw) -> MropeModel:
 
 _QWEN_SIZES = {"hidden_size": 8192, "num_attention_heads": 64, "max_position_embeddings": 32768}
 MODELS = {
-    "qwen2_vl": {"rope": _qwen("qwen2_vl", "Qwen2VLRotaryEmbedding", defaults=_QWEN_SIZES, default_theta=1e6,
-                               type_aliases={"mrope": "default"})},
-    "qwen2_5_vl": {"rope": _qwen("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", defaults=_QWEN_SIZES, default_theta=1e6,
-                                 type_aliases={"mrope": "default"})},
-    "qwen3_vl": {"rope": _qwen("qwen3_vl", "Qwen3VLTextRotaryEmbedding", defaults={
-        "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128, "max_position_embeddings": 128000},
-        default_theta=500000.0, type_aliases={"mrope": "default"}, section_default=(24, 20, 20), interleaved=True)},
-    "vit_mae": {"sinusoidal-grid": GridModel("models/vit_mae/modeling_vit_mae.py (ViTMAEEmbeddings)", _vit_mae,
-                                             {"hidden_size": 768, "image_size": 224, "patch_size": 16})},
+    "qwen2_vl": {
+        "rope": _qwen(
+            "qwen2_vl",
+            "Qwen2VLRotaryEmbedding",
+            defaults=_QWEN_SIZES,
+            default_theta=1e6,
+            type_aliases={"mrope": "default"},
+        )
+    },
+    "qwen2_5_vl": {
+        "rope": _qwen(
+            "qwen2_5_vl",
+            "Qwen2_5_VLRotaryEmbedding",
+            defaults=_QWEN_SIZES,
+            default_theta=1e6,
+            type_aliases={"mrope": "default"},
+        )
+    },
+    "qwen3_vl": {
+        "rope": _qwen(
+            "qwen3_vl",
+            "Qwen3VLTextRotaryEmbedding",
+            defaults={
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "head_dim": 128,
+                "max_position_embeddings": 128000,
+            },
+            default_theta=500000.0,
+            type_aliases={"mrope": "default"},
+            section_default=(24, 20, 20),
+            interleaved=True,
+        )
+    },
+    "vit_mae": {
+        "sinusoidal-grid": GridModel(
+            "models/vit_mae/modeling_vit_mae.py (ViTMAEEmbeddings)",
+            _vit_mae,
+            {"hidden_size": 768, "image_size": 224, "patch_size": 16},
+        )
+    },
 }
 # The text configs of the Qwen-VL models read the same way.
 MODELS.update({f"{k}_text": v for k, v in list(MODELS.items()) if k.startswith("qwen")})
@@ -169,18 +236,52 @@ MODELS.update({f"{k}_text": v for k, v in list(MODELS.items()) if k.startswith("
 # diffusers transformer configs, by _class_name (diffusers 0.42, models/transformers/*.py and
 # models/embeddings.py); the defaults are the classes' __init__ defaults.
 CLASSES = {
-    "FluxTransformer2DModel": {"rope": FluxRope("transformer_flux.py (FluxPosEmbed)", {
-        "attention_head_dim": 128, "axes_dims_rope": [16, 56, 56]})},
-    "SD3Transformer2DModel": {"sinusoidal-grid": GridModel(
-        "transformer_sd3.py, embeddings.py (PatchEmbed, get_2d_sincos_pos_embed)", _sd3,
-        {"sample_size": 128, "patch_size": 2, "num_attention_heads": 18, "attention_head_dim": 64,
-         "pos_embed_max_size": 96})},
-    "CogVideoXTransformer3DModel": {"sinusoidal-grid": GridModel(
-        "cogvideox_transformer_3d.py, embeddings.py (CogVideoXPatchEmbed, get_3d_sincos_pos_embed)", _cogvideox,
-        {"num_attention_heads": 30, "attention_head_dim": 64, "sample_width": 90, "sample_height": 60,
-         "sample_frames": 49, "patch_size": 2, "temporal_compression_ratio": 4, "max_text_seq_length": 226,
-         "spatial_interpolation_scale": 1.875, "temporal_interpolation_scale": 1.0}, _cogvideox_refuse)},
+    "FluxTransformer2DModel": {
+        "rope": FluxRope(
+            "transformer_flux.py (FluxPosEmbed)", {"attention_head_dim": 128, "axes_dims_rope": [16, 56, 56]}
+        )
+    },
+    "SD3Transformer2DModel": {
+        "sinusoidal-grid": GridModel(
+            "transformer_sd3.py, embeddings.py (PatchEmbed, get_2d_sincos_pos_embed)",
+            _sd3,
+            {
+                "sample_size": 128,
+                "patch_size": 2,
+                "num_attention_heads": 18,
+                "attention_head_dim": 64,
+                "pos_embed_max_size": 96,
+            },
+        )
+    },
+    "CogVideoXTransformer3DModel": {
+        "sinusoidal-grid": GridModel(
+            "cogvideox_transformer_3d.py, embeddings.py (CogVideoXPatchEmbed, get_3d_sincos_pos_embed)",
+            _cogvideox,
+            {
+                "num_attention_heads": 30,
+                "attention_head_dim": 64,
+                "sample_width": 90,
+                "sample_height": 60,
+                "sample_frames": 49,
+                "patch_size": 2,
+                "temporal_compression_ratio": 4,
+                "max_text_seq_length": 226,
+                "spatial_interpolation_scale": 1.875,
+                "temporal_interpolation_scale": 1.0,
+            },
+            _cogvideox_refuse,
+        )
+    },
 }
 
-EXAMPLES = {"sinusoidal-grid": {"_class_name": "SD3Transformer2DModel", "sample_size": 128, "patch_size": 2,
-                                "num_attention_heads": 24, "attention_head_dim": 64, "pos_embed_max_size": 192}}
+EXAMPLES = {
+    "sinusoidal-grid": {
+        "_class_name": "SD3Transformer2DModel",
+        "sample_size": 128,
+        "patch_size": 2,
+        "num_attention_heads": 24,
+        "attention_head_dim": 64,
+        "pos_embed_max_size": 192,
+    }
+}

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -33,7 +34,7 @@ class NonFinite(float):
 
 def _float(text: str) -> float:
     v = float(text)
-    return v if math.isfinite(v) else NonFinite(v)     # 1e999: orjson refuses it as it refuses Infinity
+    return v if math.isfinite(v) else NonFinite(v)  # 1e999: orjson refuses it as it refuses Infinity
 
 
 def in_hf_config(path: tuple) -> bool:
@@ -60,11 +61,15 @@ def lenient(raw: bytes | str, strict: ValueError, allowed: Callable[[tuple], boo
     except (ValueError, RecursionError):
         raise strict from None
     where = _first_non_finite(obj, allowed)
-    if where is None:             # none at all: orjson refused it for another reason
+    if where is None:  # none at all: orjson refused it for another reason
         raise strict
     if where is not True:
-        raise SpecError(where, "must be a finite number: NaN and Infinity are accepted only inside a model's "
-                               "config.json (hf_config)", "finite_number")
+        raise SpecError(
+            where,
+            "must be a finite number: NaN and Infinity are accepted only inside a model's "
+            "config.json (hf_config)",
+            "finite_number",
+        )
     return obj
 
 

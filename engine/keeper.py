@@ -28,8 +28,8 @@ import orjson
 
 from . import fdpass, proclife
 
-HELD_BATCH = 64       # tables per ``held`` packet at most (their entries, ~1 KB each, and descriptors)
-HELD_BYTES = 64 << 10   # and entries' bytes (a packet stays well inside the socket's send buffer)
+HELD_BATCH = 64  # tables per ``held`` packet at most (their entries, ~1 KB each, and descriptors)
+HELD_BYTES = 64 << 10  # and entries' bytes (a packet stays well inside the socket's send buffer)
 
 
 class Keeper:
@@ -39,7 +39,7 @@ class Keeper:
         # kept (after a crash, its engine builds it again)
         self.max_held = max(0, proclife.descriptors() // 2 - 64)
         self.lock = threading.Lock()
-        self.held: dict[str, tuple[dict, int]] = {}   # digest -> (manifest entry, descriptor)
+        self.held: dict[str, tuple[dict, int]] = {}  # digest -> (manifest entry, descriptor)
         self.built_by: str | None = None
 
     def channel(self) -> socket.socket:
@@ -61,8 +61,11 @@ class Keeper:
                     batch.append((digest, entry, fd))
                     size += len(orjson.dumps(entry))
                     if len(batch) == HELD_BATCH or size > HELD_BYTES or k == len(held) - 1:
-                        socket.send_fds(sock, [orjson.dumps({"op": "held", "tables": [[d, e] for d, e, _ in batch]})],
-                                        [fd for _, _, fd in batch])
+                        socket.send_fds(
+                            sock,
+                            [orjson.dumps({"op": "held", "tables": [[d, e] for d, e, _ in batch]})],
+                            [fd for _, _, fd in batch],
+                        )
                         batch, size = [], 0
                 fdpass.send_packet(sock, {"op": "end", "built_by": built_by})
                 while True:
@@ -70,7 +73,7 @@ class Keeper:
                     if msg is None:
                         return
                     self._take(msg, fd)
-            except OSError:   # the engine died: what it reported stays held for the next one
+            except OSError:  # the engine died: what it reported stays held for the next one
                 return
 
     def _take(self, msg: dict, fd: int | None) -> None:
@@ -124,7 +127,7 @@ class KeeperLink:
                     break
                 tables = msg.get("tables") if msg.get("op") == "held" else None
                 if not isinstance(tables, list) or len(tables) != len(fds):
-                    fdpass.close_all(fds)   # not what the keeper sends: nothing of it is adopted
+                    fdpass.close_all(fds)  # not what the keeper sends: nothing of it is adopted
                     continue
                 got += [(d, e, fd) for (d, e), fd in zip(tables, fds)]
             self._send({"op": "built_by", "value": built_by})

@@ -24,10 +24,15 @@ _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
-               .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-               "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
-               "msg": record.getMessage()}
+        out = {
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "msg": record.getMessage(),
+        }
         # uvicorn's access record: '%s - "%s %s HTTP/%s" %d' % (client, method, path, version, status)
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             out.update(zip(_ACCESS_FIELDS, record.args))
@@ -36,7 +41,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure(log_format: str, name: str = "posenc", text: str = ENGINE_TEXT, level: int = logging.INFO) -> None:
+def configure(
+    log_format: str, name: str = "posenc", text: str = ENGINE_TEXT, level: int = logging.INFO
+) -> None:
     """Logger ``name`` of a process that uvicorn does not configure (the engine) to stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(text))
@@ -50,23 +57,44 @@ def uvicorn_config(log_format: str, level: str) -> dict:
     """``logging.config.dictConfig`` for uvicorn.run: its loggers plus posenc's, at ``level``;
     errors on stderr, the access log on stdout (as uvicorn's default)."""
     if log_format == "json":
-        formatters = {"default": {"()": f"{__name__}.JsonFormatter"}, "access": {"()": f"{__name__}.JsonFormatter"}}
-    else:   # uvicorn's own (uvicorn.config.LOGGING_CONFIG), and posenc's loggers named
+        formatters = {
+            "default": {"()": f"{__name__}.JsonFormatter"},
+            "access": {"()": f"{__name__}.JsonFormatter"},
+        }
+    else:  # uvicorn's own (uvicorn.config.LOGGING_CONFIG), and posenc's loggers named
         formatters = {
             "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": "%(levelprefix)s %(message)s"},
-            "access": {"()": "uvicorn.logging.AccessFormatter",
-                       "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'},
-            "posenc": {"()": "uvicorn.logging.DefaultFormatter", "fmt": "%(levelprefix)s %(name)s: %(message)s"}}
+            "access": {
+                "()": "uvicorn.logging.AccessFormatter",
+                "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+            },
+            "posenc": {
+                "()": "uvicorn.logging.DefaultFormatter",
+                "fmt": "%(levelprefix)s %(name)s: %(message)s",
+            },
+        }
     posenc_handler = "posenc" if "posenc" in formatters else "default"
     return {
-        "version": 1, "disable_existing_loggers": False, "formatters": formatters,
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": formatters,
         "handlers": {
-            "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},
+            "default": {
+                "formatter": "default",
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+            },
             "access": {"formatter": "access", "class": "logging.StreamHandler", "stream": "ext://sys.stdout"},
-            "posenc": {"formatter": posenc_handler, "class": "logging.StreamHandler", "stream": "ext://sys.stderr"}},
+            "posenc": {
+                "formatter": posenc_handler,
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+            },
+        },
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
             "uvicorn.error": {"level": "INFO"},
             "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
-            "posenc": {"handlers": ["posenc"], "level": level.upper(), "propagate": False}},
+            "posenc": {"handlers": ["posenc"], "level": level.upper(), "propagate": False},
+        },
     }

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import types
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -39,10 +39,10 @@ from .selection import parse_selection
 
 try:
     from .kernels import _native
-except ImportError:      # no extension: every lookup takes the pipeline path
+except ImportError:  # no extension: every lookup takes the pipeline path
     _native = None
 
-MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}   # rows_lookup's column-map kinds
+MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}  # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
 
 
@@ -78,10 +78,12 @@ def _allocators(names, widths, dt):
 class Handle:
     """One resolved spec of a Client (``Client.handle``): ``lookup(positions, out=None)``."""
 
-    def __init__(self, client, family: str, spec: Mapping, max_bytes: int | None = pipeline.DEFAULT_MAX_BYTES):
+    def __init__(
+        self, client, family: str, spec: Mapping, max_bytes: int | None = pipeline.DEFAULT_MAX_BYTES
+    ):
         self.client, self.family, self.spec = client, family, dict(spec)
         self.max_bytes = max_bytes
-        self._req = client.resolve(family, {**self.spec, "positions": [0]})   # validates the spec
+        self._req = client.resolve(family, {**self.spec, "positions": [0]})  # validates the spec
         pipeline.check(self._req, max_bytes)
         probe = pipeline.arrays(self._req, None)
         fam = self._req.family
@@ -92,9 +94,11 @@ class Handle:
         self._widths = tuple(self.width[k] for k in self.names)
         self._new, self._pack = _allocators(self.names, self._widths, self.np_dtype)
         row_bytes = sum(self._widths) * (self.np_dtype.itemsize if self.dtype else 4)
-        self._max_rows = (1 << 62) if max_bytes is None else max_bytes // row_bytes   # more: the pipeline's 413
+        self._max_rows = (
+            (1 << 62) if max_bytes is None else max_bytes // row_bytes
+        )  # more: the pipeline's 413
         self._extras = {k: v for k, v in probe.items() if k not in self.names}
-        self.extras = None   # the answer's other entries, where they do not follow the positions
+        self.extras = None  # the answer's other entries, where they do not follow the positions
         self._plan, self._view, self._next = None, None, 0.0
         if self._req.table is not None:
             self._bind(client.attach(self._req.table, reach=self._req.reach()))
@@ -105,32 +109,51 @@ class Handle:
         self._view, self._plan = view, None
         fam = self._req.family
         got = fam.template(_CAPTURE, self._req, view, _LIMITS) if view is not None else None
-        self.extras = self._extras if got else None   # a row template: the rows follow the positions only
-        if _native is None or kernels.BACKEND != "simd" or not got or len(got[0]) != len(self.names) or \
-                not 0 <= got[2] <= 2**53 - POSITION_LIMIT:
+        self.extras = self._extras if got else None  # a row template: the rows follow the positions only
+        if (
+            _native is None
+            or kernels.BACKEND != "simd"
+            or not got
+            or len(got[0]) != len(self.names)
+            or not 0 <= got[2] <= 2**53 - POSITION_LIMIT
+        ):
             return
         tables, colmap, offset, rule = got
         if any(not t.flags.c_contiguous or t.dtype != self.np_dtype for t in tables):
             return
         past = None
-        if rule is not None:   # the family's rule for rows past the table, as it hands the shortcut:
-            freqs, scale, _, pmap, _ = rule   # frequencies, factor, dtype, stored array <- sincos items
-            past = (np.asarray(list(pmap), np.int32).tobytes(), np.ascontiguousarray(freqs, np.float64).tobytes(),
-                    float(scale))
+        if rule is not None:  # the family's rule for rows past the table, as it hands the shortcut:
+            freqs, scale, _, pmap, _ = rule  # frequencies, factor, dtype, stored array <- sincos items
+            past = (
+                np.asarray(list(pmap), np.int32).tobytes(),
+                np.ascontiguousarray(freqs, np.float64).tobytes(),
+                float(scale),
+            )
         w = tables[0].shape[1]
-        plan = (tables, view.length, offset, np.asarray(colmap, np.int32).tobytes(), _mode(colmap, w),
-                past and past[0], past and past[1], float(past[2] if past else 1.0), self.dtype)
+        plan = (
+            tables,
+            view.length,
+            offset,
+            np.asarray(colmap, np.int32).tobytes(),
+            _mode(colmap, w),
+            past and past[0],
+            past and past[1],
+            float(past[2] if past else 1.0),
+            self.dtype,
+        )
         if self._agrees(plan, view):
             self._plan = plan
         elif past is not None and self._agrees(plan[:5] + (None, None, 1.0, plan[8]), view):
-            self._plan = plan[:5] + (None, None, 1.0, plan[8])   # gathers only; past rows: the pipeline
+            self._plan = plan[:5] + (None, None, 1.0, plan[8])  # gathers only; past rows: the pipeline
 
     def _agrees(self, plan, view) -> bool:
         """The plan's rows equal the pipeline's for the table's first and last rows, and (computed,
         with the table's length taken as 0) the computed rows equal the stored ones."""
         last = view.length - 1 - plan[2]
         probe = np.array(sorted({0, max(0, last)}), np.int64)
-        want = pipeline.arrays(self.client.resolve(self.family, {**self.spec, "positions": probe.tolist()}), view)
+        want = pipeline.arrays(
+            self.client.resolve(self.family, {**self.spec, "positions": probe.tolist()}), view
+        )
         for p in (plan, plan[:1] + (0,) + plan[2:]) if plan[5] is not None else (plan,):
             outs = tuple(np.empty((probe.size, self.width[k]), self.np_dtype) for k in self.names)
             if _native.rows_lookup(p, probe, outs) < 0:
@@ -151,7 +174,7 @@ class Handle:
             return
         self._next = now + self.client.recheck_s
         if self._req.table is not None:
-            v = self.client.view(self._req)   # reads the manifest at most every recheck_s
+            v = self.client.view(self._req)  # reads the manifest at most every recheck_s
             if v is not None and v is not self._view:
                 self._bind(v)
 
@@ -163,13 +186,20 @@ class Handle:
         if time.monotonic() >= self._next:
             self.refresh()
         plan = self._plan
-        if out is None and plan is not None and type(positions) is np.ndarray and positions.ndim == 1 and \
-                0 < positions.shape[0] <= self._max_rows:   # the common call, kept short: new numpy outputs
+        if (
+            out is None
+            and plan is not None
+            and type(positions) is np.ndarray
+            and positions.ndim == 1
+            and 0 < positions.shape[0] <= self._max_rows
+        ):  # the common call, kept short: new numpy outputs
             outs = self._new(positions.shape[0])
             try:
-                r = _native.rows_lookup(plan, positions, outs)   # it refuses positions not int64, not contiguous
+                r = _native.rows_lookup(
+                    plan, positions, outs
+                )  # it refuses positions not int64, not contiguous
             except (ValueError, BufferError):
-                r = -2                                           # the general path below converts them
+                r = -2  # the general path below converts them
             if r == 0 or r > 0 and not self._view.growable:
                 return self._pack(outs)
         pos, as_torch = self._positions(positions)
@@ -181,24 +211,24 @@ class Handle:
             if pos.min() < 0 or pos.max() >= POSITION_LIMIT:
                 self._refuse(pos)
         if r < 0:
-            if r <= -4 or r == -1:     # a bad position, or an overflow: refused as the pipeline does
+            if r <= -4 or r == -1:  # a bad position, or an overflow: refused as the pipeline does
                 self._refuse(pos)
             self._answer_by_pipeline(pos, outs[1])
-        elif r and self._view.growable:   # past an on-demand table: ask the engine for a longer one
+        elif r and self._view.growable:  # past an on-demand table: ask the engine for a longer one
             self.client._ask(self._req.table, r)
         return dict(zip(self.names, outs[0]))
 
     def _positions(self, positions):
         as_torch = False
         if type(positions) is not np.ndarray:
-            if hasattr(positions, "numpy") and hasattr(positions, "dtype"):   # a torch tensor
+            if hasattr(positions, "numpy") and hasattr(positions, "dtype"):  # a torch tensor
                 as_torch = True
                 positions = positions.detach().cpu().numpy()
             elif isinstance(positions, (list, tuple)):
                 nested = bool(positions) and isinstance(positions[0], (list, tuple))
                 rows = positions if nested else [positions]
                 for b, row in enumerate(rows):
-                    if not row or not all(type(v) is int for v in row):   # the pipeline's refusal, if any
+                    if not row or not all(type(v) is int for v in row):  # the pipeline's refusal, if any
                         parse_selection(list(row), ("positions", b) if nested else ("positions",))
                 try:
                     positions = np.array(positions, np.int64)
@@ -209,8 +239,11 @@ class Handle:
                 positions = np.asarray(positions)
         if positions.dtype != np.int64 or not positions.flags.c_contiguous:
             if positions.dtype.kind not in "iu" or positions.ndim not in (1, 2):
-                raise SpecError(("positions",), f"must be a [N] or [B, N] array of integers, got {positions.dtype} "
-                                                f"{list(positions.shape)}")
+                raise SpecError(
+                    ("positions",),
+                    f"must be a [N] or [B, N] array of integers, got {positions.dtype} "
+                    f"{list(positions.shape)}",
+                )
             if positions.dtype.kind == "u" and positions.size and positions.max() >= POSITION_LIMIT:
                 self._refuse(positions)
             positions = np.ascontiguousarray(positions, np.int64)
@@ -228,7 +261,7 @@ class Handle:
                 parse_selection(row, ("positions", b))
         else:
             raise SpecError(("positions",), f"must be a [N] or [B, N] array, got shape {list(pos.shape)}")
-        for row in pos.reshape(-1, pos.shape[-1]):   # positions fine: what the pipeline refuses
+        for row in pos.reshape(-1, pos.shape[-1]):  # positions fine: what the pipeline refuses
             self._by_pipeline(row.tolist())
         raise SpecError(("positions",), "refused")
 
@@ -248,13 +281,18 @@ class Handle:
         if out is None:
             n = shape[0] * (shape[1] if len(shape) > 1 else 1)
             if n > self._max_rows:
-                self._by_pipeline(list(range(n)))   # raises the pipeline's 413
+                self._by_pipeline(list(range(n)))  # raises the pipeline's 413
             if as_torch:
                 return _torch_empty(self, shape)
             arrs = tuple(np.empty((*shape, self.width[k]), self.np_dtype) for k in self.names)
             return (arrs, arrs), False
-        given = tuple(out[k] for k in self.names) if isinstance(out, Mapping) else \
-            (out,) if len(self.names) == 1 and not isinstance(out, (tuple, list)) else tuple(out)
+        given = (
+            tuple(out[k] for k in self.names)
+            if isinstance(out, Mapping)
+            else (out,)
+            if len(self.names) == 1 and not isinstance(out, (tuple, list))
+            else tuple(out)
+        )
         if len(given) != len(self.names):
             raise SpecError(("out",), f"must be {len(self.names)} arrays ({', '.join(self.names)})")
         views = tuple(_writable_view(self, k, o, (*shape, self.width[k])) for k, o in zip(self.names, given))
@@ -294,10 +332,16 @@ def _writable_view(h: Handle, name: str, o, shape) -> np.ndarray:
 
         want = getattr(torch, h.dtype)
         if o.dtype != want or o.device.type != "cpu" or not o.is_contiguous() or tuple(o.shape) != shape:
-            raise SpecError(loc, f"must be a contiguous CPU torch.{h.dtype} tensor of shape "
-                                 f"{list(shape)}, got {o.dtype} {list(o.shape)} on {o.device}")
+            raise SpecError(
+                loc,
+                f"must be a contiguous CPU torch.{h.dtype} tensor of shape "
+                f"{list(shape)}, got {o.dtype} {list(o.shape)} on {o.device}",
+            )
         return _torch_numpy(o)
     if o.dtype != h.np_dtype or o.shape != shape or not o.flags.c_contiguous or not o.flags.writeable:
-        raise SpecError(loc, f"must be a writable C-contiguous {h.np_dtype} array of shape {list(shape)}, got "
-                             f"{o.dtype} {list(o.shape)}")
+        raise SpecError(
+            loc,
+            f"must be a writable C-contiguous {h.np_dtype} array of shape {list(shape)}, got "
+            f"{o.dtype} {list(o.shape)}",
+        )
     return o

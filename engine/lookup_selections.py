@@ -16,7 +16,7 @@ into them). Selections are lists, ranges, numpy arrays or torch tensors, as the 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def handle_for(client, family: str, spec: Mapping, max_bytes, selections: tuple 
 def _plain(v):
     """A selection as the pipeline's JSON form takes it: lists of ints (torch and numpy arrays,
     ranges converted); anything else as it is, for the pipeline to refuse by name."""
-    if hasattr(v, "detach") and hasattr(v, "numpy"):   # a torch tensor, without importing torch
+    if hasattr(v, "detach") and hasattr(v, "numpy"):  # a torch tensor, without importing torch
         v = v.detach().cpu().numpy()
     if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
         return v.tolist()
@@ -63,7 +63,7 @@ class SelectionHandle:
         taken = [k for k in self.spec if k in known]
         if taken:
             raise SpecError((taken[0],), "a handle's spec holds no selection: give it to lookup()")
-        fam.parse_spec({k: v for k, v in self.spec.items() if k != "dtype"})   # the spec's fields, once
+        fam.parse_spec({k: v for k, v in self.spec.items() if k != "dtype"})  # the spec's fields, once
 
     def lookup(self, out: Mapping | None = None, **selections) -> dict:
         """compute(family, {**spec, **selections}), served from shared memory; ``out``: {array name:
@@ -78,10 +78,20 @@ class SelectionHandle:
         if out is None:
             return got
         for k, o in out.items():
-            if k not in got or not isinstance(o, np.ndarray) or o.shape != np.shape(got[k]) or \
-                    o.dtype != np.asarray(got[k]).dtype or not o.flags.c_contiguous or not o.flags.writeable:
-                raise SpecError(("out", k), f"must be a writable C-contiguous {np.asarray(got[k]).dtype} array of "
-                                            f"shape {list(np.shape(got[k]))}" if k in got else "not an array of the answer")
+            if (
+                k not in got
+                or not isinstance(o, np.ndarray)
+                or o.shape != np.shape(got[k])
+                or o.dtype != np.asarray(got[k]).dtype
+                or not o.flags.c_contiguous
+                or not o.flags.writeable
+            ):
+                raise SpecError(
+                    ("out", k),
+                    f"must be a writable C-contiguous {np.asarray(got[k]).dtype} array of "
+                    f"shape {list(np.shape(got[k]))}"
+                    if k in got
+                    else "not an array of the answer",
+                )
             o[...] = got[k]
         return {**got, **out}
-

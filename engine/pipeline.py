@@ -20,7 +20,7 @@ spec only parse their selections.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping
+from collections.abc import Mapping
 
 import orjson
 
@@ -32,9 +32,9 @@ from .hf_config import Derived
 from .tables import FAMILIES, Family, TableDef
 from .tables.base import DEFAULT_LENGTH
 
-DEFAULT_MAX_BYTES = 64 * 2**20     # docs/reference.md: the default response limit
-SPEC_CACHE = 1024                  # distinct specs a Pipeline remembers
-SPEC_CACHE_BYTES = 8 * 2**20       # ... and the most bytes of their keys together (client input)
+DEFAULT_MAX_BYTES = 64 * 2**20  # docs/reference.md: the default response limit
+SPEC_CACHE = 1024  # distinct specs a Pipeline remembers
+SPEC_CACHE_BYTES = 8 * 2**20  # ... and the most bytes of their keys together (client input)
 
 
 def family_of(name: str) -> Family:
@@ -44,7 +44,7 @@ def family_of(name: str) -> Family:
         raise SpecError(("family",), f"must be one of {', '.join(FAMILIES)}, got {name!r}") from None
 
 
-BODY_FORMS = ("hf_config", "layer_type", "table")   # body fields that stand for the spec fields
+BODY_FORMS = ("hf_config", "layer_type", "table")  # body fields that stand for the spec fields
 # {table name: (family, spec fields)}: the configured tables a ``table`` body may name
 Named = Mapping[str, tuple[str, Mapping]]
 
@@ -56,9 +56,24 @@ class Request:
 
     __slots__ = ("family", "spec", "sel", "dtype", "body", "table", "shown")
 
-    def __init__(self, family: Family, spec, sel: dict, dtype, body: Mapping, table: TableDef | None = None,
-                 shown: dict | None = None):
-        self.family, self.spec, self.sel, self.dtype, self.body, self.table = family, spec, sel, dtype, body, table
+    def __init__(
+        self,
+        family: Family,
+        spec,
+        sel: dict,
+        dtype,
+        body: Mapping,
+        table: TableDef | None = None,
+        shown: dict | None = None,
+    ):
+        self.family, self.spec, self.sel, self.dtype, self.body, self.table = (
+            family,
+            spec,
+            sel,
+            dtype,
+            body,
+            table,
+        )
         self.shown = shown
 
     def nbytes(self) -> int:
@@ -79,7 +94,7 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     if cfg is None and name is None:
         if body.get("layer_type") is not None:
             raise SpecError(("layer_type",), "only with hf_config (it picks one part of a model's config)")
-        if any(k in body for k in BODY_FORMS):     # explicit nulls are absent fields (docs/reference.md)
+        if any(k in body for k in BODY_FORMS):  # explicit nulls are absent fields (docs/reference.md)
             body = {k: v for k, v in body.items() if k not in BODY_FORMS}
         return body, None
     if cfg is not None and name is not None:
@@ -88,7 +103,9 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     keep = (*fam.selection_fields, "dtype")
     for k in body:
         if k not in keep and k not in BODY_FORMS:
-            raise SpecError((k,), f"not allowed beside {given}, which gives every spec field", "extra_forbidden")
+            raise SpecError(
+                (k,), f"not allowed beside {given}, which gives every spec field", "extra_forbidden"
+            )
     rest = {k: body[k] for k in keep if k in body}
     if cfg is not None:
         derived = hf_models.derive(fam.name, cfg, body.get("layer_type"))
@@ -109,7 +126,9 @@ def named_spec(fam: Family, name, named: Named | None) -> Mapping:
         raise SpecError(("table",), f"{name!r} is a {entry[0]} table; ask /v1/{entry[0]}")
     if entry is None:
         known = sorted(n for n, (f, _) in named.items() if f == fam.name)
-        raise SpecError(("table",), f"unknown table {name!r}; known {fam.name} tables: {', '.join(known) or 'none'}")
+        raise SpecError(
+            ("table",), f"unknown table {name!r}; known {fam.name} tables: {', '.join(known) or 'none'}"
+        )
     return entry[1]
 
 
@@ -124,19 +143,38 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
     sel = {k: [0, 1, 2] for k in fam.selections}
     models = hf_models.supported(fam.name)
     if models:
-        alts.append({"type": "object", "additionalProperties": False, "required": ["hf_config", *required],
-                     "properties": {"hf_config": {"type": "object", "description": "a model's whole config.json; "
-                                                  f"model_type one of {', '.join(models)}"},
-                                    "layer_type": {"type": ["string", "null"], "description":
-                                                   "which part of the model: one entry of a per-layer-type "
-                                                   "rope_parameters, or the stack (encoder, decoder) where "
-                                                   "an encoder-decoder model's tables differ"}, **rest}})
+        alts.append(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["hf_config", *required],
+                "properties": {
+                    "hf_config": {
+                        "type": "object",
+                        "description": f"a model's whole config.json; model_type one of {', '.join(models)}",
+                    },
+                    "layer_type": {
+                        "type": ["string", "null"],
+                        "description": "which part of the model: one entry of a per-layer-type "
+                        "rope_parameters, or the stack (encoder, decoder) where "
+                        "an encoder-decoder model's tables differ",
+                    },
+                    **rest,
+                },
+            }
+        )
         example = {"hf_config": hf_models.EXAMPLES[fam.name], **sel}
         if fam.name in hf_models.EXAMPLE_LAYER_TYPES:
             example["layer_type"] = hf_models.EXAMPLE_LAYER_TYPES[fam.name]
         examples["a model's config.json"] = {"value": example}
-    alts.append({"type": "object", "additionalProperties": False, "required": ["table", *required],
-                 "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest}})
+    alts.append(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["table", *required],
+            "properties": {"table": {"type": "string", "description": "a name from GET /v1/tables"}, **rest},
+        }
+    )
     return {"oneOf": alts}, examples
 
 
@@ -148,7 +186,7 @@ def parse(family: str, body: Mapping, length: int = DEFAULT_LENGTH, named: Named
     plain, derived = expand(fam, body, named)
     try:
         spec, sel = fam.parse(plain)
-    except SpecError as e:     # a derived field's error names the config key (or the table)
+    except SpecError as e:  # a derived field's error names the config key (or the table)
         if derived is None or (e.loc and e.loc[0] in fam.selection_fields):
             raise
         raise derived.relocate(e) from None
@@ -205,8 +243,13 @@ class Pipeline:
     ``named()`` gives the configured tables a ``table`` body may name (they may change between
     calls: the named spec is part of the cache key)."""
 
-    def __init__(self, length: int = DEFAULT_LENGTH, cache: int = SPEC_CACHE, named=lambda: None,
-                 cache_bytes: int = SPEC_CACHE_BYTES):
+    def __init__(
+        self,
+        length: int = DEFAULT_LENGTH,
+        cache: int = SPEC_CACHE,
+        named=lambda: None,
+        cache_bytes: int = SPEC_CACHE_BYTES,
+    ):
         self.length, self.cache, self.named, self.cache_bytes = length, cache, named, cache_bytes
         self._specs: OrderedDict = OrderedDict()
         self._bytes = 0
@@ -217,13 +260,16 @@ class Pipeline:
         part = {k: v for k, v in body.items() if k not in fam.selection_fields}
         named = self.named() if body.get("table") is not None else None
         try:
-            key = (fam.name, orjson.dumps(part, option=orjson.OPT_SORT_KEYS),
-                   orjson.dumps((named or {}).get(part["table"]), option=orjson.OPT_SORT_KEYS) if named else b"")
-        except (TypeError, KeyError, orjson.JSONEncodeError):   # not JSON data: validate the long way
+            key = (
+                fam.name,
+                orjson.dumps(part, option=orjson.OPT_SORT_KEYS),
+                orjson.dumps((named or {}).get(part["table"]), option=orjson.OPT_SORT_KEYS) if named else b"",
+            )
+        except (TypeError, KeyError, orjson.JSONEncodeError):  # not JSON data: validate the long way
             key = None
         known = self._specs.get(key) if key is not None else None
         if known is None:
-            req = parse(family, body, self.length, named)   # full validation, names the field
+            req = parse(family, body, self.length, named)  # full validation, names the field
             if key is not None and len(key[1]) <= self.cache_bytes // 64:
                 self._specs[key] = _Spec(req.spec, req.dtype, req.shown)
                 self._bytes += len(key[1])
@@ -236,7 +282,7 @@ class Pipeline:
         variant = fam.variant_of(known.spec, sel)
         table = known.tables.get(variant, _MISSING)
         if table is _MISSING:
-            if len(known.tables) > 64:   # dynamic NTK: one variant per length; keep it bounded
+            if len(known.tables) > 64:  # dynamic NTK: one variant per length; keep it bounded
                 known.tables.clear()
             table = known.tables[variant] = fam.table_for(known.spec, known.dtype, sel, self.length)
         return Request(fam, known.spec, sel, known.dtype, body, table, known.shown)

@@ -28,11 +28,12 @@ def descriptors() -> int:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit (the engine and the keeper hold
     one descriptor per table) and return it (a very large number when unlimited)."""
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
-        except (ValueError, OSError):   # pragma: no cover - a hard limit we may not reach
+        except (ValueError, OSError):  # pragma: no cover - a hard limit we may not reach
             pass
     return 1 << 30 if soft == resource.RLIM_INFINITY else soft

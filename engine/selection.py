@@ -13,7 +13,7 @@ from .errors import SpecError
 from .fields import is_int, json_repr, refuse_unknown
 
 POSITION_LIMIT = 2**31  # positions are < 2**31
-RANGE_KEYS = ("start", "stop", "step")   # a range selection's keys (service/shortcut/_hot.c is given them)
+RANGE_KEYS = ("start", "stop", "step")  # a range selection's keys (service/shortcut/_hot.c is given them)
 
 
 class Selection:
@@ -22,8 +22,14 @@ class Selection:
 
     __slots__ = ("start", "stop", "step", "values", "hi")
 
-    def __init__(self, start: int = 0, stop: int = 0, step: int = 1, values: np.ndarray | None = None,
-                 hi: int | None = None):
+    def __init__(
+        self,
+        start: int = 0,
+        stop: int = 0,
+        step: int = 1,
+        values: np.ndarray | None = None,
+        hi: int | None = None,
+    ):
         self.start, self.stop, self.step, self.values, self.hi = start, stop, step, values, hi
 
     @property
@@ -74,7 +80,7 @@ def parse_selection(value, loc) -> Selection:
         if step <= 0:
             raise SpecError((*loc, "step"), f"must be > 0, got {step}")
         return Selection(start, stop, step)
-    if isinstance(value, np.ndarray):   # a binary tensor (KServe v2 inputs): checked without a list
+    if isinstance(value, np.ndarray):  # a binary tensor (KServe v2 inputs): checked without a list
         return _from_array(value, loc)
     if isinstance(value, (list, tuple)):
         if not value:
@@ -104,10 +110,12 @@ def _from_array(arr: np.ndarray, loc) -> Selection:
     it is already aligned, contiguous int64: binary tensors arrive at any byte offset, and the
     kernels read aligned rows)."""
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise SpecError(loc, f"must be a flat list of integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
+        raise SpecError(
+            loc, f"must be a flat list of integers, got an array of {arr.dtype} and shape {list(arr.shape)}"
+        )
     if arr.size == 0:
         raise SpecError(loc, "must not be empty", "too_short")
-    if arr.size <= 64:   # a few positions (decode steps): Python's min/max beat numpy's reductions
+    if arr.size <= 64:  # a few positions (decode steps): Python's min/max beat numpy's reductions
         vals = arr.tolist()
         lo, hi = min(vals), max(vals)
     else:

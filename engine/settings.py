@@ -18,7 +18,7 @@ from .errors import ConfigError
 # Paths and port the container image, the manifests and the tests agree on.
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_GRPC_PORT = 8001   # KServe v2 over gRPC (docs/kserve.md); 0 turns it off
+DEFAULT_GRPC_PORT = 8001  # KServe v2 over gRPC (docs/kserve.md); 0 turns it off
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
@@ -129,7 +129,7 @@ class Settings:
     access_log: bool = False
 
     @classmethod
-    def from_env(cls, environ=None, **overrides) -> "Settings":
+    def from_env(cls, environ=None, **overrides) -> Settings:
         """From ``environ`` (default: the process environment), then the non-None overrides."""
         environ = os.environ if environ is None else environ
         kwargs = {}
@@ -140,7 +140,7 @@ class Settings:
             kwargs[f.name] = _parse(f, raw)
         return cls(**kwargs).override(**overrides)
 
-    def override(self, **overrides) -> "Settings":
+    def override(self, **overrides) -> Settings:
         """A copy with the non-None ``overrides`` (command-line flags) applied, validated."""
         s = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
         s.validate()
@@ -150,33 +150,50 @@ class Settings:
         if not (0 < self.port < 65536):
             raise ConfigError(f"{ENV_PREFIX}PORT: must be in 1..65535, got {self.port}")
         if not (0 <= self.grpc_port < 65536) or self.grpc_port == self.port:
-            raise ConfigError(f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
-                              f"{self.port}, got {self.grpc_port}")
-        for name in ("workers", "grpc_workers", "grpc_max_concurrent", "grpc_max_inflight_bytes", "max_response_bytes", "max_positions", "max_body_bytes",
-                     "memory_budget_bytes", "max_connections", "max_header_bytes", "max_shm_regions",
-                     "open_shm_regions"):
+            raise ConfigError(
+                f"{ENV_PREFIX}GRPC_PORT: must be 0 (off) or in 1..65535 and not the HTTP port "
+                f"{self.port}, got {self.grpc_port}"
+            )
+        for name in (
+            "workers",
+            "grpc_workers",
+            "grpc_max_concurrent",
+            "grpc_max_inflight_bytes",
+            "max_response_bytes",
+            "max_positions",
+            "max_body_bytes",
+            "memory_budget_bytes",
+            "max_connections",
+            "max_header_bytes",
+            "max_shm_regions",
+            "open_shm_regions",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be >= 1, got {getattr(self, name)}")
         for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be > 0, got {getattr(self, name)}")
-        ns = self.namespace   # the rule of engine/store.py check_namespace: segment names are built from it
+        ns = self.namespace  # the rule of engine/store.py check_namespace: segment names are built from it
         if not ns or len(ns) > 64 or not all(c.isalnum() or c in "_-" for c in ns):
-            raise ConfigError(f"{ENV_PREFIX}NAMESPACE (--namespace): must be 1-64 letters, digits, '_' or '-', "
-                              f"got {ns!r}")
+            raise ConfigError(
+                f"{ENV_PREFIX}NAMESPACE (--namespace): must be 1-64 letters, digits, '_' or '-', got {ns!r}"
+            )
         if self.verify_interval_s < 0:
             raise ConfigError(f"{ENV_PREFIX}VERIFY_INTERVAL_S: must be >= 0 (0: never)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError(f"{ENV_PREFIX}TLS_CERT and {ENV_PREFIX}TLS_KEY: give both or neither")
         if self.auth_token is not None and not _TOKEN.fullmatch(self.auth_token):
-            raise ConfigError(f"{ENV_PREFIX}AUTH_TOKEN: not a bearer token (RFC 6750: letters, digits and "
-                              "-._~+/ then optional '=' padding)")
+            raise ConfigError(
+                f"{ENV_PREFIX}AUTH_TOKEN: not a bearer token (RFC 6750: letters, digits and "
+                "-._~+/ then optional '=' padding)"
+            )
         if self.cors_origins is not None and not self.cors_origin_list:
             raise ConfigError(f"{ENV_PREFIX}CORS_ORIGINS: no origin given")
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"{ENV_PREFIX}{name.upper()}={getattr(self, name)!r} is not one of "
-                                  f"{', '.join(allowed)}")
+                raise ConfigError(
+                    f"{ENV_PREFIX}{name.upper()}={getattr(self, name)!r} is not one of {', '.join(allowed)}"
+                )
 
     @property
     def cors_origin_list(self) -> list[str]:
@@ -215,7 +232,16 @@ def use(settings: Settings) -> Settings:
     return settings
 
 
-_BOOLS = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
+_BOOLS = {
+    "1": True,
+    "true": True,
+    "on": True,
+    "yes": True,
+    "0": False,
+    "false": False,
+    "off": False,
+    "no": False,
+}
 
 
 def _parse(field: dataclasses.Field, raw: str):

@@ -68,9 +68,11 @@ SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_S
 
 def write_segment(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, dict]:
     """A sealed segment holding ``arrays``: (its descriptor, {arrays, nbytes, crc32, inode, meta})."""
+
     def fill(views):
         for k, a in arrays.items():
             views[k][...] = a
+
     return create_segment(name, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill)
 
 
@@ -93,14 +95,18 @@ def create_segment(name: str, layout: dict, fill) -> tuple[int, dict]:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
-        reserve(fd, size)    # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling
+        reserve(fd, size)  # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        views = {k: np.frombuffer(mm, dtype=e["dtype"], count=int(np.prod(e["shape"])),
-                                  offset=e["offset"]).reshape(e["shape"]) for k, e in entries.items()}
-        meta = fill(views)   # (if it fails, its traceback may still hold views: the collector unmaps)
+        views = {
+            k: np.frombuffer(
+                mm, dtype=e["dtype"], count=int(np.prod(e["shape"])), offset=e["offset"]
+            ).reshape(e["shape"])
+            for k, e in entries.items()
+        }
+        meta = fill(views)  # (if it fails, its traceback may still hold views: the collector unmaps)
         del views
         checksum = crc32(mm)
-        mm.close()           # F_SEAL_WRITE needs no writable mapping left
+        mm.close()  # F_SEAL_WRITE needs no writable mapping left
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
         inode = os.fstat(fd).st_ino
     except BaseException:
@@ -135,8 +141,14 @@ def _libc_mmap():
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_long]
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         return libc
     except (OSError, AttributeError):  # pragma: no cover - no libc mmap: Python's mmap below
@@ -168,7 +180,7 @@ def map_readonly(fd: int, size: int):
         raise OSError(err, os.strerror(err))
     owner = _Mapping(addr, size)
     buf = (ctypes.c_char * size).from_address(addr)
-    buf._owner = owner        # the ctypes array (and so every view of it) keeps the mapping
+    buf._owner = owner  # the ctypes array (and so every view of it) keeps the mapping
     return memoryview(buf).cast("B").toreadonly()
 
 
@@ -231,7 +243,7 @@ def replay(head: dict, log: bytes | None) -> dict:
         if gen != head.get("generation"):
             break
         if rec.get("digest") is None:
-            pass                        # a line of stats only
+            pass  # a line of stats only
         elif rec.get("entry") is None:
             m["tables"].pop(rec.get("digest"), None)
         else:
@@ -269,8 +281,8 @@ def write_file(path: str, data: bytes, mode: int = 0o600, gid: int | None = None
         if gid is not None:
             os.fchown(fd, -1, gid)
         os.fchmod(fd, mode)
-        reserve(fd, len(data))          # ENOSPC before any byte is written (it sizes the file: no
-        write_all(fd, data)             # O_APPEND until the data is in)
+        reserve(fd, len(data))  # ENOSPC before any byte is written (it sizes the file: no
+        write_all(fd, data)  # O_APPEND until the data is in)
         if keep_open:
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         os.rename(tmp, path)
@@ -287,16 +299,23 @@ def write_file(path: str, data: bytes, mode: int = 0o600, gid: int | None = None
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
-def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None) -> None:
+def write_manifest(
+    shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None
+) -> None:
     """Write a whole manifest (its head, then a table log holding its tables): what an engine
     does at its start; afterwards it appends to the log (``Engine._note``)."""
     head = {k: v for k, v in manifest.items() if k not in ("tables", "seq")}
     seq = manifest.get("seq", 0)
-    fd = write_file(log_path(shm_dir, namespace), log_snapshot(manifest.get("generation"), seq, manifest.get(
-        "tables", {}), manifest.get("stats")), mode, gid, keep_open=True)
+    fd = write_file(
+        log_path(shm_dir, namespace),
+        log_snapshot(manifest.get("generation"), seq, manifest.get("tables", {}), manifest.get("stats")),
+        mode,
+        gid,
+        keep_open=True,
+    )
     os.close(fd)
     write_file(manifest_path(shm_dir, namespace), orjson.dumps(head), mode, gid)
 
@@ -324,11 +343,23 @@ def our_files(shm_dir: str, namespace: str) -> list[str]:
         names = os.listdir(shm_dir)
     except FileNotFoundError:
         return []
-    own = {os.path.basename(p) for p in (manifest_path(shm_dir, namespace), lock_path(shm_dir, namespace),
-                                          socket_path(shm_dir, namespace), log_path(shm_dir, namespace))}
-    return [os.path.join(shm_dir, n) for n in names
-            if n in own or n.startswith((f"{namespace}.manifest.json.tmp", f"{namespace}.manifest.log.tmp",
-                                         f"{namespace}.seg."))]
+    own = {
+        os.path.basename(p)
+        for p in (
+            manifest_path(shm_dir, namespace),
+            lock_path(shm_dir, namespace),
+            socket_path(shm_dir, namespace),
+            log_path(shm_dir, namespace),
+        )
+    }
+    return [
+        os.path.join(shm_dir, n)
+        for n in names
+        if n in own
+        or n.startswith(
+            (f"{namespace}.manifest.json.tmp", f"{namespace}.manifest.log.tmp", f"{namespace}.seg.")
+        )
+    ]
 
 
 def remove_dead(shm_dir: str, namespace: str) -> list[str]:
@@ -340,7 +371,7 @@ def remove_dead(shm_dir: str, namespace: str) -> list[str]:
     if not had_lock and not our_files(shm_dir, namespace):
         return []
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)   # as an engine takes it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # as an engine takes it
     except OSError:
         return []
     try:
@@ -350,7 +381,7 @@ def remove_dead(shm_dir: str, namespace: str) -> list[str]:
         return []
     try:
         files = our_files(shm_dir, namespace)
-        for p in sorted(files, key=lambda p: p == path):   # the lock last, as an engine's shutdown
+        for p in sorted(files, key=lambda p: p == path):  # the lock last, as an engine's shutdown
             _unlink(p)
         return [p for p in files if had_lock or p != path]
     finally:

@@ -26,12 +26,13 @@ import time
 from . import store
 from .errors import NotStored
 
-SLACK = 1 << 20          # bytes of free space kept for the manifest and metrics files
-STAT_S = 1.0             # seconds between two checks that every segment is still there
+SLACK = 1 << 20  # bytes of free space kept for the manifest and metrics files
+STAT_S = 1.0  # seconds between two checks that every segment is still there
 # Failures of a build that mean "no room" (or no descriptor, or no memory), not a bad table: the
 # build is refused (NotStored) and the request computed.
-RESOURCE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
-                             errno.EFBIG})
+RESOURCE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EFBIG}
+)
 
 
 def available_bytes() -> int:
@@ -49,7 +50,8 @@ def available_bytes() -> int:
 
 def is_resource_error(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, MemoryError)) and (
-        isinstance(exc, MemoryError) or exc.errno in RESOURCE_ERRNOS)
+        isinstance(exc, MemoryError) or exc.errno in RESOURCE_ERRNOS
+    )
 
 
 def make_room(eng, nbytes: int) -> None:
@@ -80,9 +82,9 @@ class Sweep:
         self.engine, self.log = engine, log
         self.verify_interval_s = verify_interval_s
         self._crc_at = time.monotonic()
-        self.last: dict = {}     # the last full check: {"tables", "bytes", "seconds", "repaired"}
-        self.repairs = 0         # tables rebuilt by this engine's sweeps
-        self._one = threading.Lock()   # the main loop's sweeps and asked-for ones never overlap
+        self.last: dict = {}  # the last full check: {"tables", "bytes", "seconds", "repaired"}
+        self.repairs = 0  # tables rebuilt by this engine's sweeps
+        self._one = threading.Lock()  # the main loop's sweeps and asked-for ones never overlap
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -101,10 +103,10 @@ class Sweep:
             digests = list(eng.tables)
         repaired, n, nbytes = [], 0, 0
         for digest in digests:
-            with eng.lock:   # the entry and a descriptor of the very segment it names, together
+            with eng.lock:  # the entry and a descriptor of the very segment it names, together
                 entry = eng.tables.get(digest)
                 if entry is None:
-                    continue   # evicted meanwhile
+                    continue  # evicted meanwhile
                 fd = os.dup(eng.fds[digest])
             try:
                 why = damaged(fd, entry, checksum)
@@ -113,8 +115,13 @@ class Sweep:
             n, nbytes = n + 1, nbytes + entry["nbytes"]
             if why is not None and self.repair(digest, entry, why):
                 repaired.append(entry["name"])
-        report = {"tables": n, "bytes": nbytes, "seconds": round(time.perf_counter() - t0, 4),
-                  "repaired": repaired, "checksum": checksum}
+        report = {
+            "tables": n,
+            "bytes": nbytes,
+            "seconds": round(time.perf_counter() - t0, 4),
+            "repaired": repaired,
+            "checksum": checksum,
+        }
         if checksum:
             self.last = report
         return report
@@ -127,7 +134,7 @@ class Sweep:
         if t is None:
             return False
         with eng.lock:
-            if eng.tables.get(digest) is not entry:   # replaced meanwhile: that one is checked next time
+            if eng.tables.get(digest) is not entry:  # replaced meanwhile: that one is checked next time
                 return False
         self.log(f"table {entry['name']} ({entry['file']}) is {why}; rebuilding it")
         self.repairs += 1

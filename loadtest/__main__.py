@@ -1,10 +1,10 @@
 """``python -m posenc.loadtest``: report | probe | floor | render.
 
-    python -m posenc.loadtest report                      # start posenc serve, measure, write ./posenc-loadtest/<ts>/
-    python -m posenc.loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
-    python -m posenc.loadtest probe --url ... --rates 1000,5000
-    python -m posenc.loadtest floor --port 8100
-    python -m posenc.loadtest render posenc-loadtest/<ts>    # re-render summary.md/latency.png from results.json
+python -m posenc.loadtest report                      # start posenc serve, measure, write ./posenc-loadtest/<ts>/
+python -m posenc.loadtest report --url http://host:8000 --server-cpus '' --client-cpus ''
+python -m posenc.loadtest probe --url ... --rates 1000,5000
+python -m posenc.loadtest floor --port 8100
+python -m posenc.loadtest render posenc-loadtest/<ts>    # re-render summary.md/latency.png from results.json
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("probe", "floor"):
         from . import floor, probe
+
         return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
-    p = argparse.ArgumentParser(prog="python -m posenc.loadtest", description="posenc load tests (docs/loadtest.md)")
+    p = argparse.ArgumentParser(
+        prog="python -m posenc.loadtest", description="posenc load tests (docs/loadtest.md)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     from . import runner
+
     runner.add_parser(sub)
     sub.add_parser("probe", help="the open-loop latency probe alone (see --help)")
     sub.add_parser("floor", help="the raw ASGI floor server alone (see --help)")

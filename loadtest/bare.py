@@ -55,7 +55,12 @@ class BareProtocol(asyncio.Protocol):
 def _whole(ctype: bytes, body: bytes, extra=()) -> bytes:
     """A whole HTTP response (status line, content-type, content-length, extra headers, body)."""
     more = b"".join(b"%s: %s\r\n" % kv for kv in extra)
-    return b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s" % (ctype, len(body), more, body)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s" % (
+        ctype,
+        len(body),
+        more,
+        body,
+    )
 
 
 def responses_of(bodies: dict[str, tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bytes]:
@@ -67,7 +72,9 @@ async def serve(host: str, port: int, bodies: dict, requests: dict | None = None
     responses, default = responses_of(bodies)
     exact = {(p.encode(), b): _whole(*answer) for (p, b), answer in (requests or {}).items()}
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: BareProtocol(responses, default, exact), host, port, backlog=2048)
+    server = await loop.create_server(
+        lambda: BareProtocol(responses, default, exact), host, port, backlog=2048
+    )
     async with server:
         await server.serve_forever()
 

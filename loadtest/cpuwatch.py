@@ -45,7 +45,7 @@ def _proc_s(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TCK      # utime + stime
+        return (int(fields[11]) + int(fields[12])) / _TCK  # utime + stime
     except (OSError, ValueError, IndexError):
         return 0.0
 
@@ -80,7 +80,9 @@ class Watch:
         return False
 
 
-def wait_idle(pids=(), max_wait: float = 30.0, threshold: float = 0.05, window: float = 0.5) -> tuple[float, float]:
+def wait_idle(
+    pids=(), max_wait: float = 30.0, threshold: float = 0.05, window: float = 0.5
+) -> tuple[float, float]:
     """Wait (at most ``max_wait`` s) for a ``window`` in which others use < ``threshold`` cores.
     Returns (seconds waited, others' cores in the last window)."""
     t0 = time.monotonic()

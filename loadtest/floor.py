@@ -27,8 +27,10 @@ def make_app(bodies: dict[str, tuple[bytes, bytes]], requests: dict | None = Non
     responses = {}
     for path, (ctype, body) in bodies.items():
         responses[path] = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())], body
-    exact = {key: ([(b"content-type", ct), (b"content-length", b"%d" % len(body)), *extra], body)
-             for key, (ct, body, extra) in (requests or {}).items()}
+    exact = {
+        key: ([(b"content-type", ct), (b"content-length", b"%d" % len(body)), *extra], body)
+        for key, (ct, body, extra) in (requests or {}).items()
+    }
     dflt = [(b"content-type", _DEFAULT[0]), (b"content-length", str(len(_DEFAULT[1])).encode())], _DEFAULT[1]
 
     async def app(scope, receive, send):
@@ -43,12 +45,14 @@ def make_app(bodies: dict[str, tuple[bytes, bytes]], requests: dict | None = Non
         if scope["type"] != "http":
             return
         chunks = []
-        while True:                                  # read the body, as posenc does
+        while True:  # read the body, as posenc does
             msg = await receive()
             chunks.append(msg.get("body", b""))
             if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
                 break
-        hit = exact.get((scope["path"], chunks[0] if len(chunks) == 1 else b"".join(chunks))) if exact else None
+        hit = (
+            exact.get((scope["path"], chunks[0] if len(chunks) == 1 else b"".join(chunks))) if exact else None
+        )
         headers, body = hit or responses.get(scope["path"], dflt)
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -73,8 +77,13 @@ def save_requests(path: str, answers: list[tuple[str, bytes, str, bytes, list]])
     """answers: (path, request body, content type, answer, [(header, value)]) per request."""
     b64 = base64.b64encode
     with open(path, "w") as f:
-        json.dump([[p, b64(rb).decode(), ct, b64(a).decode(), [list(h) for h in extra]]
-                   for p, rb, ct, a, extra in answers], f)
+        json.dump(
+            [
+                [p, b64(rb).decode(), ct, b64(a).decode(), [list(h) for h in extra]]
+                for p, rb, ct, a, extra in answers
+            ],
+            f,
+        )
 
 
 def load_requests(path: str | None) -> dict:
@@ -83,8 +92,14 @@ def load_requests(path: str | None) -> dict:
         return {}
     with open(path) as f:
         raw = json.load(f)
-    return {(p, base64.b64decode(rb)): (ct.encode(), base64.b64decode(a), [(k.encode(), v.encode()) for k, v in extra])
-            for p, rb, ct, a, extra in raw}
+    return {
+        (p, base64.b64decode(rb)): (
+            ct.encode(),
+            base64.b64decode(a),
+            [(k.encode(), v.encode()) for k, v in extra],
+        )
+        for p, rb, ct, a, extra in raw
+    }
 
 
 def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespace:
@@ -93,7 +108,9 @@ def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespa
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--bodies", help="JSON {path: [content_type, base64 body]} (default: a 5-byte body)")
-    p.add_argument("--requests", help="JSON list of [path, base64 request body, content_type, base64 answer, headers]")
+    p.add_argument(
+        "--requests", help="JSON list of [path, base64 request body, content_type, base64 answer, headers]"
+    )
     return p.parse_args(argv)
 
 
@@ -103,9 +120,21 @@ def main(argv=None) -> int:
     args = server_args("posenc.loadtest.floor", __doc__, 8100, argv)
     app = make_app(load_bodies(args.bodies), load_requests(args.requests))
     # The settings service/supervise/serve.py gives uvicorn, so only the app differs.
-    uvicorn.run(app, host=args.host, port=args.port, workers=1, loop="uvloop", http="httptools",
-                lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=5,
-                timeout_graceful_shutdown=10, limit_concurrency=None, server_header=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        workers=1,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=10,
+        limit_concurrency=None,
+        server_header=False,
+    )
     return 0
 
 

@@ -15,8 +15,7 @@ import asyncio
 import signal
 
 import grpc
-
-from posenc.service.v2.grpc_server import STREAM_RESPONSE, SERVICE, varint
+from posenc.service.v2.grpc_server import SERVICE, STREAM_RESPONSE, varint
 
 
 def handler(response: bytes) -> grpc.GenericRpcHandler:
@@ -30,14 +29,19 @@ def handler(response: bytes) -> grpc.GenericRpcHandler:
             yield streamed
 
     same = {"request_deserializer": None, "response_serializer": None}
-    return grpc.method_handlers_generic_handler(SERVICE, {
-        "ModelInfer": grpc.unary_unary_rpc_method_handler(infer, **same),
-        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(stream, **same),
-    })
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "ModelInfer": grpc.unary_unary_rpc_method_handler(infer, **same),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(stream, **same),
+        },
+    )
 
 
 async def serve(port: int, response: bytes) -> None:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
+    )
     server.add_generic_rpc_handlers((handler(response),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -49,7 +53,9 @@ async def serve(port: int, response: bytes) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posenc.loadtest.grpc_floor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m posenc.loadtest.grpc_floor", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--port", type=int, default=9001)
     p.add_argument("--response", required=True, help="file holding a serialized ModelInferResponse")
     args = p.parse_args(argv)

@@ -17,7 +17,7 @@ from locust import User
 
 from .h2load import INFER
 
-grpc_gevent.init_gevent()   # grpcio's blocking calls yield to gevent instead of stalling every user
+grpc_gevent.init_gevent()  # grpcio's blocking calls yield to gevent instead of stalling every user
 
 
 def grpc_target(opts, host: str | None) -> str:
@@ -45,6 +45,11 @@ class GrpcUser(User):
         except grpc.RpcError as e:
             exc = RuntimeError(f"{e.code().name}: {e.details()}")
         self.environment.events.request.fire(
-            request_type="grpc", name=name, response_time=(time.perf_counter() - t0) * 1000,
-            response_length=len(out or b""), exception=exc, context={})
+            request_type="grpc",
+            name=name,
+            response_time=(time.perf_counter() - t0) * 1000,
+            response_length=len(out or b""),
+            exception=exc,
+            context={},
+        )
         return out

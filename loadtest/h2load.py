@@ -38,8 +38,17 @@ def write_frames(path: str, messages: list[bytes]) -> str:
     return path
 
 
-def run(url: str, data: str, *, n: int | None = None, seconds: float | None = None, c: int = 1, m: int = 1,
-        log: str | None = None, cpus: str | None = None) -> dict:
+def run(
+    url: str,
+    data: str,
+    *,
+    n: int | None = None,
+    seconds: float | None = None,
+    c: int = 1,
+    m: int = 1,
+    log: str | None = None,
+    cpus: str | None = None,
+) -> dict:
     """{"rps"} (and with ``log``: "p50_us", "p99_us" from h2load's per-request log) of ``n``
     requests or ``seconds`` of them, on ``c`` connections with ``m`` streams each."""
     cmd = ["h2load", "-c", str(c), "-m", str(m), "-d", data]

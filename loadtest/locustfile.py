@@ -30,7 +30,6 @@ import json
 import random
 
 from locust import FastHttpUser, constant_pacing, events, task
-
 from posenc.loadtest import mix, payloads
 from posenc.loadtest.grpc_user import GrpcUser as _GrpcBase
 
@@ -39,21 +38,51 @@ _state = {"cfg": payloads.load(), "wait": 0.0, "tables": None}
 
 @events.init_command_line_parser.add_listener
 def _options(parser):
-    parser.add_argument("--posenc-weights", env_var="LOADTEST_WEIGHTS",
-                        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2,mix=0",
-                        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N,mix=N")
-    parser.add_argument("--posenc-grpc", env_var="LOADTEST_GRPC", default="",
-                        help="gRPC target HOST:PORT (default: the --host's host, port 8001)")
-    parser.add_argument("--posenc-payloads", env_var="LOADTEST_PAYLOADS", default="",
-                        help="JSON file overriding loadtest/payloads.py DEFAULTS")
-    parser.add_argument("--posenc-wait", env_var="LOADTEST_WAIT", type=float, default=0.0,
-                        help="think time between a user's requests, seconds (0: back to back)")
-    parser.add_argument("--posenc-new-spec-every", env_var="LOADTEST_NEW_SPEC_EVERY", type=float, default=5.0,
-                        help="seconds between a NewSpecUser's requests")
-    parser.add_argument("--posenc-scenario", env_var="LOADTEST_SCENARIO", default="", choices=["", mix.NAME],
-                        help="realistic-mix: MixUser and NewSpecUser only (weights mix=8,newspec=1)")
-    parser.add_argument("--posenc-tables", env_var="LOADTEST_TABLES", default="",
-                        help="the server's table config (realistic-mix draws its specs from it; default: the embedded set)")
+    parser.add_argument(
+        "--posenc-weights",
+        env_var="LOADTEST_WEIGHTS",
+        default="decode=10,pipeline=2,json=2,newspec=1,v2rest=2,grpc=2,mix=0",
+        help="user class weights: decode=N,pipeline=N,json=N,newspec=N,v2rest=N,grpc=N,mix=N",
+    )
+    parser.add_argument(
+        "--posenc-grpc",
+        env_var="LOADTEST_GRPC",
+        default="",
+        help="gRPC target HOST:PORT (default: the --host's host, port 8001)",
+    )
+    parser.add_argument(
+        "--posenc-payloads",
+        env_var="LOADTEST_PAYLOADS",
+        default="",
+        help="JSON file overriding loadtest/payloads.py DEFAULTS",
+    )
+    parser.add_argument(
+        "--posenc-wait",
+        env_var="LOADTEST_WAIT",
+        type=float,
+        default=0.0,
+        help="think time between a user's requests, seconds (0: back to back)",
+    )
+    parser.add_argument(
+        "--posenc-new-spec-every",
+        env_var="LOADTEST_NEW_SPEC_EVERY",
+        type=float,
+        default=5.0,
+        help="seconds between a NewSpecUser's requests",
+    )
+    parser.add_argument(
+        "--posenc-scenario",
+        env_var="LOADTEST_SCENARIO",
+        default="",
+        choices=["", mix.NAME],
+        help="realistic-mix: MixUser and NewSpecUser only (weights mix=8,newspec=1)",
+    )
+    parser.add_argument(
+        "--posenc-tables",
+        env_var="LOADTEST_TABLES",
+        default="",
+        help="the server's table config (realistic-mix draws its specs from it; default: the embedded set)",
+    )
 
 
 _CLASSES = {}
@@ -62,16 +91,16 @@ _CLASSES = {}
 @events.init.add_listener
 def _configure(environment, **_kw):
     opts = environment.parsed_options
-    if opts is None:        # library use: keep the defaults
+    if opts is None:  # library use: keep the defaults
         return
     _state["cfg"] = payloads.load(opts.posenc_payloads or None)
     _state["wait"] = opts.posenc_wait
     NewSpecUser.wait_time = constant_pacing(opts.posenc_new_spec_every)
     _state["tables"] = mix.tables(opts.posenc_tables or None)
-    MixUser.weight = 0          # unless the weights or the scenario name it
+    MixUser.weight = 0  # unless the weights or the scenario name it
     weights = opts.posenc_weights
     if opts.posenc_scenario == mix.NAME:
-        weights = ",".join(f"{n}={ {'mix': 8, 'newspec': 1}.get(n, 0)}" for n in _CLASSES)
+        weights = ",".join(f"{n}={ {'mix': 8, 'newspec': 1}.get(n, 0) }" for n in _CLASSES)
     for part in weights.split(","):
         name, _, w = part.strip().partition("=")
         if name not in _CLASSES:
@@ -96,9 +125,13 @@ class _PosencUser(FastHttpUser):
 
     def post(self, kind: str, name: str | None = None):
         path, accept, _ = payloads.KINDS[kind]
-        with self.client.post(path, data=payloads.body(self.mix, kind), name=name or kind,
-                              headers={"Accept": accept, "Content-Type": "application/json"},
-                              catch_response=True) as r:
+        with self.client.post(
+            path,
+            data=payloads.body(self.mix, kind),
+            name=name or kind,
+            headers={"Accept": accept, "Content-Type": "application/json"},
+            catch_response=True,
+        ) as r:
             if r.status_code != 200:
                 r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
             elif accept == payloads.BINARY and not r.content[:8]:
@@ -161,15 +194,22 @@ class NewSpecUser(_PosencUser):
 
 class V2RestUser(_PosencUser):
     """KServe v2 over REST: the decode RoPE row, binary tensor data both ways."""
+
     weight = 2
 
     @task
     def rope_row(self):
         body, n = payloads.v2_rest_body(*payloads.v2_rope_row(self.mix))
-        with self.client.post("/v2/models/rope/infer", data=body, name="v2-rope-row", catch_response=True,
-                              headers={"Inference-Header-Content-Length": str(n),
-                                       "Content-Type": "application/octet-stream"}) as r:
-            if r.status_code != 200 or "inference-header-content-length" not in {k.lower() for k in r.headers}:
+        with self.client.post(
+            "/v2/models/rope/infer",
+            data=body,
+            name="v2-rope-row",
+            catch_response=True,
+            headers={"Inference-Header-Content-Length": str(n), "Content-Type": "application/octet-stream"},
+        ) as r:
+            if r.status_code != 200 or "inference-header-content-length" not in {
+                k.lower() for k in r.headers
+            }:
                 r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
             else:
                 r.success()
@@ -179,6 +219,7 @@ class MixUser(_PosencUser):
     """The realistic mix: every request a random table, way and positions (loadtest/mix.py). Its weight
     is 0 unless --posenc-weights or --posenc-scenario gives it one (locust drops a class that
     starts at 0 before the options are read)."""
+
     weight = 1
 
     def on_start(self):
@@ -189,8 +230,9 @@ class MixUser(_PosencUser):
     def draw(self):
         t, way = self.mix.rng.choice(self.tables), self.mix.rng.choice(mix.WAYS)
         path, headers, body = mix.request(t, way, self.mix.rng)
-        with self.client.post(path, data=body, headers=headers, name=f"mix {t['family']} {way}",
-                              catch_response=True) as r:
+        with self.client.post(
+            path, data=body, headers=headers, name=f"mix {t['family']} {way}", catch_response=True
+        ) as r:
             if r.status_code != 200 or not r.content:
                 r.failure(f"HTTP {r.status_code}: {(r.text or '')[:200]}")
             elif way.endswith("json") and not _parses(r.content):
@@ -209,6 +251,7 @@ def _parses(content: bytes) -> bool:
 
 class GrpcUser(_GrpcBase):
     """KServe v2 over gRPC: the decode RoPE row as ModelInfer."""
+
     weight = 2
     wait_time = _think
 
@@ -221,5 +264,12 @@ class GrpcUser(_GrpcBase):
         self.call("grpc-rope-row", payloads.v2_grpc_request(*payloads.v2_rope_row(self.mix)))
 
 
-_CLASSES.update(decode=DecodeUser, pipeline=PipelineUser, json=JsonUser, newspec=NewSpecUser, v2rest=V2RestUser,
-                grpc=GrpcUser, mix=MixUser)
+_CLASSES.update(
+    decode=DecodeUser,
+    pipeline=PipelineUser,
+    json=JsonUser,
+    newspec=NewSpecUser,
+    v2rest=V2RestUser,
+    grpc=GrpcUser,
+    mix=MixUser,
+)

@@ -33,8 +33,12 @@ from . import payloads
 NAME = "realistic-mix"
 WAYS = ("v1-binary", "v1-json", "v2-binary", "v2-json")
 # family -> (the v2 inputs / the /v1 selections it takes)
-_SEL = {"rope": ("positions",), "sinusoidal": ("positions",), "alibi": ("query", "key"),
-        "t5-buckets": ("query", "key")}
+_SEL = {
+    "rope": ("positions",),
+    "sinusoidal": ("positions",),
+    "alibi": ("query", "key"),
+    "t5-buckets": ("query", "key"),
+}
 
 
 # multi-axis RoPE specs (flux.1's axes_dim, Qwen2-VL's mrope_section) are asked with per-axis
@@ -44,8 +48,11 @@ _MULTI_AXIS = ("axes_dim", "mrope_section")
 
 def tables(path: str | None = None) -> list[dict]:
     """The configured tables the mix draws from: name, family, spec, length."""
-    return [{"name": t.name, "family": t.table.family, "spec": dict(t.spec), "length": t.table.length}
-            for t in load_config(path) if t.table.family in _SEL and not any(k in t.spec for k in _MULTI_AXIS)]
+    return [
+        {"name": t.name, "family": t.table.family, "spec": dict(t.spec), "length": t.table.length}
+        for t in load_config(path)
+        if t.table.family in _SEL and not any(k in t.spec for k in _MULTI_AXIS)
+    ]
 
 
 def selections(t: dict, way: str, rng: random.Random) -> dict:
@@ -78,19 +85,35 @@ def request(t: dict, way: str, rng: random.Random) -> tuple[str, dict, bytes]:
         inputs = [{"name": k, "datatype": "INT64", "shape": [len(v)], "data": v} for k, v in sel.items()]
         body = json.dumps({"parameters": {"spec": spec}, "inputs": inputs}, separators=(",", ":")).encode()
         return path, {"Content-Type": "application/json"}, body
-    head = json.dumps({"parameters": {"spec": spec, "binary_data_output": True},
-                       "inputs": [{"name": k, "datatype": "INT64", "shape": [len(v)],
-                                   "parameters": {"binary_data_size": 8 * len(v)}} for k, v in sel.items()]},
-                      separators=(",", ":")).encode()
+    head = json.dumps(
+        {
+            "parameters": {"spec": spec, "binary_data_output": True},
+            "inputs": [
+                {
+                    "name": k,
+                    "datatype": "INT64",
+                    "shape": [len(v)],
+                    "parameters": {"binary_data_size": 8 * len(v)},
+                }
+                for k, v in sel.items()
+            ],
+        },
+        separators=(",", ":"),
+    ).encode()
     data = b"".join(int(p).to_bytes(8, "little") for v in sel.values() for p in v)
-    return path, {"Inference-Header-Content-Length": str(len(head)),
-                  "Content-Type": "application/octet-stream"}, head + data
+    return (
+        path,
+        {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"},
+        head + data,
+    )
 
 
 def http_bytes(path: str, headers: dict, body: bytes, host: str) -> bytes:
     """The exact HTTP/1.1 keep-alive request the probe sends."""
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def build(host: str, tables_path: str | None = None, pool: int = 2048, seed: int = 1):
@@ -126,8 +149,12 @@ class NewSpecs(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.wait(1.0 / self.per_s):
             body = json.dumps(self.mix.new_spec()).encode()
-            req = urllib.request.Request(self.url + "/v1/rope", data=body, method="POST",
-                                         headers={"Accept": payloads.BINARY, "Content-Type": "application/json"})
+            req = urllib.request.Request(
+                self.url + "/v1/rope",
+                data=body,
+                method="POST",
+                headers={"Accept": payloads.BINARY, "Content-Type": "application/json"},
+            )
             t0 = time.perf_counter()
             try:
                 with urllib.request.urlopen(req, timeout=30) as r:
@@ -143,6 +170,10 @@ class NewSpecs(threading.Thread):
         self.stop_event.set()
         self.join(timeout=35)
         secs = sorted(s for _, s in self.results)
-        return {"sent": len(self.results), "ok": sum(1 for st, _ in self.results if st == 200),
-                "per_s": self.per_s, "p50_ms": round(1000 * secs[len(secs) // 2], 1) if secs else None,
-                "max_ms": round(1000 * secs[-1], 1) if secs else None}
+        return {
+            "sent": len(self.results),
+            "ok": sum(1 for st, _ in self.results if st == 200),
+            "per_s": self.per_s,
+            "p50_ms": round(1000 * secs[len(secs) // 2], 1) if secs else None,
+            "max_ms": round(1000 * secs[-1], 1) if secs else None,
+        }

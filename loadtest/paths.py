@@ -22,15 +22,14 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from posenc.service.metrics.counters import FLUSH_S
 from posenc.service.metrics.layout import PATHS
+from prometheus_client.parser import text_string_to_metric_families
 
 from .servers import http_json
 
 ANSWER_PATH = "posenc_answer_path_total"
-SETTLE_READS = 20   # at most this many reads, 2 x FLUSH_S apart, for the counts to settle
+SETTLE_READS = 20  # at most this many reads, 2 x FLUSH_S apart, for the counts to settle
 
 
 def _read(url: str) -> dict | None:
@@ -77,9 +76,14 @@ def shares(before: dict, after: dict) -> dict:
             w[path] = w.get(path, 0) + int(n)
     total = sum(counts.values())
     lane = int(after["lane"] - before["lane"])
-    return {"requests": total, "counts": counts, "by_route": by_route,
-            "shares": {k: (v / total if total else 0.0) for k, v in counts.items()},
-            "lane": lane, "lane_share": lane / total if total else 0.0}
+    return {
+        "requests": total,
+        "counts": counts,
+        "by_route": by_route,
+        "shares": {k: (v / total if total else 0.0) for k, v in counts.items()},
+        "lane": lane,
+        "lane_share": lane / total if total else 0.0,
+    }
 
 
 def record(into: dict, key: str, before: dict | None, after: dict | None) -> None:

@@ -77,13 +77,18 @@ class Mix:
     def pipeline_sinusoidal(self) -> dict:
         n = self.rng.randint(self.cfg["pipeline_min"], self.cfg["pipeline_max"])
         # A shuffled batch of positions (packed sequences), not a range.
-        return {**self.cfg["sinusoidal_spec"],
-                "positions": [self.rng.randrange(self.cfg["max_position"]) for _ in range(n)]}
+        return {
+            **self.cfg["sinusoidal_spec"],
+            "positions": [self.rng.randrange(self.cfg["max_position"]) for _ in range(n)],
+        }
 
     # -- JSON clients ----------------------------------------------------------------------------
     def json_rope(self) -> dict:
         start = self.rng.randrange(self.cfg["max_position"] - self.cfg["json_positions"])
-        return {**self.cfg["rope_spec"], "positions": {"start": start, "stop": start + self.cfg["json_positions"]}}
+        return {
+            **self.cfg["rope_spec"],
+            "positions": {"start": start, "stop": start + self.cfg["json_positions"]},
+        }
 
     def json_t5(self) -> dict:
         n = self.cfg["json_positions"]
@@ -92,7 +97,7 @@ class Mix:
     # -- occasional new specs: each one is built on demand by the engine -------------------------
     def new_spec(self) -> dict:
         d = self.rng.choice(self.cfg["new_spec_head_dims"])
-        theta = float(self.rng.randrange(10_000, 10_000_000))   # practically never seen before
+        theta = float(self.rng.randrange(10_000, 10_000_000))  # practically never seen before
         return {"head_dim": d, "rope_theta": theta, "positions": [self.rng.randrange(4096)]}
 
 
@@ -115,8 +120,10 @@ def body(mix: Mix, kind: str) -> bytes:
 def http_request(kind: str, body_bytes: bytes, host: str) -> bytes:
     """The exact HTTP/1.1 bytes of one keep-alive request (the probe sends these as they are)."""
     path, accept, _ = KINDS[kind]
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body_bytes)}\r\n\r\n").encode() + body_bytes
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {accept}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body_bytes)}\r\n\r\n"
+    ).encode() + body_bytes
 
 
 # -- KServe v2 (the Open Inference Protocol): the decode RoPE row as a v2 request -----------------
@@ -128,16 +135,27 @@ def v2_rope_row(mix: Mix) -> tuple[dict, list]:
 
 def v2_rest_body(spec: dict, positions: list) -> tuple[bytes, int]:
     """A v2 REST binary request (JSON header + INT64 positions) and its header length."""
-    head = json.dumps({"parameters": {"spec": json.dumps(spec), "binary_data_output": True},
-                       "inputs": [{"name": "positions", "datatype": "INT64", "shape": [len(positions)],
-                                   "parameters": {"binary_data_size": 8 * len(positions)}}]},
-                      separators=(",", ":")).encode()
+    head = json.dumps(
+        {
+            "parameters": {"spec": json.dumps(spec), "binary_data_output": True},
+            "inputs": [
+                {
+                    "name": "positions",
+                    "datatype": "INT64",
+                    "shape": [len(positions)],
+                    "parameters": {"binary_data_size": 8 * len(positions)},
+                }
+            ],
+        },
+        separators=(",", ":"),
+    ).encode()
     return head + b"".join(int(p).to_bytes(8, "little") for p in positions), len(head)
 
 
 def v2_grpc_request(spec: dict, positions: list) -> bytes:
     """The same request as a serialized gRPC ModelInferRequest."""
     from posenc.service.v2.proto import grpc_service_pb2 as pb
+
     r = pb.ModelInferRequest(model_name="rope")
     r.parameters["spec"].string_param = json.dumps(spec)
     r.inputs.add(name="positions", datatype="INT64", shape=[len(positions)])

@@ -43,38 +43,38 @@ from hdrh.histogram import HdrHistogram
 from . import payloads, sender
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
-MAX_US = 60_000_000          # histogram range: 1 µs .. 60 s
-LATE_NS = 1_000_000          # a send this late is the probe's own lateness ...
-MAX_LATE_SHARE = 0.01        # ... and more than this share of them: the probe fell behind
-KEPT_UP = 0.97               # a server that answers less than this share of the offered rate fell behind
+MAX_US = 60_000_000  # histogram range: 1 µs .. 60 s
+LATE_NS = 1_000_000  # a send this late is the probe's own lateness ...
+MAX_LATE_SHARE = 0.01  # ... and more than this share of them: the probe fell behind
+KEPT_UP = 0.97  # a server that answers less than this share of the offered rate fell behind
 
 
 @dataclasses.dataclass
 class StepResult:
     target: str
-    rate: float                    # offered, requests/s
+    rate: float  # offered, requests/s
     duration_s: float
     connections: int
     sent: int = 0
     completed: int = 0
-    errors: int = 0                # non-2xx responses, resets, malformed responses
-    resets: int = 0                # connections lost or closed on a malformed answer (reopened)
-    timeouts: int = 0              # still unanswered when the drain limit ran out
-    achieved_rps: float = 0.0      # completions per second over the measured window
-    queued: int = 0                # requests that found every connection busy (server backlog)
-    percentiles_us: dict = dataclasses.field(default_factory=dict)   # "p50" -> µs, from t_k
+    errors: int = 0  # non-2xx responses, resets, malformed responses
+    resets: int = 0  # connections lost or closed on a malformed answer (reopened)
+    timeouts: int = 0  # still unanswered when the drain limit ran out
+    achieved_rps: float = 0.0  # completions per second over the measured window
+    queued: int = 0  # requests that found every connection busy (server backlog)
+    percentiles_us: dict = dataclasses.field(default_factory=dict)  # "p50" -> µs, from t_k
     mean_us: float = 0.0
     max_us: float = 0.0
-    loop_lag_us: dict = dataclasses.field(default_factory=dict)      # probe lateness at send
-    rx_us: dict = dataclasses.field(default_factory=dict)            # probe's receive work per answer
-    by_kind: dict = dataclasses.field(default_factory=dict)          # kind -> {"p50":..,"p99":..}
+    loop_lag_us: dict = dataclasses.field(default_factory=dict)  # probe lateness at send
+    rx_us: dict = dataclasses.field(default_factory=dict)  # probe's receive work per answer
+    by_kind: dict = dataclasses.field(default_factory=dict)  # kind -> {"p50":..,"p99":..}
     status_counts: dict = dataclasses.field(default_factory=dict)
-    probe_cpu_us: float = 0.0      # the probe's CPU time per request sent (spinning included)
-    hdr: str = ""                  # the full histogram, HdrHistogram base64 encoding
-    sender: str = ""               # "c" (loadtest/_sender.c) or "python" (loadtest/pyloop.py)
-    late_share: float = 0.0        # share of requests the probe sent over LATE_NS after their time
-    fell_behind: bool = False      # the rate was not held: percentiles are not latency (judge())
-    behind: str = ""               # who fell behind: "probe" or "server"
+    probe_cpu_us: float = 0.0  # the probe's CPU time per request sent (spinning included)
+    hdr: str = ""  # the full histogram, HdrHistogram base64 encoding
+    sender: str = ""  # "c" (loadtest/_sender.c) or "python" (loadtest/pyloop.py)
+    late_share: float = 0.0  # share of requests the probe sent over LATE_NS after their time
+    fell_behind: bool = False  # the rate was not held: percentiles are not latency (judge())
+    behind: str = ""  # who fell behind: "probe" or "server"
 
     @property
     def saturated(self) -> bool:
@@ -98,9 +98,19 @@ def _pcts(values_us: np.ndarray) -> dict:
     return {f"p{p:g}": h.get_value_at_percentile(p) for p in PERCENTILES} | {"max": h.get_max_value()}
 
 
-def run_step(host: str, port: int, requests: list[bytes], kinds: list[int], kind_names: list[str],
-             rate: float, duration: float, connections: int = 64, warmup: float = 0.5,
-             drain: float = 2.0, target: str = "") -> StepResult:
+def run_step(
+    host: str,
+    port: int,
+    requests: list[bytes],
+    kinds: list[int],
+    kind_names: list[str],
+    rate: float,
+    duration: float,
+    connections: int = 64,
+    warmup: float = 0.5,
+    drain: float = 2.0,
+    target: str = "",
+) -> StepResult:
     """Offer ``rate`` requests/s for ``warmup + duration`` seconds; measure the last ``duration``.
 
     The garbage collector is off for the run: a full collection of the caller's heap stalled the
@@ -130,8 +140,14 @@ def _result(got, rate, duration, connections, n_warm, kinds, kind_names, target,
     st = status[n_warm:]
     sent = idx < scheduled
     ok = (st >= 200) & (st < 300)
-    res = StepResult(target=target, rate=rate, duration_s=duration, connections=connections, queued=queued,
-                     sender=sender.name())
+    res = StepResult(
+        target=target,
+        rate=rate,
+        duration_s=duration,
+        connections=connections,
+        queued=queued,
+        sender=sender.name(),
+    )
     res.sent = int(sent.sum())
     res.timeouts = int((st == 0).sum())
     res.errors = int(((st == 1) | (st >= 300)).sum())
@@ -152,7 +168,9 @@ def _result(got, rate, duration, connections, n_warm, kinds, kind_names, target,
         res.rx_us = _pcts(rx[n_warm:][ok] / 1000)
         if len(kind_names) > 1:
             kk = np.asarray(kinds, dtype=np.int64)[idx[ok] % len(kinds)]
-            res.by_kind = {name: _pcts(lat_us[kk == i]) for i, name in enumerate(kind_names) if (kk == i).any()}
+            res.by_kind = {
+                name: _pcts(lat_us[kk == i]) for i, name in enumerate(kind_names) if (kk == i).any()
+            }
     if res.sent:
         lags = lag[n_warm:][sent]
         res.loop_lag_us = _pcts(lags / 1000)
@@ -179,8 +197,9 @@ def judge(r: StepResult, unsent: bool) -> tuple[bool, str]:
     return False, ""
 
 
-def build_requests(host_header: str, kind_weights: dict[str, int], pool: int = 512,
-                   cfg: dict | None = None, seed: int = 1) -> tuple[list[bytes], list[int], list[str]]:
+def build_requests(
+    host_header: str, kind_weights: dict[str, int], pool: int = 512, cfg: dict | None = None, seed: int = 1
+) -> tuple[list[bytes], list[int], list[str]]:
     """A shuffled pool of request bytes drawn from ``kind_weights`` (varying positions)."""
     rng = random.Random(seed)
     mix = payloads.Mix(cfg, rng)
@@ -203,8 +222,17 @@ def parse_kinds(text: str) -> dict[str, int]:
     return out
 
 
-def sweep(url: str, rates: list[float], duration: float, kinds: str = "rope-row", connections: int = 64,
-          warmup: float = 0.5, target: str = "", cfg: dict | None = None, log=None) -> list[StepResult]:
+def sweep(
+    url: str,
+    rates: list[float],
+    duration: float,
+    kinds: str = "rope-row",
+    connections: int = 64,
+    warmup: float = 0.5,
+    target: str = "",
+    cfg: dict | None = None,
+    log=None,
+) -> list[StepResult]:
     u = urlsplit(url)
     host, port = u.hostname, u.port or 80
     reqs, kidx, names = build_requests(f"{host}:{port}", parse_kinds(kinds), cfg=cfg)
@@ -221,13 +249,17 @@ def sweep(url: str, rates: list[float], duration: float, kinds: str = "rope-row"
 def format_step(r: StepResult) -> str:
     p = r.percentiles_us
     if r.fell_behind:
-        return (f"{r.target:>8} offered {r.rate:>8.0f}/s achieved {r.achieved_rps:>8.0f}/s  FELL BEHIND "
-                f"({r.behind}; late sends {r.late_share:.1%}, lag p99 {r.loop_lag_us.get('p99', 0)} µs, "
-                f"queued {r.queued}, timeouts {r.timeouts}, err {r.errors}) [{r.sender} sender]")
-    return (f"{r.target:>8} offered {r.rate:>8.0f}/s achieved {r.achieved_rps:>8.0f}/s  "
-            f"p50 {p.get('p50', 0):>6} p90 {p.get('p90', 0):>6} p99 {p.get('p99', 0):>7} "
-            f"p99.9 {p.get('p99.9', 0):>7} µs  lag p99 {r.loop_lag_us.get('p99', 0)} rx p99 {r.rx_us.get('p99', 0)} µs  "
-            f"queued {r.queued} err {r.errors} timeouts {r.timeouts} [{r.sender} sender]")
+        return (
+            f"{r.target:>8} offered {r.rate:>8.0f}/s achieved {r.achieved_rps:>8.0f}/s  FELL BEHIND "
+            f"({r.behind}; late sends {r.late_share:.1%}, lag p99 {r.loop_lag_us.get('p99', 0)} µs, "
+            f"queued {r.queued}, timeouts {r.timeouts}, err {r.errors}) [{r.sender} sender]"
+        )
+    return (
+        f"{r.target:>8} offered {r.rate:>8.0f}/s achieved {r.achieved_rps:>8.0f}/s  "
+        f"p50 {p.get('p50', 0):>6} p90 {p.get('p90', 0):>6} p99 {p.get('p99', 0):>7} "
+        f"p99.9 {p.get('p99.9', 0):>7} µs  lag p99 {r.loop_lag_us.get('p99', 0)} rx p99 {r.rx_us.get('p99', 0)} µs  "
+        f"queued {r.queued} err {r.errors} timeouts {r.timeouts} [{r.sender} sender]"
+    )
 
 
 def main(argv=None) -> int:
@@ -236,14 +268,25 @@ def main(argv=None) -> int:
     p.add_argument("--rates", default="1000,2000,5000", help="offered rates, requests/s, comma-separated")
     p.add_argument("--duration", type=float, default=3.0, help="measured seconds per rate (after --warmup)")
     p.add_argument("--warmup", type=float, default=0.5)
-    p.add_argument("--kinds", default="rope-row", help="request kinds with weights, e.g. rope-row:3,alibi-decode:1")
+    p.add_argument(
+        "--kinds", default="rope-row", help="request kinds with weights, e.g. rope-row:3,alibi-decode:1"
+    )
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("--payloads", help="JSON overriding loadtest.payloads.DEFAULTS")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     rates = [float(x) for x in args.rates.split(",")]
-    res = sweep(args.url, rates, args.duration, args.kinds, args.connections, args.warmup,
-                target="probe", cfg=payloads.load(args.payloads), log=lambda s: print(s, flush=True))
+    res = sweep(
+        args.url,
+        rates,
+        args.duration,
+        args.kinds,
+        args.connections,
+        args.warmup,
+        target="probe",
+        cfg=payloads.load(args.payloads),
+        log=lambda s: print(s, flush=True),
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in res], f, indent=1)

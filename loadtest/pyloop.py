@@ -19,10 +19,11 @@ if hasattr(select, "epoll"):
     _epoll = select.epoll
 else:  # gevent (imported by locust) monkey-patched select and hid epoll: take the real one
     from gevent import monkey as _monkey
+
     _epoll = _monkey.get_original("select", "epoll")
 
-SPIN_NS = 1_200_000          # spin (epoll timeout 0) when the next send is closer than this, else
-                             # sleep in epoll for the whole milliseconds before it (never past it)
+SPIN_NS = 1_200_000  # spin (epoll timeout 0) when the next send is closer than this, else
+# sleep in epoll for the whole milliseconds before it (never past it)
 
 
 class _Conn:
@@ -33,10 +34,10 @@ class _Conn:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.fd = self.sock.fileno()
         self.buf = b""
-        self.remaining = -1      # -1: reading the head; else body bytes still to come
+        self.remaining = -1  # -1: reading the head; else body bytes still to come
         self.status = 0
         self.close_after = False
-        self.k = -1              # index of the request in flight, -1 when idle
+        self.k = -1  # index of the request in flight, -1 when idle
 
     def feed(self, rbuf: bytearray, n: int) -> int:
         """Take the ``n`` bytes just received into ``rbuf``: 1 when the response is complete, 0 when
@@ -58,8 +59,9 @@ class _Conn:
             e = head.find(b"\r\n", j)
             self.status = int(head[9:12])
             self.close_after = b"\nconnection: close" in head or (
-                head.startswith(b"http/1.0") and b"\nconnection: keep-alive" not in head)
-            self.remaining = int(head[j + 15:e if e >= 0 else len(head)]) - (n - i - 4)
+                head.startswith(b"http/1.0") and b"\nconnection: keep-alive" not in head
+            )
+            self.remaining = int(head[j + 15 : e if e >= 0 else len(head)]) - (n - i - 4)
             self.buf = b""
         else:
             self.remaining -= n
@@ -70,8 +72,9 @@ class _Conn:
         return 1 if ok else -1
 
 
-def run(host: str, port: int, requests: list[bytes], rate: float, total: int, hard_stop_s: float,
-        connections: int):
+def run(
+    host: str, port: int, requests: list[bytes], rate: float, total: int, hard_stop_s: float, connections: int
+):
     addr = (host, port)
     conns = [_Conn(addr) for _ in range(connections)]
     by_fd = {c.fd: c for c in conns}
@@ -102,7 +105,7 @@ def run(host: str, port: int, requests: list[bytes], rate: float, total: int, ha
         ep.unregister(c.fd)
         del by_fd[c.fd]
         c.sock.close()
-        nc = _Conn(addr)                     # reconnect (rare: resets, server-closed sockets)
+        nc = _Conn(addr)  # reconnect (rare: resets, server-closed sockets)
         by_fd[nc.fd] = nc
         ep.register(nc.fd, select.EPOLLIN)
         if pending:
@@ -110,7 +113,7 @@ def run(host: str, port: int, requests: list[bytes], rate: float, total: int, ha
         else:
             free.append(nc)
 
-    t0 = now_ns() + 5_000_000                # first send 5 ms from now
+    t0 = now_ns() + 5_000_000  # first send 5 ms from now
     k = done = 0
     hard_stop = t0 + int(hard_stop_s * 1e9)
     poll = ep.poll

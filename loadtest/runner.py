@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import uuid
-
 from urllib.parse import urlsplit
 
 from . import cpuwatch, h2load, locustrun, paths, payloads, probe, report, scenario, servers, wrk
@@ -45,29 +44,52 @@ def add_parser(sub, name: str = "report") -> None:
     p.add_argument("--server-cpus", default="0", help="taskset list for the servers ('' = no pinning)")
     p.add_argument("--client-cpus", default="1", help="taskset list for the load generators")
     p.add_argument("--out", help="report directory (default ./posenc-loadtest/<timestamp>)")
-    p.add_argument("--kinds", default="rope-row", help="probe/wrk request kinds, e.g. rope-row:1,alibi-decode:1")
+    p.add_argument(
+        "--kinds", default="rope-row", help="probe/wrk request kinds, e.g. rope-row:1,alibi-decode:1"
+    )
     scenario.add_arguments(p)
-    p.add_argument("--fractions", default=DEFAULT_FRACTIONS, help="probe rates as fractions of posenc saturation")
+    p.add_argument(
+        "--fractions", default=DEFAULT_FRACTIONS, help="probe rates as fractions of posenc saturation"
+    )
     p.add_argument("--rates", help="probe rates in requests/s instead of --fractions")
     p.add_argument("--probe-duration", type=float, default=3.0, help="measured seconds per probe rate")
     p.add_argument("--probe-warmup", type=float, default=0.5)
     p.add_argument("--connections", type=int, default=64, help="probe keep-alive connections")
     p.add_argument("--wrk-duration", type=float, default=3.0)
-    p.add_argument("--wrk-connections", type=int, default=64,
-                   help="wrk connections for the saturation measurement (default: as many as the probe's)")
-    p.add_argument("--saturation", type=float,
-                   help="posenc saturation (requests/s) to base the probe rates on (default: wrk's measurement)")
-    p.add_argument("--no-wrk", dest="wrk", action="store_false",
-                   help="skip wrk even if installed (saturation then comes from --saturation or a probe ramp)")
+    p.add_argument(
+        "--wrk-connections",
+        type=int,
+        default=64,
+        help="wrk connections for the saturation measurement (default: as many as the probe's)",
+    )
+    p.add_argument(
+        "--saturation",
+        type=float,
+        help="posenc saturation (requests/s) to base the probe rates on (default: wrk's measurement)",
+    )
+    p.add_argument(
+        "--no-wrk",
+        dest="wrk",
+        action="store_false",
+        help="skip wrk even if installed (saturation then comes from --saturation or a probe ramp)",
+    )
     p.add_argument("--locust-time", type=float, default=20.0, help="seconds of locust (0 = skip)")
     p.add_argument("--locust-users", type=int, default=32)
     p.add_argument("--locust-processes", type=int, default=1, help="locust --processes (-1: one per core)")
     p.add_argument("--locust-weights", help="user weights, e.g. decode=10,pipeline=2,json=2,newspec=1")
     p.add_argument("--payloads", help="JSON overriding loadtest/payloads.py DEFAULTS")
-    p.add_argument("--idle-budget", type=float, default=60.0,
-                   help="seconds in all the run may wait for other processes to go quiet before a step")
-    p.add_argument("--noise-cores", type=float, default=0.1,
-                   help="a step during which others used more than this many cores is redone once and flagged")
+    p.add_argument(
+        "--idle-budget",
+        type=float,
+        default=60.0,
+        help="seconds in all the run may wait for other processes to go quiet before a step",
+    )
+    p.add_argument(
+        "--noise-cores",
+        type=float,
+        default=0.1,
+        help="a step during which others used more than this many cores is redone once and flagged",
+    )
     p.add_argument("--target-rps-per-core", type=float, default=1.2e6 / 32)
     p.add_argument("--target-p99-us", type=float, default=80.0)
     p.add_argument("--target-cores", type=int, default=32)
@@ -89,12 +111,19 @@ def machine_info() -> dict:
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    return {"cpu": model, "cpus_online": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "commit": commit, "loadavg_start": os.getloadavg()}
+    return {
+        "cpu": model,
+        "cpus_online": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": commit,
+        "loadavg_start": os.getloadavg(),
+    }
 
 
 def cmd_report(args) -> int:
@@ -119,14 +148,28 @@ def cmd_report(args) -> int:
             _log(f"starting posenc serve on :{port} (cpus {cpus_s}, namespace {namespace})")
             t0 = time.monotonic()
             gport = servers.free_port()
-            srv = servers.start_posenc(port, namespace, args.tables, args.workers, cpus_s,
-                                       log_path=os.path.join(out, "posenc.log"), grpc_port=gport)
+            srv = servers.start_posenc(
+                port,
+                namespace,
+                args.tables,
+                args.workers,
+                cpus_s,
+                log_path=os.path.join(out, "posenc.log"),
+                grpc_port=gport,
+            )
             started.append(srv)
             srv.wait_ready(timeout=300)
             url = srv.url
-            res["server"] = {"url": url, "started_here": True, "namespace": namespace, "tables": args.tables,
-                             "grpc": f"127.0.0.1:{gport}",
-                             "workers": args.workers, "cpus": cpus_s, "ready_s": round(time.monotonic() - t0, 2)}
+            res["server"] = {
+                "url": url,
+                "started_here": True,
+                "namespace": namespace,
+                "tables": args.tables,
+                "grpc": f"127.0.0.1:{gport}",
+                "workers": args.workers,
+                "cpus": cpus_s,
+                "ready_s": round(time.monotonic() - t0, 2),
+            }
             _log(f"posenc ready in {res['server']['ready_s']} s")
 
         # 2. the probe's requests; the floors answer each with posenc's bytes ------------------------
@@ -135,8 +178,9 @@ def cmd_report(args) -> int:
         res["probe_requests"] = pool["samples"]
         res["scenario"] = {"name": args.scenario, "pool": pool["pool"], "kinds": names}
         fport = servers.free_port()
-        floor = servers.start_floor(fport, None, cpus_s, log_path=os.path.join(out, "floor.log"),
-                                    requests=pool["floor_requests"])
+        floor = servers.start_floor(
+            fport, None, cpus_s, log_path=os.path.join(out, "floor.log"), requests=pool["floor_requests"]
+        )
         started.append(floor)
         floor.wait_ready(timeout=30)
         _log(f"floor on :{fport}")
@@ -144,8 +188,14 @@ def cmd_report(args) -> int:
         res["server"]["lane"] = servers.http_json(url + "/v1/tables").get("lane", "?")
         # the bare asyncio + httptools server: the Python ceiling the hot lane is measured against (wrk)
         bport = servers.free_port()
-        bare = servers.start_floor(bport, None, cpus_s, log_path=os.path.join(out, "bare.log"), kind="bare",
-                                   requests=pool["floor_requests"])
+        bare = servers.start_floor(
+            bport,
+            None,
+            cpus_s,
+            log_path=os.path.join(out, "bare.log"),
+            kind="bare",
+            requests=pool["floor_requests"],
+        )
         started.append(bare)
         bare.wait_ready(timeout=30)
 
@@ -160,21 +210,25 @@ def cmd_report(args) -> int:
             wrk.script(lua, pool["items"])
             for name, u in {**targets, "bare": bare.url}.items():
                 for conns, key in ((1, "rtt"), (args.wrk_connections, "max")):
+
                     def once(u=u, conns=conns, name=name, key=key):
                         if name != "posenc":
                             return wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
-                        before = paths.scrape(url)   # (read while no request arrives: counts settle)
+                        before = paths.scrape(url)  # (read while no request arrives: counts settle)
                         with scenario.new_specs(args, url, res["new_specs"]):
                             r = wrk.run(u, lua, args.wrk_duration, conns, cpus=cpus_c)
                         paths.record(res["paths"], f"wrk_{key}", before, paths.scrape(url))
                         return r
+
                     r = guard.measure(once, quality=lambda r: r["rps"])
                     res["wrk"][f"{name}_{key}"] = r
-                    _log(f"wrk {name} -c{conns}: {r['rps']:.0f}/s p50 {r['latency_us']['p50']} µs "
-                         f"p99 {r['latency_us']['p99']} µs failures {r['failures']}{guard.note(r)}")
+                    _log(
+                        f"wrk {name} -c{conns}: {r['rps']:.0f}/s p50 {r['latency_us']['p50']} µs "
+                        f"p99 {r['latency_us']['p99']} µs failures {r['failures']}{guard.note(r)}"
+                    )
             if sat is None:
                 sat = res["wrk"]["posenc_max"]["rps"]
-        if sat is None:   # no wrk: find the knee with the probe itself
+        if sat is None:  # no wrk: find the knee with the probe itself
             sat = _probe_knee(targets["posenc"], args, reqs, kidx, names)
         res["saturation_rps"] = sat
 
@@ -188,19 +242,36 @@ def cmd_report(args) -> int:
             if not args.rates and r not in rates:
                 rates.append(r)
         rates = sorted(set(rates))
+
         def step(name: str, rate: float, duration: float, label: str | None = None) -> dict:
             u = urlsplit(targets[name])
 
             def once():
                 with scenario.new_specs(args, url, res["new_specs"]) if name == "posenc" else _nothing():
-                    r = probe.run_step(u.hostname, u.port, reqs, kidx, names, rate, duration, args.connections,
-                                       args.probe_warmup, target=label or name)
+                    r = probe.run_step(
+                        u.hostname,
+                        u.port,
+                        reqs,
+                        kidx,
+                        names,
+                        rate,
+                        duration,
+                        args.connections,
+                        args.probe_warmup,
+                        target=label or name,
+                    )
                 time.sleep(0.2)
                 return dataclasses.asdict(r)
-            d = guard.measure(once, quality=lambda d: (not d["fell_behind"], -(d["percentiles_us"] or {}).get("p99", 1e12)),
-                              doubtful=lambda d: d["behind"] == "probe")
-            _log(probe.format_step(probe.StepResult(**{k: v for k, v in d.items() if k in _STEP_FIELDS}))
-                 + guard.note(d))
+
+            d = guard.measure(
+                once,
+                quality=lambda d: (not d["fell_behind"], -(d["percentiles_us"] or {}).get("p99", 1e12)),
+                doubtful=lambda d: d["behind"] == "probe",
+            )
+            _log(
+                probe.format_step(probe.StepResult(**{k: v for k, v in d.items() if k in _STEP_FIELDS}))
+                + guard.note(d)
+            )
             return d
 
         steps = {"floor": [], "posenc": []}
@@ -226,12 +297,21 @@ def cmd_report(args) -> int:
 
         # 5. locust on the whole mix -----------------------------------------------------------------
         if args.locust_time > 0:
-            _log(f"locust: {args.locust_users} users, {args.locust_time:.0f} s, {args.locust_processes} process(es)")
-            res["locust"] = locustrun.run(url, os.path.join(out, "locust"), users=args.locust_users,
-                                          run_time=args.locust_time, processes=args.locust_processes,
-                                          cpus=cpus_c, weights=args.locust_weights, payloads=args.payloads,
-                                          log_path=os.path.join(out, "locust.log"),
-                                          extra=scenario.locust_args(args, res["server"].get("grpc")))
+            _log(
+                f"locust: {args.locust_users} users, {args.locust_time:.0f} s, {args.locust_processes} process(es)"
+            )
+            res["locust"] = locustrun.run(
+                url,
+                os.path.join(out, "locust"),
+                users=args.locust_users,
+                run_time=args.locust_time,
+                processes=args.locust_processes,
+                cpus=cpus_c,
+                weights=args.locust_weights,
+                payloads=args.payloads,
+                log_path=os.path.join(out, "locust.log"),
+                extra=scenario.locust_args(args, res["server"].get("grpc")),
+            )
             agg = res["locust"].get("Aggregated", {})
             _log(f"locust: {agg.get('rps', 0):.0f}/s, {agg.get('failures', 0)} failures")
     finally:
@@ -245,8 +325,13 @@ def cmd_report(args) -> int:
             res["shm_leftovers"], res["shm_clean_after_s"] = servers.wait_shm_clean(namespace)
         with open(os.path.join(out, "results.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
-    report.write(res, out, target_rps_per_core=args.target_rps_per_core, target_p99_us=args.target_p99_us,
-                 target_cores=args.target_cores)
+    report.write(
+        res,
+        out,
+        target_rps_per_core=args.target_rps_per_core,
+        target_p99_us=args.target_p99_us,
+        target_cores=args.target_cores,
+    )
     _log(f"report: {os.path.join(out, 'summary.md')} ({res['elapsed_s']} s)")
     return 0 if not res.get("shm_leftovers") else 1
 
@@ -269,26 +354,46 @@ def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) ->
     spec, positions = payloads.v2_rope_row(payloads.Mix(cfg, random.Random(1)))
     req = payloads.v2_grpc_request(spec, positions)
     data = h2load.write_frames(os.path.join(out, "grpc-request.bin"), [req])
-    with grpc.insecure_channel(target) as ch:   # h2load reads no trailers: one real call checks the answer
+    with grpc.insecure_channel(target) as ch:  # h2load reads no trailers: one real call checks the answer
         answer = ch.unary_unary(h2load.INFER)(req, timeout=30)
     with open(os.path.join(out, "grpc-response.bin"), "wb") as f:
         f.write(answer)
     floor_port = servers.free_port()
-    floor = servers.Server("grpc floor", [sys.executable, "-m", "posenc.loadtest.grpc_floor", "--port",
-                                          str(floor_port), "--response", os.path.join(out, "grpc-response.bin")],
-                           floor_port, "/", cpus=cpus_s, log_path=os.path.join(out, "grpc-floor.log"))
+    floor = servers.Server(
+        "grpc floor",
+        [
+            sys.executable,
+            "-m",
+            "posenc.loadtest.grpc_floor",
+            "--port",
+            str(floor_port),
+            "--response",
+            os.path.join(out, "grpc-response.bin"),
+        ],
+        floor_port,
+        "/",
+        cpus=cpus_s,
+        log_path=os.path.join(out, "grpc-floor.log"),
+    )
     row = {"request_bytes": len(req), "response_bytes": len(answer)}
     try:
-        time.sleep(1.0)   # grpcio binds in well under a second; the first h2load run would fail otherwise
+        time.sleep(1.0)  # grpcio binds in well under a second; the first h2load run would fail otherwise
         for name, t in (("posenc", target), ("floor", f"127.0.0.1:{floor_port}")):
             url = f"http://{t}{h2load.INFER}"
-            row[f"{name}_rtt"] = guard.measure(lambda url=url, name=name: h2load.run(
-                url, data, n=2000, log=os.path.join(out, f"h2load-{name}.log"), cpus=cpus_c),
-                quality=lambda r: -r["p50_us"])
-            row[f"{name}_max"] = guard.measure(lambda url=url: h2load.run(
-                url, data, seconds=args.wrk_duration, c=4, m=16, cpus=cpus_c), quality=lambda r: r["rps"])
-            _log(f"h2load gRPC {name}: p50 {row[f'{name}_rtt']['p50_us']:.0f} µs at one stream, "
-                 f"{row[f'{name}_max']['rps']:.0f}/s at 4x16 streams")
+            row[f"{name}_rtt"] = guard.measure(
+                lambda url=url, name=name: h2load.run(
+                    url, data, n=2000, log=os.path.join(out, f"h2load-{name}.log"), cpus=cpus_c
+                ),
+                quality=lambda r: -r["p50_us"],
+            )
+            row[f"{name}_max"] = guard.measure(
+                lambda url=url: h2load.run(url, data, seconds=args.wrk_duration, c=4, m=16, cpus=cpus_c),
+                quality=lambda r: r["rps"],
+            )
+            _log(
+                f"h2load gRPC {name}: p50 {row[f'{name}_rtt']['p50_us']:.0f} µs at one stream, "
+                f"{row[f'{name}_max']['rps']:.0f}/s at 4x16 streams"
+            )
     finally:
         floor.stop()
     return row
@@ -308,8 +413,9 @@ class NoiseGuard:
         self.results: list[dict] = []
 
     def _once(self, fn):
-        waited, _ = cpuwatch.wait_idle(self.pids, max_wait=max(0.0, min(15.0, self.budget - self.waited)),
-                                       threshold=self.limit / 2)
+        waited, _ = cpuwatch.wait_idle(
+            self.pids, max_wait=max(0.0, min(15.0, self.budget - self.waited)), threshold=self.limit / 2
+        )
         self.waited += waited
         with cpuwatch.Watch(self.pids) as w:
             r = fn()
@@ -339,9 +445,13 @@ class NoiseGuard:
         return n
 
     def summary(self) -> dict:
-        return {"idle_waited_s": round(self.waited, 1), "limit_cores": self.limit,
-                "noisy_steps": sum(1 for r in self.results if r["others_cores"] > self.limit),
-                "steps": len(self.results), "retried": sum(1 for r in self.results if r.get("retried"))}
+        return {
+            "idle_waited_s": round(self.waited, 1),
+            "limit_cores": self.limit,
+            "noisy_steps": sum(1 for r in self.results if r["others_cores"] > self.limit),
+            "steps": len(self.results),
+            "retried": sum(1 for r in self.results if r.get("retried")),
+        }
 
 
 def _probe_knee(url: str, args, reqs, kidx, names) -> float:
@@ -349,7 +459,9 @@ def _probe_knee(url: str, args, reqs, kidx, names) -> float:
     u = urlsplit(url)
     rate, last_ok = 500.0, 500.0
     while rate < 1e6:
-        s = probe.run_step(u.hostname, u.port, reqs, kidx, names, rate, 1.0, args.connections, 0.3, target="knee")
+        s = probe.run_step(
+            u.hostname, u.port, reqs, kidx, names, rate, 1.0, args.connections, 0.3, target="knee"
+        )
         _log(probe.format_step(s))
         if s.fell_behind:
             return max(last_ok, s.achieved_rps)

@@ -22,10 +22,18 @@ NAMES = ("decode", mix.NAME)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--scenario", choices=NAMES, default="decode",
-                   help="what the probe and wrk send: decode (--kinds) or realistic-mix (loadtest/mix.py)")
-    p.add_argument("--new-specs-per-s", type=float, default=3.0,
-                   help="realistic-mix: RoPE specs no table holds, sent per second while posenc is measured")
+    p.add_argument(
+        "--scenario",
+        choices=NAMES,
+        default="decode",
+        help="what the probe and wrk send: decode (--kinds) or realistic-mix (loadtest/mix.py)",
+    )
+    p.add_argument(
+        "--new-specs-per-s",
+        type=float,
+        default=3.0,
+        help="realistic-mix: RoPE specs no table holds, sent per second while posenc is measured",
+    )
 
 
 def answer(url: str, path: str, headers: dict, body: bytes, kind: str) -> tuple:
@@ -49,19 +57,35 @@ def prepare(args, url: str, cfg: dict, out: str) -> dict:
         items = []
         for raw, k in zip(reqs, kinds):
             path, accept, _ = payloads.KINDS[names[k]]
-            items.append((path, {"Accept": accept, "Content-Type": "application/json"}, raw.split(b"\r\n\r\n", 1)[1]))
+            items.append(
+                (path, {"Accept": accept, "Content-Type": "application/json"}, raw.split(b"\r\n\r\n", 1)[1])
+            )
     answers, samples, seen = [], [], set()
     for (path, headers, body), k in zip(items, kinds):
         answers.append(answer(url, path, headers, body, names[k]))
         if k not in seen:
             seen.add(k)
             _, _, ctype, content, _ = answers[-1]
-            samples.append({"kind": names[k], "path": path, "request_bytes": len(body),
-                            "response_bytes": len(content), "content_type": ctype})
+            samples.append(
+                {
+                    "kind": names[k],
+                    "path": path,
+                    "request_bytes": len(body),
+                    "response_bytes": len(content),
+                    "content_type": ctype,
+                }
+            )
     floor_requests = os.path.join(out, "floor_requests.json")
     save_requests(floor_requests, answers)
-    return {"requests": reqs, "kinds": kinds, "names": names, "items": items, "floor_requests": floor_requests,
-            "samples": samples, "pool": len(reqs)}
+    return {
+        "requests": reqs,
+        "kinds": kinds,
+        "names": names,
+        "items": items,
+        "floor_requests": floor_requests,
+        "samples": samples,
+        "pool": len(reqs),
+    }
 
 
 def locust_args(args, grpc: str | None) -> list[str]:

@@ -17,21 +17,30 @@ from . import pyloop
 
 try:
     from . import _sender
-except ImportError:          # not built: no compiler at install time, or not Linux
+except ImportError:  # not built: no compiler at install time, or not Linux
     _sender = None
 
 
 def name() -> str:
-    """"c" or "python": the sender ``run`` uses now."""
+    """ "c" or "python": the sender ``run`` uses now."""
     if _sender is None or os.environ.get("POSENC_PROBE_SENDER") == "python":
         return "python"
     return "c"
 
 
-def run(host: str, port: int, requests: list[bytes], rate: float, total: int, hard_stop_s: float,
-        connections: int):
+def run(
+    host: str, port: int, requests: list[bytes], rate: float, total: int, hard_stop_s: float, connections: int
+):
     fn = _sender.run if name() == "c" else pyloop.run
-    scheduled, queued, resets, lat, lag, rx, status = fn(host, port, list(requests), float(rate), int(total),
-                                                         float(hard_stop_s), int(connections))
-    return (scheduled, queued, resets, np.frombuffer(lat, np.int64), np.frombuffer(lag, np.int64),
-            np.frombuffer(rx, np.int64), np.frombuffer(status, np.uint16))
+    scheduled, queued, resets, lat, lag, rx, status = fn(
+        host, port, list(requests), float(rate), int(total), float(hard_stop_s), int(connections)
+    )
+    return (
+        scheduled,
+        queued,
+        resets,
+        np.frombuffer(lat, np.int64),
+        np.frombuffer(lag, np.int64),
+        np.frombuffer(rx, np.int64),
+        np.frombuffer(status, np.uint16),
+    )

@@ -17,7 +17,6 @@ import urllib.request
 from posenc.service.supervise.serve import terminate
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,21 +61,32 @@ def http_post_headers(url: str, body: bytes, headers: dict, timeout: float = 30.
 class Server:
     """A child process serving HTTP on 127.0.0.1:port."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, ready_path: str, env: dict | None = None,
-                 cpus: str | None = None, log_path: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        port: int,
+        ready_path: str,
+        env: dict | None = None,
+        cpus: str | None = None,
+        log_path: str | None = None,
+    ):
         self.name, self.port, self.ready_path = name, port, ready_path
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(pinned(cmd, cpus), env={**os.environ, **(env or {})},
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            pinned(cmd, cpus), env={**os.environ, **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before it was ready"
-                                   + (f"; see {self.log_path}" if self.log_path else ""))
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before it was ready"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
             if http_get(self.url + self.ready_path) == 200:
                 return
             time.sleep(0.1)
@@ -97,13 +107,38 @@ class Server:
         self.stop()
 
 
-def start_posenc(port: int, namespace: str, tables: str | None = None, workers: int = 1,
-                 cpus: str | None = None, log_path: str | None = None, shm_dir: str | None = None,
-                 env: dict | None = None, grpc_port: int = 0, args: tuple = ()) -> Server:
+def start_posenc(
+    port: int,
+    namespace: str,
+    tables: str | None = None,
+    workers: int = 1,
+    cpus: str | None = None,
+    log_path: str | None = None,
+    shm_dir: str | None = None,
+    env: dict | None = None,
+    grpc_port: int = 0,
+    args: tuple = (),
+) -> Server:
     """``posenc serve``; with ``grpc_port`` (default 0: none) also its gRPC server."""
-    cmd = [sys.executable, "-m", "posenc", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--namespace", namespace, "--log-level", "warning",
-           "--grpc-port", str(grpc_port), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "posenc",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--namespace",
+        namespace,
+        "--log-level",
+        "warning",
+        "--grpc-port",
+        str(grpc_port),
+        *args,
+    ]
     if tables:
         cmd += ["--tables", os.path.abspath(tables)]
     if shm_dir:
@@ -111,8 +146,14 @@ def start_posenc(port: int, namespace: str, tables: str | None = None, workers: 
     return Server("posenc serve", cmd, port, "/readyz", env=env, cpus=cpus, log_path=log_path)
 
 
-def start_floor(port: int, bodies: str | None = None, cpus: str | None = None,
-                log_path: str | None = None, kind: str = "floor", requests: str | None = None) -> Server:
+def start_floor(
+    port: int,
+    bodies: str | None = None,
+    cpus: str | None = None,
+    log_path: str | None = None,
+    kind: str = "floor",
+    requests: str | None = None,
+) -> Server:
     """The raw-ASGI floor (kind "floor", loadtest/floor.py) or the bare asyncio + httptools
     server (kind "bare", loadtest/bare.py), answering each request (or path) with the captured bytes."""
     cmd = [sys.executable, "-m", f"posenc.loadtest.{kind}", "--port", str(port)]
@@ -130,7 +171,9 @@ def shm_leftovers(namespace: str, shm_dir: str = "/dev/shm") -> list[str]:
         return []
 
 
-def wait_shm_clean(namespace: str, shm_dir: str = "/dev/shm", timeout: float = 10.0) -> tuple[list[str], float]:
+def wait_shm_clean(
+    namespace: str, shm_dir: str = "/dev/shm", timeout: float = 10.0
+) -> tuple[list[str], float]:
     """Poll until no ``{namespace}.*`` file is left; (what is left, seconds waited)."""
     t0 = time.monotonic()
     while True:

@@ -46,19 +46,49 @@ def _lua_str(b: bytes) -> str:
 def script(path: str, items: list[tuple[str, dict | str, bytes]]) -> None:
     """items: (path, headers, body) cycled in order; headers as a dict, or an Accept value alone
     (with a JSON body: Content-Type application/json)."""
+
     def table(headers: dict | str) -> str:
         if isinstance(headers, str):
             headers = {"Accept": headers, "Content-Type": "application/json"}
-        return "{" + ", ".join("[%s] = %s" % (_lua_str(k.encode()), _lua_str(v.encode())) for k, v in headers.items()) + "}"
+        return (
+            "{"
+            + ", ".join(
+                "[%s] = %s" % (_lua_str(k.encode()), _lua_str(v.encode())) for k, v in headers.items()
+            )
+            + "}"
+        )
+
     reqs = ",\n  ".join("{%s, %s, %s}" % (_lua_str(p.encode()), table(h), _lua_str(b)) for p, h, b in items)
     with open(path, "w") as f:
         f.write(_LUA % {"reqs": reqs})
 
 
-def run(url: str, lua: str, duration: float, connections: int, threads: int = 1,
-        cpus: str | None = None, timeout_s: float = 2.0) -> dict:
-    cmd = pinned(["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(duration))}s",
-                  "--timeout", f"{timeout_s:g}s", "-s", lua, url], cpus)
+def run(
+    url: str,
+    lua: str,
+    duration: float,
+    connections: int,
+    threads: int = 1,
+    cpus: str | None = None,
+    timeout_s: float = 2.0,
+) -> dict:
+    cmd = pinned(
+        [
+            "wrk",
+            "-t",
+            str(threads),
+            "-c",
+            str(connections),
+            "-d",
+            f"{max(1, round(duration))}s",
+            "--timeout",
+            f"{timeout_s:g}s",
+            "-s",
+            lua,
+            url,
+        ],
+        cpus,
+    )
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30, check=False)
     for line in p.stdout.splitlines():
         if line.startswith("WRKJSON "):

@@ -13,7 +13,6 @@ whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
 
 from __future__ import annotations
 
-
 from posenc.engine.dtypes import bf16_bits_to_f32
 from posenc.engine.formats import read_safetensors
 from posenc.engine.tables import FAMILIES
@@ -48,9 +47,15 @@ def _decode(resp, raw: bool) -> dict:
 
 
 class PosencClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, token: str | None = None,
-                 **httpx_kwargs):
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        timeout: float = 30.0,
+        token: str | None = None,
+        **httpx_kwargs,
+    ):
         import httpx
+
         self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=_headers(token), **httpx_kwargs)
 
     def request(self, family: str, raw: bool = False, **body) -> dict:
@@ -70,10 +75,18 @@ class PosencClient:
 
 
 class AsyncPosencClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 30.0, token: str | None = None,
-                 **httpx_kwargs):
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        timeout: float = 30.0,
+        token: str | None = None,
+        **httpx_kwargs,
+    ):
         import httpx
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers=_headers(token), **httpx_kwargs)
+
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout, headers=_headers(token), **httpx_kwargs
+        )
 
     async def request(self, family: str, raw: bool = False, **body) -> dict:
         return _decode(await self._http.post(f"/v1/{family}", json=body), raw)
@@ -91,11 +104,13 @@ class AsyncPosencClient:
 def _family_methods() -> None:
     """One method per family of the registry (``c.rope(...)``, ``c.t5_buckets(...)``)."""
     for name in FAMILIES:
+
         def sync(self, _name=name, **body):
             return self.request(_name, **body)
 
         async def asynchronous(self, _name=name, **body):
             return await self.request(_name, **body)
+
         for cls, fn in ((PosencClient, sync), (AsyncPosencClient, asynchronous)):
             fn.__name__ = name.replace("-", "_")
             fn.__doc__ = f"POST /v1/{name}: {FAMILIES[name].returns}"

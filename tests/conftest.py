@@ -75,9 +75,9 @@ def _levels() -> str:
         try:
             prev = _native._set_level(name)
             _native._set_level(prev)
-        except RuntimeError:          # compiled, not supported by this CPU
+        except RuntimeError:  # compiled, not supported by this CPU
             lacks.append(name)
-        except ValueError:            # not compiled for this architecture
+        except ValueError:  # not compiled for this architecture
             pass
     return ", ".join(runs) + (f"; NOT tested, this CPU lacks: {', '.join(lacks)}" if lacks else "")
 
@@ -88,11 +88,18 @@ def pytest_report_header(config):
     except Exception as exc:  # the header must never break collection
         BACKEND = f"unavailable ({exc.__class__.__name__})"
     seed = config.stash[HYPOTHESIS_SEED_KEY]
-    return [f"posenc test seed: POSENC_TEST_SEED={SEED}; kernel backend: {BACKEND}",
-            f"posenc hypothesis seed: {seed} (new each run; replay: --hypothesis-seed={seed})",
-            f"posenc kernel levels: {_levels()}",
-            "posenc skips: " + ("CI is set: a skip not in tests/allowed_skips.py fails" if IN_CI
-                                else "CI is not set: any skip allowed") + f" (POSENC_BACKEND={BACKEND_ENV})"]
+    return [
+        f"posenc test seed: POSENC_TEST_SEED={SEED}; kernel backend: {BACKEND}",
+        f"posenc hypothesis seed: {seed} (new each run; replay: --hypothesis-seed={seed})",
+        f"posenc kernel levels: {_levels()}",
+        "posenc skips: "
+        + (
+            "CI is set: a skip not in tests/allowed_skips.py fails"
+            if IN_CI
+            else "CI is not set: any skip allowed"
+        )
+        + f" (POSENC_BACKEND={BACKEND_ENV})",
+    ]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -129,16 +136,22 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and not hasattr(report, "wasxfail") and not _account_skip(item.config, report):
         # under CI a skip nobody allowed is a test that did not run: it fails, saying why
         report.outcome = "failed"
-        report.longrepr = (f"skipped with CI set, and the reason is not in tests/allowed_skips.py for "
-                           f"POSENC_BACKEND={BACKEND_ENV}: {_skip_reason(report)}")
+        report.longrepr = (
+            f"skipped with CI set, and the reason is not in tests/allowed_skips.py for "
+            f"POSENC_BACKEND={BACKEND_ENV}: {_skip_reason(report)}"
+        )
     if report.when == "call" and report.passed:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "kern" in params:
             name, level = params["kern"]
             item.config.stash[LEVELS_KEY][name if level is None else f"{name}-{level}"] += 1
     if report.failed:
-        report.sections.append(("posenc seeds", f"POSENC_TEST_SEED={SEED} "
-                                f"--hypothesis-seed={item.config.stash[HYPOTHESIS_SEED_KEY]}"))
+        report.sections.append(
+            (
+                "posenc seeds",
+                f"POSENC_TEST_SEED={SEED} --hypothesis-seed={item.config.stash[HYPOTHESIS_SEED_KEY]}",
+            )
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -178,7 +191,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     terminalreporter.section(f"files left in {SHM_DIR}", sep="=", red=True, bold=True)
     for ns, (files, pid) in sorted(left.items()):
-        owner = "no pid in a lock" if pid is None else f"lock pid {pid} {'still running' if pid_alive(pid) else 'dead'}"
+        owner = (
+            "no pid in a lock"
+            if pid is None
+            else f"lock pid {pid} {'still running' if pid_alive(pid) else 'dead'}"
+        )
         terminalreporter.line(f"{ns} ({owner}), namespace of {ISSUED[ns]}: {' '.join(files)}", red=True)
     terminalreporter.line(f"{len(left)} namespace(s) left files: the run fails", red=True, bold=True)
 
@@ -187,20 +204,31 @@ def _summarize_levels_and_skips(terminalreporter, config):
     # here as well as in the header, which pytest -q (as .ci/run runs it) does not print
     seed = config.stash[HYPOTHESIS_SEED_KEY]
     terminalreporter.section("posenc seeds", sep="-")
-    terminalreporter.line(f"hypothesis seed {seed} (replay: --hypothesis-seed={seed}); POSENC_TEST_SEED={SEED}")
+    terminalreporter.line(
+        f"hypothesis seed {seed} (replay: --hypothesis-seed={seed}); POSENC_TEST_SEED={SEED}"
+    )
     levels = config.stash[LEVELS_KEY]
-    if levels:   # the kernel tests (the ``kern`` fixture) ran: at which backend and dispatch level
+    if levels:  # the kernel tests (the ``kern`` fixture) ran: at which backend and dispatch level
         terminalreporter.section("posenc kernel levels tested", sep="-")
-        terminalreporter.line(", ".join(f"{name}: {n} passed" for name, n in sorted(levels.items()))
-                              + f" (this CPU: {_levels()})")
+        terminalreporter.line(
+            ", ".join(f"{name}: {n} passed" for name, n in sorted(levels.items()))
+            + f" (this CPU: {_levels()})"
+        )
     skips = config.stash[SKIPS_KEY]
     if skips["allowed"]:
-        terminalreporter.section("posenc skips" + (" (all on tests/allowed_skips.py)" if IN_CI else ""), sep="-")
+        terminalreporter.section(
+            "posenc skips" + (" (all on tests/allowed_skips.py)" if IN_CI else ""), sep="-"
+        )
         for reason, n in skips["allowed"].most_common():
             terminalreporter.line(f"{n:5d}  {reason}")
     if skips["refused"]:
-        terminalreporter.section("skips not allowed with CI set (tests/allowed_skips.py)", sep="=", red=True, bold=True)
+        terminalreporter.section(
+            "skips not allowed with CI set (tests/allowed_skips.py)", sep="=", red=True, bold=True
+        )
         for nodeid, reason in skips["refused"]:
             terminalreporter.line(f"{nodeid}: {reason}", red=True)
-        terminalreporter.line(f"{len(skips['refused'])} skip(s) not allowed for POSENC_BACKEND={BACKEND_ENV}: "
-                              "the run fails", red=True, bold=True)
+        terminalreporter.line(
+            f"{len(skips['refused'])} skip(s) not allowed for POSENC_BACKEND={BACKEND_ENV}: the run fails",
+            red=True,
+            bold=True,
+        )

@@ -15,8 +15,15 @@ import math
 import numpy as np
 
 from tests.engine.float64_refs import bias64, grid64, sinusoidal64, slopes64
-from tests.engine.rope_refs import (lay, ref_axes64, ref_cos_sin64, ref_inv64, ref_mrope64, rope_exponents,
-                                    to_interleaved)
+from tests.engine.rope_refs import (
+    lay,
+    ref_axes64,
+    ref_cos_sin64,
+    ref_inv64,
+    ref_mrope64,
+    rope_exponents,
+    to_interleaved,
+)
 from tests.numeric import angle_slack, assert_rounded_once, assert_within_ulp
 
 
@@ -77,23 +84,51 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
             cos64, sin64, slack = to_interleaved(cos64), to_interleaved(sin64), to_interleaved(slack)
         assert_within_ulp(as_storage(arrays["cos"], dtype), cos64, dtype, slack=slack, what=f"{what} cos")
         assert_within_ulp(as_storage(arrays["sin"], dtype), sin64, dtype, slack=slack, what=f"{what} sin")
-        assert_within_ulp(as_storage(arrays["inv_freq"], "float32"), inv64, "float32",
-                          slack=angle_slack(inv64, e, base), what=f"{what} inv_freq")
+        assert_within_ulp(
+            as_storage(arrays["inv_freq"], "float32"),
+            inv64,
+            "float32",
+            slack=angle_slack(inv64, e, base),
+            what=f"{what} inv_freq",
+        )
         assert abs(float(np.asarray(arrays["attention_scaling"])) - alpha) <= 1e-13 * alpha, what
     elif family == "sinusoidal":
         pos = positions_of(body["positions"])
-        want, slack = sinusoidal64(body["d_model"], pos, body.get("layout", "interleaved"),
-                                   base=body.get("base", 10000.0), offset=body.get("offset", 0))
-        assert_within_ulp(as_storage(arrays["encoding"], dtype), want, dtype, slack=slack, what=f"{what} encoding")
+        want, slack = sinusoidal64(
+            body["d_model"],
+            pos,
+            body.get("layout", "interleaved"),
+            base=body.get("base", 10000.0),
+            offset=body.get("offset", 0),
+        )
+        assert_within_ulp(
+            as_storage(arrays["encoding"], dtype), want, dtype, slack=slack, what=f"{what} encoding"
+        )
     elif family == "sinusoidal-grid":
         g = body["grid_size"]
         h, w = (g, g) if isinstance(g, int) else g
-        want, slack = grid64(body["embed_dim"], h, w, body.get("base_size"), body.get("interpolation_scale", 1.0),
-                             body.get("temporal_size"), body.get("temporal_interpolation_scale", 1.0),
-                             body.get("extra_tokens", 0))
-        rows = positions_of(body["positions"]) if body.get("positions") is not None else list(range(want.shape[0]))
-        assert_within_ulp(as_storage(arrays["encoding"], dtype), want[rows], dtype, slack=slack[rows],
-                          what=f"{what} encoding")
+        want, slack = grid64(
+            body["embed_dim"],
+            h,
+            w,
+            body.get("base_size"),
+            body.get("interpolation_scale", 1.0),
+            body.get("temporal_size"),
+            body.get("temporal_interpolation_scale", 1.0),
+            body.get("extra_tokens", 0),
+        )
+        rows = (
+            positions_of(body["positions"])
+            if body.get("positions") is not None
+            else list(range(want.shape[0]))
+        )
+        assert_within_ulp(
+            as_storage(arrays["encoding"], dtype),
+            want[rows],
+            dtype,
+            slack=slack[rows],
+            what=f"{what} encoding",
+        )
     elif family == "alibi":
         q, k = positions_of(body["query"]), positions_of(body["key"])
         slopes = slopes64(body["num_heads"], body.get("max_bias", 8.0))
@@ -101,13 +136,22 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
         slopes = slopes[heads]
         want = bias64(slopes, q, k, body.get("mode", "causal"))
         if body.get("mask_future"):
-            low = {"float32": -np.finfo(np.float32).max, "float16": -65504.0, "bfloat16": -3.3895313892515355e38}
+            low = {
+                "float32": -np.finfo(np.float32).max,
+                "float16": -65504.0,
+                "bfloat16": -3.3895313892515355e38,
+            }
             want = np.where(np.asarray(k)[None, None, :] > np.asarray(q)[None, :, None], low[dtype], want)
         assert_rounded_once(as_storage(arrays["bias"], dtype), want, dtype, what=f"{what} bias")
         assert_rounded_once(as_storage(arrays["slopes"], "float32"), slopes, "float32", what=f"{what} slopes")
     elif family == "t5-buckets":
-        want = t5_buckets64(positions_of(body["query"]), positions_of(body["key"]), body.get("bidirectional", True),
-                            body.get("num_buckets", 32), body.get("max_distance", 128))
+        want = t5_buckets64(
+            positions_of(body["query"]),
+            positions_of(body["key"]),
+            body.get("bidirectional", True),
+            body.get("num_buckets", 32),
+            body.get("max_distance", 128),
+        )
         got = np.asarray(arrays["buckets"])
         assert got.dtype.kind == "i" or isinstance(arrays["buckets"], list), got.dtype
         assert np.array_equal(got.astype(np.int64), want), f"{what}: buckets differ from T5's formula"
@@ -125,8 +169,8 @@ def _assert_multiaxis(body: dict, arrays: dict, dtype: str, what: str) -> None:
         angs, exps = ref_axes64(body["axes_dim"], theta, ids)
         cos64, sin64 = lay([np.cos(a) for a in angs], layout), lay([np.sin(a) for a in angs], layout)
         slack = lay([angle_slack(a, e[None, :], theta) for a, e in zip(angs, exps)], layout)
-        inv64 = np.concatenate([1.0 / theta ** e for e in exps])
-        inv_slack = np.concatenate([angle_slack(1.0 / theta ** e, e, theta) for e in exps])
+        inv64 = np.concatenate([1.0 / theta**e for e in exps])
+        inv_slack = np.concatenate([angle_slack(1.0 / theta**e, e, theta) for e in exps])
         alpha = 1.0
     else:
         ang, alpha, inv64 = ref_mrope64(body, ids, int(ids.max()) + 1)
@@ -136,6 +180,7 @@ def _assert_multiaxis(body: dict, arrays: dict, dtype: str, what: str) -> None:
         inv_slack = angle_slack(inv64, e, base)
     assert_within_ulp(as_storage(arrays["cos"], dtype), cos64, dtype, slack=slack, what=f"{what} cos")
     assert_within_ulp(as_storage(arrays["sin"], dtype), sin64, dtype, slack=slack, what=f"{what} sin")
-    assert_within_ulp(as_storage(arrays["inv_freq"], "float32"), inv64, "float32", slack=inv_slack,
-                      what=f"{what} inv_freq")
+    assert_within_ulp(
+        as_storage(arrays["inv_freq"], "float32"), inv64, "float32", slack=inv_slack, what=f"{what} inv_freq"
+    )
     assert abs(float(np.asarray(arrays["attention_scaling"])) - alpha) <= 1e-13 * alpha, what

@@ -40,7 +40,7 @@ def ulp(x, dtype: str) -> np.ndarray:
     rounded to dtype (which may round up into the next binade and double the spacing)."""
     p, emin = _FORMAT[dtype]
     x = np.abs(np.asarray(x, dtype=np.float64))
-    e = np.frexp(x)[1] - 1                       # floor(log2 x) for x > 0, exactly
+    e = np.frexp(x)[1] - 1  # floor(log2 x) for x > 0, exactly
     e = np.where(x > 0, np.maximum(e, emin), emin)
     return np.ldexp(1.0, (e - (p - 1)).astype(np.int64))
 
@@ -64,7 +64,7 @@ def rounded(x64, dtype: str) -> np.ndarray:
     x64 = np.asarray(x64, dtype=np.float64)
     if dtype == "bfloat16":
         return to_f64(nearest_bf16_bits(x64), dtype)
-    return x64.astype(dtype).astype(np.float64)   # numpy converts float64 directly, rounding once
+    return x64.astype(dtype).astype(np.float64)  # numpy converts float64 directly, rounding once
 
 
 def assert_rounded_once(got, ref64, dtype: str, what=""):
@@ -75,10 +75,15 @@ def assert_rounded_once(got, ref64, dtype: str, what=""):
     bad = g != want
     if bad.any():
         idx = np.argwhere(bad)[:5]
-        detail = "; ".join(f"at {tuple(int(v) for v in i)}: got {g[tuple(i)]!r} want {want[tuple(i)]!r} "
-                           f"(float64 {np.asarray(ref64, dtype=np.float64)[tuple(i)]!r})" for i in idx)
-        raise AssertionError(f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values are not the "
-                             f"float64 value rounded once; {detail}")
+        detail = "; ".join(
+            f"at {tuple(int(v) for v in i)}: got {g[tuple(i)]!r} want {want[tuple(i)]!r} "
+            f"(float64 {np.asarray(ref64, dtype=np.float64)[tuple(i)]!r})"
+            for i in idx
+        )
+        raise AssertionError(
+            f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values are not the "
+            f"float64 value rounded once; {detail}"
+        )
 
 
 def assert_same_rounding(got, table, ref64, dtype: str, slack, what=""):
@@ -89,13 +94,16 @@ def assert_same_rounding(got, table, ref64, dtype: str, slack, what=""):
     assert g.shape == t.shape == r.shape, (what, g.shape, t.shape, r.shape)
     slack = np.broadcast_to(np.asarray(slack, dtype=np.float64), r.shape)
     differ = g != t
-    near_tie = (np.abs(g - t) <= ulp(np.minimum(np.abs(g), np.abs(t)), dtype)) & \
-        (np.abs(r - (g + t) / 2) <= slack)
+    near_tie = (np.abs(g - t) <= ulp(np.minimum(np.abs(g), np.abs(t)), dtype)) & (
+        np.abs(r - (g + t) / 2) <= slack
+    )
     bad = differ & ~near_tie
     if bad.any():
         i = tuple(int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values differ from the other "
-                             f"rounding away from a tie; first at {i}: got {g[i]!r}, table {t[i]!r}, float64 {r[i]!r}")
+        raise AssertionError(
+            f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values differ from the other "
+            f"rounding away from a tie; first at {i}: got {g[i]!r}, table {t[i]!r}, float64 {r[i]!r}"
+        )
 
 
 def angle_slack(ang, exponent, base: float, scale: float = 1.0) -> np.ndarray:
@@ -130,10 +138,13 @@ def assert_within_ulp(got, ref64, dtype: str, slack=0.0, n_ulp=0.5, what=""):
     bad = err > tol
     if bad.any():
         idx = np.argwhere(bad)[:5]
-        detail = "; ".join(f"at {tuple(int(v) for v in i)}: got {g[tuple(i)]!r} want {r[tuple(i)]!r}"
-                           for i in idx)
-        raise AssertionError(f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values off by "
-                             f"more than {n_ulp} ulp (max err/tol {float((err / tol).max()):.3g}); {detail}")
+        detail = "; ".join(
+            f"at {tuple(int(v) for v in i)}: got {g[tuple(i)]!r} want {r[tuple(i)]!r}" for i in idx
+        )
+        raise AssertionError(
+            f"{what} [{dtype}]: {int(bad.sum())} of {bad.size} values off by "
+            f"more than {n_ulp} ulp (max err/tol {float((err / tol).max()):.3g}); {detail}"
+        )
 
 
 def assert_close(got, ref, atol, rtol=0.0, what=""):
@@ -145,9 +156,11 @@ def assert_close(got, ref, atol, rtol=0.0, what=""):
     bad = err > tol
     if bad.any():
         i = tuple(int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} values out of tolerance; "
-                             f"first at {i}: got {g[i]!r} want {r[i]!r} (tol {tol[i]:.3g}); "
-                             f"max err {float(err.max()):.3g}")
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} values out of tolerance; "
+            f"first at {i}: got {g[i]!r} want {r[i]!r} (tol {tol[i]:.3g}); "
+            f"max err {float(err.max()):.3g}"
+        )
 
 
 def spec_error(excinfo):

@@ -27,16 +27,17 @@ import ctypes
 import json
 import os
 import signal
-from signal import SIGKILL, SIGTERM
 import socket
 import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
+from signal import SIGKILL, SIGTERM
 
 from posenc.engine.proclife import PR_SET_PDEATHSIG
+
 from tests.shm import SHM_DIR, read_manifest, unique_namespace  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,10 +45,10 @@ CHILDREN = Path(__file__).resolve().parent / "children"
 PYTHON = sys.executable
 ENGINE_MODULE = "posenc.engine.engine_main"
 CLI_MODULE = "posenc"
-KEPT_ENV = ("POSENC_BACKEND",)   # the one POSENC_* variable children inherit: the suite's backend
+KEPT_ENV = ("POSENC_BACKEND",)  # the one POSENC_* variable children inherit: the suite's backend
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True)   # loaded here: the child calls it between fork and exec
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child calls it between fork and exec
 
 
 def die_with_pytest() -> None:
@@ -68,8 +69,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.01,
-             what: str = "condition", check: Callable[[], None] | None = None):
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float = 30.0,
+    interval: float = 0.01,
+    what: str = "condition",
+    check: Callable[[], None] | None = None,
+):
     """Poll until predicate() is truthy and return it; ``check`` may raise to stop early (e.g.
     the process we wait on died)."""
     deadline = time.monotonic() + timeout
@@ -85,6 +91,7 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: f
 
 
 # -- /proc ----------------------------------------------------------------------------------------
+
 
 def children_of(pid: int) -> list[int]:
     out = []
@@ -110,20 +117,34 @@ def cmdline(pid: int) -> str:
 
 # -- processes ------------------------------------------------------------------------------------
 
+
 class Proc:
     """A child process with stdout and stderr in files under ``log_dir``, started in ``cwd``
     (the log directory unless told otherwise)."""
 
-    def __init__(self, argv: list[str], log_dir: os.PathLike, name: str, env: dict | None = None,
-                 cwd: os.PathLike | None = None):
+    def __init__(
+        self,
+        argv: list[str],
+        log_dir: os.PathLike,
+        name: str,
+        env: dict | None = None,
+        cwd: os.PathLike | None = None,
+    ):
         self.argv = [str(a) for a in argv]
         self.name = name
         self.out_path = Path(log_dir) / f"{name}.out"
         self.err_path = Path(log_dir) / f"{name}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.popen = subprocess.Popen(self.argv, cwd=cwd or log_dir, env=env or child_env(),
-                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                          start_new_session=True, preexec_fn=die_with_pytest)
+            self.popen = subprocess.Popen(
+                self.argv,
+                cwd=cwd or log_dir,
+                env=env or child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=die_with_pytest,
+            )
         self.pid = self.popen.pid
 
     # -- state ----------------------------------------------------------------------------------
@@ -138,7 +159,9 @@ class Proc:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{self.name} (pid {self.pid}) still running after {timeout}s\n{self.logs()}") from None
+            raise TimeoutError(
+                f"{self.name} (pid {self.pid}) still running after {timeout}s\n{self.logs()}"
+            ) from None
 
     def signal(self, sig: int) -> None:
         if self.alive():
@@ -166,8 +189,10 @@ class Proc:
         return self.err_path.read_text(errors="replace")
 
     def logs(self) -> str:
-        return (f"--- {self.name} argv: {self.argv[:4]}... rc={self.returncode}\n"
-                f"--- stdout:\n{self.stdout()[-4000:]}\n--- stderr:\n{self.stderr()[-4000:]}")
+        return (
+            f"--- {self.name} argv: {self.argv[:4]}... rc={self.returncode}\n"
+            f"--- stdout:\n{self.stdout()[-4000:]}\n--- stderr:\n{self.stderr()[-4000:]}"
+        )
 
     def json_lines(self) -> list[dict]:
         """stdout parsed as JSON lines (a trailing partial line is ignored)."""
@@ -181,6 +206,7 @@ class Proc:
     def wait_json(self, pred: Callable[[dict], bool], timeout: float = 30.0, what: str = "") -> dict:
         """The first JSON line on stdout for which pred is true; fails early if the process
         exits without printing one."""
+
         def find():
             for m in self.json_lines():
                 if pred(m):
@@ -189,7 +215,9 @@ class Proc:
 
         def check():
             if not self.alive() and find() is None:
-                raise AssertionError(f"{self.name} exited before {what or 'the expected output'}\n{self.logs()}")
+                raise AssertionError(
+                    f"{self.name} exited before {what or 'the expected output'}\n{self.logs()}"
+                )
 
         try:
             return wait_for(find, timeout, 0.01, what or f"output of {self.name}", check)
@@ -198,6 +226,7 @@ class Proc:
 
     def wait_stderr(self, text: str, timeout: float = 30.0) -> str:
         """stderr once it contains ``text``; fails early if the process exits without it."""
+
         def check():
             if not self.alive() and text not in self.stderr():
                 raise AssertionError(f"{self.name} exited before printing {text!r}\n{self.logs()}")
@@ -229,6 +258,7 @@ class EngineProc(Proc):
 
     def wait_ready(self, timeout: float = 30.0) -> dict:
         """The engine's manifest once it is this process's and holds every configured table."""
+
         def ready():
             m = self.manifest()
             if not m or m.get("pid") != self.pid:
@@ -240,7 +270,9 @@ class EngineProc(Proc):
 
         def check():
             if not self.alive():
-                raise AssertionError(f"engine exited with {self.returncode} before it was ready\n{self.logs()}")
+                raise AssertionError(
+                    f"engine exited with {self.returncode} before it was ready\n{self.logs()}"
+                )
 
         try:
             return wait_for(ready, timeout, 0.01, f"engine {self.namespace} ready", check)
@@ -249,6 +281,7 @@ class EngineProc(Proc):
 
     def client(self, **kw):
         from posenc.engine.client import Client
+
         return Client(shm_dir=self.shm_dir, namespace=self.namespace, **kw)
 
 
@@ -257,8 +290,19 @@ class Server(Proc):
     ``--attach-only``, its own engine); over HTTPS when given the CA file that signed its
     certificate (``verify``: what httpx takes to trust it)."""
 
-    def __init__(self, argv, log_dir, name, namespace: str, port: int, workers: int,
-                 config_path: str | None, env=None, ca: str | None = None, grpc_port: int = 0):
+    def __init__(
+        self,
+        argv,
+        log_dir,
+        name,
+        namespace: str,
+        port: int,
+        workers: int,
+        config_path: str | None,
+        env=None,
+        ca: str | None = None,
+        grpc_port: int = 0,
+    ):
         super().__init__(argv, log_dir, name, env)
         self.namespace = namespace
         self.port = port
@@ -271,6 +315,7 @@ class Server(Proc):
 
     def _get(self, path: str) -> int | None:
         import httpx
+
         try:
             return httpx.get(self.url + path, timeout=1, verify=self.verify).status_code
         except httpx.HTTPError:
@@ -280,6 +325,7 @@ class Server(Proc):
         def check():
             if not self.alive():
                 raise AssertionError(f"posenc serve exited with {self.returncode}\n{self.logs()}")
+
         try:
             wait_for(lambda: self._get(path) == 200, timeout, 0.1, f"{path} = 200", check)
         except TimeoutError as e:
@@ -308,6 +354,7 @@ def count_tables(config: dict | str | None) -> int:
     """How many tables a config asks for (None: the embedded default), through the engine's own
     config parser: used only to know when an engine is ready."""
     from posenc.engine.config import load_config, parse_config
+
     return len(parse_config(config) if isinstance(config, dict) else load_config(config))
 
 
@@ -332,8 +379,17 @@ class Procs:
         path.write_text(json.dumps(config))
         return str(path)
 
-    def engine(self, config: dict | str | None, namespace: str, shm_dir: str = SHM_DIR, args: Iterable[str] = (),
-               ready: bool = True, via_cli: bool = False, timeout: float = 30.0, env: dict | None = None) -> EngineProc:
+    def engine(
+        self,
+        config: dict | str | None,
+        namespace: str,
+        shm_dir: str = SHM_DIR,
+        args: Iterable[str] = (),
+        ready: bool = True,
+        via_cli: bool = False,
+        timeout: float = 30.0,
+        env: dict | None = None,
+    ) -> EngineProc:
         """Start ``python -m posenc.engine.engine_main`` (or ``python -m posenc engine``) with a
         table config (a dict is written to a file; None means the embedded default)."""
         name = self._name("engine")
@@ -342,15 +398,26 @@ class Procs:
         if path is not None:
             argv += ["--tables", path]
         argv += ["--namespace", namespace, "--shm-dir", shm_dir, *args]
-        p = EngineProc(argv, self.log_dir, name, namespace, shm_dir, count_tables(config) if ready else None, env=env)
+        p = EngineProc(
+            argv, self.log_dir, name, namespace, shm_dir, count_tables(config) if ready else None, env=env
+        )
         self.procs.append(p)
         if ready:
             p.wait_ready(timeout)
         return p
 
-    def serve(self, config: dict | str | None, workers: int = 2, args: Iterable[str] = (), ready: bool = True,
-              namespace: str | None = None, env: dict | None = None, ca: str | None = None,
-              grpc: bool = False, port: int | None = None) -> Server:
+    def serve(
+        self,
+        config: dict | str | None,
+        workers: int = 2,
+        args: Iterable[str] = (),
+        ready: bool = True,
+        namespace: str | None = None,
+        env: dict | None = None,
+        ca: str | None = None,
+        grpc: bool = False,
+        port: int | None = None,
+    ) -> Server:
         """Start ``python -m posenc serve`` on a free port (or ``port``) under a fresh namespace
         (``ca``: it serves HTTPS, with a certificate this CA file signed, given in ``args``); its
         gRPC server too (on another free port) only when ``grpc``: the default port is shared."""
@@ -358,14 +425,31 @@ class Procs:
         namespace = namespace or unique_namespace()
         port = port or free_port()
         grpc_port = 0
-        while grpc and grpc_port in (0, port):   # two free ports in a row can be the same one
+        while grpc and grpc_port in (0, port):  # two free ports in a row can be the same one
             grpc_port = free_port()
         path = self._config(name, config)
-        argv = [PYTHON, "-m", CLI_MODULE, "serve", "--port", str(port), "--workers", str(workers),
-                "--namespace", namespace, "--log-level", "warning", "--grpc-port", str(grpc_port), *args]
+        argv = [
+            PYTHON,
+            "-m",
+            CLI_MODULE,
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--namespace",
+            namespace,
+            "--log-level",
+            "warning",
+            "--grpc-port",
+            str(grpc_port),
+            *args,
+        ]
         if path is not None:
             argv += ["--tables", path]
-        s = Server(argv, self.log_dir, name, namespace, port, workers, path, env=env, ca=ca, grpc_port=grpc_port)
+        s = Server(
+            argv, self.log_dir, name, namespace, port, workers, path, env=env, ca=ca, grpc_port=grpc_port
+        )
         self.procs.append(s)
         if ready:
             s.wait_ready()
@@ -374,15 +458,25 @@ class Procs:
     def child(self, program: str, *args, name: str | None = None, env: dict | None = None) -> Proc:
         """An unrelated Python process running ``tests/children/{program}.py ARGS...`` by path
         (a fresh interpreter, not a fork)."""
-        p = Proc([PYTHON, CHILDREN / f"{program}.py", *args], self.log_dir, self._name(name or program), env=env)
+        p = Proc(
+            [PYTHON, CHILDREN / f"{program}.py", *args], self.log_dir, self._name(name or program), env=env
+        )
         self.procs.append(p)
         return p
 
-    def run(self, argv: list[str], timeout: float = 120.0, env: dict | None = None,
-            cwd: os.PathLike | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: list[str], timeout: float = 120.0, env: dict | None = None, cwd: os.PathLike | None = None
+    ) -> subprocess.CompletedProcess:
         """Run a command to completion (text output captured), in the log directory."""
-        return subprocess.run([str(a) for a in argv], cwd=cwd or self.log_dir, env=env or child_env(),
-                              capture_output=True, text=True, timeout=timeout, preexec_fn=die_with_pytest)
+        return subprocess.run(
+            [str(a) for a in argv],
+            cwd=cwd or self.log_dir,
+            env=env or child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=die_with_pytest,
+        )
 
     def posenc(self, *args, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """``python -m posenc ARGS...`` as a user runs it."""
@@ -406,6 +500,7 @@ def serve_for_module(tmp: Path, request, config: dict, workers: int = 2) -> Serv
     """``posenc serve`` of ``config`` for a test module's fixture: stopped when the module ends
     with SIGTERM, which must exit cleanly and leave no shared memory behind."""
     from tests.shm import shm_files
+
     procs = Procs(tmp)
     s = procs.serve(config, workers=workers)
 
@@ -413,5 +508,6 @@ def serve_for_module(tmp: Path, request, config: dict, workers: int = 2) -> Serv
         assert s.stop() == 0, s.output()
         procs.cleanup()
         assert shm_files(s.namespace) == []
+
     request.addfinalizer(stop)
     return s

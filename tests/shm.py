@@ -10,7 +10,7 @@ import json
 import os
 import time
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 SHM_DIR = "/dev/shm"
 
@@ -83,8 +83,9 @@ def pid_alive(pid: int | None) -> bool:
         return False
 
 
-def leftovers(namespaces: Iterable[str], shm_dir: str = SHM_DIR,
-              grace: float = 10.0) -> dict[str, tuple[list[str], int | None]]:
+def leftovers(
+    namespaces: Iterable[str], shm_dir: str = SHM_DIR, grace: float = 10.0
+) -> dict[str, tuple[list[str], int | None]]:
     """{namespace: (its files, the pid in its lock)} of the given namespaces that still have files
     in shm_dir once no live process owns them; an owner still running is waited for up to
     ``grace`` seconds in all (an engine may be removing its files), then reported all the same."""
@@ -99,7 +100,7 @@ def leftovers(namespaces: Iterable[str], shm_dir: str = SHM_DIR,
     return out
 
 
-ENGINE_FILES = ("lock", "manifest.json", "manifest.log", "sock")   # an engine's files, but its segments
+ENGINE_FILES = ("lock", "manifest.json", "manifest.log", "sock")  # an engine's files, but its segments
 
 
 def read_head(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
@@ -124,7 +125,7 @@ def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
         with open(os.path.join(shm_dir, f"{namespace}.manifest.log"), "rb") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
-        if m.get("format") == 1:   # (an engine before the table log: the tables are in the head)
+        if m.get("format") == 1:  # (an engine before the table log: the tables are in the head)
             return m
         lines = []
     m["tables"], gen = {}, None
@@ -161,7 +162,7 @@ def held_segments(pid: int, namespace: str, generation: int | None = None) -> li
         except OSError:
             continue
         if link.startswith(pre):
-            out.append(link[len("/memfd:"):].removesuffix(" (deleted)"))
+            out.append(link[len("/memfd:") :].removesuffix(" (deleted)"))
     return sorted(out)
 
 
@@ -172,5 +173,5 @@ def mapped_segments(pid: int, namespace: str) -> dict[str, str]:
         for line in f:
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith(f"/memfd:{namespace}.seg."):
-                out[parts[5].strip()[len("/memfd:"):].removesuffix(" (deleted)")] = parts[1]
+                out[parts[5].strip()[len("/memfd:") :].removesuffix(" (deleted)")] = parts[1]
     return out

@@ -18,9 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # each extension -> the files its build reads (setup.py's sources and depends, by folder)
 EXTENSIONS = {
     "posenc.engine.kernels._native": ("engine/kernels/*.c", "engine/kernels/*.h"),
-    "posenc.service.shortcut._hot": ("service/shortcut/*.c", "service/shortcut/*.h", "service/shortcut/vendor/**/*.c",
-                                     "service/shortcut/vendor/**/*.h", "engine/kernels/alibi_cell.h",
-                                     "engine/kernels/native_api.h"),
+    "posenc.service.shortcut._hot": (
+        "service/shortcut/*.c",
+        "service/shortcut/*.h",
+        "service/shortcut/vendor/**/*.c",
+        "service/shortcut/vendor/**/*.h",
+        "engine/kernels/alibi_cell.h",
+        "engine/kernels/native_api.h",
+    ),
     "posenc.loadtest._sender": ("loadtest/_sender.c",),
 }
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
@@ -33,7 +38,9 @@ def test_extension_is_built_from_the_current_sources(name):
     try:
         module = importlib.import_module(name)
     except ImportError as exc:
-        pytest.fail(f"{name} is not built ({exc}); a plain build hides why: POSENC_WERROR=1 pip install -e . shows it")
+        pytest.fail(
+            f"{name} is not built ({exc}); a plain build hides why: POSENC_WERROR=1 pip install -e . shows it"
+        )
     built = Path(module.__file__)
     assert built.suffix in (".so", ".pyd"), f"{name} is not a compiled extension: {built}"
     sources = sorted({p for pattern in EXTENSIONS[name] for p in ROOT.glob(pattern)})
@@ -41,5 +48,7 @@ def test_extension_is_built_from_the_current_sources(name):
     if not built.is_relative_to(ROOT):
         return  # a regular install: its sources are not beside it to compare with
     newer = [str(p.relative_to(ROOT)) for p in sources if p.stat().st_mtime > built.stat().st_mtime]
-    assert not newer, (f"{built.relative_to(ROOT)} is older than {', '.join(newer)}: rebuild it "
-                       "(pip install -e . or python setup.py build_ext --inplace)")
+    assert not newer, (
+        f"{built.relative_to(ROOT)} is older than {', '.join(newer)}: rebuild it "
+        "(pip install -e . or python setup.py build_ext --inplace)"
+    )

@@ -24,22 +24,29 @@ TEST_FILE = re.compile(r"(?<![\w/.*-])((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
 def read_files():
     for top in READ:
         path = ROOT / top
-        for f in ([path] if path.is_file() else sorted(path.rglob("*"))):
-            if f.is_file() and (f.suffix in SUFFIXES or f.name in ("Dockerfile", "run")) \
-                    and "__pycache__" not in f.parts and f.resolve() != SELF:
+        for f in [path] if path.is_file() else sorted(path.rglob("*")):
+            if (
+                f.is_file()
+                and (f.suffix in SUFFIXES or f.name in ("Dockerfile", "run"))
+                and "__pycache__" not in f.parts
+                and f.resolve() != SELF
+            ):
                 yield f
 
 
 def test_reference_is_generated_from_the_registry():
     page = (ROOT / "docs" / "reference.md").read_text()
-    assert page == reference.render(), \
+    assert page == reference.render(), (
         "docs/reference.md is stale: .venv/bin/python -m tests.tools.reference > docs/reference.md"
+    )
 
 
 def test_models_page_is_generated_from_the_records():
     from tests.tools import models_doc
-    assert (ROOT / "docs" / "models.md").read_text() == models_doc.render(), \
+
+    assert (ROOT / "docs" / "models.md").read_text() == models_doc.render(), (
         "docs/models.md is stale: .venv/bin/python -m tests.tools.models_doc"
+    )
 
 
 def test_nothing_points_outside_the_clone():
@@ -48,14 +55,16 @@ def test_nothing_points_outside_the_clone():
         for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
             if OUTSIDE.search(line):
                 found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not found, ("these point to files that are not in the repository; link the right docs/ page "
-                       "(docs/reference.md holds the contract and the formulas):\n" + "\n".join(found))
+    assert not found, (
+        "these point to files that are not in the repository; link the right docs/ page "
+        "(docs/reference.md holds the contract and the formulas):\n" + "\n".join(found)
+    )
 
 
 def test_named_test_files_exist():
     tests = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")]
     missing = []
-    for f in read_files():   # the docs, and the code's comments that send a reader to a test
+    for f in read_files():  # the docs, and the code's comments that send a reader to a test
         for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
             for name in TEST_FILE.findall(line):
                 if "/" in name:

@@ -20,7 +20,7 @@ from tests.shm import pid_alive, remove_leftovers, shm_files
 
 REPO = Path(__file__).resolve().parents[1]
 
-INNER = '''
+INNER = """
 import os
 import subprocess
 import threading
@@ -54,15 +54,31 @@ def test_a_live_owner_removes_its_files_a_little_later():
             if n.startswith(ns + "."):
                 os.unlink(os.path.join(SHM, n))
     threading.Thread(target=later).start()
-'''
+"""
 
 
 def start_inner(tmp_path: Path, body: str) -> Proc:
     """``pytest`` (with the suite's conftest) on a test file of ``body``, from the checkout."""
     test = tmp_path / "inner_case.py"
     test.write_text(textwrap.dedent(body))
-    return Proc([PYTHON, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                 "--rootdir", REPO, test], tmp_path, "inner-pytest", cwd=REPO)
+    return Proc(
+        [
+            PYTHON,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            REPO,
+            test,
+        ],
+        tmp_path,
+        "inner-pytest",
+        cwd=REPO,
+    )
 
 
 def test_a_dead_owners_files_fail_the_run_and_name_the_test(tmp_path):
@@ -85,13 +101,17 @@ def test_a_dead_owners_files_fail_the_run_and_name_the_test(tmp_path):
 
 
 def test_a_clean_run_passes(tmp_path):
-    p = start_inner(tmp_path, INNER.split("def test_an_owner")[0] +
-                    "def test_a_live_owner" + INNER.split("def test_a_live_owner")[1])
+    p = start_inner(
+        tmp_path,
+        INNER.split("def test_an_owner")[0]
+        + "def test_a_live_owner"
+        + INNER.split("def test_a_live_owner")[1],
+    )
     assert p.wait(120) == 0, p.logs()
     assert "files left in" not in p.stdout(), p.logs()
 
 
-WAITS = '''
+WAITS = """
 import json
 import time
 
@@ -105,23 +125,30 @@ def test_an_engine_then_a_long_wait(tmp_path):
     with open(OUT, "w") as f:
         json.dump({"namespace": eng.namespace, "pid": eng.pid}, f)
     time.sleep(300)
-'''
+"""
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM (a timeout's)"])
 def test_an_engine_does_not_outlive_a_killed_pytest(tmp_path, sig):
     out = tmp_path / "engine.json"
     p = start_inner(tmp_path, f"OUT = {str(out)!r}\n" + WAITS)
-    started = wait_for(lambda: out.exists() and out.read_text().endswith("}") and json.loads(out.read_text()),
-                       60, 0.05, "the inner test's engine", check=lambda: p.alive() or pytest.fail(p.logs()))
+    started = wait_for(
+        lambda: out.exists() and out.read_text().endswith("}") and json.loads(out.read_text()),
+        60,
+        0.05,
+        "the inner test's engine",
+        check=lambda: p.alive() or pytest.fail(p.logs()),
+    )
     ns, pid = started["namespace"], started["pid"]
     try:
         assert pid_alive(pid) and shm_files(ns)
-        p.signal(sig)                  # no teardown runs: nothing of pytest stops the engine
+        p.signal(sig)  # no teardown runs: nothing of pytest stops the engine
         assert p.wait(30) == -sig
-        wait_for(lambda: not pid_alive(pid) and not shm_files(ns), 30, 0.05, "the engine gone, with its files")
+        wait_for(
+            lambda: not pid_alive(pid) and not shm_files(ns), 30, 0.05, "the engine gone, with its files"
+        )
     finally:
         if pid_alive(pid):
-            os.kill(pid, signal.SIGTERM)   # (the bug: an orphan) stopped by its pid, it removes its files
+            os.kill(pid, signal.SIGTERM)  # (the bug: an orphan) stopped by its pid, it removes its files
             wait_for(lambda: not pid_alive(pid), 30, 0.05, "the orphaned engine stopped")
         remove_leftovers(ns)

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SKIPS = '''
+SKIPS = """
 import pytest
 
 def test_needs_root():
@@ -27,17 +27,17 @@ def test_simd_param():
 
 def test_runs():
     pass
-'''
+"""
 
-WHOLE_MODULE = '''
+WHOLE_MODULE = """
 import pytest
 pytest.importorskip("posenc_no_such_module")
 
 def test_never():
     pass
-'''
+"""
 
-DRAWS = '''
+DRAWS = """
 import os
 from hypothesis import given, settings, strategies as st
 
@@ -46,16 +46,36 @@ from hypothesis import given, settings, strategies as st
 def test_draw(x):
     with open(os.environ["DRAWS"], "a") as f:
         f.write(f"{x} ")
-'''
+"""
 
 
 def run(tmp_path: Path, source: str, *args: str, **env: str) -> tuple[int, str]:
     test = tmp_path / "test_case.py"
     test.write_text(source)
-    base = {k: v for k, v in os.environ.items() if k not in ("CI", "POSENC_HYPOTHESIS_SEED", "PYTEST_ADDOPTS")}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q",
-                        "--rootdir", str(tmp_path), str(test), *args],
-                       cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120)
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("CI", "POSENC_HYPOTHESIS_SEED", "PYTEST_ADDOPTS")
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            str(test),
+            *args,
+        ],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r.returncode, r.stdout + r.stderr
 
 
@@ -84,7 +104,9 @@ def test_with_ci_set_a_module_skipped_whole_fails_the_run(tmp_path):
     rc, out = run(tmp_path, WHOLE_MODULE, CI="true", POSENC_BACKEND="numpy")
     assert rc == 1, out
     assert "could not import 'posenc_no_such_module'" in out and "the run fails" in out, out
-    assert run(tmp_path, WHOLE_MODULE, POSENC_BACKEND="numpy")[0] == pytest.ExitCode.NO_TESTS_COLLECTED   # not failed
+    assert (
+        run(tmp_path, WHOLE_MODULE, POSENC_BACKEND="numpy")[0] == pytest.ExitCode.NO_TESTS_COLLECTED
+    )  # not failed
 
 
 def _draws(tmp_path: Path, name: str, *args: str, **env: str) -> tuple[str, str]:
@@ -99,6 +121,6 @@ def _draws(tmp_path: Path, name: str, *args: str, **env: str) -> tuple[str, str]
 def test_the_hypothesis_seed_is_new_each_run_printed_and_pinned_on_request(tmp_path):
     seed_a, draws_a = _draws(tmp_path, "a")
     seed_b, draws_b = _draws(tmp_path, "b")
-    assert seed_a != seed_b and draws_a != draws_b   # two runs, two seeds (2^-32 to collide)
+    assert seed_a != seed_b and draws_a != draws_b  # two runs, two seeds (2^-32 to collide)
     assert _draws(tmp_path, "c", f"--hypothesis-seed={seed_a}") == (seed_a, draws_a)
     assert _draws(tmp_path, "d", POSENC_HYPOTHESIS_SEED=seed_b) == (seed_b, draws_b)

@@ -23,12 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rope-theta", type=float, default=500000.0)
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between reads")
     parser.add_argument("--once", action="store_true", help="read once and exit")
-    parser.add_argument("--ready-timeout", type=float, default=120.0,
-                        help="seconds to wait for the engine to publish its tables")
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the engine to publish its tables",
+    )
     args = parser.parse_args(argv)
 
-    client = Client(shm_dir=os.environ.get("POSENC_SHM_DIR", "/dev/shm"),
-                    namespace=os.environ.get("POSENC_NAMESPACE", "posenc"))
+    client = Client(
+        shm_dir=os.environ.get("POSENC_SHM_DIR", "/dev/shm"),
+        namespace=os.environ.get("POSENC_NAMESPACE", "posenc"),
+    )
     client.wait_ready(timeout=args.ready_timeout)
     # The spec fields of docs/reference.md (`rope`), without selections: the whole shared table.
     # One that is not in shared memory yet is built once by the engine, on request.
@@ -36,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         cos = client.table("rope", spec).cos
         # A read-only view of the engine's pages: nothing was copied, nothing can be written.
-        print(f"rope cos {cos.shape} {cos.dtype} zero-copy={not cos.flags.owndata}"
-              f" writeable={cos.flags.writeable}", flush=True)
+        print(
+            f"rope cos {cos.shape} {cos.dtype} zero-copy={not cos.flags.owndata}"
+            f" writeable={cos.flags.writeable}",
+            flush=True,
+        )
         if args.once:
             return 0
         time.sleep(args.interval)

@@ -95,7 +95,9 @@ def cos_sin(freqs: np.ndarray, positions: np.ndarray, scale: float, dtype: str):
     shape = (positions.shape[0], freqs.shape[0])
     cos, sin = np.empty(shape, DTYPES[dtype]), np.empty(shape, DTYPES[dtype])
     if sincos(freqs, positions, float(scale), cos, sin, dtype):
-        raise SpecError(("dtype",), f"values overflow {dtype} (attention scaling {scale:g}); use a wider dtype")
+        raise SpecError(
+            ("dtype",), f"values overflow {dtype} (attention scaling {scale:g}); use a wider dtype"
+        )
     return cos, sin
 
 
@@ -111,5 +113,15 @@ def info() -> dict:
     return {"backend": BACKEND, "features": list(FEATURES), "compiler": _impl.COMPILER}
 
 
-__all__ = ["BACKEND", "FEATURES", "ENV_VAR", "KERNELS", "LOADERS", "ROPE_LAYOUTS", "cos_sin", "info", "load",
-           *KERNELS]
+__all__ = [
+    "BACKEND",
+    "FEATURES",
+    "ENV_VAR",
+    "KERNELS",
+    "LOADERS",
+    "ROPE_LAYOUTS",
+    "cos_sin",
+    "info",
+    "load",
+    *KERNELS,
+]

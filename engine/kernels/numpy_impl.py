@@ -33,6 +33,7 @@ _F64 = np.dtype(np.float64)
 
 # --- validation (the native module raises the same exception types) -------------------------
 
+
 def _array(a, name, dtype=None, ndim=None, writable=False):
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
@@ -79,6 +80,7 @@ def _check_rows(rows, n_rows):
 
 # --- rounding --------------------------------------------------------------------------------
 
+
 def _round(x, dtype):
     """float64 -> storage dtype, rounded once to nearest-even (engine.dtypes semantics) without
     refusing overflow: overflowed values become +-inf and the caller checks ``_overflowed``."""
@@ -101,6 +103,7 @@ def _overflowed(src, out, dtype, count_inf=False) -> bool:
 
 
 # --- kernels ---------------------------------------------------------------------------------
+
 
 def gather_rows(table, rows, out):
     """out[i] = table[rows[i]]."""
@@ -154,7 +157,9 @@ def alibi_block(slopes, query, key, out, dtype, symmetric, mask_future) -> bool:
     if symmetric:
         dist = np.abs(dist)
     with np.errstate(over="ignore", invalid="ignore"):
-        values = 0.0 - (slopes[:, None, None] * dist.astype(np.float64)[None])  # 0 - x: +0.0 on the diagonal, as the reference
+        values = 0.0 - (
+            slopes[:, None, None] * dist.astype(np.float64)[None]
+        )  # 0 - x: +0.0 on the diagonal, as the reference
     if mask_future:
         # -MAX_FINITE is exact in float64 and rounds to exactly mask_value(dtype), so masked
         # cells go through the same single rounding and never count as overflow.

@@ -9,7 +9,8 @@ from __future__ import annotations
 from . import alibi, rope, sinusoidal, sinusoidal_grid, t5
 from .base import FAMILIES, Family, TableDef
 
-FAMILIES.update((f.name, f) for f in (rope.FAMILY, sinusoidal.FAMILY, sinusoidal_grid.FAMILY, alibi.FAMILY,
-                                      t5.FAMILY))
+FAMILIES.update(
+    (f.name, f) for f in (rope.FAMILY, sinusoidal.FAMILY, sinusoidal_grid.FAMILY, alibi.FAMILY, t5.FAMILY)
+)
 
 __all__ = ["FAMILIES", "Family", "TableDef"]

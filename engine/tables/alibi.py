@@ -11,15 +11,23 @@ symmetric −m_h·|i − j|. Evaluated in float64 directly (not as m·j − m·i
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from .. import dtypes as _dt
 from .. import kernels
 from ..errors import SpecError
-from ..fields import (is_int, json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int,
-                      require_object)
+from ..fields import (
+    is_int,
+    json_repr,
+    refuse_unknown,
+    req_bool,
+    req_choice,
+    req_float,
+    req_int,
+    require_object,
+)
 from ..selection import Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
@@ -62,7 +70,9 @@ def parse_spec(req: Mapping) -> AlibiSpec:
     heads = req.get("heads")
     if heads is not None:
         if not isinstance(heads, (list, tuple)):
-            raise SpecError(("heads",), f"must be a list of head indices, got {json_repr(heads)}", "list_type")
+            raise SpecError(
+                ("heads",), f"must be a list of head indices, got {json_repr(heads)}", "list_type"
+            )
         if not heads:
             raise SpecError(("heads",), "must not be empty (omit it for all heads)", "too_short")
         for i, x in enumerate(heads):
@@ -175,8 +185,9 @@ class Alibi(Family):
         m = slopes_f64(t.spec.num_heads, t.spec.max_bias)
         out["slopes"][...] = m
         for lo in range(0, t.length, CHUNK):
-            out["dist"][:, lo:lo + CHUNK] = dist_rows(m, np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64),
-                                                      t.dtype)
+            out["dist"][:, lo : lo + CHUNK] = dist_rows(
+                m, np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64), t.dtype
+            )
         return {}
 
     def attach(self, view):
@@ -191,15 +202,15 @@ class Alibi(Family):
             m = np.ascontiguousarray(view.slopes[heads])
             return {"bias": block(m, spec, sel, dtype), "slopes": m.astype(np.float32)}
         q, k = sel["query"].array(), sel["key"].array()
-        delta = q[:, None] - k[None, :]                       # i − j
-        out = view.dist[heads[:, None, None], np.abs(delta)[None, :, :]]   # −m·|i − j|
+        delta = q[:, None] - k[None, :]  # i − j
+        out = view.dist[heads[:, None, None], np.abs(delta)[None, :, :]]  # −m·|i − j|
         if spec.mode == "causal":
             future = delta < 0
             if future.any():
                 if spec.mask_future:
                     out[:, future] = _dt.mask_value(dtype)
                 else:
-                    out[:, future] = _negate(out[:, future], dtype)   # +m·(j − i)
+                    out[:, future] = _negate(out[:, future], dtype)  # +m·(j − i)
         return {"bias": out, "slopes": view.slopes[heads].astype(np.float32)}
 
     # -- the hot path ------------------------------------------------------------------------
@@ -215,27 +226,56 @@ class Alibi(Family):
         m32, st = m.astype(np.float32), _dt.DTYPES[req.dtype]
 
         def header_for(nq: int, nk: int) -> bytes:
-            return self.safetensors_header({"bias": np.empty((m.shape[0], nq, nk), st), "slopes": m32},
-                                           req.dtype, req.shown)
+            return self.safetensors_header(
+                {"bias": np.empty((m.shape[0], nq, nk), st), "slopes": m32}, req.dtype, req.shown
+            )
+
         dist = view.dist if f32 and view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
-        return hot.AlibiTemplate(m, spec.mode == "symmetric", spec.mask_future, header_for, m32.tobytes(),
-                                 limits.max_positions, limits.max_bytes, dist, spec.head_index.tolist(), req.dtype)
+        return hot.AlibiTemplate(
+            m,
+            spec.mode == "symmetric",
+            spec.mask_future,
+            header_for,
+            m32.tobytes(),
+            limits.max_positions,
+            limits.max_bytes,
+            dist,
+            spec.head_index.tolist(),
+            req.dtype,
+        )
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["num_heads", "query", "key"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["num_heads", "query", "key"],
         "properties": {
             "num_heads": {"type": "integer", "minimum": 1, "maximum": MAX_HEADS},
             "heads": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}, "minItems": 1},
             "max_bias": {"type": "number", "exclusiveMinimum": 0, "default": 8.0},
             "mode": {"type": "string", "enum": list(MODES), "default": "causal"},
             "mask_future": {"type": "boolean", "default": False},
-            "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
-    answer = {"bias": json_array(3, "[len(heads), n_query, n_key]"),
-              "slopes": json_array(1, "[len(heads)] float32")}
+            "query": SELECTION_SCHEMA,
+            "key": SELECTION_SCHEMA,
+            "dtype": DTYPE_SCHEMA,
+        },
+    }
+    answer = {
+        "bias": json_array(3, "[len(heads), n_query, n_key]"),
+        "slopes": json_array(1, "[len(heads)] float32"),
+    }
     examples = {
-        "decode row, 32 heads": {"value": {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}}},
-        "masked prefill, 12 heads": {"value": {"num_heads": 12, "mask_future": True, "dtype": _dt.FLOAT16,
-                                               "query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
+        "decode row, 32 heads": {
+            "value": {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}}
+        },
+        "masked prefill, 12 heads": {
+            "value": {
+                "num_heads": 12,
+                "mask_future": True,
+                "dtype": _dt.FLOAT16,
+                "query": {"start": 0, "stop": 8},
+                "key": {"start": 0, "stop": 8},
+            }
+        },
     }
 
 

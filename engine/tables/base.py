@@ -19,7 +19,8 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,9 @@ from ..dtypes import BFLOAT16, DEFAULT_DTYPE, DTYPES, check_dtype
 from ..errors import SpecError
 from ..selection import POSITION_LIMIT, Selection, parse_selection
 
-DEFAULT_LENGTH = 131072   # rows (or distances) of a table unless the config says otherwise
-CHUNK = 8192              # rows per build step: a build never holds a whole table in float64
-MIN_ON_DEMAND = 4096      # the shortest on-demand table: a few small asks do not each rebuild it
+DEFAULT_LENGTH = 131072  # rows (or distances) of a table unless the config says otherwise
+CHUNK = 8192  # rows per build step: a build never holds a whole table in float64
+MIN_ON_DEMAND = 4096  # the shortest on-demand table: a few small asks do not each rebuild it
 
 
 def on_demand_length(reach: int | None, cap: int) -> int:
@@ -45,12 +46,21 @@ def on_demand_length(reach: int | None, cap: int) -> int:
 # Pieces of the request schemas (OpenAPI) that every family shares.
 SELECTION_SCHEMA = {
     "oneOf": [
-        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
-         "minItems": 1},
-        {"type": "object", "additionalProperties": False, "required": ["start", "stop"],
-         "properties": {"start": {"type": "integer", "minimum": 0},
-                        "stop": {"type": "integer", "maximum": POSITION_LIMIT},
-                        "step": {"type": "integer", "minimum": 1}}},
+        {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
+            "minItems": 1,
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["start", "stop"],
+            "properties": {
+                "start": {"type": "integer", "minimum": 0},
+                "stop": {"type": "integer", "maximum": POSITION_LIMIT},
+                "step": {"type": "integer", "minimum": 1},
+            },
+        },
     ],
     "description": "positions: a list (any order, repeats allowed) or a half-open range",
 }
@@ -76,16 +86,16 @@ def canonical(obj) -> str:
 class Family:
     """The surface every family implements (one module per family, one registry line: engine/tables/__init__.py)."""
 
-    name: str                          # the family's name in URLs, specs and the manifest
-    fields: tuple[str, ...]            # every field a request may hold
-    selections: tuple[str, ...]        # the fields that select positions
-    dtyped: frozenset[str]             # arrays that take the request's dtype (the rest are fixed)
-    batched: frozenset[str]            # arrays shaped by the selections: a KServe v2 batch of B
-                                       # selections gives them a leading B (the rest are shared)
-    returns: str                       # one line for the docs: the arrays that come back
-    schema: dict                       # the request's JSON schema (OpenAPI)
-    examples: dict                     # named request examples (OpenAPI)
-    answer: dict                       # the JSON answer: array name -> its JSON schema (OpenAPI)
+    name: str  # the family's name in URLs, specs and the manifest
+    fields: tuple[str, ...]  # every field a request may hold
+    selections: tuple[str, ...]  # the fields that select positions
+    dtyped: frozenset[str]  # arrays that take the request's dtype (the rest are fixed)
+    batched: frozenset[str]  # arrays shaped by the selections: a KServe v2 batch of B
+    # selections gives them a leading B (the rest are shared)
+    returns: str  # one line for the docs: the arrays that come back
+    schema: dict  # the request's JSON schema (OpenAPI)
+    examples: dict  # named request examples (OpenAPI)
+    answer: dict  # the JSON answer: array name -> its JSON schema (OpenAPI)
 
     @property
     def has_dtype(self) -> bool:
@@ -94,8 +104,12 @@ class Family:
     @property
     def response_schema(self) -> dict:
         """The JSON answer's schema: an object holding every array of ``answer``."""
-        return {"type": "object", "description": self.returns, "required": list(self.answer),
-                "properties": dict(self.answer)}
+        return {
+            "type": "object",
+            "description": self.returns,
+            "required": list(self.answer),
+            "properties": dict(self.answer),
+        }
 
     @property
     def selection_fields(self) -> tuple[str, ...]:
@@ -103,7 +117,7 @@ class Family:
         cuts out, and any a spec takes instead of them, such as rope's ``position_ids``)."""
         return self.selections
 
-    axis_fields: frozenset[str] = frozenset()   # selections of per-axis positions ([k, n])
+    axis_fields: frozenset[str] = frozenset()  # selections of per-axis positions ([k, n])
 
     def selection_rank(self, name: str) -> int:
         """The rank of one selection of field ``name``: 1 (a list of positions), or 2 for
@@ -129,8 +143,11 @@ class Family:
         """The canonical spec fields of a parsed spec as a JSON object (what an answer to an
         ``hf_config`` or ``table`` body shows): parsing them again gives the same spec. By default
         the spec dataclass's fields, which are the API's field names."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()
-                if v is not None}
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(spec).items()
+            if v is not None
+        }
 
     def parse(self, req: Mapping):
         """(spec, {selection name: Selection}) of a whole request (dtype is read by the caller)."""
@@ -163,7 +180,7 @@ class Family:
         raise NotImplementedError
 
     # -- stored tables -------------------------------------------------------------------------
-    def table_for(self, spec, dtype, sel: Mapping[str, Selection], length: int) -> "TableDef | None":
+    def table_for(self, spec, dtype, sel: Mapping[str, Selection], length: int) -> TableDef | None:
         """The stored table that answers this request, or None when it is computed directly."""
         raise NotImplementedError
 
@@ -171,7 +188,7 @@ class Family:
         """Which of a spec's stored tables these selections need (None: the spec's only one)."""
         return None
 
-    def stable_tables(self, spec, dtype, length: int) -> list["TableDef"]:
+    def stable_tables(self, spec, dtype, length: int) -> list[TableDef]:
         """Every table a configured spec stores (one, or several where frequencies switch)."""
         t = self.table_for(spec, dtype, {}, length)
         return [t] if t is not None else []
@@ -194,11 +211,11 @@ class Family:
         what an on-demand table is sized to. None: the table's length does not follow requests."""
         return None
 
-    def layout(self, t: "TableDef") -> dict[str, tuple[tuple, str]]:
+    def layout(self, t: TableDef) -> dict[str, tuple[tuple, str]]:
         """name -> (shape, numpy dtype name) of every array of the stored table."""
         raise NotImplementedError
 
-    def fill(self, t: "TableDef", out: dict[str, np.ndarray]) -> dict:
+    def fill(self, t: TableDef, out: dict[str, np.ndarray]) -> dict:
         """Write the table into preallocated arrays (views of a new segment); scalar metadata."""
         raise NotImplementedError
 
@@ -236,10 +253,10 @@ FAMILIES: dict[str, Family] = {}
 
 @dataclasses.dataclass(frozen=True)
 class TableDef:
-    family: str          # a FAMILIES key
-    spec: Any            # the family's table spec (stripped of what only arranges or selects)
+    family: str  # a FAMILIES key
+    spec: Any  # the family's table spec (stripped of what only arranges or selects)
     dtype: str | None
-    length: int          # rows (rope, sinusoidal), distances (alibi), radius (t5)
+    length: int  # rows (rope, sinusoidal), distances (alibi), radius (t5)
     variant: Any = None  # rope: None, 'short'/'long' (longrope) or L (dynamic)
 
     @property
@@ -269,7 +286,7 @@ class TableDef:
         return self.fam.fill(self, out)
 
     @classmethod
-    def from_key(cls, key: str, length: int) -> "TableDef":
+    def from_key(cls, key: str, length: int) -> TableDef:
         """The table a key names, re-validated: what the engine builds when a reader asks. A key
         that no request could have produced is a SpecError at ``table``."""
         try:

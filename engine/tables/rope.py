@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -24,8 +24,8 @@ from .. import kernels
 from ..errors import SpecError
 from ..fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
 from ..selection import POSITION_LIMIT, Selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from . import rope_axes as axes
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from .rope_types import ROPE_TYPES, _Ctx
 
 # The pairings of rotary columns (docs/reference.md, rope ``layout``), as the kernels implement them
@@ -51,9 +51,9 @@ class RopeSpec:
     max_position_embeddings: int | None = None
     seq_len: int | None = None
     layout: str = DEFAULT_LAYOUT
-    mrope_section: tuple | None = None    # multi-axis (rope_axes.py): Qwen-VL's dealing of d/2
+    mrope_section: tuple | None = None  # multi-axis (rope_axes.py): Qwen-VL's dealing of d/2
     mrope_interleaved: bool = False
-    axes_dim: tuple | None = None         # multi-axis: Flux's frequency set per axis
+    axes_dim: tuple | None = None  # multi-axis: Flux's frequency set per axis
 
     @property
     def d(self) -> int:
@@ -73,6 +73,7 @@ class RopeSpec:
 # ---------------------------------------------------------------------------------------------
 # Parsing
 
+
 def parse_spec(req: Mapping) -> RopeSpec:
     """Validate the spec fields of a rope request (selections and dtype are read elsewhere)."""
     require_object(req)
@@ -89,7 +90,10 @@ def parse_spec(req: Mapping) -> RopeSpec:
     if src == "rope_parameters":  # transformers 5's rope_parameters may carry these two
         inner_theta = req_float(scaling, "rope_theta", (src,), gt=0.0, required=False)
         inner_prf = req_float(scaling, "partial_rotary_factor", (src,), gt=0.0, le=1.0, required=False)
-        for key, top, inner in (("rope_theta", theta, inner_theta), ("partial_rotary_factor", prf, inner_prf)):
+        for key, top, inner in (
+            ("rope_theta", theta, inner_theta),
+            ("partial_rotary_factor", prf, inner_prf),
+        ):
             if top is not None and inner is not None and top != inner:
                 raise SpecError((src, key), f"disagrees with the top-level {key} ({top}); give it once")
         theta_loc = ("rope_theta",) if theta is not None or inner_theta is None else (src, "rope_theta")
@@ -101,14 +105,18 @@ def parse_spec(req: Mapping) -> RopeSpec:
     prf = 1.0 if prf is None else prf
 
     rt = ROPE_TYPES[_rope_type(scaling, src)]
-    rope_type = rt.name                  # an alias ("su") is stored under its canonical name
+    rope_type = rt.name  # an alias ("su") is stored under its canonical name
     d = rt.width(head_dim, prf)
     if d < 2:
-        raise SpecError(("partial_rotary_factor",) if prf < 1 else ("head_dim",),
-                        f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be >= 2")
+        raise SpecError(
+            ("partial_rotary_factor",) if prf < 1 else ("head_dim",),
+            f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be >= 2",
+        )
     if d % 2:
-        raise SpecError(("partial_rotary_factor",) if prf < 1 and d != head_dim else ("head_dim",),
-                        f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be even")
+        raise SpecError(
+            ("partial_rotary_factor",) if prf < 1 and d != head_dim else ("head_dim",),
+            f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be even",
+        )
 
     allowed = {"rope_type", "type", *rt.keys}
     if src == "rope_parameters":
@@ -118,23 +126,45 @@ def parse_spec(req: Mapping) -> RopeSpec:
     max_pos = req_int(req, "max_position_embeddings", (), lo=1, required=False)
     top_orig = req_int(req, "original_max_position_embeddings", (), lo=1, required=False)
     if top_orig is not None and not rt.uses_original:
-        raise SpecError(("original_max_position_embeddings",),
-                        f"not used by rope_type {rope_type!r} (only yarn, llama3, longrope)")
+        raise SpecError(
+            ("original_max_position_embeddings",),
+            f"not used by rope_type {rope_type!r} (only yarn, llama3, longrope)",
+        )
     seq_len = req_int(req, "seq_len", (), lo=1, required=False)
     if seq_len is not None and not rt.uses_seq_len:
         raise SpecError(("seq_len",), f"only for rope_type 'dynamic' or 'longrope', not {rope_type!r}")
     layout = req_choice(req, "layout", (), LAYOUTS, DEFAULT_LAYOUT)
-    section, axes_dim = axes.parse_int_list(req, "mrope_section", 1), axes.parse_int_list(req, "axes_dim", 2, True)
+    section, axes_dim = (
+        axes.parse_int_list(req, "mrope_section", 1),
+        axes.parse_int_list(req, "axes_dim", 2, True),
+    )
     interleaved = req_bool(req, "mrope_interleaved", (), False)
     axes.check_sections(section, interleaved, axes_dim, d, rope_type, src)
 
-    ctx = _Ctx(src=src, d=d, theta=theta, max_pos=max_pos, top_orig=top_orig, theta_loc=theta_loc,
-               head_dim=head_dim, prf=prf)
+    ctx = _Ctx(
+        src=src,
+        d=d,
+        theta=theta,
+        max_pos=max_pos,
+        top_orig=top_orig,
+        theta_loc=theta_loc,
+        head_dim=head_dim,
+        prf=prf,
+    )
     params = rt.validate(scaling, ctx)
-    spec = RopeSpec(head_dim=head_dim, rope_theta=theta, partial_rotary_factor=prf, rope_type=rope_type,
-                    params=tuple(sorted(params.items())), max_position_embeddings=max_pos,
-                    seq_len=seq_len, layout=layout, mrope_section=section, mrope_interleaved=interleaved,
-                    axes_dim=axes_dim)
+    spec = RopeSpec(
+        head_dim=head_dim,
+        rope_theta=theta,
+        partial_rotary_factor=prf,
+        rope_type=rope_type,
+        params=tuple(sorted(params.items())),
+        max_position_embeddings=max_pos,
+        seq_len=seq_len,
+        layout=layout,
+        mrope_section=section,
+        mrope_interleaved=interleaved,
+        axes_dim=axes_dim,
+    )
     _check_frequencies(spec, src)
     return spec
 
@@ -143,8 +173,11 @@ def _rope_type(scaling: Mapping, src: str) -> str:
     rt, legacy = scaling.get("rope_type"), scaling.get("type")
     for key, v in (("rope_type", rt), ("type", legacy)):
         if v is not None and (not isinstance(v, str) or v not in ROPE_TYPES):
-            raise SpecError((src, key), f"must be one of {', '.join(map(repr, ROPE_TYPES))}, got {json_repr(v)}",
-                            "literal_error")
+            raise SpecError(
+                (src, key),
+                f"must be one of {', '.join(map(repr, ROPE_TYPES))}, got {json_repr(v)}",
+                "literal_error",
+            )
     if rt is not None and legacy is not None and rt != legacy:
         raise SpecError((src, "type"), f"disagrees with rope_type ({rt!r}); send one of them")
     return rt or legacy or "default"
@@ -156,17 +189,20 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
     for v in rt.stable_variants(spec):
         with np.errstate(all="ignore"):
             inv, att = frequencies(spec, rt.seq_len_of(spec, v))
-        if rt.pads_zeros:                # only the rotated frequencies must be positive
+        if rt.pads_zeros:  # only the rotated frequencies must be positive
             inv = inv[inv != 0]
         if not (np.isfinite(inv).all() and (inv > 0).all() and math.isfinite(att) and att > 0):
-            raise SpecError(("rope_theta",) if spec.rope_type == "default" else (src, "rope_type"),
-                            "these parameters give non-finite or non-positive frequencies")
+            raise SpecError(
+                ("rope_theta",) if spec.rope_type == "default" else (src, "rope_type"),
+                "these parameters give non-finite or non-positive frequencies",
+            )
         if not np.isfinite(inv.astype(np.float32)).all() or (inv.astype(np.float32) == 0).any():
             raise SpecError(("rope_theta",), "frequencies overflow or underflow float32")
 
 
 # ---------------------------------------------------------------------------------------------
 # Rows
+
 
 def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
     """dynamic / longrope pick frequencies from the sequence length: the request's seq_len, else
@@ -175,7 +211,7 @@ def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
 
 
 def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
-    if spec.axes_dim is not None:        # one set per axis, concatenated (default type only)
+    if spec.axes_dim is not None:  # one set per axis, concatenated (default type only)
         return axes.axes_inv_freq(spec.rope_theta, spec.axes_dim), 1.0
     return spec.type.inv_freq(spec, seq_len)
 
@@ -197,16 +233,35 @@ def expand(half: np.ndarray, layout: str) -> np.ndarray:
 def _strip(spec: RopeSpec) -> RopeSpec:
     """The table spec: layout and seq_len arrange or select, and M matters only where it feeds
     the formula (dynamic; longrope's default attention factor), so none of them splits a table."""
-    return dataclasses.replace(spec, layout=DEFAULT_LAYOUT, seq_len=None, mrope_section=None, mrope_interleaved=False,
-                               max_position_embeddings=spec.max_position_embeddings
-                               if spec.type.needs_max_position else None)
+    return dataclasses.replace(
+        spec,
+        layout=DEFAULT_LAYOUT,
+        seq_len=None,
+        mrope_section=None,
+        mrope_interleaved=False,
+        max_position_embeddings=spec.max_position_embeddings if spec.type.needs_max_position else None,
+    )
 
 
 class Rope(Family):
     name = "rope"
-    fields = ("head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings",
-              "rope_scaling", "rope_parameters", "original_max_position_embeddings", "seq_len",
-              "layout", "mrope_section", "mrope_interleaved", "axes_dim", "positions", "position_ids", "dtype")
+    fields = (
+        "head_dim",
+        "rope_theta",
+        "partial_rotary_factor",
+        "max_position_embeddings",
+        "rope_scaling",
+        "rope_parameters",
+        "original_max_position_embeddings",
+        "seq_len",
+        "layout",
+        "mrope_section",
+        "mrope_interleaved",
+        "axes_dim",
+        "positions",
+        "position_ids",
+        "dtype",
+    )
     selections = ("positions",)
     selection_fields = ("positions", "position_ids")
     axis_fields = frozenset({"position_ids"})
@@ -224,13 +279,22 @@ class Rope(Family):
         return axes.probe(spec, position) or super().probe_selections(spec, position)
 
     def spec_json(self, spec):
-        scaling = {"rope_type": spec.rope_type,
-                   **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.params if v is not None}}
-        out = {"head_dim": spec.head_dim, "rope_theta": spec.rope_theta,
-               "partial_rotary_factor": spec.partial_rotary_factor, "rope_scaling": scaling,
-               "max_position_embeddings": spec.max_position_embeddings, "seq_len": spec.seq_len,
-               "layout": spec.layout, "mrope_section": spec.mrope_section and list(spec.mrope_section),
-               "mrope_interleaved": spec.mrope_interleaved or None, "axes_dim": spec.axes_dim and list(spec.axes_dim)}
+        scaling = {
+            "rope_type": spec.rope_type,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.params if v is not None},
+        }
+        out = {
+            "head_dim": spec.head_dim,
+            "rope_theta": spec.rope_theta,
+            "partial_rotary_factor": spec.partial_rotary_factor,
+            "rope_scaling": scaling,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "seq_len": spec.seq_len,
+            "layout": spec.layout,
+            "mrope_section": spec.mrope_section and list(spec.mrope_section),
+            "mrope_interleaved": spec.mrope_interleaved or None,
+            "axes_dim": spec.axes_dim and list(spec.axes_dim),
+        }
         return {k: v for k, v in out.items() if v is not None}
 
     def output_nbytes(self, spec, sel, dtype):
@@ -239,13 +303,25 @@ class Rope(Family):
     def compute(self, spec, sel, dtype):
         positions = axes.positions_of(sel)
         inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
-        if "position_ids" in sel:      # each column at its axis's position (rope_axes.py)
-            cos, sin = axes.computed(lambda p: half_rows(inv, scaling, p, dtype), positions.array(),
-                                     *axes.spec_column_map(spec)[:2])
-            return {"cos": cos, "sin": sin, "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
+        if "position_ids" in sel:  # each column at its axis's position (rope_axes.py)
+            cos, sin = axes.computed(
+                lambda p: half_rows(inv, scaling, p, dtype),
+                positions.array(),
+                *axes.spec_column_map(spec)[:2],
+            )
+            return {
+                "cos": cos,
+                "sin": sin,
+                "inv_freq": inv.astype(np.float32),
+                "attention_scaling": float(scaling),
+            }
         cos, sin = half_rows(inv, scaling, positions.array(), dtype)
-        return {"cos": expand(cos, spec.layout), "sin": expand(sin, spec.layout),
-                "inv_freq": inv.astype(np.float32), "attention_scaling": float(scaling)}
+        return {
+            "cos": expand(cos, spec.layout),
+            "sin": expand(sin, spec.layout),
+            "inv_freq": inv.astype(np.float32),
+            "attention_scaling": float(scaling),
+        }
 
     # -- stored tables -------------------------------------------------------------------------
     def variant_of(self, spec, sel):
@@ -255,7 +331,7 @@ class Rope(Family):
     def table_for(self, spec, dtype, sel, length):
         rt = spec.type
         v = self.variant_of(spec, sel) if sel else rt.stable_variants(spec)[0]
-        if not rt.stores(spec, v):   # dynamic NTK past M: frequencies change with every length
+        if not rt.stores(spec, v):  # dynamic NTK past M: frequencies change with every length
             return None
         return TableDef(self.name, _strip(spec), dtype, length, v)
 
@@ -266,21 +342,32 @@ class Rope(Family):
         return axes.positions_of(sel).max + 1
 
     def table_key(self, tspec, variant):
-        key = {"family": "rope", "d": tspec.d, "rope_theta": tspec.rope_theta, "rope_type": tspec.rope_type,
-               "params": tspec.params, "max_position_embeddings": tspec.max_position_embeddings,
-               "variant": variant}
-        if tspec.axes_dim is not None:   # its own frequencies per axis block
+        key = {
+            "family": "rope",
+            "d": tspec.d,
+            "rope_theta": tspec.rope_theta,
+            "rope_type": tspec.rope_type,
+            "params": tspec.params,
+            "max_position_embeddings": tspec.max_position_embeddings,
+            "variant": variant,
+        }
+        if tspec.axes_dim is not None:  # its own frequencies per axis block
             key["axes_dim"] = tspec.axes_dim
-        if tspec.type.pads_zeros:        # proportional: the factor picks which frequencies are 0
+        if tspec.type.pads_zeros:  # proportional: the factor picks which frequencies are 0
             key["partial_rotary_factor"] = tspec.partial_rotary_factor
         return key
 
     def table_spec(self, key):
         try:
             scaling = {"rope_type": key["rope_type"], **{k: v for k, v in key["params"]}}
-            req = {"head_dim": key["d"], "rope_theta": key["rope_theta"], "rope_scaling": scaling,
-                   "max_position_embeddings": key["max_position_embeddings"],
-                   "partial_rotary_factor": key.get("partial_rotary_factor"), "axes_dim": key.get("axes_dim")}
+            req = {
+                "head_dim": key["d"],
+                "rope_theta": key["rope_theta"],
+                "rope_scaling": scaling,
+                "max_position_embeddings": key["max_position_embeddings"],
+                "partial_rotary_factor": key.get("partial_rotary_factor"),
+                "axes_dim": key.get("axes_dim"),
+            }
             variant = key["variant"]
         except (KeyError, TypeError, ValueError):
             raise SpecError(("table",), "not a rope table key") from None
@@ -292,8 +379,12 @@ class Rope(Family):
     def layout(self, t):
         h = t.spec.d // 2
         st = _dt.DTYPES[t.dtype].name
-        return {"cos": ((t.length, h), st), "sin": ((t.length, h), st), "inv_freq64": ((h,), "float64"),
-                "inv_freq": ((h,), "float32")}
+        return {
+            "cos": ((t.length, h), st),
+            "sin": ((t.length, h), st),
+            "inv_freq64": ((h,), "float64"),
+            "inv_freq": ((h,), "float32"),
+        }
 
     def fill(self, t, out):
         inv, scaling = frequencies(t.spec, t.spec.type.seq_len_of(t.spec, t.variant))
@@ -301,12 +392,14 @@ class Rope(Family):
         out["inv_freq"][...] = inv.astype(np.float32)
         for lo in range(0, t.length, CHUNK):
             rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
-            out["cos"][lo:lo + rows.size], out["sin"][lo:lo + rows.size] = half_rows(inv, scaling, rows, t.dtype)
+            out["cos"][lo : lo + rows.size], out["sin"][lo : lo + rows.size] = half_rows(
+                inv, scaling, rows, t.dtype
+            )
         return {"attention_scaling": float(scaling), "rows_past": float(not t.spec.type.uses_seq_len)}
 
     def serve(self, view, spec, sel, dtype):
         inv64, scaling = view.inv_freq64, view.meta["attention_scaling"]
-        if "position_ids" in sel:      # gathers through the column -> axis map (rope_axes.py)
+        if "position_ids" in sel:  # gathers through the column -> axis map (rope_axes.py)
             if sel["position_ids"].max >= view.length:
                 return self.compute(spec, sel, dtype)
             half_col, axis, _ = axes.spec_column_map(spec)
@@ -314,7 +407,7 @@ class Rope(Family):
             cos, sin = axes.gather((view.cos, view.sin), pos, half_col, axis)
             return {"cos": cos, "sin": sin, "inv_freq": view.inv_freq, "attention_scaling": float(scaling)}
         rows = sel["positions"].array()
-        if sel["positions"].max >= view.length:          # past the table: computed exactly
+        if sel["positions"].max >= view.length:  # past the table: computed exactly
             inside = rows < view.length
             past_cos, past_sin = half_rows(inv64, scaling, rows[~inside], dtype)
             cos = np.empty((rows.shape[0], view.cos.shape[1]), view.cos.dtype)
@@ -322,13 +415,17 @@ class Rope(Family):
             cos[inside], sin[inside] = view.cos[rows[inside]], view.sin[rows[inside]]
             cos[~inside], sin[~inside] = past_cos, past_sin
             full_cos, full_sin = expand(cos, spec.layout), expand(sin, spec.layout)
-        else:                                            # one pass: gather + expand to width d
+        else:  # one pass: gather + expand to width d
             full_cos = np.empty((rows.shape[0], 2 * view.cos.shape[1]), view.cos.dtype)
             full_sin = np.empty_like(full_cos)
             kernels.rope_expand(view.cos, rows, full_cos, spec.layout)
             kernels.rope_expand(view.sin, rows, full_sin, spec.layout)
-        return {"cos": full_cos, "sin": full_sin, "inv_freq": view.inv_freq,   # read-only view
-                "attention_scaling": float(scaling)}
+        return {
+            "cos": full_cos,
+            "sin": full_sin,
+            "inv_freq": view.inv_freq,  # read-only view
+            "attention_scaling": float(scaling),
+        }
 
     # -- the hot path ------------------------------------------------------------------------
     def template(self, hot, req, view, limits):
@@ -338,7 +435,9 @@ class Rope(Family):
         and not for types whose table follows the positions; ``position_ids``: rope_axes.template."""
         spec, dtype = req.spec, req.dtype
         ids = req.body.get("position_ids")
-        if spec.type.uses_seq_len or not isinstance(req.body.get("positions" if ids is None else "position_ids"), list):
+        if spec.type.uses_seq_len or not isinstance(
+            req.body.get("positions" if ids is None else "position_ids"), list
+        ):
             return None
         half = view.cos.shape[1]
         scaling = float(view.meta["attention_scaling"])
@@ -346,55 +445,101 @@ class Rope(Family):
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
-            arrays = {"cos": np.empty((n, 2 * half), st), "sin": np.empty((n, 2 * half), st),
-                      "inv_freq": view.inv_freq, "attention_scaling": scaling}
+            arrays = {
+                "cos": np.empty((n, 2 * half), st),
+                "sin": np.empty((n, 2 * half), st),
+                "inv_freq": view.inv_freq,
+                "attention_scaling": scaling,
+            }
             return self.safetensors_header(arrays, dtype, req.shown)
+
         # rows past the table, as ``serve`` computes them: half_rows' [cos | sin] of one row (items
         # 0..half-1, half..2*half-1), the stored cos and sin rows
-        past = (np.ascontiguousarray(view.inv_freq64), scaling, dtype,
-                (list(range(half)), list(range(half, 2 * half))), POSITION_LIMIT)
+        past = (
+            np.ascontiguousarray(view.inv_freq64),
+            scaling,
+            dtype,
+            (list(range(half)), list(range(half, 2 * half))),
+            POSITION_LIMIT,
+        )
         if ids is not None:
             return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
         colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
-        return hot.RowsTemplate((view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past)
+        return hot.RowsTemplate(
+            (view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past
+        )
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["head_dim"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["head_dim"],
         "properties": {
             "head_dim": {"type": "integer", "minimum": 2, "maximum": MAX_HEAD_DIM},
             "rope_theta": {"type": "number", "exclusiveMinimum": 0, "default": 10000.0},
             "partial_rotary_factor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0},
             "max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
-            "rope_scaling": None, "rope_parameters": None,   # filled below from ROPE_TYPES
+            "rope_scaling": None,
+            "rope_parameters": None,  # filled below from ROPE_TYPES
             "original_max_position_embeddings": {"type": ["integer", "null"], "minimum": 1},
             "seq_len": {"type": ["integer", "null"], "minimum": 1},
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
-            **axes.SCHEMA, "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
-    answer = {"cos": json_array(2, "[n, d], times attention_scaling"),
-              "sin": json_array(2, "[n, d], times attention_scaling"),
-              "inv_freq": json_array(1, "[d/2] float32: the frequencies used"),
-              "attention_scaling": {"type": "number", "description": "the factor cos and sin carry"}}
+            **axes.SCHEMA,
+            "positions": SELECTION_SCHEMA,
+            "dtype": DTYPE_SCHEMA,
+        },
+    }
+    answer = {
+        "cos": json_array(2, "[n, d], times attention_scaling"),
+        "sin": json_array(2, "[n, d], times attention_scaling"),
+        "inv_freq": json_array(1, "[d/2] float32: the frequencies used"),
+        "attention_scaling": {"type": "number", "description": "the factor cos and sin carry"},
+    }
     examples = {
-        "llama-3.1 decode step": {"value": {
-            "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-            "positions": [4096], "dtype": _dt.BFLOAT16}},
-        "yarn prefill": {"value": {"head_dim": 64, "max_position_embeddings": 4096,
-                                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
-                                   "positions": {"start": 0, "stop": 16}}},
-        "GPT-J interleaved, partial": {"value": {"head_dim": 256, "partial_rotary_factor": 0.25,
-                                                 "layout": INTERLEAVED, "positions": [0, 1, 2]}},
-        **axes.EXAMPLES}
+        "llama-3.1 decode step": {
+            "value": {
+                "head_dim": 128,
+                "rope_theta": 500000.0,
+                "max_position_embeddings": 131072,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+                "positions": [4096],
+                "dtype": _dt.BFLOAT16,
+            }
+        },
+        "yarn prefill": {
+            "value": {
+                "head_dim": 64,
+                "max_position_embeddings": 4096,
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+                "positions": {"start": 0, "stop": 16},
+            }
+        },
+        "GPT-J interleaved, partial": {
+            "value": {
+                "head_dim": 256,
+                "partial_rotary_factor": 0.25,
+                "layout": INTERLEAVED,
+                "positions": [0, 1, 2],
+            }
+        },
+        **axes.EXAMPLES,
+    }
 
 
 _SCALING = {
     "type": ["object", "null"],
     "description": "transformers' rope_scaling / rope_parameters; keys by rope_type: "
-                   + "; ".join(f"{n}: {', '.join(t.keys) or '-'}" for n, t in ROPE_TYPES.items()),
-    "properties": {"rope_type": {"type": "string", "enum": list(ROPE_TYPES)},
-                   "type": {"type": "string", "enum": list(ROPE_TYPES)},
-                   **{k: {} for k in sorted({k for t in ROPE_TYPES.values() for k in t.keys})}},
+    + "; ".join(f"{n}: {', '.join(t.keys) or '-'}" for n, t in ROPE_TYPES.items()),
+    "properties": {
+        "rope_type": {"type": "string", "enum": list(ROPE_TYPES)},
+        "type": {"type": "string", "enum": list(ROPE_TYPES)},
+        **{k: {} for k in sorted({k for t in ROPE_TYPES.values() for k in t.keys})},
+    },
 }
 Rope.schema["properties"].update(rope_scaling=_SCALING, rope_parameters=_SCALING)
 FAMILY = Rope()

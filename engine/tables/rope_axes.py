@@ -27,15 +27,26 @@ from ..errors import SpecError
 from ..fields import is_int, json_repr
 from ..selection import POSITION_LIMIT, parse_selection
 
-HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"   # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
+HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"  # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
 MAX_AXES = 8
 # the OpenAPI examples of the multi-axis forms (rope.py's Rope.examples takes them)
 EXAMPLES = {
-    "Qwen2.5-VL mrope, text then image tokens": {"value": {
-        "head_dim": 128, "rope_theta": 1000000.0, "mrope_section": [16, 24, 24],
-        "position_ids": [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]]}},
-    "Flux axes": {"value": {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": INTERLEAVED,
-                            "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]]}},
+    "Qwen2.5-VL mrope, text then image tokens": {
+        "value": {
+            "head_dim": 128,
+            "rope_theta": 1000000.0,
+            "mrope_section": [16, 24, 24],
+            "position_ids": [[0, 1, 2, 2, 2, 2], [0, 1, 2, 2, 3, 3], [0, 1, 2, 3, 2, 3]],
+        }
+    },
+    "Flux axes": {
+        "value": {
+            "head_dim": 128,
+            "axes_dim": [16, 56, 56],
+            "layout": INTERLEAVED,
+            "position_ids": [[0, 0, 0], [0, 0, 1], [0, 1, 0]],
+        }
+    },
 }
 
 
@@ -45,7 +56,9 @@ def parse_int_list(req, key: str, lo: int, even: bool = False) -> tuple | None:
     if v is None:
         return None
     if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= MAX_AXES:
-        raise SpecError((key,), f"must be a list of 1 to {MAX_AXES} integers, got {json_repr(v)}", "list_type")
+        raise SpecError(
+            (key,), f"must be a list of 1 to {MAX_AXES} integers, got {json_repr(v)}", "list_type"
+        )
     for i, x in enumerate(v):
         if not is_int(x) or x < lo or (even and x % 2):
             want = f"an even integer >= {lo}" if even else f"an integer >= {lo}"
@@ -58,26 +71,34 @@ def check_sections(mrope_section, interleaved: bool, axes_dim, d: int, rope_type
     if mrope_section is not None and axes_dim is not None:
         raise SpecError(("axes_dim",), "send either mrope_section or axes_dim, not both")
     if interleaved and mrope_section is None:
-        raise SpecError(("mrope_interleaved",), "only with mrope_section (Qwen3-VL's dealing of its frequencies)")
+        raise SpecError(
+            ("mrope_interleaved",), "only with mrope_section (Qwen3-VL's dealing of its frequencies)"
+        )
     if mrope_section is not None:
         if sum(mrope_section) != d // 2:
-            raise SpecError(("mrope_section",), f"must sum to d/2 = {d // 2} (d = rotary width), "
-                                                f"got {sum(mrope_section)}")
+            raise SpecError(
+                ("mrope_section",), f"must sum to d/2 = {d // 2} (d = rotary width), got {sum(mrope_section)}"
+            )
         if interleaved and len(mrope_section) != 3:
-            raise SpecError(("mrope_section",), "must have 3 entries (t, h, w) with mrope_interleaved, "
-                                                f"got {len(mrope_section)}")
+            raise SpecError(
+                ("mrope_section",),
+                f"must have 3 entries (t, h, w) with mrope_interleaved, got {len(mrope_section)}",
+            )
     if axes_dim is not None:
         if sum(axes_dim) != d:
             raise SpecError(("axes_dim",), f"must sum to the rotary width d = {d}, got {sum(axes_dim)}")
         if rope_type != "default":
-            raise SpecError((src, "rope_type"), f"axes_dim takes only the default rope_type, got {rope_type!r}")
+            raise SpecError(
+                (src, "rope_type"), f"axes_dim takes only the default rope_type, got {rope_type!r}"
+            )
 
 
 def axes_inv_freq(theta: float, axes_dim) -> np.ndarray:
     """Each axis's frequencies θ^(−2j/axes_dim[a]) (float64, as FluxPosEmbed's freqs_dtype),
     concatenated in axis order: the d/2 half columns of an axes_dim table."""
-    return np.concatenate([1.0 / np.power(float(theta), np.arange(0, a, 2, dtype=np.float64) / a)
-                           for a in axes_dim])
+    return np.concatenate(
+        [1.0 / np.power(float(theta), np.arange(0, a, 2, dtype=np.float64) / a) for a in axes_dim]
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -94,19 +115,19 @@ def column_map(d: int, layout: str, mrope_section=None, interleaved: bool = Fals
         k = 1
         if mrope_section is not None:
             k = len(mrope_section)
-            if interleaved:   # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
+            if interleaved:  # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
                 for a, offset in ((1, 1), (2, 2)):
-                    axis_of_half[offset:3 * mrope_section[a]:3] = a
-            else:             # Qwen2VLRotaryEmbedding.recomposition_frequencies
+                    axis_of_half[offset : 3 * mrope_section[a] : 3] = a
+            else:  # Qwen2VLRotaryEmbedding.recomposition_frequencies
                 axis_of_half[:] = np.repeat(np.arange(k), mrope_section)
     half = []
     for offset, width in blocks:
-        if layout == HALF_SPLIT:    # [c | c] within the block (rotate_half)
+        if layout == HALF_SPLIT:  # [c | c] within the block (rotate_half)
             half.append(offset + np.tile(np.arange(width), 2))
-        else:                       # [c0, c0, c1, c1, ...] (rotate_every_two; Flux's repeat_interleave_real)
+        else:  # [c0, c0, c1, c1, ...] (rotate_every_two; Flux's repeat_interleave_real)
             half.append(offset + np.repeat(np.arange(width), 2))
         if axes_dim is not None:
-            axis_of_half[offset:offset + width] = len(half) - 1
+            axis_of_half[offset : offset + width] = len(half) - 1
     half_col = np.concatenate(half)
     half_col.flags.writeable = False
     axis = axis_of_half[half_col]
@@ -153,17 +174,22 @@ def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
         arr = value
     else:
         if not isinstance(value, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in value):
-            raise SpecError(loc, f"must be a list of {k} lists of positions (one per axis), got {json_repr(value)}",
-                            "list_type")
+            raise SpecError(
+                loc,
+                f"must be a list of {k} lists of positions (one per axis), got {json_repr(value)}",
+                "list_type",
+            )
         if len(value) != k:
             raise SpecError(loc, f"must have one list per axis: {k}, got {len(value)}")
         n = len(value[0]) if value else 0
         for a, row in enumerate(value):
             if len(row) != n:
-                raise SpecError((*loc, a), f"must have as many positions as position_ids[0] ({n}), got {len(row)}")
+                raise SpecError(
+                    (*loc, a), f"must have as many positions as position_ids[0] ({n}), got {len(row)}"
+                )
         flat = list(itertools.chain.from_iterable(value))
         if flat and (set(map(type, flat)) != {int} or min(flat) < 0 or max(flat) >= POSITION_LIMIT):
-            for a, row in enumerate(value):      # name the first bad value (no int64 overflow)
+            for a, row in enumerate(value):  # name the first bad value (no int64 overflow)
                 for i, v in enumerate(row):
                     if not is_int(v):
                         raise SpecError((*loc, a, i), f"must be an integer, got {json_repr(v)}", "int_type")
@@ -171,7 +197,9 @@ def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
                         raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {v}")
         arr = np.array(value, dtype=np.int64) if n else np.empty((k, 0), np.int64)
     if arr.ndim != 2 or arr.dtype.kind not in "iu":
-        raise SpecError(loc, f"must be [k, n] integers, got an array of {arr.dtype} and shape {list(arr.shape)}")
+        raise SpecError(
+            loc, f"must be [k, n] integers, got an array of {arr.dtype} and shape {list(arr.shape)}"
+        )
     if arr.shape[0] != k:
         raise SpecError(loc, f"must have one row per axis: {k}, got {arr.shape[0]}")
     if arr.shape[1] == 0:
@@ -181,7 +209,7 @@ def parse_position_ids(value, k: int, loc=("position_ids",)) -> AxisPositions:
         a, i = (int(x) for x in np.argwhere(bad)[0])
         raise SpecError((*loc, a, i), f"must be in [0, 2**31), got {int(arr[a, i])}")
     if arr.dtype != np.int64 or not (arr.flags.aligned and arr.flags.c_contiguous):
-        arr = np.array(arr, dtype=np.int64)   # binary tensors arrive at any byte offset
+        arr = np.array(arr, dtype=np.int64)  # binary tensors arrive at any byte offset
     return AxisPositions(arr)
 
 
@@ -215,7 +243,7 @@ def positions_of(sel):
 def gather(tables, rows: np.ndarray, half_col: np.ndarray, axis: np.ndarray) -> list:
     """out[i, j] = table[rows[axis[j], i], half_col[j]] for each half-width table (cos, sin):
     ``rows`` [k, n] are each axis's rows of the tables. One fancy index per table."""
-    flat = rows.T[:, axis] * tables[0].shape[1] + half_col     # element offsets: one 1-D take each
+    flat = rows.T[:, axis] * tables[0].shape[1] + half_col  # element offsets: one 1-D take each
     return [np.take(t.reshape(-1), flat) for t in tables]
 
 
@@ -231,19 +259,37 @@ def template(hot, spec, view, max_rows: int, header_for, tail: bytes, past: tupl
     tables through the same column map; an axis's row past the table is computed by ``past`` (the
     plain template's: [cos | sin] of the row), as ``computed`` computes it. JSON is the full path's."""
     half_col, axis, k = spec_column_map(spec)
-    return hot.RowsTemplate((view.cos, view.sin), half_col.tolist(), 0, max_rows, True, header_for, tail, past,
-                            (k, axis.tolist()))
+    return hot.RowsTemplate(
+        (view.cos, view.sin), half_col.tolist(), 0, max_rows, True, header_for, tail, past, (k, axis.tolist())
+    )
 
 
 # The request schema's multi-axis fields (OpenAPI), part of rope's schema.
 SCHEMA = {
-    "mrope_section": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 1},
-                      "description": "Qwen-VL multimodal RoPE: the d/2 frequencies dealt to the axes (sum d/2)"},
-    "mrope_interleaved": {"type": "boolean", "default": False, "description": "Qwen3-VL's interleaved dealing"},
-    "axes_dim": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 2, "multipleOf": 2},
-                 "description": "a frequency set per axis (Flux axes_dims_rope), sum = d"},
-    "position_ids": {"type": "array", "minItems": 1, "maxItems": MAX_AXES,
-                     "items": {"type": "array", "minItems": 1,
-                               "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1}},
-                     "description": "with mrope_section or axes_dim, instead of positions: one list per axis"},
+    "mrope_section": {
+        "type": ["array", "null"],
+        "items": {"type": "integer", "minimum": 1},
+        "description": "Qwen-VL multimodal RoPE: the d/2 frequencies dealt to the axes (sum d/2)",
+    },
+    "mrope_interleaved": {
+        "type": "boolean",
+        "default": False,
+        "description": "Qwen3-VL's interleaved dealing",
+    },
+    "axes_dim": {
+        "type": ["array", "null"],
+        "items": {"type": "integer", "minimum": 2, "multipleOf": 2},
+        "description": "a frequency set per axis (Flux axes_dims_rope), sum = d",
+    },
+    "position_ids": {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_AXES,
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
+        },
+        "description": "with mrope_section or axes_dim, instead of positions: one list per axis",
+    },
 }

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..errors import SpecError
 from ..fields import is_number, json_repr, req_bool, req_float, req_int
+
 # ---------------------------------------------------------------------------------------------
 # Frequencies. Each function: (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling).
+
 
 def _base_inv_freq(theta: float, d: int) -> np.ndarray:
     # 1 / θ^(2k/d), k = 0..d/2-1 (Llama/NeoX compute_default_rope_parameters; exponent over d, not D)
@@ -99,7 +101,7 @@ def _llama3(spec: RopeSpec, seq_len: int):
     wavelen = 2 * math.pi / inv
     low_wavelen, high_wavelen = orig / low_ff, orig / high_ff
     out = np.where(wavelen > low_wavelen, inv / f, inv)
-    if high_ff == low_ff:                # no band between the two (Llama 4 Scout's 1.0 and 1.0)
+    if high_ff == low_ff:  # no band between the two (Llama 4 Scout's 1.0 and 1.0)
         return out, 1.0
     smooth = (orig / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1 - smooth) * out / f + smooth * out
@@ -115,8 +117,11 @@ def _longrope_attention(spec: RopeSpec) -> float:
     p = spec.p
     if p.get("attention_factor") is not None:
         return float(p["attention_factor"])
-    f = p["factor"] if p.get("factor") is not None else (
-        spec.max_position_embeddings / p["original_max_position_embeddings"])
+    f = (
+        p["factor"]
+        if p.get("factor") is not None
+        else (spec.max_position_embeddings / p["original_max_position_embeddings"])
+    )
     return 1.0 if f <= 1.0 else math.sqrt(1 + math.log(f) / math.log(p["original_max_position_embeddings"]))
 
 
@@ -139,25 +144,28 @@ def _proportional(spec: RopeSpec, seq_len: int):
 def _longrope(spec: RopeSpec, seq_len: int):
     # _compute_longrope_parameters (Phi-3): per-dimension rescale, long factors past O; the
     # attention factor applies at every length (docs/reference.md, rope).
-    ext = np.asarray(spec.p["long_factor" if _longrope_uses_long(spec, seq_len) else "short_factor"],
-                     dtype=np.float64)
-    return 1.0 / (ext * np.power(spec.rope_theta, np.arange(0, spec.d, 2, dtype=np.float64) / spec.d)), \
-        _longrope_attention(spec)
+    ext = np.asarray(
+        spec.p["long_factor" if _longrope_uses_long(spec, seq_len) else "short_factor"], dtype=np.float64
+    )
+    return 1.0 / (
+        ext * np.power(spec.rope_theta, np.arange(0, spec.d, 2, dtype=np.float64) / spec.d)
+    ), _longrope_attention(spec)
 
 
 # ---------------------------------------------------------------------------------------------
 # Validators: (scaling dict, ctx) -> resolved params dict. ctx carries the top-level values.
 
+
 @dataclasses.dataclass
 class _Ctx:
-    src: str                 # "rope_scaling" or "rope_parameters": the loc prefix of scaling keys
+    src: str  # "rope_scaling" or "rope_parameters": the loc prefix of scaling keys
     d: int
     theta: float
     max_pos: int | None
-    top_orig: int | None     # top-level original_max_position_embeddings (overrides)
-    theta_loc: tuple = ("rope_theta",)   # where rope_theta was given
+    top_orig: int | None  # top-level original_max_position_embeddings (overrides)
+    theta_loc: tuple = ("rope_theta",)  # where rope_theta was given
     head_dim: int = 0
-    prf: float = 1.0                     # partial_rotary_factor
+    prf: float = 1.0  # partial_rotary_factor
 
 
 def _factor(s, ctx, required=True):
@@ -173,9 +181,11 @@ def _orig(s, ctx, rope_type) -> int:
     if orig is None:
         orig = ctx.max_pos
     if orig is None:
-        raise SpecError(("max_position_embeddings",),
-                        f"required for rope_type {rope_type!r} when original_max_position_embeddings "
-                        "is not given", "missing")
+        raise SpecError(
+            ("max_position_embeddings",),
+            f"required for rope_type {rope_type!r} when original_max_position_embeddings is not given",
+            "missing",
+        )
     return orig
 
 
@@ -207,8 +217,9 @@ def _v_yarn(s, ctx):
             raise SpecError((ctx.src, key), f"must be > 0, got {v}")
         p[key] = v if v else default
     if not p["beta_fast"] > p["beta_slow"]:
-        raise SpecError((ctx.src, "beta_fast"),
-                        f"must be greater than beta_slow ({p['beta_slow']}), got {p['beta_fast']}")
+        raise SpecError(
+            (ctx.src, "beta_fast"), f"must be greater than beta_slow ({p['beta_slow']}), got {p['beta_fast']}"
+        )
     for key in ("mscale", "mscale_all_dim"):
         p[key] = req_float(s, key, (ctx.src,), required=False)
     p["attention_factor"] = req_float(s, "attention_factor", (ctx.src,), gt=0.0, required=False)
@@ -219,20 +230,25 @@ def _v_yarn(s, ctx):
         except ZeroDivisionError:
             att = math.inf
         if not (math.isfinite(att) and att > 0):
-            raise SpecError((ctx.src, "mscale_all_dim" if p["mscale"] and p["mscale_all_dim"] else "factor"),
-                            f"gives attention factor {att}, which must be finite and > 0")
+            raise SpecError(
+                (ctx.src, "mscale_all_dim" if p["mscale"] and p["mscale_all_dim"] else "factor"),
+                f"gives attention factor {att}, which must be finite and > 0",
+            )
     return p
 
 
 def _v_llama3(s, ctx):
-    p = {"factor": _factor(s, ctx),
-         "low_freq_factor": req_float(s, "low_freq_factor", (ctx.src,), gt=0.0),
-         "high_freq_factor": req_float(s, "high_freq_factor", (ctx.src,), gt=0.0),
-         "original_max_position_embeddings": _orig(s, ctx, "llama3")}
-    if p["high_freq_factor"] < p["low_freq_factor"]:   # equal: no smoothed band (Llama 4's configs)
-        raise SpecError((ctx.src, "high_freq_factor"),
-                        f"must be >= low_freq_factor ({p['low_freq_factor']}), "
-                        f"got {p['high_freq_factor']}")
+    p = {
+        "factor": _factor(s, ctx),
+        "low_freq_factor": req_float(s, "low_freq_factor", (ctx.src,), gt=0.0),
+        "high_freq_factor": req_float(s, "high_freq_factor", (ctx.src,), gt=0.0),
+        "original_max_position_embeddings": _orig(s, ctx, "llama3"),
+    }
+    if p["high_freq_factor"] < p["low_freq_factor"]:  # equal: no smoothed band (Llama 4's configs)
+        raise SpecError(
+            (ctx.src, "high_freq_factor"),
+            f"must be >= low_freq_factor ({p['low_freq_factor']}), got {p['high_freq_factor']}",
+        )
     return p
 
 
@@ -252,28 +268,38 @@ def _factor_list(s, key, ctx):
 
 
 def _v_longrope(s, ctx):
-    p = {"short_factor": _factor_list(s, "short_factor", ctx),
-         "long_factor": _factor_list(s, "long_factor", ctx),
-         "factor": _factor(s, ctx, required=False),
-         "attention_factor": req_float(s, "attention_factor", (ctx.src,), gt=0.0, required=False),
-         "original_max_position_embeddings": _orig(s, ctx, "longrope")}
+    p = {
+        "short_factor": _factor_list(s, "short_factor", ctx),
+        "long_factor": _factor_list(s, "long_factor", ctx),
+        "factor": _factor(s, ctx, required=False),
+        "attention_factor": req_float(s, "attention_factor", (ctx.src,), gt=0.0, required=False),
+        "original_max_position_embeddings": _orig(s, ctx, "longrope"),
+    }
     if p["attention_factor"] is None:
         if p["factor"] is None and ctx.max_pos is None:
-            raise SpecError(("max_position_embeddings",),
-                            "required for longrope's attention factor (factor = M / O) when neither "
-                            "factor nor attention_factor is given", "missing")
+            raise SpecError(
+                ("max_position_embeddings",),
+                "required for longrope's attention factor (factor = M / O) when neither "
+                "factor nor attention_factor is given",
+                "missing",
+            )
         f = p["factor"] if p["factor"] is not None else ctx.max_pos / p["original_max_position_embeddings"]
         if f > 1.0 and p["original_max_position_embeddings"] == 1:
-            raise SpecError(("original_max_position_embeddings",) if ctx.top_orig is not None
-                            else (ctx.src, "original_max_position_embeddings"),
-                            "must be > 1: the attention factor divides by ln(O)")
+            raise SpecError(
+                ("original_max_position_embeddings",)
+                if ctx.top_orig is not None
+                else (ctx.src, "original_max_position_embeddings"),
+                "must be > 1: the attention factor divides by ln(O)",
+            )
     return p
 
 
 def _v_proportional(s, ctx):
     if _proportional_angles(ctx.head_dim, ctx.prf) < 1:
-        raise SpecError(("partial_rotary_factor",),
-                        "proportional rotates int(partial_rotary_factor * head_dim // 2) angles, here 0")
+        raise SpecError(
+            ("partial_rotary_factor",),
+            "proportional rotates int(partial_rotary_factor * head_dim // 2) angles, here 0",
+        )
     f = _factor(s, ctx, required=False)
     return {"factor": 1.0 if f is None else f}
 
@@ -281,17 +307,18 @@ def _v_proportional(s, ctx):
 class RopeType:
     """A rope_type whose frequencies do not depend on the sequence length: one stored table."""
 
-    uses_seq_len = False        # frequencies follow the sequence length (seq_len is allowed)
+    uses_seq_len = False  # frequencies follow the sequence length (seq_len is allowed)
     needs_max_position = False  # max_position_embeddings changes the numbers (part of the key)
-    pads_zeros = False          # some frequencies are 0 by design (their pairs are not rotated)
+    pads_zeros = False  # some frequencies are 0 by design (their pairs are not rotated)
 
-    def __init__(self, name: str, inv_freq: Callable, validate: Callable, keys: tuple = (),
-                 uses_original: bool = False):
-        self.name = name                # the canonical rope_type (an alias shares the object)
-        self.inv_freq = inv_freq        # (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling)
-        self.validate = validate        # (scaling dict, ctx) -> resolved params
-        self.keys = keys                # keys this type reads from rope_scaling / rope_parameters
-        self.uses_original = uses_original   # takes original_max_position_embeddings
+    def __init__(
+        self, name: str, inv_freq: Callable, validate: Callable, keys: tuple = (), uses_original: bool = False
+    ):
+        self.name = name  # the canonical rope_type (an alias shares the object)
+        self.inv_freq = inv_freq  # (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling)
+        self.validate = validate  # (scaling dict, ctx) -> resolved params
+        self.keys = keys  # keys this type reads from rope_scaling / rope_parameters
+        self.uses_original = uses_original  # takes original_max_position_embeddings
 
     def width(self, head_dim: int, prf: float) -> int:
         """The rotary width d of the cos/sin: int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi)."""
@@ -358,20 +385,39 @@ class Proportional(RopeType):
         return head_dim
 
 
-_YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-              "mscale_all_dim", "attention_factor", "truncate")
-ROPE_TYPES: dict[str, RopeType] = {t.name: t for t in (
-    RopeType("default", _default, _v_default),
-    RopeType("linear", _linear, _v_linear, ("factor",)),
-    DynamicNTK("dynamic", _dynamic, _v_dynamic, ("factor",)),
-    RopeType("yarn", _yarn, _v_yarn, _YARN_KEYS, uses_original=True),
-    RopeType("llama3", _llama3, _v_llama3,
-             ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-             uses_original=True),
-    LongRope("longrope", _longrope, _v_longrope,
-             ("short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"),
-             uses_original=True),
-    Proportional("proportional", _proportional, _v_proportional, ("factor",)),
-)}
+_YARN_KEYS = (
+    "factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
+)
+ROPE_TYPES: dict[str, RopeType] = {
+    t.name: t
+    for t in (
+        RopeType("default", _default, _v_default),
+        RopeType("linear", _linear, _v_linear, ("factor",)),
+        DynamicNTK("dynamic", _dynamic, _v_dynamic, ("factor",)),
+        RopeType("yarn", _yarn, _v_yarn, _YARN_KEYS, uses_original=True),
+        RopeType(
+            "llama3",
+            _llama3,
+            _v_llama3,
+            ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+            uses_original=True,
+        ),
+        LongRope(
+            "longrope",
+            _longrope,
+            _v_longrope,
+            ("short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"),
+            uses_original=True,
+        ),
+        Proportional("proportional", _proportional, _v_proportional, ("factor",)),
+    )
+}
 # Phi-3's first long-context configs spelled longrope "su" (transformers' Phi3Config still renames it).
 ROPE_TYPES["su"] = ROPE_TYPES["longrope"]

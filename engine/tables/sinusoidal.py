@@ -18,7 +18,7 @@ fairseq layouts share the other ("fairseq").
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .. import kernels
 from ..errors import SpecError
 from ..fields import refuse_unknown, req_choice, req_float, req_int, require_object
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+
 
 def _aiayn_freqs(d: int, base: float) -> np.ndarray:
     # ceil(d/2) frequencies ω_k = base^(−2k/d): with odd d the last sin column has exponent (d−1)/d
@@ -40,9 +41,9 @@ def _fairseq_freqs(d: int, base: float) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    table: str            # which stored table: "aiayn" or "fairseq"
+    table: str  # which stored table: "aiayn" or "fairseq"
     min_d: int
-    canonical: str        # the layout a stored table's spec carries (one per stored table)
+    canonical: str  # the layout a stored table's spec carries (one per stored table)
 
 
 INTERLEAVED, CONCAT, FAIRSEQ, FAIRSEQ_COS_FIRST = "interleaved", "concat", "fairseq", "fairseq_cos_first"
@@ -52,7 +53,7 @@ LAYOUTS: dict[str, Layout] = {
     FAIRSEQ: Layout("fairseq", 4, FAIRSEQ),  # h − 1 = 0 divides by zero for d in {2, 3}
     FAIRSEQ_COS_FIRST: Layout("fairseq", 4, FAIRSEQ),
 }
-DEFAULT_LAYOUT = INTERLEAVED   # "Attention Is All You Need"
+DEFAULT_LAYOUT = INTERLEAVED  # "Attention Is All You Need"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,7 @@ def parse_spec(req: Mapping) -> SinusoidalSpec:
     return SinusoidalSpec(d_model=d, base=base, layout=layout, offset=offset)
 
 
-ROW_LIMIT = 2**53   # position + offset stays below it (a float64 angle's position is exact)
+ROW_LIMIT = 2**53  # position + offset stays below it (a float64 angle's position is exact)
 
 
 def table_rows(spec: SinusoidalSpec, rows: np.ndarray, dtype: str) -> np.ndarray:
@@ -142,8 +143,12 @@ class Sinusoidal(Family):
 
     # -- stored tables: [N, width] of sin columns then cos columns; offset shifts rows -------
     def table_for(self, spec, dtype, sel, length):
-        return TableDef(self.name, dataclasses.replace(spec, layout=LAYOUTS[spec.layout].canonical, offset=0),
-                        dtype, length)
+        return TableDef(
+            self.name,
+            dataclasses.replace(spec, layout=LAYOUTS[spec.layout].canonical, offset=0),
+            dtype,
+            length,
+        )
 
     def reach(self, spec, sel):
         return sel["positions"].max + spec.offset + 1
@@ -160,19 +165,22 @@ class Sinusoidal(Family):
         return parse_spec(req), None
 
     def layout(self, t):
-        h = t.spec.freqs().shape[0]   # freqs64: what a reader computes rows past the table from
-        return {"table": ((t.length, h + t.spec.d_model // 2), _dt.DTYPES[t.dtype].name), "freqs64": ((h,), "float64")}
+        h = t.spec.freqs().shape[0]  # freqs64: what a reader computes rows past the table from
+        return {
+            "table": ((t.length, h + t.spec.d_model // 2), _dt.DTYPES[t.dtype].name),
+            "freqs64": ((h,), "float64"),
+        }
 
     def fill(self, t, out):
         out["freqs64"][...] = t.spec.freqs()
         for lo in range(0, t.length, CHUNK):
             rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
-            out["table"][lo:lo + rows.size] = table_rows(t.spec, rows, t.dtype)
+            out["table"][lo : lo + rows.size] = table_rows(t.spec, rows, t.dtype)
         return {}
 
     def serve(self, view, spec, sel, dtype):
         rows = sel["positions"].array() + spec.offset
-        if sel["positions"].max + spec.offset >= view.length:    # past the table: computed exactly
+        if sel["positions"].max + spec.offset >= view.length:  # past the table: computed exactly
             inside = rows < view.length
             stored = np.empty((rows.shape[0], view.table.shape[1]), view.table.dtype)
             stored[inside] = view.table[rows[inside]]
@@ -193,27 +201,36 @@ class Sinusoidal(Family):
 
         def header_for(n: int) -> bytes:
             return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype, req.shown)
+
         # rows past the table, as ``serve`` computes them: the stored row of one row's [cos | sin]
         # (item numbers 0..h-1, h..2h-1)
         freqs = spec.freqs()
         h = freqs.shape[0]
         items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
         past = (freqs, 1.0, dtype, (items.tolist(),), ROW_LIMIT)
-        return hot.RowsTemplate((view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"", past)
+        return hot.RowsTemplate(
+            (view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"", past
+        )
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["d_model", "positions"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["d_model", "positions"],
         "properties": {
             "d_model": {"type": "integer", "minimum": 2},
             "base": {"type": "number", "exclusiveMinimum": 1, "default": 10000.0},
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
             "offset": {"type": "integer", "minimum": 0, "default": 0},
-            "positions": SELECTION_SCHEMA, "dtype": DTYPE_SCHEMA}}
+            "positions": SELECTION_SCHEMA,
+            "dtype": DTYPE_SCHEMA,
+        },
+    }
     answer = {"encoding": json_array(2, "[n, d_model]")}
     examples = {
         "transformer-base": {"value": {"d_model": 512, "positions": [0, 1, 2, 3]}},
-        "M2M100 (fairseq, padding_idx 1)": {"value": {"d_model": 1024, "layout": FAIRSEQ, "offset": 2,
-                                                     "positions": {"start": 0, "stop": 8}}},
+        "M2M100 (fairseq, padding_idx 1)": {
+            "value": {"d_model": 1024, "layout": FAIRSEQ, "offset": 2, "positions": {"start": 0, "stop": 8}}
+        },
     }
 
 

@@ -22,8 +22,8 @@ Either way each value is rounded once to the dtype, so both give the computed bi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
 
 import numpy as np
 
@@ -34,11 +34,11 @@ from ..fields import is_int, json_repr, refuse_unknown, req_float, req_int, requ
 from ..selection import POSITION_LIMIT, Selection, parse_selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
-BASE = 10000.0                  # MAE / diffusers' fixed base
+BASE = 10000.0  # MAE / diffusers' fixed base
 MAX_EMBED_DIM = 1 << 16
-MAX_STORED_BYTES = 64 * 2**20   # a grid whose axis tables are larger is computed per request
-FULL_BYTES = 32 * 2**20         # a whole table up to this size is stored as rows (variant "rows")
-ROWS, AXES = "rows", "axes"     # the two stored forms (TableDef.variant)
+MAX_STORED_BYTES = 64 * 2**20  # a grid whose axis tables are larger is computed per request
+FULL_BYTES = 32 * 2**20  # a whole table up to this size is stored as rows (variant "rows")
+ROWS, AXES = "rows", "axes"  # the two stored forms (TableDef.variant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +75,11 @@ class GridSpec:
     def steps(self) -> dict[str, tuple[int, int]]:
         """Each axis's index of grid index g (row minus extra tokens, frame-major, then h, then
         w) as (div, mod): (g // div) % mod."""
-        return {"t": (self.grid_h * self.grid_w, self.frames), "h": (self.grid_w, self.grid_h), "w": (1, self.grid_w)}
+        return {
+            "t": (self.grid_h * self.grid_w, self.frames),
+            "h": (self.grid_w, self.grid_h),
+            "w": (1, self.grid_w),
+        }
 
     def coordinates(self, axis: str, idx: np.ndarray) -> np.ndarray:
         """The float64 nearest to each exact coordinate of indices ``idx`` along ``axis``."""
@@ -105,7 +109,7 @@ def assemble(spec: GridSpec, rows: np.ndarray, lookup, dtype) -> np.ndarray:
     col = 0
     for axis, width in spec.widths.items():
         if g.size:
-            out[grid, col:col + width] = lookup(axis, idx[axis])
+            out[grid, col : col + width] = lookup(axis, idx[axis])
         col += width
     return out
 
@@ -117,8 +121,10 @@ def parse_spec(req: Mapping) -> GridSpec:
     d = req_int(req, "embed_dim", (), lo=4, hi=MAX_EMBED_DIM)
     unit = 16 if temporal is not None else 4
     if d % unit:
-        raise SpecError(("embed_dim",), f"must be divisible by {unit}" + (" with temporal_size" if unit == 16 else "")
-                        + f", got {d}")
+        raise SpecError(
+            ("embed_dim",),
+            f"must be divisible by {unit}" + (" with temporal_size" if unit == 16 else "") + f", got {d}",
+        )
     g = req.get("grid_size")
     if g is None:
         raise SpecError(("grid_size",), "field required", "missing")
@@ -127,17 +133,26 @@ def parse_spec(req: Mapping) -> GridSpec:
         raise SpecError(("grid_size",), f"must be an integer or [H, W], got {json_repr(g)}")
     for i, v in enumerate(hw):
         if not is_int(v) or v < 1:
-            raise SpecError(("grid_size",) if is_int(g) else ("grid_size", i), f"must be an integer >= 1, got {json_repr(v)}")
+            raise SpecError(
+                ("grid_size",) if is_int(g) else ("grid_size", i),
+                f"must be an integer >= 1, got {json_repr(v)}",
+            )
     base = req_float(req, "base_size", (), gt=0.0, required=False)
     if base is not None and temporal is not None:
         raise SpecError(("base_size",), "not used in 3-D (get_3d_sincos_pos_embed has no base_size)")
     tis = req_float(req, "temporal_interpolation_scale", (), gt=0.0, required=False)
     if tis is not None and temporal is None:
         raise SpecError(("temporal_interpolation_scale",), "only with temporal_size")
-    spec = GridSpec(embed_dim=d, grid_h=hw[0], grid_w=hw[1], base_size=base,
-                    interpolation_scale=req_float(req, "interpolation_scale", (), gt=0.0, required=False, default=1.0),
-                    temporal_size=temporal, temporal_interpolation_scale=1.0 if tis is None else tis,
-                    extra_tokens=req_int(req, "extra_tokens", (), lo=0, required=False, default=0))
+    spec = GridSpec(
+        embed_dim=d,
+        grid_h=hw[0],
+        grid_w=hw[1],
+        base_size=base,
+        interpolation_scale=req_float(req, "interpolation_scale", (), gt=0.0, required=False, default=1.0),
+        temporal_size=temporal,
+        temporal_interpolation_scale=1.0 if tis is None else tis,
+        extra_tokens=req_int(req, "extra_tokens", (), lo=0, required=False, default=0),
+    )
     if spec.rows > POSITION_LIMIT:
         raise SpecError(("grid_size",), f"the table has {spec.rows} rows; rows are positions < 2**31")
     return spec
@@ -145,8 +160,17 @@ def parse_spec(req: Mapping) -> GridSpec:
 
 class SinusoidalGrid(Family):
     name = "sinusoidal-grid"
-    fields = ("embed_dim", "grid_size", "base_size", "interpolation_scale", "temporal_size",
-              "temporal_interpolation_scale", "extra_tokens", "positions", "dtype")
+    fields = (
+        "embed_dim",
+        "grid_size",
+        "base_size",
+        "interpolation_scale",
+        "temporal_size",
+        "temporal_interpolation_scale",
+        "extra_tokens",
+        "positions",
+        "dtype",
+    )
     selections = ("positions",)
     dtyped = frozenset({"encoding"})
     batched = frozenset({"encoding"})
@@ -172,10 +196,15 @@ class SinusoidalGrid(Family):
         s = sel["positions"]
         if s.max >= spec.rows:
             if s.values is None:
-                raise SpecError(("positions", "stop"), f"must be <= the table's {spec.rows} rows, got {s.stop}")
+                raise SpecError(
+                    ("positions", "stop"), f"must be <= the table's {spec.rows} rows, got {s.stop}"
+                )
             i = int(np.argmax(s.values >= spec.rows))
-            raise SpecError(("positions", i), f"row {int(s.values[i])} is past the table's {spec.rows} rows "
-                                              f"({spec.extra_tokens} extra + the grid)")
+            raise SpecError(
+                ("positions", i),
+                f"row {int(s.values[i])} is past the table's {spec.rows} rows "
+                f"({spec.extra_tokens} extra + the grid)",
+            )
 
     def output_nbytes(self, spec, sel, dtype):
         return sel["positions"].n * spec.embed_dim * _dt.DTYPES[dtype].itemsize
@@ -184,6 +213,7 @@ class SinusoidalGrid(Family):
         def lookup(axis, idx):
             uniq, inverse = np.unique(idx, return_inverse=True)
             return axis_rows(spec, axis, uniq, dtype)[inverse]
+
         return {"encoding": assemble(spec, sel["positions"].array(), lookup, _dt.DTYPES[dtype])}
 
     # -- stored tables: the whole table (small grids) or one 1-D table per axis ------------------
@@ -191,7 +221,9 @@ class SinusoidalGrid(Family):
         full = TableDef(self.name, spec, dtype, spec.rows, ROWS)
         if full.nbytes() <= FULL_BYTES:
             return full
-        t = TableDef(self.name, dataclasses.replace(spec, extra_tokens=0), dtype, spec.rows - spec.extra_tokens, AXES)
+        t = TableDef(
+            self.name, dataclasses.replace(spec, extra_tokens=0), dtype, spec.rows - spec.extra_tokens, AXES
+        )
         return t if t.nbytes() <= MAX_STORED_BYTES else None
 
     def stored_length(self, tspec, length):
@@ -201,7 +233,11 @@ class SinusoidalGrid(Family):
         return {"family": self.name, **self.spec_json(tspec), "variant": variant}
 
     def table_spec(self, key):
-        if not isinstance(key, Mapping) or key.get("family") != self.name or key.get("variant") not in (ROWS, AXES):
+        if (
+            not isinstance(key, Mapping)
+            or key.get("family") != self.name
+            or key.get("variant") not in (ROWS, AXES)
+        ):
             raise SpecError(("table",), "not a sinusoidal-grid table key")
         spec = parse_spec({k: v for k, v in key.items() if k not in ("family", "variant")})
         if key["variant"] == AXES and spec.extra_tokens:
@@ -216,20 +252,25 @@ class SinusoidalGrid(Family):
         return {axis: ((sizes[axis], width), st) for axis, width in t.spec.widths.items()}
 
     def fill(self, t, out):
-        tables = {axis: axis_rows(t.spec, axis, np.arange(n), t.dtype) for axis, n in t.spec.sizes().items()
-                  if axis in t.spec.widths}
+        tables = {
+            axis: axis_rows(t.spec, axis, np.arange(n), t.dtype)
+            for axis, n in t.spec.sizes().items()
+            if axis in t.spec.widths
+        }
         if t.variant == AXES:
             for axis, rows in tables.items():
                 out[axis][...] = rows
             return {}
         for lo in range(0, t.spec.rows, CHUNK):
             rows = np.arange(lo, min(t.spec.rows, lo + CHUNK), dtype=np.int64)
-            out["table"][lo:lo + rows.size] = assemble(t.spec, rows, lambda a, i: tables[a][i], out["table"].dtype)
+            out["table"][lo : lo + rows.size] = assemble(
+                t.spec, rows, lambda a, i: tables[a][i], out["table"].dtype
+            )
         return {}
 
     def serve(self, view, spec, sel, dtype):
         rows = sel["positions"].array()
-        if "table" in view.arrays:       # the whole table: one gather
+        if "table" in view.arrays:  # the whole table: one gather
             out = np.empty((rows.shape[0], spec.embed_dim), view.table.dtype)
             kernels.gather_rows(view.table, rows, out)
             return {"encoding": out}
@@ -242,35 +283,64 @@ class SinusoidalGrid(Family):
         spec, st = req.spec, _dt.DTYPES[req.dtype]
 
         def header_for(n: int) -> bytes:
-            return self.safetensors_header({"encoding": np.empty((n, spec.embed_dim), st)}, req.dtype, req.shown)
+            return self.safetensors_header(
+                {"encoding": np.empty((n, spec.embed_dim), st)}, req.dtype, req.shown
+            )
+
         if "table" in view.arrays:
-            return hot.RowsTemplate((view.table,), list(range(spec.embed_dim)), 0, limits.max_rows, True,
-                                    header_for, b"")
+            return hot.RowsTemplate(
+                (view.table,), list(range(spec.embed_dim)), 0, limits.max_rows, True, header_for, b""
+            )
         # per-axis tables (service/shortcut/hot_grid.c), indexed by assemble's own steps
         steps = spec.steps()
-        return hot.GridTemplate(tuple(view.arrays[a] for a in spec.widths), tuple(steps[a] for a in spec.widths),
-                                spec.extra_tokens, spec.rows, limits.max_rows, header_for, b"")
+        return hot.GridTemplate(
+            tuple(view.arrays[a] for a in spec.widths),
+            tuple(steps[a] for a in spec.widths),
+            spec.extra_tokens,
+            spec.rows,
+            limits.max_rows,
+            header_for,
+            b"",
+        )
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["embed_dim", "grid_size"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["embed_dim", "grid_size"],
         "properties": {
             "embed_dim": {"type": "integer", "minimum": 4, "maximum": MAX_EMBED_DIM, "multipleOf": 4},
-            "grid_size": {"type": ["integer", "array"], "minimum": 1, "minItems": 2, "maxItems": 2,
-                          "items": {"type": "integer", "minimum": 1}, "description": "patches per side, or [H, W]"},
+            "grid_size": {
+                "type": ["integer", "array"],
+                "minimum": 1,
+                "minItems": 2,
+                "maxItems": 2,
+                "items": {"type": "integer", "minimum": 1},
+                "description": "patches per side, or [H, W]",
+            },
             "base_size": {"type": ["number", "null"], "exclusiveMinimum": 0},
             "interpolation_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
             "temporal_size": {"type": ["integer", "null"], "minimum": 1},
             "temporal_interpolation_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
             "extra_tokens": {"type": "integer", "minimum": 0, "default": 0},
             "positions": SELECTION_SCHEMA,
-            "dtype": DTYPE_SCHEMA}}
+            "dtype": DTYPE_SCHEMA,
+        },
+    }
     answer = {"encoding": json_array(2, "[n, embed_dim]")}
     examples = {
-        "SD3 patch grid (base_size 64)": {"value": {"embed_dim": 1536, "grid_size": 192, "base_size": 64,
-                                                    "positions": [0, 1, 2]}},
+        "SD3 patch grid (base_size 64)": {
+            "value": {"embed_dim": 1536, "grid_size": 192, "base_size": 64, "positions": [0, 1, 2]}
+        },
         "ViT-MAE base with its CLS row": {"value": {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}},
-        "CogVideoX 3-D": {"value": {"embed_dim": 1920, "grid_size": [30, 45], "temporal_size": 13,
-                                    "interpolation_scale": 1.875, "positions": {"start": 0, "stop": 4}}},
+        "CogVideoX 3-D": {
+            "value": {
+                "embed_dim": 1920,
+                "grid_size": [30, 45],
+                "temporal_size": 13,
+                "interpolation_scale": 1.875,
+                "positions": {"start": 0, "stop": 4},
+            }
+        },
     }
 
 

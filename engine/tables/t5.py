@@ -8,7 +8,7 @@ lookup table over rel in [−max_distance, max_distance]; blocks are gathers fro
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from ..errors import SpecError
 from ..fields import refuse_unknown, req_bool, req_int, require_object
 from .base import SELECTION_SCHEMA, Family, TableDef, json_array
 
-MAX_LUT_RADIUS = 1 << 22   # larger max_distance: blocks are computed (the table would be 32 MiB+)
+MAX_LUT_RADIUS = 1 << 22  # larger max_distance: blocks are computed (the table would be 32 MiB+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +29,11 @@ class T5Spec:
 
 def parse_spec(req: Mapping) -> T5Spec:
     require_object(req)
-    refuse_unknown(req, T5Buckets.fields, why="t5-buckets has no such field (its output is always int32)"
-                   if "dtype" in req else "")
+    refuse_unknown(
+        req,
+        T5Buckets.fields,
+        why="t5-buckets has no such field (its output is always int32)" if "dtype" in req else "",
+    )
     bi = req_bool(req, "bidirectional", (), True)
     nb = req_int(req, "num_buckets", (), lo=2, hi=1 << 20, required=False, default=32)
     if bi and nb < 4:
@@ -38,8 +41,11 @@ def parse_spec(req: Mapping) -> T5Spec:
     md = req_int(req, "max_distance", (), lo=1, hi=2**31, required=False, default=128)
     exact = (nb // 2 if bi else nb) // 2
     if not md > exact:
-        raise SpecError(("max_distance",), f"must be greater than the exact range ({exact} for "
-                        f"num_buckets={nb}, bidirectional={str(bi).lower()}), got {md}")
+        raise SpecError(
+            ("max_distance",),
+            f"must be greater than the exact range ({exact} for "
+            f"num_buckets={nb}, bidirectional={str(bi).lower()}), got {md}",
+        )
     return T5Spec(bidirectional=bi, num_buckets=nb, max_distance=md)
 
 
@@ -58,8 +64,11 @@ def buckets_of(spec: T5Spec, rel: np.ndarray) -> np.ndarray:
     max_exact = nb // 2
     is_small = n < max_exact
     with np.errstate(divide="ignore"):
-        large = max_exact + (np.log(np.maximum(n, 1).astype(np.float64) / max_exact)
-                             / np.log(spec.max_distance / max_exact) * (nb - max_exact))
+        large = max_exact + (
+            np.log(np.maximum(n, 1).astype(np.float64) / max_exact)
+            / np.log(spec.max_distance / max_exact)
+            * (nb - max_exact)
+        )
     large = np.minimum(np.trunc(np.where(is_small, 0, large)).astype(np.int64), nb - 1)
     return (out + np.where(is_small, n, large)).astype(np.int32)
 
@@ -74,7 +83,7 @@ class T5Buckets(Family):
     name = "t5-buckets"
     fields = ("bidirectional", "num_buckets", "max_distance", "query", "key")
     selections = ("query", "key")
-    dtyped = frozenset()       # buckets are always int32: no dtype field
+    dtyped = frozenset()  # buckets are always int32: no dtype field
     batched = frozenset({"buckets"})
     returns = "buckets [n_query, n_key] int32"
 
@@ -95,7 +104,8 @@ class T5Buckets(Family):
         return TableDef(self.name, spec, None, self.stored_length(spec, length))
 
     def stored_length(self, tspec, length):
-        return tspec.max_distance   # its length is its radius: the whole function
+        return tspec.max_distance  # its length is its radius: the whole function
+
     def table_key(self, tspec, variant):
         return {"family": "t5-buckets", **dataclasses.asdict(tspec)}
 
@@ -128,15 +138,21 @@ class T5Buckets(Family):
 
         def header_for(nq: int, nk: int) -> bytes:
             return self.safetensors_header({"buckets": np.empty((nq, nk), np.int32)}, req.dtype, req.shown)
+
         return hot.T5Template(view.lut, view.length, header_for, b"", limits.max_positions, limits.max_bytes)
 
     schema = {
-        "type": "object", "additionalProperties": False, "required": ["query", "key"],
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["query", "key"],
         "properties": {
             "bidirectional": {"type": "boolean", "default": True},
             "num_buckets": {"type": "integer", "minimum": 2, "default": 32},
             "max_distance": {"type": "integer", "minimum": 1, "default": 128},
-            "query": SELECTION_SCHEMA, "key": SELECTION_SCHEMA}}
+            "query": SELECTION_SCHEMA,
+            "key": SELECTION_SCHEMA,
+        },
+    }
     answer = {"buckets": json_array(2, "[n_query, n_key] int32: the bucket of key - query", "integer")}
     examples = {
         "encoder block": {"value": {"query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},

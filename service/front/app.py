@@ -11,27 +11,24 @@ import contextlib
 import functools
 import logging
 import multiprocessing
-import os
 import signal
 
 import anyio
-
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-
 from posenc.engine import hf_models
 from posenc.engine.proclife import exit_with_parent
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.tables import FAMILIES
-
-from posenc.service.front import auth as guard, openapi
-from posenc.service.protocol import uvicorn_api
-from posenc.service.protocol.lane import STATE_KEY, Lane
+from posenc.service.front import auth as guard
+from posenc.service.front import openapi
 from posenc.service.front.front import FastFront, answer
+from posenc.service.front.readiness import attach_when_up, readiness
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.metrics.page import page as metrics_page
-from posenc.service.front.readiness import attach_when_up, readiness
+from posenc.service.protocol import uvicorn_api
+from posenc.service.protocol.lane import STATE_KEY, Lane
 from posenc.service.v2 import rest as v2_rest
 from posenc.service.v2.core import V2
 
@@ -44,10 +41,14 @@ def tune_malloc() -> bool:
     page fault per 4 KiB (a 4096 x 128 RoPE answer: 4.3 ms in-process, 0.22 ms with this)."""
     try:
         import ctypes
+
         libc = ctypes.CDLL("libc.so.6")
         M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20) and libc.mallopt(M_TRIM_THRESHOLD, 256 * 2**20)
-                    and libc.mallopt(M_TOP_PAD, 64 * 2**20))
+        return bool(
+            libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)
+            and libc.mallopt(M_TRIM_THRESHOLD, 256 * 2**20)
+            and libc.mallopt(M_TOP_PAD, 64 * 2**20)
+        )
     except (OSError, AttributeError):  # not glibc
         return False
 
@@ -56,6 +57,7 @@ def die_with_parent() -> None:
     """A uvicorn worker (a spawned child of ``posenc serve``) gets SIGTERM when its parent dies,
     even by SIGKILL, and so never keeps serving the port as an orphan."""
     import multiprocessing
+
     parent = multiprocessing.parent_process()
     if parent is not None:
         exit_with_parent(signal.SIGTERM, parent.pid)
@@ -84,11 +86,17 @@ def create_app(settings: Settings | None = None):
             if metrics is not None:
                 metrics.close()
 
-    app = FastAPI(title="posenc", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Exact positional encodings from shared memory. Binary responses: "
-                              "`Accept: application/x-safetensors` (or `application/x-npz`); see README.")
+    app = FastAPI(
+        title="posenc",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        description="Exact positional encodings from shared memory. Binary responses: "
+        "`Accept: application/x-safetensors` (or `application/x-npz`); see README.",
+    )
     app.state.svc = svc
-    openapi.install(app, settings)   # the typed document and /docs with bundled assets
+    openapi.install(app, settings)  # the typed document and /docs with bundled assets
 
     for family in FAMILIES.values():
         _add_family_route(app, svc, family)
@@ -97,8 +105,11 @@ def create_app(settings: Settings | None = None):
     async def tables():
         return svc.tables()
 
-    @app.get("/v1/models", summary="The model types whose config.json hf_config reads, by family, "
-                                   "and the rotary ones it does not read, with the reason")
+    @app.get(
+        "/v1/models",
+        summary="The model types whose config.json hf_config reads, by family, "
+        "and the rotary ones it does not read, with the reason",
+    )
     async def models():
         return Response(hf_models.catalogue(), media_type="application/json")
 
@@ -106,25 +117,33 @@ def create_app(settings: Settings | None = None):
     async def healthz():
         return {"status": "ok"}
 
-    @app.get(READY_PATH, summary="200 once the tables are attached and their checksums verified; "
-                                 "stays 200 while the engine restarts (answers are computed meanwhile)")
-    async def readyz():   # service/front/readiness.py says what it means
+    @app.get(
+        READY_PATH,
+        summary="200 once the tables are attached and their checksums verified; "
+        "stays 200 while the engine restarts (answers are computed meanwhile)",
+    )
+    async def readyz():  # service/front/readiness.py says what it means
         status, body = await anyio.to_thread.run_sync(readiness, svc)
         return JSONResponse(body, status_code=status)
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse, summary="Prometheus metrics (all workers)")
-    async def metrics():   # service/metrics/page.py: requests, engine, shared memory, processes
+    async def metrics():  # service/metrics/page.py: requests, engine, shared memory, processes
         front = front_holder["front"]
-        text = await anyio.to_thread.run_sync(metrics_page, front.metrics, svc.client, settings,
-                                              getattr(multiprocessing.parent_process(), "pid", None),
-                                              getattr(front, "metrics_missing", None))
+        text = await anyio.to_thread.run_sync(
+            metrics_page,
+            front.metrics,
+            svc.client,
+            settings,
+            getattr(multiprocessing.parent_process(), "pid", None),
+            getattr(front, "metrics_missing", None),
+        )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
     v2 = V2(settings, svc.client, lambda: svc.ready)
     front.v2 = functools.partial(v2_rest.handle, v2)
     front.v2_hot = v2.hot if v2.hot.on else None
-    svc.v2_fresh = v2.hot.fresh if v2.hot.on else None   # the lane answers v2 REST infers too
+    svc.v2_fresh = v2.hot.fresh if v2.hot.on else None  # the lane answers v2 REST infers too
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/front/auth.py)
     if not uvicorn_api.SUPPORTED:
@@ -145,14 +164,20 @@ async def _attach(svc: Service) -> None:
 def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     family = fam.name
 
-    async def route(request: Request):   # the raw-ASGI front's handler, behind FastAPI's routing
+    async def route(request: Request):  # the raw-ASGI front's handler, behind FastAPI's routing
         try:
             accept = ", ".join(request.headers.getlist("accept")) or None
             status, body, ctype = await answer(svc, family, request.receive, accept)
-        except ConnectionAbortedError:   # the client left mid-body: nobody to answer (499, nginx's)
+        except ConnectionAbortedError:  # the client left mid-body: nobody to answer (499, nginx's)
             return Response(status_code=499)
         return Response(body if type(body) is bytes else body.joined(), status_code=status, media_type=ctype)
 
     app.add_api_route(
-        f"/v1/{family}", route, methods=["POST"], name=family, summary=f"{family}: {fam.returns}",
-        responses=openapi.family_responses(fam), openapi_extra=openapi.family_request(fam))
+        f"/v1/{family}",
+        route,
+        methods=["POST"],
+        name=family,
+        summary=f"{family}: {fam.returns}",
+        responses=openapi.family_responses(fam),
+        openapi_extra=openapi.family_request(fam),
+    )

@@ -58,7 +58,8 @@ class Gate:
             return False
         scheme, _, credentials = authorization.strip().partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(
-            hashlib.sha256(credentials.strip()).digest(), self._digest)
+            hashlib.sha256(credentials.strip()).digest(), self._digest
+        )
 
     def allows(self, headers) -> bool:
         """Whether ASGI headers (lower-case byte names) carry the token."""
@@ -67,9 +68,17 @@ class Gate:
     async def refuse(self, headers, send) -> None:
         """Send the 401 for these request headers (missing or invalid token)."""
         body = _MISSING if authorization(headers) is None else _INVALID
-        await send({"type": "http.response.start", "status": 401, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-            (b"www-authenticate", _CHALLENGE[body])]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                    (b"www-authenticate", _CHALLENGE[body]),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -90,7 +99,12 @@ def with_cors(app, settings: Settings):
     if not origins:
         return app
     from starlette.middleware.cors import CORSMiddleware
-    return CORSMiddleware(app, allow_origins=origins, allow_methods=["GET", "POST"],
-                          allow_headers=["authorization", "content-type", "accept"],
-                          expose_headers=["x-posenc-worker"], max_age=600)
 
+    return CORSMiddleware(
+        app,
+        allow_origins=origins,
+        allow_methods=["GET", "POST"],
+        allow_headers=["authorization", "content-type", "accept"],
+        expose_headers=["x-posenc-worker"],
+        max_age=600,
+    )

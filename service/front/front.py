@@ -23,22 +23,20 @@ import os
 from time import perf_counter
 
 import anyio
-
 from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
-
 from posenc.service.front import auth as guard
 from posenc.service.front.negotiate import JSON
-from posenc.service.protocol.lane import offered
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import TO_SHORTCUT
+from posenc.service.protocol.lane import offered
 from posenc.service.shortcut.templates import FIELDS
 
 log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {f"/v1/{f}": f for f in FAMILIES}
-INLINE_BODY = 64 << 10   # larger bodies are parsed in a thread (~1 ms of JSON ints and up)
+INLINE_BODY = 64 << 10  # larger bodies are parsed in a thread (~1 ms of JSON ints and up)
 
 
 async def read_body(receive, limit: int) -> bytes:
@@ -66,7 +64,7 @@ def header(scope, name: bytes) -> str | None:
 
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
-_OCTET_HDR = (b"content-type", b"application/octet-stream")   # a v2 REST binary answer's (service/v2/rest.py)
+_OCTET_HDR = (b"content-type", b"application/octet-stream")  # a v2 REST binary answer's (service/v2/rest.py)
 # the paths of families with spec templates -> (family, metrics offset of their "c" answers: the
 # lane's whole-request C call; the shortcut's are at + TO_SHORTCUT, service/metrics/layout.py)
 _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
@@ -76,9 +74,17 @@ async def respond(send, status: int, body, ctype: bytes) -> None:
     """``body``: bytes, or a large JSON text's consecutive blocks (service/front/sizing.py
     ``Blocks``), each sent as its own ASGI message."""
     whole = type(body) is bytes
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", ctype),
-                            (b"content-length", str(len(body) if whole else body.nbytes).encode()), _WORKER]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", ctype),
+                (b"content-length", str(len(body) if whole else body.nbytes).encode()),
+                _WORKER,
+            ],
+        }
+    )
     if whole:
         await send({"type": "http.response.body", "body": body})
         return
@@ -93,7 +99,7 @@ async def answer(svc: Service, family: str, receive, accept: str | None) -> tupl
     ConnectionAbortedError: the client left while sending its body."""
     try:
         raw = await read_body(receive, svc.settings.max_body_bytes)
-        if len(raw) > INLINE_BODY:   # parsing alone may take milliseconds: all of it off the loop
+        if len(raw) > INLINE_BODY:  # parsing alone may take milliseconds: all of it off the loop
             payload, ctype = await anyio.to_thread.run_sync(svc.run, family, raw, accept)
             return 200, payload, ctype
         job = svc.prepare(family, raw, accept)
@@ -127,13 +133,13 @@ class FastFront:
         self.metrics: Metrics | None = None
         # what the hot lane below ASGI (service/protocol/lane.py) answers: the same paths and headers
         self.hot_paths = _HOT if self.c_shortcut else {}
-        self.hot_urls = {p.encode(): lane for p, lane in self.hot_paths.items()}   # as request targets
+        self.hot_urls = {p.encode(): lane for p, lane in self.hot_paths.items()}  # as request targets
         # the bearer token's check (None: no token), which the lane asks too (service/front/auth.py)
         self.gate = guard.gate_for(svc.settings)
-        self.v2 = None   # service/v2/rest.py's handler of every /v2 path (set by the app)
-        self.v2_hot = None   # service/v2/hot.py's templates of v2 REST infer requests (set by the app)
-        self.lane = None     # the hot lane below ASGI (service/protocol/lane.py), when the app makes one
-        self.lane_off = "off"   # why not, when there is none
+        self.v2 = None  # service/v2/rest.py's handler of every /v2 path (set by the app)
+        self.v2_hot = None  # service/v2/hot.py's templates of v2 REST infer requests (set by the app)
+        self.lane = None  # the hot lane below ASGI (service/protocol/lane.py), when the app makes one
+        self.lane_off = "off"  # why not, when there is none
 
     def lane_state(self) -> tuple[str, int]:
         """(/v1/tables' ``lane``: "on", "off" or why off; requests the lane answered)."""
@@ -145,8 +151,10 @@ class FastFront:
     # The front's headers of a shortcut answer as uvicorn writes ASGI headers: what comes before
     # the content length's digits and what follows them (the lane writes them around len(body)).
     HOT_HEADERS = (b"%s: %s\r\ncontent-length: " % _ST_HDR, b"\r\n%s: %s\r\n" % _WORKER)
-    V2_PRE = b"%s: %s\r\ncontent-length: " % _OCTET_HDR   # a v2 binary answer's head, as the lane writes it
-    JSON_PRE = b"content-type: %s\r\ncontent-length: " % JSON.encode()   # a JSON answer's, as respond() writes it
+    V2_PRE = b"%s: %s\r\ncontent-length: " % _OCTET_HDR  # a v2 binary answer's head, as the lane writes it
+    JSON_PRE = (
+        b"content-type: %s\r\ncontent-length: " % JSON.encode()
+    )  # a JSON answer's, as respond() writes it
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -154,27 +162,40 @@ class FastFront:
         t0 = perf_counter()
         path = scope["path"]
         hot = _HOT.get(path) if self.c_shortcut else None
-        if hot is not None and scope["method"] == "POST" and not offered(scope) and (
-                self.gate is None or self.gate.allows(scope["headers"])):
+        if (
+            hot is not None
+            and scope["method"] == "POST"
+            and not offered(scope)
+            and (self.gate is None or self.gate.allows(scope["headers"]))
+        ):
             # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
             # service/shortcut/_hot.c: one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
             if msg["type"] == "http.request" and not msg.get("more_body", False):
                 try:
                     out = self.svc.hot(hot[0], msg["body"], scope["headers"])
-                except Exception:   # a shortcut's failure must not fail the request
+                except Exception:  # a shortcut's failure must not fail the request
                     log.exception("template shortcut failed; answering through the full path")
                     out = None
                 if out is not None:
-                    await send({"type": "http.response.start", "status": 200,
-                                "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER]})
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 200,
+                            "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER],
+                        }
+                    )
                     await send({"type": "http.response.body", "body": out})
                     if self.metrics is not None:
                         self.metrics.observe_at(hot[1] + TO_SHORTCUT, perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
-        elif self.v2_hot is not None and path in self.v2_hot.paths and scope["method"] == "POST" \
-                and not offered(scope):
+        elif (
+            self.v2_hot is not None
+            and path in self.v2_hot.paths
+            and scope["method"] == "POST"
+            and not offered(scope)
+        ):
             receive = await self._v2_shortcut(scope, receive, send, path, t0)
             if receive is None:
                 return
@@ -195,12 +216,17 @@ class FastFront:
             e, positions = hit
             try:
                 out = e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
-            except Exception:   # a shortcut's failure must not fail the request
+            except Exception:  # a shortcut's failure must not fail the request
                 log.exception("v2 shortcut failed; answering through the full path")
         if out is None:
             return _prepend(msg, receive)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [_OCTET_HDR, (b"content-length", b"%d" % len(out)), *e.headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [_OCTET_HDR, (b"content-length", b"%d" % len(out)), *e.headers],
+            }
+        )
         await send({"type": "http.response.body", "body": out})
         if self.metrics is not None:
             self.metrics.observe_path(e.route, "shortcut", perf_counter() - t0, len(out))
@@ -210,12 +236,13 @@ class FastFront:
         statuses: list[int] = []
         family = FAMILY_PATHS.get(path)
         route = None
-        sent = [0]   # response body bytes
+        sent = [0]  # response body bytes
 
         async def counted(msg, send=send):
             if msg["type"] == "http.response.body":
                 sent[0] += len(msg.get("body", b""))
             await send(msg)
+
         send = counted
         try:
             if self.gate is not None and guard.guarded(path) and not self.gate.allows(scope["headers"]):
@@ -226,15 +253,20 @@ class FastFront:
             elif self.v2 is not None and (path == "/v2" or path.startswith("/v2/")):
                 route = await self.v2(scope, receive, send, statuses)
             else:
+
                 async def timed_send(msg):
                     if msg["type"] == "http.response.start":
                         statuses.append(msg["status"])
                     await send(msg)
+
                 await self.app(scope, receive, timed_send)
         finally:
             if self.metrics is not None:
-                route = route or (path if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
-                                  else "other")
+                route = route or (
+                    path
+                    if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
+                    else "other"
+                )
                 self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0, sent[0])
 
 
@@ -246,4 +278,5 @@ def _prepend(first: dict, receive):
         if pending:
             return pending.pop()
         return await receive()
+
     return again

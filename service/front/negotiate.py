@@ -11,13 +11,13 @@ from posenc.engine.errors import HeaderTooLarge, NotAcceptable
 JSON = "application/json"
 SAFETENSORS = "application/x-safetensors"
 NPZ = "application/x-npz"
-OCTET = "application/octet-stream"   # served as safetensors
+OCTET = "application/octet-stream"  # served as safetensors
 
 # media type offered -> format name (the order is the server's preference)
 OFFERS: dict[str, str] = {JSON: "json", SAFETENSORS: "safetensors", NPZ: "npz", OCTET: "safetensors"}
 CONTENT_TYPES = {"json": JSON, "safetensors": SAFETENSORS, "npz": NPZ}
-MAX_ACCEPT = 4096      # bytes of Accept (all its lines joined): 431 above, before it is parsed
-CACHED_ACCEPT = 256    # only values this short are remembered (256 of them: 64 KiB at most)
+MAX_ACCEPT = 4096  # bytes of Accept (all its lines joined): 431 above, before it is parsed
+CACHED_ACCEPT = 256  # only values this short are remembered (256 of them: 64 KiB at most)
 
 
 def _parse(accept: str):

@@ -26,16 +26,21 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from starlette.staticfiles import StaticFiles
-
-from posenc.engine.errors import EngineUnavailable, NotAcceptable, PosencError, SpecError, TooLarge, Unauthorized
 from posenc.engine.encode import CONTENT_TYPES
+from posenc.engine.errors import (
+    EngineUnavailable,
+    NotAcceptable,
+    PosencError,
+    SpecError,
+    TooLarge,
+    Unauthorized,
+)
 from posenc.engine.pipeline import body_schema
 from posenc.engine.settings import Settings
 from posenc.engine.tables import FAMILIES
 from posenc.engine.tables.base import SHARED_SCHEMAS
-
 from posenc.service.front import auth as guard
+from starlette.staticfiles import StaticFiles
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = DOCS_PATH + "/assets"
@@ -100,7 +105,7 @@ def _nullable(p: dict) -> dict:
 
 def components() -> dict:
     out = {}
-    for name, part in SHARED_SCHEMAS.items():   # Dtype has a default: null is it, as for any field
+    for name, part in SHARED_SCHEMAS.items():  # Dtype has a default: null is it, as for any field
         part = nullable_defaults(copy.deepcopy(part))
         out[name] = _nullable(part) if "default" in part else part
     for fam in FAMILIES.values():
@@ -113,71 +118,145 @@ def components() -> dict:
 
 def _refusal(exc: type[PosencError], description: str) -> tuple[str, dict]:
     name = "ValidationError" if exc.schema is SpecError.schema else "Error"
-    return str(exc.status), {"description": description,
-                             "content": {"application/json": {"schema": _ref(name)}}}
+    return str(exc.status), {
+        "description": description,
+        "content": {"application/json": {"schema": _ref(name)}},
+    }
 
 
 # The refusals of a family route, each with its error class (its status and body schema).
-_REFUSALS = dict([
-    _refusal(NotAcceptable, "no format the Accept header allows"),
-    _refusal(TooLarge, "response, selection or body over its limit"),
-    _refusal(SpecError, "invalid spec or selection; detail[].loc names the field"),
-    _refusal(EngineUnavailable, "the engine is not reachable for an on-demand build"),
-])
+_REFUSALS = dict(
+    [
+        _refusal(NotAcceptable, "no format the Accept header allows"),
+        _refusal(TooLarge, "response, selection or body over its limit"),
+        _refusal(SpecError, "invalid spec or selection; detail[].loc names the field"),
+        _refusal(EngineUnavailable, "the engine is not reachable for an on-demand build"),
+    ]
+)
 
 
 def family_responses(fam) -> dict:
     """The responses of ``POST /v1/{family}`` (FastAPI's ``responses=``)."""
-    binary = {CONTENT_TYPES[f]: {"schema": {"type": "string", "format": "binary"}}
-              for f in CONTENT_TYPES if f != "json"}
-    ok = {"description": fam.returns, "content": {
-        CONTENT_TYPES["json"]: {"schema": _ref(component_name(fam.name) + "Response")}, **binary}}
+    binary = {
+        CONTENT_TYPES[f]: {"schema": {"type": "string", "format": "binary"}}
+        for f in CONTENT_TYPES
+        if f != "json"
+    }
+    ok = {
+        "description": fam.returns,
+        "content": {CONTENT_TYPES["json"]: {"schema": _ref(component_name(fam.name) + "Response")}, **binary},
+    }
     return {"200": ok, **_REFUSALS}
 
 
 def family_request(fam) -> dict:
     """The request body of ``POST /v1/{family}`` (FastAPI's ``openapi_extra=``)."""
-    return {"requestBody": {"required": True, "content": {CONTENT_TYPES["json"]: {
-        "schema": _ref(component_name(fam.name) + "Request"), "examples": body_schema(fam)[1]}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                CONTENT_TYPES["json"]: {
+                    "schema": _ref(component_name(fam.name) + "Request"),
+                    "examples": body_schema(fam)[1],
+                }
+            },
+        }
+    }
 
 
 _V2_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
-_V2_TENSOR = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
-    "name": {"type": "string"}, "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-    "datatype": {"type": "string"}, "parameters": {"type": "object"},
-    "data": {"type": "array", "description": "the tensor's values, row-major (absent when binary)"}}}
+_V2_TENSOR = {
+    "type": "object",
+    "required": ["name", "shape", "datatype"],
+    "properties": {
+        "name": {"type": "string"},
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "datatype": {"type": "string"},
+        "parameters": {"type": "object"},
+        "data": {"type": "array", "description": "the tensor's values, row-major (absent when binary)"},
+    },
+}
 _V2_SCHEMAS = {
     "V2Error": _V2_ERROR,
-    "V2InferenceRequest": {"type": "object", "required": ["inputs"], "properties": {
-        "id": {"type": "string"}, "parameters": {"type": "object", "description": "spec (a JSON string) for "
-                                                 "a family model; dtype; binary_data_output"},
-        "inputs": {"type": "array", "items": _V2_TENSOR},
-        "outputs": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
-            "name": {"type": "string"}, "parameters": {"type": "object"}}}}}},
-    "V2InferenceResponse": {"type": "object", "properties": {
-        "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
-        "outputs": {"type": "array", "items": _V2_TENSOR}}},
-    "V2RegisterRequest": {"type": "object", "additionalProperties": False, "required": ["key", "byte_size"],
-                          "properties": {"key": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
-                                         "byte_size": {"type": "integer", "minimum": 1}}},
+    "V2InferenceRequest": {
+        "type": "object",
+        "required": ["inputs"],
+        "properties": {
+            "id": {"type": "string"},
+            "parameters": {
+                "type": "object",
+                "description": "spec (a JSON string) for a family model; dtype; binary_data_output",
+            },
+            "inputs": {"type": "array", "items": _V2_TENSOR},
+            "outputs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}, "parameters": {"type": "object"}},
+                },
+            },
+        },
+    },
+    "V2InferenceResponse": {
+        "type": "object",
+        "properties": {
+            "model_name": {"type": "string"},
+            "model_version": {"type": "string"},
+            "id": {"type": "string"},
+            "outputs": {"type": "array", "items": _V2_TENSOR},
+        },
+    },
+    "V2RegisterRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "byte_size"],
+        "properties": {
+            "key": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "byte_size": {"type": "integer", "minimum": 1},
+        },
+    },
 }
 
 
 def _v2_op(summary: str, ok: str, params=(), body: str | None = None, ok_schema: dict | None = None) -> dict:
-    err = {"description": "refused; error names the field", "content": {"application/json": {
-        "schema": _ref("V2Error")}}}
-    op = {"summary": summary, "tags": ["KServe v2"], "responses": {
-        "200": {"description": ok, "content": {"application/json": {"schema": ok_schema or {"type": "object"}}}},
-        **{code: err for code in ("400", "404", "405", "413", "503")}},
-        "parameters": [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in params]}
+    err = {
+        "description": "refused; error names the field",
+        "content": {"application/json": {"schema": _ref("V2Error")}},
+    }
+    op = {
+        "summary": summary,
+        "tags": ["KServe v2"],
+        "responses": {
+            "200": {
+                "description": ok,
+                "content": {"application/json": {"schema": ok_schema or {"type": "object"}}},
+            },
+            **{code: err for code in ("400", "404", "405", "413", "503")},
+        },
+        "parameters": [
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in params
+        ],
+    }
     if body == "infer":
-        op["requestBody"] = {"required": True, "content": {
-            "application/json": {"schema": _ref("V2InferenceRequest")},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary", "description":
-                                         "binary tensor data: the JSON header (Inference-Header-Content-Length "
-                                         "bytes), then the tensors' bytes"}}}}
-        op["responses"]["200"]["content"]["application/octet-stream"] = {"schema": {"type": "string",
-                                                                                     "format": "binary"}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": _ref("V2InferenceRequest")},
+                "application/octet-stream": {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "binary tensor data: the JSON header (Inference-Header-Content-Length "
+                        "bytes), then the tensors' bytes",
+                    }
+                },
+            },
+        }
+        op["responses"]["200"]["content"]["application/octet-stream"] = {
+            "schema": {"type": "string", "format": "binary"}
+        }
     elif body:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
     return op
@@ -186,19 +265,24 @@ def _v2_op(summary: str, ok: str, params=(), body: str | None = None, ok_schema:
 def v2_paths() -> dict:
     """The KServe v2 REST routes (service/v2/rest.py; Open Inference Protocol)."""
     model, version = ("model",), ("model", "version")
-    paths = {"/v2": {"get": _v2_op("Server metadata", "name, version, extensions")},
-             "/v2/health/live": {"get": _v2_op("Server live", "{live: true}")},
-             "/v2/health/ready": {"get": _v2_op("Server ready (503 until the tables are attached)", "{ready}")},
-             "/v2/systemsharedmemory/status": {"get": _v2_op("Registered regions", "their status")},
-             "/v2/systemsharedmemory/unregister": {"post": _v2_op("Unregister every region", "{}")}}
+    paths = {
+        "/v2": {"get": _v2_op("Server metadata", "name, version, extensions")},
+        "/v2/health/live": {"get": _v2_op("Server live", "{live: true}")},
+        "/v2/health/ready": {"get": _v2_op("Server ready (503 until the tables are attached)", "{ready}")},
+        "/v2/systemsharedmemory/status": {"get": _v2_op("Registered regions", "their status")},
+        "/v2/systemsharedmemory/unregister": {"post": _v2_op("Unregister every region", "{}")},
+    }
     for base, params in (("/v2/models/{model}", model), ("/v2/models/{model}/versions/{version}", version)):
         paths[base] = {"get": _v2_op("Model metadata", "name, versions, platform, inputs, outputs", params)}
         paths[base + "/ready"] = {"get": _v2_op("Model ready", "{name, ready}", params)}
-        paths[base + "/infer"] = {"post": _v2_op("Inference", "the outputs", params, "infer",
-                                                 _ref("V2InferenceResponse"))}
+        paths[base + "/infer"] = {
+            "post": _v2_op("Inference", "the outputs", params, "infer", _ref("V2InferenceResponse"))
+        }
     region = "/v2/systemsharedmemory/region/{region}"
     paths[region + "/status"] = {"get": _v2_op("A region's status", "its status", ("region",))}
-    paths[region + "/register"] = {"post": _v2_op("Register a region", "{}", ("region",), "V2RegisterRequest")}
+    paths[region + "/register"] = {
+        "post": _v2_op("Register a region", "{}", ("region",), "V2RegisterRequest")
+    }
     paths[region + "/unregister"] = {"post": _v2_op("Unregister a region", "{}", ("region",))}
     return paths
 
@@ -214,17 +298,21 @@ def document(app: FastAPI, settings: Settings) -> dict:
             if guard.guarded(path):
                 for op in ops.values():
                     op["security"] = [{SECURITY: []}]
-                    op.setdefault("responses", {})["401"] = _refusal(Unauthorized, "no or a wrong bearer token")[1]
+                    op.setdefault("responses", {})["401"] = _refusal(
+                        Unauthorized, "no or a wrong bearer token"
+                    )[1]
     return doc
 
 
 def install(app: FastAPI, settings: Settings) -> None:
     """The typed document at app.openapi_url and Swagger UI at /docs, with its bundled assets.
     The app must be created with ``docs_url=None`` (FastAPI's page loads its assets from a CDN)."""
+
     def openapi() -> dict:
         if app.openapi_schema is None:
             app.openapi_schema = document(app, settings)
         return app.openapi_schema
+
     app.openapi = openapi
     app.mount(ASSETS_PATH, StaticFiles(directory=ASSETS), name="swagger-ui")
 
@@ -232,9 +320,11 @@ def install(app: FastAPI, settings: Settings) -> None:
     async def docs(request: Request):
         root = request.scope.get("root_path", "")
         return get_swagger_ui_html(
-            openapi_url=root + app.openapi_url, title=f"{app.title} - Swagger UI",
+            openapi_url=root + app.openapi_url,
+            title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon-32x32.png",
             # no call to swagger.io's validator: the page talks to this server only
-            swagger_ui_parameters={"validatorUrl": None})
+            swagger_ui_parameters={"validatorUrl": None},
+        )

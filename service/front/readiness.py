@@ -17,10 +17,9 @@ others, which are in the same state: they share the engine.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import anyio
-
 from posenc.engine.errors import EngineUnavailable
 
 log = logging.getLogger("posenc.service")
@@ -42,20 +41,23 @@ def readiness(svc) -> tuple[int, dict]:
     if not svc.ready:
         return 503, {"status": "starting"}
     m = svc.client.manifest() or {}
-    return 200, {"status": "ready", "generation": m.get("generation"),
-                 "engine": "up" if engine_up(svc.client) else "down",
-                 # configured tables the engine could not store (no memory): answered by name, computed
-                 "computed": [e["name"] for e in m.get("named", ()) if not e.get("stored")]}
+    return 200, {
+        "status": "ready",
+        "generation": m.get("generation"),
+        "engine": "up" if engine_up(svc.client) else "down",
+        # configured tables the engine could not store (no memory): answered by name, computed
+        "computed": [e["name"] for e in m.get("named", ()) if not e.get("stored")],
+    }
 
 
 async def attach_when_up(attach: Callable[[], int]) -> int:
     """Run ``attach`` (map and verify every table: readiness) in a thread until it succeeds,
     retrying every 0.2 s while the engine starts or restarts; what it returns."""
-    level = logging.INFO   # the first wait is news; its repeats (every 0.2 s) are debug
+    level = logging.INFO  # the first wait is news; its repeats (every 0.2 s) are debug
     while True:
         try:
             return await anyio.to_thread.run_sync(attach)
-        except Exception as e:   # engine not up yet, or restarting (cancellation passes through)
+        except Exception as e:  # engine not up yet, or restarting (cancellation passes through)
             log.log(level, "waiting for the engine: %s", e)
             level = logging.DEBUG
             await anyio.sleep(0.2)

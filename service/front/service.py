@@ -11,14 +11,12 @@ import dataclasses
 import logging
 
 import orjson
-
 from posenc.engine import jsonread, pipeline
 from posenc.engine.client import Client
 from posenc.engine.encode import CONTENT_TYPES, encode, json_ready
 from posenc.engine.errors import SpecError
 from posenc.engine.pipeline import Request
 from posenc.engine.settings import Settings
-
 from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay
@@ -30,8 +28,8 @@ log = logging.getLogger("posenc.service")
 # binary body is a copy of rows (1 MiB: ~0.1 ms); JSON text costs ~20-200 ns a cell (64 KiB: < 1 ms)
 INLINE_BYTES = 1 << 20
 INLINE_JSON_BYTES = 64 << 10
-LANE_RECHECK_S = 0.005       # the hot lane's templates are checked against the manifest this often
-HOT_BYTES = 4 << 20          # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
+LANE_RECHECK_S = 0.005  # the hot lane's templates are checked against the manifest this often
+HOT_BYTES = 4 << 20  # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,24 +45,30 @@ class Service:
         self.settings = settings
         self.client = Client(settings.shm_dir, settings.namespace, build_timeout=settings.build_timeout_s)
         self.ready = False
-        self.shortcut = replay.shortcut_in_use(settings.shortcut)   # "c" or "off": /v1/tables shows it
-        replay.configure(settings)   # the C side's limits: this worker's
+        self.shortcut = replay.shortcut_in_use(settings.shortcut)  # "c" or "off": /v1/tables shows it
+        replay.configure(settings)  # the C side's limits: this worker's
         self.templates = self._new_templates()
         self._templates_manifest = None
-        self._lane_recheck = 0.0   # hot_request's next look at the manifest (loop clock)
+        self._lane_recheck = 0.0  # hot_request's next look at the manifest (loop clock)
         # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
         self.accepts: dict[bytes | None, int] = {}
-        self.lane_state = lambda: ("off", 0)     # (/v1/tables' lane, its answers): the app sets it
-        self.v2_fresh = None   # the v2 shortcut's manifest check (service/v2/hot.py), which the lane's answers need
+        self.lane_state = lambda: ("off", 0)  # (/v1/tables' lane, its answers): the app sets it
+        self.v2_fresh = (
+            None  # the v2 shortcut's manifest check (service/v2/hot.py), which the lane's answers need
+        )
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
-        fmt = choose(accept)                                  # 406 before any work
-        if fmt in replay.FORMATS and len(self.accepts) < 256 and (accept is None or len(accept) <= CACHED_ACCEPT):
-            self.accepts[None if accept is None else accept.encode("latin-1")] = replay.FORMATS[fmt]   # for C
+        fmt = choose(accept)  # 406 before any work
+        if (
+            fmt in replay.FORMATS
+            and len(self.accepts) < 256
+            and (accept is None or len(accept) <= CACHED_ACCEPT)
+        ):
+            self.accepts[None if accept is None else accept.encode("latin-1")] = replay.FORMATS[fmt]  # for C
         try:
             body = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:   # config.json's NaN/Infinity, inside hf_config only
+        except orjson.JSONDecodeError as e:  # config.json's NaN/Infinity, inside hf_config only
             try:
                 body = jsonread.lenient(raw, e, jsonread.in_hf_config)
             except orjson.JSONDecodeError:
@@ -80,7 +84,9 @@ class Service:
     def _new_templates(self) -> Templates:
         # the C side bounds an answer's arrays, not its text: a bound under which even a JSON text
         # of 2-byte cells (17 bytes each at most) and a safetensors header fit the response limit
-        return Templates(self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes * 2 // 17))
+        return Templates(
+            self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes * 2 // 17)
+        )
 
     def _fresh_templates(self) -> bool:
         """Templates stay while the manifest only gains tables (``replay.still_mapped``); else they
@@ -98,11 +104,12 @@ class Service:
         """The template shortcut in C (service/shortcut/_hot.c) for a rope, sinusoidal or alibi body and
         its ASGI headers; None when it does not apply (the full path answers). Only when
         ``self.shortcut == "c"``."""
-        self._fresh_templates()   # templates dropped here leave none to answer from: C declines
+        self._fresh_templates()  # templates dropped here leave none to answer from: C declines
         return replay.answer(raw, headers, self.accepts, self.templates.native[family], family)
 
-    def hot_request(self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool,
-                    now: float):
+    def hot_request(
+        self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool, now: float
+    ):
         """The hot lane's whole-request shortcut (service/protocol/lane.py): the plain POST at
         ``data[start:]`` to a path of ``routes`` answered in C from the request bytes to the
         response bytes (pre + content length + post, then the answer), as
@@ -111,7 +118,9 @@ class Service:
         LANE_RECHECK_S of it (the client reads the manifest at most every 50 ms anyway)."""
         if now >= self._lane_recheck:
             self._lane_fresh(now)
-        return replay.answer_request(data, start, routes, self.accepts, self.templates.native, pre, post, close)
+        return replay.answer_request(
+            data, start, routes, self.accepts, self.templates.native, pre, post, close
+        )
 
     def _lane_fresh(self, now: float) -> None:
         """The lane's templates checked against the manifest (templates dropped here leave none to
@@ -121,8 +130,9 @@ class Service:
         if self.v2_fresh is not None:
             self.v2_fresh()
 
-    def hot_requests(self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow,
-                     counts):
+    def hot_requests(
+        self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow, counts
+    ):
         """hot_request for every whole request at the start of ``data``, each answer passed to
         ``write`` and counted in ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call
         (``replay.serve``; one whose header or text must be computed first through
@@ -130,21 +140,37 @@ class Service:
         stopped, exception)."""
         if now >= self._lane_recheck:
             self._lane_fresh(now)
-        return replay.serve(data, routes, self.accepts, self.templates.native, pre, post, close, write, flow, *counts,
-                            replay.lane_again)
+        return replay.serve(
+            data,
+            routes,
+            self.accepts,
+            self.templates.native,
+            pre,
+            post,
+            close,
+            write,
+            flow,
+            *counts,
+            replay.lane_again,
+        )
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----
     def execute(self, job: Job) -> tuple[bytes, str]:
         r = job.r
         view = self.client.view(r)
         result = pipeline.arrays(r, view)
-        if job.fmt == "json" and not job.inline:   # (in a thread) orjson in pieces, sent as blocks (never
+        if job.fmt == "json" and not job.inline:  # (in a thread) orjson in pieces, sent as blocks (never
             # one copy of the whole text): the loop gets the GIL between them
-            out = sizing.json_blocks({k: json_ready(v, r.dtype) for k, v in result.items()}), CONTENT_TYPES["json"]
+            out = (
+                sizing.json_blocks({k: json_ready(v, r.dtype) for k, v in result.items()}),
+                CONTENT_TYPES["json"],
+            )
         else:
             out = encode(r.family, result, r.dtype, job.fmt)
-        if view is not None and self.shortcut == "c":   # (big answers run in a thread: the dicts it adds to are GIL-safe)
-            self._fresh_templates()   # learnt under the manifest it was answered from, not dropped at the next hot()
+        if (
+            view is not None and self.shortcut == "c"
+        ):  # (big answers run in a thread: the dicts it adds to are GIL-safe)
+            self._fresh_templates()  # learnt under the manifest it was answered from, not dropped at the next hot()
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
 
@@ -164,14 +190,31 @@ class Service:
 
     def tables(self) -> dict:
         from posenc.engine import kernels_info
+
         m = self.client.manifest() or {}
         lane, lane_answers = self.lane_state()
-        return {"generation": m.get("generation"), "engine_pid": m.get("pid"), "backend": kernels_info(),
-                "engine_backend": m.get("backend"), "shortcut": self.shortcut,
-                "lane": lane, "lane_answers": lane_answers, "ready": self.ready,
-                # every configured table by name: stored (in shared memory) or computed (no room)
-                "named": [{"name": e["name"], "family": e["family"], "digest": e["digest"],
-                           "answered": "stored" if e.get("stored") else "computed"} for e in m.get("named", ())],
-                "tables": [{k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned",
-                                              "crc32", "file")} | {"key": orjson.loads(e["key"]), "digest": d}
-                           for d, e in (m.get("tables") or {}).items()]}
+        return {
+            "generation": m.get("generation"),
+            "engine_pid": m.get("pid"),
+            "backend": kernels_info(),
+            "engine_backend": m.get("backend"),
+            "shortcut": self.shortcut,
+            "lane": lane,
+            "lane_answers": lane_answers,
+            "ready": self.ready,
+            # every configured table by name: stored (in shared memory) or computed (no room)
+            "named": [
+                {
+                    "name": e["name"],
+                    "family": e["family"],
+                    "digest": e["digest"],
+                    "answered": "stored" if e.get("stored") else "computed",
+                }
+                for e in m.get("named", ())
+            ],
+            "tables": [
+                {k: e[k] for k in ("name", "family", "dtype", "length", "nbytes", "pinned", "crc32", "file")}
+                | {"key": orjson.loads(e["key"]), "digest": d}
+                for d, e in (m.get("tables") or {}).items()
+            ],
+        }

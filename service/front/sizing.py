@@ -27,18 +27,17 @@ the whole text.
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import orjson
-
 from posenc.engine import dtypes as _dt
 from posenc.engine.encode import _JSON_OPTS
 from posenc.engine.errors import TooLarge, TooManyPositions
 
-FLOAT_TEXT = 16      # orjson's longest float32 text: "-0.0000" and nine significant digits
-SCALAR_TEXT = 24     # a Python float's longest text ("-2.2250738585072014e-308")
-INT32_TEXT = 11      # "-2147483648"
+FLOAT_TEXT = 16  # orjson's longest float32 text: "-0.0000" and nine significant digits
+SCALAR_TEXT = 24  # a Python float's longest text ("-2.2250738585072014e-308")
+INT32_TEXT = 11  # "-2147483648"
 CHUNK_CELLS = 16384  # cells per orjson call in json_text (~0.3-1 ms each)
 # npz: per array, a zip local header (30) and central record (46) with zip64 extras (2 x 32),
 # its name twice plus ".npy", and numpy's .npy header (a multiple of 64 bytes, 128 for the
@@ -58,12 +57,14 @@ class AnswerTooLarge(TooLarge):
         self.nbytes, self.limit = nbytes, limit
         sels = ", ".join(f"{name} ({s.n} positions)" for name, s in req.sel.items())
         what = {"json": "JSON text", "npz": "npz file", "safetensors": "safetensors file"}.get(fmt, fmt)
-        hint = "; or ask for a binary answer, several times smaller" \
-            if fmt == "json" else ""
-        Exception.__init__(self, f"response would be {nbytes} bytes ({what}"
-                           f"{', at most' if fmt != 'safetensors' else ''}), over the limit of {limit} bytes "
-                           f"({limit / 2**20:.0f} MiB); ask for fewer positions in {sels or 'the selections'}"
-                           f" or fewer heads{hint}")
+        hint = "; or ask for a binary answer, several times smaller" if fmt == "json" else ""
+        Exception.__init__(
+            self,
+            f"response would be {nbytes} bytes ({what}"
+            f"{', at most' if fmt != 'safetensors' else ''}), over the limit of {limit} bytes "
+            f"({limit / 2**20:.0f} MiB); ask for fewer positions in {sels or 'the selections'}"
+            f" or fewer heads{hint}",
+        )
 
 
 def outputs(req) -> list[tuple[str, tuple, str]]:
@@ -72,9 +73,14 @@ def outputs(req) -> list[tuple[str, tuple, str]]:
     fam, spec, sel, dt = req.family.name, req.spec, req.sel, req.dtype
     if fam == "rope":
         from posenc.engine.tables import rope_axes
+
         n = rope_axes.positions_of(sel).n
-        return [("cos", (n, spec.d), dt), ("sin", (n, spec.d), dt), ("inv_freq", (spec.d // 2,), "float32"),
-                ("attention_scaling", None, "float64")]
+        return [
+            ("cos", (n, spec.d), dt),
+            ("sin", (n, spec.d), dt),
+            ("inv_freq", (spec.d // 2,), "float32"),
+            ("attention_scaling", None, "float64"),
+        ]
     if fam == "sinusoidal":
         return [("encoding", (sel["positions"].n, spec.d_model), dt)]
     if fam == "sinusoidal-grid":
@@ -112,15 +118,15 @@ def cell_text(dtype: str, spec) -> int:
 
 def json_bound(req) -> int:
     """At least the bytes of ``req``'s JSON answer."""
-    total = 2   # {}
+    total = 2  # {}
     for name, shape, dt in outputs(req):
-        total += len(name) + 4   # "name":  and a comma
+        total += len(name) + 4  # "name":  and a comma
         if shape is None:
             total += SCALAR_TEXT
-        else:   # each cell and the comma or ']' after it, each list's '[' and the comma after it
+        else:  # each cell and the comma or ']' after it, each list's '[' and the comma after it
             total += cells(shape) * (cell_text(dt, req.spec) + 1) + 2 * _lists(shape)
     if req.shown is not None:
-        total += len('"spec":,') + len(orjson.dumps(req.shown)) * 2   # (escapes can grow a string)
+        total += len('"spec":,') + len(orjson.dumps(req.shown)) * 2  # (escapes can grow a string)
     return total
 
 
@@ -153,7 +159,7 @@ def npz_bound(req) -> int:
     total = NPZ_END + binary_nbytes(req)
     for name, _, _ in arrays:
         total += NPZ_PER_ARRAY + 2 * len(name)
-    if req.dtype == _dt.BFLOAT16:   # the __bfloat16__ list of names
+    if req.dtype == _dt.BFLOAT16:  # the __bfloat16__ list of names
         total += NPZ_PER_ARRAY + 32 + 4 * sum(len(n) + 1 for n, _, _ in arrays)
     if req.shown is not None:
         total += NPZ_PER_ARRAY + 8 + 4 * len(orjson.dumps(req.shown)) * 2
@@ -203,16 +209,16 @@ def array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
     else:
         row = a[0].size
         step = 0 if row > chunk else max(1, chunk // max(1, row))
-    if step == 0:   # each row in pieces
+    if step == 0:  # each row in pieces
         for i in range(len(a)):
             if i:
                 out.append(b",")
             array_pieces(a[i], chunk, out)
-    else:           # several rows (or cells) a call, its outer brackets cut off
+    else:  # several rows (or cells) a call, its outer brackets cut off
         for i in range(0, len(a), step):
             if i:
                 out.append(b",")
-            out.append(memoryview(orjson.dumps(a[i:i + step], option=_JSON_OPTS))[1:-1])
+            out.append(memoryview(orjson.dumps(a[i : i + step], option=_JSON_OPTS))[1:-1])
     out.append(b"]")
 
 
@@ -239,7 +245,7 @@ class Blocks(list):
 BLOCK_BYTES = 1 << 20
 
 
-def json_blocks(obj: Mapping, chunk: int = CHUNK_CELLS) -> "bytes | Blocks":
+def json_blocks(obj: Mapping, chunk: int = CHUNK_CELLS) -> bytes | Blocks:
     """``encode.json_text`` of a dict of ``json_ready`` values, written in orjson calls of at
     most ``chunk`` cells, as Blocks of about BLOCK_BYTES (bytes when it is one call)."""
     if not any(isinstance(v, np.ndarray) and v.size > chunk for v in obj.values()):

@@ -23,14 +23,26 @@ import random
 import threading
 
 import numpy as np
-
 from posenc.engine.store import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (
-    CELLS, KINDS, NB, PATH_ROW, ROUTE_INDEX, ROUTES, SHAPE, STATUS_INDEX, STATUSES, BUCKETS_F64, BUCKETS_S, prefix)
+    BUCKETS_F64,
+    BUCKETS_S,
+    CELLS,
+    KINDS,
+    NB,
+    PATH_ROW,
+    ROUTE_INDEX,
+    ROUTES,
+    SHAPE,
+    STATUS_INDEX,
+    STATUSES,
+    prefix,
+)
 from posenc.service.metrics.text import render
 
-FLUSH_S = 0.1   # how often a worker writes its counts to its file
+FLUSH_S = 0.1  # how often a worker writes its counts to its file
+
 
 class Metrics:
     def __init__(self, shm_dir: str, namespace: str, kind: str = "http"):
@@ -41,16 +53,16 @@ class Metrics:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(self._fd, size)
-            reserve(self._fd, size)   # ENOSPC here: the worker runs without metrics
+            reserve(self._fd, size)  # ENOSPC here: the worker runs without metrics
         except OSError:
             os.unlink(self.path)
             os.close(self._fd)
             raise
-        self._mm = mmap.mmap(-1, size)   # the counts themselves: this process's memory
+        self._mm = mmap.mmap(-1, size)  # the counts themselves: this process's memory
         self.counts = np.frombuffer(self._mm, dtype=np.float64).reshape(SHAPE)
-        self.counts[-1, 0, 0] = random.getrandbits(48) + 1   # folded once by this token
+        self.counts[-1, 0, 0] = random.getrandbits(48) + 1  # folded once by this token
         self.counts[-1, 0, 1] = KINDS.index(kind)
-        self._flat = memoryview(self._mm).cast("d")   # item access ~3x cheaper than numpy's
+        self._flat = memoryview(self._mm).cast("d")  # item access ~3x cheaper than numpy's
         # (the counts, the bounds): what the lane's C loop (service/shortcut/hot_serve.c) counts in,
         # as observe_at does
         self.native = (self._mm, BUCKETS_F64)
@@ -62,7 +74,7 @@ class Metrics:
         """Write the counts to this worker's file (what other workers' scrapes read)."""
         try:
             os.pwrite(self._fd, self._mm, 0)
-        except (OSError, ValueError):   # no room, or closed: the counts stay here, written next time
+        except (OSError, ValueError):  # no room, or closed: the counts stay here, written next time
             pass
 
     def _flusher(self) -> None:
@@ -109,7 +121,9 @@ class Metrics:
         return render(self, extra)
 
 
-def open_metrics(shm_dir: str, namespace: str, kind: str = "http", log=None) -> tuple["Metrics | None", str | None]:
+def open_metrics(
+    shm_dir: str, namespace: str, kind: str = "http", log=None
+) -> tuple[Metrics | None, str | None]:
     """(this process's Metrics, None), or (None, why) when its file cannot be made (a full shared
     memory: ENOSPC; no descriptor left): the process serves all the same, without its counts,
     says why in its log, and /metrics lists it (``posenc_metrics_missing``, service/metrics/page.py)."""
@@ -118,8 +132,13 @@ def open_metrics(shm_dir: str, namespace: str, kind: str = "http", log=None) -> 
     except OSError as e:
         why = f"{errno.errorcode.get(e.errno, 'error')}: {e.strerror or e}"
         if log is not None:
-            log.warning("%s process %d runs without metrics: its metrics file in %s cannot be made (%s)",
-                        "gRPC" if kind == "grpc" else "worker", os.getpid(), shm_dir, why)
+            log.warning(
+                "%s process %d runs without metrics: its metrics file in %s cannot be made (%s)",
+                "gRPC" if kind == "grpc" else "worker",
+                os.getpid(),
+                shm_dir,
+                why,
+            )
         return None, why
 
 

@@ -17,7 +17,6 @@ import fcntl
 import os
 
 import numpy as np
-
 from posenc.service.metrics.layout import KINDS, SHAPE, alive, prefix
 
 _SIZE = int(np.prod(SHAPE))
@@ -34,7 +33,7 @@ def _locked(shm_dir: str, namespace: str):
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)   # releases the lock
+        os.close(fd)  # releases the lock
 
 
 def _read_total(shm_dir: str, namespace: str) -> tuple[set, np.ndarray]:
@@ -43,7 +42,7 @@ def _read_total(shm_dir: str, namespace: str) -> tuple[set, np.ndarray]:
         a = np.fromfile(_path(shm_dir, namespace, "total"), dtype=np.float64)
         n = int(a[0])
         if a.size == 1 + n + _SIZE:
-            return set(a[1:1 + n].tolist()), a[1 + n:].reshape(SHAPE).copy()
+            return set(a[1 : 1 + n].tolist()), a[1 + n :].reshape(SHAPE).copy()
     except (OSError, ValueError, IndexError):
         pass
     return set(), np.zeros(SHAPE)
@@ -91,7 +90,7 @@ def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, li
         tokens, total = _read_total(shm_dir, namespace)
         try:
             names = os.listdir(shm_dir)
-        except OSError:   # e.g. EMFILE: this worker's own counts still answer
+        except OSError:  # e.g. EMFILE: this worker's own counts still answer
             names = [os.path.basename(own_path)]
         live, pids, dead = np.zeros(SHAPE), [], []
         for name in names:
@@ -99,10 +98,10 @@ def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, li
                 continue
             path = os.path.join(shm_dir, name)
             try:
-                pid = int(name[len(prefix(namespace)):])
+                pid = int(name[len(prefix(namespace)) :])
                 a = np.fromfile(path, dtype=np.float64)
             except (ValueError, OSError):
-                continue          # the total, the lock, a temporary file
+                continue  # the total, the lock, a temporary file
             if a.size != _SIZE:
                 continue
             a = a.reshape(SHAPE)
@@ -116,15 +115,15 @@ def collect(shm_dir: str, namespace: str, own_path: str) -> tuple[np.ndarray, li
         if new:
             folded = total + sum(a for _, a in new)
             folded[-1] = 0
-            keep = {float(a[-1, 0, 0]) for _, a in dead}   # tokens of files not yet unlinked
+            keep = {float(a[-1, 0, 0]) for _, a in dead}  # tokens of files not yet unlinked
             try:
                 _write_total(shm_dir, namespace, keep, folded)
                 total = folded
-            except OSError:   # no room: count them this time, fold them at a later scrape
+            except OSError:  # no room: count them this time, fold them at a later scrape
                 live += sum(a for _, a in new)
                 dead = [(p, a) for p, a in dead if not any(p == q for q, _ in new)]
         for p, _ in dead:
             _unlink(p)
     out = total + live
-    out[-1] = 0   # the header row holds tokens, not counts
+    out[-1] = 0  # the header row holds tokens, not counts
     return out, sorted(pids)

@@ -22,17 +22,20 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from prometheus_client import ProcessCollector
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
+from posenc.engine.errors import EngineUnavailable
+from posenc.service.front.readiness import PING_TIMEOUT_S
 from posenc.service.metrics.fold import collect
 from posenc.service.metrics.layout import SHAPE, prefix
 from posenc.service.metrics.text import request_families, to_text
-from posenc.engine.errors import EngineUnavailable
-from posenc.service.front.readiness import PING_TIMEOUT_S
+from prometheus_client import ProcessCollector
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
-
-SEGMENT_BYTES = int(np.prod(SHAPE)) * 8   # one process's metrics file
+SEGMENT_BYTES = int(np.prod(SHAPE)) * 8  # one process's metrics file
 
 
 def _is_engine(pid: int) -> bool:
@@ -44,11 +47,15 @@ def _is_engine(pid: int) -> bool:
 
 
 def engine_families(client, budget_default: int) -> list:
-    try:   # the engine's counters from the engine itself: every worker reports the same ones
+    try:  # the engine's counters from the engine itself: every worker reports the same ones
         reply = client.call({"op": "stats"}, timeout=PING_TIMEOUT_S)
     except (EngineUnavailable, ValueError):
         reply = {}
-    fams = [GaugeMetricFamily("posenc_engine_up", "1 when the engine answers on its socket.", int(bool(reply.get("ok"))))]
+    fams = [
+        GaugeMetricFamily(
+            "posenc_engine_up", "1 when the engine answers on its socket.", int(bool(reply.get("ok")))
+        )
+    ]
     m = client.manifest() or {}
     tables = GaugeMetricFamily("posenc_tables", "Tables in shared memory.", labels=["kind"])
     nbytes = GaugeMetricFamily("posenc_shm_bytes", "Bytes of tables in shared memory.", labels=["kind"])
@@ -56,13 +63,25 @@ def engine_families(client, budget_default: int) -> list:
         es = [e for e in m.get("tables", {}).values() if bool(e.get("pinned")) == pinned]
         tables.add_metric([kind], len(es))
         nbytes.add_metric([kind], sum(e.get("nbytes", 0) for e in es))
-    fams += [tables, nbytes, GaugeMetricFamily("posenc_memory_budget_bytes", "Bytes allowed for on-demand tables.",
-                                               m.get("budget", budget_default))]
+    fams += [
+        tables,
+        nbytes,
+        GaugeMetricFamily(
+            "posenc_memory_budget_bytes",
+            "Bytes allowed for on-demand tables.",
+            m.get("budget", budget_default),
+        ),
+    ]
     st = reply.get("stats")
-    if st:   # (absent while the engine is down: a series that pauses, never one that goes back)
-        fams.append(CounterMetricFamily("posenc_builds", "Tables built by this engine process.", st["builds"]))
-        fams.append(CounterMetricFamily("posenc_evictions", "On-demand tables evicted by this engine process.",
-                                        st["evictions"]))
+    if st:  # (absent while the engine is down: a series that pauses, never one that goes back)
+        fams.append(
+            CounterMetricFamily("posenc_builds", "Tables built by this engine process.", st["builds"])
+        )
+        fams.append(
+            CounterMetricFamily(
+                "posenc_evictions", "On-demand tables evicted by this engine process.", st["evictions"]
+            )
+        )
         cum, buckets = 0, []
         for le, n in zip([*st["build_seconds_buckets"], "+Inf"], st["build_seconds_counts"]):
             cum += n
@@ -105,8 +124,12 @@ def missing_family(shm_dir: str, root: int, counting: list, own: str | None) -> 
     """``posenc_metrics_missing{role, pid, reason}`` = 1 for each serving process of this server
     (this worker, its sibling workers, the gRPC processes: children of ``root``, the serve process)
     that counts nowhere because its metrics file could not be made; ``own``: why not, for this one."""
-    fam = GaugeMetricFamily("posenc_metrics_missing", "A server process whose calls are not counted: its metrics "
-                            "file could not be made (its log says why).", labels=["role", "pid", "reason"])
+    fam = GaugeMetricFamily(
+        "posenc_metrics_missing",
+        "A server process whose calls are not counted: its metrics "
+        "file could not be made (its log says why).",
+        labels=["role", "pid", "reason"],
+    )
     have = {p for _, p in counting}
     if own is not None:
         fam.add_metric(["worker", str(os.getpid()), own], 1)
@@ -121,7 +144,9 @@ def missing_family(shm_dir: str, root: int, counting: list, own: str | None) -> 
         cmd = _cmdline(pid)
         role = "grpc" if b"grpc_main" in cmd else "worker" if b"spawn_main" in cmd else None
         if role is not None:
-            fam.add_metric([role, str(pid), f"ENOSPC: no room in {shm_dir}" if full else "unknown (see its log)"], 1)
+            fam.add_metric(
+                [role, str(pid), f"ENOSPC: no room in {shm_dir}" if full else "unknown (see its log)"], 1
+            )
     return fam
 
 
@@ -131,14 +156,14 @@ def page(metrics, client, settings, serve_pid: int | None, missing: str | None =
     fams = []
     procs = []
     if metrics is not None:
-        metrics.flush()   # this worker's counts up to now, for itself and any later scrape
+        metrics.flush()  # this worker's counts up to now, for itself and any later scrape
         total, counting = collect(metrics.shm_dir, metrics.namespace, metrics.path)
-    else:   # the others' counts, when there are any (no lock file is made for none)
+    else:  # the others' counts, when there are any (no lock file is made for none)
         total, counting = np.zeros(SHAPE), []
         try:
             if any(n.startswith(prefix(settings.namespace)) for n in os.listdir(settings.shm_dir)):
                 total, counting = collect(settings.shm_dir, settings.namespace, "")
-        except OSError:   # not even the lock file can be made: no counts shown this time
+        except OSError:  # not even the lock file can be made: no counts shown this time
             pass
     fams += request_families(total, counting)
     procs += [("worker" if kind == "http" else kind, p) for kind, p in counting]

@@ -24,13 +24,20 @@ are the serialized response message's.
 
 from __future__ import annotations
 
+from posenc.engine.tables import FAMILIES
+from posenc.service.metrics.fold import collect
+from posenc.service.metrics.layout import (
+    ANSWER_ROUTES,
+    BUCKETS_S,
+    NB,
+    PATH_ROW,
+    PATHS,
+    ROUTE_INDEX,
+    ROUTES,
+    STATUSES,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
-from posenc.engine.tables import FAMILIES
-
-from posenc.service.metrics.layout import ANSWER_ROUTES, BUCKETS_S, NB, PATH_ROW, PATHS, ROUTE_INDEX, ROUTES, STATUSES
-from posenc.service.metrics.fold import collect
 
 
 class _Families:
@@ -54,7 +61,7 @@ def _status_label(status: int) -> str:
 def request_families(total, procs: list[tuple[str, int]]) -> list:
     """The request families from the counts ``total``; ``procs``: (kind, pid) of the live counters."""
     total = total.copy()
-    ways = {}   # route -> {path: answers}; the C paths' answers are their route's too
+    ways = {}  # route -> {path: answers}; the C paths' answers are their route's too
     for route in ANSWER_ROUTES:
         ri = ROUTE_INDEX[route]
         ways[route] = {"python": total[ri, :, :NB].sum()}
@@ -62,20 +69,31 @@ def request_families(total, procs: list[tuple[str, int]]) -> list:
             row = PATH_ROW[route, path]
             ways[route][path] = total[row, :, :NB].sum()
             total[ri] += total[row]
-    dur = HistogramMetricFamily("posenc_request_duration_seconds",
-                                "Time from request start to the last response byte (status: the HTTP "
-                                "status; a gRPC call's code as its HTTP status, OK 200).",
-                                labels=["route", "status"])
+    dur = HistogramMetricFamily(
+        "posenc_request_duration_seconds",
+        "Time from request start to the last response byte (status: the HTTP "
+        "status; a gRPC call's code as its HTTP status, OK 200).",
+        labels=["route", "status"],
+    )
     nbytes = CounterMetricFamily("posenc_response_bytes", "Response body bytes.", labels=["route"])
-    errors = CounterMetricFamily("posenc_errors", "Responses with an error status (400 and up; other: "
-                                 "statuses not listed, e.g. 401, 499).", labels=["route", "status"])
-    paths = CounterMetricFamily("posenc_answer_path", "Answers by the way they were made: c (the hot lane's "
-                                "one C call from the request's bytes), shortcut (the C template, the request "
-                                "read by Python), python (the full path, refusals included).",
-                                labels=["route", "path"])
-    hot = CounterMetricFamily("posenc_hot_path", "/v1 family requests answered by a C path (shortcut: "
-                              "posenc_answer_path's c + shortcut) or the full path (its python).",
-                              labels=["route", "path"])
+    errors = CounterMetricFamily(
+        "posenc_errors",
+        "Responses with an error status (400 and up; other: statuses not listed, e.g. 401, 499).",
+        labels=["route", "status"],
+    )
+    paths = CounterMetricFamily(
+        "posenc_answer_path",
+        "Answers by the way they were made: c (the hot lane's "
+        "one C call from the request's bytes), shortcut (the C template, the request "
+        "read by Python), python (the full path, refusals included).",
+        labels=["route", "path"],
+    )
+    hot = CounterMetricFamily(
+        "posenc_hot_path",
+        "/v1 family requests answered by a C path (shortcut: "
+        "posenc_answer_path's c + shortcut) or the full path (its python).",
+        labels=["route", "path"],
+    )
     for route, w in ways.items():
         for path in PATHS:
             paths.add_metric([route, path], w[path])
@@ -103,8 +121,12 @@ def request_families(total, procs: list[tuple[str, int]]) -> list:
             if status == 0 or status >= 400:
                 errors.add_metric([route, label], n)
     kinds = [k for k, _ in procs]
-    workers_g = GaugeMetricFamily("posenc_workers", "HTTP worker processes reporting metrics.", kinds.count("http"))
-    grpc_g = GaugeMetricFamily("posenc_grpc_workers", "gRPC server processes reporting metrics.", kinds.count("grpc"))
+    workers_g = GaugeMetricFamily(
+        "posenc_workers", "HTTP worker processes reporting metrics.", kinds.count("http")
+    )
+    grpc_g = GaugeMetricFamily(
+        "posenc_grpc_workers", "gRPC server processes reporting metrics.", kinds.count("grpc")
+    )
     return [dur, nbytes, errors, paths, hot, workers_g, grpc_g]
 
 

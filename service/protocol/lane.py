@@ -37,8 +37,8 @@ from posenc.service.v2.hot import head_lines
 
 log = logging.getLogger("posenc.service")
 
-STATE_KEY = "posenc.lane"          # the lifespan state entry holding the worker's Lane
-OFFERED = "posenc.shortcut.offered"   # the scope extension of a request the shortcut declined
+STATE_KEY = "posenc.lane"  # the lifespan state entry holding the worker's Lane
+OFFERED = "posenc.shortcut.offered"  # the scope extension of a request the shortcut declined
 OK = b"HTTP/1.1 200 OK\r\n"
 _CLOSE = b"connection: close\r\n"
 _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
@@ -49,10 +49,14 @@ _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 # answers, 8% written at once (perf). Smaller answers still go out together at the iteration's end.
 # (Also where writing pauses: more than this left unsent, as with any high-water mark.)
 WRITE_AT_ONCE = 4096
-_V2 = object()      # the route of a v2 REST binary infer: (_V2, path)
+_V2 = object()  # the route of a v2 REST binary infer: (_V2, path)
 # why the whole-request loop stopped (templates.serve)
 SERVE_DONE, SERVE_DECLINED, SERVE_CLOSED, SERVE_FAILED = (
-    replay.SERVE_DONE, replay.SERVE_DECLINED, replay.SERVE_CLOSED, replay.SERVE_FAILED)
+    replay.SERVE_DONE,
+    replay.SERVE_DECLINED,
+    replay.SERVE_CLOSED,
+    replay.SERVE_FAILED,
+)
 
 
 def offered(scope) -> bool:
@@ -78,11 +82,11 @@ class Lane:
         # request target (bytes) -> (family, metrics offset of its "c" answers), and v2 REST infers'
         # routes (service/v2/hot.py)
         self.urls = (front.hot_urls, front.v2_hot.lane_routes if front.v2_hot is not None else {})
-        self.paths = front.hot_paths      # the same by ASGI path
+        self.paths = front.hot_paths  # the same by ASGI path
         self.gate = front.gate
         self.post = front.HOT_HEADERS[1]  # a hot answer's head after its content length's digits
-        self.answered = 0                 # requests answered in the lane (/v1/tables shows it)
-        self.serving = False              # a connection of this worker was served by the lane
+        self.answered = 0  # requests answered in the lane (/v1/tables shows it)
+        self.serving = False  # a connection of this worker was served by the lane
         # (uvicorn's default header list, as bytes, (OK + them + the pre of a safetensors, JSON, v2 answer))
         self.heads = (None, b"", (b"", b"", b""))
 
@@ -94,7 +98,11 @@ class Lane:
         if h[0] is not defaults:
             d = b"".join(b"%s: %s\r\n" % x for x in defaults)
             f = self.front
-            h = self.heads = (defaults, d, (OK + d + f.HOT_HEADERS[0], OK + d + f.JSON_PRE, OK + d + f.V2_PRE))
+            h = self.heads = (
+                defaults,
+                d,
+                (OK + d + f.HOT_HEADERS[0], OK + d + f.JSON_PRE, OK + d + f.V2_PRE),
+            )
         return h
 
     # -- admission --------------------------------------------------------------------------------
@@ -128,13 +136,19 @@ class Lane:
             else:
                 out = self.svc.hot(route[0], body, headers)
                 (pre, post), name = self.front.HOT_HEADERS, None
-        except Exception:   # a shortcut's failure must not fail the request: ASGI answers it
+        except Exception:  # a shortcut's failure must not fail the request: ASGI answers it
             log.exception("template shortcut failed in the hot lane; answering through ASGI")
             return None
         if out is None:
             return None
-        head = b"%s%s%s%d%s%s\r\n" % (OK, self.heads_of(defaults)[1], pre, len(out), post,
-                                        b"" if keep_alive else _CLOSE)
+        head = b"%s%s%s%d%s%s\r\n" % (
+            OK,
+            self.heads_of(defaults)[1],
+            pre,
+            len(out),
+            post,
+            b"" if keep_alive else _CLOSE,
+        )
         self.answered += 1
         metrics = self.front.metrics
         if metrics is not None:

@@ -27,16 +27,19 @@ import resource
 
 from posenc.engine.settings import current
 
-DESCRIPTOR_HEADROOM = 64   # descriptors kept for everything but client connections
-IDLE_GRACE_S = 0.5         # at shutdown, an idle keep-alive connection may still bring one request
+DESCRIPTOR_HEADROOM = 64  # descriptors kept for everything but client connections
+IDLE_GRACE_S = 0.5  # at shutdown, an idle keep-alive connection may still bring one request
 
 
 def _raw(status: bytes) -> bytes:
     return b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
-BUSY, TIMEOUT, HEAD_TOO_LARGE = _raw(b"503 Service Unavailable"), _raw(b"408 Request Timeout"), \
-    _raw(b"431 Request Header Fields Too Large")
+BUSY, TIMEOUT, HEAD_TOO_LARGE = (
+    _raw(b"503 Service Unavailable"),
+    _raw(b"408 Request Timeout"),
+    _raw(b"431 Request Header Fields Too Large"),
+)
 
 
 class HeadTooLarge(Exception):
@@ -53,13 +56,16 @@ class Limits:
     def __init__(self, s=None):
         s = s or current()
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        cap = s.max_connections if soft == resource.RLIM_INFINITY else min(
-            s.max_connections, max(1, soft - DESCRIPTOR_HEADROOM))
+        cap = (
+            s.max_connections
+            if soft == resource.RLIM_INFINITY
+            else min(s.max_connections, max(1, soft - DESCRIPTOR_HEADROOM))
+        )
         self.max_connections = cap
         self.header_timeout_s = s.header_timeout_s
         self.body_timeout_s = s.body_timeout_s
         self.max_header_bytes = s.max_header_bytes
-        self.tick = min(self.header_timeout_s, self.body_timeout_s)   # the farthest a timer is set
+        self.tick = min(self.header_timeout_s, self.body_timeout_s)  # the farthest a timer is set
 
 
 _limits: Limits | None = None
@@ -84,9 +90,9 @@ class Deadline:
 
     def __init__(self, loop, expired):
         self.loop, self.expired = loop, expired
-        self.stage = "head"   # head: reading a request head; body: its body; app: answering
-        self.at = None        # loop time by which the stage must end; None: no limit now
-        self.timer = None     # the one pending check
+        self.stage = "head"  # head: reading a request head; body: its body; app: answering
+        self.at = None  # loop time by which the stage must end; None: no limit now
+        self.timer = None  # the one pending check
 
     def enter(self, stage: str, seconds: float) -> None:
         self.stage = stage
@@ -109,7 +115,7 @@ class Deadline:
 
     def _check(self) -> None:
         self.timer = None
-        if self.at is None:               # answering or idle: no timer until the next stage
+        if self.at is None:  # answering or idle: no timer until the next stage
             return
         left = self.at - self.loop.time()
         if left > 0:

@@ -19,60 +19,129 @@ import termios
 from types import SimpleNamespace
 
 import uvicorn
+from posenc.service.protocol import lane as lanes
+from posenc.service.protocol.limits import (
+    BUSY,
+    HEAD_TOO_LARGE,
+    IDLE_GRACE_S,
+    TIMEOUT,
+    Deadline,
+    HeadTooLarge,
+    head_size,
+    limits,
+)
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from posenc.service.protocol import lane as lanes
-from posenc.service.protocol.limits import BUSY, HEAD_TOO_LARGE, IDLE_GRACE_S, TIMEOUT, Deadline, HeadTooLarge, head_size, limits
-
 log = logging.getLogger("posenc.service")
-_NO_COUNTS = (None, b"")   # a worker without metrics: serve() counts nothing
+_NO_COUNTS = (None, b"")  # a worker without metrics: serve() counts nothing
 _SERVE_DONE = lanes.SERVE_DONE
 VERSION = uvicorn.__version__
-METHODS = {   # HttpToolsProtocol's methods overridden or called here -> their parameters
-    "connection_made": ("transport",), "connection_lost": ("exc",), "data_received": ("data",),
-    "on_message_begin": (), "on_headers_complete": (), "on_body": ("body",), "on_message_complete": (),
-    "on_response_complete": (), "shutdown": (), "timeout_keep_alive_handler": (), "send_400_response": ("msg",),
-    "_unset_keepalive_if_required": (), "_start_asgi_task": ("cycle", "app")}
-ATTRIBUTES = {   # what each object used here must have
-    "protocol": ("app", "app_state", "loop", "access_log", "root_path", "limit_concurrency", "server_state",
-                 "connections", "timeout_keep_alive_task", "timeout_keep_alive", "transport", "flow", "pipeline",
-                 "cycle", "parser", "headers", "expect_100_continue", "scope", "url"),
-    "request cycle": ("scope", "body", "more_body", "keep_alive", "response_started", "response_complete",
-                      "message_event", "waiting_for_100_continue"),
+METHODS = {  # HttpToolsProtocol's methods overridden or called here -> their parameters
+    "connection_made": ("transport",),
+    "connection_lost": ("exc",),
+    "data_received": ("data",),
+    "on_message_begin": (),
+    "on_headers_complete": (),
+    "on_body": ("body",),
+    "on_message_complete": (),
+    "on_response_complete": (),
+    "shutdown": (),
+    "timeout_keep_alive_handler": (),
+    "send_400_response": ("msg",),
+    "_unset_keepalive_if_required": (),
+    "_start_asgi_task": ("cycle", "app"),
+}
+ATTRIBUTES = {  # what each object used here must have
+    "protocol": (
+        "app",
+        "app_state",
+        "loop",
+        "access_log",
+        "root_path",
+        "limit_concurrency",
+        "server_state",
+        "connections",
+        "timeout_keep_alive_task",
+        "timeout_keep_alive",
+        "transport",
+        "flow",
+        "pipeline",
+        "cycle",
+        "parser",
+        "headers",
+        "expect_100_continue",
+        "scope",
+        "url",
+    ),
+    "request cycle": (
+        "scope",
+        "body",
+        "more_body",
+        "keep_alive",
+        "response_started",
+        "response_complete",
+        "message_event",
+        "waiting_for_100_continue",
+    ),
     "server state": ("default_headers", "total_requests", "connections"),
-    "flow control": ("write_paused", "read_paused", "resume_reading")}
+    "flow control": ("write_paused", "read_paused", "resume_reading"),
+}
 
 
-def _head(keep_alive: bool) -> bytes:   # what a request cycle writes for a 2-byte answer; checks attributes
+def _head(keep_alive: bool) -> bytes:  # what a request cycle writes for a 2-byte answer; checks attributes
     out = []
     t = SimpleNamespace(write=lambda b: out.append(bytes(b)), is_closing=lambda: False, close=lambda: None)
-    c = RequestResponseCycle(scope={"type": "http", "method": "POST", "path": "/",
-                                    "headers": []},   # keep-alive off with no Connection header: HTTP/1.0
-                             transport=t, flow=FlowControl(t), logger=log, access_logger=log, access_log=False,
-                             default_headers=[(b"date", b"x")], message_event=asyncio.Event(),
-                             expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: None)
-    for m in ({"type": "http.response.start", "status": 200,
-               "headers": [(b"content-type", b"t"), (b"content-length", b"2")]},
-              {"type": "http.response.body", "body": b"ok"}):
+    c = RequestResponseCycle(
+        scope={
+            "type": "http",
+            "method": "POST",
+            "path": "/",
+            "headers": [],
+        },  # keep-alive off with no Connection header: HTTP/1.0
+        transport=t,
+        flow=FlowControl(t),
+        logger=log,
+        access_logger=log,
+        access_log=False,
+        default_headers=[(b"date", b"x")],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=keep_alive,
+        on_response=lambda: None,
+    )
+    for m in (
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"t"), (b"content-length", b"2")],
+        },
+        {"type": "http.response.body", "body": b"ok"},
+    ):
         _at_once(c.send(m))
-    loop = asyncio.new_event_loop()   # built, never run: a worker imports this inside its running loop
+    loop = asyncio.new_event_loop()  # built, never run: a worker imports this inside its running loop
     try:
-        p = HttpToolsProtocol(config=Config(app=_at_once, log_config=None, ws="none"), server_state=ServerState(),
-                              app_state={}, _loop=loop)
-        p.on_message_begin()   # a request's state (its url) exists from here
+        p = HttpToolsProtocol(
+            config=Config(app=_at_once, log_config=None, ws="none"),
+            server_state=ServerState(),
+            app_state={},
+            _loop=loop,
+        )
+        p.on_message_begin()  # a request's state (its url) exists from here
     finally:
         loop.close()
     objects = {"protocol": p, "request cycle": c, "server state": ServerState(), "flow control": c.flow}
-    missing = [f"the {k} has no {a}" for k, names in ATTRIBUTES.items() for a in names if not hasattr(objects[k], a)]
+    missing = [
+        f"the {k} has no {a}" for k, names in ATTRIBUTES.items() for a in names if not hasattr(objects[k], a)
+    ]
     if missing:
         raise LookupError("; ".join(missing))
     return b"".join(out)
 
 
-def _at_once(coro) -> None:   # a coroutine that never waits (a send to a writable transport), no loop
+def _at_once(coro) -> None:  # a coroutine that never waits (a send to a writable transport), no loop
     try:
         coro.send(None)
     except StopIteration:
@@ -83,16 +152,21 @@ def _at_once(coro) -> None:   # a coroutine that never waits (a send to a writab
 
 def problems() -> list[str]:
     """What this uvicorn lacks of what ``Protocol`` relies on (empty: all there)."""
-    out = [f"HttpToolsProtocol.{name} is missing or not ({', '.join(params)})" for name, params in METHODS.items()
-           if not callable(f := getattr(HttpToolsProtocol, name, None))
-           or tuple(inspect.signature(f).parameters)[1:] != params]
+    out = [
+        f"HttpToolsProtocol.{name} is missing or not ({', '.join(params)})"
+        for name, params in METHODS.items()
+        if not callable(f := getattr(HttpToolsProtocol, name, None))
+        or tuple(inspect.signature(f).parameters)[1:] != params
+    ]
     for keep_alive in () if out else (True, False):
         try:
             got = _head(keep_alive)
-        except Exception as e:   # another constructor or another shape: not the uvicorn this knows
+        except Exception as e:  # another constructor or another shape: not the uvicorn this knows
             return [str(e) if isinstance(e, LookupError) else f"its protocol or cycle differs: {e!r}"]
         want = b"%sdate: x\r\ncontent-type: t\r\ncontent-length: 2\r\n%s\r\nok" % (
-            lanes.OK, b"" if keep_alive else b"connection: close\r\n")
+            lanes.OK,
+            b"" if keep_alive else b"connection: close\r\n",
+        )
         if got != want:
             out.append(f"its response head is not the lane's ({got[:100]!r})")
     return out
@@ -103,7 +177,7 @@ SUPPORTED = not PROBLEMS
 WHY_OFF = None if SUPPORTED else f"off: uvicorn {VERSION} not supported ({'; '.join(PROBLEMS)})"
 
 
-UNREAD_RECHECK_S = 0.05   # an idle connection with bytes not read yet is looked at again after this
+UNREAD_RECHECK_S = 0.05  # an idle connection with bytes not read yet is looked at again after this
 
 
 def _unread(transport) -> bool:
@@ -122,15 +196,15 @@ class Protocol(HttpToolsProtocol):
     which requests and why). Keep-alive: one timer per connection, not one per request; data and
     completions note the time, and the timer, when it fires, closes an idle connection or waits."""
 
-    _lane = None           # the worker's lane.Lane
-    _whole_ok = False      # the whole-request lane may run on this connection
-    _deferred = None       # (cycle, app, route) of a lane request whose body is still arriving
-    _active = 0.0          # loop time of the last data or completed response (the keep-alive clock)
-    _hot = None            # [route, body] of a request admitted at its headers (no cycle exists yet)
-    _close_after = False   # shutdown came while an admitted request was arriving
-    _mid = False           # httptools is inside a request (or past an upgrade): no whole-request lane
-    _declined = _offered = False   # the lane offered the next request httptools parses / the one it parses
-    _head_bytes, _draining = 0, False   # of the request head arriving; shutdown has begun
+    _lane = None  # the worker's lane.Lane
+    _whole_ok = False  # the whole-request lane may run on this connection
+    _deferred = None  # (cycle, app, route) of a lane request whose body is still arriving
+    _active = 0.0  # loop time of the last data or completed response (the keep-alive clock)
+    _hot = None  # [route, body] of a request admitted at its headers (no cycle exists yet)
+    _close_after = False  # shutdown came while an admitted request was arriving
+    _mid = False  # httptools is inside a request (or past an upgrade): no whole-request lane
+    _declined = _offered = False  # the lane offered the next request httptools parses / the one it parses
+    _head_bytes, _draining = 0, False  # of the request head arriving; shutdown has begun
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -143,17 +217,32 @@ class Protocol(HttpToolsProtocol):
         if lane is not None:
             lane.serving = True
             transport.set_write_buffer_limits(high=lanes.WRITE_AT_ONCE)
-            self._whole_ok = lane.gate is None and not self.access_log and not self.root_path \
+            self._whole_ok = (
+                lane.gate is None
+                and not self.access_log
+                and not self.root_path
                 and self.limit_concurrency is None
-            metrics = lane.front.metrics   # what each read hands the C loop, but for its bytes and the time
-            self._serve = (lane.svc.hot_requests, lane.urls, lane.post, transport.write, self.flow,
-                           _NO_COUNTS if metrics is None else metrics.native)
+            )
+            metrics = lane.front.metrics  # what each read hands the C loop, but for its bytes and the time
+            self._serve = (
+                lane.svc.hot_requests,
+                lane.urls,
+                lane.post,
+                transport.write,
+                self.flow,
+                _NO_COUNTS if metrics is None else metrics.native,
+            )
 
     def data_received(self, data: bytes) -> None:
         # whole plain requests at the start of data answered, written and counted in one C call
         # (templates.serve), with uvicorn's completion bookkeeping; what they leave goes to httptools
-        if not self._whole_ok or self._mid or (self.cycle is not None and not self.cycle.response_complete) \
-                or self.pipeline or self.transport.is_closing():
+        if (
+            not self._whole_ok
+            or self._mid
+            or (self.cycle is not None and not self.cycle.response_complete)
+            or self.pipeline
+            or self.transport.is_closing()
+        ):
             return self._parse(data)
         lane, now = self._lane, self.loop.time()
         h, d = lane.heads, self.server_state.default_headers
@@ -161,13 +250,13 @@ class Protocol(HttpToolsProtocol):
         hot, urls, post, write, flow, counts = self._serve
         try:
             at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
-        except Exception as e:   # (C returns its own failures; this is the service's, before it)
+        except Exception as e:  # (C returns its own failures; this is the service's, before it)
             at, done, state, error = 0, 0, lanes.SERVE_FAILED, e
-        if state == _SERVE_DONE and done:   # the common case: every request of the read answered
+        if state == _SERVE_DONE and done:  # the common case: every request of the read answered
             return self._answered(done, now)
-        if error is not None:   # a shortcut's failure must not fail the request: ASGI has it
+        if error is not None:  # a shortcut's failure must not fail the request: ASGI has it
             log.error("template shortcut failed in the hot lane; answering through ASGI", exc_info=error)
-        if state == lanes.SERVE_CLOSED:   # what follows a close is dropped, as uvicorn does
+        if state == lanes.SERVE_CLOSED:  # what follows a close is dropped, as uvicorn does
             self.transport.close()
             return self._answered(done, now)
         self._declined = state == lanes.SERVE_DECLINED
@@ -184,7 +273,11 @@ class Protocol(HttpToolsProtocol):
         if dl.stage == "head":
             self._head_bytes += len(data)
         super().data_received(data)
-        if dl.stage == "head" and self._head_bytes > limits().max_header_bytes and not self.transport.is_closing():
+        if (
+            dl.stage == "head"
+            and self._head_bytes > limits().max_header_bytes
+            and not self.transport.is_closing()
+        ):
             self._refuse(HEAD_TOO_LARGE)
 
     def on_message_begin(self) -> None:
@@ -193,20 +286,20 @@ class Protocol(HttpToolsProtocol):
         super().on_message_begin()
         dl = self._dl
         dl.stage = "head"
-        if dl.at is None:                    # a keep-alive connection's next request
+        if dl.at is None:  # a keep-alive connection's next request
             self._head_bytes = 0
             dl.arm(limits().header_timeout_s)
 
     def _unset_keepalive_if_required(self) -> None:
         self._active = self.loop.time()
 
-    def on_response_complete(self) -> None:   # an ASGI response completed
+    def on_response_complete(self) -> None:  # an ASGI response completed
         self._completed()
 
     def timeout_keep_alive_handler(self) -> None:
         self.timeout_keep_alive_task = None
         if self.transport.is_closing() or not self._idle() or self.pipeline or self._deferred:
-            return                           # busy: armed again when its response completes
+            return  # busy: armed again when its response completes
         left = self._active + self.timeout_keep_alive - self.loop.time()
         if left <= 0 and _unread(self.transport):
             # a request arrived while the loop was busy and is not read yet (the loop runs due
@@ -218,13 +311,15 @@ class Protocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
-    def send_400_response(self, msg: str) -> None:   # not after a refusal (a head too large stops httptools)
+    def send_400_response(self, msg: str) -> None:  # not after a refusal (a head too large stops httptools)
         return None if self.transport.is_closing() else super().send_400_response(msg)
 
     def on_headers_complete(self) -> None:
-        if head_size(self.url, self.headers) > limits().max_header_bytes:   # (a whole head may come in one read)
+        if (
+            head_size(self.url, self.headers) > limits().max_header_bytes
+        ):  # (a whole head may come in one read)
             self._refuse(HEAD_TOO_LARGE)
-            raise HeadTooLarge   # httptools stops here; uvicorn's 400 is not written after the 431
+            raise HeadTooLarge  # httptools stops here; uvicorn's 400 is not written after the 431
         route = self._admit()
         if route is None:
             if self._offered:
@@ -235,7 +330,7 @@ class Protocol(HttpToolsProtocol):
         self._dl.enter("body", limits().body_timeout_s)
 
     def _start_cycle(self) -> None:
-        super().on_headers_complete()        # uvicorn builds the request's cycle (and starts it)
+        super().on_headers_complete()  # uvicorn builds the request's cycle (and starts it)
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False
 
@@ -253,10 +348,12 @@ class Protocol(HttpToolsProtocol):
         if self._idle() and not self.transport.is_closing():
             self.transport.close()
 
-    def _idle(self) -> bool:   # no request of this connection is being answered
+    def _idle(self) -> bool:  # no request of this connection is being answered
         return self.cycle is None or self.cycle.response_complete
 
-    def _expired(self, stage: str) -> None:   # head: 408; body: closed (the app, waiting for it, sees a disconnect)
+    def _expired(
+        self, stage: str
+    ) -> None:  # head: 408; body: closed (the app, waiting for it, sees a disconnect)
         self._refuse(TIMEOUT if stage == "head" else b"")
 
     def _refuse(self, raw: bytes) -> None:
@@ -272,7 +369,7 @@ class Protocol(HttpToolsProtocol):
         route = self._lane_of(cycle, app)
         if route is None:
             return super()._start_asgi_task(cycle, app)
-        if cycle.more_body:                  # body still arriving: decided at message complete
+        if cycle.more_body:  # body still arriving: decided at message complete
             self._deferred = (cycle, app, route)
         elif self._answer(cycle, route):
             self._completed()
@@ -283,7 +380,7 @@ class Protocol(HttpToolsProtocol):
         h = self._hot
         if h is not None:
             h[1] += body
-            if len(h[1]) > HIGH_WATER_LIMIT:     # not a hot body: ASGI streams the rest
+            if len(h[1]) > HIGH_WATER_LIMIT:  # not a hot body: ASGI streams the rest
                 self._to_asgi(complete=False)
             return
         super().on_body(body)
@@ -294,12 +391,16 @@ class Protocol(HttpToolsProtocol):
             super()._start_asgi_task(d[0], d[1])
 
     def on_message_complete(self) -> None:
-        self._mid = self.parser.should_upgrade()   # past an upgrade httptools parses no more
+        self._mid = self.parser.should_upgrade()  # past an upgrade httptools parses no more
         h = self._hot
         if h is not None:
-            keep_alive = (self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
-                          and not self._close_after and not self._draining)
-            self._dl.idle()                  # the body is whole: the limits' timers end here
+            keep_alive = (
+                self.parser.get_http_version() != "1.0"
+                and self.parser.should_keep_alive()
+                and not self._close_after
+                and not self._draining
+            )
+            self._dl.idle()  # the body is whole: the limits' timers end here
             if self._write(h[0], h[1], self.headers, keep_alive):
                 self._hot = None
                 self._completed()
@@ -318,7 +419,7 @@ class Protocol(HttpToolsProtocol):
                 super()._start_asgi_task(d[0], d[1])
 
     def connection_lost(self, exc) -> None:
-        if self._hot is not None:            # left mid-body: ASGI sees the disconnect (499)
+        if self._hot is not None:  # left mid-body: ASGI sees the disconnect (499)
             self._to_asgi(complete=False)
         self._dl.disarm()
         super().connection_lost(exc)
@@ -326,7 +427,7 @@ class Protocol(HttpToolsProtocol):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         d, self._deferred = self._deferred, None
-        if d is not None:                    # left mid-body: ASGI sees the disconnect (499)
+        if d is not None:  # left mid-body: ASGI sees the disconnect (499)
             super()._start_asgi_task(d[0], d[1])
 
     def _answered(self, done: int, now: float) -> None:
@@ -338,21 +439,35 @@ class Protocol(HttpToolsProtocol):
             self.flow.resume_reading()
         self._active = now
         if self.timeout_keep_alive_task is None and not self.transport.is_closing():
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def _admit(self):
         # at a request's headers: its route if it may take the lane now (then no cycle is built)
         lane = self._lane
-        if lane is None or self._offered or self.access_log or self.root_path or self.limit_concurrency is not None:
+        if (
+            lane is None
+            or self._offered
+            or self.access_log
+            or self.root_path
+            or self.limit_concurrency is not None
+        ):
             return None
         route = lane.route(self.url)
-        if route is None or self.expect_100_continue or self.pipeline or not self._idle() \
-                or self.parser.get_method() != b"POST" or self.parser.should_upgrade():
+        if (
+            route is None
+            or self.expect_100_continue
+            or self.pipeline
+            or not self._idle()
+            or self.parser.get_method() != b"POST"
+            or self.parser.should_upgrade()
+        ):
             return None
         return route if lane.admits(self.headers) else None
 
     def _to_asgi(self, complete: bool) -> None:
-        _, body = self._hot   # an admitted request to ASGI, marked offered, with the body read so far
+        _, body = self._hot  # an admitted request to ASGI, marked offered, with the body read so far
         self._hot = None
         lanes.mark_offered(self.scope)
         self._start_cycle()
@@ -406,11 +521,12 @@ class Protocol(HttpToolsProtocol):
                 self._active = self.loop.time()
                 if self.timeout_keep_alive_task is None:
                     self.timeout_keep_alive_task = self.loop.call_later(
-                        self.timeout_keep_alive, self.timeout_keep_alive_handler)
+                        self.timeout_keep_alive, self.timeout_keep_alive_handler
+                    )
                 return
             cycle, app = self.pipeline.pop()
             route = self._lane_of(cycle, app)
-            if route is not None and cycle.more_body:   # still arriving: answered at message complete
+            if route is not None and cycle.more_body:  # still arriving: answered at message complete
                 self._deferred = (cycle, app, route)
                 return
             if route is None or not self._answer(cycle, route):

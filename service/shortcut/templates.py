@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import logging
 
-import orjson
-
 import numpy as np
-
+import orjson
 from posenc.engine import kernels, pipeline
 from posenc.engine.dtypes import DTYPES
 from posenc.engine.encode import json_ready, json_text
@@ -53,20 +51,28 @@ from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
 from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
 
-MAX_ROWS = 64          # small answers only: bigger ones gain nothing from the shortcut
-FORMATS = {"safetensors": 0, "json": 1}   # the answer formats C writes: an Accept value -> its index
-TEXT_BUDGET = 128 << 20   # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
-KEEP_BYTES = 256 << 20    # bytes all templates keep together: JSON texts and rows past a table once computed
-_ROWS_MARK = "posenc:rows:%d"   # stands for an array's rows in the JSON answer the parts are cut from
+MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut
+FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes: an Accept value -> its index
+TEXT_BUDGET = (
+    128 << 20
+)  # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
+KEEP_BYTES = 256 << 20  # bytes all templates keep together: JSON texts and rows past a table once computed
+_ROWS_MARK = "posenc:rows:%d"  # stands for an array's rows in the JSON answer the parts are cut from
 MAX_TEMPLATES = 1024
-MAX_KEY_BYTES = 4096   # a template's key is client input: 1024 of them hold 4 MiB at most
+MAX_KEY_BYTES = 4096  # a template's key is client input: 1024 of them hold 4 MiB at most
 # the families that make templates -> their selections' names as JSON text, quotes included
-FIELDS = {name: tuple(map(orjson.dumps, f.selections))
-          for name, f in FAMILIES.items() if type(f).template is not Family.template}
+FIELDS = {
+    name: tuple(map(orjson.dumps, f.selections))
+    for name, f in FAMILIES.items()
+    if type(f).template is not Family.template
+}
 # a one-selection family's field of per-axis position lists, sent instead of its selection (rope's
 # position_ids): its templates gather each column at its axis's position (service/shortcut/hot_axes.c)
-AXIS_FIELDS = {name: orjson.dumps(next(iter(FAMILIES[name].axis_fields)))
-               for name, fields in FIELDS.items() if len(fields) == 1 and len(FAMILIES[name].axis_fields) == 1}
+AXIS_FIELDS = {
+    name: orjson.dumps(next(iter(FAMILIES[name].axis_fields)))
+    for name, fields in FIELDS.items()
+    if len(fields) == 1 and len(FAMILIES[name].axis_fields) == 1
+}
 
 
 def _load_native():
@@ -79,17 +85,25 @@ def _load_native():
 
 
 _hot, _MISSING = _load_native()
-NATIVE = _hot is not None       # built
+NATIVE = _hot is not None  # built
 
 
 def native_rules(settings: Settings) -> dict:
     """What the C shortcut is configured with: the rules Python owns (selections, template
     fields, the lane's off headers), the limits of ``settings`` and the engine's kernels (their
     sincos loop computes rows past a stored table; None with the numpy backend)."""
-    return dict(position_limit=POSITION_LIMIT, max_rows=MAX_ROWS, fields=FIELDS, axis_fields=AXIS_FIELDS,
-                range_keys=tuple(map(orjson.dumps, RANGE_KEYS)), max_head=settings.max_header_bytes,
-                max_body=settings.max_body_bytes, off_headers=LANE_OFF_HEADERS, kernels=kernels.c_api(),
-                keep_bytes=KEEP_BYTES)
+    return dict(
+        position_limit=POSITION_LIMIT,
+        max_rows=MAX_ROWS,
+        fields=FIELDS,
+        axis_fields=AXIS_FIELDS,
+        range_keys=tuple(map(orjson.dumps, RANGE_KEYS)),
+        max_head=settings.max_header_bytes,
+        max_body=settings.max_body_bytes,
+        off_headers=LANE_OFF_HEADERS,
+        kernels=kernels.c_api(),
+        keep_bytes=KEEP_BYTES,
+    )
 
 
 def configure(settings: Settings) -> None:
@@ -99,15 +113,17 @@ def configure(settings: Settings) -> None:
         _hot.configure(**native_rules(settings))
 
 
-configure(current())   # this process's settings, until a Service configures its own
+configure(current())  # this process's settings, until a Service configures its own
 
 
 def shortcut_in_use(setting: str) -> str:
     """The shortcut that runs for the ``shortcut`` setting: "c" or "off". ConfigError at start-up
     when "c" is required but service._hot is not built."""
     if setting == "c" and _hot is None:
-        raise ConfigError(f"{ENV_PREFIX}SHORTCUT=c but posenc.service.shortcut._hot is not built ({_MISSING}); "
-                          f"reinstall with a C compiler available, or set {ENV_PREFIX}SHORTCUT=auto")
+        raise ConfigError(
+            f"{ENV_PREFIX}SHORTCUT=c but posenc.service.shortcut._hot is not built ({_MISSING}); "
+            f"reinstall with a C compiler available, or set {ENV_PREFIX}SHORTCUT=auto"
+        )
     if setting == "auto" and _hot is None and kernels.BACKEND == "simd":
         logging.getLogger("posenc.service").warning("service._hot is not built: no template shortcut")
     if setting == "c" or (setting == "auto" and _hot is not None and kernels.BACKEND == "simd"):
@@ -132,13 +148,13 @@ def still_mapped(old: dict | None, new: dict | None) -> bool:
 # C never calls back into Python: when a template lacks the safetensors header of an answer's
 # shape, the call returns NotImplemented, and _again computes the header with the template's
 # header_for (its family's function), caches it in the template and calls again.
-_MISSES = 4   # misses one call may meet (another thread may clear a full cache meanwhile)
+_MISSES = 4  # misses one call may meet (another thread may clear a full cache meanwhile)
 
 
 def _again(call, args: tuple, declined):
     """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
     for _ in range(_MISSES):
-        got = _hot.missing()   # this thread's: (template, shape) or (template, None, rows)
+        got = _hot.missing()  # this thread's: (template, shape) or (template, None, rows)
         if got is not None and len(got) == 3:
             t = got[0]
             for a, r in got[2]:
@@ -161,8 +177,9 @@ def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str) -> 
     return out
 
 
-def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
-                   close: bool):
+def answer_request(
+    data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes, close: bool
+):
     """The HTTP request at ``data[start:]`` answered from its bytes to the response's bytes, for
     service/protocol/lane.py: (end of the request, its route, response, keep-alive) when it is a
     whole plain POST to a target of ``routes`` that the shortcut answers. Else
@@ -178,8 +195,9 @@ def answer_request(data: bytes, start: int, routes: dict, accepts: dict, native:
     return out
 
 
-def lane_again(data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes,
-               close: bool):
+def lane_again(
+    data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes, close: bool
+):
     """The request at ``data[start:]`` that lane() could not answer before a header or a row's text
     was computed (it returned NotImplemented), answered as answer_request answers it: serve()'s
     ``again``, called from C with lane()'s arguments."""
@@ -194,7 +212,9 @@ def lane_again(data: bytes, start: int, routes: dict, accepts: dict, native: dic
 # the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
 SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
-SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(7)
+SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(
+    7
+)
 
 
 def rows_template(req, view):
@@ -281,7 +301,7 @@ class Limits:
 
 class Templates:
     def __init__(self, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
-        self.native: dict[str, dict] = {f: {} for f in FIELDS}      # family -> key -> service._hot template
+        self.native: dict[str, dict] = {f: {} for f in FIELDS}  # family -> key -> service._hot template
         self.limits = Limits(MAX_ROWS, max_n, max_bytes)
 
     def learn(self, fmt: str, raw: bytes, req, view) -> None:
@@ -291,9 +311,9 @@ class Templates:
         if fmt not in FORMATS or not NATIVE or fields is None:
             return
         axes = next((f for f in req.family.axis_fields if req.body.get(f) is not None), None)
-        if axes is not None:   # cut (C) takes the per-axis field where the body has no selection
+        if axes is not None:  # cut (C) takes the per-axis field where the body has no selection
             fields = (AXIS_FIELDS[req.family.name],)
-        got = _hot.cut(raw, req.family.name)   # C cuts bodies here as when it answers them
+        got = _hot.cut(raw, req.family.name)  # C cuts bodies here as when it answers them
         if got is None:
             return
         key, cut = got
@@ -303,7 +323,7 @@ class Templates:
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:
             return
-        if type(t) is _hot.RowsTemplate and axes is None:   # per-axis rows in JSON: the full path's
+        if type(t) is _hot.RowsTemplate and axes is None:  # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
         elif type(t) is _hot.T5Template or type(t) is _hot.AlibiTemplate:
             block_json(t, key, raw, req, view)
@@ -330,9 +350,16 @@ def _json_parts(req, view):
 
 def _lane_json(t, key: bytes, raw: bytes, req) -> bytes | None:
     """Template ``t``'s JSON answer to ``raw``, asked through the lane's own entry point."""
-    got = answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
-                         {b"/": (req.family.name,)}, {None: FORMATS["json"]}, {req.family.name: {key: t}},
-                         (b"", b"", b""), b"", False)
+    got = answer_request(
+        b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw),
+        0,
+        {b"/": (req.family.name,)},
+        {None: FORMATS["json"]},
+        {req.family.name: {key: t}},
+        (b"", b"", b""),
+        b"",
+        False,
+    )
     return got[2].partition(b"\r\n")[2] if got else None
 
 
@@ -344,9 +371,12 @@ def _rows_json(t, req, parts: tuple, flat: bool) -> bool:
 
     def text_for(a: int, r: int) -> bytes:
         return json_text(json_ready(np.frombuffer(t.row(a, r), storage), dtype))
+
     try:
-        t.enable_json(parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET, flat)
-    except ValueError:   # not one part more than the template's arrays
+        t.enable_json(
+            parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET, flat
+        )
+    except ValueError:  # not one part more than the template's arrays
         return False
     return True
 
@@ -360,7 +390,7 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
     if parts is None or not _rows_json(t, req, parts, False):
         return False
     if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None, b"", t.text_for, 0)   # JSON stays with the full path
+        t.enable_json(None, b"", t.text_for, 0)  # JSON stays with the full path
         return False
     return True
 
@@ -375,6 +405,6 @@ def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
         return False
     t.enable_json(parts)
     if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None)   # JSON stays with the full path
+        t.enable_json(None)  # JSON stays with the full path
         return False
     return True

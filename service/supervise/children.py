@@ -28,10 +28,9 @@ def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM)
     return proc.returncode
 
 
-
-STABLE_S = 10.0        # a gRPC process that served this long restarts at once, its back-off forgotten
+STABLE_S = 10.0  # a gRPC process that served this long restarts at once, its back-off forgotten
 FIRST_BACKOFF_S = 0.5  # the delay after a second death in a row within STABLE_S, doubling ...
-MAX_BACKOFF_S = 4.0    # ... up to this
+MAX_BACKOFF_S = 4.0  # ... up to this
 
 
 def restart_delay(streak: int) -> float:
@@ -50,7 +49,9 @@ class Children:
         self.s = settings
         self.procs: list[subprocess.Popen] = []
         self.stopping = False
-        self.failure: str | None = None   # why the server stopped itself (posenc serve exits with it, status 1)
+        self.failure: str | None = (
+            None  # why the server stopped itself (posenc serve exits with it, status 1)
+        )
 
     def start(self) -> None:
         if self.s.grpc_port == 0:
@@ -70,11 +71,13 @@ class Children:
         while not self.stopping:
             started = time.monotonic()
             rc = self.procs[i].wait()
-            if self.stopping or rc == 0:   # 0: it was told to stop (a signal to the process group)
+            if self.stopping or rc == 0:  # 0: it was told to stop (a signal to the process group)
                 return
-            if rc == EXIT_NO_PORT:   # restarting cannot help
-                self.failure = (f"posenc serve: the gRPC server cannot listen on {self.s.host}:{self.s.grpc_port}; "
-                                "choose another port with --grpc-port (or 0: no gRPC server); stopping")
+            if rc == EXIT_NO_PORT:  # restarting cannot help
+                self.failure = (
+                    f"posenc serve: the gRPC server cannot listen on {self.s.host}:{self.s.grpc_port}; "
+                    "choose another port with --grpc-port (or 0: no gRPC server); stopping"
+                )
                 print(self.failure, file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
@@ -82,8 +85,11 @@ class Children:
             streak = 1 if lived > STABLE_S else streak + 1
             delay = restart_delay(streak)
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-            print(f"posenc serve: gRPC server {self.procs[i].pid} {why} after {lived:.1f}s; restarting in {delay:.1f}s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"posenc serve: gRPC server {self.procs[i].pid} {why} after {lived:.1f}s; restarting in {delay:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             deadline = time.monotonic() + delay
             while not self.stopping and time.monotonic() < deadline:
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))

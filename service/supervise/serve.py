@@ -17,9 +17,9 @@ second one, or one whose port is taken, refuses before it starts or deletes anyt
 
 from __future__ import annotations
 
-import logging
 import errno
 import fcntl
+import logging
 import os
 import signal
 import socket
@@ -31,13 +31,12 @@ import time
 from posenc.engine import store
 from posenc.engine.keeper import Keeper
 from posenc.engine.settings import CHOICES, Settings, current, use
-
-from posenc.service.supervise import options as serve_opts
 from posenc.service.protocol import uvicorn_api
+from posenc.service.supervise import options as serve_opts
 from posenc.service.supervise.children import Children, terminate
 from posenc.service.supervise.engine_watch import generation_of, watch_restart
 
-log = logging.getLogger("posenc.serve")   # in the log format asked (engine/logs.py), once uvicorn.run starts
+log = logging.getLogger("posenc.serve")  # in the log format asked (engine/logs.py), once uvicorn.run starts
 
 
 def add_parser(sub) -> None:
@@ -46,28 +45,55 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--workers", type=int, help="HTTP worker processes (default: one per core)")
     p.add_argument("--grpc-port", type=int, help="KServe v2 gRPC port (default 8001; 0: no gRPC server)")
-    p.add_argument("--grpc-workers", type=int, help="gRPC server processes sharing that port with SO_REUSEPORT, "
-                   "so that one that dies loses only its calls in flight (default 2; POSENC_GRPC_WORKERS)")
-    p.add_argument("--grpc-max-concurrent", type=int, help="inference calls one gRPC process answers at once "
-                   "(RESOURCE_EXHAUSTED beyond; default 64; POSENC_GRPC_MAX_CONCURRENT)")
-    p.add_argument("--grpc-max-inflight-bytes", type=int, help="bytes of the answers one gRPC process builds at "
-                   "once (RESOURCE_EXHAUSTED beyond; default 256 MiB; POSENC_GRPC_MAX_INFLIGHT_BYTES)")
+    p.add_argument(
+        "--grpc-workers",
+        type=int,
+        help="gRPC server processes sharing that port with SO_REUSEPORT, "
+        "so that one that dies loses only its calls in flight (default 2; POSENC_GRPC_WORKERS)",
+    )
+    p.add_argument(
+        "--grpc-max-concurrent",
+        type=int,
+        help="inference calls one gRPC process answers at once "
+        "(RESOURCE_EXHAUSTED beyond; default 64; POSENC_GRPC_MAX_CONCURRENT)",
+    )
+    p.add_argument(
+        "--grpc-max-inflight-bytes",
+        type=int,
+        help="bytes of the answers one gRPC process builds at "
+        "once (RESOURCE_EXHAUSTED beyond; default 256 MiB; POSENC_GRPC_MAX_INFLIGHT_BYTES)",
+    )
     p.add_argument("--tables", help="table config JSON (default: the embedded set)")
     p.add_argument("--shm-dir", help="directory for shared memory (default /dev/shm)")
     p.add_argument("--namespace", help="segment name prefix (default posenc)")
     p.add_argument("--memory-budget", type=int, help="bytes for on-demand tables")
     p.add_argument("--max-response-bytes", type=int, help="413 above this (default 64 MiB)")
-    p.add_argument("--attach-only", action="store_true",
-                   help="start no engine: attach to one already running on the same shm-dir/namespace")
+    p.add_argument(
+        "--attach-only",
+        action="store_true",
+        help="start no engine: attach to one already running on the same shm-dir/namespace",
+    )
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--lane", choices=CHOICES["lane"],
-                   help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)")
+    p.add_argument(
+        "--lane",
+        choices=CHOICES["lane"],
+        help="the hot lane below ASGI for repeated binary requests (default on; POSENC_LANE)",
+    )
     serve_opts.add_arguments(p)
-    p.add_argument("--header-timeout", type=float, help="seconds to receive a request head (408 after; default 10)")
-    p.add_argument("--body-timeout", type=float, help="seconds to receive a request body (closed after; default 30)")
-    p.add_argument("--max-connections", type=int, help="open connections per worker (503 beyond; default 1024)")
-    p.add_argument("--verify-interval", type=float,
-                   help="seconds between the engine's checksum sweeps of its tables (default 60; 0: never)")
+    p.add_argument(
+        "--header-timeout", type=float, help="seconds to receive a request head (408 after; default 10)"
+    )
+    p.add_argument(
+        "--body-timeout", type=float, help="seconds to receive a request body (closed after; default 30)"
+    )
+    p.add_argument(
+        "--max-connections", type=int, help="open connections per worker (503 beyond; default 1024)"
+    )
+    p.add_argument(
+        "--verify-interval",
+        type=float,
+        help="seconds between the engine's checksum sweeps of its tables (default 60; 0: never)",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -75,26 +101,41 @@ def protocol_for() -> str:
     """uvicorn's ``http=``: posenc's protocol (limits and lane), or uvicorn's own when this
     uvicorn lacks what that relies on (service/protocol/uvicorn_api.py; said in the log)."""
     if not uvicorn_api.SUPPORTED:
-        log.warning("posenc: uvicorn %s lacks what the hot lane and the connection limits need; running uvicorn's "
-                    "own protocol (%s)", uvicorn_api.VERSION, "; ".join(uvicorn_api.PROBLEMS))
+        log.warning(
+            "posenc: uvicorn %s lacks what the hot lane and the connection limits need; running uvicorn's "
+            "own protocol (%s)",
+            uvicorn_api.VERSION,
+            "; ".join(uvicorn_api.PROBLEMS),
+        )
         return "httptools"
     return f"{uvicorn_api.__name__}:{uvicorn_api.Protocol.__name__}"
 
 
 def settings_from_args(args) -> Settings:
-    return current().override(host=args.host, port=args.port, workers=args.workers, tables=args.tables,
-                              grpc_port=args.grpc_port, grpc_workers=args.grpc_workers,
-                              grpc_max_concurrent=args.grpc_max_concurrent,
-                              grpc_max_inflight_bytes=args.grpc_max_inflight_bytes,
-                              shm_dir=args.shm_dir, namespace=args.namespace,
-                              memory_budget_bytes=args.memory_budget,
-                              max_response_bytes=args.max_response_bytes, log_level=args.log_level,
-                              lane=args.lane, header_timeout_s=args.header_timeout,
-                              body_timeout_s=args.body_timeout, max_connections=args.max_connections,
-                              verify_interval_s=args.verify_interval, **serve_opts.overrides(args))
+    return current().override(
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        tables=args.tables,
+        grpc_port=args.grpc_port,
+        grpc_workers=args.grpc_workers,
+        grpc_max_concurrent=args.grpc_max_concurrent,
+        grpc_max_inflight_bytes=args.grpc_max_inflight_bytes,
+        shm_dir=args.shm_dir,
+        namespace=args.namespace,
+        memory_budget_bytes=args.memory_budget,
+        max_response_bytes=args.max_response_bytes,
+        log_level=args.log_level,
+        lane=args.lane,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
+        verify_interval_s=args.verify_interval,
+        **serve_opts.overrides(args),
+    )
 
 
-CRASH_S = 1.0          # engines dying this soon after their start twice in a row (or before ready) are a crash loop
+CRASH_S = 1.0  # engines dying this soon after their start twice in a row (or before ready) are a crash loop
 MAX_BACKOFF_S = 4.0
 
 
@@ -113,22 +154,26 @@ def claim(s: Settings) -> int:
         os.makedirs(s.shm_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
-        raise SystemExit(f"posenc serve: cannot use {s.shm_dir} for shared memory ({e.strerror}); choose "
-                         "another directory with --shm-dir; not starting") from None
+        raise SystemExit(
+            f"posenc serve: cannot use {s.shm_dir} for shared memory ({e.strerror}); choose "
+            "another directory with --shm-dir; not starting"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise SystemExit(f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
-                         f"in {s.shm_dir}; not starting")
+        raise SystemExit(
+            f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
+            f"in {s.shm_dir}; not starting"
+        )
     for port, flag in ((s.port, "--port"), (s.grpc_port, "--grpc-port")):
         try:
             with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind((s.host, port))
         except OSError as e:
-            os.unlink(path)   # ours: we hold its lock
+            os.unlink(path)  # ours: we hold its lock
             os.close(fd)
             what = "gRPC " if flag == "--grpc-port" else ""
             if e.errno == errno.EADDRINUSE:
@@ -141,7 +186,7 @@ def claim(s: Settings) -> int:
     try:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
-    except OSError:   # a full directory: the lock holds without the pid in it (nothing needs room)
+    except OSError:  # a full directory: the lock holds without the pid in it (nothing needs room)
         pass
     return fd
 
@@ -158,22 +203,33 @@ class EngineChild:
     def __init__(self, settings: Settings):
         self.s = settings
         self.proc: subprocess.Popen | None = None
-        self.keeper = Keeper()   # holds every table the engine publishes, for the next engine
+        self.keeper = Keeper()  # holds every table the engine publishes, for the next engine
         self.stopping = False
-        self.failure: str | None = None   # why the server stopped itself (posenc serve exits with it)
+        self.failure: str | None = None  # why the server stopped itself (posenc serve exits with it)
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--exit-with-parent",
-               "--shm-dir", self.s.shm_dir, "--namespace", self.s.namespace,
-               "--memory-budget", str(self.s.memory_budget_bytes)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "posenc.engine.engine_main",
+            "--exit-with-parent",
+            "--shm-dir",
+            self.s.shm_dir,
+            "--namespace",
+            self.s.namespace,
+            "--memory-budget",
+            str(self.s.memory_budget_bytes),
+        ]
         if self.s.tables:
             cmd += ["--tables", self.s.tables]
         if self.s.shm_group:
             cmd += ["--group", self.s.shm_group]
-        self.generation_before = generation_of(self.s.shm_dir, self.s.namespace)   # its own is another
+        self.generation_before = generation_of(self.s.shm_dir, self.s.namespace)  # its own is another
         channel = self.keeper.channel()
         with channel:
-            self.proc = subprocess.Popen([*cmd, "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),))
+            self.proc = subprocess.Popen(
+                [*cmd, "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),)
+            )
 
     def watch(self) -> None:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
@@ -186,20 +242,24 @@ class EngineChild:
             rc = self.proc.wait()
             if self.stopping:
                 return
-            if rc == 2:   # invalid table config: restarting cannot help
-                self.failure = "posenc serve: the engine refused its table config (--tables; its log above says why)"
+            if rc == 2:  # invalid table config: restarting cannot help
+                self.failure = (
+                    "posenc serve: the engine refused its table config (--tables; its log above says why)"
+                )
                 log.error("the engine refused its table config; stopping")
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             exited_at, old = time.monotonic(), generation_of(self.s.shm_dir, self.s.namespace)
             lived = exited_at - started
-            was_up = old is not None and old != self.generation_before   # it published its manifest: it was up
+            was_up = old is not None and old != self.generation_before  # it published its manifest: it was up
             # a crash loop: it died before it was up, or soon after its start twice in a row
             streak = streak + 1 if not was_up or (lived < CRASH_S and quick) else 0
             quick = lived < CRASH_S
             delay = restart_delay(streak)
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-            log.warning("engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay)
+            log.warning(
+                "engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, delay
+            )
             deadline = time.monotonic() + delay
             while not self.stopping and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -221,7 +281,6 @@ class EngineChild:
 
 def cmd_serve(args) -> int:
     import uvicorn
-
     from posenc.engine.config import load_config
     from posenc.engine.errors import PosencError
     from posenc.service.metrics.counters import remove_all
@@ -229,17 +288,17 @@ def cmd_serve(args) -> int:
     from posenc.service.v2.shm import remove_registry
 
     s = settings_from_args(args)
-    if s.tables:   # an invalid config fails here, with the field named, before anything starts
+    if s.tables:  # an invalid config fails here, with the field named, before anything starts
         try:
             load_config(s.tables)
-        except PosencError as e:   # a refused input: status 2, as the CLI's other refusals
+        except PosencError as e:  # a refused input: status 2, as the CLI's other refusals
             print(f"posenc serve: --tables {s.tables}: {e}; not starting", file=sys.stderr)
             return e.exit_code
-    shortcut_in_use(s.shortcut)   # so does POSENC_SHORTCUT=c without service._hot
-    options = serve_opts.uvicorn_options(s)   # and TLS files that do not load
-    held = claim(s)   # before anything of a running server could be touched
-    remove_registry(s.shm_dir, s.namespace)   # what a killed server left registered is not ours
-    use(s)   # the workers (and the engine) start from these settings
+    shortcut_in_use(s.shortcut)  # so does POSENC_SHORTCUT=c without service._hot
+    options = serve_opts.uvicorn_options(s)  # and TLS files that do not load
+    held = claim(s)  # before anything of a running server could be touched
+    remove_registry(s.shm_dir, s.namespace)  # what a killed server left registered is not ours
+    use(s)  # the workers (and the engine) start from these settings
     # uvicorn restores the previous handlers on exit and re-raises the signal it caught; with the
     # default SIGTERM handler that would kill this process before the finally below cleans up.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
@@ -248,14 +307,25 @@ def cmd_serve(args) -> int:
         engine = EngineChild(s)
         engine.start()
         threading.Thread(target=engine.watch, daemon=True, name="engine-watch").start()
-    grpc_servers = Children(s)   # the gRPC server processes (none with --grpc-port 0)
+    grpc_servers = Children(s)  # the gRPC server processes (none with --grpc-port 0)
     grpc_servers.start()
     try:
-        uvicorn.run("posenc.service.front.app:create_app", factory=True, host=s.host, port=s.port, workers=s.workers,
-                    loop="uvloop", http=protocol_for(), lifespan="on", log_level=s.log_level,
-                    timeout_keep_alive=s.keepalive_s, **options,
-                    timeout_graceful_shutdown=s.shutdown_timeout_s,
-                    limit_concurrency=None, server_header=False)
+        uvicorn.run(
+            "posenc.service.front.app:create_app",
+            factory=True,
+            host=s.host,
+            port=s.port,
+            workers=s.workers,
+            loop="uvloop",
+            http=protocol_for(),
+            lifespan="on",
+            log_level=s.log_level,
+            timeout_keep_alive=s.keepalive_s,
+            **options,
+            timeout_graceful_shutdown=s.shutdown_timeout_s,
+            limit_concurrency=None,
+            server_header=False,
+        )
     finally:
         grpc_servers.stop()
         if engine is not None:
@@ -264,6 +334,6 @@ def cmd_serve(args) -> int:
         remove_registry(s.shm_dir, s.namespace)
         release(s, held)
         failure = grpc_servers.failure or (engine.failure if engine is not None else None)
-        if failure:   # it stopped itself: not a clean exit (status 1, the reason last)
+        if failure:  # it stopped itself: not a clean exit (status 1, the reason last)
             raise SystemExit(failure)
     return 0

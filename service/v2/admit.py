@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 
 import grpc
-
 from posenc.engine.errors import PosencError
 from posenc.engine.settings import ENV_PREFIX
 
@@ -31,15 +30,17 @@ class Busy(PosencError):
 class Admission:
     def __init__(self, max_calls: int, max_bytes: int):
         self.max_calls, self.max_bytes = max_calls, max_bytes
-        self.calls = 0    # being answered now
-        self.bytes = 0    # of the answers of the admitted calls (reserved until each call ends)
+        self.calls = 0  # being answered now
+        self.bytes = 0  # of the answers of the admitted calls (reserved until each call ends)
 
     @contextlib.contextmanager
     def call(self):
         """One inference call for as long as it runs; its ``reserve`` calls are released at its end."""
         if self.calls >= self.max_calls:
-            raise Busy(f"server busy: {self.calls} inference calls in flight, at most {self.max_calls} at once "
-                       f"({ENV_PREFIX}GRPC_MAX_CONCURRENT); retry later")
+            raise Busy(
+                f"server busy: {self.calls} inference calls in flight, at most {self.max_calls} at once "
+                f"({ENV_PREFIX}GRPC_MAX_CONCURRENT); retry later"
+            )
         self.calls += 1
         held = [0]
         try:
@@ -50,8 +51,10 @@ class Admission:
 
     def _reserve(self, n: int, held: list) -> None:
         if self.bytes - held[0] > 0 and self.bytes + n > self.max_bytes:
-            raise Busy(f"server busy: an answer of {n} bytes would take the answers in flight to "
-                       f"{self.bytes + n} bytes, over {self.max_bytes} ({ENV_PREFIX}GRPC_MAX_INFLIGHT_BYTES); "
-                       "retry later")
+            raise Busy(
+                f"server busy: an answer of {n} bytes would take the answers in flight to "
+                f"{self.bytes + n} bytes, over {self.max_bytes} ({ENV_PREFIX}GRPC_MAX_INFLIGHT_BYTES); "
+                "retry later"
+            )
         self.bytes += n
         held[0] += n

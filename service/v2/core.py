@@ -3,16 +3,15 @@ health, metadata, readiness, inference and the shared-memory registry of one ser
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import anyio
-
-from posenc import __version__
-
 from posenc.service.v2.hot import Hot
 from posenc.service.v2.infer import Inference, Inferer, Plan, Tensor
 from posenc.service.v2.models import Models
 from posenc.service.v2.shm import Regions
+
+from posenc import __version__
 
 NAME = "posenc"
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "parameters"]
@@ -24,10 +23,14 @@ class V2:
         self.client = client
         self.is_ready = ready
         self.models = Models(client)
-        self.regions = Regions(settings.shm_dir, settings.namespace, max_regions=settings.max_shm_regions,
-                               open_regions=settings.open_shm_regions)
+        self.regions = Regions(
+            settings.shm_dir,
+            settings.namespace,
+            max_regions=settings.max_shm_regions,
+            open_regions=settings.open_shm_regions,
+        )
         self.inferer = Inferer(settings, client, self.models, self.regions)
-        self.hot = Hot(self)   # repeated row requests answered by one C call (service/v2/hot.py)
+        self.hot = Hot(self)  # repeated row requests answered by one C call (service/v2/hot.py)
 
     def server_metadata(self) -> dict:
         return {"name": NAME, "version": __version__, "extensions": EXTENSIONS}

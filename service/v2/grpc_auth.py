@@ -14,9 +14,7 @@
 from __future__ import annotations
 
 import grpc
-
 from posenc.engine.settings import Settings
-
 from posenc.service.front.auth import Gate, gate_for
 
 OPEN = ("/grpc.health.v1.Health/",)
@@ -60,7 +58,9 @@ class TokenCheck(grpc.aio.ServerInterceptor):
 def refusal(message: str) -> grpc.RpcMethodHandler:
     """A handler that answers any call (unary or streamed) with UNAUTHENTICATED, reading nothing.
     As a stream-stream handler it serves unary calls too: a unary request is one message in."""
+
     async def refuse(requests, ctx):
         await ctx.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield b""   # never reached: makes this an async generator
+        yield b""  # never reached: makes this an async generator
+
     return grpc.stream_stream_rpc_method_handler(refuse)

@@ -23,10 +23,8 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings, current
-
 from posenc.service.front.readiness import attach_when_up
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.v2.core import V2
@@ -43,18 +41,21 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
     # a metrics file that cannot be made (a full /dev/shm) costs this process's counts, never the
     # process: its calls are answered all the same (the log and /metrics say why)
     metrics, _ = open_metrics(s.shm_dir, s.namespace, "grpc", log)
-    server = grpc.aio.server(interceptors=interceptors(s), options=[   # the bearer token: grpc_auth.py
-        ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
-        ("grpc.max_receive_message_length", s.max_body_bytes),
-        ("grpc.max_send_message_length", -1),
-    ])
+    server = grpc.aio.server(
+        interceptors=interceptors(s),
+        options=[  # the bearer token: grpc_auth.py
+            ("grpc.so_reuseport", 1 if s.grpc_workers > 1 else 0),
+            ("grpc.max_receive_message_length", s.max_body_bytes),
+            ("grpc.max_send_message_length", -1),
+        ],
+    )
     server.add_generic_rpc_handlers((GrpcV2(V2(s, client, lambda: ready[0]), metrics).handler(),))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     try:
-        tls = credentials(s)   # TLS with the HTTPS certificate, when one is configured
+        tls = credentials(s)  # TLS with the HTTPS certificate, when one is configured
         address = f"{s.host}:{s.grpc_port}"
         server.add_secure_port(address, tls) if tls is not None else server.add_insecure_port(address)
     except RuntimeError as e:
@@ -85,14 +86,19 @@ async def _attach(client: Client, s: Settings, ready: list, health: HealthServic
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posenc.service.v2.grpc_main", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m posenc.service.v2.grpc_main", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--exit-with-parent", action="store_true", help="get SIGTERM when the parent dies (Linux)")
     args = p.parse_args(argv)
     s = current()
-    logging.basicConfig(level=s.log_level.upper() if s.log_level != "trace" else "DEBUG",
-                        format="%(levelname)s:     %(message)s")
+    logging.basicConfig(
+        level=s.log_level.upper() if s.log_level != "trace" else "DEBUG",
+        format="%(levelname)s:     %(message)s",
+    )
     if args.exit_with_parent:
         from posenc.engine.proclife import exit_with_parent
+
         exit_with_parent()
 
     async def run() -> int:

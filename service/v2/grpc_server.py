@@ -17,7 +17,6 @@ from time import perf_counter
 import anyio
 import grpc
 from google.protobuf.message import DecodeError
-
 from posenc.service.v2.admit import Admission
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, describe, grpc_code
@@ -28,9 +27,9 @@ from posenc.service.v2.wire import varint
 log = logging.getLogger("posenc.service")
 
 SERVICE = "inference.GRPCInferenceService"
-_RAW_OUTPUT = b"\x32"        # ModelInferResponse.raw_output_contents: field 6, length-delimited
-STREAM_RESPONSE = b"\x12"   # ModelStreamInferResponse.infer_response: field 2, length-delimited
-_ID = b"\x1a"               # ModelInferResponse.id: field 3, length-delimited
+_RAW_OUTPUT = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
+STREAM_RESPONSE = b"\x12"  # ModelStreamInferResponse.infer_response: field 2, length-delimited
+_ID = b"\x1a"  # ModelInferResponse.id: field 3, length-delimited
 _STATUS = {grpc.StatusCode.OK: 200, grpc.StatusCode.UNIMPLEMENTED: 405, grpc.StatusCode.CANCELLED: 499}
 
 
@@ -57,13 +56,15 @@ def inference(req: pb.ModelInferRequest) -> Inference:
             data = list(c.int64_contents) if t.datatype == "INT64" else list(c.int_contents)
         inputs.append(Input(t.name, t.datatype, tuple(t.shape), params, raw, data))
     if raws and k != len(raws):
-        raise BadRequest("raw_input_contents", f"{len(raws)} entries for {k} inputs "
-                         "(one per input not in shared memory, in order)")
+        raise BadRequest(
+            "raw_input_contents",
+            f"{len(raws)} entries for {k} inputs (one per input not in shared memory, in order)",
+        )
     outputs = [Output(o.name, _params(o.parameters)) for o in req.outputs] or None
     return Inference(req.model_name, req.model_version, req.id, _params(req.parameters), inputs, outputs)
 
 
-_HEADS: dict = {}   # (model, outputs' names, datatypes, shapes, regions) -> serialized response header
+_HEADS: dict = {}  # (model, outputs' names, datatypes, shapes, regions) -> serialized response header
 
 
 def response_bytes(inf: Inference, tensors: list[Tensor]) -> bytes:
@@ -74,8 +75,10 @@ def response_segments(inf: Inference, tensors: list[Tensor]) -> list:
     """The serialized ModelInferResponse, in pieces to join: its header (cached: decode steps
     repeat their shapes), the request's id, then each output's bytes (the array itself) as a
     raw_output_contents field."""
-    key = (inf.model, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
-                        for t in tensors))
+    key = (
+        inf.model,
+        *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"]) for t in tensors),
+    )
     head = _HEADS.get(key)
     if head is None:
         r = pb.ModelInferResponse(model_name=inf.model, model_version="1")
@@ -94,7 +97,7 @@ def response_segments(inf: Inference, tensors: list[Tensor]) -> list:
         parts += (_ID, varint(len(rid)), rid)
     for t in tensors:
         if t.region is not None:
-            parts.append(_RAW_OUTPUT + b"\x00")   # keeps raw_output_contents aligned with outputs
+            parts.append(_RAW_OUTPUT + b"\x00")  # keeps raw_output_contents aligned with outputs
         else:
             a = t.array if t.array.flags.c_contiguous else t.array.copy(order="C")
             parts += (_RAW_OUTPUT, varint(a.nbytes), a)
@@ -115,12 +118,12 @@ class GrpcV2:
         self.v2 = v2
         self.metrics = metrics
         self.hot = v2.hot
-        s = v2.settings   # how much inference work runs at once (service/v2/admit.py)
+        s = v2.settings  # how much inference work runs at once (service/v2/admit.py)
         self.admission = Admission(s.grpc_max_concurrent, s.grpc_max_inflight_bytes)
 
     def _observe(self, route: str, code, t0: float, nbytes: int = 0, path: str = "python") -> None:
         """``path``: how an OK answer was made (service/metrics/layout.py PATHS)."""
-        if self.metrics is not None:   # nbytes: the serialized response's
+        if self.metrics is not None:  # nbytes: the serialized response's
             if path != "python" and code == grpc.StatusCode.OK:
                 self.metrics.observe_path(route, path, perf_counter() - t0, nbytes)
             else:
@@ -165,7 +168,7 @@ class GrpcV2:
             return out
         except Exception as e:
             status, msg = describe(e)
-            code = getattr(e, "grpc_status", None) or grpc_code(status)   # TooManyRegions: RESOURCE_EXHAUSTED
+            code = getattr(e, "grpc_status", None) or grpc_code(status)  # TooManyRegions: RESOURCE_EXHAUSTED
             await ctx.abort(code, msg)
         finally:
             if isinstance(route, str):
@@ -193,20 +196,29 @@ class GrpcV2:
         return await self._unary(lambda r: _done(pb.ServerReadyResponse(ready=self.v2.is_ready())), req, ctx)
 
     async def ServerMetadata(self, req, ctx):
-        return await self._unary(lambda r: _done(pb.ServerMetadataResponse(**self.v2.server_metadata())), req, ctx)
+        return await self._unary(
+            lambda r: _done(pb.ServerMetadataResponse(**self.v2.server_metadata())), req, ctx
+        )
 
     async def ModelMetadata(self, req, ctx):
         def meta(r):
             m = self.v2.model_metadata(r.name, r.version)
-            return _done(pb.ModelMetadataResponse(
-                name=m["name"], versions=m["versions"], platform=m["platform"],
-                inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["inputs"]],
-                outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["outputs"]]))
+            return _done(
+                pb.ModelMetadataResponse(
+                    name=m["name"],
+                    versions=m["versions"],
+                    platform=m["platform"],
+                    inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["inputs"]],
+                    outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in m["outputs"]],
+                )
+            )
+
         return await self._unary(meta, req, ctx)
 
     async def ModelReady(self, req, ctx):
-        return await self._unary(lambda r: _done(pb.ModelReadyResponse(ready=self.v2.model_ready(r.name, r.version))),
-                                 req, ctx)
+        return await self._unary(
+            lambda r: _done(pb.ModelReadyResponse(ready=self.v2.model_ready(r.name, r.version))), req, ctx
+        )
 
     async def SystemSharedMemoryStatus(self, req, ctx):
         def status(r):
@@ -214,18 +226,21 @@ class GrpcV2:
             for e in self.v2.regions.status(r.name or None):
                 out.regions[e["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**e))
             return _done(out)
+
         return await self._unary(status, req, ctx)
 
     async def SystemSharedMemoryRegister(self, req, ctx):
         def register(r):
             self.v2.regions.register(r.name, r.key, r.offset, r.byte_size)
             return _done(pb.SystemSharedMemoryRegisterResponse())
+
         return await self._unary(register, req, ctx)
 
     async def SystemSharedMemoryUnregister(self, req, ctx):
         def unregister(r):
             self.v2.regions.unregister(r.name or None)
             return _done(pb.SystemSharedMemoryUnregisterResponse())
+
         return await self._unary(unregister, req, ctx)
 
     # -- the bidirectional stream ------------------------------------------------------------------
@@ -239,26 +254,36 @@ class GrpcV2:
                 out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
             except Exception as e:
                 status, msg = describe(e)
-                code = getattr(e, "grpc_status", None) or grpc_code(status)   # Busy: RESOURCE_EXHAUSTED
-                out = pb.ModelStreamInferResponse(error_message=msg, infer_response=pb.ModelInferResponse(
-                    id=_request_id(data))).SerializeToString()
+                code = getattr(e, "grpc_status", None) or grpc_code(status)  # Busy: RESOURCE_EXHAUSTED
+                out = pb.ModelStreamInferResponse(
+                    error_message=msg, infer_response=pb.ModelInferResponse(id=_request_id(data))
+                ).SerializeToString()
             self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out), route[1])
             yield out
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
-            "ServerLive": (pb.ServerLiveRequest, True), "ServerReady": (pb.ServerReadyRequest, True),
-            "ServerMetadata": (pb.ServerMetadataRequest, True), "ModelMetadata": (pb.ModelMetadataRequest, True),
-            "ModelReady": (pb.ModelReadyRequest, True), "ModelInfer": (None, False),
+            "ServerLive": (pb.ServerLiveRequest, True),
+            "ServerReady": (pb.ServerReadyRequest, True),
+            "ServerMetadata": (pb.ServerMetadataRequest, True),
+            "ModelMetadata": (pb.ModelMetadataRequest, True),
+            "ModelReady": (pb.ModelReadyRequest, True),
+            "ModelInfer": (None, False),
             "SystemSharedMemoryStatus": (pb.SystemSharedMemoryStatusRequest, True),
             "SystemSharedMemoryRegister": (pb.SystemSharedMemoryRegisterRequest, True),
             "SystemSharedMemoryUnregister": (pb.SystemSharedMemoryUnregisterRequest, True),
         }
-        methods = {name: grpc.unary_unary_rpc_method_handler(
-            getattr(self, name), request_deserializer=cls and cls.FromString,
-            response_serializer=_serialize if message else _bytes) for name, (cls, message) in unary.items()}
+        methods = {
+            name: grpc.unary_unary_rpc_method_handler(
+                getattr(self, name),
+                request_deserializer=cls and cls.FromString,
+                response_serializer=_serialize if message else _bytes,
+            )
+            for name, (cls, message) in unary.items()
+        }
         methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            self.ModelStreamInfer, request_deserializer=None, response_serializer=_bytes)
+            self.ModelStreamInfer, request_deserializer=None, response_serializer=_bytes
+        )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
@@ -283,6 +308,7 @@ def _bytes(b: bytes) -> bytes:
 
 def _http(code) -> int:
     from posenc.service.v2.errors import GRPC_CODES
+
     for status, c in GRPC_CODES.items():
         if c == code:
             return status

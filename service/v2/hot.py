@@ -35,20 +35,29 @@ import dataclasses
 import threading
 
 from posenc.service.metrics.counters import Metrics
-from posenc.service.shortcut.templates import NATIVE, fill, fill_into, rows_template, shortcut_in_use, still_mapped
+from posenc.service.shortcut.templates import (
+    NATIVE,
+    fill,
+    fill_into,
+    rows_template,
+    shortcut_in_use,
+    still_mapped,
+)
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.hot_blocks import block_entry
 from posenc.service.v2.hot_json import DATA, JsonInfers
 from posenc.service.v2.wire import varint
 
 MAX_KEYS = 1024
-MAX_KEY_BYTES = 4096     # a key is client input: 1024 of them hold 4 MiB at most
-INLINE_BYTES = 8 << 20     # larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
+MAX_KEY_BYTES = 4096  # a key is client input: 1024 of them hold 4 MiB at most
+INLINE_BYTES = (
+    8 << 20
+)  # larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
 SCRATCH_BYTES = 16 << 20  # rows for shared memory are gathered into a per-thread buffer of at most this
-_RAW_INPUT = 0x3A        # ModelInferRequest.raw_input_contents: field 7, length-delimited
+_RAW_INPUT = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
-LENGTH_HEADER = b"inference-header-content-length"   # the JSON inference header's bytes (rest.py reads it)
-REFUSED_HEADERS = (b"content-encoding",)   # a compressed body: the full path decodes it
+LENGTH_HEADER = b"inference-header-content-length"  # the JSON inference header's bytes (rest.py reads it)
+REFUSED_HEADERS = (b"content-encoding",)  # a compressed body: the full path decodes it
 
 
 def head_lines(headers) -> bytes:
@@ -59,17 +68,17 @@ def head_lines(headers) -> bytes:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Entry:
-    rows: object          # service._hot.RowsTemplate
-    itemsize: int         # of the positions: 4 or 8
-    parts: tuple          # the answer's bytes around each gathered array
-    nbytes: int           # the positions' bytes
-    size: int             # the answer's bytes
-    marker: bytes         # gRPC: the raw_input_contents field's tag and length, before the positions
-    route: str            # the metrics route of the model's calls
-    headers: tuple = ()   # REST: the answer's extra headers
-    regions: tuple = ()   # the gathered outputs asked into shared memory: (region, offset, byte_size) each
+    rows: object  # service._hot.RowsTemplate
+    itemsize: int  # of the positions: 4 or 8
+    parts: tuple  # the answer's bytes around each gathered array
+    nbytes: int  # the positions' bytes
+    size: int  # the answer's bytes
+    marker: bytes  # gRPC: the raw_input_contents field's tag and length, before the positions
+    route: str  # the metrics route of the model's calls
+    headers: tuple = ()  # REST: the answer's extra headers
+    regions: tuple = ()  # the gathered outputs asked into shared memory: (region, offset, byte_size) each
     store: object = None  # with regions: the server's service/v2/shm.py Regions
-    block: int = 0        # with regions: the bytes of one gathered output's row
+    block: int = 0  # with regions: the bytes of one gathered output's row
 
     @property
     def inline(self) -> bool:
@@ -88,7 +97,7 @@ class Entry:
         try:
             for (name, offset, size), v in zip(self.regions, views):
                 self.store.write(name, offset, size, v, "outputs")
-        except BadRequest:   # unregistered, shrunk, too small: the full path refuses it
+        except BadRequest:  # unregistered, shrunk, too small: the full path refuses it
             return None
         return self.parts[0]
 
@@ -97,7 +106,7 @@ class Entry:
         the rest is not the learnt raw field of the learnt length."""
         if len(data) - at != len(self.marker) + self.nbytes or not data.startswith(self.marker, at):
             return None
-        return memoryview(data)[at + len(self.marker):]
+        return memoryview(data)[at + len(self.marker) :]
 
     def lane_entry(self, post: bytes) -> tuple:
         """The C lane's entry (service/shortcut/hot_fill.c hot_v2_answer)."""
@@ -117,7 +126,7 @@ def _scratch(block: int, n: int) -> tuple:
         if need <= SCRATCH_BYTES:
             _SCRATCH.buf = buf
     mv = memoryview(buf)
-    return tuple(mv[i * block:(i + 1) * block] for i in range(n))
+    return tuple(mv[i * block : (i + 1) * block] for i in range(n))
 
 
 class Hot:
@@ -126,15 +135,15 @@ class Hot:
     def __init__(self, v2):
         self.v2 = v2
         self.on = NATIVE and shortcut_in_use(v2.settings.shortcut) == "c"
-        self.known: dict = {}          # key -> Entry, or None: not a template
-        self.tails: dict[int, int] = {}   # gRPC: bytes after a key -> how many entries have that tail
-        self.paths: set = set()        # REST: the paths with entries
+        self.known: dict = {}  # key -> Entry, or None: not a template
+        self.tails: dict[int, int] = {}  # gRPC: bytes after a key -> how many entries have that tail
+        self.paths: set = set()  # REST: the paths with entries
         # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
         # request in one call): (None, metrics offset of its "c" answers, {JSON header: entry},
         # LENGTH_HEADER, REFUSED_HEADERS, (DATA, {key: JSON-tensor entry}): service/v2/hot_json.py)
         self.lane_routes: dict[bytes, tuple] = {}
         self.json = JsonInfers(self)
-        self.once: set = set()         # keys the full path has answered once
+        self.once: set = set()  # keys the full path has answered once
         self._seen = None
 
     def fresh(self) -> None:
@@ -169,7 +178,7 @@ class Hot:
         n = len(data)
         for tail in self.tails:
             if tail < n:
-                e = self.known.get(data[:n - tail])
+                e = self.known.get(data[: n - tail])
                 positions = e.grpc_positions(data, n - tail) if e is not None else None
                 if positions is not None:
                     return e, positions
@@ -228,8 +237,9 @@ class Hot:
             tail = len(data) - start
             self.tails[tail] = self.tails.get(tail, 0) + 1
 
-    def learn_rest(self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str,
-                   headers: tuple) -> None:
+    def learn_rest(
+        self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str, headers: tuple
+    ) -> None:
         if not self.on or len(head) > MAX_KEY_BYTES:
             return
         key = (path, bytes(head))
@@ -259,14 +269,25 @@ class Hot:
         """An empty route of the C lane for requests of metrics route ``name``."""
         return (None, Metrics.path_index(name, "c"), {}, LENGTH_HEADER, REFUSED_HEADERS, (DATA, {}))
 
-    def learn_json(self, path: str, body: bytes, inf, plan, tensors: list, route: str, headers: tuple, render,
-                   answer: bytes) -> None:
+    def learn_json(
+        self,
+        path: str,
+        body: bytes,
+        inf,
+        plan,
+        tensors: list,
+        route: str,
+        headers: tuple,
+        render,
+        answer: bytes,
+    ) -> None:
         """A JSON-tensor infer the full path answered in JSON (service/v2/hot_json.py)."""
         if self.on:
             self.json.learn(path, body, inf, plan, tensors, route, head_lines(headers), render, answer)
 
-    def _entry(self, inf, plan, tensors: list, segments: list, markers: tuple, route: str,
-               headers: tuple) -> Entry | None:
+    def _entry(
+        self, inf, plan, tensors: list, segments: list, markers: tuple, route: str, headers: tuple
+    ) -> Entry | None:
         """The template of an answered inference, or None: its answer's ``segments`` (bytes, and
         the output ``tensors``' arrays as they were joined) with the family template's rows (or
         block: hot_blocks.py) in place of the row-gathered arrays must be the full path's bytes for
@@ -284,7 +305,9 @@ class Hot:
         fam = r.family
         if client is None or len(fam.selections) != 1:
             return None
-        axes = t.name in fam.axis_fields and len(t.shape) == 2   # [k, n] per-axis positions (rope's position_ids)
+        axes = (
+            t.name in fam.axis_fields and len(t.shape) == 2
+        )  # [k, n] per-axis positions (rope's position_ids)
         probe = self.probe(r, {t.name: [[0]] * int(t.shape[0])} if axes else {fam.selections[0]: [0]})
         if probe is None:
             return None
@@ -292,11 +315,11 @@ class Hot:
         if rows is None:
             return None
         shm = [x for x in tensors if x.name in fam.batched and x.region is not None]
-        if shm and axes:   # its per-row bytes count k positions a row: the full path's
+        if shm and axes:  # its per-row bytes count k positions a row: the full path's
             return None
         if shm:
             if len(shm) != len([x for x in tensors if x.name in fam.batched]):
-                return None   # some in shared memory, some in the answer: the full path's
+                return None  # some in shared memory, some in the answer: the full path's
             return self._shm_entry(rows, size, t, shm, segments, marker, route, headers)
         gathered = {id(x.array) for x in tensors if x.name in fam.batched}
         parts, cur = [], []
@@ -312,35 +335,52 @@ class Hot:
         try:
             if e.answer(t.raw) != expected:
                 return None
-        except (TypeError, ValueError):   # parts that do not fit the template's arrays
+        except (TypeError, ValueError):  # parts that do not fit the template's arrays
             return None
         return e
-
 
     def probe(self, r, lists: dict):
         """The pipeline request of ``r``'s spec with ``lists`` as its selections (the family's
         template is made from a list body, as /v1 learns it), or None: not answered from a mapped table."""
         try:
             probe = self.v2.inferer.pipeline.request(r.family.name, {**r.body, **lists})
-        except Exception:   # the spec was valid with the real positions: nothing to learn here
+        except Exception:  # the spec was valid with the real positions: nothing to learn here
             return None
         return probe if probe.table is not None and self.v2.client.is_mapped(probe) else None
 
-    def _shm_entry(self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str,
-                   headers: tuple) -> Entry | None:
+    def _shm_entry(
+        self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str, headers: tuple
+    ) -> Entry | None:
         """A template whose gathered outputs all went into shared memory: the answer is the same
         bytes every time, and the rows written must be what the full path wrote."""
-        regions = tuple((x.params["shared_memory_region"], x.params.get("shared_memory_offset"),
-                         x.params.get("shared_memory_byte_size")) for x in shm)
+        regions = tuple(
+            (
+                x.params["shared_memory_region"],
+                x.params.get("shared_memory_offset"),
+                x.params.get("shared_memory_byte_size"),
+            )
+            for x in shm
+        )
         expected = b"".join(segments)
         n = len(t.raw) // size
         if any(x.array.nbytes % n for x in shm):
             return None
-        e = Entry(rows, size, (expected,), len(t.raw), len(expected), marker, route, headers, regions,
-                  self.v2.regions, shm[0].array.nbytes // n)
+        e = Entry(
+            rows,
+            size,
+            (expected,),
+            len(t.raw),
+            len(expected),
+            marker,
+            route,
+            headers,
+            regions,
+            self.v2.regions,
+            shm[0].array.nbytes // n,
+        )
         try:
             written = fill(rows, t.raw, size, (b"",) * (len(shm) + 1))
-        except ValueError:   # not as many outputs as the template's arrays
+        except ValueError:  # not as many outputs as the template's arrays
             return None
         if written is None or written != b"".join(bytes(x.array) for x in shm):
             return None
@@ -374,14 +414,18 @@ def _last_raw_inputs(data: bytes) -> tuple[int, tuple] | None:
         if i is None or i > n:
             return None
     raws = tags.count(_RAW_INPUT)
-    if raws == 0 or tags[len(tags) - raws:] != [_RAW_INPUT] * raws:
+    if raws == 0 or tags[len(tags) - raws :] != [_RAW_INPUT] * raws:
         return None
     starts.append(n)
     markers = []
     for k in range(len(tags) - raws, len(tags)):
         size, j = _varint(data, starts[k] + 1)
-        marker = data[starts[k]:j]
-        if data[starts[k]] != _RAW_INPUT or j + size != starts[k + 1] or marker != bytes([_RAW_INPUT]) + varint(size):
+        marker = data[starts[k] : j]
+        if (
+            data[starts[k]] != _RAW_INPUT
+            or j + size != starts[k + 1]
+            or marker != bytes([_RAW_INPUT]) + varint(size)
+        ):
             return None
         markers.append(marker)
     return starts[len(tags) - raws], tuple(markers)
@@ -397,4 +441,3 @@ def _varint(data: bytes, i: int):
             return out, i
         shift += 7
     return None, None
-

@@ -25,17 +25,17 @@ _ITEMSIZE = {"INT32": 4, "INT64": 8}
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BlockEntry:
-    template: object      # service._hot AlibiTemplate or T5Template
-    itemsizes: tuple      # of the first and second input's positions: 4 or 8 each
-    sizes: tuple          # the first and second input's bytes
-    key_first: bool       # the first input is `key` (else `query`)
-    parts: tuple          # the answer's bytes before and after the block
-    size: int             # the answer's bytes
-    inline: bool          # answered on the event loop (else in a thread)
-    markers: tuple        # gRPC: each raw_input_contents field's tag and length; REST: ()
-    route: str            # the metrics route of the model's calls
-    headers: tuple = ()   # REST: the answer's extra headers
-    regions: tuple = ()   # (outputs into shared memory: never here)
+    template: object  # service._hot AlibiTemplate or T5Template
+    itemsizes: tuple  # of the first and second input's positions: 4 or 8 each
+    sizes: tuple  # the first and second input's bytes
+    key_first: bool  # the first input is `key` (else `query`)
+    parts: tuple  # the answer's bytes before and after the block
+    size: int  # the answer's bytes
+    inline: bool  # answered on the event loop (else in a thread)
+    markers: tuple  # gRPC: each raw_input_contents field's tag and length; REST: ()
+    route: str  # the metrics route of the model's calls
+    headers: tuple = ()  # REST: the answer's extra headers
+    regions: tuple = ()  # (outputs into shared memory: never here)
 
     @property
     def nbytes(self) -> int:
@@ -45,8 +45,11 @@ class BlockEntry:
     def answer(self, positions) -> bytes | None:
         """The answer's bytes for ``positions`` (REST: both inputs' bytes in one buffer; gRPC: a
         pair, grpc_positions'), or None: the full path answers (and says what is wrong)."""
-        first, second = positions if type(positions) is tuple else (positions[:self.sizes[0]],
-                                                                     positions[self.sizes[0]:])
+        first, second = (
+            positions
+            if type(positions) is tuple
+            else (positions[: self.sizes[0]], positions[self.sizes[0] :])
+        )
         return fill_block(self.template, first, second, self.itemsizes, self.key_first, self.parts)
 
     def grpc_positions(self, data: bytes, at: int):
@@ -54,35 +57,63 @@ class BlockEntry:
         or None: the rest is not the learnt raw fields, each of its learnt length."""
         (m1, m2), (n1, n2) = self.markers, self.sizes
         second = at + len(m1) + n1
-        if len(data) != second + len(m2) + n2 or not data.startswith(m1, at) or not data.startswith(m2, second):
+        if (
+            len(data) != second + len(m2) + n2
+            or not data.startswith(m1, at)
+            or not data.startswith(m2, second)
+        ):
             return None
         mv = memoryview(data)
-        return mv[at + len(m1):second], mv[second + len(m2):]
+        return mv[at + len(m1) : second], mv[second + len(m2) :]
 
     def lane_entry(self, post: bytes) -> tuple:
         """The C lane's entry (service/shortcut/hot_blocks.c hot_v2_block_answer)."""
-        return (self.template, self.itemsizes[0], self.sizes[0], self.itemsizes[1], self.sizes[1], self.key_first,
-                self.parts, post)
+        return (
+            self.template,
+            self.itemsizes[0],
+            self.sizes[0],
+            self.itemsizes[1],
+            self.sizes[1],
+            self.key_first,
+            self.parts,
+            post,
+        )
 
 
-def block_entry(v2, inf, plan, tensors: list, segments: list, markers: tuple, route: str, headers: tuple,
-                inline_bytes: int) -> BlockEntry | None:
+def block_entry(
+    v2,
+    inf,
+    plan,
+    tensors: list,
+    segments: list,
+    markers: tuple,
+    route: str,
+    headers: tuple,
+    inline_bytes: int,
+) -> BlockEntry | None:
     """The entry of an answered inference of a block family, or None (not one it can key exactly,
     or whose answer is not the full path's bytes)."""
     fam, client = plan.model.family, v2.client
-    if client is None or len(inf.inputs) != 2 or len(plan.reqs) != 1 or plan.stacked or len(markers) not in (0, 2):
+    if (
+        client is None
+        or len(inf.inputs) != 2
+        or len(plan.reqs) != 1
+        or plan.stacked
+        or len(markers) not in (0, 2)
+    ):
         return None
     names = [t.name for t in inf.inputs]
     if sorted(names) != sorted(fam.selections) or any(x.region is not None for x in tensors):
         return None
     sizes = tuple(_ITEMSIZE.get(t.datatype) for t in inf.inputs)
-    if None in sizes or any(t.raw is None or "shared_memory_region" in t.params or len(t.shape) != 1
-                            for t in inf.inputs):
+    if None in sizes or any(
+        t.raw is None or "shared_memory_region" in t.params or len(t.shape) != 1 for t in inf.inputs
+    ):
         return None
-    probe = {**plan.reqs[0].body, **{n: [0] for n in fam.selections}}   # a block any stored table answers
+    probe = {**plan.reqs[0].body, **{n: [0] for n in fam.selections}}  # a block any stored table answers
     try:
         probe = v2.inferer.pipeline.request(fam.name, probe)
-    except Exception:   # the spec was valid with the real positions: nothing to learn here
+    except Exception:  # the spec was valid with the real positions: nothing to learn here
         return None
     if probe.table is None or not client.is_mapped(probe):
         return None
@@ -99,10 +130,20 @@ def block_entry(v2, inf, plan, tensors: list, segments: list, markers: tuple, ro
         else:
             cur.append(bytes(seg))
     parts.append(b"".join(cur))
-    if len(parts) != 2:   # the block is not one binary output of the answer
+    if len(parts) != 2:  # the block is not one binary output of the answer
         return None
     expected = b"".join(segments)
     raws = tuple(bytes(x.raw) for x in inf.inputs)
-    e = BlockEntry(t, sizes, tuple(map(len, raws)), names[0] != fam.selections[0], tuple(parts), len(expected),
-                   len(expected) <= inline_bytes, markers, route, headers)
+    e = BlockEntry(
+        t,
+        sizes,
+        tuple(map(len, raws)),
+        names[0] != fam.selections[0],
+        tuple(parts),
+        len(expected),
+        len(expected) <= inline_bytes,
+        markers,
+        route,
+        headers,
+    )
     return e if e.answer(raws) == expected else None

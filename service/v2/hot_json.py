@@ -35,13 +35,12 @@ import dataclasses
 import math
 
 import orjson
-
-from posenc.service.v2.infer import INLINE_BYTES
 from posenc.service.shortcut.templates import MAX_ROWS, Limits, answer_request, flat_json_template, v2_cut
+from posenc.service.v2.infer import INLINE_BYTES
 
-DATA = orjson.dumps("data")     # the input field whose lists are cut out, as JSON text
-MAX_KEY_BYTES = 4096            # a key is client input (as hot.py's)
-_MARK = "posenc:v2rows:%d"      # stands for a gathered output's data in the answer the parts are cut from
+DATA = orjson.dumps("data")  # the input field whose lists are cut out, as JSON text
+MAX_KEY_BYTES = 4096  # a key is client input (as hot.py's)
+_MARK = "posenc:v2rows:%d"  # stands for a gathered output's data in the answer the parts are cut from
 
 
 class _Marked:
@@ -83,7 +82,7 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
     output's flat data."""
     if len(plan.reqs) != 1 or plan.stacked or plan.nbytes > INLINE_BYTES:
         return None
-    if len(counts) == 1 and counts[0] > MAX_ROWS:   # as /v1's JSON rows: small answers only
+    if len(counts) == 1 and counts[0] > MAX_ROWS:  # as /v1's JSON rows: small answers only
         return None
     r, client = plan.reqs[0], hot.v2.client
     fam = r.family
@@ -110,9 +109,14 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
     # the C side bounds a block's arrays, not its text, and writes it on the event loop: arrays of
     # at most JSON_BLOCK_BYTES (a few ms of text), and never a text past the response limit
     # (17 bytes a 2-byte cell at most: service/front/sizing.py); bigger ones take the full path
-    t = flat_json_template(probe, client.view(probe), tuple(parts),
-                           Limits(MAX_ROWS, settings.max_positions,
-                                  min(JSON_BLOCK_BYTES, settings.max_response_bytes * 2 // 17)))
+    t = flat_json_template(
+        probe,
+        client.view(probe),
+        tuple(parts),
+        Limits(
+            MAX_ROWS, settings.max_positions, min(JSON_BLOCK_BYTES, settings.max_response_bytes * 2 // 17)
+        ),
+    )
     if t is None:
         return None
     return t, counts, names[0] != fam.selections[0], post
@@ -124,8 +128,9 @@ class JsonInfers:
     def __init__(self, hot):
         self.hot = hot
 
-    def learn(self, path: str, body: bytes, inf, plan, tensors: list, route: str, post: bytes, render,
-              answer: bytes) -> None:
+    def learn(
+        self, path: str, body: bytes, inf, plan, tensors: list, route: str, post: bytes, render, answer: bytes
+    ) -> None:
         """After the full path answered ``body`` (every output in JSON: ``answer``), learn its
         entry; ``render(tensors)`` is the full path's JSON of other output tensors."""
         hot = self.hot
@@ -133,7 +138,7 @@ class JsonInfers:
         if not path.isascii() or any(t.raw is not None or t.data is None or t.params for t in inf.inputs):
             return
         if client is None or not all(client.is_mapped(r) for r in plan.reqs):
-            return   # learnt once its table is mapped (a new spec's is built on demand)
+            return  # learnt once its table is mapped (a new spec's is built on demand)
         got = v2_cut(body, DATA)
         if got is None:
             return
@@ -146,8 +151,11 @@ class JsonInfers:
         counts = tuple(math.prod(t.shape) for t in inf.inputs)
         e = entry_of(hot, inf, plan, tensors, render, post, counts)
         target = path.encode("ascii")
-        if e is not None and self._answer(target, hot.new_route(route), key, e, body) != \
-                b"%d%s\r\n%s" % (len(answer), post, answer):
+        if e is not None and self._answer(target, hot.new_route(route), key, e, body) != b"%d%s\r\n%s" % (
+            len(answer),
+            post,
+            answer,
+        ):
             e = None
         hot.known[("json", path, key)] = e
         if e is not None:

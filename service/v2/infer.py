@@ -18,18 +18,18 @@ import dataclasses
 
 import numpy as np
 import orjson
-
 from posenc.engine import jsonread, pipeline
 from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
-
 from posenc.service.front import sizing
 from posenc.service.v2.errors import BadRequest, path_of
 from posenc.service.v2.models import Model, Models, example_spec
 from posenc.service.v2.shm import Regions
 from posenc.service.v2.tensors import as_output, check_shape, from_bytes, from_json, output_datatype
 
-INLINE_BYTES = 1 << 20   # larger answers are built off the event loop (as service/front/service.py does)
-INLINE_TEXT = 64 << 10   # and answers with more JSON text than this (service/front/service.py's INLINE_JSON_BYTES)
+INLINE_BYTES = 1 << 20  # larger answers are built off the event loop (as service/front/service.py does)
+INLINE_TEXT = (
+    64 << 10
+)  # and answers with more JSON text than this (service/front/service.py's INLINE_JSON_BYTES)
 SHM_PARAMS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
@@ -39,8 +39,8 @@ class Input:
     datatype: object
     shape: object
     params: dict
-    raw: object = None          # bytes (binary data / raw contents), or None
-    data: object = None         # JSON data, or None
+    raw: object = None  # bytes (binary data / raw contents), or None
+    data: object = None  # JSON data, or None
 
 
 @dataclasses.dataclass(slots=True)
@@ -63,6 +63,7 @@ class Inference:
 class Tensor:
     """An output of the answer: its array, or (``region`` set) already written into the
     client's shared memory."""
+
     name: str
     datatype: str
     shape: list
@@ -74,14 +75,14 @@ class Tensor:
 @dataclasses.dataclass(slots=True)
 class Plan:
     model: Model
-    where: dict         # selection name -> index of its input (for error paths)
+    where: dict  # selection name -> index of its input (for error paths)
     batch: tuple | None  # (B, N) of a batch answered as one selection, else None
-    stacked: bool       # rows answered one by one and stacked along a new leading axis
-    reqs: list = dataclasses.field(default_factory=list)   # pipeline Requests: one, or one per row
+    stacked: bool  # rows answered one by one and stacked along a new leading axis
+    reqs: list = dataclasses.field(default_factory=list)  # pipeline Requests: one, or one per row
     outputs: list = dataclasses.field(default_factory=list)  # [(name, Output | None)] in answer order
     inline: bool = True
-    nbytes: int = 0     # the answer's arrays, all together (known before they are built)
-    text: int = 0       # at least the bytes of the outputs answered as JSON text (v2 REST), 0: none
+    nbytes: int = 0  # the answer's arrays, all together (known before they are built)
+    text: int = 0  # at least the bytes of the outputs answered as JSON text (v2 REST), 0: none
 
     def path(self, loc: tuple, row: int | None = None) -> str:
         """The v2 field path of a pipeline error's ``loc``."""
@@ -89,13 +90,16 @@ class Plan:
             at = ["inputs", self.where[loc[0]], "data"]
             ints = [x for x in loc[1:] if isinstance(x, int)]
             if ints:
-                *axis, i = ints            # per-axis positions ([k, N]): the axis comes first
-                at += [*divmod(i, self.batch[1])][:1] + axis + [i % self.batch[1]] if self.batch else \
-                    ([row] if row is not None else []) + axis + [i]
+                *axis, i = ints  # per-axis positions ([k, N]): the axis comes first
+                at += (
+                    [*divmod(i, self.batch[1])][:1] + axis + [i % self.batch[1]]
+                    if self.batch
+                    else ([row] if row is not None else []) + axis + [i]
+                )
             return path_of(at)
-        if loc and loc[0] in self.model.family.selection_fields:   # a selection no input gave
+        if loc and loc[0] in self.model.family.selection_fields:  # a selection no input gave
             return "inputs"
-        if self.model.is_table:   # a fixed spec was checked by the engine: only dtype can be wrong
+        if self.model.is_table:  # a fixed spec was checked by the engine: only dtype can be wrong
             return path_of(("parameters", "dtype") if loc[:1] == ("dtype",) else loc)
         return path_of(("parameters", "spec", *loc))
 
@@ -123,9 +127,11 @@ class Inferer:
         ranks = {n: fam.selection_rank(n) for n in arrays}
         batched = {a.ndim > ranks[n] for n, a in arrays.items()}
         if len(batched) > 1 or (batched == {True} and len({a.shape[0] for a in arrays.values()}) > 1):
-            raise BadRequest("inputs", "inputs must be all [N] or all [B, N] with one B (per-axis inputs [k, N] "
-                             "or [B, k, N]), got "
-                             + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items()))
+            raise BadRequest(
+                "inputs",
+                "inputs must be all [N] or all [B, N] with one B (per-axis inputs [k, N] "
+                "or [B, k, N]), got " + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items()),
+            )
         for name, a in arrays.items():
             if a.shape[-1] > self.settings.max_positions:
                 raise TooManyPositions(name, a.shape[-1], self.settings.max_positions)
@@ -133,11 +139,21 @@ class Inferer:
         one = len(fam.selections) == 1
         shape = next((a.shape[0], a.shape[-1]) for a in arrays.values()) if batched and one else None
         plan = Plan(model, where, shape, batched and not one)
-        if plan.batch:        # one gather for the whole batch ([B, k, N] -> [k, B·N])
-            bodies = [{**spec, **{n: a.reshape(-1) if a.ndim == 2 else np.moveaxis(a, 0, -2).reshape(a.shape[1], -1)
-                                  for n, a in arrays.items()}}]
+        if plan.batch:  # one gather for the whole batch ([B, k, N] -> [k, B·N])
+            bodies = [
+                {
+                    **spec,
+                    **{
+                        n: a.reshape(-1) if a.ndim == 2 else np.moveaxis(a, 0, -2).reshape(a.shape[1], -1)
+                        for n, a in arrays.items()
+                    },
+                }
+            ]
         elif plan.stacked:
-            bodies = [{**spec, **{n: a[i] for n, a in arrays.items()}} for i in range(next(iter(arrays.values())).shape[0])]
+            bodies = [
+                {**spec, **{n: a[i] for n, a in arrays.items()}}
+                for i in range(next(iter(arrays.values())).shape[0])
+            ]
         else:
             bodies = [{**spec, **arrays}]
         nbytes = 0
@@ -157,16 +173,22 @@ class Inferer:
             plan.text = self._text_bound(plan, as_json)
             if plan.text and nbytes + plan.text > limit:
                 raise sizing.AnswerTooLarge(nbytes + plan.text, limit, "json", plan.reqs[0])
-        plan.inline = nbytes <= INLINE_BYTES and plan.text <= INLINE_TEXT and all(
-            self.client is None or self.client.is_mapped(r) for r in plan.reqs)
+        plan.inline = (
+            nbytes <= INLINE_BYTES
+            and plan.text <= INLINE_TEXT
+            and all(self.client is None or self.client.is_mapped(r) for r in plan.reqs)
+        )
         return plan
 
     @staticmethod
     def _text_bound(plan: Plan, as_json) -> int:
         """At least the bytes of the JSON ``data`` of the outputs ``as_json`` picks (an output in
         shared memory is not in the body), each as one flat list."""
-        picked = {name for i, (name, o) in enumerate(plan.outputs)
-                  if as_json(i) and not (o is not None and "shared_memory_region" in o.params)}
+        picked = {
+            name
+            for i, (name, o) in enumerate(plan.outputs)
+            if as_json(i) and not (o is not None and "shared_memory_region" in o.params)
+        }
         if not picked:
             return 0
         text = 0
@@ -174,15 +196,16 @@ class Inferer:
             for name, shape, dt in sizing.outputs(r):
                 if name in picked:
                     cells = 1 if shape is None else sizing.cells(shape)
-                    text += sizing.flat_json_bound(cells, dt, r.spec) + 2   # (a comma between rows)
+                    text += sizing.flat_json_bound(cells, dt, r.spec) + 2  # (a comma between rows)
         return text
 
     def _spec(self, model: Model, params: dict) -> dict:
         known = ("dtype",) if model.is_table else ("spec",)
         for k in params:
             if k not in known and k != "binary_data_output":
-                raise BadRequest(f"parameters.{k}", f"unknown parameter; model {model.name!r} takes "
-                                 + " and ".join(known))
+                raise BadRequest(
+                    f"parameters.{k}", f"unknown parameter; model {model.name!r} takes " + " and ".join(known)
+                )
         if model.is_table:
             dtype = params.get("dtype", model.dtype)
             if not model.family.has_dtype:
@@ -192,12 +215,15 @@ class Inferer:
             return {**model.fixed, "dtype": dtype}
         raw = params.get("spec")
         if raw is None:
-            raise BadRequest("parameters.spec", "field required: the spec as a JSON string, e.g. "
-                             + orjson.dumps(example_spec(model.family)).decode())
+            raise BadRequest(
+                "parameters.spec",
+                "field required: the spec as a JSON string, e.g. "
+                + orjson.dumps(example_spec(model.family)).decode(),
+            )
         if not isinstance(raw, str):
             raise BadRequest("parameters.spec", f"must be a JSON string, got {type(raw).__name__}")
         try:
-            spec = jsonread.loads(raw, jsonread.in_hf_config)   # config.json's NaN/Infinity: in hf_config only
+            spec = jsonread.loads(raw, jsonread.in_hf_config)  # config.json's NaN/Infinity: in hf_config only
         except SpecError as e:
             raise BadRequest(path_of(("parameters", "spec", *e.loc)), e.msg) from None
         except orjson.JSONDecodeError as e:
@@ -214,8 +240,10 @@ class Inferer:
         for i, t in enumerate(inputs):
             path = f"inputs[{i}]"
             if t.name not in fam.selection_fields:
-                raise BadRequest(f"{path}.name", f"unknown input {t.name!r}; {model.name} takes "
-                                 + ", ".join(fam.selection_fields))
+                raise BadRequest(
+                    f"{path}.name",
+                    f"unknown input {t.name!r}; {model.name} takes " + ", ".join(fam.selection_fields),
+                )
             if t.name in out:
                 raise BadRequest(f"{path}.name", f"input {t.name!r} given twice")
             for k in t.params:
@@ -224,10 +252,16 @@ class Inferer:
             shape = check_shape(t.shape, path, fam.selection_rank(t.name))
             if "shared_memory_region" in t.params:
                 if self.regions is None:
-                    raise BadRequest(f"{path}.parameters.shared_memory_region", "shared memory is not served here")
+                    raise BadRequest(
+                        f"{path}.parameters.shared_memory_region", "shared memory is not served here"
+                    )
                 p = t.params
-                raw = self.regions.read(p["shared_memory_region"], p.get("shared_memory_offset"),
-                                        p.get("shared_memory_byte_size"), f"{path}.parameters")
+                raw = self.regions.read(
+                    p["shared_memory_region"],
+                    p.get("shared_memory_offset"),
+                    p.get("shared_memory_byte_size"),
+                    f"{path}.parameters",
+                )
                 a = from_bytes(raw, t.datatype, shape, path)
             elif t.raw is not None:
                 a = from_bytes(t.raw, t.datatype, shape, path)
@@ -238,7 +272,9 @@ class Inferer:
             out[t.name], where[t.name] = a, i
         for name in fam.required_selections:
             if name not in out:
-                raise BadRequest("inputs", f"missing input {name!r}; {model.name} takes {', '.join(fam.selection_fields)}")
+                raise BadRequest(
+                    "inputs", f"missing input {name!r}; {model.name} takes {', '.join(fam.selection_fields)}"
+                )
         return out, where
 
     def _outputs(self, model: Model, outputs: list | None) -> list:
@@ -248,8 +284,10 @@ class Inferer:
         seen, out = set(), []
         for i, o in enumerate(outputs):
             if o.name not in names:
-                raise BadRequest(f"outputs[{i}].name", f"unknown output {o.name!r}; {model.name} answers "
-                                 + ", ".join(names))
+                raise BadRequest(
+                    f"outputs[{i}].name",
+                    f"unknown output {o.name!r}; {model.name} answers " + ", ".join(names),
+                )
             if o.name in seen:
                 raise BadRequest(f"outputs[{i}].name", f"output {o.name!r} asked twice")
             for k in o.params:
@@ -265,7 +303,7 @@ class Inferer:
         for row, r in enumerate(plan.reqs):
             try:
                 rows.append(pipeline.arrays(r, self.client.view(r) if self.client is not None else None))
-            except SpecError as e:   # e.g. a value that overflows the dtype
+            except SpecError as e:  # e.g. a value that overflows the dtype
                 raise BadRequest(plan.path(e.loc, row if plan.stacked else None), e.msg) from None
         first, fam, dtype = rows[0], plan.model.family, plan.reqs[0].dtype
         tensors = []
@@ -275,13 +313,26 @@ class Inferer:
                 a = a.reshape(*plan.batch, *a.shape[1:])
             elif name in fam.batched and plan.stacked:
                 a = _stack([r[name] for r in rows])
-            t = Tensor(name, output_datatype(a, dtype == "bfloat16" and name in fam.dtyped), list(a.shape), a,
-                       o.params if o is not None else {})
+            t = Tensor(
+                name,
+                output_datatype(a, dtype == "bfloat16" and name in fam.dtyped),
+                list(a.shape),
+                a,
+                o.params if o is not None else {},
+            )
             if self.regions is not None and "shared_memory_region" in t.params:
                 p = t.params
-                self.regions.write(p["shared_memory_region"], p.get("shared_memory_offset"),
-                                   p.get("shared_memory_byte_size"), a, f"outputs[{i}].parameters")
-                t.region = {"shared_memory_region": p["shared_memory_region"], "shared_memory_byte_size": a.nbytes}
+                self.regions.write(
+                    p["shared_memory_region"],
+                    p.get("shared_memory_offset"),
+                    p.get("shared_memory_byte_size"),
+                    a,
+                    f"outputs[{i}].parameters",
+                )
+                t.region = {
+                    "shared_memory_region": p["shared_memory_region"],
+                    "shared_memory_byte_size": a.nbytes,
+                }
             tensors.append(t)
         return tensors
 
@@ -294,4 +345,3 @@ def _stack(arrays: list) -> np.ndarray:
     for i, a in enumerate(arrays):
         out[i] = a
     return out
-

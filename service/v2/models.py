@@ -17,17 +17,15 @@ import functools
 import logging
 
 import numpy as np
-
 from posenc.engine import pipeline
 from posenc.engine.dtypes import DEFAULT_DTYPE
 from posenc.engine.tables import FAMILIES, Family
-
 from posenc.service.v2.errors import ModelNotFound
 from posenc.service.v2.tensors import as_output, output_datatype
 
 log = logging.getLogger("posenc.service")
 
-VERSION = "1"          # every model has one version
+VERSION = "1"  # every model has one version
 PLATFORM = "posenc"
 
 
@@ -35,8 +33,8 @@ class Model:
     def __init__(self, name: str, family: Family, fixed: dict | None = None, dtype: str | None = None):
         self.name = name
         self.family = family
-        self.fixed = fixed            # a table model's spec fields; None for a family model
-        self.dtype = dtype if family.has_dtype else None   # a table model's default dtype
+        self.fixed = fixed  # a table model's spec fields; None for a family model
+        self.dtype = dtype if family.has_dtype else None  # a table model's default dtype
 
     @property
     def is_table(self) -> bool:
@@ -50,9 +48,17 @@ class Model:
     @functools.cached_property
     def metadata(self) -> dict:
         fam = self.family
-        inputs = [{"name": n, "datatype": "INT64", "shape": [-1] * fam.selection_rank(n)} for n in fam.selection_fields]
-        return {"name": self.name, "versions": [VERSION], "platform": PLATFORM, "inputs": inputs,
-                "outputs": _output_metadata(fam, self.fixed, self.dtype or DEFAULT_DTYPE)}
+        inputs = [
+            {"name": n, "datatype": "INT64", "shape": [-1] * fam.selection_rank(n)}
+            for n in fam.selection_fields
+        ]
+        return {
+            "name": self.name,
+            "versions": [VERSION],
+            "platform": PLATFORM,
+            "inputs": inputs,
+            "outputs": _output_metadata(fam, self.fixed, self.dtype or DEFAULT_DTYPE),
+        }
 
 
 def _output_metadata(fam: Family, fixed: dict | None, dtype: str) -> list[dict]:
@@ -62,7 +68,9 @@ def _output_metadata(fam: Family, fixed: dict | None, dtype: str) -> list[dict]:
     spec = fixed if fixed is not None else example_spec(fam)
     dt = {"dtype": dtype} if fam.has_dtype else {}
     one = pipeline.compute(fam.name, {**spec, **dt, **{n: [0] for n in fam.selections}})
-    two = pipeline.compute(fam.name, {**spec, **dt, **{n: list(range(2 + i)) for i, n in enumerate(fam.selections)}})
+    two = pipeline.compute(
+        fam.name, {**spec, **dt, **{n: list(range(2 + i)) for i, n in enumerate(fam.selections)}}
+    )
     out = []
     for name, v in one.items():
         a, b = as_output(v), as_output(two[name])
@@ -120,9 +128,11 @@ def _table_models(manifest: dict | None) -> dict[str, Model]:
     for e in (manifest or {}).get("tables", {}).values():
         name, fam = e.get("name"), FAMILIES.get(e.get("family"))
         if not e.get("pinned") or "spec" not in e or fam is None or name in out:
-            continue   # the first entry of a name gives its default dtype (the config's first)
+            continue  # the first entry of a name gives its default dtype (the config's first)
         if name in FAMILY_MODELS:
-            log.warning("configured table %r has a family's name: v2 serves it only as the family model", name)
+            log.warning(
+                "configured table %r has a family's name: v2 serves it only as the family model", name
+            )
             continue
         out[name] = Model(name, fam, dict(e["spec"]), e.get("dtype"))
     return out

@@ -20,10 +20,8 @@ from urllib.parse import unquote
 import anyio
 import numpy as np
 import orjson
-
 from posenc.engine.errors import BodyTooLarge
 from posenc.service.front import sizing
-
 from posenc.service.front.front import read_body
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
@@ -59,12 +57,20 @@ async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
     statuses.append(reply.status)
     body = reply.body
     whole = type(body) is bytes
-    await send({"type": "http.response.start", "status": reply.status,
-                "headers": [(b"content-type", reply.ctype),
-                            (b"content-length", b"%d" % (len(body) if whole else body.nbytes)), *reply.headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": reply.status,
+            "headers": [
+                (b"content-type", reply.ctype),
+                (b"content-length", b"%d" % (len(body) if whole else body.nbytes)),
+                *reply.headers,
+            ],
+        }
+    )
     if whole:
         await send({"type": "http.response.body", "body": body})
-    else:   # a long JSON text's blocks (service/front/sizing.py), one message each
+    else:  # a long JSON text's blocks (service/front/sizing.py), one message each
         last = len(body) - 1
         for i, block in enumerate(body):
             await send({"type": "http.response.body", "body": block, "more_body": i < last})
@@ -103,8 +109,9 @@ async def _route(v2: V2, scope, receive, route: list) -> Reply:
     if parts[:1] == ["systemsharedmemory"]:
         return await _shm(v2, parts[1:], get, post, receive)
     known = parts[:1] in (["health"], ["models"], ["systemsharedmemory"]) or not parts
-    raise Reply(405 if known else 404, rest_body(f"{method} {scope['path']}: not served "
-                                                 "(see docs/kserve.md)"))
+    raise Reply(
+        405 if known else 404, rest_body(f"{method} {scope['path']}: not served (see docs/kserve.md)")
+    )
 
 
 async def _shm(v2: V2, parts: list, get: bool, post: bool, receive) -> Reply:
@@ -162,27 +169,43 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
         except ValueError:
             n = -1
         if not 0 <= n <= len(body):
-            raise BadRequest("Inference-Header-Content-Length", f"must be an integer in [0, {len(body)}], "
-                             f"the body's length; got {hl.decode('latin-1')!r}")
+            raise BadRequest(
+                "Inference-Header-Content-Length",
+                f"must be an integer in [0, {len(body)}], the body's length; got {hl.decode('latin-1')!r}",
+            )
     inf = inference(name, version, _object(body[:n], "the inference header"), memoryview(body)[n:])
     default, binary = _binary_choices(inf)
     plan, tensors = await v2.infer(inf, as_json=lambda i: not binary.get(i, default))
     binary = [binary.get(i, default) for i in range(len(tensors))]
     for i, t in enumerate(tensors):
         if t.datatype == "BF16" and not binary[i] and t.region is None:
-            raise BadRequest(f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true")
-    if plan.text > INLINE_TEXT:   # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
-        reply, segments = await anyio.to_thread.run_sync(_answer, name, inf.id, tensors, binary,
-                                                         plan.text > sizing.BLOCK_BYTES)
+            raise BadRequest(
+                f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true"
+            )
+    if plan.text > INLINE_TEXT:  # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
+        reply, segments = await anyio.to_thread.run_sync(
+            _answer, name, inf.id, tensors, binary, plan.text > sizing.BLOCK_BYTES
+        )
     else:
         reply, segments = _answer(name, inf.id, tensors, binary)
-    if type(reply.body) is not bytes:   # a long text in blocks: too large for the shortcut's templates
+    if type(reply.body) is not bytes:  # a long text in blocks: too large for the shortcut's templates
         return reply
     if v2.hot.on and hl is not None and encoding is None and reply.ctype == OCTET:
         v2.hot.learn_rest(scope["path"], body[:n], inf, plan, tensors, segments, route, reply.headers)
-    elif v2.hot.on and hl is None and encoding is None and reply.ctype == JSON:   # JSON tensors (v2/hot_json.py)
-        v2.hot.learn_json(scope["path"], body, inf, plan, tensors, route, reply.headers,
-                          lambda ts: _answer(name, inf.id, ts, binary)[0].body, reply.body)
+    elif (
+        v2.hot.on and hl is None and encoding is None and reply.ctype == JSON
+    ):  # JSON tensors (v2/hot_json.py)
+        v2.hot.learn_json(
+            scope["path"],
+            body,
+            inf,
+            plan,
+            tensors,
+            route,
+            reply.headers,
+            lambda ts: _answer(name, inf.id, ts, binary)[0].body,
+            reply.body,
+        )
     return reply
 
 
@@ -214,7 +237,7 @@ def inference(name: str, version: str, head: dict, binary: memoryview) -> Infere
         raise BadRequest("parameters", "must be an object")
     inputs, at = [], 0
     raw_inputs = head.get("inputs")
-    if not isinstance(raw_inputs, list):   # may be empty: sinusoidal-grid's positions are optional
+    if not isinstance(raw_inputs, list):  # may be empty: sinusoidal-grid's positions are optional
         raise BadRequest("inputs", "must be a list")
     for i, t in enumerate(raw_inputs):
         t = _fields(t, f"inputs[{i}]", ("name", "shape", "datatype", "parameters", "data"))
@@ -223,19 +246,25 @@ def inference(name: str, version: str, head: dict, binary: memoryview) -> Infere
         size = p.get("binary_data_size")
         if size is not None:
             if type(size) is not int or size < 0 or at + size > len(binary):
-                raise BadRequest(f"inputs[{i}].parameters.binary_data_size",
-                                 f"{size!r} bytes, but {len(binary) - at} bytes of binary data are left")
-            raw, at = binary[at:at + size], at + size
+                raise BadRequest(
+                    f"inputs[{i}].parameters.binary_data_size",
+                    f"{size!r} bytes, but {len(binary) - at} bytes of binary data are left",
+                )
+            raw, at = binary[at : at + size], at + size
         inputs.append(Input(t.get("name"), t.get("datatype"), t.get("shape"), p, raw, t.get("data")))
     if at != len(binary):
-        raise BadRequest("Inference-Header-Content-Length", f"{len(binary) - at} bytes of binary data "
-                         "after the inputs' binary_data_size")
+        raise BadRequest(
+            "Inference-Header-Content-Length",
+            f"{len(binary) - at} bytes of binary data after the inputs' binary_data_size",
+        )
     outputs = head.get("outputs")
     if outputs is not None:
         if not isinstance(outputs, list):
             raise BadRequest("outputs", "must be a list")
-        outputs = [Output(o.get("name"), _params(o, f"outputs[{i}]"))
-                   for i, o in enumerate(_fields(o, f"outputs[{i}]", ("name", "parameters")) for o in outputs)]
+        outputs = [
+            Output(o.get("name"), _params(o, f"outputs[{i}]"))
+            for i, o in enumerate(_fields(o, f"outputs[{i}]", ("name", "parameters")) for o in outputs)
+        ]
     rid = head.get("id", "")
     if not isinstance(rid, str):
         raise BadRequest("id", "must be a string")
@@ -273,21 +302,33 @@ def _binary_choices(inf: Inference) -> tuple[bool, dict]:
     return default, out
 
 
-_DATA_MARK = "posenc:data:%d"   # stands for a JSON output's data while its text is written in pieces
-_HEADS: dict = {}   # the JSON header of an all-binary answer, per (model, id, outputs' layout)
+_DATA_MARK = "posenc:data:%d"  # stands for a JSON output's data while its text is written in pieces
+_HEADS: dict = {}  # the JSON header of an all-binary answer, per (model, id, outputs' layout)
 
 
-def _answer(name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bool = False) -> tuple[Reply, list]:
+def _answer(
+    name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bool = False
+) -> tuple[Reply, list]:
     """The answer: its JSON header (built once per layout when every output is binary or in
     shared memory: decode steps repeat their shapes), then the binary outputs' bytes; and those
     pieces (the JSON header, then each binary output's array). ``pieces``: the JSON outputs'
     data written in bounded orjson calls (service/front/sizing.py), the same bytes."""
     cacheable = all(b or t.region is not None for t, b in zip(tensors, binary))
-    key = (name, rid, *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"])
-                        for t in tensors)) if cacheable else None
+    key = (
+        (
+            name,
+            rid,
+            *((t.name, t.datatype, *t.shape, t.region and t.region["shared_memory_region"]) for t in tensors),
+        )
+        if cacheable
+        else None
+    )
     js = _HEADS.get(key) if cacheable else None
-    bufs = [t.array if t.array.flags.c_contiguous else np.ascontiguousarray(t.array)
-            for t, b in zip(tensors, binary) if b and t.region is None]
+    bufs = [
+        t.array if t.array.flags.c_contiguous else np.ascontiguousarray(t.array)
+        for t, b in zip(tensors, binary)
+        if b and t.region is None
+    ]
     if js is None:
         outs, k = [], 0
         for i, t in enumerate(tensors):
@@ -304,7 +345,7 @@ def _answer(name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bo
         if rid:
             head["id"] = rid
         js = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
-        if pieces:   # each mark's first occurrence is its output's data (the id comes after the outputs)
+        if pieces:  # each mark's first occurrence is its output's data (the id comes after the outputs)
             out, rest = [], js
             for i, t in enumerate(tensors):
                 if t.region is None and not binary[i]:
@@ -312,15 +353,17 @@ def _answer(name: str, rid: str, tensors: list[Tensor], binary: list, pieces: bo
                     out.append(head)
                     sizing.array_pieces(np.ascontiguousarray(t.array).reshape(-1), sizing.CHUNK_CELLS, out)
             out.append(rest)
-            js = sizing.as_blocks(out)   # (never one copy of the whole text: service/front/sizing.py)
+            js = sizing.as_blocks(out)  # (never one copy of the whole text: service/front/sizing.py)
         if cacheable and len(rid) < 64:
             if len(_HEADS) > 4096:
                 _HEADS.clear()
             _HEADS[key] = js
     if not bufs:
         return Reply(200, js), [js]
-    if type(js) is not bytes:   # blocks of a JSON text, then the binary outputs
-        return Reply(200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((HEADER_LENGTH, b"%d" % js.nbytes),)), [js, *bufs]
+    if type(js) is not bytes:  # blocks of a JSON text, then the binary outputs
+        return Reply(
+            200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((HEADER_LENGTH, b"%d" % js.nbytes),)
+        ), [js, *bufs]
     segments = [js, *bufs]
     return Reply(200, b"".join(segments), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),)), segments
 

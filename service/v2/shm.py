@@ -42,15 +42,14 @@ import uuid
 import grpc
 import numpy as np
 import orjson
-
 from posenc.engine.settings import Settings
 from posenc.service.v2.errors import BadRequest
 
-REGION_DIR = "/dev/shm"          # where shm_open(3) objects live on Linux
-MAX_REGIONS = Settings.max_shm_regions    # registrations per server, all processes together
+REGION_DIR = "/dev/shm"  # where shm_open(3) objects live on Linux
+MAX_REGIONS = Settings.max_shm_regions  # registrations per server, all processes together
 OPEN_REGIONS = Settings.open_shm_regions  # region descriptors each server process keeps open (an LRU)
-MAX_NAME = 256                   # characters of a region's name
-MAX_KEY = 255                    # bytes of a key's file name (NAME_MAX)
+MAX_NAME = 256  # characters of a region's name
+MAX_KEY = 255  # bytes of a key's file name (NAME_MAX)
 # posenc's own files, in any namespace (engine/store.py, service/metrics/, service/supervise/serve.py,
 # this module): a namespace is not checked for dots, so the suffix is looked for anywhere
 _POSENC_FILE = re.compile(r"\.(seg\.|manifest\.json|manifest\.log|lock$|sock$|metrics\.|v2-regions)")
@@ -77,7 +76,9 @@ def remove_registry(shm_dir: str, namespace: str) -> None:
     log = registry_path(shm_dir, namespace)
     tmp = os.path.basename(log) + "."
     try:
-        left = [os.path.join(shm_dir, n) for n in os.listdir(shm_dir) if n.startswith(tmp) and n.endswith(".tmp")]
+        left = [
+            os.path.join(shm_dir, n) for n in os.listdir(shm_dir) if n.startswith(tmp) and n.endswith(".tmp")
+        ]
     except FileNotFoundError:
         left = []
     for path in (log, _lock_path(shm_dir, namespace), *left):
@@ -90,6 +91,7 @@ def remove_registry(shm_dir: str, namespace: str) -> None:
 class _Region:
     """One registration: ``id`` tells two registrations of one name and key apart (the client
     may have made a new object under the key in between)."""
+
     __slots__ = ("key", "offset", "byte_size", "id")
 
     def __init__(self, key: str, offset: int, byte_size: int, id: str):
@@ -99,6 +101,7 @@ class _Region:
 class _Handle:
     """An open region: ``users`` requests are writing or reading through ``fd``; a handle dropped
     from the LRU meanwhile is closed by the last of them."""
+
     __slots__ = ("fd", "region", "users", "dropped")
 
     def __init__(self, fd: int, region: _Region):
@@ -106,18 +109,24 @@ class _Handle:
 
 
 class Regions:
-    def __init__(self, shm_dir: str, namespace: str, region_dir: str = REGION_DIR,
-                 max_regions: int = MAX_REGIONS, open_regions: int = OPEN_REGIONS):
+    def __init__(
+        self,
+        shm_dir: str,
+        namespace: str,
+        region_dir: str = REGION_DIR,
+        max_regions: int = MAX_REGIONS,
+        open_regions: int = OPEN_REGIONS,
+    ):
         self.path = registry_path(shm_dir, namespace)
         self.lock_path = _lock_path(shm_dir, namespace)
         self.region_dir = region_dir
         self.max_regions = max_regions
         self.open_regions = open_regions
-        self._mutex = threading.Lock()   # requests run on the event loop and in worker threads
+        self._mutex = threading.Lock()  # requests run on the event loop and in worker threads
         self._regions: dict[str, _Region] = {}
-        self._log: tuple[int, int] | None = None   # (fd, inode) of the log this process reads
-        self._applied = 0                 # bytes of it applied
-        self._records = 0                 # records in it
+        self._log: tuple[int, int] | None = None  # (fd, inode) of the log this process reads
+        self._applied = 0  # bytes of it applied
+        self._records = 0  # records in it
         self._open: collections.OrderedDict[str, _Handle] = collections.OrderedDict()
 
     # -- the shared registry ---------------------------------------------------------------------
@@ -140,11 +149,11 @@ class Regions:
             st = os.fstat(fd)
         if st.st_size > self._applied:
             data = os.pread(self._log[0], st.st_size - self._applied, self._applied)
-            end = data.rfind(b"\n") + 1   # a record being appended is applied next time
+            end = data.rfind(b"\n") + 1  # a record being appended is applied next time
             for line in data[:end].splitlines():
                 try:
                     self._apply(orjson.loads(line))
-                except (ValueError, IndexError, TypeError):   # not a record of this module: skipped
+                except (ValueError, IndexError, TypeError):  # not a record of this module: skipped
                     pass
             self._applied += end
 
@@ -162,7 +171,7 @@ class Regions:
             self._regions[rec[1]] = _Region(*rec[2:6])
         elif op == "-":
             self._regions.pop(rec[1], None)
-        else:   # "*": every region
+        else:  # "*": every region
             self._regions.clear()
             for name in list(self._open):
                 self._drop(name)
@@ -183,8 +192,11 @@ class Regions:
                 if self._records + len(records) > 2 * (len(self._regions) + len(records)) + 64:
                     self._compact(records)
                 else:
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 0o600)
+                    fd = os.open(
+                        self.path,
+                        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                    )
                     try:
                         os.write(fd, b"".join(orjson.dumps(r) + b"\n" for r in records))
                     finally:
@@ -214,24 +226,32 @@ class Regions:
         fd, size = self._open_key(key, "key")
         os.close(fd)
         if offset + byte_size > size:
-            raise BadRequest("byte_size", f"offset {offset} + byte_size {byte_size} is past the end of "
-                                          f"{key!r} ({size} bytes)")
+            raise BadRequest(
+                "byte_size",
+                f"offset {offset} + byte_size {byte_size} is past the end of {key!r} ({size} bytes)",
+            )
 
         def add(regions):
             if name in regions:
                 raise BadRequest("name", f"shared memory region {name!r} is already registered")
             if len(regions) >= self.max_regions:
-                raise TooManyRegions("name", f"{len(regions)} regions are registered, the most this server "
-                                     f"holds ({self.max_regions} regions); unregister one first")
+                raise TooManyRegions(
+                    "name",
+                    f"{len(regions)} regions are registered, the most this server "
+                    f"holds ({self.max_regions} regions); unregister one first",
+                )
             return [["+", name, key, offset, byte_size, uuid.uuid4().hex[:16]]]
+
         self._change(add)
 
     def unregister(self, name: str | None) -> None:
         """Forget ``name`` (an unknown name is no error, as in Triton), or every region."""
+
         def remove(regions):
             if name is None:
                 return [["*"]] if regions else None
             return [["-", name]] if name in regions else None
+
         self._change(remove)
 
     def status(self, name: str | None = None) -> list[dict]:
@@ -240,31 +260,51 @@ class Regions:
             regions = dict(self._regions)
         if name is not None and name not in regions:
             raise BadRequest("name", f"unknown shared memory region {name!r}")
-        return [{"name": n, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
-                for n, r in regions.items() if name is None or n == name]
+        return [
+            {"name": n, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+            for n, r in regions.items()
+            if name is None or n == name
+        ]
 
     def _open_key(self, key, field: str) -> tuple[int, int]:
         """(an open descriptor, the size) of a key's object, refused (400 naming ``field``) unless
         it is a regular file with one name, not posenc's and not reached through a link."""
         stem = key[1:] if isinstance(key, str) and key.startswith("/") else key
-        if (not isinstance(stem, str) or not stem or "/" in stem or stem in (".", "..") or "\0" in stem
-                or not _utf8(stem) or len(stem.encode()) > MAX_KEY):
-            raise BadRequest(field, f"must name a POSIX shared memory object (e.g. '/my_region', at most "
-                                    f"{MAX_KEY} bytes), got {key!r}")
+        if (
+            not isinstance(stem, str)
+            or not stem
+            or "/" in stem
+            or stem in (".", "..")
+            or "\0" in stem
+            or not _utf8(stem)
+            or len(stem.encode()) > MAX_KEY
+        ):
+            raise BadRequest(
+                field,
+                f"must name a POSIX shared memory object (e.g. '/my_region', at most "
+                f"{MAX_KEY} bytes), got {key!r}",
+            )
         if _POSENC_FILE.search(stem):
             raise BadRequest(field, f"{key!r} is named like one of posenc's own files")
         try:
             fd = os.open(os.path.join(self.region_dir, stem), _OPEN)
         except OSError as e:
-            why = "it is a symbolic link (posenc opens only the object itself)" if e.errno == errno.ELOOP else e.strerror
+            why = (
+                "it is a symbolic link (posenc opens only the object itself)"
+                if e.errno == errno.ELOOP
+                else e.strerror
+            )
             raise BadRequest(field, f"unable to open shared memory object {key!r}: {why}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise BadRequest(field, f"shared memory object {key!r} is not a regular file")
             if st.st_nlink != 1:
-                raise BadRequest(field, f"shared memory object {key!r} has {st.st_nlink} links; posenc writes only "
-                                        "into an object with one name (a hard link may be another's file)")
+                raise BadRequest(
+                    field,
+                    f"shared memory object {key!r} has {st.st_nlink} links; posenc writes only "
+                    "into an object with one name (a hard link may be another's file)",
+                )
         except BaseException:
             os.close(fd)
             raise
@@ -277,16 +317,20 @@ class Regions:
             r = self._regions.get(name) if isinstance(name, str) else None
             if r is None:
                 names = ", ".join(list(self._regions)[:8]) + (", ..." if len(self._regions) > 8 else "")
-                raise BadRequest(f"{path}.shared_memory_region", f"unknown shared memory region {name!r}; "
-                                 f"registered: {names or 'none'}")
+                raise BadRequest(
+                    f"{path}.shared_memory_region",
+                    f"unknown shared memory region {name!r}; registered: {names or 'none'}",
+                )
         offset = 0 if offset is None else offset
         for field, v in (("shared_memory_offset", offset), ("shared_memory_byte_size", byte_size)):
             if type(v) is not int or v < 0:
                 raise BadRequest(f"{path}.{field}", f"must be an integer >= 0, got {v!r}")
         if offset + byte_size > r.byte_size:
-            raise BadRequest(f"{path}.shared_memory_byte_size",
-                             f"offset {offset} + byte_size {byte_size} is past the end of region {name!r} "
-                             f"({r.byte_size} bytes)")
+            raise BadRequest(
+                f"{path}.shared_memory_byte_size",
+                f"offset {offset} + byte_size {byte_size} is past the end of region {name!r} "
+                f"({r.byte_size} bytes)",
+            )
         return name, r, r.offset + offset, byte_size
 
     def _acquire(self, name: str, r: _Region, path: str) -> _Handle:
@@ -298,7 +342,7 @@ class Regions:
                 return h
         fd, _ = self._open_key(r.key, f"{path}.shared_memory_region")
         with self._mutex:
-            if self._regions.get(name) is not r:   # unregistered meanwhile: use it once, keep nothing
+            if self._regions.get(name) is not r:  # unregistered meanwhile: use it once, keep nothing
                 h = _Handle(fd, r)
                 h.dropped = True
             else:
@@ -323,8 +367,10 @@ class Regions:
             os.close(h.fd)
 
     def _too_small(self, name: str, r: _Region, size: int, end: int, path: str) -> BadRequest:
-        return BadRequest(f"{path}.shared_memory_region", f"region {name!r} is too small: {r.key!r} holds {size} "
-                          f"bytes now, the request needs {end}")
+        return BadRequest(
+            f"{path}.shared_memory_region",
+            f"region {name!r} is too small: {r.key!r} holds {size} bytes now, the request needs {end}",
+        )
 
     def read(self, name, offset, byte_size, path: str) -> bytes:
         """An input's bytes, copied out of the client's region (the client may change it while
@@ -345,8 +391,10 @@ class Regions:
         mv = _bytes(data)
         name, r, start, n = self._span(name, offset, byte_size, path)
         if mv.nbytes > n:
-            raise BadRequest(f"{path}.shared_memory_byte_size",
-                             f"the output is {mv.nbytes} bytes, more than the {n} bytes given in region {name!r}")
+            raise BadRequest(
+                f"{path}.shared_memory_byte_size",
+                f"the output is {mv.nbytes} bytes, more than the {n} bytes given in region {name!r}",
+            )
         h = self._acquire(name, r, path)
         try:
             end = start + mv.nbytes
@@ -361,9 +409,10 @@ class Regions:
                 if k <= 0:
                     raise OSError(errno.EIO, "short write")
                 done += k
-        except OSError as e:   # ENOSPC, EFBIG (the server's RLIMIT_FSIZE), EIO
-            raise BadRequest(f"{path}.shared_memory_region",
-                             f"cannot write into region {name!r}: {e.strerror}") from None
+        except OSError as e:  # ENOSPC, EFBIG (the server's RLIMIT_FSIZE), EIO
+            raise BadRequest(
+                f"{path}.shared_memory_region", f"cannot write into region {name!r}: {e.strerror}"
+            ) from None
         finally:
             self._release(h)
 
@@ -371,7 +420,7 @@ class Regions:
 def _utf8(s: str) -> bool:
     try:
         s.encode()
-    except UnicodeEncodeError:   # a lone surrogate
+    except UnicodeEncodeError:  # a lone surrogate
         return False
     return True
 

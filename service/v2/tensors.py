@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from posenc.service.v2.errors import BadRequest
 
 INPUT_DATATYPES = {"INT32": np.dtype("<i4"), "INT64": np.dtype("<i8")}
 # numpy dtype char -> v2 datatype of an output (bfloat16 is decided by the request's dtype)
 OUTPUT_DATATYPES = {"f": "FP32", "e": "FP16", "d": "FP64", "i": "INT32", "l": "INT64", "q": "INT64"}
-MAX_RANK = 2                 # [N] or [B, N]
-MAX_ELEMENTS = 1 << 40       # any real limit (max_positions, body size) is far below
+MAX_RANK = 2  # [N] or [B, N]
+MAX_ELEMENTS = 1 << 40  # any real limit (max_positions, body size) is far below
 
 
 def check_shape(shape, path: str, rank: int = 1) -> tuple[int, ...]:
@@ -49,8 +48,9 @@ def from_bytes(raw, datatype, shape: tuple, path: str) -> np.ndarray:
     dt = input_dtype(datatype, path)
     need = math.prod(shape) * dt.itemsize
     if len(raw) != need:
-        raise BadRequest(path, f"{len(raw)} bytes of data for shape {list(shape)} of {datatype} "
-                               f"({need} bytes)")
+        raise BadRequest(
+            path, f"{len(raw)} bytes of data for shape {list(shape)} of {datatype} ({need} bytes)"
+        )
     return np.frombuffer(raw, dt).reshape(shape)
 
 
@@ -58,7 +58,7 @@ def from_json(data, datatype, shape: tuple, path: str) -> np.ndarray:
     """An input tensor from JSON ``data``: a flat list in row-major order, or nested as the shape."""
     dt = input_dtype(datatype, path)
     flat = data
-    while isinstance(flat, list) and flat and isinstance(flat[0], list):   # nested as the shape
+    while isinstance(flat, list) and flat and isinstance(flat[0], list):  # nested as the shape
         flat = [v for row in flat for v in (row if isinstance(row, list) else [row])]
     if not isinstance(flat, list):
         raise BadRequest(f"{path}.data", "must be a list of integers")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 
-@functools.lru_cache(maxsize=4096)   # answers repeat their sizes
+@functools.lru_cache(maxsize=4096)  # answers repeat their sizes
 def varint(n: int) -> bytes:
     """``n`` (>= 0) as a minimal protobuf varint."""
     out = bytearray()

@@ -26,7 +26,7 @@ def _read_spec(text: str, field: str = "spec", allowed=jsonread.in_hf_config):
             raise SpecError((field,), f"cannot read {path}: {e.strerror}") from None
     try:
         return jsonread.loads(text, allowed)
-    except SpecError as e:       # a NaN outside the model config: at its path
+    except SpecError as e:  # a NaN outside the model config: at its path
         raise SpecError((field, *e.loc), e.msg, e.kind) from None
     except ValueError as e:
         raise SpecError((field,), f"not valid JSON: {e}") from None
@@ -53,6 +53,7 @@ def _named(args, body) -> dict | None:
         return None
     from posenc.engine.config import load_config, named_specs
     from posenc.engine.engine_cli import engine_options
+
     settings, _ = engine_options(args)
     return named_specs(load_config(settings.tables))
 
@@ -80,40 +81,56 @@ def cmd_compute(args) -> int:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, out)
-    shapes = ", ".join(f"{k} {list(v.shape)} {BFLOAT16 if k in bf16 else v.dtype}"
-                       for k, v in arrays.items() if k != "spec")
+    shapes = ", ".join(
+        f"{k} {list(v.shape)} {BFLOAT16 if k in bf16 else v.dtype}" for k, v in arrays.items() if k != "spec"
+    )
     print(f"wrote {out}: {shapes}", file=sys.stderr)
-    if req.shown is not None:   # what an hf_config or table was understood as
+    if req.shown is not None:  # what an hf_config or table was understood as
         print(f"spec: {json.dumps(req.shown, sort_keys=True)}", file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="posenc", description="Exact positional encodings, served from shared memory.")
+    p = argparse.ArgumentParser(
+        prog="posenc", description="Exact positional encodings, served from shared memory."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compute", help="compute one spec (with its selections) into a file")
     c.add_argument("family", choices=list(FAMILIES))
     c.add_argument("--spec", required=True, help="the request JSON, or @FILE")
-    c.add_argument("--hf-config", metavar="FILE",
-                   help="a model's config.json, instead of the spec fields (docs/models.md lists the "
-                        "model types of each family)")
-    c.add_argument("--layer-type", help="with --hf-config: which part of the config (e.g. full_attention of "
-                                        "a per-layer-type rope_parameters, encoder or decoder of a T5)")
-    c.add_argument("--tables", help="table config whose names {\"table\": NAME} may use "
-                                    "(default: POSENC_TABLES or the embedded set)")
+    c.add_argument(
+        "--hf-config",
+        metavar="FILE",
+        help="a model's config.json, instead of the spec fields (docs/models.md lists the "
+        "model types of each family)",
+    )
+    c.add_argument(
+        "--layer-type",
+        help="with --hf-config: which part of the config (e.g. full_attention of "
+        "a per-layer-type rope_parameters, encoder or decoder of a T5)",
+    )
+    c.add_argument(
+        "--tables",
+        help='table config whose names {"table": NAME} may use (default: POSENC_TABLES or the embedded set)',
+    )
     c.add_argument("--out", required=True, help="output file: .npz or .safetensors")
-    c.add_argument("--max-bytes", type=int, default=64 * 2**20,
-                   help="refuse results larger than this many bytes (default 64 MiB)")
+    c.add_argument(
+        "--max-bytes",
+        type=int,
+        default=64 * 2**20,
+        help="refuse results larger than this many bytes (default 64 MiB)",
+    )
     c.set_defaults(func=cmd_compute)
 
     from posenc.engine import engine_cli
     from posenc.service.supervise import serve
+
     engine_cli.add_parser(sub)
     serve.add_parser(sub)
     try:
         from posenc.loadtest import runner
-    except ImportError as exc:   # the loadtest extra is missing: say so instead of "invalid choice"
+    except ImportError as exc:  # the loadtest extra is missing: say so instead of "invalid choice"
         _missing_extra(sub, "loadtest", "run the load test and write a report", "loadtest", exc)
     else:
         runner.add_parser(sub, "loadtest")
@@ -122,9 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _missing_extra(sub, name: str, what: str, extra: str, exc: ImportError) -> None:
     def refuse(args) -> int:
-        print(f"posenc {name}: needs the '{extra}' extra ({exc.name or exc} is not installed): "
-              f"pip install 'posenc[{extra}]'", file=sys.stderr)
+        print(
+            f"posenc {name}: needs the '{extra}' extra ({exc.name or exc} is not installed): "
+            f"pip install 'posenc[{extra}]'",
+            file=sys.stderr,
+        )
         return 1
+
     q = sub.add_parser(name, help=f"{what} (needs: pip install 'posenc[{extra}]')", add_help=True)
     q.add_argument("rest", nargs=argparse.REMAINDER)
     q.set_defaults(func=refuse)
@@ -138,7 +159,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except PosencError as e:   # the HTTP status's message; a refused input (4xx) exits 2
+    except PosencError as e:  # the HTTP status's message; a refused input (4xx) exits 2
         print(f"posenc: {_PREFIX.get(e.status, '')}{e}{_HINT.get(e.status, '')}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 try:
     import torch
-except ImportError as exc:   # pragma: no cover - the extra is not installed
+except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError("posenc.torch needs torch: pip install 'posenc[torch]'") from exc
 
 import sys
@@ -53,8 +53,8 @@ import sys
 import numpy as np
 
 from posenc.engine import hf_models, kernels, pipeline
-from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.client import Client
+from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.errors import PosencError
 from posenc.engine.tables import rope as _rope
 from posenc.engine.tables import rope_axes as _axes
@@ -62,19 +62,21 @@ from posenc.engine.tables import sinusoidal as _sinusoidal
 
 # torch dtype -> the table dtype that serves it (others read float32 tables and cast)
 TABLE_DTYPES = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
-LOCAL_ROWS = (4096, 1 << 20)   # a private table starts at, and never grows past, these rows
-REUSE_BYTES = 1 << 20          # outputs from this size on reuse the previous call's block when free
+LOCAL_ROWS = (4096, 1 << 20)  # a private table starts at, and never grows past, these rows
+REUSE_BYTES = 1 << 20  # outputs from this size on reuse the previous call's block when free
 # model types whose rotary embedding hands its attention half-width rows instead of full-width
 # (cos, sin): model_type -> (what it returns from half-width cos and sin, whether in x.dtype)
 HALF_OUTPUTS = {
-    "gptj": (lambda cos, sin: (sin, cos), True),                              # GPTJRotaryEmbedding
-    "codegen": (lambda cos, sin: (sin, cos), False),                          # CodeGenRotaryEmbedding (fp32)
-    "deepseek_v2": (lambda cos, sin: torch.complex(cos, sin), False),        # polar(1, freqs)·scaling
+    "gptj": (lambda cos, sin: (sin, cos), True),  # GPTJRotaryEmbedding
+    "codegen": (lambda cos, sin: (sin, cos), False),  # CodeGenRotaryEmbedding (fp32)
+    "deepseek_v2": (lambda cos, sin: torch.complex(cos, sin), False),  # polar(1, freqs)·scaling
 }
 # the zoo's rows say the same of theirs (engine/hf_zoo.json "returns")
 _RETURNS = {"half": (lambda cos, sin: (cos, sin), True), "complex": HALF_OUTPUTS["deepseek_v2"]}
-HALF_OUTPUTS.update({mt: _RETURNS[row["returns"]] for mt, row in hf_models.ZOO["models"].items() if row.get("returns")})
-PER_LAYER_TYPES = ("full_attention", "sliding_attention")   # if a per-layer config does not list its own
+HALF_OUTPUTS.update(
+    {mt: _RETURNS[row["returns"]] for mt, row in hf_models.ZOO["models"].items() if row.get("returns")}
+)
+PER_LAYER_TYPES = ("full_attention", "sliding_attention")  # if a per-layer config does not list its own
 
 
 def _config_dict(config) -> dict:
@@ -82,18 +84,22 @@ def _config_dict(config) -> dict:
         return config.to_dict()
     if isinstance(config, dict):
         return config
-    raise TypeError(f"config must be a transformers config or a config.json dict, got {type(config).__name__}")
+    raise TypeError(
+        f"config must be a transformers config or a config.json dict, got {type(config).__name__}"
+    )
 
 
 class _Table:
     """One frequency set's half-width cos/sin tables (numpy, CPU) in one dtype, and copies of them
     on other devices."""
 
-    def __init__(self, cos: np.ndarray, sin: np.ndarray, inv64: np.ndarray, scaling: float, source: str, view=None):
+    def __init__(
+        self, cos: np.ndarray, sin: np.ndarray, inv64: np.ndarray, scaling: float, source: str, view=None
+    ):
         self.cos, self.sin, self.inv64, self.scaling, self.source = cos, sin, inv64, scaling, source
         self.rows = cos.shape[0]
-        self.view = view              # keeps a shared mapping alive
-        self.on: dict = {}            # device -> (cos, sin) torch tensors
+        self.view = view  # keeps a shared mapping alive
+        self.on: dict = {}  # device -> (cos, sin) torch tensors
 
     def device_pair(self, device):
         pair = self.on.get(device)
@@ -111,28 +117,38 @@ def _tensor(a: np.ndarray, dtype: str | None = None):
 class RotaryEmbedding(torch.nn.Module):
     """A drop-in for a transformers model's ``rotary_emb`` (see the module docstring)."""
 
-    def __init__(self, config, device=None, *, client: Client | None = None, shm_dir: str = "/dev/shm",
-                 namespace: str = "posenc"):
+    def __init__(
+        self,
+        config,
+        device=None,
+        *,
+        client: Client | None = None,
+        shm_dir: str = "/dev/shm",
+        namespace: str = "posenc",
+    ):
         super().__init__()
         self.config = config
         self._raw = _config_dict(config)
         self.model_type = self._raw.get("model_type")
         self.client = client if client is not None else Client(shm_dir, namespace)
-        self.specs = self._parse_all()   # layer type (None: the config has one) -> RopeSpec
-        for lt, spec in self.specs.items():   # what transformers' modules show, per layer type
-            inv, scaling = _rope.frequencies(spec, spec.type.seq_len_of(spec, spec.type.stable_variants(spec)[0]))
+        self.specs = self._parse_all()  # layer type (None: the config has one) -> RopeSpec
+        for lt, spec in self.specs.items():  # what transformers' modules show, per layer type
+            inv, scaling = _rope.frequencies(
+                spec, spec.type.seq_len_of(spec, spec.type.stable_variants(spec)[0])
+            )
             prefix = "" if lt is None else f"{lt}_"
             setattr(self, f"{prefix}attention_scaling", scaling)
-            self.register_buffer(f"{prefix}inv_freq", torch.tensor(inv, dtype=torch.float32, device=device),
-                                 persistent=False)
+            self.register_buffer(
+                f"{prefix}inv_freq", torch.tensor(inv, dtype=torch.float32, device=device), persistent=False
+            )
         first = next(iter(self.specs.values()))
         self.rope_type = first.rope_type
         self.max_seq_len_cached = self.original_max_seq_len = first.max_position_embeddings
-        self._tables: dict = {}        # (layer type, variant, dtype) -> _Table
-        self._dynamic: dict = {}       # layer type -> transformers' max_seq_len_cached
+        self._tables: dict = {}  # (layer type, variant, dtype) -> _Table
+        self._dynamic: dict = {}  # layer type -> transformers' max_seq_len_cached
         self._shared: bool | None = None
-        self.source = None             # "shared" or "local" once a table is read
-        self._blocks: dict = {}        # (shape, dtype) -> the last large output block
+        self.source = None  # "shared" or "local" once a table is read
+        self._blocks: dict = {}  # (shape, dtype) -> the last large output block
 
     def _output(self, shape, dtype) -> np.ndarray:
         """The output block of a gather: the previous call's block of this shape when nothing
@@ -142,10 +158,10 @@ class RotaryEmbedding(torch.nn.Module):
         if int(np.prod(shape)) * np.dtype(dtype).itemsize < REUSE_BYTES:
             return np.empty(shape, dtype)
         key = (shape, np.dtype(dtype))
-        buf = self._blocks.pop(key, None)      # popped: a concurrent call cannot take it too
-        if buf is None or sys.getrefcount(buf) > 2:   # 2: this name and getrefcount's argument
+        buf = self._blocks.pop(key, None)  # popped: a concurrent call cannot take it too
+        if buf is None or sys.getrefcount(buf) > 2:  # 2: this name and getrefcount's argument
             buf = np.empty(shape, dtype)
-        self._blocks = {key: buf}              # keep one block: the shape of the latest call
+        self._blocks = {key: buf}  # keep one block: the shape of the latest call
         return buf
 
     def __getstate__(self):
@@ -165,20 +181,21 @@ class RotaryEmbedding(torch.nn.Module):
             if layer_type is not None:
                 body["layer_type"] = layer_type
             return pipeline.parse("rope", body).spec
+
         try:
             return {None: parse(None)}
-        except PosencError as e:       # a per-layer-type config (Gemma 3): one spec per layer type
+        except PosencError as e:  # a per-layer-type config (Gemma 3): one spec per layer type
             if getattr(e, "loc", None) != ("layer_type",):
                 raise
         specs = {}
         for lt in dict.fromkeys(self._text_layer_types() or PER_LAYER_TYPES):
             try:
                 specs[lt] = parse(lt)
-            except PosencError as e:   # a layer type without rope (a linear-attention layer)
+            except PosencError as e:  # a layer type without rope (a linear-attention layer)
                 if getattr(e, "loc", None) != ("layer_type",):
                     raise
         if not specs:
-            parse(None)                # says what the config lacks
+            parse(None)  # says what the config lacks
         return specs
 
     def _text_layer_types(self) -> list | None:
@@ -194,9 +211,9 @@ class RotaryEmbedding(torch.nn.Module):
             return seq_len
         m = spec.max_position_embeddings
         cached = self._dynamic.get(layer_type, m)
-        if seq_len > cached:                              # growth: frequencies for this length
+        if seq_len > cached:  # growth: frequencies for this length
             cached = seq_len
-        if seq_len < m and cached > m:                    # back within M: the original ones
+        if seq_len < m and cached > m:  # back within M: the original ones
             cached = m
         self._dynamic[layer_type] = cached
         return cached
@@ -215,7 +232,7 @@ class RotaryEmbedding(torch.nn.Module):
             try:
                 view = self.client.table("rope", shown, dtype=dtype, seq_len=seq_len)
                 t = _Table(view.cos, view.sin, inv, scaling, "shared", view)
-            except PosencError:                           # engine gone or table too large: local
+            except PosencError:  # engine gone or table too large: local
                 self._shared = False
         if t is None or t.source != "shared":
             rows = min(max(LOCAL_ROWS[0], 1 << (max(need, 1) - 1).bit_length()), LOCAL_ROWS[1])
@@ -232,7 +249,7 @@ class RotaryEmbedding(torch.nn.Module):
         if spec is None:
             raise ValueError(f"layer_type must be one of {list(self.specs)}, got {layer_type!r}")
         pos = position_ids
-        if spec.mrope_section is not None:   # Qwen-VL: [3, B, N], or [B, N] for every axis
+        if spec.mrope_section is not None:  # Qwen-VL: [3, B, N], or [B, N] for every axis
             pos = pos.expand(len(spec.mrope_section), -1, -1) if pos.ndim == 2 else pos
         hi, lo = int(pos.max()), int(pos.min())
         if lo < 0:
@@ -244,11 +261,14 @@ class RotaryEmbedding(torch.nn.Module):
         rt = spec.type
         variant = rt.variant(spec, seq_len) if rt.uses_seq_len else None
         if spec.mrope_section is not None:
-            t = None if rt.uses_seq_len and not rt.stores(spec, variant) else \
-                self._table(spec, layer_type, variant, dtype, hi + 1)
+            t = (
+                None
+                if rt.uses_seq_len and not rt.stores(spec, variant)
+                else self._table(spec, layer_type, variant, dtype, hi + 1)
+            )
             cos, sin = _mrope(spec, t, seq_len, pos, dtype)
             pos = pos[0]
-        elif rt.uses_seq_len and not rt.stores(spec, variant):   # dynamic NTK past M
+        elif rt.uses_seq_len and not rt.stores(spec, variant):  # dynamic NTK past M
             inv, scaling = _rope.frequencies(spec, seq_len)
             cos, sin = _computed(inv, scaling, pos, dtype, mode)
         else:
@@ -267,17 +287,32 @@ class SinusoidalEmbedding(torch.nn.Module):
     a table of ``num_positions`` rows (grown when a position is past it), like the
     ``nn.Embedding`` it replaces, in ``dtype`` on the table's device (``.to()`` moves it)."""
 
-    def __init__(self, d_model: int, layout: str = _sinusoidal.DEFAULT_LAYOUT, base: float = 10000.0, offset: int = 0,
-                 num_positions: int = 512, dtype=torch.float32, device=None):
+    def __init__(
+        self,
+        d_model: int,
+        layout: str = _sinusoidal.DEFAULT_LAYOUT,
+        base: float = 10000.0,
+        offset: int = 0,
+        num_positions: int = 512,
+        dtype=torch.float32,
+        device=None,
+    ):
         super().__init__()
         self.spec = {"d_model": d_model, "layout": layout, "base": base, "offset": offset}
         self.dtype = dtype
-        pipeline.parse("sinusoidal", {**self.spec, "positions": [0]})     # refuse a bad spec now
+        pipeline.parse("sinusoidal", {**self.spec, "positions": [0]})  # refuse a bad spec now
         self.register_buffer("weight", self._rows(num_positions, device), persistent=False)
 
     def _rows(self, n: int, device):
-        out = pipeline.compute("sinusoidal", {**self.spec, "positions": {"start": 0, "stop": n},
-                                              "dtype": TABLE_DTYPES.get(self.dtype, FLOAT32)}, max_bytes=None)
+        out = pipeline.compute(
+            "sinusoidal",
+            {
+                **self.spec,
+                "positions": {"start": 0, "stop": n},
+                "dtype": TABLE_DTYPES.get(self.dtype, FLOAT32),
+            },
+            max_bytes=None,
+        )
         return _tensor(out["encoding"]).to(device=device, dtype=self.dtype)
 
     def forward(self, position_ids):

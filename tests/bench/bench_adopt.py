@@ -40,7 +40,7 @@ from pathlib import Path
 
 from posenc.engine.keeper import Keeper
 
-LOG = open(os.environ.get("BENCH_ENGINE_LOG", os.devnull), "ab")   # the engines' stderr
+LOG = open(os.environ.get("BENCH_ENGINE_LOG", os.devnull), "ab")  # the engines' stderr
 
 
 def start(config: str, ns: str, keeper: Keeper) -> tuple[subprocess.Popen, float]:
@@ -48,9 +48,25 @@ def start(config: str, ns: str, keeper: Keeper) -> tuple[subprocess.Popen, float
     channel = keeper.channel()
     t0 = time.perf_counter()
     with channel:
-        p = subprocess.Popen([sys.executable, "-m", "posenc.engine.engine_main", "--tables", config,
-                              "--namespace", ns, "--ready-fd", str(w), "--keeper-fd", str(channel.fileno()),
-                              "--verify-interval", "0"], pass_fds=(w, channel.fileno()), stderr=LOG)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "posenc.engine.engine_main",
+                "--tables",
+                config,
+                "--namespace",
+                ns,
+                "--ready-fd",
+                str(w),
+                "--keeper-fd",
+                str(channel.fileno()),
+                "--verify-interval",
+                "0",
+            ],
+            pass_fds=(w, channel.fileno()),
+            stderr=LOG,
+        )
     os.close(w)
     with os.fdopen(r, "rb") as f:
         if f.readline() != b"ready\n":
@@ -98,9 +114,11 @@ def on_demand_adoption(n: int, rounds: int) -> None:
         LOG = keep_log
         os.unlink(f.name)
         os.unlink(log)
-    print(f"{n} on-demand tables adopted (engine log): median {statistics.median(took):.3f} s over {len(took)} "
-          f"(max {max(took):.3f} s; target <= 0.5 s); process start to ready: median "
-          f"{statistics.median(restarts):.3f} s")
+    print(
+        f"{n} on-demand tables adopted (engine log): median {statistics.median(took):.3f} s over {len(took)} "
+        f"(max {max(took):.3f} s; target <= 0.5 s); process start to ready: median "
+        f"{statistics.median(restarts):.3f} s"
+    )
 
 
 def serve_kills(n: int, kills: int, workers: int) -> None:
@@ -112,26 +130,35 @@ def serve_kills(n: int, kills: int, workers: int) -> None:
     ns = unique_namespace("bench")
     took = []
     try:
-        server = procs.serve({"length": 64, "tables": [{"name": "t0", "family": "rope", "spec": {"head_dim": 8}}]},
-                             workers=workers, namespace=ns)
+        server = procs.serve(
+            {"length": 64, "tables": [{"name": "t0", "family": "rope", "spec": {"head_dim": 8}}]},
+            workers=workers,
+            namespace=ns,
+        )
         ask_tables(ns, n)
         gen = read_head(ns)["generation"]
         for _ in range(kills):
             time.sleep(1.5)
             os.kill(server.engine_pid(), signal.SIGKILL)
             t0 = time.monotonic()
-            gen = wait_for(lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g,
-                           60, 0.005, "the restarted engine")
+            gen = wait_for(
+                lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g,
+                60,
+                0.005,
+                "the restarted engine",
+            )
             took.append(time.monotonic() - t0)
         delays = re.findall(r"restarting in ([0-9.]+)s", server.stderr())
         server.stop()
     finally:
         procs.cleanup()
     rest = took[1:] or took
-    print(f"posenc serve ({workers} worker(s)), {n} on-demand tables, kill -9 of its engine -> the new engine's manifest: first "
-          f"{took[0]:.3f} s (target <= 1 s); the {len(rest)} kills after it, 1.5 s after each restart: median "
-          f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s (target <= 2 s); restart delays logged: "
-          f"{', '.join(delays)} s")
+    print(
+        f"posenc serve ({workers} worker(s)), {n} on-demand tables, kill -9 of its engine -> the new engine's manifest: first "
+        f"{took[0]:.3f} s (target <= 1 s); the {len(rest)} kills after it, 1.5 s after each restart: median "
+        f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s (target <= 2 s); restart delays logged: "
+        f"{', '.join(delays)} s"
+    )
 
 
 def main() -> int:
@@ -140,9 +167,13 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--on-demand", type=int, default=0, help="also adopt this many on-demand tables")
-    ap.add_argument("--serve-kills", type=int, default=0, help="also kill posenc serve's engine this many times")
+    ap.add_argument(
+        "--serve-kills", type=int, default=0, help="also kill posenc serve's engine this many times"
+    )
     ap.add_argument("--workers", type=int, default=2, help="--serve-kills: posenc serve's HTTP workers")
-    ap.add_argument("--skip-configured", action="store_true", help="only the --on-demand / --serve-kills parts")
+    ap.add_argument(
+        "--skip-configured", action="store_true", help="only the --on-demand / --serve-kills parts"
+    )
     a = ap.parse_args()
     if a.on_demand:
         on_demand_adoption(a.on_demand, a.rounds)
@@ -152,9 +183,16 @@ def main() -> int:
         return 0
     ns = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"length": a.rows, "tables": [{"name": f"t{k}", "family": "rope",
-                                                  "spec": {"head_dim": 64, "rope_theta": 1000.0 + k}}
-                                                 for k in range(a.tables)]}, f)
+        json.dump(
+            {
+                "length": a.rows,
+                "tables": [
+                    {"name": f"t{k}", "family": "rope", "spec": {"head_dim": 64, "rope_theta": 1000.0 + k}}
+                    for k in range(a.tables)
+                ],
+            },
+            f,
+        )
     cold, adopt = [], []
     try:
         for _ in range(a.rounds):
@@ -176,8 +214,10 @@ def main() -> int:
     mib = a.tables * a.rows * 256 / 2**20
     print(f"{a.tables} tables, {mib:.0f} MiB, held by the keeper: {held}")
     print(f"cold start to ready:          median {statistics.median(cold):.3f} s over {len(cold)}")
-    print(f"restart after kill -9, adopt: median {statistics.median(adopt):.3f} s over {len(adopt)} "
-          f"(max {max(adopt):.3f} s; {statistics.median(cold) / statistics.median(adopt):.1f}x faster than cold)")
+    print(
+        f"restart after kill -9, adopt: median {statistics.median(adopt):.3f} s over {len(adopt)} "
+        f"(max {max(adopt):.3f} s; {statistics.median(cold) / statistics.median(adopt):.1f}x faster than cold)"
+    )
     print(f"left in /dev/shm: {left or 'nothing'}")
     return 0 if not left else 1
 

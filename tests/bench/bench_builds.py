@@ -31,14 +31,27 @@ sys.path.insert(0, str(ROOT))
 
 from posenc.engine import store  # noqa: E402
 from posenc.engine.client import Client  # noqa: E402
+
 from tests.procs import Procs  # noqa: E402
 from tests.shm import unique_namespace  # noqa: E402
 
 
 def c_reader(tmp: Path):
     so = tmp / "libposenc_shm.so"
-    subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", str(ROOT / "engine/reader/posenc_shm.c"),
-                    "-o", str(so), "-lm"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-std=c11",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            str(ROOT / "engine/reader/posenc_shm.c"),
+            "-o",
+            str(so),
+            "-lm",
+        ],
+        check=True,
+    )
     lib = ctypes.CDLL(str(so))
     lib.posenc_connect.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
     for f in ("posenc_changed", "posenc_refresh", "posenc_close"):
@@ -56,13 +69,17 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-builds-"))
     procs, ns = Procs(tmp), unique_namespace("bench")
     lib = None if a.no_c else c_reader(tmp)
-    changes_file = getattr(store, "log_path", store.manifest_path)   # (what a build writes)
+    changes_file = getattr(store, "log_path", store.manifest_path)  # (what a build writes)
     rows, stop = [], threading.Event()
     py_t: list[float] = []
     c_t: list[float] = []
     try:
-        eng = procs.engine({"length": 64, "tables": [{"name": "t0", "family": "rope", "spec": {"head_dim": 8}}]}, ns,
-                           args=["--memory-budget", str(8 * 2**30), "--verify-interval", "0"], timeout=60)
+        eng = procs.engine(
+            {"length": 64, "tables": [{"name": "t0", "family": "rope", "spec": {"head_dim": 8}}]},
+            ns,
+            args=["--memory-budget", str(8 * 2**30), "--verify-interval", "0"],
+            timeout=60,
+        )
         asker = Client(namespace=ns)
         reader = Client(namespace=ns)
         reader.wait_ready()
@@ -74,7 +91,7 @@ def main() -> int:
                 before = reader._manifest
                 t0 = time.perf_counter()
                 m = reader.manifest()
-                if m is not before:   # (a refresh that found changes)
+                if m is not before:  # (a refresh that found changes)
                     py_t.append(time.perf_counter() - t0)
                 time.sleep(0.05)
 
@@ -85,8 +102,11 @@ def main() -> int:
                     lib.posenc_refresh(conn)
                     c_t.append(time.perf_counter() - t0)
                 time.sleep(0.05)
-        readers = [threading.Thread(target=python_reader, daemon=True), threading.Thread(target=c_reader_loop,
-                                                                                          daemon=True)]
+
+        readers = [
+            threading.Thread(target=python_reader, daemon=True),
+            threading.Thread(target=c_reader_loop, daemon=True),
+        ]
         for t in readers:
             t.start()
         k = 0
@@ -103,16 +123,20 @@ def main() -> int:
                             return
                         theta = 1000.0 + k
                         k += 1
-                    asker._ensure(asker.resolve("rope", {"head_dim": 8, "rope_theta": theta, "positions": [0]}).table,
-                                  16)
+                    asker._ensure(
+                        asker.resolve("rope", {"head_dim": 8, "rope_theta": theta, "positions": [0]}).table,
+                        16,
+                    )
+
             goal = k + n
             ts = [threading.Thread(target=one) for _ in range(2)]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
+
         for target in counts:
-            build(max(0, target - k))   # (untimed) up to this many tables
+            build(max(0, target - k))  # (untimed) up to this many tables
             del py_t[:], c_t[:]
             size0 = os.stat(changes_file("/dev/shm", ns)).st_size
             t0 = time.perf_counter()
@@ -120,8 +144,15 @@ def main() -> int:
             took = time.perf_counter() - t0
             size1 = os.stat(changes_file("/dev/shm", ns)).st_size
             per_line = (size1 - size0) / a.builds if changes_file is not store.manifest_path else size1
-            rows.append((target, a.builds / took, statistics.median(py_t) if py_t else 0.0,
-                         statistics.median(c_t) if c_t else 0.0, per_line))
+            rows.append(
+                (
+                    target,
+                    a.builds / took,
+                    statistics.median(py_t) if py_t else 0.0,
+                    statistics.median(c_t) if c_t else 0.0,
+                    per_line,
+                )
+            )
         stop.set()
         for t in readers:
             t.join(5)
@@ -133,13 +164,19 @@ def main() -> int:
         stop.set()
         procs.cleanup()
     left = [n for n in os.listdir("/dev/shm") if n.startswith(f"{ns}.")]
-    print(f"# bench_builds: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; {held} tables at the end")
+    print(
+        f"# bench_builds: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; {held} tables at the end"
+    )
     print()
-    print("| tables held | builds/s | vs the first | Python reader refresh (median) | C reader refresh (median) "
-          "| bytes written per build |")
+    print(
+        "| tables held | builds/s | vs the first | Python reader refresh (median) | C reader refresh (median) "
+        "| bytes written per build |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n, rate, py, c, line in rows:
-        print(f"| {n} | {rate:.0f} | {rate / rows[0][1]:.2f} | {py * 1e6:.0f} µs | {c * 1e6:.0f} µs | {line:.0f} |")
+        print(
+            f"| {n} | {rate:.0f} | {rate / rows[0][1]:.2f} | {py * 1e6:.0f} µs | {c * 1e6:.0f} µs | {line:.0f} |"
+        )
     print(f"\nleft in /dev/shm: {left or 'nothing'}")
     return 0 if not left else 1
 

@@ -43,9 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from posenc.engine.client import Client  # noqa: E402
+from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
+
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers, shm_files  # noqa: E402
-from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
 N_ROWS = 131072
 HEAD_DIM = 128
@@ -92,20 +93,23 @@ def fmt(s: float) -> str:
 
 def bench_reads(client: Client, repeat: int, min_time: float) -> None:
     import torch
-
     from posenc.engine import kernels
 
     view = client.table("rope", SPEC)
-    cos_v, sin_v = view.cos, view.sin                     # read-only views of the segment
-    cos_l, sin_l = np.array(cos_v), np.array(sin_v)       # private in-process copies
+    cos_v, sin_v = view.cos, view.sin  # read-only views of the segment
+    cos_l, sin_l = np.array(cos_v), np.array(sin_v)  # private in-process copies
     inv_t = torch.from_numpy(np.array(view.inv_freq))
     rng = np.random.default_rng(3)
-    print(f"table: rope {N_ROWS} x {HEAD_DIM} float32 (stored half width: cos, sin [{N_ROWS}, "
-          f"{cos_v.shape[1]}]); random rows, seed 3; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"table: rope {N_ROWS} x {HEAD_DIM} float32 (stored half width: cos, sin [{N_ROWS}, "
+        f"{cos_v.shape[1]}]); random rows, seed 3; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print()
-    print("| rows | shm gather | local gather | shm / local | torch on the fly | shm / torch "
-          "| Client.lookup | lookup / torch |")
+    print(
+        "| rows | shm gather | local gather | shm / local | torch on the fly | shm / torch "
+        "| Client.lookup | lookup / torch |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in (1, 64, 4096):
         rows = rng.integers(0, N_ROWS, n).astype(np.int64)
@@ -125,10 +129,14 @@ def bench_reads(client: Client, repeat: int, min_time: float) -> None:
         def lookup():
             return client.lookup("rope", req)
 
-        t = {name: timeit(fn, repeat, min_time) for name, fn in
-             (("shm", shm), ("local", local), ("torch", on_the_fly), ("lookup", lookup))}
-        print(f"| {n} | {fmt(t['shm'])} | {fmt(t['local'])} | {t['shm'] / t['local']:.2f} | {fmt(t['torch'])} "
-              f"| {t['shm'] / t['torch']:.2f} | {fmt(t['lookup'])} | {t['lookup'] / t['torch']:.2f} |")
+        t = {
+            name: timeit(fn, repeat, min_time)
+            for name, fn in (("shm", shm), ("local", local), ("torch", on_the_fly), ("lookup", lookup))
+        }
+        print(
+            f"| {n} | {fmt(t['shm'])} | {fmt(t['local'])} | {t['shm'] / t['local']:.2f} | {fmt(t['torch'])} "
+            f"| {t['shm'] / t['torch']:.2f} | {fmt(t['lookup'])} | {t['lookup'] / t['torch']:.2f} |"
+        )
 
     # Bandwidth: the 4096-row gather against a plain copy of the same bytes from the same table.
     n = 4096
@@ -137,8 +145,8 @@ def bench_reads(client: Client, repeat: int, min_time: float) -> None:
     start = int(rng.integers(0, N_ROWS - n))
 
     def copy_block():
-        np.copyto(dst_c, cos_v[start:start + n])
-        np.copyto(dst_s, sin_v[start:start + n])
+        np.copyto(dst_c, cos_v[start : start + n])
+        np.copyto(dst_s, sin_v[start : start + n])
 
     def gather_alloc():
         return cos_v[rows], sin_v[rows]
@@ -161,40 +169,46 @@ def bench_reads(client: Client, repeat: int, min_time: float) -> None:
     print()
     print("| operation | median | GB/s | share of copy bandwidth |")
     print("|---|---:|---:|---:|")
-    for name, tt in (("np.copyto of a contiguous block (reference)", tc),
-                     ("gather, allocating (`a[rows]`)", ta),
-                     ("gather into a preallocated output (`np.take(out=)`)", ti),
-                     (f"`engine.kernels.gather_rows` ({kernels.BACKEND}) into a preallocated output", tk)):
+    for name, tt in (
+        ("np.copyto of a contiguous block (reference)", tc),
+        ("gather, allocating (`a[rows]`)", ta),
+        ("gather into a preallocated output (`np.take(out=)`)", ti),
+        (f"`engine.kernels.gather_rows` ({kernels.BACKEND}) into a preallocated output", tk),
+    ):
         print(f"| {name} | {fmt(tt)} | {nbytes / tt / 1e9:.2f} | {tc / tt:.2f} |")
 
 
 def bench_on_demand(client: Client, builds: int) -> None:
     times = []
     for i in range(builds):
-        spec = {"head_dim": HEAD_DIM, "rope_theta": 20000.0 + i}   # a table nobody asked for yet
+        spec = {"head_dim": HEAD_DIM, "rope_theta": 20000.0 + i}  # a table nobody asked for yet
         t0 = time.perf_counter()
         view = client.table("rope", spec)
         times.append(time.perf_counter() - t0)
         assert view.length == N_ROWS and view.cos.shape == (N_ROWS, HEAD_DIM // 2)
     print()
-    print(f"on-demand build, Client.table() on a new {N_ROWS} x {HEAD_DIM} RoPE float32 spec until the "
-          f"view is back ({builds} builds): median {fmt(statistics.median(times))}, "
-          f"min {fmt(min(times))}, max {fmt(max(times))}")
+    print(
+        f"on-demand build, Client.table() on a new {N_ROWS} x {HEAD_DIM} RoPE float32 spec until the "
+        f"view is back ({builds} builds): median {fmt(statistics.median(times))}, "
+        f"min {fmt(min(times))}, max {fmt(max(times))}"
+    )
 
 
 def bench_default_start(procs: Procs) -> None:
     ns = unique_namespace("pbench")
     try:
         t0 = time.perf_counter()
-        eng = procs.engine(None, ns, timeout=600)       # the embedded default tables
+        eng = procs.engine(None, ns, timeout=600)  # the embedded default tables
         t = time.perf_counter() - t0
         m = eng.manifest()
         total = sum(e["nbytes"] for e in m["tables"].values())
         log = [line for line in eng.stderr().splitlines() if "generation" in line]
         print()
-        print(f"engine start -> ready, embedded default tables ({len(m['tables'])} tables, "
-              f"{total / 2**30:.2f} GiB): {fmt(t)} (process start to complete manifest; engine log: "
-              f"{log[-1].split(': ', 1)[1] if log else '?'})")
+        print(
+            f"engine start -> ready, embedded default tables ({len(m['tables'])} tables, "
+            f"{total / 2**30:.2f} GiB): {fmt(t)} (process start to complete manifest; engine log: "
+            f"{log[-1].split(': ', 1)[1] if log else '?'})"
+        )
         assert eng.stop(signal.SIGTERM, timeout=120) == 0, eng.logs()
     finally:
         left = remove_leftovers(ns)
@@ -206,9 +220,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--min-time", type=float, default=0.05)
     ap.add_argument("--builds", type=int, default=5)
-    ap.add_argument("--torch-threads", type=int, default=1,
-                    help="torch intra-op threads (default 1, like the numpy gathers: on a few shared "
-                         "cores a second thread only adds hand-off latency to small ops)")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1, like the numpy gathers: on a few shared "
+        "cores a second thread only adds hand-off latency to small ops)",
+    )
     ap.add_argument("--quick", action="store_true", help="3 repeats, 2 builds, skip the default-table start")
     args = ap.parse_args()
     if args.quick:
@@ -216,11 +234,14 @@ def main() -> int:
 
     import torch
     from posenc.engine import kernels_info
+
     torch.set_num_threads(args.torch_threads)
     malloc = steady_malloc()
-    print(f"# bench_engine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "
-          f"numpy {np.__version__}, torch {torch.__version__}, backend {kernels_info()}, "
-          f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"# bench_engine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {torch.__version__}, backend {kernels_info()}, "
+        f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}"
+    )
     print()
     cfg = {"length": N_ROWS, "tables": [{"family": "rope", "spec": SPEC, "name": "bench-rope"}]}
     with engine_client(cfg, "bench_engine") as (procs, eng, client):
@@ -229,7 +250,9 @@ def main() -> int:
         assert eng.stop() == 0, eng.logs()
         if not args.quick:
             bench_default_start(procs)
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; nothing of the benchmark's namespaces left in /dev/shm")
+    print(
+        f"\nload average at the end {os.getloadavg()[0]:.1f}; nothing of the benchmark's namespaces left in /dev/shm"
+    )
     return 0
 
 

@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 import orjson
-
 from posenc.service.shortcut import _hot
 
 
@@ -36,13 +35,19 @@ def main() -> None:
     a = ap.parse_args()
     rng = np.random.default_rng(1)
     slopes = 2.0 ** (-8 * np.arange(1, 33) / 32)
-    arrays = {"alibi cells": (-(slopes[rng.integers(0, 32, a.n)] * rng.integers(0, 131072, a.n))).astype(np.float32),
-              "uniform -1..1": rng.uniform(-1, 1, a.n).astype(np.float32)}
+    arrays = {
+        "alibi cells": (-(slopes[rng.integers(0, 32, a.n)] * rng.integers(0, 131072, a.n))).astype(
+            np.float32
+        ),
+        "uniform -1..1": rng.uniform(-1, 1, a.n).astype(np.float32),
+    }
     for name, x in arrays.items():
         assert _hot.f32_json(x) == orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1], name
         ours = best_ns(lambda: _hot.f32_json(x), a.n, a.reps)
         theirs = best_ns(lambda: orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY), a.n, a.reps)
-        print(f"{name:<14} hot_f32text {ours:5.1f} ns/float, orjson {theirs:5.1f} ns/float, ratio {ours / theirs:.2f}")
+        print(
+            f"{name:<14} hot_f32text {ours:5.1f} ns/float, orjson {theirs:5.1f} ns/float, ratio {ours / theirs:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -36,18 +36,30 @@ from posenc.loadtest.floor import save_bodies  # noqa: E402
 from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-CONFIG = {"length": 131072, "tables": [
-    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
-    {"family": "alibi", "spec": {"num_heads": 32}},
-    {"family": "sinusoidal", "spec": {"d_model": 768}},
-]}
+CONFIG = {
+    "length": 131072,
+    "tables": [
+        {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
+        {"family": "alibi", "spec": {"num_heads": 32}},
+        {"family": "sinusoidal", "spec": {"d_model": 768}},
+    ],
+}
 CASES = {
-    "rope 1 row, binary": ("/v1/rope", {"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]},
-                           "application/x-safetensors"),
-    "sinusoidal 4 rows, binary": ("/v1/sinusoidal", {"d_model": 768, "positions": [3, 17, 511, 4095]},
-                                  "application/x-safetensors"),
-    "alibi 32x1x4096, binary": ("/v1/alibi", {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}},
-                                "application/x-safetensors"),
+    "rope 1 row, binary": (
+        "/v1/rope",
+        {"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]},
+        "application/x-safetensors",
+    ),
+    "sinusoidal 4 rows, binary": (
+        "/v1/sinusoidal",
+        {"d_model": 768, "positions": [3, 17, 511, 4095]},
+        "application/x-safetensors",
+    ),
+    "alibi 32x1x4096, binary": (
+        "/v1/alibi",
+        {"num_heads": 32, "query": [4095], "key": {"start": 0, "stop": 4096}},
+        "application/x-safetensors",
+    ),
 }
 
 
@@ -80,14 +92,19 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
     with the C template shortcut (service/shortcut/_hot.c) or without (every request validated and
     resolved)."""
-    from posenc.service.front.app import create_app
     from posenc.engine.settings import Settings
+    from posenc.service.front.app import create_app
+
     path, body, accept = case
     front = create_app(Settings(namespace=ns, shortcut="c" if shortcut == "C shortcut" else "off"))
     front.svc.attach_all()
     raw = json.dumps(body).encode()
-    scope = {"type": "http", "method": "POST", "path": path,
-             "headers": [(b"content-type", b"application/json"), (b"accept", accept.encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(b"content-type", b"application/json"), (b"accept", accept.encode())],
+    }
 
     async def receive():
         return {"type": "http.request", "body": raw, "more_body": False}
@@ -98,9 +115,10 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     def one():
         coro = front(scope, receive, send)
         try:
-            coro.send(None)   # nothing awaits anything that suspends
+            coro.send(None)  # nothing awaits anything that suspends
         except StopIteration:
             pass
+
     for _ in range(n // 10):
         one()
     times = []
@@ -138,7 +156,11 @@ def measure(url, case, seconds, tmp):
         got[conns] = r = wrk_tool.run(url, lua, seconds, conns, cpus=CLIENT_CPU)
         if r["failures"]:
             raise RuntimeError(f"wrk saw errors on {path}: {r['errors']}")
-    return {"p50_us": got[1]["latency_us"]["p50"], "p99_us": got[1]["latency_us"]["p99"], "max_rps": got[32]["rps"]}
+    return {
+        "p50_us": got[1]["latency_us"]["p50"],
+        "p99_us": got[1]["latency_us"]["p99"],
+        "max_rps": got[32]["rps"],
+    }
 
 
 def alternate(cname: str, rounds: int, seconds: int) -> None:
@@ -157,9 +179,12 @@ def alternate(cname: str, rounds: int, seconds: int) -> None:
             print(f"{cname}: posenc and the floor alternated, {seconds} s each")
             for i in range(rounds):
                 q, f = measure(posenc.url, case, seconds, tmp), measure(floor.url, case, seconds, tmp)
-                print(f"round {i + 1}: posenc p50 {q['p50_us']:.0f} µs, {q['max_rps']:.0f}/s; floor p50 "
-                      f"{f['p50_us']:.0f} µs, {f['max_rps']:.0f}/s; p50/floor {q['p50_us'] / f['p50_us']:.2f}, "
-                      f"rps/floor {q['max_rps'] / f['max_rps']:.2f}", flush=True)
+                print(
+                    f"round {i + 1}: posenc p50 {q['p50_us']:.0f} µs, {q['max_rps']:.0f}/s; floor p50 "
+                    f"{f['p50_us']:.0f} µs, {f['max_rps']:.0f}/s; p50/floor {q['p50_us'] / f['p50_us']:.2f}, "
+                    f"rps/floor {q['max_rps'] / f['max_rps']:.2f}",
+                    flush=True,
+                )
         finally:
             for srv in servers:
                 srv.stop()
@@ -168,16 +193,23 @@ def alternate(cname: str, rounds: int, seconds: int) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--alternate", metavar="CASE", choices=list(CASES),
-                    help="only this response: posenc and the floor side by side, measured in turn")
+    ap.add_argument(
+        "--alternate",
+        metavar="CASE",
+        choices=list(CASES),
+        help="only this response: posenc and the floor side by side, measured in turn",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     if a.alternate:
         return alternate(a.alternate, a.rounds, a.seconds)
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {"hot path (simd)": {}, "raw-ASGI front": {"POSENC_LANE": "off"},
-                   "shortcut off": {"POSENC_SHORTCUT": "off", "POSENC_LANE": "off"},
-                   "hot path (numpy)": {"POSENC_BACKEND": "numpy", "POSENC_LANE": "off"}}
+        servers = {
+            "hot path (simd)": {},
+            "raw-ASGI front": {"POSENC_LANE": "off"},
+            "shortcut off": {"POSENC_SHORTCUT": "off", "POSENC_LANE": "off"},
+            "hot path (numpy)": {"POSENC_BACKEND": "numpy", "POSENC_LANE": "off"},
+        }
         results = {}
         bodies = {}
         inproc = {}
@@ -198,17 +230,20 @@ def main():
                     big = {"head_dim": 128, "rope_theta": 500000.0, "positions": {"start": 0, "stop": 4096}}
                     for acc in ("application/json", "application/x-safetensors"):
                         results[(name, f"rope 4096x128 {acc.split('/')[1]}")] = measure(
-                            url, ("/v1/rope", big, acc), a.seconds, tmp)
+                            url, ("/v1/rope", big, acc), a.seconds, tmp
+                        )
                     dec = {"num_heads": 32, "query": [8191], "key": {"start": 0, "stop": 8192}}
                     results[(name, "alibi 32x1x8192, binary")] = measure(
-                        url, ("/v1/alibi", dec, "application/x-safetensors"), a.seconds, tmp)
+                        url, ("/v1/alibi", dec, "application/x-safetensors"), a.seconds, tmp
+                    )
                 if name == "hot path (numpy)":
                     dec = {"num_heads": 32, "query": [8191], "key": {"start": 0, "stop": 8192}}
                     results[(name, "alibi 32x1x8192, binary")] = measure(
-                        url, ("/v1/alibi", dec, "application/x-safetensors"), a.seconds, tmp)
+                        url, ("/v1/alibi", dec, "application/x-safetensors"), a.seconds, tmp
+                    )
             finally:
                 srv.stop()
-        floor = floor_server(tmp, bodies)   # one floor, each case's bytes at its path
+        floor = floor_server(tmp, bodies)  # one floor, each case's bytes at its path
         try:
             for cname, case in CASES.items():
                 results[("floor (raw ASGI)", cname)] = measure(floor.url, case, a.seconds, tmp)
@@ -217,13 +252,17 @@ def main():
 
     for (cname, how), us in inproc.items():
         print(f"in-process, no HTTP server: {us:.1f} µs per '{cname}' request, {how} (median of 5)")
-    print(f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} "
-          f"{'p50/floor':>10} {'rps/floor':>10}")
+    print(
+        f"{'server':<20} {'response':<28} {'p50 µs':>8} {'p99 µs':>8} {'max req/s':>10} "
+        f"{'p50/floor':>10} {'rps/floor':>10}"
+    )
     for (name, cname), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         floor = results.get(("floor (raw ASGI)", cname))
         rp = f"{r['p50_us'] / floor['p50_us']:.2f}" if floor else "-"
         rr = f"{r['max_rps'] / floor['max_rps']:.2f}" if floor else "-"
-        print(f"{name:<20} {cname:<28} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f} {r['max_rps']:>10.0f} {rp:>10} {rr:>10}")
+        print(
+            f"{name:<20} {cname:<28} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f} {r['max_rps']:>10.0f} {rp:>10} {rr:>10}"
+        )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ BODY = b'{"head_dim": 64, "positions": [1, 2, 3]}'
 
 
 def request(port: int) -> bytes:
-    return (b"POST /v1/rope HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-            b"accept: application/x-safetensors\r\ncontent-length: %d\r\n\r\n" % (port, len(BODY))) + BODY
+    return (
+        b"POST /v1/rope HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"accept: application/x-safetensors\r\ncontent-length: %d\r\n\r\n" % (port, len(BODY))
+    ) + BODY
 
 
 def read_answer(s: socket.socket) -> bool:
@@ -51,13 +53,17 @@ def read_answer(s: socket.socket) -> bool:
     while b"\r\n\r\n" not in buf:
         try:
             got = s.recv(65536)
-        except (ConnectionResetError, TimeoutError, socket.timeout):
+        except (ConnectionResetError, TimeoutError):
             return False
         if not got:
             return False
         buf += got
     head, _, rest = buf.partition(b"\r\n\r\n")
-    n = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    n = int(
+        next(
+            line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
+    )
     while len(rest) < n:
         got = s.recv(65536)
         if not got:
@@ -74,7 +80,7 @@ def probe(port: int, idle: float) -> str:
         if not read_answer(s):
             return "first failed"
         time.sleep(idle)
-        if select.select([s], [], [], 0)[0]:   # readable while idle: closed (the pool's check)
+        if select.select([s], [], [], 0)[0]:  # readable while idle: closed (the pool's check)
             return "seen closed"
         try:
             s.sendall(req)
@@ -84,7 +90,7 @@ def probe(port: int, idle: float) -> str:
 
 
 def load(port: int, stop: threading.Event) -> None:
-    req = request(port) * 8   # pipelined: the worker's loop is busy in bursts
+    req = request(port) * 8  # pipelined: the worker's loop is busy in bursts
     while not stop.is_set():
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -107,9 +113,12 @@ def main() -> int:
     procs = Procs(Path(tempfile.mkdtemp(prefix="bench-keepalive-")))
     counts = {"before": {}, "after": {}}
     try:
-        server = procs.serve({"length": 2048, "tables": [{"name": "r", "family": "rope", "spec": {"head_dim": 64}}]},
-                             workers=1, namespace=unique_namespace("bench"),
-                             env={**os.environ, "POSENC_KEEPALIVE_S": str(a.keepalive)})
+        server = procs.serve(
+            {"length": 2048, "tables": [{"name": "r", "family": "rope", "spec": {"head_dim": 64}}]},
+            workers=1,
+            namespace=unique_namespace("bench"),
+            env={**os.environ, "POSENC_KEEPALIVE_S": str(a.keepalive)},
+        )
         stop = threading.Event()
         loaders = [threading.Thread(target=load, args=(server.port, stop), daemon=True) for _ in range(2)]
         for t in loaders:
@@ -128,6 +137,7 @@ def main() -> int:
                 with lock:
                     side = counts["before" if off < 0 else "after"]
                     side[got] = side.get(got, 0) + 1
+
         probers = [threading.Thread(target=prober) for _ in range(a.parallel)]
         for t in probers:
             t.start()
@@ -137,11 +147,16 @@ def main() -> int:
         server.stop()
     finally:
         procs.cleanup()
-    print(f"keep-alive timeout {a.keepalive} s, {a.probes} probes idling it ±{a.spread * 1000:.0f} ms, "
-          f"the worker under load:")
+    print(
+        f"keep-alive timeout {a.keepalive} s, {a.probes} probes idling it ±{a.spread * 1000:.0f} ms, "
+        f"the worker under load:"
+    )
     for side in ("before", "after"):
         c = counts[side]
-        print(f"  sent {side} the timeout: {sum(c.values())} probes: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+        print(
+            f"  sent {side} the timeout: {sum(c.values())} probes: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+        )
     return 0
 
 

@@ -58,8 +58,11 @@ def cases(rng):
     for dt, tab in half.items():
         for layout in ("half_split", "interleaved"):
             out = np.empty((4096, 128), tab.dtype)
-            yield (f"rope gather {dt} 4096x128 {layout}", out.nbytes,
-                   lambda m, t=tab, o=out, lay=layout: m.rope_expand(t, rows, o, lay))
+            yield (
+                f"rope gather {dt} 4096x128 {layout}",
+                out.nbytes,
+                lambda m, t=tab, o=out, lay=layout: m.rope_expand(t, rows, o, lay),
+            )
     full = rng.standard_normal((131072, 128)).astype(np.float16)
     out = np.empty((4096, 128), np.float16)
     yield "gather_rows float16 4096x128", out.nbytes, lambda m: m.gather_rows(full, rows, out)
@@ -68,13 +71,19 @@ def cases(rng):
     for dt, st in (("float32", np.float32), ("float16", np.float16), ("bfloat16", np.uint16)):
         q, k = np.array([8191], np.int64), np.arange(8192, dtype=np.int64)
         out = np.empty((32, 1, 8192), st)
-        yield (f"alibi decode 32x1x8192 {dt}", out.nbytes,
-               lambda m, o=out, d=dt: m.alibi_block(slopes, q, k, o, d, False, False))
+        yield (
+            f"alibi decode 32x1x8192 {dt}",
+            out.nbytes,
+            lambda m, o=out, d=dt: m.alibi_block(slopes, q, k, o, d, False, False),
+        )
     for dt, st in (("float32", np.float32), ("float16", np.float16), ("bfloat16", np.uint16)):
         p = np.arange(512, dtype=np.int64)
         out = np.empty((32, 512, 512), st)
-        yield (f"alibi prefill 32x512x512 {dt} masked", out.nbytes,
-               lambda m, o=out, d=dt: m.alibi_block(slopes, p, p, o, d, False, True))
+        yield (
+            f"alibi prefill 32x512x512 {dt} masked",
+            out.nbytes,
+            lambda m, o=out, d=dt: m.alibi_block(slopes, p, p, o, d, False, True),
+        )
 
     lut = rng.integers(0, 32, 257).astype(np.int32)  # radius 128 (T5 max_distance)
     p = np.arange(512, dtype=np.int64)
@@ -90,8 +99,11 @@ def cases(rng):
     pos = np.arange(131072, dtype=np.int64)
     for dt, st in (("float32", np.float32), ("bfloat16", np.uint16)):
         oc, os_ = np.empty((131072, 64), st), np.empty((131072, 64), st)
-        yield (f"sincos 131072x64 {dt}", 2 * oc.nbytes,
-               lambda m, c=oc, s=os_, d=dt: m.sincos(freqs, pos, 1.0, c, s, d))
+        yield (
+            f"sincos 131072x64 {dt}",
+            2 * oc.nbytes,
+            lambda m, c=oc, s=os_, d=dt: m.sincos(freqs, pos, 1.0, c, s, d),
+        )
 
 
 def main(argv=None) -> int:
@@ -105,10 +117,14 @@ def main(argv=None) -> int:
         args.repeat, args.min_time = 3, 0.01
     rng = np.random.default_rng(5)
     feats = ",".join(_native.FEATURES) if _native else "not built"
-    print(f"# {platform.machine()}, {os.cpu_count()} cpus, numpy {np.__version__}, "
-          f"simd features: {feats}; median of {args.repeat}, times in ms")
-    head = f"| {'kernel':44} | {'out MB':>6} | {'simd':>8} | {'numpy':>8} | {'copy':>7} | " \
-           f"{'x numpy':>7} | {'% copy':>6} |"
+    print(
+        f"# {platform.machine()}, {os.cpu_count()} cpus, numpy {np.__version__}, "
+        f"simd features: {feats}; median of {args.repeat}, times in ms"
+    )
+    head = (
+        f"| {'kernel':44} | {'out MB':>6} | {'simd':>8} | {'numpy':>8} | {'copy':>7} | "
+        f"{'x numpy':>7} | {'% copy':>6} |"
+    )
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for name, nbytes, call in cases(rng):
@@ -120,11 +136,14 @@ def main(argv=None) -> int:
             fns["simd"] = lambda: call(_native)
         t = timeit_interleaved(fns, args.repeat, args.min_time)
         t_copy, t_np, t_simd = t["copy"], t["numpy"], t.get("simd")
-        cells = [f"{nbytes / 1e6:6.2f}",
-                 f"{t_simd * 1e3:8.3f}" if t_simd else f"{'-':>8}",
-                 f"{t_np * 1e3:8.3f}", f"{t_copy * 1e3:7.3f}",
-                 f"{t_np / t_simd:7.1f}" if t_simd else f"{'-':>7}",
-                 f"{100 * t_copy / t_simd:5.0f}%" if t_simd else f"{'-':>6}"]
+        cells = [
+            f"{nbytes / 1e6:6.2f}",
+            f"{t_simd * 1e3:8.3f}" if t_simd else f"{'-':>8}",
+            f"{t_np * 1e3:8.3f}",
+            f"{t_copy * 1e3:7.3f}",
+            f"{t_np / t_simd:7.1f}" if t_simd else f"{'-':>7}",
+            f"{100 * t_copy / t_simd:5.0f}%" if t_simd else f"{'-':>6}",
+        ]
         print(f"| {name:44} | " + " | ".join(cells) + " |", flush=True)
     return 0
 

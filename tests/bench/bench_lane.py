@@ -31,16 +31,18 @@ import tempfile
 import uuid
 
 import httpx
-
 from posenc.loadtest import wrk as wrk_tool
 from posenc.loadtest.floor import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-CONFIG = {"length": 131072, "tables": [
-    {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
-    {"family": "sinusoidal", "spec": {"d_model": 768}},
-]}
+CONFIG = {
+    "length": 131072,
+    "tables": [
+        {"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}},
+        {"family": "sinusoidal", "spec": {"d_model": 768}},
+    ],
+}
 ACCEPT = "application/x-safetensors"
 CASES = {
     "rope 1 row": ("/v1/rope", {"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]}),
@@ -55,12 +57,13 @@ def start_all(tmp: str) -> dict:
         json.dump(CONFIG, f)
     servers = {}
     for name, lane in (("lane", "on"), ("asgi", "off")):
-        servers[name] = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU,
-                                     args=("--lane", lane))
+        servers[name] = start_posenc(
+            free_port(), f"bench-{uuid.uuid4().hex[:6]}", tables=cfg, cpus=SERVER_CPU, args=("--lane", lane)
+        )
     bodies = {}
     for s in (servers["lane"], servers["asgi"]):
         s.wait_ready()
-        for path, body in CASES.values():   # the first answer teaches the worker its template
+        for path, body in CASES.values():  # the first answer teaches the worker its template
             r = httpx.post(s.url + path, json=body, headers={"accept": ACCEPT})
             assert r.status_code == 200, r.text
             bodies[path] = (r.headers["content-type"], r.content)
@@ -82,12 +85,16 @@ def measure(url: str, case, seconds: float, tmp: str) -> dict:
     bad = {k: v for r in (one, many) for k, v in r["errors"].items() if v and k != "timeout"}
     if bad:
         raise RuntimeError(f"wrk saw errors on {url}{path}: {bad}")
-    return {"rps": many["rps"], "p50_us": one["latency_us"]["p50"], "timeouts": one["errors"]["timeout"]
-            + many["errors"]["timeout"]}
+    return {
+        "rps": many["rps"],
+        "p50_us": one["latency_us"]["p50"],
+        "timeouts": one["errors"]["timeout"] + many["errors"]["timeout"],
+    }
 
 
 def plot(medians: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -108,16 +115,30 @@ def plot(medians: dict, path: str) -> None:
 
 class _Transport:
     """What a protocol needs of a transport, writes counted and dropped."""
+
     def __init__(self):
         self.writes, self.closing = 0, False
-    def write(self, data): self.writes += 1
-    def writelines(self, data): self.writes += 1
-    def is_closing(self): return self.closing
-    def close(self): self.closing = True
+
+    def write(self, data):
+        self.writes += 1
+
+    def writelines(self, data):
+        self.writes += 1
+
+    def is_closing(self):
+        return self.closing
+
+    def close(self):
+        self.closing = True
+
     def get_extra_info(self, name, default=None):
         return {"sockname": ("127.0.0.1", 1), "peername": ("127.0.0.1", 2)}.get(name, default)
-    def pause_reading(self): pass
-    def resume_reading(self): pass
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
 
 
 def _per_request(feed, data: bytes, n: int, profile: bool) -> float:
@@ -125,6 +146,7 @@ def _per_request(feed, data: bytes, n: int, profile: bool) -> float:
     import cProfile
     import pstats
     import time
+
     if profile:
         prof = cProfile.Profile()
         prof.runcall(lambda: [feed(data) for _ in range(n)])
@@ -141,15 +163,17 @@ def _per_request(feed, data: bytes, n: int, profile: bool) -> float:
 
 def in_process(profile: bool, n: int = 50000) -> None:
     import asyncio
+
     import uvicorn
     import uvloop
-    from uvicorn.server import ServerState
     from posenc.engine.settings import Settings
     from posenc.loadtest.bare import BareProtocol
-    from posenc.service.protocol.lane import STATE_KEY
-    from posenc.service.protocol.uvicorn_api import Protocol
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all
+    from posenc.service.protocol.lane import STATE_KEY
+    from posenc.service.protocol.uvicorn_api import Protocol
+    from uvicorn.server import ServerState
+
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from tests.procs import Procs, unique_namespace
 
@@ -158,22 +182,32 @@ def in_process(profile: bool, n: int = 50000) -> None:
         eng = procs.engine(CONFIG, unique_namespace("bench-lane"))
         s = Settings(namespace=eng.namespace, shortcut="c", lane="on")
         app = create_app(s)
-        front = app   # the raw-ASGI front (no CORS): it holds the worker's lane
+        front = app  # the raw-ASGI front (no CORS): it holds the worker's lane
         front.metrics = Metrics(s.shm_dir, s.namespace)
         try:
             front.svc.attach_all(wait_s=10)
             loop = uvloop.new_event_loop()
             asyncio.set_event_loop(loop)
-            cfg = uvicorn.Config(app=app, http=Protocol, loop="none", lifespan="off",
-                                 server_header=False, log_level="warning", access_log=False)
+            cfg = uvicorn.Config(
+                app=app,
+                http=Protocol,
+                loop="none",
+                lifespan="off",
+                server_header=False,
+                log_level="warning",
+                access_log=False,
+            )
             cfg.load()
             state = ServerState()
             state.default_headers = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT")] + cfg.encoded_headers
             for cname, (path, body) in CASES.items():
                 raw = json.dumps(body).encode()
-                front.svc.execute(front.svc.prepare(path.rsplit("/", 1)[1], raw, ACCEPT))   # learn
-                data = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        b"Accept: %s\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), ACCEPT.encode(), len(raw), raw))
+                front.svc.execute(front.svc.prepare(path.rsplit("/", 1)[1], raw, ACCEPT))  # learn
+                data = (
+                    b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Accept: %s\r\nContent-Length: %d\r\n\r\n%s"
+                    % (path.encode(), ACCEPT.encode(), len(raw), raw)
+                )
                 p = Protocol(cfg, state, {STATE_KEY: front.lane}, _loop=loop)
                 p.connection_made(_Transport())
                 before = front.lane.answered
@@ -211,31 +245,51 @@ def main() -> None:
                     got = {name: measure(servers[name].url, case, a.seconds, tmp) for name in SERVERS}
                     for name, r in got.items():
                         runs.setdefault((name, cname), []).append(r)
-                    print(f"round {rnd + 1} {cname}: " + ", ".join(
-                        f"{n} {r['rps']:.0f}/s p50 {r['p50_us']} µs" + (f" ({r['timeouts']} timeouts)" if r["timeouts"] else "")
-                        for n, r in got.items()), flush=True)
+                    print(
+                        f"round {rnd + 1} {cname}: "
+                        + ", ".join(
+                            f"{n} {r['rps']:.0f}/s p50 {r['p50_us']} µs"
+                            + (f" ({r['timeouts']} timeouts)" if r["timeouts"] else "")
+                            for n, r in got.items()
+                        ),
+                        flush=True,
+                    )
         finally:
             for s in servers.values():
                 s.stop()
     load.append(os.getloadavg()[0])
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_us")} for k, v in runs.items()}
     print(f"\nmedians over {a.rounds} rounds")
-    print(f"{'response':<18} {'server':<6} {'req/s':>8} {'p50 µs':>7} {'rps/floor':>10} {'rps/bare':>9} {'p50/floor':>10}")
+    print(
+        f"{'response':<18} {'server':<6} {'req/s':>8} {'p50 µs':>7} {'rps/floor':>10} {'rps/bare':>9} {'p50/floor':>10}"
+    )
     for cname in CASES:
         f, b = med[("floor", cname)], med[("bare", cname)]
         for name in SERVERS:
             r = med[(name, cname)]
-            print(f"{cname:<18} {name:<6} {r['rps']:>8.0f} {r['p50_us']:>7.0f} {r['rps'] / f['rps']:>10.2f} "
-                  f"{r['rps'] / b['rps']:>9.2f} {r['p50_us'] / f['p50_us']:>10.2f}")
+            print(
+                f"{cname:<18} {name:<6} {r['rps']:>8.0f} {r['p50_us']:>7.0f} {r['rps'] / f['rps']:>10.2f} "
+                f"{r['rps'] / b['rps']:>9.2f} {r['p50_us'] / f['p50_us']:>10.2f}"
+            )
     # On a shared machine a burst hits whichever server is measured then: the ratios within
     # each round, and their medians, say more than the ratio of medians.
     print(f"\nper-round ratios of the lane (load average {load[0]:.2f} before, {load[1]:.2f} after)")
     for cname in CASES:
-        per = {k: [la[m] / ba[m] for la, ba in zip(runs[("lane", cname)], runs[(base, cname)])]
-               for k, base, m in (("rps/floor", "floor", "rps"), ("rps/bare", "bare", "rps"),
-                                  ("p50/floor", "floor", "p50_us"))}
-        print(f"{cname:<18} " + "; ".join(f"{k} {' '.join(f'{v:.2f}' for v in vs)} (median {statistics.median(vs):.2f})"
-                                           for k, vs in per.items()))
+        per = {
+            k: [la[m] / ba[m] for la, ba in zip(runs[("lane", cname)], runs[(base, cname)])]
+            for k, base, m in (
+                ("rps/floor", "floor", "rps"),
+                ("rps/bare", "bare", "rps"),
+                ("p50/floor", "floor", "p50_us"),
+            )
+        }
+        print(
+            f"{cname:<18} "
+            + "; ".join(
+                f"{k} {' '.join(f'{v:.2f}' for v in vs)} (median {statistics.median(vs):.2f})"
+                for k, vs in per.items()
+            )
+        )
     if a.plot:
         plot(med, a.plot)
         print(f"plot: {a.plot}")

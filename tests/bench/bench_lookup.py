@@ -47,11 +47,21 @@ N_ROWS = 131072
 SPECS = {
     "rope float32 half_split": {"head_dim": 128, "rope_theta": 10000.0, "dtype": "float32"},
     "llama3 bfloat16 interleaved": {
-        "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072, "layout": "interleaved",
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192}, "dtype": "bfloat16"},
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 131072,
+        "layout": "interleaved",
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "dtype": "bfloat16",
+    },
 }
-POOL = 256   # position sets per case, taken in turn
+POOL = 256  # position sets per case, taken in turn
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -95,13 +105,14 @@ def gather_vs_copy(h, view, rng, past: float, repeat: int, min_time: float, copy
     if not copy:
         return timeit(lookup, repeat, min_time), None, outs
     half = view.cos.shape[1]
-    flat = tuple(o.reshape(-1, half) for o in outs)   # the same bytes, as half-width table rows
+    flat = tuple(o.reshape(-1, half) for o in outs)  # the same bytes, as half-width table rows
     rows = flat[0].shape[0]
     starts = [int(s) * rows for s in rng.permutation(view.cos.shape[0] // rows)[:16]]
 
     def copy_block(s):
-        np.copyto(flat[0], view.cos[s:s + rows])
-        np.copyto(flat[1], view.sin[s:s + rows])
+        np.copyto(flat[0], view.cos[s : s + rows])
+        np.copyto(flat[1], view.sin[s : s + rows])
+
     return (*alternating(lookup, _cycling(copy_block, starts), repeat, min_time), outs)
 
 
@@ -109,7 +120,9 @@ def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: flo
     import torch
 
     h = client.handle("rope", spec)
-    view = client.table("rope", {k: v for k, v in spec.items() if k not in ("dtype", "layout")}, dtype=spec["dtype"])
+    view = client.table(
+        "rope", {k: v for k, v in spec.items() if k not in ("dtype", "layout")}, dtype=spec["dtype"]
+    )
     assert h.fast, "the handle has no C plan (numpy backend?)"
     inv_t = torch.from_numpy(np.array(view.inv_freq))
     rng = np.random.default_rng(25)
@@ -123,9 +136,10 @@ def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: flo
     def on_the_fly(p):
         ang = torch.outer(p, inv_t)
         return ang.cos(), ang.sin()
+
     t["torch 1"] = timeit(_cycling(on_the_fly, one_t), repeat, min_time)
     body = {**spec, "positions": [int(one_in[0][0])]}
-    client.lookup("rope", body)   # seen: Client.lookup now takes the handle
+    client.lookup("rope", body)  # seen: Client.lookup now takes the handle
     bodies = [{**spec, "positions": p.tolist()} for p in one_in]
     t["Client.lookup 1"] = timeit(_cycling(lambda b: client.lookup("rope", b), bodies), repeat, min_time)
 
@@ -143,24 +157,40 @@ def bench_spec(client: Client, name: str, spec: dict, repeat: int, min_time: flo
     print()
     print("| measure | median | floor | floor median | ratio | target |")
     print("|---|---:|---|---:|---:|---|")
-    print(f"| 1 row, inside | {fmt(t['lookup 1'])} | raw gather `view.cos[p], view.sin[p]` | {fmt(t['raw 1'])} "
-          f"| {t['lookup 1'] / t['raw 1']:.2f}× | ≤ 1.5× |")
-    print(f"| 1 row, inside | {fmt(t['lookup 1'])} | torch computing it | {fmt(t['torch 1'])} "
-          f"| {t['lookup 1'] / t['torch 1']:.2f}× | ≤ 0.5× |")
-    print(f"| 1 row, 1 in 10 past the table | {fmt(t['lookup 1 mixed'])} | torch computing it | {fmt(t['torch 1'])} "
-          f"| {t['lookup 1 mixed'] / t['torch 1']:.2f}× | |")
-    print(f"| 1 row, `Client.lookup` (the README's call) | {fmt(t['Client.lookup 1'])} | raw gather "
-          f"| {fmt(t['raw 1'])} | {t['Client.lookup 1'] / t['raw 1']:.2f}× | |")
-    print(f"| 4096 rows into `out=`, inside | {fmt(t['lookup 4096'])} | np.copyto of {nbytes / 2**20:.0f} MiB "
-          f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096']:.2f} of its bandwidth | ≥ 0.7 |")
-    print(f"| 4096 rows into `out=`, 1 in 100 past | {fmt(t['lookup 4096 mixed'])} | np.copyto "
-          f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096 mixed']:.2f} of its bandwidth | |")
+    print(
+        f"| 1 row, inside | {fmt(t['lookup 1'])} | raw gather `view.cos[p], view.sin[p]` | {fmt(t['raw 1'])} "
+        f"| {t['lookup 1'] / t['raw 1']:.2f}× | ≤ 1.5× |"
+    )
+    print(
+        f"| 1 row, inside | {fmt(t['lookup 1'])} | torch computing it | {fmt(t['torch 1'])} "
+        f"| {t['lookup 1'] / t['torch 1']:.2f}× | ≤ 0.5× |"
+    )
+    print(
+        f"| 1 row, 1 in 10 past the table | {fmt(t['lookup 1 mixed'])} | torch computing it | {fmt(t['torch 1'])} "
+        f"| {t['lookup 1 mixed'] / t['torch 1']:.2f}× | |"
+    )
+    print(
+        f"| 1 row, `Client.lookup` (the README's call) | {fmt(t['Client.lookup 1'])} | raw gather "
+        f"| {fmt(t['raw 1'])} | {t['Client.lookup 1'] / t['raw 1']:.2f}× | |"
+    )
+    print(
+        f"| 4096 rows into `out=`, inside | {fmt(t['lookup 4096'])} | np.copyto of {nbytes / 2**20:.0f} MiB "
+        f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096']:.2f} of its bandwidth | ≥ 0.7 |"
+    )
+    print(
+        f"| 4096 rows into `out=`, 1 in 100 past | {fmt(t['lookup 4096 mixed'])} | np.copyto "
+        f"| {fmt(t['memcpy 4096'])} | {t['memcpy 4096'] / t['lookup 4096 mixed']:.2f} of its bandwidth | |"
+    )
     rate = {k: rows / t[k] for k, rows in (("batch 32x128", 4096), ("lookup 1", 1), ("lookup 128", 128))}
-    print(f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s ({fmt(t['batch 32x128'])}) "
-          f"| 32 one-row lookups | {rate['lookup 1'] / 1e6:.2f} M/s | {rate['batch 32x128'] / rate['lookup 1']:.0f}× "
-          f"| ≥ 10× |")
-    print(f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s | 32 lookups of 128 rows "
-          f"| {rate['lookup 128'] / 1e6:.1f} M/s | {rate['batch 32x128'] / rate['lookup 128']:.2f}× | |")
+    print(
+        f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s ({fmt(t['batch 32x128'])}) "
+        f"| 32 one-row lookups | {rate['lookup 1'] / 1e6:.2f} M/s | {rate['batch 32x128'] / rate['lookup 1']:.0f}× "
+        f"| ≥ 10× |"
+    )
+    print(
+        f"| [32, 128] batch, rows/s | {rate['batch 32x128'] / 1e6:.1f} M/s | 32 lookups of 128 rows "
+        f"| {rate['lookup 128'] / 1e6:.1f} M/s | {rate['batch 32x128'] / rate['lookup 128']:.2f}× | |"
+    )
     print()
 
 
@@ -170,7 +200,9 @@ def bench_gathers(client: Client, spec: dict, repeat: int, min_time: float) -> N
     table_spec = {k: v for k, v in spec.items() if k not in ("dtype", "layout")}
     print("### 4096 random rows of the plain table (half width 64 stored, full width 128 answered)")
     print()
-    print("| dtype | layout | lookup into `out=` | np.copyto of the same bytes | share of its bandwidth | target |")
+    print(
+        "| dtype | layout | lookup into `out=` | np.copyto of the same bytes | share of its bandwidth | target |"
+    )
     print("|---|---|---:|---:|---:|---|")
     for dtype in DTYPES:
         view = client.table("rope", table_spec, dtype=dtype)
@@ -179,8 +211,10 @@ def bench_gathers(client: Client, spec: dict, repeat: int, min_time: float) -> N
             assert h.fast, "the handle has no C plan (numpy backend?)"
             t_lookup, t_copy, outs = gather_vs_copy(h, view, rng, 0.0, repeat, min_time)
             mib = sum(o.nbytes for o in outs) / 2**20
-            print(f"| {dtype} | {layout} | {fmt(t_lookup)} | {fmt(t_copy)} ({mib:.0f} MiB) "
-                  f"| {t_copy / t_lookup:.2f} | ≥ 0.7 |")
+            print(
+                f"| {dtype} | {layout} | {fmt(t_lookup)} | {fmt(t_copy)} ({mib:.0f} MiB) "
+                f"| {t_copy / t_lookup:.2f} | ≥ 0.7 |"
+            )
     print()
 
 
@@ -195,14 +229,23 @@ def main() -> int:
 
     import torch
     from posenc.engine import kernels_info
+
     torch.set_num_threads(1)
     malloc = steady_malloc()
-    print(f"# bench_lookup: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "
-          f"numpy {np.__version__}, torch {torch.__version__} (1 thread), backend {kernels_info()}, "
-          f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"# bench_lookup: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {torch.__version__} (1 thread), backend {kernels_info()}, "
+        f"malloc thresholds raised: {malloc}, load average {os.getloadavg()[0]:.1f}"
+    )
     print()
-    tables = [{"family": "rope", "spec": {k: v for k, v in s.items() if k not in ("dtype", "layout")},
-               "dtypes": list(DTYPES) if name.startswith("rope") else [s["dtype"]]} for name, s in SPECS.items()]
+    tables = [
+        {
+            "family": "rope",
+            "spec": {k: v for k, v in s.items() if k not in ("dtype", "layout")},
+            "dtypes": list(DTYPES) if name.startswith("rope") else [s["dtype"]],
+        }
+        for name, s in SPECS.items()
+    ]
     with engine_client({"length": N_ROWS, "tables": tables}, "bench_lookup") as (_, eng, client):
         for name, spec in SPECS.items():
             bench_spec(client, name, spec, args.repeat, args.min_time)

@@ -23,17 +23,25 @@ import uuid
 
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings
-from posenc.service.shortcut import templates as replay
 from posenc.service.front.app import create_app
 from posenc.service.metrics.counters import Metrics
+from posenc.service.shortcut import templates as replay
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import timeit  # noqa: E402
 
 CONFIG = {"length": 8192, "tables": [{"family": "rope", "spec": {"head_dim": 128, "rope_theta": 500000.0}}]}
 BODY = json.dumps({"head_dim": 128, "rope_theta": 500000.0, "positions": [4096]}).encode()
-SCOPE = {"type": "http", "method": "POST", "path": "/v1/rope",
-         "headers": [(b"host", b"x"), (b"content-type", b"application/json"), (b"accept", b"application/x-safetensors")]}
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "path": "/v1/rope",
+    "headers": [
+        (b"host", b"x"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/x-safetensors"),
+    ],
+}
 
 
 def main() -> None:
@@ -46,7 +54,9 @@ def main() -> None:
     with open(cfg, "w") as f:
         json.dump(CONFIG, f)
     ns = f"bench-{uuid.uuid4().hex[:6]}"
-    eng = subprocess.Popen([sys.executable, "-m", "posenc.engine.engine_main", "--tables", cfg, "--namespace", ns])
+    eng = subprocess.Popen(
+        [sys.executable, "-m", "posenc.engine.engine_main", "--tables", cfg, "--namespace", ns]
+    )
     try:
         Client(namespace=ns).wait_ready(60)
         run(ns, tmp, a.rounds, a.min_time)
@@ -73,14 +83,15 @@ def run(ns: str, tmp: str, rounds: int, min_time: float) -> None:
     def call():
         sent.clear()
         loop.run_until_complete(one())
+
     call()
-    call()   # the first answer taught the template: from here on the shortcut answers
+    call()  # the first answer taught the template: from here on the shortcut answers
     assert sent[0]["status"] == 200, sent
     metrics = Metrics(tmp, ns)
     with_m, without_m, observe = [], [], []
     base = Metrics.path_index("/v1/rope", "c")
     try:
-        for _ in range(rounds):   # alternated, so both see the same stretch of a noisy machine
+        for _ in range(rounds):  # alternated, so both see the same stretch of a noisy machine
             front.metrics = metrics
             with_m.append(timeit(call, 5, min_time))
             front.metrics = None
@@ -89,8 +100,10 @@ def run(ns: str, tmp: str, rounds: int, min_time: float) -> None:
     finally:
         metrics.close()
         loop.close()
-    med = {k: statistics.median(v) * 1e6 for k, v in
-           (("with metrics", with_m), ("without metrics", without_m), ("observe_at alone", observe))}
+    med = {
+        k: statistics.median(v) * 1e6
+        for k, v in (("with metrics", with_m), ("without metrics", without_m), ("observe_at alone", observe))
+    }
     print(f"shortcut in use: {front.svc.shortcut}; {rounds} alternated rounds, medians (µs per request)")
     for k, v in med.items():
         print(f"  {k:<18} {v:8.3f}")

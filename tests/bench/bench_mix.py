@@ -27,9 +27,9 @@ import tempfile
 import types
 import uuid
 
+from bench_cliffs import SERVER_CPU, tree_cpu_s, write_script, wrk  # (this folder: run as a script)
 from posenc.loadtest import mix, paths, scenario
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
-from bench_cliffs import SERVER_CPU, tree_cpu_s, wrk, write_script   # (this folder: run as a script)
 
 
 def main() -> None:
@@ -42,22 +42,31 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
-        posenc = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", tables=a.tables, cpus=SERVER_CPU,
-                              args=("--lane", "on"))
+        posenc = start_posenc(
+            free_port(),
+            f"bench-{uuid.uuid4().hex[:6]}",
+            tables=a.tables,
+            cpus=SERVER_CPU,
+            args=("--lane", "on"),
+        )
         floor = None
         try:
             posenc.wait_ready()
             opts = types.SimpleNamespace(scenario=mix.NAME, tables=a.tables)
-            pool = scenario.prepare(opts, posenc.url, {}, tmp)   # posenc answers each once; the floor's bytes
+            pool = scenario.prepare(opts, posenc.url, {}, tmp)  # posenc answers each once; the floor's bytes
             floor = start_floor(free_port(), requests=pool["floor_requests"], cpus=SERVER_CPU)
             floor.wait_ready()
             lua = os.path.join(tmp, "mix.lua")
             write_script(lua, pool["items"])
-            wrk(posenc.url, lua, 2, 64)   # warm-up: rows past the tables computed and kept, texts rendered
-            print(f"pool: {pool['pool']} requests, {len(pool['names'])} kinds; posenc then the floor each round")
+            wrk(posenc.url, lua, 2, 64)  # warm-up: rows past the tables computed and kept, texts rendered
+            print(
+                f"pool: {pool['pool']} requests, {len(pool['names'])} kinds; posenc then the floor each round"
+            )
             for rnd in range(a.rounds):
                 before, cpu = paths.scrape(posenc.url), tree_cpu_s(posenc.proc.pid)
-                specs = mix.NewSpecs(posenc.url, a.new_specs_per_s, seed=None) if a.new_specs_per_s > 0 else None
+                specs = (
+                    mix.NewSpecs(posenc.url, a.new_specs_per_s, seed=None) if a.new_specs_per_s > 0 else None
+                )
                 if specs:
                     specs.start()
                 p = wrk(posenc.url, lua, a.seconds, 64)
@@ -65,12 +74,21 @@ def main() -> None:
                 cores = (tree_cpu_s(posenc.proc.pid) - cpu) / max(1, round(a.seconds))
                 got = paths.shares(before, paths.scrape(posenc.url))
                 f = wrk(floor.url, lua, a.seconds, 64)
-                r = {"rps": p["rps"], "floor": f["rps"], "ratio": p["rps"] / f["rps"], "cores": cores,
-                     **{k: got["shares"].get(k, 0.0) for k in paths.PATHS}}
+                r = {
+                    "rps": p["rps"],
+                    "floor": f["rps"],
+                    "ratio": p["rps"] / f["rps"],
+                    "cores": cores,
+                    **{k: got["shares"].get(k, 0.0) for k in paths.PATHS},
+                }
                 rounds.append(r)
-                print(f"round {rnd + 1}: posenc {r['rps']:.0f}/s, floor {r['floor']:.0f}/s, ratio {r['ratio']:.2f}, "
-                      f"posenc {cores:.2f} cores; answers " + ", ".join(f"{k} {r[k]:.2%}" for k in paths.PATHS)
-                      + f"; new specs {new['ok']}/{new['sent']} answered 200", flush=True)
+                print(
+                    f"round {rnd + 1}: posenc {r['rps']:.0f}/s, floor {r['floor']:.0f}/s, ratio {r['ratio']:.2f}, "
+                    f"posenc {cores:.2f} cores; answers "
+                    + ", ".join(f"{k} {r[k]:.2%}" for k in paths.PATHS)
+                    + f"; new specs {new['ok']}/{new['sent']} answered 200",
+                    flush=True,
+                )
         finally:
             posenc.stop()
             if floor is not None:
@@ -78,9 +96,11 @@ def main() -> None:
     load.append(os.getloadavg()[0])
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     per_round = " ".join(f"{r['ratio']:.2f}" for r in rounds)
-    print(f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after): "
-          f"posenc {med['rps']:.0f}/s, floor {med['floor']:.0f}/s, ratio {med['ratio']:.2f} "
-          f"(per round: {per_round}); answers " + ", ".join(f"{k} {med[k]:.2%}" for k in paths.PATHS))
+    print(
+        f"\nmedians over {a.rounds} rounds (load average {load[0]:.2f} before, {load[1]:.2f} after): "
+        f"posenc {med['rps']:.0f}/s, floor {med['floor']:.0f}/s, ratio {med['ratio']:.2f} "
+        f"(per round: {per_round}); answers " + ", ".join(f"{k} {med[k]:.2%}" for k in paths.PATHS)
+    )
 
 
 if __name__ == "__main__":

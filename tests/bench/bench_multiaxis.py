@@ -15,20 +15,24 @@ import argparse
 
 import numpy as np
 import orjson
-
 from posenc.engine import pipeline
 from posenc.engine.encode import encode
+
 from tests.bench.timing import timeit
 from tests.service.shortcut.test_templates_in_memory import view_of
 
 LENGTH = 8192
 CASES = {
     "plain rope": [{"head_dim": 128, "rope_theta": t} for t in (1e4, 1e6)],
-    "mrope (Qwen2.5-VL)": [{"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
-                           {"head_dim": 128, "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}],
+    "mrope (Qwen2.5-VL)": [
+        {"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+        {"head_dim": 128, "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+    ],
     "axes (Flux)": [{"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"}],
-    "grid (SD3)": [{"embed_dim": 1536, "grid_size": 192, "base_size": 64},
-                   {"embed_dim": 1152, "grid_size": 96, "base_size": 64}],
+    "grid (SD3)": [
+        {"embed_dim": 1536, "grid_size": 192, "base_size": 64},
+        {"embed_dim": 1152, "grid_size": 96, "base_size": 64},
+    ],
 }
 
 
@@ -39,7 +43,12 @@ def bodies(case: str, rng, rows: int, count: int = 64) -> list[tuple[str, bytes]
         past = rng.random() < 0.1
         if case.startswith("grid"):
             n_rows = spec["grid_size"] ** 2
-            out.append(("sinusoidal-grid", orjson.dumps({**spec, "positions": rng.integers(0, n_rows, rows).tolist()})))
+            out.append(
+                (
+                    "sinusoidal-grid",
+                    orjson.dumps({**spec, "positions": rng.integers(0, n_rows, rows).tolist()}),
+                )
+            )
             continue
         hi = 4 * LENGTH if past else LENGTH
         if case == "plain rope":
@@ -63,7 +72,7 @@ def main() -> None:
         base = None
         for case in CASES:
             work = bodies(case, rng, rows)
-            for fam, raw in work:        # tables built before timing, as the engine has them
+            for fam, raw in work:  # tables built before timing, as the engine has them
                 r = p.request(fam, orjson.loads(raw))
                 if r.table is not None:
                     view_of(r.table)
@@ -73,8 +82,13 @@ def main() -> None:
                 fam, raw = next(it)
                 req = p.request(fam, orjson.loads(raw))
                 pipeline.check(req)
-                encode(req.family, pipeline.arrays(req, view_of(req.table) if req.table else None),
-                       req.dtype, "safetensors")
+                encode(
+                    req.family,
+                    pipeline.arrays(req, view_of(req.table) if req.table else None),
+                    req.dtype,
+                    "safetensors",
+                )
+
             t = timeit(one, args.repeat, args.min_time) * 1e6
             base = base or t
             print(f"| {case} | {rows} | {t:.1f} | {t / base:.2f} |")

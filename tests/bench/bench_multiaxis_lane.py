@@ -23,7 +23,6 @@ import tempfile
 
 import httpx
 import numpy as np
-
 from posenc.loadtest import wrk as wrk_tool
 from posenc.loadtest.floor import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
@@ -32,27 +31,49 @@ SERVER_CPU, CLIENT_CPU = "0", "1"
 ACCEPT = "application/x-safetensors"
 ROPE = {"head_dim": 128, "rope_theta": 1e6}
 FLUX = {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"}
-VIT = {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}          # stored whole
-SD3 = {"embed_dim": 1536, "grid_size": 192, "base_size": 64}           # per-axis tables
-CONFIG = {"length": 32768, "tables": [
-    {"family": "rope", "spec": ROPE},
-    {"family": "rope", "spec": {k: v for k, v in FLUX.items() if k != "layout"}},
-    {"family": "sinusoidal-grid", "spec": VIT},
-    {"family": "sinusoidal-grid", "spec": SD3},
-]}
+VIT = {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}  # stored whole
+SD3 = {"embed_dim": 1536, "grid_size": 192, "base_size": 64}  # per-axis tables
+CONFIG = {
+    "length": 32768,
+    "tables": [
+        {"family": "rope", "spec": ROPE},
+        {"family": "rope", "spec": {k: v for k, v in FLUX.items() if k != "layout"}},
+        {"family": "sinusoidal-grid", "spec": VIT},
+        {"family": "sinusoidal-grid", "spec": SD3},
+    ],
+}
 
 
 def cases(rng) -> dict:
-    past = lambda: 40000 if rng.random() < 0.1 else 32768   # noqa: E731 - a tenth past the table
+    past = lambda: 40000 if rng.random() < 0.1 else 32768  # noqa: E731 - a tenth past the table
     return {
-        "rope 1 row": ("/v1/rope", [{**ROPE, "positions": [int(rng.integers(0, past()))]} for _ in range(32)]),
-        "mrope 1 row": ("/v1/rope", [{**ROPE, "mrope_section": [16, 24, 24],
-                                      "position_ids": rng.integers(0, past(), (3, 1)).tolist()} for _ in range(32)]),
-        "flux axes 1 row": ("/v1/rope", [{**FLUX, "position_ids": rng.integers(0, past(), (3, 1)).tolist()}
-                                         for _ in range(32)]),
-        "ViT grid 1 row": ("/v1/sinusoidal-grid", [{**VIT, "positions": [int(rng.integers(0, 197))]} for _ in range(32)]),
-        "SD3 grid 1 row": ("/v1/sinusoidal-grid", [{**SD3, "positions": [int(rng.integers(0, 192 * 192))]}
-                                                   for _ in range(32)]),
+        "rope 1 row": (
+            "/v1/rope",
+            [{**ROPE, "positions": [int(rng.integers(0, past()))]} for _ in range(32)],
+        ),
+        "mrope 1 row": (
+            "/v1/rope",
+            [
+                {
+                    **ROPE,
+                    "mrope_section": [16, 24, 24],
+                    "position_ids": rng.integers(0, past(), (3, 1)).tolist(),
+                }
+                for _ in range(32)
+            ],
+        ),
+        "flux axes 1 row": (
+            "/v1/rope",
+            [{**FLUX, "position_ids": rng.integers(0, past(), (3, 1)).tolist()} for _ in range(32)],
+        ),
+        "ViT grid 1 row": (
+            "/v1/sinusoidal-grid",
+            [{**VIT, "positions": [int(rng.integers(0, 197))]} for _ in range(32)],
+        ),
+        "SD3 grid 1 row": (
+            "/v1/sinusoidal-grid",
+            [{**SD3, "positions": [int(rng.integers(0, 192 * 192))]} for _ in range(32)],
+        ),
     }
 
 
@@ -68,21 +89,27 @@ def main() -> None:
         cfg = os.path.join(tmp, "tables.json")
         with open(cfg, "w") as f:
             json.dump(CONFIG, f)
-        lane = start_posenc(free_port(), f"bench-{os.getpid()}", tables=cfg, cpus=SERVER_CPU, args=("--lane", "on"))
+        lane = start_posenc(
+            free_port(), f"bench-{os.getpid()}", tables=cfg, cpus=SERVER_CPU, args=("--lane", "on")
+        )
         servers = {"lane": lane}
         try:
             lane.wait_ready()
             bodies = {}
             for path, items in work.values():
-                for body in items[:3]:         # the first answers teach the worker its templates
+                for body in items[:3]:  # the first answers teach the worker its templates
                     r = httpx.post(lane.url + path, json=body, headers={"accept": ACCEPT})
                     assert r.status_code == 200, r.text
                 bodies[path] = (r.headers["content-type"], r.content)
             save_bodies(os.path.join(tmp, "bodies.json"), bodies)
-            servers["floor"] = start_floor(free_port(), bodies=os.path.join(tmp, "bodies.json"), cpus=SERVER_CPU)
+            servers["floor"] = start_floor(
+                free_port(), bodies=os.path.join(tmp, "bodies.json"), cpus=SERVER_CPU
+            )
             servers["floor"].wait_ready()
-            print("| round | case | lane req/s | floor req/s | lane/floor | lane p50 µs | floor p50 µs |\n"
-                  "|---|---|---|---|---|---|---|")
+            print(
+                "| round | case | lane req/s | floor req/s | lane/floor | lane p50 µs | floor p50 µs |\n"
+                "|---|---|---|---|---|---|---|"
+            )
             ratios = {name: [] for name in work}
             load = os.getloadavg()[0]
             for rnd in range(args.rounds):
@@ -95,11 +122,15 @@ def main() -> None:
                         one = wrk_tool.run(s.url, lua, args.seconds, 1, cpus=CLIENT_CPU, timeout_s=10)
                         got[kind] = (many["rps"], one["latency_us"]["p50"])
                     ratios[name].append(got["lane"][0] / got["floor"][0])
-                    print(f"| {rnd + 1} | {name} | {got['lane'][0]:.0f} | {got['floor'][0]:.0f} | {ratios[name][-1]:.2f} "
-                          f"| {got['lane'][1]:.0f} | {got['floor'][1]:.0f} |")
-            print(f"\nmedian lane/floor over {args.rounds} rounds (load average {load:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after): "
-                  + ", ".join(f"{name} {float(np.median(r)):.2f}" for name, r in ratios.items()))
+                    print(
+                        f"| {rnd + 1} | {name} | {got['lane'][0]:.0f} | {got['floor'][0]:.0f} | {ratios[name][-1]:.2f} "
+                        f"| {got['lane'][1]:.0f} | {got['floor'][1]:.0f} |"
+                    )
+            print(
+                f"\nmedian lane/floor over {args.rounds} rounds (load average {load:.2f} before, "
+                f"{os.getloadavg()[0]:.2f} after): "
+                + ", ".join(f"{name} {float(np.median(r)):.2f}" for name, r in ratios.items())
+            )
         finally:
             for s in servers.values():
                 s.stop()

@@ -33,22 +33,22 @@ import subprocess
 import sys
 import time
 import uuid
-
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
-
 from posenc.engine import store
 from posenc.engine.adopt import workers
-from posenc.engine.keeper import Keeper
 from posenc.engine.config import load_config
+from posenc.engine.keeper import Keeper
 from posenc.loadtest.servers import free_port, shm_leftovers, start_posenc
 
 BIN = {"accept": "application/x-safetensors"}
 
 
-def engine_start(ns: str, pin: str | None = None, keeper: Keeper | None = None) -> tuple[subprocess.Popen, float]:
+def engine_start(
+    ns: str, pin: str | None = None, keeper: Keeper | None = None
+) -> tuple[subprocess.Popen, float]:
     """Start an engine on the default set (with ``keeper``: as posenc serve starts it, its tables
     kept for the next one); (process, seconds until it said ready)."""
     r, w = os.pipe()
@@ -59,7 +59,9 @@ def engine_start(ns: str, pin: str | None = None, keeper: Keeper | None = None) 
     if channel is not None:
         cmd += ["--keeper-fd", str(channel.fileno())]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, pass_fds=(w, *([channel.fileno()] if channel else [])), stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        cmd, pass_fds=(w, *([channel.fileno()] if channel else [])), stderr=subprocess.DEVNULL
+    )
     if channel is not None:
         channel.close()
     os.close(w)
@@ -81,7 +83,7 @@ def cold_and_adopt(rounds: int) -> dict:
         p, t = engine_start(ns, pin="0")
         res["cold_1core"].append(t)
         stop(p)
-        keeper = Keeper()   # (engine/keeper.py: what posenc serve holds)
+        keeper = Keeper()  # (engine/keeper.py: what posenc serve holds)
         p, t = engine_start(ns, keeper=keeper)
         res["cold"].append(t)
         p.kill()
@@ -114,12 +116,14 @@ def until(cond, poll: float) -> None:
 
 def serve_cold(rounds: int) -> list[float]:
     """``posenc serve`` (1 worker, the default set) from process start to /readyz 200."""
+
     def ready(srv) -> bool:
         assert srv.proc.poll() is None, "posenc serve exited"
         try:
             return httpx.get(f"{srv.url}/readyz", timeout=1).status_code == 200
         except httpx.TransportError:
             return False
+
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -172,11 +176,14 @@ def first_answers(n: int) -> dict:
                 first.append(time.perf_counter() - t0)
                 assert r.status_code == 200, r.text
                 deadline = time.monotonic() + 10
-                while not any(f"{20000.0 + k}" in e["key"] for e in store.read_manifest("/dev/shm", ns)["tables"].values()):
+                while not any(
+                    f"{20000.0 + k}" in e["key"]
+                    for e in store.read_manifest("/dev/shm", ns)["tables"].values()
+                ):
                     assert time.monotonic() < deadline, "the table was never built"
                     time.sleep(0.005)
-                time.sleep(0.1)   # the worker's manifest check (every 50 ms) sees it
-                c.post("/v1/rope", json=body, headers=BIN)   # maps it
+                time.sleep(0.1)  # the worker's manifest check (every 50 ms) sees it
+                c.post("/v1/rope", json=body, headers=BIN)  # maps it
                 t0 = time.perf_counter()
                 r2 = c.post("/v1/rope", json=body, headers=BIN)
                 mapped.append(time.perf_counter() - t0)
@@ -205,20 +212,32 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in starts.items()}
     print(f"load average at start {load:.2f}; {os.cpu_count()} cores; medians of {a.rounds} rounds")
     print(f"cold start, default set, all cores:     {med['cold']:.2f} s")
-    print(f"cold start, default set, one core:      {med['cold_1core']:.2f} s "
-          f"(parallel = {med['cold_1core'] / med['cold']:.2f}x faster)")
-    print(f"the fills alone, in process:            {1e3 * fill['all']:.0f} ms on {workers()} threads, "
-          f"{1e3 * fill['1']:.0f} ms on one ({fill['1'] / fill['all']:.2f}x)")
-    print(f"restart after kill -9 (adopts):         {med['adopt']:.2f} s "
-          f"({med['cold'] / med['adopt']:.2f}x faster than a cold start)")
+    print(
+        f"cold start, default set, one core:      {med['cold_1core']:.2f} s "
+        f"(parallel = {med['cold_1core'] / med['cold']:.2f}x faster)"
+    )
+    print(
+        f"the fills alone, in process:            {1e3 * fill['all']:.0f} ms on {workers()} threads, "
+        f"{1e3 * fill['1']:.0f} ms on one ({fill['1'] / fill['all']:.2f}x)"
+    )
+    print(
+        f"restart after kill -9 (adopts):         {med['adopt']:.2f} s "
+        f"({med['cold'] / med['adopt']:.2f}x faster than a cold start)"
+    )
     print(f"posenc serve, start to /readyz 200:     {statistics.median(serve):.2f} s (1 worker)")
-    print(f"posenc serve: kill -9 to new manifest:  {statistics.median(restarts):.2f} s "
-          f"(max {max(restarts):.2f} s)")
+    print(
+        f"posenc serve: kill -9 to new manifest:  {statistics.median(restarts):.2f} s "
+        f"(max {max(restarts):.2f} s)"
+    )
     f, m = answers["first"], answers["mapped"]
-    print(f"first answer, new spec, 64 rows:        p50 {1e3 * q(f, .5):.1f} ms, p90 {1e3 * q(f, .9):.1f} ms "
-          f"(n={len(f)})")
-    print(f"the same body from its mapped table:    p50 {1e3 * q(m, .5):.2f} ms "
-          f"(first / mapped = {q(f, .5) / q(m, .5):.1f}x)")
+    print(
+        f"first answer, new spec, 64 rows:        p50 {1e3 * q(f, 0.5):.1f} ms, p90 {1e3 * q(f, 0.9):.1f} ms "
+        f"(n={len(f)})"
+    )
+    print(
+        f"the same body from its mapped table:    p50 {1e3 * q(m, 0.5):.2f} ms "
+        f"(first / mapped = {q(f, 0.5) / q(m, 0.5):.1f}x)"
+    )
     return 0
 
 

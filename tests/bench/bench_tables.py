@@ -28,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-
 from posenc.engine.compute import compute  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -71,13 +70,17 @@ def torch_alibi(dtype):
 
 
 def posenc_rope(dtype):
-    return compute("rope", {"head_dim": HEAD_DIM, "positions": {"start": 0, "stop": N_POS}, "dtype": dtype},
-                   max_bytes=2**30)
+    return compute(
+        "rope",
+        {"head_dim": HEAD_DIM, "positions": {"start": 0, "stop": N_POS}, "dtype": dtype},
+        max_bytes=2**30,
+    )
 
 
 def posenc_alibi(dtype):
-    return compute("alibi", {"num_heads": HEADS, "query": [KEYS - 1], "key": {"start": 0, "stop": KEYS},
-                             "dtype": dtype})
+    return compute(
+        "alibi", {"num_heads": HEADS, "query": [KEYS - 1], "key": {"start": 0, "stop": KEYS}, "dtype": dtype}
+    )
 
 
 def fmt(seconds):
@@ -90,12 +93,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         from posenc.engine.kernels import info
+
         backend = info()
     except Exception:  # the kernels may not exist in every checkout
         backend = {"backend": "n/a"}
-    print(f"# posenc table builds — {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"posenc backend {backend.get('backend')} {backend.get('features', '')}, median of {args.repeats}")
+    print(
+        f"# posenc table builds — {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"posenc backend {backend.get('backend')} {backend.get('features', '')}, median of {args.repeats}"
+    )
     print()
     print("| case | dtype | posenc median (best) | torch float32 median (best) | posenc / torch |")
     print("|---|---|---:|---:|---:|")
@@ -107,8 +113,10 @@ def main(argv=None):
         for dt, tdt in DTYPES.items():
             a, a_best = median_time(lambda: ours(dt), args.repeats, inner)
             b, b_best = median_time(lambda: theirs(tdt), args.repeats, inner)
-            print(f"| {name} | {dt} | {fmt(a)} ({fmt(a_best)}) | {fmt(b)} ({fmt(b_best)}) | {a / b:.2f} |",
-                  flush=True)
+            print(
+                f"| {name} | {dt} | {fmt(a)} ({fmt(a_best)}) | {fmt(b)} ({fmt(b_best)}) | {a / b:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -30,14 +30,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
-
 from posenc.engine import kernels  # noqa: E402
 from posenc.engine.client import Client  # noqa: E402
+from timing import calibrate  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
 from posenc.torch import RotaryEmbedding  # noqa: E402
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers  # noqa: E402
-from timing import calibrate  # noqa: E402
 
 
 def main() -> int:
@@ -53,21 +53,41 @@ def main() -> int:
     ns = unique_namespace("pbench")
     procs = Procs(Path("/tmp") / ns)
     try:
-        eng = procs.engine({"length": 8192, "tables": [{"name": "llama", "family": "rope", "hf_config": config.to_dict(),
-                                                        "dtypes": ["float32", "bfloat16"]}]}, ns, timeout=120)
+        eng = procs.engine(
+            {
+                "length": 8192,
+                "tables": [
+                    {
+                        "name": "llama",
+                        "family": "rope",
+                        "hf_config": config.to_dict(),
+                        "dtypes": ["float32", "bfloat16"],
+                    }
+                ],
+            },
+            ns,
+            timeout=120,
+        )
         stock = LlamaRotaryEmbedding(config)
         local = RotaryEmbedding(config, client=Client(namespace=unique_namespace("pnone")))
         shared = RotaryEmbedding(config, namespace=ns)
-        print(f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-              f"transformers {transformers.__version__}, posenc kernels {kernels.BACKEND}, "
-              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"transformers {transformers.__version__}, posenc kernels {kernels.BACKEND}, "
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        )
         print(f"forward(x, position_ids [8, 4096]) -> cos, sin [8, 4096, 128]; median of {args.repeat}\n")
-        print("| x dtype | transformers | posenc local | posenc shared | transformers / local | transformers / shared |")
+        print(
+            "| x dtype | transformers | posenc local | posenc shared | transformers / local | transformers / shared |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.zeros(1, dtype=dtype)
-            fns = {"transformers": lambda: stock(x, pos), "local": lambda: local(x, pos),
-                   "shared": lambda: shared(x, pos)}
+            fns = {
+                "transformers": lambda: stock(x, pos),
+                "local": lambda: local(x, pos),
+                "shared": lambda: shared(x, pos),
+            }
             for f in fns.values():
                 f()
             assert shared.source == "shared" and local.source == "local"
@@ -80,9 +100,11 @@ def main() -> int:
                         f()
                     times[k].append((time.perf_counter() - t0) / number[k])
             med = {k: statistics.median(v) for k, v in times.items()}
-            print(f"| {str(dtype).split('.')[1]} | {med['transformers'] * 1e3:.2f} ms | {med['local'] * 1e3:.2f} ms | "
-                  f"{med['shared'] * 1e3:.2f} ms | {med['transformers'] / med['local']:.2f} | "
-                  f"{med['transformers'] / med['shared']:.2f} |")
+            print(
+                f"| {str(dtype).split('.')[1]} | {med['transformers'] * 1e3:.2f} ms | {med['local'] * 1e3:.2f} ms | "
+                f"{med['shared'] * 1e3:.2f} ms | {med['transformers'] / med['local']:.2f} | "
+                f"{med['transformers'] / med['shared']:.2f} |"
+            )
         eng.stop(signal.SIGTERM)
     finally:
         procs.cleanup()

@@ -28,7 +28,7 @@ def main(ns: str, shm: str) -> None:
     c.wait_ready(30)
     out = {"uid": os.getuid(), "gid": os.getgid()}
     out["lookup"] = c.lookup("rope", {"head_dim": 64, "positions": [3]})["cos"].tolist()
-    c.table("rope", {"head_dim": 12, "rope_theta": 77.0})   # asks the engine to build it, and waits
+    c.table("rope", {"head_dim": 12, "rope_theta": 77.0})  # asks the engine to build it, and waits
     out["built"] = c.lookup("rope", {"head_dim": 12, "rope_theta": 77.0, "positions": [2]})["cos"].tolist()
     m = c.manifest(force=True)
     reply, fds = c.call_fds({"op": "open", "digests": list(m["tables"])[:1]})

@@ -20,15 +20,15 @@ def main(path: str, seconds: float) -> None:
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            with open(path[:-len(".json")] + ".log", "rb") as f:
+            with open(path[: -len(".json")] + ".log", "rb") as f:
                 log = f.read()
         except FileNotFoundError:
             continue
         try:
             m = json.loads(data)
             assert isinstance(m["generation"], int)
-            lines = log.split(b"\n")   # (the last: b"" after a whole line, or one being appended)
-            for line in (lines[0], lines[-2]):   # its head; the last whole line: where appends land
+            lines = log.split(b"\n")  # (the last: b"" after a whole line, or one being appended)
+            for line in (lines[0], lines[-2]):  # its head; the last whole line: where appends land
                 assert isinstance(json.loads(line), dict)
             ok += 1
             seen.add(hash(data + log))

@@ -14,7 +14,6 @@ import sys
 import time
 
 import numpy as np
-
 from bits import bits_equal, digest_of
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
@@ -75,7 +74,9 @@ def ask(client, args):
     rows = [0, 1, 4097, 131071]
     want = compute("rope", {**args["spec"], "positions": rows})
     h = want["cos"].shape[1] // 2
-    ok = bits_equal({"cos": t.cos[rows], "sin": t.sin[rows]}, {"cos": want["cos"][:, :h], "sin": want["sin"][:, :h]})
+    ok = bits_equal(
+        {"cos": t.cos[rows], "sin": t.sin[rows]}, {"cos": want["cos"][:, :h], "sin": want["sin"][:, :h]}
+    )
     emit(digest=digest_of(t), generation=t.generation, ok=ok, length=t.length)
 
 
@@ -100,8 +101,9 @@ def _check_rope_rows(tables: dict, rows) -> None:
     for spec, t in tables:
         want = compute("rope", {**spec, "positions": rows})
         h = want["cos"].shape[1] // 2
-        assert bits_equal({"c": t.cos[rows], "s": t.sin[rows]},
-                          {"c": want["cos"][:, :h], "s": want["sin"][:, :h]}), spec
+        assert bits_equal(
+            {"c": t.cos[rows], "s": t.sin[rows]}, {"c": want["cos"][:, :h], "s": want["sin"][:, :h]}
+        ), spec
         assert t.segment.verify(), spec
 
 

@@ -35,19 +35,19 @@ def sinusoidal64(d, positions, layout, base=10000.0, offset=0):
     if layout == "interleaved":
         j = np.arange(d)
         e = (2.0 * (j // 2)) / d
-        ang = p * base ** -e
+        ang = p * base**-e
         return np.where(j % 2 == 0, np.sin(ang), np.cos(ang)), angle_slack(ang, e, base)
     if layout == "concat":
         ns, nc = (d + 1) // 2, d // 2
         e = np.concatenate([2.0 * np.arange(ns) / d, 2.0 * np.arange(nc) / d])
-        ang = p * base ** -e
+        ang = p * base**-e
         return np.concatenate([np.sin(ang[:, :ns]), np.cos(ang[:, ns:])], 1), angle_slack(ang, e, base)
     if layout in ("fairseq", "fairseq_cos_first"):
         h = d // 2
         e = np.arange(h) / (h - 1)
-        ang = p * base ** -e
+        ang = p * base**-e
         enc, slack = [np.sin(ang), np.cos(ang)], [angle_slack(ang, e, base)] * 2
-        if layout == "fairseq_cos_first":      # MusicGen: [cos | sin]
+        if layout == "fairseq_cos_first":  # MusicGen: [cos | sin]
             enc = enc[::-1]
         if d % 2:
             enc.append(np.zeros((len(positions), 1)))
@@ -78,7 +78,10 @@ def grid64(d, h, w, base=None, scale=1.0, frames=None, tscale=1.0, extra=0):
         for i in range(h):
             for j in range(w):
                 parts = [] if frames is None else [one_d([coord(t, 0, None, tscale)], d // 4)]
-                parts += [one_d([coord(j, w, base, scale)], spatial // 2), one_d([coord(i, h, base, scale)], spatial // 2)]
+                parts += [
+                    one_d([coord(j, w, base, scale)], spatial // 2),
+                    one_d([coord(i, h, base, scale)], spatial // 2),
+                ]
                 rows.append(np.concatenate([p[0] for p in parts], 1))
                 slacks.append(np.concatenate([p[1] for p in parts], 1))
     return np.concatenate(rows), np.concatenate(slacks)

@@ -18,9 +18,9 @@ import zlib
 
 import numpy as np
 import pytest
-
 from posenc.engine import dtypes
 from posenc.engine.kernels import numpy_impl as ref
+
 from tests.numeric import SEED
 
 try:
@@ -34,20 +34,29 @@ I31 = 2**31 - 1
 
 
 def _backend_params():
-    numpy_marks = ([pytest.mark.skip(reason="POSENC_BACKEND=simd: only the simd backend runs")]
-                   if ENV_BACKEND == "simd" else [])
+    numpy_marks = (
+        [pytest.mark.skip(reason="POSENC_BACKEND=simd: only the simd backend runs")]
+        if ENV_BACKEND == "simd"
+        else []
+    )
     params = [pytest.param(("numpy", None), id="numpy", marks=numpy_marks)]
     if _native is None:
         if ENV_BACKEND == "simd":
             marks = []  # the fixture fails: simd was asked for and is not there
         else:
-            marks = [pytest.mark.skip(reason="native extension engine.kernels._native not built "
-                                             f"(python setup.py build_ext --inplace): {_NATIVE_ERR}")]
+            marks = [
+                pytest.mark.skip(
+                    reason="native extension engine.kernels._native not built "
+                    f"(python setup.py build_ext --inplace): {_NATIVE_ERR}"
+                )
+            ]
         return params + [pytest.param(("simd", None), id="simd", marks=marks)]
-    marks = ([pytest.mark.skip(reason="POSENC_BACKEND=numpy: only the numpy backend runs")]
-             if ENV_BACKEND == "numpy" else [])
-    return params + [pytest.param(("simd", lv), id=f"simd-{lv}", marks=marks)
-                     for lv in _native.levels()]
+    marks = (
+        [pytest.mark.skip(reason="POSENC_BACKEND=numpy: only the numpy backend runs")]
+        if ENV_BACKEND == "numpy"
+        else []
+    )
+    return params + [pytest.param(("simd", lv), id=f"simd-{lv}", marks=marks) for lv in _native.levels()]
 
 
 @pytest.fixture(params=_backend_params())
@@ -79,9 +88,11 @@ def assert_same(got: np.ndarray, want: np.ndarray, what=""):
     g, w = bits(got), bits(want)
     if not np.array_equal(g, w):
         i = np.argwhere(g != w)[0]
-        raise AssertionError(f"{what}: {int((g != w).sum())} of {g.size} differ (seed "
-                             f"{SEED}); first at {tuple(i)}: {hex(g[tuple(i)])} != "
-                             f"{hex(w[tuple(i)])}")
+        raise AssertionError(
+            f"{what}: {int((g != w).sum())} of {g.size} differ (seed "
+            f"{SEED}); first at {tuple(i)}: {hex(g[tuple(i)])} != "
+            f"{hex(w[tuple(i)])}"
+        )
 
 
 # ------------------------------------------------------------------------------- round_into

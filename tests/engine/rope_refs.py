@@ -21,7 +21,6 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 
-
 # Positions sampled up to and beyond 131072 (tables are never built that long here).
 POSITIONS = [0, 1, 2, 3, 17, 255, 1000, 4095, 4096, 4097, 8191, 65535, 131071, 131072, 200000]
 HIGH = [2**24 + 1, 10**9 + 7, 2**31 - 1]
@@ -37,35 +36,95 @@ CASES = {
     "default": {"head_dim": 128},
     "default-partial-phi2": {"head_dim": 80, "partial_rotary_factor": 0.4, "rope_theta": 10000.0},
     "default-partial-theta1e6": {"head_dim": 256, "partial_rotary_factor": 0.25, "rope_theta": 1e6},
-    "linear-partial": {"head_dim": 64, "partial_rotary_factor": 0.5,
-                       "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
-    "dynamic-partial": {"head_dim": 128, "partial_rotary_factor": 0.75, "max_position_embeddings": 4096,
-                        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-    "yarn-partial": {"head_dim": 128, "partial_rotary_factor": 0.5, "max_position_embeddings": 4096,
-                     "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-    "yarn-deepseek": {"head_dim": 64, "rope_theta": 10000.0, "max_position_embeddings": 163840,
-                      "rope_scaling": {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                                       "beta_fast": 16, "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5,
-                                       "truncate": False}},
-    "yarn-attention-factor": {"head_dim": 96, "rope_theta": 1e6, "partial_rotary_factor": 0.5,
-                              "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "attention_factor": 0.9,
-                                               "original_max_position_embeddings": 8192}},
-    "llama3": {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-    "llama3-partial": {"head_dim": 128, "rope_theta": 500000.0, "partial_rotary_factor": 0.5,
-                       "max_position_embeddings": 8192,
-                       "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 8.0}},
-    "longrope-partial": {"head_dim": 96, "partial_rotary_factor": 0.5, "max_position_embeddings": 131072,
-                         "original_max_position_embeddings": 4096,
-                         "rope_scaling": {"rope_type": "longrope", "short_factor": _longrope_factors(24),
-                                          "long_factor": _longrope_factors(24, long=True)}},
-    "longrope-factor": {"head_dim": 64, "max_position_embeddings": 8192,
-                        "rope_scaling": {"rope_type": "longrope", "factor": 3.0,
-                                         "original_max_position_embeddings": 2048,
-                                         "short_factor": _longrope_factors(32),
-                                         "long_factor": _longrope_factors(32, long=True)}},
+    "linear-partial": {
+        "head_dim": 64,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+    },
+    "dynamic-partial": {
+        "head_dim": 128,
+        "partial_rotary_factor": 0.75,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+    },
+    "yarn-partial": {
+        "head_dim": 128,
+        "partial_rotary_factor": 0.5,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+    },
+    "yarn-deepseek": {
+        "head_dim": 64,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 163840,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 16,
+            "beta_slow": 2,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.5,
+            "truncate": False,
+        },
+    },
+    "yarn-attention-factor": {
+        "head_dim": 96,
+        "rope_theta": 1e6,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "attention_factor": 0.9,
+            "original_max_position_embeddings": 8192,
+        },
+    },
+    "llama3": {
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    },
+    "llama3-partial": {
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "partial_rotary_factor": 0.5,
+        "max_position_embeddings": 8192,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 8.0,
+        },
+    },
+    "longrope-partial": {
+        "head_dim": 96,
+        "partial_rotary_factor": 0.5,
+        "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "short_factor": _longrope_factors(24),
+            "long_factor": _longrope_factors(24, long=True),
+        },
+    },
+    "longrope-factor": {
+        "head_dim": 64,
+        "max_position_embeddings": 8192,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "factor": 3.0,
+            "original_max_position_embeddings": 2048,
+            "short_factor": _longrope_factors(32),
+            "long_factor": _longrope_factors(32, long=True),
+        },
+    },
 }
 
 
@@ -77,6 +136,7 @@ def req(spec, positions, **extra):
 
 
 # --------------------------------------------------------------------------- transformers side
+
 
 def _scaling_block(spec):
     return spec.get("rope_scaling") or spec.get("rope_parameters") or {}
@@ -174,6 +234,7 @@ def hf_tol(positions, scaling):
 
 # --------------------------------------------------------------------------- float64 side
 
+
 def ref_inv64(spec, seq_len):
     """inv_freq and attention scaling in float64, from docs/reference.md (not transformers' code)."""
     rs = _scaling_block(spec)
@@ -258,11 +319,14 @@ def ref_cos_sin64(inv64, alpha, positions):
 
 # --------------------------------------------------------------------------- multi-axis (float64)
 
+
 def dealt_axes(half, section, interleaved):
     """The axis of each of the d/2 frequencies, as docs/reference.md words it."""
     if interleaved:
-        return [1 if (k % 3 == 1 and k < 3 * section[1]) else 2 if (k % 3 == 2 and k < 3 * section[2]) else 0
-                for k in range(half)]
+        return [
+            1 if (k % 3 == 1 and k < 3 * section[1]) else 2 if (k % 3 == 2 and k < 3 * section[2]) else 0
+            for k in range(half)
+        ]
     return [a for a, c in enumerate(section) for _ in range(c)]
 
 
@@ -277,15 +341,17 @@ def ref_axes64(axes_dim, theta, ids):
     parts, exps = [], []
     for a, w in enumerate(axes_dim):
         e = np.arange(0, w, 2, dtype=np.float64) / w
-        parts.append(ids[a].astype(np.float64)[:, None] * (1.0 / theta ** e)[None, :])
+        parts.append(ids[a].astype(np.float64)[:, None] * (1.0 / theta**e)[None, :])
         exps.append(e)
     return parts, exps
 
 
 def lay(half_blocks, layout):
     """Per block, half_split [c | c] or interleaved [c0, c0, c1, c1, ...]; blocks concatenated."""
-    return np.concatenate([np.concatenate([b, b], 1) if layout == "half_split" else np.repeat(b, 2, 1)
-                           for b in half_blocks], axis=1)
+    return np.concatenate(
+        [np.concatenate([b, b], 1) if layout == "half_split" else np.repeat(b, 2, 1) for b in half_blocks],
+        axis=1,
+    )
 
 
 def to_interleaved(half):
@@ -293,7 +359,7 @@ def to_interleaved(half):
     n, d = half.shape
     out = np.empty_like(half)
     out[:, 0::2] = half[:, : d // 2]
-    out[:, 1::2] = half[:, d // 2:]
+    out[:, 1::2] = half[:, d // 2 :]
     return out
 
 

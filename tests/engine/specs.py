@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-
 R = {"head_dim": 64, "positions": [0, 1]}
 S = {"d_model": 16, "positions": [0, 1]}
 A = {"num_heads": 8, "query": [0], "key": [0, 1]}
@@ -27,11 +26,20 @@ def rs(rope_scaling, **top):
     return w(R, rope_scaling=rope_scaling, **top)
 
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
-LONG = {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32,
-        "original_max_position_embeddings": 4096}
+LONG = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 32,
+    "long_factor": [2.0] * 32,
+    "original_max_position_embeddings": 4096,
+}
 
 
 def without(d, key):

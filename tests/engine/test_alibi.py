@@ -16,11 +16,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes, build_alibi_tensor
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
 from tests.engine.float64_refs import bias64, slopes64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_rounded_once, assert_within_ulp, to_f64
 
@@ -36,6 +36,7 @@ def _sel(s):
 
 
 # --------------------------------------------------------------------------- slopes
+
 
 @pytest.mark.parametrize("n", range(1, 65))
 def test_slopes_vs_bloom_mpt_and_float64(n):
@@ -69,11 +70,12 @@ def test_slope_values_from_the_paper():
 def test_max_bias_vs_mpt(n, max_bias):
     s = compute("alibi", alibi_req(n, [0], [0], max_bias=max_bias))["slopes"]
     mpt = -build_mpt_alibi_tensor(n, 2, alibi_bias_max=max_bias)[:, 0, 0].double().numpy()
-    assert_within_ulp(s, mpt, "float32", n_ulp=1.0, what=f"mpt max_bias={max_bias}")   # MPT's own rounding
+    assert_within_ulp(s, mpt, "float32", n_ulp=1.0, what=f"mpt max_bias={max_bias}")  # MPT's own rounding
     assert_within_ulp(s, slopes64(n, float(max_bias)), "float32", what="slopes64 max_bias")
 
 
 # --------------------------------------------------------------------------- bias blocks
+
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("mode", ["causal", "symmetric"])
@@ -156,6 +158,7 @@ def test_last_row_equals_mpt():
 
 # --------------------------------------------------------------------------- dtype overflow
 
+
 def test_float16_overflow_refused_on_dtype():
     # slope 2^-8 for one head: 65520 = halfway to 65536 rounds to inf in float16 -> refused
     with pytest.raises(SpecError) as e:
@@ -188,14 +191,31 @@ def test_masked_cells_do_not_count_as_overflow():
 
 # --------------------------------------------------------------------------- properties
 
+
 @settings(max_examples=60, deadline=None, print_blob=True)
-@given(num_heads=st.integers(1, 40), a=st.integers(0, 2**31 - 17), b=st.integers(0, 2**31 - 17),
-       nq=st.integers(2, 16), nk=st.integers(2, 16), mode=st.sampled_from(["causal", "symmetric"]),
-       mask=st.booleans(), dtype=st.sampled_from(["float32", "bfloat16"]))
+@given(
+    num_heads=st.integers(1, 40),
+    a=st.integers(0, 2**31 - 17),
+    b=st.integers(0, 2**31 - 17),
+    nq=st.integers(2, 16),
+    nk=st.integers(2, 16),
+    mode=st.sampled_from(["causal", "symmetric"]),
+    mask=st.booleans(),
+    dtype=st.sampled_from(["float32", "bfloat16"]),
+)
 def test_blocks_are_toeplitz(num_heads, a, b, nq, nk, mode, mask, dtype):
     extra = {"mask_future": True} if (mask and mode == "causal") else {}
-    out = compute("alibi", alibi_req(num_heads, {"start": a, "stop": a + nq}, {"start": b, "stop": b + nk},
-                                     mode=mode, dtype=dtype, **extra))
+    out = compute(
+        "alibi",
+        alibi_req(
+            num_heads,
+            {"start": a, "stop": a + nq},
+            {"start": b, "stop": b + nk},
+            mode=mode,
+            dtype=dtype,
+            **extra,
+        ),
+    )
     B = out["bias"]
     assert B.shape == (num_heads, nq, nk)
     # B[h, i, j] depends on i − j only

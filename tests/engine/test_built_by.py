@@ -28,8 +28,15 @@ def test_the_sources_are_the_families_and_every_engine_module_they_import():
     for fam in FAMILIES.values():
         assert Path(sys.modules[type(fam).__module__].__file__) in files, fam.name
     # a family's helper, the kernels, the rounding and the selections come in through imports
-    for rel in ("tables/__init__.py", "tables/base.py", "tables/rope_types.py", "kernels/__init__.py",
-                "kernels/numpy_impl.py", "dtypes.py", "selection.py"):
+    for rel in (
+        "tables/__init__.py",
+        "tables/base.py",
+        "tables/rope_types.py",
+        "kernels/__init__.py",
+        "kernels/numpy_impl.py",
+        "dtypes.py",
+        "selection.py",
+    ):
         assert ENGINE / rel in files, rel
     # what only stores, serves or runs tables is not part of it
     for rel in ("adopt.py", "store.py", "client.py", "engine_core.py", "built_by.py"):
@@ -42,8 +49,10 @@ def test_a_family_added_to_the_registry_changes_the_digest(tmp_path, monkeypatch
     assert built_by.current() == built_by.digest()
     before = built_by.digest()
     source = tmp_path / "posenc_extra_family.py"
-    source.write_text("from posenc.engine.tables.rope import Rope\n\n\n"
-                      "class Extra(Rope):\n    name = 'rope-extra'\n\n\nFAMILY = Extra()\n")
+    source.write_text(
+        "from posenc.engine.tables.rope import Rope\n\n\n"
+        "class Extra(Rope):\n    name = 'rope-extra'\n\n\nFAMILY = Extra()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     extra = _load(source, "posenc_extra_family")
     monkeypatch.setitem(FAMILIES, extra.FAMILY.name, extra.FAMILY)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
 from posenc.engine.errors import SpecError
+
 from tests.numeric import BF16_MAX, nearest_bf16_bits, to_f64
+
 
 def _check(x):
     got = f64_to_bf16_bits(np.asarray(x, dtype=np.float64))
@@ -36,8 +37,9 @@ def test_subnormals_and_underflow():
     k = np.arange(0, 400)
     x = np.concatenate([k * q / 2, k * q / 2 + q / 8, -(k * q / 2)])
     _check(x)
-    got = f64_to_bf16_bits(np.array([q / 2, 3 * q / 2, q / 2 * (1 + 2**-40), 5e-324, -5e-324, -0.0, 0.0,
-                                     2.0**-126 - q / 2]))
+    got = f64_to_bf16_bits(
+        np.array([q / 2, 3 * q / 2, q / 2 * (1 + 2**-40), 5e-324, -5e-324, -0.0, 0.0, 2.0**-126 - q / 2])
+    )
     # q/2 ties to even 0; 3q/2 ties to even 2q; just over q/2 rounds up; float64 subnormals -> ±0;
     # the tie just under the smallest normal goes to the (even) smallest normal 0x0080.
     assert [hex(int(b)) for b in got] == ["0x0", "0x2", "0x1", "0x0", "0x8000", "0x8000", "0x0", "0x80"]
@@ -48,7 +50,15 @@ def test_overflow_and_specials():
     x = np.array([BF16_MAX, BF16_MAX + half_ulp / 2, BF16_MAX + half_ulp, 1e300, np.inf, -np.inf, -BF16_MAX])
     _check(x[:-1])
     got = f64_to_bf16_bits(x)
-    assert [hex(int(b)) for b in got] == ["0x7f7f", "0x7f7f", "0x7f80", "0x7f80", "0x7f80", "0xff80", "0xff7f"]
+    assert [hex(int(b)) for b in got] == [
+        "0x7f7f",
+        "0x7f7f",
+        "0x7f80",
+        "0x7f80",
+        "0x7f80",
+        "0xff80",
+        "0xff7f",
+    ]
     nan = f64_to_bf16_bits(np.array([np.nan]))[0]
     assert (nan & 0x7F80) == 0x7F80 and (nan & 0x007F) != 0
 
@@ -72,22 +82,33 @@ def test_bf16_bits_to_f32_roundtrip_every_pattern():
     np.testing.assert_array_equal(f64_to_bf16_bits(f[finite].astype(np.float64)), bits[finite])
 
 
-@pytest.mark.parametrize("dtype,value", [
-    ("float32", 1e39), ("float32", -1e39), ("float32", 2.0**128 - 2.0**103),  # float32 tie to inf
-    ("float16", 65520.0), ("float16", -70000.0),
-    ("bfloat16", 2.0**128 - 2.0**119), ("bfloat16", -1e39),
-])
+@pytest.mark.parametrize(
+    "dtype,value",
+    [
+        ("float32", 1e39),
+        ("float32", -1e39),
+        ("float32", 2.0**128 - 2.0**103),  # float32 tie to inf
+        ("float16", 65520.0),
+        ("float16", -70000.0),
+        ("bfloat16", 2.0**128 - 2.0**119),
+        ("bfloat16", -1e39),
+    ],
+)
 def test_round_f64_refuses_overflow_on_dtype(dtype, value):
     with pytest.raises(SpecError) as e:
         round_f64(np.array([0.5, value]), dtype)
     assert tuple(e.value.loc) == ("dtype",)
 
 
-@pytest.mark.parametrize("dtype,value,want", [
-    ("float32", 2.0**128 - 2.0**103 - 2.0**80, 3.4028234663852886e38),
-    ("float16", 65519.99, 65504.0), ("float16", -65519.0, -65504.0),
-    ("bfloat16", 2.0**128 - 2.0**119 - 2.0**100, BF16_MAX),
-])
+@pytest.mark.parametrize(
+    "dtype,value,want",
+    [
+        ("float32", 2.0**128 - 2.0**103 - 2.0**80, 3.4028234663852886e38),
+        ("float16", 65519.99, 65504.0),
+        ("float16", -65519.0, -65504.0),
+        ("bfloat16", 2.0**128 - 2.0**119 - 2.0**100, BF16_MAX),
+    ],
+)
 def test_round_f64_keeps_values_that_round_to_the_largest_finite(dtype, value, want):
     out = round_f64(np.array([value]), dtype)
     got = float(bf16_bits_to_f32(out)[0]) if dtype == "bfloat16" else float(out[0])

@@ -22,10 +22,10 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from posenc.engine import hf_models
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
+
 from tests.engine.hf_published import ZOO as ZOO_PUBLISHED
 from tests.numeric import assert_close
 from tests.tools import hf_zoo
@@ -44,14 +44,20 @@ MROPE = "multi-axis dealt neither in sections nor interleaved"
 NOT_READ_RUNNABLE = {
     # int(head_dim * partial_rotary_factor) is odd (73, 21): transformers then takes ceil(d/2)
     # frequencies of exponent 2k/d; posenc's RoPE needs an even rotary width
-    "qwen3_omni_moe": ODD_WIDTH, "qwen3_omni_moe_text": ODD_WIDTH, "qwen3_omni_moe_thinker": ODD_WIDTH,
+    "qwen3_omni_moe": ODD_WIDTH,
+    "qwen3_omni_moe_text": ODD_WIDTH,
+    "qwen3_omni_moe_thinker": ODD_WIDTH,
     "glm4_moe": ODD_WIDTH,
     # multi-axis classes whose dealing of the frequencies over (t, h, w) is neither Qwen2-VL's
     # sections nor Qwen3-VL's interleaving (the generator's three-axis probe)
-    "ernie4_5_vl_moe": MROPE, "ernie4_5_vl_moe_text": MROPE, "qwen4_exp": MROPE, "qwen4_exp_text": MROPE,
+    "ernie4_5_vl_moe": MROPE,
+    "ernie4_5_vl_moe_text": MROPE,
+    "qwen4_exp": MROPE,
+    "qwen4_exp_text": MROPE,
     "qwen3_omni_moe_talker_text": MROPE,
     # GLM-OCR's multi-axis class: with the fraction at 0.5 its width follows neither reading
-    "glm_ocr": "multi-axis, partial", "glm_ocr_text": "multi-axis, partial",
+    "glm_ocr": "multi-axis, partial",
+    "glm_ocr_text": "multi-axis, partial",
     # NeoMME's class reads an mrope_section from somewhere posenc cannot find
     "neomme": "multi-axis, section not found",
 }
@@ -78,13 +84,15 @@ def test_the_table_covers_the_pinned_transformers():
 def test_the_table_is_what_the_generator_writes():
     """engine/hf_zoo.json is tests/tools/hf_zoo.py's output on the pinned transformers: every row
     can be regenerated and checked (``python -m tests.tools.hf_zoo --check``)."""
-    assert hf_zoo.TABLE.read_text() == hf_zoo.dumps(hf_zoo.build()), \
+    assert hf_zoo.TABLE.read_text() == hf_zoo.dumps(hf_zoo.build()), (
         "engine/hf_zoo.json is stale: .venv/bin/python -m tests.tools.hf_zoo"
+    )
 
 
 def test_what_is_not_read_changes_only_on_purpose():
-    assert _runnable_unread() == set(NOT_READ_RUNNABLE), {mt: hf_models.UNREAD.get(mt) for mt in
-                                                         _runnable_unread() ^ set(NOT_READ_RUNNABLE)}
+    assert _runnable_unread() == set(NOT_READ_RUNNABLE), {
+        mt: hf_models.UNREAD.get(mt) for mt in _runnable_unread() ^ set(NOT_READ_RUNNABLE)
+    }
 
 
 def test_share_of_the_zoo_read():
@@ -153,10 +161,16 @@ def test_zoo_model_vs_its_rotary_class(mt, layer_type):
     full = compute("rope", _body(cfg.to_dict(), positions, layer_type))
     _check(full, cos, sin, scaling, positions, f"{mt} (to_dict)")
     # nothing but the model type: every key from the class defaults the row holds
-    refused = ("text_config" if ROWS[mt]["text_path"] else
-               "per_layer_config" if ROWS[mt].get("per_layer") and layer_type is not None else
-               "head_dim" if ROWS[mt].get("head_dim_saved") else None)
-    if refused:            # what its config class computes by a rule of its own is in the saved config only
+    refused = (
+        "text_config"
+        if ROWS[mt]["text_path"]
+        else "per_layer_config"
+        if ROWS[mt].get("per_layer") and layer_type is not None
+        else "head_dim"
+        if ROWS[mt].get("head_dim_saved")
+        else None
+    )
+    if refused:  # what its config class computes by a rule of its own is in the saved config only
         with pytest.raises(SpecError) as e:
             compute("rope", _body({"model_type": mt}, positions, layer_type))
         assert e.value.loc[0] == "hf_config" and e.value.msg.startswith("field required"), e.value
@@ -168,14 +182,18 @@ def test_zoo_model_vs_its_rotary_class(mt, layer_type):
     if ROWS[mt]["text_path"] and conf.model_type in ROWS:
         alone = compute("rope", _body(conf.to_dict(), positions, layer_type))
         assert alone["spec"] == full["spec"]
-    if ROWS[mt].get("mrope_interleaved") is not None:      # three different axes
+    if ROWS[mt].get("mrope_interleaved") is not None:  # three different axes
         axes = [positions[:8], [p // 2 for p in positions[:8]], [p // 3 + 1 for p in positions[:8]]]
         c3, s3, _, sc3 = want(klass, conf, axes, layer_type)
         _check(compute("rope", _body(cfg.to_dict(), axes, layer_type)), c3, s3, sc3, axes, f"{mt} (3 axes)")
 
 
-LEGACY = [pytest.param(mt, lt, field, key, id=f"{mt}-{key}") for mt, row in sorted(ROWS.items())
-          for lt, by in row.get("legacy", {}).items() for field, key in by.items()]
+LEGACY = [
+    pytest.param(mt, lt, field, key, id=f"{mt}-{key}")
+    for mt, row in sorted(ROWS.items())
+    for lt, by in row.get("legacy", {}).items()
+    for field, key in by.items()
+]
 
 
 @pytest.mark.parametrize("mt,layer_type,field,key", LEGACY)
@@ -190,7 +208,7 @@ def test_transformers_4_spellings_its_class_reads(mt, layer_type, field, key):
     positions = hf_zoo._positions(klass, probe)
     cos, sin, _, scaling = want(klass, probe, positions, lt)
     raw = {"model_type": conf.model_type, name: value}
-    for k in ("per_layer_config", "layer_types", "head_dim"):     # what the class computes, as it saves it
+    for k in ("per_layer_config", "layer_types", "head_dim"):  # what the class computes, as it saves it
         if ROWS[mt].get("per_layer" if k != "head_dim" else "head_dim_saved") and k in probe.to_dict():
             raw[k] = probe.to_dict()[k]
     got = compute("rope", _body(raw, positions, lt))
@@ -207,11 +225,16 @@ def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
     """posenc.torch.RotaryEmbedding(config) returns what the model's own class returns, in its form
     (half-width pairs, complex freqs_cis), dtype and shape."""
     from posenc.engine.client import Client
+
     from posenc.torch import RotaryEmbedding
+
     klass, _, conf = _class_and_conf(mt)
     positions = [0, 1, 5, 100, 1000, 4096, 5000, 9000]
-    positions = [p for p in positions if p < conf.max_position_embeddings] if hf_zoo._positions(
-        klass, conf) != hf_zoo.POSITIONS else positions
+    positions = (
+        [p for p in positions if p < conf.max_position_embeddings]
+        if hf_zoo._positions(klass, conf) != hf_zoo.POSITIONS
+        else positions
+    )
     pos = torch.tensor([positions, positions[::-1]])
     stock = klass(conf)
     ours = RotaryEmbedding(copy.deepcopy(conf), client=Client(namespace="ptest-none"))
@@ -229,16 +252,40 @@ def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
 
 # -- swapped into small random-weight models of the zoo -------------------------------------------
 
-TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
-            intermediate_size=128, vocab_size=128, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
-            eos_token_id=2, initializer_range=0.2)   # weights large enough that positions move the logits
+TINY = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    vocab_size=128,
+    max_position_embeddings=256,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    initializer_range=0.2,
+)  # weights large enough that positions move the logits
 MOE = dict(num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
 # zoo model types of several readings: partial rotary honoured (glm, glm4, persimmon, nemotron),
 # interleaved pairs (cohere2), half-width yarn (gpt_oss), complex freqs_cis in a composite's text
 # model (llama4_text), per-layer-type and MoE models
-SWAPPED = {"olmoe": MOE, "glm": {}, "glm4": {}, "gpt_oss": MOE, "cohere2": {}, "exaone4": {}, "ernie4_5": {},
-           "smollm3": {}, "helium": {}, "seed_oss": {}, "llama4_text": {}, "persimmon": {}, "nemotron": {},
-           "granitemoe": MOE}
+SWAPPED = {
+    "olmoe": MOE,
+    "glm": {},
+    "glm4": {},
+    "gpt_oss": MOE,
+    "cohere2": {},
+    "exaone4": {},
+    "ernie4_5": {},
+    "smollm3": {},
+    "helium": {},
+    "seed_oss": {},
+    "llama4_text": {},
+    "persimmon": {},
+    "nemotron": {},
+    "granitemoe": MOE,
+}
 
 
 def _tiny(mt):
@@ -249,7 +296,9 @@ def _tiny(mt):
 
 def _swap(model, config=None):
     from posenc.engine.client import Client
+
     from posenc.torch import RotaryEmbedding
+
     model.model.rotary_emb = RotaryEmbedding(config or model.config, client=Client(namespace="ptest-none"))
 
 
@@ -268,9 +317,9 @@ def test_swapped_into_a_zoo_model_logits_and_tokens_stay(mt):
     assert got.shape == want.shape and got.dtype == torch.float32
     assert (got - want).abs().max() <= 1e-4, (mt, (got - want).abs().max())
     assert torch.equal(tokens, stock_tokens), mt
-    other = copy.deepcopy(model.config.to_dict())         # the test can fail: another θ moves the logits
+    other = copy.deepcopy(model.config.to_dict())  # the test can fail: another θ moves the logits
     rp = other["rope_parameters"]
-    for block in (rp.values() if all(isinstance(v, dict) for v in rp.values()) else [rp]):
+    for block in rp.values() if all(isinstance(v, dict) for v in rp.values()) else [rp]:
         block["rope_theta"] = 50.0
     with torch.no_grad():
         _swap(model, other)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine import dtypes
 from posenc.engine.kernels import numpy_impl as ref
-from tests.numeric import EPS64, FLOAT_DTYPES, assert_within_ulp
+
 from tests.engine.kernel_helpers import I31, STORAGE, assert_same, bits, rng_for
+from tests.numeric import EPS64, FLOAT_DTYPES, assert_within_ulp
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -22,7 +22,7 @@ def _positions(r, n, big=False):
     p = r.integers(0, 4096, n).astype(np.int64)
     if big and n >= 3:
         p[:3] = [I31, 0, I31 - 1]
-        p[3:n // 2] = r.integers(0, I31 + 1, max(n // 2 - 3, 0))
+        p[3 : n // 2] = r.integers(0, I31 + 1, max(n // 2 - 3, 0))
     return p
 
 
@@ -102,12 +102,14 @@ def test_alibi_nan_slope_does_not_crash(kern):
     q, k = np.arange(3, dtype=np.int64), np.arange(5, dtype=np.int64)
     for dtype in FLOAT_DTYPES:
         got, want = np.empty((4, 3, 5), STORAGE[dtype]), np.empty((4, 3, 5), STORAGE[dtype])
-        assert kern.alibi_block(slopes, q, k, got, dtype, False, False) == \
-            ref.alibi_block(slopes, q, k, want, dtype, False, False)
+        assert kern.alibi_block(slopes, q, k, got, dtype, False, False) == ref.alibi_block(
+            slopes, q, k, want, dtype, False, False
+        )
         assert_same(got, want, f"alibi nan {dtype}")
 
 
 # --------------------------------------------------------------------------------------- T5
+
 
 @pytest.mark.parametrize("radius", [0, 1, 7, 128, 5000])
 def test_t5_block(kern, radius):
@@ -129,6 +131,7 @@ def test_t5_block(kern, radius):
 
 # ----------------------------------------------------------------------------------- sincos
 
+
 def rope_freqs(d: int, theta: float = 10000.0) -> np.ndarray:
     """RoFormer/Llama inverse frequencies theta^(-2k/d), float64."""
     return 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
@@ -144,8 +147,9 @@ def ordered(a: np.ndarray) -> np.ndarray:
 
 def _sincos_inputs(r):
     freqs = np.concatenate([rope_freqs(128), rope_freqs(64, 500000.0) / 8.0, [0.0, 1.0]])
-    pos = np.concatenate([np.arange(64), r.integers(0, 131072, 200),
-                          r.integers(0, I31 + 1, 56), [I31, 0]]).astype(np.int64)
+    pos = np.concatenate(
+        [np.arange(64), r.integers(0, 131072, 200), r.integers(0, I31 + 1, 56), [I31, 0]]
+    ).astype(np.int64)
     return freqs, pos
 
 
@@ -154,7 +158,7 @@ def _sincos_inputs(r):
 def test_sincos_bit_equal_to_numpy(kern, dtype, scale):
     r = rng_for("sincos", dtype, scale)
     freqs, pos = _sincos_inputs(r)
-    for f in (freqs, np.tile(freqs, 9)[:600]):   # 600 > one 512-wide staging block
+    for f in (freqs, np.tile(freqs, 9)[:600]):  # 600 > one 512-wide staging block
         shape = (pos.size, f.size)
         gc, gs = np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype])
         wc, ws = np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype])
@@ -162,7 +166,9 @@ def test_sincos_bit_equal_to_numpy(kern, dtype, scale):
         assert ref.sincos(f, pos, scale, wc, ws, dtype) is False
         for got, want, what in ((gc, wc, "cos"), (gs, ws, "sin")):
             diff = np.abs(ordered(got) - ordered(want))
-            assert diff.max() == 0, f"{what} {dtype}: {int((diff > 0).sum())} values differ from numpy (max {int(diff.max())} ulp)"
+            assert diff.max() == 0, (
+                f"{what} {dtype}: {int((diff > 0).sum())} values differ from numpy (max {int(diff.max())} ulp)"
+            )
     empty = np.empty((0, freqs.size), STORAGE[dtype])
     kern.sincos(freqs, np.empty(0, np.int64), scale, empty, empty.copy(), dtype)
 
@@ -173,13 +179,15 @@ def test_sincos_accuracy_vs_mpmath(kern, dtype):
     an ulp of the exact cos/sin of the float64 angle, give or take 2·eps64 (the float64
     evaluation of cos/sin that is rounded once; |cos|, |sin| <= 1)."""
     import mpmath  # the test extra installs it: a missing one fails, never skips
+
     r = rng_for("sincos-mp", dtype)
     freqs, pos = _sincos_inputs(r)
     pos = r.choice(pos, 48, replace=False)
     f = r.choice(freqs, 24, replace=False)
     shape = (pos.size, f.size)
-    outs = {name: (np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype]))
-            for name in ("got", "numpy")}
+    outs = {
+        name: (np.empty(shape, STORAGE[dtype]), np.empty(shape, STORAGE[dtype])) for name in ("got", "numpy")
+    }
     kern.sincos(f, pos, 1.0, *outs["got"], dtype)
     ref.sincos(f, pos, 1.0, *outs["numpy"], dtype)
     angle = pos.astype(np.float64)[:, None] * f[None, :]
@@ -205,8 +213,12 @@ def test_sincos_nonfinite_does_not_crash(kern):
             g, w = dtypes.to_float(got, dtype), dtypes.to_float(want, dtype)
             assert (np.isnan(g) == np.isnan(w)).all()
         # a scale that overflows is reported
-        assert kern.sincos(np.array([0.0]), pos, 1e300, *[np.empty((3, 1), STORAGE[dtype])
-                                                          for _ in range(2)], dtype) is True
+        assert (
+            kern.sincos(
+                np.array([0.0]), pos, 1e300, *[np.empty((3, 1), STORAGE[dtype]) for _ in range(2)], dtype
+            )
+            is True
+        )
 
 
 # -------------------------------------------------------------------------------- bad input

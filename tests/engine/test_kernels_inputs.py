@@ -14,15 +14,24 @@ def _ok_args():
     f32 = np.float32
     return {
         "gather_rows": (np.zeros((4, 3), f32), np.array([0, 3], np.int64), np.empty((2, 3), f32)),
-        "rope_expand": (np.zeros((4, 3), f32), np.array([0, 3], np.int64), np.empty((2, 6), f32),
-                        "half_split"),
+        "rope_expand": (
+            np.zeros((4, 3), f32),
+            np.array([0, 3], np.int64),
+            np.empty((2, 6), f32),
+            "half_split",
+        ),
         "round_into": (np.zeros(5), np.empty(5, np.float16), "float16"),
-        "alibi_block": (np.ones(2), np.arange(3), np.arange(4), np.empty((2, 3, 4), np.uint16),
-                        "bfloat16", False, True),
-        "t5_block": (np.zeros(5, np.int32), np.arange(3), np.arange(4), np.empty((3, 4), np.int32),
-                     2),
-        "sincos": (np.ones(3), np.arange(4), 1.0, np.empty((4, 3), f32), np.empty((4, 3), f32),
-                   "float32"),
+        "alibi_block": (
+            np.ones(2),
+            np.arange(3),
+            np.arange(4),
+            np.empty((2, 3, 4), np.uint16),
+            "bfloat16",
+            False,
+            True,
+        ),
+        "t5_block": (np.zeros(5, np.int32), np.arange(3), np.arange(4), np.empty((3, 4), np.int32), 2),
+        "sincos": (np.ones(3), np.arange(4), 1.0, np.empty((4, 3), f32), np.empty((4, 3), f32), "float32"),
     }
 
 
@@ -88,8 +97,7 @@ BAD = [  # kernel, argument index, replacement, exception
 ]
 
 
-@pytest.mark.parametrize("name,idx,make,exc", BAD,
-                         ids=[f"{b[0]}-arg{b[1]}-{i}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize("name,idx,make,exc", BAD, ids=[f"{b[0]}-arg{b[1]}-{i}" for i, b in enumerate(BAD)])
 def test_bad_input_raises(kern, name, idx, make, exc):
     args = list(_ok_args()[name])
     getattr(kern, name)(*args)  # the unmodified call is fine
@@ -103,8 +111,8 @@ def test_bad_input_raises(kern, name, idx, make, exc):
 
 def test_selected_backend_and_info():
     import posenc.engine.kernels as k
-    want = {"numpy": "numpy", "simd": "simd"}.get(ENV_BACKEND,
-                                                  "simd" if _native is not None else "numpy")
+
+    want = {"numpy": "numpy", "simd": "simd"}.get(ENV_BACKEND, "simd" if _native is not None else "numpy")
     assert k.BACKEND == want
     info = k.info()
     assert info["backend"] == k.BACKEND and info["features"] == list(k.FEATURES)

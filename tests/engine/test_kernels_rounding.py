@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine import dtypes
 from posenc.engine.errors import SpecError
 from posenc.engine.kernels import numpy_impl as ref
-from tests.numeric import FLOAT_DTYPES
+
 from tests.engine.kernel_helpers import STORAGE, assert_same, bits, rng_for
+from tests.numeric import FLOAT_DTYPES
 
 
 def rounding_inputs(dtype: str) -> np.ndarray:
@@ -19,25 +19,52 @@ def rounding_inputs(dtype: str) -> np.ndarray:
     r = rng_for("round", dtype)
     n = 20000
     parts = [
-        r.integers(0, 2**64, n, dtype=np.uint64).view(np.float64),       # every class of double
+        r.integers(0, 2**64, n, dtype=np.uint64).view(np.float64),  # every class of double
         r.standard_normal(n) * 10.0 ** r.integers(-12, 12, n),
     ]
     for mant_bits, lo, hi in ((10, -26, 17), (7, -135, 129), (23, -150, 129)):
         k = r.integers(0, 2**mant_bits, n).astype(np.float64)
         e = r.integers(lo, hi, n).astype(np.float64)
         sign = r.choice([-1.0, 1.0], n)
-        tie = (2.0**mant_bits + k + 0.5) * 2.0 ** (e - mant_bits)        # exact ties
+        tie = (2.0**mant_bits + k + 0.5) * 2.0 ** (e - mant_bits)  # exact ties
         parts += [sign * tie, sign * np.nextafter(tie, 0), sign * np.nextafter(tie, np.inf)]
         sub = (k + 0.5) * 2.0 ** {10: -24, 7: -133, 23: -149}[mant_bits]  # subnormal ties
         parts += [sign * sub, sign * np.nextafter(sub, np.inf)]
-    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0,
-                1 + 2**-11 + 2**-30,            # float16 through float32 would give 1.0
-                1 + 2**-8 + 2**-40,             # the same trap for bfloat16
-                65504.0, 65519.99, 65520.0, 65536.0, 2**-24, 2**-25, 2**-25 * (1 + 2**-52),
-                2**-14, 2**-126, 2**-133, 2**-134, 3 * 2**-134, 1e-310, -1e-310, 5e-324,
-                float(np.finfo(np.float32).max), 3.4028235677973366e38, 3.402823669209385e38,
-                dtypes.MAX_FINITE["bfloat16"], 3.3961e38, np.finfo(np.float64).max, -1e300]
-    parts.append(np.array(specials * 3))   # * 3: some land in the vector body, some in the tail
+    specials = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        -np.nan,
+        1.0,
+        -1.0,
+        1 + 2**-11 + 2**-30,  # float16 through float32 would give 1.0
+        1 + 2**-8 + 2**-40,  # the same trap for bfloat16
+        65504.0,
+        65519.99,
+        65520.0,
+        65536.0,
+        2**-24,
+        2**-25,
+        2**-25 * (1 + 2**-52),
+        2**-14,
+        2**-126,
+        2**-133,
+        2**-134,
+        3 * 2**-134,
+        1e-310,
+        -1e-310,
+        5e-324,
+        float(np.finfo(np.float32).max),
+        3.4028235677973366e38,
+        3.402823669209385e38,
+        dtypes.MAX_FINITE["bfloat16"],
+        3.3961e38,
+        np.finfo(np.float64).max,
+        -1e300,
+    ]
+    parts.append(np.array(specials * 3))  # * 3: some land in the vector body, some in the tail
     return np.concatenate(parts)
 
 
@@ -54,7 +81,7 @@ def test_round_into_matches_reference(kern, dtype):
 def test_round_into_equals_round_f64(kern, dtype):
     """Without overflow or NaN, round_into is engine.dtypes.round_f64 bit for bit, any shape."""
     x = rounding_inputs(dtype)
-    x = x[np.isfinite(x) & (np.abs(x) < dtypes.MAX_FINITE[dtype])][:3 * 5 * 700]
+    x = x[np.isfinite(x) & (np.abs(x) < dtypes.MAX_FINITE[dtype])][: 3 * 5 * 700]
     x = x.reshape(3, 5, 700)
     out = np.empty(x.shape, STORAGE[dtype])
     assert kern.round_into(x, out, dtype) is False
@@ -66,13 +93,13 @@ def test_round_into_equals_round_f64(kern, dtype):
 
 def test_round_into_single_rounding_examples(kern):
     cases = {  # value -> float16 bits, bfloat16 bits
-        1 + 2**-11: (0x3C00, 0x3F80),            # tie to even
-        1 + 2**-11 + 2**-30: (0x3C01, 0x3F80),   # just above the tie: up (float32 hop: down)
+        1 + 2**-11: (0x3C00, 0x3F80),  # tie to even
+        1 + 2**-11 + 2**-30: (0x3C01, 0x3F80),  # just above the tie: up (float32 hop: down)
         1 + 3 * 2**-11: (0x3C02, 0x3F80),
-        1 + 2**-8 + 2**-40: (0x3C04, 0x3F81),   # bfloat16 tie, just above: up
-        2**-25: (0x0000, 0x3300),                # float16 subnormal tie -> 0
-        3 * 2**-25: (0x0002, 0x33C0),            # float16 subnormal tie -> even
-        -(2**-134): (0x8000, 0x8000),            # bfloat16 subnormal tie -> -0
+        1 + 2**-8 + 2**-40: (0x3C04, 0x3F81),  # bfloat16 tie, just above: up
+        2**-25: (0x0000, 0x3300),  # float16 subnormal tie -> 0
+        3 * 2**-25: (0x0002, 0x33C0),  # float16 subnormal tie -> even
+        -(2**-134): (0x8000, 0x8000),  # bfloat16 subnormal tie -> -0
         3 * 2**-134: (0x0000, 0x0002),
     }
     for v, (h, b) in cases.items():

@@ -8,12 +8,24 @@ import math
 
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
+
+from tests.engine.rope_refs import (
+    CASES,
+    HIGH,
+    POSITIONS,
+    hf_inv_freq,
+    hf_inv_rtol,
+    hf_module_cos_sin,
+    hf_style_cos_sin,
+    hf_tol,
+    ref_cos_sin64,
+    ref_inv64,
+    req,
+    rope_exponents,
+    to_interleaved,
+)
 from tests.numeric import FLOAT_DTYPES, angle_slack, assert_close, assert_within_ulp
-from tests.engine.rope_refs import (CASES, HIGH, POSITIONS, hf_inv_freq, hf_inv_rtol, hf_module_cos_sin,
-                                    hf_style_cos_sin, hf_tol, ref_cos_sin64, ref_inv64, req, rope_exponents,
-                                    to_interleaved)
 
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
@@ -35,8 +47,9 @@ def test_against_float64_rounded_once(case, dtype, layout):
     assert_within_ulp(out["sin"], sin64, dtype, slack=slack, what=f"{case} sin")
     # inv_freq stays float32 whatever dtype: float64 frequencies rounded once.
     assert out["inv_freq"].dtype == np.float32
-    assert_within_ulp(out["inv_freq"], inv64, "float32", slack=angle_slack(inv64, e, base),
-                      what=f"{case} inv_freq")
+    assert_within_ulp(
+        out["inv_freq"], inv64, "float32", slack=angle_slack(inv64, e, base), what=f"{case} inv_freq"
+    )
     assert out["attention_scaling"] == pytest.approx(alpha, rel=1e-13)
 
 
@@ -52,10 +65,14 @@ def test_dtype_default_is_float32_and_storage_types():
 
 # --------------------------------------------------------------------------- scaling constants
 
+
 @pytest.mark.parametrize("factor,want", [(4.0, 1.1386294361119891), (32.0, 1.3465735902799727)])
 def test_yarn_attention_scaling_constants(factor, want):
-    spec = {"head_dim": 64, "max_position_embeddings": 4096,
-            "rope_scaling": {"rope_type": "yarn", "factor": factor}}
+    spec = {
+        "head_dim": 64,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarn", "factor": factor},
+    }
     out = compute("rope", req(spec, [0]))
     assert out["attention_scaling"] == pytest.approx(want, rel=1e-15)
     # cos at p = 0 is the scaling itself, rounded once to float32
@@ -63,9 +80,17 @@ def test_yarn_attention_scaling_constants(factor, want):
 
 
 def test_yarn_deepseek_equal_mscales_give_one():
-    spec = {"head_dim": 64, "max_position_embeddings": 163840,
-            "rope_scaling": {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                             "mscale": 1.0, "mscale_all_dim": 1.0}}
+    spec = {
+        "head_dim": 64,
+        "max_position_embeddings": 163840,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    }
     assert compute("rope", req(spec, [0]))["attention_scaling"] == 1.0
     assert hf_inv_freq(spec)[1] == 1.0
 
@@ -87,13 +112,16 @@ def test_longrope_attention_scaling_from_M_over_O_at_every_length():
 LONGROPE = CASES["longrope-partial"]  # O = 4096 (top level)
 
 
-@pytest.mark.parametrize("positions,seq_len,long", [
-    ([0, 1, 4095], None, False),          # seq_len 4096 = O -> short
-    ([0, 1, 4096], None, True),           # seq_len 4097 > O -> long
-    ([0, 1, 2], 4097, True),              # explicit seq_len picks long
-    ([0, 10000], 100, False),             # a smaller explicit seq_len is allowed, picks short
-    ([4096], 4096, False),
-])
+@pytest.mark.parametrize(
+    "positions,seq_len,long",
+    [
+        ([0, 1, 4095], None, False),  # seq_len 4096 = O -> short
+        ([0, 1, 4096], None, True),  # seq_len 4097 > O -> long
+        ([0, 1, 2], 4097, True),  # explicit seq_len picks long
+        ([0, 10000], 100, False),  # a smaller explicit seq_len is allowed, picks short
+        ([4096], 4096, False),
+    ],
+)
 def test_longrope_short_long_switch(positions, seq_len, long):
     r = req(LONGROPE, positions) if seq_len is None else req(LONGROPE, positions, seq_len=seq_len)
     out = compute("rope", r)
@@ -114,14 +142,17 @@ def test_longrope_short_long_switch(positions, seq_len, long):
 DYNAMIC = CASES["dynamic-partial"]  # M = 4096, factor 2
 
 
-@pytest.mark.parametrize("positions,seq_len,eff", [
-    ([0, 1, 100], None, 4096),            # below M: original frequencies
-    ([0, 4095], None, 4096),
-    ([0, 4096], None, 4097),              # just past M: rescaled
-    ([3, 16383], None, 16384),
-    ([0, 1, 2], 16384, 16384),            # explicit seq_len (stateless stand-in for a grown cache)
-    ([0, 20000], 8192, 8192),             # smaller than max(position)+1 is allowed
-])
+@pytest.mark.parametrize(
+    "positions,seq_len,eff",
+    [
+        ([0, 1, 100], None, 4096),  # below M: original frequencies
+        ([0, 4095], None, 4096),
+        ([0, 4096], None, 4097),  # just past M: rescaled
+        ([3, 16383], None, 16384),
+        ([0, 1, 2], 16384, 16384),  # explicit seq_len (stateless stand-in for a grown cache)
+        ([0, 20000], 8192, 8192),  # smaller than max(position)+1 is allowed
+    ],
+)
 def test_dynamic_seq_len(positions, seq_len, eff):
     r = req(DYNAMIC, positions) if seq_len is None else req(DYNAMIC, positions, seq_len=seq_len)
     out = compute("rope", r)
@@ -130,7 +161,9 @@ def test_dynamic_seq_len(positions, seq_len, eff):
     assert_close(out["inv_freq"], hf_inv, atol=1e-30, rtol=rtol, what="dynamic inv_freq")
     inv64, _ = ref_inv64(DYNAMIC, eff)
     e, base = rope_exponents(DYNAMIC, eff)
-    assert_within_ulp(out["inv_freq"], inv64, "float32", slack=angle_slack(inv64, e, base), what="dynamic inv64")
+    assert_within_ulp(
+        out["inv_freq"], inv64, "float32", slack=angle_slack(inv64, e, base), what="dynamic inv64"
+    )
     hcos, hsin = hf_style_cos_sin(hf_inv.astype(np.float32), positions, 1.0)
     tol = hf_tol(positions, 1.0)
     assert_close(out["cos"], hcos, atol=tol, what="dynamic cos")

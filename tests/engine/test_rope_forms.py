@@ -11,13 +11,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from posenc.engine.compute import compute
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.gptj.modeling_gptj import rotate_every_two
 
-from posenc.engine.compute import compute
-from tests.numeric import assert_close
 from tests.engine.rope_refs import CASES, _longrope_factors, hf_inv_freq, hf_inv_rtol, req
+from tests.numeric import assert_close
 
 
 def _same(a, b):
@@ -31,18 +31,47 @@ def test_legacy_type_key_and_rope_parameters_forms():
     base = {"head_dim": 64, "rope_theta": 500000.0, "partial_rotary_factor": 0.5}
     want = compute("rope", req(base, pos, rope_scaling={"rope_type": "linear", "factor": 2.0}))
     _same(want, compute("rope", req(base, pos, rope_scaling={"type": "linear", "factor": 2.0})))
-    _same(want, compute("rope", req(base, pos, rope_scaling={"type": "linear", "rope_type": "linear",
-                                                                 "factor": 2.0})))
+    _same(
+        want,
+        compute(
+            "rope", req(base, pos, rope_scaling={"type": "linear", "rope_type": "linear", "factor": 2.0})
+        ),
+    )
     _same(want, compute("rope", req(base, pos, rope_parameters={"rope_type": "linear", "factor": 2.0})))
     # transformers 5's rope_parameters may carry rope_theta and partial_rotary_factor itself
-    _same(want, compute("rope", req({"head_dim": 64}, pos, rope_parameters={
-        "rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0, "partial_rotary_factor": 0.5})))
+    _same(
+        want,
+        compute(
+            "rope",
+            req(
+                {"head_dim": 64},
+                pos,
+                rope_parameters={
+                    "rope_type": "linear",
+                    "factor": 2.0,
+                    "rope_theta": 500000.0,
+                    "partial_rotary_factor": 0.5,
+                },
+            ),
+        ),
+    )
     # the same value at both places is not a conflict
-    _same(want, compute("rope", req(base, pos, rope_parameters={
-        "rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0})))
+    _same(
+        want,
+        compute(
+            "rope",
+            req(base, pos, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}),
+        ),
+    )
     # and transformers reads the legacy form the same way
-    cfg = LlamaConfig(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=500000.0,
-                      partial_rotary_factor=0.5, rope_scaling={"type": "linear", "factor": 2.0})
+    cfg = LlamaConfig(
+        hidden_size=128,
+        num_attention_heads=2,
+        head_dim=64,
+        rope_theta=500000.0,
+        partial_rotary_factor=0.5,
+        rope_scaling={"type": "linear", "factor": 2.0},
+    )
     inv, _ = ROPE_INIT_FUNCTIONS["linear"](cfg, None)
     rtol = hf_inv_rtol(req(base, pos, rope_scaling={"rope_type": "linear", "factor": 2.0}), 1)
     assert_close(want["inv_freq"], inv.double().numpy(), atol=1e-30, rtol=rtol, what="legacy inv_freq")
@@ -63,8 +92,12 @@ def test_top_level_original_max_position_embeddings_overrides(rope_type):
         inner.update(short_factor=_longrope_factors(32), long_factor=_longrope_factors(32, long=True))
     else:
         inner.update(factor=8.0)
-    spec = {"head_dim": 64, "max_position_embeddings": 32768, "rope_scaling": inner,
-            "original_max_position_embeddings": 4096}
+    spec = {
+        "head_dim": 64,
+        "max_position_embeddings": 32768,
+        "rope_scaling": inner,
+        "original_max_position_embeddings": 4096,
+    }
     pos = [0, 3000, 4095]  # long for O = 2048, short for O = 4096
     out = compute("rope", req(spec, pos))
     plain = copy.deepcopy(spec)
@@ -78,8 +111,10 @@ def test_top_level_original_max_position_embeddings_overrides(rope_type):
     ignored = copy.deepcopy(plain)
     ignored["rope_scaling"]["original_max_position_embeddings"] = 2048
     other = compute("rope", req(ignored, pos))
-    assert not np.array_equal(other["inv_freq"], out["inv_freq"]) or \
-        other["attention_scaling"] != out["attention_scaling"]
+    assert (
+        not np.array_equal(other["inv_freq"], out["inv_freq"])
+        or other["attention_scaling"] != out["attention_scaling"]
+    )
 
 
 def test_shapes_order_repeats_and_range_selection():
@@ -95,12 +130,20 @@ def test_shapes_order_repeats_and_range_selection():
     np.testing.assert_array_equal(rng_sel["cos"], lst["cos"])
     np.testing.assert_array_equal(
         compute("rope", req(spec, {"start": 131070, "stop": 131075}))["sin"],
-        compute("rope", req(spec, list(range(131070, 131075))))["sin"])
+        compute("rope", req(spec, list(range(131070, 131075))))["sin"],
+    )
 
 
 # --------------------------------------------------------------------------- properties
 
-PROP_SPECS = ["default", "default-partial-phi2", "yarn-partial", "llama3", "longrope-partial", "dynamic-partial"]
+PROP_SPECS = [
+    "default",
+    "default-partial-phi2",
+    "yarn-partial",
+    "llama3",
+    "longrope-partial",
+    "dynamic-partial",
+]
 POS = st.integers(0, 2**31 - 1)
 
 
@@ -113,15 +156,20 @@ def _rotate(x, cos, sin, layout):
         r = xt * c + rotate_every_two(xt) * s
     else:
         d = x.shape[1]
-        half = torch.cat((-xt[..., d // 2:], xt[..., : d // 2]), dim=-1)  # Llama's rotate_half
+        half = torch.cat((-xt[..., d // 2 :], xt[..., : d // 2]), dim=-1)  # Llama's rotate_half
         r = xt * c + half * s
     return r[0, :, 0, :].numpy()
 
 
-@settings(max_examples=40, deadline=None, print_blob=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(case=st.sampled_from(PROP_SPECS), layout=st.sampled_from(["half_split", "interleaved"]),
-       m=POS, n=POS, seed=st.integers(0, 2**32 - 1), data=st.data())
+@settings(max_examples=40, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(PROP_SPECS),
+    layout=st.sampled_from(["half_split", "interleaved"]),
+    m=POS,
+    n=POS,
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
 def test_rotation_preserves_norm_and_is_relative(case, layout, m, n, seed, data):
     shift = data.draw(st.integers(-min(m, n), 2**31 - 1 - max(m, n)), label="shift")
     m2, n2 = m + shift, n + shift

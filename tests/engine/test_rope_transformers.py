@@ -7,14 +7,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from posenc.engine.compute import compute
 from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb as neox_apply
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply
 from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions, rotate_every_two
 
-from posenc.engine.compute import compute
+from tests.engine.rope_refs import (
+    CASES,
+    POSITIONS,
+    hf_inv_freq,
+    hf_inv_rtol,
+    hf_module_cos_sin,
+    hf_tol,
+    req,
+    to_interleaved,
+)
 from tests.numeric import assert_close
-from tests.engine.rope_refs import (CASES, POSITIONS, hf_inv_freq, hf_inv_rtol, hf_module_cos_sin, hf_tol,
-                                    req, to_interleaved)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -55,9 +63,9 @@ def test_interleaved_is_half_split_permuted(case):
         h, i = half[name], inter[name]
         d = h.shape[1]
         np.testing.assert_array_equal(i[:, 0::2], h[:, : d // 2])
-        np.testing.assert_array_equal(i[:, 1::2], h[:, d // 2:])
+        np.testing.assert_array_equal(i[:, 1::2], h[:, d // 2 :])
         # half_split pairs (k, k + d/2) rotate together: the two halves are equal.
-        np.testing.assert_array_equal(h[:, : d // 2], h[:, d // 2:])
+        np.testing.assert_array_equal(h[:, : d // 2], h[:, d // 2 :])
     np.testing.assert_array_equal(half["inv_freq"], inter["inv_freq"])
 
 
@@ -109,8 +117,12 @@ def test_neox_apply_rotary_with_our_half_split_tables():
     g = torch.Generator().manual_seed(11)
     q = torch.randn(1, 2, len(pos), 80, generator=g, dtype=torch.float64)  # [b, heads, seq, D]
     k = torch.randn(1, 2, len(pos), 80, generator=g, dtype=torch.float64)
-    ours = neox_apply(q, k, torch.from_numpy(out["cos"].astype(np.float64))[None],
-                      torch.from_numpy(out["sin"].astype(np.float64))[None])
+    ours = neox_apply(
+        q,
+        k,
+        torch.from_numpy(out["cos"].astype(np.float64))[None],
+        torch.from_numpy(out["sin"].astype(np.float64))[None],
+    )
     theirs = neox_apply(q, k, torch.from_numpy(hcos)[None], torch.from_numpy(hsin)[None])
     tol = 8 * hf_tol(pos, 1.0)[None, None, :, :]
     for a, b in zip(ours, theirs):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine import pipeline
 from posenc.engine.errors import SpecError
 from posenc.engine.selection import parse_selection
@@ -36,15 +35,18 @@ def test_unaligned_bytes_become_an_aligned_copy():
     assert a.values.flags.aligned and a.values.flags.c_contiguous and a.values.tolist() == [3, 1, 2]
 
 
-@pytest.mark.parametrize("value, loc, words", [
-    (np.array([1, -2, 3], np.int64), ("positions", 1), "got -2"),
-    (np.array([1, 2**31], np.int64), ("positions", 1), "[0, 2**31)"),
-    (np.array([2**63 + 5], np.uint64), ("positions", 0), str(2**63 + 5)),
-    (np.array([], np.int32), ("positions",), "must not be empty"),
-    (np.array([[1, 2]], np.int32), ("positions",), "shape [1, 2]"),
-    (np.array([1.0, 2.0]), ("positions",), "float64"),
-    (np.array([True]), ("positions",), "bool"),
-])
+@pytest.mark.parametrize(
+    "value, loc, words",
+    [
+        (np.array([1, -2, 3], np.int64), ("positions", 1), "got -2"),
+        (np.array([1, 2**31], np.int64), ("positions", 1), "[0, 2**31)"),
+        (np.array([2**63 + 5], np.uint64), ("positions", 0), str(2**63 + 5)),
+        (np.array([], np.int32), ("positions",), "must not be empty"),
+        (np.array([[1, 2]], np.int32), ("positions",), "shape [1, 2]"),
+        (np.array([1.0, 2.0]), ("positions",), "float64"),
+        (np.array([True]), ("positions",), "bool"),
+    ],
+)
 def test_array_refusals_name_the_element(value, loc, words):
     with pytest.raises(SpecError) as e:
         parse_selection(value, ("positions",))
@@ -57,7 +59,7 @@ def test_pipeline_answers_arrays_like_lists(family):
     sel = {name: [5, 1, 9 + i] for i, name in enumerate(fam.selections)}
     as_lists = pipeline.compute(family, {**BODIES[family], **sel})
     p = pipeline.Pipeline()
-    for _ in range(2):   # first sight of the spec, then the cached spec
+    for _ in range(2):  # first sight of the spec, then the cached spec
         req = p.request(family, {**BODIES[family], **{k: np.array(v, np.int32) for k, v in sel.items()}})
         got = pipeline.arrays(req)
         assert got.keys() == as_lists.keys()
@@ -69,6 +71,8 @@ def test_pipeline_answers_arrays_like_lists(family):
 def test_batched_names_the_arrays_shaped_by_selections(family):
     fam = FAMILIES[family]
     small = pipeline.compute(family, {**BODIES[family], **{n: [1] for n in fam.selections}})
-    big = pipeline.compute(family, {**BODIES[family], **{n: [1, 2, 3 + i] for i, n in enumerate(fam.selections)}})
+    big = pipeline.compute(
+        family, {**BODIES[family], **{n: [1, 2, 3 + i] for i, n in enumerate(fam.selections)}}
+    )
     follows = {k for k, v in small.items() if np.shape(v) != np.shape(big[k])}
     assert follows == set(fam.batched)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from posenc.engine.compute import compute
 from transformers.models.distilbert.modeling_distilbert import _create_sinusoidal_embeddings
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from posenc.engine.compute import compute
 from tests.engine.float64_refs import sinusoidal64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_same_rounding, assert_within_ulp
 
@@ -28,6 +28,7 @@ def sin_req(d_model, positions, **extra):
 
 
 # --------------------------------------------------------------------------- vs transformers
+
 
 @pytest.mark.parametrize("d", [2, 5, 16, 17])
 def test_interleaved_vs_distilbert(d):
@@ -42,8 +43,9 @@ def test_interleaved_vs_distilbert(d):
     # offset shifts rows: offset 100 at position p is DistilBERT's row p + 100
     out2 = compute("sinusoidal", sin_req(d, list(range(0, 400, 7)), layout="interleaved", offset=100))
     want, slack = sinusoidal64(d, list(range(100, 500, 7)), "interleaved")
-    assert_same_rounding(out2["encoding"], table[np.arange(0, 400, 7) + 100], want, "float32", slack,
-                         what="distilbert+off")
+    assert_same_rounding(
+        out2["encoding"], table[np.arange(0, 400, 7) + 100], want, "float32", slack, what="distilbert+off"
+    )
 
 
 @pytest.mark.parametrize("d", [2, 3, 16, 17])
@@ -95,6 +97,7 @@ def test_layouts_have_different_exponents_d512():
 
 # --------------------------------------------------------------------------- vs float64
 
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("d", [4, 7, 64, 65])
 @pytest.mark.parametrize("layout", ["interleaved", "concat", "fairseq", "fairseq_cos_first"])
@@ -121,7 +124,9 @@ def test_selection_order_repeats_and_range():
     b = compute("sinusoidal", sin_req(10, [0, 9, 131072]))["encoding"]
     np.testing.assert_array_equal(a, b[[1, 0, 1, 2]])
     r = compute("sinusoidal", sin_req(10, {"start": 131070, "stop": 131080, "step": 3}))["encoding"]
-    np.testing.assert_array_equal(r, compute("sinusoidal", sin_req(10, [131070, 131073, 131076, 131079]))["encoding"])
+    np.testing.assert_array_equal(
+        r, compute("sinusoidal", sin_req(10, [131070, 131073, 131076, 131079]))["encoding"]
+    )
 
 
 def test_dtype_storage():

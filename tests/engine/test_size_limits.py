@@ -7,13 +7,13 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
-
 from posenc.engine.compute import compute
 from posenc.engine.errors import TooLarge
+
 from tests.engine.specs import A, R, S, T, w
 
-
 # --------------------------------------------------------------------------- size limit
+
 
 def _too_large(family, request_, max_bytes):
     with pytest.raises(TooLarge) as e:
@@ -21,18 +21,28 @@ def _too_large(family, request_, max_bytes):
     return e.value
 
 
-@pytest.mark.parametrize("family,request_,nbytes", [
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}), 1000 * 16 * 4),
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="float16"), 1000 * 16 * 2),
-    ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="bfloat16"), 1000 * 16 * 2),
-    ("alibi", w(A, num_heads=4, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}), 4 * 10 * 20 * 4 + 16),
-    ("alibi", w(A, heads=[1, 1, 1], query=[0] * 10, key={"start": 0, "stop": 20}, dtype="float16"),
-     3 * 10 * 20 * 2 + 12),
-    ("t5-buckets", w(T, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}), 10 * 20 * 4),
-])
+@pytest.mark.parametrize(
+    "family,request_,nbytes",
+    [
+        ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}), 1000 * 16 * 4),
+        ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="float16"), 1000 * 16 * 2),
+        ("sinusoidal", w(S, positions={"start": 0, "stop": 1000}, dtype="bfloat16"), 1000 * 16 * 2),
+        (
+            "alibi",
+            w(A, num_heads=4, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}),
+            4 * 10 * 20 * 4 + 16,
+        ),
+        (
+            "alibi",
+            w(A, heads=[1, 1, 1], query=[0] * 10, key={"start": 0, "stop": 20}, dtype="float16"),
+            3 * 10 * 20 * 2 + 12,
+        ),
+        ("t5-buckets", w(T, query={"start": 0, "stop": 10}, key={"start": 0, "stop": 20}), 10 * 20 * 4),
+    ],
+)
 def test_size_limit_boundary(family, request_, nbytes):
-    compute(family, request_, max_bytes=nbytes)            # exactly at the limit: served
-    err = _too_large(family, request_, nbytes - 1)         # one byte over: refused
+    compute(family, request_, max_bytes=nbytes)  # exactly at the limit: served
+    err = _too_large(family, request_, nbytes - 1)  # one byte over: refused
     assert err.nbytes == nbytes and err.limit == nbytes - 1
     assert err.status == 413
 
@@ -53,12 +63,15 @@ def test_default_limit_is_64_mib():
     compute("rope", w(R, head_dim=128, positions={"start": 0, "stop": 60000}))
 
 
-@pytest.mark.parametrize("family,request_", [
-    ("rope", w(R, head_dim=128, positions={"start": 0, "stop": 2**31 - 1})),
-    ("sinusoidal", w(S, d_model=1024, positions={"start": 0, "stop": 2**31})),
-    ("alibi", w(A, num_heads=64, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
-    ("t5-buckets", w(T, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
-])
+@pytest.mark.parametrize(
+    "family,request_",
+    [
+        ("rope", w(R, head_dim=128, positions={"start": 0, "stop": 2**31 - 1})),
+        ("sinusoidal", w(S, d_model=1024, positions={"start": 0, "stop": 2**31})),
+        ("alibi", w(A, num_heads=64, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
+        ("t5-buckets", w(T, query={"start": 0, "stop": 2**31}, key={"start": 0, "stop": 2**31})),
+    ],
+)
 def test_huge_requests_refused_before_allocating(family, request_):
     """Refused from the sizes alone: nothing near the response's size is ever allocated (how long
     the refusal takes is not asserted; the peak of traced memory shows the behaviour)."""

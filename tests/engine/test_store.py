@@ -17,7 +17,6 @@ import zlib
 
 import numpy as np
 import pytest
-
 from posenc.engine import store
 
 
@@ -25,7 +24,7 @@ def _arrays():
     rng = np.random.default_rng(3)
     return {
         "cos": rng.standard_normal((37, 5)).astype(np.float32),
-        "bits": rng.integers(0, 2**16, size=(11, 3), dtype=np.uint16),   # bfloat16 patterns
+        "bits": rng.integers(0, 2**16, size=(11, 3), dtype=np.uint16),  # bfloat16 patterns
         "half": rng.standard_normal(9).astype(np.float16),
         "f64": rng.standard_normal(4),
         "lut": np.arange(-5, 6, dtype=np.int32),
@@ -47,7 +46,7 @@ def test_segment_round_trip_and_crc(shm):
     arrays = _arrays()
     fd, info = store.write_segment("ns.seg.12.abc", arrays)
     try:
-        assert os.listdir(shm) == []                          # nothing of it in any directory
+        assert os.listdir(shm) == []  # nothing of it in any directory
         assert os.readlink(f"/proc/self/fd/{fd}") == "/memfd:ns.seg.12.abc (deleted)"
         raw = _bytes(fd, info["nbytes"] + 1)
         assert info["nbytes"] == len(raw) == os.fstat(fd).st_size
@@ -55,10 +54,10 @@ def test_segment_round_trip_and_crc(shm):
         for name, e in info["arrays"].items():
             assert e["offset"] % store.ALIGN == 0, (name, e)
             a = arrays[name]
-            assert raw[e["offset"]:e["offset"] + a.nbytes] == a.tobytes()
+            assert raw[e["offset"] : e["offset"] + a.nbytes] == a.tobytes()
         seg = store.Segment(fd, info)
     finally:
-        os.close(fd)                                          # the mapping needs no descriptor
+        os.close(fd)  # the mapping needs no descriptor
     assert seg.verify()
     for name, a in arrays.items():
         got = seg[name]
@@ -78,15 +77,19 @@ def test_a_sealed_segment_cannot_be_written_truncated_or_grown_by_anyone(shm):
     before = _bytes(fd, info["nbytes"])
     path = f"/proc/self/fd/{fd}"
     try:
-        for attempt in (lambda: os.ftruncate(fd, 1), lambda: os.ftruncate(fd, info["nbytes"] * 2),
-                        lambda: os.truncate(path, 0), lambda: os.pwrite(fd, b"x", 0),
-                        lambda: os.posix_fallocate(fd, 0, info["nbytes"] * 2),
-                        lambda: mmap.mmap(fd, info["nbytes"], prot=mmap.PROT_READ | mmap.PROT_WRITE),
-                        lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)):
+        for attempt in (
+            lambda: os.ftruncate(fd, 1),
+            lambda: os.ftruncate(fd, info["nbytes"] * 2),
+            lambda: os.truncate(path, 0),
+            lambda: os.pwrite(fd, b"x", 0),
+            lambda: os.posix_fallocate(fd, 0, info["nbytes"] * 2),
+            lambda: mmap.mmap(fd, info["nbytes"], prot=mmap.PROT_READ | mmap.PROT_WRITE),
+            lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0),
+        ):
             with pytest.raises(OSError) as e:
                 attempt()
             assert e.value.errno == errno.EPERM, e.value
-        rw = os.open(path, os.O_RDWR)   # a reopen for writing is allowed, and writes nothing
+        rw = os.open(path, os.O_RDWR)  # a reopen for writing is allowed, and writes nothing
         try:
             with pytest.raises(OSError):
                 os.write(rw, b"x")
@@ -104,17 +107,17 @@ def test_only_a_sealed_segment_of_the_entry_size_is_mapped(shm):
             store.Segment(fd, {**info, "nbytes": info["nbytes"] + 64})
     finally:
         os.close(fd)
-    plain = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)   # another process's fake table
+    plain = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)  # another process's fake table
     try:
         os.ftruncate(plain, info["nbytes"])
         with pytest.raises(OSError, match="not sealed"):
             store.Segment(plain, info)
-        fcntl.fcntl(plain, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)   # a partial seal is not enough
+        fcntl.fcntl(plain, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)  # a partial seal is not enough
         with pytest.raises(OSError, match="not sealed"):
             store.Segment(plain, info)
     finally:
         os.close(plain)
-    with open(os.path.join(shm, "file"), "wb") as f:            # nor is a plain file
+    with open(os.path.join(shm, "file"), "wb") as f:  # nor is a plain file
         f.write(b"\0" * info["nbytes"])
     with open(os.path.join(shm, "file"), "rb") as f:
         assert "not" in store.check_sealed(f.fileno(), info["nbytes"])
@@ -129,13 +132,18 @@ def test_manifest_modes(shm, umask):
     finally:
         os.umask(old)
     mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
-    assert mode == {"m1.manifest.json": 0o600, "m1.manifest.log": 0o600, "m2.manifest.json": 0o640,
-                    "m2.manifest.log": 0o640}
+    assert mode == {
+        "m1.manifest.json": 0o600,
+        "m1.manifest.log": 0o600,
+        "m2.manifest.json": 0o640,
+        "m2.manifest.log": 0o640,
+    }
 
 
 def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
     """A build that fails half way removes its temporary file and surfaces its own error (not a
     BufferError from closing a mapping that the failing fill's views still point into)."""
+
     def fill(views):
         views["x"][...] = 1
         raise RuntimeError("boom")
@@ -143,11 +151,12 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
     before = set(os.listdir("/proc/self/fd"))
     with pytest.raises(RuntimeError, match="boom"):
         store.create_segment("ns.seg.1.d", {"x": ((4, 4), "float32")}, fill)
-    assert set(os.listdir("/proc/self/fd")) <= before   # its descriptor closed
+    assert set(os.listdir("/proc/self/fd")) <= before  # its descriptor closed
 
 
 # ---------------------------------------------------------------------------------------------
 # Manifest
+
 
 def test_manifest_round_trip_and_atomic_replace(shm):
     assert store.read_manifest(shm, "ns") is None
@@ -168,8 +177,16 @@ def test_manifest_round_trip_and_atomic_replace(shm):
 def test_the_table_log_replays_appended_changes_and_stops_at_another_generation(shm):
     """What an engine appends (a table, a newer one, a drop, stats) replays onto the head; the
     stamp moves with each append; a log of another generation than the head adds no table."""
-    store.write_manifest(shm, "ns", {"format": store.MANIFEST_FORMAT, "generation": 7, "seq": 3,
-                                     "tables": {"a": {"nbytes": 1}, "b": {"nbytes": 2}}})
+    store.write_manifest(
+        shm,
+        "ns",
+        {
+            "format": store.MANIFEST_FORMAT,
+            "generation": 7,
+            "seq": 3,
+            "tables": {"a": {"nbytes": 1}, "b": {"nbytes": 2}},
+        },
+    )
     stamp = store.manifest_stamp(shm, "ns")
     with open(store.log_path(shm, "ns"), "ab") as f:
         f.write(store.log_line(4, "c", {"nbytes": 3}))
@@ -179,7 +196,9 @@ def test_the_table_log_replays_appended_changes_and_stops_at_another_generation(
     m = store.read_manifest(shm, "ns")
     assert m["tables"] == {"b": {"nbytes": 20}, "c": {"nbytes": 3}} and m["seq"] == 6
     assert m["stats"] == {"builds": 1}
-    store.write_file(store.manifest_path(shm, "ns"), b'{"format": %d, "generation": 8}' % store.MANIFEST_FORMAT)
+    store.write_file(
+        store.manifest_path(shm, "ns"), b'{"format": %d, "generation": 8}' % store.MANIFEST_FORMAT
+    )
     assert store.read_manifest(shm, "ns")["tables"] == {}
 
 
@@ -192,6 +211,7 @@ def test_manifest_of_another_format_is_refused(shm):
 def test_concurrent_readers_never_see_a_torn_manifest(shm):
     """A writer replaces the manifest many times (head sizes from bytes to ~100 KB) while a reader
     reads its head in a loop: every read parses and is one whole version."""
+
     def version(i):
         return {"format": store.MANIFEST_FORMAT, "generation": i, "pad": list(range((i * 7919) % 20000))}
 
@@ -209,7 +229,7 @@ def test_concurrent_readers_never_see_a_torn_manifest(shm):
     while not done.is_set() or reads == 0:
         m = store.read_head(shm, "ns")
         assert m == version(m["generation"])
-        assert m["generation"] >= last   # versions only move forward
+        assert m["generation"] >= last  # versions only move forward
         last = m["generation"]
         reads += 1
     t.join()
@@ -220,9 +240,17 @@ def test_concurrent_readers_never_see_a_torn_manifest(shm):
 # ---------------------------------------------------------------------------------------------
 # Names
 
+
 def test_our_files_are_exactly_the_namespace_files(shm):
-    mine = ["ns.seg.1.aa", "ns.seg.1.aa.tmp", "ns.seg.2.bb", "ns.manifest.json", "ns.manifest.json.tmp42",
-            "ns.sock", "ns.lock"]
+    mine = [
+        "ns.seg.1.aa",
+        "ns.seg.1.aa.tmp",
+        "ns.seg.2.bb",
+        "ns.manifest.json",
+        "ns.manifest.json.tmp42",
+        "ns.sock",
+        "ns.lock",
+    ]
     others = ["ns-2.seg.1.aa", "ns2.manifest.json", "nsx.lock", "other.seg.1.aa", "ns_seg.1"]
     for n in mine + others:
         open(os.path.join(shm, n), "w").close()
@@ -234,20 +262,24 @@ def test_remove_dead_leaves_a_live_engines_files_and_removes_a_dead_ones(shm):
     names = ["ns.lock", "ns.manifest.json", "ns.sock", "ns.manifest.json.tmp7", "ns.metrics.9", "other.lock"]
     for n in names:
         open(os.path.join(shm, n), "w").close()
-    held = os.open(os.path.join(shm, "ns.lock"), os.O_RDWR)   # as a running engine holds it
+    held = os.open(os.path.join(shm, "ns.lock"), os.O_RDWR)  # as a running engine holds it
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         assert store.remove_dead(shm, "ns") == []
         assert sorted(os.listdir(shm)) == sorted(names)
     finally:
-        os.close(held)                                          # the engine died
+        os.close(held)  # the engine died
     removed = store.remove_dead(shm, "ns")
-    assert sorted(os.path.basename(p) for p in removed) == ["ns.lock", "ns.manifest.json", "ns.manifest.json.tmp7",
-                                                             "ns.sock"]
-    assert sorted(os.listdir(shm)) == ["ns.metrics.9", "other.lock"]   # (serve's own files are serve's)
+    assert sorted(os.path.basename(p) for p in removed) == [
+        "ns.lock",
+        "ns.manifest.json",
+        "ns.manifest.json.tmp7",
+        "ns.sock",
+    ]
+    assert sorted(os.listdir(shm)) == ["ns.metrics.9", "other.lock"]  # (serve's own files are serve's)
     assert store.remove_dead(shm, "ns") == [] and sorted(os.listdir(shm)) == ["ns.metrics.9", "other.lock"]
     os.remove(os.path.join(shm, "other.lock"))
-    open(os.path.join(shm, "ns.sock"), "w").close()                   # a socket without its lock
+    open(os.path.join(shm, "ns.sock"), "w").close()  # a socket without its lock
     assert [os.path.basename(p) for p in store.remove_dead(shm, "ns")] == ["ns.sock"]
     assert os.listdir(shm) == ["ns.metrics.9"]
     assert store.remove_dead(os.path.join(shm, "absent"), "ns") == []

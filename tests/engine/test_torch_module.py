@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 import transformers
-
 from posenc.engine.client import Client
+
 from posenc.torch import RotaryEmbedding, _gathered, _gathered_on
 from tests.engine.hf_published import ROPE
 from tests.engine.test_hf_config import LAYER_TYPES, _hf_config, _rotary_class, hf_tol
 
-NO_ENGINE = "ptest-none"     # a namespace no engine serves: the module builds its own tables
+NO_ENGINE = "ptest-none"  # a namespace no engine serves: the module builds its own tables
 
 
 def rotary(config, **kw):
@@ -30,7 +30,9 @@ def _pairs(a, b):
 def test_module_matches_the_models_own(name, layer_type):
     cfg = _hf_config(ROPE[name])
     mt = ROPE[name]["model_type"]
-    positions = [0, 1, 5, 100, 1000, 2000] if mt in ("gptj", "codegen") else [0, 1, 5, 100, 1000, 4096, 5000, 9000]
+    positions = (
+        [0, 1, 5, 100, 1000, 2000] if mt in ("gptj", "codegen") else [0, 1, 5, 100, 1000, 4096, 5000, 9000]
+    )
     pos = torch.tensor([positions, positions[::-1]])
     stock, ours = _rotary_class(mt)(cfg), rotary(cfg)
     for dtype in (torch.float32, torch.bfloat16):
@@ -43,15 +45,25 @@ def test_module_matches_the_models_own(name, layer_type):
             assert g.shape == w.shape and g.dtype == (w.dtype if mt not in ("olmo", "olmo2") else dtype)
             if dtype == torch.float32:
                 w, g = (torch.view_as_real(t) if t.is_complex() else t for t in (w, g))
-                tol = torch.tensor(hf_tol(positions, ours.attention_scaling if layer_type is None else
-                                          getattr(ours, f"{layer_type}_attention_scaling")))
+                tol = torch.tensor(
+                    hf_tol(
+                        positions,
+                        ours.attention_scaling
+                        if layer_type is None
+                        else getattr(ours, f"{layer_type}_attention_scaling"),
+                    )
+                )
                 tol = tol.reshape(1, -1, *([1] * (w.dim() - 2)))
                 assert ((g[0] - w[0]).abs() <= tol[0]).all(), name
 
 
 def _dynamic_config():
-    return transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=32,
-                                    rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    return transformers.LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+        rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+    )
 
 
 def test_dynamic_keeps_transformers_state_across_calls():
@@ -59,6 +71,7 @@ def test_dynamic_keeps_transformers_state_across_calls():
     (dynamic_rope_update), call after call."""
     cfg = _dynamic_config()
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
     stock, ours = LlamaRotaryEmbedding(cfg), rotary(cfg)
     x = torch.zeros(1)
     for n in (20, 48, 40, 33, 64, 20, 40):
@@ -69,11 +82,19 @@ def test_dynamic_keeps_transformers_state_across_calls():
 
 
 def test_longrope_switches_at_every_call():
-    cfg = transformers.Phi3Config(hidden_size=64, num_attention_heads=4, max_position_embeddings=256,
-                                  original_max_position_embeddings=32,
-                                  rope_scaling={"type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)],
-                                                "long_factor": [1.0 + k for k in range(8)]})
+    cfg = transformers.Phi3Config(
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        original_max_position_embeddings=32,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": [1.0 + k / 8 for k in range(8)],
+            "long_factor": [1.0 + k for k in range(8)],
+        },
+    )
     from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
     stock, ours = Phi3RotaryEmbedding(cfg), rotary(cfg)
     x = torch.zeros(1)
     for n in (10, 40, 10, 33, 32):
@@ -86,10 +107,11 @@ def test_rows_past_its_table_are_computed():
     cfg = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4)
     ours = rotary(cfg)
     x = torch.zeros(1)
-    ours(x, torch.tensor([[0, 1]]))                      # a 4096-row table
-    big = torch.tensor([[3, 5000, 2**21, 7]])            # past it, and past any private table
+    ours(x, torch.tensor([[0, 1]]))  # a 4096-row table
+    big = torch.tensor([[3, 5000, 2**21, 7]])  # past it, and past any private table
     cos, sin = ours(x, big)
     from posenc.engine.compute import compute
+
     want = compute("rope", {"head_dim": 64, "positions": big[0].tolist()})
     np.testing.assert_array_equal(cos[0].numpy(), want["cos"])
     np.testing.assert_array_equal(sin[0].numpy(), want["sin"])
@@ -111,24 +133,62 @@ def test_device_gather_equals_the_kernel_gather(layout, model_type):
 
 # -- swapped into small random-weight models --------------------------------------------------
 
-TINY = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128, vocab_size=128,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            initializer_range=0.2)   # weights large enough that positions move the logits
+TINY = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    vocab_size=128,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    initializer_range=0.2,
+)  # weights large enough that positions move the logits
 MODELS = {
-    "llama-llama3": (transformers.LlamaConfig, dict(TINY, max_position_embeddings=256, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 32})),
-    "qwen2-yarn": (transformers.Qwen2Config, dict(TINY, max_position_embeddings=256, num_key_value_heads=2,
-                                                   rope_scaling={"type": "yarn", "factor": 4.0,
-                                                                 "original_max_position_embeddings": 32})),
-    "phi3-longrope": (transformers.Phi3Config, dict(TINY, max_position_embeddings=256,
-                                                     original_max_position_embeddings=32,
-                                                     rope_scaling={"type": "longrope",
-                                                                   "short_factor": [1.0 + k / 8 for k in range(8)],
-                                                                   "long_factor": [1.0 + k for k in range(8)]})),
-    "gpt-neox-partial": (transformers.GPTNeoXConfig, dict(TINY, rotary_pct=0.25, max_position_embeddings=256)),
-    "mistral": (transformers.MistralConfig, dict(TINY, max_position_embeddings=256, num_key_value_heads=2,
-                                                  rope_theta=1e6)),
+    "llama-llama3": (
+        transformers.LlamaConfig,
+        dict(
+            TINY,
+            max_position_embeddings=256,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+    ),
+    "qwen2-yarn": (
+        transformers.Qwen2Config,
+        dict(
+            TINY,
+            max_position_embeddings=256,
+            num_key_value_heads=2,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+        ),
+    ),
+    "phi3-longrope": (
+        transformers.Phi3Config,
+        dict(
+            TINY,
+            max_position_embeddings=256,
+            original_max_position_embeddings=32,
+            rope_scaling={
+                "type": "longrope",
+                "short_factor": [1.0 + k / 8 for k in range(8)],
+                "long_factor": [1.0 + k for k in range(8)],
+            },
+        ),
+    ),
+    "gpt-neox-partial": (
+        transformers.GPTNeoXConfig,
+        dict(TINY, rotary_pct=0.25, max_position_embeddings=256),
+    ),
+    "mistral": (
+        transformers.MistralConfig,
+        dict(TINY, max_position_embeddings=256, num_key_value_heads=2, rope_theta=1e6),
+    ),
 }
 
 
@@ -148,14 +208,14 @@ def _swap(model, config=None):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_swapped_into_a_model_logits_stay(name):
     model, _ = _model(name)
-    ids = torch.randint(0, 128, (2, 48), generator=torch.Generator().manual_seed(1))   # 48 > 32: long contexts
+    ids = torch.randint(0, 128, (2, 48), generator=torch.Generator().manual_seed(1))  # 48 > 32: long contexts
     with torch.no_grad():
         want = model(ids).logits
         _swap(model)
         got = model(ids).logits
     assert got.shape == want.shape and got.dtype == torch.float32
     assert (got - want).abs().max() <= 1e-4, (got - want).abs().max()
-    other = model.config.to_dict()                   # the test can fail: another θ moves the logits
+    other = model.config.to_dict()  # the test can fail: another θ moves the logits
     other["rope_parameters"] = {**other["rope_parameters"], "rope_theta": 50.0}
     with torch.no_grad():
         _swap(model, other)
@@ -194,10 +254,19 @@ def test_an_answer_kept_by_the_caller_is_never_overwritten():
 
 # -- SinusoidalEmbedding --------------------------------------------------------------------
 
+
 def test_sinusoidal_is_distilberts_and_swaps_in():
     from posenc.torch import SinusoidalEmbedding
-    cfg = transformers.DistilBertConfig(dim=64, n_heads=4, n_layers=2, hidden_dim=128, vocab_size=100,
-                                        sinusoidal_pos_embds=True, max_position_embeddings=512)
+
+    cfg = transformers.DistilBertConfig(
+        dim=64,
+        n_heads=4,
+        n_layers=2,
+        hidden_dim=128,
+        vocab_size=100,
+        sinusoidal_pos_embds=True,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     model = transformers.DistilBertModel(cfg).eval()
     ours = SinusoidalEmbedding(64, num_positions=512)
@@ -211,11 +280,13 @@ def test_sinusoidal_is_distilberts_and_swaps_in():
 
 def test_sinusoidal_concat_is_marians_and_grows():
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
     from posenc.torch import SinusoidalEmbedding
+
     marian = MarianSinusoidalPositionalEmbedding(1024, 48)
     ours = SinusoidalEmbedding(48, layout="concat", num_positions=16)
     pos = torch.tensor([[0, 5, 1023], [7, 300, 2]])
-    assert torch.equal(ours(pos), marian.create_weight()[pos])      # past its 16 rows: grown
+    assert torch.equal(ours(pos), marian.create_weight()[pos])  # past its 16 rows: grown
     assert ours.weight.shape[0] == 1024
 
 
@@ -223,6 +294,7 @@ def test_module_moves_casts_and_copies_like_any_module():
     """After a large forward (an output block is kept for reuse): .to(dtype) casts only the
     inv_freq buffer, and copy.deepcopy gives a module that answers the same."""
     import copy
+
     ours = rotary(transformers.LlamaConfig(hidden_size=4096, num_attention_heads=32))
     x, pos = torch.zeros(1), torch.arange(4096).repeat(2, 1)
     want = ours(x, pos)

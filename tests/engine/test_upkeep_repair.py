@@ -11,20 +11,28 @@ import threading
 import time
 
 import pytest
-
 from posenc.engine import pipeline, store
 from posenc.engine.config import parse_config
 from posenc.engine.engine_core import Engine, EngineOptions
 
-CONFIG = {"length": 64, "tables": [{"name": "small-rope", "family": "rope", "spec": {"head_dim": 8}},
-                                   {"family": "sinusoidal", "spec": {"d_model": 8}}]}
+CONFIG = {
+    "length": 64,
+    "tables": [
+        {"name": "small-rope", "family": "rope", "spec": {"head_dim": 8}},
+        {"family": "sinusoidal", "spec": {"d_model": 8}},
+    ],
+}
 
 
 @pytest.fixture
 def eng(tmp_path):
     tables = parse_config(CONFIG)
-    e = Engine(tables, EngineOptions(shm_dir=str(tmp_path), namespace="repair", verify_interval_s=0,
-                                     memory_budget_bytes=2**20))
+    e = Engine(
+        tables,
+        EngineOptions(
+            shm_dir=str(tmp_path), namespace="repair", verify_interval_s=0, memory_budget_bytes=2**20
+        ),
+    )
     e.acquire()
     e.build_configured()
     e.publish()
@@ -69,6 +77,7 @@ def test_the_sweep_repairs_nothing_under_eviction_churn(eng):
         while not stop.is_set():
             theta += 1.0
             eng.ensure(_key(theta), 64)
+
     threads = [threading.Thread(target=churn) for _ in range(2)]
     for t in threads:
         t.start()
@@ -94,12 +103,13 @@ def test_a_repair_without_room_drops_the_table_and_the_engine_goes_on(eng, tmp_p
 
     def no_room(*a, **k):
         raise OSError(errno.ENOMEM, "Cannot allocate memory")
-    monkeypatch.setattr(eng, "_build", no_room)    # no memory left when it is rebuilt
+
+    monkeypatch.setattr(eng, "_build", no_room)  # no memory left when it is rebuilt
     report = eng.sweep.run(checksum=False)
     assert report["repaired"] == []
     m = store.read_manifest(str(tmp_path), "repair")
     assert victim not in m["tables"] and len(m["tables"]) == 1 and victim not in eng.fds
-    assert [e["stored"] for e in m["named"]].count(False) == 1   # still known by name: computed
+    assert [e["stored"] for e in m["named"]].count(False) == 1  # still known by name: computed
 
 
 def test_an_on_demand_table_larger_than_memory_is_refused_before_anything_is_evicted(tmp_path):
@@ -107,14 +117,19 @@ def test_an_on_demand_table_larger_than_memory_is_refused_before_anything_is_evi
     cache to make room, then fail anyway. Now it is refused first, and the cache stays."""
     from posenc.engine.errors import NotStored
     from posenc.engine.upkeep import available_bytes
-    e = Engine(parse_config(CONFIG), EngineOptions(shm_dir=str(tmp_path), namespace="room", verify_interval_s=0,
-                                                   memory_budget_bytes=1 << 50))
+
+    e = Engine(
+        parse_config(CONFIG),
+        EngineOptions(
+            shm_dir=str(tmp_path), namespace="room", verify_interval_s=0, memory_budget_bytes=1 << 50
+        ),
+    )
     e.acquire()
     try:
         e.build_configured()
         e.publish()
         small, _ = e.ensure(_key(5.0), 64)
-        head_dim = 2 * (available_bytes() // (2 * 131072 * 4) + 2)   # cos + sin past all memory
+        head_dim = 2 * (available_bytes() // (2 * 131072 * 4) + 2)  # cos + sin past all memory
         huge = pipeline.parse("rope", {"head_dim": head_dim, "positions": [0]}).table.key
         with pytest.raises(NotStored, match="exceeds the memory available"):
             e.ensure(huge, 131072)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
-
+from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 FAMILIES = sorted(ht.TEMPLATES.native)
 
@@ -25,7 +24,7 @@ def check_cut(data: bytes, family: str) -> None:
     key, spans = got
     assert len(spans) == len(ht.replay.FIELDS[family]), (data, spans)
     at, want = 0, b""
-    for a, b in sorted(spans):   # in field order; the key has them in the body's order
+    for a, b in sorted(spans):  # in field order; the key has them in the body's order
         assert at <= a < b <= len(data), (data, spans)
         want += data[at:a] + b"\0"
         at = b
@@ -40,7 +39,7 @@ def one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+    import atheris  # here: tests/fuzz/test_corpus.py replays one_input without it
 
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()

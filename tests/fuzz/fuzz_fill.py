@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import sys
 
-from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
-
 import numpy as np  # noqa: E402
 
+from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 ROWS = ht.rows_templates()
 AXES = ht.axes_templates()
 BLOCKS = ht.block_templates()
 PAST_IN_C = ht.replay.kernels.c_api() is not None
-SINGLES = 64     # positions checked one by one
-PIPELINE = 4     # of them, held to the pipeline's rows
+SINGLES = 64  # positions checked one by one
+PIPELINE = 4  # of them, held to the pipeline's rows
 
 
 def axes_input(data: bytes) -> None:
@@ -38,7 +37,7 @@ def axes_input(data: bytes) -> None:
     limit; else the pipeline's rows of those position_ids (up to 64 rows checked)."""
     t, body, length = AXES[data[0] % len(AXES)]
     isz = 8 if data[0] & 0x80 else 4
-    raw = data[1:len(data) - (len(data) - 1) % isz]
+    raw = data[1 : len(data) - (len(data) - 1) % isz]
     if not raw:
         return
     positions = np.frombuffer(raw, "<i%d" % isz).astype(np.int64)
@@ -46,8 +45,12 @@ def axes_input(data: bytes) -> None:
         positions &= 511
         raw = positions.astype("<i%d" % isz).tobytes()
     got = ht.replay.fill(t, raw, isz, (b"", b"", b""))
-    valid = positions.size % 3 == 0 and positions.min() >= 0 and positions.max() < ht.replay.POSITION_LIMIT and (
-        PAST_IN_C or positions.max() < length)   # the numpy backend lends no kernel for rows past the table
+    valid = (
+        positions.size % 3 == 0
+        and positions.min() >= 0
+        and positions.max() < ht.replay.POSITION_LIMIT
+        and (PAST_IN_C or positions.max() < length)
+    )  # the numpy backend lends no kernel for rows past the table
     assert (got is not None) == valid, raw
     if got is not None and positions.size // 3 <= 64:
         assert got == ht.pipeline_ids_rows(body, positions.reshape(3, -1).tolist()), raw
@@ -62,8 +65,8 @@ def block_input(data: bytes) -> None:
     t, family, body = BLOCKS[(data[0] & 0x0F) % len(BLOCKS)]
     isz = (8 if data[0] & 0x80 else 4, 8 if data[1] & 0x80 else 4)
     key_first, n1 = bool(data[1] & 0x40), (1 + (data[1] & 3)) * isz[0]
-    first, second = data[2:2 + n1], data[2 + n1:]
-    second = second[:len(second) - len(second) % isz[1]]
+    first, second = data[2 : 2 + n1], data[2 + n1 :]
+    second = second[: len(second) - len(second) % isz[1]]
     if len(first) < n1 or not second:
         return
     a, b = (np.frombuffer(x, "<i%d" % i).astype(np.int64) for x, i in ((first, isz[0]), (second, isz[1])))
@@ -107,7 +110,10 @@ def one_input(data: bytes) -> None:
         raise AssertionError(f"fill took {len(raw)} bytes of {isz}-byte positions")
     n = len(raw) // isz
     got = ht.replay.fill(t, raw, isz, parts)
-    singles = [ht.replay.fill(t, raw[i * isz:(i + 1) * isz], isz, (b"",) * (narr + 1)) for i in range(min(n, SINGLES))]
+    singles = [
+        ht.replay.fill(t, raw[i * isz : (i + 1) * isz], isz, (b"",) * (narr + 1))
+        for i in range(min(n, SINGLES))
+    ]
     if got is None:
         assert n > SINGLES or None in singles, raw
         return
@@ -115,24 +121,24 @@ def one_input(data: bytes) -> None:
     positions = np.frombuffer(raw, "<i%d" % isz)
     for i in range(min(n, PIPELINE)):
         assert singles[i] == ht.pipeline_rows(family, body, int(positions[i])), (raw, i)
-    per = len(singles[0]) // narr             # one position's row in one array
+    per = len(singles[0]) // narr  # one position's row in one array
     arrays, at = [], 0
     for a in range(narr):
-        assert got[at:at + len(parts[a])] == parts[a], raw
+        assert got[at : at + len(parts[a])] == parts[a], raw
         at += len(parts[a])
-        arrays.append(got[at:at + n * per])
+        arrays.append(got[at : at + n * per])
         at += n * per
     assert got[at:] == parts[narr], raw
     for a, array in enumerate(arrays):
         for i, s in enumerate(singles):
-            assert array[i * per:(i + 1) * per] == s[a * per:(a + 1) * per], (raw, a, i)
+            assert array[i * per : (i + 1) * per] == s[a * per : (a + 1) * per], (raw, a, i)
     views = tuple(bytearray(n * per) for _ in range(narr))
     assert ht.replay.fill_into(t, raw, isz, tuple(memoryview(v) for v in views)) is True
     assert [bytes(v) for v in views] == arrays, raw
 
 
 if __name__ == "__main__":
-    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+    import atheris  # here: tests/fuzz/test_corpus.py replays one_input without it
 
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import sys
 
-from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
-
 import httptools  # noqa: E402
 import numpy as np  # noqa: E402
-
 from posenc.service.metrics.layout import BUCKETS_F64, SHAPE  # noqa: E402
+
+from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 
 class _Reader:
@@ -30,7 +29,7 @@ class _Reader:
         self.url, self.body, self.headers, self.done, self.keep_alive = b"", b"", [], 0, None
         self.parser = None
 
-    def on_headers_complete(self):   # where uvicorn asks it
+    def on_headers_complete(self):  # where uvicorn asks it
         self.keep_alive = self.parser.should_keep_alive()
 
     def on_url(self, url):
@@ -56,7 +55,7 @@ def httptools_reads(data: bytes, start: int) -> tuple[_Reader, httptools.HttpReq
         p.feed_data(data[start:head_end])
         length = [int(v) for n, v in r.headers if n == b"content-length"]
         assert len(length) == 1, f"the lane took a request without one Content-Length: {data!r}"
-        p.feed_data(data[head_end:head_end + length[0]])
+        p.feed_data(data[head_end : head_end + length[0]])
     except httptools.HttpParserUpgrade:
         raise AssertionError(f"httptools reads an upgrade in what the lane took: {data!r}") from None
     except httptools.HttpParserError as exc:
@@ -78,15 +77,16 @@ def check_v2(r, out: bytes, keep_alive: bool) -> None:
     (_, _, entries, _, _) = ht.V2_ROUTES[r.url]
     entry = entries[ht.V2_HEAD]
     n = [int(v) for k, v in r.headers if k == b"inference-header-content-length"]
-    if len(entry) == 8:   # a block entry (hot_blocks.c): its two inputs, fill_block()'s block
+    if len(entry) == 8:  # a block entry (hot_blocks.c): its two inputs, fill_block()'s block
         t, isz, nbytes, isz2, nbytes2, key_first, parts, post = entry
-        want = ht.replay.fill_block(t, r.body[n[0]:n[0] + nbytes], r.body[n[0] + nbytes:], (isz, isz2), key_first,
-                                    parts)
+        want = ht.replay.fill_block(
+            t, r.body[n[0] : n[0] + nbytes], r.body[n[0] + nbytes :], (isz, isz2), key_first, parts
+        )
         nbytes += nbytes2
     else:
         t, isz, nbytes, parts, post = entry
-        want = ht.replay.fill(t, r.body[n[0]:], isz, parts)
-    assert n == [len(ht.V2_HEAD)] and r.body[:n[0]] == ht.V2_HEAD and len(r.body) - n[0] == nbytes, r.body
+        want = ht.replay.fill(t, r.body[n[0] :], isz, parts)
+    assert n == [len(ht.V2_HEAD)] and r.body[: n[0]] == ht.V2_HEAD and len(r.body) - n[0] == nbytes, r.body
     assert not any(k == b"content-encoding" for k, _ in r.headers)
     assert want is not None, r.body
     assert out == ht.PRE[2] + b"%d" % len(want) + post + close + b"\r\n" + want
@@ -94,9 +94,10 @@ def check_v2(r, out: bytes, keep_alive: bool) -> None:
 
 def check(data: bytes, start: int, close: bool) -> None:
     got = ht.hot.lane(data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close)
-    if got is NotImplemented:     # a header to compute first: as the service calls it
-        got = ht.replay.answer_request(data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE,
-                                       ht.POST, close)
+    if got is NotImplemented:  # a header to compute first: as the service calls it
+        got = ht.replay.answer_request(
+            data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close
+        )
     if got is None:
         return
     if got is False:
@@ -108,8 +109,10 @@ def check(data: bytes, start: int, close: bool) -> None:
         family = ht.ROUTES[r.url][0]
         accept = [v for n, v in r.headers if n == b"accept"]
         if accept and len(r.body) <= ht.replay.current().max_body_bytes:
-            assert ht.answer(r.body, family, accept[0]) is None, f"lane declined what answer() answers: {data!r}"
-        assert data[head_end:head_end + len(r.body)] == r.body
+            assert ht.answer(r.body, family, accept[0]) is None, (
+                f"lane declined what answer() answers: {data!r}"
+            )
+        assert data[head_end : head_end + len(r.body)] == r.body
         return
     end, route, out, keep_alive = got
     assert start < end <= len(data)
@@ -131,8 +134,14 @@ def check(data: bytes, start: int, close: bool) -> None:
     else:
         want = ht.full_path(route[0], r.body, "json")
         assert want is not None, f"lane answered in JSON what the full path refuses: {data!r}"
-    assert out == (ht.PRE[fmt] + b"%d" % len(want) + ht.POST + (b"" if keep_alive else b"connection: close\r\n")
-                   + b"\r\n" + want), data
+    assert out == (
+        ht.PRE[fmt]
+        + b"%d" % len(want)
+        + ht.POST
+        + (b"" if keep_alive else b"connection: close\r\n")
+        + b"\r\n"
+        + want
+    ), data
 
 
 _FLOW = type("Flow", (), {"write_paused": False})()
@@ -142,14 +151,27 @@ _COUNTS = (bytearray(8 * int(np.prod(SHAPE))), BUCKETS_F64)
 def check_serve(data: bytes) -> None:
     """serve() over the whole buffer: the answers lane() gives one request after another."""
     out: list[bytes] = []
-    at, done, state, error = ht.hot.serve(data, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST,
-                                          False, out.append, _FLOW, *_COUNTS, None)
+    at, done, state, error = ht.hot.serve(
+        data,
+        ht.LANE_ROUTES,
+        ht.ACCEPTS,
+        ht.TEMPLATES.native,
+        ht.PRE,
+        ht.POST,
+        False,
+        out.append,
+        _FLOW,
+        *_COUNTS,
+        None,
+    )
     assert error is None, (error, data)
     want, pos, why = [], 0, ht.replay.SERVE_DONE
     while pos < len(data):
         got = ht.hot.lane(data, pos, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, False)
         if type(got) is not tuple:
-            why = {None: ht.replay.SERVE_NOT_REQUEST, False: ht.replay.SERVE_DECLINED}.get(got, ht.replay.SERVE_AGAIN)
+            why = {None: ht.replay.SERVE_NOT_REQUEST, False: ht.replay.SERVE_DECLINED}.get(
+                got, ht.replay.SERVE_AGAIN
+            )
             break
         pos, _, answer, keep_alive = got
         want.append(answer)
@@ -162,12 +184,12 @@ def check_serve(data: bytes) -> None:
 def one_input(data: bytes) -> None:
     check(data, 0, False)
     check_serve(data)
-    if data:   # the same bytes after a previous request's end, closing
+    if data:  # the same bytes after a previous request's end, closing
         check(b"\r\n" * (data[0] & 3) + data, 2 * (data[0] & 3), True)
 
 
 if __name__ == "__main__":
-    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+    import atheris  # here: tests/fuzz/test_corpus.py replays one_input without it
 
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()

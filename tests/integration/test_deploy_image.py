@@ -27,18 +27,33 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
-from posenc.cli import build_parser
 from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
 
+from posenc.cli import build_parser
+from tests.integration.deploy_files import (
+    COMPOSE,
+    DOCKERFILE,
+    DOCKERIGNORE,
+    ENGINE_WORKING_SET,
+    PINNED_ALLOWANCE,
+    ROOT,
+    WORKER,
+    colocated_deployment,
+    deployment,
+    docker_bytes,
+    dockerfile_env,
+    exec_form,
+    final_stage,
+    instrs,
+    pod_containers,
+    quantity,
+    settings_of,
+)
 from tests.procs import PYTHON, child_env, free_port
 from tests.shm import SHM_DIR
-from tests.integration.deploy_files import (COMPOSE, DOCKERFILE, DOCKERIGNORE, ENGINE_WORKING_SET,
-                                            PINNED_ALLOWANCE, ROOT, WORKER, colocated_deployment, deployment,
-                                            docker_bytes, dockerfile_env, exec_form, final_stage, instrs,
-                                            pod_containers, quantity, settings_of)
-
 
 # --------------------------------------------------------------------------- compose
+
 
 def test_compose_matches_settings_and_sizes_shm():
     svc = yaml.safe_load(COMPOSE.read_text())["services"]["posenc"]
@@ -64,6 +79,7 @@ def test_compose_matches_settings_and_sizes_shm():
 
 # --------------------------------------------------------------------------- Dockerfile
 
+
 def hadolint_binary() -> str:
     found = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if not found:
@@ -76,9 +92,21 @@ def test_dockerfile_passes_hadolint(tmp_path):
     config.write_text("{}\n")  # no user or repo config may silence a rule
     env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
     proc = subprocess.run(
-        [hadolint_binary(), "--config", str(config), "--failure-threshold", "style",
-         "--format", "json", str(DOCKERFILE)],
-        capture_output=True, text=True, env=env, timeout=60)
+        [
+            hadolint_binary(),
+            "--config",
+            str(config),
+            "--failure-threshold",
+            "style",
+            "--format",
+            "json",
+            str(DOCKERFILE),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     findings = json.loads(proc.stdout or "[]")
     assert proc.returncode == 0 and not findings, json.dumps(findings, indent=1) + proc.stderr
 
@@ -89,7 +117,8 @@ def test_hadolint_ignores_are_justified():
         if "hadolint ignore" in line:
             above = lines[n - 1].strip() if n else ""
             assert above.startswith("#") and len(above) > 20, (
-                f"Dockerfile:{n + 1}: say why the rule is ignored on the line above")
+                f"Dockerfile:{n + 1}: say why the rule is ignored on the line above"
+            )
 
 
 def test_dockerfile_is_multi_stage_pinned_and_slim():
@@ -112,17 +141,26 @@ def test_dockerfile_is_multi_stage_pinned_and_slim():
     assert "posenc/engine/kernels/_native" in builder
 
 
-@pytest.mark.parametrize("members, ok", [
-    (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/_native.cpython-311-x86_64-linux-gnu.so"], True),
-    (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/numpy_impl.py"], False),
-])
+@pytest.mark.parametrize(
+    "members, ok",
+    [
+        (
+            [
+                "posenc/engine/kernels/_native.c",
+                "posenc/engine/kernels/_native.cpython-311-x86_64-linux-gnu.so",
+            ],
+            True,
+        ),
+        (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/numpy_impl.py"], False),
+    ],
+)
 def test_builder_refuses_a_wheel_without_the_c_kernels(tmp_path, members, ok):
     import zipfile
 
     (run,) = [i for i in instrs("RUN", 0) if "pip wheel" in i.args]
     check = run.args.split("&&")[-1].strip()
     assert check.startswith("python -c ")
-    code = json.loads(check[len("python -c "):])  # the double-quoted program, no escapes in it
+    code = json.loads(check[len("python -c ") :])  # the double-quoted program, no escapes in it
     with zipfile.ZipFile(tmp_path / "posenc-0.1.0-cp311-cp311-linux_x86_64.whl", "w") as whl:
         for name in members:
             whl.writestr(name, "")
@@ -140,8 +178,11 @@ def test_image_command_port_and_probe_agree_with_settings():
     (expose,) = instrs("EXPOSE", final)
     s = settings_of(dockerfile_env())
     assert s.host == "0.0.0.0", "inside a container the service must listen on every interface"
-    assert [int(p.split("/")[0]) for p in expose.args.split()] == [s.port, s.grpc_port] == [DEFAULT_PORT,
-                                                                                             DEFAULT_GRPC_PORT]
+    assert (
+        [int(p.split("/")[0]) for p in expose.args.split()]
+        == [s.port, s.grpc_port]
+        == [DEFAULT_PORT, DEFAULT_GRPC_PORT]
+    )
     (user,) = instrs("USER", final)
     assert re.fullmatch(r"[1-9]\d*:\d+", user.args), "numeric non-root user"
     check = healthcheck_command()
@@ -151,8 +192,10 @@ def test_image_command_port_and_probe_agree_with_settings():
 def test_every_command_parses_with_the_real_cli():
     """The image's CMD, compose's command and each container's args are accepted by `posenc`."""
     (cmd,) = instrs("CMD", final_stage())
-    commands = {"Dockerfile CMD": exec_form(cmd.args),
-                "compose": yaml.safe_load(COMPOSE.read_text())["services"]["posenc"]["command"]}
+    commands = {
+        "Dockerfile CMD": exec_form(cmd.args),
+        "compose": yaml.safe_load(COMPOSE.read_text())["services"]["posenc"]["command"],
+    }
     for name, c in pod_containers(colocated_deployment()).items():
         if "command" not in c:  # the image's ENTRYPOINT (posenc) runs these args
             commands[f"k8s {name}"] = c["args"]
@@ -184,7 +227,7 @@ def _healthcheck(procs, port: int):
 def test_healthcheck_command_probes_a_real_server(server, procs):
     p = _healthcheck(procs, server.port)
     assert p.returncode == 0, p.stderr
-    p = _healthcheck(procs, free_port())                 # nothing listens there: unhealthy
+    p = _healthcheck(procs, free_port())  # nothing listens there: unhealthy
     assert p.returncode != 0
 
 
@@ -213,7 +256,13 @@ def dockerignore_excludes(path: str) -> bool:
             continue
         negate = pat.startswith("!")
         pat = pat.lstrip("!").strip("/")
-        rx = re.escape(pat).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        rx = (
+            re.escape(pat)
+            .replace(r"\*\*/", "(?:.*/)?")
+            .replace(r"\*\*", ".*")
+            .replace(r"\*", "[^/]*")
+            .replace(r"\?", "[^/]")
+        )
         parts = path.split("/")
         if any(re.fullmatch(rx, "/".join(parts[:i])) for i in range(1, len(parts) + 1)):
             excluded = not negate
@@ -221,13 +270,27 @@ def dockerignore_excludes(path: str) -> bool:
 
 
 def test_dockerignore_keeps_the_build_inputs_only():
-    for needed in ("pyproject.toml", "setup.py", "README.md", "engine/__init__.py", "src/posenc/__init__.py",
-                   "engine/kernels/_native.c", "engine/settings.py",
-                   "loadtest/__init__.py", "deploy/examples/worker.py"):
+    for needed in (
+        "pyproject.toml",
+        "setup.py",
+        "README.md",
+        "engine/__init__.py",
+        "src/posenc/__init__.py",
+        "engine/kernels/_native.c",
+        "engine/settings.py",
+        "loadtest/__init__.py",
+        "deploy/examples/worker.py",
+    ):
         assert not dockerignore_excludes(needed), f"{needed} is needed by the build"
-    for dropped in (".git/HEAD", "tests/integration/test_deploy_image.py", "docs/deploy.md", ".venv/bin/python",
-                    "engine/__pycache__/x.pyc", "engine/kernels/_native.cpython-311.so",
-                    "deploy/k8s/base/deployment.yaml"):
+    for dropped in (
+        ".git/HEAD",
+        "tests/integration/test_deploy_image.py",
+        "docs/deploy.md",
+        ".venv/bin/python",
+        "engine/__pycache__/x.pyc",
+        "engine/kernels/_native.cpython-311.so",
+        "deploy/k8s/base/deployment.yaml",
+    ):
         assert dockerignore_excludes(dropped), f"{dropped} should stay out of the build context"
     for i in instrs("COPY"):
         if "--from" not in i.args:
@@ -236,6 +299,7 @@ def test_dockerignore_keeps_the_build_inputs_only():
 
 
 # --------------------------------------------------------------------------- example worker
+
 
 def test_worker_patch_runs_the_script_the_image_ships():
     (copy_,) = [i for i in instrs("COPY", final_stage()) if "worker.py" in i.args]
@@ -248,10 +312,13 @@ def test_worker_patch_runs_the_script_the_image_ships():
 def test_worker_reads_through_the_real_client(procs, ns):
     """deploy/examples/worker.py as the colocated pod runs it, against a real engine: it attaches
     through posenc.engine.client.Client and reads a configured table, zero-copy and read-only."""
-    eng = procs.engine({"length": 256, "tables": [{"family": "rope", "spec": {"head_dim": 64, "rope_theta": 10000.0}}]},
-                       ns)
-    p = procs.run([PYTHON, WORKER, "--once", "--head-dim", "64", "--rope-theta", "10000", "--ready-timeout", "30"],
-                  env=child_env({"POSENC_SHM_DIR": SHM_DIR, "POSENC_NAMESPACE": ns}))
+    eng = procs.engine(
+        {"length": 256, "tables": [{"family": "rope", "spec": {"head_dim": 64, "rope_theta": 10000.0}}]}, ns
+    )
+    p = procs.run(
+        [PYTHON, WORKER, "--once", "--head-dim", "64", "--rope-theta", "10000", "--ready-timeout", "30"],
+        env=child_env({"POSENC_SHM_DIR": SHM_DIR, "POSENC_NAMESPACE": ns}),
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "rope cos (256, 32) float32 zero-copy=True writeable=False"
     assert "built on demand" not in eng.stderr(), "the worker's table is a configured one"
@@ -260,10 +327,12 @@ def test_worker_reads_through_the_real_client(procs, ns):
 
 # --------------------------------------------------------------------------- memory sizing
 
+
 def test_dry_run_fits_the_allowance(procs):
     p = procs.posenc("engine", "--dry-run")
     assert p.returncode == 0, p.stderr
     total = int(re.search(r"^total (\d+) bytes", p.stdout, re.M).group(1))
     assert 0 < total <= PINNED_ALLOWANCE, (
         f"the default tables need {total} bytes of /dev/shm; raise PINNED_ALLOWANCE here, the "
-        "dshm sizeLimit, compose's shm_size, the memory limits and docs/deploy.md together")
+        "dshm sizeLimit, compose's shm_size, the memory limits and docs/deploy.md together"
+    )

@@ -15,21 +15,48 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from kubernetes_validate import utils as kv
+from posenc.engine.settings import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_PORT,
+    HEALTH_PATH,
+    METRICS_PATH,
+    READY_PATH,
+    Settings,
+)
 
-from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH, Settings
-
-from tests.integration.deploy_files import (BASE, COMPOSE, ENGINE_WORKING_SET, K8S_VERSIONS, OVERLAYS,
-                                            PINNED_ALLOWANCE, ROOT, all_k8s_objects, colocated_deployment,
-                                            container_env, deployment, final_stage, instrs, k8s_objects,
-                                            kustomization, load_yaml_docs, pod_containers, quantity, rendered,
-                                            settings_of)
+from tests.integration.deploy_files import (
+    BASE,
+    COMPOSE,
+    ENGINE_WORKING_SET,
+    K8S_VERSIONS,
+    OVERLAYS,
+    PINNED_ALLOWANCE,
+    ROOT,
+    all_k8s_objects,
+    colocated_deployment,
+    container_env,
+    deployment,
+    final_stage,
+    instrs,
+    k8s_objects,
+    kustomization,
+    load_yaml_docs,
+    pod_containers,
+    quantity,
+    rendered,
+    settings_of,
+)
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_manifest_validates_strictly(version):
     objs = all_k8s_objects()
     assert {obj["kind"] for _, obj in objs} >= {
-        "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+    }
     for label, obj in objs:
         try:
             kv.validate(obj, version, strict=True)
@@ -52,7 +79,9 @@ def test_the_base_lists_every_manifest_and_each_overlay_builds_on_it():
     base = kustomization(BASE)
     assert set(base) <= {"apiVersion", "kind", "resources", "images", "patches", "labels"}
     on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(base["resources"]) == on_disk, "deploy/k8s/base/kustomization.yaml must list every manifest beside it"
+    assert set(base["resources"]) == on_disk, (
+        "deploy/k8s/base/kustomization.yaml must list every manifest beside it"
+    )
     images = {i["name"]: i for i in base.get("images", [])}
     assert set(images) == {c["image"].split(":")[0] for c in pod_containers(deployment()).values()}
     overlays = sorted(p.name for p in OVERLAYS.iterdir())
@@ -68,13 +97,17 @@ def test_the_base_lists_every_manifest_and_each_overlay_builds_on_it():
 
 # --------------------------------------------------------------------------- Deployment wiring
 
+
 def test_service_container_matches_settings():
     dep = deployment()
     c = pod_containers(dep)["service"]
     assert c["args"] == ["serve", "--attach-only"]
     s = settings_of(container_env(c))
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": s.port, "grpc": s.grpc_port} and (s.port, s.grpc_port) == (DEFAULT_PORT, DEFAULT_GRPC_PORT)
+    assert ports == {"http": s.port, "grpc": s.grpc_port} and (s.port, s.grpc_port) == (
+        DEFAULT_PORT,
+        DEFAULT_GRPC_PORT,
+    )
 
     def probe(kind):
         get = c[kind]["httpGet"]
@@ -82,7 +115,7 @@ def test_service_container_matches_settings():
 
     assert probe("startupProbe") == (READY_PATH, s.port)
     assert probe("livenessProbe") == (HEALTH_PATH, s.port)
-    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port   # grpc.health.v1 (service/v2/grpc_main.py)
+    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port  # grpc.health.v1 (service/v2/grpc_main.py)
     ann = dep["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/path"] == METRICS_PATH
     assert int(ann["prometheus.io/port"]) == s.port
@@ -121,8 +154,9 @@ def test_shared_memory_volume_is_sized_and_mounted_everywhere():
     # Memory-backed emptyDir pages are charged to the writer: the engine's limit must hold them.
     engine_mem = quantity(containers["engine"]["resources"]["limits"]["memory"])
     assert engine_mem >= size + ENGINE_WORKING_SET
-    dshm_mounts = {name: next(m for m in c["volumeMounts"] if m["name"] == "dshm")
-                   for name, c in containers.items()}
+    dshm_mounts = {
+        name: next(m for m in c["volumeMounts"] if m["name"] == "dshm") for name, c in containers.items()
+    }
     # Readers attach read-only; the engine writes tables and the HTTP workers their metrics files.
     assert dshm_mounts["worker"]["readOnly"] is True
     assert not dshm_mounts["engine"].get("readOnly") and not dshm_mounts["service"].get("readOnly")
@@ -134,7 +168,8 @@ def test_every_container_has_requests_and_limits():
         for kind in ("requests", "limits"):
             assert {"cpu", "memory"} <= set(res[kind]), f"{name}: {kind} incomplete"
         assert quantity(res["requests"]["memory"]) == quantity(res["limits"]["memory"]), (
-            f"{name}: memory request != limit (tmpfs pages are not reclaimable)")
+            f"{name}: memory request != limit (tmpfs pages are not reclaimable)"
+        )
         assert quantity(res["requests"]["cpu"]) <= quantity(res["limits"]["cpu"])
 
 

@@ -13,18 +13,52 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv
 
-from tests.integration.deploy_files import (DEPLOY, ENGINE_WORKING_SET, K8S_VERSIONS, PINNED_ALLOWANCE, ROOT,
-                                            container_env, quantity, settings_of)
+from tests.integration.deploy_files import (
+    DEPLOY,
+    ENGINE_WORKING_SET,
+    K8S_VERSIONS,
+    PINNED_ALLOWANCE,
+    ROOT,
+    container_env,
+    quantity,
+    settings_of,
+)
 
 KSERVE = DEPLOY / "kserve"
 # The fields this project uses, with their siblings, from KServe's API (serving.kserve.io)
-RUNTIME_SPEC = {"annotations", "supportedModelFormats", "protocolVersions", "containers", "volumes",
-                "multiModel", "disabled", "builtInAdapter", "nodeSelector", "affinity", "tolerations",
-                "labels", "imagePullSecrets", "hostIPC", "workerSpec"}
+RUNTIME_SPEC = {
+    "annotations",
+    "supportedModelFormats",
+    "protocolVersions",
+    "containers",
+    "volumes",
+    "multiModel",
+    "disabled",
+    "builtInAdapter",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "labels",
+    "imagePullSecrets",
+    "hostIPC",
+    "workerSpec",
+}
 MODEL_FORMAT = {"name", "version", "autoSelect", "priority"}
 PROTOCOLS = {"v1", "v2", "grpc-v1", "grpc-v2"}
-PREDICTOR_MODEL = {"modelFormat", "runtime", "protocolVersion", "storageUri", "ports", "env", "resources",
-                   "args", "command", "volumeMounts", "image", "name"}
+PREDICTOR_MODEL = {
+    "modelFormat",
+    "runtime",
+    "protocolVersion",
+    "storageUri",
+    "ports",
+    "env",
+    "resources",
+    "args",
+    "command",
+    "volumeMounts",
+    "image",
+    "name",
+}
 
 
 def _docs(name: str) -> list[dict]:
@@ -41,15 +75,21 @@ def runtime() -> dict:
 @pytest.fixture(scope="module")
 def services() -> list[dict]:
     isvcs = _docs("inferenceservice.yaml")
-    assert {(d["apiVersion"], d["kind"]) for d in isvcs} == {("serving.kserve.io/v1beta1", "InferenceService")}
+    assert {(d["apiVersion"], d["kind"]) for d in isvcs} == {
+        ("serving.kserve.io/v1beta1", "InferenceService")
+    }
     return isvcs
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_runtime_pod_parts_validate_strictly(runtime, version):
     spec = runtime["spec"]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "posenc"},
-           "spec": {"containers": spec["containers"], "volumes": spec["volumes"]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "posenc"},
+        "spec": {"containers": spec["containers"], "volumes": spec["volumes"]},
+    }
     kv.validate(pod, version, strict=True)
 
 
@@ -70,8 +110,8 @@ def test_runtime_container_matches_settings(runtime):
     assert c["name"] == "kserve-container" and c["args"] == ["serve"]
     s = settings_of(container_env(c))
     assert s.host == "0.0.0.0"
-    assert [p["containerPort"] for p in c["ports"]] == [s.port] == [8080]   # KServe's REST port
-    assert s.grpc_port == 8081                                              # and its gRPC port
+    assert [p["containerPort"] for p in c["ports"]] == [s.port] == [8080]  # KServe's REST port
+    assert s.grpc_port == 8081  # and its gRPC port
     assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": s.port}
     assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": s.port}
     assert spec["annotations"]["prometheus.kserve.io/port"] == str(s.port)
@@ -99,4 +139,4 @@ def test_services_select_the_runtime_per_protocol(runtime, services):
         protocols[model["protocolVersion"]] = model
     assert set(protocols) == {"v2", "grpc-v2"}
     (h2c,) = protocols["grpc-v2"]["ports"]
-    assert h2c["name"] == "h2c" and h2c["containerPort"] == s.grpc_port   # KServe's name for a gRPC port
+    assert h2c["name"] == "h2c" and h2c["containerPort"] == s.grpc_port  # KServe's name for a gRPC port

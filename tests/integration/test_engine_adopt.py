@@ -11,6 +11,7 @@ import signal
 
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
+
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, seg_files
 from tests.procs import wait_for
@@ -28,28 +29,36 @@ def _answers_are_exact(c: Client) -> None:
 
 
 def _restarted(server, c: Client, gen: int) -> dict:
-    wait_for(lambda: (c.manifest(force=True) or {}).get("generation", gen) != gen, 60, 0.02, "the restarted engine")
+    wait_for(
+        lambda: (c.manifest(force=True) or {}).get("generation", gen) != gen, 60, 0.02, "the restarted engine"
+    )
     return c.manifest(force=True)
 
 
 def test_serve_keeps_the_tables_and_a_restarted_engine_adopts_them_all(ns, procs):
     server = procs.serve(SMALL_CONFIG, workers=1, namespace=ns)
     c = Client(namespace=ns)
-    c.table("rope", ON_DEMAND)   # an on-demand table too
+    c.table("rope", ON_DEMAND)  # an on-demand table too
     old = c.manifest(force=True)
     engine = server.engine_pid()
     want = sorted(e["file"] for e in old["tables"].values())
     # (the engine may hold a just-built segment twice for a moment, until its build lets go of it)
-    names = wait_for(lambda: (n := held_segments(engine, ns)) == want and n, 10, 0.05, "the engine's segments")
+    names = wait_for(
+        lambda: (n := held_segments(engine, ns)) == want and n, 10, 0.05, "the engine's segments"
+    )
     assert names == want
-    assert held_segments(server.pid, ns) == names    # serve's keeper holds each table too
+    assert held_segments(server.pid, ns) == names  # serve's keeper holds each table too
     os.kill(engine, signal.SIGKILL)
     new = _restarted(server, c, old["generation"])
     assert new["generation"] > old["generation"]
-    assert set(new["tables"]) == set(old["tables"])    # the on-demand table is back too
+    assert set(new["tables"]) == set(old["tables"])  # the on-demand table is back too
     for digest, e in new["tables"].items():
         was = old["tables"][digest]
-        assert e["adopted"] and (e["file"], e["inode"], e["crc32"]) == (was["file"], was["inode"], was["crc32"])
+        assert e["adopted"] and (e["file"], e["inode"], e["crc32"]) == (
+            was["file"],
+            was["inode"],
+            was["crc32"],
+        )
         assert e["pinned"] == was["pinned"] and e.get("spec") == was.get("spec") and e["name"] == was["name"]
     assert new["stats"]["builds"] == 0 and new["stats"]["adopted"] == len(old["tables"]), new["stats"]
     assert f"adopted {len(old['tables'])} table(s)" in server.stderr()
@@ -65,14 +74,18 @@ def test_a_table_evicted_before_the_kill_is_not_adopted_and_the_keeper_let_it_go
     server = procs.serve(SMALL_CONFIG, workers=1, namespace=ns, args=["--memory-budget", str(6 * 2**20)])
     c = Client(namespace=ns)
     first = c.table("rope", {"head_dim": 8, "rope_theta": 1.5})
-    for theta in (2.5, 3.5, 4.5):     # each 4 MiB: every new one evicts the one before
+    for theta in (2.5, 3.5, 4.5):  # each 4 MiB: every new one evicts the one before
         c.table("rope", {"head_dim": 8, "rope_theta": theta})
     dropped = first.segment.entry["file"]
-    wait_for(lambda: dropped not in held_segments(server.pid, ns), 10, 0.02, "the keeper to drop the evicted table")
+    wait_for(
+        lambda: dropped not in held_segments(server.pid, ns), 10, 0.02, "the keeper to drop the evicted table"
+    )
     old = c.manifest(force=True)
     os.kill(server.engine_pid(), signal.SIGKILL)
     new = _restarted(server, c, old["generation"])
-    assert set(new["tables"]) == set(old["tables"]) and dropped not in {e["file"] for e in new["tables"].values()}
+    assert set(new["tables"]) == set(old["tables"]) and dropped not in {
+        e["file"] for e in new["tables"].values()
+    }
     assert new["stats"]["builds"] == 0
     assert server.stop() == 0
     assert_no_leftovers(ns)
@@ -84,8 +97,10 @@ def test_a_standalone_engine_killed_leaves_nothing_to_adopt_and_its_successor_cl
     c.table("rope", ON_DEMAND)
     old = eng.manifest()
     assert eng.kill9() != 0
-    assert shm_files(ns) == sorted(f"{ns}.{n}" for n in ("lock", "manifest.json", "manifest.log", "sock"))   # no table
-    stale = os.path.join(SHM_DIR, f"{ns}.seg.1.0123456789abcdef0123.tmp")   # an older version's leftover
+    assert shm_files(ns) == sorted(
+        f"{ns}.{n}" for n in ("lock", "manifest.json", "manifest.log", "sock")
+    )  # no table
+    stale = os.path.join(SHM_DIR, f"{ns}.seg.1.0123456789abcdef0123.tmp")  # an older version's leftover
     with open(stale, "wb") as f:
         f.write(b"half a table")
     eng = procs.engine(SMALL_CONFIG, ns)

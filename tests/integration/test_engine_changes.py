@@ -22,13 +22,13 @@ def _sans_use(tables: dict) -> dict:
 
 
 def test_changes_are_the_builds_and_evictions_since_a_seq_and_a_reader_applies_them(ns, procs):
-    eng = procs.engine(SMALL_CONFIG, ns, args=["--memory-budget", "600000"])   # a few small on-demand tables
+    eng = procs.engine(SMALL_CONFIG, ns, args=["--memory-budget", "600000"])  # a few small on-demand tables
     c = eng.client()
     m0 = c.wait_ready()
     log = os.path.join(SHM_DIR, f"{ns}.manifest.log")
     size0 = os.stat(log).st_size
     built = []
-    for k in range(12):   # each evicts an older one past the budget
+    for k in range(12):  # each evicts an older one past the budget
         t = _key(c, 100.0 + k)
         c._ensure(t, 16)
         built.append(t.digest)
@@ -46,7 +46,11 @@ def test_changes_are_the_builds_and_evictions_since_a_seq_and_a_reader_applies_t
     assert all(r["tables"][d] == full["tables"][d] for d in stored)
     last = c.call({"op": "changes", "since": full["seq"], "generation": full["generation"]})
     assert last["tables"] == {} and "named" not in last
-    for since, gen in ((full["seq"] + 1, full["generation"]), (0, full["generation"] + 1), ("0", full["generation"])):
+    for since, gen in (
+        (full["seq"] + 1, full["generation"]),
+        (0, full["generation"] + 1),
+        ("0", full["generation"]),
+    ):
         assert c.call({"op": "changes", "since": since, "generation": gen})["reset"] is True
     # the client applied them (its manifest is the engine's, by the changes, not read whole)
     m, changed = c._fetch(m0)
@@ -68,5 +72,7 @@ def test_an_unlinked_table_log_is_written_again_at_the_next_change(ns, procs):
     os.unlink(log)
     c._ensure(_key(c, 7.0), 16)
     assert os.path.exists(log)
-    assert _sans_use(read_manifest(ns)["tables"]) == _sans_use(c.call({"op": "manifest"})["manifest"]["tables"])
+    assert _sans_use(read_manifest(ns)["tables"]) == _sans_use(
+        c.call({"op": "manifest"})["manifest"]["tables"]
+    )
     assert eng.stop() == 0

@@ -11,22 +11,25 @@ import signal
 import time
 
 import pytest
-
 from posenc.engine.client import EngineUnavailable
 from posenc.engine.compute import compute
 
-from tests.shm import SHM_DIR, assert_no_leftovers, mapped_segments, read_manifest
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LLAMA3, LOOP_CASES, SMALL_CONFIG, engine_stats, reader, seg_files
-
+from tests.shm import SHM_DIR, assert_no_leftovers, mapped_segments, read_manifest
 
 # ---------------------------------------------------------------------------------------------
 # Start-up: readers must never see a half-ready engine
 
 # Six tables of 65536 × 32 float32 cos/sin: a start that takes long enough (tenths of a second)
 # to look at the engine while it builds.
-SLOW_CONFIG = {"length": 65536, "tables": [
-    {"family": "rope", "spec": {"head_dim": 64, "rope_theta": 1000.0 + i}, "name": f"slow-{i}"} for i in range(6)]}
+SLOW_CONFIG = {
+    "length": 65536,
+    "tables": [
+        {"family": "rope", "spec": {"head_dim": 64, "rope_theta": 1000.0 + i}, "name": f"slow-{i}"}
+        for i in range(6)
+    ],
+}
 
 
 def _poll_start(eng, ns, during=lambda: None) -> list[int]:
@@ -36,7 +39,7 @@ def _poll_start(eng, ns, during=lambda: None) -> list[int]:
     while time.monotonic() < deadline:
         st = None
         try:
-            st = os.stat(os.path.join(SHM_DIR, f"{ns}.manifest.log"))   # (every change: the table log)
+            st = os.stat(os.path.join(SHM_DIR, f"{ns}.manifest.log"))  # (every change: the table log)
         except FileNotFoundError:
             pass
         if st is not None and (st.st_ino, st.st_mtime_ns) != last:
@@ -59,8 +62,9 @@ def test_manifest_appears_only_when_every_configured_table_is_in_it(ns, procs):
     eng = procs.engine(SLOW_CONFIG, ns, ready=False)
     seen = _poll_start(eng, ns)
     eng.wait_ready()
-    assert seen and seen[0] == len(SLOW_CONFIG["tables"]), \
+    assert seen and seen[0] == len(SLOW_CONFIG["tables"]), (
         f"manifest versions seen during start held {seen} of {len(SLOW_CONFIG['tables'])} configured tables"
+    )
     assert eng.stop() == 0
 
 
@@ -69,6 +73,7 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
     c = eng.client()
     sock = os.path.join(SHM_DIR, f"{ns}.sock")
     from posenc.engine import pipeline
+
     key = pipeline.parse("rope", {"head_dim": 64, "rope_theta": 1000.0, "positions": [0]}).table.key
     ask = {"op": "ensure", "table": key}
     replies = []
@@ -82,13 +87,14 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
 
     _poll_start(eng, ns, during)
     during()  # the socket may come up with the complete manifest, after the last poll
-    eng.wait_stderr("generation", 60)   # the engine's "generation G: N tables ..." start line
+    eng.wait_stderr("generation", 60)  # the engine's "generation G: N tables ..." start line
     assert replies and replies[0]["ok"], replies
     digest = replies[0]["digest"]
     entry = eng.manifest()["tables"][digest]
     builds = engine_stats(eng)["builds"]
-    assert entry["pinned"] and entry["length"] == 65536, \
+    assert entry["pinned"] and entry["length"] == 65536, (
         f"the configured table became the on-demand one: pinned={entry['pinned']} length={entry['length']}"
+    )
     assert builds[digest] == 1, f"configured table built {builds[digest]} times"
     assert sum(e["pinned"] for e in eng.manifest()["tables"].values()) == len(SLOW_CONFIG["tables"])
     assert eng.stop() == 0
@@ -119,8 +125,11 @@ def test_kill9_readers_keep_reading_and_a_new_engine_takes_over(ns, procs, tmp_p
     assert all(set(files_a) <= set(mapped_segments(r.pid, ns)) for r in readers)
     for r in readers:
         n = _last_iter(r)["i"]
-        r.wait_json(lambda m, n=n: m.get("i", 0) >= n + 5 and m["t"] > t_kill, timeout=30,
-                    what="reads after the engine died")
+        r.wait_json(
+            lambda m, n=n: m.get("i", 0) >= n + 5 and m["t"] > t_kill,
+            timeout=30,
+            what="reads after the engine died",
+        )
         assert r.alive(), r.logs()
 
     # A new engine on the namespace (standalone: no keeper held the tables) builds them again,
@@ -129,7 +138,9 @@ def test_kill9_readers_keep_reading_and_a_new_engine_takes_over(ns, procs, tmp_p
     m_b = eng_b.manifest()
     gen_b = m_b["generation"]
     assert gen_b != gen_a and gen_b > gen_a
-    assert len(seg_files(eng_b, gen_b)) == len(files_a) and not any(e.get("adopted") for e in m_b["tables"].values())
+    assert len(seg_files(eng_b, gen_b)) == len(files_a) and not any(
+        e.get("adopted") for e in m_b["tables"].values()
+    )
 
     # Readers move to the new generation and keep verifying.
     for r in readers:
@@ -157,8 +168,14 @@ def test_signal_removes_every_segment(ns, procs, tmp_path, sig):
     go = tmp_path / "go"
     # A reader maps a configured table and an on-demand one, then reads them again after the
     # engine is gone: unlinked files stay readable through an existing mapping.
-    r = reader(procs, ns, "hold", specs=[{"head_dim": 64}, {"head_dim": 8, "rope_theta": 999.0}],
-               rows=[0, 1, 4095], go=str(go))
+    r = reader(
+        procs,
+        ns,
+        "hold",
+        specs=[{"head_dim": 64}, {"head_dim": 8, "rope_theta": 999.0}],
+        rows=[0, 1, 4095],
+        go=str(go),
+    )
     r.wait_json(lambda m: m.get("mapped"), timeout=60)
     m = eng.manifest()
     assert any(not e["pinned"] for e in m["tables"].values()), "the on-demand table is missing"
@@ -170,16 +187,30 @@ def test_signal_removes_every_segment(ns, procs, tmp_path, sig):
 
 
 def _bad_rope_factor():
-    return {"tables": [{"family": "rope", "spec": {**LLAMA3, "rope_scaling": {**LLAMA3["rope_scaling"], "factor": 0.5}}}]}
+    return {
+        "tables": [
+            {"family": "rope", "spec": {**LLAMA3, "rope_scaling": {**LLAMA3["rope_scaling"], "factor": 0.5}}}
+        ]
+    }
 
 
-@pytest.mark.parametrize("cfg, field", [
-    (_bad_rope_factor(), "tables.0.spec.rope_scaling.factor"),
-    ({"tables": [{"family": "rope", "spec": {"head_dim": 8}}, {"family": "xpos", "spec": {}}]}, "tables.1.family"),
-    ({"tables": [{"family": "alibi", "spec": {"num_heads": 4}, "dtypes": ["float64"]}]}, "tables.0.dtypes.0"),
-    ({"tables": [{"family": "rope", "spec": {"head_dim": 8}, "dtypes": [None]}]}, "tables.0.dtypes.0"),
-    ({"length": 0, "tables": []}, "length"),
-], ids=["rope_factor", "unknown_family", "dtype", "null_dtype", "length"])
+@pytest.mark.parametrize(
+    "cfg, field",
+    [
+        (_bad_rope_factor(), "tables.0.spec.rope_scaling.factor"),
+        (
+            {"tables": [{"family": "rope", "spec": {"head_dim": 8}}, {"family": "xpos", "spec": {}}]},
+            "tables.1.family",
+        ),
+        (
+            {"tables": [{"family": "alibi", "spec": {"num_heads": 4}, "dtypes": ["float64"]}]},
+            "tables.0.dtypes.0",
+        ),
+        ({"tables": [{"family": "rope", "spec": {"head_dim": 8}, "dtypes": [None]}]}, "tables.0.dtypes.0"),
+        ({"length": 0, "tables": []}, "length"),
+    ],
+    ids=["rope_factor", "unknown_family", "dtype", "null_dtype", "length"],
+)
 @pytest.mark.parametrize("via_cli", [False, True], ids=["engine_main", "cli"])
 def test_invalid_config_stops_engine_with_status_2(ns, procs, cfg, field, via_cli):
     eng = procs.engine(cfg, ns, ready=False, via_cli=via_cli)

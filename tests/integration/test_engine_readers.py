@@ -14,14 +14,21 @@ import signal
 
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
 
+from tests.integration.engine_cases import (
+    ALL_CASES,
+    FULL_CONFIG,
+    LOOP_CASES,
+    ON_DEMAND_LENGTH,
+    SMALL_CONFIG,
+    _diff,
+    engine_stats,
+    reader,
+    run_together,
+)
 from tests.shm import snapshot
-from tests.integration.engine_cases import (ALL_CASES, FULL_CONFIG, LOOP_CASES, ON_DEMAND_LENGTH,
-                                            SMALL_CONFIG, _diff, engine_stats, reader, run_together)
-
 
 # ---------------------------------------------------------------------------------------------
 # Readers get the library's output, bit for bit
@@ -42,8 +49,9 @@ def test_unrelated_reader_gets_library_output_bit_for_bit(ns, procs, tmp_path):
             want = compute(fam, req)
         except SpecError as e:
             if summary["errors"].get(str(i)) != list(e.loc):
-                problems.append(f"case {i} {fam}: library refuses at {e.loc}, reader got "
-                                f"{summary['errors'].get(str(i))}")
+                problems.append(
+                    f"case {i} {fam}: library refuses at {e.loc}, reader got {summary['errors'].get(str(i))}"
+                )
             continue
         if str(i) in summary["errors"]:
             problems.append(f"case {i} {fam}: reader refused at {summary['errors'][str(i)]}, library answers")
@@ -66,8 +74,10 @@ def test_8_concurrent_readers(ns, procs, tmp_path):
     eng = procs.engine(SMALL_CONFIG, ns)
     configured = engine_stats(eng)["builds"]
     go = tmp_path / "go"
-    readers = [reader(procs, ns, "read_for", name=f"reader{i}", cases=LOOP_CASES, go=str(go), seconds=1.5)
-               for i in range(8)]
+    readers = [
+        reader(procs, ns, "read_for", name=f"reader{i}", cases=LOOP_CASES, go=str(go), seconds=1.5)
+        for i in range(8)
+    ]
     results = run_together(readers, go)
     assert all(res["n"] >= 1 for res in results), results
     # They really overlapped: every reader was reading while every other one was.
@@ -99,11 +109,14 @@ def test_two_readers_asking_for_one_new_spec_cause_one_build(ns, procs, tmp_path
 # ---------------------------------------------------------------------------------------------
 # Readers cannot write, and never remove anything
 
+
 def _verify_all_segments(eng) -> None:
     """Every table the engine holds still has the checksum it was published with (checked by the
     engine itself, from its own descriptors)."""
     report = eng.client().call({"op": "verify"})
-    assert report["ok"] and report["repaired"] == [] and report["tables"] == len(eng.manifest()["tables"]), report
+    assert report["ok"] and report["repaired"] == [] and report["tables"] == len(eng.manifest()["tables"]), (
+        report
+    )
 
 
 def test_reader_arrays_are_read_only_and_reader_exit_removes_nothing(ns, procs):
@@ -148,6 +161,7 @@ def test_second_engine_on_same_namespace_refuses(ns, procs):
 # ---------------------------------------------------------------------------------------------
 # torch views
 
+
 def test_torch_views_share_memory(ns, procs):
     torch = pytest.importorskip("torch")
     eng = procs.engine(SMALL_CONFIG, ns)
@@ -163,8 +177,10 @@ def test_torch_views_share_memory(ns, procs):
             ref = torch.from_numpy(want.copy())
             if dt == "bfloat16":
                 ref = ref.view(torch.bfloat16)
-            assert torch.equal(t[[0, 1, 4095]].view(torch.int16) if dt == "bfloat16" else t[[0, 1, 4095]],
-                               ref.view(torch.int16) if dt == "bfloat16" else ref)
+            assert torch.equal(
+                t[[0, 1, 4095]].view(torch.int16) if dt == "bfloat16" else t[[0, 1, 4095]],
+                ref.view(torch.int16) if dt == "bfloat16" else ref,
+            )
     assert eng.stop() == 0
 
 

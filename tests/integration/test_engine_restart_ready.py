@@ -14,11 +14,11 @@ import time
 
 import httpx
 import pytest
-
 from posenc.engine.client import Client
+
 from tests.procs import wait_for
-from tests.shm import read_head
 from tests.service_cases import BIN, CONFIG, reference_safetensors
+from tests.shm import read_head
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
     server = procs.serve(CONFIG, workers=2, namespace=ns)
     client = Client(namespace=server.namespace)
     gen = client.wait_ready()["generation"]
-    new_specs = (2 * k for k in itertools.count(4))   # head_dim 8, 10, ...: a new table each
+    new_specs = (2 * k for k in itertools.count(4))  # head_dim 8, 10, ...: a new table each
     stop, results, ready = threading.Event(), [], []
     threads = [threading.Thread(target=load, args=(server.url, stop, results, new_specs)) for _ in range(2)]
     for t in threads:
@@ -50,17 +50,22 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
         r = httpx.get(server.url + "/readyz", timeout=5)
         ready.append((r.status_code, r.json()))
         return r.json()
+
     try:
         time.sleep(1.0)
         engine = server.engine_pid()
         os.kill(engine, signal.SIGKILL)
         t_kill = time.monotonic()
         # (the engine is restarted at once and adopts its tables: "down" may last less than a probe)
-        wait_for(lambda: (probe().get("engine") == "up" and probe().get("generation") != gen), 60, 0.02,
-                 "the restarted engine")
+        wait_for(
+            lambda: probe().get("engine") == "up" and probe().get("generation") != gen,
+            60,
+            0.02,
+            "the restarted engine",
+        )
         took = time.monotonic() - t_kill
         n_restart = len(results)
-        time.sleep(1.0)   # load goes on against the new engine
+        time.sleep(1.0)  # load goes on against the new engine
     finally:
         stop.set()
         for t in threads:
@@ -70,17 +75,21 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
     assert not bad, bad[:5]
     assert len(results) > n_restart > 20
     assert all(s == 200 for s, _ in ready), ready
-    for body, _, content in results[:: max(1, len(results) // 40)]:   # exact, however answered
+    for body, _, content in results[:: max(1, len(results) // 40)]:  # exact, however answered
         assert content == reference_safetensors("rope", body)
     # serve logged the restart-to-ready time
-    wait_for(lambda: re.search(r"engine restarted: generation \d+ ready [\d.]+ s", server.stderr()), 10, 0.1,
-             "the restart-to-ready log line")
+    wait_for(
+        lambda: re.search(r"engine restarted: generation \d+ ready [\d.]+ s", server.stderr()),
+        10,
+        0.1,
+        "the restart-to-ready log line",
+    )
     # the restarted engine adopted the configured tables the dead one left, rather than rebuilding them
     assert re.search(r"adopted [1-9]\d* table\(s\)", server.stderr()), server.output()
     # a new spec is built by the engine once it is back (one build, then it is mapped)
     fresh = {"head_dim": 6, "positions": [1]}
     assert httpx.post(server.url + "/v1/rope", json=fresh, headers=BIN, timeout=30).status_code == 200
-    client = Client(namespace=server.namespace)   # the build runs behind the first answer: wait for it
+    client = Client(namespace=server.namespace)  # the build runs behind the first answer: wait for it
     wait_for(lambda: len(client.call({"op": "stats"})["builds"]) > 7, 30, 0.05, "the new spec's build")
     assert client.call({"op": "stats"})["generation"] != gen
 
@@ -89,20 +98,35 @@ def test_readyz_says_down_while_no_engine_runs_and_up_once_another_is_ready(proc
     eng = procs.engine(CONFIG, ns)
     server = procs.serve(CONFIG, workers=1, namespace=ns, args=["--attach-only"])
     gen = eng.manifest()["generation"]
-    assert httpx.get(server.url + "/readyz").json() == {"status": "ready", "generation": gen, "engine": "up",
-                                                        "computed": []}
-    eng.kill9()   # --attach-only: nobody restarts it
+    assert httpx.get(server.url + "/readyz").json() == {
+        "status": "ready",
+        "generation": gen,
+        "engine": "up",
+        "computed": [],
+    }
+    eng.kill9()  # --attach-only: nobody restarts it
     wait_for(lambda: httpx.get(server.url + "/readyz").json()["engine"] == "down", 10, 0.05, "engine: down")
     r = httpx.get(server.url + "/readyz")
     assert r.status_code == 200 and r.json()["status"] == "ready"
-    for body in (MAPPED, {"head_dim": 6, "rope_theta": 3.0, "positions": [0, 9]}):   # mapped, and computed
+    for body in (MAPPED, {"head_dim": 6, "rope_theta": 3.0, "positions": [0, 9]}):  # mapped, and computed
         a = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=30)
         assert a.status_code == 200 and a.content == reference_safetensors("rope", body)
-    again = procs.engine(CONFIG, ns)   # (a standalone engine has no keeper: it builds its tables again)
+    again = procs.engine(CONFIG, ns)  # (a standalone engine has no keeper: it builds its tables again)
     assert not any(e.get("adopted") for e in again.manifest()["tables"].values())
-    wait_for(lambda: httpx.get(server.url + "/readyz").json() == {
-        "status": "ready", "generation": again.manifest()["generation"], "engine": "up", "computed": []},
-        10, 0.05, "engine: up")
+    wait_for(
+        lambda: (
+            httpx.get(server.url + "/readyz").json()
+            == {
+                "status": "ready",
+                "generation": again.manifest()["generation"],
+                "engine": "up",
+                "computed": [],
+            }
+        ),
+        10,
+        0.05,
+        "engine: up",
+    )
     assert server.stop() == 0 and again.stop() == 0
 
 
@@ -110,8 +134,12 @@ def _back_after_kill(server, ns: str, gen) -> tuple[float, object]:
     """SIGKILL the server's engine; (seconds until a manifest of another generation, that one)."""
     os.kill(server.engine_pid(), signal.SIGKILL)
     t_kill = time.monotonic()
-    got = wait_for(lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g, 60, 0.005,
-                   "the restarted engine's manifest")
+    got = wait_for(
+        lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g,
+        60,
+        0.005,
+        "the restarted engine's manifest",
+    )
     return time.monotonic() - t_kill, got
 
 
@@ -125,10 +153,13 @@ def test_an_engine_killed_again_soon_after_its_restart_is_restarted_at_once(proc
         t, gen = _back_after_kill(server, ns, gen)
         took.append(t)
         time.sleep(1.5)
-    print("engine back after kill -9 (first, then 1.5 s after each restart): "
-          + ", ".join(f"{t:.2f} s" for t in took))
+    print(
+        "engine back after kill -9 (first, then 1.5 s after each restart): "
+        + ", ".join(f"{t:.2f} s" for t in took)
+    )
     delays = re.findall(r"restarting in ([0-9.]+)s", server.stderr())
     assert delays == ["0.0"] * 3, server.output()
-    assert httpx.post(server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30).content == \
-        reference_safetensors("rope", MAPPED)
+    assert httpx.post(
+        server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30
+    ).content == reference_safetensors("rope", MAPPED)
     assert server.stop() == 0, server.output()

@@ -11,18 +11,16 @@ import stat
 
 import numpy as np
 import pytest
-
-
-from tests.procs import CLI_MODULE, PYTHON
-from tests.shm import SHM_DIR, assert_no_leftovers, shm_files
 from posenc.engine.compute import compute
-from tests.children.bits import bits_equal, digest_of
-from tests.procs import wait_for
-from tests.integration.engine_cases import FULL_CONFIG, ON_DEMAND_LENGTH, SMALL_CONFIG, reader, seg_files
 
+from tests.children.bits import bits_equal, digest_of
+from tests.integration.engine_cases import FULL_CONFIG, ON_DEMAND_LENGTH, SMALL_CONFIG, reader, seg_files
+from tests.procs import CLI_MODULE, PYTHON, wait_for
+from tests.shm import SHM_DIR, assert_no_leftovers, shm_files
 
 # ---------------------------------------------------------------------------------------------
 # Permissions
+
 
 def _modes(ns) -> dict[str, tuple[int, int]]:
     out = {}
@@ -34,13 +32,21 @@ def _modes(ns) -> dict[str, tuple[int, int]]:
 
 def test_tables_are_sealed_segments_and_the_namespace_files_are_private(ns, procs):
     eng = procs.engine(SMALL_CONFIG, ns)
-    eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})   # an on-demand segment too
+    eng.client().table("rope", {"head_dim": 8, "rope_theta": 31.0})  # an on-demand segment too
     # rope config has two dtypes, + on-demand (waited for: a build may still be on its way)
-    segs = wait_for(lambda: s if len(s := seg_files(eng)) == len(SMALL_CONFIG["tables"]) + 2 else None,
-                    10, 0.02, "the engine to hold exactly its tables")
+    segs = wait_for(
+        lambda: s if len(s := seg_files(eng)) == len(SMALL_CONFIG["tables"]) + 2 else None,
+        10,
+        0.02,
+        "the engine to hold exactly its tables",
+    )
     assert sorted(e["file"] for e in eng.manifest()["tables"].values()) == segs
-    modes = _modes(ns)   # no table in /dev/shm: the manifest (head and table log), the socket and the lock only
-    assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "manifest.log", "sock", "lock")), modes
+    modes = _modes(
+        ns
+    )  # no table in /dev/shm: the manifest (head and table log), the socket and the lock only
+    assert sorted(modes) == sorted(f"{ns}.{n}" for n in ("manifest.json", "manifest.log", "sock", "lock")), (
+        modes
+    )
     assert modes[f"{ns}.manifest.json"][0] == 0o600 and modes[f"{ns}.manifest.log"][0] == 0o600
     assert modes[f"{ns}.sock"][0] & 0o077 == 0, oct(modes[f"{ns}.sock"][0])
     assert eng.stop() == 0
@@ -49,6 +55,7 @@ def test_tables_are_sealed_segments_and_the_namespace_files_are_private(ns, proc
 def _other_group() -> tuple[str, int]:
     """A group other than ours when one exists (so that the chown is visible), else ours."""
     import grp
+
     mine = os.getgid()
     for g in grp.getgrall():
         if g.gr_gid != mine and (os.getuid() == 0 or g.gr_gid in os.getgroups()):
@@ -72,6 +79,7 @@ def test_group_option_opens_the_socket_and_manifest_to_that_group(ns, procs, by)
 # ---------------------------------------------------------------------------------------------
 # Memory budget
 
+
 def _rope8(theta: float) -> dict:
     return {"head_dim": 8, "rope_theta": theta}
 
@@ -87,11 +95,14 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     pinned = {d for d, e in eng.manifest()["tables"].items() if e["pinned"]}
     go = tmp_path / "go"
     # An unrelated reader maps tables 1 and 2 and holds them.
-    r = reader(procs, ns, "hold", specs=[_rope8(1001.0), _rope8(1002.0)], rows=[0, 1, 77777, 131071], go=str(go))
+    r = reader(
+        procs, ns, "hold", specs=[_rope8(1001.0), _rope8(1002.0)], rows=[0, 1, 77777, 131071], go=str(go)
+    )
     d1, d2 = r.wait_json(lambda m: "mapped" in m, timeout=60)["mapped"]
     c = eng.client()
     # Ask for table 1 again: table 2 becomes the least recently used.
     from posenc.engine import pipeline
+
     key = pipeline.parse("rope", {**_rope8(1001.0), "positions": [0]}).table.key
     assert c.call({"op": "ensure", "table": key})["ok"]
     d3 = digest_of(c.table("rope", _rope8(1003.0)))
@@ -102,7 +113,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     assert sum(e["nbytes"] for e in m["tables"].values() if not e["pinned"]) <= budget
     assert "evicted" in eng.stderr()
     go.touch()
-    r.expect_exit(0)      # still reads the evicted table 2 correctly through its mapping
+    r.expect_exit(0)  # still reads the evicted table 2 correctly through its mapping
     # Next build evicts table 1 (now the oldest); configured tables are older still and stay.
     d4 = digest_of(c.table("rope", _rope8(1004.0)))
     m = eng.manifest()
@@ -110,6 +121,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     # A table bigger than the whole budget is not stored, and evicts nothing; a request for it is
     # still answered, computed exactly (docs/reference.md: no table limits positions).
     from posenc.engine.errors import NotStored
+
     with pytest.raises(NotStored):
         c.table("rope", {"head_dim": 64, "rope_theta": 1005.0})
     body = {"head_dim": 64, "rope_theta": 1005.0, "positions": [0, 7, 70000]}
@@ -120,6 +132,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
 
 # ---------------------------------------------------------------------------------------------
 # posenc engine --dry-run
+
 
 def _expected_bytes(cfg: dict) -> list[int]:
     """Per configured table, rows × width × itemsize of each stored array, from the config alone."""
@@ -137,11 +150,11 @@ def _expected_bytes(cfg: dict) -> list[int]:
             elif fam == "sinusoidal":
                 d = spec["d_model"]
                 width = 2 * (d // 2) if spec.get("layout") == "fairseq" else d
-                freqs = d // 2 if spec.get("layout") == "fairseq" else (d + 1) // 2   # + freqs64 [h] float64
+                freqs = d // 2 if spec.get("layout") == "fairseq" else (d + 1) // 2  # + freqs64 [h] float64
                 out.append(n * width * item[dt] + freqs * 8)
             elif fam == "alibi":
                 out.append(spec["num_heads"] * n * item[dt] + spec["num_heads"] * 8)
-            elif fam == "sinusoidal-grid":   # one [side, D/2] table per axis (2-D)
+            elif fam == "sinusoidal-grid":  # one [side, D/2] table per axis (2-D)
                 g = spec["grid_size"]
                 h, w = (g, g) if isinstance(g, int) else g
                 out.append((h + w) * (spec["embed_dim"] // 2) * item[dt])
@@ -158,7 +171,9 @@ def _dry_run(procs, ns, tables_path=None):
         argv += ["--tables", tables_path]
     p = procs.run(argv)
     assert p.returncode == 0, p.stderr
-    sizes = [int(line.split()[-1]) for line in p.stdout.splitlines()[1:] if line and not line.startswith("total")]
+    sizes = [
+        int(line.split()[-1]) for line in p.stdout.splitlines()[1:] if line and not line.startswith("total")
+    ]
     total = int(re.search(r"^total (\d+) bytes", p.stdout, re.M).group(1))
     return sizes, total, p.stdout
 
@@ -180,9 +195,10 @@ def test_dry_run_prints_table_bytes_and_total(ns, procs, tmp_path):
 
 def test_dry_run_of_the_default_config(ns, procs):
     from posenc.engine.config import DEFAULT_CONFIG
+
     sizes, total, text = _dry_run(procs, ns)
     want = _expected_bytes(DEFAULT_CONFIG)
     assert sorted(sizes) == sorted(want), text
     assert total == sum(want)
-    assert 150 * 2**20 < total < 256 * 2**20, total   # right-sized, not 1.4 GiB
+    assert 150 * 2**20 < total < 256 * 2**20, total  # right-sized, not 1.4 GiB
     assert_no_leftovers(ns)

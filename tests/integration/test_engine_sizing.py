@@ -10,9 +10,9 @@ import os
 import time
 
 import httpx
-
 from posenc.engine.compute import compute
 from posenc.engine.tables.base import MIN_ON_DEMAND
+
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import SMALL_CONFIG
 from tests.procs import wait_for
@@ -25,8 +25,14 @@ CONFIG = {**SMALL_CONFIG, "on_demand_length": CAP}
 
 def _entry(m: dict | None, family: str, key_part: str):
     """The manifest entry of the one ``family`` table whose key holds ``key_part``."""
-    return next((e for e in (m or {"tables": {}})["tables"].values()
-                 if e["family"] == family and key_part in e["key"]), None)
+    return next(
+        (
+            e
+            for e in (m or {"tables": {}})["tables"].values()
+            if e["family"] == family and key_part in e["key"]
+        ),
+        None,
+    )
 
 
 def _exact(c, family, body):
@@ -37,29 +43,50 @@ def test_a_new_table_is_sized_to_the_rows_asked_and_grows_when_asked_past_it(ns,
     eng = procs.engine(CONFIG, ns)
     c = eng.client()
     spec = {"head_dim": 16, "rope_theta": 4321.0}
-    _exact(c, "rope", {**spec, "positions": [3]})    # computed: the table is asked for meanwhile
+    _exact(c, "rope", {**spec, "positions": [3]})  # computed: the table is asked for meanwhile
     e = wait_for(lambda: _entry(eng.manifest(), "rope", "4321"), 30, 0.02, "the on-demand table")
     assert e["length"] == MIN_ON_DEMAND and not e["pinned"]
     first = e["file"]
-    _exact(c, "rope", {**spec, "positions": [0, 5, 4095]})   # inside: no new ask
-    _exact(c, "rope", {**spec, "positions": [1, 9000]})      # past it: served, and it grows
-    e = wait_for(lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] > MIN_ON_DEMAND and x, 30, 0.02,
-                 "the table to grow")
+    _exact(c, "rope", {**spec, "positions": [0, 5, 4095]})  # inside: no new ask
+    _exact(c, "rope", {**spec, "positions": [1, 9000]})  # past it: served, and it grows
+    e = wait_for(
+        lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] > MIN_ON_DEMAND and x,
+        30,
+        0.02,
+        "the table to grow",
+    )
     assert e["length"] == 16384 and e["file"] != first
     assert not os.path.exists(os.path.join(SHM_DIR, first)), "the shorter table's file is still there"
     req = c.resolve("rope", {**spec, "positions": [9000]})
-    wait_for(lambda: c.manifest(force=True) and (v := c.view(req)) is not None and v.length == 16384, 10, 0.02,
-             "the client to map the longer table")
-    _exact(c, "rope", {**spec, "positions": [16383, 16384, 10**6]})   # past the cap: computed exactly
-    e = wait_for(lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] == CAP and x, 30, 0.02, "the cap")
+    wait_for(
+        lambda: c.manifest(force=True) and (v := c.view(req)) is not None and v.length == 16384,
+        10,
+        0.02,
+        "the client to map the longer table",
+    )
+    _exact(c, "rope", {**spec, "positions": [16383, 16384, 10**6]})  # past the cap: computed exactly
+    e = wait_for(
+        lambda: (x := _entry(eng.manifest(), "rope", "4321")) and x["length"] == CAP and x,
+        30,
+        0.02,
+        "the cap",
+    )
     _exact(c, "rope", {**spec, "positions": [10**6, CAP - 1, CAP]})
     time.sleep(0.3)
-    assert _entry(eng.manifest(), "rope", "4321")["length"] == CAP   # never past the cap
+    assert _entry(eng.manifest(), "rope", "4321")["length"] == CAP  # never past the cap
     # the other families follow the same rule: sinusoidal by rows (offset included), alibi by distance
     _exact(c, "sinusoidal", {"d_model": 6, "positions": [5], "offset": 5000})
-    assert wait_for(lambda: _entry(eng.manifest(), "sinusoidal", '"d_model":6'), 30, 0.02, "sinusoidal")["length"] == 8192
+    assert (
+        wait_for(lambda: _entry(eng.manifest(), "sinusoidal", '"d_model":6'), 30, 0.02, "sinusoidal")[
+            "length"
+        ]
+        == 8192
+    )
     _exact(c, "alibi", {"num_heads": 3, "query": [20000], "key": [0, 1]})
-    assert wait_for(lambda: _entry(eng.manifest(), "alibi", '"num_heads":3'), 30, 0.02, "alibi")["length"] == 32768
+    assert (
+        wait_for(lambda: _entry(eng.manifest(), "alibi", '"num_heads":3'), 30, 0.02, "alibi")["length"]
+        == 32768
+    )
     # the zero-copy view of a table is the longest one
     assert c.table("rope", {"head_dim": 16, "rope_theta": 999.0}).length == CAP
     assert eng.stop() == 0
@@ -68,17 +95,22 @@ def test_a_new_table_is_sized_to_the_rows_asked_and_grows_when_asked_past_it(ns,
 
 def test_the_first_answer_for_a_new_spec_does_not_wait_for_its_build(procs):
     # a table that takes the engine a while to build: [131072, 1024] cos and sin, 1 GiB
-    server = procs.serve({**CONFIG, "on_demand_length": 131072}, workers=1,
-                         args=["--memory-budget", str(4 * 2**30)])
-    body = {"head_dim": 2048, "rope_theta": 777.0, "positions": list(range(0, 131072, 2048))}   # 64 rows
+    server = procs.serve(
+        {**CONFIG, "on_demand_length": 131072}, workers=1, args=["--memory-budget", str(4 * 2**30)]
+    )
+    body = {"head_dim": 2048, "rope_theta": 777.0, "positions": list(range(0, 131072, 2048))}  # 64 rows
     t0 = time.perf_counter()
     r = httpx.post(server.url + "/v1/rope", json=body, headers=BIN, timeout=60)
     took = time.perf_counter() - t0
     # the order of events, not a race of durations: the table is published once built, so it is
     # not in the manifest yet when the answer has come
-    assert _entry(read_manifest(server.namespace), "rope", "777") is None, "the first answer waited for the build"
+    assert _entry(read_manifest(server.namespace), "rope", "777") is None, (
+        "the first answer waited for the build"
+    )
     assert r.status_code == 200 and r.content == reference_safetensors("rope", body)
-    e = wait_for(lambda: _entry(read_manifest(server.namespace), "rope", "777"), 60, 0.05, "the build to finish")
+    e = wait_for(
+        lambda: _entry(read_manifest(server.namespace), "rope", "777"), 60, 0.05, "the build to finish"
+    )
     assert e["length"] == 131072
     print(f"first answer {took * 1000:.1f} ms; the build {e['built_s']:.2f} s")
     # once it is there, the same body is served from it, byte for byte the same
@@ -96,13 +128,16 @@ def test_new_specs_under_a_small_budget_evict_and_rebuild_with_nothing_leaked(pr
     def ask(theta: float, positions) -> None:
         body = {"head_dim": 8, "rope_theta": theta, "positions": positions}
         r = httpx.post(url, json=body, headers=BIN, timeout=30)
-        assert r.status_code == 200 and r.content == reference_safetensors("rope", body), (r.status_code, body)
+        assert r.status_code == 200 and r.content == reference_safetensors("rope", body), (
+            r.status_code,
+            body,
+        )
 
     def stored(theta: float) -> dict | None:
         return _entry(read_manifest(server.namespace), "rope", f'"rope_theta":{theta}')
 
     thetas = [1000.0 + k for k in range(12)]
-    for theta in thetas:   # each new spec: computed at once, then built, evicting the oldest
+    for theta in thetas:  # each new spec: computed at once, then built, evicting the oldest
         for positions in ([1, 2], [4095, 0]):
             ask(theta, positions)
         wait_for(lambda: stored(theta), 30, 0.02, f"the table of {theta}")
@@ -110,13 +145,17 @@ def test_new_specs_under_a_small_budget_evict_and_rebuild_with_nothing_leaked(pr
     on_demand = [e for e in m["tables"].values() if not e["pinned"]]
     assert 1 <= len(on_demand) <= 3 and sum(e["nbytes"] for e in on_demand) <= 3 * table + table // 2
     assert m["stats"]["evictions"] >= len(thetas) - 3, m["stats"]
-    assert stored(thetas[0]) is None                    # evicted long ago; asked again: rebuilt
+    assert stored(thetas[0]) is None  # evicted long ago; asked again: rebuilt
     ask(thetas[0], [7])
     wait_for(lambda: stored(thetas[0]), 30, 0.02, "the evicted table rebuilt")
     files = {e["file"] for e in read_manifest(server.namespace)["tables"].values()}
-    for holder in (server.engine_pid(), server.pid):    # the engine and serve's keeper hold exactly
-        wait_for(lambda: set(held_segments(holder, server.namespace)) == files, 10, 0.02,   # the tables
-                 "evicted tables let go")
+    for holder in (server.engine_pid(), server.pid):  # the engine and serve's keeper hold exactly
+        wait_for(
+            lambda: set(held_segments(holder, server.namespace)) == files,
+            10,
+            0.02,  # the tables
+            "evicted tables let go",
+        )
     assert not [n for n in os.listdir(SHM_DIR) if n.startswith(server.namespace + ".seg.")]
     assert server.stop() == 0, server.output()
     assert_no_leftovers(server.namespace)

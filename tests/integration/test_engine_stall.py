@@ -15,9 +15,9 @@ import time
 
 import httpx
 import pytest
-
 from posenc.engine import pipeline
 from posenc.engine.client import Client
+
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 
@@ -27,17 +27,17 @@ SPECS = [{"head_dim": 16, "rope_theta": 3000.0 + k} for k in range(12)]
 
 
 def test_a_stalled_engine_builds_each_spec_at_most_twice_when_it_runs_again(procs, ns):
-    server = procs.serve(CONFIG, workers=1, namespace=ns)   # (each worker has its own ask in flight)
+    server = procs.serve(CONFIG, workers=1, namespace=ns)  # (each worker has its own ask in flight)
     c = Client(namespace=ns)
     engine = server.engine_pid()
     before = c.call({"op": "stats"})["builds"]
     os.kill(engine, signal.SIGSTOP)
     try:
-        n, end = 0, time.monotonic() + 5.0   # longer than a worker's re-ask interval (2 s)
+        n, end = 0, time.monotonic() + 5.0  # longer than a worker's re-ask interval (2 s)
         with httpx.Client(base_url=server.url, timeout=30) as h:
             while time.monotonic() < end:
                 spec = SPECS[n % len(SPECS)]
-                body = {**spec, "positions": [n % 4000, min(131071, 3000 + 150 * n)]}   # reach grows
+                body = {**spec, "positions": [n % 4000, min(131071, 3000 + 150 * n)]}  # reach grows
                 r = h.post("/v1/rope", json=body, headers=BIN)
                 assert r.status_code == 200 and r.content == reference_safetensors("rope", body), body
                 n += 1
@@ -47,7 +47,7 @@ def test_a_stalled_engine_builds_each_spec_at_most_twice_when_it_runs_again(proc
     digests = {pipeline.parse("rope", {**s, "positions": [0]}).table.digest for s in SPECS}
     wait_for(lambda: digests <= set(c.manifest(force=True)["tables"]), 60, 0.05, "every spec stored")
     print(f"{n} requests during the stall; every spec stored {time.monotonic() - t0:.2f} s after SIGCONT")
-    time.sleep(3.0)   # asks still queued anywhere would build again now
+    time.sleep(3.0)  # asks still queued anywhere would build again now
     builds = c.call({"op": "stats"})["builds"]
     new = {d: k for d, k in builds.items() if d not in before}
     assert set(new) == digests and max(new.values()) <= 2, new

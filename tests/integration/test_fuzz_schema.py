@@ -22,9 +22,27 @@ def test_schemathesis_finds_no_server_error(procs):
     server = procs.serve(CONFIG, workers=2, args=["--memory-budget", str(64 * 2**20)])
     exe = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
     assert exe, "schemathesis is in the test extra (pyproject.toml)"
-    r = procs.run([exe, "run", f"{server.url}/openapi.json", "--checks", "not_a_server_error",
-                   "--max-examples", "40", "--seed", str(SEED), "--workers", "1", "--no-color",
-                   "--phases", "examples,coverage,fuzzing", "--request-timeout", "30"], timeout=600)
+    r = procs.run(
+        [
+            exe,
+            "run",
+            f"{server.url}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "40",
+            "--seed",
+            str(SEED),
+            "--workers",
+            "1",
+            "--no-color",
+            "--phases",
+            "examples,coverage,fuzzing",
+            "--request-timeout",
+            "30",
+        ],
+        timeout=600,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     # every generated case passed the server-error check (a warning that the typed schema's

@@ -41,8 +41,11 @@ def infer(c, positions):
 def sockets(pid: int, port: int, state: str) -> int:
     """How many TCP sockets on local ``port`` in ``state`` (0A: LISTEN, 01: ESTABLISHED) ``pid`` holds."""
     try:
-        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
-                  if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")}
+        inodes = {
+            os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
+            for fd in os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        }
     except OSError:
         return 0
     n = 0
@@ -67,7 +70,7 @@ def test_a_full_shm_at_start_costs_grpc_its_metrics_not_its_calls(procs, small_s
     assert len(before) == 2, before
     clients = [grpcclient.InferenceServerClient(s.grpc_url) for _ in range(4)]
     try:
-        t_end = time.monotonic() + 2.0   # longer than the old restart loop's 0.5 s
+        t_end = time.monotonic() + 2.0  # longer than the old restart loop's 0.5 s
         n = 0
         while time.monotonic() < t_end:
             for c in clients:
@@ -77,14 +80,20 @@ def test_a_full_shm_at_start_costs_grpc_its_metrics_not_its_calls(procs, small_s
     finally:
         for c in clients:
             c.close()
-    assert grpc_pids(s) == before, s.output()   # never restarted
+    assert grpc_pids(s) == before, s.output()  # never restarted
     err = s.stderr()
     assert "restarting" not in err, err
     assert err.count("gRPC process") >= 2 and "runs without metrics" in err and "ENOSPC" in err, err
     text = httpx.get(s.url + "/metrics", timeout=10).text
-    missing = [smp for fam in text_string_to_metric_families(text) for smp in fam.samples
-               if smp.name == "posenc_metrics_missing"]
-    roles = sorted((smp.labels["role"], int(smp.labels["pid"])) for smp in missing if smp.labels["role"] == "grpc")
+    missing = [
+        smp
+        for fam in text_string_to_metric_families(text)
+        for smp in fam.samples
+        if smp.name == "posenc_metrics_missing"
+    ]
+    roles = sorted(
+        (smp.labels["role"], int(smp.labels["pid"])) for smp in missing if smp.labels["role"] == "grpc"
+    )
     print(f"full shm: {n} gRPC calls answered by {before}; /metrics: {[dict(m.labels) for m in missing]}")
     assert [p for _, p in roles] == before, missing
     assert all("ENOSPC" in smp.labels["reason"] for smp in missing), missing
@@ -93,18 +102,18 @@ def test_a_full_shm_at_start_costs_grpc_its_metrics_not_its_calls(procs, small_s
     assert os.listdir(small_shm) == [], os.listdir(small_shm)
 
 
-RECOVERED_S = 3.0   # grpc's first reconnect backoff (1 s, jittered) plus the new process's start, loaded
+RECOVERED_S = 3.0  # grpc's first reconnect backoff (1 s, jittered) plus the new process's start, loaded
 
 
 def test_a_killed_grpc_process_loses_only_its_calls_in_flight(procs):
     s = procs.serve(CONFIG, workers=1, grpc=True)
     wait_grpc_ready(s)
     pids = grpc_pids(s)
-    assert len(pids) == 2, pids     # --grpc-workers' default
-    calls: list[tuple[float, float, bool, str]] = []   # (start, end, ok, error)
+    assert len(pids) == 2, pids  # --grpc-workers' default
+    calls: list[tuple[float, float, bool, str]] = []  # (start, end, ok, error)
     stop = threading.Event()
 
-    def load():   # a connection of its own (gRPC shares one per target in a process unless told not to)
+    def load():  # a connection of its own (gRPC shares one per target in a process unless told not to)
         c = grpcclient.InferenceServerClient(s.grpc_url, channel_args=[("grpc.use_local_subchannel_pool", 1)])
         try:
             while not stop.is_set():
@@ -112,21 +121,23 @@ def test_a_killed_grpc_process_loses_only_its_calls_in_flight(procs):
                 try:
                     r = infer(c, list(range(0, 4096, 7)))
                     ok, why = r.as_numpy("cos").shape == (586, 64), ""
-                except Exception as e:   # tritonclient's InferenceServerException: UNAVAILABLE
+                except Exception as e:  # tritonclient's InferenceServerException: UNAVAILABLE
                     ok, why = False, str(e)[:120]
                 calls.append((t0, time.monotonic(), ok, why))
         finally:
             c.close()
 
-    threads = [threading.Thread(target=load) for _ in range(8)]   # 8 channels: both processes get some
+    threads = [threading.Thread(target=load) for _ in range(8)]  # 8 channels: both processes get some
     for t in threads:
         t.start()
     time.sleep(1.5)
-    held = {p: sockets(p, s.grpc_port, "01") for p in pids}   # the clients' connections, per process
-    victim = max(pids, key=held.get)                          # (at least 4 of the 8)
+    held = {p: sockets(p, s.grpc_port, "01") for p in pids}  # the clients' connections, per process
+    victim = max(pids, key=held.get)  # (at least 4 of the 8)
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
-    respawned = wait_for(lambda: [p for p in grpc_pids(s) if p not in pids], 30, 0.005, "a new gRPC process")[0]
+    respawned = wait_for(lambda: [p for p in grpc_pids(s) if p not in pids], 30, 0.005, "a new gRPC process")[
+        0
+    ]
     spawn_s = time.monotonic() - killed
     wait_for(lambda: sockets(respawned, s.grpc_port, "0A"), 30, 0.01, "the new gRPC process listening")
     listen_s = time.monotonic() - killed
@@ -136,10 +147,12 @@ def test_a_killed_grpc_process_loses_only_its_calls_in_flight(procs):
         t.join(30)
     failed = [c for c in calls if not c[2]]
     after = [c for c in calls if c[0] > killed + 0.5]
-    print(f"connections per gRPC process {held}, {victim} killed; {len(calls)} gRPC calls, {len(failed)} failed (started {[round(c[0] - killed, 3) for c in failed]} s "
-          f"from the kill: {sorted({c[3] for c in failed})}); restart: the new process {spawn_s * 1e3:.0f} ms "
-          f"after SIGKILL, listening after {listen_s * 1e3:.0f} ms; {len(after)} calls started 0.5 s after, "
-          f"{sum(c[2] for c in after)} answered")
+    print(
+        f"connections per gRPC process {held}, {victim} killed; {len(calls)} gRPC calls, {len(failed)} failed (started {[round(c[0] - killed, 3) for c in failed]} s "
+        f"from the kill: {sorted({c[3] for c in failed})}); restart: the new process {spawn_s * 1e3:.0f} ms "
+        f"after SIGKILL, listening after {listen_s * 1e3:.0f} ms; {len(after)} calls started 0.5 s after, "
+        f"{sum(c[2] for c in after)} answered"
+    )
     # the calls that failed were on the dead process's connections: they ended after the kill, and
     # began before those channels had reconnected (a channel that lost its connection fails its
     # calls fast during grpc's reconnect backoff, ~1 s: under load that is many calls); every call
@@ -149,4 +162,6 @@ def test_a_killed_grpc_process_loses_only_its_calls_in_flight(procs):
     late = [c for c in calls if c[0] > killed + RECOVERED_S]
     assert late and all(c[2] for c in late), [c for c in late if not c[2]][:5]
     assert s.alive() and len(grpc_pids(s)) == 2
-    assert f"gRPC server {victim} killed by SIGKILL" in s.stderr() and "restarting in 0.0s" in s.stderr(), s.stderr()
+    assert f"gRPC server {victim} killed by SIGKILL" in s.stderr() and "restarting in 0.0s" in s.stderr(), (
+        s.stderr()
+    )

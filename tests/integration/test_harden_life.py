@@ -20,7 +20,8 @@ import pytest
 
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
-from tests.shm import pid_alive as alive, shm_files, snapshot
+from tests.shm import pid_alive as alive
+from tests.shm import shm_files, snapshot
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_the_port_is_free(procs, ns):
 @pytest.mark.slow
 def test_sigterm_under_load_answers_every_request_that_arrived(procs):
     s = procs.serve(CONFIG, workers=2)
-    long = [{"d_model": 384 + 2 * k, "positions": [5, 99999]} for k in range(3)]   # builds of ~0.5 s
+    long = [{"d_model": 384 + 2 * k, "positions": [5, 99999]} for k in range(3)]  # builds of ~0.5 s
     results: dict = {"long": [], "short": [], "refused": 0, "lost": []}
     stop = threading.Event()
 
@@ -50,24 +51,25 @@ def test_sigterm_under_load_answers_every_request_that_arrived(procs):
     def shorts():
         body = {"head_dim": 64, "positions": [1, 2]}
         with httpx.Client(base_url=s.url, timeout=30) as c:
-            fresh = True   # the next request opens a new connection
+            fresh = True  # the next request opens a new connection
             while not stop.is_set():
                 try:
                     r = c.post("/v1/rope", json=body, headers=BIN)
                     results["short"].append(r.status_code)
                     fresh = r.headers.get("connection") == "close"
                 except httpx.TransportError as e:
-                    if fresh:    # a new connection no worker accepted: it never reached one
+                    if fresh:  # a new connection no worker accepted: it never reached one
                         results["refused"] += 1
-                    else:        # a request on a connection a worker was serving: lost
+                    else:  # a request on a connection a worker was serving: lost
                         results["lost"].append(repr(e))
                     return
 
-    threads = [threading.Thread(target=long_one, args=(b,)) for b in long] + \
-              [threading.Thread(target=shorts) for _ in range(3)]
+    threads = [threading.Thread(target=long_one, args=(b,)) for b in long] + [
+        threading.Thread(target=shorts) for _ in range(3)
+    ]
     for t in threads:
         t.start()
-    time.sleep(0.3)              # the long ones are in flight (waiting on their builds)
+    time.sleep(0.3)  # the long ones are in flight (waiting on their builds)
     s.signal(signal.SIGTERM)
     rc = s.wait(60)
     stop.set()
@@ -84,14 +86,16 @@ def test_sigterm_under_load_answers_every_request_that_arrived(procs):
 
 def test_a_second_server_refuses_before_touching_the_first(procs, ns):
     a = procs.serve(CONFIG, workers=2, namespace=ns)
-    wait_for(lambda: sum(".metrics." in n for n in shm_files(ns)) == 2, 30, 0.05, "both workers' metrics files")
+    wait_for(
+        lambda: sum(".metrics." in n for n in shm_files(ns)) == 2, 30, 0.05, "both workers' metrics files"
+    )
     # names and inodes: nothing removed, created or replaced (the workers' own counting keeps
     # touching their metrics files' contents meanwhile)
-    files = lambda: {n: st[0] for n, st in snapshot(ns).items()}   # noqa: E731
+    files = lambda: {n: st[0] for n, st in snapshot(ns).items()}  # noqa: E731
     before = files()
-    b = procs.serve(CONFIG, workers=1, namespace=ns, ready=False)          # same namespace
+    b = procs.serve(CONFIG, workers=1, namespace=ns, ready=False)  # same namespace
     assert b.wait(30) == 1 and "serves namespace" in b.stderr(), b.output()
-    other = procs.serve(CONFIG, workers=1, ready=False, port=a.port)        # same port
+    other = procs.serve(CONFIG, workers=1, ready=False, port=a.port)  # same port
     assert other.wait(30) == 1 and "in use" in other.stderr(), other.output()
     assert shm_files(other.namespace) == []
     assert files() == before
@@ -103,13 +107,13 @@ def test_a_second_server_refuses_before_touching_the_first(procs, ns):
 def test_an_engine_that_keeps_dying_is_restarted_with_growing_delays_and_a_reason(procs):
     s = procs.serve(CONFIG, workers=1)
     seen = []
-    for _ in range(3):   # killed as soon as it is up, three times: it dies young each time
+    for _ in range(3):  # killed as soon as it is up, three times: it dies young each time
         pid = wait_for(lambda: (p := s.engine_pid()) not in (None, *seen) and p, 30, 0.01, "a new engine")
         seen.append(pid)
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: s.stderr().count("restarting in") >= 3, 30, 0.05, "three restarts")
     delays = [float(x) for x in re.findall(r"restarting in ([0-9.]+)s", s.stderr())]
-    assert delays[:3] == [0.0, 0.5, 1.0], s.output()   # the first at once: its successor adopts its tables
+    assert delays[:3] == [0.0, 0.5, 1.0], s.output()  # the first at once: its successor adopts its tables
     assert "engine killed by SIGKILL" in s.stderr()
     wait_for(lambda: s.engine_pid() not in (None, *seen), 30, 0.05, "a fourth engine")
     s.wait_ready()
@@ -121,15 +125,15 @@ def test_an_engine_that_keeps_dying_is_restarted_with_growing_delays_and_a_reaso
 def test_a_server_stopped_while_its_dead_engine_waits_for_a_restart_leaves_nothing(procs, ns):
     s = procs.serve(CONFIG, workers=1, namespace=ns)
     pids = [s.engine_pid()]
-    os.kill(pids[0], signal.SIGKILL)      # its lock, manifest and socket stay: a successor takes them over
-    for _ in range(3):   # the successors too, as soon as they are up: the next restart waits 2 s
+    os.kill(pids[0], signal.SIGKILL)  # its lock, manifest and socket stay: a successor takes them over
+    for _ in range(3):  # the successors too, as soon as they are up: the next restart waits 2 s
         pid = wait_for(lambda: (p := s.engine_pid()) not in (None, *pids) and p, 30, 0.01, "a new engine")
         pids.append(pid)
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: s.stderr().count("restarting in") >= 4, 30, 0.05, "four restarts")
     assert "restarting in 2.0s" in s.stderr(), s.output()
     assert shm_files(ns), "nothing of the dead engines is left to remove"
-    assert s.stop() == 0, s.output()      # no engine runs now, and none takes the files over
+    assert s.stop() == 0, s.output()  # no engine runs now, and none takes the files over
     assert not any(alive(p) for p in pids)
     assert shm_files(ns) == [], s.output()
     assert "a dead engine left" in s.stderr(), s.output()

@@ -21,21 +21,22 @@ import tracemalloc
 import httpx
 import numpy as np
 import pytest
-
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
 from posenc.engine.formats import read_safetensors
+
 from tests.procs import PYTHON, Server, free_port, unique_namespace
 from tests.service_cases import BIN, CONFIG
 
 LIMITS = ["--header-timeout", "0.5", "--body-timeout", "0.5", "--max-connections", "40"]
-WAIT = 60   # seconds a test waits for the server to close a connection (a bound on a hang, not a timing)
+WAIT = 60  # seconds a test waits for the server to close a connection (a bound on a hang, not a timing)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     from tests.procs import Procs
+
     reg = Procs(tmp_path_factory.mktemp("harden-requests"))
     s = reg.serve(CONFIG, workers=2, args=LIMITS)
     try:
@@ -54,11 +55,16 @@ def rss_kib(pid: int) -> int:
 
 
 # -- sizes checked before anything is sized by them ------------------------------------------------
-@pytest.mark.parametrize("body", [{"head_dim": 10**12, "positions": [0]},
-                                  {"head_dim": 10**8, "partial_rotary_factor": 0.0001, "positions": [0]}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"head_dim": 10**12, "positions": [0]},
+        {"head_dim": 10**8, "partial_rotary_factor": 0.0001, "positions": [0]},
+    ],
+)
 def test_huge_head_dim_is_refused_in_milliseconds_naming_the_field(srv, body):
     with httpx.Client(base_url=srv.url) as c:
-        c.post("/v1/rope", json={"head_dim": 64, "positions": [0]})     # connection warm
+        c.post("/v1/rope", json={"head_dim": 64, "positions": [0]})  # connection warm
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -74,9 +80,14 @@ def test_huge_head_dim_is_refused_in_milliseconds_naming_the_field(srv, body):
         assert c.get("/healthz").status_code == 200
 
 
-@pytest.mark.parametrize("body", [{"head_dim": 10**12, "positions": [0]},
-                                  {"head_dim": 10**8, "partial_rotary_factor": 0.0001, "positions": [0]},
-                                  {"d_model": 10**12, "positions": [0]}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"head_dim": 10**12, "positions": [0]},
+        {"head_dim": 10**8, "partial_rotary_factor": 0.0001, "positions": [0]},
+        {"d_model": 10**12, "positions": [0]},
+    ],
+)
 def test_validating_a_huge_size_allocates_almost_nothing(body):
     family = "sinusoidal" if "d_model" in body else "rope"
     tracemalloc.start()
@@ -99,33 +110,40 @@ def test_a_16_mib_accept_is_refused_quickly_and_memory_stays_flat(srv):
     workers = srv.worker_pids()
     before = sum(rss_kib(p) for p in workers)
     times = []
-    for i in range(40):   # every one distinct, as in the issue (they grew a worker by 260 MiB)
+    for i in range(40):  # every one distinct, as in the issue (they grew a worker by 260 MiB)
         accept = (f"application/x-{i}-" + "a" * (16 * 2**20)).encode()
-        head = (f"POST /v1/rope HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
-                f"accept: ").encode() + accept + b"\r\n\r\n" + body
+        head = (
+            (f"POST /v1/rope HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\naccept: ").encode()
+            + accept
+            + b"\r\n\r\n"
+            + body
+        )
         t0 = time.perf_counter()
         with socket.create_connection(("127.0.0.1", srv.port)) as s:
             try:
                 s.sendall(head)
             except (BrokenPipeError, ConnectionResetError):
-                pass   # refused while it was still arriving
+                pass  # refused while it was still arriving
             s.settimeout(5)
             reply = s.recv(4096)
         times.append(time.perf_counter() - t0)
         assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
     after = sum(rss_kib(p) for p in workers if p in srv.worker_pids())
     assert srv.worker_pids() == workers
-    assert after - before < 32 * 1024, (before, after)   # KiB, for two workers together
-    assert sorted(times)[len(times) // 2] < 2.0, times   # refused at 4 KiB, not read through (generous)
+    assert after - before < 32 * 1024, (before, after)  # KiB, for two workers together
+    assert sorted(times)[len(times) // 2] < 2.0, times  # refused at 4 KiB, not read through (generous)
 
 
 def test_an_accept_over_4_kib_is_431_and_repeated_lines_are_one_value(srv):
-    r = httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [0]},
-                   headers={"accept": ", ".join(["application/x-safetensors;q=0.9"] * 200)})
+    r = httpx.post(
+        srv.url + "/v1/rope",
+        json={"head_dim": 64, "positions": [0]},
+        headers={"accept": ", ".join(["application/x-safetensors;q=0.9"] * 200)},
+    )
     assert r.status_code == 431 and "4096" in r.json()["detail"], r.text
     # RFC 9110: two lines are one list; JSON ties with safetensors and JSON is the server's first
     hdrs = [("accept", "application/x-safetensors"), ("accept", "application/json")]
-    for _ in range(3):   # the second time a spec is seen is when the C shortcut could answer it
+    for _ in range(3):  # the second time a spec is seen is when the C shortcut could answer it
         r = httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [3]}, headers=hdrs)
         assert r.status_code == 200 and r.headers["content-type"] == "application/json"
 
@@ -141,16 +159,19 @@ def _closed_within(sock: socket.socket, seconds: float) -> bytes:
         data += chunk
 
 
-@pytest.mark.parametrize("sent, expect", [
-    (b"", b"HTTP/1.1 408"),                                          # idle from the start
-    (b"POST /v1/rope HTTP/1.1\r\nhost: x\r\n", b"HTTP/1.1 408"),     # a head that never ends
-    (b"POST /v1/rope HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000000\r\n\r\n{", b""),   # a body
-])
+@pytest.mark.parametrize(
+    "sent, expect",
+    [
+        (b"", b"HTTP/1.1 408"),  # idle from the start
+        (b"POST /v1/rope HTTP/1.1\r\nhost: x\r\n", b"HTTP/1.1 408"),  # a head that never ends
+        (b"POST /v1/rope HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000000\r\n\r\n{", b""),  # a body
+    ],
+)
 def test_connections_that_never_finish_a_request_are_closed(srv, sent, expect):
     t0 = time.perf_counter()
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.sendall(sent)
-        reply = _closed_within(s, WAIT)   # the server closes it (else recv raises after WAIT)
+        reply = _closed_within(s, WAIT)  # the server closes it (else recv raises after WAIT)
     assert reply.startswith(expect), (reply[:100], time.perf_counter() - t0)
 
 
@@ -170,7 +191,7 @@ def test_slow_headers_cannot_keep_a_connection(srv):
 def test_open_connections_per_worker_are_capped(srv):
     held = []
     try:
-        for _ in range(2 * 40 + 20):           # more than both workers' caps together
+        for _ in range(2 * 40 + 20):  # more than both workers' caps together
             held.append(socket.create_connection(("127.0.0.1", srv.port)))
         time.sleep(0.2)
         refused = 0
@@ -193,8 +214,22 @@ def test_open_connections_per_worker_are_capped(srv):
 @pytest.mark.slow
 def test_2000_distinct_specs_under_nofile_1024_never_get_a_500(procs, tmp_path):
     ns, port = unique_namespace(), free_port()
-    argv = ["prlimit", "--nofile=1024:1024", PYTHON, "-m", "posenc", "serve", "--port", str(port),
-            "--workers", "1", "--namespace", ns, "--log-level", "warning"]
+    argv = [
+        "prlimit",
+        "--nofile=1024:1024",
+        PYTHON,
+        "-m",
+        "posenc",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--namespace",
+        ns,
+        "--log-level",
+        "warning",
+    ]
     path = tmp_path / "tables.json"
     path.write_text('{"length": 64, "tables": [{"family": "t5-buckets", "spec": {}}]}')
     s = Server(argv + ["--tables", str(path)], procs.log_dir, "nofile-serve", ns, port, 1, str(path))
@@ -210,17 +245,19 @@ def test_2000_distinct_specs_under_nofile_1024_never_get_a_500(procs, tmp_path):
                 assert r.status_code == 200, (i, r.text)
                 got = read_safetensors(r.content)[0]["buckets"]
                 assert np.array_equal(got, compute("t5-buckets", body)["buckets"])
+
         # one worker: uvicorn serves in this process, which is also serve's keeper (a descriptor per
         # table it keeps for the next engine, at most half its limit)
-        def counts() -> tuple[int, int]:   # (descriptors of tables kept, others)
+        def counts() -> tuple[int, int]:  # (descriptors of tables kept, others)
             links = []
             for fd in os.listdir(f"/proc/{s.pid}/fd"):
                 try:
                     links.append(os.readlink(f"/proc/{s.pid}/fd/{fd}"))
-                except FileNotFoundError:   # closed since the listing
+                except FileNotFoundError:  # closed since the listing
                     pass
             kept = sum(1 for x in links if x.startswith("/memfd:"))
             return kept, len(links) - kept
+
         # a descriptor the keeper just received and will close (over its cap) counts for a moment:
         # the cap must hold once those settle
         kept, fds = counts()
@@ -231,6 +268,6 @@ def test_2000_distinct_specs_under_nofile_1024_never_get_a_500(procs, tmp_path):
             kept, fds = counts()
         assert c.get("/metrics").text.count("posenc_request_duration_seconds_count") >= 1
     assert statuses == {200: 2000}, statuses
-    assert fds < 200, fds   # mapped tables hold no descriptor
+    assert fds < 200, fds  # mapped tables hold no descriptor
     assert kept <= 1024 // 2 - 64, kept
     assert s.stop() == 0, s.output()

@@ -17,15 +17,15 @@ import subprocess
 import httpx
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
+
 from tests.service_cases import BIN
 
 MiB = 2**20
-CONFIG20 = {"tables": [{"name": "r40", "family": "rope", "spec": {"head_dim": 40}}]}   # 20 MiB
+CONFIG20 = {"tables": [{"name": "r40", "family": "rope", "spec": {"head_dim": 40}}]}  # 20 MiB
 NAMED = {"r40": {"head_dim": 40}, "huge": {"head_dim": 8192}, "small": {"head_dim": 40}}
-NEW = [{"head_dim": 32, "rope_theta": 1000.0 * (k + 2)} for k in range(6)]               # 16 MiB each
+NEW = [{"head_dim": 32, "rope_theta": 1000.0 * (k + 2)} for k in range(6)]  # 16 MiB each
 
 
 @pytest.fixture
@@ -34,14 +34,15 @@ def small_shm(tmp_path, procs):
         pytest.skip("mounting a tmpfs needs root")
     d = tmp_path / "shm"
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(d)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(d)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
         yield str(d)
     finally:
-        procs.cleanup()   # whatever runs on it stops before it goes
+        procs.cleanup()  # whatever runs on it stops before it goes
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
@@ -67,7 +68,9 @@ def check(url: str, body: dict) -> int:
     r = httpx.post(url + "/v1/rope", json=body, headers=BIN, timeout=30)
     if r.status_code == 200:
         arrays = read_safetensors(r.content)[0]
-        want = compute("rope", {k: v for k, v in body.items() if k != "table"} | NAMED.get(body.get("table"), {}))
+        want = compute(
+            "rope", {k: v for k, v in body.items() if k != "table"} | NAMED.get(body.get("table"), {})
+        )
         assert all(arrays[k].tobytes() == want[k].tobytes() for k in ("cos", "sin")), body
     return r.status_code
 
@@ -78,17 +81,21 @@ def test_a_full_shared_memory_directory_at_start_stores_tables_all_the_same(proc
     s = procs.serve(CONFIG20, workers=2, args=["--shm-dir", small_shm])
     before = {*s.worker_pids(), s.engine_pid()}
     rng = np.random.default_rng(7)
-    for k in range(60):   # named, by spec, on demand; inside the tables and past them
+    for k in range(60):  # named, by spec, on demand; inside the tables and past them
         spec = [{"table": "r40"}, {"head_dim": 40}, NEW[k % 3]][k % 3]
         assert check(s.url, {**spec, "positions": [int(p) for p in rng.integers(0, 200000, 3)]}) == 200
     t = httpx.get(s.url + "/v1/tables").json()
     assert [n["answered"] for n in t["named"]] == ["stored"], t["named"]
     assert httpx.get(s.url + "/readyz").json()["computed"] == []
     from posenc.engine.client import Client
+
     c = Client(shm_dir=small_shm, namespace=s.namespace)
-    m = c.wait_ready(10)   # no manifest file: the engine's socket answers
+    m = c.wait_ready(10)  # no manifest file: the engine's socket answers
     assert not os.path.exists(os.path.join(small_shm, f"{s.namespace}.manifest.json"))
-    assert len(m["tables"]) >= 1 and c.table("rope", {"head_dim": 40}).length == m["tables"][next(iter(m["tables"]))]["length"]
+    assert (
+        len(m["tables"]) >= 1
+        and c.table("rope", {"head_dim": 40}).length == m["tables"][next(iter(m["tables"]))]["length"]
+    )
     assert {*s.worker_pids(), s.engine_pid()} == before, s.output()
     assert "Traceback" not in s.stderr(), s.output()
     assert s.stop() == 0, s.output()
@@ -98,10 +105,14 @@ def test_a_full_shared_memory_directory_at_start_stores_tables_all_the_same(proc
 
 @pytest.mark.slow
 def test_a_configured_table_larger_than_memory_is_known_by_name_and_computed(procs, ns):
-    huge = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")   # more than all memory
-    rows = 1 << max(12, (huge // (2 * 4 * 4096)).bit_length())           # head_dim 8192: 32 KiB a row
-    config = {"tables": [{"name": "huge", "family": "rope", "spec": NAMED["huge"], "length": rows},
-                         {"name": "small", "family": "rope", "spec": {"head_dim": 40}}]}
+    huge = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # more than all memory
+    rows = 1 << max(12, (huge // (2 * 4 * 4096)).bit_length())  # head_dim 8192: 32 KiB a row
+    config = {
+        "tables": [
+            {"name": "huge", "family": "rope", "spec": NAMED["huge"], "length": rows},
+            {"name": "small", "family": "rope", "spec": {"head_dim": 40}},
+        ]
+    }
     s = procs.serve(config, workers=1, namespace=ns)
     assert check(s.url, {"table": "huge", "positions": [0, 9, rows + 5]}) == 200
     assert check(s.url, {"table": "small", "positions": [3]}) == 200

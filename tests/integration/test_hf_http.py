@@ -9,12 +9,12 @@ import json
 import httpx
 import numpy as np
 import pytest
-
 from posenc.engine import pipeline
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.encode import encode
 from posenc.engine.formats import read_safetensors
+
 from tests.engine.hf_published import ALIBI, ROPE
 from tests.procs import serve_for_module
 
@@ -26,12 +26,18 @@ BIN = {"accept": "application/x-safetensors"}
 def server(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("hfserve")
     (tmp / "llama.json").write_text(json.dumps(LLAMA))
-    config = {"length": 4096, "tables": [
-        {"name": "llama", "family": "rope", "hf_config": "llama.json", "dtypes": ["float32", "bfloat16"]},
-        {"name": "mpt", "family": "alibi", "hf_config": ALIBI["mpt-7b"]},
-        {"name": "gptj-like", "family": "rope", "spec": {"head_dim": 256, "partial_rotary_factor": 0.25,
-                                                         "layout": "interleaved"}},
-    ]}
+    config = {
+        "length": 4096,
+        "tables": [
+            {"name": "llama", "family": "rope", "hf_config": "llama.json", "dtypes": ["float32", "bfloat16"]},
+            {"name": "mpt", "family": "alibi", "hf_config": ALIBI["mpt-7b"]},
+            {
+                "name": "gptj-like",
+                "family": "rope",
+                "spec": {"head_dim": 256, "partial_rotary_factor": 0.25, "layout": "interleaved"},
+            },
+        ],
+    }
     return serve_for_module(tmp, request, config)
 
 
@@ -69,9 +75,11 @@ def test_named_tables_and_their_spec(http):
     assert {"llama", "mpt", "gptj-like"} <= {e["name"] for e in t["tables"]}
     r = http.post("/v1/rope", json={"table": "gptj-like", "positions": [0, 3, 5000]}, headers=BIN)
     arrays, _ = read_safetensors(r.content)
-    want = compute("rope", {"head_dim": 256, "partial_rotary_factor": 0.25, "layout": "interleaved",
-                            "positions": [0, 3, 5000]})
-    assert arrays["cos"].tobytes() == want["cos"].tobytes()   # the layout survives the name
+    want = compute(
+        "rope",
+        {"head_dim": 256, "partial_rotary_factor": 0.25, "layout": "interleaved", "positions": [0, 3, 5000]},
+    )
+    assert arrays["cos"].tobytes() == want["cos"].tobytes()  # the layout survives the name
     r = http.post("/v1/alibi", json={"table": "mpt", "query": [9], "key": {"start": 0, "stop": 10}})
     assert r.json()["spec"]["num_heads"] == 32
 
@@ -88,17 +96,25 @@ def test_repeated_bodies_answer_the_full_paths_bytes(http, server):
             req = pipeline.parse("rope", body, named=named)
             assert r.content == encode(req.family, pipeline.arrays(req), req.dtype, "safetensors")[0]
             n = int.from_bytes(r.content[:8], "little")
-            assert json.loads(json.loads(r.content[8:8 + n])["__metadata__"]["spec"]) == req.shown
+            assert json.loads(json.loads(r.content[8 : 8 + n])["__metadata__"]["spec"]) == req.shown
 
 
-@pytest.mark.parametrize("body,loc", [
-    ({"table": "nope", "positions": [1]}, ["body", "table"]),
-    ({"table": "mpt", "positions": [1]}, ["body", "table"]),
-    ({"hf_config": ALIBI["bloom-560m"], "positions": [1]}, ["body", "hf_config", "model_type"]),
-    ({"hf_config": LLAMA, "head_dim": 128, "positions": [1]}, ["body", "head_dim"]),
-    ({"hf_config": {**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "positions": [1]},
-     ["body", "hf_config", "rope_scaling", "low_freq_factor"]),
-])
+@pytest.mark.parametrize(
+    "body,loc",
+    [
+        ({"table": "nope", "positions": [1]}, ["body", "table"]),
+        ({"table": "mpt", "positions": [1]}, ["body", "table"]),
+        ({"hf_config": ALIBI["bloom-560m"], "positions": [1]}, ["body", "hf_config", "model_type"]),
+        ({"hf_config": LLAMA, "head_dim": 128, "positions": [1]}, ["body", "head_dim"]),
+        (
+            {
+                "hf_config": {**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+                "positions": [1],
+            },
+            ["body", "hf_config", "rope_scaling", "low_freq_factor"],
+        ),
+    ],
+)
 def test_422s_name_the_field(http, body, loc):
     r = http.post("/v1/rope", json=body)
     assert r.status_code == 422, r.text
@@ -113,30 +129,35 @@ def test_colocated_client_by_name_and_by_config(server):
     got = c.lookup("rope", {"table": "llama", "positions": [3, 9000]})
     _same(got, compute("rope", {"hf_config": LLAMA, "positions": [3, 9000]}))
     pinned = {e["digest"] for e in c.tables() if e["name"] == "llama"}
-    view = c.table("rope", {"hf_config": LLAMA})            # the configured table, not a new one
+    view = c.table("rope", {"hf_config": LLAMA})  # the configured table, not a new one
     assert view.segment.entry["name"] == "llama" and view.segment.entry["pinned"]
     assert c.table("rope", {"table": "llama"}, dtype="bfloat16").dtype == "bfloat16"
     assert len(pinned) == 2
 
 
-@pytest.mark.skipif("__import__('posenc.service.shortcut.templates').service.shortcut.templates.shortcut_in_use('auto') != 'c'",
-                    reason="the C template shortcut runs with service._hot built and the simd backend")
+@pytest.mark.skipif(
+    "__import__('posenc.service.shortcut.templates').service.shortcut.templates.shortcut_in_use('auto') != 'c'",
+    reason="the C template shortcut runs with service._hot built and the simd backend",
+)
 def test_template_shortcut_writes_the_spec_metadata(server):
     """In-process: once the full path has answered a table or hf_config body, the C shortcut
     answers the next ones with the same bytes, spec metadata included."""
-    from posenc.service.front.service import Service
     from posenc.engine.settings import Settings
+    from posenc.service.front.service import Service
+
     hdrs = [(b"host", b"x"), (b"accept", b"application/x-safetensors")]
     svc = Service(Settings(namespace=server.namespace))
     svc.client.wait_ready()
-    svc.hot("rope", b"{}", hdrs)                       # first sight of the manifest
+    svc.hot("rope", b"{}", hdrs)  # first sight of the manifest
     for body0 in ({"table": "llama", "dtype": "bfloat16"}, {"hf_config": LLAMA}):
         raw = json.dumps({**body0, "positions": [5]}).encode()
         full = svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0]
         assert svc.hot("rope", raw, hdrs) == full
         raw = json.dumps({**body0, "positions": [9, 100]}).encode()
         got = svc.hot("rope", raw, hdrs)
-        assert got is not None and got == svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0]
+        assert (
+            got is not None and got == svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0]
+        )
 
 
 def test_readme_config_json_commands_work(server, tmp_path):
@@ -145,6 +166,7 @@ def test_readme_config_json_commands_work(server, tmp_path):
     import re
     import shutil
     import subprocess
+
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     lines = [ln for ln in readme.splitlines() if "config.json" in ln and "| curl" in ln]
     assert len(lines) >= 2
@@ -158,4 +180,7 @@ def test_readme_config_json_commands_work(server, tmp_path):
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=30)
         assert r.returncode == 0, (line, r.stderr)
         got = json.loads(r.stdout)
-        assert got["spec"] == want["spec"] and np.asarray(got["cos"], np.float32).tobytes() == want["cos"].tobytes()
+        assert (
+            got["spec"] == want["spec"]
+            and np.asarray(got["cos"], np.float32).tobytes() == want["cos"].tobytes()
+        )

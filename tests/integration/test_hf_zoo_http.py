@@ -10,9 +10,9 @@ import json
 import httpx
 import numpy as np
 import pytest
-
 from posenc.engine import hf_models
 from posenc.engine.formats import read_safetensors
+
 from tests.engine.test_hf_zoo import ROWS, _check, _class_and_conf
 from tests.procs import Procs
 from tests.shm import shm_files
@@ -30,6 +30,7 @@ def http(tmp_path_factory, request):
         assert s.stop() == 0, s.output()
         procs.cleanup()
         assert shm_files(s.namespace) == []
+
     request.addfinalizer(stop)
     with httpx.Client(base_url=s.url, timeout=60) as c:
         yield c
@@ -42,11 +43,14 @@ def test_every_zoo_model_over_http(http, mt):
     positions = hf_zoo._positions(klass, conf)
     cos, sin, _, scaling = hf_zoo.run_class(klass(conf), positions, lt)
     body = {"hf_config": cfg.to_dict(), "positions": positions, **({"layer_type": lt} if lt else {})}
-    r = http.post("/v1/rope", content=json.dumps(body).encode(), headers=BIN)   # NaN/Infinity as written
+    r = http.post("/v1/rope", content=json.dumps(body).encode(), headers=BIN)  # NaN/Infinity as written
     assert r.status_code == 200, (mt, r.text[:300])
     arrays, meta = read_safetensors(r.content)
-    got = {"cos": arrays["cos"].astype(np.float64), "sin": arrays["sin"].astype(np.float64),
-           "attention_scaling": float(arrays["attention_scaling"])}
+    got = {
+        "cos": arrays["cos"].astype(np.float64),
+        "sin": arrays["sin"].astype(np.float64),
+        "attention_scaling": float(arrays["attention_scaling"]),
+    }
     _check(got, cos, sin, scaling, positions, f"{mt} over HTTP")
 
 
@@ -55,7 +59,9 @@ def test_models_lists_what_the_server_reads(http):
     assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
     got = r.json()
     assert got["transformers"] == hf_models.ZOO["transformers"]
-    assert got["model_types"] == {mt: {f: rec.source for f, rec in by.items()} for mt, by in hf_models.MODELS.items()}
+    assert got["model_types"] == {
+        mt: {f: rec.source for f, rec in by.items()} for mt, by in hf_models.MODELS.items()
+    }
     assert set(got["diffusers_classes"]) == set(hf_models.CLASSES)
     assert got["not_read"] == hf_models.UNREAD
     assert set(ROWS) <= set(got["model_types"])

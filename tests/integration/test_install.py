@@ -23,7 +23,11 @@ def test_generic_top_level_names_are_not_installed(procs, tmp_path, name):
 
 
 def test_the_posenc_namespace_is_installed(procs, tmp_path):
-    p = _python(procs, tmp_path, "import posenc.engine, posenc.service, posenc.loadtest, posenc.cli; "
-                                 "print(posenc.engine.__name__, posenc.service.__name__)")
+    p = _python(
+        procs,
+        tmp_path,
+        "import posenc.engine, posenc.service, posenc.loadtest, posenc.cli; "
+        "print(posenc.engine.__name__, posenc.service.__name__)",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["posenc.engine", "posenc.service"]

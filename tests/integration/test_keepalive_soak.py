@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 import pytest
-
 from posenc.engine.compute import compute
+
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 
@@ -32,33 +32,40 @@ def _client(kind: str, server, seed: int, stop: float, out: list) -> None:
     rng = random.Random(seed)
     if kind in ("json", "binary"):
         import httpx
+
         c = httpx.Client(base_url=server.url, timeout=30)
 
         def send(p):
             body = {"head_dim": 64, "positions": p}
             if kind == "json":
                 r = c.post("/v1/rope", json=body)
-                return r.status_code == 200 and np.array_equal(np.asarray(r.json()["cos"], np.float32),
-                                                               compute("rope", body)["cos"])
+                return r.status_code == 200 and np.array_equal(
+                    np.asarray(r.json()["cos"], np.float32), compute("rope", body)["cos"]
+                )
             r = c.post("/v1/rope", json=body, headers=BIN)
             return r.status_code == 200 and r.content == reference_safetensors("rope", body)
     else:
         import tritonclient.grpc as grpcclient
         import tritonclient.http as httpclient
+
         mod = httpclient if kind == "rest" else grpcclient
-        c = mod.InferenceServerClient(server.url[len("http://"):] if kind == "rest" else server.grpc_url)
+        c = mod.InferenceServerClient(server.url[len("http://") :] if kind == "rest" else server.grpc_url)
 
         def send(p):
             inp = mod.InferInput("positions", [len(p)], "INT64")
             inp.set_data_from_numpy(np.asarray(p, np.int64))
             r = c.infer("rope", [inp], parameters={"spec": '{"head_dim": 64}'})
-            return r.as_numpy("cos").tobytes() == compute("rope", {"head_dim": 64, "positions": p})["cos"].tobytes()
+            return (
+                r.as_numpy("cos").tobytes()
+                == compute("rope", {"head_dim": 64, "positions": p})["cos"].tobytes()
+            )
+
     try:
         while time.monotonic() < stop:
             for _ in range(rng.randint(1, 3)):
                 try:
                     out.append((kind, send(rng.choice(POS)), None))
-                except Exception as e:   # (HTTPConnectionClosed, a reset, an RPC error: a failure)
+                except Exception as e:  # (HTTPConnectionClosed, a reset, an RPC error: a failure)
                     out.append((kind, False, repr(e)))
             time.sleep(min(_idle(rng), max(0.0, stop - time.monotonic())))
     finally:
@@ -70,8 +77,11 @@ def test_pooled_keep_alive_clients_of_every_protocol_never_fail_without_faults(p
     wait_grpc_ready(server)
     out: list = []
     stop = time.monotonic() + SOAK_S
-    threads = [threading.Thread(target=_client, args=(kind, server, k * 10 + i, stop, out))
-               for k, kind in enumerate(("json", "binary", "rest", "grpc")) for i in range(3)]
+    threads = [
+        threading.Thread(target=_client, args=(kind, server, k * 10 + i, stop, out))
+        for k, kind in enumerate(("json", "binary", "rest", "grpc"))
+        for i in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -20,7 +20,7 @@ from tests.procs import Procs, child_env, children_of, cmdline
 
 MIB = 2**20
 CALLS = 20
-ROWS = 56 * MIB // (2 * 128 * 4)   # rope head_dim 128, float32: cos and sin, 56 MiB together
+ROWS = 56 * MIB // (2 * 128 * 4)  # rope head_dim 128, float32: cos and sin, 56 MiB together
 
 
 def rss_kib(pid: int) -> int:
@@ -36,11 +36,16 @@ def serve(tmp_path):
     reg = Procs(tmp_path)
 
     def start(**env):
-        s = reg.serve(V2_CONFIG, workers=1, grpc=True, env=child_env({f"POSENC_{k.upper()}": str(v)
-                                                                    for k, v in env.items()}))
+        s = reg.serve(
+            V2_CONFIG,
+            workers=1,
+            grpc=True,
+            env=child_env({f"POSENC_{k.upper()}": str(v) for k, v in env.items()}),
+        )
         wait_grpc_ready(s)
         grpc_pid = next(p for p in children_of(s.pid) if "grpc_main" in cmdline(p))
         return s, grpc_pid
+
     yield start
     reg.cleanup()
 
@@ -67,6 +72,7 @@ def storm(server, rows: int, calls: int = CALLS, watch_pid: int | None = None):
         while not done.is_set():
             peak[0] = max(peak[0], rss_kib(watch_pid))
             time.sleep(0.005)
+
     sampler = threading.Thread(target=sample) if watch_pid else None
     if sampler:
         sampler.start()
@@ -89,8 +95,8 @@ def test_concurrent_large_answers_keep_the_grpc_process_bounded(serve):
     assert refused, "no call was refused"
     for kind, msg in refused:
         assert kind == "StatusCode.RESOURCE_EXHAUSTED" and "GRPC_MAX_INFLIGHT_BYTES" in msg, (kind, msg)
-    assert peak < 1024 * 1024, f"the gRPC process reached {peak // 1024} MiB"   # it was 2.5 GiB
-    assert len(storm(s, 16)[0]) == CALLS                                       # small answers all pass
+    assert peak < 1024 * 1024, f"the gRPC process reached {peak // 1024} MiB"  # it was 2.5 GiB
+    assert len(storm(s, 16)[0]) == CALLS  # small answers all pass
 
 
 def test_calls_past_grpc_max_concurrent_are_refused_and_the_others_answered(serve):

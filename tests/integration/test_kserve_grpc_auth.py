@@ -62,7 +62,7 @@ def infer(c, positions, headers):
 
 def test_tls_and_the_token_answer(server):
     c = client(server)
-    for p in ([3, 1], [7, 2], [9, 4]):   # the later ones through the shortcut
+    for p in ([3, 1], [7, 2], [9, 4]):  # the later ones through the shortcut
         r = infer(c, p, AUTH)
         assert r.as_numpy("cos").shape == (2, 64)
     assert c.is_model_ready("rope", headers=AUTH)
@@ -70,17 +70,26 @@ def test_tls_and_the_token_answer(server):
     c.close()
 
 
-@pytest.mark.parametrize("headers, why", [(None, "missing bearer token"),
-                                          ({"authorization": "Bearer wrong"}, "invalid bearer token"),
-                                          ({"authorization": TOKEN}, "invalid bearer token")])
+@pytest.mark.parametrize(
+    "headers, why",
+    [
+        (None, "missing bearer token"),
+        ({"authorization": "Bearer wrong"}, "invalid bearer token"),
+        ({"authorization": TOKEN}, "invalid bearer token"),
+    ],
+)
 def test_calls_without_the_token_are_unauthenticated(server, headers, why):
     c = client(server)
-    calls = [lambda: infer(c, [3, 1], headers), lambda: infer(c, [7, 2], headers),
-             lambda: c.is_model_ready("rope", headers=headers), lambda: c.get_server_metadata(headers=headers),
-             lambda: c.get_model_metadata("rope", headers=headers),
-             lambda: c.get_system_shared_memory_status(headers=headers),
-             lambda: c.unregister_system_shared_memory(headers=headers),
-             lambda: c.get_model_repository_index(headers=headers)]   # a method posenc does not serve
+    calls = [
+        lambda: infer(c, [3, 1], headers),
+        lambda: infer(c, [7, 2], headers),
+        lambda: c.is_model_ready("rope", headers=headers),
+        lambda: c.get_server_metadata(headers=headers),
+        lambda: c.get_model_metadata("rope", headers=headers),
+        lambda: c.get_system_shared_memory_status(headers=headers),
+        lambda: c.unregister_system_shared_memory(headers=headers),
+        lambda: c.get_model_repository_index(headers=headers),
+    ]  # a method posenc does not serve
     for call in calls:
         with pytest.raises(InferenceServerException) as e:
             call()
@@ -96,8 +105,8 @@ def test_a_stream_without_the_token_is_unauthenticated(server):
     i.set_data_from_numpy(np.asarray([1], np.int64))
     try:
         c.async_stream_infer("rope", [i], parameters={"spec": SPEC})
-    except InferenceServerException:   # the server refused the stream before the request went: the
-        pass                           # callback has the refusal either way
+    except InferenceServerException:  # the server refused the stream before the request went: the
+        pass  # callback has the refusal either way
     result, error = got.get(timeout=30)
     assert result is None and "UNAUTHENTICATED" in str(error.status())
     c.stop_stream()
@@ -110,7 +119,7 @@ def test_health_stays_open_and_plaintext_is_refused(server):
     with grpc.secure_channel(server.grpc_url, creds) as ch:
         r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
         assert r.status == health_pb2.HealthCheckResponse.SERVING
-    with grpc.insecure_channel(server.grpc_url) as ch:   # the port speaks TLS only
+    with grpc.insecure_channel(server.grpc_url) as ch:  # the port speaks TLS only
         with pytest.raises(grpc.RpcError) as e:
             health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -11,8 +11,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.integration.kserve_cases import clients_of, TABLES, assert_same, bits, infer, split, v1_answer
 from tests.independent import assert_answer
+from tests.integration.kserve_cases import TABLES, assert_same, bits, clients_of, infer, split, v1_answer
 from tests.service_cases import REQUEST_IDS, REQUESTS
 
 pytestmark = pytest.mark.slow
@@ -39,9 +39,14 @@ def test_family_models_answer_what_v1_answers(clients, transport, family, body):
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("dtype, datatype", [("float32", "FP32"), ("float16", "FP16"), ("bfloat16", "BF16")])
-@pytest.mark.parametrize("family, spec", [("rope", {"head_dim": 64, "layout": "interleaved"}),
-                                          ("sinusoidal", {"d_model": 33, "layout": "fairseq"}),
-                                          ("alibi", {"num_heads": 12, "mask_future": True})])
+@pytest.mark.parametrize(
+    "family, spec",
+    [
+        ("rope", {"head_dim": 64, "layout": "interleaved"}),
+        ("sinusoidal", {"d_model": 33, "layout": "fairseq"}),
+        ("alibi", {"num_heads": 12, "mask_future": True}),
+    ],
+)
 def test_every_dtype_travels_binary(clients, transport, dtype, datatype, family, spec):
     sel = {"positions": [0, 7, 3000]} if family != "alibi" else {"query": [5, 6], "key": [0, 6, 9]}
     body = {**spec, **sel, "dtype": dtype}
@@ -62,25 +67,44 @@ def _names(result) -> list[str]:
 def test_table_models_take_positions_only(clients, transport, name):
     t = TABLES[name]
     family = t["family"]
-    sel = {"positions": [1, 2047, 2048, 70000]} if family in ("rope", "sinusoidal") else \
-          {"query": [9, 10], "key": [0, 9, 10, 4000]}
+    sel = (
+        {"positions": [1, 2047, 2048, 70000]}
+        if family in ("rope", "sinusoidal")
+        else {"query": [9, 10], "key": [0, 9, 10, 4000]}
+    )
     dtypes = t.get("dtypes", [None])
     r = infer(TRANSPORTS[transport], clients[transport], name, {k: np.array(v) for k, v in sel.items()})
-    body = {**t["spec"], **sel, **({"dtype": dtypes[0]} if dtypes[0] else {})}   # the first dtype is the default
+    body = {
+        **t["spec"],
+        **sel,
+        **({"dtype": dtypes[0]} if dtypes[0] else {}),
+    }  # the first dtype is the default
     assert_same(r, v1_answer(clients["http"], family, body))
     if len(dtypes) > 1:
-        r = infer(TRANSPORTS[transport], clients[transport], name, {k: np.array(v) for k, v in sel.items()},
-                  dtype=dtypes[1])
+        r = infer(
+            TRANSPORTS[transport],
+            clients[transport],
+            name,
+            {k: np.array(v) for k, v in sel.items()},
+            dtype=dtypes[1],
+        )
         assert_same(r, v1_answer(clients["http"], family, {**body, "dtype": dtypes[1]}))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("family, spec, rows", [
-    ("rope", {"head_dim": 64, "dtype": "bfloat16"}, {"positions": [[0, 1, 2, 3], [2047, 2048, 9000, 5]]}),
-    ("sinusoidal", {"d_model": 33, "layout": "concat"}, {"positions": [[4, 4], [0, 1], [7, 2000]]}),
-    ("alibi", {"num_heads": 12, "dtype": "float16"}, {"query": [[3], [8]], "key": [[0, 1, 2, 3], [5, 6, 7, 8]]}),
-    ("t5-buckets", {}, {"query": [[0, 1], [100, 101]], "key": [[0, 50, 300], [0, 99, 100]]}),
-])
+@pytest.mark.parametrize(
+    "family, spec, rows",
+    [
+        ("rope", {"head_dim": 64, "dtype": "bfloat16"}, {"positions": [[0, 1, 2, 3], [2047, 2048, 9000, 5]]}),
+        ("sinusoidal", {"d_model": 33, "layout": "concat"}, {"positions": [[4, 4], [0, 1], [7, 2000]]}),
+        (
+            "alibi",
+            {"num_heads": 12, "dtype": "float16"},
+            {"query": [[3], [8]], "key": [[0, 1, 2, 3], [5, 6, 7, 8]]},
+        ),
+        ("t5-buckets", {}, {"query": [[0, 1], [100, 101]], "key": [[0, 50, 300], [0, 99, 100]]}),
+    ],
+)
 def test_a_batch_answers_every_row_as_v1(clients, transport, family, spec, rows, datatype="INT32"):
     arrays = {k: np.array(v) for k, v in rows.items()}
     r = infer(TRANSPORTS[transport], clients[transport], family, arrays, spec, datatype=datatype)
@@ -88,14 +112,20 @@ def test_a_batch_answers_every_row_as_v1(clients, transport, family, spec, rows,
     for i in range(b):
         v1 = v1_answer(clients["http"], family, {**spec, **{k: v[i] for k, v in rows.items()}})
         assert_same(r, v1, row=i)
-        for name in v1:   # the selection-shaped outputs lead with B; the rest are shared
-            assert (bits(r.as_numpy(name)).shape[0] == b) == (name in {"cos", "sin", "encoding", "bias", "buckets"})
+        for name in v1:  # the selection-shaped outputs lead with B; the rest are shared
+            assert (bits(r.as_numpy(name)).shape[0] == b) == (
+                name in {"cos", "sin", "encoding", "bias", "buckets"}
+            )
 
 
 def test_a_batch_follows_transformers_frequencies(clients):
     """dynamic NTK without seq_len: one set of frequencies for the whole [B, N], from its largest
     position (transformers' dynamic_rope_update over position_ids [B, N])."""
-    spec = {"head_dim": 64, "max_position_embeddings": 1024, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    spec = {
+        "head_dim": 64,
+        "max_position_embeddings": 1024,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+    }
     rows = {"positions": [[1, 2], [3000, 4]]}
     r = infer(grpcclient, clients["grpc"], "rope", {"positions": np.array(rows["positions"])}, spec)
     whole = v1_answer(clients["http"], "rope", {**spec, "positions": [1, 2, 3000, 4]})

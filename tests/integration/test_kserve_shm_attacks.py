@@ -32,10 +32,10 @@ MODULES = {"rest": httpclient, "grpc": grpcclient}
 CODE = {"rest": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
 CONFIG = {"length": 4096, "tables": [{"name": "rope-128", "family": "rope", "spec": {"head_dim": 128}}]}
 SPEC = '{"head_dim": 128}'
-REGION = 8 << 20            # the client's region: 8 MiB, shrunk to 0 and regrown in a loop
-BATCH = (32, 128)           # cos and sin: 2 MiB each, at offsets 0 and 4 MiB
-REQUESTS = 60               # per transport
-SECONDS = 25.0              # per transport, at most
+REGION = 8 << 20  # the client's region: 8 MiB, shrunk to 0 and regrown in a loop
+BATCH = (32, 128)  # cos and sin: 2 MiB each, at offsets 0 and 4 MiB
+REQUESTS = 60  # per transport
+SECONDS = 25.0  # per transport, at most
 
 
 def _tag() -> str:
@@ -49,16 +49,23 @@ def _serve(procs, ns, workers: int):
 
 
 def _clients(server) -> dict:
-    return {"rest": httpclient.InferenceServerClient(server.url[len("http://"):], connection_timeout=10,
-                                                     network_timeout=10),
-            "grpc": grpcclient.InferenceServerClient(server.grpc_url)}
+    return {
+        "rest": httpclient.InferenceServerClient(
+            server.url[len("http://") :], connection_timeout=10, network_timeout=10
+        ),
+        "grpc": grpcclient.InferenceServerClient(server.grpc_url),
+    }
 
 
 def _pids(server) -> dict:
     """Every process of the server by role: a process killed and restarted changes its pid."""
     kids = children_of(server.pid)
-    return {"serve": server.pid, "engine": server.engine_pid(), "workers": sorted(server.worker_pids()),
-            "grpc": sorted(p for p in kids if "posenc.service.v2.grpc_main" in cmdline(p))}
+    return {
+        "serve": server.pid,
+        "engine": server.engine_pid(),
+        "workers": sorted(server.worker_pids()),
+        "grpc": sorted(p for p in kids if "posenc.service.v2.grpc_main" in cmdline(p)),
+    }
 
 
 def _request(m, name: str, positions: np.ndarray, offsets=(0, 4 << 20)):
@@ -96,7 +103,7 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
         for transport, c in clients.items():
             m, name = MODULES[transport], f"shrink-{transport}"
             c.register_system_shared_memory(name, key, REGION)
-            for _ in range(3):   # answered twice by the full path, then learnt by the shortcut (simd)
+            for _ in range(3):  # answered twice by the full path, then learnt by the shortcut (simd)
                 _infer(c, m, name, rng.integers(0, 4096, BATCH, dtype=np.int64))
             ok = refused = 0
             deadline = time.monotonic() + SECONDS
@@ -109,8 +116,9 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
                         _infer(c, m, name, rng.integers(0, 4096, BATCH, dtype=np.int64))
                         ok += 1
                     except InferenceServerException as e:
-                        assert e.status() == CODE[transport] and "too small" in e.message(), \
+                        assert e.status() == CODE[transport] and "too small" in e.message(), (
                             f"{transport}: {e.status()} {e.message()}\n{s.logs()}"
+                        )
                         refused += 1
             counts[transport] = (ok, refused)
             assert ok + refused >= 10, counts
@@ -136,6 +144,7 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
 def served(tmp_path_factory):
     """One server (2 workers of each transport) for the link attacks, stopped cleanly after."""
     from tests.procs import Procs, unique_namespace
+
     reg = Procs(tmp_path_factory.mktemp("links"))
     ns = unique_namespace()
     s = _serve(reg, ns, 2)
@@ -159,7 +168,10 @@ def _own_file(ns: str) -> str:
 def _refused(call, transport: str, words: str) -> None:
     with pytest.raises(InferenceServerException) as e:
         call()
-    assert e.value.status() == CODE[transport] and words in e.value.message(), (e.value.status(), e.value.message())
+    assert e.value.status() == CODE[transport] and words in e.value.message(), (
+        e.value.status(),
+        e.value.message(),
+    )
 
 
 def _links(tmp_path, ns: str) -> dict:
@@ -168,8 +180,11 @@ def _links(tmp_path, ns: str) -> dict:
     outside.write_bytes(b"A" * REGION)
     own = _own_file(ns)
     out = {}
-    for kind, target in (("symlink outside", str(outside)), ("symlink to a posenc file", own),
-                         ("hard link to a posenc file", own)):
+    for kind, target in (
+        ("symlink outside", str(outside)),
+        ("symlink to a posenc file", own),
+        ("hard link to a posenc file", own),
+    ):
         key = f"posenc_test_{_tag()}"
         path = os.path.join(SHM_DIR, key)
         (os.link if kind.startswith("hard") else os.symlink)(target, path)
@@ -177,8 +192,11 @@ def _links(tmp_path, ns: str) -> dict:
     return out
 
 
-WORDS = {"symlink outside": "symbolic link", "symlink to a posenc file": "symbolic link",
-         "hard link to a posenc file": "links"}
+WORDS = {
+    "symlink outside": "symbolic link",
+    "symlink to a posenc file": "symbolic link",
+    "hard link to a posenc file": "links",
+}
 
 
 @pytest.mark.parametrize("transport", MODULES)
@@ -190,8 +208,11 @@ def test_links_are_refused_at_registration(served, tmp_path, transport):
         before = {k: _sha(t) for k, (_, _, t) in links.items()}
         for kind, (key, _, _) in links.items():
             size = os.stat(links[kind][2]).st_size
-            _refused(lambda: c.register_system_shared_memory("evil", key, min(size, 1 << 16)), transport,
-                     WORDS[kind])
+            _refused(
+                lambda: c.register_system_shared_memory("evil", key, min(size, 1 << 16)),
+                transport,
+                WORDS[kind],
+            )
         st = c.get_system_shared_memory_status()
         assert (st == []) if transport == "rest" else not st.regions
         assert {k: _sha(t) for k, (_, _, t) in links.items()} == before
@@ -216,13 +237,16 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
                 c.register_system_shared_memory(name, own, 1 << 16)
             finally:
                 os.unlink(own_path)
-            os.rename(path, own_path)   # the link now has the registered key's name
+            os.rename(path, own_path)  # the link now has the registered key's name
             try:
                 p = np.arange(16, dtype=np.int64).reshape(1, 16)
-                for _ in range(4):   # over both workers, and on to the shortcut if it could learn
+                for _ in range(4):  # over both workers, and on to the shortcut if it could learn
                     ins, outs = _request(m, name, p, (0, 8192))
-                    _refused(lambda: c.infer("rope", ins, outputs=outs, parameters={"spec": SPEC}), transport,
-                             WORDS[kind])
+                    _refused(
+                        lambda: c.infer("rope", ins, outputs=outs, parameters={"spec": SPEC}),
+                        transport,
+                        WORDS[kind],
+                    )
             finally:
                 os.rename(own_path, path)
                 c.unregister_system_shared_memory(name)
@@ -236,7 +260,13 @@ def test_a_key_swapped_for_a_link_after_registration_is_refused_at_use(served, t
 def test_keys_of_any_posenc_namespace_are_refused(served, transport):
     s, clients = served
     c = clients[transport]
-    seg = f"{s.namespace}.seg.1.0123456789abcdef0123"   # (a segment name of an older version)
-    for key in (f"/{seg}", f"/{s.namespace}.manifest.json", f"/{s.namespace}.lock",
-                "/ptest-00000000.seg.0.rope", "/other_ns.manifest.json", "/x.metrics.1"):
+    seg = f"{s.namespace}.seg.1.0123456789abcdef0123"  # (a segment name of an older version)
+    for key in (
+        f"/{seg}",
+        f"/{s.namespace}.manifest.json",
+        f"/{s.namespace}.lock",
+        "/ptest-00000000.seg.0.rope",
+        "/other_ns.manifest.json",
+        "/x.metrics.1",
+    ):
         _refused(lambda: c.register_system_shared_memory("evil", key, 16), transport, "posenc's own files")

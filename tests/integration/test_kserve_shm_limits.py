@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tritonclient.utils import InferenceServerException
 
-from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.procs import children_of
 from tests.service.v2.shm_client import client_object
@@ -28,7 +28,7 @@ MODULES = {"rest": httpclient, "grpc": grpcclient}
 CONFIG = {"length": 2048, "tables": [{"name": "rope-64", "family": "rope", "spec": {"head_dim": 64}}]}
 REGIONS = 2000
 SIZE = 4096
-SLACK = 24          # descriptors a process may open besides regions (sockets of new connections, ...)
+SLACK = 24  # descriptors a process may open besides regions (sockets of new connections, ...)
 
 
 def _fds(pid: int) -> int:
@@ -48,15 +48,17 @@ def _use(m, c, name: str, p: int) -> None:
 def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(procs, ns):
     s = procs.serve(CONFIG, workers=2, namespace=ns, grpc=True, args=["--grpc-workers", "2"])
     wait_grpc_ready(s)
-    clients = {"rest": httpclient.InferenceServerClient(s.url[len("http://"):], network_timeout=30),
-               "grpc": grpcclient.InferenceServerClient(s.grpc_url)}
+    clients = {
+        "rest": httpclient.InferenceServerClient(s.url[len("http://") :], network_timeout=30),
+        "grpc": grpcclient.InferenceServerClient(s.grpc_url),
+    }
     prefix = f"posenc_test_{uuid.uuid4().hex[:8]}_"
     paths = []
     try:
-        for _ in range(REGIONS):   # the client's regions
+        for _ in range(REGIONS):  # the client's regions
             paths.append(client_object(SIZE, prefix)[1])
         pids = _server_pids(s)
-        for t in ("rest", "grpc"):   # each transport's connection is open before the baseline
+        for t in ("rest", "grpc"):  # each transport's connection is open before the baseline
             clients[t].infer("rope", [_positions(MODULES[t], 1)], parameters={"spec": '{"head_dim": 64}'})
         base = {p: _fds(p) for p in pids}
         peak = dict(base)
@@ -68,34 +70,42 @@ def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(pro
         done, took = 0, []
         while done < REGIONS:
             batch = list(range(done, min(done + MAX_REGIONS, REGIONS)))
-            for i in batch:   # registration over gRPC, timed
+            for i in batch:  # registration over gRPC, timed
                 t0 = time.perf_counter()
                 clients["grpc"].register_system_shared_memory(f"r{i}", "/" + os.path.basename(paths[i]), SIZE)
                 took.append(time.perf_counter() - t0)
-            if len(batch) == MAX_REGIONS:   # full: one more is refused on both transports, naming the limit
+            if len(batch) == MAX_REGIONS:  # full: one more is refused on both transports, naming the limit
                 for t, code in (("grpc", "StatusCode.RESOURCE_EXHAUSTED"), ("rest", "400")):
                     with pytest.raises(InferenceServerException) as e:
-                        clients[t].register_system_shared_memory("one-more", "/" + os.path.basename(paths[-1]), SIZE)
-                    assert e.value.status() == code and f"{MAX_REGIONS} regions" in e.value.message(), e.value.message()
-            for k, i in enumerate(batch):   # each region used once, alternately over REST and gRPC
+                        clients[t].register_system_shared_memory(
+                            "one-more", "/" + os.path.basename(paths[-1]), SIZE
+                        )
+                    assert e.value.status() == code and f"{MAX_REGIONS} regions" in e.value.message(), (
+                        e.value.message()
+                    )
+            for k, i in enumerate(batch):  # each region used once, alternately over REST and gRPC
                 t = "rest" if k % 2 else "grpc"
                 _use(MODULES[t], clients[t], f"r{i}", i % 2048)
                 if k % 64 == 0:
                     sample()
             sample()
-            for i in (batch[0], batch[-1]):   # the answers landed in the regions
+            for i in (batch[0], batch[-1]):  # the answers landed in the regions
                 got = np.fromfile(paths[i], np.float32, 64)
-                ref = clients["grpc"].infer("rope", [_positions(grpcclient, i % 2048)], parameters={"spec": '{"head_dim": 64}'})
+                ref = clients["grpc"].infer(
+                    "rope", [_positions(grpcclient, i % 2048)], parameters={"spec": '{"head_dim": 64}'}
+                )
                 np.testing.assert_array_equal(got, ref.as_numpy("cos").reshape(-1))
             clients["rest"].unregister_system_shared_memory()
             done += len(batch)
         assert s.alive() and sorted(_server_pids(s)) == sorted(pids)
         grown = {p: peak[p] - base[p] for p in pids}
         assert max(grown.values()) <= OPEN_REGIONS + SLACK, (grown, base)
-        first, last = statistics.median(took[:100]), statistics.median(took[MAX_REGIONS - 100:MAX_REGIONS])
+        first, last = statistics.median(took[:100]), statistics.median(took[MAX_REGIONS - 100 : MAX_REGIONS])
         assert last < 3 * first + 0.002, (first, last)
-        print(f"registration: median {first * 1e3:.2f} ms (first 100), {last * 1e3:.2f} ms (last 100 of "
-              f"{MAX_REGIONS}); descriptors grown: {grown}")
+        print(
+            f"registration: median {first * 1e3:.2f} ms (first 100), {last * 1e3:.2f} ms (last 100 of "
+            f"{MAX_REGIONS}); descriptors grown: {grown}"
+        )
     finally:
         for c in clients.values():
             c.close()

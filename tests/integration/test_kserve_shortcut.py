@@ -18,24 +18,34 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
-from tests.integration.kserve_cases import TABLES, V2_CONFIG, assert_same, clients_of, infer, serving_grpc, \
-    v1_answer
+from tests.integration.kserve_cases import (
+    TABLES,
+    V2_CONFIG,
+    assert_same,
+    clients_of,
+    infer,
+    serving_grpc,
+    v1_answer,
+)
 from tests.procs import child_env
 
 pytestmark = pytest.mark.slow
 TRANSPORTS = {"rest": httpclient, "grpc": grpcclient}
 # (model, spec parameter or None for a table model, the /v1 body's spec)
-MODELS = [("rope", {"head_dim": 64}, {"head_dim": 64}),
-          ("sinusoidal", {"d_model": 33, "layout": "interleaved"}, {"d_model": 33, "layout": "interleaved"}),
-          ("gptj-rope", None, {**TABLES["gptj-rope"]["spec"], "dtype": "bfloat16"}),
-          ("llama-3.1-8b", None, TABLES["llama-3.1-8b"]["spec"]),
-          ("marian-512", None, TABLES["marian-512"]["spec"])]
+MODELS = [
+    ("rope", {"head_dim": 64}, {"head_dim": 64}),
+    ("sinusoidal", {"d_model": 33, "layout": "interleaved"}, {"d_model": 33, "layout": "interleaved"}),
+    ("gptj-rope", None, {**TABLES["gptj-rope"]["spec"], "dtype": "bfloat16"}),
+    ("llama-3.1-8b", None, TABLES["llama-3.1-8b"]["spec"]),
+    ("marian-512", None, TABLES["marian-512"]["spec"]),
+]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving_grpc(tmp_path_factory, "v2-shortcut", V2_CONFIG, workers=1,
-                      env=child_env({"POSENC_SHORTCUT": "c"})) as s:
+    with serving_grpc(
+        tmp_path_factory, "v2-shortcut", V2_CONFIG, workers=1, env=child_env({"POSENC_SHORTCUT": "c"})
+    ) as s:
         yield s
 
 
@@ -57,7 +67,7 @@ def test_repeated_requests_answer_what_v1_answers(clients, transport, model, spe
     for k in range(5):
         p = rng.integers(0, 2048, shape)
         if k == 3:
-            p.flat[-1] = 5000   # past the 2048 rows: computed
+            p.flat[-1] = 5000  # past the 2048 rows: computed
         r = infer(TRANSPORTS[transport], clients[transport], model, {"positions": p}, spec, datatype=datatype)
         rows = p if p.ndim == 2 else p[None]
         for i, row in enumerate(rows):
@@ -80,8 +90,10 @@ def test_a_stream_of_repeated_requests_answers_what_v1_answers(clients, server):
         c.close()
     for k, (result, error) in enumerate(answers):
         assert error is None
-        assert_same(result, v1_answer(clients["http"], "rope", {**TABLES["llama-3.1-8b"]["spec"],
-                                                                "positions": [k, 2 * k]}))
+        assert_same(
+            result,
+            v1_answer(clients["http"], "rope", {**TABLES["llama-3.1-8b"]["spec"], "positions": [k, 2 * k]}),
+        )
 
 
 def test_outputs_into_shared_memory_are_what_v1_answers(clients):

@@ -16,9 +16,11 @@ from tests.integration.loadtest_cases import require_installed
 require_installed("locust", "hdrh", "uvicorn")
 
 from posenc.loadtest import locustrun, payloads, probe
+
 from tests.integration.loadtest_cases import PAYLOADS, TABLES
 from tests.procs import PYTHON, Procs
 from tests.shm import shm_files
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
@@ -45,10 +47,16 @@ def posenc(files):
 def test_locust_mix_runs_without_failures(posenc, files):
     srv, _ = posenc
     prefix = str(files / "locust")
-    stats = locustrun.run(srv.url, prefix, users=6, run_time=4,
-                          weights="decode=1,pipeline=1,json=1,newspec=1,v2rest=1,grpc=1",
-                          payloads=str(files / "payloads.json"), log_path=str(files / "locust.log"),
-                          extra=["--posenc-grpc", srv.grpc_url])
+    stats = locustrun.run(
+        srv.url,
+        prefix,
+        users=6,
+        run_time=4,
+        weights="decode=1,pipeline=1,json=1,newspec=1,v2rest=1,grpc=1",
+        payloads=str(files / "payloads.json"),
+        log_path=str(files / "locust.log"),
+        extra=["--posenc-grpc", srv.grpc_url],
+    )
     assert os.path.exists(prefix + "_stats.csv") and os.path.exists(prefix + ".html")
     agg = stats["Aggregated"]
     assert agg["requests"] > 0
@@ -62,8 +70,9 @@ def test_locust_mix_runs_without_failures(posenc, files):
 def test_probe_low_rate_reports_percentiles(posenc, files):
     srv, _ = posenc
     cfg = payloads.load(str(files / "payloads.json"))
-    [step] = probe.sweep(srv.url, [200], duration=1.5, kinds="rope-row:1,alibi-decode:1", connections=8,
-                         warmup=0.3, cfg=cfg)
+    [step] = probe.sweep(
+        srv.url, [200], duration=1.5, kinds="rope-row:1,alibi-decode:1", connections=8, warmup=0.3, cfg=cfg
+    )
     assert step.errors == 0 and step.timeouts == 0, step.status_counts
     # Open loop: every request scheduled in the window was sent and answered (how fast is a
     # benchmark's question, not this test's).
@@ -80,14 +89,46 @@ def test_report_command_end_to_end(procs, files, tmp_path):
     h2load, probe, locust, report. A missing wrk or h2load fails it: the report would silently leave their
     sections out."""
     for tool, package in (("wrk", "wrk"), ("h2load", "nghttp2-client")):
-        assert shutil.which(tool), f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
+        assert shutil.which(tool), (
+            f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
+        )
     out = tmp_path / "report"
-    cmd = [PYTHON, "-m", "posenc.loadtest", "report", "--tables", str(files / "tables.json"),
-           "--payloads", str(files / "payloads.json"), "--out", str(out), "--server-cpus", "",
-           "--client-cpus", "", "--saturation", "400", "--fractions", "0.5", "--probe-duration", "0.5",
-           "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1", "--locust-time", "2",
-           "--locust-users", "4", "--locust-weights", "decode=1,pipeline=1,json=1,newspec=0",
-           "--idle-budget", "0"]
+    cmd = [
+        PYTHON,
+        "-m",
+        "posenc.loadtest",
+        "report",
+        "--tables",
+        str(files / "tables.json"),
+        "--payloads",
+        str(files / "payloads.json"),
+        "--out",
+        str(out),
+        "--server-cpus",
+        "",
+        "--client-cpus",
+        "",
+        "--saturation",
+        "400",
+        "--fractions",
+        "0.5",
+        "--probe-duration",
+        "0.5",
+        "--probe-warmup",
+        "0.2",
+        "--connections",
+        "8",
+        "--wrk-duration",
+        "1",
+        "--locust-time",
+        "2",
+        "--locust-users",
+        "4",
+        "--locust-weights",
+        "decode=1,pipeline=1,json=1,newspec=0",
+        "--idle-budget",
+        "0",
+    ]
     p = procs.run(cmd, timeout=180, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     for name in ("summary.md", "latency.png", "locust.html", "locust_stats.csv", "results.json"):

@@ -17,10 +17,11 @@ for _mod in ("locust", "hdrh", "uvicorn"):
 
 from posenc.loadtest import floor, locustrun, mix
 from posenc.service.shortcut.templates import shortcut_in_use
+
 from tests.integration.loadtest_cases import TABLES
 from tests.procs import PYTHON
 
-SHORTCUT = shortcut_in_use("auto") == "c"   # what `posenc serve` runs here by default
+SHORTCUT = shortcut_in_use("auto") == "c"  # what `posenc serve` runs here by default
 
 
 @pytest.fixture
@@ -33,20 +34,55 @@ def tables(tmp_path):
 @pytest.mark.slow
 def test_realistic_mix_report_end_to_end(procs, tables, tmp_path):
     for tool, package in (("wrk", "wrk"), ("h2load", "nghttp2-client")):
-        assert shutil.which(tool), f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
+        assert shutil.which(tool), (
+            f"{tool} is not installed: `apt-get install -y {package}` (.ci/run installs it)"
+        )
     out = tmp_path / "report"
-    cmd = [PYTHON, "-m", "posenc", "loadtest", "--scenario", "realistic-mix", "--tables", tables, "--out", str(out),
-           "--server-cpus", "", "--client-cpus", "", "--saturation", "400", "--fractions", "0.5",
-           "--probe-duration", "1", "--probe-warmup", "0.2", "--connections", "8", "--wrk-duration", "1",
-           "--locust-time", "4", "--locust-users", "4", "--new-specs-per-s", "4", "--idle-budget", "0"]
+    cmd = [
+        PYTHON,
+        "-m",
+        "posenc",
+        "loadtest",
+        "--scenario",
+        "realistic-mix",
+        "--tables",
+        tables,
+        "--out",
+        str(out),
+        "--server-cpus",
+        "",
+        "--client-cpus",
+        "",
+        "--saturation",
+        "400",
+        "--fractions",
+        "0.5",
+        "--probe-duration",
+        "1",
+        "--probe-warmup",
+        "0.2",
+        "--connections",
+        "8",
+        "--wrk-duration",
+        "1",
+        "--locust-time",
+        "4",
+        "--locust-users",
+        "4",
+        "--new-specs-per-s",
+        "4",
+        "--idle-budget",
+        "0",
+    ]
     p = procs.run(cmd, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["shm_leftovers"] == []
     assert res["scenario"]["name"] == "realistic-mix" and res["scenario"]["pool"] == 2048
     # every family, every way: /v1 and v2 REST, binary and JSON
-    assert set(res["scenario"]["kinds"]) == {f"{f} {w}" for f in ("rope", "sinusoidal", "alibi", "t5-buckets")
-                                             for w in mix.WAYS}
+    assert set(res["scenario"]["kinds"]) == {
+        f"{f} {w}" for f in ("rope", "sinusoidal", "alibi", "t5-buckets") for w in mix.WAYS
+    }
     # The floors answered each request with posenc's own bytes (captured per request).
     answers = json.loads((out / "floor_requests.json").read_text())
     assert len(answers) == 2048 and {a[0] for a in answers} >= {"/v1/rope", "/v2/models/alibi/infer"}
@@ -78,10 +114,21 @@ def test_realistic_mix_report_end_to_end(procs, tables, tmp_path):
 def test_floor_answers_each_request_with_its_bytes(tmp_path):
     """The raw-ASGI floor looks each request up by path and body (the mix gives every request its own answer)."""
     import asyncio
+
     path = tmp_path / "answers.json"
-    floor.save_requests(str(path), [("/v1/rope", b'{"a":1}', "application/json", b"one", []),
-                                    ("/v1/rope", b'{"a":2}', "application/octet-stream", b"two",
-                                     [("inference-header-content-length", "3")])])
+    floor.save_requests(
+        str(path),
+        [
+            ("/v1/rope", b'{"a":1}', "application/json", b"one", []),
+            (
+                "/v1/rope",
+                b'{"a":2}',
+                "application/octet-stream",
+                b"two",
+                [("inference-header-content-length", "3")],
+            ),
+        ],
+    )
     app = floor.make_app({}, floor.load_requests(str(path)))
 
     async def call(body: bytes):
@@ -92,10 +139,14 @@ def test_floor_answers_each_request_with_its_bytes(tmp_path):
 
         async def send(msg):
             sent.append(msg)
+
         await app({"type": "http", "path": "/v1/rope"}, receive, send)
         return dict(sent[0]["headers"]), sent[1]["body"]
 
-    assert asyncio.run(call(b'{"a":1}')) == ({b"content-type": b"application/json", b"content-length": b"3"}, b"one")
+    assert asyncio.run(call(b'{"a":1}')) == (
+        {b"content-type": b"application/json", b"content-length": b"3"},
+        b"one",
+    )
     h, b = asyncio.run(call(b'{"a":2}'))
     assert b == b"two" and h[b"inference-header-content-length"] == b"3"
 
@@ -104,12 +155,18 @@ def test_floor_answers_each_request_with_its_bytes(tmp_path):
 def test_locust_mix_user(procs, tables, tmp_path):
     srv = procs.serve(tables, workers=1)
     prefix = str(tmp_path / "locust")
-    stats = locustrun.run(srv.url, prefix, users=4, run_time=3, log_path=str(tmp_path / "locust.log"),
-                          extra=["--posenc-scenario", "realistic-mix", "--posenc-tables", tables])
+    stats = locustrun.run(
+        srv.url,
+        prefix,
+        users=4,
+        run_time=3,
+        log_path=str(tmp_path / "locust.log"),
+        extra=["--posenc-scenario", "realistic-mix", "--posenc-tables", tables],
+    )
     agg = stats["Aggregated"]
     assert agg["requests"] > 0 and agg["failures"] == 0, (tmp_path / "locust.log").read_text()[-2000:]
     names = {k for k in stats if k.startswith("mix ")}
-    assert len(names) >= 8, sorted(stats)       # many families and ways drawn in a few seconds
+    assert len(names) >= 8, sorted(stats)  # many families and ways drawn in a few seconds
     # the scenario runs MixUser and NewSpecUser only
     assert set(stats) - names - {"Aggregated"} <= {"new-spec"}, sorted(stats)
 
@@ -118,8 +175,9 @@ def test_every_v1_request_the_mix_draws_from_the_default_tables_parses():
     """The default table config's tables, as the mix asks them: each /v1 body parses (multi-axis
     RoPE tables, asked with per-axis position_ids, are left out of the mix)."""
     from posenc.engine import pipeline
+
     _, _, _, items = mix.build("t", None, pool=512)
     v1 = [(path, body) for path, _, body in items if path.startswith("/v1/")]
     assert len({path for path, _ in v1}) == 4
     for path, body in v1:
-        pipeline.parse(path[len("/v1/"):], json.loads(body))
+        pipeline.parse(path[len("/v1/") :], json.loads(body))

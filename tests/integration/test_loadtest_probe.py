@@ -18,12 +18,15 @@ from tests.integration.loadtest_cases import require_installed
 require_installed("hdrh", "uvicorn")
 
 from posenc.loadtest import mix, probe, report, sender
+
 from tests.integration.loadtest_cases import TABLES
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from tests.procs import Procs
     from tests.shm import shm_files
+
     d = tmp_path_factory.mktemp("probe")
     (d / "tables.json").write_text(json.dumps(TABLES))
     reg = Procs(d / "procs")
@@ -44,7 +47,9 @@ def _pool(srv, tables, n=256):
 
 def test_the_c_sender_is_built():
     """pip install builds loadtest/_sender.c (setup.py); without it the probe cannot measure the lane."""
-    assert sender._sender is not None, "posenc.loadtest._sender is not built: pip install -e . needs a C compiler"
+    assert sender._sender is not None, (
+        "posenc.loadtest._sender is not built: pip install -e . needs a C compiler"
+    )
     assert sender.name() == "c"
 
 
@@ -55,15 +60,27 @@ def test_a_held_rate_gives_exact_counts(server, monkeypatch, which, rate):
     srv, tables = server
     monkeypatch.setenv("POSENC_PROBE_SENDER", which)
     reqs, kinds, names = _pool(srv, tables)
-    s = probe.run_step("127.0.0.1", srv.port, reqs, kinds, names, rate, duration=1.0, connections=16,
-                       warmup=0.25, target="posenc")
+    s = probe.run_step(
+        "127.0.0.1",
+        srv.port,
+        reqs,
+        kinds,
+        names,
+        rate,
+        duration=1.0,
+        connections=16,
+        warmup=0.25,
+        target="posenc",
+    )
     assert s.sender == which
     assert s.errors == 0 and s.timeouts == 0 and s.resets == 0, s.status_counts
     assert s.sent == int(rate * 1.0) and s.completed == s.sent, (s.sent, s.completed)
     assert s.status_counts == {200: s.sent}
     # The server held the rate. On a machine whose cores others load, the probe may send over 1% of
     # its requests late (it shares a core with the server here): that is reported as the probe's.
-    assert s.behind in ("", "probe") and (s.behind == "") == (s.late_share <= probe.MAX_LATE_SHARE), probe.format_step(s)
+    assert s.behind in ("", "probe") and (s.behind == "") == (s.late_share <= probe.MAX_LATE_SHARE), (
+        probe.format_step(s)
+    )
     p = s.percentiles_us
     assert 0 < p["p50"] <= p["p90"] <= p["p99"] <= p["p99.9"] <= s.max_us
     assert set(s.by_kind) == set(names)
@@ -108,10 +125,11 @@ class SlowServer(threading.Thread):
             # closed" in whichever later test the garbage collector happens to run).
             for w in list(self.writers):
                 w.close()
-            for _ in range(500):   # (each handler ends at its EOF; bounded all the same)
+            for _ in range(500):  # (each handler ends at its EOF; bounded all the same)
                 if not self.writers:
                     break
                 await asyncio.sleep(0.01)
+
         asyncio.run(main())
 
     def stop(self):
@@ -127,8 +145,19 @@ def test_a_server_that_cannot_keep_up_fell_behind():
     srv.ready.wait(5)
     try:
         req = b"POST /v1/rope HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-        s = probe.run_step("127.0.0.1", srv.port, [req], [0], ["slow"], 2000.0, duration=0.5, connections=4,
-                           warmup=0.1, drain=0.5, target="slow")
+        s = probe.run_step(
+            "127.0.0.1",
+            srv.port,
+            [req],
+            [0],
+            ["slow"],
+            2000.0,
+            duration=0.5,
+            connections=4,
+            warmup=0.1,
+            drain=0.5,
+            target="slow",
+        )
     finally:
         srv.stop()
     assert s.sender == "c"
@@ -160,8 +189,18 @@ def test_a_server_that_closes_after_each_answer(monkeypatch, which):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         req = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-        s = probe.run_step("127.0.0.1", srv.server_address[1], [req], [0], ["x"], 200.0, duration=0.5,
-                           connections=4, warmup=0.1, target="http/1.0")
+        s = probe.run_step(
+            "127.0.0.1",
+            srv.server_address[1],
+            [req],
+            [0],
+            ["x"],
+            200.0,
+            duration=0.5,
+            connections=4,
+            warmup=0.1,
+            target="http/1.0",
+        )
     finally:
         srv.shutdown()
         srv.server_close()
@@ -175,31 +214,55 @@ def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
     srv, tables = server
     monkeypatch.setenv("POSENC_PROBE_SENDER", "python")
     reqs, kinds, names = _pool(srv, tables, 64)
-    s = probe.run_step("127.0.0.1", srv.port, reqs, kinds, names, 100_000.0, duration=0.2, connections=16,
-                       warmup=0.05, drain=0.5, target="posenc")
+    s = probe.run_step(
+        "127.0.0.1",
+        srv.port,
+        reqs,
+        kinds,
+        names,
+        100_000.0,
+        duration=0.2,
+        connections=16,
+        warmup=0.05,
+        drain=0.5,
+        target="posenc",
+    )
     assert s.fell_behind and s.behind in ("probe", "server"), probe.format_step(s)
     assert s.achieved_rps < 0.97 * 100_000
     _no_latency_in_report(s)
 
 
-@pytest.mark.parametrize("unsent, late_share, queued, timeouts, achieved, expected", [
-    (False, 0.0, 0, 0, 1000.0, (False, "")),
-    (False, 0.009, 0, 0, 980.0, (False, "")),
-    (False, 0.02, 0, 0, 1000.0, (True, "probe")),     # its own sends late: those latencies are its own
-    (True, 0.0, 0, 0, 1000.0, (True, "probe")),       # it could not send everything
-    (False, 0.0, 50, 5, 1000.0, (True, "server")),    # answers missing at the end
-    (False, 0.0, 50, 0, 960.0, (True, "server")),     # under 97% of the offered rate answered
-    (False, 0.05, 50, 0, 500.0, (True, "server")),    # late too, but requests waited for the server
-    (False, 0.05, 0, 0, 500.0, (True, "probe")),      # slow while every connection was free: the probe
-])
+@pytest.mark.parametrize(
+    "unsent, late_share, queued, timeouts, achieved, expected",
+    [
+        (False, 0.0, 0, 0, 1000.0, (False, "")),
+        (False, 0.009, 0, 0, 980.0, (False, "")),
+        (False, 0.02, 0, 0, 1000.0, (True, "probe")),  # its own sends late: those latencies are its own
+        (True, 0.0, 0, 0, 1000.0, (True, "probe")),  # it could not send everything
+        (False, 0.0, 50, 5, 1000.0, (True, "server")),  # answers missing at the end
+        (False, 0.0, 50, 0, 960.0, (True, "server")),  # under 97% of the offered rate answered
+        (False, 0.05, 50, 0, 500.0, (True, "server")),  # late too, but requests waited for the server
+        (False, 0.05, 0, 0, 500.0, (True, "probe")),  # slow while every connection was free: the probe
+    ],
+)
 def test_who_fell_behind(unsent, late_share, queued, timeouts, achieved, expected):
-    r = probe.StepResult(target="t", rate=1000.0, duration_s=1.0, connections=1, sent=1000, late_share=late_share,
-                         queued=queued, timeouts=timeouts, achieved_rps=achieved)
+    r = probe.StepResult(
+        target="t",
+        rate=1000.0,
+        duration_s=1.0,
+        connections=1,
+        sent=1000,
+        late_share=late_share,
+        queued=queued,
+        timeouts=timeouts,
+        achieved_rps=achieved,
+    )
     assert probe.judge(r, unsent) == expected
 
 
 def _no_latency_in_report(s: probe.StepResult) -> None:
     import dataclasses
+
     d = dataclasses.asdict(s)
     res = {"probe": {"posenc": [d], "floor": []}, "saturation_rps": s.rate * 2}
     f = report.figures(res, 37_500.0, 80.0, 32)
@@ -216,14 +279,33 @@ def test_a_floor_that_fell_behind_gives_no_latency_in_the_headline():
     posenc's latency and says the floor fell behind, with no floor latency or difference (the
     floor's percentiles there are its queue, not a latency)."""
     import dataclasses
+
     pct = {"p50": 40, "p90": 90, "p99": 300, "p99.9": 900, "max": 1000}
-    kept = probe.StepResult(target="posenc", rate=25_000.0, duration_s=1.0, connections=64, sent=25_000,
-                            achieved_rps=25_000.0, percentiles_us=pct)
-    fell = probe.StepResult(target="floor", rate=25_000.0, duration_s=1.0, connections=64, sent=25_000,
-                            achieved_rps=20_000.0, queued=5_000, fell_behind=True, behind="server",
-                            percentiles_us={k: 100 * v for k, v in pct.items()})
-    res = {"probe": {"posenc": [dataclasses.asdict(kept)], "floor": [dataclasses.asdict(fell)]},
-           "saturation_rps": 50_000.0}
+    kept = probe.StepResult(
+        target="posenc",
+        rate=25_000.0,
+        duration_s=1.0,
+        connections=64,
+        sent=25_000,
+        achieved_rps=25_000.0,
+        percentiles_us=pct,
+    )
+    fell = probe.StepResult(
+        target="floor",
+        rate=25_000.0,
+        duration_s=1.0,
+        connections=64,
+        sent=25_000,
+        achieved_rps=20_000.0,
+        queued=5_000,
+        fell_behind=True,
+        behind="server",
+        percentiles_us={k: 100 * v for k, v in pct.items()},
+    )
+    res = {
+        "probe": {"posenc": [dataclasses.asdict(kept)], "floor": [dataclasses.asdict(fell)]},
+        "saturation_rps": 50_000.0,
+    }
     f = report.figures(res, 37_500.0, 80.0, 32)
     assert f["at_50"]["floor"] is None and f["at_50"]["posenc"] == pct
     head = next(line for line in report.markdown(res, f).splitlines() if "at 50% of saturation" in line)
@@ -242,11 +324,15 @@ def test_a_step_the_probe_fell_behind_on_is_measured_once_more_and_the_better_ke
 
     def doubtful(d):
         return d["behind"] == "probe"
+
     late = {"fell_behind": True, "behind": "probe", "p99": 0}
     held = {"fell_behind": False, "behind": "", "p99": 70}
-    for first, second, want, calls in ((late, held, held, 2), (held, late, held, 1),
-                                       (late, dict(late), late, 2),
-                                       ({**late, "behind": "server"}, held, {**late, "behind": "server"}, 1)):
+    for first, second, want, calls in (
+        (late, held, held, 2),
+        (held, late, held, 1),
+        (late, dict(late), late, 2),
+        ({**late, "behind": "server"}, held, {**late, "behind": "server"}, 1),
+    ):
         guard, made = NoiseGuard([os.getpid()], idle_budget=0.0, noise_cores=1e9), []
         results = iter([first, second])
         got = guard.measure(lambda: made.append(1) or dict(next(results)), quality, doubtful)

@@ -8,10 +8,10 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from posenc.service.metrics.counters import FLUSH_S
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from posenc.service.metrics.counters import FLUSH_S
 from tests.integration.kserve_cases import V2_CONFIG, serving_grpc
 from tests.procs import wait_for
 
@@ -25,8 +25,11 @@ def srv(tmp_path_factory):
 def scrape(srv) -> dict:
     """{(sample name, labels as a sorted tuple): value}."""
     text = httpx.get(srv.url + "/metrics", timeout=10).text
-    return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
-            for fam in text_string_to_metric_families(text) for smp in fam.samples}
+    return {
+        (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+        for fam in text_string_to_metric_families(text)
+        for smp in fam.samples
+    }
 
 
 def infer(c, head_dim: int, positions: list[int]):
@@ -38,9 +41,11 @@ def infer(c, head_dim: int, positions: list[int]):
 def test_grpc_metrics_are_consistent_with_http(srv):
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     try:
-        answered = [infer(c, 64, list(range(n))) for n in (1, 100, 1000, 1000)]   # full path, then the shortcut
+        answered = [
+            infer(c, 64, list(range(n))) for n in (1, 100, 1000, 1000)
+        ]  # full path, then the shortcut
         with pytest.raises(InferenceServerException):
-            infer(c, 7, [1])   # an odd head_dim: INVALID_ARGUMENT
+            infer(c, 7, [1])  # an odd head_dim: INVALID_ARGUMENT
     finally:
         c.close()
     httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}, timeout=10)
@@ -49,21 +54,28 @@ def test_grpc_metrics_are_consistent_with_http(srv):
     # both HTTP workers count themselves once each has started (readiness needs only one), and the
     # gRPC process's and the other HTTP worker's counts reach their files within FLUSH_S (later on
     # a loaded machine): wait for every answer given before comparing the rest
-    got = wait_for(lambda: (g := scrape(srv)).get(("posenc_workers", ())) == 2
-                   and g.get(("posenc_grpc_workers", ())) == 2
-                   and g.get((count, (("route", route), ("status", "400")))) == 1
-                   and g.get((count, (("route", route), ("status", "200")))) == 4
-                   and g.get((count, (("route", "/v1/rope"), ("status", "200"))), 0) >= 1 and g,
-                   30, 2 * FLUSH_S, "both HTTP workers, the gRPC answers and the HTTP one counted")
+    got = wait_for(
+        lambda: (
+            (g := scrape(srv)).get(("posenc_workers", ())) == 2
+            and g.get(("posenc_grpc_workers", ())) == 2
+            and g.get((count, (("route", route), ("status", "400")))) == 1
+            and g.get((count, (("route", route), ("status", "200")))) == 4
+            and g.get((count, (("route", "/v1/rope"), ("status", "200"))), 0) >= 1
+            and g
+        ),
+        30,
+        2 * FLUSH_S,
+        "both HTTP workers, the gRPC answers and the HTTP one counted",
+    )
 
-    assert got[("posenc_workers", ())] == 2                 # the HTTP workers only
-    assert got[("posenc_grpc_workers", ())] == 2           # --grpc-workers' default
+    assert got[("posenc_workers", ())] == 2  # the HTTP workers only
+    assert got[("posenc_grpc_workers", ())] == 2  # --grpc-workers' default
     roles = {dict(k[1]).get("role") for k in got if k[0] == "process_resident_memory_bytes"}
     assert {"worker", "grpc"} <= roles, roles
 
     raw = sum(r.as_numpy("cos").nbytes + r.as_numpy("sin").nbytes for r in answered)
     sent = got[("posenc_response_bytes_total", (("route", route),))]
-    assert raw <= sent < raw + 4096, (raw, sent)             # the messages: their arrays plus small headers
+    assert raw <= sent < raw + 4096, (raw, sent)  # the messages: their arrays plus small headers
 
     statuses = {dict(k[1])["status"] for k in got if k[0] == "posenc_request_duration_seconds_count"}
     assert statuses <= {"200", "400", "404", "405", "406", "413", "422", "500", "503", "other"}, statuses

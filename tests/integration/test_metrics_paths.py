@@ -24,28 +24,36 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from prometheus_client.parser import text_string_to_metric_families
-from tritonclient.utils import InferenceServerException
-
 from posenc.service.metrics.counters import FLUSH_S
 from posenc.service.metrics.layout import PATHS
 from posenc.service.shortcut import templates as replay
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
 from tests.integration.kserve_cases import serving_grpc
 from tests.integration.test_lane import lane_answers, read_responses, request, rope, v2_infer
 from tests.procs import child_env, wait_for
 from tests.service_cases import CONFIG
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not replay.NATIVE, reason="the C paths need the C shortcut (service._hot)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not replay.NATIVE, reason="the C paths need the C shortcut (service._hot)"),
+]
 
-PAD = b"".join(b"x-pad-%d: 1\r\n" % i for i in range(49))   # more lines than the C lane reads: httptools does
-OFF = b"proxy-connection: keep-alive\r\n"   # engine/settings.py LANE_OFF_HEADERS: off the lane, to ASGI
+PAD = b"".join(b"x-pad-%d: 1\r\n" % i for i in range(49))  # more lines than the C lane reads: httptools does
+OFF = b"proxy-connection: keep-alive\r\n"  # engine/settings.py LANE_OFF_HEADERS: off the lane, to ASGI
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    with serving_grpc(tmp_path_factory, "metrics-paths", CONFIG, workers=1, args=["--lane", "on"],
-                      env=child_env({"POSENC_SHORTCUT": "c"})) as s:
+    with serving_grpc(
+        tmp_path_factory,
+        "metrics-paths",
+        CONFIG,
+        workers=1,
+        args=["--lane", "on"],
+        env=child_env({"POSENC_SHORTCUT": "c"}),
+    ) as s:
         yield s
 
 
@@ -78,8 +86,9 @@ class Counted:
             ways, counts = scrape(self.srv)
             got = ways.get(self.route, {})
             return sum(got.values()) >= n and (ways, counts)
+
         wait_for(settled, 30, FLUSH_S, f"{n} answers of {self.route} counted")
-        time.sleep(3 * FLUSH_S)   # none late: every process has written its counts since
+        time.sleep(3 * FLUSH_S)  # none late: every process has written its counts since
         ways, counts = scrape(self.srv)
         got = {p: ways[self.route][p] - self.seen[p] for p in PATHS}
         assert got == want, (self.route, got, want)
@@ -91,7 +100,7 @@ def send(srv, data: bytes) -> bytes:
     """One request on a fresh connection, its bytes in one write; its status line."""
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.sendall(data)
-        (status, _headers, body), = read_responses(s, 1)[0]
+        ((status, _headers, body),) = read_responses(s, 1)[0]
     return status + b" " + body[:200] if not status.endswith(b"200 OK") else status
 
 
@@ -100,14 +109,14 @@ OK = b"HTTP/1.1 200 OK"
 
 def test_v1_answers_count_under_the_path_that_made_them(srv):
     route = Counted(srv, "/v1/rope")
-    spec = {}   # CONFIG's stored RoPE table (a spec without one is computed: no template until it is built)
+    spec = {}  # CONFIG's stored RoPE table (a spec without one is computed: no template until it is built)
     assert send(srv, request("/v1/rope", rope([1], **spec))) == OK
     route.check(python=1)
     for p in ([2], [2047, 3], [0]):
         assert send(srv, request("/v1/rope", rope(p, **spec))) == OK
     route.check(c=3)
     lane = lane_answers(srv)
-    for p in ([5], [6, 7]):   # httptools reads the head, the lane answers: the C template, not one C call
+    for p in ([5], [6, 7]):  # httptools reads the head, the lane answers: the C template, not one C call
         assert send(srv, request("/v1/rope", rope(p, **spec), extra=PAD)) == OK
     route.check(shortcut=2)
     assert lane_answers(srv) - lane == 2
@@ -122,7 +131,7 @@ def test_v1_answers_count_under_the_path_that_made_them(srv):
 def test_v2_rest_answers_count_under_the_path_that_made_them(srv):
     route = Counted(srv, "/v2/models/rope/infer")
     spec = {"head_dim": 64}
-    for p in ([3, 0], [4, 1]):   # the full path answers; a key is learnt the second time
+    for p in ([3, 0], [4, 1]):  # the full path answers; a key is learnt the second time
         assert send(srv, v2_infer("rope", p, spec)) == OK
     route.check(python=2)
     for p in ([7, 7], [2047, 0], [1, 2]):
@@ -132,9 +141,9 @@ def test_v2_rest_answers_count_under_the_path_that_made_them(srv):
     off = v2_infer("rope", [8, 9], spec).replace(b"host: t\r\n", b"host: t\r\n" + OFF)
     lane = lane_answers(srv)
     assert send(srv, pad) == OK
-    assert lane_answers(srv) - lane == 1   # the lane, after httptools
+    assert lane_answers(srv) - lane == 1  # the lane, after httptools
     assert send(srv, off) == OK
-    assert lane_answers(srv) - lane == 1   # the raw ASGI front
+    assert lane_answers(srv) - lane == 1  # the raw ASGI front
     route.check(shortcut=2)
     bad = v2_infer("rope", [1, 2], {"head_dim": 7})
     assert send(srv, bad).startswith(b"HTTP/1.1 4")
@@ -153,7 +162,7 @@ def test_grpc_answers_count_under_the_path_that_made_them(srv):
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     try:
         spec = {"spec": '{"head_dim": 64}'}
-        for k in range(6):   # the full path twice (learnt the second time), then the shortcut
+        for k in range(6):  # the full path twice (learnt the second time), then the shortcut
             c.infer("rope", [rope_input([k, k + 1])], parameters=spec)
         with pytest.raises(InferenceServerException):
             c.infer("rope", [rope_input([1])], parameters={"spec": '{"head_dim": 7}'})

@@ -15,9 +15,9 @@ import time
 
 import httpx
 import pytest
+from posenc.service.metrics.counters import FLUSH_S
 from prometheus_client.parser import text_string_to_metric_families
 
-from posenc.service.metrics.counters import FLUSH_S
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG
 
@@ -68,7 +68,7 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
     server = procs.serve(CONFIG, workers=2, namespace=ns, args=["--memory-budget", str(12 * 2**20)])
     stop, counts, fresh = threading.Event(), {}, {}
     threads = [threading.Thread(target=load, args=(server.url, stop, counts)) for _ in range(2)]
-    threads.append(threading.Thread(target=load, args=(server.url, stop, fresh, True)))   # builds, evictions
+    threads.append(threading.Thread(target=load, args=(server.url, stop, fresh, True)))  # builds, evictions
     t_start = time.monotonic()
     for t in threads:
         t.start()
@@ -81,8 +81,12 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
         victim = server.worker_pids()[0]
         before_kill = scrapes[-1]
         os.kill(victim, signal.SIGKILL)
-        wait_for(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(), 30, 0.1,
-                 "uvicorn to replace the worker")
+        wait_for(
+            lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(),
+            30,
+            0.1,
+            "uvicorn to replace the worker",
+        )
         t_end = time.monotonic() + 3.0
         while time.monotonic() < t_end:
             scrapes.append(scrape(server.url))
@@ -104,8 +108,11 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
         prev.update(cur)
     # every answered rope request is counted, those of the killed worker too, but for what it
     # answered since it last wrote its counts (every FLUSH_S) when SIGKILL came
-    rope = sum(v for (name, labels), v in final.items()
-               if name == "posenc_request_duration_seconds_count" and ("route", "/v1/rope") in labels)
+    rope = sum(
+        v
+        for (name, labels), v in final.items()
+        if name == "posenc_request_duration_seconds_count" and ("route", "/v1/rope") in labels
+    )
     answered = counts[200] + fresh.get(200, 0)
     assert rope >= answered - 2 * FLUSH_S * answered / took - len(threads), (rope, answered, took)
     assert final[("posenc_evictions_total", ())] >= 3, final[("posenc_evictions_total", ())]
@@ -121,9 +128,12 @@ def test_no_counter_decreases_when_a_worker_is_killed_under_load(procs, ns):
     assert final[("posenc_memory_budget_bytes", ())] > 0
     assert ("posenc_evictions_total", ()) in final
     assert final[("posenc_response_bytes_total", (("route", "/v1/rope"),))] > 0
-    hot = {p: final.get(("posenc_hot_path_total", (("path", p), ("route", "/v1/rope"))), 0) for p in ("shortcut", "full")}
+    hot = {
+        p: final.get(("posenc_hot_path_total", (("path", p), ("route", "/v1/rope"))), 0)
+        for p in ("shortcut", "full")
+    }
     assert hot["full"] > 0, hot
-    if httpx.get(server.url + "/v1/tables").json()["shortcut"] == "c":   # repeated specs take it
+    if httpx.get(server.url + "/v1/tables").json()["shortcut"] == "c":  # repeated specs take it
         assert hot["shortcut"] > 0, hot
     else:
         assert hot["shortcut"] == 0, hot

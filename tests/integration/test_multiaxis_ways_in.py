@@ -17,10 +17,10 @@ import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.service.metrics.counters import FLUSH_S
+
 from tests.independent import assert_answer
 from tests.integration.kserve_cases import bits, clients_of, v1_answer
 from tests.procs import wait_for
@@ -32,12 +32,18 @@ QWEN = {"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24], "dtyp
 QWEN3 = {"head_dim": 128, "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
 FLUX = {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved", "dtype": "float16"}
 GRID = {"embed_dim": 64, "grid_size": [6, 9], "base_size": 4, "interpolation_scale": 1.5, "extra_tokens": 1}
-GRID3 = {"embed_dim": 64, "grid_size": [3, 4], "temporal_size": 2, "interpolation_scale": 1.875, "dtype": "bfloat16"}
+GRID3 = {
+    "embed_dim": 64,
+    "grid_size": [3, 4],
+    "temporal_size": 2,
+    "interpolation_scale": 1.875,
+    "dtype": "bfloat16",
+}
 
 
 def ids(rng, k=3, n=7, hi=5000):
     out = rng.integers(0, hi, (k, n))
-    out[:, :2] = out[0, :2]          # two text tokens: every axis at one position
+    out[:, :2] = out[0, :2]  # two text tokens: every axis at one position
     return out
 
 
@@ -57,9 +63,17 @@ def _same(got: dict, want: dict):
         assert np.array_equal(g.view(np.uint8), np.ascontiguousarray(ref).view(np.uint8)), name
 
 
-@pytest.mark.parametrize("family,spec,sel", [
-    ("rope", QWEN, "ids"), ("rope", QWEN3, "ids"), ("rope", FLUX, "ids"), ("rope", QWEN, "positions"),
-    ("sinusoidal-grid", GRID, None), ("sinusoidal-grid", GRID3, "rows")])
+@pytest.mark.parametrize(
+    "family,spec,sel",
+    [
+        ("rope", QWEN, "ids"),
+        ("rope", QWEN3, "ids"),
+        ("rope", FLUX, "ids"),
+        ("rope", QWEN, "positions"),
+        ("sinusoidal-grid", GRID, None),
+        ("sinusoidal-grid", GRID3, "rows"),
+    ],
+)
 def test_v1_json_and_binary(clients, family, spec, sel, rng):
     body = dict(spec)
     if sel == "ids":
@@ -70,17 +84,22 @@ def test_v1_json_and_binary(clients, family, spec, sel, rng):
         body["positions"] = rng.integers(0, 24, 9).tolist()
     want = compute(family, body)
     v1 = v1_answer(clients["http"], family, body)
-    assert_answer(family, body, v1, what=f"v1 {family}")     # the float64 reference of the docs' formulas
+    assert_answer(family, body, v1, what=f"v1 {family}")  # the float64 reference of the docs' formulas
     _same(v1, want)
     r = clients["http"].post(f"/v1/{family}", content=orjson.dumps({**body, "dtype": "float32"}))
     assert r.status_code == 200, r.text
     exact = compute(family, {**body, "dtype": "float32"})
     for name, v in r.json().items():
-        np.testing.assert_array_equal(np.asarray(v, dtype=np.float32), np.asarray(exact[name], dtype=np.float32))
+        np.testing.assert_array_equal(
+            np.asarray(v, dtype=np.float32), np.asarray(exact[name], dtype=np.float32)
+        )
 
 
-@pytest.mark.parametrize("family,spec", [("rope", QWEN), ("rope", FLUX), ("sinusoidal-grid", GRID),
-                                         ("sinusoidal-grid", GRID3)], ids=["qwen", "flux", "grid", "grid3"])
+@pytest.mark.parametrize(
+    "family,spec",
+    [("rope", QWEN), ("rope", FLUX), ("sinusoidal-grid", GRID), ("sinusoidal-grid", GRID3)],
+    ids=["qwen", "flux", "grid", "grid3"],
+)
 def test_v1_repeated_binary_requests(clients, family, spec, rng):
     """Repeats of one spec (what the template shortcut learns from: small grids are answered by
     it), with position_ids and, for mrope, plain positions in turn: every answer is the exact one."""
@@ -92,26 +111,37 @@ def test_v1_repeated_binary_requests(clients, family, spec, rng):
         else:
             body = {**spec, "position_ids": ids(rng, n=3).tolist()}
         _same(v1_answer(clients["http"], family, body), compute(family, body))
-    shortcut = clients["http"].get("/v1/tables").json()["shortcut"] == "c"   # off with the numpy backend
-    if shortcut:   # not vacuous: once the table is built, the shortcut answers grid rows and position_ids
+    shortcut = clients["http"].get("/v1/tables").json()["shortcut"] == "c"  # off with the numpy backend
+    if shortcut:  # not vacuous: once the table is built, the shortcut answers grid rows and position_ids
+
         def answered() -> float:
-            line = next((x for x in clients["http"].get("/metrics").text.splitlines() if x.startswith(
-                "posenc_hot_path_total") and f'route="/v1/{family}"' in x and "shortcut" in x), "0 0")
+            line = next(
+                (
+                    x
+                    for x in clients["http"].get("/metrics").text.splitlines()
+                    if x.startswith("posenc_hot_path_total")
+                    and f'route="/v1/{family}"' in x
+                    and "shortcut" in x
+                ),
+                "0 0",
+            )
             return float(line.split()[-1])
 
-        def settled() -> tuple | None:   # the other worker's counts reach a scrape within FLUSH_S
+        def settled() -> tuple | None:  # the other worker's counts reach a scrape within FLUSH_S
             a = answered()
             time.sleep(3 * FLUSH_S)
             return (a,) if answered() == a else None
+
         (before,) = wait_for(settled, 30, 0, "the counts settle")
 
         def shortcut_answers() -> bool:
             if family == "sinusoidal-grid":
                 body = {**spec, "positions": rng.integers(0, 24, 3).tolist()}
-            else:   # position_ids only, inside the table and past it (hot_axes.c)
+            else:  # position_ids only, inside the table and past it (hot_axes.c)
                 body = {**spec, "position_ids": ids(rng, n=2, hi=int(rng.choice([4096, 40000]))).tolist()}
             _same(v1_answer(clients["http"], family, body), compute(family, body))
             return answered() > before
+
         wait_for(shortcut_answers, 30, 0.05, f"a {family} request answered by the template shortcut")
 
 
@@ -126,11 +156,14 @@ def test_v2_repeated_grid_requests(clients, transport, rng):
         assert np.array_equal(bits(r.as_numpy("encoding")), want)
 
 
-@pytest.mark.parametrize("body,loc", [
-    ({**QWEN, "position_ids": [[0, 1], [0], [0, 1]]}, ["body", "position_ids", 1]),
-    ({**FLUX, "positions": [0]}, ["body", "position_ids"]),
-    ({"head_dim": 128, "mrope_section": [16, 24, 23], "positions": [0]}, ["body", "mrope_section"]),
-])
+@pytest.mark.parametrize(
+    "body,loc",
+    [
+        ({**QWEN, "position_ids": [[0, 1], [0], [0, 1]]}, ["body", "position_ids", 1]),
+        ({**FLUX, "positions": [0]}, ["body", "position_ids"]),
+        ({"head_dim": 128, "mrope_section": [16, 24, 23], "positions": [0]}, ["body", "mrope_section"]),
+    ],
+)
 def test_v1_refusals_name_the_field(clients, body, loc):
     r = clients["http"].post("/v1/rope", content=orjson.dumps(body))
     assert r.status_code == 422, r.text
@@ -155,7 +188,7 @@ def test_v2_position_ids_single_and_batched(clients, transport, spec, rng):
     want = compute("rope", {**spec, "position_ids": one.tolist()})
     for name in ("cos", "sin", "inv_freq"):
         assert np.array_equal(bits(r.as_numpy(name)), want[name]), name
-    batch = np.stack([ids(rng) for _ in range(3)])          # [B, k, N]
+    batch = np.stack([ids(rng) for _ in range(3)])  # [B, k, N]
     r = _infer(transport, clients[transport], "rope", spec, {"position_ids": batch})
     for b in range(3):
         want = compute("rope", {**spec, "position_ids": batch[b].tolist()})
@@ -186,21 +219,50 @@ def test_v2_ragged_or_wrong_axes_are_refused(clients, transport):
 def test_cli_compute(tmp_path, rng):
     for family, body in (("rope", {**QWEN, "position_ids": ids(rng).tolist()}), ("sinusoidal-grid", GRID3)):
         out = tmp_path / f"{family}.npz"
-        p = subprocess.run([sys.executable, "-m", "posenc", "compute", family, "--spec", json.dumps(body),
-                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "posenc",
+                "compute",
+                family,
+                "--spec",
+                json.dumps(body),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr
         _same(dict(np.load(out)), compute(family, body))
-    p = subprocess.run([sys.executable, "-m", "posenc", "compute", "rope", "--spec",
-                        json.dumps({**FLUX, "positions": [0]}), "--out", str(tmp_path / "x.npz")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posenc",
+            "compute",
+            "rope",
+            "--spec",
+            json.dumps({**FLUX, "positions": [0]}),
+            "--out",
+            str(tmp_path / "x.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "position_ids" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_client_table_and_lookup(v2server, rng):
     c = Client(namespace=v2server.namespace)
     if True:
-        for family, spec in (("rope", {k: v for k, v in FLUX.items() if k != "dtype"}),
-                             ("sinusoidal-grid", {k: v for k, v in GRID.items()})):
+        for family, spec in (
+            ("rope", {k: v for k, v in FLUX.items() if k != "dtype"}),
+            ("sinusoidal-grid", {k: v for k, v in GRID.items()}),
+        ):
             view = c.table(family, spec)
             assert view.family == family
         body = {**QWEN, "position_ids": ids(rng).tolist()}
@@ -218,11 +280,14 @@ def test_torch_module_reads_the_shared_table(v2server, rng):
     from posenc.torch import RotaryEmbedding
     from tests.procs import unique_namespace
 
-    config = Qwen2VLTextConfig(hidden_size=256, num_attention_heads=2, rope_parameters={
-        "rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]})
+    config = Qwen2VLTextConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+    )
     shared = RotaryEmbedding(config, client=Client(namespace=v2server.namespace))
     local = RotaryEmbedding(config, client=Client(namespace=unique_namespace()))
-    pos = torch.from_numpy(np.stack([ids(rng, n=20, hi=9000) for _ in range(2)], axis=1))   # [3, B, N]
+    pos = torch.from_numpy(np.stack([ids(rng, n=20, hi=9000) for _ in range(2)], axis=1))  # [3, B, N]
     x = torch.zeros(1, dtype=torch.bfloat16)
     for a, b in zip(shared(x, pos), local(x, pos)):
         assert a.dtype == torch.bfloat16 and torch.equal(a, b)
@@ -234,6 +299,7 @@ def test_readme_requests(clients):
     import re
 
     from tests.procs import REPO
+
     text = (REPO / "README.md").read_text()
     found = {}
     for route, body in re.findall(r"curl -s localhost:8000/v1/([\w-]+) -d '(.*?)'", text, re.S):
@@ -254,8 +320,10 @@ def test_on_demand_tables_are_built_and_served(clients, v2server, rng):
     served from them, are still exact."""
     grid = {"embed_dim": 32, "grid_size": [5, 11], "base_size": 3, "interpolation_scale": 0.5}
     flux = {"head_dim": 64, "axes_dim": [8, 28, 28], "rope_theta": 2000.0}
-    bodies = [("sinusoidal-grid", {**grid, "positions": [0, 54]}),
-              ("rope", {**flux, "position_ids": ids(rng, hi=3000).tolist()})]
+    bodies = [
+        ("sinusoidal-grid", {**grid, "positions": [0, 54]}),
+        ("rope", {**flux, "position_ids": ids(rng, hi=3000).tolist()}),
+    ]
     for family, body in bodies:
         assert clients["http"].post(f"/v1/{family}", content=orjson.dumps(body)).status_code == 200
 
@@ -263,6 +331,7 @@ def test_on_demand_tables_are_built_and_served(clients, v2server, rng):
         tables = clients["http"].get("/v1/tables").json()
         text = json.dumps(tables)
         return "sinusoidal-grid" in text and ("[8,28,28]" in text or "[8, 28, 28]" in text)
+
     wait_for(built, 30, 0.1, "on-demand grid and axes tables")
     for family, body in bodies:
         _same(v1_answer(clients["http"], family, body), compute(family, body))

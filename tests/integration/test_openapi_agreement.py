@@ -10,19 +10,25 @@ from __future__ import annotations
 import httpx
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
-
 from posenc.service.front.openapi import INTEGER_NOTE, component_name
+
 from tests.service_cases import CONFIG
 
-BASES = {"rope": {"head_dim": 64, "positions": [1, 2]}, "sinusoidal": {"d_model": 64, "positions": [3]},
-         "alibi": {"num_heads": 8, "query": [1], "key": [0, 1]}, "t5-buckets": {"query": [1], "key": [2]}}
+BASES = {
+    "rope": {"head_dim": 64, "positions": [1, 2]},
+    "sinusoidal": {"d_model": 64, "positions": [3]},
+    "alibi": {"num_heads": 8, "query": [1], "key": [0, 1]},
+    "t5-buckets": {"query": [1], "key": [2]},
+}
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     from tests.procs import Procs
+
     reg = Procs(tmp_path_factory.mktemp("openapi"))
     s = reg.serve(CONFIG, workers=1)
     try:
@@ -35,16 +41,23 @@ def srv(tmp_path_factory):
 
 def spec_form(doc: dict, family: str) -> dict:
     """The request schema's first form (the spec fields), resolvable against the document."""
-    return {**doc["components"]["schemas"][component_name(family) + "Request"]["oneOf"][0],
-            "components": doc["components"]}
+    return {
+        **doc["components"]["schemas"][component_name(family) + "Request"]["oneOf"][0],
+        "components": doc["components"],
+    }
 
 
 def test_the_document_is_valid_openapi_and_has_the_v2_routes(srv):
     _, doc = srv
     validate(doc)
-    for path, method in [("/v2", "get"), ("/v2/health/ready", "get"), ("/v2/models/{model}", "get"),
-                         ("/v2/models/{model}/infer", "post"), ("/v2/models/{model}/versions/{version}/infer", "post"),
-                         ("/v2/systemsharedmemory/region/{region}/register", "post")]:
+    for path, method in [
+        ("/v2", "get"),
+        ("/v2/health/ready", "get"),
+        ("/v2/models/{model}", "get"),
+        ("/v2/models/{model}/infer", "post"),
+        ("/v2/models/{model}/versions/{version}/infer", "post"),
+        ("/v2/systemsharedmemory/region/{region}/register", "post"),
+    ]:
         assert method in doc["paths"].get(path, {}), path
 
 
@@ -57,8 +70,6 @@ def test_every_documented_v2_get_route_is_served(srv):
             assert r.status_code != 404 or "error" in r.json(), (path, r.text)
 
 
-
-
 def _check_nulls(c, doc, rng) -> None:
     """40 bodies, each a family's base body with a random subset of the fields whose lone null the
     schema allows set to null, plus one more field set to null: the server accepts exactly the
@@ -67,8 +78,12 @@ def _check_nulls(c, doc, rng) -> None:
     for _ in range(40):
         family = sorted(BASES)[rng.integers(len(BASES))]
         schema = spec_form(doc, family)
-        fields = sorted(k for k, p in schema["properties"].items() if k not in BASES[family]
-                        and jsonschema.Draft202012Validator(schema).is_valid({**BASES[family], k: None}))
+        fields = sorted(
+            k
+            for k, p in schema["properties"].items()
+            if k not in BASES[family]
+            and jsonschema.Draft202012Validator(schema).is_valid({**BASES[family], k: None})
+        )
         nulls = [k for k in fields if rng.integers(2)]
         others = sorted(set(schema["properties"]) - set(BASES[family]))
         extra = others[rng.integers(len(others))]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from posenc.engine.formats import read_safetensors
+
 from tests.independent import assert_answer
 from tests.procs import REPO, Server, free_port, unique_namespace
 from tests.service_cases import BIN, LLAMA3_8K
@@ -34,17 +34,26 @@ def readme_run_command() -> list[str]:
 
 def test_readme_run_command_serves_the_default_tables(procs):
     exe, *args = readme_run_command()
-    posenc = Path(sys.executable).parent / Path(exe).name   # the venv the suite runs in, as the README's
+    posenc = Path(sys.executable).parent / Path(exe).name  # the venv the suite runs in, as the README's
     assert posenc.is_file(), f"{posenc} is missing: install the project into this venv (pip install -e .)"
     namespace, port = unique_namespace(), free_port()
-    argv = [str(posenc), *args, "--port", str(port), "--grpc-port", str(free_port()), "--namespace", namespace]
+    argv = [
+        str(posenc),
+        *args,
+        "--port",
+        str(port),
+        "--grpc-port",
+        str(free_port()),
+        "--namespace",
+        namespace,
+    ]
     s = Server(argv, procs.log_dir, "readme-serve", namespace, port, workers=0, config_path=None)
     procs.procs.append(s)
     try:
         s.wait_ready(timeout=120)
         with httpx.Client(base_url=s.url, timeout=30) as c:
             names = c.get("/v1/tables").text
-            assert "llama-3.1-8b" in names, names   # the embedded default tables, not a test config
+            assert "llama-3.1-8b" in names, names  # the embedded default tables, not a test config
             cases = [
                 ("rope", {"head_dim": 128, "rope_theta": 500000.0, "positions": [0, 1, 4096]}, {}),
                 ("rope", {**LLAMA3_8K, "positions": [0, 4096, 131071, 200000], "dtype": "bfloat16"}, BIN),
@@ -60,8 +69,12 @@ def test_readme_run_command_serves_the_default_tables(procs):
             # a configured table by name is Llama 3.1 8B's spec
             r = c.post("/v1/rope", json={"table": "llama-3.1-8b", "positions": [4096], "dtype": "bfloat16"})
             assert r.status_code == 200, r.text
-            assert_answer("rope", {**LLAMA3_8K, "positions": [4096], "dtype": "bfloat16"}, r.json(),
-                          what="table llama-3.1-8b")
+            assert_answer(
+                "rope",
+                {**LLAMA3_8K, "positions": [4096], "dtype": "bfloat16"},
+                r.json(),
+                what="table llama-3.1-8b",
+            )
     finally:
         rc = s.stop()
     assert rc == 0, s.logs()

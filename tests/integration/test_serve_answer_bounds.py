@@ -18,9 +18,9 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-
 from posenc.engine import pipeline
 from posenc.service.front import sizing
+
 from tests.service_cases import CONFIG
 
 pytestmark = pytest.mark.slow
@@ -32,28 +32,54 @@ MIB = 2**20
 
 # family -> (a body whose arrays fit but whose JSON text cannot, a body just past the limit in binary)
 CASES = {
-    "sinusoidal-grid": ({"embed_dim": 32, "grid_size": 1000, "dtype": "bfloat16", "positions": None},
-                        {"embed_dim": 32, "grid_size": 1024, "dtype": "bfloat16"}),
-    "rope": ({"head_dim": 64, "dtype": "float16", "positions": {"start": 0, "stop": 250_000}},
-             {"head_dim": 64, "dtype": "float16", "positions": {"start": 0, "stop": 262_144}}),
-    "sinusoidal": ({"d_model": 64, "dtype": "float16", "positions": {"start": 0, "stop": 500_000}},
-                   {"d_model": 64, "dtype": "float16", "positions": {"start": 0, "stop": 524_288}}),
+    "sinusoidal-grid": (
+        {"embed_dim": 32, "grid_size": 1000, "dtype": "bfloat16", "positions": None},
+        {"embed_dim": 32, "grid_size": 1024, "dtype": "bfloat16"},
+    ),
+    "rope": (
+        {"head_dim": 64, "dtype": "float16", "positions": {"start": 0, "stop": 250_000}},
+        {"head_dim": 64, "dtype": "float16", "positions": {"start": 0, "stop": 262_144}},
+    ),
+    "sinusoidal": (
+        {"d_model": 64, "dtype": "float16", "positions": {"start": 0, "stop": 500_000}},
+        {"d_model": 64, "dtype": "float16", "positions": {"start": 0, "stop": 524_288}},
+    ),
     # 4095 x 8194 float16 cells and 4 bytes of slopes: arrays of exactly 64 MiB, so its safetensors
     # file (a header more) is past the limit too
-    "alibi": ({"num_heads": 1, "dtype": "float16", "query": {"start": 8194, "stop": 8194 + 4095},
-               "key": {"start": 0, "stop": 8194}},
-              {"num_heads": 1, "dtype": "float16", "query": {"start": 8194, "stop": 8194 + 4095},
-               "key": {"start": 0, "stop": 8194}}),
+    "alibi": (
+        {
+            "num_heads": 1,
+            "dtype": "float16",
+            "query": {"start": 8194, "stop": 8194 + 4095},
+            "key": {"start": 0, "stop": 8194},
+        },
+        {
+            "num_heads": 1,
+            "dtype": "float16",
+            "query": {"start": 8194, "stop": 8194 + 4095},
+            "key": {"start": 0, "stop": 8194},
+        },
+    ),
     # buckets of up to 7 digits: 64,000,000 bytes of int32, 128 MB of text
-    "t5-buckets": ({"num_buckets": 1 << 20, "max_distance": 1 << 21, "query": {"start": 0, "stop": 4000},
-                    "key": {"start": 0, "stop": 4000}},
-                   {"query": {"start": 0, "stop": 4097}, "key": {"start": 0, "stop": 4096}}),
+    "t5-buckets": (
+        {
+            "num_buckets": 1 << 20,
+            "max_distance": 1 << 21,
+            "query": {"start": 0, "stop": 4000},
+            "key": {"start": 0, "stop": 4000},
+        },
+        {"query": {"start": 0, "stop": 4097}, "key": {"start": 0, "stop": 4096}},
+    ),
 }
 
 
 def _status(pid: int) -> dict:
     with open(f"/proc/{pid}/status") as f:
-        return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM")}
+        return {
+            k: int(v.split()[0]) * 1024
+            for k, v in (line.split(":", 1) for line in f)
+            if k in ("VmRSS", "VmHWM")
+        }
 
 
 def _worker(server) -> int:
@@ -91,6 +117,7 @@ class Prober:
 def one_worker(tmp_path_factory):
     from tests.integration.conftest import stopped_cleanly
     from tests.procs import Procs
+
     reg = Procs(tmp_path_factory.mktemp("bounds"))
     with stopped_cleanly(reg, reg.serve(CONFIG, workers=1)) as s:
         yield s
@@ -111,13 +138,15 @@ def _refused(client, server, family, body, headers, what):
         took = time.perf_counter() - t0
     after = _status(pid)
     grew = after["VmHWM"] - before["VmHWM"]
-    print(f"{family} {what}: {r.status_code} in {took * 1e3:.1f} ms, worker peak RSS +{grew / MIB:.1f} MiB "
-          f"(RSS {after['VmRSS'] / MIB:.0f} MiB), /healthz worst {probe.worst * 1e3:.1f} ms over {probe.n}")
+    print(
+        f"{family} {what}: {r.status_code} in {took * 1e3:.1f} ms, worker peak RSS +{grew / MIB:.1f} MiB "
+        f"(RSS {after['VmRSS'] / MIB:.0f} MiB), /healthz worst {probe.worst * 1e3:.1f} ms over {probe.n}"
+    )
     assert r.status_code == 413, r.text[:300]
     detail = r.json()["detail"]
     assert str(LIMIT) in detail, detail
-    assert took < 2.0, took          # (microseconds of work: the bound is for a busy machine)
-    assert grew < 16 * MIB, grew     # nothing of the answer's size was allocated
+    assert took < 2.0, took  # (microseconds of work: the bound is for a busy machine)
+    assert grew < 16 * MIB, grew  # nothing of the answer's size was allocated
     assert probe.worst < 2.0
     return detail
 
@@ -127,8 +156,8 @@ def test_json_text_over_the_limit_refused_before_anything_is_built(client, one_w
     body = CASES[family][0]
     req = pipeline.parse(family, body)
     arrays = pipeline.check(req, LIMIT)
-    assert arrays <= LIMIT, arrays                   # the arrays alone would pass ...
-    assert sizing.json_bound(req) > LIMIT            # ... their text could not
+    assert arrays <= LIMIT, arrays  # the arrays alone would pass ...
+    assert sizing.json_bound(req) > LIMIT  # ... their text could not
     detail = _refused(client, one_worker, family, body, JSON, "JSON")
     assert "JSON" in detail and ("positions" in detail or "query" in detail), detail
     # the same arrays in a binary format fit (except alibi's, exactly 64 MiB of arrays)
@@ -156,8 +185,10 @@ def test_large_json_answer_leaves_the_loop_free(client, one_worker):
         r = client.post("/v1/sinusoidal", content=orjson.dumps(body), headers=JSON)
         took = time.perf_counter() - t0
     assert r.status_code == 200, r.text[:200]
-    print(f"sinusoidal JSON of {len(r.content) / MIB:.1f} MiB in {took:.2f} s; /healthz worst "
-          f"{probe.worst * 1e3:.1f} ms over {probe.n} probes")
+    print(
+        f"sinusoidal JSON of {len(r.content) / MIB:.1f} MiB in {took:.2f} s; /healthz worst "
+        f"{probe.worst * 1e3:.1f} ms over {probe.n} probes"
+    )
     assert probe.n >= 3
     assert probe.worst < max(0.5, took / 3), (probe.worst, took)
     got = np.asarray(orjson.loads(r.content)["encoding"], dtype=np.float32)
@@ -167,7 +198,8 @@ def test_large_json_answer_leaves_the_loop_free(client, one_worker):
 @contextlib.contextmanager
 def _rest(server):
     import tritonclient.http as httpclient
-    c = httpclient.InferenceServerClient(server.url[len("http://"):], network_timeout=120)
+
+    c = httpclient.InferenceServerClient(server.url[len("http://") :], network_timeout=120)
     try:
         yield c
     finally:
@@ -176,6 +208,7 @@ def _rest(server):
 
 def _positions(n: int):
     import tritonclient.http as httpclient
+
     inp = httpclient.InferInput("positions", [n], "INT64")
     inp.set_data_from_numpy(np.arange(n, dtype=np.int64))
     return inp
@@ -193,16 +226,24 @@ def test_v2_rest_json_outputs_over_the_limit(one_worker):
         before = _status(pid)
         t0 = time.perf_counter()
         with pytest.raises(InferenceServerException) as e:
-            c.infer("sinusoidal", [inp], parameters=params,
-                    outputs=[httpclient.InferRequestedOutput("encoding", binary_data=False)])
+            c.infer(
+                "sinusoidal",
+                [inp],
+                parameters=params,
+                outputs=[httpclient.InferRequestedOutput("encoding", binary_data=False)],
+            )
         took = time.perf_counter() - t0
         grew = _status(pid)["VmHWM"] - before["VmHWM"]
         print(f"v2 REST JSON: {e.value} in {took * 1e3:.1f} ms, worker peak RSS +{grew / MIB:.1f} MiB")
         assert e.value.status() == "413" and "JSON" in str(e.value) and str(LIMIT) in str(e.value), e.value
         assert grew < 16 * MIB
         # the same output as binary data: 64,000,000 bytes, under the limit, answered
-        r = c.infer("sinusoidal", [inp], parameters=params,
-                    outputs=[httpclient.InferRequestedOutput("encoding", binary_data=True)])
+        r = c.infer(
+            "sinusoidal",
+            [inp],
+            parameters=params,
+            outputs=[httpclient.InferRequestedOutput("encoding", binary_data=True)],
+        )
         assert r.as_numpy("encoding").shape == (500_000, 64)
 
 
@@ -214,12 +255,24 @@ def test_v2_rest_large_json_output_is_the_same_text(one_worker):
     with _rest(one_worker) as c:
         inp = _positions(40_000)
         params = {"spec": '{"head_dim": 64}'}
-        text = c.infer("rope", [inp], parameters=params,
-                       outputs=[httpclient.InferRequestedOutput("cos", binary_data=False),
-                                httpclient.InferRequestedOutput("sin", binary_data=True)])
-        binary = c.infer("rope", [inp], parameters=params,
-                         outputs=[httpclient.InferRequestedOutput("cos", binary_data=True),
-                                  httpclient.InferRequestedOutput("sin", binary_data=True)])
+        text = c.infer(
+            "rope",
+            [inp],
+            parameters=params,
+            outputs=[
+                httpclient.InferRequestedOutput("cos", binary_data=False),
+                httpclient.InferRequestedOutput("sin", binary_data=True),
+            ],
+        )
+        binary = c.infer(
+            "rope",
+            [inp],
+            parameters=params,
+            outputs=[
+                httpclient.InferRequestedOutput("cos", binary_data=True),
+                httpclient.InferRequestedOutput("sin", binary_data=True),
+            ],
+        )
         for name in ("cos", "sin"):
             assert np.array_equal(text.as_numpy(name), binary.as_numpy(name)), name
         assert text.as_numpy("cos").shape == (40_000, 64)

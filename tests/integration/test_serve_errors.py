@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.service_cases import VALID
-
 
 # -- every field of docs/reference.md given a bad value: 422 naming it ---------------------------------------
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
@@ -29,18 +29,48 @@ BAD = [
     ("rope", {"rope_scaling": {"rope_type": "ntk"}}, ["rope_scaling", "rope_type"]),
     ("rope", {"rope_scaling": {"rope_type": "linear"}}, ["rope_scaling", "factor"]),
     ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, ["rope_scaling", "factor"]),
-    ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}}, ["rope_scaling", "beta_fast"]),
-    ("rope", {"rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0}}, ["rope_scaling", "type"]),
+    (
+        "rope",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}},
+        ["rope_scaling", "beta_fast"],
+    ),
+    (
+        "rope",
+        {"rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0}},
+        ["rope_scaling", "type"],
+    ),
     ("rope", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, ["max_position_embeddings"]),
-    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {**LLAMA3, "high_freq_factor": 0.5}},
-     ["rope_scaling", "high_freq_factor"]),
-    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": 1}},
-     ["rope_scaling", "truncate"]),
-    ("rope", {"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0],
-                                                                 "long_factor": [1.0]}}, ["rope_scaling", "short_factor"]),
-    ("rope", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "default"}},
-     ["rope_parameters"]),
-    ("rope", {"rope_theta": 10.0, "rope_parameters": {"rope_theta": 20.0}}, ["rope_parameters", "rope_theta"]),
+    (
+        "rope",
+        {"max_position_embeddings": 4096, "rope_scaling": {**LLAMA3, "high_freq_factor": 0.5}},
+        ["rope_scaling", "high_freq_factor"],
+    ),
+    (
+        "rope",
+        {
+            "max_position_embeddings": 4096,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": 1},
+        },
+        ["rope_scaling", "truncate"],
+    ),
+    (
+        "rope",
+        {
+            "max_position_embeddings": 4096,
+            "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]},
+        },
+        ["rope_scaling", "short_factor"],
+    ),
+    (
+        "rope",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "default"}},
+        ["rope_parameters"],
+    ),
+    (
+        "rope",
+        {"rope_theta": 10.0, "rope_parameters": {"rope_theta": 20.0}},
+        ["rope_parameters", "rope_theta"],
+    ),
     ("rope", {"original_max_position_embeddings": 0}, ["original_max_position_embeddings"]),
     ("rope", {"seq_len": 10}, ["seq_len"]),
     ("rope", {"layout": "neox"}, ["layout"]),
@@ -74,7 +104,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("family,patch,loc", BAD, ids=[f"{f}-{'.'.join(map(str, at))}-{i}" for i, (f, _, at) in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "family,patch,loc", BAD, ids=[f"{f}-{'.'.join(map(str, at))}-{i}" for i, (f, _, at) in enumerate(BAD)]
+)
 def test_bad_field_gets_422_naming_it(http, family, patch, loc):
     body = {**VALID[family], **patch}
     r = http.post(f"/v1/{family}", json=body)
@@ -94,7 +126,10 @@ def test_malformed_bodies_get_422(http):
 def test_limits_give_413(http, server):
     r = http.post("/v1/rope", json={"head_dim": 128, "positions": {"start": 0, "stop": 200000}})
     assert r.status_code == 413 and str(64 * 2**20) in r.json()["detail"]
-    r = http.post("/v1/alibi", json={"num_heads": 12, "query": {"start": 0, "stop": 4096}, "key": {"start": 0, "stop": 4096}})
+    r = http.post(
+        "/v1/alibi",
+        json={"num_heads": 12, "query": {"start": 0, "stop": 4096}, "key": {"start": 0, "stop": 4096}},
+    )
     assert r.status_code == 413
     r = http.post("/v1/rope", content=b'{"head_dim": 64, "positions": [' + b"1," * 3_000_000 + b"1]}")
     assert r.status_code == 413 and "body" in r.json()["detail"]
@@ -103,32 +138,89 @@ def test_limits_give_413(http, server):
 
 # -- fuzz: no input gets a 500 or takes a worker down --------------------------------------------
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
-    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
-FIELD_NAMES = sorted({"head_dim", "rope_theta", "partial_rotary_factor", "max_position_embeddings", "rope_scaling",
-                      "rope_parameters", "original_max_position_embeddings", "seq_len", "layout", "positions",
-                      "dtype", "d_model", "base", "offset", "num_heads", "heads", "max_bias", "mode", "mask_future",
-                      "query", "key", "bidirectional", "num_buckets", "max_distance", "factor", "rope_type"})
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=12,
+)
+FIELD_NAMES = sorted(
+    {
+        "head_dim",
+        "rope_theta",
+        "partial_rotary_factor",
+        "max_position_embeddings",
+        "rope_scaling",
+        "rope_parameters",
+        "original_max_position_embeddings",
+        "seq_len",
+        "layout",
+        "positions",
+        "dtype",
+        "d_model",
+        "base",
+        "offset",
+        "num_heads",
+        "heads",
+        "max_bias",
+        "mode",
+        "mask_future",
+        "query",
+        "key",
+        "bidirectional",
+        "num_buckets",
+        "max_distance",
+        "factor",
+        "rope_type",
+    }
+)
 small_sel = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=4) | st.fixed_dictionaries(
-    {"start": st.integers(0, 300), "stop": st.integers(0, 600)})
-mutation = st.dictionaries(st.sampled_from(FIELD_NAMES), json_values | small_sel | st.sampled_from(
-    ["yarn", "llama3", "longrope", "dynamic", "linear", "default", "float16", "bfloat16", "interleaved", "fairseq",
-     "symmetric"]), max_size=4)
+    {"start": st.integers(0, 300), "stop": st.integers(0, 600)}
+)
+mutation = st.dictionaries(
+    st.sampled_from(FIELD_NAMES),
+    json_values
+    | small_sel
+    | st.sampled_from(
+        [
+            "yarn",
+            "llama3",
+            "longrope",
+            "dynamic",
+            "linear",
+            "default",
+            "float16",
+            "bfloat16",
+            "interleaved",
+            "fairseq",
+            "symmetric",
+        ]
+    ),
+    max_size=4,
+)
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(family=st.sampled_from(sorted(VALID)), patch=mutation, drop=st.sets(st.sampled_from(FIELD_NAMES), max_size=2),
-       fmt=st.sampled_from(["application/json", "application/x-safetensors", "text/plain"]))
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    family=st.sampled_from(sorted(VALID)),
+    patch=mutation,
+    drop=st.sets(st.sampled_from(FIELD_NAMES), max_size=2),
+    fmt=st.sampled_from(["application/json", "application/x-safetensors", "text/plain"]),
+)
 def test_fuzz_never_500(http, family, patch, drop, fmt):
     body = {k: v for k, v in {**VALID[family], **patch}.items() if k not in drop}
     r = http.post(f"/v1/{family}", content=json.dumps(body), headers={"accept": fmt})
     # No 5xx of any kind: a 503 (build timeout, engine gone) would mean the fuzz broke something.
     assert r.status_code in (200, 406, 413, 422), (r.status_code, body, r.text)
-    if r.status_code == 200:     # an answer only in a format the client accepts
+    if r.status_code == 200:  # an answer only in a format the client accepts
         assert fmt != "text/plain" and r.headers["content-type"] == fmt, (fmt, r.headers)
-    elif r.status_code == 406:   # refused only for a format posenc cannot give
+    elif r.status_code == 406:  # refused only for a format posenc cannot give
         assert fmt == "text/plain", (fmt, body)
     elif r.status_code == 413:
         assert isinstance(r.json()["detail"], str) and r.json()["detail"]

@@ -18,6 +18,7 @@ BODY = b'{"head_dim": 64, "positions": [1, 2]}'
 @pytest.fixture(scope="module", params=["on", "off"])
 def srv(request, tmp_path_factory):
     from tests.procs import Procs
+
     reg = Procs(tmp_path_factory.mktemp(f"head-limit-{request.param}"))
     s = reg.serve(CONFIG, workers=1, args=["--lane", request.param])
     try:
@@ -29,7 +30,10 @@ def srv(request, tmp_path_factory):
 
 def request_of(head_kib: int) -> bytes:
     """A JSON rope request whose head (request line to blank line) is ``head_kib`` KiB."""
-    start = b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % len(BODY)
+    start = (
+        b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        % len(BODY)
+    )
     pad = head_kib * 1024 - len(start) - len(b"x-pad: \r\n\r\n")
     return start + b"x-pad: " + b"a" * pad + b"\r\n\r\n" + BODY
 
@@ -42,11 +46,11 @@ def exchange(srv, data: bytes, pieces: int) -> bytes:
         try:
             for i in range(0, len(data), step):
                 if select.select([c], [], [], 0.02 if pieces > 1 else 0)[0]:
-                    break   # answered (and closed) before the rest: sending more would reset it
-                c.sendall(data[i:i + step])
+                    break  # answered (and closed) before the rest: sending more would reset it
+                c.sendall(data[i : i + step])
             c.shutdown(socket.SHUT_WR)
         except OSError:
-            pass   # closed after its 431: read what it answered
+            pass  # closed after its 431: read what it answered
         out = b""
         try:
             while chunk := c.recv(65536):

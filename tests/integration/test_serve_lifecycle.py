@@ -18,16 +18,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.dtypes import bf16_bits_to_f32
 from posenc.engine.formats import read_safetensors
 from posenc.engine.settings import Settings
+
 from tests.independent import assert_answer
 from tests.procs import REPO
-from tests.shm import held_segments, shm_files
 from tests.service_cases import BIN, CONFIG
+from tests.shm import held_segments, shm_files
 
 
 # -- faults ------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def test_killed_worker_and_engine_are_survived(procs):
     engine = s.engine_pid()
     gen = Client(namespace=s.namespace).wait_ready()["generation"]
     os.kill(engine, signal.SIGKILL)
-    for _ in range(10):   # mapped tables keep answering while the engine is gone
+    for _ in range(10):  # mapped tables keep answering while the engine is gone
         assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -61,13 +61,13 @@ def test_killed_worker_and_engine_are_survived(procs):
         time.sleep(0.2)
     else:
         pytest.fail("engine was not restarted: " + s.output())
-    new = {"head_dim": 40, "positions": [3]}   # an on-demand build through the new engine
+    new = {"head_dim": 40, "positions": [3]}  # an on-demand build through the new engine
     assert httpx.post(s.url + "/v1/rope", json=new, timeout=60).status_code == 200
     assert httpx.post(s.url + "/v1/rope", json=body, headers=BIN).content == ref
     # the new engine adopted the tables serve's keeper held for it (the same segments) and published them anew
     m = Client(namespace=s.namespace).manifest(force=True)
     held = held_segments(s.engine_pid(), s.namespace)
-    assert set(e["file"] for e in m["tables"].values()) <= set(held)   # (head_dim 40 may be building)
+    assert set(e["file"] for e in m["tables"].values()) <= set(held)  # (head_dim 40 may be building)
     assert any(e.get("adopted") and f".seg.{gen}." in e["file"] for e in m["tables"].values()), m["tables"]
     assert s.stop() == 0, s.output()
     assert shm_files(s.namespace) == []
@@ -85,6 +85,7 @@ def test_invalid_table_config_stops_serve_with_the_field_named(procs):
 # -- the Python HTTP client and the README's curl examples ---------------------------------------
 def test_python_clients_return_the_reference_arrays(server):
     from posenc.service.client import AsyncPosencClient, PosencClient, PosencHTTPError
+
     body = {"head_dim": 64, "positions": [0, 9, 5000], "dtype": "bfloat16", "layout": "interleaved"}
     ref = compute("rope", body)
     with PosencClient(server.url) as c:
@@ -101,10 +102,15 @@ def test_python_clients_return_the_reference_arrays(server):
 
     async def go():
         async with AsyncPosencClient(server.url) as c:
-            return await asyncio.gather(c.sinusoidal(d_model=33, positions=[1, 2]),
-                                        c.alibi(num_heads=12, query=[3], key=[0, 1, 2, 3]))
+            return await asyncio.gather(
+                c.sinusoidal(d_model=33, positions=[1, 2]), c.alibi(num_heads=12, query=[3], key=[0, 1, 2, 3])
+            )
+
     sin_out, alibi_out = asyncio.run(go())
-    assert sin_out["encoding"].tobytes() == compute("sinusoidal", {"d_model": 33, "positions": [1, 2]})["encoding"].tobytes()
+    assert (
+        sin_out["encoding"].tobytes()
+        == compute("sinusoidal", {"d_model": 33, "positions": [1, 2]})["encoding"].tobytes()
+    )
     assert alibi_out["bias"].shape == (12, 1, 4)
 
 
@@ -122,7 +128,9 @@ def test_readme_curl_examples_work(server, tmp_path):
         assert r.returncode == 0, (cmd, r.stderr)
         family = re.search(r"/v1/([a-z0-9-]+)", cmd).group(1)
         body = json.loads(argv[argv.index("-d") + 1])
-        out = Path(argv[argv.index("-o") + 1] if "-o" in argv else argv[argv.index("--output") + 1]).read_bytes()
+        out = Path(
+            argv[argv.index("-o") + 1] if "-o" in argv else argv[argv.index("--output") + 1]
+        ).read_bytes()
         binary = any("x-safetensors" in a for a in argv)
         assert_answer(family, body, read_safetensors(out)[0] if binary else json.loads(out), what=cmd)
 
@@ -136,7 +144,9 @@ def test_single_worker_shutdown_is_clean_when_serve_exits(procs, sig):
     rc = s.stop(sig)
     assert rc in (0, 130), s.output()
     assert shm_files(s.namespace) == []
-    assert not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
+    assert (
+        not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
+    )
 
 
 def test_attach_only_is_not_ready_until_an_engine_publishes(procs):
@@ -152,7 +162,10 @@ def test_attach_only_is_not_ready_until_an_engine_publishes(procs):
     body = {"d_model": 16, "positions": [3, 300]}
     r = httpx.post(s.url + "/v1/sinusoidal", json=body, headers=BIN)
     assert r.status_code == 200
-    assert read_safetensors(r.content)[0]["encoding"].tobytes() == compute("sinusoidal", body)["encoding"].tobytes()
+    assert (
+        read_safetensors(r.content)[0]["encoding"].tobytes()
+        == compute("sinusoidal", body)["encoding"].tobytes()
+    )
     assert s.stop() == 0, s.output()
     assert engine.stop() == 0, engine.logs()
     assert shm_files(s.namespace) == []

@@ -15,8 +15,18 @@ def run(tmp_path):
     procs = Procs(tmp_path)
 
     def serve(*args, timeout=90.0):
-        return procs.posenc("serve", "--workers", "1", "--log-level", "warning", "--namespace", unique_namespace(),
-                            *args, timeout=timeout)
+        return procs.posenc(
+            "serve",
+            "--workers",
+            "1",
+            "--log-level",
+            "warning",
+            "--namespace",
+            unique_namespace(),
+            *args,
+            timeout=timeout,
+        )
+
     yield serve
     procs.cleanup()
 

@@ -18,9 +18,9 @@ import threading
 import time
 
 import httpx
-
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
+
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors
@@ -33,13 +33,15 @@ def _requests(rng: random.Random, named: str):
     """(route, body, the spec body whose reference it must equal): configured by spec, by name,
     on demand; positions on both sides of the tables' ends."""
     p = sorted(rng.sample(range(0, 9000), 3))
-    return rng.choice([
-        ("rope", {"head_dim": 64, "positions": p}, None),
-        ("rope", {"table": named, "positions": p}, {"head_dim": 64, "positions": p}),
-        ("rope", {**ON_DEMAND, "positions": p}, None),
-        ("sinusoidal", {"d_model": 33, "positions": p}, None),
-        ("alibi", {"num_heads": 8, "query": p[:2], "key": p}, None),
-    ])
+    return rng.choice(
+        [
+            ("rope", {"head_dim": 64, "positions": p}, None),
+            ("rope", {"table": named, "positions": p}, {"head_dim": 64, "positions": p}),
+            ("rope", {**ON_DEMAND, "positions": p}, None),
+            ("sinusoidal", {"d_model": 33, "positions": p}, None),
+            ("alibi", {"num_heads": 8, "query": p[:2], "key": p}, None),
+        ]
+    )
 
 
 def _load(url: str, named: str, stop: threading.Event, out: list, seed: int) -> None:
@@ -51,7 +53,7 @@ def _load(url: str, named: str, stop: threading.Event, out: list, seed: int) -> 
                 r = c.post(f"/v1/{family}", json=body, headers=BIN)
                 if ref is None:
                     ok = r.content == reference_safetensors(family, body)
-                else:   # by name: the arrays of its spec's answer (the metadata names the table)
+                else:  # by name: the arrays of its spec's answer (the metadata names the table)
                     got, want = read_safetensors(r.content)[0], compute(family, ref)
                     ok = all(got[k].tobytes() == want[k].tobytes() for k in ("cos", "sin"))
                 out.append((r.status_code, ok, body))
@@ -62,18 +64,23 @@ def _load(url: str, named: str, stop: threading.Event, out: list, seed: int) -> 
 def _try_tables(pid: int, ns: str) -> dict[str, int]:
     """Every way to change a sealed segment through /proc/PID/fd; {attempt: refusals}."""
     refused = {"truncate": 0, "grow": 0, "write": 0, "map": 0}
-    fds = [fd for fd in os.listdir(f"/proc/{pid}/fd")
-           if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{ns}.seg.")]
+    fds = [
+        fd
+        for fd in os.listdir(f"/proc/{pid}/fd")
+        if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{ns}.seg.")
+    ]
     for fd in fds:
         path = f"/proc/{pid}/fd/{fd}"
-        for what, attempt in (("truncate", lambda: os.truncate(path, 4096)),
-                              ("grow", lambda: os.truncate(path, 1 << 30))):
+        for what, attempt in (
+            ("truncate", lambda: os.truncate(path, 4096)),
+            ("grow", lambda: os.truncate(path, 1 << 30)),
+        ):
             try:
                 attempt()
             except OSError as e:
                 assert e.errno == errno.EPERM, e
                 refused[what] += 1
-        own = os.open(path, os.O_RDWR)   # a reopen for writing is allowed; nothing through it is
+        own = os.open(path, os.O_RDWR)  # a reopen for writing is allowed; nothing through it is
         try:
             try:
                 os.pwrite(own, b"\xff" * 64, 64)
@@ -105,8 +112,8 @@ def _tamper_files(ns: str) -> list[str]:
                     m = read_manifest(ns)
                     digests = list(m["tables"])
                     digests[0]
-                except (ValueError, KeyError, IndexError, TypeError):   # truncated last round (or
-                    continue                                            # rewritten since): lie again next round
+                except (ValueError, KeyError, IndexError, TypeError):  # truncated last round (or
+                    continue  # rewritten since): lie again next round
                 for e in m["named"]:
                     e["digest"] = digests[0]
                     e["spec"] = {"head_dim": 8}
@@ -118,7 +125,7 @@ def _tamper_files(ns: str) -> list[str]:
                         for a in e["arrays"].values():
                             a["offset"] += 4096
                         f.write(json.dumps({"seq": m.get("seq", 0) + 1000, "digest": d, "entry": e}) + "\n")
-                time.sleep(0.2)   # long enough for readers to notice the new file and act on it
+                time.sleep(0.2)  # long enough for readers to notice the new file and act on it
             os.truncate(path, 0)
             done.append(n)
         except OSError:
@@ -155,16 +162,23 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
         stop.set()
         for t in threads:
             t.join(30)
-    for r in refused:   # 6 tables (2 rope dtypes, sinusoidal, alibi, t5, on-demand), each refused each way
+    for r in refused:  # 6 tables (2 rope dtypes, sinusoidal, alibi, t5, on-demand), each refused each way
         assert r == dict.fromkeys(("truncate", "grow", "write", "map"), 6), refused
-    assert any(".metrics." in n for n in tampered) and any(n.endswith("manifest.json") for n in tampered) and \
-        any(n.endswith("manifest.log") for n in tampered), tampered
+    assert (
+        any(".metrics." in n for n in tampered)
+        and any(n.endswith("manifest.json") for n in tampered)
+        and any(n.endswith("manifest.log") for n in tampered)
+    ), tampered
     bad = [(s, body) for s, ok, body in out if s != 200 or not ok]
     assert not bad and len(out) > 50, (bad[:5], len(out))
     named_ok = [ok for s, ok, body in out if "table" in body]
     assert named_ok and all(named_ok)
     # nothing died
-    assert server.alive() and server.engine_pid() == pids["engine"] and sorted(server.worker_pids()) == pids["workers"]
+    assert (
+        server.alive()
+        and server.engine_pid() == pids["engine"]
+        and sorted(server.worker_pids()) == pids["workers"]
+    )
     assert co.alive(), co.logs()
     stop_file.touch()
     co.expect_exit(0, timeout=30)

@@ -9,16 +9,28 @@ import signal
 import pytest
 import torch
 import transformers
-
 from posenc.engine.client import Client
+
 from posenc.torch import RotaryEmbedding
 from tests.procs import Procs, unique_namespace
 from tests.shm import assert_no_leftovers
 
-TINY = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128, vocab_size=128,
-            initializer_range=0.2, max_position_embeddings=256,
-            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 32})
+TINY = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    vocab_size=128,
+    initializer_range=0.2,
+    max_position_embeddings=256,
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +38,10 @@ def engine(tmp_path_factory):
     ns = unique_namespace()
     procs = Procs(tmp_path_factory.mktemp("torch-engine"))
     config = transformers.LlamaConfig(**TINY)
-    eng = procs.engine({"length": 1024, "tables": [{"name": "tiny-llama", "family": "rope",
-                                                    "hf_config": config.to_dict()}]}, ns)
+    eng = procs.engine(
+        {"length": 1024, "tables": [{"name": "tiny-llama", "family": "rope", "hf_config": config.to_dict()}]},
+        ns,
+    )
     yield ns, config
     eng.stop(signal.SIGTERM)
     procs.cleanup()
@@ -45,7 +59,7 @@ def test_shared_rows_are_the_local_rows(engine, dtype):
     ns, config = engine
     shared, local = _pair(ns, config)
     x = torch.zeros(1, dtype=dtype)
-    pos = torch.tensor([[0, 1, 31, 1023], [1024, 5000, 2, 3]])     # past the engine's 1024 rows too
+    pos = torch.tensor([[0, 1, 31, 1023], [1024, 5000, 2, 3]])  # past the engine's 1024 rows too
     a, b = shared(x, pos), local(x, pos)
     assert shared.source == "shared" and local.source == "local"
     for u, v in zip(a, b):

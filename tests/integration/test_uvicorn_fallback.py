@@ -10,13 +10,16 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
-
 from posenc.service.shortcut import templates
+
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 
 # the lane answers what the C shortcut answers: both servers run it, under the numpy backend too
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not templates.NATIVE, reason="the lane needs service._hot")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not templates.NATIVE, reason="the lane needs service._hot"),
+]
 
 PATCH = """
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -34,8 +37,12 @@ def servers(tmp_path_factory):
     (tmp / "sitecustomize.py").write_text(PATCH)
     reg = Procs(tmp)
     try:
-        old = reg.serve(CONFIG, workers=1, args=["--lane", "on"],
-                        env=child_env({"PYTHONPATH": str(tmp), "POSENC_SHORTCUT": "c"}))
+        old = reg.serve(
+            CONFIG,
+            workers=1,
+            args=["--lane", "on"],
+            env=child_env({"PYTHONPATH": str(tmp), "POSENC_SHORTCUT": "c"}),
+        )
         new = reg.serve(CONFIG, workers=1, args=["--lane", "on"], env=child_env({"POSENC_SHORTCUT": "c"}))
         yield old, new
     finally:
@@ -53,19 +60,22 @@ def test_the_protocol_checks_fail_and_the_server_says_so(servers):
         assert c.get("/v1/tables").json()["lane"] == "on"
 
 
-@pytest.mark.parametrize("path,body,headers", [
-    ("/v1/rope", {"head_dim": 64, "positions": [3, 1]}, BIN),
-    ("/v1/rope", {"head_dim": 64, "positions": [5]}, {}),
-    ("/v1/sinusoidal", {"d_model": 32, "positions": [0, 9]}, BIN),
-    ("/v1/alibi", {"num_heads": 8, "query": [3], "key": {"start": 0, "stop": 4}}, BIN),
-    ("/v1/rope", {"head_dim": -1, "positions": [1]}, BIN),
-])
+@pytest.mark.parametrize(
+    "path,body,headers",
+    [
+        ("/v1/rope", {"head_dim": 64, "positions": [3, 1]}, BIN),
+        ("/v1/rope", {"head_dim": 64, "positions": [5]}, {}),
+        ("/v1/sinusoidal", {"d_model": 32, "positions": [0, 9]}, BIN),
+        ("/v1/alibi", {"num_heads": 8, "query": [3], "key": {"start": 0, "stop": 4}}, BIN),
+        ("/v1/rope", {"head_dim": -1, "positions": [1]}, BIN),
+    ],
+)
 def test_every_answer_is_the_full_uvicorns(servers, path, body, headers):
     old, new = servers
     raw = orjson.dumps(body)
     got = []
     for s in servers:
         with httpx.Client(base_url=f"http://127.0.0.1:{s.port}") as c:
-            rs = [c.post(path, content=raw, headers=headers) for _ in range(3)]   # learnt, then shortcut
+            rs = [c.post(path, content=raw, headers=headers) for _ in range(3)]  # learnt, then shortcut
         got.append([(r.status_code, r.headers.get("content-type"), r.content) for r in rs])
     assert got[0] == got[1]

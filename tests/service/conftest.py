@@ -5,13 +5,13 @@ this process), and a Service attached to it that has learnt the rope templates."
 from __future__ import annotations
 
 import pytest
-
-from posenc.service.front.service import Service
 from posenc.engine.settings import Settings
+from posenc.service.front.service import Service
+
 from tests.procs import Procs, unique_namespace
-from tests.shm import assert_no_leftovers
 from tests.service.hot_helpers import HOT_SPECS
 from tests.service_cases import ACCEPT_HDRS, BIN, CONFIG, orjson_dumps
+from tests.shm import assert_no_leftovers
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +37,7 @@ def learnt(engine):
     """A Service in this process, attached to the engine, that has answered each of HOT_SPECS
     once through the full path (so both shortcuts know their templates)."""
     svc = Service(Settings(namespace=engine.namespace))
-    svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
+    svc.hot("rope", b"{}", ACCEPT_HDRS)  # first sight of the manifest
     for spec in HOT_SPECS:
         svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
     return svc

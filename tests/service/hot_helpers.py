@@ -8,28 +8,58 @@ import json
 import time
 
 import pytest
-from hypothesis import event, strategies as st
-
+from hypothesis import event
+from hypothesis import strategies as st
 from posenc.engine import kernels
 from posenc.engine.errors import PosencError
 from posenc.service.shortcut import templates as replay
+
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
-
-needs_native = pytest.mark.skipif(replay.shortcut_in_use("auto") != "c",
-                                  reason="the C shortcut runs with service._hot built and the simd backend")
+needs_native = pytest.mark.skipif(
+    replay.shortcut_in_use("auto") != "c",
+    reason="the C shortcut runs with service._hot built and the simd backend",
+)
 # what the shortcut takes only with the engine's C kernels lent (kernels.c_api(), the simd backend):
 # T5 blocks, float16/bfloat16 ALiBi cells, rows past a table; with the numpy backend the full path answers
-needs_kernels = pytest.mark.skipif(not replay.NATIVE or kernels.c_api() is None,
-                                   reason="T5 blocks, half-precision ALiBi cells and rows past a table need the "
-                                          "engine's C kernels (the simd backend)")
+needs_kernels = pytest.mark.skipif(
+    not replay.NATIVE or kernels.c_api() is None,
+    reason="T5 blocks, half-precision ALiBi cells and rows past a table need the "
+    "engine's C kernels (the simd backend)",
+)
 HOT_SPECS = [{"head_dim": 64}, {"head_dim": 64, "layout": "interleaved", "dtype": "bfloat16"}]
-ODD = st.one_of(st.none(), st.integers(0, 2**70).map(str),
-                 st.sampled_from(["-0", "-1", "1.0", "1e2", "01", "00", "true", "null", '"3"', "[1]", "",
-                                  " 7", "7 ", "\t8\n", "\r9", "\x0b1", "1\u00a0"]))
+ODD = st.one_of(
+    st.none(),
+    st.integers(0, 2**70).map(str),
+    st.sampled_from(
+        [
+            "-0",
+            "-1",
+            "1.0",
+            "1e2",
+            "01",
+            "00",
+            "true",
+            "null",
+            '"3"',
+            "[1]",
+            "",
+            " 7",
+            "7 ",
+            "\t8\n",
+            "\r9",
+            "\x0b1",
+            "1\u00a0",
+        ]
+    ),
+)
 
-ALIBI_SPECS = [{"num_heads": 12}, {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True},
-               {"num_heads": 12, "mode": "symmetric", "max_bias": 8.0}, {"mask_future": False, "num_heads": 12}]
+ALIBI_SPECS = [
+    {"num_heads": 12},
+    {"num_heads": 12, "heads": [11, 0, 0], "mask_future": True},
+    {"num_heads": 12, "mode": "symmetric", "max_bias": 8.0},
+    {"mask_future": False, "num_heads": 12},
+]
 
 
 def selection_text(draw, odd):
@@ -75,7 +105,9 @@ def plain_selection(text: str) -> bool:
         return False
     step = v.get("step", 1)
     ints = all(type(v[k]) is int for k in ("start", "stop")) and type(step) is int
-    return ints and step >= 1 and 0 <= v["start"] < v["stop"] and len(range(v["start"], v["stop"], step)) <= 4096
+    return (
+        ints and step >= 1 and 0 <= v["start"] < v["stop"] and len(range(v["start"], v["stop"], step)) <= 4096
+    )
 
 
 def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
@@ -83,14 +115,16 @@ def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
     valid selections), then answer ``body`` both ways: (C's bytes or None, the full path's or None)."""
     try:
         svc.execute(svc.prepare(family, probe, BIN["accept"]))
-    except PosencError:   # the spec itself is invalid: nothing to learn
+    except PosencError:  # the spec itself is invalid: nothing to learn
         pass
     c = svc.hot(family, body, ACCEPT_HDRS)
     try:
         full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]
     except PosencError:
         full = None
-    event(f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}")
+    event(
+        f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}"
+    )
     return c, full
 
 
@@ -104,7 +138,7 @@ def learn_mapped(svc, family: str, body: dict, timeout: float = 30.0) -> None:
         svc.execute(job)
         v = svc.client.view(job.r)
         if v is not None and (not v.growable or v.length >= (job.r.reach() or 0)):
-            svc.execute(job)   # learnt from the mapped table
+            svc.execute(job)  # learnt from the mapped table
             return
         assert time.monotonic() < deadline, f"no table for {body} after {timeout} s"
         time.sleep(0.02)

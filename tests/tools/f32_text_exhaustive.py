@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 import orjson
-
 from posenc.service.shortcut import _hot
 
 CHUNK_BITS = 24
@@ -41,7 +40,11 @@ def main() -> int:
     args = parser.parse_args()
     start, bad = time.monotonic(), 0
     for c in range(args.first, args.first + args.chunks):
-        values = np.arange(c << CHUNK_BITS, (c + 1) << CHUNK_BITS, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        values = (
+            np.arange(c << CHUNK_BITS, (c + 1) << CHUNK_BITS, dtype=np.uint64)
+            .astype(np.uint32)
+            .view(np.float32)
+        )
         if _hot.f32_json(values) != orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]:
             bad += 1
             print(f"chunk {c}: 0x%08x ours %r, orjson %r" % first_difference(values), flush=True)

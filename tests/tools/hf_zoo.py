@@ -52,6 +52,7 @@ READ_KEYS = ("hidden_size", "num_attention_heads", "head_dim", "max_position_emb
 def _quiet():
     warnings.filterwarnings("ignore")
     import transformers
+
     transformers.logging.set_verbosity_error()
     return transformers
 
@@ -59,6 +60,7 @@ def _quiet():
 def rotary_classes():
     """model dir -> [(module stem, class name)] of the text rotary embeddings its modeling files define."""
     import transformers
+
     root = pathlib.Path(transformers.__file__).parent / "models"
     out: dict = {}
     for f in sorted(root.glob("*/modeling_*.py")):
@@ -91,12 +93,13 @@ def run_class(module, positions, layer_type=None):
     """The rotary module's cos/sin for ``positions`` (a list, or [3][n] for multi-axis) as posenc's
     [n, width] float64 arrays, the layout its output is in, and its attention scaling."""
     import torch
+
     pos = torch.tensor(positions, dtype=torch.int64)
     pos = pos[:, None, :] if pos.ndim == 2 else pos[None, :]
     x = torch.zeros(1, dtype=torch.float32)
     with torch.no_grad():
         out = module(x, pos, layer_type) if layer_type is not None else module(x, pos)
-    if isinstance(out, torch.Tensor) and out.is_complex():      # freqs_cis: polar(1, freqs), pairs (2k, 2k+1)
+    if isinstance(out, torch.Tensor) and out.is_complex():  # freqs_cis: polar(1, freqs), pairs (2k, 2k+1)
         z = out.reshape(-1, out.shape[-2], out.shape[-1])[0]
         cos, sin, form = z.real.repeat_interleave(2, dim=-1), z.imag.repeat_interleave(2, dim=-1), "complex"
     elif isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
@@ -134,9 +137,14 @@ def class_facts(conf) -> dict:
     """The text config class's defaults, aliases and default rope parameters."""
     cls = type(conf)
     amap = dict(getattr(cls, "attribute_map", {}) or {})
-    facts = {"aliases": {k: v for k, v in sorted(amap.items()) if k in (*READ_KEYS, "rope_parameters",
-                                                                           "rope_theta", "partial_rotary_factor")},
-             "defaults": {k: v for k in READ_KEYS if (v := _field_default(cls, k)) is not None}}
+    facts = {
+        "aliases": {
+            k: v
+            for k, v in sorted(amap.items())
+            if k in (*READ_KEYS, "rope_parameters", "rope_theta", "partial_rotary_factor")
+        },
+        "defaults": {k: v for k in READ_KEYS if (v := _field_default(cls, k)) is not None},
+    }
     prf = _field_default(cls, "partial_rotary_factor")
     if prf is not None:
         facts["partial_default"] = float(prf)
@@ -153,19 +161,19 @@ def class_facts(conf) -> dict:
         facts["legacy"] = legacy
     try:
         hd, split = getattr(bare, "head_dim", None), bare.hidden_size // bare.num_attention_heads
-    except Exception:     # a heterogeneous config: head_dim differs per layer (per_layer_config)
+    except Exception:  # a heterogeneous config: head_dim differs per layer (per_layer_config)
         hd, split = None, None
     qk = getattr(bare, "qk_rope_head_dim", None)
-    if qk is not None and hd == qk:     # DeepSeek-style: __post_init__ copies qk_rope_head_dim
+    if qk is not None and hd == qk:  # DeepSeek-style: __post_init__ copies qk_rope_head_dim
         facts["head_dim_key"] = "qk_rope_head_dim"
         facts["defaults"]["qk_rope_head_dim"] = qk
         facts["defaults"].pop("head_dim", None)
     elif hd is not None and hd != facts["defaults"].get("head_dim", split):
-        facts["head_dim_saved"] = True    # computed by __post_init__'s own rule
+        facts["head_dim_saved"] = True  # computed by __post_init__'s own rule
     return facts
 
 
-THETA, FRACTION = 12345.0, 0.5    # probe values no default has
+THETA, FRACTION = 12345.0, 0.5  # probe values no default has
 
 
 def legacy_keys(cls, bare) -> dict:
@@ -175,6 +183,7 @@ def legacy_keys(cls, bare) -> dict:
     building the class with each key it names set to a probe value: layer type ("" when one block)
     -> {rope field: key}. Empty when the class keeps transformers' shared conversion."""
     from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
+
     fn = getattr(cls, "convert_rope_params_to_dict", None)
     if fn is None or fn is getattr(RotaryEmbeddingConfigMixin, "convert_rope_params_to_dict", None):
         return {}
@@ -190,8 +199,10 @@ def legacy_keys(cls, bare) -> dict:
             continue
         probes = [(THETA, "rope_theta", name), (FRACTION, "partial_rotary_factor", name)]
         if isinstance(head, int) and head >= 8:
-            probes += [(head // 2, "partial_rotary_factor", name + "/head_dim"),
-                       (head // 4, "partial_rotary_factor", name + "/head_dim")]
+            probes += [
+                (head // 2, "partial_rotary_factor", name + "/head_dim"),
+                (head // 4, "partial_rotary_factor", name + "/head_dim"),
+            ]
         for value, field, key in probes:
             try:
                 rp = cls(**{name: value}).rope_parameters
@@ -200,8 +211,11 @@ def legacy_keys(cls, bare) -> dict:
             entries = rp.items() if rp and all(isinstance(v, dict) for v in rp.values()) else [("", rp)]
             want = value / head if key.endswith("/head_dim") else value
             for lt, e in entries:
-                if e and e.get(field) == want and (bare.rope_parameters.get(lt, {}) if lt else
-                                                   bare.rope_parameters).get(field) != want:
+                if (
+                    e
+                    and e.get(field) == want
+                    and (bare.rope_parameters.get(lt, {}) if lt else bare.rope_parameters).get(field) != want
+                ):
                     out.setdefault(lt, {})[field] = key
     return out
 
@@ -232,9 +246,11 @@ def find(mt, cfg, classes):
 def _probe(model_fn, conf_dict, cls, row, positions, layer_type):
     """Whether posenc's reading of conf_dict (a text config) gives the class's own cos/sin."""
     from posenc.engine.compute import compute
+
     conf = cls.from_dict(copy.deepcopy(conf_dict))
     cos, sin, form, scaling = run_class(model_fn(conf), positions, layer_type)
     from posenc.engine.hf_models import _zoo_record
+
     rec = _zoo_record({**row, "source": "probe", "text_path": []})
     d = rec.derive(conf_dict, layer_type)
     body = {**d.fields, ("position_ids" if isinstance(positions[0], list) else "positions"): positions}
@@ -245,12 +261,18 @@ def _probe(model_fn, conf_dict, cls, row, positions, layer_type):
         # half-split layout's first half
         cos, sin = np.concatenate([cos, cos], axis=1), np.concatenate([sin, sin], axis=1)
     tol = tolerance(positions, got["attention_scaling"])
-    return close(got["cos"], cos, tol) and close(got["sin"], sin, tol), form, scaling, got["attention_scaling"]
+    return (
+        close(got["cos"], cos, tol) and close(got["sin"], sin, tol),
+        form,
+        scaling,
+        got["attention_scaling"],
+    )
 
 
 def derive_row(mt, classes):
     """(row, None) for a model type posenc reads, else (None, reason)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     cfg = CONFIG_MAPPING[mt]()
     try:
         d, stem, name, path, conf = find(mt, cfg, classes)
@@ -266,7 +288,7 @@ def derive_row(mt, classes):
     lts = layer_types(conf)
     section = _section(base, lts[0])
     own = getattr(klass(conf), "mrope_section", None)
-    if section is None and own is not None:         # the class's own default when the config has none
+    if section is None and own is not None:  # the class's own default when the config has none
         section = list(own)
         row["mrope_default"] = section
     elif section is None and "mrope_section" in inspect.getsource(klass):
@@ -281,13 +303,19 @@ def derive_row(mt, classes):
 
     # the layout and the fraction's reading, from the defaults (multi-axis as one axis: every
     # axis the same position)
-    cands = [{"layout": lay, "default_partial": dp} for lay in ("half_split", "interleaved") for dp in (False, True)]
+    cands = [
+        {"layout": lay, "default_partial": dp}
+        for lay in ("half_split", "interleaved")
+        for dp in (False, True)
+    ]
     cands = [c for c in cands if matches(c)]
     if not cands:
         width = _odd_width(conf, lts[0])
         if width is not None:
-            return None, (f"its rotary width int(head_dim * partial_rotary_factor) = {width} is odd (transformers "
-                          "then takes ceil(d/2) frequencies of exponent 2k/d); posenc's RoPE needs an even width")
+            return None, (
+                f"its rotary width int(head_dim * partial_rotary_factor) = {width} is odd (transformers "
+                "then takes ceil(d/2) frequencies of exponent 2k/d); posenc's RoPE needs an even width"
+            )
         try:
             _probe(klass, base, cls, {**row, "layout": "half_split"}, positions, lts[0])
             why = "its rotary class's cos/sin differ from posenc's reading of its defaults in both layouts"
@@ -295,7 +323,7 @@ def derive_row(mt, classes):
             why = f"posenc refuses its defaults ({str(e).splitlines()[0][:160]})"
         return None, why
     if all(_rope_type(base, lt) != "default" for lt in lts):
-        cands = [c for c in cands if not c["default_partial"]]   # only the default type reads it
+        cands = [c for c in cands if not c["default_partial"]]  # only the default type reads it
     if len({c["default_partial"] for c in cands}) > 1:
         # does its default rope honour partial_rotary_factor? run it again with the fraction at 0.5
         probe = _with_partial(base, 0.5)
@@ -311,7 +339,10 @@ def derive_row(mt, classes):
         axes = [positions[:8], [p // 2 for p in positions[:8]], [p // 3 + 1 for p in positions[:8]]]
         inter = [m for m in (False, True) if matches({"mrope_interleaved": m}, pos=axes)]
         if not inter:
-            return None, f"multi-axis RoPE (mrope_section {section}) dealt neither in sections nor interleaved"
+            return (
+                None,
+                f"multi-axis RoPE (mrope_section {section}) dealt neither in sections nor interleaved",
+            )
         row["mrope_interleaved"] = inter[0]
     if row.get("default_rope") is None:
         row.pop("default_rope", None)
@@ -352,7 +383,7 @@ def _section(d, lt):
 def _with_partial(d, prf):
     d = copy.deepcopy(d)
     rp = d.get("rope_parameters") or {}
-    for b in (rp.values() if rp and all(isinstance(v, dict) for v in rp.values()) else [rp]):
+    for b in rp.values() if rp and all(isinstance(v, dict) for v in rp.values()) else [rp]:
         b["partial_rotary_factor"] = prf
     d["rope_parameters"] = rp
     d["partial_rotary_factor"] = prf
@@ -361,8 +392,9 @@ def _with_partial(d, prf):
 
 def build(only=None):
     transformers = _quiet()
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
     from posenc.engine import hf_models
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
     classes = rotary_classes()
     models, unread = {}, {}
     for mt in sorted(CONFIG_MAPPING_NAMES):
@@ -373,7 +405,7 @@ def build(only=None):
             continue
         try:
             row, why = derive_row(mt, classes)
-        except Exception as e:            # the config class itself does not build on its defaults
+        except Exception as e:  # the config class itself does not build on its defaults
             row, why = None, f"its config class does not build on its defaults ({type(e).__name__})"
         if row is not None:
             models[mt] = row

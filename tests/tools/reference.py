@@ -44,35 +44,35 @@ MEANING = {
         "rope_theta": "θ, the base of the frequencies",
         "partial_rotary_factor": "the rotary width is d = int(D · factor) (Python's `int`); d must be even and ≥ 2",
         "max_position_embeddings": "M; required by `dynamic`, and the default `original_max_position_embeddings` "
-                                   "of `yarn`, `llama3` and `longrope`",
-        "rope_scaling": "`{\"rope_type\": ..., ...}` with transformers' keys (below); `\"type\"` is accepted for "
-                        "`\"rope_type\"`; null or absent means `default`",
+        "of `yarn`, `llama3` and `longrope`",
+        "rope_scaling": '`{"rope_type": ..., ...}` with transformers\' keys (below); `"type"` is accepted for '
+        '`"rope_type"`; null or absent means `default`',
         "rope_parameters": "transformers 5's name for `rope_scaling` (send one or the other), which may also hold "
-                           "`rope_theta` and `partial_rotary_factor`",
+        "`rope_theta` and `partial_rotary_factor`",
         "original_max_position_embeddings": "the top-level form of Phi-3 configs: overrides the one inside "
-                                            "`rope_scaling`, as transformers does (yarn, llama3, longrope only)",
+        "`rope_scaling`, as transformers does (yarn, llama3, longrope only)",
         "seq_len": "`dynamic` and `longrope` only: the sequence length that picks the frequencies; null means "
-                   "max(position) + 1; a value below that is allowed",
+        "max(position) + 1; a value below that is allowed",
         "layout": "`half_split`: Llama/NeoX `rotate_half` pairing (k, k + d/2); `interleaved`: GPT-J/RoFormer "
-                  "pairing (2k, 2k + 1)",
+        "pairing (2k, 2k + 1)",
         "mrope_section": "Qwen2-VL / Qwen2.5-VL multimodal RoPE: the d/2 frequencies are dealt to the axes in "
-                         "contiguous runs of these counts (sum d/2), frequency k evaluated at its axis's position",
+        "contiguous runs of these counts (sum d/2), frequency k evaluated at its axis's position",
         "mrope_interleaved": "with `mrope_section`: Qwen3-VL's dealing (frequency k goes to axis 1 when k mod 3 = 1 "
-                             "and k < 3·section[1], to axis 2 when k mod 3 = 2 and k < 3·section[2], else to axis 0)",
+        "and k < 3·section[1], to axis 2 when k mod 3 = 2 and k < 3·section[2], else to axis 0)",
         "axes_dim": "one frequency set per axis (diffusers' Flux `axes_dims_rope`): axis a rotates `axes_dim[a]` "
-                    "columns with frequencies θ^(−2j/axes_dim[a]); blocks concatenated in order, `layout` within "
-                    "each block; sum = d; `default` rope_type only",
+        "columns with frequencies θ^(−2j/axes_dim[a]); blocks concatenated in order, `layout` within "
+        "each block; sum = d; `default` rope_type only",
         "positions": "required unless `position_ids` is given: the positions p of the rows (with `mrope_section`: "
-                     "every axis at p, i.e. text tokens)",
+        "every axis at p, i.e. text tokens)",
         "position_ids": "with `mrope_section` or `axes_dim`, instead of `positions`: one list of positions per axis "
-                        "(transformers' [3, n] layout), all of one length",
+        "(transformers' [3, n] layout), all of one length",
         "dtype": "the dtype of `cos` and `sin`",
     },
     "sinusoidal-grid": {
         "embed_dim": "D; divisible by 4 (by 16 with `temporal_size`)",
         "grid_size": "patches per side, or [H, W]",
         "base_size": "diffusers' `base_size`: coordinates along an axis of n patches are i / (n / base_size) / "
-                     "interpolation_scale; null means i / interpolation_scale (MAE, timm, transformers' ViTMAE)",
+        "interpolation_scale; null means i / interpolation_scale (MAE, timm, transformers' ViTMAE)",
         "interpolation_scale": "as diffusers",
         "temporal_size": "3-D (CogVideoX `get_3d_sincos_pos_embed`): the number of frames T",
         "temporal_interpolation_scale": "3-D: frame coordinates are t / this",
@@ -83,12 +83,12 @@ MEANING = {
     "sinusoidal": {
         "d_model": "the width d",
         "base": "the base of the frequencies (10000 in every published model)",
-        "layout": "`interleaved`: sin at even, cos at odd columns (\"Attention Is All You Need\", DistilBERT); "
-                  "`concat`: all sin then all cos, same frequencies (Marian, RoFormer, Pegasus); `fairseq`: "
-                  "concat with exponent k/(d/2 − 1) and a zero column for odd d (fairseq, tensor2tensor, "
-                  "M2M100, XGLM); `fairseq_cos_first`: the same with the cos half first (MusicGen)",
+        "layout": '`interleaved`: sin at even, cos at odd columns ("Attention Is All You Need", DistilBERT); '
+        "`concat`: all sin then all cos, same frequencies (Marian, RoFormer, Pegasus); `fairseq`: "
+        "concat with exponent k/(d/2 − 1) and a zero column for odd d (fairseq, tensor2tensor, "
+        "M2M100, XGLM); `fairseq_cos_first`: the same with the cos half first (MusicGen)",
         "offset": "added to every position before evaluating (fairseq-style models index rows at "
-                  "position + padding_idx + 1)",
+        "position + padding_idx + 1)",
         "positions": "the positions p of the rows",
         "dtype": "the dtype of `encoding`",
     },
@@ -98,7 +98,7 @@ MEANING = {
         "max_bias": "the paper's 8 (MPT's `alibi_bias_max`)",
         "mode": "`causal`: B[h, i, j] = −m_h · (i − j); `symmetric`: −m_h · |i − j|",
         "mask_future": "`causal` only: cells with j > i get the output dtype's most negative finite value "
-                       "(as transformers masks)",
+        "(as transformers masks)",
         "query": "the absolute query positions i",
         "key": "the absolute key positions j",
         "dtype": "the dtype of `bias`",
@@ -107,7 +107,7 @@ MEANING = {
         "bidirectional": "encoder (true) or decoder (false) buckets",
         "num_buckets": "the number of buckets; ≥ 4 when bidirectional",
         "max_distance": "the distance from which every bucket is the last; must exceed the exact range "
-                        "(num_buckets/4 bidirectional, num_buckets/2 otherwise)",
+        "(num_buckets/4 bidirectional, num_buckets/2 otherwise)",
         "query": "the query positions",
         "key": "the key positions",
     },
@@ -239,8 +239,15 @@ def _type(s: dict) -> str:
         return "selection"
     t = s.get("type", "any")
     types = t if isinstance(t, list) else [t]
-    words = {"integer": "int", "number": "float", "boolean": "bool", "string": "string", "object": "object",
-             "array": "list", "null": "null"}
+    words = {
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "string": "string",
+        "object": "object",
+        "array": "list",
+        "null": "null",
+    }
     out = " or ".join(words.get(x, x) for x in types)
     if "array" in types and "items" in s:
         out = out.replace("list", f"list of {words.get(s['items'].get('type'), 'values')}")
@@ -269,11 +276,17 @@ def field_table(fam) -> list[str]:
     props, required = fam.schema["properties"], set(fam.schema.get("required", ()))
     meaning = MEANING[fam.name]
     if set(meaning) != set(props):
-        raise SystemExit(f"tests/tools/reference.py: MEANING[{fam.name!r}] must describe exactly the fields "
-                         f"{sorted(props)}; it has {sorted(meaning)}")
+        raise SystemExit(
+            f"tests/tools/reference.py: MEANING[{fam.name!r}] must describe exactly the fields "
+            f"{sorted(props)}; it has {sorted(meaning)}"
+        )
     rows = ["| field | type | bounds | default | meaning |", "|---|---|---|---|---|"]
     for name, s in props.items():
-        default = "required" if name in required else (f"`{json.dumps(s['default'])}`" if "default" in s else "null")
+        default = (
+            "required"
+            if name in required
+            else (f"`{json.dumps(s['default'])}`" if "default" in s else "null")
+        )
         rows.append(f"| `{name}` | {_type(s)} | {_bounds(s)} | {default} | {meaning[name]} |")
     return rows
 
@@ -294,8 +307,10 @@ def answer_table(fam) -> list[str]:
 
 
 def rope_types_table() -> list[str]:
-    rows = ["| rope_type | keys of `rope_scaling` / `rope_parameters` | frequencies follow the sequence length |",
-            "|---|---|---|"]
+    rows = [
+        "| rope_type | keys of `rope_scaling` / `rope_parameters` | frequencies follow the sequence length |",
+        "|---|---|---|",
+    ]
     for alias, t in ROPE_TYPES.items():
         name = f"`{alias}`" if alias == t.name else f"`{alias}` (= `{t.name}`)"
         keys = ", ".join(f"`{k}`" for k in t.keys) or "none"
@@ -304,17 +319,27 @@ def rope_types_table() -> list[str]:
 
 
 def family_section(fam) -> list[str]:
-    out = [f"### `{fam.name}`", "", f"`POST /v1/{fam.name}`; KServe v2 model `{fam.name}`. Selections: "
-           + ", ".join(f"`{s}`" for s in fam.selections) + ".", ""]
+    out = [
+        f"### `{fam.name}`",
+        "",
+        f"`POST /v1/{fam.name}`; KServe v2 model `{fam.name}`. Selections: "
+        + ", ".join(f"`{s}`" for s in fam.selections)
+        + ".",
+        "",
+    ]
     out += field_table(fam) + ["", "Answer:", ""] + answer_table(fam)
     if fam.name == "rope":
-        out += ["", "Rope types (`\"su\"` is transformers' old name for longrope):", ""] + rope_types_table()
+        out += ["", 'Rope types (`"su"` is transformers\' old name for longrope):', ""] + rope_types_table()
     out += [FORMULAS[fam.name].rstrip()]
     types = hf_models.supported(fam.name)
     if types:
         listed = types if len(types) <= 40 else [*types[:12], "…"]
-        out += ["", f"`hf_config` model types ({len(types)}): " + ", ".join(f"`{t}`" if t != "…" else t for t in listed)
-                + " (every one, and how each is read: [models.md](models.md); `GET /v1/models`)."]
+        out += [
+            "",
+            f"`hf_config` model types ({len(types)}): "
+            + ", ".join(f"`{t}`" if t != "…" else t for t in listed)
+            + " (every one, and how each is read: [models.md](models.md); `GET /v1/models`).",
+        ]
     out += ["", "Examples (the bodies `/docs` offers):", ""]
     for title, ex in fam.examples.items():
         out += [f"- {title}: `{json.dumps(ex['value'])}`"]
@@ -329,17 +354,20 @@ V2_OTHER = {401: "401 / UNAUTHENTICATED", 431: "431 (REST) / —"}
 
 def error_table() -> list[str]:
     rows = ["| error | HTTP status | KServe v2 REST / gRPC | when |", "|---|---|---|---|"]
-    found = [c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, errors.PosencError)
-             and c is not errors.PosencError]
+    found = [
+        c
+        for c in vars(errors).values()
+        if inspect.isclass(c) and issubclass(c, errors.PosencError) and c is not errors.PosencError
+    ]
     found += [v2errors.BadRequest, v2errors.ModelNotFound]
     for cls in found:
         doc = inspect.cleandoc(cls.__doc__ or "")
         when = " ".join(doc.split("\n\n")[0].split()).replace("``", "`")
         status = cls.status
-        if status == 500:   # not a request's error: the process refuses to start
+        if status == 500:  # not a request's error: the process refuses to start
             rows.append(f"| `{cls.__name__}` | — (start-up: exit 1) | — | {when} |")
             continue
-        if cls is errors.NotStored:   # the engine's answer to a worker, never a request's
+        if cls is errors.NotStored:  # the engine's answer to a worker, never a request's
             rows.append(f"| `{cls.__name__}` | — (never a request's answer) | — | {when} |")
             continue
         v2 = 400 if status == 422 else status
@@ -350,8 +378,11 @@ def error_table() -> list[str]:
 
 
 LIMITS = (  # setting -> (what it bounds, refused with)
-    ("max_response_bytes", "a response: the body sent (see below)",
-     "413 (`TooLarge`), naming the format and the selections"),
+    (
+        "max_response_bytes",
+        "a response: the body sent (see below)",
+        "413 (`TooLarge`), naming the format and the selections",
+    ),
     ("max_positions", "positions in one selection (`positions`, `query`, `key`)", "413 naming the selection"),
     ("max_body_bytes", "a request body", "413 (`BodyTooLarge`)"),
     ("max_header_bytes", "a request head", "431, connection closed"),
@@ -359,24 +390,33 @@ LIMITS = (  # setting -> (what it bounds, refused with)
     ("body_timeout_s", "seconds to receive a request body", "connection closed"),
     ("max_connections", "open connections per worker", "503, connection closed"),
     ("build_timeout_s", "seconds a request waits for an on-demand build", "503"),
-    ("max_shm_regions", "KServe v2 shared-memory regions registered, all processes together",
-     "400 / RESOURCE_EXHAUSTED"),
-    ("memory_budget_bytes", "shared memory for on-demand tables (pinned default tables do not count)",
-     "never refused: rows are computed instead"),
+    (
+        "max_shm_regions",
+        "KServe v2 shared-memory regions registered, all processes together",
+        "400 / RESOURCE_EXHAUSTED",
+    ),
+    (
+        "memory_budget_bytes",
+        "shared memory for on-demand tables (pinned default tables do not count)",
+        "never refused: rows are computed instead",
+    ),
 )
 
 
 def serve_flags() -> set[str]:
     """The options of ``posenc serve`` (its argparse parser)."""
     from posenc.cli import build_parser
+
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {o for a in sub.choices["serve"]._actions for o in a.option_strings}
 
 
 def limits_table() -> list[str]:
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
-                for f in dataclasses.fields(settings.Settings)}
+    defaults = {
+        f.name: (f.default if f.default is not dataclasses.MISSING else None)
+        for f in dataclasses.fields(settings.Settings)
+    }
     flags = serve_flags()
     rows = ["| limit | default | setting (`posenc serve` flag) | refused with |", "|---|---|---|---|"]
     for name, what, refused in LIMITS:
@@ -401,12 +441,17 @@ def limits_table() -> list[str]:
 
 
 def v2_table() -> list[str]:
-    rows = ["| model | inputs (INT32 or INT64) | outputs: name, datatype (`dtype` float32), shape |", "|---|---|---|"]
+    rows = [
+        "| model | inputs (INT32 or INT64) | outputs: name, datatype (`dtype` float32), shape |",
+        "|---|---|---|",
+    ]
     for name, fam in FAMILIES.items():
         outs = v2models._output_metadata(fam, None, dtypes.DEFAULT_DTYPE)
         shown = ", ".join(f"`{o['name']}` {o['datatype']} {o['shape']}" for o in outs)
-        ins = [f"`{s}` [k, N] or [B, k, N]" if fam.selection_rank(s) == 2 else f"`{s}` [N] or [B, N]"
-               for s in fam.selection_fields]
+        ins = [
+            f"`{s}` [k, N] or [B, k, N]" if fam.selection_rank(s) == 2 else f"`{s}` [N] or [B, N]"
+            for s in fam.selection_fields
+        ]
         rows.append(f"| `{name}` | " + ", ".join(ins) + f" | {shown} |")
     return rows
 
@@ -436,7 +481,10 @@ def main(argv: list[str]) -> int:
     text = render()
     if argv[1:] == ["--check"]:
         if PAGE.read_text() != text:
-            print("docs/reference.md is stale: python -m tests.tools.reference > docs/reference.md", file=sys.stderr)
+            print(
+                "docs/reference.md is stale: python -m tests.tools.reference > docs/reference.md",
+                file=sys.stderr,
+            )
             return 1
         return 0
     sys.stdout.write(text)

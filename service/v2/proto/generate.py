@@ -29,8 +29,9 @@ PROTOS = ("model_config.proto", "grpc_service.proto")
 
 def _rewrite(text: str) -> str:
     text = re.sub(r"^import (\w+_pb2) as (\w+)$", r"from . import \1 as \2", text, flags=re.M)
-    text = text.replace("from google.protobuf import descriptor_pool as _descriptor_pool\n",
-                        "from . import POOL as _POOL\n")
+    text = text.replace(
+        "from google.protobuf import descriptor_pool as _descriptor_pool\n", "from . import POOL as _POOL\n"
+    )
     return text.replace("_descriptor_pool.Default()", "_POOL")
 
 
@@ -66,8 +67,10 @@ def main(argv=None) -> int:
                 if a.read() != b.read():
                     stale.append(name)
     if stale:
-        print(f"stale generated files: {', '.join(stale)} (run python -m posenc.service.v2.proto.generate)",
-              file=sys.stderr)
+        print(
+            f"stale generated files: {', '.join(stale)} (run python -m posenc.service.v2.proto.generate)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

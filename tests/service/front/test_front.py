@@ -7,13 +7,13 @@ import asyncio
 
 import httpx
 import orjson
-
 from posenc.service.front.app import create_app
 from posenc.service.front.service import Service
+
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, REQUESTS, orjson_dumps, reference_safetensors
 
-BIG_BODY = b'{"head_dim": 64, "positions": [' + b"1," * 3_000_000 + b"1]}"   # over the 4 MiB body limit
+BIG_BODY = b'{"head_dim": 64, "positions": [' + b"1," * 3_000_000 + b"1]}"  # over the 4 MiB body limit
 
 
 def front_for(settings):
@@ -26,8 +26,10 @@ def front_for(settings):
 async def post(front, raw: bytes, path: str = "/v1/rope", chunks: int = 1, headers=ACCEPT_HDRS):
     """One request straight into the ASGI app: (status, body bytes)."""
     step = max(1, -(-len(raw) // chunks))
-    msgs = [{"type": "http.request", "body": raw[i:i + step], "more_body": i + step < len(raw)}
-            for i in range(0, len(raw), step)] or [{"type": "http.request", "body": b"", "more_body": False}]
+    msgs = [
+        {"type": "http.request", "body": raw[i : i + step], "more_body": i + step < len(raw)}
+        for i in range(0, len(raw), step)
+    ] or [{"type": "http.request", "body": b"", "more_body": False}]
     sent = []
 
     async def receive():
@@ -35,6 +37,7 @@ async def post(front, raw: bytes, path: str = "/v1/rope", chunks: int = 1, heade
 
     async def send(m):
         sent.append(m)
+
     await front({"type": "http", "method": "POST", "path": path, "headers": headers}, receive, send)
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -43,7 +46,7 @@ def test_fastapi_routes_answer_like_the_front(settings):
     """The documented FastAPI routes (the front's shortcuts disabled) give the same status and
     bytes as the front, for answers, refusals and an oversized body."""
     front = front_for(settings)
-    routes = front.app           # the FastAPI app behind the raw-ASGI front
+    routes = front.app  # the FastAPI app behind the raw-ASGI front
 
     async def go(app):
         out = []
@@ -66,15 +69,19 @@ def test_template_shortcut_is_taken_and_exact(settings):
     svc = Service(settings)
     accept = BIN["accept"]
     spec = {"head_dim": 64, "layout": "interleaved"}
-    svc.hot("rope", b"{}", ACCEPT_HDRS)          # first sight of the manifest
-    assert svc.hot("rope", orjson_dumps({**spec, "positions": [5]}), ACCEPT_HDRS) is None   # nothing learnt yet
+    svc.hot("rope", b"{}", ACCEPT_HDRS)  # first sight of the manifest
+    assert (
+        svc.hot("rope", orjson_dumps({**spec, "positions": [5]}), ACCEPT_HDRS) is None
+    )  # nothing learnt yet
     svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), accept))
-    for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3], [2048, 5, 2**31 - 1]):   # past the table too
+    for positions in ([7, 9], [0], list(range(64)), [2047, 3, 3], [2048, 5, 2**31 - 1]):  # past the table too
         body = {**spec, "positions": positions}
         assert svc.hot("rope", orjson_dumps(body), ACCEPT_HDRS) == reference_safetensors("rope", body)
-    for positions in ([2**31], list(range(65)), [1.0], [True], [-2]):   # past the limit, too many, bad
+    for positions in ([2**31], list(range(65)), [1.0], [True], [-2]):  # past the limit, too many, bad
         assert svc.hot("rope", orjson_dumps({**spec, "positions": positions}), ACCEPT_HDRS) is None
-    assert svc.hot("rope", orjson_dumps({**spec, "positions": [1]}), [(b"accept", b"application/json")]) is None
+    assert (
+        svc.hot("rope", orjson_dumps({**spec, "positions": [1]}), [(b"accept", b"application/json")]) is None
+    )
     assert svc.hot("rope", orjson_dumps({**spec, "dtype": "float16", "positions": [1]}), ACCEPT_HDRS) is None
 
 

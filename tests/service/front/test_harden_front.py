@@ -18,9 +18,20 @@ def _drive(app, path: str, messages: list[dict], headers: list) -> list[dict]:
 
     async def send(m):
         sent.append(m)
-    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "headers": headers,
-             "query_string": b"", "http_version": "1.1", "scheme": "http", "server": ("x", 80),
-             "client": ("y", 1), "root_path": ""}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "headers": headers,
+        "query_string": b"",
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("x", 80),
+        "client": ("y", 1),
+        "root_path": "",
+    }
     asyncio.run(app(scope, receive, send))
     return sent
 
@@ -38,7 +49,7 @@ def test_repeated_accept_lines_are_one_value_on_both_routes():
     front = create_app(Settings(namespace="posenc-test-no-engine", shortcut="off"))
     body = {"type": "http.request", "body": b'{"head_dim": 64, "positions": [1]}', "more_body": False}
     hdrs = [(b"accept", b"application/x-safetensors;q=0.5"), (b"accept", b"application/json;q=0.9")]
-    for app in (front, front.app):   # the raw front and the FastAPI route behind it
+    for app in (front, front.app):  # the raw front and the FastAPI route behind it
         sent = _drive(app, "/v1/rope", [body], hdrs)
         assert sent[0]["status"] == 200
         assert dict(sent[0]["headers"])[b"content-type"].startswith(b"application/json"), sent[0]

@@ -16,12 +16,12 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
-
 from posenc.engine.pipeline import body_schema
 from posenc.engine.settings import Settings
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import openapi
 from posenc.service.front.app import create_app
+
 from tests.service_cases import REQUESTS, VALID
 
 try:
@@ -46,18 +46,23 @@ def fetch(app, *paths) -> list[httpx.Response]:
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
             return [await c.get(p) for p in paths]
+
     return asyncio.run(go())
 
 
 # -- the document --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("settings", [NO_ENGINE, Settings(namespace="ptest-openapi-no-engine", auth_token="tok")],
-                         ids=["open", "token"])
+
+@pytest.mark.parametrize(
+    "settings",
+    [NO_ENGINE, Settings(namespace="ptest-openapi-no-engine", auth_token="tok")],
+    ids=["open", "token"],
+)
 def test_the_document_is_valid_openapi(settings):
     doc = document(settings)
     validate(doc)
     broken = copy.deepcopy(doc)
-    broken["components"]["schemas"]["RopeRequest"]["type"] = 5          # the validator does look
+    broken["components"]["schemas"]["RopeRequest"]["type"] = 5  # the validator does look
     with pytest.raises(OpenAPIValidationError):
         validate(broken)
 
@@ -67,21 +72,34 @@ def test_components_name_every_family_request_and_answer_and_the_refusals():
     names = {openapi.component_name(f) for f in FAMILIES}
     assert names == {"Rope", "Sinusoidal", "SinusoidalGrid", "Alibi", "T5Buckets"}
     want = {f"{n}{kind}" for n in names for kind in ("Request", "Response")} | {
-        "Selection", "Dtype", "ValidationError", "Error", "V2Error", "V2InferenceRequest", "V2InferenceResponse",
-        "V2RegisterRequest"}
+        "Selection",
+        "Dtype",
+        "ValidationError",
+        "Error",
+        "V2Error",
+        "V2InferenceRequest",
+        "V2InferenceResponse",
+        "V2RegisterRequest",
+    }
     assert set(doc["components"]["schemas"]) == want
     for name, fam in FAMILIES.items():
         op = doc["paths"][f"/v1/{name}"]["post"]
         body = op["requestBody"]["content"]["application/json"]
         assert body["schema"] == {"$ref": f"{openapi.REF}{openapi.component_name(name)}Request"}
-        assert body["examples"] == body_schema(fam)[1]                  # the family's, a config's
+        assert body["examples"] == body_schema(fam)[1]  # the family's, a config's
         assert fam.examples.items() <= body["examples"].items()
         ok = op["responses"]["200"]["content"]
-        assert ok["application/json"]["schema"] == {"$ref": f"{openapi.REF}{openapi.component_name(name)}Response"}
+        assert ok["application/json"]["schema"] == {
+            "$ref": f"{openapi.REF}{openapi.component_name(name)}Response"
+        }
         assert {"application/x-safetensors", "application/x-npz"} <= set(ok)
-        assert op["responses"]["422"]["content"]["application/json"]["schema"] == {"$ref": openapi.REF + "ValidationError"}
+        assert op["responses"]["422"]["content"]["application/json"]["schema"] == {
+            "$ref": openapi.REF + "ValidationError"
+        }
         for status in ("406", "413", "503"):
-            assert op["responses"][status]["content"]["application/json"]["schema"] == {"$ref": openapi.REF + "Error"}
+            assert op["responses"][status]["content"]["application/json"]["schema"] == {
+                "$ref": openapi.REF + "Error"
+            }
         assert "security" not in op and "401" not in op["responses"]
         # every body form (spec fields, hf_config, table) refers to the one Selection component
         for form in doc["components"]["schemas"][f"{openapi.component_name(name)}Request"]["oneOf"]:
@@ -122,14 +140,24 @@ def test_the_apps_answers_and_refusals_match_their_schemas(settings):
                 out.append((family, 200, await c.post(f"/v1/{family}", json=body)))
             for family, body in VALID.items():
                 out.append((family, 422, await c.post(f"/v1/{family}", json={**body, "bogus": 1})))
-                out.append((family, 406, await c.post(f"/v1/{family}", json=body, headers={"accept": "text/html"})))
-            out.append(("rope", 413, await c.post("/v1/rope", json={"head_dim": 64, "positions": {"start": 0, "stop": 2**20}})))
+                out.append(
+                    (family, 406, await c.post(f"/v1/{family}", json=body, headers={"accept": "text/html"}))
+                )
+            out.append(
+                (
+                    "rope",
+                    413,
+                    await c.post("/v1/rope", json={"head_dim": 64, "positions": {"start": 0, "stop": 2**20}}),
+                )
+            )
         return out
 
     results = asyncio.run(go())
     for family, status, r in results:
         assert r.status_code == status, (family, r.text[:300])
-        component = {200: openapi.component_name(family) + "Response", 422: "ValidationError"}.get(status, "Error")
+        component = {200: openapi.component_name(family) + "Response", 422: "ValidationError"}.get(
+            status, "Error"
+        )
         schema_validator(doc, component).validate(r.json())
     # the schema is strict enough to notice a wrong shape
     rope_answer = next(r for f, s, r in results if f == "rope" and s == 200).json()
@@ -140,6 +168,7 @@ def test_the_apps_answers_and_refusals_match_their_schemas(settings):
 
 # -- /docs ---------------------------------------------------------------------------------------
 
+
 def test_docs_and_their_assets_load_from_this_server_alone():
     app = create_app(NO_ENGINE)
     page, spec = fetch(app, "/docs", "/openapi.json")
@@ -147,8 +176,9 @@ def test_docs_and_their_assets_load_from_this_server_alone():
     html = page.text
     assert not re.search(r"(?:https?:)?//", html), "the page names an outside URL"
     urls = re.findall(r'(?:src|href)="([^"]+)"', html)
-    assert sorted(urls) == sorted(f"{openapi.ASSETS_PATH}/{n}" for n in
-                                  ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"))
+    assert sorted(urls) == sorted(
+        f"{openapi.ASSETS_PATH}/{n}" for n in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
+    )
     assert "url: '/openapi.json'" in html and '"validatorUrl": null' in html
     assert spec.status_code == 200 and spec.json()["openapi"].startswith("3.1")
     for url, r in zip(urls, fetch(app, *urls)):
@@ -156,13 +186,15 @@ def test_docs_and_their_assets_load_from_this_server_alone():
         assert r.status_code == 200 and r.content == f.read_bytes(), url
     js = (openapi.ASSETS / "swagger-ui-bundle.js").read_bytes()
     assert js.count(b"SwaggerUIBundle") >= 1
-    assert fetch(app, "/redoc")[0].status_code == 404          # FastAPI's ReDoc page loads from a CDN
+    assert fetch(app, "/redoc")[0].status_code == 404  # FastAPI's ReDoc page loads from a CDN
 
 
 def test_the_swagger_assets_ship_in_the_wheel_with_their_license():
     assets = sorted(p.name for p in openapi.ASSETS.iterdir())
     assert {"LICENSE", "NOTICE", "swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"} <= set(assets)
     assert "Apache License" in (openapi.ASSETS / "LICENSE").read_text()
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["posenc.service.front"]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "posenc.service.front"
+    ]
     rel = openapi.ASSETS.relative_to(ROOT / "service" / "front")
     assert all(any(fnmatch.fnmatch(f"{rel}/{name}", g) for g in globs) for name in assets), (assets, globs)

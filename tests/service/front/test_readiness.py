@@ -14,7 +14,11 @@ class FakeClient:
         self.up = up
 
     def manifest(self):
-        return {"pid": 1, "generation": 7, "named": [{"name": "a", "stored": True}, {"name": "b", "stored": False}]}
+        return {
+            "pid": 1,
+            "generation": 7,
+            "named": [{"name": "a", "stored": True}, {"name": "b", "stored": False}],
+        }
 
     def call(self, msg, timeout=None):
         assert msg == {"op": "ping"} and timeout is not None and timeout <= 0.5
@@ -26,6 +30,10 @@ class FakeClient:
 def test_starting_then_ready_whatever_the_engine_state():
     assert readiness(SimpleNamespace(ready=False, client=FakeClient(True))) == (503, {"status": "starting"})
     assert readiness(SimpleNamespace(ready=True, client=FakeClient(True))) == (
-        200, {"status": "ready", "generation": 7, "engine": "up", "computed": ["b"]})
+        200,
+        {"status": "ready", "generation": 7, "engine": "up", "computed": ["b"]},
+    )
     assert readiness(SimpleNamespace(ready=True, client=FakeClient(False))) == (
-        200, {"status": "ready", "generation": 7, "engine": "down", "computed": ["b"]})
+        200,
+        {"status": "ready", "generation": 7, "engine": "down", "computed": ["b"]},
+    )

@@ -7,16 +7,21 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
-
 from posenc.engine import pipeline
 from posenc.engine.config import load_config, named_specs
-from posenc.engine.encode import encode, json_ready, json_text as orjson_text
+from posenc.engine.encode import encode, json_ready
+from posenc.engine.encode import json_text as orjson_text
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import sizing
 
 QWEN = {"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24]}
-HF = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "rope_theta": 10000.0,
-      "max_position_embeddings": 4096}
+HF = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+}
 CASES = [
     ("rope", {"head_dim": 64, "positions": [0, 5, 70000]}),
     ("rope", {"head_dim": 128, "partial_rotary_factor": 0.25, "positions": {"start": 0, "stop": 300}}),
@@ -56,8 +61,9 @@ def test_bounds_hold_and_safetensors_is_exact(family, body):
             if fmt == "safetensors":
                 assert got == want
         nb = sizing.binary_nbytes(req)
-        assert nb == sum(np.asarray(v).nbytes if not isinstance(v, float) else 8
-                         for k, v in out.items() if k != "spec")
+        assert nb == sum(
+            np.asarray(v).nbytes if not isinstance(v, float) else 8 for k, v in out.items() if k != "spec"
+        )
 
 
 def test_longest_float_text():
@@ -71,7 +77,7 @@ def test_longest_float_text():
     longest = 0
     for a in (f16, bf16, f32, -f32b):
         longest = max(longest, max(map(len, orjson.dumps(a, option=opt)[1:-1].split(b","))))
-    assert longest == sizing.FLOAT_TEXT   # reached: the bound is not loose
+    assert longest == sizing.FLOAT_TEXT  # reached: the bound is not loose
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
@@ -83,12 +89,15 @@ def test_chunked_json_is_orjson(chunk):
 
 
 def test_too_large_names_format_and_selections():
-    req = pipeline.parse("sinusoidal-grid", {"embed_dim": 32, "grid_size": 1000, "dtype": "bfloat16",
-                                             "positions": None})
-    assert pipeline.check(req, 64 * 2**20) <= 64 * 2**20   # the arrays fit ...
-    with pytest.raises(sizing.AnswerTooLarge) as e:          # ... their JSON text does not
+    req = pipeline.parse(
+        "sinusoidal-grid", {"embed_dim": 32, "grid_size": 1000, "dtype": "bfloat16", "positions": None}
+    )
+    assert pipeline.check(req, 64 * 2**20) <= 64 * 2**20  # the arrays fit ...
+    with pytest.raises(sizing.AnswerTooLarge) as e:  # ... their JSON text does not
         sizing.check(req, "json", 64 * 2**20)
-    assert e.value.status == 413 and "JSON" in str(e.value) and "positions (1000000 positions)" in str(e.value)
+    assert (
+        e.value.status == 413 and "JSON" in str(e.value) and "positions (1000000 positions)" in str(e.value)
+    )
     assert 64_000_000 < sizing.check(req, "safetensors", 64 * 2**20) < 64_000_000 + 256
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-
-from prometheus_client.parser import text_string_to_metric_families
+import subprocess
 
 from posenc.service.metrics.counters import Metrics
-from tests.procs import PYTHON, child_env
+from prometheus_client.parser import text_string_to_metric_families
 
-import subprocess
+from tests.procs import PYTHON, child_env
 
 
 def samples(text: str) -> dict:
@@ -26,14 +25,26 @@ def samples(text: str) -> dict:
 
 
 def count(text: str, route: str, status: str = "200") -> float:
-    return samples(text).get(("posenc_request_duration_seconds_count",
-                              (("route", route), ("status", status))), 0.0)
+    return samples(text).get(
+        ("posenc_request_duration_seconds_count", (("route", route), ("status", status))), 0.0
+    )
 
 
 def start_worker(shm: str, n: int, exit_cleanly: bool) -> subprocess.Popen:
-    p = subprocess.Popen([PYTHON, "-m", "tests.children.metrics_worker", shm, "mtest", str(n),
-                          "exit" if exit_cleanly else "hang"], stdout=subprocess.PIPE, env=child_env(),
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    p = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "tests.children.metrics_worker",
+            shm,
+            "mtest",
+            str(n),
+            "exit" if exit_cleanly else "hang",
+        ],
+        stdout=subprocess.PIPE,
+        env=child_env(),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+    )
     line = p.stdout.readline()
     p.stdout.close()
     assert json.loads(line)["counted"] == n
@@ -52,11 +63,14 @@ def test_dead_and_exited_workers_keep_their_counts_once(tmp_path):
         assert count(before, "/v1/rope") == 1 + 7 + 5
         killed.send_signal(signal.SIGKILL)
         killed.wait(10)
-        for _ in range(3):   # folded once, however many scrapes follow
+        for _ in range(3):  # folded once, however many scrapes follow
             after = me.render()
             assert count(after, "/v1/rope") == 13
-        assert not [n for n in os.listdir(shm) if n.startswith("mtest.metrics.") and n[14:].isdigit()
-                    and int(n[14:]) != os.getpid()]
+        assert not [
+            n
+            for n in os.listdir(shm)
+            if n.startswith("mtest.metrics.") and n[14:].isdigit() and int(n[14:]) != os.getpid()
+        ]
         s = samples(after)
         assert s[("posenc_workers", ())] == 1
         assert s[("posenc_response_bytes_total", (("route", "/v1/rope"),))] == 100 + 7 * 10 + 5 * 10
@@ -81,7 +95,7 @@ def test_a_fold_interrupted_before_the_unlink_is_not_counted_twice(tmp_path):
         with open(path, "rb") as f:
             saved = f.read()
         assert count(me.render(), "/v1/rope") == 4
-        with open(path, "wb") as f:   # as if the unlink had not happened
+        with open(path, "wb") as f:  # as if the unlink had not happened
             f.write(saved)
         assert count(me.render(), "/v1/rope") == 4
         assert not os.path.exists(path)
@@ -99,8 +113,15 @@ def test_errors_by_status_and_the_text_parses(tmp_path):
         assert s[("posenc_errors_total", (("route", "/v1/rope"), ("status", "422")))] == 1
         assert s[("posenc_errors_total", (("route", "/v1/rope"), ("status", "other")))] == 1
         assert ("posenc_errors_total", (("route", "/healthz"), ("status", "200"))) not in s
-        assert s[("posenc_request_duration_seconds_bucket",
-                  (("le", "0.001"), ("route", "/v1/rope"), ("status", "422")))] == 1
+        assert (
+            s[
+                (
+                    "posenc_request_duration_seconds_bucket",
+                    (("le", "0.001"), ("route", "/v1/rope"), ("status", "422")),
+                )
+            ]
+            == 1
+        )
     finally:
         me.close()
 
@@ -109,6 +130,7 @@ def test_each_answer_counts_once_under_its_path_and_in_its_route(tmp_path):
     """Counts made at each path's offset (the ones the lane, the fronts and the gRPC server use)
     come out under that path, and the paths add up to the route's request count."""
     from posenc.service.metrics.layout import ANSWER_ROUTES, TO_SHORTCUT
+
     me = Metrics(str(tmp_path), "mtest")
     made = {}
     try:
@@ -116,7 +138,7 @@ def test_each_answer_counts_once_under_its_path_and_in_its_route(tmp_path):
             c, sc, py = k + 1, 2 * k + 1, k % 3
             for _ in range(c):
                 me.observe_at(Metrics.path_index(route, "c"), 40e-6, 8)
-            for i in range(sc):   # half as the lane and the /v1 front do, half by name
+            for i in range(sc):  # half as the lane and the /v1 front do, half by name
                 if i % 2:
                     me.observe_at(Metrics.path_index(route, "c") + TO_SHORTCUT, 40e-6, 8)
                 else:
@@ -124,13 +146,16 @@ def test_each_answer_counts_once_under_its_path_and_in_its_route(tmp_path):
             for i in range(py):
                 me.observe(route, 422 if i else 200, 1e-3, 8)
             made[route] = {"c": c, "shortcut": sc, "python": py}
-        me.observe_path("/healthz", "c", 1e-5, 2)   # a route no C path answers: its own count
+        me.observe_path("/healthz", "c", 1e-5, 2)  # a route no C path answers: its own count
         s = samples(me.render())
         for route, want in made.items():
             got = {p: s[("posenc_answer_path_total", (("path", p), ("route", route)))] for p in want}
             assert got == want, route
-            n = sum(v for (name, labels), v in s.items()
-                    if name == "posenc_request_duration_seconds_count" and dict(labels)["route"] == route)
+            n = sum(
+                v
+                for (name, labels), v in s.items()
+                if name == "posenc_request_duration_seconds_count" and dict(labels)["route"] == route
+            )
             assert n == sum(want.values()), route
         assert count(me.render(), "/healthz") == 1
         assert not [k for k in s if k[0] == "posenc_answer_path_total" and dict(k[1])["route"] == "/healthz"]

@@ -11,12 +11,13 @@ import logging
 import orjson
 import pytest
 import uvicorn
-from uvicorn.server import ServerState
-
 from posenc.service.front.app import create_app
-from posenc.service.protocol import limits as limits_mod, uvicorn_api
+from posenc.service.protocol import limits as limits_mod
+from posenc.service.protocol import uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
 from posenc.service.shortcut import templates as replay
+from uvicorn.server import ServerState
+
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
 
@@ -58,8 +59,13 @@ class Transport:
 
 
 def request(body: bytes = BODY, accept: bytes = HOT, path: bytes = b"/v1/rope", extra: bytes = b"") -> bytes:
-    return (b"POST %s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s"
-            % (path, accept, extra, len(body), body))
+    return b"POST %s HTTP/1.1\r\nhost: t\r\naccept: %s\r\n%scontent-length: %d\r\n\r\n%s" % (
+        path,
+        accept,
+        extra,
+        len(body),
+        body,
+    )
 
 
 @pytest.fixture
@@ -73,22 +79,28 @@ def world(settings, monkeypatch):
     front = create_app(settings)
     front.svc.attach_all()
     loop = asyncio.new_event_loop()
-    cfg = uvicorn.Config(app=front, loop="none", lifespan="off", log_config=None, server_header=False, ws="none")
+    cfg = uvicorn.Config(
+        app=front, loop="none", lifespan="off", log_config=None, server_header=False, ws="none"
+    )
     cfg.load()
     offers = []
-    for name in ("hot", "hot_request", "hot_requests"):   # every offer to the C shortcut, counted
+    for name in ("hot", "hot_request", "hot_requests"):  # every offer to the C shortcut, counted
         real = getattr(front.svc, name)
-        monkeypatch.setattr(front.svc, name, lambda *a, _real=real, _name=name: offers.append(_name) or _real(*a))
+        monkeypatch.setattr(
+            front.svc, name, lambda *a, _real=real, _name=name: offers.append(_name) or _real(*a)
+        )
 
     def make(lane: bool = True):
-        monkeypatch.setattr(access, "handlers", [])   # pytest adds its capture handlers per phase
+        monkeypatch.setattr(access, "handlers", [])  # pytest adds its capture handlers per phase
         state = ServerState()
         state.default_headers = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT")]
-        p = uvicorn_api.Protocol(config=cfg, server_state=state,
-                                 app_state={STATE_KEY: front.lane} if lane else {}, _loop=loop)
+        p = uvicorn_api.Protocol(
+            config=cfg, server_state=state, app_state={STATE_KEY: front.lane} if lane else {}, _loop=loop
+        )
         t = Transport()
         p.connection_made(t)
         return p, t
+
     yield make, front, loop, offers
     loop.close()
 
@@ -105,12 +117,12 @@ def status_and_body(raw: bytes) -> tuple[int, bytes]:
 @needs_native
 def test_a_learnt_request_is_answered_in_the_data_callback_with_the_shortcuts_bytes(world):
     make, front, loop, offers = world
-    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))   # learnt by the full path
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))  # learnt by the full path
     p, t = make()
     p.data_received(request())
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
     assert front.lane.answered == 1 and not t.closed and b"date: Thu" in t.buffer
-    assert t.limits[0] == WRITE_AT_ONCE   # a large answer is sent at once, not at the loop's turn
+    assert t.limits[0] == WRITE_AT_ONCE  # a large answer is sent at once, not at the loop's turn
 
 
 @needs_native
@@ -119,13 +131,15 @@ def test_a_json_answer_whose_rows_text_is_not_kept_is_answered_in_the_same_call(
     (templates.lane_again) and answers it with the full path's bytes, still in the one offer per
     read, as are the requests after it."""
     make, front, loop, offers = world
-    front.svc.execute(front.svc.prepare("rope", BODY, "application/json"))   # a JSON template learnt
-    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))          # and the binary one
-    body = orjson.dumps({"head_dim": 64, "positions": [2998, 2999]})         # rows with no text kept
+    front.svc.execute(front.svc.prepare("rope", BODY, "application/json"))  # a JSON template learnt
+    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))  # and the binary one
+    body = orjson.dumps({"head_dim": 64, "positions": [2998, 2999]})  # rows with no text kept
     data = request(body=body, accept=b"application/json") + request()
     native = front.svc.templates.native
-    assert replay._hot.lane(data, 0, front.lane.urls, front.svc.accepts, native, (b"", b"", b""), b"",
-                            False) is NotImplemented
+    assert (
+        replay._hot.lane(data, 0, front.lane.urls, front.svc.accepts, native, (b"", b"", b""), b"", False)
+        is NotImplemented
+    )
     p, t = make()
     p.data_received(data)
     assert offers == ["hot_requests"] and front.lane.answered == 2, offers
@@ -143,23 +157,26 @@ def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
     settle(loop)
     status, body = status_and_body(t.buffer)
     assert status == 200 and orjson.loads(body)["cos"]
-    assert offers == ["hot_requests"], offers           # not again at the headers, nor in the front
+    assert offers == ["hot_requests"], offers  # not again at the headers, nor in the front
 
 
 @needs_native
-def test_a_whole_request_call_that_raises_is_logged_and_the_request_still_answered(world, monkeypatch, caplog):
+def test_a_whole_request_call_that_raises_is_logged_and_the_request_still_answered(
+    world, monkeypatch, caplog
+):
     make, front, loop, offers = world
     front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
 
     def boom(*args):
         raise RuntimeError("boom")
+
     monkeypatch.setattr(front.svc, "hot_requests", boom)
     p, t = make()
     with caplog.at_level(logging.ERROR, logger="posenc.service"):
         p.data_received(request())
         settle(loop)
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
-    assert "template shortcut failed" in caplog.text and "boom" in caplog.text   # (then httptools read it)
+    assert "template shortcut failed" in caplog.text and "boom" in caplog.text  # (then httptools read it)
 
 
 @needs_native
@@ -170,7 +187,7 @@ def test_without_a_lane_the_front_offers_the_request_itself(world):
     p.data_received(request())
     settle(loop)
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
-    assert offers.count("hot") == 2 and "hot_requests" not in offers   # the front's, and ours above
+    assert offers.count("hot") == 2 and "hot_requests" not in offers  # the front's, and ours above
 
 
 def test_a_request_split_across_reads_is_admitted_at_its_headers(world):
@@ -179,7 +196,7 @@ def test_a_request_split_across_reads_is_admitted_at_its_headers(world):
     p, t = make()
     data = request()
     for i in range(0, len(data), 7):
-        p.data_received(data[i:i + 7])
+        p.data_received(data[i : i + 7])
     settle(loop)
     assert status_and_body(t.buffer)[0] == 200 and t.buffer.count(b"HTTP/1.1") == 1
 
@@ -206,17 +223,18 @@ def test_a_head_over_the_limit_arriving_in_pieces_gets_431(world):
 def test_the_protocol_checks_pass_on_this_uvicorn_even_inside_a_running_loop():
     async def inside():
         return uvicorn_api.problems()
+
     assert uvicorn_api.problems() == [] and asyncio.run(inside()) == []
     assert uvicorn_api.SUPPORTED and uvicorn_api.WHY_OFF is None
-
-
 
 
 def test_a_whole_head_over_the_limit_in_one_read_gets_431_and_nothing_else(world):
     make, front, loop, offers = world
     p, t = make()
     body = b'{"head_dim": 64, "positions": [1]}'
-    p.data_received(b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                    b"x-pad: %s\r\n\r\n%s" % (len(body), b"a" * (70 * 1024), body))
+    p.data_received(
+        b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"x-pad: %s\r\n\r\n%s" % (len(body), b"a" * (70 * 1024), body)
+    )
     settle(loop)
     assert t.buffer.startswith(b"HTTP/1.1 431 ") and t.buffer.count(b"HTTP/1.1") == 1 and t.closed

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from posenc.engine.kernels import numpy_impl as ref
 from posenc.service.shortcut import templates as replay
 
@@ -26,21 +26,31 @@ KEY = b'{"query":\0,"key":\0}'
 ACCEPT = b"application/x-safetensors"
 MODES = {"causal": (False, False), "symmetric": (True, False), "masked": (False, True)}
 
-slopes = st.lists(st.one_of(st.sampled_from([2.0**-8, 0.5, 1.0, 2.0**-0.5]),
-                            st.floats(2.0**-40, 4.0, allow_nan=False, allow_infinity=False)),
-                  min_size=1, max_size=5)
-positions = st.lists(st.one_of(st.integers(0, 70), st.integers(0, TOP), st.sampled_from([0, 1, TOP, TOP - 1])),
-                     min_size=1, max_size=24)
+slopes = st.lists(
+    st.one_of(
+        st.sampled_from([2.0**-8, 0.5, 1.0, 2.0**-0.5]),
+        st.floats(2.0**-40, 4.0, allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=5,
+)
+positions = st.lists(
+    st.one_of(st.integers(0, 70), st.integers(0, TOP), st.sampled_from([0, 1, TOP, TOP - 1])),
+    min_size=1,
+    max_size=24,
+)
 
 
 def shortcut_block(m: np.ndarray, mode: str, query: list, key: list) -> bytes:
     """The block of a one-template AlibiTemplate answer (header b"" and the float32 slopes after)."""
     sym, mask = MODES[mode]
-    t = replay._hot.AlibiTemplate(m, sym, mask, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 1 << 20, 1 << 30)
+    t = replay._hot.AlibiTemplate(
+        m, sym, mask, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 1 << 20, 1 << 30
+    )
     raw = orjson.dumps({"query": query, "key": key})
     out = replay.answer(raw, [(b"accept", ACCEPT)], {ACCEPT: 0}, {KEY: t}, "alibi")
     assert out is not None
-    return out[:-4 * len(m)]
+    return out[: -4 * len(m)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.errors import SpecError
 from posenc.service.shortcut import templates as replay
+
 from tests.independent import assert_answer
 from tests.service.hot_helpers import needs_kernels
 from tests.service.shortcut.test_json_answers import lane_json
@@ -27,11 +28,23 @@ DTYPES = ["float32", "float16", "bfloat16"] if kernels.c_api() is not None else 
 HALF = needs_kernels
 
 # positions near 0, around the table's end, a little past it, and far out
-POSITION = st.one_of(st.integers(0, 8), st.integers(LENGTH - 3, LENGTH + 3), st.integers(LENGTH + 254, LENGTH + 258),
-                     st.integers(0, 3 * LENGTH), st.integers(60000, 70000), st.integers(2**31 - 300, 2**31 - 1))
-SELECTION = st.one_of(st.lists(POSITION, min_size=1, max_size=6),
-                      st.builds(lambda a, n, s: {"start": a, "stop": a + n, "step": s},
-                                POSITION, st.integers(1, 40), st.integers(1, 3)))
+POSITION = st.one_of(
+    st.integers(0, 8),
+    st.integers(LENGTH - 3, LENGTH + 3),
+    st.integers(LENGTH + 254, LENGTH + 258),
+    st.integers(0, 3 * LENGTH),
+    st.integers(60000, 70000),
+    st.integers(2**31 - 300, 2**31 - 1),
+)
+SELECTION = st.one_of(
+    st.lists(POSITION, min_size=1, max_size=6),
+    st.builds(
+        lambda a, n, s: {"start": a, "stop": a + n, "step": s},
+        POSITION,
+        st.integers(1, 40),
+        st.integers(1, 3),
+    ),
+)
 
 
 @st.composite
@@ -45,7 +58,7 @@ def specs(draw) -> dict:
         spec["mask_future"] = True
     if draw(st.booleans()):
         spec["heads"] = draw(st.lists(st.integers(0, h - 1), min_size=1, max_size=5))
-    bias = draw(st.sampled_from([None, 0.5, 1.0, 16.0]))   # 0.5: float16 overflows ~65k out
+    bias = draw(st.sampled_from([None, 0.5, 1.0, 16.0]))  # 0.5: float16 overflows ~65k out
     if bias is not None:
         spec["max_bias"] = bias
     return spec
@@ -60,7 +73,7 @@ def full_path(spec: dict, query, key) -> bool:
     try:
         req = pipeline.parse("alibi", {**spec, "query": query, "key": key}, LENGTH)
         pipeline.check(req)
-        pipeline.arrays(req)   # (mask_future's blocks find an overflow as they are filled)
+        pipeline.arrays(req)  # (mask_future's blocks find an overflow as they are filled)
     except SpecError:
         return False
     return True
@@ -72,8 +85,16 @@ def lane_only(first: dict, later: dict):
     req = pipeline.parse("alibi", first, LENGTH)
     templates.learn("json", orjson.dumps(first), req, view_of(req.table))
     raw = orjson.dumps(later)
-    got = replay.answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
-                                {b"/": ("alibi", 0)}, {None: 1}, templates.native, (b"", b"", b""), b"", False)
+    got = replay.answer_request(
+        b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw),
+        0,
+        {b"/": ("alibi", 0)},
+        {None: 1},
+        templates.native,
+        (b"", b"", b""),
+        b"",
+        False,
+    )
     return got[2].partition(b"\r\n")[2] if got else False
 
 
@@ -88,19 +109,26 @@ def test_alibi_json_is_the_full_paths_bytes(spec, query, key):
         return
     got, served, computed = lane_json("alibi", first, later)
     assert served == computed
-    assert got == served    # every block the full path answers, C answers: the same bytes
+    assert got == served  # every block the full path answers, C answers: the same bytes
     assert_answer("alibi", later, orjson.loads(got))
 
 
-@pytest.mark.parametrize("spec", [{"num_heads": 32},
-                                  pytest.param({"num_heads": 12, "mask_future": True, "dtype": "float16"}, marks=HALF),
-                                  pytest.param({"num_heads": 5, "mode": "symmetric", "dtype": "bfloat16"}, marks=HALF)])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"num_heads": 32},
+        pytest.param({"num_heads": 12, "mask_future": True, "dtype": "float16"}, marks=HALF),
+        pytest.param({"num_heads": 5, "mode": "symmetric", "dtype": "bfloat16"}, marks=HALF),
+    ],
+)
 def test_decode_blocks_across_the_table_end(spec):
     """Decode rows (one query against every key so far) at queries around the table's end: the
     full path's bytes."""
     for q in (0, 1, 255, 256, LENGTH - 1, LENGTH, LENGTH + 1, 5000):
         for key in ({"start": 0, "stop": q + 1}, {"start": max(0, q - 300), "stop": q + 2}):
-            got, served, _ = lane_json("alibi", {**spec, "query": [1], "key": [0]}, {**spec, "query": [q], "key": key})
+            got, served, _ = lane_json(
+                "alibi", {**spec, "query": [1], "key": [0]}, {**spec, "query": [q], "key": key}
+            )
             assert got == served, (spec, q, key)
 
 
@@ -111,7 +139,7 @@ def test_float16_overflow_is_declined_not_written():
     spec = {"num_heads": 2, "max_bias": 0.5, "dtype": "float16"}
     first = {**spec, "query": [1], "key": [0]}
     outcomes = []
-    for far in (77000, 77900, 78000, 100000):   # the first head's cells overflow from ~77,920 on
+    for far in (77000, 77900, 78000, 100000):  # the first head's cells overflow from ~77,920 on
         later = {**spec, "query": [far], "key": [0, 1]}
         outcomes.append(full_path(spec, later["query"], later["key"]))
         if outcomes[-1]:
@@ -121,7 +149,9 @@ def test_float16_overflow_is_declined_not_written():
             assert lane_only(first, later) is False
     assert outcomes == [True, True, False, False]
     masked = {**spec, "mask_future": True}
-    got, served, _ = lane_json("alibi", {**masked, "query": [1], "key": [0]}, {**masked, "query": [0], "key": [90000]})
+    got, served, _ = lane_json(
+        "alibi", {**masked, "query": [1], "key": [0]}, {**masked, "query": [0], "key": [90000]}
+    )
     assert got == served
 
 
@@ -142,13 +172,22 @@ def asker(spec: dict):
 
     def ask(query, key):
         raw = orjson.dumps({**spec, "query": query, "key": key})
-        got = replay.answer_request(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw), 0,
-                                    {b"/": ("alibi", 0)}, {None: 1}, templates.native, (b"", b"", b""), b"", False)
+        got = replay.answer_request(
+            b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw),
+            0,
+            {b"/": ("alibi", 0)},
+            {None: 1},
+            templates.native,
+            (b"", b"", b""),
+            b"",
+            False,
+        )
         return got[2].partition(b"\r\n")[2] if got else False
 
     def full(query, key):
         r = pipeline.parse("alibi", {**spec, "query": query, "key": key}, LENGTH)
         return encode(r.family, pipeline.arrays(r, view), r.dtype, "json")[0]
+
     return ask, full
 
 
@@ -157,8 +196,11 @@ def test_any_block_is_formatted_in_c_keeping_nothing(monkeypatch):
     """Blocks at distances spread far apart, past the table and in every dtype, are the lane's
     answers (the full path's bytes) without Python rendering a cell, and nothing is kept for them
     (the budget of kept texts stays with the RoPE rows: a load of random distances cannot thrash it)."""
-    for spec in ({"num_heads": 4}, {"num_heads": 12, "dtype": "float16", "mask_future": True},
-                 {"num_heads": 3, "dtype": "bfloat16", "mode": "symmetric"}):
+    for spec in (
+        {"num_heads": 4},
+        {"num_heads": 12, "dtype": "float16", "mask_future": True},
+        {"num_heads": 3, "dtype": "bfloat16", "mode": "symmetric"},
+    ):
         ask, full = asker(spec)
         rendered = []
         real = replay.json_text

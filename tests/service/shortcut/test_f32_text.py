@@ -18,11 +18,13 @@ def orjson_text(values: np.ndarray) -> bytes:
 def check(values: np.ndarray) -> None:
     values = np.ascontiguousarray(values, np.float32)
     ours, theirs = _hot.f32_json(values), orjson_text(values)
-    if ours != theirs:   # name the first value that differs
+    if ours != theirs:  # name the first value that differs
         for v in values:
             one = np.array([v], np.float32)
-            assert (hex(int(one.view(np.uint32)[0])), _hot.f32_json(one)) == (hex(int(one.view(np.uint32)[0])),
-                                                                              orjson_text(one))
+            assert (hex(int(one.view(np.uint32)[0])), _hot.f32_json(one)) == (
+                hex(int(one.view(np.uint32)[0])),
+                orjson_text(one),
+            )
     assert ours == theirs
 
 
@@ -34,15 +36,48 @@ def test_random_bit_patterns():
 def test_edge_cases():
     f = np.float32
     info = np.finfo(np.float32)
-    tiny = np.arange(0, 4096, dtype=np.uint32).view(np.float32)           # the smallest subnormals
+    tiny = np.arange(0, 4096, dtype=np.uint32).view(np.float32)  # the smallest subnormals
     top_sub = (np.uint32(0x00800000) - np.arange(1, 4097, dtype=np.uint32)).view(np.float32)
-    powers = np.array([10.0 ** e for e in range(-45, 39)], np.float64).astype(np.float32)
+    powers = np.array([10.0**e for e in range(-45, 39)], np.float64).astype(np.float32)
     near = np.concatenate([np.nextafter(powers, f(np.inf)), np.nextafter(powers, f(0)), powers])
     # the fixed range's ends: k = -7 .. -6 and 12 .. 13, and integral values of 9 digits and more
-    bounds = np.array([1e-7, 9.999999e-7, 1e-6, 1.2345e-6, 9.99e-7, 1e12, 9.999999e12, 1e13, 1.2345e13,
-                       123456789, 1e8, 16777216, 16777217, 0.1, 0.5, 1.5, 100.0], np.float64).astype(np.float32)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny, info.smallest_subnormal,
-                        info.eps], np.float32)
+    bounds = np.array(
+        [
+            1e-7,
+            9.999999e-7,
+            1e-6,
+            1.2345e-6,
+            9.99e-7,
+            1e12,
+            9.999999e12,
+            1e13,
+            1.2345e13,
+            123456789,
+            1e8,
+            16777216,
+            16777217,
+            0.1,
+            0.5,
+            1.5,
+            100.0,
+        ],
+        np.float64,
+    ).astype(np.float32)
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            info.max,
+            -info.max,
+            info.tiny,
+            info.smallest_subnormal,
+            info.eps,
+        ],
+        np.float32,
+    )
     allbits = np.concatenate([tiny, top_sub, near, bounds, special])
     check(np.concatenate([allbits, -allbits]))
     assert _hot.f32_json(np.array([-0.0, np.nan, 1e-7, 1e13], np.float32)) == b"-0.0,null,1e-7,1e+13"

@@ -11,12 +11,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 _hot = replay._hot
-ACC = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
+ACC = ([(b"accept", b"x")], {b"x": 0})  # 0: safetensors
 KEY = b'{"positions":\0}'
 TABLE = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
 
@@ -25,6 +24,7 @@ def rows_template(calls: Counter):
     def header_for(n: int) -> bytes:
         calls[n] += 1
         return b"H%d;" % n
+
     return _hot.RowsTemplate((TABLE,), [0, 1, 2, 3], 0, 64, False, header_for, b"T")
 
 
@@ -41,10 +41,10 @@ def test_c_returns_not_implemented_and_notes_the_missing_header():
     t = rows_template(calls)
     assert _hot.missing() is None
     assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") is NotImplemented
-    assert not calls                                   # header_for was not called by C
+    assert not calls  # header_for was not called by C
     got = _hot.missing()
     assert got == (t, (2,)) and got[0] is t
-    assert _hot.missing() is None                      # handed over once
+    assert _hot.missing() is None  # handed over once
     t.set_header((2,), t.header_for(2))
     assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") == want([3, 5])
 
@@ -92,11 +92,12 @@ def test_threads_answering_one_template_all_get_their_answers():
                 out = replay.answer(body(rows), *ACC, templates, "rope")
                 if out != want(rows):
                     errors.append(rows)
-        except Exception as e:   # noqa: BLE001 - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
+
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)   # threads switch between the C call, the miss and the retry
+    sys.setswitchinterval(1e-6)  # threads switch between the C call, the miss and the retry
     try:
         for th in threads:
             th.start()

@@ -9,21 +9,27 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from posenc.engine import pipeline
 from posenc.engine.errors import SpecError
 from posenc.engine.tables.sinusoidal_grid import AXES, parse_spec
 from posenc.service.shortcut import templates as replay
+
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 
 SPECS = [
-    {"embed_dim": 1536, "grid_size": 192, "base_size": 64},                               # SD3's pos_embed_max_size
+    {"embed_dim": 1536, "grid_size": 192, "base_size": 64},  # SD3's pos_embed_max_size
     {"embed_dim": 256, "grid_size": [300, 500], "extra_tokens": 3, "interpolation_scale": 0.75},
-    {"embed_dim": 1920, "grid_size": [30, 45], "temporal_size": 13, "interpolation_scale": 1.875,
-     "temporal_interpolation_scale": 1.0},                                                 # CogVideoX 3-D
+    {
+        "embed_dim": 1920,
+        "grid_size": [30, 45],
+        "temporal_size": 13,
+        "interpolation_scale": 1.875,
+        "temporal_interpolation_scale": 1.0,
+    },  # CogVideoX 3-D
     {"embed_dim": 64, "grid_size": [700, 600], "temporal_size": 3, "extra_tokens": 1},
 ]
 DTYPES = st.sampled_from(["float32", "float16", "bfloat16"])
@@ -35,7 +41,9 @@ def rows_of(spec: dict) -> int:
 
 def test_the_specs_are_stored_per_axis():
     for spec in SPECS:
-        assert pipeline.parse("sinusoidal-grid", {**spec, "positions": [0]}, LENGTH).table.variant == AXES, spec
+        assert pipeline.parse("sinusoidal-grid", {**spec, "positions": [0]}, LENGTH).table.variant == AXES, (
+            spec
+        )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,11 +56,22 @@ def test_grid_rows_match_the_pipeline(spec, dtype, data):
         positions = data.draw(st.lists(position, min_size=1, max_size=replay.MAX_ROWS))
     else:
         start = data.draw(position)
-        positions = {"start": start, "stop": min(n, start + data.draw(st.integers(1, 64))),
-                     "step": data.draw(st.integers(1, 3))}
-    c, served, computed = answer_both("sinusoidal-grid", {**spec, "positions": [1]}, {**spec, "positions": positions})
-    event("extra token" if any(p < parse_spec(spec).extra_tokens for p in
-                               (positions if isinstance(positions, list) else [positions["start"]])) else "grid")
+        positions = {
+            "start": start,
+            "stop": min(n, start + data.draw(st.integers(1, 64))),
+            "step": data.draw(st.integers(1, 3)),
+        }
+    c, served, computed = answer_both(
+        "sinusoidal-grid", {**spec, "positions": [1]}, {**spec, "positions": positions}
+    )
+    event(
+        "extra token"
+        if any(
+            p < parse_spec(spec).extra_tokens
+            for p in (positions if isinstance(positions, list) else [positions["start"]])
+        )
+        else "grid"
+    )
     assert c is not None
     assert c == served == computed
 
@@ -67,22 +86,40 @@ def test_a_row_past_the_grid_is_the_full_paths_422(spec):
     n = rows_of(spec)
     for positions in ([n], [0, n + 5], {"start": n - 1, "stop": n + 1}):
         body = {**spec, "positions": positions}
-        assert replay.answer(orjson.dumps(body), HEADERS, {b"application/x-safetensors": 0},
-                             templates.native["sinusoidal-grid"], "sinusoidal-grid") is None
+        assert (
+            replay.answer(
+                orjson.dumps(body),
+                HEADERS,
+                {b"application/x-safetensors": 0},
+                templates.native["sinusoidal-grid"],
+                "sinusoidal-grid",
+            )
+            is None
+        )
         with pytest.raises(SpecError) as e:
             pipeline.check(pipeline.parse("sinusoidal-grid", body, LENGTH))
         assert e.value.loc[0] == "positions"
 
 
-@pytest.mark.parametrize("bad", [
-    dict(steps=((1, 193),)),                     # mod past the table's rows
-    dict(steps=((0, 192),)),                     # div 0
-    dict(extra=5, rows=5),                       # no grid row
-    dict(max_rows=replay.MAX_ROWS + 1),          # more than configured
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(steps=((1, 193),)),  # mod past the table's rows
+        dict(steps=((0, 192),)),  # div 0
+        dict(extra=5, rows=5),  # no grid row
+        dict(max_rows=replay.MAX_ROWS + 1),  # more than configured
+    ],
+)
 def test_grid_template_checks_its_arguments(bad):
-    args = dict(arrays=(np.zeros((192, 8), np.float32),), steps=((1, 192),), extra=0, rows=192,
-                max_rows=replay.MAX_ROWS, header_for=lambda n: b"", tail=b"")
+    args = dict(
+        arrays=(np.zeros((192, 8), np.float32),),
+        steps=((1, 192),),
+        extra=0,
+        rows=192,
+        max_rows=replay.MAX_ROWS,
+        header_for=lambda n: b"",
+        tail=b"",
+    )
     replay._hot.GridTemplate(**args)
     with pytest.raises(ValueError):
         replay._hot.GridTemplate(**{**args, **bad})

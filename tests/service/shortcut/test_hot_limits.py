@@ -7,6 +7,7 @@ path (which answers or refuses it)."""
 from __future__ import annotations
 
 from posenc.engine.errors import PosencError
+
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, padded_rope_body, reference_safetensors
 
@@ -49,12 +50,16 @@ def test_positions_2_31_minus_1_and_2_31(learnt):
     spec = {"num_heads": 12}
     learnt.execute(learnt.prepare("alibi", orjson_dumps({**spec, "query": [1], "key": [1]}), BIN["accept"]))
     top = 2**31 - 1
-    for body in ({**spec, "query": [top], "key": {"start": top - 4, "stop": top + 1}},
-                 {**spec, "query": [top, 0], "key": [top, 0]}):
+    for body in (
+        {**spec, "query": [top], "key": {"start": top - 4, "stop": top + 1}},
+        {**spec, "query": [top, 0], "key": [top, 0]},
+    ):
         assert learnt.hot("alibi", orjson_dumps(body), ACCEPT_HDRS) == reference_safetensors("alibi", body)
-    for body in ({**spec, "query": [top + 1], "key": [0, 1, 2]},
-                 {**spec, "query": [5], "key": {"start": top - 2, "stop": top + 2}},
-                 {**spec, "query": [5], "key": [0, top + 1]}):
+    for body in (
+        {**spec, "query": [top + 1], "key": [0, 1, 2]},
+        {**spec, "query": [5], "key": {"start": top - 2, "stop": top + 2}},
+        {**spec, "query": [5], "key": [0, top + 1]},
+    ):
         assert learnt.hot("alibi", orjson_dumps(body), ACCEPT_HDRS) is None
         assert full_path(learnt, "alibi", body) == 422
     # RoPE rows past the table are computed in C, up to 2^31 - 1; 2^31 is refused by the full path

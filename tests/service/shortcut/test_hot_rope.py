@@ -8,22 +8,31 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from posenc.service.shortcut import _hot
 from posenc.service.shortcut import templates as replay
+
 from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 
 
 @needs_native
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(spec=st.sampled_from(HOT_SPECS), rows=st.lists(st.integers(0, 2050), min_size=0, max_size=70),
-       odd=st.one_of(st.just(None), ODD), at=st.integers(0, 70),
-       seps=st.sampled_from([","] * 4 + [", ", " ,", ",\n", ",,"]),
-       open_=st.sampled_from(["["] * 4 + ["[ ", "[\n"]), close=st.sampled_from(["]"] * 4 + [" ]", ",]"]),
-       colon=st.sampled_from([":"] * 4 + [" : ", "::", ": ", ":\t"]), first=st.booleans())
-def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at, seps, open_, close, colon, first):
+@given(
+    spec=st.sampled_from(HOT_SPECS),
+    rows=st.lists(st.integers(0, 2050), min_size=0, max_size=70),
+    odd=st.one_of(st.just(None), ODD),
+    at=st.integers(0, 70),
+    seps=st.sampled_from([","] * 4 + [", ", " ,", ",\n", ",,"]),
+    open_=st.sampled_from(["["] * 4 + ["[ ", "[\n"]),
+    close=st.sampled_from(["]"] * 4 + [" ]", ",]"]),
+    colon=st.sampled_from([":"] * 4 + [" : ", "::", ": ", ":\t"]),
+    first=st.booleans(),
+)
+def test_native_shortcut_answers_like_the_full_path(
+    learnt, spec, rows, odd, at, seps, open_, close, colon, first
+):
     """Whatever the list's text, the C shortcut answers exactly as the full path does, or leaves
     the body to the full path."""
     tokens = [str(r) for r in rows]
@@ -35,7 +44,8 @@ def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at,
         if first:
             return b'{"positions"' + colon.encode() + lst + b"," + spec_text + b"}"
         return b"{" + spec_text + b',"positions"' + colon.encode() + lst + b"}"
-    if colon != "::":    # let the full path learn this body's template
+
+    if colon != "::":  # let the full path learn this body's template
         learnt.execute(learnt.prepare("rope", text(b"[5]"), BIN["accept"]))
     lst = (open_ + seps.join(tokens) + close).encode()
     body = text(lst)
@@ -46,8 +56,13 @@ def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at,
     except ValueError:
         parsed = None
     # A valid list of 1 to 64 positions, inside the table or past it: the shortcut must answer it.
-    plain = (colon != "::" and isinstance(parsed, list) and 0 < len(parsed) <= 64
-             and all(type(v) is int and 0 <= v < 2**31 for v in parsed) and b"-" not in lst)
+    plain = (
+        colon != "::"
+        and isinstance(parsed, list)
+        and 0 < len(parsed) <= 64
+        and all(type(v) is int and 0 <= v < 2**31 for v in parsed)
+        and b"-" not in lst
+    )
     if plain:
         assert c is not None, body
     if c is not None:
@@ -59,17 +74,22 @@ def test_native_shortcut_answers_like_the_full_path(learnt, spec, rows, odd, at,
 def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
     body = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2]})
     assert learnt.hot("rope", body, ACCEPT_HDRS) is not None
-    assert learnt.hot("rope", body, ACCEPT_HDRS[:2]) is None                                   # no Accept: JSON
+    assert learnt.hot("rope", body, ACCEPT_HDRS[:2]) is None  # no Accept: JSON
     assert learnt.hot("rope", body, [(b"accept", b"application/json")]) is None
     odd = b"application/x-safetensors;q=0.9, application/json;q=0.1"
-    assert learnt.hot("rope", body, [(b"accept", odd)]) is None                                # not negotiated yet
+    assert learnt.hot("rope", body, [(b"accept", odd)]) is None  # not negotiated yet
     learnt.prepare("rope", body, odd.decode())
     assert learnt.hot("rope", body, [(b"accept", odd)]) == learnt.hot("rope", body, ACCEPT_HDRS)
     spaced = body.replace(b"[1,2]", b"[1," + b" " * learnt.settings.max_body_bytes + b"2]")
-    assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None                                     # over the body limit
-    past = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048, 1 << 30]})                      # past the table:
-    assert learnt.hot("rope", past, ACCEPT_HDRS) == learnt.execute(learnt.prepare("rope", past, BIN["accept"]))[0]
-    assert learnt.hot("rope", past, ACCEPT_HDRS) == reference_safetensors("rope", json.loads(past))   # computed
+    assert learnt.hot("rope", spaced, ACCEPT_HDRS) is None  # over the body limit
+    past = orjson_dumps({**HOT_SPECS[0], "positions": [1, 2048, 1 << 30]})  # past the table:
+    assert (
+        learnt.hot("rope", past, ACCEPT_HDRS)
+        == learnt.execute(learnt.prepare("rope", past, BIN["accept"]))[0]
+    )
+    assert learnt.hot("rope", past, ACCEPT_HDRS) == reference_safetensors(
+        "rope", json.loads(past)
+    )  # computed
 
 
 @needs_native
@@ -79,7 +99,10 @@ def test_native_template_checks_its_arrays():
 
     def rows(arrays, colmap=cols, hf=lambda n: b"", **kw):
         args = dict(offset=0, max_rows=64, lists_only=True) | kw
-        return _hot.RowsTemplate(arrays, colmap, args["offset"], args["max_rows"], args["lists_only"], hf, b"")
+        return _hot.RowsTemplate(
+            arrays, colmap, args["offset"], args["max_rows"], args["lists_only"], hf, b""
+        )
+
     with pytest.raises(ValueError, match="2-d"):
         rows((np.zeros(8, np.float32),))
     with pytest.raises(ValueError, match="2-d"):
@@ -99,9 +122,9 @@ def test_native_template_checks_its_arrays():
         _hot.AlibiTemplate(m, False, False, lambda q, k: b"", b"", 10, 100)
     with pytest.raises(ValueError, match="causal"):
         _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
-    t = rows((a, a), hf=lambda n: 7)   # a header_for that returns no bytes
-    acc = ([(b"accept", b"x")], {b"x": 0})   # 0: safetensors
+    t = rows((a, a), hf=lambda n: 7)  # a header_for that returns no bytes
+    acc = ([(b"accept", b"x")], {b"x": 0})  # 0: safetensors
     with pytest.raises(TypeError, match="bytes"):
         replay.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, "rope")
-    with pytest.raises(TypeError, match="AlibiTemplate"):   # a template of another family
+    with pytest.raises(TypeError, match="AlibiTemplate"):  # a template of another family
         replay.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, "alibi")

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.service.hot_helpers import ODD, learn_then_answer, needs_native, plain_selection
 from tests.service_cases import orjson_dumps, reference_safetensors
 
-
-SINUSOIDAL_SPECS = [{"d_model": 33}, {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "bfloat16"},
-                    {"d_model": 33, "layout": "fairseq", "dtype": "float16"}, {"d_model": 32, "layout": "fairseq"},
-                    {"d_model": 33, "layout": "fairseq_cos_first", "offset": 1}]
+SINUSOIDAL_SPECS = [
+    {"d_model": 33},
+    {"d_model": 33, "layout": "concat", "offset": 2, "dtype": "bfloat16"},
+    {"d_model": 33, "layout": "fairseq", "dtype": "float16"},
+    {"d_model": 32, "layout": "fairseq"},
+    {"d_model": 33, "layout": "fairseq_cos_first", "offset": 1},
+]
 
 
 @st.composite
@@ -28,9 +32,14 @@ def sinusoidal_bodies(draw):
         sel = "[" + ",".join(items) + "]"
     else:
         start = draw(st.integers(0, 2100))
-        sel = '{"start":%d,"stop":%d%s}' % (start, start + draw(st.integers(-1, 70)),
-                                             draw(st.sampled_from(["", ',"step":3', ',"step":null'])))
-    fields = draw(st.permutations([(k, orjson_dumps(v).decode()) for k, v in spec.items()] + [("positions", sel)]))
+        sel = '{"start":%d,"stop":%d%s}' % (
+            start,
+            start + draw(st.integers(-1, 70)),
+            draw(st.sampled_from(["", ',"step":3', ',"step":null'])),
+        )
+    fields = draw(
+        st.permutations([(k, orjson_dumps(v).decode()) for k, v in spec.items()] + [("positions", sel)])
+    )
     text = "{" + ",".join(f'"{k}":{v}' for k, v in fields) + "}"
     probe = "{" + ",".join(f'"{k}":{"[1]" if k == "positions" else v}' for k, v in fields) + "}"
     # C answers from a mapped table only: the configured d_model 33 (interleaved, float32).
@@ -52,7 +61,7 @@ def test_native_sinusoidal_answers_like_the_full_path(learnt, drawn):
     text, probe, plain = drawn
     body = text.encode()
     c, full = learn_then_answer(learnt, "sinusoidal", body, probe.encode())
-    if plain:   # no odd token in a valid body of the mapped spec: C must answer it
+    if plain:  # no odd token in a valid body of the mapped spec: C must answer it
         assert full is not None and c is not None, body
     if c is not None:
         req = json.loads(body)

@@ -32,10 +32,12 @@ from posenc.engine.settings import Settings  # noqa: E402
 from posenc.service.v2.core import V2  # noqa: E402
 from posenc.service.v2.grpc_server import GrpcV2  # noqa: E402
 from posenc.service.v2.shm import remove_registry  # noqa: E402
+
 from tests.procs import Procs, unique_namespace  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
 from bench_kserve import CONFIG, SPEC, infer_request  # noqa: E402  (the benchmark's table and requests)
+
 
 class Ctx:
     async def abort(self, code, msg):
@@ -83,7 +85,7 @@ def main() -> int:
                 servers[shortcut] = GrpcV2(V2(s, client, lambda: True))
             servers["c"].v2.regions.register(key, "/" + key, 0, size)
             reqs = {"batch": infer_request(batch, region=key), "single": infer_request(batch[0], region=key)}
-            for data in reqs.values():   # the shortcut learns at the full path's second answer
+            for data in reqs.values():  # the shortcut learns at the full path's second answer
                 for _ in range(3):
                     loop.run_until_complete(servers["c"].ModelInfer(data, Ctx()))
             assert servers["c"].hot.grpc(reqs["batch"]) is not None, "the shortcut did not learn the batch"
@@ -92,12 +94,16 @@ def main() -> int:
                 for what, data in reqs.items():
                     for shortcut, server in servers.items():
                         got.setdefault((what, shortcut), []).append(per_call(loop, server, data, a.seconds))
-                print(f"round {r + 1}: " + ", ".join(f"{w} {s} {v[-1]:.3f}" for (w, s), v in got.items()),
-                      flush=True)
+                print(
+                    f"round {r + 1}: " + ", ".join(f"{w} {s} {v[-1]:.3f}" for (w, s), v in got.items()),
+                    flush=True,
+                )
             print("median ms per request (rounds):")
             for (what, shortcut), v in got.items():
-                print(f"  {what:6s} shortcut={shortcut:3s}: {statistics.median(v):.3f} ms  "
-                      f"({', '.join(f'{x:.3f}' for x in v)})")
+                print(
+                    f"  {what:6s} shortcut={shortcut:3s}: {statistics.median(v):.3f} ms  "
+                    f"({', '.join(f'{x:.3f}' for x in v)})"
+                )
             servers["c"].v2.regions.unregister(None)
         finally:
             os.unlink(path)

@@ -10,7 +10,7 @@ import uuid
 
 SHM_DIR = "/dev/shm"
 
-MAX_SHRINKS = 5_000_000   # a bound, whatever the block's own bound
+MAX_SHRINKS = 5_000_000  # a bound, whatever the block's own bound
 
 
 def client_object(size: int, prefix: str = "posenc_test_") -> tuple[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
 from posenc.service.v2.admit import Admission, Busy
 
 
@@ -14,7 +13,10 @@ def test_calls_past_the_bound_are_refused_naming_it_and_leaving_frees_a_place():
         with pytest.raises(Busy) as e:
             with a.call():
                 pass
-        assert "POSENC_GRPC_MAX_CONCURRENT" in str(e.value) and e.value.grpc_status == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (
+            "POSENC_GRPC_MAX_CONCURRENT" in str(e.value)
+            and e.value.grpc_status == grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
     assert a.calls == 0
     with a.call():
         pass
@@ -23,7 +25,7 @@ def test_calls_past_the_bound_are_refused_naming_it_and_leaving_frees_a_place():
 def test_bytes_past_the_bound_are_refused_unless_nothing_else_is_in_flight():
     a = Admission(max_calls=10, max_bytes=100)
     with a.call() as first:
-        first(500)                    # alone: admitted whatever its size
+        first(500)  # alone: admitted whatever its size
         with a.call() as second:
             with pytest.raises(Busy) as e:
                 second(1)
@@ -32,7 +34,7 @@ def test_bytes_past_the_bound_are_refused_unless_nothing_else_is_in_flight():
     assert a.bytes == 0 and a.calls == 0
     with a.call() as one, a.call() as two:
         one(60)
-        two(40)                       # 100: at the bound
+        two(40)  # 100: at the bound
         with a.call() as three, pytest.raises(Busy):
             three(1)
     assert a.bytes == 0

@@ -15,33 +15,50 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings as hsettings, strategies as st
-
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from posenc.service.v2 import rest
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from tests.service.hot_helpers import needs_kernels
+
 from tests.procs import wait_for
+from tests.service.hot_helpers import needs_kernels
 from tests.service.v2.test_v2_hot import call, servers  # noqa: F401  (the fixture)
 from tests.service.v2.test_v2_lane import PRE, lane
 
-pytestmark = needs_kernels   # T5 blocks and half-precision ALiBi cells: the engine's C kernels
-TABLE = 2048   # the engine's configured tables (tests/service_cases.CONFIG); on-demand ones hold 4096 and more
+pytestmark = needs_kernels  # T5 blocks and half-precision ALiBi cells: the engine's C kernels
+TABLE = 2048  # the engine's configured tables (tests/service_cases.CONFIG); on-demand ones hold 4096 and more
 
-ALIBI = st.builds(lambda h, sub, bias, mode, mask, dtype: {
-    "num_heads": h, **({"heads": [x % h for x in sub]} if sub else {}),   # any order, repeats too
-    **({"max_bias": bias} if bias else {}), "mode": mode, **({"mask_future": True} if mask and mode == "causal" else {}),
-    "dtype": dtype},
-    st.sampled_from([1, 3, 5, 8, 12, 16, 20]), st.lists(st.integers(0, 40), max_size=4),
-    st.sampled_from([None, 8.0, 4.5, 0.5]), st.sampled_from(["causal", "symmetric"]), st.booleans(),
-    st.sampled_from(["float32", "float16", "bfloat16"]))
-T5 = st.builds(lambda bi, nb, md: {"bidirectional": bi, "num_buckets": nb, "max_distance": md},
-               st.booleans(), st.sampled_from([8, 16, 32]), st.sampled_from([20, 128, 1000]))
+ALIBI = st.builds(
+    lambda h, sub, bias, mode, mask, dtype: {
+        "num_heads": h,
+        **({"heads": [x % h for x in sub]} if sub else {}),  # any order, repeats too
+        **({"max_bias": bias} if bias else {}),
+        "mode": mode,
+        **({"mask_future": True} if mask and mode == "causal" else {}),
+        "dtype": dtype,
+    },
+    st.sampled_from([1, 3, 5, 8, 12, 16, 20]),
+    st.lists(st.integers(0, 40), max_size=4),
+    st.sampled_from([None, 8.0, 4.5, 0.5]),
+    st.sampled_from(["causal", "symmetric"]),
+    st.booleans(),
+    st.sampled_from(["float32", "float16", "bfloat16"]),
+)
+T5 = st.builds(
+    lambda bi, nb, md: {"bidirectional": bi, "num_buckets": nb, "max_distance": md},
+    st.booleans(),
+    st.sampled_from([8, 16, 32]),
+    st.sampled_from([20, 128, 1000]),
+)
 SPECS = st.one_of(st.tuples(st.just("alibi"), ALIBI), st.tuples(st.just("t5-buckets"), T5))
 
 
 def arrays(q, k, qtype: str, ktype: str) -> tuple:
-    return (np.asarray(q, np.int32 if qtype == "INT32" else np.int64),
-            np.asarray(k, np.int32 if ktype == "INT32" else np.int64))
+    return (
+        np.asarray(q, np.int32 if qtype == "INT32" else np.int64),
+        np.asarray(k, np.int32 if ktype == "INT32" else np.int64),
+    )
 
 
 def grpc_block(model: str, spec: dict, q, k, qtype="INT64", ktype="INT64", key_first=False, rid="") -> bytes:
@@ -54,13 +71,26 @@ def grpc_block(model: str, spec: dict, q, k, qtype="INT64", ktype="INT64", key_f
     return r.SerializeToString()
 
 
-def rest_block(model: str, spec: dict, q, k, qtype="INT64", ktype="INT64", key_first=False) -> tuple[bytes, bytes]:
+def rest_block(
+    model: str, spec: dict, q, k, qtype="INT64", ktype="INT64", key_first=False
+) -> tuple[bytes, bytes]:
     """(inference header, body)."""
     inputs = list(zip(("query", "key"), arrays(q, k, qtype, ktype), (qtype, ktype)))
     inputs = inputs[::-1] if key_first else inputs
-    head = json.dumps({"parameters": {"spec": json.dumps(spec), "binary_data_output": True},
-                       "inputs": [{"name": n, "datatype": dt, "shape": list(a.shape),
-                                   "parameters": {"binary_data_size": a.nbytes}} for n, a, dt in inputs]}).encode()
+    head = json.dumps(
+        {
+            "parameters": {"spec": json.dumps(spec), "binary_data_output": True},
+            "inputs": [
+                {
+                    "name": n,
+                    "datatype": dt,
+                    "shape": list(a.shape),
+                    "parameters": {"binary_data_size": a.nbytes},
+                }
+                for n, a, dt in inputs
+            ],
+        }
+    ).encode()
     return head, head + b"".join(a.tobytes() for _, a, _ in inputs)
 
 
@@ -75,22 +105,28 @@ def rest_answer(server, model: str, head: bytes, body: bytes):
 
     async def send(msg):
         sent.append(msg)
-    asyncio.run(rest.handle(server.v2, {"type": "http", "method": "POST", "path": path, "headers": headers},
-                            receive, send, []))
+
+    asyncio.run(
+        rest.handle(
+            server.v2, {"type": "http", "method": "POST", "path": path, "headers": headers}, receive, send, []
+        )
+    )
     return sent[0]["status"], sent[0]["headers"], sent[1]["body"]
 
 
 def raw_http(model: str, head: bytes, body: bytes) -> bytes:
-    return (b"POST /v2/models/%s/infer HTTP/1.1\r\nhost: t\r\ncontent-type: application/octet-stream\r\n"
-            b"inference-header-content-length: %d\r\ncontent-length: %d\r\n\r\n%s" % (model.encode(), len(head),
-                                                                                        len(body), body))
+    return (
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nhost: t\r\ncontent-type: application/octet-stream\r\n"
+        b"inference-header-content-length: %d\r\ncontent-length: %d\r\n\r\n%s"
+        % (model.encode(), len(head), len(body), body)
+    )
 
 
 def positions(rng, n: int, reach: int) -> np.ndarray:
     """n positions: inside the stored table, just past its end, or far past it."""
     where = rng.choice(["in", "edge", "far"])
     lo, hi = {"in": (0, TABLE), "edge": (TABLE - 8, 4 * TABLE + 8), "far": (0, reach)}[where]
-    if rng.random() < 0.3:   # consecutive: a decode block's keys (the stored table's copy when inside)
+    if rng.random() < 0.3:  # consecutive: a decode block's keys (the stored table's copy when inside)
         start = int(rng.integers(lo, max(lo + 1, hi - n)))
         return np.arange(start, start + n)
     return rng.integers(lo, hi, n)
@@ -99,13 +135,20 @@ def positions(rng, n: int, reach: int) -> np.ndarray:
 def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_first: bool) -> None:
     """The full path answers until both transports have learnt the shape (an on-demand table is
     mapped a moment after its first request)."""
+
     def learnt():
         data = grpc_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
         head, body = rest_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
         assert call(on, data) == call(off, data)
         assert rest_answer(on, model, head, body) == rest_answer(off, model, head, body)
-        return on.hot.grpc(data) is not None and on.hot.rest(f"/v2/models/{model}/infer", body, [
-            (rest.HEADER_LENGTH, str(len(head)).encode())]) is not None
+        return (
+            on.hot.grpc(data) is not None
+            and on.hot.rest(
+                f"/v2/models/{model}/infer", body, [(rest.HEADER_LENGTH, str(len(head)).encode())]
+            )
+            is not None
+        )
+
     wait_for(learnt, 30, 0.05, f"the shortcut learns {model} {spec}")
 
 
@@ -115,13 +158,17 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     head, body = rest_block(model, spec, q, k, *types, key_first)
     path, hl = f"/v2/models/{model}/infer", [(rest.HEADER_LENGTH, str(len(head)).encode())]
     want_grpc = call(off, data)
-    status, headers, want = rest_answer(off, model, head, body)   # (a far position grows a table: a new manifest)
-    if on.hot.grpc(data) is None or on.hot.rest(path, body, hl) is None:   # templates dropped with the manifest
+    status, headers, want = rest_answer(
+        off, model, head, body
+    )  # (a far position grows a table: a new manifest)
+    if (
+        on.hot.grpc(data) is None or on.hot.rest(path, body, hl) is None
+    ):  # templates dropped with the manifest
         learn(on, off, model, spec, len(q), len(k), types, key_first)
     e, pos = on.hot.grpc(data)
     taken = e.answer(pos) is not None
     e, pos = on.hot.rest(path, body, hl)
-    assert e.answer(pos) == (want if taken else None)   # the raw front's and the protocol lane's answer
+    assert e.answer(pos) == (want if taken else None)  # the raw front's and the protocol lane's answer
     got = lane(on, raw_http(model, head, body))
     assert call(on, data) == want_grpc
     assert rest_answer(on, model, head, body) == (status, headers, want)
@@ -133,32 +180,46 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     return True
 
 
-@hsettings(max_examples=80, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],   # no shrinking: slow
-           suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
-@given(case=SPECS, nq=st.integers(1, 4), nk=st.integers(1, 24), types=st.sampled_from(
-    [("INT64", "INT64"), ("INT32", "INT32"), ("INT32", "INT64"), ("INT64", "INT32")]), key_first=st.booleans(),
-       seed=st.integers(0, 1 << 30))
+@hsettings(
+    max_examples=80,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: slow
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    case=SPECS,
+    nq=st.integers(1, 4),
+    nk=st.integers(1, 24),
+    types=st.sampled_from([("INT64", "INT64"), ("INT32", "INT32"), ("INT32", "INT64"), ("INT64", "INT32")]),
+    key_first=st.booleans(),
+    seed=st.integers(0, 1 << 30),
+)
 def test_block_infers_answer_what_the_full_path_answers(servers, case, nq, nk, types, key_first, seed):  # noqa: F811
     on, off = servers
     model, spec = case
     learn(on, off, model, spec, nq, nk, types, key_first)
     rng = np.random.default_rng(seed)
-    reach = (1 << 31) if model == "t5-buckets" or spec["dtype"] == "float32" or spec.get("mask_future") else 1 << 17
+    reach = (
+        (1 << 31)
+        if model == "t5-buckets" or spec["dtype"] == "float32" or spec.get("mask_future")
+        else 1 << 17
+    )
     for _ in range(4):
         q, k = positions(rng, nq, reach), positions(rng, nk, reach)
         taken = check(on, off, model, spec, q, k, types, key_first)
-        assert taken or (model == "alibi" and spec["dtype"] != "float32"), (q, k)   # only an overflow declines
+        assert taken or (model == "alibi" and spec["dtype"] != "float32"), (q, k)  # only an overflow declines
 
 
-@pytest.mark.parametrize("model, spec", [("alibi", {"num_heads": 12}), ("alibi", {"num_heads": 12, "dtype": "float16"}),
-                                         ("t5-buckets", {})])
+@pytest.mark.parametrize(
+    "model, spec",
+    [("alibi", {"num_heads": 12}), ("alibi", {"num_heads": 12, "dtype": "float16"}), ("t5-buckets", {})],
+)
 def test_what_the_block_shortcut_declines_gets_the_full_path(servers, model, spec):  # noqa: F811
     on, off = servers
     learn(on, off, model, spec, 1, 3, ("INT64", "INT32"), False)
     declined = [([5], [-1, 0, 1]), ([-5], [0, 1, 2]), ([2**31], [0, 1, 2]), ([2**31 - 1], [0, 1, 2])]
     if spec.get("dtype") == "float16":
-        declined.append(([200000], [0, 1, 2]))   # -0.5 * 200000 overflows float16: the full path's 400
+        declined.append(([200000], [0, 1, 2]))  # -0.5 * 200000 overflows float16: the full path's 400
     for q, k in declined:
         taken = check(on, off, model, spec, q, k, ("INT64", "INT32"), False)
         assert not taken or (q == [2**31 - 1] and spec.get("dtype") != "float16"), (q, k)
@@ -167,11 +228,19 @@ def test_what_the_block_shortcut_declines_gets_the_full_path(servers, model, spe
 def test_block_outputs_into_shared_memory_or_as_json_stay_on_the_full_path(servers):  # noqa: F811
     on, off = servers
     spec = {"num_heads": 12}
-    head = json.dumps({"parameters": {"spec": json.dumps(spec)}, "outputs": [{"name": "bias"}],
-                       "inputs": [{"name": "query", "datatype": "INT64", "shape": [1], "parameters": {"binary_data_size": 8}},
-                                  {"name": "key", "datatype": "INT64", "shape": [1], "parameters": {"binary_data_size": 8}}]}
-                      ).encode()
+    head = json.dumps(
+        {
+            "parameters": {"spec": json.dumps(spec)},
+            "outputs": [{"name": "bias"}],
+            "inputs": [
+                {"name": "query", "datatype": "INT64", "shape": [1], "parameters": {"binary_data_size": 8}},
+                {"name": "key", "datatype": "INT64", "shape": [1], "parameters": {"binary_data_size": 8}},
+            ],
+        }
+    ).encode()
     body = head + np.array([3, 1], np.int64).tobytes()
-    for _ in range(3):   # a JSON answer: nothing learnt
+    for _ in range(3):  # a JSON answer: nothing learnt
         assert rest_answer(on, "alibi", head, body) == rest_answer(off, "alibi", head, body)
-    assert on.hot.rest("/v2/models/alibi/infer", body, [(rest.HEADER_LENGTH, str(len(head)).encode())]) is None
+    assert (
+        on.hot.rest("/v2/models/alibi/infer", body, [(rest.HEADER_LENGTH, str(len(head)).encode())]) is None
+    )

@@ -11,15 +11,17 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st, HealthCheck
-
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings
+from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from posenc.service.shortcut import templates as replay
+
 from tests.procs import wait_for
 from tests.service_cases import LLAMA3_8K
 
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not b
 CASES = [
     ("rope", {"head_dim": 64}, {}),
     ("rope", {"head_dim": 64, "dtype": "bfloat16", "layout": "interleaved"}, {}),
-    ("rope", {"head_dim": 64, "layout": "interleaved"}, {}),   # the table's float32: a gather per column
+    ("rope", {"head_dim": 64, "layout": "interleaved"}, {}),  # the table's float32: a gather per column
     ("rope", LLAMA3_8K, {}),
     ("sinusoidal", {"d_model": 33}, {}),
     ("sinusoidal", {"d_model": 33, "layout": "interleaved", "offset": 2}, {}),
@@ -72,13 +74,15 @@ def call(server, data: bytes):
         return e.args
 
 
-@pytest.mark.parametrize("model, spec, params", CASES, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c)
+@pytest.mark.parametrize(
+    "model, spec, params", CASES, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c
+)
 @pytest.mark.parametrize("datatype", ["INT64", "INT32"])
 @pytest.mark.parametrize("shape", [(1,), (5,), (3, 4)])
 def test_grpc_shortcut_answers_what_the_full_path_answers(servers, model, spec, params, datatype, shape):
     on, off = servers
     rng = np.random.default_rng(len(shape) * 7 + len(spec))
-    for _ in range(2):   # learnt at the full path's second answer
+    for _ in range(2):  # learnt at the full path's second answer
         first = grpc_request(model, spec, rng.integers(0, 2048, shape), datatype, rid="r1")
         assert call(on, first) == call(off, first)
     for _ in range(5):
@@ -87,21 +91,27 @@ def test_grpc_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
         assert call(on, data) == call(off, data)
 
 
-@pytest.mark.parametrize("spec", [{"head_dim": 64, "mrope_section": [8, 12, 12], "dtype": "bfloat16"},
-                                  {"head_dim": 64, "mrope_section": [12, 10, 10], "mrope_interleaved": True},
-                                  {"head_dim": 64, "axes_dim": [16, 24, 24], "layout": "interleaved"}],
-                         ids=["mrope", "mrope-interleaved", "axes"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"head_dim": 64, "mrope_section": [8, 12, 12], "dtype": "bfloat16"},
+        {"head_dim": 64, "mrope_section": [12, 10, 10], "mrope_interleaved": True},
+        {"head_dim": 64, "axes_dim": [16, 24, 24], "layout": "interleaved"},
+    ],
+    ids=["mrope", "mrope-interleaved", "axes"],
+)
 @pytest.mark.parametrize("datatype", ["INT64", "INT32"])
 def test_grpc_shortcut_answers_position_ids_as_the_full_path(servers, spec, datatype):
     """[k, n] per-axis positions (service/shortcut/hot_axes.c via fill): rows inside the table and past it."""
     on, off = servers
     rng = np.random.default_rng(5)
-    ids = lambda hi=None: rng.integers(0, hi or rng.choice([2048, 1 << 20]), (3, 5))   # noqa: E731 - inside, or past
+    ids = lambda hi=None: rng.integers(0, hi or rng.choice([2048, 1 << 20]), (3, 5))  # noqa: E731 - inside, or past
 
-    def learnt() -> bool:   # an axes_dim table is built on demand: learnt once it is mapped
+    def learnt() -> bool:  # an axes_dim table is built on demand: learnt once it is mapped
         first = grpc_request("rope", spec, ids(2048), datatype, name="position_ids")
         assert call(on, first) == call(off, first)
         return on.hot.grpc(grpc_request("rope", spec, ids(), datatype, name="position_ids")) is not None
+
     wait_for(learnt, 30, 0.05, "the shortcut learns the spec")
     for _ in range(8):
         data = grpc_request("rope", spec, ids(), datatype, name="position_ids")
@@ -109,14 +119,16 @@ def test_grpc_shortcut_answers_position_ids_as_the_full_path(servers, spec, data
         assert call(on, data) == call(off, data)
 
 
-@pytest.mark.parametrize("positions, datatype, why", [([2047, 2**31], "INT64", "past the position limit"),
-                                                     ([-1, 3], "INT32", "negative")])
+@pytest.mark.parametrize(
+    "positions, datatype, why",
+    [([2047, 2**31], "INT64", "past the position limit"), ([-1, 3], "INT32", "negative")],
+)
 def test_grpc_what_the_shortcut_declines_gets_the_full_path(servers, positions, datatype, why):
     on, off = servers
     for _ in range(2):
         call(on, grpc_request("rope", {"head_dim": 64}, [1, 2], datatype))
     data = grpc_request("rope", {"head_dim": 64}, positions, datatype)
-    assert on.hot.grpc(data) is not None   # the key is known; fill declines, then the full path
+    assert on.hot.grpc(data) is not None  # the key is known; fill declines, then the full path
     assert call(on, data) == call(off, data)
 
 
@@ -129,26 +141,42 @@ def test_grpc_outputs_in_another_order_or_a_subset_are_not_templates(servers):
 
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=st.sampled_from(CASES), datatype=st.sampled_from(["INT64", "INT32"]),
-       positions=st.lists(st.integers(-3, 2100), min_size=1, max_size=6), rid=st.sampled_from(["", "x", "é"]))
+@given(
+    case=st.sampled_from(CASES),
+    datatype=st.sampled_from(["INT64", "INT32"]),
+    positions=st.lists(st.integers(-3, 2100), min_size=1, max_size=6),
+    rid=st.sampled_from(["", "x", "é"]),
+)
 def test_grpc_shortcut_fuzz(servers, case, datatype, positions, rid):
     on, off = servers
     model, spec, _ = case
     data = grpc_request(model, spec, positions, datatype, rid=rid)
     assert call(on, data) == call(off, data)
-    assert call(on, data) == call(off, data)   # the second one may be the shortcut's
+    assert call(on, data) == call(off, data)  # the second one may be the shortcut's
 
 
 # -- REST -----------------------------------------------------------------------------------------
 def rest_call(server, model, spec, positions, datatype="INT64"):
     a = np.asarray(positions, np.int32 if datatype == "INT32" else np.int64)
-    head = json.dumps({"parameters": {"spec": json.dumps(spec), "binary_data_output": True},
-                       "inputs": [{"name": "positions", "datatype": datatype, "shape": list(a.shape),
-                                   "parameters": {"binary_data_size": a.nbytes}}]}).encode()
+    head = json.dumps(
+        {
+            "parameters": {"spec": json.dumps(spec), "binary_data_output": True},
+            "inputs": [
+                {
+                    "name": "positions",
+                    "datatype": datatype,
+                    "shape": list(a.shape),
+                    "parameters": {"binary_data_size": a.nbytes},
+                }
+            ],
+        }
+    ).encode()
     body = head + a.tobytes()
     path = f"/v2/models/{model}/infer"
-    headers = [(b"content-type", b"application/octet-stream"),
-               (b"inference-header-content-length", str(len(head)).encode())]
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"inference-header-content-length", str(len(head)).encode()),
+    ]
     hot = server.hot.rest(path, body, headers)
     sent = []
 
@@ -164,7 +192,9 @@ def rest_call(server, model, spec, positions, datatype="INT64"):
     return answer, hot
 
 
-@pytest.mark.parametrize("model, spec, params", CASES, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c)
+@pytest.mark.parametrize(
+    "model, spec, params", CASES, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c
+)
 @pytest.mark.parametrize("shape", [(1,), (2, 3)])
 def test_rest_shortcut_answers_what_the_full_path_answers(servers, model, spec, params, shape):
     on, off = servers
@@ -182,7 +212,7 @@ def test_rest_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
 
 def test_grpc_a_message_that_is_not_a_request_is_invalid_argument(servers):
     on, _ = servers
-    code, msg = call(on, b"\x0a\xff\xff\xff")   # model_name with a length past the end
+    code, msg = call(on, b"\x0a\xff\xff\xff")  # model_name with a length past the end
     assert code.name == "INVALID_ARGUMENT" and "not a ModelInferRequest" in msg
 
 
@@ -191,7 +221,9 @@ def test_grpc_a_message_that_is_not_a_request_is_invalid_argument(servers):
 def region(servers, engine):
     import os
     import uuid
+
     from posenc.service.v2.shm import remove_registry
+
     key = f"posenc_test_{uuid.uuid4().hex[:8]}"
     path = os.path.join("/dev/shm", key)
     with open(path, "wb") as f:
@@ -230,13 +262,14 @@ def test_grpc_shortcut_writes_into_shared_memory_what_the_full_path_writes(serve
         assert call(off, data) == got
         with open(region, "rb") as f:
             assert f.read() == written
-    on.v2.regions.unregister("r")   # now the shortcut declines; the full path refuses
+    on.v2.regions.unregister("r")  # now the shortcut declines; the full path refuses
     got = call(on, data)
     assert got == call(off, data) and got[0].name == "INVALID_ARGUMENT"
 
 
 def test_fill_and_fill_into_check_their_arguments():
     from posenc.service.shortcut.templates import _hot
+
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     t = _hot.RowsTemplate((table, table * 2), [0, 1, 3], 1, 8, True, lambda n: b"", b"")
     pos = np.array([0, 8, 3], np.int64)
@@ -244,14 +277,22 @@ def test_fill_and_fill_into_check_their_arguments():
     rows = table[pos + 1][:, [0, 1, 3]]
     assert out == b"a" + rows.tobytes() + b"bc" + (2 * rows).tobytes() + b"d"
     assert _hot.fill(t, pos.astype(np.int32), 4, (b"a", b"bc", b"d")) == out
-    for bad in ([9], [-1], [0, 2**40]):   # offset 1: row 9 is past the table
+    for bad in ([9], [-1], [0, 2**40]):  # offset 1: row 9 is past the table
         assert _hot.fill(t, np.array(bad, np.int64), 8, (b"", b"", b"")) is None
     assert _hot.fill(t, np.array([-1], np.int32), 4, (b"", b"", b"")) is None
     a, b = bytearray(36), bytearray(36)
-    assert _hot.fill_into(t, pos, 8, (a, b)) is True and bytes(a) + bytes(b) == rows.tobytes() + (2 * rows).tobytes()
-    for args, err in [((t, pos, 8, (b"", b"")), ValueError), ((t, pos, 8, (b"", "x", b"")), ValueError),
-                      ((t, pos, 3, (b"", b"", b"")), ValueError), ((t, b"", 8, (b"", b"", b"")), ValueError),
-                      ((t, pos, 8, [b"", b"", b""]), TypeError), ((table, pos, 8, (b"", b"", b"")), TypeError)]:
+    assert (
+        _hot.fill_into(t, pos, 8, (a, b)) is True
+        and bytes(a) + bytes(b) == rows.tobytes() + (2 * rows).tobytes()
+    )
+    for args, err in [
+        ((t, pos, 8, (b"", b"")), ValueError),
+        ((t, pos, 8, (b"", "x", b"")), ValueError),
+        ((t, pos, 3, (b"", b"", b"")), ValueError),
+        ((t, b"", 8, (b"", b"", b"")), ValueError),
+        ((t, pos, 8, [b"", b"", b""]), TypeError),
+        ((table, pos, 8, (b"", b"", b"")), TypeError),
+    ]:
         with pytest.raises(err):
             _hot.fill(*args)
     for bufs, err in [((a,), ValueError), ((a, bytearray(35)), ValueError), ((a, b"x" * 36), BufferError)]:

@@ -8,15 +8,18 @@ import sys
 
 
 def test_generated_messages_are_current():
-    r = subprocess.run([sys.executable, "-m", "posenc.service.v2.proto.generate", "--check"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "posenc.service.v2.proto.generate", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
 
 
 def test_posenc_and_tritonclient_messages_coexist():
-    from tritonclient.grpc import service_pb2 as theirs
-
     from posenc.service.v2.proto import grpc_service_pb2 as ours
+    from tritonclient.grpc import service_pb2 as theirs
 
     msg = ours.ModelInferRequest(model_name="rope", raw_input_contents=[b"\1\0\0\0"])
     msg.parameters["spec"].string_param = '{"head_dim": 8}'

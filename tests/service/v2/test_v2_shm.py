@@ -13,11 +13,18 @@ import uuid
 
 import numpy as np
 import pytest
-
 from posenc.service.v2.errors import BadRequest
-from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS, Regions, TooManyRegions, registry_path, remove_registry
-from tests.service.v2.shm_client import client_object, shrinking
+from posenc.service.v2.shm import (
+    MAX_REGIONS,
+    OPEN_REGIONS,
+    Regions,
+    TooManyRegions,
+    registry_path,
+    remove_registry,
+)
+
 from tests.procs import unique_namespace
+from tests.service.v2.shm_client import client_object, shrinking
 from tests.shm import assert_no_leftovers
 
 SHM = "/dev/shm"
@@ -40,6 +47,7 @@ def objects():
         key, path = client_object(size)
         made.append(path)
         return key, path
+
     yield make
     for path in made:
         try:
@@ -59,7 +67,7 @@ def _fds() -> int:
 
 def test_another_process_sees_registrations_and_writes_land(ns, region):
     key, path = region
-    a, b = Regions(SHM, ns), Regions(SHM, ns)    # two server processes
+    a, b = Regions(SHM, ns), Regions(SHM, ns)  # two server processes
     a.register("r", key, 1024, 2048)
     assert b.status() == [{"name": "r", "key": key, "offset": 1024, "byte_size": 2048}]
     out = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -67,7 +75,7 @@ def test_another_process_sees_registrations_and_writes_land(ns, region):
     got = np.fromfile(path, np.float32, 6, offset=1024 + 100)
     np.testing.assert_array_equal(got, out.reshape(-1))
     assert a.read("r", 100, 24, "inputs[0].parameters") == out.tobytes()
-    b.write("r", 0, 24, out.T, "outputs[0].parameters")   # a strided array is written in C order
+    b.write("r", 0, 24, out.T, "outputs[0].parameters")  # a strided array is written in C order
     assert np.fromfile(path, np.float32, 6, offset=1024).tolist() == out.T.reshape(-1).tolist()
     a.unregister("r")
     with pytest.raises(BadRequest, match="unknown shared memory region 'r'"):
@@ -78,9 +86,11 @@ def test_a_shrunk_object_is_refused_not_a_crash(ns, region):
     key, path = region
     r = Regions(SHM, ns)
     r.register("r", key, 0, 4096)
-    r.write("r", 0, 16, np.zeros(4, np.float32), "outputs[0].parameters")   # open now
+    r.write("r", 0, 16, np.zeros(4, np.float32), "outputs[0].parameters")  # open now
     os.truncate(path, 8)
-    with pytest.raises(BadRequest, match="region 'r' is too small: .* holds 8 bytes now, the request needs 16"):
+    with pytest.raises(
+        BadRequest, match="region 'r' is too small: .* holds 8 bytes now, the request needs 16"
+    ):
         r.write("r", 0, 16, np.ones(4, np.float32), "outputs[0].parameters")
     with pytest.raises(BadRequest, match="too small"):
         r.read("r", 0, 16, "inputs[0].parameters")
@@ -112,14 +122,24 @@ def test_writes_racing_a_shrinking_object_never_signal(ns, region):
     assert seen, "no write was tried"
 
 
-@pytest.mark.parametrize("key, words", [
-    ("", "must name a POSIX shared memory object"), ("/a/b", "must name"), ("..", "must name"),
-    ("/" + "x" * 256, "at most 255 bytes"), ("/\udc80x", "must name"),
-    ("/posenc.seg.1.abc", "posenc's own files"), ("ns-1.manifest.json", "posenc's own files"),
-    ("/my.ns.seg.1.abc", "posenc's own files"), ("/ns.serve.lock", "posenc's own files"),
-    ("/ns.metrics.total", "posenc's own files"), ("/ns.sock", "posenc's own files"),
-    ("/ns.v2-regions.log", "posenc's own files"), ("/posenc_test_absent", "unable to open"),
-])
+@pytest.mark.parametrize(
+    "key, words",
+    [
+        ("", "must name a POSIX shared memory object"),
+        ("/a/b", "must name"),
+        ("..", "must name"),
+        ("/" + "x" * 256, "at most 255 bytes"),
+        ("/\udc80x", "must name"),
+        ("/posenc.seg.1.abc", "posenc's own files"),
+        ("ns-1.manifest.json", "posenc's own files"),
+        ("/my.ns.seg.1.abc", "posenc's own files"),
+        ("/ns.serve.lock", "posenc's own files"),
+        ("/ns.metrics.total", "posenc's own files"),
+        ("/ns.sock", "posenc's own files"),
+        ("/ns.v2-regions.log", "posenc's own files"),
+        ("/posenc_test_absent", "unable to open"),
+    ],
+)
 def test_keys_refused(ns, key, words):
     with pytest.raises(BadRequest, match=words):
         Regions(SHM, ns).register("r", key, 0, 8)
@@ -135,12 +155,15 @@ def _links(tmp_path, ns: str) -> dict:
     """Keys in /dev/shm that are not a client's own object: {what: (key, path, target)}."""
     target = tmp_path / "target"
     target.write_bytes(b"A" * 4096)
-    seg = os.path.join(SHM, f"{ns}.seg.1.abc")   # stands for a table segment of the server
+    seg = os.path.join(SHM, f"{ns}.seg.1.abc")  # stands for a table segment of the server
     with open(seg, "wb") as f:
         f.write(b"S" * 4096)
     tag = uuid.uuid4().hex[:8]
-    out = {"symbolic link": (str(target), os.symlink), "symbolic link to a segment": (seg, os.symlink),
-           "hard link to a segment": (seg, os.link)}
+    out = {
+        "symbolic link": (str(target), os.symlink),
+        "symbolic link to a segment": (seg, os.symlink),
+        "hard link to a segment": (seg, os.link),
+    }
     links = {}
     for what, (to, make) in out.items():
         path = os.path.join(SHM, f"posenc_test_{tag}_{len(links)}")
@@ -152,8 +175,12 @@ def _links(tmp_path, ns: str) -> dict:
     return links
 
 
-WORDS = {"symbolic link": "it is a symbolic link", "symbolic link to a segment": "it is a symbolic link",
-         "hard link to a segment": "has 2 links", "fifo": "not a regular file"}
+WORDS = {
+    "symbolic link": "it is a symbolic link",
+    "symbolic link to a segment": "it is a symbolic link",
+    "hard link to a segment": "has 2 links",
+    "fifo": "not a regular file",
+}
 
 
 def test_links_and_special_files_are_refused_at_registration_and_at_use(ns, tmp_path, objects):
@@ -187,7 +214,7 @@ def test_a_new_object_under_a_registered_key_is_used_after_registering_again(ns,
     key, path = objects()
     a, b = Regions(SHM, ns), Regions(SHM, ns)
     a.register("r", key, 0, 16)
-    b.write("r", 0, 16, np.ones(4, np.float32), "outputs[0].parameters")   # b holds the old object open
+    b.write("r", 0, 16, np.ones(4, np.float32), "outputs[0].parameters")  # b holds the old object open
     a.unregister("r")
     os.unlink(path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -207,11 +234,14 @@ def test_registrations_are_bounded_and_cost_the_same_first_and_last(ns, region):
         (a if i % 2 else b).register(f"r{i}", key, 0, 8)
         took.append(time.perf_counter() - t0)
     for r in (a, b):
-        with pytest.raises(TooManyRegions, match=f"{MAX_REGIONS} regions are registered, the most this server holds "
-                                                 f"\\({MAX_REGIONS} regions\\)"):
+        with pytest.raises(
+            TooManyRegions,
+            match=f"{MAX_REGIONS} regions are registered, the most this server holds "
+            f"\\({MAX_REGIONS} regions\\)",
+        ):
             r.register("one-more", key, 0, 8)
     first, last = statistics.median(took[:100]), statistics.median(took[-100:])
-    assert last < 2 * first + 50e-6, (first, last)   # not growing with the count (was 10x at 1024)
+    assert last < 2 * first + 50e-6, (first, last)  # not growing with the count (was 10x at 1024)
     a.unregister("r0")
     b.register("one-more", key, 0, 8)
     assert len(a.status()) == MAX_REGIONS
@@ -221,7 +251,7 @@ def test_the_log_is_compacted_and_read_whole_by_late_processes(ns, region):
     key, path = region
     a = Regions(SHM, ns)
     a.register("kept", key, 8, 8)
-    for i in range(3000):   # churn: 6,000 records, and every region forgotten now and then
+    for i in range(3000):  # churn: 6,000 records, and every region forgotten now and then
         a.register(f"r{i}", key, 0, 8)
         a.unregister(f"r{i}")
         if i % 500 == 499:
@@ -264,7 +294,7 @@ def test_threads_writing_through_a_small_lru_write_where_they_were_asked(ns, obj
             for k in range(200):
                 i = (t * 7 + k) % len(keys)
                 r.write(f"r{i}", 0, 4096, np.full(1024, i, np.float32), "outputs[0].parameters")
-        except Exception as e:   # noqa: BLE001 - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
