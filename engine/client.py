@@ -25,6 +25,7 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -54,6 +55,10 @@ class TableView:
         for name, a in seg.arrays.items():
             setattr(self, name, a)
         FAMILIES[self.family].attach(self)
+
+    if TYPE_CHECKING:  # the arrays are attributes by name (cos, sin, encoding, ...), set above
+
+        def __getattr__(self, name: str) -> np.ndarray: ...
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:

@@ -10,8 +10,9 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
 Instead of ``spec``, an entry may give a model's config (the families and model types of
 engine/hf_models.py): ``"hf_config": {...}`` or a path to a config.json (relative to the table
 config's folder; the file, and an inline config, may hold config.json's NaN and Infinity:
-engine/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are validated by the same parsers as requests, so an invalid config stops
-the engine at start with the same message a request would get
+engine/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are
+validated by the same parsers as requests, so an invalid config stops the engine at start with
+the same message a request would get
 (``tables[2].spec.rope_scaling.factor: ...``, ``tables[3].hf_config.rotary_pct: ...``).
 
 Each configured table keeps its name and its canonical spec (``ConfiguredTable``): the engine

@@ -15,6 +15,7 @@ import asyncio
 import signal
 
 import grpc
+
 from posenc.service.v2.grpc_server import SERVICE, STREAM_RESPONSE, varint
 
 

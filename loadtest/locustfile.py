@@ -30,6 +30,7 @@ import json
 import random
 
 from locust import FastHttpUser, constant_pacing, events, task
+
 from posenc.loadtest import mix, payloads
 from posenc.loadtest.grpc_user import GrpcUser as _GrpcBase
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import time
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from posenc.service.metrics.counters import FLUSH_S
 from posenc.service.metrics.layout import PATHS
-from prometheus_client.parser import text_string_to_metric_families
 
 from .servers import http_json
 

@@ -37,7 +37,6 @@ from pathlib import Path
 from signal import SIGKILL, SIGTERM
 
 from posenc.engine.proclife import PR_SET_PDEATHSIG
-
 from tests.shm import SHM_DIR, read_manifest, unique_namespace  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]

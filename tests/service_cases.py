@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
+
 from posenc.engine import formats
 from posenc.engine.compute import compute
 from posenc.engine.dtypes import bf16_bits_to_f32

@@ -16,6 +16,7 @@ import signal
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
 from posenc.engine import hf_models
 from posenc.engine.proclife import exit_with_parent
 from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current

@@ -23,6 +23,7 @@ import os
 from time import perf_counter
 
 import anyio
+
 from posenc.engine.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import auth as guard

@@ -26,6 +26,8 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from starlette.staticfiles import StaticFiles
+
 from posenc.engine.encode import CONTENT_TYPES
 from posenc.engine.errors import (
     EngineUnavailable,
@@ -40,7 +42,6 @@ from posenc.engine.settings import Settings
 from posenc.engine.tables import FAMILIES
 from posenc.engine.tables.base import SHARED_SCHEMAS
 from posenc.service.front import auth as guard
-from starlette.staticfiles import StaticFiles
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = DOCS_PATH + "/assets"

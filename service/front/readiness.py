@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 
 import anyio
+
 from posenc.engine.errors import EngineUnavailable
 
 log = logging.getLogger("posenc.service")

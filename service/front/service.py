@@ -11,6 +11,7 @@ import dataclasses
 import logging
 
 import orjson
+
 from posenc.engine import jsonread, pipeline
 from posenc.engine.client import Client
 from posenc.engine.encode import CONTENT_TYPES, encode, json_ready

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import orjson
+
 from posenc.engine import dtypes as _dt
 from posenc.engine.encode import _JSON_OPTS
 from posenc.engine.errors import TooLarge, TooManyPositions

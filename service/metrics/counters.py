@@ -23,6 +23,7 @@ import random
 import threading
 
 import numpy as np
+
 from posenc.engine.store import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (

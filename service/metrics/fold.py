@@ -17,6 +17,7 @@ import fcntl
 import os
 
 import numpy as np
+
 from posenc.service.metrics.layout import KINDS, SHAPE, alive, prefix
 
 _SIZE = int(np.prod(SHAPE))

@@ -22,11 +22,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from posenc.engine.errors import EngineUnavailable
-from posenc.service.front.readiness import PING_TIMEOUT_S
-from posenc.service.metrics.fold import collect
-from posenc.service.metrics.layout import SHAPE, prefix
-from posenc.service.metrics.text import request_families, to_text
 from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -34,6 +29,12 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+
+from posenc.engine.errors import EngineUnavailable
+from posenc.service.front.readiness import PING_TIMEOUT_S
+from posenc.service.metrics.fold import collect
+from posenc.service.metrics.layout import SHAPE, prefix
+from posenc.service.metrics.text import request_families, to_text
 
 SEGMENT_BYTES = int(np.prod(SHAPE)) * 8  # one process's metrics file
 

@@ -24,6 +24,9 @@ are the serialized response message's.
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
 from posenc.engine.tables import FAMILIES
 from posenc.service.metrics.fold import collect
 from posenc.service.metrics.layout import (
@@ -36,8 +39,6 @@ from posenc.service.metrics.layout import (
     ROUTES,
     STATUSES,
 )
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 
 class _Families:

@@ -19,6 +19,11 @@ import termios
 from types import SimpleNamespace
 
 import uvicorn
+from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
+
 from posenc.service.protocol import lane as lanes
 from posenc.service.protocol.limits import (
     BUSY,
@@ -30,10 +35,6 @@ from posenc.service.protocol.limits import (
     head_size,
     limits,
 )
-from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsProtocol, RequestResponseCycle
-from uvicorn.server import ServerState
 
 log = logging.getLogger("posenc.service")
 _NO_COUNTS = (None, b"")  # a worker without metrics: serve() counts nothing

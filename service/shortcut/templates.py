@@ -43,6 +43,7 @@ import logging
 
 import numpy as np
 import orjson
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.dtypes import DTYPES
 from posenc.engine.encode import json_ready, json_text

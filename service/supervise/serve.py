@@ -166,7 +166,7 @@ def claim(s: Settings) -> int:
         raise SystemExit(
             f"posenc serve: another server (pid {holder}) serves namespace {s.namespace!r} "
             f"in {s.shm_dir}; not starting"
-        )
+        ) from None
     for port, flag in ((s.port, "--port"), (s.grpc_port, "--grpc-port")):
         try:
             with socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET) as probe:
@@ -281,6 +281,7 @@ class EngineChild:
 
 def cmd_serve(args) -> int:
     import uvicorn
+
     from posenc.engine.config import load_config
     from posenc.engine.errors import PosencError
     from posenc.service.metrics.counters import remove_all

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 import grpc
+
 from posenc.engine.errors import PosencError
 from posenc.engine.settings import ENV_PREFIX
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
+
+from posenc import __version__
 from posenc.service.v2.hot import Hot
 from posenc.service.v2.infer import Inference, Inferer, Plan, Tensor
 from posenc.service.v2.models import Models
 from posenc.service.v2.shm import Regions
-
-from posenc import __version__
 
 NAME = "posenc"
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "parameters"]

@@ -14,6 +14,7 @@ import logging
 
 import grpc
 import orjson
+
 from posenc.engine.errors import PosencError, SpecError
 
 log = logging.getLogger("posenc.service")

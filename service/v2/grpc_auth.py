@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import grpc
+
 from posenc.engine.settings import Settings
 from posenc.service.front.auth import Gate, gate_for
 

@@ -23,6 +23,7 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
+
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings, current
 from posenc.service.front.readiness import attach_when_up

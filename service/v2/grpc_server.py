@@ -17,6 +17,7 @@ from time import perf_counter
 import anyio
 import grpc
 from google.protobuf.message import DecodeError
+
 from posenc.service.v2.admit import Admission
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, describe, grpc_code

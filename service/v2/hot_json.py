@@ -35,6 +35,7 @@ import dataclasses
 import math
 
 import orjson
+
 from posenc.service.shortcut.templates import MAX_ROWS, Limits, answer_request, flat_json_template, v2_cut
 from posenc.service.v2.infer import INLINE_BYTES
 

@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 import orjson
+
 from posenc.engine import jsonread, pipeline
 from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
 from posenc.service.front import sizing

@@ -17,6 +17,7 @@ import functools
 import logging
 
 import numpy as np
+
 from posenc.engine import pipeline
 from posenc.engine.dtypes import DEFAULT_DTYPE
 from posenc.engine.tables import FAMILIES, Family

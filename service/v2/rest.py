@@ -20,6 +20,7 @@ from urllib.parse import unquote
 import anyio
 import numpy as np
 import orjson
+
 from posenc.engine.errors import BodyTooLarge
 from posenc.service.front import sizing
 from posenc.service.front.front import read_body

@@ -42,6 +42,7 @@ import uuid
 import grpc
 import numpy as np
 import orjson
+
 from posenc.engine.settings import Settings
 from posenc.service.v2.errors import BadRequest
 

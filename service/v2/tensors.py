@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from posenc.service.v2.errors import BadRequest
 
 INPUT_DATATYPES = {"INT32": np.dtype("<i4"), "INT64": np.dtype("<i8")}

@@ -129,7 +129,7 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         self.config = config
         self._raw = _config_dict(config)
-        self.model_type = self._raw.get("model_type")
+        self.model_type: str = str(self._raw.get("model_type", ""))
         self.client = client if client is not None else Client(shm_dir, namespace)
         self.specs = self._parse_all()  # layer type (None: the config has one) -> RopeSpec
         for lt, spec in self.specs.items():  # what transformers' modules show, per layer type
@@ -147,7 +147,7 @@ class RotaryEmbedding(torch.nn.Module):
         self._tables: dict = {}  # (layer type, variant, dtype) -> _Table
         self._dynamic: dict = {}  # layer type -> transformers' max_seq_len_cached
         self._shared: bool | None = None
-        self.source = None  # "shared" or "local" once a table is read
+        self.source: str | None = None  # "shared" or "local" once a table is read
         self._blocks: dict = {}  # (shape, dtype) -> the last large output block
 
     def _output(self, shape, dtype) -> np.ndarray:
@@ -200,8 +200,8 @@ class RotaryEmbedding(torch.nn.Module):
 
     def _text_layer_types(self) -> list | None:
         """The layer types the config has rope parameters for, as hf_config reads it."""
-        record = hf_models.MODELS.get(self.model_type, {}).get("rope")
-        names = record.layer_names(self._raw) if hasattr(record, "layer_names") else None
+        layer_names = getattr(hf_models.MODELS.get(self.model_type, {}).get("rope"), "layer_names", None)
+        names = layer_names(self._raw) if layer_names is not None else None
         return names or self._raw.get("layer_types")
 
     # -- which frequencies ---------------------------------------------------------------------
@@ -237,6 +237,7 @@ class RotaryEmbedding(torch.nn.Module):
         if t is None or t.source != "shared":
             rows = min(max(LOCAL_ROWS[0], 1 << (max(need, 1) - 1).bit_length()), LOCAL_ROWS[1])
             req = pipeline.parse("rope", {**shown, "positions": [seq_len - 1], "dtype": dtype}, length=rows)
+            assert req.table is not None  # a rope request always names its table
             arrays, _ = req.table.build()
             t = _Table(arrays["cos"], arrays["sin"], inv, scaling, "local")
         self._tables[key] = t
@@ -272,8 +273,9 @@ class RotaryEmbedding(torch.nn.Module):
             inv, scaling = _rope.frequencies(spec, seq_len)
             cos, sin = _computed(inv, scaling, pos, dtype, mode)
         else:
-            t = self._table(spec, layer_type, variant, dtype, hi + 1)
-            cos, sin = _gathered(t, pos, dtype, mode, x.device, self._output)
+            table = self._table(spec, layer_type, variant, dtype, hi + 1)
+            assert table is not None  # a table is found or built whenever one is stored
+            cos, sin = _gathered(table, pos, dtype, mode, x.device, self._output)
         shape = (*pos.shape, cos.shape[-1])
         out_dtype = x.dtype if half is None or half[1] else torch.float32
         cos, sin = (a.reshape(shape).to(device=x.device, dtype=out_dtype) for a in (cos, sin))
@@ -301,6 +303,7 @@ class SinusoidalEmbedding(torch.nn.Module):
         self.spec = {"d_model": d_model, "layout": layout, "base": base, "offset": offset}
         self.dtype = dtype
         pipeline.parse("sinusoidal", {**self.spec, "positions": [0]})  # refuse a bad spec now
+        self.weight: torch.Tensor
         self.register_buffer("weight", self._rows(num_positions, device), persistent=False)
 
     def _rows(self, n: int, device):

@@ -17,7 +17,8 @@ collects: adoption re-validates what a configured table's config already did, so
 harder case; the adoption's own seconds are the engine's log line (target at 2,000: <= 0.5 s).
 
 ``--serve-kills K``: a real ``posenc serve`` (--workers, default 2: its keeper in the supervisor,
-as with the default one worker per core; with 1, uvicorn's worker shares its process; no gRPC) holding the ``--on-demand``
+as with the default one worker per core; with 1, uvicorn's worker shares its process; no gRPC)
+holding the ``--on-demand``
 tables; its engine is SIGKILLed K times, each 1.5 s after the previous restart was up (kills far
 less than a minute apart, none a crash loop), timing kill -> the new engine's manifest (targets:
 <= 1 s for the first kill, <= 2 s for the repeated ones).
@@ -154,7 +155,8 @@ def serve_kills(n: int, kills: int, workers: int) -> None:
         procs.cleanup()
     rest = took[1:] or took
     print(
-        f"posenc serve ({workers} worker(s)), {n} on-demand tables, kill -9 of its engine -> the new engine's manifest: first "
+        f"posenc serve ({workers} worker(s)), {n} on-demand tables, kill -9 of its engine -> "
+        "the new engine's manifest: first "
         f"{took[0]:.3f} s (target <= 1 s); the {len(rest)} kills after it, 1.5 s after each restart: median "
         f"{statistics.median(rest):.3f} s, max {max(rest):.3f} s (target <= 2 s); restart delays logged: "
         f"{', '.join(delays)} s"

@@ -5,7 +5,8 @@
 An engine (``python -m posenc.engine.engine_main``) holding small on-demand tables (RoPE
 head_dim 8, a different rope_theta each, asked for over the engine's socket as readers ask
 them), and co-located readers in this process as the service's workers are: a Python ``Client``
-re-reading the manifest every 50 ms (its recheck; a refresh that found changes is timed) and the C reader's ``posenc_changed`` /
+re-reading the manifest every 50 ms (its recheck; a refresh that found changes is timed) and the
+C reader's ``posenc_changed`` /
 ``posenc_refresh`` (engine/reader/, through ctypes) every 50 ms. At each count of --at tables,
 --builds new tables are built one after another (ensure round trips, 2 askers); printed per count:
 builds/s, the median Python refresh and C refresh, and the bytes a build writes (the table log's
@@ -31,7 +32,6 @@ sys.path.insert(0, str(ROOT))
 
 from posenc.engine import store  # noqa: E402
 from posenc.engine.client import Client  # noqa: E402
-
 from tests.procs import Procs  # noqa: E402
 from tests.shm import unique_namespace  # noqa: E402
 

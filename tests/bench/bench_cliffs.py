@@ -62,6 +62,7 @@ import uuid
 
 import httpx
 import numpy as np
+
 from posenc.loadtest import scenario
 from posenc.loadtest.floor import save_bodies, save_requests
 from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
@@ -337,6 +338,7 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
     import sys
 
     import orjson
+
     from posenc.engine import pipeline
     from posenc.service.shortcut import templates as replay
 

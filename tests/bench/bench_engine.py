@@ -42,9 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
-from posenc.engine.client import Client  # noqa: E402
 from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
+from posenc.engine.client import Client  # noqa: E402
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers, shm_files  # noqa: E402
 
@@ -93,6 +93,7 @@ def fmt(s: float) -> str:
 
 def bench_reads(client: Client, repeat: int, min_time: float) -> None:
     import torch
+
     from posenc.engine import kernels
 
     view = client.table("rope", SPEC)
@@ -233,6 +234,7 @@ def main() -> int:
         args.repeat, args.min_time, args.builds = 3, 0.02, 2
 
     import torch
+
     from posenc.engine import kernels_info
 
     torch.set_num_threads(args.torch_threads)

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import orjson
+
 from posenc.service.shortcut import _hot
 
 

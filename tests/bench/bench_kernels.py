@@ -24,8 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from posenc.engine.kernels import numpy_impl  # noqa: E402
 from timing import calibrate  # noqa: E402  (tests/bench/timing.py, beside this script)
+
+from posenc.engine.kernels import numpy_impl  # noqa: E402
 
 try:
     from posenc.engine.kernels import _native  # noqa: E402

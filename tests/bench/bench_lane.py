@@ -31,6 +31,7 @@ import tempfile
 import uuid
 
 import httpx
+
 from posenc.loadtest import wrk as wrk_tool
 from posenc.loadtest.floor import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
@@ -166,13 +167,14 @@ def in_process(profile: bool, n: int = 50000) -> None:
 
     import uvicorn
     import uvloop
+    from uvicorn.server import ServerState
+
     from posenc.engine.settings import Settings
     from posenc.loadtest.bare import BareProtocol
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all
     from posenc.service.protocol.lane import STATE_KEY
     from posenc.service.protocol.uvicorn_api import Protocol
-    from uvicorn.server import ServerState
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from tests.procs import Procs, unique_namespace

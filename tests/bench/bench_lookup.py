@@ -40,8 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
-from posenc.engine.client import Client  # noqa: E402
 from timing import calibrate, timeit  # noqa: E402
+
+from posenc.engine.client import Client  # noqa: E402
 
 N_ROWS = 131072
 SPECS = {
@@ -228,6 +229,7 @@ def main() -> int:
         args.repeat, args.min_time = 3, 0.02
 
     import torch
+
     from posenc.engine import kernels_info
 
     torch.set_num_threads(1)

@@ -28,6 +28,7 @@ import types
 import uuid
 
 from bench_cliffs import SERVER_CPU, tree_cpu_s, write_script, wrk  # (this folder: run as a script)
+
 from posenc.loadtest import mix, paths, scenario
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
 

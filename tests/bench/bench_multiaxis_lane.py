@@ -23,6 +23,7 @@ import tempfile
 
 import httpx
 import numpy as np
+
 from posenc.loadtest import wrk as wrk_tool
 from posenc.loadtest.floor import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+
 from posenc.engine import store
 from posenc.engine.adopt import workers
 from posenc.engine.config import load_config

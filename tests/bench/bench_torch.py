@@ -30,11 +30,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from posenc.engine import kernels  # noqa: E402
-from posenc.engine.client import Client  # noqa: E402
 from timing import calibrate  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
 
+from posenc.engine import kernels  # noqa: E402
+from posenc.engine.client import Client  # noqa: E402
 from posenc.torch import RotaryEmbedding  # noqa: E402
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers  # noqa: E402

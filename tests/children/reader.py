@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 from bits import bits_equal, digest_of
+
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError

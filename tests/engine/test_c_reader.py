@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from posenc.engine import kernels
 from posenc.engine.compute import compute
-
 from tests.procs import Procs, unique_namespace
 from tests.shm import SHM_DIR, remove_leftovers
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from posenc.engine.config import DEFAULT_CONFIG, load_config, parse_config
 from posenc.engine.errors import SpecError
 

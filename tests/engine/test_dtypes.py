@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
 from posenc.engine.errors import SpecError
-
 from tests.numeric import BF16_MAX, nearest_bf16_bits, to_f64
 
 

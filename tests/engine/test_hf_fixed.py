@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError, TooLarge
 from posenc.engine.hf_fixed import BUCKETS, SINUSOIDAL
 from posenc.engine.hf_models import MODELS
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
 from tests.numeric import assert_close
 
 HF_MODELS = pathlib.Path(transformers.__file__).parent / "models"

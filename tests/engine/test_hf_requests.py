@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.config import DEFAULT_CONFIG, load_config, named_specs, parse_config
@@ -17,7 +18,6 @@ from posenc.engine.encode import encode
 from posenc.engine.errors import SpecError
 from posenc.engine.formats import read_safetensors
 from posenc.engine.hf_models import supported
-
 from tests.engine.hf_published import ALIBI, ROPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

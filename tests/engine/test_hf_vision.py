@@ -14,9 +14,6 @@ import numpy as np
 import pytest
 import torch
 from diffusers import CogVideoXTransformer3DModel, FluxTransformer2DModel, SD3Transformer2DModel
-from posenc.engine import hf_models
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
 from transformers import (
     Qwen2_5_VLConfig,
     Qwen2_5_VLTextConfig,
@@ -31,6 +28,9 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryE
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
+from posenc.engine import hf_models
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
 from tests.engine.rope_refs import hf_tol
 from tests.numeric import assert_close, spec_error
 

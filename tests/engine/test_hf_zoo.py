@@ -22,10 +22,10 @@ import re
 import numpy as np
 import pytest
 import torch
+
 from posenc.engine import hf_models
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-
 from tests.engine.hf_published import ZOO as ZOO_PUBLISHED
 from tests.numeric import assert_close
 from tests.tools import hf_zoo
@@ -225,7 +225,6 @@ def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
     """posenc.torch.RotaryEmbedding(config) returns what the model's own class returns, in its form
     (half-width pairs, complex freqs_cis), dtype and shape."""
     from posenc.engine.client import Client
-
     from posenc.torch import RotaryEmbedding
 
     klass, _, conf = _class_and_conf(mt)
@@ -296,7 +295,6 @@ def _tiny(mt):
 
 def _swap(model, config=None):
     from posenc.engine.client import Client
-
     from posenc.torch import RotaryEmbedding
 
     model.model.rotary_emb = RotaryEmbedding(config or model.config, client=Client(namespace="ptest-none"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine import dtypes
 from posenc.engine.kernels import numpy_impl as ref
-
 from tests.engine.kernel_helpers import I31, STORAGE, assert_same, bits, rng_for
 from tests.numeric import EPS64, FLOAT_DTYPES, assert_within_ulp
 

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from posenc.engine.compute import compute
 
+from posenc.engine.compute import compute
 from tests.engine.rope_refs import (
     CASES,
     HIGH,

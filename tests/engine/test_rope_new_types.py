@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
 from transformers import LlamaConfig, Phi3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
+from posenc.engine.compute import compute
+from posenc.engine.errors import SpecError
 from tests.numeric import assert_close
 
 POSITIONS = [0, 1, 2, 17, 255, 4095, 4096, 4097, 65535, 131072]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.errors import SpecError
 from posenc.engine.selection import parse_selection

@@ -14,11 +14,11 @@ from diffusers.models.embeddings import (
     get_2d_sincos_pos_embed,
     get_3d_sincos_pos_embed,
 )
+from transformers import ViTMAEConfig, ViTMAEModel
+
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-from transformers import ViTMAEConfig, ViTMAEModel
-
 from tests.engine.float64_refs import grid64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_within_ulp, spec_error
 from tests.service.shortcut.test_templates_in_memory import view_of

@@ -7,9 +7,9 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+
 from posenc.engine.compute import compute
 from posenc.engine.errors import TooLarge
-
 from tests.engine.specs import A, R, S, T, w
 
 # --------------------------------------------------------------------------- size limit

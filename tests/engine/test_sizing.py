@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.tables.base import MIN_ON_DEMAND, on_demand_length
 

@@ -17,6 +17,7 @@ import zlib
 
 import numpy as np
 import pytest
+
 from posenc.engine import store
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from posenc.engine.compute import compute
 from transformers.models.t5.modeling_t5 import T5Attention
+
+from posenc.engine.compute import compute
 
 TOP = 2**31 - 1
 CONFIGS = [

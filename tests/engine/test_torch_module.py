@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from posenc.engine.client import Client
 
+from posenc.engine.client import Client
 from posenc.torch import RotaryEmbedding, _gathered, _gathered_on
 from tests.engine.hf_published import ROPE
 from tests.engine.test_hf_config import LAYER_TYPES, _hf_config, _rotary_class, hf_tol

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+
 from posenc.engine import pipeline, store
 from posenc.engine.config import parse_config
 from posenc.engine.engine_core import Engine, EngineOptions

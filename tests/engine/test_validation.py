@@ -6,9 +6,9 @@ value must change; where docs/reference.md leaves two candidates, either is acce
 from __future__ import annotations
 
 import pytest
+
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-
 from tests.engine.specs import LLAMA3, LONG, NAN, SF, YARN, A, R, S, T, plus, rs, w, without
 
 # (id, family, request, acceptable loc prefixes)

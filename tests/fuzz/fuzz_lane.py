@@ -19,8 +19,8 @@ import sys
 
 import httptools  # noqa: E402
 import numpy as np  # noqa: E402
-from posenc.service.metrics.layout import BUCKETS_F64, SHAPE  # noqa: E402
 
+from posenc.service.metrics.layout import BUCKETS_F64, SHAPE  # noqa: E402
 from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 
 import orjson  # noqa: E402
+
 from posenc.engine.errors import SpecError  # noqa: E402
 from posenc.engine.selection import parse_selection  # noqa: E402
-
 from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 CAPS = (1, 3, 64, 4096)

@@ -29,6 +29,7 @@ def _load_instrumented() -> None:
 _load_instrumented()
 
 import orjson  # noqa: E402
+
 from posenc.engine import pipeline  # noqa: E402
 from posenc.engine.encode import encode, json_ready, json_text  # noqa: E402
 from posenc.engine.errors import PosencError  # noqa: E402

@@ -9,6 +9,7 @@ import importlib
 import pathlib
 
 import pytest
+
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")

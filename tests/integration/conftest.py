@@ -5,6 +5,8 @@ test leaves running is stopped, and its namespace must be empty in /dev/shm afte
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 
 import httpx
 import pytest
@@ -71,3 +73,22 @@ def v2server(tmp_path_factory):
     with stopped_cleanly(reg, reg.serve(V2_CONFIG, workers=2, grpc=True)) as s:
         wait_grpc_ready(s)
         yield s
+
+
+@pytest.fixture
+def small_shm(tmp_path, procs):
+    """A 64 MiB tmpfs of its own for the test (root only), unmounted after whatever ran on it stopped."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    d = tmp_path / "shm"
+    d.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(d)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield str(d)
+    finally:
+        procs.cleanup()  # whatever runs on it stops before it goes
+        subprocess.run(["umount", "-l", str(d)], check=False)

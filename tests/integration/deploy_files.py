@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes_validate import utils as kv
+
 from posenc.engine import kernels
 from posenc.engine.settings import ENV_PREFIX, Settings
 

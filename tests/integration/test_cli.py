@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from posenc.engine.compute import compute
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine import kernels
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-
 from tests.procs import wait_for
 
 LENGTH = 64

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
 from posenc.engine.lookup import Handle

@@ -27,9 +27,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
-from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
-
 from posenc.cli import build_parser
+from posenc.engine.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
 from tests.integration.deploy_files import (
     COMPOSE,
     DOCKERFILE,

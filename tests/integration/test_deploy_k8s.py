@@ -15,6 +15,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from kubernetes_validate import utils as kv
+
 from posenc.engine.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_PORT,
@@ -23,7 +24,6 @@ from posenc.engine.settings import (
     READY_PATH,
     Settings,
 )
-
 from tests.integration.deploy_files import (
     BASE,
     COMPOSE,

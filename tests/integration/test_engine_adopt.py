@@ -11,7 +11,6 @@ import signal
 
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
-
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, seg_files
 from tests.procs import wait_for

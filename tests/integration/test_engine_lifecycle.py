@@ -11,9 +11,9 @@ import signal
 import time
 
 import pytest
+
 from posenc.engine.client import EngineUnavailable
 from posenc.engine.compute import compute
-
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LLAMA3, LOOP_CASES, SMALL_CONFIG, engine_stats, reader, seg_files
 from tests.shm import SHM_DIR, assert_no_leftovers, mapped_segments, read_manifest

@@ -14,9 +14,9 @@ import signal
 
 import numpy as np
 import pytest
+
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError
-
 from tests.integration.engine_cases import (
     ALL_CASES,
     FULL_CONFIG,

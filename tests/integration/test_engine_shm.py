@@ -11,8 +11,8 @@ import stat
 
 import numpy as np
 import pytest
-from posenc.engine.compute import compute
 
+from posenc.engine.compute import compute
 from tests.children.bits import bits_equal, digest_of
 from tests.integration.engine_cases import FULL_CONFIG, ON_DEMAND_LENGTH, SMALL_CONFIG, reader, seg_files
 from tests.procs import CLI_MODULE, PYTHON, wait_for

@@ -10,9 +10,9 @@ import os
 import time
 
 import httpx
+
 from posenc.engine.compute import compute
 from posenc.engine.tables.base import MIN_ON_DEMAND
-
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import SMALL_CONFIG
 from tests.procs import wait_for

@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
+
 from posenc.engine import engine_socket, store
 from posenc.engine.client import Client
-
 from tests.integration.engine_cases import SMALL_CONFIG
 from tests.shm import SHM_DIR
 

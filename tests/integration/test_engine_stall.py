@@ -15,9 +15,9 @@ import time
 
 import httpx
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.client import Client
-
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.kserve_cases import wait_grpc_ready
-from tests.integration.test_harden_shm import CONFIG20, fill, small_shm  # noqa: F401  (a fixture)
+from tests.integration.test_harden_shm import CONFIG20, fill
 from tests.procs import children_of, cmdline, wait_for
 from tests.service_cases import CONFIG
 
@@ -148,7 +148,8 @@ def test_a_killed_grpc_process_loses_only_its_calls_in_flight(procs):
     failed = [c for c in calls if not c[2]]
     after = [c for c in calls if c[0] > killed + 0.5]
     print(
-        f"connections per gRPC process {held}, {victim} killed; {len(calls)} gRPC calls, {len(failed)} failed (started {[round(c[0] - killed, 3) for c in failed]} s "
+        f"connections per gRPC process {held}, {victim} killed; {len(calls)} gRPC calls, "
+        f"{len(failed)} failed (started {[round(c[0] - killed, 3) for c in failed]} s "
         f"from the kill: {sorted({c[3] for c in failed})}); restart: the new process {spawn_s * 1e3:.0f} ms "
         f"after SIGKILL, listening after {listen_s * 1e3:.0f} ms; {len(after)} calls started 0.5 s after, "
         f"{sum(c[2] for c in after)} answered"

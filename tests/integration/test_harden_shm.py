@@ -12,38 +12,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import httpx
 import numpy as np
 import pytest
+
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
-
 from tests.service_cases import BIN
 
 MiB = 2**20
 CONFIG20 = {"tables": [{"name": "r40", "family": "rope", "spec": {"head_dim": 40}}]}  # 20 MiB
 NAMED = {"r40": {"head_dim": 40}, "huge": {"head_dim": 8192}, "small": {"head_dim": 40}}
 NEW = [{"head_dim": 32, "rope_theta": 1000.0 * (k + 2)} for k in range(6)]  # 16 MiB each
-
-
-@pytest.fixture
-def small_shm(tmp_path, procs):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    d = tmp_path / "shm"
-    d.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", str(d)], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield str(d)
-    finally:
-        procs.cleanup()  # whatever runs on it stops before it goes
-        subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 def fill(path: str) -> str:

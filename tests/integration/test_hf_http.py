@@ -9,12 +9,12 @@ import json
 import httpx
 import numpy as np
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.encode import encode
 from posenc.engine.formats import read_safetensors
-
 from tests.engine.hf_published import ALIBI, ROPE
 from tests.procs import serve_for_module
 

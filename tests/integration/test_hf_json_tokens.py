@@ -15,8 +15,8 @@ import sys
 import httpx
 import numpy as np
 import pytest
-from posenc.engine.compute import compute
 
+from posenc.engine.compute import compute
 from tests.engine.hf_published import ROPE
 from tests.procs import serve_for_module
 

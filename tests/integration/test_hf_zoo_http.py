@@ -10,9 +10,9 @@ import json
 import httpx
 import numpy as np
 import pytest
+
 from posenc.engine import hf_models
 from posenc.engine.formats import read_safetensors
-
 from tests.engine.test_hf_zoo import ROWS, _check, _class_and_conf
 from tests.procs import Procs
 from tests.shm import shm_files

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
 from posenc.engine.compute import compute
 from posenc.service.shortcut import templates as replay
-
 from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, serving_grpc
 from tests.integration.test_kserve_shortcut import clients  # noqa: F401  (the fixture, over this module's server)
 from tests.integration.test_metrics_paths import OK, Counted, send

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tritonclient.utils import InferenceServerException
 
+from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.procs import children_of
 from tests.service.v2.shm_client import client_object

@@ -15,9 +15,9 @@ import time
 import httpx
 import orjson
 import pytest
+
 from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
-
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import orjson
 import pytest
-from posenc.service.shortcut import templates as replay
 
+from posenc.service.shortcut import templates as replay
 from tests.integration.test_lane import lane_answers
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG

@@ -16,7 +16,6 @@ from tests.integration.loadtest_cases import require_installed
 require_installed("locust", "hdrh", "uvicorn")
 
 from posenc.loadtest import locustrun, payloads, probe
-
 from tests.integration.loadtest_cases import PAYLOADS, TABLES
 from tests.procs import PYTHON, Procs
 from tests.shm import shm_files

@@ -17,7 +17,6 @@ for _mod in ("locust", "hdrh", "uvicorn"):
 
 from posenc.loadtest import floor, locustrun, mix
 from posenc.service.shortcut.templates import shortcut_in_use
-
 from tests.integration.loadtest_cases import TABLES
 from tests.procs import PYTHON
 

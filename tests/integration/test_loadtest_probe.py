@@ -18,7 +18,6 @@ from tests.integration.loadtest_cases import require_installed
 require_installed("hdrh", "uvicorn")
 
 from posenc.loadtest import mix, probe, report, sender
-
 from tests.integration.loadtest_cases import TABLES
 
 

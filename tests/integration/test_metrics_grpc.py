@@ -8,10 +8,10 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from posenc.service.metrics.counters import FLUSH_S
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from posenc.service.metrics.counters import FLUSH_S
 from tests.integration.kserve_cases import V2_CONFIG, serving_grpc
 from tests.procs import wait_for
 

@@ -24,12 +24,12 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from posenc.service.metrics.counters import FLUSH_S
-from posenc.service.metrics.layout import PATHS
-from posenc.service.shortcut import templates as replay
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from posenc.service.metrics.counters import FLUSH_S
+from posenc.service.metrics.layout import PATHS
+from posenc.service.shortcut import templates as replay
 from tests.integration.kserve_cases import serving_grpc
 from tests.integration.test_lane import lane_answers, read_responses, request, rope, v2_infer
 from tests.procs import child_env, wait_for

@@ -15,9 +15,9 @@ import time
 
 import httpx
 import pytest
-from posenc.service.metrics.counters import FLUSH_S
 from prometheus_client.parser import text_string_to_metric_families
 
+from posenc.service.metrics.counters import FLUSH_S
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG
 

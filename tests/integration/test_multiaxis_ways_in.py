@@ -17,10 +17,10 @@ import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.service.metrics.counters import FLUSH_S
-
 from tests.independent import assert_answer
 from tests.integration.kserve_cases import bits, clients_of, v1_answer
 from tests.procs import wait_for

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
-from posenc.service.front.openapi import INTEGER_NOTE, component_name
 
+from posenc.service.front.openapi import INTEGER_NOTE, component_name
 from tests.service_cases import CONFIG
 
 BASES = {

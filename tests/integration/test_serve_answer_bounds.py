@@ -18,9 +18,9 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+
 from posenc.engine import pipeline
 from posenc.service.front import sizing
-
 from tests.service_cases import CONFIG
 
 pytestmark = pytest.mark.slow

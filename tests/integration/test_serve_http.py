@@ -11,13 +11,13 @@ import io
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from posenc.engine import kernels
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
 from posenc.service.metrics.counters import FLUSH_S
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.children.bits import digest_of
 from tests.independent import assert_answer
 from tests.procs import wait_for

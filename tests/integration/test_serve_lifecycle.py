@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+
 from posenc.engine.client import Client
 from posenc.engine.compute import compute
 from posenc.engine.dtypes import bf16_bits_to_f32
 from posenc.engine.formats import read_safetensors
 from posenc.engine.settings import Settings
-
 from tests.independent import assert_answer
 from tests.procs import REPO
 from tests.service_cases import BIN, CONFIG

@@ -1,16 +1,17 @@
 """Every limit of docs/reference.md exactly at it and one past it, over HTTP on a real ``posenc serve``, through
 the C path (a safetensors body whose spec template the workers have learnt, offered to the
-shortcut first) and the plain path (a JSON answer, which only the full path gives):
-4 MiB request bodies, 64 MiB responses (the body sent: a safetensors file's header counts), 2^20 positions in a selection, positions below 2^31."""
+shortcut first) and the plain path (a JSON answer, which only the full path gives): 4 MiB request
+bodies, 64 MiB responses (the body sent: a safetensors file's header counts), 2^20 positions in a
+selection, positions below 2^31."""
 
 from __future__ import annotations
 
 import httpx
 import numpy as np
 import pytest
-from posenc.engine.compute import compute
 from safetensors.numpy import load as load_safetensors
 
+from posenc.engine.compute import compute
 from tests.engine.float64_refs import bias64, slopes64
 from tests.numeric import assert_rounded_once
 from tests.service_cases import BIN, orjson_dumps, padded_rope_body, reference_safetensors

@@ -20,8 +20,8 @@ import subprocess
 
 import httpx
 import pytest
-from posenc.service.shortcut import templates as replay
 
+from posenc.service.shortcut import templates as replay
 from tests.procs import PYTHON, Procs, child_env, wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 
@@ -221,6 +221,7 @@ def test_the_http_clients_send_the_token_over_https(servers):
     import asyncio
 
     import numpy as np
+
     from posenc.service.client import AsyncPosencClient, PosencClient, PosencHTTPError
 
     s = servers["tls"]

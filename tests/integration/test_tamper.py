@@ -18,9 +18,9 @@ import threading
 import time
 
 import httpx
+
 from posenc.engine.compute import compute
 from posenc.engine.formats import read_safetensors
-
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors

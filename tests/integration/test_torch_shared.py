@@ -9,8 +9,8 @@ import signal
 import pytest
 import torch
 import transformers
-from posenc.engine.client import Client
 
+from posenc.engine.client import Client
 from posenc.torch import RotaryEmbedding
 from tests.procs import Procs, unique_namespace
 from tests.shm import assert_no_leftovers

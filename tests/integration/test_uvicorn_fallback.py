@@ -10,8 +10,8 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
-from posenc.service.shortcut import templates
 
+from posenc.service.shortcut import templates
 from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 

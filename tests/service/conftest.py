@@ -5,9 +5,9 @@ this process), and a Service attached to it that has learnt the rope templates."
 from __future__ import annotations
 
 import pytest
+
 from posenc.engine.settings import Settings
 from posenc.service.front.service import Service
-
 from tests.procs import Procs, unique_namespace
 from tests.service.hot_helpers import HOT_SPECS
 from tests.service_cases import ACCEPT_HDRS, BIN, CONFIG, orjson_dumps

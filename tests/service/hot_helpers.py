@@ -10,10 +10,10 @@ import time
 import pytest
 from hypothesis import event
 from hypothesis import strategies as st
+
 from posenc.engine import kernels
 from posenc.engine.errors import PosencError
 from posenc.service.shortcut import templates as replay
-
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
 needs_native = pytest.mark.skipif(

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import orjson
+
 from posenc.service.shortcut import _hot
 
 CHUNK_BITS = 24

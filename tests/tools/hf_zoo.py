@@ -392,8 +392,9 @@ def _with_partial(d, prf):
 
 def build(only=None):
     transformers = _quiet()
-    from posenc.engine import hf_models
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    from posenc.engine import hf_models
 
     classes = rotary_classes()
     models, unread = {}, {}

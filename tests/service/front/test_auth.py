@@ -12,13 +12,13 @@ import hmac
 
 import orjson
 import pytest
+
 from posenc.engine.errors import ConfigError
 from posenc.engine.settings import Settings
 from posenc.service.front import auth as guard
 from posenc.service.front.app import create_app
 from posenc.service.front.front import FastFront
 from posenc.service.shortcut import templates as replay
-
 from tests.service_cases import ACCEPT_HDRS, reference_safetensors
 
 TOKEN = "t0k.en-_~+/A=="

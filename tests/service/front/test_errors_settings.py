@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from posenc.engine import errors
 from posenc.engine.errors import (
     BodyTooLarge,
@@ -232,6 +233,7 @@ def test_tables_show_the_shortcut_in_use_and_off_means_no_c_call():
     # no engine to build the table from: the full path answered, computing the rows exactly
     assert sent[0]["status"] == 200, sent
     import orjson
+
     from posenc.engine.compute import compute
 
     got = orjson.loads(sent[1]["body"])

@@ -7,9 +7,9 @@ import asyncio
 
 import httpx
 import orjson
+
 from posenc.service.front.app import create_app
 from posenc.service.front.service import Service
-
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, REQUESTS, orjson_dumps, reference_safetensors
 

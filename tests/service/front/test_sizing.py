@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
+
 from posenc.engine import pipeline
 from posenc.engine.config import load_config, named_specs
 from posenc.engine.encode import encode, json_ready

@@ -10,9 +10,9 @@ import os
 import signal
 import subprocess
 
-from posenc.service.metrics.counters import Metrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from posenc.service.metrics.counters import Metrics
 from tests.procs import PYTHON, child_env
 
 

@@ -11,13 +11,13 @@ import logging
 import orjson
 import pytest
 import uvicorn
+from uvicorn.server import ServerState
+
 from posenc.service.front.app import create_app
 from posenc.service.protocol import limits as limits_mod
 from posenc.service.protocol import uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
 from posenc.service.shortcut import templates as replay
-from uvicorn.server import ServerState
-
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from posenc.engine.kernels import numpy_impl as ref
 from posenc.service.shortcut import templates as replay
 

@@ -12,11 +12,11 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.errors import SpecError
 from posenc.service.shortcut import templates as replay
-
 from tests.independent import assert_answer
 from tests.service.hot_helpers import needs_kernels
 from tests.service.shortcut.test_json_answers import lane_json

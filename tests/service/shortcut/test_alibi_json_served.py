@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from posenc.service.shortcut import templates as replay
 
+from posenc.service.shortcut import templates as replay
 from tests.integration.test_lane import lane_answers, read_responses, request
 from tests.integration.test_metrics_paths import OFF, Counted
 from tests.procs import Procs, child_env, wait_for

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")

@@ -9,10 +9,10 @@ import json
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine.errors import PosencError
 from posenc.engine.settings import Settings
 from posenc.service.front.service import HOT_BYTES, Service
-
 from tests.procs import wait_for
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from posenc.engine.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 

@@ -7,9 +7,9 @@ body, whatever the head's length (the arrays land at every alignment); it leaves
 from __future__ import annotations
 
 import pytest
+
 from posenc.engine.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
-
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.service.shortcut import _hot
 from posenc.service.shortcut import templates as replay
-
 from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 

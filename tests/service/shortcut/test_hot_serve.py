@@ -13,10 +13,10 @@ import types
 
 import numpy as np
 import pytest
+
 from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import BUCKETS_S, SHAPE
 from posenc.service.shortcut import templates as replay
-
 from tests.service.hot_helpers import needs_native
 from tests.service.shortcut import test_hot_lane as _hot_lane
 from tests.service_cases import orjson_dumps

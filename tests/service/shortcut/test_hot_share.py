@@ -12,9 +12,9 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from posenc.engine.tables.base import DEFAULT_LENGTH  # the rows of a table built on demand
 from safetensors.torch import load as load_safetensors
 
+from posenc.engine.tables.base import DEFAULT_LENGTH  # the rows of a table built on demand
 from tests.engine.float64_refs import bias64, sinusoidal64, slopes64
 from tests.engine.rope_refs import (
     hf_module_cos_sin,

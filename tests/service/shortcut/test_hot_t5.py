@@ -12,11 +12,11 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.selection import POSITION_LIMIT
 from posenc.service.shortcut import templates as replay
-
 from tests.procs import wait_for
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors

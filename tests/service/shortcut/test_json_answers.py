@@ -11,10 +11,10 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.service.shortcut import templates as replay
-
 from tests.service.shortcut.test_past_table import ROPE_SCALINGS
 from tests.service.shortcut.test_templates_in_memory import LENGTH, view_of
 

@@ -11,11 +11,11 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.selection import POSITION_LIMIT
 from posenc.engine.tables.sinusoidal import ROW_LIMIT
 from posenc.service.shortcut import templates as replay
-
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of
 from tests.service_cases import reference_safetensors
 

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine.errors import SpecError
 from posenc.engine.selection import POSITION_LIMIT, parse_selection
 from posenc.service.shortcut import templates as replay

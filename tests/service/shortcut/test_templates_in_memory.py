@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.tables import FAMILIES

@@ -32,7 +32,6 @@ from posenc.engine.settings import Settings  # noqa: E402
 from posenc.service.v2.core import V2  # noqa: E402
 from posenc.service.v2.grpc_server import GrpcV2  # noqa: E402
 from posenc.service.v2.shm import remove_registry  # noqa: E402
-
 from tests.procs import Procs, unique_namespace  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))

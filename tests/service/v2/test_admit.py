@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from posenc.service.v2.admit import Admission, Busy
 
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+
 from posenc.service.v2 import rest
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-
 from tests.procs import wait_for
 from tests.service.hot_helpers import needs_kernels
 from tests.service.v2.test_v2_hot import call, servers  # noqa: F401  (the fixture)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+
 from posenc.engine.client import Client
 from posenc.engine.settings import Settings
 from posenc.service.shortcut import templates as replay
@@ -21,7 +22,6 @@ from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-
 from tests.procs import wait_for
 from tests.service_cases import LLAMA3_8K
 

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+
 from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.hot_json import DATA, controls
-
 from tests.procs import wait_for
 from tests.service.shortcut.test_past_table import ROPE_SCALINGS
 from tests.service.v2.test_v2_hot import servers  # noqa: F401  (the fixture)

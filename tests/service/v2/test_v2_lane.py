@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 import pytest
+
 from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
-
 from tests.service.v2.test_v2_hot import CASES, rest_call, servers  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")

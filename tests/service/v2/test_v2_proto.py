@@ -18,8 +18,9 @@ def test_generated_messages_are_current():
 
 
 def test_posenc_and_tritonclient_messages_coexist():
-    from posenc.service.v2.proto import grpc_service_pb2 as ours
     from tritonclient.grpc import service_pb2 as theirs
+
+    from posenc.service.v2.proto import grpc_service_pb2 as ours
 
     msg = ours.ModelInferRequest(model_name="rope", raw_input_contents=[b"\1\0\0\0"])
     msg.parameters["spec"].string_param = '{"head_dim": 8}'

@@ -13,6 +13,7 @@ import uuid
 
 import numpy as np
 import pytest
+
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.shm import (
     MAX_REGIONS,
@@ -22,7 +23,6 @@ from posenc.service.v2.shm import (
     registry_path,
     remove_registry,
 )
-
 from tests.procs import unique_namespace
 from tests.service.v2.shm_client import client_object, shrinking
 from tests.shm import assert_no_leftovers
