@@ -10,6 +10,7 @@ The service tests use it so that a wrong formula in posenc cannot agree with its
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -30,7 +31,8 @@ from tests.numeric import angle_slack, assert_rounded_once, assert_within_ulp
 def positions_of(sel) -> list[int]:
     """A selection (a list, or {"start", "stop", "step"}) as its list of positions."""
     if isinstance(sel, dict):
-        return list(range(sel["start"], sel["stop"], sel.get("step", 1)))
+        step = sel.get("step")
+        return list(range(sel["start"], sel["stop"], 1 if step is None else step))  # "step": null is 1
     return list(sel)
 
 
@@ -54,6 +56,36 @@ def t5_buckets64(query, key, bidirectional=True, num_buckets=32, max_distance=12
                 bucket += min(me + int(math.log(n / me) / math.log(max_distance / me) * (nb - me)), nb - 1)
             out[a, b] = bucket
     return out
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    "I64": np.int64,
+    "I32": np.int32,
+}
+
+
+def safetensors_arrays(raw: bytes) -> dict:
+    """The arrays of a safetensors body, read by the format's definition (an 8-byte little-endian
+    header length, a JSON header of each tensor's dtype, shape and data_offsets, then the data), not
+    by posenc's writer's code: bfloat16 as uint16 bits."""
+    n = int.from_bytes(raw[:8], "little")
+    data = memoryview(raw)[8 + n :]
+    out = {}
+    for name, t in json.loads(bytes(raw[8 : 8 + n])).items():
+        if name != "__metadata__":
+            a, b = t["data_offsets"]
+            out[name] = np.frombuffer(data[a:b], dtype=_SAFETENSORS_DTYPES[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def assert_c_answer(family: str, body: dict, raw: bytes, what: str = "") -> None:
+    """A C answer (a safetensors body) decoded and held to the float64 reference of ``body``: the C
+    shortcut's bytes are checked against the docs' formulas, not only against the pipeline's bytes."""
+    assert_answer(family, body, safetensors_arrays(raw), what or f"C answer {family} {body}")
 
 
 def as_storage(value, dtype: str) -> np.ndarray:
@@ -107,6 +139,7 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
     elif family == "sinusoidal-grid":
         g = body["grid_size"]
         h, w = (g, g) if isinstance(g, int) else g
+        rows = positions_of(body["positions"]) if body.get("positions") is not None else None
         want, slack = grid64(
             body["embed_dim"],
             h,
@@ -116,18 +149,10 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
             body.get("temporal_size"),
             body.get("temporal_interpolation_scale", 1.0),
             body.get("extra_tokens", 0),
-        )
-        rows = (
-            positions_of(body["positions"])
-            if body.get("positions") is not None
-            else list(range(want.shape[0]))
+            rows=rows,
         )
         assert_within_ulp(
-            as_storage(arrays["encoding"], dtype),
-            want[rows],
-            dtype,
-            slack=slack[rows],
-            what=f"{what} encoding",
+            as_storage(arrays["encoding"], dtype), want, dtype, slack=slack, what=f"{what} encoding"
         )
     elif family == "alibi":
         q, k = positions_of(body["query"]), positions_of(body["key"])

@@ -67,6 +67,37 @@ def rounded(x64, dtype: str) -> np.ndarray:
     return x64.astype(dtype).astype(np.float64)  # numpy converts float64 directly, rounding once
 
 
+MAX_FINITE = {"float32": float(np.finfo(np.float32).max), "float16": 65504.0, "bfloat16": BF16_MAX}
+
+
+def round_once(x64, dtype: str) -> np.ndarray:
+    """The float64 values ``x64`` rounded once, to nearest even, to ``dtype``, as float64 values:
+    +-inf past the largest finite value, NaN and infinities kept. Each x is scaled by a power of two
+    (exact) so that ``dtype``'s spacing in x's binade (subnormals included) is 1, rounded to an
+    integer by np.rint (ties to even) and scaled back: no cast of numpy's and nothing of
+    posenc.engine.dtypes, an oracle of the kernels' round_into."""
+    p, emin = _FORMAT[dtype]
+    x = np.asarray(x64, dtype=np.float64)
+    finite = np.isfinite(x)
+    xs = np.where(finite, x, 0.0)
+    q = np.maximum(np.frexp(xs)[1] - 1, emin) - (p - 1)  # the exponent of the spacing at |x|
+    with np.errstate(over="ignore"):
+        v = np.ldexp(np.rint(np.ldexp(xs, -q)), q)
+    v = np.where(np.abs(v) > MAX_FINITE[dtype], np.copysign(np.inf, xs), v)
+    return np.where(finite, v, x)
+
+
+def as_storage(v64, dtype: str) -> np.ndarray:
+    """Values ``dtype`` holds exactly (round_once's) as its storage: float32/float16 arrays, bfloat16
+    as uint16 bits (the top half of the float32). No rounding is left to any cast; NaN's bits are
+    not defined here (compare NaN as NaN)."""
+    v = np.asarray(v64, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if dtype == "bfloat16":
+            return (v.astype(np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+        return v.astype(dtype)
+
+
 def assert_rounded_once(got, ref64, dtype: str, what=""):
     """``got`` equals the float64 reference rounded once to ``dtype``, value for value (the
     promise where the float64 value itself is exact, e.g. ALiBi's −m·d; -0.0 equals +0.0)."""

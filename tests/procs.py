@@ -92,6 +92,13 @@ def wait_for(
 # -- /proc ----------------------------------------------------------------------------------------
 
 
+def bytes_read(pid: int | str = "self") -> int:
+    """Bytes process ``pid`` has passed to read(2), pread(2) and the like (/proc/PID/io ``rchar``):
+    a count of work that tests compare where timing it would be a benchmark."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for d in os.listdir("/proc"):

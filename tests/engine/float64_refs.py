@@ -70,18 +70,25 @@ def coord(i, n, base, scale):
     return float(i * step)
 
 
-def grid64(d, h, w, base=None, scale=1.0, frames=None, tscale=1.0, extra=0):
-    """The whole table in float64 (rows: extra zeros, then t-major, h-major), and its slack."""
-    rows, slacks = [np.zeros((extra, d))], [np.zeros((extra, d))]
+def grid64(d, h, w, base=None, scale=1.0, frames=None, tscale=1.0, extra=0, rows=None):
+    """The table in float64 (rows: extra zeros, then t-major, h-major), and its slack: every row,
+    or only ``rows`` (row numbers of the whole table), in their order."""
     spatial = d if frames is None else 3 * d // 4
-    for t in range(frames or 1):
-        for i in range(h):
-            for j in range(w):
-                parts = [] if frames is None else [one_d([coord(t, 0, None, tscale)], d // 4)]
-                parts += [
-                    one_d([coord(j, w, base, scale)], spatial // 2),
-                    one_d([coord(i, h, base, scale)], spatial // 2),
-                ]
-                rows.append(np.concatenate([p[0] for p in parts], 1))
-                slacks.append(np.concatenate([p[1] for p in parts], 1))
-    return np.concatenate(rows), np.concatenate(slacks)
+    out, slacks = [], []
+    for r in range(extra + (frames or 1) * h * w) if rows is None else rows:
+        if r < extra:
+            out.append(np.zeros((1, d)))
+            slacks.append(np.zeros((1, d)))
+            continue
+        t, k = divmod(r - extra, h * w)
+        i, j = divmod(k, w)
+        parts = [] if frames is None else [one_d([coord(t, 0, None, tscale)], d // 4)]
+        parts += [
+            one_d([coord(j, w, base, scale)], spatial // 2),
+            one_d([coord(i, h, base, scale)], spatial // 2),
+        ]
+        out.append(np.concatenate([p[0] for p in parts], 1))
+        slacks.append(np.concatenate([p[1] for p in parts], 1))
+    if not out:
+        return np.zeros((0, d)), np.zeros((0, d))
+    return np.concatenate(out), np.concatenate(slacks)

@@ -248,6 +248,13 @@ def ref_inv64(spec, seq_len):
     O = spec.get("original_max_position_embeddings") or rs.get("original_max_position_embeddings") or M
     if t == "default":
         return base, 1.0
+    if t == "proportional":
+        # docs/reference.md: the table is D = head_dim wide; the first int(prf·D // 2) frequencies are
+        # 1/θ^(2k/D), the rest 0; all divided by factor
+        D = int(spec["head_dim"])
+        kd = np.arange(D // 2, dtype=np.float64)
+        inv = np.where(kd < int(prf * D // 2), 1.0 / theta ** (2.0 * kd / D), 0.0)
+        return inv / (rs.get("factor") or 1.0), 1.0
     if t == "linear":
         return base / rs["factor"], 1.0
     if t == "dynamic":
@@ -305,6 +312,8 @@ def rope_exponents(spec, seq_len):
     theta = float(spec.get("rope_theta") or rs.get("rope_theta") or 10000.0)
     prf = spec.get("partial_rotary_factor") or rs.get("partial_rotary_factor") or 1.0
     d = int(spec["head_dim"] * prf)
+    if _rope_type(spec) == "proportional":  # exponents over the whole head_dim (ref_inv64)
+        d = int(spec["head_dim"])
     if _rope_type(spec) == "dynamic":
         f, M = rs["factor"], spec["max_position_embeddings"]
         theta *= (f * max(seq_len, M) / M - (f - 1)) ** (d / (d - 2))

@@ -52,7 +52,7 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
         return r.json()
 
     try:
-        time.sleep(1.0)
+        wait_for(lambda: len(results) > 20, 30, 0.01, "the load answered")  # before the kill, under load
         engine = server.engine_pid()
         os.kill(engine, signal.SIGKILL)
         t_kill = time.monotonic()
@@ -65,7 +65,7 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
         )
         took = time.monotonic() - t_kill
         n_restart = len(results)
-        time.sleep(1.0)  # load goes on against the new engine
+        wait_for(lambda: len(results) > n_restart + 20, 30, 0.01, "the load answered by the new engine")
     finally:
         stop.set()
         for t in threads:

@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 
 import httpx
 import pytest
@@ -88,17 +87,25 @@ def test_engine_killed_mid_start_leaves_nothing_and_requests_are_answered(procs,
     assert s.stop() == 0, s.output()
 
 
-def test_manifest_is_never_torn_through_builds_and_evictions(procs, ns):
+def test_manifest_is_never_torn_through_builds_and_evictions(procs, ns, tmp_path):
     eng = procs.engine(SMALL_CONFIG, ns, args=["--memory-budget", "60000"])
-    watch = procs.child("manifest_watch", os.path.join(SHM_DIR, f"{ns}.manifest.json"), "6")
+    stop = tmp_path / "stop"
+    watch = procs.child("manifest_watch", os.path.join(SHM_DIR, f"{ns}.manifest.json"), str(stop))
     c = eng.client()
     n = 0
-    end = time.monotonic() + 5
-    while time.monotonic() < end:  # each new table evicts an older one (the budget holds ~4)
-        c.lookup("t5-buckets", {"max_distance": 2000 + n, "query": [0], "key": [9]})
+
+    def watched_enough() -> bool:  # new tables until the watcher has read 50 manifests of them
+        nonlocal n
+        c.lookup(
+            "t5-buckets", {"max_distance": 2000 + n, "query": [0], "key": [9]}
+        )  # each evicts an older one
         n += 1
-    out = watch.wait_json(lambda m: "torn" in m, 30)
-    assert out["torn"] == 0 and out["ok"] > 1000 and out["distinct"] > 50, (out, n)
+        return any(m["distinct"] > 50 for m in watch.json_lines())
+
+    wait_for(watched_enough, 120, 0, "the watcher to read 50 manifests the engine rewrote")
+    stop.touch()
+    out = watch.wait_json(lambda m: m.get("final"), 30)
+    assert out["torn"] == 0 and out["distinct"] > 50, (out, n)
     assert "evicted" in eng.stderr()
     assert eng.stop() == 0
 

@@ -13,15 +13,14 @@ import os
 import re
 import signal
 import threading
-import time
 
 import httpx
 import pytest
 
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
+from tests.shm import held_segments, shm_files, snapshot
 from tests.shm import pid_alive as alive
-from tests.shm import shm_files, snapshot
 
 
 @pytest.mark.slow
@@ -67,15 +66,20 @@ def test_sigterm_under_load_answers_every_request_that_arrived(procs):
     threads = [threading.Thread(target=long_one, args=(b,)) for b in long] + [
         threading.Thread(target=shorts) for _ in range(3)
     ]
+    engine, tables = s.engine_pid(), set(held_segments(s.engine_pid(), s.namespace))
     for t in threads:
         t.start()
-    time.sleep(0.3)  # the long ones are in flight (waiting on their builds)
+    # a long one is in flight: the engine has begun building its table (the segment is created
+    # first, then filled), which the request waits on
+    wait_for(lambda: set(held_segments(engine, s.namespace)) - tables, 30, 0.005, "a long request's build")
+    in_flight = len(long) - len(results["long"])
     s.signal(signal.SIGTERM)
     rc = s.wait(60)
     stop.set()
     for t in threads:
         t.join(60)
     assert rc == 0, s.output()
+    assert in_flight >= 1, "no long request was in flight at SIGTERM: nothing tested the drain"
     assert results["long"] == [(200, True)] * 3, (results, s.output())
     assert set(results["short"]) == {200} and len(results["short"]) >= 3, results
     # every keep-alive client got its last answer with "connection: close"; its next connection

@@ -2,13 +2,13 @@
 2,000 regions of a client's own, each registered and used once, leave every server process with
 a bounded number of descriptors (they are opened on use and kept in a small LRU, not one or two
 per region forever); registrations past the limit are refused with a message naming it
-(400 / RESOURCE_EXHAUSTED), and registering the last region costs what registering the first did."""
+(400 / RESOURCE_EXHAUSTED), and registering the last region reads no more than registering the first
+did (bytes the server's processes read, /proc/PID/io: a count of work, not a timing)."""
 
 from __future__ import annotations
 
 import os
 import statistics
-import time
 import uuid
 
 import numpy as np
@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from posenc.service.v2.shm import MAX_REGIONS, OPEN_REGIONS
 from tests.integration.kserve_cases import wait_grpc_ready
-from tests.procs import children_of
+from tests.procs import bytes_read, children_of
 from tests.service.v2.shm_client import client_object
 from tests.shm import SHM_DIR, shm_files
 
@@ -45,7 +45,7 @@ def _use(m, c, name: str, p: int) -> None:
     c.infer("rope", [_positions(m, p)], outputs=[o], parameters={"spec": '{"head_dim": 64}'})
 
 
-def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(procs, ns):
+def test_two_thousand_regions_keep_descriptors_bounded_and_registration_reads_flat(procs, ns):
     s = procs.serve(CONFIG, workers=2, namespace=ns, grpc=True, args=["--grpc-workers", "2"])
     wait_grpc_ready(s)
     clients = {
@@ -67,13 +67,14 @@ def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(pro
             for p in pids:
                 peak[p] = max(peak[p], _fds(p))
 
-        done, took = 0, []
+        done, reads = 0, []
+        read = lambda: sum(bytes_read(p) for p in pids)  # noqa: E731
         while done < REGIONS:
             batch = list(range(done, min(done + MAX_REGIONS, REGIONS)))
-            for i in batch:  # registration over gRPC, timed
-                t0 = time.perf_counter()
+            for i in batch:  # registration over gRPC, and the bytes the server's processes read for it
+                before = read()
                 clients["grpc"].register_system_shared_memory(f"r{i}", "/" + os.path.basename(paths[i]), SIZE)
-                took.append(time.perf_counter() - t0)
+                reads.append(read() - before)
             if len(batch) == MAX_REGIONS:  # full: one more is refused on both transports, naming the limit
                 for t, code in (("grpc", "StatusCode.RESOURCE_EXHAUSTED"), ("rest", "400")):
                     with pytest.raises(InferenceServerException) as e:
@@ -100,10 +101,15 @@ def test_two_thousand_regions_keep_descriptors_bounded_and_registration_flat(pro
         assert s.alive() and sorted(_server_pids(s)) == sorted(pids)
         grown = {p: peak[p] - base[p] for p in pids}
         assert max(grown.values()) <= OPEN_REGIONS + SLACK, (grown, base)
-        first, last = statistics.median(took[:100]), statistics.median(took[MAX_REGIONS - 100 : MAX_REGIONS])
-        assert last < 3 * first + 0.002, (first, last)
+        # each registration reads the registry's new records, not the whole log (which made it 10x
+        # slower at 1024): the bytes read per registration do not grow with the count
+        first, last = (
+            statistics.median(reads[:100]),
+            statistics.median(reads[MAX_REGIONS - 100 : MAX_REGIONS]),
+        )
+        assert last <= first + 4096, (first, last)
         print(
-            f"registration: median {first * 1e3:.2f} ms (first 100), {last * 1e3:.2f} ms (last 100 of "
+            f"registration: median {first:.0f} bytes read (first 100), {last:.0f} (last 100 of "
             f"{MAX_REGIONS}); descriptors grown: {grown}"
         )
     finally:

@@ -33,8 +33,7 @@ pytestmark = [
 ]
 
 SEED = int(os.environ.get("POSENC_LANE_FUZZ_SEED", "20261201"))  # another seed explores further
-CASES = 2000  # at most this many inputs ...
-BUDGET_S = 35.0  # ... and no more time than this (the two servers answer each input in parallel)
+CASES = int(os.environ.get("POSENC_LANE_FUZZ_CASES", "1000"))  # inputs (~20 s here; more explore further)
 MAX_HEAD = 4096  # the servers' max_header_bytes: oversized heads stay small
 HOT = b"application/x-safetensors"
 # a request both servers answer and then close after: whatever came before is whole by then, or
@@ -366,17 +365,16 @@ def test_mutated_raw_requests_answer_alike_with_the_lane_on_and_off(servers):
             else:
                 raise AssertionError(f"the lane never answered {family} {spec}")
         before = lane_answers(on)
-        t0, n = time.monotonic(), 0
-        while n < CASES and time.monotonic() - t0 < BUDGET_S:
+        for _ in range(CASES):  # a number of cases, not a time window: every run tries as many
             both(*case(rng))
-            n += 1
     answered = lane_answers(on) - before
     print(
-        f"{n} cases in {time.monotonic() - t0:.1f} s; the lane answered {answered}; "
+        f"{CASES} cases; the lane answered {answered}; "
         f"answers lost before a 400 (dropped_by_uvicorn) in {len(dropped)}"
     )
-    assert n >= 50, f"only {n} cases in {BUDGET_S} s"
-    assert answered >= n // 6, f"the lane answered {answered} of {n} cases: the fuzz hardly reached it"
+    assert answered >= CASES // 6, (
+        f"the lane answered {answered} of {CASES} cases: the fuzz hardly reached it"
+    )
     for s in servers:
         assert httpx.get(s.url + "/healthz").status_code == 200
 

@@ -15,7 +15,6 @@ import mmap
 import os
 import random
 import threading
-import time
 
 import httpx
 
@@ -97,10 +96,11 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
     return refused
 
 
-def _tamper_files(ns: str) -> list[str]:
+def _tamper_files(ns: str, readers_went_on) -> list[str]:
     """Truncate every file of the namespace in /dev/shm, write lies into the manifest (its head:
     every named table pointing at another's digest; its table log: every table's arrays at wrong
-    offsets, appended as the engine appends), then unlink it."""
+    offsets, appended as the engine appends; then ``readers_went_on()``: they have answered and
+    read since), then unlink it."""
     done = []
     for n in shm_files(ns):
         path = os.path.join(SHM_DIR, n)
@@ -125,7 +125,7 @@ def _tamper_files(ns: str) -> list[str]:
                         for a in e["arrays"].values():
                             a["offset"] += 4096
                         f.write(json.dumps({"seq": m.get("seq", 0) + 1000, "digest": d, "entry": e}) + "\n")
-                time.sleep(0.2)  # long enough for readers to notice the new file and act on it
+                readers_went_on()  # readers have met the lying files and acted on them
             os.truncate(path, 0)
             done.append(n)
         except OSError:
@@ -147,17 +147,33 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
     threads = [threading.Thread(target=_load, args=(server.url, named, stop, out, k)) for k in range(2)]
     for t in threads:
         t.start()
+
+    def co_round() -> int:
+        return max((m.get("i", 0) for m in co.json_lines()), default=0)
+
+    def readers_went_on(answers: int = 4, rounds: int = 3) -> None:
+        """The workers answered ``answers`` more requests and the co-located reader finished
+        ``rounds`` more rounds (3 outlast its client's manifest recheck, 0.05 s): a positive end,
+        not a sleep."""
+        n, i = len(out), co_round()
+        wait_for(
+            lambda: len(out) >= n + answers and co_round() >= i + rounds,
+            60,
+            0.02,
+            f"{answers} more answers and {rounds} more rounds of the co-located reader",
+        )
+
     try:
-        time.sleep(0.5)
+        wait_for(lambda: len(out) >= 10, 30, 0.02, "the load answered")
         refused = [_try_tables(pids["engine"], ns), _try_tables(pids["serve"], ns)]
         tampered = []
         for _ in range(3):
-            tampered += _tamper_files(ns)
-            time.sleep(0.3)
+            tampered += _tamper_files(ns, readers_went_on)
+            readers_went_on()
         for manifest in (os.path.join(SHM_DIR, f"{ns}.manifest.{x}") for x in ("json", "log")):
             if os.path.exists(manifest):
                 os.unlink(manifest)
-        time.sleep(1.0)
+        readers_went_on(answers=max(20, 51 - len(out)), rounds=6)  # and nothing died meanwhile (below)
     finally:
         stop.set()
         for t in threads:

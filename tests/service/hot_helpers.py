@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from posenc.engine import kernels
 from posenc.engine.errors import PosencError
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_c_answer
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
 
 needs_native = pytest.mark.skipif(
@@ -118,6 +119,8 @@ def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
     except PosencError:  # the spec itself is invalid: nothing to learn
         pass
     c = svc.hot(family, body, ACCEPT_HDRS)
+    if c is not None:  # C's bytes against the float64 reference, not only the full path's
+        assert_c_answer(family, json.loads(body), c)
     try:
         full = svc.execute(svc.prepare(family, body, BIN["accept"]))[0]
     except PosencError:
@@ -126,6 +129,35 @@ def learn_then_answer(svc, family: str, body: bytes, probe: bytes):
         f"C: {'answered' if c is not None else 'full path'}, full path: {'answered' if full else 'refused'}"
     )
     return c, full
+
+
+def wait_learnt(manifest, mapped, answer, taken, what: str, timeout: float = 15.0) -> None:
+    """Answer through the full path (``answer()``) until the shortcut takes the request (``taken()``).
+
+    The full path learns a key at its second answer once the spec's table is mapped (``mapped()``,
+    asked before each answer); so when it has answered twice with the table mapped while the
+    shortcut's templates stayed checked against one engine manifest (``manifest()``, the one they
+    were last checked against: a new one drops every template, or forgets the keys remembered as
+    none while their table was being built, to be learnt again) and the shortcut still declines, the
+    shortcut is broken: this fails then, saying so, instead of waiting out ``timeout``, which only
+    bounds the wait for an on-demand table's build."""
+    deadline = time.monotonic() + timeout
+    seen, answered = None, 0
+    while True:
+        m = manifest()
+        if m is not seen:
+            seen, answered = m, 0
+        was_mapped = mapped()
+        answer()
+        if taken():
+            return
+        answered += bool(was_mapped) and manifest() is seen
+        assert answered < 2, (
+            f"{what}: the full path has answered {answered} times with the table mapped "
+            "(it learns at the second) and the shortcut still declines"
+        )
+        assert time.monotonic() < deadline, f"{what}: the table is not mapped after {timeout} s"
+        time.sleep(0.02)
 
 
 def learn_mapped(svc, family: str, body: dict, timeout: float = 30.0) -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from posenc.engine.errors import PosencError
 from posenc.engine.settings import Settings
 from posenc.service.front.service import HOT_BYTES, Service
+from tests.independent import assert_c_answer
 from tests.procs import wait_for
 from tests.service.hot_helpers import ALIBI_SPECS, alibi_bodies, learn_then_answer, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
@@ -104,6 +105,7 @@ def test_native_alibi_decode_blocks_at_the_table_edge(learnt, spec):
                 got = learnt.hot("alibi", body, ACCEPT_HDRS)
                 want = reference_safetensors("alibi", json.loads(body))
                 assert got == want, body
+                assert_c_answer("alibi", json.loads(body), got)
 
 
 @needs_native

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from posenc.service.shortcut import _hot
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_c_answer
 from tests.service.hot_helpers import HOT_SPECS, ODD, needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
 
@@ -68,6 +69,7 @@ def test_native_shortcut_answers_like_the_full_path(
     if c is not None:
         assert c == learnt.execute(learnt.prepare("rope", body, BIN["accept"]))[0]
         assert c == reference_safetensors("rope", json.loads(body))
+        assert_c_answer("rope", json.loads(body), c)  # and the float64 reference
 
 
 @needs_native
@@ -90,6 +92,7 @@ def test_native_shortcut_needs_a_learnt_accept_and_a_small_body(learnt):
     assert learnt.hot("rope", past, ACCEPT_HDRS) == reference_safetensors(
         "rope", json.loads(past)
     )  # computed
+    assert_c_answer("rope", json.loads(past), learnt.hot("rope", past, ACCEPT_HDRS))
 
 
 @needs_native

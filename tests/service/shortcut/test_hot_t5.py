@@ -17,6 +17,7 @@ from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.selection import POSITION_LIMIT
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_c_answer
 from tests.procs import wait_for
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, reference_safetensors
@@ -96,6 +97,7 @@ def test_t5_from_the_engines_table(learnt, spec):
         c = learnt.hot("t5-buckets", body, ACCEPT_HDRS)
         full = learnt.execute(learnt.prepare("t5-buckets", body, BIN["accept"]))[0]
         assert c is not None and c == full == reference_safetensors("t5-buckets", json.loads(body))
+        assert_c_answer("t5-buckets", json.loads(body), c)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

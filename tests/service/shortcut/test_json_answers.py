@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_answer
 from tests.service.shortcut.test_past_table import ROPE_SCALINGS
 from tests.service.shortcut.test_templates_in_memory import LENGTH, view_of
 
@@ -54,7 +55,11 @@ def lane_json(family: str, first: dict, later: dict, accept: bytes | None = b"ap
     if got is False:
         return False, served, computed
     assert got[2].startswith(b"JS%d|\r\n" % len(served)), got[2][:40]
-    return got[2].partition(b"\r\n")[2], served, computed
+    body = got[2].partition(b"\r\n")[2]
+    assert_answer(
+        family, later, orjson.loads(body), f"C JSON answer {family} {later}"
+    )  # the float64 reference
+    return body, served, computed
 
 
 def _check(got, served, computed, inside: bool):

@@ -17,6 +17,7 @@ from posenc.engine import kernels, pipeline
 from posenc.engine.encode import encode
 from posenc.engine.tables import FAMILIES
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_c_answer
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 
@@ -41,7 +42,8 @@ def view_of(table):
 
 
 def answer_both(family: str, first: dict, later: dict):
-    """(C's bytes or None, the pipeline's bytes from the same arrays, its exact-compute bytes)."""
+    """(C's bytes or None, the pipeline's bytes from the same arrays, its exact-compute bytes); C's
+    bytes, when it answers, decoded and held to the float64 reference (tests/independent.py)."""
     templates = replay.Templates(max_n=1 << 20, max_bytes=4 << 20)
     req = pipeline.parse(family, first, LENGTH)
     templates.learn("safetensors", orjson.dumps(first), req, view_of(req.table))
@@ -52,6 +54,8 @@ def answer_both(family: str, first: dict, later: dict):
     fam = req2.family
     served = encode(fam, pipeline.arrays(req2, view_of(req2.table)), req2.dtype, "safetensors")[0]
     computed = encode(fam, pipeline.arrays(req2), req2.dtype, "safetensors")[0]
+    if c is not None:  # and C's bytes against the float64 reference, not only the pipeline's
+        assert_c_answer(family, later, c)
     return c, served, computed
 
 

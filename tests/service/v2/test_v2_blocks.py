@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 from posenc.service.v2 import rest
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from tests.procs import wait_for
-from tests.service.hot_helpers import needs_kernels
+from tests.service.hot_helpers import needs_kernels, wait_learnt
 from tests.service.v2.test_v2_hot import call, servers  # noqa: F401  (the fixture)
 from tests.service.v2.test_v2_lane import PRE, lane
 
@@ -135,12 +134,14 @@ def positions(rng, n: int, reach: int) -> np.ndarray:
 def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_first: bool) -> None:
     """The full path answers until both transports have learnt the shape (an on-demand table is
     mapped a moment after its first request)."""
+    data = grpc_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
+    head, body = rest_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
 
-    def learnt():
-        data = grpc_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
-        head, body = rest_block(model, spec, [0] * nq, [0] * nk, *types, key_first)
+    def answer():
         assert call(on, data) == call(off, data)
         assert rest_answer(on, model, head, body) == rest_answer(off, model, head, body)
+
+    def taken() -> bool:
         return (
             on.hot.grpc(data) is not None
             and on.hot.rest(
@@ -149,7 +150,14 @@ def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_f
             is not None
         )
 
-    wait_for(learnt, 30, 0.05, f"the shortcut learns {model} {spec}")
+    req = lambda: on.v2.inferer.pipeline.request(model, {**spec, "query": [0] * nq, "key": [0] * nk})  # noqa: E731
+    wait_learnt(
+        lambda: on.hot._seen,
+        lambda: on.v2.client.is_mapped(req()),
+        answer,
+        taken,
+        f"the shortcut learns {model} {spec}",
+    )
 
 
 def check(on, off, model, spec, q, k, types, key_first) -> bool:

@@ -22,7 +22,7 @@ from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from tests.procs import wait_for
+from tests.service.hot_helpers import wait_learnt
 from tests.service_cases import LLAMA3_8K
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
@@ -107,12 +107,18 @@ def test_grpc_shortcut_answers_position_ids_as_the_full_path(servers, spec, data
     rng = np.random.default_rng(5)
     ids = lambda hi=None: rng.integers(0, hi or rng.choice([2048, 1 << 20]), (3, 5))  # noqa: E731 - inside, or past
 
-    def learnt() -> bool:  # an axes_dim table is built on demand: learnt once it is mapped
+    def answer():  # an axes_dim table is built on demand: learnt once it is mapped
         first = grpc_request("rope", spec, ids(2048), datatype, name="position_ids")
         assert call(on, first) == call(off, first)
-        return on.hot.grpc(grpc_request("rope", spec, ids(), datatype, name="position_ids")) is not None
 
-    wait_for(learnt, 30, 0.05, "the shortcut learns the spec")
+    req = lambda: on.v2.inferer.pipeline.request("rope", {**spec, "position_ids": [[0]] * 3})  # noqa: E731
+    wait_learnt(
+        lambda: on.hot._seen,
+        lambda: on.v2.client.is_mapped(req()),
+        answer,
+        lambda: on.hot.grpc(grpc_request("rope", spec, ids(), datatype, name="position_ids")) is not None,
+        "the shortcut learns the spec",
+    )
     for _ in range(8):
         data = grpc_request("rope", spec, ids(), datatype, name="position_ids")
         assert on.hot.grpc(data) is not None, "the shortcut should take this request"

@@ -23,7 +23,9 @@ from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.hot_json import DATA, controls
+from tests.independent import assert_answer
 from tests.procs import wait_for
+from tests.service.hot_helpers import wait_learnt
 from tests.service.shortcut.test_past_table import ROPE_SCALINGS
 from tests.service.v2.test_v2_hot import servers  # noqa: F401  (the fixture)
 from tests.service_cases import LLAMA3_8K
@@ -101,18 +103,59 @@ def check(servers, model: str, body: bytes, answered: bool) -> None:  # noqa: F8
     assert status == 200 and [k for k, _ in headers] == [b"content-type", b"content-length"]
     assert got[2] == b"JS:%d\r\n\r\n%s" % (len(want), want)
     assert full_path(on, model, body)[2] == want  # and the full path with the shortcut on
+    assert_v2_answer(model, body, want)  # and the float64 reference, not only the full path's
 
 
-def learn(on, model: str, spec: dict, inputs, **kw) -> None:
+def assert_v2_answer(model: str, body: bytes, answer: bytes) -> None:
+    """A v2 JSON answer held to tests/independent.py's float64 reference of its request: the spec
+    parameter and the inputs' data (flattened: one block or one row per position) as a /v1 body,
+    each output's data as an array of its shape (rows: [positions, width])."""
+    req = json.loads(body)
+    v1 = {**json.loads(req["parameters"]["spec"]), **{x["name"]: list(x["data"]) for x in req["inputs"]}}
+    arrays = {}
+    for o in json.loads(answer)["outputs"]:
+        a = np.asarray(o["data"]).reshape(o["shape"])
+        if o["name"] in ("cos", "sin", "encoding"):
+            a = a.reshape(-1, a.shape[-1])
+        arrays[o["name"]] = a.reshape(()) if o["name"] == "attention_scaling" else a
+    assert_answer(model, v1, arrays, f"v2 JSON {model} {v1}")
+
+
+PROBE = {
+    "rope": {"positions": [0]},
+    "sinusoidal": {"positions": [0]},  # the selections of a table's request
+    "alibi": {"query": [0], "key": [0]},
+    "t5-buckets": {"query": [0], "key": [0]},
+}
+
+
+def learn(on, model: str, spec: dict, inputs, **kw) -> int | None:
     """Until the lane answers: the full path learns at its second answer, once the spec's table is
-    mapped (a spec no configured table holds is built on demand)."""
+    mapped (a spec no configured table holds is built on demand). Returns the length of the table
+    the learnt entry reads: read under the manifest the lane's entries were last checked against, so
+    an on-demand table rebuilt longer meanwhile (another file: its entries dropped, learnt again)
+    never lends the test a length the lane's entry does not have."""
+    req = lambda: on.v2.inferer.pipeline.request(model, {**spec, **PROBE[model]})  # noqa: E731
+    got = {}
 
-    def learnt() -> bool:
+    def answer():
         on.hot.fresh()  # as the lane does every few ms
         full_path(on, model, body_of(spec, inputs(), **kw))
+
+    def taken() -> bool:
+        view = on.v2.client.view(req())
+        on.hot.fresh()  # after the length is read: a table grown since drops the entry
+        got["length"] = None if view is None else view.length
         return isinstance(lane(on, model, body_of(spec, inputs(), **kw)), tuple)
 
-    wait_for(learnt, 30, 0.05, "the shortcut learns the infer")
+    wait_learnt(
+        lambda: on.hot._seen,
+        lambda: on.v2.client.is_mapped(req()),
+        answer,
+        taken,
+        f"the lane learns {model} {spec}",
+    )
+    return got["length"]
 
 
 @pytest.mark.parametrize("model, spec", ROWS, ids=lambda c: json.dumps(c) if isinstance(c, dict) else c)
@@ -121,8 +164,7 @@ def learn(on, model: str, spec: dict, inputs, **kw) -> None:
 def test_rows_json_infers_are_the_full_paths(servers, model, spec, datatype, shape):  # noqa: F811
     on, _ = servers
     rng = np.random.default_rng(len(shape) * 31 + len(spec))
-    learn(on, model, spec, lambda: [("positions", datatype, rng.integers(0, 2048, shape))])
-    length = on.v2.client.view(on.v2.inferer.pipeline.request(model, {**spec, "positions": [0]})).length
+    length = learn(on, model, spec, lambda: [("positions", datatype, rng.integers(0, 2048, shape))])
     for lo, hi in [
         (0, 2048),
         (length - 3, length + 3),
@@ -184,10 +226,7 @@ def test_alibi_json_infers_are_the_full_paths(servers, spec, datatype, key_first
         pytest.skip("float16 ALiBi blocks come from the simd backend's kernel")
     on, off = servers
     rng = np.random.default_rng(len(spec) * 7 + key_first)
-    learn(on, "alibi", spec, lambda: alibi_inputs(datatype, key_first, [20], rng.integers(0, 64, 3)))
-    length = on.v2.client.view(
-        on.v2.inferer.pipeline.request("alibi", {**spec, "query": [0], "key": [0]})
-    ).length
+    length = learn(on, "alibi", spec, lambda: alibi_inputs(datatype, key_first, [20], rng.integers(0, 64, 3)))
     outcomes = set()
     for q0 in (30, length - 2, length + 2, 3 * length, 10**6, 2**31 - 40):
         q = [q0]
@@ -374,8 +413,7 @@ def test_generated_specs_and_positions(servers, rope, sin, family, datatype, pos
         event("a spec the full path refuses")
         return  # (an odd rotary width ...)
     event(f"{family} learnt")
-    learn(on, family, spec, lambda: [("positions", datatype, np.array([1, 2, 3]))])
-    length = on.v2.client.view(on.v2.inferer.pipeline.request(family, {**spec, "positions": [0]})).length
+    length = learn(on, family, spec, lambda: [("positions", datatype, np.array([1, 2, 3]))])
     for p in positions:
         top = max(p) + spec.get("offset", 0)
         check(
