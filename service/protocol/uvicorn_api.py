@@ -3,26 +3,20 @@
 It subclasses uvicorn's httptools protocol with the connection limits (service/protocol/limits.py)
 and the hot lane (service/protocol/lane.py), relying on names uvicorn does not publish (methods and
 attributes of the protocol, cycle, server state, flow control; its response head's bytes). Only
-this module touches them; ``problems()`` checks each at import (a protocol and a cycle built as
-uvicorn builds them). When one fails, ``posenc serve`` runs uvicorn's own protocol, says so in its
-log and /v1/tables (``lane: "off: uvicorn X.Y not supported (...)"``). pyproject.toml bounds uvicorn.
+this module and uvicorn_check.py, which lists them, touch them; ``problems()`` checks each at
+import (a protocol and a cycle built as uvicorn builds them). When one fails, ``posenc serve``
+runs uvicorn's own protocol, says so in its log and /v1/tables
+(``lane: "off: uvicorn X.Y not supported (...)"``). pyproject.toml bounds uvicorn.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
-import inspect
 import logging
 import struct
 import termios
-from types import SimpleNamespace
 
-import uvicorn
-from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsProtocol, RequestResponseCycle
-from uvicorn.server import ServerState
+from uvicorn.protocols.http.httptools_impl import HIGH_WATER_LIMIT, HttpToolsProtocol
 
 from posenc.service.protocol import lane as lanes
 from posenc.service.protocol.limits import (
@@ -36,146 +30,15 @@ from posenc.service.protocol.limits import (
     limits,
 )
 
+# whether this uvicorn has what Protocol relies on, checked at import (uvicorn_check.py): the names
+# posenc serve and the app read from here
+from posenc.service.protocol.uvicorn_check import PROBLEMS, SUPPORTED, VERSION, WHY_OFF, problems
+
+__all__ = ["PROBLEMS", "SUPPORTED", "VERSION", "WHY_OFF", "Protocol", "problems"]
+
 log = logging.getLogger("posenc.service")
 _NO_COUNTS = (None, b"")  # a worker without metrics: serve() counts nothing
 _SERVE_DONE = lanes.SERVE_DONE
-VERSION = uvicorn.__version__
-METHODS = {  # HttpToolsProtocol's methods overridden or called here -> their parameters
-    "connection_made": ("transport",),
-    "connection_lost": ("exc",),
-    "data_received": ("data",),
-    "on_message_begin": (),
-    "on_headers_complete": (),
-    "on_body": ("body",),
-    "on_message_complete": (),
-    "on_response_complete": (),
-    "shutdown": (),
-    "timeout_keep_alive_handler": (),
-    "send_400_response": ("msg",),
-    "_unset_keepalive_if_required": (),
-    "_start_asgi_task": ("cycle", "app"),
-}
-ATTRIBUTES = {  # what each object used here must have
-    "protocol": (
-        "app",
-        "app_state",
-        "loop",
-        "access_log",
-        "root_path",
-        "limit_concurrency",
-        "server_state",
-        "connections",
-        "timeout_keep_alive_task",
-        "timeout_keep_alive",
-        "transport",
-        "flow",
-        "pipeline",
-        "cycle",
-        "parser",
-        "headers",
-        "expect_100_continue",
-        "scope",
-        "url",
-    ),
-    "request cycle": (
-        "scope",
-        "body",
-        "more_body",
-        "keep_alive",
-        "response_started",
-        "response_complete",
-        "message_event",
-        "waiting_for_100_continue",
-    ),
-    "server state": ("default_headers", "total_requests", "connections"),
-    "flow control": ("write_paused", "read_paused", "resume_reading"),
-}
-
-
-def _head(keep_alive: bool) -> bytes:  # what a request cycle writes for a 2-byte answer; checks attributes
-    out = []
-    t = SimpleNamespace(write=lambda b: out.append(bytes(b)), is_closing=lambda: False, close=lambda: None)
-    c = RequestResponseCycle(
-        scope={
-            "type": "http",
-            "method": "POST",
-            "path": "/",
-            "headers": [],
-        },  # keep-alive off with no Connection header: HTTP/1.0
-        transport=t,
-        flow=FlowControl(t),
-        logger=log,
-        access_logger=log,
-        access_log=False,
-        default_headers=[(b"date", b"x")],
-        message_event=asyncio.Event(),
-        expect_100_continue=False,
-        keep_alive=keep_alive,
-        on_response=lambda: None,
-    )
-    for m in (
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"t"), (b"content-length", b"2")],
-        },
-        {"type": "http.response.body", "body": b"ok"},
-    ):
-        _at_once(c.send(m))
-    loop = asyncio.new_event_loop()  # built, never run: a worker imports this inside its running loop
-    try:
-        p = HttpToolsProtocol(
-            config=Config(app=_at_once, log_config=None, ws="none"),
-            server_state=ServerState(),
-            app_state={},
-            _loop=loop,
-        )
-        p.on_message_begin()  # a request's state (its url) exists from here
-    finally:
-        loop.close()
-    objects = {"protocol": p, "request cycle": c, "server state": ServerState(), "flow control": c.flow}
-    missing = [
-        f"the {k} has no {a}" for k, names in ATTRIBUTES.items() for a in names if not hasattr(objects[k], a)
-    ]
-    if missing:
-        raise LookupError("; ".join(missing))
-    return b"".join(out)
-
-
-def _at_once(coro) -> None:  # a coroutine that never waits (a send to a writable transport), no loop
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise RuntimeError("a response send waited")
-
-
-def problems() -> list[str]:
-    """What this uvicorn lacks of what ``Protocol`` relies on (empty: all there)."""
-    out = [
-        f"HttpToolsProtocol.{name} is missing or not ({', '.join(params)})"
-        for name, params in METHODS.items()
-        if not callable(f := getattr(HttpToolsProtocol, name, None))
-        or tuple(inspect.signature(f).parameters)[1:] != params
-    ]
-    for keep_alive in () if out else (True, False):
-        try:
-            got = _head(keep_alive)
-        except Exception as e:  # another constructor or another shape: not the uvicorn this knows
-            return [str(e) if isinstance(e, LookupError) else f"its protocol or cycle differs: {e!r}"]
-        want = b"%sdate: x\r\ncontent-type: t\r\ncontent-length: 2\r\n%s\r\nok" % (
-            lanes.OK,
-            b"" if keep_alive else b"connection: close\r\n",
-        )
-        if got != want:
-            out.append(f"its response head is not the lane's ({got[:100]!r})")
-    return out
-
-
-PROBLEMS = problems()
-SUPPORTED = not PROBLEMS
-WHY_OFF = None if SUPPORTED else f"off: uvicorn {VERSION} not supported ({'; '.join(PROBLEMS)})"
 
 
 UNREAD_RECHECK_S = 0.05  # an idle connection with bytes not read yet is looked at again after this
