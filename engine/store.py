@@ -2,8 +2,10 @@
 
 Each table is one anonymous shared-memory file from ``memfd_create``: the engine sizes it,
 reserves its pages (``posix_fallocate``: no memory is ENOSPC/ENOMEM, a clean refusal of that one
-build, never a SIGBUS while filling), fills it through a writable mapping, unmaps that, and seals
-it with ``F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``. From then on nobody (the
+build, never a SIGBUS while filling), maps it writable and seals its size and every other way of
+writing to it (``FILLING_SEALS``: nobody can shrink it under the engine while it fills), fills
+it through that mapping, unmaps that, and seals it with ``F_SEAL_WRITE | F_SEAL_SHRINK |
+F_SEAL_GROW | F_SEAL_SEAL``. From then on nobody (the
 engine, another process of the same user, root) can write, truncate or grow it; and nothing of it
 is in ``shm_dir``, so there is no file to unlink, replace or truncate. Readers get its descriptor
 from the engine over the engine's socket (``SCM_RIGHTS``, engine/engine_socket.py), check the seals
@@ -25,6 +27,7 @@ sequence number they have (``changes``), never reading entries from a file.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import mmap
 import os
@@ -64,6 +67,13 @@ def crc32(buf) -> int:
 
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# While a segment is filled its descriptor is already in /proc/PID/fd, where another process of
+# the same user can reopen it: these seals go on before the first byte is written, so nobody can
+# shrink it under the engine's writable mapping (the engine's write would fault: SIGBUS), grow it,
+# or write to it other than through that mapping. F_SEAL_FUTURE_WRITE (Linux 5.1; fcntl names it
+# from Python 3.13) refuses write(2) and new writable mappings but leaves the existing one working.
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+FILLING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE
 
 
 def write_segment(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, dict]:
@@ -97,6 +107,7 @@ def create_segment(name: str, layout: dict, fill) -> tuple[int, dict]:
         os.ftruncate(fd, size)
         reserve(fd, size)  # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        seal_for_filling(fd, size)
         views = {
             k: np.frombuffer(
                 mm, dtype=e["dtype"], count=int(np.prod(e["shape"])), offset=e["offset"]
@@ -113,6 +124,19 @@ def create_segment(name: str, layout: dict, fill) -> tuple[int, dict]:
         os.close(fd)
         raise
     return fd, {"arrays": entries, "nbytes": size, "crc32": checksum, "inode": inode, "meta": meta or {}}
+
+
+def seal_for_filling(fd: int, size: int) -> None:
+    """FILLING_SEALS on a new segment, then its size checked: a file another process truncated
+    between ``ftruncate`` and the seals is refused (OSError) before anything is written to it."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, FILLING_SEALS)
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # EINVAL: a kernel before 5.1, without F_SEAL_FUTURE_WRITE
+            raise
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    if os.fstat(fd).st_size != size:
+        raise OSError(errno.EIO, f"the new segment was resized before it was sealed ({size} bytes asked)")
 
 
 def check_sealed(fd: int, nbytes: int) -> str | None:

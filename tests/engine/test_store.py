@@ -12,6 +12,8 @@ import fcntl
 import mmap
 import os
 import stat
+import subprocess
+import sys
 import threading
 import zlib
 
@@ -153,6 +155,63 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
     with pytest.raises(RuntimeError, match="boom"):
         store.create_segment("ns.seg.1.d", {"x": ((4, 4), "float32")}, fill)
     assert set(os.listdir("/proc/self/fd")) <= before  # its descriptor closed
+
+
+ATTACK_WHILE_FILLING = r"""
+import errno, mmap, os, sys
+import numpy as np
+from posenc.engine import store
+
+tried = {}
+
+def fill(views):
+    # another process of the same user reaches the segment being filled through /proc/PID/fd
+    links = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links[f"/proc/self/fd/{fd}"] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    # (Python's mmap holds a duplicate of the descriptor: either reaches the same file)
+    path = next(p for p, link in links.items() if link.startswith("/memfd:ns.seg.7.f"))
+    for what, attempt in (("shrink", lambda: os.truncate(path, 0)),
+                          ("grow", lambda: os.truncate(path, 1 << 24))):
+        try:
+            attempt()
+            tried[what] = "done"
+        except OSError as e:
+            tried[what] = errno.errorcode[e.errno]
+    own = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(own, bytes(64), 0)
+        tried["write"] = "done"
+    except OSError as e:
+        tried["write"] = errno.errorcode[e.errno]
+    try:
+        mmap.mmap(own, 0, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        tried["map"] = "done"
+    except OSError as e:
+        tried["map"] = errno.errorcode[e.errno]
+    os.close(own)
+    views["x"][...] = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)  # faults if shrunk
+
+fd, info = store.create_segment("ns.seg.7.f", {"x": ((256, 256), "float32")}, fill)
+print(sorted(tried.items()), info["crc32"] == store.crc32(mmap.mmap(fd, info["nbytes"], prot=mmap.PROT_READ)))
+"""
+
+
+def test_a_segment_being_filled_cannot_be_shrunk_grown_or_written_by_another(tmp_path):
+    """Between memfd_create and the final seals a segment's descriptor is in /proc/PID/fd: a
+    process of the same user that truncates it there would make the engine's next write through
+    its mapping fault (SIGBUS kills the engine). Every such attempt is refused while it fills, and
+    the build completes with the bytes it wrote. Run in a child process: a fault there fails this
+    test instead of killing pytest."""
+    r = subprocess.run(
+        [sys.executable, "-c", ATTACK_WHILE_FILLING], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    refused = str(sorted({"grow": "EPERM", "map": "EPERM", "shrink": "EPERM", "write": "EPERM"}.items()))
+    assert r.stdout.strip() == f"{refused} True", r.stdout
 
 
 # ---------------------------------------------------------------------------------------------
