@@ -56,11 +56,12 @@ def test_native_shortcut_answers_like_the_full_path(
         parsed = json.loads(body)["positions"]
     except ValueError:
         parsed = None
-    # A valid list of 1 to 64 positions, inside the table or past it: the shortcut must answer it.
+    # A valid list of 1 to MAX_ROWS positions (templates.py), inside the table or past it: the
+    # shortcut must answer it.
     plain = (
         colon != "::"
         and isinstance(parsed, list)
-        and 0 < len(parsed) <= 64
+        and 0 < len(parsed) <= replay.MAX_ROWS
         and all(type(v) is int and 0 <= v < 2**31 for v in parsed)
         and b"-" not in lst
     )

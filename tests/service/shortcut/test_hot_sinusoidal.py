@@ -9,6 +9,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from posenc.service.shortcut.templates import MAX_ROWS
 from tests.service.hot_helpers import ODD, learn_then_answer, needs_native, plain_selection
 from tests.service_cases import orjson_dumps, reference_safetensors
 
@@ -42,9 +43,11 @@ def sinusoidal_bodies(draw):
     )
     text = "{" + ",".join(f'"{k}":{v}' for k, v in fields) + "}"
     probe = "{" + ",".join(f'"{k}":{"[1]" if k == "positions" else v}' for k, v in fields) + "}"
-    # C answers from a mapped table only: the configured d_model 33 (interleaved, float32).
+    # C answers from a mapped table only (the configured d_model 33: interleaved, float32), rows
+    # inside it, and at most MAX_ROWS of them (a bigger answer takes the full path)
     mapped = spec == SINUSOIDAL_SPECS[0]
-    return text, probe, odd is None and mapped and plain_selection(sel) and max(_positions(sel)) < 2048
+    rows = _positions(sel) if plain_selection(sel) else []
+    return text, probe, odd is None and mapped and 0 < len(rows) <= MAX_ROWS and max(rows) < 2048
 
 
 def _positions(sel: str) -> list[int]:
