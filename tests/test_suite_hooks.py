@@ -50,7 +50,7 @@ def test_draw(x):
 
 
 def run(tmp_path: Path, source: str, *args: str, **env: str) -> tuple[int, str]:
-    test = tmp_path / "test_case.py"
+    test = tmp_path / "drawn_case.py"  # named on the command line: collected whatever its name
     test.write_text(source)
     base = {
         k: v for k, v in os.environ.items() if k not in ("CI", "POSENC_HYPOTHESIS_SEED", "PYTEST_ADDOPTS")
