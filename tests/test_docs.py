@@ -18,7 +18,9 @@ SELF = Path(__file__).resolve()
 SUFFIXES = {".md", ".py", ".c", ".h", ".proto", ".txt", ".yaml", ".yml", ".toml", ".json", ".html"}
 # files that lived beside the repository, never in it: the contract now lives in docs/reference.md
 OUTSIDE = re.compile(r"\.\./shared|\bshared/(?:API|SEMANTICS|STYLE)|\bAPI\.md\b|\bSEMANTICS\b|\bSTYLE\.md\b")
-TEST_FILE = re.compile(r"(?<![\w/.*-])((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
+# a test file the docs or a comment name; a bare name in quotes is a file the code writes, not one
+# it names ("test_case.py" in a test of the suite's hooks), while a quoted tests/... path names one
+TEST_FILE = re.compile(r"(?<![\w/.*-])(?<![\"'](?=test_))((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
 
 
 def read_files():
