@@ -18,7 +18,9 @@ SELF = Path(__file__).resolve()
 SUFFIXES = {".md", ".py", ".c", ".h", ".proto", ".txt", ".yaml", ".yml", ".toml", ".json", ".html"}
 # files that lived beside the repository, never in it: the contract now lives in docs/reference.md
 OUTSIDE = re.compile(r"\.\./shared|\bshared/(?:API|SEMANTICS|STYLE)|\bAPI\.md\b|\bSEMANTICS\b|\bSTYLE\.md\b")
-TEST_FILE = re.compile(r"(?<![\w/.*-])((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
+# a test file the docs or a comment name; a bare name in quotes is a file the code writes, not one
+# it names ("test_case.py" in a test of the suite's hooks), while a quoted tests/... path names one
+TEST_FILE = re.compile(r"(?<![\w/.*-])(?<![\"'](?=test_))((?:tests/[\w/*]*)?test_[\w*]*\.py)\b")
 
 
 def read_files():
@@ -107,3 +109,75 @@ def test_ci_runs_the_readme_test_command():
     section = readme.split("Install and run the whole test suite", 1)[1]
     command = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1).strip()
     assert command in (ROOT / ".ci" / "run").read_text().splitlines(), command
+
+
+# The performance and load-test pages are a reference for a user with only a clone: what is measured,
+# the command that measured it and the current figures; the history stays in git.
+PERF_DOCS = ("docs/benchmarks.md", "docs/loadtest.md")
+# a commit hash: 7-40 hex digits standing alone, with at least one digit and one letter (so that
+# neither a word such as "deadbeef"/"accede" nor a number such as 1048576 is one)
+HASH = re.compile(r"(?<![\w./-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w/-])", re.I)
+# an issue or stop of the project's tracker: "#34", "issue 32", "issues #4 and #5", "stop 38"
+TRACKER = re.compile(r"(?<![\w&#/])#\d+\b|\b(?:issue|stop)s?\s+#?\d+\b", re.I)
+# narration of who else used the machine
+NARRATION = re.compile(
+    r"\bengineers?\b|\btenants?\b|\bother (?:sessions?|people|users?)\b|\bshared by\b", re.I
+)
+# a command that produced a table: python, posenc or bash, maybe behind VAR=value settings
+COMMAND = r"(?:[A-Z][A-Z0-9_]*=\S*\s+)*(?:python3?|posenc|bash)\s"
+TABLE = re.compile(r"^\|.*\|[ \t]*\n\|[ \t]*:?-{3,}", re.M)
+
+
+def perf_lines():
+    for name in PERF_DOCS:
+        for n, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+            yield f"{name}:{n}", line
+
+
+def test_perf_docs_quote_no_commit_hashes():
+    found = [f"{where}: {m}" for where, line in perf_lines() for m in HASH.findall(line)]
+    assert not found, (
+        "commit hashes in the docs (git keeps the history; say what is measured):\n" + "\n".join(found)
+    )
+
+
+def test_perf_docs_name_no_issue_numbers():
+    found = [f"{where}: {m}" for where, line in perf_lines() for m in TRACKER.findall(line)]
+    assert not found, "issue or stop numbers mean nothing in a clone; name the feature:\n" + "\n".join(found)
+
+
+def test_perf_docs_do_not_narrate_the_machine_users():
+    found = [f"{where}: {m}" for where, line in perf_lines() for m in NARRATION.findall(line)]
+    assert not found, "describe the machine once (shared, noisy), not who used it:\n" + "\n".join(found)
+
+
+def sections(text: str) -> dict[str, str]:
+    """The `## ` sections of a Markdown page (their `###` subsections included), by heading."""
+    parts = re.split(r"^## (.*)$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def has_command(section: str) -> bool:
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", section, re.M | re.S)
+    if any(re.match(r"\s*" + COMMAND, line) for block in fenced for line in block.splitlines()):
+        return True
+    return re.search(r"`" + COMMAND + r"[^`]*`", section) is not None
+
+
+def test_every_benchmark_table_has_its_command():
+    page = sections((ROOT / "docs" / "benchmarks.md").read_text())
+    missing = [h for h, body in page.items() if TABLE.search(body) and not has_command(body)]
+    assert not missing, "benchmarks.md sections with a table but no command that produced it:\n" + "\n".join(
+        missing
+    )
+
+
+def test_the_doc_rules_catch_what_they_are_for():
+    """The patterns above flag what they are for and nothing ordinary."""
+    assert HASH.findall("at commit d08f7d2, and 9063506a") == ["d08f7d2", "9063506a"]
+    assert not HASH.findall("1048576 rows, deadbeef, avx512f, 0xFBFF, cliffs-throughput.png, e1234567x")
+    assert len(TRACKER.findall("issue #34, issues 4 and #5, stop 38")) == 4
+    assert not TRACKER.findall('{"start": 0, "stop": 131072}, [x](#anchor), &#8212;')
+    assert has_command("| a |\n|---|\n\n```\nPOSENC_LANE=off python tests/bench/x.py\n```\n")
+    assert has_command("`posenc loadtest --scenario realistic-mix`")
+    assert not has_command("| a |\n|---|\n\n`tests/bench/x.py`\n```\n# python x\n```\n")
