@@ -44,6 +44,7 @@ except ImportError:  # no extension: every lookup takes the pipeline path
 
 MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}  # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
+_INT = {int}
 
 
 def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
@@ -66,13 +67,35 @@ def _mode(colmap, w) -> int:
     return MODES["gather"]
 
 
+ONE_BLOCK_BYTES = 1 << 20  # outputs of a call at least this big together: one allocation for all
+
+
 def _allocators(names, widths, dt):
     """(new(n): the outputs for n positions, pack(outs): the answer), written out for the usual two
-    outputs (cos, sin): in a one-row lookup the Python around the C call costs more than the call."""
+    outputs (cos, sin): in a one-row lookup the Python around the C call costs more than the call.
+    From ONE_BLOCK_BYTES on, the outputs are consecutive C-contiguous parts of one new array: a few
+    MiB is mapped fresh by the allocator, and one mapping the size of the answer faults in (or gets
+    huge pages for) the same bytes a user's own new array of that size would, where one mapping per
+    output faulted page by page (4,096 float32 rows: 2.9 ms against 0.16 ms for a 4 MiB copy)."""
+    row = sum(widths)
+    cuts = np.cumsum((0, *widths))
+
+    def block(n):
+        flat = np.empty(n * row, dt)
+        return tuple(flat[n * a : n * b].reshape(n, b - a) for a, b in zip(cuts[:-1], cuts[1:]))
+
+    big = ONE_BLOCK_BYTES // max(1, row * np.dtype(dt).itemsize)
     if len(names) == 2:
         (k0, k1), (w0, w1) = names, widths
-        return (lambda n: (np.empty((n, w0), dt), np.empty((n, w1), dt))), (lambda o: {k0: o[0], k1: o[1]})
-    return (lambda n: tuple([np.empty((n, w), dt) for w in widths])), (lambda o: dict(zip(names, o)))
+
+        def new2(n):
+            return (np.empty((n, w0), dt), np.empty((n, w1), dt)) if n < big else block(n)
+
+        return new2, (lambda o: {k0: o[0], k1: o[1]})
+    return (
+        (lambda n: tuple([np.empty((n, w), dt) for w in widths]) if n < big else block(n)),
+        (lambda o: dict(zip(names, o))),
+    )
 
 
 class Handle:
@@ -98,6 +121,9 @@ class Handle:
             (1 << 62) if max_bytes is None else max_bytes // row_bytes
         )  # more: the pipeline's 413
         self._extras = {k: v for k, v in probe.items() if k not in self.names}
+        for v in self._extras.values():  # one array for every answer (Client.lookup's too): read-only,
+            if isinstance(v, np.ndarray):  # so that nobody's in-place change reaches the next answer
+                v.setflags(write=False)
         self.extras = None  # the answer's other entries, where they do not follow the positions
         self._plan, self._view, self._next = None, None, 0.0
         if self._req.table is not None:
@@ -186,6 +212,15 @@ class Handle:
         if time.monotonic() >= self._next:
             self.refresh()
         plan = self._plan
+        if out is None and plan is not None and type(positions) is list:
+            n = len(positions)  # a flat list of ints (bools, floats, nested lists: the general path)
+            if 0 < n <= self._max_rows and (
+                type(positions[0]) is int if n == 1 else set(map(type, positions)) == _INT
+            ):
+                try:
+                    positions = np.fromiter(positions, np.int64, n)
+                except OverflowError:  # past int64: the general path refuses it as the pipeline does
+                    pass
         if (
             out is None
             and plan is not None
@@ -284,7 +319,7 @@ class Handle:
                 self._by_pipeline(list(range(n)))  # raises the pipeline's 413
             if as_torch:
                 return _torch_empty(self, shape)
-            arrs = tuple(np.empty((*shape, self.width[k]), self.np_dtype) for k in self.names)
+            arrs = tuple(a.reshape(*shape, a.shape[-1]) for a in self._new(n))
             return (arrs, arrs), False
         given = (
             tuple(out[k] for k in self.names)

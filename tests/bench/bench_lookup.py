@@ -219,14 +219,88 @@ def bench_gathers(client: Client, spec: dict, repeat: int, min_time: float) -> N
     print()
 
 
+def fresh_process(ns: str, repeat: int, min_time: float) -> dict:
+    """Run in a new Python process (``--fresh NS``): the README's ``Client.lookup`` as a user's
+    process calls it, no ``handle()`` call before and glibc's allocator as it comes. For each spec,
+    after its first lookup: one row as a list and as a numpy array against the raw gather of that
+    row from the mapped view; 4,096 random rows (a numpy array, allocating the answer) against a
+    copy of the same number of contiguous bytes of the table into one new array. Returns
+    {spec: {measure: seconds}}."""
+    client = Client(namespace=ns)
+    client.wait_ready(10)
+    rng = np.random.default_rng(27)
+    out = {}
+    for name, spec in SPECS.items():
+        table = {k: v for k, v in spec.items() if k not in ("dtype", "layout")}
+        view = client.table("rope", table, dtype=spec["dtype"])
+        client.lookup("rope", {**spec, "positions": [0]})  # seen: from now on its handle answers
+        ones = _pool(rng, (1,), 0.0)
+        lists = [{**spec, "positions": p.tolist()} for p in ones]
+        arrays = [{**spec, "positions": p} for p in ones]
+        t = {}
+        t["list"], t["raw"] = alternating(
+            _cycling(lambda b: client.lookup("rope", b), lists),
+            _cycling(lambda p: (view.cos[p], view.sin[p]), ones),
+            repeat,
+            min_time,
+        )
+        t["array"] = timeit(_cycling(lambda b: client.lookup("rope", b), arrays), repeat, min_time)
+        many = [{**spec, "positions": p} for p in _pool(rng, (4096,), 0.0)]
+        rows = 4096 * 128 // view.cos.shape[1]  # stored half-width rows: the bytes of one output
+        starts = [int(s) * rows for s in rng.permutation(view.cos.shape[0] // rows)[:16]]
+
+        def copy_new(s):  # one new array of the answer's bytes, filled from the table
+            return np.concatenate((view.cos[s : s + rows], view.sin[s : s + rows]))
+
+        t["4096"], t["copy new"] = alternating(
+            _cycling(lambda b: client.lookup("rope", b), many), _cycling(copy_new, starts), repeat, min_time
+        )
+        assert client.lookup("rope", many[0])["cos"].nbytes * 2 == copy_new(0).nbytes
+        out[name] = t
+    return out
+
+
+def print_fresh(ns: str, repeat: int, min_time: float) -> None:
+    import json
+    import subprocess
+
+    argv = [sys.executable, __file__, "--fresh", ns, "--repeat", str(repeat), "--min-time", str(min_time)]
+    got = json.loads(subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    print("### `Client.lookup` in a fresh process (no `handle()` call, the allocator as it comes)")
+    print()
+    print("| measure | " + " | ".join(got) + " | target |")
+    print("|---|" + "---:|" * len(got) + "---|")
+    rows = [
+        ("1 row as a list / raw gather of the row", lambda t: f"{t['list'] / t['raw']:.2f}×", "≤ 1.5×"),
+        ("1 row as a numpy array / raw gather", lambda t: f"{t['array'] / t['raw']:.2f}×", "≤ 1.5×"),
+        ("1 row as a list, median", lambda t: fmt(t["list"]), ""),
+        ("raw gather of the row, median", lambda t: fmt(t["raw"]), ""),
+        (
+            "4,096 rows, allocating: share of a copy into a new array",
+            lambda t: f"{t['copy new'] / t['4096']:.2f}",
+            "≥ 0.7",
+        ),
+        ("4,096 rows, allocating, median", lambda t: fmt(t["4096"]), ""),
+    ]
+    for label, cell, target in rows:
+        print(f"| {label} | " + " | ".join(cell(t) for t in got.values()) + f" | {target} |")
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--min-time", type=float, default=0.05)
     ap.add_argument("--quick", action="store_true", help="3 repeats of 20 ms")
+    ap.add_argument("--fresh", metavar="NAMESPACE", help=argparse.SUPPRESS)  # print_fresh's child
     args = ap.parse_args()
     if args.quick:
         args.repeat, args.min_time = 3, 0.02
+    if args.fresh:
+        import json
+
+        print(json.dumps(fresh_process(args.fresh, args.repeat, args.min_time)))
+        return 0
 
     import torch
 
@@ -249,6 +323,7 @@ def main() -> int:
         for name, s in SPECS.items()
     ]
     with engine_client({"length": N_ROWS, "tables": tables}, "bench_lookup") as (_, eng, client):
+        print_fresh(client.namespace, args.repeat, args.min_time)
         for name, spec in SPECS.items():
             bench_spec(client, name, spec, args.repeat, args.min_time)
         bench_gathers(client, SPECS["rope float32 half_split"], args.repeat, args.min_time)

@@ -184,6 +184,52 @@ def test_bad_positions_and_outs_are_refused_at_the_pipelines_field(ns, procs):
     assert eng.stop() == 0
 
 
+def _error(fn):
+    with pytest.raises(SpecError) as e:
+        fn()
+    return type(e.value).__name__, e.value.loc, str(e.value)
+
+
+def test_client_lookup_of_a_seen_spec_takes_its_handle_and_answers_as_compute(ns, procs):
+    """The README's call, in a process that never made a handle: after a spec's first
+    Client.lookup, lists and 1-D integer arrays of positions (every integer dtype, 1 to 4,096 of
+    them, inside and past the table) are answered without resolving the request again, bit for
+    bit compute's answer (its other entries included); every bad form gets compute's own error;
+    answers share no memory with each other, and the one array all answers share is read-only."""
+    eng = procs.engine(_config(), ns)
+    c = eng.client()
+    resolved = []
+    resolve = c.resolve
+    c.resolve = lambda family, body: resolved.append(family) or resolve(family, body)
+    rng = np.random.default_rng(34)
+    for family, spec in CASES:
+        spec = {**spec, "dtype": "bfloat16" if family == "rope" else "float32"}
+        first = c.lookup(family, {**spec, "positions": [1]})
+        assert bits_of(first) == bits_of(compute(family, {**spec, "positions": [1]}))
+        n_resolved = len(resolved)
+        for n in (1, 3, 4096):
+            p = _positions(rng, n)[:n]
+            for form in (p.tolist(), p, (p % 2**31).astype(np.int32), (p % 2**16).astype(np.uint16)):
+                got = c.lookup(family, {**spec, "positions": form})
+                want = compute(family, {**spec, "positions": [int(v) for v in form]})
+                assert bits_of(got) == bits_of(want), (family, spec, n, type(form))
+                assert all(got[k].flags.c_contiguous for k in got if isinstance(got[k], np.ndarray))
+        if FAST:  # the handle answered: nothing was resolved again
+            assert len(resolved) == n_resolved, (family, spec)
+        for bad in ([-1], [3, 2**31], [True], [1, False], [1.5], [0, "1"], [2**70], [[1, 2]]):
+            body = {**spec, "positions": bad}
+            assert _error(lambda: c.lookup(family, body)) == _error(lambda: compute(family, body)), bad
+        for bad in (np.array([1.0]), np.array([[1, 2]]), np.array([], np.int64), np.array([4, -3])):
+            body = {**spec, "positions": bad}
+            assert _error(lambda: c.lookup(family, body)) == _error(lambda: compute(family, body)), bad
+    a, b = (c.lookup("rope", {**ROPE[0], "dtype": "float32", "positions": [7, 9]}) for _ in range(2))
+    a["cos"][...] = 0
+    assert not np.shares_memory(a["cos"], b["cos"]) and b["cos"].any()
+    with pytest.raises(ValueError):  # inv_freq: the handle's one array, in every answer
+        b["inv_freq"][0] = 0
+    assert eng.stop() == 0
+
+
 def test_a_handle_stays_right_across_restart_and_sees_the_new_longer_table(ns, procs):
     spec, rng = {**ROPE[1], "dtype": "float16"}, np.random.default_rng(7)
     eng = procs.engine(_config(), ns)
