@@ -32,7 +32,7 @@ from .hf_config import (
     key_head_dim,
     split_head_dim,
 )
-from .tables.rope import INTERLEAVED
+from .tables.rope_spec import INTERLEAVED
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,6 @@ MAX_C_LINES = 800
 # over MAX_PY_LINES once the tree is formatted (they had been squeezed under the old cap of 400),
 # each held at that size until it is split by concern: it may shrink, never grow
 OVER_THE_CAP = {
-    "engine/tables/rope.py": 545,
     "loadtest/report.py": 517,
 }
 # C vendored unmodified from its upstream (its README says which commit): not ours to split
