@@ -37,7 +37,7 @@ from .lookup import Handle
 from .lookup_selections import handle_for
 from .pipeline import DEFAULT_MAX_BYTES, Pipeline, Request
 from .tables import FAMILIES, TableDef
-from .tables.rope import DEFAULT_LAYOUT, HALF_SPLIT
+from .tables.rope_spec import DEFAULT_LAYOUT, HALF_SPLIT
 
 
 class TableView:

@@ -37,7 +37,7 @@ from typing import Any
 
 from .errors import SpecError
 from .fields import is_int, json_repr, req_int, require_object
-from .tables.rope import HALF_SPLIT
+from .tables.rope_spec import HALF_SPLIT
 from .tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)

@@ -19,7 +19,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from . import hf_fixed, hf_vision
+from . import hf_buckets, hf_sinusoidal, hf_vision
 from .errors import SpecError
 from .fields import is_number, json_repr, require_object
 from .hf_config import (
@@ -32,7 +32,7 @@ from .hf_config import (
     key_head_dim,
     split_head_dim,
 )
-from .tables.rope import INTERLEAVED
+from .tables.rope_spec import INTERLEAVED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,9 +372,15 @@ EXAMPLES = {
 
 MODELS.update(hf_vision.MODELS)
 EXAMPLES.update(hf_vision.EXAMPLES)
-MODELS.update(hf_fixed.MODELS)
-EXAMPLES.update(hf_fixed.EXAMPLES)
-EXAMPLE_LAYER_TYPES = dict(hf_fixed.EXAMPLE_LAYER_TYPES)  # family -> the layer_type its example needs
+# the fixed tables' records (hf_fixed.py): model type -> {family: record}
+FIXED: dict[str, dict] = {}
+for _family, _records in (("t5-buckets", hf_buckets.BUCKETS), ("sinusoidal", hf_sinusoidal.SINUSOIDAL)):
+    for _mt, _record in _records.items():
+        FIXED.setdefault(_mt, {})[_family] = _record
+MODELS.update(FIXED)
+EXAMPLES.update({"t5-buckets": hf_buckets.EXAMPLE, "sinusoidal": hf_sinusoidal.EXAMPLE})
+# family -> the layer_type its example needs
+EXAMPLE_LAYER_TYPES = {"t5-buckets": hf_buckets.EXAMPLE_LAYER_TYPE}
 CLASSES = hf_vision.CLASSES  # diffusers configs: by _class_name
 
 # The model types above are read by records written for them; every other rotary model type of

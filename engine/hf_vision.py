@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from .errors import SpecError
 from .fields import is_int, json_repr, require_object
 from .hf_config import LOC, Config, Derived, RopeModel
-from .tables.rope import INTERLEAVED
+from .tables.rope_spec import INTERLEAVED
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The report: summary.md and latency.png from the results a run collected (results.json).
+"""The report: summary.md and latency.png from the results a run collected (results.json). The
+figures it states are report_figures.py's, the plot is report_plot.py's, the mix's sections
+report_mix.py's; this module writes the text and the files.
 
 python -m posenc.loadtest render posenc-loadtest/<run>      # re-render from results.json
 """
@@ -9,177 +11,8 @@ import json
 import os
 
 from . import report_mix
-
-PCTS = ("p50", "p90", "p99", "p99.9")
-
-
-def _cpus(spec: str | None) -> int:
-    if not spec:
-        return os.cpu_count() or 1
-    n = 0
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        n += (int(b) - int(a) + 1) if b else 1
-    return n
-
-
-def _step_at(steps: list[dict], rate: float) -> dict | None:
-    for s in steps:
-        if abs(s["rate"] - rate) < 1e-6:
-            return s
-    return None
-
-
-def _saturated(s: dict) -> bool:
-    """The step fell behind (loadtest/probe.py judge()); results from before that field: the old rule."""
-    return s.get("fell_behind", s["timeouts"] > 0 or s["achieved_rps"] < 0.97 * s["rate"])
-
-
-def _behind(s: dict) -> str:
-    who = s.get("behind")
-    return (
-        f"fell behind ({who}), {s['achieved_rps']:,.0f}/s achieved"
-        if who
-        else f"fell behind, {s['achieved_rps']:,.0f}/s achieved"
-    )
-
-
-def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_cores: int) -> dict:
-    """The headline numbers, derived once (the markdown and the caller both use them)."""
-    f: dict = {}
-    sat = res.get("saturation_rps") or 0.0
-    srv = res.get("server", {})
-    cores = min(_cpus(srv.get("cpus")), srv.get("workers") or 1) if srv.get("started_here") else None
-    f["server_cores"] = cores
-    f["saturation_rps"] = sat
-    f["saturation_per_core"] = sat / cores if cores else None
-    posenc = res.get("probe", {}).get("posenc", [])
-    floor = res.get("probe", {}).get("floor", [])
-    for frac in (0.5, 0.8):
-        s = _step_at(posenc, round(frac * sat, -1))
-        fl = _step_at(floor, round(frac * sat, -1))
-        f[f"at_{int(frac * 100)}"] = {
-            "rate": round(frac * sat, -1),
-            "posenc": s["percentiles_us"] if s else None,
-            # a floor that fell behind at this rate has no latency to compare with, only its rate
-            "floor": fl["percentiles_us"] if fl and not _saturated(fl) else None,
-            "floor_behind": _behind(fl) if fl and _saturated(fl) else "",
-            "saturated": _saturated(s) if s else None,
-            "behind": _behind(s) if s and _saturated(s) else "",
-            "noisy": bool(s and s.get("others_cores", 0) > (res.get("noise") or {}).get("limit_cores", 1e9)),
-        }
-    kept = [s for s in posenc if not _saturated(s)]
-    f["probe_knee_rps"] = max((s["rate"] for s in kept), default=0.0)
-    under = [s for s in kept if s["percentiles_us"] and s["percentiles_us"]["p99"] < target_p99_us]
-    f["max_rate_p99_under_target"] = max((s["rate"] for s in under), default=0.0)
-    f["floor_min_p99_us"] = min(
-        (s["percentiles_us"]["p99"] for s in floor if s["percentiles_us"]), default=None
-    )
-    f["open_loop_sustained_rps"] = max((s["achieved_rps"] for s in kept), default=0.0)
-    f["open_loop_fell_behind_at"] = min((s["rate"] for s in posenc if _saturated(s)), default=None)
-    # Probe overhead: the probe at its lowest rate on the floor vs wrk's single connection on the floor.
-    w = res.get("wrk", {})
-    if floor and floor[0]["percentiles_us"]:
-        f0 = floor[0]
-        f["probe_work_us"] = {"lag": f0.get("loop_lag_us", {}), "rx": f0.get("rx_us", {})}
-        if "floor_rtt" in w:
-            f["probe_vs_wrk_us"] = {
-                p: f0["percentiles_us"][p] - w["floor_rtt"]["latency_us"][p] for p in ("p50", "p90", "p99")
-            }
-    rep = res.get("probe_repeat")
-    if rep and floor and rep["percentiles_us"] and floor[0]["percentiles_us"]:
-        f["probe_repeat_delta_us"] = {
-            p: rep["percentiles_us"][p] - floor[0]["percentiles_us"][p] for p in ("p50", "p90", "p99")
-        }
-    ceil = res.get("probe_ceiling")
-    if ceil:
-        f["probe_ceiling_rps"] = ceil["achieved_rps"]
-        f["probe_ceiling_limited"] = _saturated(ceil)
-    per_core = f["saturation_per_core"] or 0.0
-    f["target"] = {
-        "rps_per_core": target_rps_per_core,
-        "p99_us": target_p99_us,
-        "cores": target_cores,
-        "cluster_rps": target_rps_per_core * target_cores,
-    }
-    f["extrapolated"] = {
-        "saturation_cluster_rps": per_core * target_cores,
-        "open_loop_cluster_rps": (f["open_loop_sustained_rps"] / cores if cores else 0.0) * target_cores,
-        "p99_under_target_cluster_rps": (f["max_rate_p99_under_target"] / cores if cores else 0.0)
-        * target_cores,
-    }
-    return f
-
-
-def plot(res: dict, path: str, f: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = dict(zip(PCTS, ("tab:green", "tab:blue", "tab:orange", "tab:red")))
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    series = {
-        name: [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"] or _saturated(s)]
-        for name in ("posenc", "floor")
-    }
-    # Scale to the steps that kept up; a step that fell behind sits at the top edge, marked x.
-    kept = [s["percentiles_us"][p] for v in series.values() for s in v if not _saturated(s) for p in PCTS]
-    top = max(kept) * 2.5 if kept else 10_000.0
-    low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else 10.0
-    for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2)):
-        steps = series[name]
-        if not steps:
-            continue
-        ok = [s for s in steps if not _saturated(s)]
-        for p in PCTS:
-            ax.plot(
-                [s["rate"] / 1000 for s in ok],
-                [s["percentiles_us"][p] for s in ok],
-                style,
-                color=colors[p],
-                lw=lw,
-                marker="o" if name == "posenc" else ".",
-                label=f"{name} {p}",
-            )
-        xs = [s["rate"] / 1000 for s in steps if _saturated(s)]
-        if xs:
-            ax.plot(xs, [top] * len(xs), "x", color="black", ms=9, mew=2, clip_on=False)
-    ax.set_ylim(low, top)
-    sat = f["saturation_rps"] / 1000
-    if sat:
-        for frac, ls in ((1.0, "-"), (0.8, ":"), (0.5, ":")):
-            ax.axvline(frac * sat, color="grey", ls=ls, lw=0.8)
-            ax.text(
-                frac * sat,
-                0.01,
-                f"{frac:.0%} sat",
-                rotation=90,
-                transform=ax.get_xaxis_transform(),
-                fontsize=8,
-                ha="right",
-                va="bottom",
-                color="grey",
-            )
-    ax.axhline(
-        f["target"]["p99_us"], color="purple", ls="-.", lw=1, label=f"target p99 {f['target']['p99_us']:g} µs"
-    )
-    ax.set_yscale("log")
-    ax.set_xlabel("offered rate (k requests/s, open loop)")
-    ax.set_ylabel("latency from scheduled send (µs)")
-    kinds = ", ".join(s["kind"] for s in res.get("probe_requests", []))
-    if len(kinds) > 80:
-        kinds = f"{res.get('scenario', {}).get('name', '')} ({len(res.get('probe_requests', []))} kinds)"
-    ax.set_title(
-        f"posenc vs raw ASGI floor, {kinds}; one server core\n"
-        "x: fell behind (no latency; drawn at the top edge)",
-        fontsize=10,
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+from .report_figures import behind, figures, saturated
+from .report_plot import plot
 
 
 def _fmt(v, unit="") -> str:
@@ -408,7 +241,7 @@ def markdown(res: dict, f: dict) -> str:
             f"Probe ceiling: offered {c['rate']:,.0f}/s to the bare asyncio server (its wrk saturation), it "
             f"completed {c['achieved_rps']:,.0f}/s (loop lag p99 {c['loop_lag_us'].get('p99', 0)} µs, "
             f"{c.get('late_share', 0):.1%} of sends over 1 ms late)"
-            + (f"; {_behind(c)}." if f["probe_ceiling_limited"] else ".")
+            + (f"; {behind(c)}." if f["probe_ceiling_limited"] else ".")
         )
     L.append("")
     L.append(
@@ -421,9 +254,9 @@ def markdown(res: dict, f: dict) -> str:
         for name, st in (("floor", fl_steps.get(s["rate"])), ("posenc", s)):
             if st is None:
                 continue
-            if _saturated(st) or not st["percentiles_us"]:
+            if saturated(st) or not st["percentiles_us"]:
                 L.append(
-                    f"| {st['rate']:,.0f} | {name} | ✗ {_behind(st)} | – | – | – | – | – | | "
+                    f"| {st['rate']:,.0f} | {name} | ✗ {behind(st)} | – | – | – | – | – | | "
                     f"{st['loop_lag_us'].get('p99', '')} / {st.get('rx_us', {}).get('p99', '')} | "
                     f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |"
                 )
@@ -434,7 +267,7 @@ def markdown(res: dict, f: dict) -> str:
                 name == "posenc"
                 and fl_steps.get(s["rate"])
                 and fl_steps[s["rate"]]["percentiles_us"]
-                and not _saturated(fl_steps[s["rate"]])
+                and not saturated(fl_steps[s["rate"]])
             ):
                 fp = fl_steps[s["rate"]]["percentiles_us"]
                 diff = f"{p['p50'] - fp['p50']:+d} / {p['p99'] - fp['p99']:+d}"

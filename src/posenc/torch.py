@@ -58,6 +58,7 @@ from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
 from posenc.engine.errors import PosencError
 from posenc.engine.tables import rope as _rope
 from posenc.engine.tables import rope_axes as _axes
+from posenc.engine.tables import rope_spec as _rope_spec
 from posenc.engine.tables import sinusoidal as _sinusoidal
 
 # torch dtype -> the table dtype that serves it (others read float32 tables and cast)
@@ -133,7 +134,7 @@ class RotaryEmbedding(torch.nn.Module):
         self.client = client if client is not None else Client(shm_dir, namespace)
         self.specs = self._parse_all()  # layer type (None: the config has one) -> RopeSpec
         for lt, spec in self.specs.items():  # what transformers' modules show, per layer type
-            inv, scaling = _rope.frequencies(
+            inv, scaling = _rope_spec.frequencies(
                 spec, spec.type.seq_len_of(spec, spec.type.stable_variants(spec)[0])
             )
             prefix = "" if lt is None else f"{lt}_"
@@ -224,7 +225,7 @@ class RotaryEmbedding(torch.nn.Module):
         if t is not None and (t.source == "shared" or t.rows >= min(need, LOCAL_ROWS[1])):
             return t
         seq_len = spec.type.seq_len_of(spec, variant)
-        inv, scaling = _rope.frequencies(spec, seq_len)
+        inv, scaling = _rope_spec.frequencies(spec, seq_len)
         shown = _rope.FAMILY.spec_json(spec)
         if self._shared is None:
             self._shared = self.client.manifest() is not None
@@ -270,7 +271,7 @@ class RotaryEmbedding(torch.nn.Module):
             cos, sin = _mrope(spec, t, seq_len, pos, dtype)
             pos = pos[0]
         elif rt.uses_seq_len and not rt.stores(spec, variant):  # dynamic NTK past M
-            inv, scaling = _rope.frequencies(spec, seq_len)
+            inv, scaling = _rope_spec.frequencies(spec, seq_len)
             cos, sin = _computed(inv, scaling, pos, dtype, mode)
         else:
             table = self._table(spec, layer_type, variant, dtype, hi + 1)
@@ -353,7 +354,7 @@ def _mrope(spec, t: _Table | None, seq_len: int, pos, dtype: str):
     per_axis = np.ascontiguousarray(pos.reshape(pos.shape[0], -1).to(device="cpu", dtype=torch.int64).numpy())
     half_col, axis, _ = _axes.spec_column_map(spec)
     if t is None or per_axis.max() >= t.rows:
-        inv, scaling = (t.inv64, t.scaling) if t is not None else _rope.frequencies(spec, seq_len)
+        inv, scaling = (t.inv64, t.scaling) if t is not None else _rope_spec.frequencies(spec, seq_len)
         out = _axes.computed(lambda p: _rope.half_rows(inv, scaling, p, dtype), per_axis, half_col, axis)
     else:
         out = _axes.gather((t.cos, t.sin), per_axis, half_col, axis)
@@ -387,7 +388,7 @@ def _gathered_on(t: _Table, idx, mode: str, dtype: str):
         n, h = half.shape
         if mode == "half":
             full, width = half, h
-        elif mode == _rope.HALF_SPLIT:
+        elif mode == _rope_spec.HALF_SPLIT:
             full, width = half.as_strided((n, 2, h), (h, 0, 1)), 2 * h
         else:
             full, width = half.as_strided((n, h, 2), (h, 1, 0)), 2 * h

@@ -23,8 +23,7 @@ import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from posenc.engine.compute import compute
-from posenc.engine.hf_fixed import MODELS as FIXED
-from posenc.engine.hf_models import HAND_WRITTEN, MODELS
+from posenc.engine.hf_models import FIXED, HAND_WRITTEN, MODELS
 from posenc.engine.hf_vision import CLASSES
 from posenc.engine.hf_vision import MODELS as VISION
 from tests.engine.hf_published import ALIBI, LAYER_TYPES, ROPE

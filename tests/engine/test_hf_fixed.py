@@ -1,5 +1,5 @@
-"""``hf_config`` for ``t5-buckets`` and ``sinusoidal``: every record of posenc.engine.hf_fixed
-against transformers 5.24's own code for its model type.
+"""``hf_config`` for ``t5-buckets`` and ``sinusoidal``: every record of posenc.engine.hf_buckets
+and hf_sinusoidal against transformers 5.24's own code for its model type.
 
 T5 family: the model's own attention class is built from the config (as the model builds each
 stack: the encoder with is_decoder=False, the decoder with is_decoder=True), its bias table set
@@ -28,8 +28,9 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from posenc.engine import pipeline
 from posenc.engine.compute import compute
 from posenc.engine.errors import SpecError, TooLarge
-from posenc.engine.hf_fixed import BUCKETS, SINUSOIDAL
+from posenc.engine.hf_buckets import BUCKETS
 from posenc.engine.hf_models import MODELS
+from posenc.engine.hf_sinusoidal import SINUSOIDAL
 from tests.numeric import assert_close
 
 HF_MODELS = pathlib.Path(transformers.__file__).parent / "models"

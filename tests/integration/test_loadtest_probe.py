@@ -17,7 +17,7 @@ from tests.integration.loadtest_cases import require_installed
 
 require_installed("hdrh", "uvicorn")
 
-from posenc.loadtest import mix, probe, report, sender
+from posenc.loadtest import mix, probe, report, report_figures, sender
 from tests.integration.loadtest_cases import TABLES
 
 
@@ -264,7 +264,7 @@ def _no_latency_in_report(s: probe.StepResult) -> None:
 
     d = dataclasses.asdict(s)
     res = {"probe": {"posenc": [d], "floor": []}, "saturation_rps": s.rate * 2}
-    f = report.figures(res, 37_500.0, 80.0, 32)
+    f = report_figures.figures(res, 37_500.0, 80.0, 32)
     assert f["at_50"]["saturated"] and f["at_50"]["posenc"] is not None
     md = report.markdown(res, f)
     row = next(line for line in md.splitlines() if line.startswith(f"| {s.rate:,.0f} | posenc |"))
@@ -305,7 +305,7 @@ def test_a_floor_that_fell_behind_gives_no_latency_in_the_headline():
         "probe": {"posenc": [dataclasses.asdict(kept)], "floor": [dataclasses.asdict(fell)]},
         "saturation_rps": 50_000.0,
     }
-    f = report.figures(res, 37_500.0, 80.0, 32)
+    f = report_figures.figures(res, 37_500.0, 80.0, 32)
     assert f["at_50"]["floor"] is None and f["at_50"]["posenc"] == pct
     head = next(line for line in report.markdown(res, f).splitlines() if "at 50% of saturation" in line)
     assert "the floor fell behind (server), 20,000/s achieved" in head, head

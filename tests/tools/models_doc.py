@@ -61,7 +61,7 @@ NOTES = {
     ("qwen2_vl_text", "rope"): "the text config of qwen2_vl",
     ("qwen2_5_vl_text", "rope"): "the text config of qwen2_5_vl",
     ("qwen3_vl_text", "rope"): "the text config of qwen3_vl",
-    # engine/hf_fixed.py: the T5 family and the fixed sinusoidal tables
+    # engine/hf_buckets.py and hf_sinusoidal.py: the T5 family and the fixed sinusoidal tables
     (
         "t5",
         "t5-buckets",
