@@ -12,18 +12,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import missing_extra, missing_module
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("probe", "floor"):
-        from . import floor, probe
+    missing = missing_module()  # before anything, --help included: the extra's, not a traceback
+    if missing:
+        print(missing_extra("python -m posenc.loadtest", missing), file=sys.stderr)
+        return 1
+    from . import floor, probe, runner
 
+    if argv and argv[0] in ("probe", "floor"):
         return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
     p = argparse.ArgumentParser(
         prog="python -m posenc.loadtest", description="posenc load tests (docs/loadtest.md)"
     )
     sub = p.add_subparsers(dest="command", required=True)
-    from . import runner
 
     runner.add_parser(sub)
     sub.add_parser("probe", help="the open-loop latency probe alone (see --help)")

@@ -29,6 +29,17 @@ def _noise(r: dict, limit: float) -> str:
     return f"{r['others_cores']:.2f}" + (" ⚠" if r["others_cores"] > limit else "")
 
 
+def _build(m: dict) -> str:
+    """Which posenc ran: its version, and its commit where it ran from a checkout (a results.json
+    of an older report may have neither)."""
+    version, commit = m.get("version"), m.get("commit")
+    if version and commit:
+        return f"posenc {version} (commit {commit})"
+    if version or commit:
+        return f"posenc {version}" if version else f"commit {commit}"
+    return "posenc version unknown"
+
+
 def markdown(res: dict, f: dict) -> str:
     m = res.get("machine", {})
     srv = res.get("server", {})
@@ -37,7 +48,7 @@ def markdown(res: dict, f: dict) -> str:
     L.append("# posenc load-test report\n")
     L.append(
         f"Run {res.get('started')} on {m.get('cpu')} ({m.get('cpus_online')} CPUs online), Python "
-        f"{m.get('python')}, commit {m.get('commit') or '?'}; load average "
+        f"{m.get('python')}, {_build(m)}; load average "
         f"{', '.join(f'{x:.2f}' for x in m.get('loadavg_start', []))} at start, "
         f"{', '.join(f'{x:.2f}' for x in m.get('loadavg_end', []))} at end (other users' work counts). "
         f"Total {res.get('elapsed_s')} s.\n"

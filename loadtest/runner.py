@@ -110,20 +110,45 @@ def machine_info() -> dict:
                     break
     except OSError:
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
     return {
         "cpu": model,
         "cpus_online": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "commit": commit,
+        "version": _version(),
+        "commit": _commit(),
         "loadavg_start": os.getloadavg(),
     }
+
+
+def _version() -> str:
+    """The installed posenc's version (a wheel, ``pip install .`` or an editable install alike)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("posenc")
+    except PackageNotFoundError:
+        return ""
+
+
+def _commit() -> str:
+    """The commit the running posenc was loaded from, "-dirty" when its checkout has changes:
+    only where this package's files are a git checkout's loadtest/ (an editable install or a
+    clone on sys.path); "" for a wheel or a plain ``pip install .``, whatever the current
+    directory holds."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args: str) -> str:
+        try:
+            r = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or os.path.realpath(os.path.join(top, "loadtest")) != os.path.realpath(here):
+        return ""
+    return git("describe", "--always", "--dirty", "--abbrev=12")
 
 
 def cmd_report(args) -> int:

@@ -128,26 +128,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     engine_cli.add_parser(sub)
     serve.add_parser(sub)
-    try:
-        from posenc.loadtest import runner
-    except ImportError as exc:  # the loadtest extra is missing: say so instead of "invalid choice"
-        _missing_extra(sub, "loadtest", "run the load test and write a report", "loadtest", exc)
+    from posenc.loadtest import missing_module  # (the package itself needs nothing of the extra)
+
+    missing = missing_module()
+    if missing:  # the loadtest extra is missing: say so instead of "invalid choice" or a traceback
+        _missing_extra(sub, "loadtest", "run the load test and write a report", missing)
     else:
+        from posenc.loadtest import runner
+
         runner.add_parser(sub, "loadtest")
     return p
 
 
-def _missing_extra(sub, name: str, what: str, extra: str, exc: ImportError) -> None:
+def _missing_extra(sub, name: str, what: str, module: str) -> None:
+    from posenc.loadtest import missing_extra
+
     def refuse(args) -> int:
-        print(
-            f"posenc {name}: needs the '{extra}' extra ({exc.name or exc} is not installed): "
-            f"pip install 'posenc[{extra}]'",
-            file=sys.stderr,
-        )
+        print(missing_extra(f"posenc {name}", module), file=sys.stderr)
         return 1
 
-    q = sub.add_parser(name, help=f"{what} (needs: pip install 'posenc[{extra}]')", add_help=True)
-    q.add_argument("rest", nargs=argparse.REMAINDER)
+    # every argument, options and --help included, lands in "rest": whatever is asked, the answer
+    # is what to install (no option of this parser starts with the NUL prefix)
+    q = sub.add_parser(
+        name, help=f"{what} (needs: pip install 'posenc[loadtest]')", add_help=False, prefix_chars="\0"
+    )
+    q.add_argument("rest", nargs="*")
     q.set_defaults(func=refuse)
 
 
