@@ -14,13 +14,6 @@ unlinked or replaced; the sweep is a guard on that promise rather than a repair 
 engine's lock (a duplicate of each descriptor, taken with the entry it belongs to), so a table
 evicted or grown meanwhile is never mistaken for a damaged one; a table found damaged is rebuilt
 with everything its entry had (name, spec, pin) under a new segment name, and readers remap it.
-
-The periodic sweep reads every table (a checksum of 200 MiB takes a core for a fraction of a
-second) on the core an HTTP worker may share with the engine, so it runs in a thread of its own
-at idle priority (``SCHED_IDLE``: it takes only time no other thread wants; nice 19 where the
-policy is refused): a request never waits behind it, and on a core kept busy it waits for a
-quiet moment, the seals being the guarantee it checks. ``verify`` asked on the socket runs at
-once, at the asker's priority.
 """
 
 from __future__ import annotations
@@ -82,21 +75,6 @@ def damaged(fd: int, entry: dict, checksum: bool) -> str | None:
     return None
 
 
-def idle_priority() -> str:
-    """Lower the calling thread (only it: Linux schedules threads) to SCHED_IDLE, or to nice 19
-    where that is refused; which one it got."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "idle"
-    except (AttributeError, OSError):
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        return "nice 19"
-    except OSError:
-        return "normal"
-
-
 class Sweep:
     """Periodic checks of an engine's segments (run from its main loop)."""
 
@@ -106,31 +84,13 @@ class Sweep:
         self._crc_at = time.monotonic()
         self.last: dict = {}  # the last full check: {"tables", "bytes", "seconds", "repaired"}
         self.repairs = 0  # tables rebuilt by this engine's sweeps
-        self._one = threading.Lock()  # the periodic sweeps and asked-for ones never overlap
-        self._due = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.priority = ""  # the periodic sweeps' thread's: "idle", "nice 19" or "normal"
+        self._one = threading.Lock()  # the main loop's sweeps and asked-for ones never overlap
 
     def tick(self) -> None:
-        """From the engine's main loop: wake the sweeps' thread when a sweep is due."""
         now = time.monotonic()
         if self.verify_interval_s > 0 and now - self._crc_at >= self.verify_interval_s:
             self._crc_at = now
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._periodic, name="posenc-sweep", daemon=True)
-                self._thread.start()
-            self._due.set()  # (one already running: the next starts when it ends)
-
-    def _periodic(self) -> None:
-        self.priority = idle_priority()
-        self.log(f"checksum sweeps every {self.verify_interval_s:g} s, at {self.priority} priority")
-        while True:
-            self._due.wait()
-            self._due.clear()
-            try:
-                self.run(checksum=True)
-            except Exception as e:  # the sweeps must never stop: the next one tries again
-                self.log(f"sweep failed, tried again at the next: {type(e).__name__}: {e}")
+            self.run(checksum=True)
 
     def run(self, checksum: bool) -> dict:
         with self._one:

@@ -67,38 +67,6 @@ def test_a_damaged_table_is_rebuilt_with_its_name_spec_and_pin(eng):
     assert eng.sweep.run(checksum=True)["repaired"] == []
 
 
-def test_periodic_sweeps_run_in_a_thread_at_idle_priority_and_repair(tmp_path):
-    """The main loop's tick only wakes the sweeps' thread: it returns at once, the sweep runs in a
-    thread of its own under SCHED_IDLE (the engine's other threads keep their policy), and a
-    damaged table is found and rebuilt from there."""
-    e = Engine(
-        parse_config(CONFIG),
-        EngineOptions(shm_dir=str(tmp_path), namespace="periodic", verify_interval_s=0.05),
-    )
-    e.acquire()
-    try:
-        e.build_configured()
-        e.publish()
-        digest = next(d for d, x in e.tables.items() if x["name"] == "small-rope")
-        _unsealed_copy(e, digest)
-        time.sleep(0.06)
-        e.tick()
-        deadline = time.monotonic() + 30
-        while e.sweep.repairs == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-            e.tick()
-        assert e.sweep.repairs == 1 and e.sweep.last["checksum"], e.sweep.last
-        assert e.sweep.priority == "idle"
-        sweeper = e.sweep._thread
-        assert sweeper is not None and sweeper is not threading.current_thread()
-        assert os.sched_getscheduler(sweeper.native_id) == os.SCHED_IDLE
-        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread (the main loop's) as it was
-        assert store.check_sealed(e.fds[digest], e.tables[digest]["nbytes"]) is None  # rebuilt, sealed
-    finally:
-        e.shutdown()
-    assert os.listdir(tmp_path) == []
-
-
 def test_the_sweep_repairs_nothing_under_eviction_churn(eng):
     """Builds and evictions of on-demand tables race the sweep (a budget that holds a few): it
     works from the engine's state under its lock, so no table evicted or grown meanwhile is
