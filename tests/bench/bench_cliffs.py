@@ -64,8 +64,9 @@ import httpx
 import numpy as np
 
 from posenc.loadtest import scenario
+from posenc.loadtest import wrk as loadtest_wrk
 from posenc.loadtest.floor import save_bodies, save_requests
-from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
+from posenc.loadtest.servers import free_port, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
@@ -148,66 +149,12 @@ def alibi_row(r: random.Random, q: int) -> tuple:
     )
 
 
-_LUA = r"""
-local reqs = {%s}
-local i = 0
-init = function(args)
-  for j, r in ipairs(reqs) do reqs[j] = wrk.format("POST", r[1], r[2], r[3]) end
-end
-request = function()
-  i = i %% #reqs + 1
-  return reqs[i]
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('WRKJSON {"requests": %%d, "duration_us": %%d, "errors": %%d, "timeouts": %%d, "p50": %%d}\n',
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.status, e.timeout, latency:percentile(50)))
-end
-"""
-
-
-def _lua(b: bytes) -> str:
-    return '"' + "".join(chr(c) if c < 128 and chr(c).isalnum() else "\\%03d" % c for c in b) + '"'
-
-
-def write_script(path: str, reqs: list[tuple]) -> None:
-    items = ",\n".join(
-        "{%s, {%s}, %s}"
-        % (
-            _lua(p.encode()),
-            ", ".join(f"[{_lua(k.encode())}] = {_lua(v.encode())}" for k, v in h.items()),
-            _lua(b),
-        )
-        for p, h, b in reqs
-    )
-    with open(path, "w") as f:
-        f.write(_LUA % items)
-
-
 def wrk(url: str, lua: str, seconds: float, connections: int) -> dict:
-    cmd = pinned(
-        [
-            "wrk",
-            "-t",
-            "1",
-            "-c",
-            str(connections),
-            "-d",
-            f"{max(1, round(seconds))}s",
-            "--timeout",
-            "10s",
-            "-s",
-            lua,
-            url,
-        ],
-        CLIENT_CPU,
-    )
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=False).stdout
-    line = next(x for x in out.splitlines() if x.startswith("WRKJSON "))
-    r = json.loads(line[8:])
-    if r["errors"] or r["timeouts"]:
-        raise RuntimeError(f"wrk saw errors on {url}: {r}")
-    return {"rps": r["requests"] / (r["duration_us"] / 1e6), "p50_us": r["p50"], "requests": r["requests"]}
+    """One wrk run (loadtest/wrk.py, pinned to CLIENT_CPU): requests/s and p50; any error raises."""
+    r = loadtest_wrk.run(url, lua, seconds, connections, cpus=CLIENT_CPU, timeout_s=10.0)
+    if r["failures"]:
+        raise RuntimeError(f"wrk saw errors on {url}: {r['errors']}")
+    return {"rps": r["rps"], "p50_us": r["latency_us"]["p50"], "requests": r["requests"]}
 
 
 def _procs() -> dict:
@@ -304,7 +251,7 @@ def prepare(tmp: str, n: int, floor: str = "each") -> tuple:
             save_requests(answered, [scenario.answer(posenc.url, p, h, b, name) for p, h, b in reqs])
             floors[name] = start_floor(free_port(), requests=answered, cpus=SERVER_CPU)
         scripts[name] = os.path.join(tmp, f"case{i}.lua")
-        write_script(scripts[name], reqs)
+        loadtest_wrk.script(scripts[name], reqs)
     for f in floors.values():
         f.wait_ready()
     return posenc, floors, scripts
