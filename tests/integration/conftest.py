@@ -75,6 +75,16 @@ def v2server(tmp_path_factory):
         yield s
 
 
+@pytest.fixture(scope="module")
+def clients(v2server):
+    """tritonclient's REST and gRPC clients and an httpx client for /v1, of the session's
+    v2server: one set per test module (a module of another server defines its own)."""
+    from tests.integration.kserve_cases import clients_of
+
+    with clients_of(v2server) as c:
+        yield c
+
+
 @pytest.fixture
 def small_shm(tmp_path, procs):
     """A 64 MiB tmpfs of its own for the test (root only), unmounted after whatever ran on it stopped."""
