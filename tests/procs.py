@@ -113,6 +113,21 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def _holds(pid: int, name: str) -> bool:
+    """Whether process ``pid`` has a file named ``name`` open (its /proc fd links)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith("/" + name):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -350,10 +365,22 @@ class Server(Proc):
         return [p for p in children_of(self.pid) if "spawn_main" in cmdline(p)]  # uvicorn's workers
 
     def engine_pid(self) -> int | None:
-        for p in children_of(self.pid):
-            if ENGINE_MODULE in cmdline(p):
-                return p
-        return None
+        """The running engine: serve's engine child, not its standby (engine/engine_main.py
+        ``--standby-fd``, imported and waiting); once a standby was sent ``go``, it is the engine
+        from the moment it holds the namespace's lock file (None until then)."""
+        engines = [p for p in children_of(self.pid) if ENGINE_MODULE in cmdline(p)]
+        first = [p for p in engines if "--standby-fd" not in cmdline(p)]
+        if first:  # the engine serve started first (no standby started it)
+            return first[0]
+        holding = [p for p in engines if _holds(p, f"{self.namespace}.lock")]
+        return holding[0] if holding else None
+
+    def standby_pid(self) -> int | None:
+        """serve's standby engine, waiting for a ``go`` (None while there is none)."""
+        engines = [p for p in children_of(self.pid) if ENGINE_MODULE in cmdline(p)]
+        active = self.engine_pid()
+        rest = [p for p in engines if p != active and "--standby-fd" in cmdline(p)]
+        return rest[0] if rest else None
 
 
 def count_tables(config: dict | str | None) -> int:

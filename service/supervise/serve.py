@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from posenc.engine import store
+from posenc.engine import fdpass, store
 from posenc.engine.keeper import Keeper
 from posenc.engine.settings import CHOICES, Settings, current, use
 from posenc.service.protocol import uvicorn_api
@@ -200,14 +200,21 @@ def release(s: Settings, fd: int) -> None:
 
 
 class EngineChild:
+    """The engine child, and its standby: once an engine is up, a second engine process is started
+    with ``--standby-fd`` (engine/engine_main.py), imported and waiting; when the engine dies the
+    standby is sent ``go`` with a fresh keeper channel and becomes the engine (no interpreter start,
+    no imports: about half a second of a restart), and a new standby is started once it is up.
+    Without a live standby (it died, or the first engine is not up yet) a new process starts."""
+
     def __init__(self, settings: Settings):
         self.s = settings
         self.proc: subprocess.Popen | None = None
+        self.standby: tuple[subprocess.Popen, socket.socket] | None = None
         self.keeper = Keeper()  # holds every table the engine publishes, for the next engine
         self.stopping = False
         self.failure: str | None = None  # why the server stopped itself (posenc serve exits with it)
 
-    def start(self) -> None:
+    def _cmd(self) -> list[str]:
         cmd = [
             sys.executable,
             "-m",
@@ -224,12 +231,47 @@ class EngineChild:
             cmd += ["--tables", self.s.tables]
         if self.s.shm_group:
             cmd += ["--group", self.s.shm_group]
+        return cmd
+
+    def start(self) -> None:
         self.generation_before = generation_of(self.s.shm_dir, self.s.namespace)  # its own is another
-        channel = self.keeper.channel()
+        channel = self.keeper.channel()  # (made now: it hands over what is held now)
         with channel:
+            standby, self.standby = self.standby, None
+            if standby is not None:
+                proc, sock = standby
+                try:
+                    with sock:
+                        fdpass.send_packet(sock, {"op": "go"}, channel.fileno())
+                    self.proc = proc
+                    return
+                except OSError:  # the standby died meanwhile: a new process, as without one
+                    terminate(proc, 1.0)
             self.proc = subprocess.Popen(
-                [*cmd, "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),)
+                [*self._cmd(), "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),)
             )
+
+    def _standby_once_up(self) -> None:
+        """Start a standby once the running engine has published its manifest (not before: its
+        imports would slow the engine's start on a small machine); at once if it dies first."""
+        while not self.stopping and self.proc is not None and self.proc.poll() is None:
+            if generation_of(self.s.shm_dir, self.s.namespace) not in (None, self.generation_before):
+                break
+            time.sleep(0.05)
+        else:
+            return
+        if self.standby is None or self.standby[0].poll() is not None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with theirs:
+                theirs.set_inheritable(True)
+                proc = subprocess.Popen(
+                    [*self._cmd(), "--standby-fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+                )
+            self.standby = (proc, ours)
+            if self.stopping:  # stop() ran meanwhile and saw no standby: this one ends here
+                self.standby = None
+                ours.close()
+                terminate(proc, 5.0)
 
     def watch(self) -> None:
         """Restart the engine if it dies while we serve (not while we stop), saying why each time:
@@ -239,6 +281,7 @@ class EngineChild:
         streak, quick = 0, False
         while not self.stopping:
             started = time.monotonic()
+            self._standby_once_up()
             rc = self.proc.wait()
             if self.stopping:
                 return
@@ -269,6 +312,10 @@ class EngineChild:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stopping = True
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            standby[1].close()  # no go: it exits at once
+            terminate(standby[0], timeout)
         if self.proc:
             terminate(self.proc, timeout)
         # an engine killed before a successor took its files over (or one that ignored SIGTERM)

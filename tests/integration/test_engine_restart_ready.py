@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from posenc.engine.client import Client
-from tests.procs import wait_for
+from tests.procs import cmdline, wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 from tests.shm import read_head
 
@@ -163,3 +163,25 @@ def test_an_engine_killed_again_soon_after_its_restart_is_restarted_at_once(proc
         server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30
     ).content == reference_safetensors("rope", MAPPED)
     assert server.stop() == 0, server.output()
+
+
+def test_a_standby_engine_waits_imported_and_takes_over_when_the_engine_dies(procs, ns):
+    """Once the engine is up serve starts a standby (``--standby-fd``: imported, waiting); a
+    killed engine's successor is that standby (no new process on the restart path), a new
+    standby follows once it is up, and stopping serve ends both."""
+    server = procs.serve(CONFIG, workers=1, namespace=ns)
+    gen = read_head(ns)["generation"]
+    standby = wait_for(server.standby_pid, 30, 0.02, "a standby engine")
+    engine = server.engine_pid()
+    assert engine != standby and "--standby-fd" in cmdline(standby)
+    took, gen = _back_after_kill(server, ns, gen)
+    assert server.engine_pid() == standby  # the standby is the engine now
+    assert read_head(ns)["pid"] == standby
+    second = wait_for(server.standby_pid, 30, 0.02, "the next standby")
+    assert second not in (engine, standby)
+    print(f"engine back after kill -9 through its standby: {took:.2f} s")
+    assert httpx.post(
+        server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30
+    ).content == reference_safetensors("rope", MAPPED)
+    assert server.stop() == 0, server.output()
+    assert not any(os.path.exists(f"/proc/{p}") and cmdline(p) for p in (engine, standby, second))
