@@ -2,7 +2,7 @@
 
 Every request picks one table of the server's table config (the engine's default set, or
 ``--tables FILE``: several models' RoPE, sinusoidal, ALiBi and T5 specs, as
-posenc.engine.config reads them), asks with that table's spec (not its name, as a pipeline
+posenc.engine.process.configured reads them), asks with that table's spec (not its name, as a pipeline
 holding a model's config does), at positions drawn uniformly over twice the table's length (its
 model's context and as far again past it, where rows are computed), in one of four ways: /v1 binary
 (safetensors), /v1 JSON, KServe v2 REST with binary tensor data, or v2 REST with JSON tensors
@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.request
 
-from posenc.engine.config import load_config
+from posenc.engine.process.configured import load_config
 
 from . import payloads
 

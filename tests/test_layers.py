@@ -162,9 +162,9 @@ def test_the_graph_sees_every_kind_of_import():
         "posenc.service",
         "posenc.loadtest",
     } <= set(MODULES)
-    assert "posenc.engine.hf_models" in GRAPH["posenc.engine.config"]  # from . import x
+    assert "posenc.engine.models.registry" in GRAPH["posenc.engine.process.configured"]  # from ..pkg import x
     assert "posenc.engine.tables.base" in GRAPH["posenc.engine.tables.rope"]  # from .base import
-    assert "posenc.engine.errors" in GRAPH["posenc.engine.tables.rope"]  # from ..errors
+    assert "posenc.engine.core.errors" in GRAPH["posenc.engine.tables.rope"]  # from ..errors
     assert "posenc.engine.tables" in GRAPH["posenc.cli"]  # absolute
 
 

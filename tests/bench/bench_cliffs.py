@@ -339,7 +339,7 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
 
     import orjson
 
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
     from posenc.service.shortcut import templates as replay
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

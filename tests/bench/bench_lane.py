@@ -169,7 +169,7 @@ def in_process(profile: bool, n: int = 50000) -> None:
     import uvloop
     from uvicorn.server import ServerState
 
-    from posenc.engine.settings import Settings
+    from posenc.engine.core.settings import Settings
     from posenc.loadtest.bare import BareProtocol
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all

@@ -1,4 +1,4 @@
-"""The engine's shared-memory store (posenc.engine.store: sealed segments, checksums, the atomic
+"""The engine's shared-memory store (posenc.engine.store.segments: sealed segments, checksums, the atomic
 manifest, namespaces).
 
 Everything here runs in-process against a temporary directory standing in for /dev/shm; the
@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 import pytest
 
-from posenc.engine import store
+from posenc.engine.store import segments as store
 
 
 def _arrays():

@@ -173,7 +173,7 @@ def test_locust_mix_user(procs, tables, tmp_path):
 def test_every_v1_request_the_mix_draws_from_the_default_tables_parses():
     """The default table config's tables, as the mix asks them: each /v1 body parses (multi-axis
     RoPE tables, asked with per-axis position_ids, are left out of the mix)."""
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
 
     _, _, _, items = mix.build("t", None, pool=512)
     v1 = [(path, body) for path, _, body in items if path.startswith("/v1/")]

@@ -11,10 +11,10 @@ import errno
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from ..core.errors import NotStored
 from . import upkeep
 from .adopt import workers
-from .config import ConfiguredTable
-from .errors import NotStored
+from .configured import ConfiguredTable
 
 
 def _have(eng, ct: ConfiguredTable) -> bool:

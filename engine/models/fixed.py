@@ -1,8 +1,8 @@
 """Model configs whose positions are fixed functions, not rotations (docs/reference.md, "Named
 tables and model configs"; docs/models.md lists them): what one record is. The records
-themselves are hf_buckets.py (transformers 5.24's T5 family, ``t5-buckets``:
-``_relative_position_bucket`` and its copies) and hf_sinusoidal.py (the models with a fixed
-sinusoidal position table, ``sinusoidal``); hf_models.MODELS holds them beside the rope ones.
+themselves are buckets.py (transformers 5.24's T5 family, ``t5-buckets``:
+``_relative_position_bucket`` and its copies) and sinusoidal.py (the models with a fixed
+sinusoidal position table, ``sinusoidal``); registry.MODELS holds them beside the rope ones.
 
 A record (``FixedModel``) reads a config as the model's own code does: which keys, under which
 ``attribute_map`` alias, the config class's default when a key is absent, and which sub-config
@@ -18,9 +18,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import SpecError
-from .fields import json_repr, require_object
-from .hf_config import LOC, Config, Derived
+from ..core.errors import SpecError
+from ..core.fields import json_repr, require_object
+from .config import LOC, Config, Derived
 
 MODEL_TYPE = (*LOC, "model_type")
 

@@ -1,12 +1,12 @@
-"""``posenc engine``: the flags it shares with ``python -m posenc.engine.engine_main`` (which
+"""``posenc engine``: the flags it shares with ``python -m posenc.engine.process.main`` (which
 ``posenc serve`` runs), the settings they override, and ``--dry-run``."""
 
 from __future__ import annotations
 
-from . import settings
-from .config import load_config
-from .engine_core import EngineOptions, log, run
-from .errors import EngineRunning
+from ..core import settings
+from ..core.errors import EngineRunning
+from .configured import load_config
+from .core import EngineOptions, log, run
 
 
 def dry_run(tables_path: str | None) -> int:

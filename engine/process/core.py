@@ -1,6 +1,6 @@
 """The engine: precompute the configured tables into shared memory, publish the manifest, build
 new tables on demand for readers, and clean up (``Engine``; ``run`` is its process's life). Its
-command lines are engine_cli.py (``posenc engine``) and engine_main.py (``posenc serve``'s child).
+command lines are cli.py (``posenc engine``) and main.py (``posenc serve``'s child).
 
 Lifecycle
 - One engine per (shm_dir, namespace): it holds an exclusive ``flock`` on ``{ns}.lock`` for its
@@ -11,7 +11,7 @@ Lifecycle
   the last mapping goes.
 
 On-demand builds: readers send ``{"op": "ensure", "table": KEY}`` as one JSON line over the Unix
-socket ``{ns}.sock`` (engine/engine_socket.py), where KEY is the canonical key of the table their request planned
+socket ``{ns}.sock`` (engine/process/socket.py), where KEY is the canonical key of the table their request planned
 (``TableDef.key``); the engine re-validates it (``TableDef.from_key``) and builds it. Concurrent asks
 for one new table wait on a single build.
 """
@@ -26,32 +26,26 @@ import signal
 import threading
 import time
 
-from . import (
-    adopt,
-    coldstart,
-    engine_socket,
-    fdpass,
-    kernels,
-    logs,
-    proclife,
-    settings,
-    store,
-    upkeep,
-)
-from .config import ConfiguredTable, load_config
-from .engine_manifest import ManifestLog
-from .engine_stats import BuildStats
-from .errors import EngineRunning, NotStored, SpecError
+from .. import kernels
+from ..core import settings
+from ..core.errors import EngineRunning, NotStored, SpecError
+from ..store import fdpass
+from ..store import segments as store
+from ..tables import TableDef
+from ..tables.base import DEFAULT_LENGTH, on_demand_length
+from . import adopt, coldstart, logs, proclife, upkeep
+from . import socket as engine_socket
+from .configured import ConfiguredTable, load_config
 from .keeper import KeeperLink
-from .tables import TableDef
-from .tables.base import DEFAULT_LENGTH, on_demand_length
+from .manifest import ManifestLog
+from .stats import BuildStats
 
 _log = logging.getLogger("posenc.engine")
 FD_RESERVE = 256  # descriptors the engine keeps for its socket's connections and its files
 
 
 def log(msg: str) -> None:
-    """One line on stderr: ``posenc engine[PID]: msg``, or JSON (the log_format setting; engine/logs.py)."""
+    """One line on stderr: ``posenc engine[PID]: msg``, or JSON (the log_format setting; engine/process/logs.py)."""
     _log.info(msg)
 
 
@@ -62,8 +56,8 @@ class EngineOptions:
     memory_budget_bytes: int = 2 * 2**30
     length: int = DEFAULT_LENGTH  # the longest on-demand table (the config's on_demand_length)
     group: str | None = None
-    verify_interval_s: float = 60.0  # full checksum sweep period (engine/upkeep.py); 0: never
-    keeper_fd: int | None = None  # posenc serve's keeper (engine/keeper.py), None: no keeper
+    verify_interval_s: float = 60.0  # full checksum sweep period (engine/process/upkeep.py); 0: never
+    keeper_fd: int | None = None  # posenc serve's keeper (engine/process/keeper.py), None: no keeper
 
 
 class Engine(ManifestLog):
@@ -81,7 +75,7 @@ class Engine(ManifestLog):
             self.gid = grp.getgrnam(opts.group).gr_gid if not opts.group.isdigit() else int(opts.group)
             self.mode = 0o640
         self.lock = threading.Lock()
-        self.stats = BuildStats()  # builds and evictions, in the manifest (engine/engine_stats.py)
+        self.stats = BuildStats()  # builds and evictions, in the manifest (engine/process/stats.py)
         self.tables: dict[str, dict] = {}
         self.fds: dict[str, int] = {}  # digest -> the sealed segment's descriptor
         self.keeper = KeeperLink(opts.keeper_fd)
@@ -94,7 +88,7 @@ class Engine(ManifestLog):
         self.missing: list[ConfiguredTable] = []  # configured tables that did not fit (retried)
         self.sweep = upkeep.Sweep(self, opts.verify_interval_s, log)
         self.generation = 0
-        self._init_manifest(tables)  # engine/engine_manifest.py
+        self._init_manifest(tables)  # engine/process/manifest.py
         self._lock_fd = None
         self._server = None
         self.closing = False  # set by shutdown: builds still running then are discarded
@@ -131,7 +125,7 @@ class Engine(ManifestLog):
 
     def build_configured(self, tables: list[ConfiguredTable] | None = None) -> None:
         """Build the configured tables that are not stored, in parallel; the ones that do not fit
-        wait in ``missing`` and are retried while the engine runs (engine/coldstart.py)."""
+        wait in ``missing`` and are retried while the engine runs (engine/process/coldstart.py)."""
         coldstart.build_configured(self, tables)
 
     def _build(
@@ -308,7 +302,7 @@ class Engine(ManifestLog):
         return True
 
     def serve(self) -> None:
-        """Answer readers' asks on the engine's socket (engine/engine_socket.py)."""
+        """Answer readers' asks on the engine's socket (engine/process/socket.py)."""
         self._server = engine_socket.serve(self)
 
     def tick(self) -> None:

@@ -8,7 +8,7 @@
     h.extras                             # the answer's other entries: inv_freq, attention_scaling
                                          # (None where they follow the positions: longrope, dynamic)
 
-``lookup`` answers exactly what ``posenc.engine.compute.compute`` answers for the spec with these
+``lookup`` answers exactly what ``posenc.engine.compute`` answers for the spec with these
 positions (bit for bit): one C call (kernels ``rows_lookup``) checks every position, gathers the
 rows from the mapped table through the family's column map, and computes the rows past the table
 with the pipeline's own sincos kernel. Where it applies, and what it uses, is decided by the
@@ -18,7 +18,7 @@ captured here, so the handle and the shortcut follow one rule). A handle checks 
 when it binds a table and takes the pipeline path (same bits, slower) where it does not match, where the spec
 has no row template (the rope types whose frequencies follow the sequence length), or with the numpy backend.
 Specs whose selections are not ``positions`` alone (ALiBi, T5, ``position_ids``) get a SelectionHandle
-from ``Client.handle`` instead (engine/lookup_selections.py). Views stay fresh without a syscall per call: the
+from ``Client.handle`` instead (engine/reader/selections.py). Views stay fresh without a syscall per call: the
 mapped table is re-read from the Client at most every ``recheck_s`` (a monotonic clock read, no system call,
 in between); a mapping stays valid after the engine evicts it or restarts (sealed segments), so answers stay
 right.
@@ -32,13 +32,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import kernels, pipeline
-from .dtypes import DTYPES
-from .errors import SpecError
-from .selection import parse_selection
+from .. import kernels
+from ..answer import pipeline
+from ..core.dtypes import DTYPES
+from ..core.errors import SpecError
+from ..core.selection import parse_selection
 
 try:
-    from .kernels import _native
+    from ..kernels import _native
 except ImportError:  # no extension: every lookup takes the pipeline path
     _native = None
 

@@ -24,13 +24,13 @@ from collections.abc import Mapping
 
 import orjson
 
-from . import dtypes as _dt
-from . import hf_models
-from .errors import SpecError, TooLarge, TooManyPositions
-from .fields import json_repr, require_object
-from .hf_config import Derived
-from .tables import FAMILIES, Family, TableDef
-from .tables.base import DEFAULT_LENGTH
+from ..core import dtypes as _dt
+from ..core.errors import SpecError, TooLarge, TooManyPositions
+from ..core.fields import json_repr, require_object
+from ..models import registry
+from ..models.config import Derived
+from ..tables import FAMILIES, Family, TableDef
+from ..tables.base import DEFAULT_LENGTH
 
 DEFAULT_MAX_BYTES = 64 * 2**20  # docs/reference.md: the default response limit
 SPEC_CACHE = 1024  # distinct specs a Pipeline remembers
@@ -108,7 +108,7 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
             )
     rest = {k: body[k] for k in keep if k in body}
     if cfg is not None:
-        derived = hf_models.derive(fam.name, cfg, body.get("layer_type"))
+        derived = registry.derive(fam.name, cfg, body.get("layer_type"))
         return {**derived.fields, **rest}, derived
     if body.get("layer_type") is not None:
         raise SpecError(("layer_type",), "only with hf_config (a named table has one spec)")
@@ -141,7 +141,7 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
     required = list(fam.required_selections)
     alts, examples = [fam.schema], dict(fam.examples)
     sel = {k: [0, 1, 2] for k in fam.selections}
-    models = hf_models.supported(fam.name)
+    models = registry.supported(fam.name)
     if models:
         alts.append(
             {
@@ -163,9 +163,9 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
                 },
             }
         )
-        example = {"hf_config": hf_models.EXAMPLES[fam.name], **sel}
-        if fam.name in hf_models.EXAMPLE_LAYER_TYPES:
-            example["layer_type"] = hf_models.EXAMPLE_LAYER_TYPES[fam.name]
+        example = {"hf_config": registry.EXAMPLES[fam.name], **sel}
+        if fam.name in registry.EXAMPLE_LAYER_TYPES:
+            example["layer_type"] = registry.EXAMPLE_LAYER_TYPES[fam.name]
         examples["a model's config.json"] = {"value": example}
     alts.append(
         {

@@ -2,7 +2,7 @@
 configs"): transformers' Qwen-VL text models (multimodal RoPE) and ViT-MAE (a 2-D sin-cos grid),
 and diffusers transformer configs, recognised by ``_class_name`` (Flux's per-axis RoPE, SD3's and
 CogVideoX's sin-cos grids). Each record says which file it follows and reads the config as that
-file's code does; hf_models.MODELS and hf_models.CLASSES hold them.
+file's code does; registry.MODELS and registry.CLASSES hold them.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from .errors import SpecError
-from .fields import is_int, json_repr, require_object
-from .hf_config import LOC, Config, Derived, RopeModel
-from .tables.rope_spec import INTERLEAVED
+from ..core.errors import SpecError
+from ..core.fields import is_int, json_repr, require_object
+from ..tables.rope_spec import INTERLEAVED
+from .config import LOC, Config, Derived, RopeModel
 
 
 @dataclasses.dataclass(frozen=True)

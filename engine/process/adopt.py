@@ -2,12 +2,12 @@
 building them again.
 
 When an engine dies (kill -9, OOM), workers keep answering from their mappings, and ``posenc
-serve``'s keeper (engine/keeper.py) still holds a descriptor of every table it had published. The
+serve``'s keeper (engine/process/keeper.py) still holds a descriptor of every table it had published. The
 next engine takes them over (``KeeperLink.take``) and keeps each one that is provably the table its
 entry names:
 
 - the tables were built by engine code whose table-building source is byte-for-byte this
-  process's (engine/built_by.py: a digest of the registered families' modules and every engine
+  process's (engine/process/built_by.py: a digest of the registered families' modules and every engine
   module they import, kernels and dtype rounding among them, so an upgrade never serves a
   predecessor's tables);
 - the entry's key is bound to it: its SHA-1 is the digest, it names the entry's family and dtype,
@@ -34,9 +34,11 @@ import json
 import os
 import time
 
-from . import built_by, fdpass, store
-from .errors import SpecError
-from .tables import TableDef
+from ..core.errors import SpecError
+from ..store import fdpass
+from ..store import segments as store
+from ..tables import TableDef
+from . import built_by
 
 
 def workers() -> int:

@@ -1,7 +1,7 @@
 """What the engine publishes of its tables (docs/shm-format.md): the manifest's head file, the
 table log (one line per change, rewritten whole once it holds twice the lines it needs), the
 sequence number of every change, and the socket's ``manifest`` and ``changes`` replies built from
-them. ``ManifestLog`` is a part of engine_core.Engine: it reads the engine's tables, options and
+them. ``ManifestLog`` is a part of core.Engine: it reads the engine's tables, options and
 lock, and the engine calls ``_note`` on every table it publishes, replaces or drops.
 """
 
@@ -13,7 +13,9 @@ import os
 
 import orjson
 
-from . import built_by, kernels, store, upkeep
+from .. import kernels
+from ..store import segments as store
+from . import built_by, upkeep
 
 _log = logging.getLogger("posenc.engine")
 CHANGES_KEPT = 4096  # changes remembered past one per table (``changes``: older asks get a reset)
@@ -21,7 +23,7 @@ MAX_CHANGES = 250  # entries one ``changes`` reply carries at most (more: a rese
 
 
 class ManifestLog:
-    """The manifest part of engine_core.Engine (its attributes are the engine's own)."""
+    """The manifest part of core.Engine (its attributes are the engine's own)."""
 
     def _init_manifest(self, tables) -> None:
         # the manifest's sequence number: one more per table published, replaced or dropped
@@ -37,7 +39,7 @@ class ManifestLog:
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
         is up, so a reader never sees a half-ready engine nor asks it to build a configured table.
-        With no room for the file, readers take the manifest from the socket (engine/client.py)
+        With no room for the file, readers take the manifest from the socket (engine/reader/client.py)
         and the file is written once there is room."""
         with self.lock:
             self.published = True

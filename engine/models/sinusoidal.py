@@ -1,4 +1,4 @@
-"""The ``sinusoidal`` records (hf_fixed.FixedModel): the models of transformers 5.24 with a fixed
+"""The ``sinusoidal`` records (fixed.FixedModel): the models of transformers 5.24 with a fixed
 sinusoidal position table, one record per model type (its layout, width, row offset and the
 config flags that turn the table off), each read as the model's own code reads its config
 (tests/engine/test_hf_fixed.py checks every record against that code).
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .errors import SpecError
-from .fields import json_repr
-from .hf_config import Config
-from .hf_fixed import MODEL_TYPE, FixedModel
-from .tables.sinusoidal import CONCAT, FAIRSEQ, FAIRSEQ_COS_FIRST, INTERLEAVED
+from ..core.errors import SpecError
+from ..core.fields import json_repr
+from ..tables.sinusoidal import CONCAT, FAIRSEQ, FAIRSEQ_COS_FIRST, INTERLEAVED
+from .config import Config
+from .fixed import MODEL_TYPE, FixedModel
 
 
 def _table(layout: str, width: str, offset: Callable[[Config], tuple] | None = None):

@@ -1,6 +1,6 @@
 """Which code built a table: a digest of the source that decides a table's bytes, written into
 the manifest (``built_by``) so that a restarting engine adopts only tables its own code would
-have built byte for byte (engine/adopt.py).
+have built byte for byte (engine/process/adopt.py).
 
 The source is derived from the registry, not listed by hand: a family added to ``FAMILIES``
 counts from its first line, and so does every engine module it imports.
@@ -13,9 +13,9 @@ import functools
 import hashlib
 import importlib.util
 
-from . import kernels, tables
+from .. import kernels, tables
 
-ENGINE_PACKAGE = __name__.rpartition(".")[0]  # posenc.engine: whose modules the digest follows
+ENGINE_PACKAGE = __name__.rsplit(".", 2)[0]  # posenc.engine (this is posenc.engine.process.built_by)
 
 
 def _spec(name: str):

@@ -6,9 +6,9 @@ multi-axis RoPE (``position_ids``), or any spec asked with other selections than
     h = Client().handle("rope", {"head_dim": 128, "mrope_section": [16, 24, 24]}, selections=("position_ids",))
     h.lookup(position_ids=[[0, 1, 2], [0, 1, 1], [0, 1, 2]])
 
-``Client.handle`` returns the row Handle (engine/lookup.py: one C call) for a spec whose selection is
+``Client.handle`` returns the row Handle (engine/reader/lookup.py: one C call) for a spec whose selection is
 ``positions`` alone, and a SelectionHandle otherwise: its spec's fields are checked once, each lookup
-answers exactly what ``posenc.engine.compute.compute`` answers for the spec and its selections (bit
+answers exactly what ``posenc.engine.compute`` answers for the spec and its selections (bit
 for bit, on both sides of the stored table's end) through the pipeline from the mapped table (the
 blocks' own C kernels fill them), and ``out=`` takes preallocated numpy arrays (the answer is copied
 into them). Selections are lists, ranges, numpy arrays or torch tensors, as the pipeline takes them.
@@ -20,10 +20,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import pipeline
-from .errors import SpecError
+from ..answer import pipeline
+from ..core.errors import SpecError
+from ..tables import FAMILIES
 from .lookup import Handle
-from .tables import FAMILIES
 
 
 def handle_for(client, family: str, spec: Mapping, max_bytes, selections: tuple | None = None):

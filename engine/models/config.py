@@ -9,7 +9,7 @@ came from in the request (``("hf_config", "rotary_pct")``), so an invalid value 
 config key the user wrote (``Derived.relocate``).
 
 The record of each model type, and ``derive`` which picks it by ``model_type``, are in
-``posenc.engine.hf_models``; this module holds the reading that most models share:
+``posenc.engine.models.registry``; this module holds the reading that most models share:
 
 - a config key is read as transformers' config class reads it: under its own name or its
   ``attribute_map`` alias (GPT-J's ``n_embd`` is ``hidden_size``), the class's default when absent
@@ -35,10 +35,10 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import SpecError
-from .fields import is_int, json_repr, req_int, require_object
-from .tables.rope_spec import HALF_SPLIT
-from .tables.rope_types import ROPE_TYPES
+from ..core.errors import SpecError
+from ..core.fields import is_int, json_repr, req_int, require_object
+from ..tables.rope_spec import HALF_SPLIT
+from ..tables.rope_types import ROPE_TYPES
 
 LOC = ("hf_config",)
 PER_HEAD = "/head_dim"  # a legacy key that holds a rotary width, not a fraction

@@ -5,7 +5,7 @@
 
 Each record says which transformers 5.24 file it follows (``source``, relative to
 ``transformers/``) and what that file's config class and rotary embedding (or ALiBi builder) do
-differently from the shared reading in posenc.engine.hf_config. ``defaults`` are the config
+differently from the shared reading in posenc.engine.models.config. ``defaults`` are the config
 class's defaults of the keys posenc reads, used when a config leaves them out (the tests hold
 them to the classes themselves). docs/models.md lists these records.
 """
@@ -19,10 +19,11 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from . import hf_buckets, hf_sinusoidal, hf_vision
-from .errors import SpecError
-from .fields import is_number, json_repr, require_object
-from .hf_config import (
+from ..core.errors import SpecError
+from ..core.fields import is_number, json_repr, require_object
+from ..tables.rope_spec import INTERLEAVED
+from . import buckets, sinusoidal, vision
+from .config import (
     LOC,
     AlibiModel,
     Config,
@@ -32,7 +33,6 @@ from .hf_config import (
     key_head_dim,
     split_head_dim,
 )
-from .tables.rope_spec import INTERLEAVED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,24 +370,24 @@ EXAMPLES = {
 }
 
 
-MODELS.update(hf_vision.MODELS)
-EXAMPLES.update(hf_vision.EXAMPLES)
-# the fixed tables' records (hf_fixed.py): model type -> {family: record}
+MODELS.update(vision.MODELS)
+EXAMPLES.update(vision.EXAMPLES)
+# the fixed tables' records (fixed.py): model type -> {family: record}
 FIXED: dict[str, dict] = {}
-for _family, _records in (("t5-buckets", hf_buckets.BUCKETS), ("sinusoidal", hf_sinusoidal.SINUSOIDAL)):
+for _family, _records in (("t5-buckets", buckets.BUCKETS), ("sinusoidal", sinusoidal.SINUSOIDAL)):
     for _mt, _record in _records.items():
         FIXED.setdefault(_mt, {})[_family] = _record
 MODELS.update(FIXED)
-EXAMPLES.update({"t5-buckets": hf_buckets.EXAMPLE, "sinusoidal": hf_sinusoidal.EXAMPLE})
+EXAMPLES.update({"t5-buckets": buckets.EXAMPLE, "sinusoidal": sinusoidal.EXAMPLE})
 # family -> the layer_type its example needs
-EXAMPLE_LAYER_TYPES = {"t5-buckets": hf_buckets.EXAMPLE_LAYER_TYPE}
-CLASSES = hf_vision.CLASSES  # diffusers configs: by _class_name
+EXAMPLE_LAYER_TYPES = {"t5-buckets": buckets.EXAMPLE_LAYER_TYPE}
+CLASSES = vision.CLASSES  # diffusers configs: by _class_name
 
 # The model types above are read by records written for them; every other rotary model type of
-# transformers is read by the shared reading with the facts engine/hf_zoo.json holds for it
+# transformers is read by the shared reading with the facts engine/models/zoo.json holds for it
 # (generated from transformers' own classes by tests/tools/hf_zoo.py).
 HAND_WRITTEN = frozenset(MODELS)
-ZOO = json.loads((pathlib.Path(__file__).with_name("hf_zoo.json")).read_text())
+ZOO = json.loads((pathlib.Path(__file__).with_name("zoo.json")).read_text())
 UNREAD: dict[str, str] = ZOO["unread"]  # rotary model types posenc does not read, and why
 
 

@@ -1,7 +1,7 @@
 """The keeper: a process that holds the engine's sealed segments so that an engine that dies
 (kill -9, OOM) is followed by one that adopts them instead of building them again.
 
-A sealed segment lives while a descriptor or a mapping of it does (engine/store.py). The engine
+A sealed segment lives while a descriptor or a mapping of it does (engine/store/segments.py). The engine
 holds one descriptor per table; when it dies they close, and only readers' mappings keep the
 memory (serving on, but no new engine can reach it). ``posenc serve`` therefore keeps a second
 descriptor of each table in its own process, which outlives the engine it restarts:
@@ -26,7 +26,8 @@ import threading
 
 import orjson
 
-from . import fdpass, proclife
+from ..store import fdpass
+from . import proclife
 
 HELD_BATCH = 64  # tables per ``held`` packet at most (their entries, ~1 KB each, and descriptors)
 HELD_BYTES = 64 << 10  # and entries' bytes (a packet stays well inside the socket's send buffer)

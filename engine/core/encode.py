@@ -13,9 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 import orjson
 
+from ..tables.base import canonical
 from . import formats
 from .dtypes import BFLOAT16, bf16_bits_to_f32
-from .tables.base import canonical
 
 # format name -> media type (the service negotiates Accept against these)
 CONTENT_TYPES = {

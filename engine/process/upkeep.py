@@ -1,6 +1,6 @@
 """The engine's upkeep of its tables: room before a build, and integrity after it.
 
-Room. Sealed segments (engine/store.py) live in memory, not in ``shm_dir``'s file system: their
+Room. Sealed segments (engine/store/segments.py) live in memory, not in ``shm_dir``'s file system: their
 pages are reserved before they are written (store.reserve: no memory is ENOSPC/ENOMEM, a clean
 refusal of that one build, never a SIGBUS). Before an on-demand build the engine refuses a table
 larger than the memory available (``MemAvailable`` less ``SLACK``) before evicting anything, then
@@ -23,8 +23,8 @@ import os
 import threading
 import time
 
-from . import store
-from .errors import NotStored
+from ..core.errors import NotStored
+from ..store import segments as store
 
 SLACK = 1 << 20  # bytes of free space kept for the manifest and metrics files
 STAT_S = 1.0  # seconds between two checks that every segment is still there

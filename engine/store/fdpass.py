@@ -1,6 +1,6 @@
 """JSON messages with descriptors attached (``SCM_RIGHTS``) over Unix sockets: how the engine hands
-its sealed segments to readers (engine/engine_socket.py) and to ``posenc serve``'s keeper
-(engine/keeper.py). Python's ``socket.send_fds``/``recv_fds`` do the passing; this module frames
+its sealed segments to readers (engine/process/socket.py) and to ``posenc serve``'s keeper
+(engine/process/keeper.py). Python's ``socket.send_fds``/``recv_fds`` do the passing; this module frames
 them: on a stream socket a message is one JSON line whose descriptors ride on its first byte; on a
 ``SOCK_SEQPACKET`` socket it is one packet.
 """

@@ -1,4 +1,4 @@
-"""The ``t5-buckets`` records (hf_fixed.FixedModel): transformers 5.24's T5 family,
+"""The ``t5-buckets`` records (fixed.FixedModel): transformers 5.24's T5 family,
 ``_relative_position_bucket`` and its copies, one record per model type that buckets relative
 positions, each read as the model's own code reads its config (tests/engine/test_hf_fixed.py
 checks every record against that code).
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import SpecError
-from .hf_config import Config
-from .hf_fixed import MODEL_TYPE, FixedModel
+from ..core.errors import SpecError
+from .config import Config
+from .fixed import MODEL_TYPE, FixedModel
 
 
 def _buckets(

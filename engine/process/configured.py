@@ -8,9 +8,9 @@ JSON (a file, ``--tables FILE`` / ``POSENC_TABLES``; or the embedded ``DEFAULT_C
                  "dtypes": ["float32"], "length": 131072, "name": "llama-3.1-8b"}, ...]}
 
 Instead of ``spec``, an entry may give a model's config (the families and model types of
-engine/hf_models.py): ``"hf_config": {...}`` or a path to a config.json (relative to the table
+engine/models/registry.py): ``"hf_config": {...}`` or a path to a config.json (relative to the table
 config's folder; the file, and an inline config, may hold config.json's NaN and Infinity:
-engine/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are
+engine/core/jsonread.py), and where the config has several parts ``"layer_type"``. Specs are
 validated by the same parsers as requests, so an invalid config stops the engine at start with
 the same message a request would get
 (``tables[2].spec.rope_scaling.factor: ...``, ``tables[3].hf_config.rotary_pct: ...``).
@@ -25,12 +25,13 @@ import dataclasses
 import os
 from typing import Any
 
-from . import dtypes as _dt
-from . import hf_models, jsonread
-from .errors import SpecError
-from .fields import refuse_unknown, req_int, require_object
-from .tables import FAMILIES, TableDef
-from .tables.base import DEFAULT_LENGTH
+from ..core import dtypes as _dt
+from ..core import jsonread
+from ..core.errors import SpecError
+from ..core.fields import refuse_unknown, req_int, require_object
+from ..models import registry
+from ..tables import FAMILIES, TableDef
+from ..tables.base import DEFAULT_LENGTH
 
 MAX_LENGTH = 1 << 24
 
@@ -133,7 +134,7 @@ def named_specs(tables: list[ConfiguredTable]) -> dict:
 
 
 def _read_json(path: str, loc: tuple, what: str, allowed=jsonread.in_table_hf_config):
-    """A JSON file; NaN/Infinity only where ``allowed`` (inside model configs: engine/jsonread.py)."""
+    """A JSON file; NaN/Infinity only where ``allowed`` (inside model configs: engine/core/jsonread.py)."""
     try:
         with open(path, "rb") as f:
             return jsonread.loads(f.read(), allowed)
@@ -156,7 +157,7 @@ def _entry_spec(fam, entry: dict, loc: tuple, base_dir: str):
                 os.path.join(base_dir, cfg), (*loc, "hf_config"), "model config", jsonread.anywhere
             )
         try:
-            derived = hf_models.derive(fam.name, cfg, entry.get("layer_type"))
+            derived = registry.derive(fam.name, cfg, entry.get("layer_type"))
             try:
                 return fam.parse_spec(derived.fields)
             except SpecError as e:

@@ -44,7 +44,7 @@ CHOICES = {
     # from uvicorn's HTTP protocol (on only where the shortcut is in use)
     "lane": ("on", "off"),
     "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
-    # engine/logs.py: text (uvicorn's lines) or json (one JSON object a line, every logger)
+    # engine/process/logs.py: text (uvicorn's lines) or json (one JSON object a line, every logger)
     "log_format": ("text", "json"),
 }
 
@@ -110,7 +110,7 @@ class Settings:
     # Unix group that may read the segments (None: owner only; segments 0400, else 0440).
     shm_group: str | None = None
     # Seconds between two checksum sweeps of every segment by the engine (0: never); a missing or
-    # replaced segment is noticed within a second whatever this is (engine/upkeep.py).
+    # replaced segment is noticed within a second whatever this is (engine/process/upkeep.py).
     verify_interval_s: float = 60.0
     log_level: str = "info"
     # The kernel backend, the hot path's shortcut and the hot lane: see CHOICES.
@@ -173,7 +173,9 @@ class Settings:
         for name in ("build_timeout_s", "header_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()}: must be > 0, got {getattr(self, name)}")
-        ns = self.namespace  # the rule of engine/store.py check_namespace: segment names are built from it
+        ns = (
+            self.namespace
+        )  # the rule of engine/store/segments.py check_namespace: segment names are built from it
         if not ns or len(ns) > 64 or not all(c.isalnum() or c in "_-" for c in ns):
             raise ConfigError(
                 f"{ENV_PREFIX}NAMESPACE (--namespace): must be 1-64 letters, digits, '_' or '-', got {ns!r}"

@@ -33,8 +33,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import fdpass, store
-from .errors import NotStored, SpecError
+from ..core.errors import NotStored, SpecError
+from ..store import fdpass
+from ..store import segments as store
 
 # Every worker, gRPC process and reader may connect at once: the kernel caps this at
 # net.core.somaxconn (4096 on current kernels)

@@ -1,7 +1,7 @@
-"""``python -m posenc.engine.engine_main``: the engine as ``posenc serve`` starts it, a child
-process with the flags of ``posenc engine`` (engine_cli.py) plus three of its own: ``--ready-fd N``
+"""``python -m posenc.engine.process.main``: the engine as ``posenc serve`` starts it, a child
+process with the flags of ``posenc engine`` (cli.py) plus three of its own: ``--ready-fd N``
 reports readiness on that descriptor, ``--exit-with-parent`` ends it with its parent,
-``--keeper-fd N`` is its end of the keeper's channel (engine/keeper.py)."""
+``--keeper-fd N`` is its end of the keeper's channel (engine/process/keeper.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import argparse
 import dataclasses
 import sys
 
-from .engine_cli import add_engine_args, engine_options
-from .engine_core import log, run
-from .errors import EngineRunning, SpecError
+from ..core.errors import EngineRunning, SpecError
+from .cli import add_engine_args, engine_options
+from .core import log, run
 
 
 def main(argv=None) -> int:

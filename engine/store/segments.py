@@ -6,11 +6,11 @@ build, never a SIGBUS while filling), fills it through a writable mapping, unmap
 it with ``F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``. From then on nobody (the
 engine, another process of the same user, root) can write, truncate or grow it; and nothing of it
 is in ``shm_dir``, so there is no file to unlink, replace or truncate. Readers get its descriptor
-from the engine over the engine's socket (``SCM_RIGHTS``, engine/engine_socket.py), check the seals
+from the engine over the engine's socket (``SCM_RIGHTS``, engine/process/socket.py), check the seals
 and size (``check_sealed``: a descriptor that is not sealed as ours is refused), map it
 ``PROT_READ`` and close the descriptor at once (``Segment``): a process holding thousands of
 tables holds no descriptor for them. The memory goes back when the engine (and ``posenc serve``'s
-keeper, engine/keeper.py) has closed its descriptor and the last reader has unmapped it.
+keeper, engine/process/keeper.py) has closed its descriptor and the last reader has unmapped it.
 
 ``shm_dir`` keeps small plain files only, none of them mapped by anyone (docs/shm-format.md): the
 manifest's head ``{namespace}.manifest.json`` (everything but the tables; rewritten by temporary
