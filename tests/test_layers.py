@@ -6,6 +6,10 @@ The import graph is read from the source, not from a running interpreter: every 
 because a function-local import only postpones a cycle, it does not remove it. Files map to the
 installed names (engine/ -> posenc.engine, service/ -> posenc.service, loadtest/ ->
 posenc.loadtest, src/posenc/ -> posenc); imports of modules outside the project are ignored.
+
+The engine is layered (docs/design.md, "The engine's layers"): each folder of engine/ is one
+layer and imports only the layers below it (LAYER_IMPORTS), so the math core never learns of the
+process that stores its tables, and a reader never of the engine it reads from.
 """
 
 from __future__ import annotations
@@ -197,6 +201,103 @@ def test_the_engine_never_imports_the_service():
         if name == "posenc.service" or name.startswith("posenc.service.")
     )
     assert not found, "\n".join(found)
+
+
+# The engine's layers: folder (under posenc.engine) -> its layer. The families (tables/) and the
+# kernels (kernels/) are the math core with core/; posenc.engine itself, client.py and compute.py
+# are the public face (re-exports), above every layer.
+LAYER_OF_FOLDER = {
+    "core": "core",
+    "tables": "core",
+    "kernels": "core",
+    "models": "models",
+    "answer": "answer",
+    "store": "store",
+    "reader": "reader",
+    "process": "process",
+}
+FACE = {"posenc.engine", "posenc.engine.client", "posenc.engine.compute"}
+# layer -> the other layers it may import
+LAYER_IMPORTS = {
+    "core": set(),
+    "models": {"core"},
+    "answer": {"core", "models"},
+    "store": set(),
+    "reader": {"core", "models", "answer", "store"},
+    "process": {"core", "models", "answer", "store"},
+    "face": {"core", "models", "answer", "store", "reader", "process"},
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The engine layer ``module`` belongs to; None for a module outside the engine, and for one
+    of the engine that no layer holds (test_every_engine_module_is_in_a_layer)."""
+    if module in FACE:
+        return "face"
+    if not module.startswith("posenc.engine."):
+        return None
+    return LAYER_OF_FOLDER.get(module.split(".")[2])
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of an engine module that its layer may not make."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        mine = layer_of(module)
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if theirs is not None and theirs != mine and theirs not in LAYER_IMPORTS[mine]:
+                found.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return found
+
+
+def test_every_engine_module_is_in_a_layer():
+    loose = sorted(m for m in MODULES if m.startswith("posenc.engine") and layer_of(m) is None)
+    assert not loose, "engine modules outside every layer (LAYER_OF_FOLDER):\n" + "\n".join(loose)
+
+
+def test_the_layers_import_only_the_layers_below():
+    found = layer_violations(GRAPH)
+    assert not found, "imports against the engine's layers (LAYER_IMPORTS):\n" + "\n".join(found)
+
+
+def test_the_layers_themselves_have_no_cycle():
+    """The allowed imports between layers form no cycle, so no layer can come to need one above."""
+    graph = {layer: set(below) for layer, below in LAYER_IMPORTS.items()}
+    assert not cycles(graph), cycles(graph)
+
+
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("posenc.engine.core.encode", "posenc.engine.process.core"),  # the core, the process
+        ("posenc.engine.tables.rope", "posenc.engine.store.segments"),  # the core, the store
+        ("posenc.engine.kernels", "posenc.engine.reader.client"),  # the core, a reader
+        ("posenc.engine.core.fields", "posenc.engine.models.config"),  # the core, the models
+        ("posenc.engine.models.config", "posenc.engine.answer.pipeline"),  # models: only the core
+        ("posenc.engine.models.registry", "posenc.engine.store.segments"),
+        ("posenc.engine.reader.client", "posenc.engine.process.socket"),  # readers: never the process
+        ("posenc.engine.process.core", "posenc.engine.reader.client"),  # the process: not a reader
+        ("posenc.engine.store.segments", "posenc.engine.core.errors"),  # the store: nothing else
+    ],
+)
+def test_a_forbidden_import_is_found(module, target):
+    """The check above fails on each kind of import the layers forbid."""
+    assert layer_violations({module: {target}}) == [
+        f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+    ]
+
+
+def test_an_allowed_import_is_not_found():
+    allowed = {
+        "posenc.engine.reader.client": {"posenc.engine.store.segments", "posenc.engine.answer.pipeline"},
+        "posenc.engine.process.core": {"posenc.engine.models.registry", "posenc.engine.tables"},
+        "posenc.engine.client": {"posenc.engine.reader.client"},
+        "posenc.service.front.app": {"posenc.engine.process.main"},  # outside the engine: not its check
+    }
+    assert layer_violations(allowed) == []
 
 
 def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, ...] = ()) -> list[str]:
