@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -323,3 +324,97 @@ def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, .
 def test_no_module_is_over_its_size(pattern, folders, limit, skip):
     over = _over(pattern, folders, limit, skip)
     assert not over, f"over {limit} lines; split by concern:\n" + "\n".join(over)
+
+
+# -- docs/design.md: its map lists every module, and every path it names exists -----------------
+
+DESIGN = ROOT / "docs" / "design.md"
+# the folder a map line's package heading stands for: "posenc.engine (engine/)" -> engine
+_MAP_TOP = re.compile(r"\((engine|service|loadtest|src/posenc)/?\)")
+# a module as the map names it: ``name.py``, or ``folder/name.py`` inside the folder the line is in
+# (a path from the root, ``engine/kernels/numpy_impl.py``, is a mention, not an entry)
+_MAP_NAME = re.compile(r"(?<![\w/.])((?!(?:engine|service|loadtest|src|tests|docs)/)(?:\w+/)*\w+\.py)\b")
+_TREE = "│├└─ "
+# a path the page names: a top folder of the checkout, then a file or folder in it
+_PAGE_PATH = re.compile(
+    r"(?<![\w/.-])((?:engine|service|loadtest|src|tests|docs|deploy|\.ci)/[\w./*-]*[\w*/])"
+)
+
+
+def map_modules(text: str) -> set[str]:
+    """The modules the map (the first fenced block of the page) lists, as paths from the checkout's
+    root: a line naming a package, ``posenc.engine (engine/)``, starts that folder; a first word
+    ending in ``/`` starts a subfolder of it, which ends at the next line indented no deeper; every
+    ``name.py`` (or ``folder/name.py``) on a line is a module of the folder the line is in."""
+    block = text.split("```", 2)[1]
+    found, top, sub, sub_indent = set(), None, None, -1
+    for line in block.splitlines():
+        rest = line.lstrip(_TREE)
+        if not rest.strip():
+            continue
+        indent = len(line) - len(rest)
+        heading = _MAP_TOP.search(line)
+        if heading:
+            top, sub, sub_indent = heading.group(1), None, -1
+            rest = line[heading.end() :]
+        else:
+            first = rest.split()[0]
+            if first.endswith("/") and "/" not in first[:-1]:
+                sub, sub_indent = first[:-1], indent
+            elif indent <= sub_indent:
+                sub, sub_indent = None, -1
+        if top is None:
+            continue
+        for name in _MAP_NAME.findall(rest):
+            found.add("/".join(p for p in (top, sub, name) if p))
+    return found
+
+
+def package_modules() -> set[str]:
+    """Every module file of the package as a path from the root, but packages' __init__.py (the
+    map names the folder) and generated files."""
+    generated = {path for glob in GENERATED for path in ROOT.glob(glob)}
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in MODULES.values()
+        if path.name != "__init__.py" and path not in generated
+    }
+
+
+def test_the_map_parser_reads_folders_and_subfolders():
+    text = (
+        "```\nposenc (src/posenc)\n   │     cli.py  the command\n"
+        "   ├── posenc.engine (engine/)   no HTTP\n"
+        "   │     core/     errors.py, fields.py (the readers of\n"
+        "   │               engine/kernels/numpy_impl.py), dtypes.py\n"
+        "   │     reader/   client.py; proto/generate.py\n"
+        "   │     client.py  the re-export\n```\n"
+    )
+    assert map_modules(text) == {
+        "src/posenc/cli.py",
+        "engine/core/errors.py",
+        "engine/core/fields.py",
+        "engine/core/dtypes.py",
+        "engine/reader/client.py",
+        "engine/reader/proto/generate.py",
+        "engine/client.py",
+    }
+
+
+def test_the_design_map_lists_every_module():
+    listed, actual = map_modules(DESIGN.read_text()), package_modules()
+    missing, stale = sorted(actual - listed), sorted(listed - actual)
+    assert not missing and not stale, (
+        "docs/design.md's map and the tree differ:\n"
+        + "".join(f"  not in the map: {m}\n" for m in missing)
+        + "".join(f"  in the map, not in the tree: {m}\n" for m in stale)
+    )
+
+
+def test_every_path_the_design_page_names_exists():
+    missing = []
+    for n, line in enumerate(DESIGN.read_text().splitlines(), 1):
+        for name in _PAGE_PATH.findall(line):
+            if not (any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists()):
+                missing.append(f"docs/design.md:{n}: {name}")
+    assert not missing, "docs/design.md names paths that do not exist:\n" + "\n".join(missing)
