@@ -75,6 +75,17 @@ def v2server(tmp_path_factory):
         yield s
 
 
+@pytest.fixture(scope="module")
+def clients(v2server):
+    """{"rest", "grpc", "http"} clients of ``v2server`` (kserve_cases.clients_of), one set per
+    test module. test_kserve_shm.py and test_kserve_shortcut.py define their own: per test, with
+    the shared-memory registry emptied after it; of ``server``."""
+    from tests.integration.kserve_cases import clients_of
+
+    with clients_of(v2server) as c:
+        yield c
+
+
 @pytest.fixture
 def small_shm(tmp_path, procs):
     """A 64 MiB tmpfs of its own for the test (root only), unmounted after whatever ran on it stopped."""

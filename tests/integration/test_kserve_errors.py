@@ -14,7 +14,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.kserve_cases import clients_of
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.slow
@@ -24,12 +23,6 @@ CODES = {
     404: "StatusCode.NOT_FOUND",
     413: "StatusCode.RESOURCE_EXHAUSTED",
 }
-
-
-@pytest.fixture(scope="module")
-def clients(v2server):
-    with clients_of(v2server) as c:
-        yield c
 
 
 def _input(module, name, values, datatype="INT64", shape=None):

@@ -12,17 +12,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.independent import assert_answer
-from tests.integration.kserve_cases import TABLES, assert_same, bits, clients_of, infer, split, v1_answer
+from tests.integration.kserve_cases import TABLES, assert_same, bits, infer, split, v1_answer
 from tests.service_cases import REQUEST_IDS, REQUESTS
 
 pytestmark = pytest.mark.slow
 TRANSPORTS = {"rest": httpclient, "grpc": grpcclient}
-
-
-@pytest.fixture(scope="module")
-def clients(v2server):
-    with clients_of(v2server) as c:
-        yield c
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -22,7 +22,7 @@ from posenc.engine.answer.pipeline import compute
 from posenc.engine.reader.client import Client
 from posenc.service.metrics.counters import FLUSH_S
 from tests.independent import assert_answer
-from tests.integration.kserve_cases import bits, clients_of, v1_answer
+from tests.integration.kserve_cases import bits, v1_answer
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,6 @@ def ids(rng, k=3, n=7, hi=5000):
     out = rng.integers(0, hi, (k, n))
     out[:, :2] = out[0, :2]  # two text tokens: every axis at one position
     return out
-
-
-@pytest.fixture(scope="module")
-def clients(v2server):
-    with clients_of(v2server) as c:
-        yield c
 
 
 def _same(got: dict, want: dict):
