@@ -129,11 +129,6 @@ class Family:
         """The selection fields every request holds (a v2 request's required inputs)."""
         return tuple(k for k in self.schema.get("required", ()) if k in self.selection_fields)
 
-    @property
-    def spec_fields(self) -> tuple[str, ...]:
-        """The fields of a table spec: the request's, less selections and dtype."""
-        return tuple(f for f in self.fields if f not in self.selection_fields and f != "dtype")
-
     # -- requests ----------------------------------------------------------------------------
     def parse_spec(self, req: Mapping):
         """The frozen spec of a request's spec fields (SpecError naming the field)."""
