@@ -16,7 +16,8 @@ import sys
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("probe", "floor"):
-        from . import floor, probe
+        from .drivers import probe
+        from .floors import asgi_app as floor
 
         return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
     p = argparse.ArgumentParser(
@@ -30,7 +31,12 @@ def main(argv=None) -> int:
     sub.add_parser("floor", help="the raw ASGI floor server alone (see --help)")
     r = sub.add_parser("render", help="re-render a report directory from its results.json")
     r.add_argument("out")
-    r.set_defaults(func=lambda a: (__import__("posenc.loadtest.report").loadtest.report.render(a.out), 0)[1])
+    r.set_defaults(
+        func=lambda a: (
+            __import__("posenc.loadtest.reports.summary").loadtest.reports.summary.render(a.out),
+            0,
+        )[1]
+    )
     args = p.parse_args(argv)
     return args.func(args) or 0
 

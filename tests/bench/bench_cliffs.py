@@ -24,7 +24,7 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
   application/json: each cell formatted in C (service/shortcut/hot_alibi_json.c, hot_f32text.c).
 --cases NAME,NAME runs only those cases.
-Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
+Every server stays up the whole run: posenc, and one floor per case (loadtest/floors/asgi_app.py under
 uvicorn with posenc's settings). With --floor each (the default) the floor answers every request
 of the case with the bytes posenc answered it with (content type and headers too), as the
 realistic mix's floor (bench_mix.py, posenc loadtest) does: with positions drawn at random, that is
@@ -63,9 +63,9 @@ import uuid
 import httpx
 import numpy as np
 
-from posenc.loadtest import scenario
-from posenc.loadtest.floor import save_bodies, save_requests
+from posenc.loadtest.floors.asgi_app import save_bodies, save_requests
 from posenc.loadtest.servers import free_port, pinned, start_floor, start_posenc
+from posenc.loadtest.workloads import scenario
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}

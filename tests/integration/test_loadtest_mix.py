@@ -15,7 +15,9 @@ for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
         pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
 
-from posenc.loadtest import floor, locustrun, mix
+from posenc.loadtest.drivers import locustrun
+from posenc.loadtest.floors import asgi_app as floor
+from posenc.loadtest.workloads import mix
 from posenc.service.shortcut.templates import shortcut_in_use
 from tests.integration.loadtest_cases import TABLES
 from tests.procs import PYTHON

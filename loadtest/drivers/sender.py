@@ -1,5 +1,5 @@
 """Which sender the probe runs: the C one (loadtest/_sender.c, built by setup.py) where it is built,
-else the Python loop (loadtest/pyloop.py). Both take the same arguments and return the same arrays:
+else the Python loop (loadtest/drivers/pyloop.py). Both take the same arguments and return the same arrays:
 
     run(host, port, requests, rate, total, hard_stop_s, connections)
         -> (scheduled, queued, resets, latency_ns, lag_ns, rx_ns, status)   (numpy arrays)
@@ -16,7 +16,7 @@ import numpy as np
 from . import pyloop
 
 try:
-    from . import _sender
+    from .. import _sender
 except ImportError:  # not built: no compiler at install time, or not Linux
     _sender = None
 

@@ -1,10 +1,10 @@
 """The report's latency.png: the probe's percentiles per offered rate, posenc's against the
-floor's, from the figures report_figures.py computed (matplotlib, imported only to draw).
+floor's, from the figures figures.py computed (matplotlib, imported only to draw).
 """
 
 from __future__ import annotations
 
-from .report_figures import PCTS, saturated
+from .figures import PCTS, saturated
 
 
 def plot(res: dict, path: str, f: dict) -> None:

@@ -15,7 +15,7 @@ import subprocess
 
 import numpy as np
 
-from .servers import pinned
+from ..servers import pinned
 
 GRPC_HEADERS = ("content-type: application/grpc", "te: trailers")
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -1,7 +1,7 @@
 """Locust user classes for posenc's real traffic mix (FastHttpUser: ~5k requests/s per process).
 
-    locust -f loadtest/locustfile.py --host http://127.0.0.1:8000            # web UI
-    locust -f loadtest/locustfile.py --headless -u 32 -r 32 -t 30s --host ... --csv out/locust
+    locust -f loadtest/workloads/locustfile.py --host http://127.0.0.1:8000            # web UI
+    locust -f loadtest/workloads/locustfile.py --headless -u 32 -r 32 -t 30s --host ... --csv out/locust
 
 Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_WEIGHTS):
 - ``DecodeUser``: inference decode steps — one RoPE row and one ALiBi decode row block (one query
@@ -12,16 +12,16 @@ Users (class weights set how many of each run; ``--posenc-weights`` / $LOADTEST_
 - ``NewSpecUser``: occasionally (once per ``--posenc-new-spec-every`` seconds per user) a rope spec
   never seen before, which the engine builds on demand.
 - ``V2RestUser`` and ``GrpcUser`` (KServe v2): the decode RoPE row as a v2 REST binary request and
-  as a gRPC ModelInfer call (``--posenc-grpc HOST:PORT``; loadtest/grpc_user.py).
-- ``MixUser``: the ``realistic-mix`` scenario (loadtest/mix.py): each request drawn at random over the
+  as a gRPC ModelInfer call (``--posenc-grpc HOST:PORT``; loadtest/workloads/grpc_user.py).
+- ``MixUser``: the ``realistic-mix`` scenario (loadtest/workloads/mix.py): each request drawn at random over the
   table config's models (``--posenc-tables FILE``, default the embedded set), positions over each
   table and past it, binary and JSON, /v1 and v2 REST. ``--posenc-scenario realistic-mix`` runs it
   with ``NewSpecUser`` alone beside it (its weight 0 otherwise).
 
-Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/payloads.py).
+Payload specs and sizes: ``--posenc-payloads FILE`` / $LOADTEST_PAYLOADS (see loadtest/workloads/payloads.py).
 Think time: ``--posenc-wait SECONDS`` (default 0: each user sends back to back, closed loop).
 Locust records whole milliseconds and runs closed-loop; for microsecond, open-loop figures use
-``python -m posenc.loadtest.probe`` (``python -m posenc.loadtest report`` runs both).
+``python -m posenc.loadtest.drivers.probe`` (``python -m posenc.loadtest report`` runs both).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import random
 
 from locust import FastHttpUser, constant_pacing, events, task
 
-from posenc.loadtest import mix, payloads
-from posenc.loadtest.grpc_user import GrpcUser as _GrpcBase
+from posenc.loadtest.workloads import mix, payloads
+from posenc.loadtest.workloads.grpc_user import GrpcUser as _GrpcBase
 
 _state = {"cfg": payloads.load(), "wait": 0.0, "tables": None}
 
@@ -55,7 +55,7 @@ def _options(parser):
         "--posenc-payloads",
         env_var="LOADTEST_PAYLOADS",
         default="",
-        help="JSON file overriding loadtest/payloads.py DEFAULTS",
+        help="JSON file overriding loadtest/workloads/payloads.py DEFAULTS",
     )
     parser.add_argument(
         "--posenc-wait",
@@ -217,7 +217,7 @@ class V2RestUser(_PosencUser):
 
 
 class MixUser(_PosencUser):
-    """The realistic mix: every request a random table, way and positions (loadtest/mix.py). Its weight
+    """The realistic mix: every request a random table, way and positions (loadtest/workloads/mix.py). Its weight
     is 0 unless --posenc-weights or --posenc-scenario gives it one (locust drops a class that
     starts at 0 before the options are read)."""
 

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from posenc.service.metrics.counters import FLUSH_S
 from posenc.service.metrics.layout import PATHS
 
-from .servers import http_json
+from ..servers import http_json
 
 ANSWER_PATH = "posenc_answer_path_total"
 SETTLE_READS = 20  # at most this many reads, 2 x FLUSH_S apart, for the counts to settle

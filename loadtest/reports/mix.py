@@ -1,6 +1,6 @@
-"""The report's sections for the scenario: which way posenc answered (loadtest/paths.py), and, for the
+"""The report's sections for the scenario: which way posenc answered (loadtest/reports/paths.py), and, for the
 realistic mix, its throughput against the raw-ASGI floor answering the same bytes and the new specs
-sent alongside (loadtest/mix.py)."""
+sent alongside (loadtest/workloads/mix.py)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def markdown(res: dict) -> str:
     if sc.get("name") == "realistic-mix":
         L.append("## Realistic mix\n")
         L.append(
-            f"{sc.get('pool'):,} requests drawn at random (loadtest/mix.py) over the table config's models, "
+            f"{sc.get('pool'):,} requests drawn at random (loadtest/workloads/mix.py) over the table config's models, "
             "positions uniform over twice each table's length (inside it and past it), binary and JSON, "
             "/v1 and v2 REST, cycled by the probe and wrk; the floors answer each with posenc's own bytes. "
             f"Kinds: {', '.join(sc.get('kinds', []))}.\n"

@@ -1,10 +1,10 @@
 """The bare floor: an asyncio Protocol with httptools' parser on uvloop, and nothing else — no
 ASGI, no uvicorn. It answers every request with the bytes posenc answered it (or its path) with
-(captured into the same JSON files as loadtest/floor.py's), after reading the whole body. It is the
+(captured into the same JSON files as loadtest/floors/asgi_app.py's), after reading the whole body. It is the
 most a Python server can do per core here, the ceiling the hot lane (service/protocol/lane.py) is measured
 against; the raw-ASGI floor (floor.py) is uvicorn's ceiling.
 
-    python -m posenc.loadtest.bare --port 8101 --bodies bodies.json
+    python -m posenc.loadtest.floors.http_protocol --port 8101 --bodies bodies.json
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import httptools
 import uvloop
 
-from .floor import _DEFAULT, load_bodies, load_requests, server_args
+from .asgi_app import _DEFAULT, load_bodies, load_requests, server_args
 
 
 class BareProtocol(asyncio.Protocol):
@@ -80,7 +80,7 @@ async def serve(host: str, port: int, bodies: dict, requests: dict | None = None
 
 
 def main(argv=None) -> int:
-    args = server_args("posenc.loadtest.bare", __doc__, 8101, argv)
+    args = server_args("posenc.loadtest.floors.http_protocol", __doc__, 8101, argv)
     try:
         uvloop.run(serve(args.host, args.port, load_bodies(args.bodies), load_requests(args.requests)))
     except KeyboardInterrupt:

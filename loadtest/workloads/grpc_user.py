@@ -15,7 +15,7 @@ import grpc
 from grpc.experimental import gevent as grpc_gevent
 from locust import User
 
-from .h2load import INFER
+from ..drivers.h2load import INFER
 
 grpc_gevent.init_gevent()  # grpcio's blocking calls yield to gevent instead of stalling every user
 

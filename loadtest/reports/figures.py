@@ -28,7 +28,7 @@ def _step_at(steps: list[dict], rate: float) -> dict | None:
 
 
 def saturated(s: dict) -> bool:
-    """The step fell behind (loadtest/probe.py judge()); results from before that field: the old rule."""
+    """The step fell behind (loadtest/drivers/probe.py judge()); results from before that field: the old rule."""
     return s.get("fell_behind", s["timeouts"] > 0 or s["achieved_rps"] < 0.97 * s["rate"])
 
 

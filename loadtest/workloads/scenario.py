@@ -1,13 +1,13 @@
 """A report's scenario: the requests the probe and wrk send, and the floors' answers to them.
 
-- ``decode`` (the default): the request kinds of ``--kinds`` (loadtest/payloads.py; the decode RoPE
+- ``decode`` (the default): the request kinds of ``--kinds`` (loadtest/workloads/payloads.py; the decode RoPE
   row unless told otherwise), a pool of 512 with varying positions;
-- ``realistic-mix`` (loadtest/mix.py): 2,048 requests drawn over the table config's models, their
+- ``realistic-mix`` (loadtest/workloads/mix.py): 2,048 requests drawn over the table config's models, their
   context and past it, binary and JSON, /v1 and v2 REST; and, while posenc is measured, a few new
   specs per second (``--new-specs-per-s``).
 
-Each pool request is sent to posenc once before anything is measured; the floors (loadtest/floor.py,
-loadtest/bare.py) answer each request with exactly the bytes posenc answered it with.
+Each pool request is sent to posenc once before anything is measured; the floors (loadtest/floors/asgi_app.py,
+loadtest/floors/http_protocol.py) answer each request with exactly the bytes posenc answered it with.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import mix, payloads, probe, servers
-from .floor import save_requests
+from .. import servers
+from ..drivers import probe
+from ..floors.asgi_app import save_requests
+from . import mix, payloads
 
 NAMES = ("decode", mix.NAME)
 
@@ -26,7 +28,7 @@ def add_arguments(p) -> None:
         "--scenario",
         choices=NAMES,
         default="decode",
-        help="what the probe and wrk send: decode (--kinds) or realistic-mix (loadtest/mix.py)",
+        help="what the probe and wrk send: decode (--kinds) or realistic-mix (loadtest/workloads/mix.py)",
     )
     p.add_argument(
         "--new-specs-per-s",

@@ -9,7 +9,7 @@ import json
 import shutil
 import subprocess
 
-from .servers import pinned
+from ..servers import pinned
 
 _LUA = r"""
 local reqs = {%(reqs)s}

@@ -10,7 +10,7 @@ as ``posenc serve`` (uvloop, httptools, one worker, no access log, no server hea
 the probe's figures on it are everything that is not posenc: the probe, the kernel's loopback and
 uvicorn's HTTP handling. posenc minus floor is what posenc costs.
 
-    python -m posenc.loadtest.floor --port 8100 --bodies bodies.json
+    python -m posenc.loadtest.floors.asgi_app --port 8100 --bodies bodies.json
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def load_requests(path: str | None) -> dict:
 
 
 def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespace:
-    """--host, --port, --bodies of a floor server (this one, or loadtest/bare.py)."""
+    """--host, --port, --bodies of a floor server (this one, or loadtest/floors/http_protocol.py)."""
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=port)
@@ -117,7 +117,7 @@ def server_args(module: str, doc: str, port: int, argv=None) -> argparse.Namespa
 def main(argv=None) -> int:
     import uvicorn
 
-    args = server_args("posenc.loadtest.floor", __doc__, 8100, argv)
+    args = server_args("posenc.loadtest.floors.asgi_app", __doc__, 8100, argv)
     app = make_app(load_bodies(args.bodies), load_requests(args.requests))
     # The settings service/supervise/serve.py gives uvicorn, so only the app differs.
     uvicorn.run(

@@ -1,6 +1,6 @@
 """The report: summary.md and latency.png from the results a run collected (results.json). The
-figures it states are report_figures.py's, the plot is report_plot.py's, the mix's sections
-report_mix.py's; this module writes the text and the files.
+figures it states are figures.py's, the plot is plot.py's, the mix's sections
+mix.py's; this module writes the text and the files.
 
 python -m posenc.loadtest render posenc-loadtest/<run>      # re-render from results.json
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 
-from . import report_mix
-from .report_figures import behind, figures, saturated
-from .report_plot import plot
+from . import mix as report_mix
+from .figures import behind, figures, saturated
+from .plot import plot
 
 
 def _fmt(v, unit="") -> str:
@@ -179,7 +179,7 @@ def markdown(res: dict, f: dict) -> str:
         L.append(
             f"The decode RoPE row as a v2 ModelInfer ({g['request_bytes']} B request, {g['response_bytes']} B "
             "response), on posenc's gRPC server and on the gRPC floor (a grpcio asyncio server answering the "
-            "same bytes: loadtest/grpc_floor.py).\n"
+            "same bytes: loadtest/floors/grpc_server.py).\n"
         )
         L.append(
             "| target | streams | requests/s | p50 µs | p99 µs | others' CPU |\n|---|---|---|---|---|---|"
@@ -202,7 +202,7 @@ def markdown(res: dict, f: dict) -> str:
             + (
                 "C (loadtest/_sender.c: one thread, epoll, keep-alive connections, no pipelining)."
                 if st0["sender"] == "c"
-                else "the Python loop (loadtest/pyloop.py: the C sender is "
+                else "the Python loop (loadtest/drivers/pyloop.py: the C sender is "
                 "not built here, so high rates fall behind at the probe)."
             )
             + f" {st0.get('connections')} connections; the probe ran on CPU(s) {a.get('client_cpus') or 'any'}."

@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 
-from .servers import pinned
+from ..servers import pinned
 
-LOCUSTFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locustfile.py")
+LOCUSTFILE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workloads", "locustfile.py"
+)
 
 
 def run(

@@ -9,7 +9,7 @@ the wait.
 The sending is done by loadtest/_sender.c (C: one thread, one epoll loop, many pre-opened keep-alive
 connections, no pipelining, the request bytes built here and cycled; it holds well over 60,000
 requests/s from one core), or, where that extension is not built, by the same loop in Python
-(loadtest/pyloop.py, a few thousand/s); loadtest/sender.py picks. Latencies go into per-request
+(loadtest/drivers/pyloop.py, a few thousand/s); loadtest/drivers/sender.py picks. Latencies go into per-request
 arrays during the run and into an HdrHistogram (µs, 3 significant digits) after it.
 
 **A rate it cannot hold is not a latency.** A step *fell behind* when the server did not keep up
@@ -40,7 +40,8 @@ from urllib.parse import urlsplit
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from . import payloads, sender
+from ..workloads import payloads
+from . import sender
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 MAX_US = 60_000_000  # histogram range: 1 µs .. 60 s
@@ -71,7 +72,7 @@ class StepResult:
     status_counts: dict = dataclasses.field(default_factory=dict)
     probe_cpu_us: float = 0.0  # the probe's CPU time per request sent (spinning included)
     hdr: str = ""  # the full histogram, HdrHistogram base64 encoding
-    sender: str = ""  # "c" (loadtest/_sender.c) or "python" (loadtest/pyloop.py)
+    sender: str = ""  # "c" (loadtest/_sender.c) or "python" (loadtest/drivers/pyloop.py)
     late_share: float = 0.0  # share of requests the probe sent over LATE_NS after their time
     fell_behind: bool = False  # the rate was not held: percentiles are not latency (judge())
     behind: str = ""  # who fell behind: "probe" or "server"
@@ -263,7 +264,9 @@ def format_step(r: StepResult) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posenc.loadtest.probe", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m posenc.loadtest.drivers.probe", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--rates", default="1000,2000,5000", help="offered rates, requests/s, comma-separated")
     p.add_argument("--duration", type=float, default=3.0, help="measured seconds per rate (after --warmup)")

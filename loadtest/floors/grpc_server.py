@@ -3,9 +3,9 @@ posenc answered a request with (and ``ModelStreamInfer`` with them once per mess
 client's figures on it are everything that is not posenc: the client, the loopback and grpcio's
 own per-call cost in Python. posenc's gRPC server minus this floor is what posenc costs.
 
-    python -m posenc.loadtest.grpc_floor --port 9001 --response response.bin
+    python -m posenc.loadtest.floors.grpc_server --port 9001 --response response.bin
 
-It parses nothing (requests and responses pass as bytes), like loadtest/floor.py for HTTP.
+It parses nothing (requests and responses pass as bytes), like loadtest/floors/asgi_app.py for HTTP.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ async def serve(port: int, response: bytes) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m posenc.loadtest.grpc_floor", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.loadtest.floors.grpc_server", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--port", type=int, default=9001)
     p.add_argument("--response", required=True, help="file holding a serialized ModelInferResponse")

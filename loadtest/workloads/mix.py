@@ -15,7 +15,7 @@ model's context and as far again past it, where rows are computed), in one of fo
 
 ``build`` returns a pool of such requests (the probe and wrk cycle through it: a few thousand
 different requests, never one fixed request) and ``NewSpecs`` sends a few specs per second that no
-table holds, alongside (loadtest/payloads.py ``Mix.new_spec``: each is built on demand).
+table holds, alongside (loadtest/workloads/payloads.py ``Mix.new_spec``: each is built on demand).
 """
 
 from __future__ import annotations
