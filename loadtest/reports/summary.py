@@ -1,6 +1,6 @@
 """The report: summary.md and latency.png from the results a run collected (results.json). The
-figures it states are figures.py's, the plot is plot.py's, the mix's sections
-mix.py's; this module writes the text and the files.
+figures it states are figures.py's, the plot is plot.py's, the mix's sections mix.py's; this
+module writes the text and the files.
 
 python -m posenc.loadtest render posenc-loadtest/<run>      # re-render from results.json
 """
