@@ -112,7 +112,7 @@ setup(
             optional=_OPTIONAL,
         ),
         # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
-        # runs its Python loop, which holds far lower rates (loadtest/sender.py says which ran)
+        # runs its Python loop, which holds far lower rates (loadtest/drivers/sender.py says which ran)
         Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),
     ],
     cmdclass={"build_ext": BuildExt},

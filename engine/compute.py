@@ -1,5 +1,5 @@
 """One request (spec + selections + dtype, the JSON of docs/reference.md) -> named arrays, computed
-exactly without shared memory: the pipeline's parse -> check -> arrays (engine/pipeline.py).
+exactly without shared memory: the pipeline's parse -> check -> arrays (engine/answer/pipeline.py).
 
     compute(family, request, max_bytes=64 MiB) -> dict[str, np.ndarray | float]
 
@@ -9,6 +9,6 @@ t5-buckets: buckets [nq, nk] int32. bfloat16 arrays are uint16 bit patterns (eng
 Raises SpecError (422) for invalid input and TooLarge (413) before allocating anything.
 """
 
-from .pipeline import DEFAULT_MAX_BYTES, compute
+from .answer.pipeline import DEFAULT_MAX_BYTES, compute
 
 __all__ = ["DEFAULT_MAX_BYTES", "compute"]

@@ -21,7 +21,9 @@ def main(argv=None) -> int:
     if missing:
         print(missing_extra("python -m posenc.loadtest", missing), file=sys.stderr)
         return 1
-    from . import floor, probe, runner
+    from . import runner
+    from .drivers import probe
+    from .floors import asgi_app as floor
 
     if argv and argv[0] in ("probe", "floor"):
         return {"probe": probe.main, "floor": floor.main}[argv[0]](argv[1:])
@@ -35,7 +37,12 @@ def main(argv=None) -> int:
     sub.add_parser("floor", help="the raw ASGI floor server alone (see --help)")
     r = sub.add_parser("render", help="re-render a report directory from its results.json")
     r.add_argument("out")
-    r.set_defaults(func=lambda a: (__import__("posenc.loadtest.report").loadtest.report.render(a.out), 0)[1])
+    r.set_defaults(
+        func=lambda a: (
+            __import__("posenc.loadtest.reports.summary").loadtest.reports.summary.render(a.out),
+            0,
+        )[1]
+    )
     args = p.parse_args(argv)
     return args.func(args) or 0
 

@@ -11,7 +11,7 @@
  * processes on its core delay its sends less (the report counts their CPU time as noise).
  * Per request it records (int64 nanoseconds): the latency from the scheduled time, the loop's
  * lateness at that time (its own share), and its receive-and-parse time after epoll returned; and
- * the HTTP status (0: unanswered; 1: reset or malformed). Python (loadtest/sender.py) turns them
+ * the HTTP status (0: unanswered; 1: reset or malformed). Python (loadtest/drivers/sender.py) turns them
  * into histograms and rates. Answers are parsed as far as the status line, Content-Length and
  * whether the server closes after them; bodies are only counted.
  *
@@ -476,7 +476,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sender",
-                                    "The open-loop probe's C sender (loadtest/sender.py).", -1, methods,
+                                    "The open-loop probe's C sender (loadtest/drivers/sender.py).", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__sender(void) { return PyModule_Create(&module); }

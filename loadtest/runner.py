@@ -8,7 +8,7 @@
 4. the open-loop probe at fractions of posenc's saturation, floor and posenc interleaved per rate,
    plus one step at the floor's own saturation (the probe's ceiling);
 4b. gRPC (KServe v2 ModelInfer of the decode RoPE row; posenc started here): h2load (C) on one
-   stream and on 4 x 16 streams, against the gRPC floor (loadtest/grpc_floor.py) answering the same
+   stream and on 4 x 16 streams, against the gRPC floor (loadtest/floors/grpc_server.py) answering the same
    bytes;
 5. locust headless on the full traffic mix (CSV + HTML), the v2 REST and gRPC users included;
 6. stop everything, check /dev/shm, write summary.md, latency.png, results.json.
@@ -30,7 +30,11 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
-from . import cpuwatch, h2load, locustrun, paths, payloads, probe, report, scenario, servers, wrk
+from . import cpuwatch, servers
+from .drivers import h2load, locustrun, probe, wrk
+from .reports import paths
+from .reports import summary as report
+from .workloads import payloads, scenario
 
 DEFAULT_FRACTIONS = "0.1,0.25,0.5,0.8,1.0,1.2,1.4"
 
@@ -77,7 +81,7 @@ def add_parser(sub, name: str = "report") -> None:
     p.add_argument("--locust-users", type=int, default=32)
     p.add_argument("--locust-processes", type=int, default=1, help="locust --processes (-1: one per core)")
     p.add_argument("--locust-weights", help="user weights, e.g. decode=10,pipeline=2,json=2,newspec=1")
-    p.add_argument("--payloads", help="JSON overriding loadtest/payloads.py DEFAULTS")
+    p.add_argument("--payloads", help="JSON overriding loadtest/workloads/payloads.py DEFAULTS")
     p.add_argument(
         "--idle-budget",
         type=float,
@@ -389,7 +393,7 @@ def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) ->
         [
             sys.executable,
             "-m",
-            "posenc.loadtest.grpc_floor",
+            "posenc.loadtest.floors.grpc_server",
             "--port",
             str(floor_port),
             "--response",

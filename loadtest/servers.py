@@ -16,6 +16,9 @@ import urllib.request
 
 from posenc.service.supervise.serve import terminate
 
+# a floor's kind (its name in the results) -> the module that serves it
+FLOOR_MODULES = {"floor": "posenc.loadtest.floors.asgi_app", "bare": "posenc.loadtest.floors.http_protocol"}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -154,9 +157,9 @@ def start_floor(
     kind: str = "floor",
     requests: str | None = None,
 ) -> Server:
-    """The raw-ASGI floor (kind "floor", loadtest/floor.py) or the bare asyncio + httptools
-    server (kind "bare", loadtest/bare.py), answering each request (or path) with the captured bytes."""
-    cmd = [sys.executable, "-m", f"posenc.loadtest.{kind}", "--port", str(port)]
+    """The raw-ASGI floor (kind "floor", loadtest/floors/asgi_app.py) or the bare asyncio + httptools
+    server (kind "bare", loadtest/floors/http_protocol.py), answering each request (or path) with the captured bytes."""
+    cmd = [sys.executable, "-m", FLOOR_MODULES[kind], "--port", str(port)]
     if bodies:
         cmd += ["--bodies", os.path.abspath(bodies)]
     if requests:

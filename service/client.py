@@ -13,8 +13,8 @@ whose ``loc`` names the field). Needs ``httpx`` (the ``client`` extra).
 
 from __future__ import annotations
 
-from posenc.engine.dtypes import bf16_bits_to_f32
-from posenc.engine.formats import read_safetensors
+from posenc.engine.core.dtypes import bf16_bits_to_f32
+from posenc.engine.core.formats import read_safetensors
 from posenc.engine.tables import FAMILIES
 
 ACCEPT = "application/x-safetensors"

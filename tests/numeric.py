@@ -47,7 +47,7 @@ def ulp(x, dtype: str) -> np.ndarray:
 
 def nearest_bf16_bits(x) -> np.ndarray:
     """float64 -> bfloat16 bits, round to nearest, ties to the even bit pattern, by looking at
-    the two neighbours (independent of posenc.engine.dtypes)."""
+    the two neighbours (independent of posenc.engine.core.dtypes)."""
     x = np.asarray(x, dtype=np.float64)
     a = np.abs(x)
     hi = np.clip(np.searchsorted(_BF16_VALS, a, side="left"), 0, len(_BF16_VALS) - 1)
@@ -75,7 +75,7 @@ def round_once(x64, dtype: str) -> np.ndarray:
     +-inf past the largest finite value, NaN and infinities kept. Each x is scaled by a power of two
     (exact) so that ``dtype``'s spacing in x's binade (subnormals included) is 1, rounded to an
     integer by np.rint (ties to even) and scaled back: no cast of numpy's and nothing of
-    posenc.engine.dtypes, an oracle of the kernels' round_into."""
+    posenc.engine.core.dtypes, an oracle of the kernels' round_into."""
     p, emin = _FORMAT[dtype]
     x = np.asarray(x64, dtype=np.float64)
     finite = np.isfinite(x)

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from signal import SIGKILL, SIGTERM
 
-from posenc.engine.proclife import PR_SET_PDEATHSIG
+from posenc.engine.process.proclife import PR_SET_PDEATHSIG
 from tests.shm import SHM_DIR, read_manifest, unique_namespace  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"
 PYTHON = sys.executable
-ENGINE_MODULE = "posenc.engine.engine_main"
+ENGINE_MODULE = "posenc.engine.process.main"
 CLI_MODULE = "posenc"
 KEPT_ENV = ("POSENC_BACKEND",)  # the one POSENC_* variable children inherit: the suite's backend
 
@@ -301,7 +301,7 @@ class EngineProc(Proc):
             raise AssertionError(f"{e}\n{self.logs()}") from None
 
     def client(self, **kw):
-        from posenc.engine.client import Client
+        from posenc.engine.reader.client import Client
 
         return Client(shm_dir=self.shm_dir, namespace=self.namespace, **kw)
 
@@ -365,7 +365,7 @@ class Server(Proc):
         return [p for p in children_of(self.pid) if "spawn_main" in cmdline(p)]  # uvicorn's workers
 
     def engine_pid(self) -> int | None:
-        """The running engine: serve's engine child, not its standby (engine/engine_main.py
+        """The running engine: serve's engine child, not its standby (engine/process/main.py
         ``--standby-fd``, imported and waiting); once a standby was sent ``go``, it is the engine
         from the moment it holds the namespace's lock file (None until then)."""
         engines = [p for p in children_of(self.pid) if ENGINE_MODULE in cmdline(p)]
@@ -386,7 +386,7 @@ class Server(Proc):
 def count_tables(config: dict | str | None) -> int:
     """How many tables a config asks for (None: the embedded default), through the engine's own
     config parser: used only to know when an engine is ready."""
-    from posenc.engine.config import load_config, parse_config
+    from posenc.engine.process.configured import load_config, parse_config
 
     return len(parse_config(config) if isinstance(config, dict) else load_config(config))
 
@@ -423,7 +423,7 @@ class Procs:
         timeout: float = 30.0,
         env: dict | None = None,
     ) -> EngineProc:
-        """Start ``python -m posenc.engine.engine_main`` (or ``python -m posenc engine``) with a
+        """Start ``python -m posenc.engine.process.main`` (or ``python -m posenc engine``) with a
         table config (a dict is written to a file; None means the embedded default)."""
         name = self._name("engine")
         argv = [PYTHON, "-m", *([CLI_MODULE, "engine"] if via_cli else [ENGINE_MODULE])]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from posenc.engine import formats
-from posenc.engine.compute import compute
-from posenc.engine.dtypes import bf16_bits_to_f32
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core import formats
+from posenc.engine.core.dtypes import bf16_bits_to_f32
 
 LLAMA3_8K = {
     "head_dim": 128,

@@ -1,7 +1,7 @@
 """The engine's files in /dev/shm, found only through their documented names
 (``{ns}.manifest.json``, ``{ns}.manifest.log``, ``{ns}.sock``, ``{ns}.lock``): the manifest is read
 as plain JSON (the head, then the table log's lines replayed, as docs/shm-format.md says) and
-files are listed by prefix, independently of ``posenc.engine.store``; and the sealed segments a
+files are listed by prefix, independently of ``posenc.engine.store.segments``; and the sealed segments a
 process holds or maps (memfds named ``{ns}.seg.{generation}.{digest}[-rev]``), read from /proc."""
 
 from __future__ import annotations

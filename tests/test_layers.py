@@ -6,12 +6,17 @@ The import graph is read from the source, not from a running interpreter: every 
 because a function-local import only postpones a cycle, it does not remove it. Files map to the
 installed names (engine/ -> posenc.engine, service/ -> posenc.service, loadtest/ ->
 posenc.loadtest, src/posenc/ -> posenc); imports of modules outside the project are ignored.
+
+The engine is layered (docs/design.md, "The engine's layers"): each folder of engine/ is one
+layer and imports only the layers below it (LAYER_IMPORTS), so the math core never learns of the
+process that stores its tables, and a reader never of the engine it reads from.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -162,9 +167,9 @@ def test_the_graph_sees_every_kind_of_import():
         "posenc.service",
         "posenc.loadtest",
     } <= set(MODULES)
-    assert "posenc.engine.hf_models" in GRAPH["posenc.engine.config"]  # from . import x
+    assert "posenc.engine.models.registry" in GRAPH["posenc.engine.process.configured"]  # from ..pkg import x
     assert "posenc.engine.tables.base" in GRAPH["posenc.engine.tables.rope"]  # from .base import
-    assert "posenc.engine.errors" in GRAPH["posenc.engine.tables.rope"]  # from ..errors
+    assert "posenc.engine.core.errors" in GRAPH["posenc.engine.tables.rope"]  # from ..errors
     assert "posenc.engine.tables" in GRAPH["posenc.cli"]  # absolute
 
 
@@ -199,6 +204,103 @@ def test_the_engine_never_imports_the_service():
     assert not found, "\n".join(found)
 
 
+# The engine's layers: folder (under posenc.engine) -> its layer. The families (tables/) and the
+# kernels (kernels/) are the math core with core/; posenc.engine itself, client.py and compute.py
+# are the public face (re-exports), above every layer.
+LAYER_OF_FOLDER = {
+    "core": "core",
+    "tables": "core",
+    "kernels": "core",
+    "models": "models",
+    "answer": "answer",
+    "store": "store",
+    "reader": "reader",
+    "process": "process",
+}
+FACE = {"posenc.engine", "posenc.engine.client", "posenc.engine.compute"}
+# layer -> the other layers it may import
+LAYER_IMPORTS = {
+    "core": set(),
+    "models": {"core"},
+    "answer": {"core", "models"},
+    "store": set(),
+    "reader": {"core", "models", "answer", "store"},
+    "process": {"core", "models", "answer", "store"},
+    "face": {"core", "models", "answer", "store", "reader", "process"},
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The engine layer ``module`` belongs to; None for a module outside the engine, and for one
+    of the engine that no layer holds (test_every_engine_module_is_in_a_layer)."""
+    if module in FACE:
+        return "face"
+    if not module.startswith("posenc.engine."):
+        return None
+    return LAYER_OF_FOLDER.get(module.split(".")[2])
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of an engine module that its layer may not make."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        mine = layer_of(module)
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if theirs is not None and theirs != mine and theirs not in LAYER_IMPORTS[mine]:
+                found.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return found
+
+
+def test_every_engine_module_is_in_a_layer():
+    loose = sorted(m for m in MODULES if m.startswith("posenc.engine") and layer_of(m) is None)
+    assert not loose, "engine modules outside every layer (LAYER_OF_FOLDER):\n" + "\n".join(loose)
+
+
+def test_the_layers_import_only_the_layers_below():
+    found = layer_violations(GRAPH)
+    assert not found, "imports against the engine's layers (LAYER_IMPORTS):\n" + "\n".join(found)
+
+
+def test_the_layers_themselves_have_no_cycle():
+    """The allowed imports between layers form no cycle, so no layer can come to need one above."""
+    graph = {layer: set(below) for layer, below in LAYER_IMPORTS.items()}
+    assert not cycles(graph), cycles(graph)
+
+
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("posenc.engine.core.encode", "posenc.engine.process.core"),  # the core, the process
+        ("posenc.engine.tables.rope", "posenc.engine.store.segments"),  # the core, the store
+        ("posenc.engine.kernels", "posenc.engine.reader.client"),  # the core, a reader
+        ("posenc.engine.core.fields", "posenc.engine.models.config"),  # the core, the models
+        ("posenc.engine.models.config", "posenc.engine.answer.pipeline"),  # models: only the core
+        ("posenc.engine.models.registry", "posenc.engine.store.segments"),
+        ("posenc.engine.reader.client", "posenc.engine.process.socket"),  # readers: never the process
+        ("posenc.engine.process.core", "posenc.engine.reader.client"),  # the process: not a reader
+        ("posenc.engine.store.segments", "posenc.engine.core.errors"),  # the store: nothing else
+    ],
+)
+def test_a_forbidden_import_is_found(module, target):
+    """The check above fails on each kind of import the layers forbid."""
+    assert layer_violations({module: {target}}) == [
+        f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+    ]
+
+
+def test_an_allowed_import_is_not_found():
+    allowed = {
+        "posenc.engine.reader.client": {"posenc.engine.store.segments", "posenc.engine.answer.pipeline"},
+        "posenc.engine.process.core": {"posenc.engine.models.registry", "posenc.engine.tables"},
+        "posenc.engine.client": {"posenc.engine.reader.client"},
+        "posenc.service.front.app": {"posenc.engine.process.main"},  # outside the engine: not its check
+    }
+    assert layer_violations(allowed) == []
+
+
 def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, ...] = ()) -> list[str]:
     excluded = {path for glob in skip for path in ROOT.glob(glob)}
     over = []
@@ -222,3 +324,97 @@ def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, .
 def test_no_module_is_over_its_size(pattern, folders, limit, skip):
     over = _over(pattern, folders, limit, skip)
     assert not over, f"over {limit} lines; split by concern:\n" + "\n".join(over)
+
+
+# -- docs/design.md: its map lists every module, and every path it names exists -----------------
+
+DESIGN = ROOT / "docs" / "design.md"
+# the folder a map line's package heading stands for: "posenc.engine (engine/)" -> engine
+_MAP_TOP = re.compile(r"\((engine|service|loadtest|src/posenc)/?\)")
+# a module as the map names it: ``name.py``, or ``folder/name.py`` inside the folder the line is in
+# (a path from the root, ``engine/kernels/numpy_impl.py``, is a mention, not an entry)
+_MAP_NAME = re.compile(r"(?<![\w/.])((?!(?:engine|service|loadtest|src|tests|docs)/)(?:\w+/)*\w+\.py)\b")
+_TREE = "│├└─ "
+# a path the page names: a top folder of the checkout, then a file or folder in it
+_PAGE_PATH = re.compile(
+    r"(?<![\w/.-])((?:engine|service|loadtest|src|tests|docs|deploy|\.ci)/[\w./*-]*[\w*/])"
+)
+
+
+def map_modules(text: str) -> set[str]:
+    """The modules the map (the first fenced block of the page) lists, as paths from the checkout's
+    root: a line naming a package, ``posenc.engine (engine/)``, starts that folder; a first word
+    ending in ``/`` starts a subfolder of it, which ends at the next line indented no deeper; every
+    ``name.py`` (or ``folder/name.py``) on a line is a module of the folder the line is in."""
+    block = text.split("```", 2)[1]
+    found, top, sub, sub_indent = set(), None, None, -1
+    for line in block.splitlines():
+        rest = line.lstrip(_TREE)
+        if not rest.strip():
+            continue
+        indent = len(line) - len(rest)
+        heading = _MAP_TOP.search(line)
+        if heading:
+            top, sub, sub_indent = heading.group(1), None, -1
+            rest = line[heading.end() :]
+        else:
+            first = rest.split()[0]
+            if first.endswith("/") and "/" not in first[:-1]:
+                sub, sub_indent = first[:-1], indent
+            elif indent <= sub_indent:
+                sub, sub_indent = None, -1
+        if top is None:
+            continue
+        for name in _MAP_NAME.findall(rest):
+            found.add("/".join(p for p in (top, sub, name) if p))
+    return found
+
+
+def package_modules() -> set[str]:
+    """Every module file of the package as a path from the root, but packages' __init__.py (the
+    map names the folder) and generated files."""
+    generated = {path for glob in GENERATED for path in ROOT.glob(glob)}
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in MODULES.values()
+        if path.name != "__init__.py" and path not in generated
+    }
+
+
+def test_the_map_parser_reads_folders_and_subfolders():
+    text = (
+        "```\nposenc (src/posenc)\n   │     cli.py  the command\n"
+        "   ├── posenc.engine (engine/)   no HTTP\n"
+        "   │     core/     errors.py, fields.py (the readers of\n"
+        "   │               engine/kernels/numpy_impl.py), dtypes.py\n"
+        "   │     reader/   client.py; proto/generate.py\n"
+        "   │     client.py  the re-export\n```\n"
+    )
+    assert map_modules(text) == {
+        "src/posenc/cli.py",
+        "engine/core/errors.py",
+        "engine/core/fields.py",
+        "engine/core/dtypes.py",
+        "engine/reader/client.py",
+        "engine/reader/proto/generate.py",
+        "engine/client.py",
+    }
+
+
+def test_the_design_map_lists_every_module():
+    listed, actual = map_modules(DESIGN.read_text()), package_modules()
+    missing, stale = sorted(actual - listed), sorted(listed - actual)
+    assert not missing and not stale, (
+        "docs/design.md's map and the tree differ:\n"
+        + "".join(f"  not in the map: {m}\n" for m in missing)
+        + "".join(f"  in the map, not in the tree: {m}\n" for m in stale)
+    )
+
+
+def test_every_path_the_design_page_names_exists():
+    missing = []
+    for n, line in enumerate(DESIGN.read_text().splitlines(), 1):
+        for name in _PAGE_PATH.findall(line):
+            if not (any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists()):
+                missing.append(f"docs/design.md:{n}: {name}")
+    assert not missing, "docs/design.md names paths that do not exist:\n" + "\n".join(missing)

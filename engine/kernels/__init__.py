@@ -8,7 +8,7 @@ Two interchangeable backends implement one API (see docs/native.md):
   which may differ by at most 1 ulp of the output dtype.
 
 The backend is chosen once, at import, by the ``backend`` setting (``POSENC_BACKEND``, read by
-engine/settings.py; as python-zstandard and msgspec do): ``auto`` (the default) takes ``simd``
+engine/core/settings.py; as python-zstandard and msgspec do): ``auto`` (the default) takes ``simd``
 when the extension imports and ``numpy`` otherwise; ``numpy`` and ``simd`` force one; any other
 value is refused. ``BACKEND``, ``FEATURES`` and ``info()`` say what was chosen (``/v1/tables``
 and the startup log show ``info()``).
@@ -27,9 +27,9 @@ import importlib
 
 import numpy as np
 
-from .. import settings
-from ..dtypes import DTYPES
-from ..errors import ConfigError, SpecError
+from ..core import settings
+from ..core.dtypes import DTYPES
+from ..core.errors import ConfigError, SpecError
 from . import numpy_impl
 from .numpy_impl import ROPE_LAYOUTS
 

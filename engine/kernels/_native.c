@@ -9,11 +9,11 @@
  *   native_kernels.c   the kernels: arguments checked as numpy_impl.py checks them, then the work
  *   native_api.h       API, a capsule lending the sincos kernel to service/shortcut/_hot (rows
  *                      past a stored table, computed by this very loop)
- *   native_lookup.c    rows_lookup, the resolved lookup of engine/lookup.py (no numpy twin: with
+ *   native_lookup.c    rows_lookup, the resolved lookup of engine/reader/lookup.py (no numpy twin: with
  *                      the numpy backend a handle answers through the pipeline)
  *
  * Rounding: every float64 -> float32/float16/bfloat16 conversion rounds once, to nearest-even,
- * straight from float64 (engine/dtypes.py). float64 -> float16 must NOT go through an ordinary
+ * straight from float64 (engine/core/dtypes.py). float64 -> float16 must NOT go through an ordinary
  * float32 rounding (that rounds twice: 1 + 2^-11 + 2^-30 would come out 1.0), so:
  *   - the portable path rounds in integer arithmetic on the float64 bits (a port of numpy's
  *     npy_doublebits_to_halfbits, NaN payloads included);

@@ -98,7 +98,7 @@ int native_alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
                      const int64_t *k, Py_ssize_t nk, char *out, int dt, int symmetric, int mask, int *over);
 int native_parse_dtype(PyObject *obj);
 
-/* native_lookup.c: the resolved lookup of engine/lookup.py (rows_lookup). */
+/* native_lookup.c: the resolved lookup of engine/reader/lookup.py (rows_lookup). */
 PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char native_rows_lookup_doc[];
 

@@ -1,4 +1,4 @@
-/* engine/kernels/native_lookup.c -- rows_lookup: the resolved lookup of engine/lookup.py in one
+/* engine/kernels/native_lookup.c -- rows_lookup: the resolved lookup of engine/reader/lookup.py in one
  * call. Every position is checked ([0, 2**31)), its row (position + offset) gathered from the
  * mapped tables through a column map, or, past the table, computed with the sincos kernel of
  * native_kernels.c (the pipeline's bits) and arranged through the same map.
@@ -21,7 +21,7 @@
 #include "native.h"
 
 const char native_rows_lookup_doc[] =
-    "rows_lookup(plan, positions, outs) -> int\n--\n\nThe resolved lookup (engine/lookup.py).";
+    "rows_lookup(plan, positions, outs) -> int\n--\n\nThe resolved lookup (engine/reader/lookup.py).";
 
 #define POS_LIMIT ((int64_t)1 << 31)
 

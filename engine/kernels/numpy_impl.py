@@ -16,7 +16,7 @@ import operator
 
 import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 
 BACKEND = "numpy"
 FEATURES: tuple[str, ...] = ()

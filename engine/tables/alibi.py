@@ -15,10 +15,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import dtypes as _dt
 from .. import kernels
-from ..errors import SpecError
-from ..fields import (
+from ..core import dtypes as _dt
+from ..core.errors import SpecError
+from ..core.fields import (
     is_int,
     json_repr,
     refuse_unknown,
@@ -28,7 +28,7 @@ from ..fields import (
     req_int,
     require_object,
 )
-from ..selection import Selection
+from ..core.selection import Selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 MODES = ("causal", "symmetric")

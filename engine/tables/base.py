@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import formats
-from ..dtypes import BFLOAT16, DEFAULT_DTYPE, DTYPES, check_dtype
-from ..errors import SpecError
-from ..selection import POSITION_LIMIT, Selection, parse_selection
+from ..core import formats
+from ..core.dtypes import BFLOAT16, DEFAULT_DTYPE, DTYPES, check_dtype
+from ..core.errors import SpecError
+from ..core.selection import POSITION_LIMIT, Selection, parse_selection
 
 DEFAULT_LENGTH = 131072  # rows (or distances) of a table unless the config says otherwise
 CHUNK = 8192  # rows per build step: a build never holds a whole table in float64

@@ -18,10 +18,10 @@ import dataclasses
 
 import numpy as np
 
-from .. import dtypes as _dt
 from .. import kernels
-from ..errors import SpecError
-from ..selection import POSITION_LIMIT, Selection
+from ..core import dtypes as _dt
+from ..core.errors import SpecError
+from ..core.selection import POSITION_LIMIT, Selection
 from . import rope_axes as axes
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 from .rope_spec import (

@@ -23,9 +23,9 @@ import itertools
 
 import numpy as np
 
-from ..errors import SpecError
-from ..fields import is_int, json_repr
-from ..selection import POSITION_LIMIT, parse_selection
+from ..core.errors import SpecError
+from ..core.fields import is_int, json_repr
+from ..core.selection import POSITION_LIMIT, parse_selection
 
 HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"  # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
 MAX_AXES = 8

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import kernels
-from ..errors import SpecError
-from ..fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
+from ..core.errors import SpecError
+from ..core.fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
 from . import rope_axes as axes
 from .rope_types import ROPE_TYPES, _Ctx
 

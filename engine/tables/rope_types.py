@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..errors import SpecError
-from ..fields import is_number, json_repr, req_bool, req_float, req_int
+from ..core.errors import SpecError
+from ..core.fields import is_number, json_repr, req_bool, req_float, req_int
 
 # ---------------------------------------------------------------------------------------------
 # Frequencies. Each function: (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling).

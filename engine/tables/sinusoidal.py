@@ -22,10 +22,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import dtypes as _dt
 from .. import kernels
-from ..errors import SpecError
-from ..fields import refuse_unknown, req_choice, req_float, req_int, require_object
+from ..core import dtypes as _dt
+from ..core.errors import SpecError
+from ..core.fields import refuse_unknown, req_choice, req_float, req_int, require_object
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 

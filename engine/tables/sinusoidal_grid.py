@@ -27,11 +27,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from .. import dtypes as _dt
 from .. import kernels
-from ..errors import SpecError
-from ..fields import is_int, json_repr, refuse_unknown, req_float, req_int, require_object
-from ..selection import POSITION_LIMIT, Selection, parse_selection
+from ..core import dtypes as _dt
+from ..core.errors import SpecError
+from ..core.fields import is_int, json_repr, refuse_unknown, req_float, req_int, require_object
+from ..core.selection import POSITION_LIMIT, Selection, parse_selection
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
 
 BASE = 10000.0  # MAE / diffusers' fixed base

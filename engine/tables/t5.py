@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import kernels
-from ..errors import SpecError
-from ..fields import refuse_unknown, req_bool, req_int, require_object
+from ..core.errors import SpecError
+from ..core.fields import refuse_unknown, req_bool, req_int, require_object
 from .base import SELECTION_SCHEMA, Family, TableDef, json_array
 
 MAX_LUT_RADIUS = 1 << 22  # larger max_distance: blocks are computed (the table would be 32 MiB+)

@@ -1,7 +1,7 @@
 """App factory: FastAPI routes (documented in /docs) behind the raw-ASGI hot path.
 
 uvicorn runs ``service.app:create_app`` as a factory in each worker; settings come from
-``POSENC_*`` variables (engine/settings.py; ``posenc serve`` sets them from its flags).
+``POSENC_*`` variables (engine/core/settings.py; ``posenc serve`` sets them from its flags).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from posenc.engine import hf_models
-from posenc.engine.proclife import exit_with_parent
-from posenc.engine.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
+from posenc.engine.core.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
+from posenc.engine.models import registry
+from posenc.engine.process.proclife import exit_with_parent
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import auth as guard
 from posenc.service.front import openapi
@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None):
         "and the rotary ones it does not read, with the reason",
     )
     async def models():
-        return Response(hf_models.catalogue(), media_type="application/json")
+        return Response(registry.catalogue(), media_type="application/json")
 
     @app.get(HEALTH_PATH, summary="Alive")
     async def healthz():

@@ -24,7 +24,7 @@ from time import perf_counter
 
 import anyio
 
-from posenc.engine.errors import BodyTooLarge, error_response
+from posenc.engine.core.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import auth as guard
 from posenc.service.front.negotiate import JSON

@@ -28,8 +28,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from starlette.staticfiles import StaticFiles
 
-from posenc.engine.encode import CONTENT_TYPES
-from posenc.engine.errors import (
+from posenc.engine.answer.pipeline import body_schema
+from posenc.engine.core.encode import CONTENT_TYPES
+from posenc.engine.core.errors import (
     EngineUnavailable,
     NotAcceptable,
     PosencError,
@@ -37,8 +38,7 @@ from posenc.engine.errors import (
     TooLarge,
     Unauthorized,
 )
-from posenc.engine.pipeline import body_schema
-from posenc.engine.settings import Settings
+from posenc.engine.core.settings import Settings
 from posenc.engine.tables import FAMILIES
 from posenc.engine.tables.base import SHARED_SCHEMAS
 from posenc.service.front import auth as guard

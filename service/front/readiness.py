@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import anyio
 
-from posenc.engine.errors import EngineUnavailable
+from posenc.engine.core.errors import EngineUnavailable
 
 log = logging.getLogger("posenc.service")
 

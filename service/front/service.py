@@ -12,12 +12,13 @@ import logging
 
 import orjson
 
-from posenc.engine import jsonread, pipeline
-from posenc.engine.client import Client
-from posenc.engine.encode import CONTENT_TYPES, encode, json_ready
-from posenc.engine.errors import SpecError
-from posenc.engine.pipeline import Request
-from posenc.engine.settings import Settings
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import Request
+from posenc.engine.core import jsonread
+from posenc.engine.core.encode import CONTENT_TYPES, encode, json_ready
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.settings import Settings
+from posenc.engine.reader.client import Client
 from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay

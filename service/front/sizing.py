@@ -4,7 +4,7 @@ in bounded pieces.
 The response limit (``max_response_bytes``) holds for the body that goes on the wire, whatever
 its format. A request's arrays are known by shape before they exist (each family's output), so:
 
-- safetensors: exactly, its header built from names, dtypes and shapes (engine/formats.py) plus
+- safetensors: exactly, its header built from names, dtypes and shapes (engine/core/formats.py) plus
   the arrays' bytes;
 - npz: the arrays' bytes plus a bound on what numpy's .npy headers and the zip structure add;
 - JSON: every cell at the longest text a cell of its kind can take, plus the brackets and commas.
@@ -32,9 +32,9 @@ from collections.abc import Mapping
 import numpy as np
 import orjson
 
-from posenc.engine import dtypes as _dt
-from posenc.engine.encode import _JSON_OPTS
-from posenc.engine.errors import TooLarge, TooManyPositions
+from posenc.engine.core import dtypes as _dt
+from posenc.engine.core.encode import _JSON_OPTS
+from posenc.engine.core.errors import TooLarge, TooManyPositions
 
 FLOAT_TEXT = 16  # orjson's longest float32 text: "-0.0000" and nine significant digits
 SCALAR_TEXT = 24  # a Python float's longest text ("-2.2250738585072014e-308")
@@ -142,7 +142,7 @@ def binary_nbytes(req) -> int:
 
 
 def safetensors_size(req) -> int:
-    """The exact bytes of ``req``'s safetensors answer (engine/formats.py's layout)."""
+    """The exact bytes of ``req``'s safetensors answer (engine/core/formats.py's layout)."""
     header, offset = {}, 0
     for name, shape, dt in outputs(req):
         n = _SIZE[dt] * (1 if shape is None else cells(shape))
@@ -185,7 +185,7 @@ def check(req, fmt: str, limit: int | None) -> int:
 
 
 def check_request(req, fmt: str, limit: int | None, max_positions: int | None) -> int:
-    """engine/pipeline.py ``check`` with the limit held for the body in ``fmt``: positions per
+    """engine/answer/pipeline.py ``check`` with the limit held for the body in ``fmt``: positions per
     selection (413), the body's bound (413, naming the selections), then what would overflow
     the dtype (422). Returns the bound."""
     if max_positions is not None:

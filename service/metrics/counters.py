@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from posenc.engine.store import reserve
+from posenc.engine.store.segments import reserve
 from posenc.service.metrics.fold import retire
 from posenc.service.metrics.layout import (
     BUCKETS_F64,

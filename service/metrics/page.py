@@ -5,7 +5,7 @@ process figures, read when scraped.
 - ``posenc_tables`` and ``posenc_shm_bytes`` (by kind: pinned, on_demand): from its manifest;
 - ``posenc_memory_budget_bytes``: the on-demand budget (the manifest's, else this worker's setting);
 - ``posenc_builds_total``, ``posenc_build_seconds`` (histogram), ``posenc_evictions_total``: asked
-  of the engine at each scrape (its ``stats``, engine/engine_stats.py), so every worker reports the
+  of the engine at each scrape (its ``stats``, engine/process/stats.py), so every worker reports the
   one source and no counter goes back between scrapes that land on different workers (workers'
   cached manifests differ by a build or two); absent while the engine is down; they restart from
   zero with the engine process;
@@ -30,7 +30,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from posenc.engine.errors import EngineUnavailable
+from posenc.engine.core.errors import EngineUnavailable
 from posenc.service.front.readiness import PING_TIMEOUT_S
 from posenc.service.metrics.fold import collect
 from posenc.service.metrics.layout import SHAPE, prefix

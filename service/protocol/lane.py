@@ -12,9 +12,10 @@ shortcut, straight to the transport:
 - otherwise a POST to a hot path is admitted at its headers (``admits``) and offered once its body
   is whole (``respond``), as is a pipelined request when uvicorn would start it.
 
-A request is offered once: when the shortcut declines it (a template not learnt yet, JSON asked,
-anything unusual), the protocol marks its ASGI scope (``OFFERED``) and nothing on its way offers
-it again; the full path answers it and learns its template.
+A request is offered once: when the shortcut declines it (a template not learnt yet, a format
+its template does not write, anything unusual; JSON it answers, as the full path writes it), the
+protocol marks its ASGI scope (``OFFERED``) and nothing on its way offers it again; the full path
+answers it and learns its template.
 
 The app (service/front/app.py) makes one ``Lane`` per worker from its raw-ASGI front and hands it
 to the protocol through the ASGI lifespan state (``STATE_KEY``): no module global, no import of
@@ -30,7 +31,7 @@ from __future__ import annotations
 import logging
 from time import perf_counter
 
-from posenc.engine.settings import LANE_OFF_HEADERS
+from posenc.engine.core.settings import LANE_OFF_HEADERS
 from posenc.service.metrics.layout import TO_SHORTCUT
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2.hot import head_lines

@@ -28,13 +28,13 @@
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
  *     rules and limits Python owns, so that none is written twice. position_limit: positions are
- *     < it (engine/selection.py; at most 2**31, for the int32 distances below); max_rows: most
+ *     < it (engine/core/selection.py; at most 2**31, for the int32 distances below); max_rows: most
  *     rows of a RowsTemplate answer; fields: {family: its selection names as JSON text}, e.g.
  *     {"alibi": (b'"query"', b'"key"')}, 1 or 2 each; range_keys: a range selection's start,
  *     stop and step names as JSON text; max_head: most bytes of a request head lane() reads
  *     (settings.max_header_bytes); max_body: most bytes of a body answered
  *     (settings.max_body_bytes); off_headers: lower-case names of the request headers that keep
- *     a request off the lane (engine/settings.py LANE_OFF_HEADERS); kernels: engine.kernels'
+ *     a request off the lane (engine/core/settings.py LANE_OFF_HEADERS); kernels: engine.kernels'
  *     capsule (engine/kernels/native_api.h, engine.kernels.c_api()) whose sincos loop computes
  *     rows past a stored table, or None (the simd backend is not in use: those rows take the full
  *     path); keep_bytes: the most bytes all templates keep together (JSON texts of stored rows,

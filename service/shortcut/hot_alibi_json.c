@@ -6,7 +6,7 @@
  * [key] (or, flat: [c, c, ...], the same cells in the same order: a v2 JSON output's row-major
  * data, hot_v2json.c). The cells are the binary answer's (hot_blocks.c hot_alibi_block: float32
  * computed with alibi_cell.h, float16/bfloat16 by the engine's own block kernel, its rounding and
- * its overflow), and each cell's text is the one the full path writes for its value (engine/encode.py
+ * its overflow), and each cell's text is the one the full path writes for its value (engine/core/encode.py
  * json_text: orjson, float16 and bfloat16 as their float32 values), which hot_f32text.c writes. So
  * any block, at any distance below the position limit, inside the engine's stored table or past it,
  * is answered without Python and without texts kept between requests (measured: formatting a

@@ -1,6 +1,6 @@
 /* service/shortcut/hot_f32text.c -- a float32's JSON text, byte for byte the full path's writer's.
  *
- * The full path writes a cell with orjson (engine/encode.py json_text: float16 and bfloat16 cells
+ * The full path writes a cell with orjson (engine/core/encode.py json_text: float16 and bfloat16 cells
  * as their float32 values). orjson writes a float32 as its shortest round-trip digits, the one
  * nearest the value among them, in this layout, where k is the decimal exponent of d.ddd x 10^k:
  *

@@ -3,7 +3,7 @@
  *
  * The JSON answer of rows is the learnt parts (templates.py cuts them from the full path's own
  * JSON of the learnt request) around each array's rows, [[v, v, ...], [...]]. Each value is
- * written as the text the full path writes for it (engine/encode.py json_text: orjson, the
+ * written as the text the full path writes for it (engine/core/encode.py json_text: orjson, the
  * shortest decimal that reads back as the same float32/float16/bfloat16 value), and that text
  * depends on the value alone. So each stored row's text is rendered once, by that very function,
  * the first time an answer needs it, and kept: an answer copies texts through the template's

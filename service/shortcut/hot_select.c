@@ -1,8 +1,8 @@
 /* service/shortcut/hot_select.c -- the cut-out selections of a template body, parsed strictly.
  *
- * engine/selection.py defines the grammar (a non-empty list of non-negative ints, or {start,
+ * engine/core/selection.py defines the grammar (a non-empty list of non-negative ints, or {start,
  * stop[, step]}); this is a subset of it on the JSON text itself, so that a body is answered
- * without parsing it: whatever is accepted here, engine/selection.py accepts with the same
+ * without parsing it: whatever is accepted here, engine/core/selection.py accepts with the same
  * positions, but some valid spellings ("-0", "start": null, keys written with escapes, a
  * repeated key) are refused and left to the full path. parse_selection() exposes the parser to
  * the tests that hold it to Python's (tests/service/shortcut/test_selection_grammar.py).

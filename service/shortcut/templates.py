@@ -44,12 +44,13 @@ import logging
 import numpy as np
 import orjson
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.dtypes import DTYPES
-from posenc.engine.encode import json_ready, json_text
-from posenc.engine.errors import ConfigError
-from posenc.engine.selection import POSITION_LIMIT, RANGE_KEYS
-from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.dtypes import DTYPES
+from posenc.engine.core.encode import json_ready, json_text
+from posenc.engine.core.errors import ConfigError
+from posenc.engine.core.selection import POSITION_LIMIT, RANGE_KEYS
+from posenc.engine.core.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut

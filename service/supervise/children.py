@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from posenc.engine.settings import Settings
+from posenc.engine.core.settings import Settings
 from posenc.service.v2.grpc_main import EXIT_NO_PORT
 
 

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 
-from posenc.engine import store
+from posenc.engine.store import segments as store
 
 log = logging.getLogger("posenc.serve")
 

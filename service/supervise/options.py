@@ -1,5 +1,5 @@
 """``posenc serve``'s operator options: TLS, the bearer token, CORS, the log format and the access
-log. The flags are here, their values live in the one settings object (engine/settings.py, each
+log. The flags are here, their values live in the one settings object (engine/core/settings.py, each
 also a ``POSENC_*`` variable), and ``uvicorn_options`` turns them into uvicorn.run's arguments.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import ssl
 
-from posenc.engine import logs
-from posenc.engine.errors import ConfigError
-from posenc.engine.settings import CHOICES, ENV_PREFIX, Settings
+from posenc.engine.core.errors import ConfigError
+from posenc.engine.core.settings import CHOICES, ENV_PREFIX, Settings
+from posenc.engine.process import logs
 
 
 def add_arguments(p) -> None:

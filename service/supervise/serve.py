@@ -1,13 +1,13 @@
 """``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables, and the
 gRPC server processes (service/v2/grpc_main.py) sharing them too.
 
-Flags override ``POSENC_*`` variables (engine/settings.py); the workers (separate processes) read
+Flags override ``POSENC_*`` variables (engine/core/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
 drains its workers, then the engine is stopped and removes every segment (the files of an engine
 that died before a successor took them over, this process removes). The engine child and
 every worker also get SIGTERM if this process dies, even by SIGKILL (PR_SET_PDEATHSIG; workers set
 it in the app factory). The engine is restarted if it dies while serving (its successor adopts the
-tables this process keeps a descriptor of: engine/keeper.py) at once, and only in a crash loop
+tables this process keeps a descriptor of: engine/process/keeper.py) at once, and only in a crash loop
 (it died before it was ready, or within a second of its start twice in a row) after a delay that
 doubles while it keeps dying so.
 
@@ -28,15 +28,18 @@ import sys
 import threading
 import time
 
-from posenc.engine import fdpass, store
-from posenc.engine.keeper import Keeper
-from posenc.engine.settings import CHOICES, Settings, current, use
+from posenc.engine.core.settings import CHOICES, Settings, current, use
+from posenc.engine.process.keeper import Keeper
+from posenc.engine.store import fdpass
+from posenc.engine.store import segments as store
 from posenc.service.protocol import uvicorn_api
 from posenc.service.supervise import options as serve_opts
 from posenc.service.supervise.children import Children, terminate
 from posenc.service.supervise.engine_watch import generation_of, watch_restart
 
-log = logging.getLogger("posenc.serve")  # in the log format asked (engine/logs.py), once uvicorn.run starts
+log = logging.getLogger(
+    "posenc.serve"
+)  # in the log format asked (engine/process/logs.py), once uvicorn.run starts
 
 
 def add_parser(sub) -> None:
@@ -201,7 +204,7 @@ def release(s: Settings, fd: int) -> None:
 
 class EngineChild:
     """The engine child, and its standby: once an engine is up, a second engine process is started
-    with ``--standby-fd`` (engine/engine_main.py), imported and waiting; when the engine dies the
+    with ``--standby-fd`` (engine/process/main.py), imported and waiting; when the engine dies the
     standby is sent ``go`` with a fresh keeper channel and becomes the engine (no interpreter start,
     no imports: about half a second of a restart), and a new standby is started once it is up.
     Without a live standby (it died, or the first engine is not up yet) a new process starts."""
@@ -218,7 +221,7 @@ class EngineChild:
         cmd = [
             sys.executable,
             "-m",
-            "posenc.engine.engine_main",
+            "posenc.engine.process.main",
             "--exit-with-parent",
             "--shm-dir",
             self.s.shm_dir,
@@ -329,8 +332,8 @@ class EngineChild:
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from posenc.engine.config import load_config
-    from posenc.engine.errors import PosencError
+    from posenc.engine.core.errors import PosencError
+    from posenc.engine.process.configured import load_config
     from posenc.service.metrics.counters import remove_all
     from posenc.service.shortcut.templates import shortcut_in_use
     from posenc.service.v2.shm import remove_registry

@@ -16,8 +16,8 @@ import contextlib
 
 import grpc
 
-from posenc.engine.errors import PosencError
-from posenc.engine.settings import ENV_PREFIX
+from posenc.engine.core.errors import PosencError
+from posenc.engine.core.settings import ENV_PREFIX
 
 
 class Busy(PosencError):

@@ -15,7 +15,7 @@ import logging
 import grpc
 import orjson
 
-from posenc.engine.errors import PosencError, SpecError
+from posenc.engine.core.errors import PosencError, SpecError
 
 log = logging.getLogger("posenc.service")
 

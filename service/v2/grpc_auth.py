@@ -1,5 +1,5 @@
 """Who may call the gRPC server: TLS and the bearer token, from the settings the HTTP side uses
-(``tls_cert``/``tls_key``, ``auth_token``; engine/settings.py).
+(``tls_cert``/``tls_key``, ``auth_token``; engine/core/settings.py).
 
 - TLS: with a certificate and key, the port is served with ``grpc.ssl_server_credentials`` (the
   same PEM files HTTPS uses); without them, plaintext, as before.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import grpc
 
-from posenc.engine.settings import Settings
+from posenc.engine.core.settings import Settings
 from posenc.service.front.auth import Gate, gate_for
 
 OPEN = ("/grpc.health.v1.Health/",)

@@ -2,7 +2,7 @@
 
     python -m posenc.service.v2.grpc_main [--exit-with-parent]
 
-Settings come from ``POSENC_*`` (engine/settings.py; serve exports its flags there). The process
+Settings come from ``POSENC_*`` (engine/core/settings.py; serve exports its flags there). The process
 attaches the engine's shared tables through its own ``Client`` (no private copies), reports
 ``grpc.health.v1`` NOT_SERVING until every table is mapped and verified, then SERVING, and counts
 its calls into the server's shared metrics. With ``tls_cert``/``tls_key`` it serves TLS, and with
@@ -24,8 +24,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from posenc.engine.client import Client
-from posenc.engine.settings import Settings, current
+from posenc.engine.core.settings import Settings, current
+from posenc.engine.reader.client import Client
 from posenc.service.front.readiness import attach_when_up
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.v2.core import V2
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         format="%(levelname)s:     %(message)s",
     )
     if args.exit_with_parent:
-        from posenc.engine.proclife import exit_with_parent
+        from posenc.engine.process.proclife import exit_with_parent
 
         exit_with_parent()
 

@@ -1,7 +1,7 @@
 """One v2 inference, whichever transport brought it: a decoded request -> pipeline bodies -> the
 answer's arrays as output tensors.
 
-A v2 request becomes pipeline bodies (engine/pipeline.py): the model's spec (the ``spec``
+A v2 request becomes pipeline bodies (engine/answer/pipeline.py): the model's spec (the ``spec``
 parameter of a family model, or a table model's fixed spec and its ``dtype`` parameter) plus the
 inputs as selections. A worker's ``Pipeline`` validates each distinct spec once. Batches:
 - one-selection families (rope, sinusoidal): the B rows of a [B, N] input are one selection of
@@ -19,8 +19,9 @@ import dataclasses
 import numpy as np
 import orjson
 
-from posenc.engine import jsonread, pipeline
-from posenc.engine.errors import SpecError, TooLarge, TooManyPositions
+from posenc.engine.answer import pipeline
+from posenc.engine.core import jsonread
+from posenc.engine.core.errors import SpecError, TooLarge, TooManyPositions
 from posenc.service.front import sizing
 from posenc.service.v2.errors import BadRequest, path_of
 from posenc.service.v2.models import Model, Models, example_spec

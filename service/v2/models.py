@@ -18,8 +18,8 @@ import logging
 
 import numpy as np
 
-from posenc.engine import pipeline
-from posenc.engine.dtypes import DEFAULT_DTYPE
+from posenc.engine.answer import pipeline
+from posenc.engine.core.dtypes import DEFAULT_DTYPE
 from posenc.engine.tables import FAMILIES, Family
 from posenc.service.v2.errors import ModelNotFound
 from posenc.service.v2.tensors import as_output, output_datatype

@@ -21,7 +21,7 @@ import anyio
 import numpy as np
 import orjson
 
-from posenc.engine.errors import BodyTooLarge
+from posenc.engine.core.errors import BodyTooLarge
 from posenc.service.front import sizing
 from posenc.service.front.front import read_body
 from posenc.service.v2.core import V2

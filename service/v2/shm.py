@@ -43,7 +43,7 @@ import grpc
 import numpy as np
 import orjson
 
-from posenc.engine.settings import Settings
+from posenc.engine.core.settings import Settings
 from posenc.service.v2.errors import BadRequest
 
 REGION_DIR = "/dev/shm"  # where shm_open(3) objects live on Linux
@@ -51,7 +51,7 @@ MAX_REGIONS = Settings.max_shm_regions  # registrations per server, all processe
 OPEN_REGIONS = Settings.open_shm_regions  # region descriptors each server process keeps open (an LRU)
 MAX_NAME = 256  # characters of a region's name
 MAX_KEY = 255  # bytes of a key's file name (NAME_MAX)
-# posenc's own files, in any namespace (engine/store.py, service/metrics/, service/supervise/serve.py,
+# posenc's own files, in any namespace (engine/store/segments.py, service/metrics/, service/supervise/serve.py,
 # this module): a namespace is not checked for dots, so the suffix is looked for anywhere
 _POSENC_FILE = re.compile(r"\.(seg\.|manifest\.json|manifest\.log|lock$|sock$|metrics\.|v2-regions)")
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY

@@ -9,14 +9,14 @@ import json
 import os
 import sys
 
-from posenc.engine import jsonread
-from posenc.engine.dtypes import BFLOAT16
-from posenc.engine.errors import PosencError, SpecError
+from posenc.engine.core import jsonread
+from posenc.engine.core.dtypes import BFLOAT16
+from posenc.engine.core.errors import PosencError, SpecError
 from posenc.engine.tables import FAMILIES
 
 
 def _read_spec(text: str, field: str = "spec", allowed=jsonread.in_hf_config):
-    """JSON text or @FILE; NaN/Infinity only where ``allowed`` (a model config: engine/jsonread.py)."""
+    """JSON text or @FILE; NaN/Infinity only where ``allowed`` (a model config: engine/core/jsonread.py)."""
     if text.startswith("@"):
         path = text[1:]
         try:
@@ -51,8 +51,8 @@ def _named(args, body) -> dict | None:
     engine would load (--tables, else POSENC_TABLES, else the embedded default)."""
     if not isinstance(body, dict) or body.get("table") is None:
         return None
-    from posenc.engine.config import load_config, named_specs
-    from posenc.engine.engine_cli import engine_options
+    from posenc.engine.process.cli import engine_options
+    from posenc.engine.process.configured import load_config, named_specs
 
     settings, _ = engine_options(args)
     return named_specs(load_config(settings.tables))
@@ -64,8 +64,8 @@ OUT_FORMATS = {".npz": "npz", ".safetensors": "safetensors"}
 
 def cmd_compute(args) -> int:
     """The pipeline (parse -> check -> arrays -> encode) with no shared memory, into a file."""
-    from posenc.engine import pipeline
-    from posenc.engine.encode import as_arrays, encode
+    from posenc.engine.answer import pipeline
+    from posenc.engine.core.encode import as_arrays, encode
 
     out = args.out
     fmt = next((f for suffix, f in OUT_FORMATS.items() if out.endswith(suffix)), None)
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_compute)
 
-    from posenc.engine import engine_cli
+    from posenc.engine.process import cli as engine_cli
     from posenc.service.supervise import serve
 
     engine_cli.add_parser(sub)

@@ -52,10 +52,12 @@ import sys
 
 import numpy as np
 
-from posenc.engine import hf_models, kernels, pipeline
-from posenc.engine.client import Client
-from posenc.engine.dtypes import BFLOAT16, FLOAT16, FLOAT32
-from posenc.engine.errors import PosencError
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from posenc.engine.core.errors import PosencError
+from posenc.engine.models import registry
+from posenc.engine.reader.client import Client
 from posenc.engine.tables import rope as _rope
 from posenc.engine.tables import rope_axes as _axes
 from posenc.engine.tables import rope_spec as _rope_spec
@@ -72,10 +74,10 @@ HALF_OUTPUTS = {
     "codegen": (lambda cos, sin: (sin, cos), False),  # CodeGenRotaryEmbedding (fp32)
     "deepseek_v2": (lambda cos, sin: torch.complex(cos, sin), False),  # polar(1, freqs)·scaling
 }
-# the zoo's rows say the same of theirs (engine/hf_zoo.json "returns")
+# the zoo's rows say the same of theirs (engine/models/zoo.json "returns")
 _RETURNS = {"half": (lambda cos, sin: (cos, sin), True), "complex": HALF_OUTPUTS["deepseek_v2"]}
 HALF_OUTPUTS.update(
-    {mt: _RETURNS[row["returns"]] for mt, row in hf_models.ZOO["models"].items() if row.get("returns")}
+    {mt: _RETURNS[row["returns"]] for mt, row in registry.ZOO["models"].items() if row.get("returns")}
 )
 PER_LAYER_TYPES = ("full_attention", "sliding_attention")  # if a per-layer config does not list its own
 
@@ -201,7 +203,7 @@ class RotaryEmbedding(torch.nn.Module):
 
     def _text_layer_types(self) -> list | None:
         """The layer types the config has rope parameters for, as hf_config reads it."""
-        layer_names = getattr(hf_models.MODELS.get(self.model_type, {}).get("rope"), "layer_names", None)
+        layer_names = getattr(registry.MODELS.get(self.model_type, {}).get("rope"), "layer_names", None)
         names = layer_names(self._raw) if layer_names is not None else None
         return names or self._raw.get("layer_types")
 

@@ -3,9 +3,9 @@
     python tests/bench/bench_adopt.py [--tables 2000] [--rows 4096] [--rounds 3]
         [--on-demand 2000] [--serve-kills 5]
 
-An engine (``python -m posenc.engine.engine_main``, as ``posenc serve`` runs it) with ``--tables``
+An engine (``python -m posenc.engine.process.main``, as ``posenc serve`` runs it) with ``--tables``
 configured RoPE tables (head_dim 64, a different rope_theta each: ``--rows`` x 256 bytes, 1 MiB
-each by default, 2 GiB in all), its keeper being this process (engine/keeper.py's ``Keeper``, the
+each by default, 2 GiB in all), its keeper being this process (engine/process/keeper.py's ``Keeper``, the
 one ``posenc serve`` holds). Each round SIGKILLs the engine and starts the next one, timing
 process start to ready (its ``--ready-fd``): it adopts every table the keeper held. Baseline in the
 same run: the cold start of the same config (nothing held). Medians over ``--rounds``; nothing is
@@ -39,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from posenc.engine.keeper import Keeper
+from posenc.engine.process.keeper import Keeper
 
 LOG = open(os.environ.get("BENCH_ENGINE_LOG", os.devnull), "ab")  # the engines' stderr
 
@@ -53,7 +53,7 @@ def start(config: str, ns: str, keeper: Keeper) -> tuple[subprocess.Popen, float
             [
                 sys.executable,
                 "-m",
-                "posenc.engine.engine_main",
+                "posenc.engine.process.main",
                 "--tables",
                 config,
                 "--namespace",
@@ -77,7 +77,7 @@ def start(config: str, ns: str, keeper: Keeper) -> tuple[subprocess.Popen, float
 
 def ask_tables(ns: str, n: int) -> None:
     """n small on-demand tables, asked of the engine as a reader asks (``ensure`` by key)."""
-    from posenc.engine.client import Client
+    from posenc.engine.reader.client import Client
 
     c = Client(namespace=ns)
     for k in range(n):

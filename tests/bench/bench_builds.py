@@ -2,7 +2,7 @@
 
     python tests/bench/bench_builds.py [--at 100,1000,3000] [--builds 200]
 
-An engine (``python -m posenc.engine.engine_main``) holding small on-demand tables (RoPE
+An engine (``python -m posenc.engine.process.main``) holding small on-demand tables (RoPE
 head_dim 8, a different rope_theta each, asked for over the engine's socket as readers ask
 them), and co-located readers in this process as the service's workers are: a Python ``Client``
 re-reading the manifest every 50 ms (its recheck; a refresh that found changes is timed) and the
@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from posenc.engine import store  # noqa: E402
-from posenc.engine.client import Client  # noqa: E402
+from posenc.engine.reader.client import Client  # noqa: E402
+from posenc.engine.store import segments as store  # noqa: E402
 from tests.procs import Procs  # noqa: E402
 from tests.shm import unique_namespace  # noqa: E402
 

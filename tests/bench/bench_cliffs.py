@@ -24,7 +24,7 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
   application/json: each cell formatted in C (service/shortcut/hot_alibi_json.c, hot_f32text.c).
 --cases NAME,NAME runs only those cases.
-Every server stays up the whole run: posenc, and one floor per case (loadtest/floor.py under
+Every server stays up the whole run: posenc, and one floor per case (loadtest/floors/asgi_app.py under
 uvicorn with posenc's settings). With --floor each (the default) the floor answers every request
 of the case with the bytes posenc answered it with (content type and headers too), as the
 realistic mix's floor (bench_mix.py, posenc loadtest) does: with positions drawn at random, that is
@@ -63,10 +63,10 @@ import uuid
 import httpx
 import numpy as np
 
-from posenc.loadtest import scenario
-from posenc.loadtest import wrk as loadtest_wrk
-from posenc.loadtest.floor import save_bodies, save_requests
+from posenc.loadtest.drivers import wrk as loadtest_wrk
+from posenc.loadtest.floors.asgi_app import save_bodies, save_requests
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
+from posenc.loadtest.workloads import scenario
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 ROPE = {"head_dim": 128}
@@ -150,7 +150,7 @@ def alibi_row(r: random.Random, q: int) -> tuple:
 
 
 def wrk(url: str, lua: str, seconds: float, connections: int) -> dict:
-    """One wrk run (loadtest/wrk.py, pinned to CLIENT_CPU): requests/s and p50; any error raises."""
+    """One wrk run (loadtest/drivers/wrk.py, pinned to CLIENT_CPU): requests/s and p50; any error raises."""
     r = loadtest_wrk.run(url, lua, seconds, connections, cpus=CLIENT_CPU, timeout_s=10.0)
     if r["failures"]:
         raise RuntimeError(f"wrk saw errors on {url}: {r['errors']}")
@@ -286,7 +286,7 @@ def in_process(n: int, keep: bool, reps: int = 20000) -> None:
 
     import orjson
 
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
     from posenc.service.shortcut import templates as replay
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -44,7 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from timing import timeit  # noqa: E402  (tests/bench/timing.py, beside this script)
 
-from posenc.engine.client import Client  # noqa: E402
+from posenc.engine.reader.client import Client  # noqa: E402
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers, shm_files  # noqa: E402
 

@@ -5,7 +5,7 @@
 
 One server worker pinned to core 0, wrk (C, closed loop) pinned to core 1. For each response it
 measures, in one run: p50/p99 at one connection and the most requests/s (32 connections) for
-- the floor: loadtest's raw ASGI app (loadtest/floor.py) under posenc's own uvicorn settings,
+- the floor: loadtest's raw ASGI app (loadtest/floors/asgi_app.py) under posenc's own uvicorn settings,
   returning the same bytes;
 - posenc's hot path (the hot lane below ASGI), the raw-ASGI front and its C template
   shortcut alone (POSENC_LANE=off), and the same front with the shortcut
@@ -31,8 +31,8 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from posenc.loadtest import wrk as wrk_tool  # noqa: E402  (the load test's servers, floor and wrk driver)
-from posenc.loadtest.floor import save_bodies  # noqa: E402
+from posenc.loadtest.drivers import wrk as wrk_tool  # noqa: E402  (the load test's servers, floor and wrk driver)
+from posenc.loadtest.floors.asgi_app import save_bodies  # noqa: E402
 from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
@@ -92,7 +92,7 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
     with the C template shortcut (service/shortcut/_hot.c) or without (every request validated and
     resolved)."""
-    from posenc.engine.settings import Settings
+    from posenc.engine.core.settings import Settings
     from posenc.service.front.app import create_app
 
     path, body, accept = case

@@ -6,10 +6,10 @@ Servers pinned to core 0, clients (C: h2load for gRPC, wrk for HTTP) to core 1. 
 up the whole run and each pair is measured in turn, round after round (``--rounds``), so a ratio
 compares figures taken seconds apart on the same (shared, noisy) machine; the medians come last:
 - gRPC unary, one RoPE row (head_dim 128, the family model with its spec): p50 at one stream and
-  requests/s (4 connections x 16 streams), posenc against the gRPC floor (loadtest/grpc_floor.py:
+  requests/s (4 connections x 16 streams), posenc against the gRPC floor (loadtest/floors/grpc_server.py:
   a minimal grpcio asyncio server returning the same bytes);
 - v2 REST binary, the same row: p50 at one connection and requests/s at 32, against the raw ASGI
-  floor (loadtest/floor.py) returning the same bytes, and /v1's hot path for the same row;
+  floor (loadtest/floors/asgi_app.py) returning the same bytes, and /v1's hot path for the same row;
 - a [64, 128] batch against 64 single [128] requests (gRPC, positions/s, 1 connection x 4 streams),
   with the answers in the response (8 MiB per batch) and written into a client-registered system
   shared-memory region (``--shm``-style requests: only cos and sin, in the region); and the same
@@ -38,9 +38,9 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from posenc.loadtest import h2load  # noqa: E402
-from posenc.loadtest import wrk as wrk_tool  # noqa: E402
-from posenc.loadtest.floor import save_bodies  # noqa: E402
+from posenc.loadtest.drivers import h2load  # noqa: E402
+from posenc.loadtest.drivers import wrk as wrk_tool  # noqa: E402
+from posenc.loadtest.floors.asgi_app import save_bodies  # noqa: E402
 from posenc.loadtest.servers import Server, free_port, start_floor, start_posenc  # noqa: E402
 from posenc.service.v2.proto import grpc_service_pb2 as pb  # noqa: E402
 
@@ -178,7 +178,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "posenc.loadtest.grpc_floor",
+                    "posenc.loadtest.floors.grpc_server",
                     "--port",
                     str(fport),
                     "--response",
@@ -196,7 +196,7 @@ def main() -> int:
                     [
                         sys.executable,
                         "-m",
-                        "posenc.loadtest.grpc_floor",
+                        "posenc.loadtest.floors.grpc_server",
                         "--port",
                         str(bport),
                         "--response",

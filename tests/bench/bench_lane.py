@@ -6,8 +6,8 @@
 One server process pinned to core 0, wrk (C, closed loop) pinned to core 1. Four servers stay up
 the whole run and are measured in turn, round after round, so all of them see the same stretch of
 a shared, noisy machine:
-- floor: the raw-ASGI app under uvicorn with posenc's settings (loadtest/floor.py);
-- bare: an asyncio Protocol with httptools on uvloop, no uvicorn (loadtest/bare.py);
+- floor: the raw-ASGI app under uvicorn with posenc's settings (loadtest/floors/asgi_app.py);
+- bare: an asyncio Protocol with httptools on uvloop, no uvicorn (loadtest/floors/http_protocol.py);
 - lane: `posenc serve --lane on` (one worker), the hot lane answering;
 - asgi: `posenc serve --lane off`, the raw-ASGI front and its C shortcut.
 floor and bare return the bytes posenc returned for each request. For one RoPE row and four
@@ -32,8 +32,8 @@ import uuid
 
 import httpx
 
-from posenc.loadtest import wrk as wrk_tool
-from posenc.loadtest.floor import save_bodies
+from posenc.loadtest.drivers import wrk as wrk_tool
+from posenc.loadtest.floors.asgi_app import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
@@ -169,8 +169,8 @@ def in_process(profile: bool, n: int = 50000) -> None:
     import uvloop
     from uvicorn.server import ServerState
 
-    from posenc.engine.settings import Settings
-    from posenc.loadtest.bare import BareProtocol
+    from posenc.engine.core.settings import Settings
+    from posenc.loadtest.floors.http_protocol import BareProtocol
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all
     from posenc.service.protocol.lane import STATE_KEY

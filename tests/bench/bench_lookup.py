@@ -1,4 +1,4 @@
-"""The resolved lookup (``Client.handle``, engine/lookup.py) against its floors, all ratios from one
+"""The resolved lookup (``Client.handle``, engine/reader/lookup.py) against its floors, all ratios from one
 run, on a running engine's 131072-row RoPE tables:
 
     python tests/bench/bench_lookup.py            # the section in docs/benchmarks.md
@@ -42,7 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 from bench_engine import engine_client, fmt, steady_malloc  # noqa: E402  (beside this script)
 from timing import calibrate, timeit  # noqa: E402
 
-from posenc.engine.client import Client  # noqa: E402
+from posenc.engine.reader.client import Client  # noqa: E402
 
 N_ROWS = 131072
 SPECS = {

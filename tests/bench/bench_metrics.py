@@ -21,8 +21,8 @@ import sys
 import tempfile
 import uuid
 
-from posenc.engine.client import Client
-from posenc.engine.settings import Settings
+from posenc.engine.core.settings import Settings
+from posenc.engine.reader.client import Client
 from posenc.service.front.app import create_app
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut import templates as replay
@@ -55,7 +55,7 @@ def main() -> None:
         json.dump(CONFIG, f)
     ns = f"bench-{uuid.uuid4().hex[:6]}"
     eng = subprocess.Popen(
-        [sys.executable, "-m", "posenc.engine.engine_main", "--tables", cfg, "--namespace", ns]
+        [sys.executable, "-m", "posenc.engine.process.main", "--tables", cfg, "--namespace", ns]
     )
     try:
         Client(namespace=ns).wait_ready(60)

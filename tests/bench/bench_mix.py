@@ -4,9 +4,9 @@ not a test:
     python tests/bench/bench_mix.py [--seconds 5] [--rounds 5] [--new-specs-per-s 3] [--tables FILE]
 
 One `posenc serve --lane on` worker pinned to core 0 with the default tables (or --tables), and the
-floor (loadtest/floor.py under uvicorn with posenc's settings, answering each request of the pool
+floor (loadtest/floors/asgi_app.py under uvicorn with posenc's settings, answering each request of the pool
 with exactly the bytes posenc answered it with) on the same core; wrk (C, closed loop, 64
-connections) on core 1 cycles the realistic mix's pool (loadtest/mix.py: 2,048 requests drawn at
+connections) on core 1 cycles the realistic mix's pool (loadtest/workloads/mix.py: 2,048 requests drawn at
 random over the tables' models, positions uniform over twice each table, /v1 and v2 REST, binary
 and JSON). Each pool request is sent to posenc once first (as `posenc loadtest` does: the full path
 answers a template's first request). Round after round, posenc is measured, with
@@ -29,8 +29,9 @@ import uuid
 
 from bench_cliffs import SERVER_CPU, tree_cpu_s, write_script, wrk  # (this folder: run as a script)
 
-from posenc.loadtest import mix, paths, scenario
+from posenc.loadtest.reports import paths
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
+from posenc.loadtest.workloads import mix, scenario
 
 
 def main() -> None:

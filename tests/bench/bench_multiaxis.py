@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 import orjson
 
-from posenc.engine import pipeline
-from posenc.engine.encode import encode
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
 from tests.bench.timing import timeit
 from tests.service.shortcut.test_templates_in_memory import view_of
 

@@ -1,6 +1,6 @@
 """Multi-axis and grid rows over HTTP against the floor, beside a plain RoPE row, in one run:
 ``posenc serve --lane on`` (one worker, core 0) and the floor (the raw-ASGI app returning
-posenc's bytes, loadtest/floor.py) measured by wrk (core 1), as tests/bench/bench_lane.py does.
+posenc's bytes, loadtest/floors/asgi_app.py) measured by wrk (core 1), as tests/bench/bench_lane.py does.
 
     python tests/bench/bench_multiaxis_lane.py [--seconds 2] [--rounds 3] [--seed 1]
 
@@ -24,8 +24,8 @@ import tempfile
 import httpx
 import numpy as np
 
-from posenc.loadtest import wrk as wrk_tool
-from posenc.loadtest.floor import save_bodies
+from posenc.loadtest.drivers import wrk as wrk_tool
+from posenc.loadtest.floors.asgi_app import save_bodies
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
 
 SERVER_CPU, CLIENT_CPU = "0", "1"

@@ -5,11 +5,11 @@
 Every figure is a median over ``--rounds`` (the machine is shared and noisy), with its baseline
 measured in the same run:
 - the default set's fills alone, in process, on one thread and on one per core (largest first);
-- cold start: ``python -m posenc.engine.engine_main`` with the embedded default set, from process
+- cold start: ``python -m posenc.engine.process.main`` with the embedded default set, from process
   start until it reports ready (its ``--ready-fd``), on all cores against pinned to one core
   (``taskset -c 0``: one build thread, as before the builds ran in parallel);
 - adopt-restart: the same engine killed with SIGKILL and started again, until ready, its tables
-  held by a keeper as ``posenc serve`` holds them (engine/keeper.py): it adopts them (sealed: not
+  held by a keeper as ``posenc serve`` holds them (engine/process/keeper.py): it adopts them (sealed: not
   read again) instead of building them;
 - ``posenc serve`` (1 worker) from process start until /readyz answers 200 (the engine built
   the default set and the worker mapped and checksummed every table);
@@ -38,10 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
-from posenc.engine import store
-from posenc.engine.adopt import workers
-from posenc.engine.config import load_config
-from posenc.engine.keeper import Keeper
+from posenc.engine.process.adopt import workers
+from posenc.engine.process.configured import load_config
+from posenc.engine.process.keeper import Keeper
+from posenc.engine.store import segments as store
 from posenc.loadtest.servers import free_port, shm_leftovers, start_posenc
 
 BIN = {"accept": "application/x-safetensors"}
@@ -53,7 +53,7 @@ def engine_start(
     """Start an engine on the default set (with ``keeper``: as posenc serve starts it, its tables
     kept for the next one); (process, seconds until it said ready)."""
     r, w = os.pipe()
-    cmd = [sys.executable, "-m", "posenc.engine.engine_main", "--namespace", ns, "--ready-fd", str(w)]
+    cmd = [sys.executable, "-m", "posenc.engine.process.main", "--namespace", ns, "--ready-fd", str(w)]
     if pin is not None:
         cmd = ["taskset", "-c", pin, *cmd]
     channel = keeper.channel() if keeper is not None else None
@@ -84,7 +84,7 @@ def cold_and_adopt(rounds: int) -> dict:
         p, t = engine_start(ns, pin="0")
         res["cold_1core"].append(t)
         stop(p)
-        keeper = Keeper()  # (engine/keeper.py: what posenc serve holds)
+        keeper = Keeper()  # (engine/process/keeper.py: what posenc serve holds)
         p, t = engine_start(ns, keeper=keeper)
         res["cold"].append(t)
         p.kill()
@@ -151,7 +151,7 @@ def serve_restarts(rounds: int) -> list[float]:
 
 def fills(rounds: int) -> dict:
     """The default set's fills alone, in process into private pre-faulted memory: one thread
-    against one per core, largest first (what engine/coldstart.py does, without tmpfs, the
+    against one per core, largest first (what engine/process/coldstart.py does, without tmpfs, the
     checksums and the interpreter's start)."""
     tables = sorted((ct.table for ct in load_config(None)), key=lambda t: -t.nbytes())
     res = {"1": [], "all": []}

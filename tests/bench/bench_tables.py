@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from posenc.engine.compute import compute  # noqa: E402
+from posenc.engine.answer.pipeline import compute  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 N_POS, HEAD_DIM = 131072, 128

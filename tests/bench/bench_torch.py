@@ -34,7 +34,7 @@ from timing import calibrate  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
 
 from posenc.engine import kernels  # noqa: E402
-from posenc.engine.client import Client  # noqa: E402
+from posenc.engine.reader.client import Client  # noqa: E402
 from posenc.torch import RotaryEmbedding  # noqa: E402
 from tests.procs import Procs, unique_namespace  # noqa: E402
 from tests.shm import remove_leftovers  # noqa: E402

@@ -10,7 +10,7 @@ import mmap
 import os
 import sys
 
-from posenc.engine.client import Client
+from posenc.engine.reader.client import Client
 
 
 def attempt(fn) -> str:

@@ -16,9 +16,9 @@ import time
 import numpy as np
 from bits import bits_equal, digest_of
 
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.reader.client import Client
 
 
 def emit(**kw) -> None:

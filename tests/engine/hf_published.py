@@ -277,7 +277,7 @@ ALIBI = {
 }
 
 
-# Published configs of zoo model types (engine/hf_zoo.json), one for each family of quirks the zoo's
+# Published configs of zoo model types (engine/models/zoo.json), one for each family of quirks the zoo's
 # rows carry, with the positional keys as their config.json holds them (tests/engine/test_hf_zoo.py).
 ZOO = {
     # openai/gpt-oss-20b: yarn by default, half-width cos/sin applied to the two halves of a head

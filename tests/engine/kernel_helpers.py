@@ -22,7 +22,7 @@ import zlib
 import numpy as np
 import pytest
 
-from posenc.engine import dtypes
+from posenc.engine.core import dtypes
 from posenc.engine.kernels import numpy_impl as ref
 from tests.numeric import SEED
 

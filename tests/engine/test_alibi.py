@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes, build_alibi_tensor
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.engine.float64_refs import bias64, slopes64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_rounded_once, assert_within_ulp, to_f64
 

@@ -1,5 +1,5 @@
 """The code digest a restarting engine compares before it adopts a dead engine's tables
-(engine/built_by.py) follows the registry: a family added to ``FAMILIES`` changes it, and so does
+(engine/process/built_by.py) follows the registry: a family added to ``FAMILIES`` changes it, and so does
 an edit of any module a family's numbers come from."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from posenc.engine import built_by
+from posenc.engine.process import built_by
 from posenc.engine.tables import FAMILIES
 
-ENGINE = Path(built_by.__file__).parent
+ENGINE = Path(built_by.__file__).parents[1]  # engine/ (built_by.py is engine/process/built_by.py)
 
 
 def _load(path: Path, name: str):
@@ -34,12 +34,18 @@ def test_the_sources_are_the_families_and_every_engine_module_they_import():
         "tables/rope_types.py",
         "kernels/__init__.py",
         "kernels/numpy_impl.py",
-        "dtypes.py",
-        "selection.py",
+        "core/dtypes.py",
+        "core/selection.py",
     ):
         assert ENGINE / rel in files, rel
     # what only stores, serves or runs tables is not part of it
-    for rel in ("adopt.py", "store.py", "client.py", "engine_core.py", "built_by.py"):
+    for rel in (
+        "process/adopt.py",
+        "store/segments.py",
+        "reader/client.py",
+        "process/core.py",
+        "process/built_by.py",
+    ):
         assert ENGINE / rel not in files, rel
     native = importlib.util.find_spec("posenc.engine.kernels._native")
     assert (native is not None) == any(p.name.startswith("_native.") for p in files)

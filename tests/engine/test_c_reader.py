@@ -1,7 +1,7 @@
 """The C reader (engine/reader/posenc_shm.c, docs/shm-format.md) against a real engine process:
 built with the system compiler (``-std=c11 -Wall -Wextra -Werror``, and again under
 ``-fsanitize=address,undefined``), driven by tests/engine/c/reader_driver.c, its gathered bytes
-held to ``posenc.engine.compute`` (the service's answers) for every family whose stored arrays are
+held to ``posenc.engine.answer.pipeline`` (the service's answers) for every family whose stored arrays are
 answer columns, and past the table's end a distinct status. The C++ example compiles with
 ``-Wall -Wextra -Werror`` and runs."""
 
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from posenc.engine import kernels
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.procs import Procs, unique_namespace
 from tests.shm import SHM_DIR, remove_leftovers
 

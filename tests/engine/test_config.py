@@ -1,4 +1,4 @@
-"""The engine's table config (posenc.engine.config): every error names its field, and the default
+"""The engine's table config (posenc.engine.process.configured): every error names its field, and the default
 config and the expansions of dtypes, variants and lengths.
 """
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from posenc.engine.config import DEFAULT_CONFIG, load_config, parse_config
-from posenc.engine.errors import SpecError
+from posenc.engine.core.errors import SpecError
+from posenc.engine.process.configured import DEFAULT_CONFIG, load_config, parse_config
 
 # ---------------------------------------------------------------------------------------------
 # Table config

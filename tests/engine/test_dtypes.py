@@ -1,4 +1,4 @@
-"""The single rounding from float64 (engine/dtypes.py), checked against an independent
+"""The single rounding from float64 (engine/core/dtypes.py), checked against an independent
 nearest-candidate search over every finite bfloat16 value, and the overflow refusal."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
-from posenc.engine.errors import SpecError
+from posenc.engine.core.dtypes import bf16_bits_to_f32, f64_to_bf16_bits, mask_value, round_f64
+from posenc.engine.core.errors import SpecError
 from tests.numeric import BF16_MAX, nearest_bf16_bits, to_f64
 
 

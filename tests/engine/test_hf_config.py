@@ -22,10 +22,10 @@ import pytest
 import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from posenc.engine.compute import compute
-from posenc.engine.hf_models import FIXED, HAND_WRITTEN, MODELS
-from posenc.engine.hf_vision import CLASSES
-from posenc.engine.hf_vision import MODELS as VISION
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.models.registry import FIXED, HAND_WRITTEN, MODELS
+from posenc.engine.models.vision import CLASSES
+from posenc.engine.models.vision import MODELS as VISION
 from tests.engine.hf_published import ALIBI, LAYER_TYPES, ROPE
 from tests.numeric import assert_close
 
@@ -324,7 +324,7 @@ def test_every_model_type_is_tested():
     rope = {c["model_type"] for c in ROPE.values()}
     alibi = {c["model_type"] for c in ALIBI.values()}
     # the vision and multimodal types are held to their own classes by test_hf_vision.py
-    # the zoo's rows (engine/hf_zoo.json) are held to their classes by tests/engine/test_hf_zoo.py
+    # the zoo's rows (engine/models/zoo.json) are held to their classes by tests/engine/test_hf_zoo.py
     hand = {t: by for t, by in MODELS.items() if t in HAND_WRITTEN}
     assert rope == {t for t, by in hand.items() if "rope" in by and t not in VISION}
     assert alibi == {t for t, by in hand.items() if "alibi" in by}

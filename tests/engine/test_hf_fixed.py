@@ -1,4 +1,4 @@
-"""``hf_config`` for ``t5-buckets`` and ``sinusoidal``: every record of posenc.engine.hf_buckets
+"""``hf_config`` for ``t5-buckets`` and ``sinusoidal``: every record of posenc.engine.models.buckets
 and hf_sinusoidal against transformers 5.24's own code for its model type.
 
 T5 family: the model's own attention class is built from the config (as the model builds each
@@ -25,12 +25,12 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from posenc.engine import pipeline
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError, TooLarge
-from posenc.engine.hf_buckets import BUCKETS
-from posenc.engine.hf_models import MODELS
-from posenc.engine.hf_sinusoidal import SINUSOIDAL
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError, TooLarge
+from posenc.engine.models.buckets import BUCKETS
+from posenc.engine.models.registry import MODELS
+from posenc.engine.models.sinusoidal import SINUSOIDAL
 from tests.numeric import assert_close
 
 HF_MODELS = pathlib.Path(transformers.__file__).parent / "models"

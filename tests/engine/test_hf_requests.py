@@ -11,13 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.compute import compute
-from posenc.engine.config import DEFAULT_CONFIG, load_config, named_specs, parse_config
-from posenc.engine.encode import encode
-from posenc.engine.errors import SpecError
-from posenc.engine.formats import read_safetensors
-from posenc.engine.hf_models import supported
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.encode import encode
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.models.registry import supported
+from posenc.engine.process.configured import DEFAULT_CONFIG, load_config, named_specs, parse_config
 from tests.engine.hf_published import ALIBI, ROPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -28,9 +28,9 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryE
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
-from posenc.engine import hf_models
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.models import registry
 from tests.engine.rope_refs import hf_tol
 from tests.numeric import assert_close, spec_error
 
@@ -163,7 +163,7 @@ def test_cogvideox_config_against_its_patch_embed():
 
 @pytest.mark.parametrize("cls", [FluxTransformer2DModel, SD3Transformer2DModel, CogVideoXTransformer3DModel])
 def test_diffusers_defaults_are_the_classes(cls):
-    (record,) = hf_models.CLASSES[cls.__name__].values()
+    (record,) = registry.CLASSES[cls.__name__].values()
     init = inspect.signature(cls.__init__).parameters
     for k, v in record.defaults.items():
         want = init[k].default
@@ -172,7 +172,7 @@ def test_diffusers_defaults_are_the_classes(cls):
 
 @pytest.mark.parametrize("name,composite,text_cls,rotary", QWEN, ids=[q[0] for q in QWEN])
 def test_qwen_defaults_are_the_classes(name, composite, text_cls, rotary):
-    record, text = hf_models.MODELS[name]["rope"], text_cls()
+    record, text = registry.MODELS[name]["rope"], text_cls()
     for k, v in record.defaults.items():
         assert getattr(text, k) == v, k
     assert text.rope_parameters["rope_theta"] == record.default_theta
@@ -182,7 +182,7 @@ def test_qwen_defaults_are_the_classes(name, composite, text_cls, rotary):
 
 def test_vit_mae_defaults_are_the_class():
     c = ViTMAEConfig()
-    for k, v in hf_models.MODELS["vit_mae"]["sinusoidal-grid"].defaults.items():
+    for k, v in registry.MODELS["vit_mae"]["sinusoidal-grid"].defaults.items():
         assert getattr(c, k) == v, k
 
 

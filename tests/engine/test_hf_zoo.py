@@ -1,5 +1,5 @@
 """The zoo: every rotary model type of the pinned transformers that posenc reads from
-engine/hf_zoo.json, against the model's own rotary embedding class.
+engine/models/zoo.json, against the model's own rotary embedding class.
 
 For each row, the config class's defaults (``CONFIG_MAPPING[model_type]()``) are built, the text
 model's rotary class (the row's ``source``, on the sub-config at ``text_path``) is run for positions
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.engine import hf_models
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.models import registry
 from tests.engine.hf_published import ZOO as ZOO_PUBLISHED
 from tests.numeric import assert_close
 from tests.tools import hf_zoo
@@ -33,9 +33,9 @@ from tests.tools import hf_zoo
 transformers = hf_zoo._quiet()
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
 
-ROWS = hf_models.ZOO["models"]
+ROWS = registry.ZOO["models"]
 
-# Rotary model types of transformers 5.24 that posenc does not read, and why (engine/hf_zoo.json's
+# Rotary model types of transformers 5.24 that posenc does not read, and why (engine/models/zoo.json's
 # "unread", from tests/tools/hf_zoo.py). A type whose text rotary class does not run on its own
 # config's defaults (a vision or audio sub-model, a class that needs more than position_ids) is not
 # a text rotary model; the rest are what posenc's RoPE cannot say yet.
@@ -64,7 +64,7 @@ NOT_READ_RUNNABLE = {
 
 
 def _runnable_unread():
-    return {mt for mt, why in hf_models.UNREAD.items() if not why.startswith("no text rotary class runs")}
+    return {mt for mt, why in registry.UNREAD.items() if not why.startswith("no text rotary class runs")}
 
 
 def _rope_types():
@@ -74,30 +74,32 @@ def _rope_types():
 
 
 def test_the_table_covers_the_pinned_transformers():
-    assert hf_models.ZOO["transformers"] == transformers.__version__
-    hand = {mt for mt, by in hf_models.MODELS.items() if "rope" in by and mt in hf_models.HAND_WRITTEN}
-    missing = _rope_types() - set(ROWS) - set(hf_models.UNREAD) - hand
-    assert not missing, f"rotary model types in neither engine/hf_zoo.json nor the records: {sorted(missing)}"
+    assert registry.ZOO["transformers"] == transformers.__version__
+    hand = {mt for mt, by in registry.MODELS.items() if "rope" in by and mt in registry.HAND_WRITTEN}
+    missing = _rope_types() - set(ROWS) - set(registry.UNREAD) - hand
+    assert not missing, (
+        f"rotary model types in neither engine/models/zoo.json nor the records: {sorted(missing)}"
+    )
 
 
 @pytest.mark.slow
 def test_the_table_is_what_the_generator_writes():
-    """engine/hf_zoo.json is tests/tools/hf_zoo.py's output on the pinned transformers: every row
+    """engine/models/zoo.json is tests/tools/hf_zoo.py's output on the pinned transformers: every row
     can be regenerated and checked (``python -m tests.tools.hf_zoo --check``)."""
     assert hf_zoo.TABLE.read_text() == hf_zoo.dumps(hf_zoo.build()), (
-        "engine/hf_zoo.json is stale: .venv/bin/python -m tests.tools.hf_zoo"
+        "engine/models/zoo.json is stale: .venv/bin/python -m tests.tools.hf_zoo"
     )
 
 
 def test_what_is_not_read_changes_only_on_purpose():
     assert _runnable_unread() == set(NOT_READ_RUNNABLE), {
-        mt: hf_models.UNREAD.get(mt) for mt in _runnable_unread() ^ set(NOT_READ_RUNNABLE)
+        mt: registry.UNREAD.get(mt) for mt in _runnable_unread() ^ set(NOT_READ_RUNNABLE)
     }
 
 
 def test_share_of_the_zoo_read():
     """Of the rotary model types whose own class runs on their defaults, posenc reads >= 95%."""
-    hand = {mt for mt in _rope_types() if mt in hf_models.HAND_WRITTEN and "rope" in hf_models.MODELS[mt]}
+    hand = {mt for mt in _rope_types() if mt in registry.HAND_WRITTEN and "rope" in registry.MODELS[mt]}
     read = len(set(ROWS) | hand)
     share = read / (read + len(_runnable_unread()))
     print(f"zoo: {read} rotary model types read, {len(_runnable_unread())} not read, {share:.1%}")
@@ -224,7 +226,7 @@ def _pairs(a, b):
 def test_torch_drop_in_hands_the_attention_the_same(mt, layer_type):
     """posenc.torch.RotaryEmbedding(config) returns what the model's own class returns, in its form
     (half-width pairs, complex freqs_cis), dtype and shape."""
-    from posenc.engine.client import Client
+    from posenc.engine.reader.client import Client
     from posenc.torch import RotaryEmbedding
 
     klass, _, conf = _class_and_conf(mt)
@@ -294,7 +296,7 @@ def _tiny(mt):
 
 
 def _swap(model, config=None):
-    from posenc.engine.client import Client
+    from posenc.engine.reader.client import Client
     from posenc.torch import RotaryEmbedding
 
     model.model.rotary_emb = RotaryEmbedding(config or model.config, client=Client(namespace="ptest-none"))

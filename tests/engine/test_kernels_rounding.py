@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine import dtypes
-from posenc.engine.errors import SpecError
+from posenc.engine.core import dtypes
+from posenc.engine.core.errors import SpecError
 from posenc.engine.kernels import numpy_impl as ref
 from tests.engine.kernel_helpers import STORAGE, assert_same, bits, rng_for
 from tests.numeric import FLOAT_DTYPES, as_storage, round_once

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.rope_refs import (
     CASES,
     HIGH,

@@ -15,7 +15,7 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.gptj.modeling_gptj import rotate_every_two
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.rope_refs import CASES, _longrope_factors, hf_inv_freq, hf_inv_rtol, req
 from tests.numeric import assert_close
 

@@ -14,9 +14,9 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryE
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
-from posenc.engine import pipeline
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.engine.rope_refs import hf_tol, lay, ref_axes64, ref_mrope64, rope_exponents
 from tests.numeric import FLOAT_DTYPES, angle_slack, assert_close, assert_within_ulp, spec_error
 from tests.service.shortcut.test_templates_in_memory import view_of

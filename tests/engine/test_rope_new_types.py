@@ -13,8 +13,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.numeric import assert_close
 
 POSITIONS = [0, 1, 2, 17, 255, 4095, 4096, 4097, 65535, 131072]
@@ -64,7 +64,7 @@ def test_proportional_vs_transformers(head_dim, prf, theta, factor):
 def test_proportional_table_identity_includes_the_factor():
     """Same head_dim and theta, different partial_rotary_factor: different numbers, so the
     stored tables must differ too; the canonical spec parses back to itself."""
-    from posenc.engine.pipeline import parse
+    from posenc.engine.answer.pipeline import parse
 
     a = parse(
         "rope",
@@ -140,7 +140,7 @@ def test_su_is_longrope_vs_phi3(positions):
 
 
 def test_su_shares_longropes_tables_and_canonical_name():
-    from posenc.engine.pipeline import parse
+    from posenc.engine.answer.pipeline import parse
 
     body = {"head_dim": 64, "max_position_embeddings": 8192, "positions": [1]}
     su = parse("rope", {**body, "rope_scaling": _phi3_scaling("su", 32)})

@@ -11,7 +11,7 @@ from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb 
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply
 from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions, rotate_every_two
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.rope_refs import (
     CASES,
     POSITIONS,

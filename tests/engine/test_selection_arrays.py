@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.errors import SpecError
-from posenc.engine.selection import parse_selection
+from posenc.engine.answer import pipeline
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.selection import parse_selection
 from posenc.engine.tables import FAMILIES
 
 BODIES = {

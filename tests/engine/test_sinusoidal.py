@@ -15,7 +15,7 @@ from transformers.models.distilbert.modeling_distilbert import _create_sinusoida
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.float64_refs import sinusoidal64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_same_rounding, assert_within_ulp
 

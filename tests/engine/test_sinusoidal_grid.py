@@ -16,9 +16,9 @@ from diffusers.models.embeddings import (
 )
 from transformers import ViTMAEConfig, ViTMAEModel
 
-from posenc.engine import pipeline
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.engine.float64_refs import grid64
 from tests.numeric import FLOAT_DTYPES, assert_close, assert_within_ulp, spec_error
 from tests.service.shortcut.test_templates_in_memory import view_of
@@ -221,7 +221,7 @@ def test_refusals_name_the_field(body, loc):
 
 
 def test_a_whole_table_over_the_limit_is_413_before_anything_is_built():
-    from posenc.engine.errors import TooLarge
+    from posenc.engine.core.errors import TooLarge
 
     with pytest.raises(TooLarge):
         compute("sinusoidal-grid", {"embed_dim": 1024, "grid_size": 4096})

@@ -8,8 +8,8 @@ import tracemalloc
 
 import pytest
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import TooLarge
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import TooLarge
 from tests.engine.specs import A, R, S, T, w
 
 # --------------------------------------------------------------------------- size limit

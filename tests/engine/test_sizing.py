@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.engine import pipeline
+from posenc.engine.answer import pipeline
 from posenc.engine.tables.base import MIN_ON_DEMAND, on_demand_length
 
 

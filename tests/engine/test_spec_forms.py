@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.specs import LLAMA3, LONG, YARN, A, R, S, T, plus, rs, w, without
 
 

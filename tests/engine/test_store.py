@@ -1,4 +1,4 @@
-"""The engine's shared-memory store (posenc.engine.store: sealed segments, checksums, the atomic
+"""The engine's shared-memory store (posenc.engine.store.segments: sealed segments, checksums, the atomic
 manifest, namespaces).
 
 Everything here runs in-process against a temporary directory standing in for /dev/shm; the
@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 import pytest
 
-from posenc.engine import store
+from posenc.engine.store import segments as store
 
 
 def _arrays():
@@ -160,7 +160,7 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
 ATTACK_WHILE_FILLING = r"""
 import errno, mmap, os, sys
 import numpy as np
-from posenc.engine import store
+from posenc.engine.store import segments as store
 
 tried = {}
 

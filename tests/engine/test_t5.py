@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.t5.modeling_t5 import T5Attention
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 
 TOP = 2**31 - 1
 CONFIGS = [

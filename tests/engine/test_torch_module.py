@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from posenc.engine.client import Client
+from posenc.engine.reader.client import Client
 from posenc.torch import RotaryEmbedding, _gathered, _gathered_on
 from tests.engine.hf_published import ROPE
 from tests.engine.test_hf_config import LAYER_TYPES, _hf_config, _rotary_class, hf_tol
@@ -110,7 +110,7 @@ def test_rows_past_its_table_are_computed():
     ours(x, torch.tensor([[0, 1]]))  # a 4096-row table
     big = torch.tensor([[3, 5000, 2**21, 7]])  # past it, and past any private table
     cos, sin = ours(x, big)
-    from posenc.engine.compute import compute
+    from posenc.engine.answer.pipeline import compute
 
     want = compute("rope", {"head_dim": 64, "positions": big[0].tolist()})
     np.testing.assert_array_equal(cos[0].numpy(), want["cos"])

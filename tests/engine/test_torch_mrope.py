@@ -13,7 +13,7 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryE
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding, Qwen2VLTextModel
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel, Qwen3VLTextRotaryEmbedding
 
-from posenc.engine.client import Client
+from posenc.engine.reader.client import Client
 from posenc.torch import RotaryEmbedding
 from tests.engine.rope_refs import hf_tol
 from tests.numeric import assert_close

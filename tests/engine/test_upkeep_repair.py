@@ -1,4 +1,4 @@
-"""The integrity sweep (engine/upkeep.py) over a real Engine in this process, a temporary
+"""The integrity sweep (engine/process/upkeep.py) over a real Engine in this process, a temporary
 directory as its shm dir: it checks the engine's own descriptors under the engine's lock, so it
 finds nothing to repair while tables are built and evicted; a table it finds damaged is rebuilt
 with its name, spec and pin; a repair without room drops the table and the engine goes on."""
@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from posenc.engine import pipeline, store
-from posenc.engine.config import parse_config
-from posenc.engine.engine_core import Engine, EngineOptions
+from posenc.engine.answer import pipeline
+from posenc.engine.process.configured import parse_config
+from posenc.engine.process.core import Engine, EngineOptions
+from posenc.engine.store import segments as store
 
 CONFIG = {
     "length": 64,
@@ -116,8 +117,8 @@ def test_a_repair_without_room_drops_the_table_and_the_engine_goes_on(eng, tmp_p
 def test_an_on_demand_table_larger_than_memory_is_refused_before_anything_is_evicted(tmp_path):
     """Issue #23's item 6: a table larger than the memory available used to empty the on-demand
     cache to make room, then fail anyway. Now it is refused first, and the cache stays."""
-    from posenc.engine.errors import NotStored
-    from posenc.engine.upkeep import available_bytes
+    from posenc.engine.core.errors import NotStored
+    from posenc.engine.process.upkeep import available_bytes
 
     e = Engine(
         parse_config(CONFIG),

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.engine.specs import LLAMA3, LONG, NAN, SF, YARN, A, R, S, T, plus, rs, w, without
 
 # (id, family, request, acceptable loc prefixes)

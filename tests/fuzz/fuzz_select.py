@@ -1,7 +1,7 @@
 """Coverage-guided fuzz of the selection parser (service/shortcut/hot_select.c, through
 ``parse_selection``): an input's first byte picks lists_only and the cap; the rest is the
 selection's text. Besides the sanitizers: whatever C accepts, the full path (orjson, then
-engine/selection.py) accepts with the same positions in the same order, within the cap.
+engine/core/selection.py) accepts with the same positions in the same order, within the cap.
 
     python tests/fuzz/fuzz_select.py tests/fuzz/corpus/select
 """
@@ -12,8 +12,8 @@ import sys
 
 import orjson  # noqa: E402
 
-from posenc.engine.errors import SpecError  # noqa: E402
-from posenc.engine.selection import parse_selection  # noqa: E402
+from posenc.engine.core.errors import SpecError  # noqa: E402
+from posenc.engine.core.selection import parse_selection  # noqa: E402
 from tests.fuzz import hot_targets as ht  # first: it loads the instrumented shortcut
 
 CAPS = (1, 3, 64, 4096)

@@ -2,7 +2,7 @@
 builds, when POSENC_FUZZ_HOT names it), real templates of rope, sinusoidal and ALiBi learnt with no
 engine (each table built in this process by its own TableDef, as
 tests/service/shortcut/test_templates_in_memory.py does), and the oracles each harness holds the
-C answers to: the pipeline's bytes, httptools' reading of a request, engine/selection.py.
+C answers to: the pipeline's bytes, httptools' reading of a request, engine/core/selection.py.
 
 Import this module before anything imports posenc.service.shortcut.templates."""
 
@@ -30,9 +30,9 @@ _load_instrumented()
 
 import orjson  # noqa: E402
 
-from posenc.engine import pipeline  # noqa: E402
-from posenc.engine.encode import encode, json_ready, json_text  # noqa: E402
-from posenc.engine.errors import PosencError  # noqa: E402
+from posenc.engine.answer import pipeline  # noqa: E402
+from posenc.engine.core.encode import encode, json_ready, json_text  # noqa: E402
+from posenc.engine.core.errors import PosencError  # noqa: E402
 from posenc.engine.tables import FAMILIES  # noqa: E402
 from posenc.service.shortcut import templates as replay  # noqa: E402
 

@@ -77,8 +77,9 @@ def v2server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clients(v2server):
-    """tritonclient's REST and gRPC clients and an httpx client for /v1, of the session's
-    v2server: one set per test module (a module of another server defines its own)."""
+    """{"rest", "grpc", "http"} clients of ``v2server`` (kserve_cases.clients_of), one set per
+    test module. test_kserve_shm.py and test_kserve_shortcut.py define their own: per test, with
+    the shared-memory registry emptied after it; of ``server``."""
     from tests.integration.kserve_cases import clients_of
 
     with clients_of(v2server) as c:

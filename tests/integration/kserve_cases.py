@@ -10,7 +10,7 @@ import json
 import numpy as np
 import orjson
 
-from posenc.engine import formats
+from posenc.engine.core import formats
 from tests.procs import Procs, wait_for
 from tests.service_cases import LLAMA3_8K
 

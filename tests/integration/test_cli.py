@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 
 
 @pytest.fixture

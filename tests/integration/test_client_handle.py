@@ -1,5 +1,5 @@
-"""The resolved lookup (``Client.handle``, engine/lookup.py) on a real engine: bit for bit equal to
-``posenc.engine.compute.compute`` for every covered family, dtype and layout, on both sides of the
+"""The resolved lookup (``Client.handle``, engine/reader/lookup.py) on a real engine: bit for bit equal to
+``posenc.engine.answer.pipeline.compute`` for every covered family, dtype and layout, on both sides of the
 table's end, single and [B, N], numpy and torch; bad positions refused at the pipeline's field;
 ``out`` checked; correct across an engine restart, an eviction and a table's growth."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from posenc.engine import kernels
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.procs import wait_for
 
 LENGTH = 64
@@ -145,7 +145,7 @@ def test_bad_positions_and_outs_are_refused_at_the_pipelines_field(ns, procs):
         assert _loc(lambda: h.lookup(bad)) == want, bad
         if all(type(v) is int and -(2**63) <= v < 2**63 for v in bad):  # [] as an empty int64 array too
             assert _loc(lambda: h.lookup(np.array(bad, np.int64))) == want, bad
-    from posenc.engine.errors import TooLarge
+    from posenc.engine.core.errors import TooLarge
 
     for _ in range(2):  # Client.lookup through the handle it keeps: the pipeline's 413 and 422
         assert bits_of(c.lookup("rope", {**spec, "positions": [5]}, max_bytes=1000)) == bits_of(
@@ -299,7 +299,7 @@ def test_every_dispatch_level_gives_the_same_bits(ns, procs):
 
 @pytest.mark.skipif(not FAST, reason="the C plan needs the simd backend")
 def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns, procs, monkeypatch):
-    from posenc.engine import lookup
+    from posenc.engine.reader import lookup
 
     real = lookup._CAPTURE.RowsTemplate
 

@@ -1,7 +1,7 @@
 """Handles for the specs a row lookup does not answer (``Client.handle`` -> SelectionHandle,
-engine/lookup_selections.py) on a real engine: ALiBi and T5 blocks (query, key) and multi-axis RoPE
+engine/reader/selections.py) on a real engine: ALiBi and T5 blocks (query, key) and multi-axis RoPE
 (``position_ids``), every dtype, on both sides of the stored tables' end: bit for bit equal to
-``posenc.engine.compute.compute``; bad selections refused at the pipeline's field; ``out`` filled
+``posenc.engine.answer.pipeline.compute``; bad selections refused at the pipeline's field; ``out`` filled
 in place and checked."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
-from posenc.engine.lookup import Handle
-from posenc.engine.lookup_selections import SelectionHandle
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.reader.lookup import Handle
+from posenc.engine.reader.selections import SelectionHandle
 
 LENGTH = 64
 DTYPES = ["float32", "float16", "bfloat16"]

@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from kubernetes_validate import utils as kv
 
-from posenc.engine.settings import (
+from posenc.engine.core.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_PORT,
     HEALTH_PATH,

@@ -1,4 +1,4 @@
-"""A restarted engine adopts the tables ``posenc serve``'s keeper held for it (engine/keeper.py)
+"""A restarted engine adopts the tables ``posenc serve``'s keeper held for it (engine/process/keeper.py)
 and builds only the rest: real servers, their engine killed with SIGKILL. Whatever was adopted
 or built, every answer is checked against the float64 reference, and nothing is left in /dev/shm
 afterwards. A standalone engine has no keeper: its successor builds everything and removes what
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import signal
 
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.reader.client import Client
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, seg_files
 from tests.procs import wait_for

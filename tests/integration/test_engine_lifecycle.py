@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from posenc.engine.client import EngineUnavailable
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.reader.client import EngineUnavailable
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import LLAMA3, LOOP_CASES, SMALL_CONFIG, engine_stats, reader, seg_files
 from tests.shm import SHM_DIR, assert_no_leftovers, mapped_segments, read_manifest
@@ -72,7 +72,7 @@ def test_configured_table_asked_for_during_start_is_built_once_and_stays_pinned(
     eng = procs.engine(SLOW_CONFIG, ns, ready=False)
     c = eng.client()
     sock = os.path.join(SHM_DIR, f"{ns}.sock")
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
 
     key = pipeline.parse("rope", {"head_dim": 64, "rope_theta": 1000.0, "positions": [0]}).table.key
     ask = {"op": "ensure", "table": key}

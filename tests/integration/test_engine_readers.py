@@ -2,7 +2,7 @@
 a real engine, concurrently, without writing or removing anything; on-demand builds happen once.
 
 Every test starts the engine as a subprocess under its own namespace in /dev/shm; the reference
-for every value a reader gets is ``posenc.engine.compute.compute``, compared bit for bit (same
+for every value a reader gets is ``posenc.engine.answer.pipeline.compute``, compared bit for bit (same
 dtype, shape and bytes). After every test nothing of its namespace remains (autouse fixture in
 tests/integration/conftest.py).
 """
@@ -15,8 +15,8 @@ import signal
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
 from tests.integration.engine_cases import (
     ALL_CASES,
     FULL_CONFIG,

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from posenc.engine.client import Client
+from posenc.engine.reader.client import Client
 from tests.procs import cmdline, wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 from tests.shm import read_head

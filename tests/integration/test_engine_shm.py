@@ -12,7 +12,7 @@ import stat
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.children.bits import bits_equal, digest_of
 from tests.integration.engine_cases import FULL_CONFIG, ON_DEMAND_LENGTH, SMALL_CONFIG, reader, seg_files
 from tests.procs import CLI_MODULE, PYTHON, wait_for
@@ -101,7 +101,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     d1, d2 = r.wait_json(lambda m: "mapped" in m, timeout=60)["mapped"]
     c = eng.client()
     # Ask for table 1 again: table 2 becomes the least recently used.
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
 
     key = pipeline.parse("rope", {**_rope8(1001.0), "positions": [0]}).table.key
     assert c.call({"op": "ensure", "table": key})["ok"]
@@ -120,7 +120,7 @@ def test_memory_budget_evicts_lru_unpinned_and_mapped_readers_keep_reading(ns, p
     assert d1 not in m["tables"] and {d3, d4} <= set(m["tables"]) and pinned <= set(m["tables"])
     # A table bigger than the whole budget is not stored, and evicts nothing; a request for it is
     # still answered, computed exactly (docs/reference.md: no table limits positions).
-    from posenc.engine.errors import NotStored
+    from posenc.engine.core.errors import NotStored
 
     with pytest.raises(NotStored):
         c.table("rope", {"head_dim": 64, "rope_theta": 1005.0})
@@ -194,7 +194,7 @@ def test_dry_run_prints_table_bytes_and_total(ns, procs, tmp_path):
 
 
 def test_dry_run_of_the_default_config(ns, procs):
-    from posenc.engine.config import DEFAULT_CONFIG
+    from posenc.engine.process.configured import DEFAULT_CONFIG
 
     sizes, total, text = _dry_run(procs, ns)
     want = _expected_bytes(DEFAULT_CONFIG)

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from posenc.engine.tables.base import MIN_ON_DEMAND
 from tests.children.bits import bits_equal
 from tests.integration.engine_cases import SMALL_CONFIG

@@ -1,4 +1,4 @@
-"""The engine's socket (engine/engine_socket.py) against a real engine process: a crowd of 500
+"""The engine's socket (engine/process/socket.py) against a real engine process: a crowd of 500
 askers at once all answered (a listen backlog for everyone, and clients that wait for room in it
 rather than fail on EAGAIN), lines that are not JSON objects or are too long refused with the
 engine unaffected, and a bounded number of threads however many connections are held."""
@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from posenc.engine import engine_socket, store
-from posenc.engine.client import Client
+from posenc.engine.process import socket as engine_socket
+from posenc.engine.reader.client import Client
+from posenc.engine.store import segments as store
 from tests.integration.engine_cases import SMALL_CONFIG
 from tests.shm import SHM_DIR
 

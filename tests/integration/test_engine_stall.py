@@ -3,7 +3,7 @@ new specs, each asked many times: every request is answered exactly (computed) m
 once the engine runs again each spec is built at most twice, however often (and however much
 further) it was asked during the stall: the ask that was on its way when the engine stopped, then
 one at the longest reach asked meanwhile (a worker coalesces its asks: one per table in flight,
-engine/client.py). Without coalescing, each longer reach queued one more ask, and each was a build
+engine/reader/client.py). Without coalescing, each longer reach queued one more ask, and each was a build
 (an on-demand table's length is the reach rounded up to a power of two: up to six per spec here). Load on
 127.0.0.1 only."""
 
@@ -16,8 +16,8 @@ import time
 import httpx
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.client import ASK_AGAIN_S, Client
+from posenc.engine.answer import pipeline
+from posenc.engine.reader.client import ASK_AGAIN_S, Client
 from posenc.engine.tables.base import DEFAULT_LENGTH, on_demand_length
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors

@@ -167,7 +167,7 @@ def test_a_reader_of_another_user_in_the_group_reads_but_cannot_write(procs, ns)
     procs.procs.append(p)
     out = p.wait_json(lambda m: "lookup" in m, 60)
     assert (out["uid"], out["gid"]) == (uid, gid)
-    from posenc.engine.compute import compute
+    from posenc.engine.answer.pipeline import compute
 
     assert out["lookup"] == compute("rope", {"head_dim": 64, "positions": [3]})["cos"].tolist()
     assert (

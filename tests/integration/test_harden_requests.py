@@ -22,10 +22,10 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.compute import compute
-from posenc.engine.errors import SpecError
-from posenc.engine.formats import read_safetensors
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.formats import read_safetensors
 from tests.procs import PYTHON, Server, free_port, unique_namespace
 from tests.service_cases import BIN, CONFIG
 

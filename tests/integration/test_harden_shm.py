@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
-from posenc.engine.formats import read_safetensors
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.formats import read_safetensors
 from tests.service_cases import BIN
 
 MiB = 2**20
@@ -68,7 +68,7 @@ def test_a_full_shared_memory_directory_at_start_stores_tables_all_the_same(proc
     t = httpx.get(s.url + "/v1/tables").json()
     assert [n["answered"] for n in t["named"]] == ["stored"], t["named"]
     assert httpx.get(s.url + "/readyz").json()["computed"] == []
-    from posenc.engine.client import Client
+    from posenc.engine.reader.client import Client
 
     c = Client(shm_dir=small_shm, namespace=s.namespace)
     m = c.wait_ready(10)  # no manifest file: the engine's socket answers

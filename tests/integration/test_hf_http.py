@@ -10,11 +10,11 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
-from posenc.engine.encode import encode
-from posenc.engine.formats import read_safetensors
+from posenc.engine.answer import pipeline
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.encode import encode
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.reader.client import Client
 from tests.engine.hf_published import ALIBI, ROPE
 from tests.procs import serve_for_module
 
@@ -142,7 +142,7 @@ def test_colocated_client_by_name_and_by_config(server):
 def test_template_shortcut_writes_the_spec_metadata(server):
     """In-process: once the full path has answered a table or hf_config body, the C shortcut
     answers the next ones with the same bytes, spec metadata included."""
-    from posenc.engine.settings import Settings
+    from posenc.engine.core.settings import Settings
     from posenc.service.front.service import Service
 
     hdrs = [(b"host", b"x"), (b"accept", b"application/x-safetensors")]

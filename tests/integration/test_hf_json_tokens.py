@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.hf_published import ROPE
 from tests.procs import serve_for_module
 

@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine import hf_models
-from posenc.engine.formats import read_safetensors
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.models import registry
 from tests.engine.test_hf_zoo import ROWS, _check, _class_and_conf
 from tests.procs import Procs
 from tests.shm import shm_files
@@ -58,10 +58,10 @@ def test_models_lists_what_the_server_reads(http):
     r = http.get("/v1/models")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
     got = r.json()
-    assert got["transformers"] == hf_models.ZOO["transformers"]
+    assert got["transformers"] == registry.ZOO["transformers"]
     assert got["model_types"] == {
-        mt: {f: rec.source for f, rec in by.items()} for mt, by in hf_models.MODELS.items()
+        mt: {f: rec.source for f, rec in by.items()} for mt, by in registry.MODELS.items()
     }
-    assert set(got["diffusers_classes"]) == set(hf_models.CLASSES)
-    assert got["not_read"] == hf_models.UNREAD
+    assert set(got["diffusers_classes"]) == set(registry.CLASSES)
+    assert got["not_read"] == registry.UNREAD
     assert set(ROWS) <= set(got["model_types"])

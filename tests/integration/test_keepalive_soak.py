@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.integration.kserve_cases import wait_grpc_ready
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 

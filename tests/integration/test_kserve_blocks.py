@@ -2,7 +2,7 @@
 end to end: a ``posenc serve`` with the C shortcut (POSENC_SHORTCUT=c) and the lane, driven by the
 real tritonclient over REST (binary) and gRPC. The first two requests of a shape teach the shortcut
 (service/v2/hot_blocks.py); every answer, before and after, is held bit for bit to the pipeline's
-own arrays computed in this process (``posenc.engine.compute``), on family and table models, every
+own arrays computed in this process (``posenc.engine.answer.pipeline``), on family and table models, every
 dtype, positions inside and past the stored tables. A learnt ALiBi infer that arrives whole on an
 idle connection is answered by the lane's one C call: ``posenc_answer_path_total{route=
 "/v2/models/alibi/infer", path="c"}`` counts it (the test fails where blocks take the Python path)."""
@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from posenc.service.shortcut import templates as replay
 from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, serving_grpc
 from tests.integration.test_kserve_shortcut import clients  # noqa: F401  (the fixture, over this module's server)

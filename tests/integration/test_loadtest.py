@@ -15,7 +15,8 @@ from tests.integration.loadtest_cases import require_installed
 
 require_installed("locust", "hdrh", "uvicorn")
 
-from posenc.loadtest import locustrun, payloads, probe
+from posenc.loadtest.drivers import locustrun, probe
+from posenc.loadtest.workloads import payloads
 from tests.integration.loadtest_cases import PAYLOADS, TABLES
 from tests.procs import PYTHON, Procs
 from tests.shm import shm_files

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from posenc.loadtest import report, runner
+from posenc.loadtest import runner
+from posenc.loadtest.reports import summary as report
 
 ROOT = Path(__file__).resolve().parents[2]
 

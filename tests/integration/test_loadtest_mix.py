@@ -15,7 +15,9 @@ for _mod in ("locust", "hdrh", "uvicorn"):
     if importlib.util.find_spec(_mod) is None:
         pytest.fail(f"{_mod} not installed: pip install -e '.[test]' (or .[loadtest])", pytrace=False)
 
-from posenc.loadtest import floor, locustrun, mix
+from posenc.loadtest.drivers import locustrun
+from posenc.loadtest.floors import asgi_app as floor
+from posenc.loadtest.workloads import mix
 from posenc.service.shortcut.templates import shortcut_in_use
 from tests.integration.loadtest_cases import TABLES
 from tests.procs import PYTHON
@@ -173,7 +175,7 @@ def test_locust_mix_user(procs, tables, tmp_path):
 def test_every_v1_request_the_mix_draws_from_the_default_tables_parses():
     """The default table config's tables, as the mix asks them: each /v1 body parses (multi-axis
     RoPE tables, asked with per-axis position_ids, are left out of the mix)."""
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
 
     _, _, _, items = mix.build("t", None, pool=512)
     v1 = [(path, body) for path, _, body in items if path.startswith("/v1/")]

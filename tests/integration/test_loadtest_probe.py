@@ -17,7 +17,10 @@ from tests.integration.loadtest_cases import require_installed
 
 require_installed("hdrh", "uvicorn")
 
-from posenc.loadtest import mix, probe, report, report_figures, sender
+from posenc.loadtest.drivers import probe, sender
+from posenc.loadtest.reports import figures as report_figures
+from posenc.loadtest.reports import summary as report
+from posenc.loadtest.workloads import mix
 from tests.integration.loadtest_cases import TABLES
 
 

@@ -1,7 +1,7 @@
 """Multi-axis RoPE (position_ids) and sinusoidal-grid through every way in, against a real
 `posenc serve`: /v1 JSON and safetensors, KServe v2 over REST and gRPC with the real tritonclient
 (single requests and [B, k, N] / [B, N] batches), ``posenc compute``, and the co-located Client
-(``table`` and ``lookup``). Every answer equals the exact computation (posenc.engine.compute, held
+(``table`` and ``lookup``). Every answer equals the exact computation (posenc.engine.answer.pipeline, held
 to float64 math, transformers and diffusers by tests/engine/test_rope_multiaxis.py and
 test_sinusoidal_grid.py), bit for bit."""
 
@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.reader.client import Client
 from posenc.service.metrics.counters import FLUSH_S
 from tests.independent import assert_answer
 from tests.integration.kserve_cases import bits, v1_answer

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from posenc.engine.formats import read_safetensors
+from posenc.engine.core.formats import read_safetensors
 from tests.independent import assert_answer
 from tests.procs import REPO, Server, free_port, unique_namespace
 from tests.service_cases import BIN, LLAMA3_8K

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 import pytest
 
-from posenc.engine import pipeline
+from posenc.engine.answer import pipeline
 from posenc.service.front import sizing
 from tests.service_cases import CONFIG
 

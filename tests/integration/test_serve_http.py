@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from posenc.engine import kernels
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
-from posenc.engine.formats import read_safetensors
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.reader.client import Client
 from posenc.service.metrics.counters import FLUSH_S
 from tests.children.bits import digest_of
 from tests.independent import assert_answer

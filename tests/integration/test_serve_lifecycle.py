@@ -19,11 +19,11 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.engine.client import Client
-from posenc.engine.compute import compute
-from posenc.engine.dtypes import bf16_bits_to_f32
-from posenc.engine.formats import read_safetensors
-from posenc.engine.settings import Settings
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.dtypes import bf16_bits_to_f32
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.core.settings import Settings
+from posenc.engine.reader.client import Client
 from tests.independent import assert_answer
 from tests.procs import REPO
 from tests.service_cases import BIN, CONFIG
@@ -145,7 +145,8 @@ def test_single_worker_shutdown_is_clean_when_serve_exits(procs, sig):
     assert rc in (0, 130), s.output()
     assert shm_files(s.namespace) == []
     assert (
-        not os.path.exists(f"/proc/{engine}") or "engine_main" not in open(f"/proc/{engine}/cmdline").read()
+        not os.path.exists(f"/proc/{engine}")
+        or "posenc.engine.process.main" not in open(f"/proc/{engine}/cmdline").read()
     )
 
 

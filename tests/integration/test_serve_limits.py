@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as load_safetensors
 
-from posenc.engine.compute import compute
+from posenc.engine.answer.pipeline import compute
 from tests.engine.float64_refs import bias64, slopes64
 from tests.numeric import assert_rounded_once
 from tests.service_cases import BIN, orjson_dumps, padded_rope_body, reference_safetensors
@@ -127,7 +127,7 @@ def _alibi_block(nq, nk):
 
 
 def test_response_of_64_mib_and_the_next_size_up(learnt_http):
-    from posenc.engine import pipeline
+    from posenc.engine.answer import pipeline
     from posenc.service.front.sizing import safetensors_size
 
     nq, nk = AT_LIMIT

@@ -18,8 +18,8 @@ import threading
 
 import httpx
 
-from posenc.engine.compute import compute
-from posenc.engine.formats import read_safetensors
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.formats import read_safetensors
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from posenc.engine.client import Client
+from posenc.engine.reader.client import Client
 from posenc.torch import RotaryEmbedding
 from tests.procs import Procs, unique_namespace
 from tests.shm import assert_no_leftovers

@@ -20,7 +20,7 @@ ALIBI = {"num_heads": 12, "mask_future": True, "dtype": "float16"}  # a configur
 
 
 def json_infer(model: str, spec: dict, **inputs) -> bytes:
-    """A v2 REST infer with JSON tensors (no binary data), as loadtest/mix.py sends it."""
+    """A v2 REST infer with JSON tensors (no binary data), as loadtest/workloads/mix.py sends it."""
     body = orjson.dumps(
         {
             "parameters": {"spec": orjson.dumps(spec).decode()},

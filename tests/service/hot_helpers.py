@@ -12,7 +12,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from posenc.engine import kernels
-from posenc.engine.errors import PosencError
+from posenc.engine.core.errors import PosencError
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_c_answer
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps

@@ -1,8 +1,8 @@
-"""Writes engine/hf_zoo.json, the RoPE reading of every transformers model type whose modeling file
+"""Writes engine/models/zoo.json, the RoPE reading of every transformers model type whose modeling file
 has a text rotary embedding, from transformers' own classes (the version the test extra pins):
 
-    .venv/bin/python -m tests.tools.hf_zoo            # regenerate engine/hf_zoo.json
-    .venv/bin/python -m tests.tools.hf_zoo --check    # exit 1 if engine/hf_zoo.json is stale
+    .venv/bin/python -m tests.tools.hf_zoo            # regenerate engine/models/zoo.json
+    .venv/bin/python -m tests.tools.hf_zoo --check    # exit 1 if engine/models/zoo.json is stale
 
 For each model type of ``CONFIG_MAPPING`` whose modeling module defines a ``*RotaryEmbedding``
 class (vision-only ones aside), the tool builds the config class's defaults, finds the rotary class
@@ -20,7 +20,7 @@ and the (sub-)config it runs on (the text model's: ``text_config``, ``thinker_co
 - ``mrope_interleaved``: for multi-axis classes (``mrope_section``), whether they deal the
   frequencies interleaved (run again on three different position axes).
 
-A row is written only when posenc's generic reading (posenc.engine.hf_config.RopeModel) of the
+A row is written only when posenc's generic reading (posenc.engine.models.config.RopeModel) of the
 config, with these facts, gives the class's own cos/sin (docs/reference.md's tolerance) on the
 defaults and on each probe; every other model type is listed under ``unread`` with the reason.
 tests/engine/test_hf_zoo.py holds posenc to the classes again, through every way in; this tool
@@ -43,7 +43,7 @@ import warnings
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TABLE = ROOT / "engine" / "hf_zoo.json"
+TABLE = ROOT / "engine" / "models" / "zoo.json"
 POSITIONS = [0, 1, 2, 3, 17, 100, 1000, 2047, 4095, 4096, 4097, 8191, 32768, 131071, 150000]
 # config keys posenc reads (their attribute_map aliases and class defaults are recorded)
 READ_KEYS = ("hidden_size", "num_attention_heads", "head_dim", "max_position_embeddings")
@@ -245,11 +245,11 @@ def find(mt, cfg, classes):
 
 def _probe(model_fn, conf_dict, cls, row, positions, layer_type):
     """Whether posenc's reading of conf_dict (a text config) gives the class's own cos/sin."""
-    from posenc.engine.compute import compute
+    from posenc.engine.answer.pipeline import compute
 
     conf = cls.from_dict(copy.deepcopy(conf_dict))
     cos, sin, form, scaling = run_class(model_fn(conf), positions, layer_type)
-    from posenc.engine.hf_models import _zoo_record
+    from posenc.engine.models.registry import _zoo_record
 
     rec = _zoo_record({**row, "source": "probe", "text_path": []})
     d = rec.derive(conf_dict, layer_type)
@@ -394,7 +394,7 @@ def build(only=None):
     transformers = _quiet()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-    from posenc.engine import hf_models
+    from posenc.engine.models import registry
 
     classes = rotary_classes()
     models, unread = {}, {}
@@ -402,7 +402,7 @@ def build(only=None):
         if only and mt not in only:
             continue
         d = CONFIG_MAPPING[mt].__module__.split(".")[2]
-        if d not in classes or mt in hf_models.HAND_WRITTEN:
+        if d not in classes or mt in registry.HAND_WRITTEN:
             continue
         try:
             row, why = derive_row(mt, classes)

@@ -13,8 +13,8 @@ import hmac
 import orjson
 import pytest
 
-from posenc.engine.errors import ConfigError
-from posenc.engine.settings import Settings
+from posenc.engine.core.errors import ConfigError
+from posenc.engine.core.settings import Settings
 from posenc.service.front import auth as guard
 from posenc.service.front.app import create_app
 from posenc.service.front.front import FastFront

@@ -1,4 +1,4 @@
-"""Errors (engine/errors.py) and settings (engine/settings.py): each domain error's status and
+"""Errors (engine/core/errors.py) and settings (engine/core/settings.py): each domain error's status and
 response bytes, written out here as docs/reference.md gives them, and the one settings object that reads
 POSENC_* (no other module of engine/, service/ or src/ reads the environment)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posenc.engine import errors
-from posenc.engine.errors import (
+from posenc.engine.core import errors
+from posenc.engine.core.errors import (
     BodyTooLarge,
     ConfigError,
     EngineRunning,
@@ -26,7 +26,7 @@ from posenc.engine.errors import (
     TooManyPositions,
     error_response,
 )
-from posenc.engine.settings import CHOICES, ENV_PREFIX, Settings
+from posenc.engine.core.settings import CHOICES, ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -167,7 +167,7 @@ def test_only_the_settings_module_reads_the_environment():
         hit
         for top in ("engine", "service", "src")
         for path in sorted((ROOT / top).rglob("*.py"))
-        if path != ROOT / "engine" / "settings.py"
+        if path != ROOT / "engine" / "core" / "settings.py"
         for hit in _environment_reads(path)
     ]
     assert stray == []
@@ -234,7 +234,7 @@ def test_tables_show_the_shortcut_in_use_and_off_means_no_c_call():
     assert sent[0]["status"] == 200, sent
     import orjson
 
-    from posenc.engine.compute import compute
+    from posenc.engine.answer.pipeline import compute
 
     got = orjson.loads(sent[1]["body"])
     want = compute("rope", {"head_dim": 64, "positions": [1]})["cos"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from posenc.engine.errors import EngineUnavailable
+from posenc.engine.core.errors import EngineUnavailable
 from posenc.service.front.readiness import readiness
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import orjson
 import pytest
 
-from posenc.engine import pipeline
-from posenc.engine.config import load_config, named_specs
-from posenc.engine.encode import encode, json_ready
-from posenc.engine.encode import json_text as orjson_text
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode, json_ready
+from posenc.engine.core.encode import json_text as orjson_text
+from posenc.engine.process.configured import load_config, named_specs
 from posenc.engine.tables import FAMILIES
 from posenc.service.front import sizing
 

@@ -1,5 +1,5 @@
 """ALiBi blocks in JSON from the C shortcut (service/shortcut/hot_alibi_json.c), through the lane's
-entry point: byte for byte the full path's JSON (engine/encode.py) from the same mapped table and
+entry point: byte for byte the full path's JSON (engine/core/encode.py) from the same mapped table and
 its exact compute, and every cell the float64 value rounded once (tests/independent.py), over
 generated specs (1 to 64 heads, powers of two and not, head subsets, every mode and dtype, several
 max_bias) and selections on both sides of the stored table's end (LENGTH distances here) and far
@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
-from posenc.engine.errors import SpecError
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
+from posenc.engine.core.errors import SpecError
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_answer
 from tests.service.hot_helpers import needs_kernels

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine.errors import PosencError
-from posenc.engine.settings import Settings
+from posenc.engine.core.errors import PosencError
+from posenc.engine.core.settings import Settings
 from posenc.service.front.service import HOT_BYTES, Service
 from tests.independent import assert_c_answer
 from tests.procs import wait_for

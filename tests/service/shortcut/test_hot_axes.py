@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
-from posenc.engine.errors import SpecError
-from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.selection import POSITION_LIMIT
 from posenc.service.shortcut import templates as replay
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import pipeline
-from posenc.engine.errors import SpecError
+from posenc.engine.answer import pipeline
+from posenc.engine.core.errors import SpecError
 from posenc.engine.tables.sinusoidal_grid import AXES, parse_spec
 from posenc.service.shortcut import templates as replay
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of

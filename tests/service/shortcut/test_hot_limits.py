@@ -6,7 +6,7 @@ path (which answers or refuses it)."""
 
 from __future__ import annotations
 
-from posenc.engine.errors import PosencError
+from posenc.engine.core.errors import PosencError
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps, padded_rope_body, reference_safetensors
 

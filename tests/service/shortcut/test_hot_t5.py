@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
-from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
+from posenc.engine.core.selection import POSITION_LIMIT
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_c_answer
 from tests.procs import wait_for

@@ -1,5 +1,5 @@
 """JSON answers from the C shortcut (service/shortcut/hot_json.c), through the lane's entry point:
-byte for byte the full path's JSON (engine/encode.py) from the same mapped arrays and its exact
+byte for byte the full path's JSON (engine/core/encode.py) from the same mapped arrays and its exact
 compute, for every rope type whose table does not follow the positions, every sinusoidal layout
 and every dtype, positions on both sides of the table's end (rows past it computed by the engine's
 kernel, their texts rendered as the stored rows' are; far past it, GROWN_ROWS on, declined). In
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_answer
 from tests.service.shortcut.test_past_table import ROPE_SCALINGS

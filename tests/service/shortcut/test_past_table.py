@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.selection import POSITION_LIMIT
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.selection import POSITION_LIMIT
 from posenc.engine.tables.sinusoidal import ROW_LIMIT
 from posenc.service.shortcut import templates as replay
 from tests.service.shortcut.test_templates_in_memory import HEADERS, LENGTH, answer_both, view_of

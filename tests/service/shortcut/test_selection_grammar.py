@@ -1,5 +1,5 @@
 """The C shortcut's selection parser (service/shortcut/hot_select.c) against the definition,
-engine/selection.py after orjson (the full path's reading of a body): on generated selection
+engine/core/selection.py after orjson (the full path's reading of a body): on generated selection
 texts, valid and not, whatever C accepts Python accepts with the same positions, in the same
 order. C may refuse more (and leaves those bodies to the full path). ``_hot.parse_selection``
 reads a text as a template answer reads a cut-out selection."""
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine.errors import SpecError
-from posenc.engine.selection import POSITION_LIMIT, parse_selection
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.selection import POSITION_LIMIT, parse_selection
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from posenc.engine import kernels, pipeline
-from posenc.engine.encode import encode
+from posenc.engine import kernels
+from posenc.engine.answer import pipeline
+from posenc.engine.core.encode import encode
 from posenc.engine.tables import FAMILIES
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_c_answer

@@ -1,0 +1,65 @@
+"""``python -m posenc.engine.process.main``: the engine as ``posenc serve`` starts it, a child
+process with the flags of ``posenc engine`` (cli.py) plus four of its own: ``--ready-fd N``
+reports readiness on that descriptor, ``--exit-with-parent`` ends it with its parent,
+``--keeper-fd N`` is its end of the keeper's channel (engine/process/keeper.py), and
+``--standby-fd N`` makes it a standby: it imports everything and computes its code's digest
+(built_by.py), then waits on that socket for the ``go`` packet, which carries its keeper channel,
+and only then runs (reads its config, takes the namespace, adopts, publishes). ``posenc serve``
+keeps one standby so that a dead engine's successor starts without the interpreter's start and
+the imports, about half a second of a restart. The socket closed without a ``go``: it exits 0."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+import sys
+
+from ..core.errors import EngineRunning, SpecError
+from ..store import fdpass
+from . import built_by, proclife
+from .cli import add_engine_args, engine_options
+from .core import log, run
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="posenc-engine")
+    add_engine_args(p)
+    p.add_argument("--ready-fd", type=int)
+    p.add_argument("--exit-with-parent", action="store_true")
+    p.add_argument("--keeper-fd", type=int)
+    p.add_argument("--standby-fd", type=int)
+    args = p.parse_args(argv)
+    s, opts = engine_options(args)
+    keeper_fd = args.keeper_fd
+    if args.standby_fd is not None:
+        if args.exit_with_parent:
+            proclife.exit_with_parent()
+        keeper_fd = standby(args.standby_fd)
+        if keeper_fd is None:
+            return 0
+    opts = dataclasses.replace(opts, keeper_fd=keeper_fd)
+    try:
+        return run(s.tables, opts, ready_fd=args.ready_fd, parent_watch=args.exit_with_parent)
+    except SpecError as e:
+        log(f"invalid table config: {e}")
+        return 2
+    except EngineRunning as e:
+        log(str(e))
+        return 1
+
+
+def standby(fd: int) -> int | None:
+    """Wait, ready to run, for the ``go`` packet on socket ``fd``: its keeper channel's descriptor
+    (None: closed without one, or a packet that is not ``go``)."""
+    built_by.current()  # the digest of the code this process imported, before it is needed
+    with socket.socket(fileno=fd) as sock:
+        msg, keeper = fdpass.recv_packet(sock)
+    if msg is None or msg.get("op") != "go":
+        fdpass.close_all([keeper] if keeper is not None else [])
+        return None
+    return keeper
+
+
+if __name__ == "__main__":
+    sys.exit(main())
