@@ -5,7 +5,11 @@ run, on a running engine's 131072-row RoPE tables:
     python tests/bench/bench_lookup.py --quick    # fewer repeats
 
 What is timed (each cell: median of --repeat timings; each timing averages enough calls to last
---min-time seconds; every call takes the next positions of a pool drawn at random, seeds 25, 26):
+--min-time seconds; every call takes the next positions of a pool drawn at random, seeds 25-27):
+- first, in a fresh child process (``fresh_process``): the README's ``Client.lookup`` of a seen
+  spec, no ``handle()`` call and the allocator as it comes, one row as a list and as a numpy
+  array against the raw gather of the row, and 4,096 rows allocating their answer against a copy
+  of the same bytes into one new array;
 - one row: ``handle.lookup(p)`` (full width [1, 128] cos and sin, new arrays) against the raw
   gather of the same row out of the Client's mapped view (``view.cos[p], view.sin[p]``, half width,
   target lookup ≤ 1.5× it) and against torch computing it as transformers does (float32
