@@ -11,13 +11,13 @@ import shutil
 
 import pytest
 
-from tests.integration.loadtest_cases import require_installed
+from tests.loadtest.loadtest_cases import require_installed
 
 require_installed("locust", "hdrh", "uvicorn")
 
 from posenc.loadtest.drivers import locustrun, probe
 from posenc.loadtest.workloads import payloads
-from tests.integration.loadtest_cases import PAYLOADS, TABLES
+from tests.loadtest.loadtest_cases import PAYLOADS, TABLES
 from tests.procs import PYTHON, Procs
 from tests.shm import shm_files
 

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tests.integration.loadtest_cases import require_installed
+from tests.loadtest.loadtest_cases import require_installed
 
 require_installed("hdrh", "uvicorn")
 
@@ -21,7 +21,7 @@ from posenc.loadtest.drivers import probe, sender
 from posenc.loadtest.reports import figures as report_figures
 from posenc.loadtest.reports import summary as report
 from posenc.loadtest.workloads import mix
-from tests.integration.loadtest_cases import TABLES
+from tests.loadtest.loadtest_cases import TABLES
 
 
 @pytest.fixture(scope="module")

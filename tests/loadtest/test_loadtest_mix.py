@@ -19,7 +19,7 @@ from posenc.loadtest.drivers import locustrun
 from posenc.loadtest.floors import asgi_app as floor
 from posenc.loadtest.workloads import mix
 from posenc.service.shortcut.templates import shortcut_in_use
-from tests.integration.loadtest_cases import TABLES
+from tests.loadtest.loadtest_cases import TABLES
 from tests.procs import PYTHON
 
 SHORTCUT = shortcut_in_use("auto") == "c"  # what `posenc serve` runs here by default
