@@ -232,6 +232,9 @@ class Hot:
         if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
         e = self._entry(inf, plan, tensors, segments, markers, route, ())
+        if e is None and self._pending(plan):
+            self.once.add(key)  # learnt at its next answer, once the table is mapped
+            return
         self.known[key] = e
         if e is not None:
             tail = len(data) - start
@@ -246,6 +249,9 @@ class Hot:
         if not self.admit(key):
             return
         e = self._entry(inf, plan, tensors, segments, (), route, headers)
+        if e is None and self._pending(plan):
+            self.once.add(key)  # learnt at its next answer, once the table is mapped
+            return
         self.known[key] = e
         if e is not None:
             self.paths.add(path)
@@ -339,14 +345,31 @@ class Hot:
             return None
         return e
 
+    def _pending(self, plan) -> bool:
+        """Whether the spec has a table this process has not mapped yet (being built, or built and
+        not yet attached: mapping follows the manifest by a few ms): its key is learnt again at its
+        next answer instead of being kept as no template until the next manifest."""
+        if self.v2.client is None or len(plan.reqs) != 1:
+            return False
+        r = plan.reqs[0]
+        probe = self._request(r, {n: [0] for n in r.family.selections})
+        return probe is not None and probe.table is not None and not self.v2.client.is_mapped(probe)
+
     def probe(self, r, lists: dict):
         """The pipeline request of ``r``'s spec with ``lists`` as its selections (the family's
         template is made from a list body, as /v1 learns it), or None: not answered from a mapped table."""
+        probe = self._request(r, lists)
+        return (
+            probe
+            if probe is not None and probe.table is not None and self.v2.client.is_mapped(probe)
+            else None
+        )
+
+    def _request(self, r, lists: dict):
         try:
-            probe = self.v2.inferer.pipeline.request(r.family.name, {**r.body, **lists})
+            return self.v2.inferer.pipeline.request(r.family.name, {**r.body, **lists})
         except Exception:  # the spec was valid with the real positions: nothing to learn here
             return None
-        return probe if probe.table is not None and self.v2.client.is_mapped(probe) else None
 
     def _shm_entry(
         self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str, headers: tuple
