@@ -303,16 +303,18 @@ def cmd_report(args) -> int:
             )
             return d
 
-        steps = {"floor": [], "posenc": []}
+        # every rate to the raw-ASGI floor (what uvicorn and the probe cost), the bare server (the
+        # machine's own tail: asyncio + httptools answering the same bytes) and posenc, in turn
+        targets["bare"] = bare.url
+        steps: dict[str, list] = {"floor": [], "bare": [], "posenc": []}
         before = paths.scrape(url)
         for rate in rates:
-            for name in ("floor", "posenc"):
+            for name in ("floor", "bare", "posenc"):
                 steps[name].append(step(name, rate, args.probe_duration))
         paths.record(res["paths"], "probe", before, paths.scrape(url))
         # Reproducibility: the first floor step again, after the sweep.
         again = step("floor", rates[0], args.probe_duration, "floor-again")
         # The probe's own ceiling: the fastest server here (the bare one) at its wrk saturation.
-        targets["bare"] = bare.url
         fsat = res["wrk"].get("bare_max", {}).get("rps") or 3 * sat
         ceiling = step("bare", round(fsat, -1), min(2.0, args.probe_duration), "bare-max")
         res["probe"] = steps

@@ -52,15 +52,18 @@ def figures(res: dict, target_rps_per_core: float, target_p99_us: float, target_
     f["saturation_per_core"] = sat / cores if cores else None
     posenc = res.get("probe", {}).get("posenc", [])
     floor = res.get("probe", {}).get("floor", [])
+    bare = res.get("probe", {}).get("bare", [])
     for frac in (0.5, 0.8):
         s = _step_at(posenc, round(frac * sat, -1))
         fl = _step_at(floor, round(frac * sat, -1))
+        b = _step_at(bare, round(frac * sat, -1))
         f[f"at_{int(frac * 100)}"] = {
             "rate": round(frac * sat, -1),
             "posenc": s["percentiles_us"] if s else None,
             # a floor that fell behind at this rate has no latency to compare with, only its rate
             "floor": fl["percentiles_us"] if fl and not saturated(fl) else None,
             "floor_behind": behind(fl) if fl and saturated(fl) else "",
+            "bare": b["percentiles_us"] if b and not saturated(b) else None,
             "saturated": saturated(s) if s else None,
             "behind": behind(s) if s and saturated(s) else "",
             "noisy": bool(s and s.get("others_cores", 0) > (res.get("noise") or {}).get("limit_cores", 1e9)),

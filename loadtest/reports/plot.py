@@ -1,5 +1,6 @@
 """The report's latency.png: the probe's percentiles per offered rate, posenc's against the
-floor's, from the figures figures.py computed (matplotlib, imported only to draw).
+raw-ASGI floor's and the bare server's, from the figures figures.py computed (matplotlib,
+imported only to draw).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ def plot(res: dict, path: str, f: dict) -> None:
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     series = {
         name: [s for s in res.get("probe", {}).get(name, []) if s["percentiles_us"] or saturated(s)]
-        for name in ("posenc", "floor")
+        for name in ("posenc", "floor", "bare")
     }
     # Scale to the steps that kept up; a step that fell behind sits at the top edge, marked x.
     kept = [s["percentiles_us"][p] for v in series.values() for s in v if not saturated(s) for p in PCTS]
     top = max(kept) * 2.5 if kept else 10_000.0
     low = min(kept + [f["target"]["p99_us"]]) * 0.6 if kept else 10.0
-    for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2)):
+    for name, style, lw in (("posenc", "-", 2.0), ("floor", "--", 1.2), ("bare", ":", 1.2)):
         steps = series[name]
         if not steps:
             continue
@@ -67,7 +68,7 @@ def plot(res: dict, path: str, f: dict) -> None:
     if len(kinds) > 80:
         kinds = f"{res.get('scenario', {}).get('name', '')} ({len(res.get('probe_requests', []))} kinds)"
     ax.set_title(
-        f"posenc vs raw ASGI floor, {kinds}; one server core\n"
+        f"posenc vs raw ASGI floor and bare server, {kinds}; one server core\n"
         "x: fell behind (no latency; drawn at the top edge)",
         fontsize=10,
     )

@@ -29,6 +29,11 @@ def _noise(r: dict, limit: float) -> str:
     return f"{r['others_cores']:.2f}" + (" ⚠" if r["others_cores"] > limit else "")
 
 
+def tail_ratio(p: dict, bare: dict) -> str:
+    """posenc's p99 and p99.9 over the bare server's, as the report writes them."""
+    return f"{p['p99'] / max(1, bare['p99']):.2f}× / {p['p99.9'] / max(1, bare['p99.9']):.2f}×"
+
+
 def _build(m: dict) -> str:
     """Which posenc ran: its version, and its commit where it ran from a checkout (a results.json
     of an older report may have neither)."""
@@ -106,6 +111,8 @@ def markdown(res: dict, f: dict) -> str:
             if d.get("floor_behind")
             else f"floor {_fmt(fl.get('p50'))} / {_fmt(fl.get('p99'), ' µs')}{diff}"
         )
+        if pp and d.get("bare"):
+            floor_text += f"; p99 / p99.9 {tail_ratio(pp, d['bare'])} the bare server's"
         L.append(
             f"| p50 / **p99** at {frac} of saturation ({_fmt(d['rate'], '/s')}), open loop | "
             f"{_fmt(pp.get('p50'))} / **{_fmt(pp.get('p99'), ' µs')}**{sat_note} ({floor_text}) | "
@@ -256,18 +263,29 @@ def markdown(res: dict, f: dict) -> str:
         )
     L.append("")
     L.append(
-        "| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs "
-        "| posenc − floor p50 / p99 | probe lag / rx p99 µs | queued | errors | others' CPU |"
+        "Each rate is offered to the raw-ASGI floor (the probe, loopback and uvicorn), to the bare "
+        "server (asyncio + httptools answering the same bytes: the tail this machine allows) and to "
+        "posenc, in turn. posenc ÷ bare: its p99 and p99.9 over the bare server's at that rate.\n"
     )
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append(
+        "| offered/s | target | achieved/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs "
+        "| posenc − floor p50 / p99 | posenc ÷ bare p99 / p99.9 | probe lag / rx p99 µs | queued | errors "
+        "| others' CPU |"
+    )
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     fl_steps = {s["rate"]: s for s in res.get("probe", {}).get("floor", [])}
+    bare_steps = {s["rate"]: s for s in res.get("probe", {}).get("bare", [])}
     for s in res.get("probe", {}).get("posenc", []):
-        for name, st in (("floor", fl_steps.get(s["rate"])), ("posenc", s)):
+        for name, st in (
+            ("floor", fl_steps.get(s["rate"])),
+            ("bare", bare_steps.get(s["rate"])),
+            ("posenc", s),
+        ):
             if st is None:
                 continue
             if saturated(st) or not st["percentiles_us"]:
                 L.append(
-                    f"| {st['rate']:,.0f} | {name} | ✗ {behind(st)} | – | – | – | – | – | | "
+                    f"| {st['rate']:,.0f} | {name} | ✗ {behind(st)} | – | – | – | – | – | | | "
                     f"{st['loop_lag_us'].get('p99', '')} / {st.get('rx_us', {}).get('p99', '')} | "
                     f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |"
                 )
@@ -282,9 +300,13 @@ def markdown(res: dict, f: dict) -> str:
             ):
                 fp = fl_steps[s["rate"]]["percentiles_us"]
                 diff = f"{p['p50'] - fp['p50']:+d} / {p['p99'] - fp['p99']:+d}"
+            b = bare_steps.get(s["rate"])
+            ratio = ""
+            if name == "posenc" and b and b["percentiles_us"] and not saturated(b):
+                ratio = tail_ratio(p, b["percentiles_us"])
             L.append(
                 f"| {st['rate']:,.0f} | {name} | {st['achieved_rps']:,.0f} | {p['p50']} | {p['p90']} | "
-                f"{p['p99']} | {p['p99.9']} | {st['max_us']} | {diff} | {st['loop_lag_us'].get('p99', '')} / "
+                f"{p['p99']} | {p['p99.9']} | {st['max_us']} | {diff} | {ratio} | {st['loop_lag_us'].get('p99', '')} / "
                 f"{st.get('rx_us', {}).get('p99', '')} | "
                 f"{st['queued']} | {st['errors'] + st['timeouts']} | {_noise(st, lim)} |"
             )

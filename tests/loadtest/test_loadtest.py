@@ -136,12 +136,14 @@ def test_report_command_end_to_end(procs, files, tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert res["shm_leftovers"] == []
     assert [s["rate"] for s in res["probe"]["posenc"]] == [200.0, 320.0]
-    for s in res["probe"]["posenc"] + res["probe"]["floor"]:
+    assert [s["rate"] for s in res["probe"]["bare"]] == [200.0, 320.0]  # the machine's tail, each rate
+    for s in res["probe"]["posenc"] + res["probe"]["floor"] + res["probe"]["bare"]:
         assert s["percentiles_us"]["p99"] > 0 and s["errors"] == 0
     assert res["locust"]["Aggregated"]["failures"] == 0
     assert res["wrk"]["posenc_rtt"]["failures"] == 0 and res["wrk"]["floor_max"]["rps"] > 0
     md = (out / "summary.md").read_text()
     assert "at 50% of saturation" in md and "latency.png" in md
+    assert "posenc ÷ bare p99 / p99.9" in md and "| bare |" in md
     assert res["locust"]["grpc-rope-row"]["requests"] > 0 and res["locust"]["v2-rope-row"]["requests"] > 0
     assert res["grpc"]["posenc_rtt"]["p50_us"] > 0 and res["grpc"]["floor_max"]["rps"] > 0
     assert "## gRPC (KServe v2 ModelInfer" in md
