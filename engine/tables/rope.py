@@ -246,12 +246,15 @@ class Rope(Family):
     def template(self, hot, req, view, limits):
         """Rows gathered from the half-width tables through a column map: the engine's own
         ``expand`` applied to column numbers, so every layout matches ``serve``; rows past the table
-        are computed from the mapped float64 frequencies, as ``serve`` computes them. Lists only,
-        and not for types whose table follows the positions; ``position_ids``: rope_axes.template."""
+        are computed from the mapped float64 frequencies, as ``serve`` computes them. ``positions``
+        as a list or a range (``{start, stop[, step]}``, parsed in C as the pipeline parses it: a
+        prefill or a feature batch sends ranges); not for types whose table follows the positions;
+        ``position_ids`` (lists only): rope_axes.template."""
         spec, dtype = req.spec, req.dtype
         ids = req.body.get("position_ids")
         if spec.type.uses_seq_len or not isinstance(
-            req.body.get("positions" if ids is None else "position_ids"), list
+            req.body.get("positions" if ids is None else "position_ids"),
+            list if ids is not None else (list, dict),
         ):
             return None
         half = view.cos.shape[1]
@@ -281,7 +284,7 @@ class Rope(Family):
             return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
         colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
         return hot.RowsTemplate(
-            (view.cos, view.sin), colmap, 0, limits.max_rows, True, header_for, tail, past
+            (view.cos, view.sin), colmap, 0, limits.max_rows, False, header_for, tail, past
         )
 
     schema = {

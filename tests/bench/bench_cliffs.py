@@ -23,6 +23,8 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
 - alibi json: 32 heads (the configured table holds 65,536 distances), one query t in 0 .. 131,071
   against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
   application/json: each cell formatted in C (service/shortcut/hot_alibi_json.c, hot_f32text.c).
+- rope 16-row range, rope 16-row range json: `"positions": {"start": s, "stop": s + 16}` with s in
+  0 .. 99,999 (the table holds 32,768 rows: most ranges lie past it), binary and JSON.
 --cases NAME,NAME runs only those cases.
 Every server stays up the whole run: posenc, and one floor per case (loadtest/floors/asgi_app.py under
 uvicorn with posenc's settings). With --floor each (the default) the floor answers every request
@@ -135,12 +137,21 @@ CASES = {  # name -> request maker of a seeded random generator
         "/v1/sinusoidal", JSON, {"d_model": 768, "positions": [r.randrange(10000) for _ in range(4)]}
     ),
     "v2 json 16 rows": lambda r: v2_json([r.randrange(65536) for _ in range(16)]),
+    # ranges, as a prefill or a feature batch sends them: 16 rows starting anywhere over 0-100,000
+    # (the table holds 32,768: about two in three are past it)
+    "rope 16-row range": lambda r: v1("/v1/rope", ST, {**ROPE, "positions": _range16(r)}),
+    "rope 16-row range json": lambda r: v1("/v1/rope", JSON, {**ROPE, "positions": _range16(r)}),
     "v2 alibi 1x16": lambda r: v2_rest(
         "alibi", ALIBI, query=[r.randrange(131072)], key=[r.randrange(131072) for _ in range(16)]
     ),
     "alibi json": lambda r: alibi_row(r, r.randrange(131072)),
 }
 SEEDS = {name: 1000 + i for i, name in enumerate(CASES)}  # each case's requests, whichever cases run
+
+
+def _range16(r: random.Random) -> dict:
+    start = r.randrange(100_000)
+    return {"start": start, "stop": start + 16}
 
 
 def alibi_row(r: random.Random, q: int) -> tuple:

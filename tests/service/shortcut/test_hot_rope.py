@@ -132,3 +132,38 @@ def test_native_template_checks_its_arrays():
         replay.answer(b'{"positions":[1]}', *acc, {b'{"positions":\0}': t}, "rope")
     with pytest.raises(TypeError, match="AlibiTemplate"):  # a template of another family
         replay.answer(b'{"query":[1],"key":[1]}', *acc, {b'{"query":\0,"key":\0}': t}, "alibi")
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    spec=st.sampled_from(HOT_SPECS),
+    start=st.integers(0, 2100),
+    n=st.integers(-2, 70),
+    step=st.sampled_from(["", ',"step":1', ',"step":3', ',"step":null', ',"step":0', ',"step":-1']),
+    first=st.booleans(),
+)
+def test_native_shortcut_answers_rope_ranges_like_the_full_path(learnt, spec, start, n, step, first):
+    """A range of positions (``{"start", "stop"[, "step"]}``, the README's form), inside the
+    table and past it: C answers every valid range of at most MAX_ROWS rows, learnt from a list
+    body of the same spec, bit for bit the full path's; the rest (empty, a bad step, too many
+    rows) takes the full path."""
+    spec_text = orjson_dumps(spec)[1:-1]
+    sel = b'{"start":%d,"stop":%d%s}' % (start, start + n, step.encode())
+
+    def text(s: bytes) -> bytes:
+        if first:
+            return b'{"positions":' + s + b"," + spec_text + b"}"
+        return b"{" + spec_text + b',"positions":' + s + b"}"
+
+    learnt.execute(learnt.prepare("rope", text(b"[5]"), BIN["accept"]))  # learnt from a list
+    body = text(sel)
+    c = learnt.hot("rope", body, ACCEPT_HDRS)
+    # the step as the pipeline reads it (None: one it refuses, 0 or negative)
+    stride = {"": 1, ',"step":1': 1, ',"step":3': 3, ',"step":null': 1}.get(step)
+    rows = range(start, start + n, stride) if stride else range(0)
+    if 0 < len(rows) <= replay.MAX_ROWS:
+        assert c is not None, body
+    if c is not None:
+        assert c == learnt.execute(learnt.prepare("rope", body, BIN["accept"]))[0]
+        assert c == reference_safetensors("rope", json.loads(body))
