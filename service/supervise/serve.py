@@ -138,6 +138,7 @@ def settings_from_args(args) -> Settings:
     )
 
 
+FIRST_STANDBY_DELAY_S = 2.0  # the first standby waits this long after the engine is up (serve's start)
 CRASH_S = 1.0  # engines dying this soon after their start twice in a row (or before ready) are a crash loop
 MAX_BACKOFF_S = 4.0
 
@@ -203,10 +204,11 @@ def release(s: Settings, fd: int) -> None:
 
 
 class EngineChild:
-    """The engine child, and its standby: once an engine is up, a second engine process is started
-    with ``--standby-fd`` (engine/process/main.py), imported and waiting; when the engine dies the
-    standby is sent ``go`` with a fresh keeper channel and becomes the engine (no interpreter start,
-    no imports: about half a second of a restart), and a new standby is started once it is up.
+    """The engine child, and its standby: once an engine is up (the first one: FIRST_STANDBY_DELAY_S
+    after, past serve's own start), a second engine process is started with ``--standby-fd``
+    (engine/process/main.py), imported and waiting; when the engine dies the standby is sent ``go``
+    with a fresh keeper channel and becomes the engine (no interpreter start, no imports: about half
+    a second of a restart), and a new standby is started as soon as it is up.
     Without a live standby (it died, or the first engine is not up yet) a new process starts."""
 
     def __init__(self, settings: Settings):
@@ -254,11 +256,20 @@ class EngineChild:
                 [*self._cmd(), "--keeper-fd", str(channel.fileno())], pass_fds=(channel.fileno(),)
             )
 
-    def _standby_once_up(self) -> None:
-        """Start a standby once the running engine has published its manifest (not before: its
-        imports would slow the engine's start on a small machine); at once if it dies first."""
+    def _standby_once_up(self, delay: float = 0.0) -> None:
+        """Start a standby once the running engine has published its manifest and then ``delay``
+        seconds have passed (not before: its imports, half a second of a core, would slow the
+        engine's start, and at serve's start the workers' and the first requests', on a small
+        machine); none if the engine dies first."""
+        up_at = None
         while not self.stopping and self.proc is not None and self.proc.poll() is None:
-            if generation_of(self.s.shm_dir, self.s.namespace) not in (None, self.generation_before):
+            now = time.monotonic()
+            if up_at is None and generation_of(self.s.shm_dir, self.s.namespace) not in (
+                None,
+                self.generation_before,
+            ):
+                up_at = now
+            if up_at is not None and now - up_at >= delay:
                 break
             time.sleep(0.05)
         else:
@@ -281,10 +292,11 @@ class EngineChild:
         at once (its successor adopts its intact tables, so workers lose nothing), also when it is
         killed again soon after; only a crash loop (deaths before the engine was ready, or within
         CRASH_S of its start twice in a row) waits, a delay doubling from 0.5 s to 4 s."""
-        streak, quick = 0, False
+        streak, quick, delay = 0, False, FIRST_STANDBY_DELAY_S
         while not self.stopping:
             started = time.monotonic()
-            self._standby_once_up()
+            self._standby_once_up(delay)
+            delay = 0.0  # after a restart at once: the next kill may come soon
             rc = self.proc.wait()
             if self.stopping:
                 return
