@@ -73,6 +73,90 @@ int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp);
 int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s); /* 0 ok, -1 refused, -2 error set */
 extern PyMethodDef hot_select_methods[];
 
+/* ---- answers being written (hot_answer.c) ------------------------------------------------ */
+
+/* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
+ * "content-length: "), the answer's length, post (the headers after it), then "connection:
+ * close" when asked, and the blank line. NULL: the answer alone. */
+typedef struct {
+    PyObject *pre, *post; /* bytes */
+    int close;
+    int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
+} Http;
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+/* ---- a template: its head, and its kind's operations ----------------------------------- */
+
+/* Every template type's struct begins with this head: its kind's operations (set by tp_new,
+ * hot_template_new, from the kind registered with the type), then what every kind shares: the
+ * family's function of an answer's shape to its safetensors header (never called here), the
+ * header cache (dict: shape key -> header bytes) and the bytes after the arrays. */
+struct hot_ops;
+#define HOT_TEMPLATE_HEAD                                                                          \
+    PyObject_HEAD                                                                                  \
+    const struct hot_ops *ops; /* its kind's */                                                    \
+    PyObject *header_for;      /* shape -> header bytes; templates.py calls it on a miss */         \
+    PyObject *heads;           /* dict: n (rows), or nq << 32 | nk (blocks) -> header bytes */      \
+    PyObject *tail;            /* bytes */
+
+typedef struct {
+    HOT_TEMPLATE_HEAD
+} HotTemplate;
+
+/* A /v1 body's answer from template t: sp its selections' spans (ops->dims of them, in the
+ * family's field order; per-axis lists: sp[0]). A new reference: bytes, None (declined: the full
+ * path's), NotImplemented (a header or texts missing: see the miss protocol), or NULL (error). */
+typedef PyObject *(*hot_body_fn)(HotTemplate *t, const Span *sp, const Http *http);
+
+/* What a kind of template answers, one entry per route (NULL: the route declines it, or refuses a
+ * template of this kind as it does a wrong argument). The routes call these and nothing else of a
+ * kind: they never look at its type. */
+struct hot_ops {
+    const char *kind;   /* a short name: the template's `kind` ("rows", "grid", "alibi", "t5") */
+    const char *name;   /* its type's name in the module */
+    PyTypeObject *type; /* the type (tp_new = hot_template_new) */
+    int dims;           /* of an answer's shape, (n,) or (nq, nk): also the selections of its bodies */
+    /* /v1 bodies (hot_answer.c answer(), the lane): safetensors, JSON (http->json), per-axis lists */
+    hot_body_fn v1, v1_json, v1_axes;
+    /* v2 JSON-tensor infers (hot_v2json.c): sp the dims lists (query first), want[f] the positions
+     * list f must hold; http->json is set. As v1's. */
+    PyObject *(*v2_json)(HotTemplate *t, const Span *sp, const Py_ssize_t *want, const Http *http);
+    /* rows for raw binary positions (hot_fill.c: fill(), fill_into(), the v2 binary route): the
+     * arrays a fill writes; the positions (len bytes of isz-byte ints) into *rows and each array's
+     * bytes into *block (1; 0 declined; -1 error set; the caller frees rows); the rows into
+     * slots[a] at any alignment (0; 1 a computed value overflows; -1 out of memory, no error set:
+     * with keep 0 it runs without the GIL, keeping nothing). */
+    int (*arrays)(const HotTemplate *t);
+    int (*raw_rows)(HotTemplate *t, const char *pos, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block);
+    int (*rows_into)(char **slots, HotTemplate *t, const Sel *rows, int keep);
+    /* blocks for raw query and key positions (hot_blocks.c: fill_block(), the v2 binary route):
+     * the block's groups (heads), cell size and most bytes; the block [groups, nq, nk] into fill
+     * (8-byte aligned): 0, 1 a cell overflows the dtype, -1 out of memory (no error set) */
+    void (*block_limits)(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes);
+    int (*block_into)(const HotTemplate *t, const Sel *q, const Sel *k, char *fill);
+};
+
+/* The kinds, each registered by one line here (its ops, hot_<kind>_ops, defined in its file). */
+#define HOT_KINDS(X) X(rows) X(alibi) X(grid) X(t5)
+#define HOT_DECLARE_KIND(k) extern const struct hot_ops hot_##k##_ops;
+HOT_KINDS(HOT_DECLARE_KIND)
+
+/* Every template type's tp_new: a template of the kind registered with its type. */
+PyObject *hot_template_new(PyTypeObject *type, PyObject *args, PyObject *kw);
+/* o's kind's operations, or NULL when o is not a template. */
+static inline const struct hot_ops *hot_ops_of(PyObject *o)
+{
+    return Py_TYPE(o)->tp_new == hot_template_new ? ((HotTemplate *)o)->ops : NULL;
+}
+
 /* ---- templates (hot_templates.c) -------------------------------------------------------- */
 
 /* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
@@ -82,7 +166,7 @@ typedef struct {
 } Run;
 
 typedef struct RowsTemplate {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD
     Py_buffer arr[2];
     int narr;
     Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
@@ -93,9 +177,6 @@ typedef struct RowsTemplate {
     Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
     int naxes;         /* > 1: column j is read at the position of axis col_axis[j] (hot_axes.c) */
     uint8_t *col_axis; /* with idx, each column's axis (naxes > 1); runs carry theirs */
-    PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: n -> header bytes */
     /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
      * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
      * stored column c of array a is its item smap[a * src_width + c], and output column j item
@@ -139,14 +220,11 @@ void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
 void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
 
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD /* tail: the float32 slopes; heads by (nq, nk) */
     double *slopes;
     Py_ssize_t nheads;
     int symmetric, mask_future;
     Py_ssize_t max_n, max_bytes;
-    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as RowsTemplate's */
-    PyObject *tail;       /* bytes: the float32 slopes */
-    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
     int have_dist;
     Py_ssize_t *rows;     /* the requested heads' rows of dist */
@@ -160,24 +238,18 @@ typedef struct {
  * `extra`, else axis a's table row ((p - extra) / div[a]) % mod[a] at columns col[a] .. col[a] +
  * its width, side by side; positions from `rows` on are past the grid (the full path refuses them). */
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD
     Py_buffer arr[3];
     int narr;
     Py_ssize_t itemsize, width, extra, rows, max_rows;
     Py_ssize_t div[3], mod[3], col[3];
-    PyObject *header_for; /* n -> bytes; never called here, as RowsTemplate's */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: n -> header bytes */
 } GridTemplate;
 
 /* T5 bucket blocks (hot_t5.c): the engine's lookup table lut [2 radius + 1] int32, held. */
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD /* heads by (nq, nk) */
     Py_buffer lut;
     Py_ssize_t radius, max_n, max_bytes;
-    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as AlibiTemplate's */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
     int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
 } T5Template;
@@ -200,24 +272,6 @@ void hot_t5_ready(void); /* T5Template's methods: set_header() and enable_json()
 extern PyMethodDef hot_templates_methods[];
 
 /* ---- answers (hot_answer.c) ------------------------------------------------------------- */
-
-/* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
- * "content-length: "), the answer's length, post (the headers after it), then "connection:
- * close" when asked, and the blank line. NULL: the answer alone. */
-typedef struct {
-    PyObject *pre, *post; /* bytes */
-    int close;
-    int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
-} Http;
-
-/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
- * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
-typedef struct {
-    PyObject *obj;
-    char *dest, *fill;
-    Py_ssize_t n;
-} Out;
 
 /* A new bytes object: the HTTP head (when http), head, `body` bytes to fill, tail; 0 or -1. */
 int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o);
@@ -323,6 +377,10 @@ PyObject *hot_entry(PyObject *entries, PyObject *key);
  * T5Template, itemsize, nbytes, itemsize, nbytes, key first, (before, after), post) of
  * service/v2/hot_blocks.py, pos the two inputs' raw positions one after the other. */
 PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
+/* RowsTemplate's fills of raw positions (hot_fill.c; its ops' raw_rows and rows_into, as hot_ops
+ * describes them). */
+int hot_rows_raw(RowsTemplate *t, const char *pos, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block);
+int hot_rows_fill_into(char **slots, RowsTemplate *t, const Sel *rows, int keep);
 /* Raw little-endian positions (len bytes of isz-byte ints, isz 4 or 8) into s, with its lo and hi
  * (hot_fill.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
  * (ValueError: not a whole, non-zero number of such ints; no memory). The caller frees s. */

@@ -296,19 +296,15 @@ PyObject *hot_finish(Out *o)
     return o->obj;
 }
 
-static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
+/* RowsTemplate's /v1 safetensors answer (ops->v1) to selection sp[0]. */
+static PyObject *rows_answer(HotTemplate *self, const Span *sp, const Http *http)
 {
+    RowsTemplate *t = (RowsTemplate *)self;
     Sel rows = {.heap = NULL};
     PyObject *out = NULL;
-    if (t->lists_only && *sp->open != '[') Py_RETURN_NONE;
-    if (http && http->json && !t->json_parts) Py_RETURN_NONE;
+    if (t->naxes > 1 || (t->lists_only && *sp->open != '[')) Py_RETURN_NONE;   /* per-axis: v1_axes only */
     int rc = hot_parse_sel(sp, t->max_rows, &rows);
     if (rc == -2) return NULL;
-    if (rc == 0 && http && http->json) {
-        out = hot_rows_json(t, &rows, http);
-        hot_sel_free(&rows);
-        return out;
-    }
     if (rc < 0 || !hot_rows_answerable(t, rows.hi)) { /* past a table it computes no rows of: the full path's */
         hot_sel_free(&rows);
         Py_RETURN_NONE;
@@ -338,6 +334,62 @@ static PyObject *rows_answer(RowsTemplate *t, const Span *sp, const Http *http)
     hot_sel_free(&rows);
     return out;
 }
+
+/* RowsTemplate's /v1 JSON answer (ops->v1_json): hot_json.c's, of a template with enable_json(). */
+static PyObject *rows_json_answer(HotTemplate *self, const Span *sp, const Http *http)
+{
+    RowsTemplate *t = (RowsTemplate *)self;
+    Sel rows = {.heap = NULL};
+    if (t->naxes > 1 || (t->lists_only && *sp->open != '[') || !t->json_parts) Py_RETURN_NONE;
+    int rc = hot_parse_sel(sp, t->max_rows, &rows);
+    PyObject *out = rc == 0 ? hot_rows_json(t, &rows, http) : rc == -2 ? NULL : Py_NewRef(Py_None);
+    hot_sel_free(&rows);
+    return out;
+}
+
+/* RowsTemplate's per-axis lists (ops->v1_axes): hot_axes.c's. */
+static PyObject *rows_axes_answer(HotTemplate *t, const Span *sp, const Http *http)
+{
+    return hot_axes_answer((RowsTemplate *)t, sp, http);
+}
+
+/* RowsTemplate's v2 JSON answer (ops->v2_json): its one list of want[0] positions. */
+static PyObject *rows_v2_json(HotTemplate *self, const Span *sp, const Py_ssize_t *want, const Http *http)
+{
+    RowsTemplate *t = (RowsTemplate *)self;
+    if (!t->json_parts || !t->json_flat || t->naxes > 1) Py_RETURN_NONE;
+    Sel rows = {.heap = NULL};
+    int rc = hot_parse_sel(&sp[0], want[0], &rows); /* a list: '[' */
+    PyObject *out = rc == 0 ? hot_rows_json(t, &rows, http) : rc == -2 ? NULL : Py_NewRef(Py_None);
+    hot_sel_free(&rows);
+    return out;
+}
+
+static int rows_arrays(const HotTemplate *t) { return ((const RowsTemplate *)t)->narr; }
+
+static int rows_raw(HotTemplate *t, const char *pos, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block)
+{
+    return hot_rows_raw((RowsTemplate *)t, pos, len, isz, rows, block);
+}
+
+static int rows_fill_into(char **slots, HotTemplate *t, const Sel *rows, int keep)
+{
+    return hot_rows_fill_into(slots, (RowsTemplate *)t, rows, keep);
+}
+
+const struct hot_ops hot_rows_ops = {
+    .kind = "rows",
+    .name = "RowsTemplate",
+    .type = &hot_RowsTemplateType,
+    .dims = 1,
+    .v1 = rows_answer,
+    .v1_json = rows_json_answer,
+    .v1_axes = rows_axes_answer,
+    .v2_json = rows_v2_json,
+    .arrays = rows_arrays,
+    .raw_rows = rows_raw,
+    .rows_into = rows_fill_into,
+};
 
 /* declared, and described, in hot.h */
 int64_t *hot_block_positions(const Sel *q, const Sel *k)
@@ -371,12 +423,14 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
     return got;
 }
 
-static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http)
+/* AlibiTemplate's /v1 safetensors answer (ops->v1) to selections sp[0] (query), sp[1] (key). */
+static PyObject *alibi_answer(HotTemplate *self, const Span *sp, const Http *http)
 {
+    AlibiTemplate *t = (AlibiTemplate *)self;
     Sel q = {.heap = NULL}, k = {.heap = NULL};
     PyObject *out = NULL, *head = NULL;
     /* array bytes: itemsize * H * nq * nk + 4 * H (the float32 slopes) */
-    if (hot_block_start((PyObject *)t, t->heads, sq, sk, t->max_n, t->nheads,
+    if (hot_block_start((PyObject *)t, t->heads, &sp[0], &sp[1], t->max_n, t->nheads,
                         (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) > 0) {
         Out o;
         if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) == 0)
@@ -387,6 +441,43 @@ static PyObject *alibi_answer(AlibiTemplate *t, const Span *sq, const Span *sk, 
     hot_sel_free(&k);
     return out;
 }
+
+/* AlibiTemplate's JSON answers (hot_alibi_json.c): /v1's nested, v2's flat. */
+static PyObject *alibi_json_answer(HotTemplate *t, const Span *sp, const Http *http)
+{
+    return hot_alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 0);
+}
+
+static PyObject *alibi_v2_json(HotTemplate *t, const Span *sp, const Py_ssize_t *want, const Http *http)
+{
+    (void)want;
+    return hot_alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 1);
+}
+
+static void alibi_limits(const HotTemplate *self, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes)
+{
+    const AlibiTemplate *t = (const AlibiTemplate *)self;
+    *groups = t->nheads;
+    *itemsize = t->itemsize;
+    *max_bytes = t->max_bytes;
+}
+
+static int alibi_block_into(const HotTemplate *t, const Sel *q, const Sel *k, char *fill)
+{
+    return hot_alibi_block((const AlibiTemplate *)t, q, k, fill);
+}
+
+const struct hot_ops hot_alibi_ops = {
+    .kind = "alibi",
+    .name = "AlibiTemplate",
+    .type = &hot_AlibiTemplateType,
+    .dims = 2,
+    .v1 = alibi_answer,
+    .v1_json = alibi_json_answer,
+    .v2_json = alibi_v2_json,
+    .block_limits = alibi_limits,
+    .block_into = alibi_block_into,
+};
 
 /* ---------------------------------------------------------------------------------------------
  * answer()
@@ -477,23 +568,14 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
      * drops it from the dict */
     Py_INCREF(t);
     PyObject *out = NULL;
-    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1 && axes)
-        out = hot_axes_answer((RowsTemplate *)t, &spans[0], http);
-    else if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1 && ((RowsTemplate *)t)->naxes > 1)
-        out = Py_None, Py_INCREF(out);   /* (a key cut from per-axis lists only: not reached) */
-    else if (Py_IS_TYPE(t, &hot_RowsTemplateType) && nf == 1)
-        out = rows_answer((RowsTemplate *)t, &spans[0], http);
-    else if (Py_IS_TYPE(t, &hot_GridTemplateType) && nf == 1 && !axes)
-        out = hot_grid_answer((GridTemplate *)t, &spans[0], http);
-    else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2 && http && http->json)
-        out = hot_alibi_json((AlibiTemplate *)t, &spans[0], &spans[1], http, 0);
-    else if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && nf == 2)
-        out = alibi_answer((AlibiTemplate *)t, &spans[0], &spans[1], http);
-    else if (Py_IS_TYPE(t, &hot_T5TemplateType) && nf == 2)
-        out = hot_t5_answer((T5Template *)t, &spans[0], &spans[1], http);
-    else
+    const struct hot_ops *ops = hot_ops_of(t);
+    if (!ops || ops->dims != nf || (axes && !ops->v1_axes)) {
         PyErr_SetString(PyExc_TypeError, "templates must map to RowsTemplate or GridTemplate (1 field), AlibiTemplate "
                                          "or T5Template (2 fields)");
+    } else {
+        hot_body_fn route = axes ? ops->v1_axes : http && http->json ? ops->v1_json : ops->v1;
+        out = route ? route((HotTemplate *)t, spans, http) : Py_NewRef(Py_None);   /* NULL: declined */
+    }
     Py_DECREF(t);
     return out;
 }

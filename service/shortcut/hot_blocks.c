@@ -93,11 +93,10 @@ static void as_range(Sel *s)
  * of isz1-byte ints) then `second`, query first unless key_first; parts[0] + the block + parts[1],
  * behind the HTTP head when http. Bytes; None (a position negative or not below the limit, a
  * block over the template's bytes, a cell that overflows: the full path's); NULL error. */
-static PyObject *block_answer(PyObject *t, const char *first, Py_ssize_t n1, Py_ssize_t isz1, const char *second,
+static PyObject *block_answer(HotTemplate *t, const char *first, Py_ssize_t n1, Py_ssize_t isz1, const char *second,
                               Py_ssize_t n2, Py_ssize_t isz2, int key_first, PyObject *parts, const Http *http)
 {
     Sel a = {.heap = NULL}, b = {.heap = NULL};
-    int alibi = Py_IS_TYPE(t, &hot_AlibiTemplateType);
     int rc = hot_raw_positions(first, n1, isz1, &a);
     if (rc > 0) rc = hot_raw_positions(second, n2, isz2, &b);
     PyObject *out = NULL;
@@ -105,16 +104,16 @@ static PyObject *block_answer(PyObject *t, const char *first, Py_ssize_t n1, Py_
         Sel *q = key_first ? &b : &a, *k = key_first ? &a : &b;
         as_range(q);
         as_range(k);
-        Py_ssize_t groups = alibi ? ((AlibiTemplate *)t)->nheads : 1, isz = alibi ? ((AlibiTemplate *)t)->itemsize : 4;
-        Py_ssize_t cells = (alibi ? ((AlibiTemplate *)t)->max_bytes : ((T5Template *)t)->max_bytes) / isz;
+        Py_ssize_t groups, isz, max_bytes;
+        t->ops->block_limits(t, &groups, &isz, &max_bytes);
+        Py_ssize_t cells = max_bytes / isz;
         Out o;
         if (q->n > cells / groups || k->n > cells / groups / q->n) { /* each factor checked: nothing overflows */
             out = Py_None;
             Py_INCREF(out);
         } else if (hot_bytes_of(http, PyTuple_GET_ITEM(parts, 0), isz * groups * q->n * k->n, PyTuple_GET_ITEM(parts, 1),
                                 1, &o) == 0) {
-            out = hot_block_done(&o, alibi ? hot_alibi_block((AlibiTemplate *)t, q, k, o.fill)
-                                           : hot_t5_block((T5Template *)t, q, k, (int32_t *)o.fill));
+            out = hot_block_done(&o, t->ops->block_into(t, q, k, o.fill));
         }
     } else if (rc == 0) {
         out = Py_None;
@@ -125,9 +124,11 @@ static PyObject *block_answer(PyObject *t, const char *first, Py_ssize_t n1, Py_
     return out;
 }
 
-static int is_block_template(PyObject *t)
+/* t as a template of blocks (its ops answer raw query and key positions), or NULL. */
+static HotTemplate *block_template(PyObject *t)
 {
-    return Py_IS_TYPE(t, &hot_AlibiTemplateType) || Py_IS_TYPE(t, &hot_T5TemplateType);
+    const struct hot_ops *ops = hot_ops_of(t);
+    return ops && ops->block_into ? (HotTemplate *)t : NULL;
 }
 
 static int two_bytes(PyObject *parts)
@@ -145,7 +146,7 @@ PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, 
     if (!PyArg_ParseTuple(entry, "OnnnnpOO!:v2 block entry", &t, &isz1, &n1, &isz2, &n2, &key_first, &parts,
                           &PyBytes_Type, &post))
         return NULL;
-    if (!is_block_template(t) || !two_bytes(parts)) {
+    if (!block_template(t) || !two_bytes(parts)) {
         PyErr_SetString(PyExc_TypeError, "v2 block entry: (AlibiTemplate | T5Template, itemsize, nbytes, itemsize, "
                                          "nbytes, key first, (bytes, bytes), post)");
         return NULL;
@@ -153,7 +154,7 @@ PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, 
     if (n1 < 0 || n2 < 0 || len != n1 + n2) Py_RETURN_NONE;   /* not the learnt numbers of positions */
     Http h = *http;
     h.post = post;
-    return block_answer(t, pos, n1, isz1, pos + n1, n2, isz2, key_first, parts, &h);
+    return block_answer((HotTemplate *)t, pos, n1, isz1, pos + n1, n2, isz2, key_first, parts, &h);
 }
 
 PyDoc_STRVAR(fill_block_doc, "fill_block(template, first, second, itemsizes, key_first, parts) -> bytes | None\n--\n\n"
@@ -169,7 +170,8 @@ static PyObject *fill_block(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!hot_configured()) return NULL;
     Py_ssize_t isz[2];
     int key_first;
-    if (nargs != 6 || !is_block_template(args[0]) || !PyArg_ParseTuple(args[3], "nn:itemsizes", &isz[0], &isz[1]) ||
+    HotTemplate *t = nargs == 6 ? block_template(args[0]) : NULL;
+    if (!t || !PyArg_ParseTuple(args[3], "nn:itemsizes", &isz[0], &isz[1]) ||
         (key_first = PyObject_IsTrue(args[4])) < 0 || !two_bytes(args[5])) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "fill_block(template: AlibiTemplate | T5Template, first: buffer, second: "
@@ -182,7 +184,7 @@ static PyObject *fill_block(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyBuffer_Release(&a);
         return NULL;
     }
-    PyObject *out = block_answer(args[0], a.buf, a.len, isz[0], b.buf, b.len, isz[1], key_first, args[5], NULL);
+    PyObject *out = block_answer(t, a.buf, a.len, isz[0], b.buf, b.len, isz[1], key_first, args[5], NULL);
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
     return out;

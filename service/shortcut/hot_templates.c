@@ -203,23 +203,10 @@ PyDoc_STRVAR(set_header_doc, "set_header(shape, header)\n--\n\n"
              "Cache the safetensors header (bytes) of answers of shape: (n,) rows for a RowsTemplate or\n"
              "GridTemplate, (nq, nk) for an AlibiTemplate or T5Template.");
 
-/* A template's header cache (or, with `header_for`, its header_for) and its answers' dimensions. */
-static PyObject *template_part(PyObject *t, int header_for, Py_ssize_t *dims)
-{
-    *dims = Py_IS_TYPE(t, &hot_RowsTemplateType) || Py_IS_TYPE(t, &hot_GridTemplateType) ? 1 : 2;
-    if (Py_IS_TYPE(t, &hot_RowsTemplateType))
-        return header_for ? ((RowsTemplate *)t)->header_for : ((RowsTemplate *)t)->heads;
-    if (Py_IS_TYPE(t, &hot_GridTemplateType))
-        return header_for ? ((GridTemplate *)t)->header_for : ((GridTemplate *)t)->heads;
-    if (Py_IS_TYPE(t, &hot_T5TemplateType))
-        return header_for ? ((T5Template *)t)->header_for : ((T5Template *)t)->heads;
-    return header_for ? ((AlibiTemplate *)t)->header_for : ((AlibiTemplate *)t)->heads;
-}
-
 static PyObject *set_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t dims, v[2] = {0, -1};
-    PyObject *cache = template_part(self, 0, &dims);
+    Py_ssize_t dims = ((HotTemplate *)self)->ops->dims, v[2] = {0, -1};
+    PyObject *cache = ((HotTemplate *)self)->heads;
     if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != dims || !PyBytes_Check(args[1])) {
         PyErr_Format(PyExc_TypeError, "set_header(shape: tuple of %zd ints, header: bytes)", dims);
         return NULL;
@@ -257,11 +244,36 @@ static PyObject *get_text_for(PyObject *t, void *closure)
 static PyObject *get_header_for(PyObject *t, void *closure)
 {
     (void)closure;
-    Py_ssize_t dims;
-    PyObject *f = template_part(t, 1, &dims);
+    PyObject *f = ((HotTemplate *)t)->header_for;
     if (!f) Py_RETURN_NONE;
     Py_INCREF(f);
     return f;
+}
+
+static PyObject *get_kind(PyObject *t, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(((HotTemplate *)t)->ops->kind);
+}
+
+/* The kinds, as HOT_KINDS registers them. */
+#define HOT_KIND_OPS(k) &hot_##k##_ops,
+static const struct hot_ops *const kinds[] = {HOT_KINDS(HOT_KIND_OPS)};
+#define NKINDS (sizeof kinds / sizeof *kinds)
+
+/* declared, and described, in hot.h */
+PyObject *hot_template_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    const struct hot_ops *ops = NULL;
+    for (size_t i = 0; i < NKINDS && !ops; i++)
+        if (kinds[i]->type == type) ops = kinds[i];
+    if (!ops) {
+        PyErr_Format(PyExc_TypeError, "%s is no kind of template", type->tp_name);
+        return NULL;
+    }
+    PyObject *t = PyType_GenericNew(type, args, kw);
+    if (t) ((HotTemplate *)t)->ops = ops;
+    return t;
 }
 
 /* declared, and described, in hot.h */
@@ -286,13 +298,16 @@ PyMethodDef hot_template_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#define KIND_DOC "the template's kind: \"rows\", \"grid\", \"alibi\" or \"t5\" (what it answers, see hot.h)"
 PyGetSetDef hot_template_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
+    {"kind", get_kind, NULL, KIND_DOC, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyGetSetDef rows_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
+    {"kind", get_kind, NULL, KIND_DOC, NULL},
     {"text_for", get_text_for, NULL, "(array, row) -> the stored row's JSON text (enable_json's), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -515,7 +530,7 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_basicsize = sizeof(RowsTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
-    .tp_new = PyType_GenericNew,
+    .tp_new = hot_template_new,
     .tp_init = (initproc)RowsTemplate_init,
     .tp_methods = rows_methods,
     .tp_getset = rows_getset,
@@ -631,7 +646,7 @@ PyTypeObject hot_AlibiTemplateType = {
     .tp_basicsize = sizeof(AlibiTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = hot_template_new,
     .tp_init = (initproc)AlibiTemplate_init,
     .tp_methods = hot_template_methods,
     .tp_getset = hot_template_getset,
@@ -658,13 +673,12 @@ int hot_templates_ready(PyObject *m)
         }
     hot_t5_ready();
     if (hot_alibi_json_ready(m) < 0) return -1;
-    PyTypeObject *types[] = {&hot_RowsTemplateType, &hot_AlibiTemplateType, &hot_GridTemplateType, &hot_T5TemplateType};
-    const char *names[] = {"RowsTemplate", "AlibiTemplate", "GridTemplate", "T5Template"};
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        if (PyType_Ready(types[i]) < 0) return -1;
-        Py_INCREF(types[i]);
-        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
-            Py_DECREF(types[i]);
+    for (size_t i = 0; i < NKINDS; i++) {
+        PyTypeObject *type = kinds[i]->type;
+        if (PyType_Ready(type) < 0) return -1;
+        Py_INCREF(type);
+        if (PyModule_AddObject(m, kinds[i]->name, (PyObject *)type) < 0) {
+            Py_DECREF(type);
             return -1;
         }
     }
