@@ -255,8 +255,8 @@ typedef struct {
 } T5Template;
 
 extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
-extern PyMethodDef hot_template_methods[]; /* every template type's: set_header() */
-extern PyGetSetDef hot_template_getset[];  /* and header_for */
+/* The base of every template type (its tp_base): set_header(), header_for and kind, for all. */
+extern PyTypeObject hot_TemplateType;
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
 /* A block template's enable_json(parts, flat=False) arguments read: *parts the (before, after) bytes
@@ -268,7 +268,6 @@ int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
 int hot_templates_ready(PyObject *module);
-void hot_t5_ready(void); /* T5Template's methods: set_header() and enable_json(), joined */
 extern PyMethodDef hot_templates_methods[];
 
 /* ---- answers (hot_answer.c) ------------------------------------------------------------- */
@@ -319,8 +318,7 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
  * NULL error. */
 PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
 void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts, at dealloc */
-/* AlibiTemplate's methods (set_header, enable_json): 0, or -1 with an error set */
-int hot_alibi_json_ready(PyObject *m);
+extern PyMethodDef hot_alibi_methods[]; /* AlibiTemplate's own: enable_json */
 
 /* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
 

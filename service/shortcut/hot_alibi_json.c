@@ -172,15 +172,8 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-static PyMethodDef alibi_methods[3]; /* hot_template_methods' set_header, then enable_json */
-
-int hot_alibi_json_ready(PyObject *m)
-{
-    (void)m;
-    alibi_methods[0] = hot_template_methods[0];
-    alibi_methods[1] = (PyMethodDef){"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL,
-                                     enable_json_doc};
-    hot_AlibiTemplateType.tp_methods = alibi_methods;
-    hot_AlibiTemplateType.tp_getset = hot_template_getset;
-    return 0;
-}
+/* AlibiTemplate's own methods (those of every template, hot_TemplateType's, are inherited) */
+PyMethodDef hot_alibi_methods[] = {
+    {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc},
+    {NULL, NULL, 0, NULL},
+};

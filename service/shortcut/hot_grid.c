@@ -120,7 +120,6 @@ PyTypeObject hot_GridTemplateType = {
     .tp_doc = "A sinusoidal-grid spec's per-axis tables and response layout (see hot_grid.c).",
     .tp_new = hot_template_new,
     .tp_init = (initproc)GridTemplate_init,
-    .tp_methods = hot_template_methods,
-    .tp_getset = hot_template_getset,
+    .tp_base = &hot_TemplateType,
     .tp_dealloc = (destructor)GridTemplate_dealloc,
 };

@@ -186,13 +186,11 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-static PyMethodDef t5_methods[3]; /* hot_template_methods' set_header, then enable_json */
-
-void hot_t5_ready(void)
-{
-    t5_methods[0] = hot_template_methods[0];
-    t5_methods[1] = (PyMethodDef){"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc};
-}
+/* T5Template's own methods (those of every template are hot_TemplateType's, inherited) */
+static PyMethodDef t5_methods[] = {
+    {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc},
+    {NULL, NULL, 0, NULL},
+};
 
 PyTypeObject hot_T5TemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.T5Template",
@@ -201,7 +199,7 @@ PyTypeObject hot_T5TemplateType = {
     .tp_doc = "A t5-buckets spec's mapped lookup table and response layout (see hot_t5.c).",
     .tp_new = hot_template_new,
     .tp_init = (initproc)T5Template_init,
+    .tp_base = &hot_TemplateType,
     .tp_methods = t5_methods,
-    .tp_getset = hot_template_getset,
     .tp_dealloc = (destructor)T5Template_dealloc,
 };

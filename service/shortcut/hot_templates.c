@@ -292,28 +292,33 @@ int hot_json_parts(PyObject *const *args, Py_ssize_t nargs, PyObject **parts, in
     return 0;
 }
 
-/* What every template type has: set_header() and header_for. */
-PyMethodDef hot_template_methods[] = {
+/* What every template type has: set_header(), header_for and kind, as hot_TemplateType's, the base of
+ * every template type. */
+static PyMethodDef template_methods[] = {
     {"set_header", (PyCFunction)(void (*)(void))set_header, METH_FASTCALL, set_header_doc},
     {NULL, NULL, 0, NULL},
 };
 
 #define KIND_DOC "the template's kind: \"rows\", \"grid\", \"alibi\" or \"t5\" (what it answers, see hot.h)"
-PyGetSetDef hot_template_getset[] = {
+static PyGetSetDef template_getset[] = {
     {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
     {"kind", get_kind, NULL, KIND_DOC, NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject hot_TemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.Template",
+    .tp_basicsize = sizeof(HotTemplate),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The base of every kind of template (made by its kind's type only): set_header(), header_for, kind.",
+    .tp_methods = template_methods,
+    .tp_getset = template_getset,
 };
 
 static PyGetSetDef rows_getset[] = {
-    {"header_for", get_header_for, NULL, "the family's function of an answer's shape to its header", NULL},
-    {"kind", get_kind, NULL, KIND_DOC, NULL},
     {"text_for", get_text_for, NULL, "(array, row) -> the stored row's JSON text (enable_json's), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
-
-/* RowsTemplate's methods: hot_template_methods and hot_json_methods, joined at import. */
-static PyMethodDef rows_methods[8];
 
 /* ---- RowsTemplate ----------------------------------------------------------------------- */
 
@@ -532,7 +537,8 @@ PyTypeObject hot_RowsTemplateType = {
     .tp_doc = "A validated RoPE or sinusoidal spec's tables, column map and response layout.",
     .tp_new = hot_template_new,
     .tp_init = (initproc)RowsTemplate_init,
-    .tp_methods = rows_methods,
+    .tp_base = &hot_TemplateType,
+    .tp_methods = hot_json_methods,
     .tp_getset = rows_getset,
     .tp_dealloc = (destructor)RowsTemplate_dealloc,
 };
@@ -648,8 +654,8 @@ PyTypeObject hot_AlibiTemplateType = {
     .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
     .tp_new = hot_template_new,
     .tp_init = (initproc)AlibiTemplate_init,
-    .tp_methods = hot_template_methods,
-    .tp_getset = hot_template_getset,
+    .tp_base = &hot_TemplateType,
+    .tp_methods = hot_alibi_methods,
     .tp_dealloc = (destructor)AlibiTemplate_dealloc,
 };
 
@@ -662,17 +668,12 @@ PyMethodDef hot_templates_methods[] = {
 int hot_templates_ready(PyObject *m)
 {
     if (!MISSING && !(MISSING = PyUnicode_InternFromString("posenc.service.shortcut._hot.missing"))) return -1;
-    size_t n = 0;
-    for (const PyMethodDef *parts[] = {hot_template_methods, hot_json_methods}, **p = parts; p < parts + 2; p++)
-        for (const PyMethodDef *m = *p; m->ml_name; m++) {
-            if (n + 1 >= sizeof rows_methods / sizeof *rows_methods) {
-                PyErr_SetString(PyExc_SystemError, "_hot: rows_methods is too short");
-                return -1;
-            }
-            rows_methods[n++] = *m;
-        }
-    hot_t5_ready();
-    if (hot_alibi_json_ready(m) < 0) return -1;
+    if (PyType_Ready(&hot_TemplateType) < 0) return -1;
+    Py_INCREF(&hot_TemplateType);
+    if (PyModule_AddObject(m, "Template", (PyObject *)&hot_TemplateType) < 0) {
+        Py_DECREF(&hot_TemplateType);
+        return -1;
+    }
     for (size_t i = 0; i < NKINDS; i++) {
         PyTypeObject *type = kinds[i]->type;
         if (PyType_Ready(type) < 0) return -1;
