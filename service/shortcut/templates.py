@@ -218,11 +218,18 @@ SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_
 )
 
 
+# A template's kind (``t.kind``, its C kind's name: service/shortcut/hot.h, struct hot_ops): what it
+# answers. Rows of positions (RoPE, sinusoidal: RowsTemplate), rows of a large grid (GridTemplate),
+# blocks of query x key positions (ALiBi, T5). The Python side branches on these, never on the type.
+KIND_ROWS, KIND_GRID, KIND_ALIBI, KIND_T5 = "rows", "grid", "alibi", "t5"
+BLOCK_KINDS = (KIND_ALIBI, KIND_T5)
+
+
 def rows_template(req, view):
     """The family's row template of a request answered from ``view`` (one row per position), or
     None when the family makes none for it (the v2 shortcut, service/v2/hot.py, fills its rows)."""
     t = req.family.template(_hot, req, view, Limits(MAX_ROWS, 1, 1))
-    return t if t is not None and type(t) is _hot.RowsTemplate else None
+    return t if t is not None and t.kind == KIND_ROWS else None
 
 
 def flat_json_template(req, view, parts: tuple, limits: Limits):
@@ -231,12 +238,9 @@ def flat_json_template(req, view, parts: tuple, limits: Limits):
     a RowsTemplate of one axis, or a T5Template or AlibiTemplate (``parts`` around its block); None
     for any other."""
     t = req.family.template(_hot, req, view, limits)
-    if type(t) is _hot.RowsTemplate:
+    if t is not None and t.kind == KIND_ROWS:
         return t if _rows_json(t, req, parts, True) else None
-    if type(t) is _hot.T5Template and len(parts) == 2:
-        t.enable_json(parts, True)
-        return t
-    if type(t) is _hot.AlibiTemplate and len(parts) == 2:
+    if t is not None and t.kind in BLOCK_KINDS and len(parts) == 2:
         t.enable_json(parts, True)
         return t
     return None
@@ -254,7 +258,7 @@ def block_template(req, view, max_n: int, max_bytes: int):
     ``max_bytes`` bytes; None when the family makes none for it (the v2 shortcut's blocks,
     service/v2/hot_blocks.py)."""
     t = req.family.template(_hot, req, view, Limits(MAX_ROWS, max_n, max_bytes))
-    return t if t is not None and type(t) in (_hot.AlibiTemplate, _hot.T5Template) else None
+    return t if t is not None and t.kind in BLOCK_KINDS else None
 
 
 def fill_block(t, first, second, itemsizes: tuple, key_first: bool, parts: tuple) -> bytes | None:
@@ -324,9 +328,9 @@ class Templates:
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:
             return
-        if type(t) is _hot.RowsTemplate and axes is None:  # per-axis rows in JSON: the full path's
+        if t.kind == KIND_ROWS and axes is None:  # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
-        elif type(t) is _hot.T5Template or type(t) is _hot.AlibiTemplate:
+        elif t.kind in BLOCK_KINDS:
             block_json(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():
