@@ -78,8 +78,11 @@ HOT = [
         "hot_t5.c",
         "hot_v2json.c",
         "hot_blocks.c",
-        "hot_alibi_json.c",
+        "hot_alibi.c",
         "hot_f32text.c",
+        "hot_out.c",
+        "hot_rows.c",
+        "hot_rows_copy.c",
     )
 ]
 

@@ -1,6 +1,40 @@
 /* service/shortcut/hot.h -- what the files of the extension posenc.service.shortcut._hot share.
  * Private to them: _hot.c documents the module and says which file holds what. Functions
  * that one file defines and another calls are named hot_*.
+ *
+ * Layers. A file calls into its own layer's files or those below, never above, and the references
+ * make no circle (tests/service/shortcut/test_hot_layers.py holds the sources to it):
+ *   1. shared pieces, on hot.h alone: hot_select.c (the configured rules, selections, raw
+ *      positions, keys' spans), hot_out.c (an answer's bytes), hot_f32text.c (a float's text);
+ *      hot_templates.c (what every template shares: the head's methods, header caches and the
+ *      miss note, the keep budget, a block answer's start; on hot_select.c)
+ *   2. the kinds, one file each (the rows kind's parts: hot_rows.c, hot_rows_copy.c, hot_json.c,
+ *      hot_axes.c): hot_rows.c, hot_grid.c, hot_alibi.c, hot_t5.c. A kind knows the shared
+ *      pieces and itself; each defines its struct hot_ops, hot_<kind>_ops
+ *   3. the routes, on the shared pieces and struct hot_ops alone (never a kind's type or struct):
+ *      hot_answer.c (/v1 bodies), hot_v2json.c (v2 JSON), hot_blocks.c (raw blocks), hot_fill.c
+ *      (raw rows; hands block entries to hot_blocks.c)
+ *   4. the lane: hot_lane.c (a whole request to a route), hot_serve.c (a socket read's requests)
+ *   5. _hot.c: the module, configure(), and the list of kinds (HOT_KINDS) it registers
+ *
+ * A new kind of template costs one C file and one registration line:
+ *   - service/shortcut/hot_<kind>.c: its struct, beginning with HOT_TEMPLATE_HEAD; its type
+ *     (tp_base = &hot_TemplateType, tp_new = hot_template_new, its own init and dealloc, which
+ *     releases header_for, heads and tail too); the route entries it answers (each as struct
+ *     hot_ops describes it; leave the others NULL) and `const struct hot_ops hot_<kind>_ops`
+ *     naming them, its kind (the `kind` Python sees), its type's name and its dims;
+ *   - its name added to HOT_KINDS below (that declares hot_<kind>_ops and registers the type);
+ *   - and, as for every C file, its name in setup.py's HOT list.
+ * The routes then answer it as they answer every kind; the Python side tells it by t.kind.
+ *
+ * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
+ * safetensors header of its shape, JSON texts of stored rows) returns NotImplemented and notes
+ * what it lacked in this thread's thread-state dict (hot_templates.c: hot_header, note_missing,
+ * hot_note_missing_rows): (template, shape) or (template, None, [(array, row), ...]). missing()
+ * hands that note over once; templates.py (_again) computes it with the template's header_for or
+ * text_for, stores it (set_header, set_text) and calls again, at most _MISSES times a request
+ * (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
+ * threads missing at once each fetch their own.
  */
 #ifndef POSENC_HOT_H
 #define POSENC_HOT_H
@@ -73,7 +107,7 @@ int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp);
 int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s); /* 0 ok, -1 refused, -2 error set */
 extern PyMethodDef hot_select_methods[];
 
-/* ---- answers being written (hot_answer.c) ------------------------------------------------ */
+/* ---- answers being written (hot_out.c) --------------------------------------------------- */
 
 /* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
  * "content-length: "), the answer's length, post (the headers after it), then "connection:
@@ -159,6 +193,20 @@ static inline const struct hot_ops *hot_ops_of(PyObject *o)
 
 /* ---- templates (hot_templates.c) -------------------------------------------------------- */
 
+/* What templates keep (JSON texts, computed rows), within hot_cfg.keep_bytes for all together
+ * (hot_templates.c): each keeping template is on a list by its keeper, whose drop frees everything
+ * it keeps (hot_unkeep-ing those bytes) and takes it off the list (hot_keep_leave). */
+typedef struct HotKeeper {
+    struct HotKeeper *prev, *next;
+    int keeping;
+    void (*drop)(struct HotKeeper *k);
+} HotKeeper;
+/* Room for `bytes` more kept by k's template: over the budget, every template's kept texts and rows
+ * are dropped first. 1: granted (counted, k put on the list), 0: not. */
+int hot_keep(HotKeeper *k, Py_ssize_t bytes);
+void hot_unkeep(HotKeeper *k, Py_ssize_t bytes); /* bytes k's template kept are freed */
+void hot_keep_leave(HotKeeper *k);               /* k off the list */
+
 /* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
  * several axes, from the row of axis `axis`'s position. */
 typedef struct {
@@ -204,20 +252,13 @@ typedef struct RowsTemplate {
      * length + i in grown[i], i < GROWN_ROWS */
     char **grown;
     Py_ssize_t grown_bytes;
-    /* the templates keeping texts or rows, a list (hot_keep) */
-    struct RowsTemplate *keep_prev, *keep_next;
-    int keeping;
+    HotKeeper keep; /* on the keepers' list while it keeps texts or rows (hot_keep) */
 } RowsTemplate;
 
 /* zip = the two column runs idx[0 .. w) interleaves (idx[j] = zip[j & 1] + j / 2), or zip[0] = -1 (not
- * such, or idx NULL): copied by a vector zip instead of a gather (hot_answer.c) */
+ * such, or idx NULL): copied by a vector zip instead of a gather (hot_rows_copy.c) */
 void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w);
 #define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
-/* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
- * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */
-int hot_keep(RowsTemplate *t, Py_ssize_t bytes);
-void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
-void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
 
 typedef struct {
     HOT_TEMPLATE_HEAD /* tail: the float32 slopes; heads by (nq, nk) */
@@ -231,7 +272,7 @@ typedef struct {
     int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
                            * kernel (hot_cfg.kernels->alibi), of this dtype code */
     Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
-    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi_json.c) */
+    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi.c) */
 } AlibiTemplate;
 
 /* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
@@ -259,6 +300,7 @@ extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplat
 extern PyTypeObject hot_TemplateType;
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+int hot_once(int initialised);                /* initialised, with a RuntimeError when 1 */
 /* A block template's enable_json(parts, flat=False) arguments read: *parts the (before, after) bytes
  * pair (borrowed) or NULL for None, *flat the flag: 0, or -1 with a TypeError. */
 int hot_json_parts(PyObject *const *args, Py_ssize_t nargs, PyObject **parts, int *flat);
@@ -267,7 +309,9 @@ int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
-int hot_templates_ready(PyObject *module);
+/* The module's kinds of template (_hot.c's list of HOT_KINDS), their types readied and added to
+ * the module: 0, or -1 with an error set. */
+int hot_templates_ready(PyObject *module, const struct hot_ops *const *kinds, size_t n);
 extern PyMethodDef hot_templates_methods[];
 
 /* ---- answers (hot_answer.c) ------------------------------------------------------------- */
@@ -310,7 +354,7 @@ extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, 
 /* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
 int hot_note_missing_rows(PyObject *t, PyObject *rows);
 
-/* ---- ALiBi JSON answers (hot_alibi_json.c) ----------------------------------------------- */
+/* ---- ALiBi JSON answers (hot_alibi.c) ---------------------------------------------------- */
 
 /* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
  * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
@@ -324,6 +368,9 @@ extern PyMethodDef hot_alibi_methods[]; /* AlibiTemplate's own: enable_json */
 
 /* The span of field `name` whose value is a list of position lists: '[' .. its ']'. 0, or -1. */
 int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
+/* The k lists of span sp (hot_find_axes_span's) into sels[0 .. k-1] (hot_select.c: each
+ * hot_parse_sel's list, 1 .. cap positions, all of one length). 0 ok, -1 refused, -2 error set. */
+int hot_parse_axes(const Span *sp, int k, Py_ssize_t cap, Sel *sels);
 /* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
 PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
 /* Raw positions `all` ([k, n], axis after axis; hot_fill.c's) to each array's n rows in slots[a],
@@ -341,7 +388,7 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
  * NULL when out of memory (no error set). */
 int64_t *hot_block_positions(const Sel *q, const Sel *k);
 /* Template t's block [H, nq, nk] of query q and key k into fill (8-byte aligned: float32 cells
- * are stored aligned), as its /v1 answer holds it (hot_blocks.c): 0; 1 when a cell overflows the
+ * are stored aligned), as its /v1 answer holds it (hot_alibi.c): 0; 1 when a cell overflows the
  * dtype (the full path refuses it); -1 out of memory (no error set). */
 int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill);
 /* Template t's bucket block [nq, nk] into out (aligned), the engine's kernel (hot_t5.c): 0, or -1
@@ -375,12 +422,8 @@ PyObject *hot_entry(PyObject *entries, PyObject *key);
  * T5Template, itemsize, nbytes, itemsize, nbytes, key first, (before, after), post) of
  * service/v2/hot_blocks.py, pos the two inputs' raw positions one after the other. */
 PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
-/* RowsTemplate's fills of raw positions (hot_fill.c; its ops' raw_rows and rows_into, as hot_ops
- * describes them). */
-int hot_rows_raw(RowsTemplate *t, const char *pos, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block);
-int hot_rows_fill_into(char **slots, RowsTemplate *t, const Sel *rows, int keep);
 /* Raw little-endian positions (len bytes of isz-byte ints, isz 4 or 8) into s, with its lo and hi
- * (hot_fill.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
+ * (hot_select.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
  * (ValueError: not a whole, non-zero number of such ints; no memory). The caller frees s. */
 int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */

@@ -1,82 +1,9 @@
-/* service/shortcut/hot_blocks.c -- the cells of a block template (AlibiTemplate here, T5Template's
- * in hot_t5.c), written once for every way in: /v1 bodies (hot_answer.c alibi_answer, hot_t5.c)
- * and v2 binary infers of raw `query` and `key` positions (fill_block(), and the lane's v2 routes
- * through hot_v2_answer: service/v2/hot_blocks.py learns them).
+/* service/shortcut/hot_blocks.c -- a route: blocks for raw `query` and `key` positions, of any
+ * template whose kind writes blocks (its ops' block_limits and block_into: AlibiTemplate's cells in
+ * hot_alibi.c, T5Template's in hot_t5.c): fill_block(), and v2 binary infers through hot_v2_answer
+ * (the lane's v2 routes; service/v2/hot_blocks.py learns them).
  */
 #include "hot.h"
-
-#include <float.h>
-
-#include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
-
-/* One float32 ALiBi row (alibi_cell.h): o[b] is the cell at q - key[b], which fits int32 as
- * positions are < 2**31. Each mode is its own loop, so each vectorizes; a masked row takes two,
- * the values then the mask (in one loop GCC sinks the multiply into a branch, which does not
- * vectorize). */
-VECTOR_CLONES
-static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t nk, int32_t q, double m,
-                      int symmetric, int mask_future)
-{
-#define ROW(MODE) for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_cell_i32(m, q - key[b], MODE, -FLT_MAX)
-    if (symmetric) {
-        ROW(ALIBI_SYMMETRIC);
-    } else {
-        ROW(ALIBI_CAUSAL);
-        if (mask_future)
-            for (Py_ssize_t b = 0; b < nk; b++) o[b] = (float)alibi_masked(o[b], ALIBI_MASKED, key[b] > q, -FLT_MAX);
-    }
-#undef ROW
-}
-
-/* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
-VECTOR_CLONES
-static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_t nk)
-{
-    for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
-}
-
-/* declared, and described, in hot.h */
-int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill)
-{
-    if (t->kernel_dt >= 0) {   /* float16 / bfloat16: the engine's block kernel, its rounding and overflow */
-        int64_t *pos = hot_block_positions(q, k);
-        if (!pos) return -1;
-        int over = hot_cfg.kernels->alibi(t->slopes, t->nheads, pos, q->n, pos + q->n, k->n, fill, t->kernel_dt,
-                                          t->symmetric, t->mask_future);
-        PyMem_Free(pos);
-        return over;
-    }
-    float *f = (float *)fill;
-    /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
-     * table) are the stored values read backwards; the table holds the same rounding of the same
-     * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
-    if (t->have_dist && !k->v && k->step == 1 && k->hi <= q->lo && q->hi - k->lo < t->dist.shape[1]) {
-        Py_ssize_t L = t->dist.shape[1];
-        for (Py_ssize_t h = 0; h < t->nheads; h++) {
-            const float *row = (const float *)t->dist.buf + t->rows[h] * L;
-            for (Py_ssize_t a = 0; a < q->n; a++, f += k->n) reversed_row(f, row + (hot_sel_at(q, a) - k->start), k->n);
-        }
-        return 0;
-    }
-    int32_t *keys = PyMem_Malloc((size_t)k->n * sizeof(int32_t));
-    if (!keys) return -1;
-    for (Py_ssize_t b = 0; b < k->n; b++) keys[b] = (int32_t)hot_sel_at(k, b);
-    for (Py_ssize_t h = 0; h < t->nheads; h++)
-        for (Py_ssize_t a = 0; a < q->n; a++, f += k->n)
-            alibi_row(f, keys, k->n, (int32_t)hot_sel_at(q, a), t->slopes[h], t->symmetric, t->mask_future);
-    PyMem_Free(keys);
-    return 0;
-}
-
-/* declared, and described, in hot.h */
-PyObject *hot_block_done(Out *o, int rc)
-{
-    PyObject *out = hot_finish(o);
-    if (rc == 0) return out;
-    Py_XDECREF(out);
-    if (rc < 0) return PyErr_NoMemory();
-    Py_RETURN_NONE;   /* a cell overflows the dtype: the full path refuses it */
-}
 
 /* A selection of raw positions whose values are consecutive, read as the range they are (so a
  * decode block's keys take the stored table's copy, as a /v1 range does). */

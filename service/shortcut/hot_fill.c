@@ -17,63 +17,6 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 
 #define FILL_NOGIL_BYTES (1 << 20) /* copies this large run without the GIL (they may run in a thread) */
 
-/* declared, and described, in hot.h */
-int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s)
-{
-    Py_ssize_t n = len / isz;
-    if ((isz != 4 && isz != 8) || len % isz || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
-        return -1;
-    }
-    s->v = s->stack;
-    if (n > STACK_ROWS && !(s->v = s->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    int64_t lo = 0, hi = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t v;
-        if (isz == 8) {
-            memcpy(&v, src + 8 * i, 8);
-        } else {
-            int32_t w;
-            memcpy(&w, src + 4 * i, 4);
-            v = w;
-        }
-        if (v < 0 || v >= hot_cfg.position_limit) return 0;
-        s->v[i] = v;
-        if (i == 0 || v > hi) hi = v;
-        if (i == 0 || v < lo) lo = v;
-    }
-    s->n = n;
-    s->lo = lo;
-    s->hi = hi;
-    return 1;
-}
-
-/* The bytes of one array's rows for n positions (k per row with per-axis positions). */
-static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
-{
-    return n / t->naxes * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
-}
-
-/* declared in hot.h: 1 when all positions are rows of the table (into *rows), 0 when one is not,
- * -1 with an error set */
-int hot_rows_raw(RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block)
-{
-    int rc = hot_raw_positions(src, len, isz, rows);
-    if (rc <= 0) return rc;
-    *block = row_bytes(t, rows->n);
-    return rows->n % t->naxes == 0 && hot_rows_answerable(t, rows->hi);   /* per-axis: [k, n], axis after axis */
-}
-
-/* declared in hot.h: each array's rows of positions `rows` (per-axis ones: hot_axes.c) into slots,
- * as hot_rows_into */
-int hot_rows_fill_into(char **slots, RowsTemplate *t, const Sel *rows, int keep)
-{
-    return t->naxes > 1 ? hot_axes_rows_into(slots, t, rows) : hot_rows_into(slots, t, rows, 1, keep);
-}
-
 /* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
  * computed row overflows the dtype, -1 error set. */
 static int fill_slots(HotTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
