@@ -383,7 +383,7 @@ static PyObject *alibi_answer(HotTemplate *self, const Span *sp, const Http *htt
     return out;
 }
 
-/* AlibiTemplate's JSON answers (hot_alibi_json.c): /v1's nested, v2's flat. */
+/* Its JSON answers (above): /v1's nested, v2's flat. */
 static PyObject *alibi_json_answer(HotTemplate *t, const Span *sp, const Http *http)
 {
     return hot_alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 0);

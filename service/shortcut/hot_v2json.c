@@ -14,7 +14,7 @@
  * An entry is (template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
  * one flat list (enable_json(..., flat=True): a v2 output's row-major data, the v2 answer's parts
  * around them) and one list; or a T5Template or an AlibiTemplate (its cells formatted in C,
- * hot_alibi_json.c) of flat JSON and two lists (query and key; swap: the body's first list is the
+ * hot_alibi.c) of flat JSON and two lists (query and key; swap: the body's first list is the
  * key's). counts: the positions each list must hold; post: the answer's
  * head after its content length's digits.
  */
