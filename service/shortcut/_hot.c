@@ -228,6 +228,28 @@ static struct PyModuleDef moduledef = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+/* The named results (hot.h) as module constants: SERVE_STATES (names, in enum order) and FORMATS
+ * ({name: value}). 0, or -1 with an error set. */
+static int add_contracts(PyObject *m)
+{
+#define HOT_S(name, text) "s"
+#define HOT_SI(name, text) "si"
+#define HOT_STATE_NAME(name, text) text,
+#define HOT_FORMAT_ITEM(name, text) text, (int)name,
+    PyObject *states = Py_BuildValue("(" HOT_SERVE_STATES(HOT_S) ")", HOT_SERVE_STATES(HOT_STATE_NAME) NULL);
+    PyObject *formats = Py_BuildValue("{" HOT_FORMATS(HOT_SI) "}", HOT_FORMATS(HOT_FORMAT_ITEM) NULL);
+    if (!states || !formats || PyModule_AddObject(m, "SERVE_STATES", states) < 0) {
+        Py_XDECREF(states);
+        Py_XDECREF(formats);
+        return -1;
+    }
+    if (PyModule_AddObject(m, "FORMATS", formats) < 0) {
+        Py_DECREF(formats);
+        return -1;
+    }
+    return 0;
+}
+
 /* The kinds of template (hot.h: HOT_KINDS, one line each), their types added to the module. */
 #define HOT_KIND_OPS(k) &hot_##k##_ops,
 static const struct hot_ops *const kinds[] = {HOT_KINDS(HOT_KIND_OPS)};
@@ -244,7 +266,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 ||
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || add_contracts(m) < 0 ||
         hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0) {
         Py_DECREF(m);
         return NULL;

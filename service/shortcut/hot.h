@@ -79,6 +79,20 @@ int hot_configured(void); /* 1, or 0 with an error set */
 PyObject *hot_fields_of(PyObject *family); /* its selection names (borrowed), or NULL and KeyError */
 PyObject *hot_axis_field_of(PyObject *family); /* its per-axis selection's name (borrowed), or NULL (none) */
 
+/* ---- named results the Python side branches on (exported by _hot.c) ---------------------- */
+
+/* serve()'s state of a socket read (hot_serve.c), in this order; exported as SERVE_STATES, their
+ * names, which templates.py's SERVE_STATES holds (test_hot_kinds.py checks the two equal). */
+#define HOT_SERVE_STATES(X)                                                                        \
+    X(SERVE_DONE, "done") X(SERVE_PAUSED, "paused") X(SERVE_NOT_REQUEST, "not a request")           \
+    X(SERVE_DECLINED, "declined") X(SERVE_AGAIN, "again") X(SERVE_CLOSED, "closed") X(SERVE_FAILED, "failed")
+#define HOT_ENUM_ITEM(name, text) name,
+enum hot_serve_state { HOT_SERVE_STATES(HOT_ENUM_ITEM) };
+/* The answer formats C writes: the values of an `accepts` dict (hot_accepted); exported as
+ * FORMATS, {name: value}, which templates.py's FORMATS holds. */
+#define HOT_FORMATS(X) X(HOT_SAFETENSORS, "safetensors") X(HOT_JSON, "json")
+enum hot_format { HOT_FORMATS(HOT_ENUM_ITEM) };
+
 /* ---- selections (hot_select.c) ---------------------------------------------------------- */
 
 static inline int hot_is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }

@@ -114,7 +114,7 @@ int hot_accepted(PyObject *accepts, PyObject *accept)
     if (!fmt) return PyErr_Occurred() ? -1 : 0;
     long v = PyLong_AsLong(fmt);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (v != 0 && v != 1) {
+    if (v != HOT_SAFETENSORS && v != HOT_JSON) {
         PyErr_SetString(PyExc_ValueError, "accepts: want {Accept value: 0 (safetensors) or 1 (JSON)}");
         return -1;
     }

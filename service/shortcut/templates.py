@@ -53,7 +53,7 @@ from posenc.engine.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, curre
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut
-FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes: an Accept value -> its index
+FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes (hot.h HOT_FORMATS, _hot.FORMATS)
 TEXT_BUDGET = (
     128 << 20
 )  # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
@@ -145,15 +145,27 @@ def still_mapped(old: dict | None, new: dict | None) -> bool:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
-#
-# C never calls back into Python: when a template lacks the safetensors header of an answer's
-# shape, the call returns NotImplemented, and _again computes the header with the template's
-# header_for (its family's function), caches it in the template and calls again.
 _MISSES = 4  # misses one call may meet (another thread may clear a full cache meanwhile)
 
 
 def _again(call, args: tuple, declined):
-    """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
+    """``call(*args)`` again after each miss it meets; ``declined`` after _MISSES of them.
+
+    The miss protocol (service/shortcut/hot.h says the same for the C side): C never calls back
+    into Python. An answer that lacks what only Python computes returns NotImplemented and notes,
+    in this thread's thread-state dict, what it lacked; ``_hot.missing()`` hands that note over
+    once (None: nothing noted):
+
+    - ``(template, shape)``: the safetensors header of an answer of ``shape`` ((n,) rows, (nq, nk)
+      blocks), computed by ``template.header_for(*shape)`` (the family's function) and cached by
+      ``template.set_header(shape, header)``;
+    - ``(template, None, [(array, row), ...])``: JSON texts of stored rows, rendered by
+      ``template.text_for(array, row)`` and kept by ``template.set_text(array, row, text)``.
+
+    Then the call is made again. Another thread may drop what was stored meanwhile (a full header
+    cache starts over, the keep budget drops texts), so a call may miss again: after _MISSES misses
+    the request is ``declined`` (the full path answers). The note is per thread, so two threads
+    missing at once each fetch their own."""
     for _ in range(_MISSES):
         got = _hot.missing()  # this thread's: (template, shape) or (template, None, rows)
         if got is not None and len(got) == 3:
@@ -212,6 +224,8 @@ def lane_again(
 # the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
 # the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
+# (their names and order are C's, hot.h HOT_SERVE_STATES, exported as _hot.SERVE_STATES:
+# tests/service/shortcut/test_hot_kinds.py holds the two equal)
 SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
 SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(
     7
@@ -402,7 +416,7 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
 
 def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
     """Let T5Template or AlibiTemplate ``t`` answer JSON too (service/shortcut/hot_t5.c: integers;
-    hot_alibi_json.c: floats as the full path's writer formats them): the full path's JSON answer of
+    hot_alibi.c: floats as the full path's writer formats them): the full path's JSON answer of
     ``req`` around the block's text, which C writes. Only when its answer to ``raw`` through the
     lane is the full path's bytes."""
     want, parts = _json_parts(req, view)

@@ -39,3 +39,10 @@ def test_a_route_refuses_what_is_not_a_template():
         _hot.fill(object(), b"\0\0\0\0", 4, (b"", b""))
     with pytest.raises(TypeError):
         _hot.fill_block(object(), b"", b"", (4, 4), False, (b"", b""))
+
+
+def test_the_named_results_are_those_c_names():
+    """What Python branches on, named by C (hot.h HOT_SERVE_STATES, HOT_FORMATS)."""
+    assert _hot.SERVE_STATES == replay.SERVE_STATES
+    assert replay.SERVE_STATES.index("failed") == replay.SERVE_FAILED
+    assert _hot.FORMATS == replay.FORMATS
