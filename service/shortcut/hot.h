@@ -23,8 +23,8 @@
  *     releases header_for, heads and tail too); the route entries it answers (each as struct
  *     hot_ops describes it; leave the others NULL) and `const struct hot_ops hot_<kind>_ops`
  *     naming them, its kind (the `kind` Python sees), its type's name and its dims;
- *   - its name added to HOT_KINDS below (that declares hot_<kind>_ops and registers the type);
- *   - and, as for every C file, its name in setup.py's HOT list.
+ *   - its name added to HOT_KINDS below (that declares hot_<kind>_ops and registers the type).
+ * setup.py builds every C file of service/shortcut, so the file needs no line there.
  * The routes then answer it as they answer every kind; the Python side tells it by t.kind.
  *
  * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
@@ -309,7 +309,7 @@ typedef struct {
     int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
 } T5Template;
 
-extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
+/* (each kind's type is its file's own, named only by its ops: nothing else can switch on it) */
 /* The base of every template type (its tp_base): set_header(), header_for and kind, for all. */
 extern PyTypeObject hot_TemplateType;
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */

@@ -127,7 +127,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
-PyTypeObject hot_AlibiTemplateType = {
+static PyTypeObject AlibiTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
     .tp_basicsize = sizeof(AlibiTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -411,7 +411,7 @@ static int alibi_block_into(const HotTemplate *t, const Sel *q, const Sel *k, ch
 const struct hot_ops hot_alibi_ops = {
     .kind = "alibi",
     .name = "AlibiTemplate",
-    .type = &hot_AlibiTemplateType,
+    .type = &AlibiTemplateType,
     .dims = 2,
     .v1 = alibi_answer,
     .v1_json = alibi_json_answer,

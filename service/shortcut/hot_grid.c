@@ -100,6 +100,8 @@ PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http)
     return out;
 }
 
+static PyTypeObject GridTemplateType; /* below */
+
 static PyObject *grid_body(HotTemplate *t, const Span *sp, const Http *http)
 {
     return hot_grid_answer((GridTemplate *)t, &sp[0], http);
@@ -108,12 +110,12 @@ static PyObject *grid_body(HotTemplate *t, const Span *sp, const Http *http)
 const struct hot_ops hot_grid_ops = {
     .kind = "grid",
     .name = "GridTemplate",
-    .type = &hot_GridTemplateType,
+    .type = &GridTemplateType,
     .dims = 1,
     .v1 = grid_body, /* JSON: the full path's */
 };
 
-PyTypeObject hot_GridTemplateType = {
+static PyTypeObject GridTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.GridTemplate",
     .tp_basicsize = sizeof(GridTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -283,7 +283,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
-PyTypeObject hot_RowsTemplateType = {
+static PyTypeObject RowsTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsTemplate",
     .tp_basicsize = sizeof(RowsTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -397,7 +397,7 @@ static int rows_fill_into(char **slots, HotTemplate *self, const Sel *rows, int 
 const struct hot_ops hot_rows_ops = {
     .kind = "rows",
     .name = "RowsTemplate",
-    .type = &hot_RowsTemplateType,
+    .type = &RowsTemplateType,
     .dims = 1,
     .v1 = rows_answer,
     .v1_json = rows_json_answer,

@@ -134,6 +134,8 @@ done:
     return out;
 }
 
+static PyTypeObject T5TemplateType; /* below */
+
 static PyObject *t5_body(HotTemplate *t, const Span *sp, const Http *http)
 {
     return hot_t5_answer((T5Template *)t, &sp[0], &sp[1], http);
@@ -162,7 +164,7 @@ static int t5_block_into(const HotTemplate *t, const Sel *q, const Sel *k, char 
 const struct hot_ops hot_t5_ops = {
     .kind = "t5",
     .name = "T5Template",
-    .type = &hot_T5TemplateType,
+    .type = &T5TemplateType,
     .dims = 2,
     .v1 = t5_body,
     .v1_json = t5_body, /* hot_t5_answer writes either */
@@ -192,7 +194,7 @@ static PyMethodDef t5_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject hot_T5TemplateType = {
+static PyTypeObject T5TemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.T5Template",
     .tp_basicsize = sizeof(T5Template),
     .tp_flags = Py_TPFLAGS_DEFAULT,
