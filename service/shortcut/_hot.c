@@ -9,21 +9,26 @@
  * really is the value its field takes). This module answers such a body in one call, with no
  * Python object but the answer.
  *
- * Its files, one concern each, share the private header hot.h:
+ * Its files, one concern each, share the private header hot.h (which says how they layer):
  *   _hot.c           the module, configure()
- *   hot_select.c     the strict parser of the cut-out selections
- *   hot_templates.c  RowsTemplate, AlibiTemplate and their header caches
- *   hot_answer.c     answer(): a body to its safetensors answer (the row and block fills)
- *   hot_lane.c       lane(): a whole HTTP request to its whole response
- *   hot_fill.c       fill(), fill_into(): rows for raw binary positions (the v2 shortcut)
- *   hot_json.c       JSON answers of a RowsTemplate: kept texts of stored rows, copied (enable_json)
- *   hot_axes.c       per-axis position lists (rope's position_ids): rows gathered axis by axis
- *   hot_grid.c       GridTemplate: rows of a large sinusoidal-grid from its per-axis tables
- *   hot_t5.c         T5Template: T5 bucket blocks by the engine's kernel
- *   hot_blocks.c     ALiBi block cells (every way in), fill_block(): blocks for raw binary query and key
- *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
- *   hot_alibi_json.c JSON answers of an AlibiTemplate: its block's cells, each formatted as orjson would
+ *   hot_select.c     the strict parser of the cut-out selections, and raw binary positions
+ *   hot_out.c        an answer's bytes: HTTP head, head, values, tail in one bytes object
  *   hot_f32text.c    a float32's JSON text, orjson's (zmij's digits, vendor/zmij/)
+ *   hot_templates.c  what every template shares: its head's methods, header caches, the miss note,
+ *                    the keep budget
+ *   hot_rows.c       the rows kind: RowsTemplate (RoPE, sinusoidal), its answers
+ *   hot_rows_copy.c  its rows copied through the column map, or computed past the table
+ *   hot_json.c       its JSON answers: kept texts of stored rows, copied (enable_json)
+ *   hot_axes.c       its per-axis position lists (rope's position_ids): rows gathered axis by axis
+ *   hot_grid.c       the grid kind: GridTemplate, rows of a large sinusoidal-grid from per-axis tables
+ *   hot_alibi.c      the alibi kind: AlibiTemplate, its block cells and its JSON (orjson's cell texts)
+ *   hot_t5.c         the t5 kind: T5Template, T5 bucket blocks by the engine's kernel
+ *   hot_answer.c     answer(), cut(): a /v1 body to its template's answer (through the kind's ops)
+ *   hot_fill.c       fill(), fill_into(), v2 binary rows: rows for raw binary positions
+ *   hot_blocks.c     fill_block(), v2 binary blocks: blocks for raw binary query and key
+ *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
+ *   hot_lane.c       lane(): a whole HTTP request to its whole response
+ *   hot_serve.c      serve(): every whole request of a socket read, answered and written
  *
  *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
@@ -112,27 +117,6 @@
  *     kernel (native_api.h) fills the block; a cell that overflows declines the body.
  */
 #include "hot.h"
-
-HotConfig hot_cfg;
-
-int hot_configured(void)
-{
-    if (hot_cfg.fields) return 1;
-    PyErr_SetString(PyExc_RuntimeError, "posenc.service._hot: configure() has not been called");
-    return 0;
-}
-
-PyObject *hot_fields_of(PyObject *family)
-{
-    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
-    if (!fields && !PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
-    return fields;
-}
-
-PyObject *hot_axis_field_of(PyObject *family)
-{
-    return hot_cfg.axis_fields ? PyDict_GetItem(hot_cfg.axis_fields, family) : NULL;   /* str keys: no error */
-}
 
 /* 0: a non-empty bytes without NUL (a NUL would match the template keys' cut marks). */
 static int want_name(PyObject *o, const char *what)
@@ -244,6 +228,32 @@ static struct PyModuleDef moduledef = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+/* The named results (hot.h) as module constants: SERVE_STATES (names, in enum order) and FORMATS
+ * ({name: value}). 0, or -1 with an error set. */
+static int add_contracts(PyObject *m)
+{
+#define HOT_S(name, text) "s"
+#define HOT_SI(name, text) "si"
+#define HOT_STATE_NAME(name, text) text,
+#define HOT_FORMAT_ITEM(name, text) text, (int)name,
+    PyObject *states = Py_BuildValue("(" HOT_SERVE_STATES(HOT_S) ")", HOT_SERVE_STATES(HOT_STATE_NAME) NULL);
+    PyObject *formats = Py_BuildValue("{" HOT_FORMATS(HOT_SI) "}", HOT_FORMATS(HOT_FORMAT_ITEM) NULL);
+    if (!states || !formats || PyModule_AddObject(m, "SERVE_STATES", states) < 0) {
+        Py_XDECREF(states);
+        Py_XDECREF(formats);
+        return -1;
+    }
+    if (PyModule_AddObject(m, "FORMATS", formats) < 0) {
+        Py_DECREF(formats);
+        return -1;
+    }
+    return 0;
+}
+
+/* The kinds of template (hot.h: HOT_KINDS, one line each), their types added to the module. */
+#define HOT_KIND_OPS(k) &hot_##k##_ops,
+static const struct hot_ops *const kinds[] = {HOT_KINDS(HOT_KIND_OPS)};
+
 PyMODINIT_FUNC PyInit__hot(void)
 {
     PyMethodDef *const parts[] = {hot_select_methods, hot_templates_methods, hot_answer_methods, hot_lane_methods,
@@ -256,7 +266,8 @@ PyMODINIT_FUNC PyInit__hot(void)
             Py_DECREF(m);
             return NULL;
         }
-    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || hot_templates_ready(m) < 0) {
+    if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || add_contracts(m) < 0 ||
+        hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,40 @@
 /* service/shortcut/hot.h -- what the files of the extension posenc.service.shortcut._hot share.
  * Private to them: _hot.c documents the module and says which file holds what. Functions
  * that one file defines and another calls are named hot_*.
+ *
+ * Layers. A file calls into its own layer's files or those below, never above, and the references
+ * make no circle (tests/service/shortcut/test_hot_layers.py holds the sources to it):
+ *   1. shared pieces, on hot.h alone: hot_select.c (the configured rules, selections, raw
+ *      positions, keys' spans), hot_out.c (an answer's bytes), hot_f32text.c (a float's text);
+ *      hot_templates.c (what every template shares: the head's methods, header caches and the
+ *      miss note, the keep budget, a block answer's start; on hot_select.c)
+ *   2. the kinds, one file each (the rows kind's parts: hot_rows.c, hot_rows_copy.c, hot_json.c,
+ *      hot_axes.c): hot_rows.c, hot_grid.c, hot_alibi.c, hot_t5.c. A kind knows the shared
+ *      pieces and itself; each defines its struct hot_ops, hot_<kind>_ops
+ *   3. the routes, on the shared pieces and struct hot_ops alone (never a kind's type or struct):
+ *      hot_answer.c (/v1 bodies), hot_v2json.c (v2 JSON), hot_blocks.c (raw blocks), hot_fill.c
+ *      (raw rows; hands block entries to hot_blocks.c)
+ *   4. the lane: hot_lane.c (a whole request to a route), hot_serve.c (a socket read's requests)
+ *   5. _hot.c: the module, configure(), and the list of kinds (HOT_KINDS) it registers
+ *
+ * A new kind of template costs one C file and one registration line:
+ *   - service/shortcut/hot_<kind>.c: its struct, beginning with HOT_TEMPLATE_HEAD; its type
+ *     (tp_base = &hot_TemplateType, tp_new = hot_template_new, its own init and dealloc, which
+ *     releases header_for, heads and tail too); the route entries it answers (each as struct
+ *     hot_ops describes it; leave the others NULL) and `const struct hot_ops hot_<kind>_ops`
+ *     naming them, its kind (the `kind` Python sees), its type's name and its dims;
+ *   - its name added to HOT_KINDS below (that declares hot_<kind>_ops and registers the type).
+ * setup.py builds every C file of service/shortcut, so the file needs no line there.
+ * The routes then answer it as they answer every kind; the Python side tells it by t.kind.
+ *
+ * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
+ * safetensors header of its shape, JSON texts of stored rows) returns NotImplemented and notes
+ * what it lacked in this thread's thread-state dict (hot_templates.c: hot_header, note_missing,
+ * hot_note_missing_rows): (template, shape) or (template, None, [(array, row), ...]). missing()
+ * hands that note over once; templates.py (_again) computes it with the template's header_for or
+ * text_for, stores it (set_header, set_text) and calls again, at most _MISSES times a request
+ * (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
+ * threads missing at once each fetch their own.
  */
 #ifndef POSENC_HOT_H
 #define POSENC_HOT_H
@@ -45,6 +79,20 @@ int hot_configured(void); /* 1, or 0 with an error set */
 PyObject *hot_fields_of(PyObject *family); /* its selection names (borrowed), or NULL and KeyError */
 PyObject *hot_axis_field_of(PyObject *family); /* its per-axis selection's name (borrowed), or NULL (none) */
 
+/* ---- named results the Python side branches on (exported by _hot.c) ---------------------- */
+
+/* serve()'s state of a socket read (hot_serve.c), in this order; exported as SERVE_STATES, their
+ * names, which templates.py's SERVE_STATES holds (test_hot_kinds.py checks the two equal). */
+#define HOT_SERVE_STATES(X)                                                                        \
+    X(SERVE_DONE, "done") X(SERVE_PAUSED, "paused") X(SERVE_NOT_REQUEST, "not a request")           \
+    X(SERVE_DECLINED, "declined") X(SERVE_AGAIN, "again") X(SERVE_CLOSED, "closed") X(SERVE_FAILED, "failed")
+#define HOT_ENUM_ITEM(name, text) name,
+enum hot_serve_state { HOT_SERVE_STATES(HOT_ENUM_ITEM) };
+/* The answer formats C writes: the values of an `accepts` dict (hot_accepted); exported as
+ * FORMATS, {name: value}, which templates.py's FORMATS holds. */
+#define HOT_FORMATS(X) X(HOT_SAFETENSORS, "safetensors") X(HOT_JSON, "json")
+enum hot_format { HOT_FORMATS(HOT_ENUM_ITEM) };
+
 /* ---- selections (hot_select.c) ---------------------------------------------------------- */
 
 static inline int hot_is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -73,7 +121,105 @@ int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp);
 int hot_parse_sel(const Span *sp, Py_ssize_t cap, Sel *s); /* 0 ok, -1 refused, -2 error set */
 extern PyMethodDef hot_select_methods[];
 
+/* ---- answers being written (hot_out.c) --------------------------------------------------- */
+
+/* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
+ * "content-length: "), the answer's length, post (the headers after it), then "connection:
+ * close" when asked, and the blank line. NULL: the answer alone. */
+typedef struct {
+    PyObject *pre, *post; /* bytes */
+    int close;
+    int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
+} Http;
+
+/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
+ * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
+typedef struct {
+    PyObject *obj;
+    char *dest, *fill;
+    Py_ssize_t n;
+} Out;
+
+/* ---- a template: its head, and its kind's operations ----------------------------------- */
+
+/* Every template type's struct begins with this head: its kind's operations (set by tp_new,
+ * hot_template_new, from the kind registered with the type), then what every kind shares: the
+ * family's function of an answer's shape to its safetensors header (never called here), the
+ * header cache (dict: shape key -> header bytes) and the bytes after the arrays. */
+struct hot_ops;
+#define HOT_TEMPLATE_HEAD                                                                          \
+    PyObject_HEAD                                                                                  \
+    const struct hot_ops *ops; /* its kind's */                                                    \
+    PyObject *header_for;      /* shape -> header bytes; templates.py calls it on a miss */         \
+    PyObject *heads;           /* dict: n (rows), or nq << 32 | nk (blocks) -> header bytes */      \
+    PyObject *tail;            /* bytes */
+
+typedef struct {
+    HOT_TEMPLATE_HEAD
+} HotTemplate;
+
+/* A /v1 body's answer from template t: sp its selections' spans (ops->dims of them, in the
+ * family's field order; per-axis lists: sp[0]). A new reference: bytes, None (declined: the full
+ * path's), NotImplemented (a header or texts missing: see the miss protocol), or NULL (error). */
+typedef PyObject *(*hot_body_fn)(HotTemplate *t, const Span *sp, const Http *http);
+
+/* What a kind of template answers, one entry per route (NULL: the route declines it, or refuses a
+ * template of this kind as it does a wrong argument). The routes call these and nothing else of a
+ * kind: they never look at its type. */
+struct hot_ops {
+    const char *kind;   /* a short name: the template's `kind` ("rows", "grid", "alibi", "t5") */
+    const char *name;   /* its type's name in the module */
+    PyTypeObject *type; /* the type (tp_new = hot_template_new) */
+    int dims;           /* of an answer's shape, (n,) or (nq, nk): also the selections of its bodies */
+    /* /v1 bodies (hot_answer.c answer(), the lane): safetensors, JSON (http->json), per-axis lists */
+    hot_body_fn v1, v1_json, v1_axes;
+    /* v2 JSON-tensor infers (hot_v2json.c): sp the dims lists (query first), want[f] the positions
+     * list f must hold; http->json is set. As v1's. */
+    PyObject *(*v2_json)(HotTemplate *t, const Span *sp, const Py_ssize_t *want, const Http *http);
+    /* rows for raw binary positions (hot_fill.c: fill(), fill_into(), the v2 binary route): the
+     * arrays a fill writes; the positions (len bytes of isz-byte ints) into *rows and each array's
+     * bytes into *block (1; 0 declined; -1 error set; the caller frees rows); the rows into
+     * slots[a] at any alignment (0; 1 a computed value overflows; -1 out of memory, no error set:
+     * with keep 0 it runs without the GIL, keeping nothing). */
+    int (*arrays)(const HotTemplate *t);
+    int (*raw_rows)(HotTemplate *t, const char *pos, Py_ssize_t len, Py_ssize_t isz, Sel *rows, Py_ssize_t *block);
+    int (*rows_into)(char **slots, HotTemplate *t, const Sel *rows, int keep);
+    /* blocks for raw query and key positions (hot_blocks.c: fill_block(), the v2 binary route):
+     * the block's groups (heads), cell size and most bytes; the block [groups, nq, nk] into fill
+     * (8-byte aligned): 0, 1 a cell overflows the dtype, -1 out of memory (no error set) */
+    void (*block_limits)(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes);
+    int (*block_into)(const HotTemplate *t, const Sel *q, const Sel *k, char *fill);
+};
+
+/* The kinds, each registered by one line here (its ops, hot_<kind>_ops, defined in its file). */
+#define HOT_KINDS(X) X(rows) X(alibi) X(grid) X(t5)
+#define HOT_DECLARE_KIND(k) extern const struct hot_ops hot_##k##_ops;
+HOT_KINDS(HOT_DECLARE_KIND)
+
+/* Every template type's tp_new: a template of the kind registered with its type. */
+PyObject *hot_template_new(PyTypeObject *type, PyObject *args, PyObject *kw);
+/* o's kind's operations, or NULL when o is not a template. */
+static inline const struct hot_ops *hot_ops_of(PyObject *o)
+{
+    return Py_TYPE(o)->tp_new == hot_template_new ? ((HotTemplate *)o)->ops : NULL;
+}
+
 /* ---- templates (hot_templates.c) -------------------------------------------------------- */
+
+/* What templates keep (JSON texts, computed rows), within hot_cfg.keep_bytes for all together
+ * (hot_templates.c): each keeping template is on a list by its keeper, whose drop frees everything
+ * it keeps (hot_unkeep-ing those bytes) and takes it off the list (hot_keep_leave). */
+typedef struct HotKeeper {
+    struct HotKeeper *prev, *next;
+    int keeping;
+    void (*drop)(struct HotKeeper *k);
+} HotKeeper;
+/* Room for `bytes` more kept by k's template: over the budget, every template's kept texts and rows
+ * are dropped first. 1: granted (counted, k put on the list), 0: not. */
+int hot_keep(HotKeeper *k, Py_ssize_t bytes);
+void hot_unkeep(HotKeeper *k, Py_ssize_t bytes); /* bytes k's template kept are freed */
+void hot_keep_leave(HotKeeper *k);               /* k off the list */
 
 /* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
  * several axes, from the row of axis `axis`'s position. */
@@ -82,7 +228,7 @@ typedef struct {
 } Run;
 
 typedef struct RowsTemplate {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD
     Py_buffer arr[2];
     int narr;
     Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
@@ -93,9 +239,6 @@ typedef struct RowsTemplate {
     Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
     int naxes;         /* > 1: column j is read at the position of axis col_axis[j] (hot_axes.c) */
     uint8_t *col_axis; /* with idx, each column's axis (naxes > 1); runs carry theirs */
-    PyObject *header_for; /* n -> bytes; never called here: templates.py calls it on a miss */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: n -> header bytes */
     /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
      * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
      * stored column c of array a is its item smap[a * src_width + c], and output column j item
@@ -123,70 +266,55 @@ typedef struct RowsTemplate {
      * length + i in grown[i], i < GROWN_ROWS */
     char **grown;
     Py_ssize_t grown_bytes;
-    /* the templates keeping texts or rows, a list (hot_keep) */
-    struct RowsTemplate *keep_prev, *keep_next;
-    int keeping;
+    HotKeeper keep; /* on the keepers' list while it keeps texts or rows (hot_keep) */
 } RowsTemplate;
 
 /* zip = the two column runs idx[0 .. w) interleaves (idx[j] = zip[j & 1] + j / 2), or zip[0] = -1 (not
- * such, or idx NULL): copied by a vector zip instead of a gather (hot_answer.c) */
+ * such, or idx NULL): copied by a vector zip instead of a gather (hot_rows_copy.c) */
 void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w);
 #define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
-/* Room for `bytes` more kept by t, within hot_cfg.keep_bytes for all templates together: over it,
- * every template's kept texts and rows are dropped first. 1: granted (counted), 0: not. */
-int hot_keep(RowsTemplate *t, Py_ssize_t bytes);
-void hot_unkeep(RowsTemplate *t, Py_ssize_t bytes); /* bytes t kept are freed */
-void hot_keep_drop(RowsTemplate *t);                 /* frees t's kept texts and rows, unlinks it */
 
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD /* tail: the float32 slopes; heads by (nq, nk) */
     double *slopes;
     Py_ssize_t nheads;
     int symmetric, mask_future;
     Py_ssize_t max_n, max_bytes;
-    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as RowsTemplate's */
-    PyObject *tail;       /* bytes: the float32 slopes */
-    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
     int have_dist;
     Py_ssize_t *rows;     /* the requested heads' rows of dist */
     int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
                            * kernel (hot_cfg.kernels->alibi), of this dtype code */
     Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
-    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi_json.c) */
+    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi.c) */
 } AlibiTemplate;
 
 /* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
  * `extra`, else axis a's table row ((p - extra) / div[a]) % mod[a] at columns col[a] .. col[a] +
  * its width, side by side; positions from `rows` on are past the grid (the full path refuses them). */
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD
     Py_buffer arr[3];
     int narr;
     Py_ssize_t itemsize, width, extra, rows, max_rows;
     Py_ssize_t div[3], mod[3], col[3];
-    PyObject *header_for; /* n -> bytes; never called here, as RowsTemplate's */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: n -> header bytes */
 } GridTemplate;
 
 /* T5 bucket blocks (hot_t5.c): the engine's lookup table lut [2 radius + 1] int32, held. */
 typedef struct {
-    PyObject_HEAD
+    HOT_TEMPLATE_HEAD /* heads by (nq, nk) */
     Py_buffer lut;
     Py_ssize_t radius, max_n, max_bytes;
-    PyObject *header_for; /* (nq, nk) -> bytes; never called here, as AlibiTemplate's */
-    PyObject *tail;       /* bytes */
-    PyObject *heads;      /* dict: nq << 32 | nk -> header bytes */
     PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
     int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
 } T5Template;
 
-extern PyTypeObject hot_RowsTemplateType, hot_AlibiTemplateType, hot_GridTemplateType, hot_T5TemplateType;
-extern PyMethodDef hot_template_methods[]; /* every template type's: set_header() */
-extern PyGetSetDef hot_template_getset[];  /* and header_for */
+/* (each kind's type is its file's own, named only by its ops: nothing else can switch on it) */
+/* The base of every template type (its tp_base): set_header(), header_for and kind, for all. */
+extern PyTypeObject hot_TemplateType;
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+int hot_once(int initialised);                /* initialised, with a RuntimeError when 1 */
 /* A block template's enable_json(parts, flat=False) arguments read: *parts the (before, after) bytes
  * pair (borrowed) or NULL for None, *flat the flag: 0, or -1 with a TypeError. */
 int hot_json_parts(PyObject *const *args, Py_ssize_t nargs, PyObject **parts, int *flat);
@@ -195,29 +323,12 @@ int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
 /* The header of an answer of shape (a) or (a, b) (b < 0: one dimension) from template t's cache:
  * 1 and a new reference in *out; 0 when the cache lacks it (noted for missing()); -1 error. */
 int hot_header(PyObject *t, PyObject *cache, Py_ssize_t a, Py_ssize_t b, PyObject **out);
-int hot_templates_ready(PyObject *module);
-void hot_t5_ready(void); /* T5Template's methods: set_header() and enable_json(), joined */
+/* The module's kinds of template (_hot.c's list of HOT_KINDS), their types readied and added to
+ * the module: 0, or -1 with an error set. */
+int hot_templates_ready(PyObject *module, const struct hot_ops *const *kinds, size_t n);
 extern PyMethodDef hot_templates_methods[];
 
 /* ---- answers (hot_answer.c) ------------------------------------------------------------- */
-
-/* The HTTP head the lane puts before an answer, in the same bytes object: pre (status line ..
- * "content-length: "), the answer's length, post (the headers after it), then "connection:
- * close" when asked, and the blank line. NULL: the answer alone. */
-typedef struct {
-    PyObject *pre, *post; /* bytes */
-    int close;
-    int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
-} Http;
-
-/* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
- * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
-typedef struct {
-    PyObject *obj;
-    char *dest, *fill;
-    Py_ssize_t n;
-} Out;
 
 /* A new bytes object: the HTTP head (when http), head, `body` bytes to fill, tail; 0 or -1. */
 int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *tail, int aligned, Out *o);
@@ -257,7 +368,7 @@ extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, 
 /* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
 int hot_note_missing_rows(PyObject *t, PyObject *rows);
 
-/* ---- ALiBi JSON answers (hot_alibi_json.c) ----------------------------------------------- */
+/* ---- ALiBi JSON answers (hot_alibi.c) ---------------------------------------------------- */
 
 /* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
  * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
@@ -265,13 +376,15 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows);
  * NULL error. */
 PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
 void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts, at dealloc */
-/* AlibiTemplate's methods (set_header, enable_json): 0, or -1 with an error set */
-int hot_alibi_json_ready(PyObject *m);
+extern PyMethodDef hot_alibi_methods[]; /* AlibiTemplate's own: enable_json */
 
 /* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
 
 /* The span of field `name` whose value is a list of position lists: '[' .. its ']'. 0, or -1. */
 int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
+/* The k lists of span sp (hot_find_axes_span's) into sels[0 .. k-1] (hot_select.c: each
+ * hot_parse_sel's list, 1 .. cap positions, all of one length). 0 ok, -1 refused, -2 error set. */
+int hot_parse_axes(const Span *sp, int k, Py_ssize_t cap, Sel *sels);
 /* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
 PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
 /* Raw positions `all` ([k, n], axis after axis; hot_fill.c's) to each array's n rows in slots[a],
@@ -289,7 +402,7 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
  * NULL when out of memory (no error set). */
 int64_t *hot_block_positions(const Sel *q, const Sel *k);
 /* Template t's block [H, nq, nk] of query q and key k into fill (8-byte aligned: float32 cells
- * are stored aligned), as its /v1 answer holds it (hot_blocks.c): 0; 1 when a cell overflows the
+ * are stored aligned), as its /v1 answer holds it (hot_alibi.c): 0; 1 when a cell overflows the
  * dtype (the full path refuses it); -1 out of memory (no error set). */
 int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill);
 /* Template t's bucket block [nq, nk] into out (aligned), the engine's kernel (hot_t5.c): 0, or -1
@@ -324,7 +437,7 @@ PyObject *hot_entry(PyObject *entries, PyObject *key);
  * service/v2/hot_blocks.py, pos the two inputs' raw positions one after the other. */
 PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
 /* Raw little-endian positions (len bytes of isz-byte ints, isz 4 or 8) into s, with its lo and hi
- * (hot_fill.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
+ * (hot_select.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
  * (ValueError: not a whole, non-zero number of such ints; no memory). The caller frees s. */
 int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */

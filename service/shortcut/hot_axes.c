@@ -9,53 +9,6 @@
 
 #include <stdlib.h>
 
-static inline const char *skip_ws(const char *p, const char *end)
-{
-    while (p < end && hot_is_ws(*p)) p++;
-    return p;
-}
-
-/* declared, and described, in hot.h: as hot_find_span, then '[' ws ('[' .. ']' ws (',' ws)?)+ ']' */
-int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp)
-{
-    const char *p = hot_field_value(b, end, name);
-    if (!p || *p != '[') return -1;
-    const char *open = p++;
-    for (;;) {
-        p = skip_ws(p, end);
-        if (p >= end || *p != '[') return -1;
-        const char *c = memchr(p, ']', (size_t)(end - p));
-        if (!c) return -1;
-        p = skip_ws(c + 1, end);
-        if (p >= end) return -1;
-        if (*p == ']') {
-            sp->open = open;
-            sp->close = p;
-            return 0;
-        }
-        if (*p != ',') return -1;
-        p++;
-    }
-}
-
-/* The k lists of span sp into sels[0 .. k-1] (each hot_parse_sel's list, 1 .. cap positions, all
- * of one length). 0 ok, -1 refused, -2 error set. */
-static int parse_axes(const Span *sp, int k, Py_ssize_t cap, Sel *sels)
-{
-    const char *p = sp->open + 1, *end = sp->close;
-    for (int a = 0;; a++) {
-        p = skip_ws(p, end);
-        if (a >= k) return -1;
-        Span in = {p, memchr(p, ']', (size_t)(end - p))};   /* hot_find_axes_span saw '[' here and a ']' */
-        int rc = hot_parse_sel(&in, cap, &sels[a]);
-        if (rc < 0) return rc;
-        if (sels[a].n != sels[0].n) return -1;
-        p = skip_ws(in.close + 1, end);
-        if (p == end) return a + 1 == k ? 0 : -1;
-        p++;   /* the ',' hot_find_axes_span saw */
-    }
-}
-
 /* Row i of one array into d, each column from the row of its axis (s[axis]): run by run, or
  * column by column (short runs). */
 static void copy_row(char *d, const RowsTemplate *t, const char *const *s)
@@ -125,7 +78,7 @@ PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http)
     for (int a = 0; a < t->naxes; a++) sels[a].heap = NULL;
     PyObject *out = NULL, *head = NULL;
     char *buf = NULL;
-    int rc = parse_axes(sp, t->naxes, t->max_rows, sels);
+    int rc = hot_parse_axes(sp, t->naxes, t->max_rows, sels);
     int64_t hi = 0;
     for (int a = 0; rc == 0 && a < t->naxes; a++) hi = sels[a].hi > hi ? sels[a].hi : hi;
     if (rc == -2) goto done;

@@ -17,84 +17,29 @@ PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -
 
 #define FILL_NOGIL_BYTES (1 << 20) /* copies this large run without the GIL (they may run in a thread) */
 
-/* declared, and described, in hot.h */
-int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s)
-{
-    Py_ssize_t n = len / isz;
-    if ((isz != 4 && isz != 8) || len % isz || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
-        return -1;
-    }
-    s->v = s->stack;
-    if (n > STACK_ROWS && !(s->v = s->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    int64_t lo = 0, hi = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t v;
-        if (isz == 8) {
-            memcpy(&v, src + 8 * i, 8);
-        } else {
-            int32_t w;
-            memcpy(&w, src + 4 * i, 4);
-            v = w;
-        }
-        if (v < 0 || v >= hot_cfg.position_limit) return 0;
-        s->v[i] = v;
-        if (i == 0 || v > hi) hi = v;
-        if (i == 0 || v < lo) lo = v;
-    }
-    s->n = n;
-    s->lo = lo;
-    s->hi = hi;
-    return 1;
-}
-
-/* The positions of a fill: 1 when all are rows of the table (into *rows), 0 when one is not, -1
- * with an error set. */
-static int fill_rows(const RowsTemplate *t, const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *rows)
-{
-    int rc = hot_raw_positions(src, len, isz, rows);
-    if (rc <= 0) return rc;
-    return rows->n % t->naxes == 0 && hot_rows_answerable(t, rows->hi);   /* per-axis: [k, n], axis after axis */
-}
-
-/* Each array's rows of positions `rows` (per-axis ones: hot_axes.c) into slots, as hot_rows_into. */
-static int rows_into(char **slots, RowsTemplate *t, const Sel *rows, int keep)
-{
-    return t->naxes > 1 ? hot_axes_rows_into(slots, t, rows) : hot_rows_into(slots, t, rows, 1, keep);
-}
-
 /* Each array's rows into slots[i] (block bytes each), without the GIL when large: 0, 1 when a
  * computed row overflows the dtype, -1 error set. */
-static int fill_slots(RowsTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
+static int fill_slots(HotTemplate *t, const Sel *rows, char **slots, Py_ssize_t block)
 {
     int rc;
-    if (t->narr * block >= FILL_NOGIL_BYTES) {
+    if (t->ops->arrays(t) * block >= FILL_NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        rc = rows_into(slots, t, rows, 0);   /* without the GIL: nothing kept, nothing read kept */
+        rc = t->ops->rows_into(slots, t, rows, 0);   /* without the GIL: nothing kept, nothing read kept */
         Py_END_ALLOW_THREADS
     } else {
-        rc = rows_into(slots, t, rows, 1);
+        rc = t->ops->rows_into(slots, t, rows, 1);
     }
     if (rc < 0) PyErr_NoMemory();
     return rc;
 }
 
-/* The bytes of one array's rows for n positions (k per row with per-axis positions). */
-static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
-{
-    return n / t->naxes * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
-}
-
 /* Where the rows go: into a new bytes object, between parts (fill), or into the given buffers
  * (fill_into). slots[i]: where array i's rows start; -1 with an error set. */
-static int fill_targets(PyObject *targets, int into, const RowsTemplate *t, Py_ssize_t block, PyObject **out,
-                        Py_buffer *dst, int *got, char **slots)
+static int fill_targets(PyObject *targets, int into, int narr, Py_ssize_t block, PyObject **out, Py_buffer *dst,
+                        int *got, char **slots)
 {
     if (into) {
-        for (; *got < t->narr; (*got)++) {
+        for (; *got < narr; (*got)++) {
             if (PyObject_GetBuffer(PyTuple_GET_ITEM(targets, *got), &dst[*got], PyBUF_WRITABLE) < 0) return -1;
             slots[*got] = (char *)dst[*got].buf;
             if (dst[*got].len != block) {
@@ -108,14 +53,14 @@ static int fill_targets(PyObject *targets, int into, const RowsTemplate *t, Py_s
         return 0;
     }
     Py_ssize_t fixed = 0;
-    for (Py_ssize_t i = 0; i <= t->narr; i++) fixed += PyBytes_GET_SIZE(PyTuple_GET_ITEM(targets, i));
-    if (!(*out = PyBytes_FromStringAndSize(NULL, fixed + t->narr * block))) return -1;
+    for (Py_ssize_t i = 0; i <= narr; i++) fixed += PyBytes_GET_SIZE(PyTuple_GET_ITEM(targets, i));
+    if (!(*out = PyBytes_FromStringAndSize(NULL, fixed + narr * block))) return -1;
     char *o = PyBytes_AS_STRING(*out);
-    for (Py_ssize_t i = 0; i <= t->narr; i++) {
+    for (Py_ssize_t i = 0; i <= narr; i++) {
         PyObject *p = PyTuple_GET_ITEM(targets, i);
         memcpy(o, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
         o += PyBytes_GET_SIZE(p);
-        if (i < t->narr) {
+        if (i < narr) {
             slots[i] = o;
             o += block;
         }
@@ -128,15 +73,17 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     static const char *sig[2] = {"fill(template: RowsTemplate, positions: buffer, itemsize: int, parts: tuple of bytes)",
                                  "fill_into(template: RowsTemplate, positions: buffer, itemsize: int, buffers: tuple)"};
     if (!hot_configured()) return NULL;
-    if (nargs != 4 || !Py_IS_TYPE(args[0], &hot_RowsTemplateType) || !PyTuple_Check(args[3])) {
+    const struct hot_ops *ops = nargs == 4 ? hot_ops_of(args[0]) : NULL;
+    if (!ops || !ops->raw_rows || !PyTuple_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, sig[into]);
         return NULL;
     }
-    RowsTemplate *t = (RowsTemplate *)args[0];
+    HotTemplate *t = (HotTemplate *)args[0];
+    int narr = ops->arrays(t);
     Py_ssize_t isz = PyLong_AsSsize_t(args[2]);
     if (isz == -1 && PyErr_Occurred()) return NULL;
-    int ok = PyTuple_GET_SIZE(args[3]) == t->narr + !into;
-    for (Py_ssize_t i = 0; ok && !into && i <= t->narr; i++) ok = PyBytes_Check(PyTuple_GET_ITEM(args[3], i));
+    int ok = PyTuple_GET_SIZE(args[3]) == narr + !into;
+    for (Py_ssize_t i = 0; ok && !into && i <= narr; i++) ok = PyBytes_Check(PyTuple_GET_ITEM(args[3], i));
     if (!ok) {
         PyErr_Format(PyExc_ValueError, "%s: one %s per array of the template", sig[into], into ? "buffer" : "part more");
         return NULL;
@@ -145,16 +92,17 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
     int got = 0;
     PyObject *out = NULL;
     Sel rows = {.heap = NULL};
+    Py_ssize_t block = 0;
     if (PyObject_GetBuffer(args[1], &pb, PyBUF_SIMPLE) < 0) return NULL;
-    int rc = fill_rows(t, (const char *)pb.buf, pb.len, isz, &rows);
+    int rc = ops->raw_rows(t, (const char *)pb.buf, pb.len, isz, &rows, &block);
     char *slots[2];
     if (rc == 0) {
         out = Py_None;
         Py_INCREF(out);
-    } else if (rc > 0 && fill_targets(args[3], into, t, row_bytes(t, rows.n), &out, dst, &got, slots) == 0) {
+    } else if (rc > 0 && fill_targets(args[3], into, narr, block, &out, dst, &got, slots) == 0) {
         /* the template (held by the caller's reference) keeps the arrays mapped; a new `out` is not
          * shared yet, and the caller's buffers are held until the copy is done */
-        int over = fill_slots(t, &rows, slots, row_bytes(t, rows.n));
+        int over = fill_slots(t, &rows, slots, block);
         if (over) Py_CLEAR(out);       /* nothing written that the caller keeps: None, or the error */
         if (over > 0) {
             out = Py_None;
@@ -173,38 +121,45 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
 {
     if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 8) return hot_v2_block_answer(entry, pos, len, http);
-    RowsTemplate *t;
+    PyObject *o_t;
     Py_ssize_t isz, nbytes;
     PyObject *parts, *post;
-    if (!PyArg_ParseTuple(entry, "O!nnO!O!:v2 entry", &hot_RowsTemplateType, &t, &isz, &nbytes, &PyTuple_Type, &parts,
-                          &PyBytes_Type, &post))
+    if (!PyArg_ParseTuple(entry, "OnnO!O!:v2 entry", &o_t, &isz, &nbytes, &PyTuple_Type, &parts, &PyBytes_Type, &post))
         return NULL;
-    if (PyTuple_GET_SIZE(parts) != t->narr + 1) {
+    const struct hot_ops *ops = hot_ops_of(o_t);
+    if (!ops || !ops->raw_rows) {
+        PyErr_SetString(PyExc_TypeError, "v2 entry: (a template of rows, itemsize, nbytes, parts, post)");
+        return NULL;
+    }
+    HotTemplate *t = (HotTemplate *)o_t;
+    int narr = ops->arrays(t);
+    if (PyTuple_GET_SIZE(parts) != narr + 1) {
         PyErr_SetString(PyExc_ValueError, "v2 entry: one part more than the template's arrays");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i <= t->narr; i++)
+    for (Py_ssize_t i = 0; i <= narr; i++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(parts, i))) {
             PyErr_SetString(PyExc_TypeError, "v2 entry: parts are bytes");
             return NULL;
         }
     if (len != nbytes) Py_RETURN_NONE;   /* not the learnt number of positions */
     Sel rows = {.heap = NULL};
-    int rc = fill_rows(t, pos, len, isz, &rows);
+    Py_ssize_t block = 0;
+    int rc = ops->raw_rows(t, pos, len, isz, &rows, &block);
     if (rc <= 0) {
         hot_sel_free(&rows);
         if (rc < 0) return NULL;
         Py_RETURN_NONE;
     }
-    Py_ssize_t block = row_bytes(t, rows.n), body = t->narr * block;
-    for (Py_ssize_t i = 1; i < t->narr; i++) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
+    Py_ssize_t body = narr * block;
+    for (Py_ssize_t i = 1; i < narr; i++) body += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, i));
     Http h = *http;
     h.post = post;
     Out o;
     PyObject *out = NULL;
-    if (hot_bytes_of(&h, PyTuple_GET_ITEM(parts, 0), body, PyTuple_GET_ITEM(parts, t->narr), 0, &o) == 0) {
+    if (hot_bytes_of(&h, PyTuple_GET_ITEM(parts, 0), body, PyTuple_GET_ITEM(parts, narr), 0, &o) == 0) {
         char *slots[2], *d = o.fill;
-        for (Py_ssize_t i = 0; i < t->narr; i++) {
+        for (Py_ssize_t i = 0; i < narr; i++) {
             if (i > 0) {
                 PyObject *p = PyTuple_GET_ITEM(parts, i);
                 memcpy(d, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
@@ -213,7 +168,7 @@ PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const 
             slots[i] = d;
             d += block;
         }
-        int over = rows_into(slots, t, &rows, 1);
+        int over = ops->rows_into(slots, t, &rows, 1);
         out = hot_finish(&o);
         if (over) Py_CLEAR(out);
         if (over < 0) PyErr_NoMemory();

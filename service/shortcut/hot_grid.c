@@ -100,14 +100,28 @@ PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http)
     return out;
 }
 
-PyTypeObject hot_GridTemplateType = {
+static PyTypeObject GridTemplateType; /* below */
+
+static PyObject *grid_body(HotTemplate *t, const Span *sp, const Http *http)
+{
+    return hot_grid_answer((GridTemplate *)t, &sp[0], http);
+}
+
+const struct hot_ops hot_grid_ops = {
+    .kind = "grid",
+    .name = "GridTemplate",
+    .type = &GridTemplateType,
+    .dims = 1,
+    .v1 = grid_body, /* JSON: the full path's */
+};
+
+static PyTypeObject GridTemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.GridTemplate",
     .tp_basicsize = sizeof(GridTemplate),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A sinusoidal-grid spec's per-axis tables and response layout (see hot_grid.c).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = hot_template_new,
     .tp_init = (initproc)GridTemplate_init,
-    .tp_methods = hot_template_methods,
-    .tp_getset = hot_template_getset,
+    .tp_base = &hot_TemplateType,
     .tp_dealloc = (destructor)GridTemplate_dealloc,
 };

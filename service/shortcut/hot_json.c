@@ -44,7 +44,7 @@ void hot_json_clear(RowsTemplate *t)
             free(t->texts[i]);
             t->texts[i] = NULL;
         }
-    hot_unkeep(t, t->text_bytes);
+    hot_unkeep(&t->keep, t->text_bytes);
     t->text_bytes = 0;
 }
 
@@ -99,9 +99,9 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
         Py_RETURN_NONE;   /* rows too far past the table: the full path writes them */
     if (!t->texts) {   /* its row pointers count against the budget too */
         Py_ssize_t bytes = t->narr * t->text_rows * (Py_ssize_t)sizeof(char *);
-        if (!hot_keep(t, bytes)) Py_RETURN_NONE;
+        if (!hot_keep(&t->keep, bytes)) Py_RETURN_NONE;
         if (!(t->texts = calloc((size_t)(t->narr * t->text_rows), sizeof(char *)))) {
-            hot_unkeep(t, bytes);
+            hot_unkeep(&t->keep, bytes);
             return PyErr_NoMemory();
         }
     }
@@ -282,7 +282,7 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         free(*slot);
         *slot = NULL;
         t->text_bytes -= old;
-        hot_unkeep(t, old);
+        hot_unkeep(&t->keep, old);
     }
     /* over the template's budget: free kept texts from a cursor that goes round the rows (the
      * oldest kept first, roughly), never the slot being set */
@@ -294,14 +294,14 @@ static PyObject *set_text(PyObject *self, PyObject *const *args, Py_ssize_t narg
         free(old);
         t->texts[t->text_cursor] = NULL;
         t->text_bytes -= ob;
-        hot_unkeep(t, ob);
+        hot_unkeep(&t->keep, ob);
     }
-    if (!hot_keep(t, size)) {   /* not kept: the answer misses again, and is declined */
+    if (!hot_keep(&t->keep, size)) {   /* not kept: the answer misses again, and is declined */
         free(x);
         Py_RETURN_NONE;
     }
     if (!t->texts) {            /* dropped with every template's (the budget): as above */
-        hot_unkeep(t, size);
+        hot_unkeep(&t->keep, size);
         free(x);
         Py_RETURN_NONE;
     }

@@ -211,16 +211,6 @@ static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http, 
     return out;
 }
 
-/* declared, and described, in hot.h */
-PyObject *hot_entry(PyObject *entries, PyObject *key)
-{
-    if (!key) return NULL;
-    PyObject *e = PyDict_GetItemWithError(entries, key);
-    Py_DECREF(key);
-    Py_XINCREF(e);
-    return e;
-}
-
 /* lane()'s result from an answer (a new reference, None, NotImplemented or NULL; stolen). */
 static PyObject *lane_result(PyObject *out, const char *b, const char *next, PyObject *route, const Http *http)
 {

@@ -9,6 +9,29 @@
  */
 #include "hot.h"
 
+/* ---- the configured rules (configure(), _hot.c, sets them) ------------------------------ */
+
+HotConfig hot_cfg;
+
+int hot_configured(void)
+{
+    if (hot_cfg.fields) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "posenc.service._hot: configure() has not been called");
+    return 0;
+}
+
+PyObject *hot_fields_of(PyObject *family)
+{
+    PyObject *fields = PyDict_GetItemWithError(hot_cfg.fields, family);
+    if (!fields && !PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "family %R: not configured", family);
+    return fields;
+}
+
+PyObject *hot_axis_field_of(PyObject *family)
+{
+    return hot_cfg.axis_fields ? PyDict_GetItem(hot_cfg.axis_fields, family) : NULL;   /* str keys: no error */
+}
+
 static inline const char *skip_ws(const char *p, const char *end)
 {
     while (p < end && hot_is_ws(*p)) p++;
@@ -144,6 +167,100 @@ int hot_find_span(const char *b, const char *end, PyObject *name, Span *sp)
     sp->open = p;
     sp->close = c;
     return 0;
+}
+
+/* declared, and described, in hot.h: as hot_find_span, then '[' ws ('[' .. ']' ws (',' ws)?)+ ']' */
+int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp)
+{
+    const char *p = hot_field_value(b, end, name);
+    if (!p || *p != '[') return -1;
+    const char *open = p++;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p >= end || *p != '[') return -1;
+        const char *c = memchr(p, ']', (size_t)(end - p));
+        if (!c) return -1;
+        p = skip_ws(c + 1, end);
+        if (p >= end) return -1;
+        if (*p == ']') {
+            sp->open = open;
+            sp->close = p;
+            return 0;
+        }
+        if (*p != ',') return -1;
+        p++;
+    }
+}
+
+/* declared, and described, in hot.h */
+int hot_parse_axes(const Span *sp, int k, Py_ssize_t cap, Sel *sels)
+{
+    const char *p = sp->open + 1, *end = sp->close;
+    for (int a = 0;; a++) {
+        p = skip_ws(p, end);
+        if (a >= k) return -1;
+        Span in = {p, memchr(p, ']', (size_t)(end - p))};   /* hot_find_axes_span saw '[' here and a ']' */
+        int rc = hot_parse_sel(&in, cap, &sels[a]);
+        if (rc < 0) return rc;
+        if (sels[a].n != sels[0].n) return -1;
+        p = skip_ws(in.close + 1, end);
+        if (p == end) return a + 1 == k ? 0 : -1;
+        p++;   /* the ',' hot_find_axes_span saw */
+    }
+}
+
+/* declared, and described, in hot.h */
+PyObject *hot_key_spans(PyObject *key, const char *b, const Span *spans, Py_ssize_t nf)
+{
+    if (!key) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *offsets = PyTuple_New(nf);
+    for (Py_ssize_t f = 0; offsets && f < nf; f++) {
+        PyObject *o = Py_BuildValue("(nn)", (Py_ssize_t)(spans[f].open - b), (Py_ssize_t)(spans[f].close + 1 - b));
+        if (!o) Py_CLEAR(offsets);
+        else PyTuple_SET_ITEM(offsets, f, o);
+    }
+    if (!offsets) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", key, offsets);
+}
+
+/* declared, and described, in hot.h */
+int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s)
+{
+    Py_ssize_t n = len / isz;
+    if ((isz != 4 && isz != 8) || len % isz || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "fill: itemsize 4 or 8, and a whole, non-zero number of positions");
+        return -1;
+    }
+    s->v = s->stack;
+    if (n > STACK_ROWS && !(s->v = s->heap = PyMem_Malloc((size_t)n * sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t lo = 0, hi = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        if (isz == 8) {
+            memcpy(&v, src + 8 * i, 8);
+        } else {
+            int32_t w;
+            memcpy(&w, src + 4 * i, 4);
+            v = w;
+        }
+        if (v < 0 || v >= hot_cfg.position_limit) return 0;
+        s->v[i] = v;
+        if (i == 0 || v > hi) hi = v;
+        if (i == 0 || v < lo) lo = v;
+    }
+    s->n = n;
+    s->lo = lo;
+    s->hi = hi;
+    return 1;
 }
 
 PyDoc_STRVAR(parse_selection_doc, "parse_selection(text, lists_only, cap) -> list | range | None\n--\n\n"

@@ -11,7 +11,7 @@
 
 #include <time.h>
 
-enum { SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED };
+/* its states: hot.h, enum hot_serve_state */
 
 /* The clock of time.perf_counter() (CLOCK_MONOTONIC), in seconds. */
 static double seconds_now(void)

@@ -134,6 +134,45 @@ done:
     return out;
 }
 
+static PyTypeObject T5TemplateType; /* below */
+
+static PyObject *t5_body(HotTemplate *t, const Span *sp, const Http *http)
+{
+    return hot_t5_answer((T5Template *)t, &sp[0], &sp[1], http);
+}
+
+static PyObject *t5_v2_json(HotTemplate *self, const Span *sp, const Py_ssize_t *want, const Http *http)
+{
+    T5Template *t = (T5Template *)self;
+    (void)want;
+    if (!t->json_parts || !t->json_flat) Py_RETURN_NONE;
+    return hot_t5_answer(t, &sp[0], &sp[1], http);
+}
+
+static void t5_limits(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes)
+{
+    *groups = 1;
+    *itemsize = 4;
+    *max_bytes = ((const T5Template *)t)->max_bytes;
+}
+
+static int t5_block_into(const HotTemplate *t, const Sel *q, const Sel *k, char *fill)
+{
+    return hot_t5_block((const T5Template *)t, q, k, (int32_t *)fill);
+}
+
+const struct hot_ops hot_t5_ops = {
+    .kind = "t5",
+    .name = "T5Template",
+    .type = &T5TemplateType,
+    .dims = 2,
+    .v1 = t5_body,
+    .v1_json = t5_body, /* hot_t5_answer writes either */
+    .v2_json = t5_v2_json,
+    .block_limits = t5_limits,
+    .block_into = t5_block_into,
+};
+
 PyDoc_STRVAR(enable_json_doc, "enable_json(parts, flat=False)\n--\n\n"
              "Answer JSON too: parts, (before, after) the block's text in the full path's JSON answer;\n"
              "None: JSON is the full path's again. flat: the block as one flat list (a v2 JSON output's data).");
@@ -149,22 +188,20 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-static PyMethodDef t5_methods[3]; /* hot_template_methods' set_header, then enable_json */
+/* T5Template's own methods (those of every template are hot_TemplateType's, inherited) */
+static PyMethodDef t5_methods[] = {
+    {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc},
+    {NULL, NULL, 0, NULL},
+};
 
-void hot_t5_ready(void)
-{
-    t5_methods[0] = hot_template_methods[0];
-    t5_methods[1] = (PyMethodDef){"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc};
-}
-
-PyTypeObject hot_T5TemplateType = {
+static PyTypeObject T5TemplateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.T5Template",
     .tp_basicsize = sizeof(T5Template),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A t5-buckets spec's mapped lookup table and response layout (see hot_t5.c).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = hot_template_new,
     .tp_init = (initproc)T5Template_init,
+    .tp_base = &hot_TemplateType,
     .tp_methods = t5_methods,
-    .tp_getset = hot_template_getset,
     .tp_dealloc = (destructor)T5Template_dealloc,
 };

@@ -14,7 +14,7 @@
  * An entry is (template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
  * one flat list (enable_json(..., flat=True): a v2 output's row-major data, the v2 answer's parts
  * around them) and one list; or a T5Template or an AlibiTemplate (its cells formatted in C,
- * hot_alibi_json.c) of flat JSON and two lists (query and key; swap: the body's first list is the
+ * hot_alibi.c) of flat JSON and two lists (query and key; swap: the body's first list is the
  * key's). counts: the positions each list must hold; post: the answer's
  * head after its content length's digits.
  */
@@ -79,24 +79,18 @@ static PyObject *entry_answer(PyObject *e, const Span *sp, int n, const Http *ht
     Http h = *http;
     h.post = post;
     h.json = 1;
-    if (Py_IS_TYPE(t, &hot_RowsTemplateType) && n == 1) {
-        RowsTemplate *rt = (RowsTemplate *)t;
-        if (!rt->json_parts || !rt->json_flat || rt->naxes > 1) Py_RETURN_NONE;
-        Sel rows = {.heap = NULL};
-        int rc = hot_parse_sel(&sp[0], want[0], &rows); /* a list: '[' */
-        PyObject *out = rc == 0 ? hot_rows_json(rt, &rows, &h) : rc == -2 ? NULL : Py_NewRef(Py_None);
-        hot_sel_free(&rows);
-        return out;
+    const struct hot_ops *ops = hot_ops_of(t);
+    if (!ops || ops->dims != n || !ops->v2_json) {
+        PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two");
+        return NULL;
     }
-    if (Py_IS_TYPE(t, &hot_T5TemplateType) && n == 2) {
-        T5Template *tt = (T5Template *)t;
-        if (!tt->json_parts || !tt->json_flat) Py_RETURN_NONE;
-        return hot_t5_answer(tt, &sp[swap], &sp[!swap], &h);
+    Span lists[MAX_FIELDS] = {sp[0]}; /* query first */
+    Py_ssize_t counts_of[MAX_FIELDS] = {want[0]};
+    if (n == 2) {
+        lists[0] = sp[swap], lists[1] = sp[!swap];
+        counts_of[0] = want[swap], counts_of[1] = want[!swap];
     }
-    if (Py_IS_TYPE(t, &hot_AlibiTemplateType) && n == 2)
-        return hot_alibi_json((AlibiTemplate *)t, &sp[swap], &sp[!swap], &h, 1);
-    PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two");
-    return NULL;
+    return ops->v2_json((HotTemplate *)t, lists, counts_of, &h);
 }
 
 /* declared, and described, in hot.h */

@@ -54,7 +54,7 @@ from posenc.engine.core.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, 
 from posenc.engine.tables import FAMILIES, Family
 
 MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut
-FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes: an Accept value -> its index
+FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes (hot.h HOT_FORMATS, _hot.FORMATS)
 TEXT_BUDGET = (
     128 << 20
 )  # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
@@ -146,15 +146,27 @@ def still_mapped(old: dict | None, new: dict | None) -> bool:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
-#
-# C never calls back into Python: when a template lacks the safetensors header of an answer's
-# shape, the call returns NotImplemented, and _again computes the header with the template's
-# header_for (its family's function), caches it in the template and calls again.
 _MISSES = 4  # misses one call may meet (another thread may clear a full cache meanwhile)
 
 
 def _again(call, args: tuple, declined):
-    """``call(*args)`` again after each header it misses; ``declined`` after _MISSES of them."""
+    """``call(*args)`` again after each miss it meets; ``declined`` after _MISSES of them.
+
+    The miss protocol (service/shortcut/hot.h says the same for the C side): C never calls back
+    into Python. An answer that lacks what only Python computes returns NotImplemented and notes,
+    in this thread's thread-state dict, what it lacked; ``_hot.missing()`` hands that note over
+    once (None: nothing noted):
+
+    - ``(template, shape)``: the safetensors header of an answer of ``shape`` ((n,) rows, (nq, nk)
+      blocks), computed by ``template.header_for(*shape)`` (the family's function) and cached by
+      ``template.set_header(shape, header)``;
+    - ``(template, None, [(array, row), ...])``: JSON texts of stored rows, rendered by
+      ``template.text_for(array, row)`` and kept by ``template.set_text(array, row, text)``.
+
+    Then the call is made again. Another thread may drop what was stored meanwhile (a full header
+    cache starts over, the keep budget drops texts), so a call may miss again: after _MISSES misses
+    the request is ``declined`` (the full path answers). The note is per thread, so two threads
+    missing at once each fetch their own."""
     for _ in range(_MISSES):
         got = _hot.missing()  # this thread's: (template, shape) or (template, None, rows)
         if got is not None and len(got) == 3:
@@ -213,17 +225,26 @@ def lane_again(
 # the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
 # the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
+# (their names and order are C's, hot.h HOT_SERVE_STATES, exported as _hot.SERVE_STATES:
+# tests/service/shortcut/test_hot_kinds.py holds the two equal)
 SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
 SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(
     7
 )
 
 
+# A template's kind (``t.kind``, its C kind's name: service/shortcut/hot.h, struct hot_ops): what it
+# answers. Rows of positions (RoPE, sinusoidal: RowsTemplate), rows of a large grid (GridTemplate),
+# blocks of query x key positions (ALiBi, T5). The Python side branches on these, never on the type.
+KIND_ROWS, KIND_GRID, KIND_ALIBI, KIND_T5 = "rows", "grid", "alibi", "t5"
+BLOCK_KINDS = (KIND_ALIBI, KIND_T5)
+
+
 def rows_template(req, view):
     """The family's row template of a request answered from ``view`` (one row per position), or
     None when the family makes none for it (the v2 shortcut, service/v2/hot.py, fills its rows)."""
     t = req.family.template(_hot, req, view, Limits(MAX_ROWS, 1, 1))
-    return t if t is not None and type(t) is _hot.RowsTemplate else None
+    return t if t is not None and t.kind == KIND_ROWS else None
 
 
 def flat_json_template(req, view, parts: tuple, limits: Limits):
@@ -232,12 +253,9 @@ def flat_json_template(req, view, parts: tuple, limits: Limits):
     a RowsTemplate of one axis, or a T5Template or AlibiTemplate (``parts`` around its block); None
     for any other."""
     t = req.family.template(_hot, req, view, limits)
-    if type(t) is _hot.RowsTemplate:
+    if t is not None and t.kind == KIND_ROWS:
         return t if _rows_json(t, req, parts, True) else None
-    if type(t) is _hot.T5Template and len(parts) == 2:
-        t.enable_json(parts, True)
-        return t
-    if type(t) is _hot.AlibiTemplate and len(parts) == 2:
+    if t is not None and t.kind in BLOCK_KINDS and len(parts) == 2:
         t.enable_json(parts, True)
         return t
     return None
@@ -255,7 +273,7 @@ def block_template(req, view, max_n: int, max_bytes: int):
     ``max_bytes`` bytes; None when the family makes none for it (the v2 shortcut's blocks,
     service/v2/hot_blocks.py)."""
     t = req.family.template(_hot, req, view, Limits(MAX_ROWS, max_n, max_bytes))
-    return t if t is not None and type(t) in (_hot.AlibiTemplate, _hot.T5Template) else None
+    return t if t is not None and t.kind in BLOCK_KINDS else None
 
 
 def fill_block(t, first, second, itemsizes: tuple, key_first: bool, parts: tuple) -> bytes | None:
@@ -325,9 +343,9 @@ class Templates:
         t = req.family.template(_hot, req, view, self.limits)
         if t is None:
             return
-        if type(t) is _hot.RowsTemplate and axes is None:  # per-axis rows in JSON: the full path's
+        if t.kind == KIND_ROWS and axes is None:  # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
-        elif type(t) is _hot.T5Template or type(t) is _hot.AlibiTemplate:
+        elif t.kind in BLOCK_KINDS:
             block_json(t, key, raw, req, view)
         if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
             for d in self.native.values():
@@ -399,7 +417,7 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
 
 def block_json(t, key: bytes, raw: bytes, req, view) -> bool:
     """Let T5Template or AlibiTemplate ``t`` answer JSON too (service/shortcut/hot_t5.c: integers;
-    hot_alibi_json.c: floats as the full path's writer formats them): the full path's JSON answer of
+    hot_alibi.c: floats as the full path's writer formats them): the full path's JSON answer of
     ``req`` around the block's text, which C writes. Only when its answer to ``raw`` through the
     lane is the full path's bytes."""
     want, parts = _json_parts(req, view)

@@ -16,7 +16,7 @@ place of each row-gathered output's data) around each output's values, which C w
 family's template as a flat row-major list: RoPE and sinusoidal rows from a RowsTemplate's kept
 texts of stored rows (service/shortcut/hot_json.c, rows past the table computed and rendered as
 /v1 JSON's are), T5 blocks by the engine's kernel (integers), ALiBi blocks [heads, nq, nk] from
-an AlibiTemplate's cells formatted in C as orjson writes them (service/shortcut/hot_alibi_json.c:
+an AlibiTemplate's cells formatted in C as orjson writes them (service/shortcut/hot_alibi.c:
 every mode, distances inside and past the stored table; a float16 cell that overflows is
 declined, as on /v1). A key is learnt at the full path's second answer, only when the template's answer to the
 learnt body, through the lane's own entry point, is the full path's bytes; entries are dropped with hot.py's

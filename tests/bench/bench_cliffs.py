@@ -22,7 +22,7 @@ case is a list of requests with positions drawn at random (seeded), which wrk cy
   distances inside the table and past it: the cells are computed from the slopes either way).
 - alibi json: 32 heads (the configured table holds 65,536 distances), one query t in 0 .. 131,071
   against 16 keys drawn from 0 .. t (as the load test's realistic mix asks), Accept:
-  application/json: each cell formatted in C (service/shortcut/hot_alibi_json.c, hot_f32text.c).
+  application/json: each cell formatted in C (service/shortcut/hot_alibi.c, hot_f32text.c).
 - rope 16-row range, rope 16-row range json: `"positions": {"start": s, "stop": s + 16}` with s in
   0 .. 99,999 (the table holds 32,768 rows: most ranges lie past it), binary and JSON.
 --cases NAME,NAME runs only those cases.

@@ -1,4 +1,4 @@
-"""ALiBi blocks in JSON from the C shortcut (service/shortcut/hot_alibi_json.c), through the lane's
+"""ALiBi blocks in JSON from the C shortcut (service/shortcut/hot_alibi.c), through the lane's
 entry point: byte for byte the full path's JSON (engine/core/encode.py) from the same mapped table and
 its exact compute, and every cell the float64 value rounded once (tests/independent.py), over
 generated specs (1 to 64 heads, powers of two and not, head subsets, every mode and dtype, several

@@ -193,7 +193,5 @@ def test_json_answers_are_the_full_paths_bytes(hot, accept):
     want = hot.execute(hot.prepare("rope", body, "application/json"))[0]
     assert lane(hot, request(b"/v1/rope", body).replace(HOT, b"application/json"))[2].endswith(want)
     hot.prepare("alibi", BODIES[2][2], "application/json")
-    want = hot.execute(hot.prepare("alibi", BODIES[2][2], "application/json"))[
-        0
-    ]  # blocks too (hot_alibi_json.c)
+    want = hot.execute(hot.prepare("alibi", BODIES[2][2], "application/json"))[0]  # blocks too (hot_alibi.c)
     assert lane(hot, request(b"/v1/alibi", BODIES[2][2]).replace(HOT, b"application/json"))[2].endswith(want)
