@@ -26,6 +26,8 @@
  *   - its name added to HOT_KINDS below (that declares hot_<kind>_ops and registers the type).
  * setup.py builds every C file of service/shortcut, so the file needs no line there.
  * The routes then answer it as they answer every kind; the Python side tells it by t.kind.
+ * tests/service/shortcut/test_hot_new_kind.py does exactly this to a copy of these sources (a
+ * kind whose rows are twice their positions), builds it and has fill() answer it.
  *
  * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
  * safetensors header of its shape, JSON texts of stored rows) returns NotImplemented and notes
