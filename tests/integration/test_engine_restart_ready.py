@@ -53,6 +53,10 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
 
     try:
         wait_for(lambda: len(results) > 20, 30, 0.01, "the load answered")  # before the kill, under load
+        # every worker ready before the kill (serve's /readyz was one worker's; a worker still
+        # attaching says "starting", rightly): ten probes in a row, each on a new connection
+        wait_for(lambda: all(probe()["status"] == "ready" for _ in range(10)), 30, 0.05, "every worker ready")
+        ready.clear()
         engine = server.engine_pid()
         os.kill(engine, signal.SIGKILL)
         t_kill = time.monotonic()
