@@ -144,6 +144,10 @@ class Hot:
         self.lane_routes: dict[bytes, tuple] = {}
         self.json = JsonInfers(self)
         self.once: set = set()  # keys the full path has answered once
+        # set while learning a key whose table this process has not mapped yet (being built, or
+        # built and not attached: mapping follows the manifest by a few ms): the key is learnt
+        # again at its next answer, not kept as no template until the next manifest
+        self.unmapped = False
         self._seen = None
 
     def fresh(self) -> None:
@@ -231,8 +235,9 @@ class Hot:
         key = data[:start]
         if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
+        self.unmapped = False
         e = self._entry(inf, plan, tensors, segments, markers, route, ())
-        if e is None and self._pending(plan):
+        if e is None and self.unmapped:
             self.once.add(key)  # learnt at its next answer, once the table is mapped
             return
         self.known[key] = e
@@ -248,8 +253,9 @@ class Hot:
         key = (path, bytes(head))
         if not self.admit(key):
             return
+        self.unmapped = False
         e = self._entry(inf, plan, tensors, segments, (), route, headers)
-        if e is None and self._pending(plan):
+        if e is None and self.unmapped:
             self.once.add(key)  # learnt at its next answer, once the table is mapped
             return
         self.known[key] = e
@@ -345,25 +351,16 @@ class Hot:
             return None
         return e
 
-    def _pending(self, plan) -> bool:
-        """Whether the spec has a table this process has not mapped yet (being built, or built and
-        not yet attached: mapping follows the manifest by a few ms): its key is learnt again at its
-        next answer instead of being kept as no template until the next manifest."""
-        if self.v2.client is None or len(plan.reqs) != 1:
-            return False
-        r = plan.reqs[0]
-        probe = self._request(r, {n: [0] for n in r.family.selections})
-        return probe is not None and probe.table is not None and not self.v2.client.is_mapped(probe)
-
     def probe(self, r, lists: dict):
         """The pipeline request of ``r``'s spec with ``lists`` as its selections (the family's
         template is made from a list body, as /v1 learns it), or None: not answered from a mapped table."""
         probe = self._request(r, lists)
-        return (
-            probe
-            if probe is not None and probe.table is not None and self.v2.client.is_mapped(probe)
-            else None
-        )
+        if probe is None or probe.table is None:
+            return None
+        if not self.v2.client.is_mapped(probe):
+            self.unmapped = True  # (learnt again at the key's next answer)
+            return None
+        return probe
 
     def _request(self, r, lists: dict):
         try:

@@ -115,7 +115,10 @@ def block_entry(
         probe = v2.inferer.pipeline.request(fam.name, probe)
     except Exception:  # the spec was valid with the real positions: nothing to learn here
         return None
-    if probe.table is None or not client.is_mapped(probe):
+    if probe.table is None:
+        return None
+    if not client.is_mapped(probe):
+        v2.hot.unmapped = True  # learnt again at the key's next answer (service/v2/hot.py)
         return None
     s = v2.settings
     t = block_template(probe, client.view(probe), s.max_positions, s.max_response_bytes)
