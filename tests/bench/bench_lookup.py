@@ -228,8 +228,9 @@ def fresh_process(ns: str, repeat: int, min_time: float) -> dict:
     process calls it, no ``handle()`` call before and glibc's allocator as it comes. For each spec,
     after its first lookup: one row as a list and as a numpy array against the raw gather of that
     row from the mapped view; 4,096 random rows (a numpy array, allocating the answer) against a
-    copy of the same number of contiguous bytes of the table into one new array. Returns
-    {spec: {measure: seconds}}."""
+    copy of the same number of contiguous bytes of the table into one new array; then, timed
+    alone, the other forms: one row with one in ten past the table, 4,096 with one in a hundred
+    past it, and a 16-row range over twice the table. Returns {spec: {measure: seconds}}."""
     client = Client(namespace=ns)
     client.wait_ready(10)
     rng = np.random.default_rng(27)
@@ -263,6 +264,18 @@ def fresh_process(ns: str, repeat: int, min_time: float) -> dict:
             _cycling(lambda b: client.lookup("rope", b), many), _cycling(copy_new, starts), repeat, min_time
         )
         assert client.lookup("rope", many[0])["cos"].nbytes * 2 == copy_new(0).nbytes
+        # the other forms a user sends (a pool of their own, seed 28: the figures above stay put):
+        # rows past the table (computed), and a range, which Client.lookup resolves every call
+        other = np.random.default_rng(28)
+        mixed = [{**spec, "positions": p.tolist()} for p in _pool(other, (1,), 0.1)]
+        t["list mixed"] = timeit(_cycling(lambda b: client.lookup("rope", b), mixed), repeat, min_time)
+        far = [{**spec, "positions": p} for p in _pool(other, (4096,), 0.01)]
+        t["4096 mixed"] = timeit(_cycling(lambda b: client.lookup("rope", b), far), repeat, min_time)
+        ranges = [
+            {**spec, "positions": {"start": int(s), "stop": int(s) + 16}}
+            for s in other.integers(0, 2 * N_ROWS, POOL)
+        ]
+        t["range 16"] = timeit(_cycling(lambda b: client.lookup("rope", b), ranges), repeat, min_time)
         out[name] = t
     return out
 
@@ -282,6 +295,9 @@ def print_fresh(ns: str, repeat: int, min_time: float) -> None:
         ("1 row as a numpy array / raw gather", lambda t: f"{t['array'] / t['raw']:.2f}×", "≤ 1.5×"),
         ("1 row as a list, median", lambda t: fmt(t["list"]), ""),
         ("raw gather of the row, median", lambda t: fmt(t["raw"]), ""),
+        ("1 row as a list, 1 in 10 past the table, median", lambda t: fmt(t["list mixed"]), ""),
+        ("16 rows as a range in 0 .. 2 × the table, median", lambda t: fmt(t["range 16"]), ""),
+        ("4,096 rows, 1 in 100 past the table, allocating, median", lambda t: fmt(t["4096 mixed"]), ""),
         (
             "4,096 rows, allocating: share of a copy into a new array",
             lambda t: f"{t['copy new'] / t['4096']:.2f}",

@@ -184,8 +184,15 @@ def test_a_standby_engine_waits_imported_and_takes_over_when_the_engine_dies(pro
     second = wait_for(server.standby_pid, 30, 0.02, "the next standby")
     assert second not in (engine, standby)
     print(f"engine back after kill -9 through its standby: {took:.2f} s")
+    time.sleep(2)  # (the new standby's imports done: its resident size, what it costs while it waits)
+    print(f"resident: the engine {_rss_mib(standby):.0f} MiB, its standby {_rss_mib(second):.0f} MiB")
     assert httpx.post(
         server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30
     ).content == reference_safetensors("rope", MAPPED)
     assert server.stop() == 0, server.output()
     assert not any(os.path.exists(f"/proc/{p}") and cmdline(p) for p in (engine, standby, second))
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
