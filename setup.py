@@ -88,6 +88,7 @@ setup(
             include_dirs=["engine/kernels", "service/shortcut/vendor"],
             depends=[
                 "service/shortcut/hot.h",
+                "service/shortcut/hot_rows.h",
                 "engine/kernels/alibi_cell.h",
                 "engine/kernels/native_api.h",
                 "service/shortcut/vendor/zmij/zmij.c",

@@ -232,16 +232,16 @@ class Alibi(Family):
 
         dist = view.dist if f32 and view.dist.dtype == np.float32 and view.dist.flags.c_contiguous else None
         return hot.AlibiTemplate(
-            m,
-            spec.mode == "symmetric",
-            spec.mask_future,
-            header_for,
-            m32.tobytes(),
-            limits.max_positions,
-            limits.max_bytes,
-            dist,
-            spec.head_index.tolist(),
-            req.dtype,
+            slopes=m,
+            symmetric=spec.mode == "symmetric",
+            mask_future=spec.mask_future,
+            header_for=header_for,
+            tail=m32.tobytes(),
+            max_n=limits.max_positions,
+            max_bytes=limits.max_bytes,
+            dist=dist,
+            rows=spec.head_index.tolist(),
+            dtype=req.dtype,
         )
 
     schema = {

@@ -284,7 +284,14 @@ class Rope(Family):
             return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
         colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
         return hot.RowsTemplate(
-            (view.cos, view.sin), colmap, 0, limits.max_rows, False, header_for, tail, past
+            arrays=(view.cos, view.sin),
+            colmap=colmap,
+            offset=0,
+            max_rows=limits.max_rows,
+            lists_only=False,
+            header_for=header_for,
+            tail=tail,
+            past=past,
         )
 
     schema = {

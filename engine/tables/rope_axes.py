@@ -260,7 +260,15 @@ def template(hot, spec, view, max_rows: int, header_for, tail: bytes, past: tupl
     plain template's: [cos | sin] of the row), as ``computed`` computes it. JSON is the full path's."""
     half_col, axis, k = spec_column_map(spec)
     return hot.RowsTemplate(
-        (view.cos, view.sin), half_col.tolist(), 0, max_rows, True, header_for, tail, past, (k, axis.tolist())
+        arrays=(view.cos, view.sin),
+        colmap=half_col.tolist(),
+        offset=0,
+        max_rows=max_rows,
+        lists_only=True,
+        header_for=header_for,
+        tail=tail,
+        past=past,
+        axes=(k, axis.tolist()),
     )
 
 

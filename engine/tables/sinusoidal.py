@@ -209,7 +209,14 @@ class Sinusoidal(Family):
         items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
         past = (freqs, 1.0, dtype, (items.tolist(),), ROW_LIMIT)
         return hot.RowsTemplate(
-            (view.table,), colmap, spec.offset, limits.max_rows, False, header_for, b"", past
+            arrays=(view.table,),
+            colmap=colmap,
+            offset=spec.offset,
+            max_rows=limits.max_rows,
+            lists_only=False,
+            header_for=header_for,
+            tail=b"",
+            past=past,
         )
 
     schema = {

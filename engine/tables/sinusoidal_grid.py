@@ -289,18 +289,24 @@ class SinusoidalGrid(Family):
 
         if "table" in view.arrays:
             return hot.RowsTemplate(
-                (view.table,), list(range(spec.embed_dim)), 0, limits.max_rows, True, header_for, b""
+                arrays=(view.table,),
+                colmap=list(range(spec.embed_dim)),
+                offset=0,
+                max_rows=limits.max_rows,
+                lists_only=True,
+                header_for=header_for,
+                tail=b"",
             )
         # per-axis tables (service/shortcut/hot_grid.c), indexed by assemble's own steps
         steps = spec.steps()
         return hot.GridTemplate(
-            tuple(view.arrays[a] for a in spec.widths),
-            tuple(steps[a] for a in spec.widths),
-            spec.extra_tokens,
-            spec.rows,
-            limits.max_rows,
-            header_for,
-            b"",
+            arrays=tuple(view.arrays[a] for a in spec.widths),
+            steps=tuple(steps[a] for a in spec.widths),
+            extra=spec.extra_tokens,
+            rows=spec.rows,
+            max_rows=limits.max_rows,
+            header_for=header_for,
+            tail=b"",
         )
 
     schema = {

@@ -139,7 +139,14 @@ class T5Buckets(Family):
         def header_for(nq: int, nk: int) -> bytes:
             return self.safetensors_header({"buckets": np.empty((nq, nk), np.int32)}, req.dtype, req.shown)
 
-        return hot.T5Template(view.lut, view.length, header_for, b"", limits.max_positions, limits.max_bytes)
+        return hot.T5Template(
+            lut=view.lut,
+            radius=view.length,
+            header_for=header_for,
+            tail=b"",
+            max_n=limits.max_positions,
+            max_bytes=limits.max_bytes,
+        )
 
     schema = {
         "type": "object",

@@ -76,7 +76,9 @@
  *
  * templates.py then computes the header with template.header_for(*shape) and calls again.
  *
- *   RowsTemplate(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None, axes=None)
+ * The constructors take keyword arguments only (a TypeError names the type for a positional one):
+ *
+ *   RowsTemplate(*, arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None, axes=None)
  *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
  *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
  *     mapping outlives an eviction until the template is dropped); colmap: for each output column
@@ -96,18 +98,18 @@
  *     answers it); with past, array a's map must be a * len(freqs) + c (an axis's row past the
  *     table is computed whole, then read as a stored row).
  *
- *   GridTemplate(arrays, steps, extra, rows, max_rows, header_for, tail)
+ *   GridTemplate(*, arrays, steps, extra, rows, max_rows, header_for, tail)
  *     A sinusoidal-grid stored as per-axis tables: arrays, 1 to 3 [size, width] tables of one item
  *     size; steps, (div, mod) per array; row p < extra is zeros, else array a's row ((p - extra) /
  *     div) % mod, side by side in array order; positions (a list or a range, at most max_rows)
  *     below rows, else declined.
  *
- *   T5Template(lut, radius, header_for, tail, max_n, max_bytes)
+ *   T5Template(*, lut, radius, header_for, tail, max_n, max_bytes)
  *     t5-buckets: lut, the engine's int32 table [2 radius + 1] (held); blocks of at most max_n
  *     positions per selection and max_bytes, filled by the engine's t5 kernel (native_api.h; the
  *     kernels must be configured).
  *
- *   AlibiTemplate(slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes, dist=None,
+ *   AlibiTemplate(*, slopes, symmetric, mask_future, header_for, tail, max_n, max_bytes, dist=None,
  *                 rows=None, dtype="float32")
  *     slopes: the requested heads' float64 slopes; header_for(nq, nk) -> header bytes; tail: the
  *     float32 slopes; max_n: most positions per selection; max_bytes: most bytes of arrays per
@@ -228,8 +230,8 @@ static struct PyModuleDef moduledef = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-/* The named results (hot.h) as module constants: SERVE_STATES (names, in enum order) and FORMATS
- * ({name: value}). 0, or -1 with an error set. */
+/* The named results (hot.h) as module constants: SERVE_STATES and MISSES (names, in enum order)
+ * and FORMATS ({name: value}). 0, or -1 with an error set. */
 static int add_contracts(PyObject *m)
 {
 #define HOT_S(name, text) "s"
@@ -245,6 +247,11 @@ static int add_contracts(PyObject *m)
     }
     if (PyModule_AddObject(m, "FORMATS", formats) < 0) {
         Py_DECREF(formats);
+        return -1;
+    }
+    PyObject *misses = Py_BuildValue("(" HOT_MISSES(HOT_S) ")", HOT_MISSES(HOT_STATE_NAME) NULL);
+    if (!misses || PyModule_AddObject(m, "MISSES", misses) < 0) {
+        Py_XDECREF(misses);
         return -1;
     }
     return 0;

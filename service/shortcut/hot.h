@@ -32,7 +32,8 @@
  * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
  * safetensors header of its shape, JSON texts of stored rows) returns NotImplemented and notes
  * what it lacked in this thread's thread-state dict (hot_templates.c: hot_header, note_missing,
- * hot_note_missing_rows): (template, shape) or (template, None, [(array, row), ...]). missing()
+ * hot_note_missing_rows), named by enum hot_miss: (HOT_MISS_HEADER, template, shape) or
+ * (HOT_MISS_TEXTS, template, [(array, row), ...]). missing()
  * hands that note over once; templates.py (_again) computes it with the template's header_for or
  * text_for, stores it (set_header, set_text) and calls again, at most _MISSES times a request
  * (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
@@ -54,6 +55,7 @@
 #define MAX_AXES 8                      /* per-axis position lists of a selection (rope's position_ids) */
 #define MAX_POSITION_LIMIT 2147483648LL /* int32 distances: configure() checks Python's limit */
 #define STACK_ROWS 256
+#define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -94,6 +96,11 @@ enum hot_serve_state { HOT_SERVE_STATES(HOT_ENUM_ITEM) };
  * FORMATS, {name: value}, which templates.py's FORMATS holds. */
 #define HOT_FORMATS(X) X(HOT_SAFETENSORS, "safetensors") X(HOT_JSON, "json")
 enum hot_format { HOT_FORMATS(HOT_ENUM_ITEM) };
+/* What an answer that returned NotImplemented lacked (the miss protocol above), the first item of
+ * missing()'s note, in this order; exported as MISSES, their names, which templates.py's MISSES
+ * holds: a safetensors header of a shape, or JSON texts of stored rows. */
+#define HOT_MISSES(X) X(HOT_MISS_HEADER, "header") X(HOT_MISS_TEXTS, "texts")
+enum hot_miss { HOT_MISSES(HOT_ENUM_ITEM) };
 
 /* ---- selections (hot_select.c) ---------------------------------------------------------- */
 
@@ -223,99 +230,14 @@ int hot_keep(HotKeeper *k, Py_ssize_t bytes);
 void hot_unkeep(HotKeeper *k, Py_ssize_t bytes); /* bytes k's template kept are freed */
 void hot_keep_leave(HotKeeper *k);               /* k off the list */
 
-/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
- * several axes, from the row of axis `axis`'s position. */
-typedef struct {
-    Py_ssize_t dst, src, len, axis;
-} Run;
-
-typedef struct RowsTemplate {
-    HOT_TEMPLATE_HEAD
-    Py_buffer arr[2];
-    int narr;
-    Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
-    int lists_only;
-    Run *runs;
-    Py_ssize_t nruns;
-    int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
-    Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
-    int naxes;         /* > 1: column j is read at the position of axis col_axis[j] (hot_axes.c) */
-    uint8_t *col_axis; /* with idx, each column's axis (naxes > 1); runs carry theirs */
-    /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
-     * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
-     * stored column c of array a is its item smap[a * src_width + c], and output column j item
-     * pmap[a * width + j] (-1: zero), through the column map */
-    double *freqs;
-    Py_ssize_t nfreq;
-    double scale;
-    int dt;
-    int64_t row_limit;
-    int32_t *pmap, *smap;
-    Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
-    Py_ssize_t npruns[2];
-    int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
-    Py_ssize_t pzip[2][2]; /* and is two runs of items from these, interleaved (pzip[a][0] < 0: it is not) */
-    /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
-    PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
-    int json_flat;        /* each array's rows as one flat list (a v2 JSON output's data), not a list of rows */
-    int json_in_order;    /* texts kept as output rows (many short runs, no item twice: interleaved layouts) */
-    PyObject *zero_text;  /* bytes: a zero item's text */
-    PyObject *text_for;   /* (array, row) -> the stored row's JSON text; never called here (a miss) */
-    char **texts;         /* [narr * text_rows], allocated at the first JSON answer: NULL or a row's text */
-    Py_ssize_t text_rows; /* rows with texts: the table's, and GROWN_ROWS past it when computed */
-    Py_ssize_t text_bytes, text_budget, text_cursor; /* over the budget, texts are freed from the cursor on */
-    /* rows past the table kept once computed (hot_rows_into with the GIL): [cos | sin] items of row
-     * length + i in grown[i], i < GROWN_ROWS */
-    char **grown;
-    Py_ssize_t grown_bytes;
-    HotKeeper keep; /* on the keepers' list while it keeps texts or rows (hot_keep) */
-} RowsTemplate;
-
-/* zip = the two column runs idx[0 .. w) interleaves (idx[j] = zip[j & 1] + j / 2), or zip[0] = -1 (not
- * such, or idx NULL): copied by a vector zip instead of a gather (hot_rows_copy.c) */
-void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w);
-#define GROWN_ROWS 131072 /* rows past a table a template keeps at most: a 128k-context model asked as far again */
-
-typedef struct {
-    HOT_TEMPLATE_HEAD /* tail: the float32 slopes; heads by (nq, nk) */
-    double *slopes;
-    Py_ssize_t nheads;
-    int symmetric, mask_future;
-    Py_ssize_t max_n, max_bytes;
-    Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
-    int have_dist;
-    Py_ssize_t *rows;     /* the requested heads' rows of dist */
-    int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
-                           * kernel (hot_cfg.kernels->alibi), of this dtype code */
-    Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
-    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi.c) */
-} AlibiTemplate;
-
-/* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
- * `extra`, else axis a's table row ((p - extra) / div[a]) % mod[a] at columns col[a] .. col[a] +
- * its width, side by side; positions from `rows` on are past the grid (the full path refuses them). */
-typedef struct {
-    HOT_TEMPLATE_HEAD
-    Py_buffer arr[3];
-    int narr;
-    Py_ssize_t itemsize, width, extra, rows, max_rows;
-    Py_ssize_t div[3], mod[3], col[3];
-} GridTemplate;
-
-/* T5 bucket blocks (hot_t5.c): the engine's lookup table lut [2 radius + 1] int32, held. */
-typedef struct {
-    HOT_TEMPLATE_HEAD /* heads by (nq, nk) */
-    Py_buffer lut;
-    Py_ssize_t radius, max_n, max_bytes;
-    PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
-    int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
-} T5Template;
-
 /* (each kind's type is its file's own, named only by its ops: nothing else can switch on it) */
 /* The base of every template type (its tp_base): set_header(), header_for and kind, for all. */
 extern PyTypeObject hot_TemplateType;
 int hot_get_table(PyObject *o, Py_buffer *b); /* a 2-d C-contiguous array of 2- or 4-byte items: 0, or -1 */
 int hot_want_callable(PyObject *f);           /* 0, or -1 with a TypeError */
+/* A template constructor's arguments are named, never positional: 0, or -1 with a TypeError
+ * when args (its positional ones) is not empty. */
+int hot_keywords_only(PyObject *args, const char *type_name);
 int hot_once(int initialised);                /* initialised, with a RuntimeError when 1 */
 /* A block template's enable_json(parts, flat=False) arguments read: *parts the (before, after) bytes
  * pair (borrowed) or NULL for None, *flat the flag: 0, or -1 with a TypeError. */
@@ -345,53 +267,23 @@ PyObject *hot_answer_body(const char *b, const char *end, PyObject *fields, PyOb
  * by `accepts` ({value: 0 safetensors | 1 JSON}, what the full path's negotiator chose): 1 + that,
  * 0 for a value not in it, -1 error. */
 int hot_accepted(PyObject *accepts, PyObject *accept);
-void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
-/* Whether the template answers every row of a selection whose largest position is `hi`: inside
- * the table, or past it and computed. */
-static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
-{
-    return hi + t->offset < t->length || (t->freqs && hot_cfg.kernels && hi + t->offset < t->row_limit);
-}
-/* Each array's rows into slots[a] (unaligned: any alignment), those past the table computed:
- * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
-int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep);
 extern PyMethodDef hot_answer_methods[];
 /* cut()'s result from a body's key (stolen; NULL: none, or an error set) and its nf spans, offsets
  * from b: (key, ((start, end), ...)), None, or NULL. */
 PyObject *hot_key_spans(PyObject *key, const char *b, const Span *spans, Py_ssize_t nf);
 
-/* ---- JSON answers (hot_json.c) ------------------------------------------------------------ */
+/* ---- the miss note of rows' JSON texts (hot_templates.c; hot_json.c notes it) ------------- */
 
-/* The JSON answer of rows from a RowsTemplate with enable_json(): bytes, None (declined: a row
- * past the table), NotImplemented (rows' texts missing: noted for missing()), NULL error. */
-PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http);
-void hot_json_clear(RowsTemplate *t); /* frees the texts kept */
-extern PyMethodDef hot_json_methods[]; /* RowsTemplate's enable_json, set_text, row */
 /* Notes (template, None, [(array, row), ...]) as this thread's miss (hot_templates.c); 0 or -1. */
 int hot_note_missing_rows(PyObject *t, PyObject *rows);
 
-/* ---- ALiBi JSON answers (hot_alibi.c) ---------------------------------------------------- */
-
-/* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
- * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
- * a template whose JSON is not `flat` as asked: nested for /v1, flat for a v2 output's data),
- * NULL error. */
-PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
-void hot_alibi_json_free(AlibiTemplate *t); /* its JSON parts, at dealloc */
-extern PyMethodDef hot_alibi_methods[]; /* AlibiTemplate's own: enable_json */
-
-/* ---- per-axis positions (hot_axes.c) --------------------------------------------------- */
+/* ---- per-axis position lists (hot_select.c) ---------------------------------------------- */
 
 /* The span of field `name` whose value is a list of position lists: '[' .. its ']'. 0, or -1. */
 int hot_find_axes_span(const char *b, const char *end, PyObject *name, Span *sp);
 /* The k lists of span sp (hot_find_axes_span's) into sels[0 .. k-1] (hot_select.c: each
  * hot_parse_sel's list, 1 .. cap positions, all of one length). 0 ok, -1 refused, -2 error set. */
 int hot_parse_axes(const Span *sp, int k, Py_ssize_t cap, Sel *sels);
-/* The answer of a RowsTemplate with naxes > 1 to the lists of span sp (hot_answer_body's). */
-PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http);
-/* Raw positions `all` ([k, n], axis after axis; hot_fill.c's) to each array's n rows in slots[a],
- * as hot_rows_into: 0, 1 on an overflow, -1 out of memory (no error set: it may run without the GIL). */
-int hot_axes_rows_into(char **slots, const RowsTemplate *t, const Sel *all);
 
 /* The start of a block answer (template t: AlibiTemplate, T5Template, its header cache heads):
  * its two selections (at most max_n positions each) into q and k, its header into *head (heads
@@ -403,20 +295,9 @@ int hot_block_start(PyObject *t, PyObject *heads, const Span *sq, const Span *sk
 /* A block's query then key positions as int64, for the engine's block kernels (PyMem_Free it);
  * NULL when out of memory (no error set). */
 int64_t *hot_block_positions(const Sel *q, const Sel *k);
-/* Template t's block [H, nq, nk] of query q and key k into fill (8-byte aligned: float32 cells
- * are stored aligned), as its /v1 answer holds it (hot_alibi.c): 0; 1 when a cell overflows the
- * dtype (the full path refuses it); -1 out of memory (no error set). */
-int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill);
-/* Template t's bucket block [nq, nk] into out (aligned), the engine's kernel (hot_t5.c): 0, or -1
- * out of memory (no error set). */
-int hot_t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out);
 /* A block answer's end: hot_finish(o) when rc (a block function's result) is 0; else None (1: a
  * cell overflows) or NULL (-1: out of memory, the error set), the answer freed. */
 PyObject *hot_block_done(Out *o, int rc);
-/* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */
-PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http);
-/* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
-PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http);
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c, hot_blocks.c) --------------------------------------- */
 

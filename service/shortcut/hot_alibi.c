@@ -6,7 +6,7 @@
  * The JSON answer of a block is the learnt parts (templates.py cuts them from the full path's own
  * JSON of the learnt request) around the block's text, [[[c, c, ...], ...], ...] over [head][query]
  * [key] (or, flat: [c, c, ...], the same cells in the same order: a v2 JSON output's row-major
- * data, hot_v2json.c). The cells are the binary answer's (hot_blocks.c hot_alibi_block: float32
+ * data, hot_v2json.c). The cells are the binary answer's (alibi_block, the kind's block_into op: float32
  * computed with alibi_cell.h, float16/bfloat16 by the engine's own block kernel, its rounding and
  * its overflow), and each cell's text is the one the full path writes for its value (engine/core/encode.py
  * json_text: orjson, float16 and bfloat16 as their float32 values), which hot_f32text.c writes. So
@@ -23,6 +23,32 @@
 
 #include "alibi_cell.h" /* engine/kernels: the ALiBi cell, shared with engine.kernels._native */
 
+typedef struct {
+    HOT_TEMPLATE_HEAD /* tail: the float32 slopes; heads by (nq, nk) */
+    double *slopes;
+    Py_ssize_t nheads;
+    int symmetric, mask_future;
+    Py_ssize_t max_n, max_bytes;
+    Py_buffer dist;       /* optional: the engine's float32 table dist[head, d] = -m_head * d */
+    int have_dist;
+    Py_ssize_t *rows;     /* the requested heads' rows of dist */
+    int kernel_dt;        /* -1: float32 cells computed here; else float16/bfloat16 blocks by the engine's
+                           * kernel (hot_cfg.kernels->alibi), of this dtype code */
+    Py_ssize_t itemsize;  /* of a cell: 4, or 2 */
+    struct AlibiJson *json; /* NULL, or its JSON answers' parts (hot_alibi.c) */
+} AlibiTemplate;
+
+/* The JSON answer of an AlibiTemplate with enable_json() to the selections of spans sq, sk
+ * (hot_answer_body's; hot_v2json.c's lists): bytes, None (declined: a cell that overflows, a limit,
+ * a template whose JSON is not `flat` as asked: nested for /v1, flat for a v2 output's data),
+ * NULL error. */
+static PyObject *alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat);
+static void alibi_json_free(AlibiTemplate *t); /* its JSON parts, at dealloc */
+/* Template t's block [H, nq, nk] of query q and key k into fill (8-byte aligned: float32 cells
+ * are stored aligned), as its /v1 answer holds it (hot_alibi.c): 0; 1 when a cell overflows the
+ * dtype (the full path refuses it); -1 out of memory (no error set). */
+static int alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill);
+
 /* ---- AlibiTemplate -------------------------------------------------------------------- */
 
 static void AlibiTemplate_dealloc(AlibiTemplate *t)
@@ -30,7 +56,7 @@ static void AlibiTemplate_dealloc(AlibiTemplate *t)
     PyMem_Free(t->slopes);
     PyMem_Free(t->rows);
     if (t->have_dist) PyBuffer_Release(&t->dist);
-    hot_alibi_json_free(t);
+    alibi_json_free(t);
     Py_XDECREF(t->header_for);
     Py_XDECREF(t->tail);
     Py_XDECREF(t->heads);
@@ -45,6 +71,7 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     int sym, mask;
     Py_ssize_t max_n, max_bytes;
     Py_buffer b;
+    if (hot_keywords_only(args, "AlibiTemplate") < 0) return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OppOO!nn|OOU:AlibiTemplate", kwlist, &os, &sym, &mask,
                                      &hf, &PyBytes_Type, &tail, &max_n, &max_bytes, &odist, &orows, &odt))
         return -1;
@@ -127,17 +154,6 @@ static int AlibiTemplate_init(AlibiTemplate *t, PyObject *args, PyObject *kw)
     return hot_hold(&t->header_for, hf, &t->tail, tail);
 }
 
-static PyTypeObject AlibiTemplateType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
-    .tp_basicsize = sizeof(AlibiTemplate),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
-    .tp_new = hot_template_new,
-    .tp_init = (initproc)AlibiTemplate_init,
-    .tp_base = &hot_TemplateType,
-    .tp_methods = hot_alibi_methods,
-    .tp_dealloc = (destructor)AlibiTemplate_dealloc,
-};
 
 /* ---- its blocks' cells ------------------------------------------------------------------ */
 
@@ -168,7 +184,7 @@ static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_
 }
 
 /* declared, and described, in hot.h */
-int hot_alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill)
+int alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill)
 {
     if (t->kernel_dt >= 0) {   /* float16 / bfloat16: the engine's block kernel, its rounding and overflow */
         int64_t *pos = hot_block_positions(q, k);
@@ -208,7 +224,7 @@ typedef struct AlibiJson {
     int bf16;        /* 2-byte cells are bfloat16 (else float16) */
 } AlibiJson;
 
-void hot_alibi_json_free(AlibiTemplate *t)
+void alibi_json_free(AlibiTemplate *t)
 {
     AlibiJson *j = t->json;
     if (!j) return;
@@ -249,7 +265,7 @@ static inline float cell_value(const AlibiTemplate *t, const AlibiJson *j, const
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat)
+static PyObject *alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const Http *http, int flat)
 {
     AlibiJson *j = t->json;
     if (!j || !j->parts || j->flat != flat) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
@@ -271,7 +287,7 @@ PyObject *hot_alibi_json(AlibiTemplate *t, const Span *sq, const Span *sk, const
         PyErr_NoMemory();
         goto done;
     }
-    int rc = hot_alibi_block(t, &q, &k, cells);
+    int rc = alibi_block(t, &q, &k, cells);
     if (rc) {   /* 1: a cell overflows the dtype (the full path's 422) */
         out = rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
         goto done;
@@ -331,7 +347,7 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     int flat;
     if (hot_json_parts(args, nargs, &parts, &flat) < 0) return NULL;
     if (!parts) {   /* no JSON answers (again) */
-        hot_alibi_json_free(t);
+        alibi_json_free(t);
         Py_RETURN_NONE;
     }
     if (!t->heads) {
@@ -346,7 +362,7 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (code < 0) return NULL;
         bf16 = code == t->kernel_dt;
     }
-    hot_alibi_json_free(t);
+    alibi_json_free(t);
     AlibiJson *j = PyMem_Calloc(1, sizeof *j);
     if (!j) return PyErr_NoMemory();
     j->parts = Py_NewRef(parts);
@@ -357,9 +373,21 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* AlibiTemplate's own methods (those of every template, hot_TemplateType's, are inherited) */
-PyMethodDef hot_alibi_methods[] = {
+static PyMethodDef alibi_methods[] = {
     {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc},
     {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AlibiTemplateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.AlibiTemplate",
+    .tp_basicsize = sizeof(AlibiTemplate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A validated float32 ALiBi spec's slopes and response layout (see the module doc).",
+    .tp_new = hot_template_new,
+    .tp_init = (initproc)AlibiTemplate_init,
+    .tp_base = &hot_TemplateType,
+    .tp_methods = alibi_methods,
+    .tp_dealloc = (destructor)AlibiTemplate_dealloc,
 };
 
 /* ---- its answers: the routes call them through its ops ----------------------------------- */
@@ -375,7 +403,7 @@ static PyObject *alibi_answer(HotTemplate *self, const Span *sp, const Http *htt
                         (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) > 0) {
         Out o;
         if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) == 0)
-            out = hot_block_done(&o, hot_alibi_block(t, &q, &k, o.fill));
+            out = hot_block_done(&o, alibi_block(t, &q, &k, o.fill));
     }
     Py_XDECREF(head);
     hot_sel_free(&q);
@@ -386,13 +414,13 @@ static PyObject *alibi_answer(HotTemplate *self, const Span *sp, const Http *htt
 /* Its JSON answers (above): /v1's nested, v2's flat. */
 static PyObject *alibi_json_answer(HotTemplate *t, const Span *sp, const Http *http)
 {
-    return hot_alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 0);
+    return alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 0);
 }
 
 static PyObject *alibi_v2_json(HotTemplate *t, const Span *sp, const Py_ssize_t *want, const Http *http)
 {
     (void)want;
-    return hot_alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 1);
+    return alibi_json((AlibiTemplate *)t, &sp[0], &sp[1], http, 1);
 }
 
 static void alibi_limits(const HotTemplate *self, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes)
@@ -405,7 +433,7 @@ static void alibi_limits(const HotTemplate *self, Py_ssize_t *groups, Py_ssize_t
 
 static int alibi_block_into(const HotTemplate *t, const Sel *q, const Sel *k, char *fill)
 {
-    return hot_alibi_block((const AlibiTemplate *)t, q, k, fill);
+    return alibi_block((const AlibiTemplate *)t, q, k, fill);
 }
 
 const struct hot_ops hot_alibi_ops = {

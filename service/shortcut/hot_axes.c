@@ -5,7 +5,7 @@
  * gather the full path's serve() does; a row past the table is computed as the full path computes
  * it. Lists only; JSON answers are the full path's.
  */
-#include "hot.h"
+#include "hot_rows.h"
 
 #include <stdlib.h>
 

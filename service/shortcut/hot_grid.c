@@ -7,6 +7,20 @@
  */
 #include "hot.h"
 
+/* A large sinusoidal-grid's rows from its per-axis tables (hot_grid.c): row p is zeros below
+ * `extra`, else axis a's table row ((p - extra) / div[a]) % mod[a] at columns col[a] .. col[a] +
+ * its width, side by side; positions from `rows` on are past the grid (the full path refuses them). */
+typedef struct {
+    HOT_TEMPLATE_HEAD
+    Py_buffer arr[3];
+    int narr;
+    Py_ssize_t itemsize, width, extra, rows, max_rows;
+    Py_ssize_t div[3], mod[3], col[3];
+} GridTemplate;
+
+/* The answer of a GridTemplate to the selection of span sp (hot_answer_body's; hot_grid.c). */
+static PyObject *grid_answer(GridTemplate *t, const Span *sp, const Http *http);
+
 static void GridTemplate_dealloc(GridTemplate *t)
 {
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
@@ -21,6 +35,7 @@ static int GridTemplate_init(GridTemplate *t, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"arrays", "steps", "extra", "rows", "max_rows", "header_for", "tail", NULL};
     PyObject *arrays, *steps, *hf, *tail;
     Py_ssize_t extra, rows, max_rows;
+    if (hot_keywords_only(args, "GridTemplate") < 0) return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!nnnOO!:GridTemplate", kwlist, &PyTuple_Type, &arrays, &PyTuple_Type,
                                      &steps, &extra, &rows, &max_rows, &hf, &PyBytes_Type, &tail))
         return -1;
@@ -72,7 +87,7 @@ static void grid_row(char *d, const GridTemplate *t, int64_t p)
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_grid_answer(GridTemplate *t, const Span *sp, const Http *http)
+static PyObject *grid_answer(GridTemplate *t, const Span *sp, const Http *http)
 {
     if (http && http->json) Py_RETURN_NONE;   /* JSON: the full path's */
     Sel rows = {.heap = NULL};
@@ -104,7 +119,7 @@ static PyTypeObject GridTemplateType; /* below */
 
 static PyObject *grid_body(HotTemplate *t, const Span *sp, const Http *http)
 {
-    return hot_grid_answer((GridTemplate *)t, &sp[0], http);
+    return grid_answer((GridTemplate *)t, &sp[0], http);
 }
 
 const struct hot_ops hot_grid_ops = {

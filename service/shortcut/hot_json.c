@@ -16,7 +16,7 @@
  * Rows past the table (up to GROWN_ROWS of them) have texts the same way: row() computes such a
  * row with the engine's kernel, as the binary answers do, and text_for renders it once.
  */
-#include "hot.h"
+#include "hot_rows.h"
 
 #include <stdlib.h>
 

@@ -3,7 +3,7 @@
  * what it keeps (hot_keep's budget), and its answers to every route, through its ops. Its rows are
  * copied by hot_rows_copy.c, its JSON written by hot_json.c, its per-axis rows by hot_axes.c.
  */
-#include "hot.h"
+#include "hot_rows.h"
 
 #include <stddef.h> /* offsetof */
 #include <stdlib.h> /* free: the kept texts and rows */
@@ -236,6 +236,7 @@ static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
     PyObject *arrays, *colmap, *hf, *tail, *past = Py_None, *oaxes = Py_None, *axes = NULL;
     Py_ssize_t offset, max_rows;
     int lists_only;
+    if (hot_keywords_only(args, "RowsTemplate") < 0) return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|OO:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
                                      &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past, &oaxes))
         return -1;

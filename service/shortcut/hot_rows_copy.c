@@ -2,7 +2,7 @@
  * column map (runs, a gather, or a zip of two interleaved runs), rows past the table computed by the
  * engine's sincos kernel and, with the GIL, kept (hot_keep's budget) for the next answer.
  */
-#include "hot.h"
+#include "hot_rows.h"
 
 #include <stdlib.h>
 

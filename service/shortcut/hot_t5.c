@@ -7,6 +7,21 @@
  */
 #include "hot.h"
 
+/* T5 bucket blocks (hot_t5.c): the engine's lookup table lut [2 radius + 1] int32, held. */
+typedef struct {
+    HOT_TEMPLATE_HEAD /* heads by (nq, nk) */
+    Py_buffer lut;
+    Py_ssize_t radius, max_n, max_bytes;
+    PyObject *json_parts; /* NULL, or (before, after): the full path's JSON answer around the block's text */
+    int json_flat;        /* the block as one flat list (a v2 JSON output's data), not a list of rows */
+} T5Template;
+
+/* Template t's bucket block [nq, nk] into out (aligned), the engine's kernel (hot_t5.c): 0, or -1
+ * out of memory (no error set). */
+static int t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out);
+/* The answer of a T5Template to the selections of spans sq, sk (hot_answer_body's; hot_t5.c). */
+static PyObject *t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http);
+
 static void T5Template_dealloc(T5Template *t)
 {
     if (t->heads) PyBuffer_Release(&t->lut);
@@ -22,6 +37,7 @@ static int T5Template_init(T5Template *t, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"lut", "radius", "header_for", "tail", "max_n", "max_bytes", NULL};
     PyObject *olut, *hf, *tail;
     Py_ssize_t radius, max_n, max_bytes;
+    if (hot_keywords_only(args, "T5Template") < 0) return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OnOO!nn:T5Template", kwlist, &olut, &radius, &hf, &PyBytes_Type, &tail,
                                      &max_n, &max_bytes))
         return -1;
@@ -92,7 +108,7 @@ static PyObject *block_json(const T5Template *t, const int32_t *b, Py_ssize_t nq
 }
 
 /* declared, and described, in hot.h */
-int hot_t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out)
+int t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out)
 {
     int64_t *pos = hot_block_positions(q, k);
     if (!pos) return -1;
@@ -102,7 +118,7 @@ int hot_t5_block(const T5Template *t, const Sel *q, const Sel *k, int32_t *out)
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http)
+static PyObject *t5_answer(T5Template *t, const Span *sq, const Span *sk, const Http *http)
 {
     int json = http && http->json;
     if (json && !t->json_parts) Py_RETURN_NONE;   /* JSON not checked at learn time: the full path's */
@@ -117,7 +133,7 @@ PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Htt
         goto done;
     }
     if (json) {
-        if (!(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))) || hot_t5_block(t, &q, &k, block) < 0)
+        if (!(block = PyMem_Malloc((size_t)(q.n * k.n) * sizeof(int32_t))) || t5_block(t, &q, &k, block) < 0)
             PyErr_NoMemory();
         else
             out = block_json(t, block, q.n, k.n, http);
@@ -125,7 +141,7 @@ PyObject *hot_t5_answer(T5Template *t, const Span *sq, const Span *sk, const Htt
     }
     Out o;
     if (hot_bytes_of(http, head, 4 * q.n * k.n, t->tail, 1, &o) == 0)
-        out = hot_block_done(&o, hot_t5_block(t, &q, &k, (int32_t *)o.fill));
+        out = hot_block_done(&o, t5_block(t, &q, &k, (int32_t *)o.fill));
 done:
     PyMem_Free(block);
     Py_XDECREF(head);
@@ -138,7 +154,7 @@ static PyTypeObject T5TemplateType; /* below */
 
 static PyObject *t5_body(HotTemplate *t, const Span *sp, const Http *http)
 {
-    return hot_t5_answer((T5Template *)t, &sp[0], &sp[1], http);
+    return t5_answer((T5Template *)t, &sp[0], &sp[1], http);
 }
 
 static PyObject *t5_v2_json(HotTemplate *self, const Span *sp, const Py_ssize_t *want, const Http *http)
@@ -146,7 +162,7 @@ static PyObject *t5_v2_json(HotTemplate *self, const Span *sp, const Py_ssize_t 
     T5Template *t = (T5Template *)self;
     (void)want;
     if (!t->json_parts || !t->json_flat) Py_RETURN_NONE;
-    return hot_t5_answer(t, &sp[0], &sp[1], http);
+    return t5_answer(t, &sp[0], &sp[1], http);
 }
 
 static void t5_limits(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes)
@@ -158,7 +174,7 @@ static void t5_limits(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *item
 
 static int t5_block_into(const HotTemplate *t, const Sel *q, const Sel *k, char *fill)
 {
-    return hot_t5_block((const T5Template *)t, q, k, (int32_t *)fill);
+    return t5_block((const T5Template *)t, q, k, (int32_t *)fill);
 }
 
 const struct hot_ops hot_t5_ops = {
@@ -167,7 +183,7 @@ const struct hot_ops hot_t5_ops = {
     .type = &T5TemplateType,
     .dims = 2,
     .v1 = t5_body,
-    .v1_json = t5_body, /* hot_t5_answer writes either */
+    .v1_json = t5_body, /* t5_answer writes either */
     .v2_json = t5_v2_json,
     .block_limits = t5_limits,
     .block_into = t5_block_into,

@@ -85,6 +85,14 @@ int hot_hold(PyObject **header_for, PyObject *hf, PyObject **tail, PyObject *tl)
     return 0;
 }
 
+int hot_keywords_only(PyObject *args, const char *type_name)
+{
+    if (PyTuple_GET_SIZE(args) == 0) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes keyword arguments only (got %zd positional)", type_name,
+                 PyTuple_GET_SIZE(args));
+    return -1;
+}
+
 int hot_want_callable(PyObject *f)
 {
     if (PyCallable_Check(f)) return 0;
@@ -110,7 +118,8 @@ static int note_missing(PyObject *t, Py_ssize_t a, Py_ssize_t b)
         PyErr_SetString(PyExc_RuntimeError, "_hot: no thread state dict");
         return -1;
     }
-    PyObject *v = b < 0 ? Py_BuildValue("(O(n))", t, a) : Py_BuildValue("(O(nn))", t, a, b);
+    PyObject *v = b < 0 ? Py_BuildValue("(iO(n))", (int)HOT_MISS_HEADER, t, a)
+                        : Py_BuildValue("(iO(nn))", (int)HOT_MISS_HEADER, t, a, b);
     if (!v) return -1;
     int rc = PyDict_SetItem(d, MISSING, v);
     Py_DECREF(v);
@@ -139,18 +148,19 @@ int hot_note_missing_rows(PyObject *t, PyObject *rows)
         PyErr_SetString(PyExc_RuntimeError, "_hot: no thread state dict");
         return -1;
     }
-    PyObject *v = Py_BuildValue("(OOO)", t, Py_None, rows);
+    PyObject *v = Py_BuildValue("(iOO)", (int)HOT_MISS_TEXTS, t, rows);
     if (!v) return -1;
     int rc = PyDict_SetItem(d, MISSING, v);
     Py_DECREF(v);
     return rc;
 }
 
-PyDoc_STRVAR(missing_doc, "missing() -> (template, shape) | (template, None, rows) | None\n--\n\n"
+PyDoc_STRVAR(missing_doc, "missing() -> (what, template, detail) | None\n--\n\n"
              "What this thread's last answer lacked (it returned NotImplemented), forgotten as it is\n"
-             "returned: a header (template.header_for(*shape) computes it, template.set_header(shape,\n"
-             "header) keeps it), or JSON texts of stored rows [(array, row), ...] (template.text_for(array,\n"
-             "row) renders one, template.set_text(array, row, text) keeps it).");
+             "returned; `what` indexes MISSES: 'header', detail the answer's shape\n"
+             "(template.header_for(*shape) computes it, template.set_header(shape, header) keeps it), or\n"
+             "'texts', detail the stored rows [(array, row), ...] whose JSON texts it lacked\n"
+             "(template.text_for(array, row) renders one, template.set_text(array, row, text) keeps it).");
 
 static PyObject *missing(PyObject *self, PyObject *unused)
 {

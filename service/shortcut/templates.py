@@ -146,6 +146,9 @@ def still_mapped(old: dict | None, new: dict | None) -> bool:
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
+# what a miss lacked (hot.h HOT_MISSES, exported as _hot.MISSES: test_hot_kinds.py holds them equal)
+MISSES = ("header", "texts")
+MISS_HEADER, MISS_TEXTS = range(2)
 _MISSES = 4  # misses one call may meet (another thread may clear a full cache meanwhile)
 
 
@@ -155,12 +158,12 @@ def _again(call, args: tuple, declined):
     The miss protocol (service/shortcut/hot.h says the same for the C side): C never calls back
     into Python. An answer that lacks what only Python computes returns NotImplemented and notes,
     in this thread's thread-state dict, what it lacked; ``_hot.missing()`` hands that note over
-    once (None: nothing noted):
+    once (None: nothing noted) as ``(what, template, detail)``, ``what`` an index of MISSES:
 
-    - ``(template, shape)``: the safetensors header of an answer of ``shape`` ((n,) rows, (nq, nk)
-      blocks), computed by ``template.header_for(*shape)`` (the family's function) and cached by
-      ``template.set_header(shape, header)``;
-    - ``(template, None, [(array, row), ...])``: JSON texts of stored rows, rendered by
+    - ``MISS_HEADER``, detail ``shape``: the safetensors header of an answer of ``shape`` ((n,)
+      rows, (nq, nk) blocks), computed by ``template.header_for(*shape)`` (the family's function)
+      and cached by ``template.set_header(shape, header)``;
+    - ``MISS_TEXTS``, detail ``[(array, row), ...]``: JSON texts of stored rows, rendered by
       ``template.text_for(array, row)`` and kept by ``template.set_text(array, row, text)``.
 
     Then the call is made again. Another thread may drop what was stored meanwhile (a full header
@@ -168,14 +171,14 @@ def _again(call, args: tuple, declined):
     the request is ``declined`` (the full path answers). The note is per thread, so two threads
     missing at once each fetch their own."""
     for _ in range(_MISSES):
-        got = _hot.missing()  # this thread's: (template, shape) or (template, None, rows)
-        if got is not None and len(got) == 3:
-            t = got[0]
-            for a, r in got[2]:
-                t.set_text(a, r, t.text_for(a, r))
-        elif got is not None:
-            t, shape = got
-            t.set_header(shape, t.header_for(*shape))
+        got = _hot.missing()  # this thread's note: (what, template, detail), or None
+        if got is not None:
+            what, t, detail = got
+            if what == MISS_TEXTS:
+                for a, r in detail:
+                    t.set_text(a, r, t.text_for(a, r))
+            else:
+                t.set_header(detail, t.header_for(*detail))
         out = call(*args)
         if out is not NotImplemented:
             return out

@@ -46,7 +46,13 @@ def shortcut_block(m: np.ndarray, mode: str, query: list, key: list) -> bytes:
     """The block of a one-template AlibiTemplate answer (header b"" and the float32 slopes after)."""
     sym, mask = MODES[mode]
     t = replay._hot.AlibiTemplate(
-        m, sym, mask, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 1 << 20, 1 << 30
+        slopes=m,
+        symmetric=sym,
+        mask_future=mask,
+        header_for=lambda nq, nk: b"",
+        tail=m.astype(np.float32).tobytes(),
+        max_n=1 << 20,
+        max_bytes=1 << 30,
     )
     raw = orjson.dumps({"query": query, "key": key})
     out = replay.answer(raw, [(b"accept", ACCEPT)], {ACCEPT: 0}, {KEY: t}, "alibi")

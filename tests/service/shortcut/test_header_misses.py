@@ -26,7 +26,15 @@ def rows_template(calls: Counter):
         calls[n] += 1
         return b"H%d;" % n
 
-    return _hot.RowsTemplate((TABLE,), [0, 1, 2, 3], 0, 64, False, header_for, b"T")
+    return _hot.RowsTemplate(
+        arrays=(TABLE,),
+        colmap=[0, 1, 2, 3],
+        offset=0,
+        max_rows=64,
+        lists_only=False,
+        header_for=header_for,
+        tail=b"T",
+    )
 
 
 def body(rows) -> bytes:
@@ -44,7 +52,7 @@ def test_c_returns_not_implemented_and_notes_the_missing_header():
     assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") is NotImplemented
     assert not calls  # header_for was not called by C
     got = _hot.missing()
-    assert got == (t, (2,)) and got[0] is t
+    assert got == (replay.MISS_HEADER, t, (2,)) and got[1] is t
     assert _hot.missing() is None  # handed over once
     t.set_header((2,), t.header_for(2))
     assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") == want([3, 5])
@@ -60,10 +68,18 @@ def test_the_wrapper_computes_each_header_once():
 
 def test_alibi_misses_name_both_dimensions():
     m = np.array([0.5, 0.25])
-    t = _hot.AlibiTemplate(m, False, False, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 100, 1 << 20)
+    t = _hot.AlibiTemplate(
+        slopes=m,
+        symmetric=False,
+        mask_future=False,
+        header_for=lambda nq, nk: b"",
+        tail=m.astype(np.float32).tobytes(),
+        max_n=100,
+        max_bytes=1 << 20,
+    )
     raw = b'{"query":[1,2,3],"key":[0,1]}'
     assert _hot.answer(raw, *ACC, {b'{"query":\0,"key":\0}': t}, "alibi") is NotImplemented
-    assert _hot.missing() == (t, (3, 2))
+    assert _hot.missing() == (replay.MISS_HEADER, t, (3, 2))
     with pytest.raises(TypeError, match="2 ints"):
         t.set_header((3,), b"")
     assert replay.answer(raw, *ACC, {b'{"query":\0,"key":\0}': t}, "alibi") is not None
@@ -76,7 +92,7 @@ def test_a_miss_is_the_thread_own():
     th = threading.Thread(target=lambda: seen.append(_hot.missing()))
     th.start()
     th.join()
-    assert seen == [None] and _hot.missing() == (t, (1,))
+    assert seen == [None] and _hot.missing() == (replay.MISS_HEADER, t, (1,))
 
 
 def test_threads_answering_one_template_all_get_their_answers():

@@ -50,7 +50,15 @@ def test_the_limits_are_the_settings_in_use():
 
 def _rows_template(max_rows: int):
     table = np.arange(32, dtype=np.float32).reshape(4, 8)
-    return _hot.RowsTemplate((table,), list(range(8)), 0, max_rows, False, lambda n: b"H", b"")
+    return _hot.RowsTemplate(
+        arrays=(table,),
+        colmap=list(range(8)),
+        offset=0,
+        max_rows=max_rows,
+        lists_only=False,
+        header_for=lambda n: b"H",
+        tail=b"",
+    )
 
 
 def test_the_configured_rules_are_the_ones_applied():

@@ -16,12 +16,28 @@ ACC = ([(b"accept", b"x")], {b"x": 0})  # 0: safetensors
 
 def test_kinds_and_their_shared_base():
     table = np.zeros((8, 4), dtype=np.float32)
-    rows = _hot.RowsTemplate((table,), [0, 1, 2, 3], 0, 8, False, lambda n: b"", b"")
+    rows = _hot.RowsTemplate(
+        arrays=(table,),
+        colmap=[0, 1, 2, 3],
+        offset=0,
+        max_rows=8,
+        lists_only=False,
+        header_for=lambda n: b"",
+        tail=b"",
+    )
     m = np.array([0.5])
     alibi = _hot.AlibiTemplate(
-        m, False, False, lambda nq, nk: b"", m.astype(np.float32).tobytes(), 10, 1 << 20
+        slopes=m,
+        symmetric=False,
+        mask_future=False,
+        header_for=lambda nq, nk: b"",
+        tail=m.astype(np.float32).tobytes(),
+        max_n=10,
+        max_bytes=1 << 20,
     )
-    grid = _hot.GridTemplate((table,), ((1, 8),), 0, 8, 8, lambda n: b"", b"")
+    grid = _hot.GridTemplate(
+        arrays=(table,), steps=((1, 8),), extra=0, rows=8, max_rows=8, header_for=lambda n: b"", tail=b""
+    )
     assert (rows.kind, alibi.kind, grid.kind) == (replay.KIND_ROWS, replay.KIND_ALIBI, replay.KIND_GRID)
     assert _hot.T5Template.__base__ is _hot.Template
     for t in (rows, alibi, grid):
@@ -42,7 +58,26 @@ def test_a_route_refuses_what_is_not_a_template():
 
 
 def test_the_named_results_are_those_c_names():
-    """What Python branches on, named by C (hot.h HOT_SERVE_STATES, HOT_FORMATS)."""
+    """What Python branches on, named by C (hot.h HOT_SERVE_STATES, HOT_FORMATS, HOT_MISSES)."""
     assert _hot.SERVE_STATES == replay.SERVE_STATES
     assert replay.SERVE_STATES.index("failed") == replay.SERVE_FAILED
     assert _hot.FORMATS == replay.FORMATS
+    assert _hot.MISSES == replay.MISSES
+    assert (replay.MISSES[replay.MISS_HEADER], replay.MISSES[replay.MISS_TEXTS]) == ("header", "texts")
+
+
+def test_constructors_take_keywords_only():
+    """Every kind's constructor names its arguments (hot_keywords_only): a positional list of
+    seven or ten values is where an offset and a max_rows trade places unseen."""
+    table = np.zeros((8, 4), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"RowsTemplate\(\) takes keyword arguments only"):
+        _hot.RowsTemplate((table,), [0, 1, 2, 3], 0, 8, False, lambda n: b"", b"")
+    m = np.array([0.5])
+    with pytest.raises(TypeError, match=r"AlibiTemplate\(\) takes keyword arguments only"):
+        _hot.AlibiTemplate(
+            m, symmetric=False, mask_future=False, header_for=lambda q, k: b"", tail=b"", max_n=1, max_bytes=1
+        )
+    with pytest.raises(TypeError, match=r"GridTemplate\(\) takes keyword arguments only"):
+        _hot.GridTemplate((table,), ((1, 8),), 0, 8, 8, lambda n: b"", b"")
+    with pytest.raises(TypeError, match=r"T5Template\(\) takes keyword arguments only"):
+        _hot.T5Template(np.zeros(3, np.int32), 1, lambda q, k: b"", b"", 1, 1)

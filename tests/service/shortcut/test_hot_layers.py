@@ -47,3 +47,21 @@ def test_the_routes_know_no_kind_of_template():
         text = _NOISE.sub(" ", (SRC / f"{f}.c").read_text())
         assert not [k for k in kinds if k in text], f
         assert "Py_IS_TYPE" not in text, f
+
+
+def test_each_kind_keeps_its_struct_to_itself():
+    """hot.h, which every file includes, defines no kind's struct: the block kinds' live in their
+    one file, the rows kind's in hot_rows.h, which only the rows kind's own files include."""
+    header = _NOISE.sub(" ", (SRC / "hot.h").read_text())
+    kinds = ("RowsTemplate", "GridTemplate", "AlibiTemplate", "T5Template")
+    assert not [k for k in kinds if k in header]
+    rows_files = {"hot_rows", "hot_rows_copy", "hot_json", "hot_axes"}
+    including = {p.stem for p in SRC.glob("*.c") if '#include "hot_rows.h"' in p.read_text()}
+    assert including == rows_files
+    for kind, name in (
+        ("hot_alibi", "AlibiTemplate"),
+        ("hot_grid", "GridTemplate"),
+        ("hot_t5", "T5Template"),
+    ):
+        users = {p.stem for p in SRC.glob("*.c") if name in _NOISE.sub(" ", p.read_text())}
+        assert users == {kind}, name

@@ -103,9 +103,7 @@ def test_native_template_checks_its_arrays():
 
     def rows(arrays, colmap=cols, hf=lambda n: b"", **kw):
         args = dict(offset=0, max_rows=64, lists_only=True) | kw
-        return _hot.RowsTemplate(
-            arrays, colmap, args["offset"], args["max_rows"], args["lists_only"], hf, b""
-        )
+        return _hot.RowsTemplate(arrays=arrays, colmap=colmap, header_for=hf, tail=b"", **args)
 
     with pytest.raises(ValueError, match="2-d"):
         rows((np.zeros(8, np.float32),))
@@ -121,11 +119,35 @@ def test_native_template_checks_its_arrays():
         rows((a,), hf=None)
     m = np.ones(3)
     with pytest.raises(ValueError, match="float64"):
-        _hot.AlibiTemplate(m.astype(np.float32), False, False, lambda q, k: b"", b"\0" * 12, 10, 100)
+        _hot.AlibiTemplate(
+            slopes=m.astype(np.float32),
+            symmetric=False,
+            mask_future=False,
+            header_for=lambda q, k: b"",
+            tail=b"\0" * 12,
+            max_n=10,
+            max_bytes=100,
+        )
     with pytest.raises(ValueError, match="float32 slopes"):
-        _hot.AlibiTemplate(m, False, False, lambda q, k: b"", b"", 10, 100)
+        _hot.AlibiTemplate(
+            slopes=m,
+            symmetric=False,
+            mask_future=False,
+            header_for=lambda q, k: b"",
+            tail=b"",
+            max_n=10,
+            max_bytes=100,
+        )
     with pytest.raises(ValueError, match="causal"):
-        _hot.AlibiTemplate(m, True, True, lambda q, k: b"", b"\0" * 12, 10, 100)
+        _hot.AlibiTemplate(
+            slopes=m,
+            symmetric=True,
+            mask_future=True,
+            header_for=lambda q, k: b"",
+            tail=b"\0" * 12,
+            max_n=10,
+            max_bytes=100,
+        )
     t = rows((a, a), hf=lambda n: 7)  # a header_for that returns no bytes
     acc = ([(b"accept", b"x")], {b"x": 0})  # 0: safetensors
     with pytest.raises(TypeError, match="bytes"):

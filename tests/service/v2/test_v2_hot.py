@@ -284,7 +284,15 @@ def test_fill_and_fill_into_check_their_arguments():
     from posenc.service.shortcut.templates import _hot
 
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
-    t = _hot.RowsTemplate((table, table * 2), [0, 1, 3], 1, 8, True, lambda n: b"", b"")
+    t = _hot.RowsTemplate(
+        arrays=(table, table * 2),
+        colmap=[0, 1, 3],
+        offset=1,
+        max_rows=8,
+        lists_only=True,
+        header_for=lambda n: b"",
+        tail=b"",
+    )
     pos = np.array([0, 8, 3], np.int64)
     out = _hot.fill(t, pos, 8, (b"a", b"bc", b"d"))
     rows = table[pos + 1][:, [0, 1, 3]]
