@@ -323,6 +323,7 @@ class Engine(ManifestLog):
 
     # -- stop -----------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        self.sweep.stop()
         with self.lock:
             self.closing, self.published = True, False
             building = list(self.inflight.values())

@@ -457,10 +457,11 @@ class Client:
 
     def lookup(self, family: str, body: Mapping, max_bytes: int | None = DEFAULT_MAX_BYTES) -> dict:
         """Exactly posenc.engine.compute.compute(family, body), served from shared memory. The
-        ``positions`` (a list of integers or a 1-D integer array) of a spec seen before, its table
-        mapped, take the spec's Handle: no resolve, one C call. The spec's key is its JSON text
-        as given (orjson: 64 and 64.0, True and 1, 0.0 and -0.0 stay apart), a few hundred ns;
-        the same spec with its fields in another order is another key of the same table."""
+        ``positions`` (a list of integers, a 1-D integer array, or a range {"start", "stop",
+        "step"}) of a spec seen before, its table mapped, take the spec's Handle: no resolve, one
+        C call. The spec's key is its JSON text as given (orjson: 64 and 64.0, True and 1, 0.0 and
+        -0.0 stay apart), a few hundred ns; the same spec with its fields in another order is
+        another key of the same table."""
         key = spec = None
         if type(body) is dict and "table" not in body:  # (names follow the config)
             spec = body.copy()
@@ -473,6 +474,7 @@ class Client:
                 or type(pos) is np.ndarray
                 and pos.ndim == 1
                 and pos.dtype.kind in "iu"
+                or type(pos) is dict  # a range (the handle parses it by the selection rule)
             ):
                 try:
                     key = (family, max_bytes, orjson.dumps(spec))

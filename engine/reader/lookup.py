@@ -222,6 +222,8 @@ class Handle:
                     positions = np.fromiter(positions, np.int64, n)
                 except OverflowError:  # past int64: the general path refuses it as the pipeline does
                     pass
+        elif type(positions) is dict:  # a range, {"start", "stop"[, "step"]}
+            positions = self._range(positions)
         if (
             out is None
             and plan is not None
@@ -270,6 +272,8 @@ class Handle:
                     positions = np.array(positions, np.int64)
                 except (OverflowError, ValueError, TypeError):
                     self._refuse_list(rows, nested)
+            elif isinstance(positions, Mapping):
+                positions = self._range(positions)
             else:
                 parse_selection(positions, ("positions",))
                 positions = np.asarray(positions)
@@ -286,6 +290,15 @@ class Handle:
         if positions.ndim not in (1, 2) or positions.size == 0:
             self._refuse(positions)
         return positions, as_torch
+
+    def _range(self, value) -> np.ndarray:
+        """A range selection's positions, by the selection grammar's own rule (parse_selection:
+        its refusals are the pipeline's); one of more rows than an answer may hold gets the
+        pipeline's 413 from the range itself, never from its positions made first."""
+        sel = parse_selection(value, ("positions",))
+        if sel.values is None and sel.n > self._max_rows:
+            self._by_pipeline(dict(value))  # raises the pipeline's 413
+        return sel.array()
 
     def _refuse(self, pos):
         """Raise the pipeline's error for these positions (each row parsed as a ``positions`` list)."""

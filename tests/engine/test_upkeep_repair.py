@@ -138,3 +138,90 @@ def test_an_on_demand_table_larger_than_memory_is_refused_before_anything_is_evi
         assert small in e.tables and e.stats.last["evictions"] == 0
     finally:
         e.shutdown()
+
+
+def test_a_paced_checksum_is_the_checksum():
+    """paced_crc32 reads in slices with pauses; its sum is zlib's of the whole, at every length
+    around a slice's edge, and a stop ends it with no sum."""
+    import random
+    import zlib
+
+    from posenc.engine.process import upkeep
+
+    rng = random.Random(7)
+    for n in (0, 1, upkeep.SLICE - 1, upkeep.SLICE, upkeep.SLICE + 1, 3 * upkeep.SLICE + 5):
+        buf = rng.randbytes(n)
+        assert upkeep.paced_crc32(buf, threading.Event()) == zlib.crc32(buf) & 0xFFFFFFFF
+    stopped = threading.Event()
+    stopped.set()
+    assert upkeep.paced_crc32(rng.randbytes(2 * upkeep.SLICE), stopped) is None
+
+
+def _changed_sealed_copy(eng, digest: str) -> None:
+    """A segment sealed as the engine seals one, whose bytes differ from its entry's in one place:
+    only the checksum can tell (no one can do this to the engine's own segment)."""
+    import fcntl
+
+    entry = eng.tables[digest]
+    data = bytearray(os.pread(eng.fds[digest], entry["nbytes"], 0))
+    data[len(data) // 2] ^= 0x40
+    fd = os.memfd_create("changed", os.MFD_ALLOW_SEALING)
+    os.write(fd, bytes(data))
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, store.SEALS)
+    assert store.check_sealed(fd, entry["nbytes"]) is None
+    with eng.lock:
+        os.close(eng.fds[digest])
+        eng.fds[digest] = fd
+
+
+def _periodic_sweep(eng) -> dict:
+    """One periodic sweep, started as the engine's main loop starts it (tick), waited for."""
+    eng.sweep.last = {}
+    eng.sweep.verify_interval_s = 0.01
+    time.sleep(0.02)
+    eng.sweep.tick()
+    eng.sweep.verify_interval_s = 0  # no more
+    deadline = time.monotonic() + 30
+    while not eng.sweep.last and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert eng.sweep.last["periodic"] is True
+    return eng.sweep.last
+
+
+def test_the_periodic_sweep_sums_in_an_idle_child_and_repairs(eng):
+    """The main loop's tick starts the periodic sweep in a thread of its own, and the checksummer,
+    a child process at SCHED_IDLE, sums the segments: it finds the changed bytes by their checksum
+    and the table is rebuilt. At shutdown the child ends."""
+    digest = next(d for d, e in eng.tables.items() if e["name"] == "small-rope")
+    was = dict(eng.tables[digest])
+    _changed_sealed_copy(eng, digest)
+    assert _periodic_sweep(eng)["repaired"] == ["small-rope"]
+    proc = eng.sweep.summer.proc
+    assert proc is not None and proc.poll() is None
+    assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
+    with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+        assert b"posenc.engine.process.checksummer" in f.read()
+    assert eng.tables[digest]["file"] != was["file"] and eng.tables[digest]["crc32"] == was["crc32"]
+    assert eng.sweep.run(checksum=True)["repaired"] == []
+    eng.sweep.stop()
+    assert proc.poll() is not None and eng.sweep.summer.proc is None
+
+
+def test_without_its_checksummer_the_sweep_sums_itself_and_starts_another(eng):
+    """A checksummer killed between sweeps: that sweep sums the segments in its own thread,
+    paced, and still finds the damage; the next tick starts a new checksummer."""
+    import signal
+
+    _periodic_sweep(eng)
+    first = eng.sweep.summer.proc
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    eng.sweep.summer.proc = None  # as after start() failed: none runs, none is started this sweep
+    eng.sweep.summer.start = lambda: False
+    digest = next(d for d, e in eng.tables.items() if e["name"] == "small-rope")
+    _changed_sealed_copy(eng, digest)
+    assert _periodic_sweep(eng)["repaired"] == ["small-rope"]
+    del eng.sweep.summer.start
+    _periodic_sweep(eng)
+    again = eng.sweep.summer.proc
+    assert again is not None and again.pid != first.pid and again.poll() is None

@@ -342,3 +342,50 @@ def test_a_stored_grid_is_gathered_and_its_refusals_are_the_pipelines(ns, procs)
             lambda: compute("sinusoidal-grid", {**s, "positions": [3, 65]})
         )
     assert eng.stop() == 0
+
+
+def test_client_lookup_of_a_range_takes_the_handle_and_answers_as_compute(ns, procs):
+    """A range ({"start", "stop", "step"}, the README's own example) of a seen spec is answered by
+    its handle, with no resolve, bit for bit compute's answer, inside and past the table; a bad
+    range gets compute's own error at its field, and a range of more rows than max_bytes allows
+    compute's 413, before any of its positions is made."""
+    from posenc.engine.core.errors import TooLarge
+
+    eng = procs.engine(_config(), ns)
+    c = eng.client()
+    resolved = []
+    resolve = c.resolve
+    c.resolve = lambda family, body: resolved.append(family) or resolve(family, body)
+    rng = np.random.default_rng(36)
+    for family, spec in CASES:
+        spec = {**spec, "dtype": "bfloat16" if family == "rope" else "float32"}
+        c.lookup(family, {**spec, "positions": {"start": 0, "stop": 2}})
+        n_resolved = len(resolved)
+        for n in (1, 16, 4096):
+            for start in (int(rng.integers(0, LENGTH)), int(rng.integers(LENGTH, 2**31 - 8 * n))):
+                for step in (None, 1, int(rng.integers(2, 8))):
+                    sel = {"start": start, "stop": start + n * (step or 1)}
+                    if step is not None:
+                        sel["step"] = step
+                    body = {**spec, "positions": sel}
+                    assert bits_of(c.lookup(family, body)) == bits_of(compute(family, body)), (family, sel)
+        if FAST:
+            assert len(resolved) == n_resolved, (family, spec)
+        bads = (
+            {"start": 5},
+            {"start": 5, "stop": 5},
+            {"start": -1, "stop": 3},
+            {"start": 0, "stop": 2**31 + 1},
+            {"start": 0, "stop": 4, "step": 0},
+            {"start": 0, "stop": 4, "step": 1.0},
+            {"start": 0, "stop": 4, "stride": 2},
+        )
+        for bad in bads:
+            body = {**spec, "positions": bad}
+            assert _error(lambda: c.lookup(family, body)) == _error(lambda: compute(family, body)), bad
+        huge = {**spec, "positions": {"start": 0, "stop": 2**31}}
+        with pytest.raises(TooLarge):
+            compute(family, huge)
+        with pytest.raises(TooLarge):
+            c.lookup(family, huge)
+    assert eng.stop() == 0
