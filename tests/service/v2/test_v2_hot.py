@@ -329,3 +329,34 @@ def test_grpc_requests_with_a_fresh_id_each_are_never_learnt(servers):
         assert on.hot.grpc(data) is None
         assert call(on, data) == call(off, data)
     assert len(on.hot.known) == before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("colmap", ["zip", "gather", "runs"])
+def test_fill_writes_rows_at_any_alignment(dtype, colmap):
+    """A v2 binary output starts wherever its header ends: fill() lays the rows after a first part
+    of every length mod 8, through each way of copying a row (two interleaved runs, a gather, runs),
+    and every byte is the stored rows' through the column map (numpy's fancy indexing)."""
+    from posenc.service.shortcut.templates import _hot
+
+    rng = np.random.default_rng(40)
+    table = rng.standard_normal((64, 24)).astype(dtype)
+    cols = {
+        "zip": [c for k in range(12) for c in (k, 12 + k)],  # an interleaved layout: a0 b0 a1 b1 ...
+        "gather": [int(c) for c in rng.permutation(24)],
+        "runs": list(range(4, 20)),
+    }[colmap]
+    t = _hot.RowsTemplate(
+        arrays=(table,),
+        colmap=cols,
+        offset=0,
+        max_rows=64,
+        lists_only=True,
+        header_for=lambda n: b"",
+        tail=b"",
+    )
+    pos = rng.integers(0, 64, 16).astype(np.int64)
+    want = table[pos][:, cols].tobytes()
+    for lead in range(8):
+        out = _hot.fill(t, pos, 8, (b"h" * lead, b"t"))
+        assert out == b"h" * lead + want + b"t", lead
