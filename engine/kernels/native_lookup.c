@@ -12,7 +12,8 @@
  *              scratch = [cos(p*freqs)*scale | sin(p*freqs)*scale] rounded to dtype; or None
  *     freqs    bytes of h float64 (or None: a row past the table is refused with -3)
  *     dtype    "float32", "float16" or "bfloat16": the tables' dtype (native_parse_dtype)
- *   positions  C-contiguous int64 buffer, any shape, n values
+ *   positions  C-contiguous int64 buffer, any shape, n values; or a list of n ints (exactly int:
+ *              a bool, a float or a nested list is a ValueError, as an int past int64 is)
  *   outs       tuple of K writable C-contiguous buffers of n*D elements each
  * Returns: >= 0 done (0: every row inside the table, else the last row reached + 1); -1 a
  * computed value overflowed the dtype; -3 a row past the table and no freqs; <= -4: position
@@ -107,6 +108,8 @@ static void held_release(Held *h)
     if (h->npos) PyBuffer_Release(&h->pos);
 }
 
+#define LIST_STACK 64 /* positions of a list read onto the stack; more are allocated */
+
 static int bad(const char *what)
 {
     PyErr_Format(PyExc_ValueError, "rows_lookup: %s", what);
@@ -133,6 +136,7 @@ PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t n
 {
     (void)self;
     Held hd = {.nt = 0, .no = 0, .npos = 0};
+    int64_t list_stack[LIST_STACK], *list_heap = NULL;
     int32_t *comp = NULL;
     char *scratch = NULL;
     long long result = 0;
@@ -185,15 +189,38 @@ PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t n
         bad("mode does not fit the column map");
         goto fail;
     }
-    if (PyObject_GetBuffer(args[1], &hd.pos, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto fail;
-    hd.npos = 1;
-    if (hd.pos.itemsize != 8 || !hd.pos.format || (strcmp(hd.pos.format, "q") && strcmp(hd.pos.format, "l") &&
-                                                  strcmp(hd.pos.format, "<q") && strcmp(hd.pos.format, "=q"))) {
-        bad("positions must be int64");
-        goto fail;
+    Py_ssize_t n;
+    const int64_t *pos;
+    if (PyList_CheckExact(args[1])) { /* a list of ints: read here, no array made for it */
+        n = PyList_GET_SIZE(args[1]);
+        int64_t *p = n <= LIST_STACK ? list_stack : (list_heap = PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1)));
+        if (!p) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *o = PyList_GET_ITEM(args[1], i);
+            int overflow = 0;
+            long long v = PyLong_CheckExact(o) ? PyLong_AsLongLongAndOverflow(o, &overflow) : (overflow = 1, 0);
+            if (overflow) { /* not an int (a bool, a float, a list), or past int64 */
+                bad("positions must be int64");
+                goto fail;
+            }
+            p[i] = (int64_t)v;
+        }
+        pos = p;
+    } else {
+        if (PyObject_GetBuffer(args[1], &hd.pos, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto fail;
+        hd.npos = 1;
+        if (hd.pos.itemsize != 8 || !hd.pos.format ||
+            (strcmp(hd.pos.format, "q") && strcmp(hd.pos.format, "l") && strcmp(hd.pos.format, "<q") &&
+             strcmp(hd.pos.format, "=q"))) {
+            bad("positions must be int64");
+            goto fail;
+        }
+        n = hd.pos.len / 8;
+        pos = (const int64_t *)hd.pos.buf;
     }
-    const Py_ssize_t n = hd.pos.len / 8;
-    const int64_t *pos = (const int64_t *)hd.pos.buf;
     for (int k = 0; k < K; k++) {
         Py_buffer *v = &hd.o[k];
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(args[2], k), v, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
@@ -260,11 +287,13 @@ PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (over) result = -1;
     }
 done:
+    PyMem_Free(list_heap);
     PyMem_Free(comp);
     PyMem_Free(scratch);
     held_release(&hd);
     return PyLong_FromLongLong(result);
 fail:
+    PyMem_Free(list_heap);
     PyMem_Free(comp);
     PyMem_Free(scratch);
     held_release(&hd);

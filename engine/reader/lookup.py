@@ -45,10 +45,11 @@ except ImportError:  # no extension: every lookup takes the pipeline path
 
 MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}  # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
-_INT = {int}
+_POSITIONS = ("positions",)  # the field a handle's positions are refused at
 
 
-def _capture_rows(arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
+def _capture_rows(*, arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
+    """A RowsTemplate's keywords (the shortcut's constructor takes keywords only) to the plan."""
     return tuple(arrays), [int(c) for c in colmap], int(offset), past
 
 
@@ -213,33 +214,20 @@ class Handle:
         if time.monotonic() >= self._next:
             self.refresh()
         plan = self._plan
-        if out is None and plan is not None and type(positions) is list:
-            n = len(positions)  # a flat list of ints (bools, floats, nested lists: the general path)
-            if 0 < n <= self._max_rows and (
-                type(positions[0]) is int if n == 1 else set(map(type, positions)) == _INT
-            ):
-                try:
-                    positions = np.fromiter(positions, np.int64, n)
-                except OverflowError:  # past int64: the general path refuses it as the pipeline does
-                    pass
-        elif type(positions) is dict:  # a range, {"start", "stop"[, "step"]}
+        if type(positions) is dict:  # a range, {"start", "stop"[, "step"]}
             positions = self._range(positions)
-        if (
-            out is None
-            and plan is not None
-            and type(positions) is np.ndarray
-            and positions.ndim == 1
-            and 0 < positions.shape[0] <= self._max_rows
-        ):  # the common call, kept short: new numpy outputs
-            outs = self._new(positions.shape[0])
-            try:
-                r = _native.rows_lookup(
-                    plan, positions, outs
-                )  # it refuses positions not int64, not contiguous
-            except (ValueError, BufferError):
-                r = -2  # the general path below converts them
-            if r == 0 or r > 0 and not self._view.growable:
-                return self._pack(outs)
+        if out is None and plan is not None:  # the common call, kept short: new numpy outputs
+            tp = type(positions)
+            if tp is list or tp is np.ndarray and positions.ndim == 1:
+                n = len(positions)
+                if 0 < n <= self._max_rows:
+                    outs = self._new(n)
+                    try:  # C reads a list of ints itself, and refuses any other item, an array not
+                        r = _native.rows_lookup(plan, positions, outs)  # int64 or not contiguous
+                    except (ValueError, BufferError):
+                        r = -2  # the general path below converts them, or refuses them as the pipeline
+                    if r == 0 or r > 0 and not self._view.growable:
+                        return self._pack(outs)
         pos, as_torch = self._positions(positions)
         outs, as_torch = self._outs(pos.shape, out, as_torch)
         if plan is not None:
@@ -273,7 +261,7 @@ class Handle:
                 except (OverflowError, ValueError, TypeError):
                     self._refuse_list(rows, nested)
             elif isinstance(positions, Mapping):
-                positions = self._range(positions)
+                positions = np.asarray(self._range(positions), np.int64)
             else:
                 parse_selection(positions, ("positions",))
                 positions = np.asarray(positions)
@@ -291,14 +279,16 @@ class Handle:
             self._refuse(positions)
         return positions, as_torch
 
-    def _range(self, value) -> np.ndarray:
+    def _range(self, value):
         """A range selection's positions, by the selection grammar's own rule (parse_selection:
-        its refusals are the pipeline's); one of more rows than an answer may hold gets the
+        its refusals are the pipeline's): a list of a few (C reads a list itself, cheaper than
+        an array's buffer), else an int64 array. One of more rows than an answer may hold gets the
         pipeline's 413 from the range itself, never from its positions made first."""
-        sel = parse_selection(value, ("positions",))
-        if sel.values is None and sel.n > self._max_rows:
+        sel = parse_selection(value, _POSITIONS)
+        rows = range(sel.start, sel.stop, sel.step)
+        if len(rows) > self._max_rows:
             self._by_pipeline(dict(value))  # raises the pipeline's 413
-        return sel.array()
+        return list(rows) if len(rows) <= 64 else sel.array()
 
     def _refuse(self, pos):
         """Raise the pipeline's error for these positions (each row parsed as a ``positions`` list)."""

@@ -303,8 +303,8 @@ def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns
 
     real = lookup._CAPTURE.RowsTemplate
 
-    def swapped(*args):  # the family's rule with cos columns where sin belongs: not its table rows
-        tables, colmap, offset, (freqs, scale, dtype, (pmap,), limit) = real(*args)
+    def swapped(**kw):  # the family's rule with cos columns where sin belongs: not its table rows
+        tables, colmap, offset, (freqs, scale, dtype, (pmap,), limit) = real(**kw)
         h = freqs.shape[0]
         return (
             tables,
