@@ -74,13 +74,18 @@ def selections(t: dict, way: str, rng: random.Random) -> dict:
 
 def request(t: dict, way: str, rng: random.Random) -> tuple[str, dict, bytes]:
     """(path, headers, body) of one request to table ``t`` the way ``way`` asks."""
-    sel = selections(t, way, rng)
+    return encode(t["family"], t["spec"], way, selections(t, way, rng))
+
+
+def encode(family: str, spec: dict, way: str, sel: dict) -> tuple[str, dict, bytes]:
+    """(path, headers, body) of the request for ``spec`` of ``family`` with selections ``sel``
+    ({name: positions}; on /v1 a range {start, stop[, step]} too) the way ``way`` (WAYS) asks."""
     if way.startswith("v1"):
         accept = payloads.JSON if way.endswith("json") else payloads.BINARY
-        body = json.dumps({**t["spec"], **sel}, separators=(",", ":")).encode()
-        return f"/v1/{t['family']}", {"Accept": accept, "Content-Type": "application/json"}, body
-    path = f"/v2/models/{t['family']}/infer"
-    spec = json.dumps(t["spec"], separators=(",", ":"))
+        body = json.dumps({**spec, **sel}, separators=(",", ":")).encode()
+        return f"/v1/{family}", {"Accept": accept, "Content-Type": "application/json"}, body
+    path = f"/v2/models/{family}/infer"
+    spec = json.dumps(spec, separators=(",", ":"))
     if way == "v2-json":
         inputs = [{"name": k, "datatype": "INT64", "shape": [len(v)], "data": v} for k, v in sel.items()]
         body = json.dumps({"parameters": {"spec": spec}, "inputs": inputs}, separators=(",", ":")).encode()

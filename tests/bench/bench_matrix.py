@@ -44,7 +44,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,9 +52,10 @@ sys.path[:0] = [str(ROOT)]
 from posenc.loadtest.drivers import wrk as loadtest_wrk  # noqa: E402
 from posenc.loadtest.floors.asgi_app import save_requests  # noqa: E402
 from posenc.loadtest.servers import free_port, start_floor, start_posenc  # noqa: E402
+from posenc.loadtest.workloads import mix, payloads  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
-ST, JSON = "application/x-safetensors", "application/json"
+ST, JSON = payloads.BINARY, payloads.JSON
 FAMILIES = {  # name -> (its spec, its table's length: rows or distances)
     "rope": ({"head_dim": 128}, 32768),
     "sinusoidal": ({"d_model": 768}, 8192),
@@ -72,41 +72,16 @@ CONFIG = {
 
 
 def v1(family: str, accept: str, selection: dict) -> tuple:
-    body = json.dumps({**FAMILIES[family][0], **selection}).encode()
-    return f"/v1/{family}", {"Accept": accept, "Content-Type": "application/json"}, body
+    return mix.encode(family, FAMILIES[family][0], "v1-json" if accept == JSON else "v1-binary", selection)
 
 
 def v2_binary(family: str, **inputs: list) -> tuple:
     """A v2 REST infer of INT64 binary tensors ({name: positions})."""
-    arrays = {n: np.asarray(v, np.int64) for n, v in inputs.items()}
-    head = json.dumps(
-        {
-            "parameters": {"spec": json.dumps(FAMILIES[family][0]), "binary_data_output": True},
-            "inputs": [
-                {
-                    "name": n,
-                    "datatype": "INT64",
-                    "shape": [a.size],
-                    "parameters": {"binary_data_size": a.nbytes},
-                }
-                for n, a in arrays.items()
-            ],
-        }
-    ).encode()
-    headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
-    return f"/v2/models/{family}/infer", headers, head + b"".join(a.tobytes() for a in arrays.values())
+    return mix.encode(family, FAMILIES[family][0], "v2-binary", inputs)
 
 
 def v2_json(family: str, **inputs: list) -> tuple:
-    body = json.dumps(
-        {
-            "parameters": {"spec": json.dumps(FAMILIES[family][0])},
-            "inputs": [
-                {"name": n, "datatype": "INT64", "shape": [len(v)], "data": v} for n, v in inputs.items()
-            ],
-        }
-    ).encode()
-    return f"/v2/models/{family}/infer", {"Content-Type": "application/json"}, body
+    return mix.encode(family, FAMILIES[family][0], "v2-json", inputs)
 
 
 def _span(r: random.Random, family: str, past: bool, n: int, step: int = 1) -> int:
