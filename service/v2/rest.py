@@ -262,10 +262,13 @@ def inference(name: str, version: str, head: dict, binary: memoryview) -> Infere
     if outputs is not None:
         if not isinstance(outputs, list):
             raise BadRequest("outputs", "must be a list")
-        outputs = [
-            Output(o.get("name"), _params(o, f"outputs[{i}]"))
-            for i, o in enumerate(_fields(o, f"outputs[{i}]", ("name", "parameters")) for o in outputs)
-        ]
+        # each entry checked at its own index, before it is read (a generator inside enumerate()
+        # read the enclosing function's `i`, the last input's, and with no inputs none at all: a 500)
+        checked = []
+        for j, o in enumerate(outputs):
+            o = _fields(o, f"outputs[{j}]", ("name", "parameters"))
+            checked.append(Output(o.get("name"), _params(o, f"outputs[{j}]")))
+        outputs = checked
     rid = head.get("id", "")
     if not isinstance(rid, str):
         raise BadRequest("id", "must be a string")
