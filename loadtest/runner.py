@@ -376,8 +376,9 @@ def _nothing():
 
 
 def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) -> dict:
-    """The report's gRPC row: the decode RoPE row as a KServe v2 ModelInfer, h2load (C) on posenc's
-    gRPC server and on the gRPC floor answering posenc's bytes, one stream and 4 x 16 streams."""
+    """The report's gRPC rows: the decode RoPE row as a KServe v2 ModelInfer, h2load (C) on posenc's
+    gRPC server and on the two gRPC floors answering posenc's bytes (grpcio's asyncio server,
+    ``floor``, and its synchronous one, ``sync_floor``), one stream and 4 x 16 streams."""
     import random
 
     import grpc
@@ -389,27 +390,33 @@ def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) ->
         answer = ch.unary_unary(h2load.INFER)(req, timeout=30)
     with open(os.path.join(out, "grpc-response.bin"), "wb") as f:
         f.write(answer)
-    floor_port = servers.free_port()
-    floor = servers.Server(
-        "grpc floor",
-        [
-            sys.executable,
-            "-m",
-            "posenc.loadtest.floors.grpc_server",
-            "--port",
-            str(floor_port),
-            "--response",
-            os.path.join(out, "grpc-response.bin"),
-        ],
-        floor_port,
-        "/",
-        cpus=cpus_s,
-        log_path=os.path.join(out, "grpc-floor.log"),
-    )
+    floors, targets = [], [("posenc", target)]
+    for name, extra in (("floor", []), ("sync_floor", ["--sync"])):  # grpcio's asyncio and sync servers
+        port = servers.free_port()
+        floors.append(
+            servers.Server(
+                f"grpc {name.replace('_', ' ')}",
+                [
+                    sys.executable,
+                    "-m",
+                    "posenc.loadtest.floors.grpc_server",
+                    "--port",
+                    str(port),
+                    "--response",
+                    os.path.join(out, "grpc-response.bin"),
+                    *extra,
+                ],
+                port,
+                "/",
+                cpus=cpus_s,
+                log_path=os.path.join(out, f"grpc-{name}.log"),
+            )
+        )
+        targets.append((name, f"127.0.0.1:{port}"))
     row = {"request_bytes": len(req), "response_bytes": len(answer)}
     try:
         time.sleep(1.0)  # grpcio binds in well under a second; the first h2load run would fail otherwise
-        for name, t in (("posenc", target), ("floor", f"127.0.0.1:{floor_port}")):
+        for name, t in targets:
             url = f"http://{t}{h2load.INFER}"
             row[f"{name}_rtt"] = guard.measure(
                 lambda url=url, name=name: h2load.run(
@@ -426,7 +433,8 @@ def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard) ->
                 f"{row[f'{name}_max']['rps']:.0f}/s at 4x16 streams"
             )
     finally:
-        floor.stop()
+        for f in floors:
+            f.stop()
     return row
 
 

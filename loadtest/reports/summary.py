@@ -196,19 +196,25 @@ def markdown(res: dict, f: dict) -> str:
         L.append("## gRPC (KServe v2 ModelInfer, h2load: C client, closed loop)\n")
         L.append(
             f"The decode RoPE row as a v2 ModelInfer ({g['request_bytes']} B request, {g['response_bytes']} B "
-            "response), on posenc's gRPC server and on the gRPC floor (a grpcio asyncio server answering the "
-            "same bytes: loadtest/floors/grpc_server.py).\n"
+            "response), on posenc's gRPC server and on the gRPC floors, grpcio's asyncio server and its "
+            "synchronous one (a pool of 16 threads), answering the same bytes (loadtest/floors/grpc_server.py).\n"
         )
         L.append(
             "| target | streams | requests/s | p50 µs | p99 µs | others' CPU |\n|---|---|---|---|---|---|"
         )
-        for key in ("floor_rtt", "posenc_rtt", "floor_max", "posenc_max"):
-            if key in g:
-                r = g[key]
-                L.append(
-                    f"| {key.split('_')[0]} (gRPC) | {r['connections']} x {r['streams']} | {r['rps']:,.0f} | "
-                    f"{_fmt(r.get('p50_us'))} | {_fmt(r.get('p99_us'))} | {_noise(r, lim)} |"
-                )
+        names = {
+            "floor": "grpcio asyncio floor",
+            "sync_floor": "grpcio sync floor",
+            "posenc": "posenc (gRPC)",
+        }
+        for load in ("rtt", "max"):
+            for who, label in names.items():
+                r = g.get(f"{who}_{load}")
+                if r:
+                    L.append(
+                        f"| {label} | {r['connections']} x {r['streams']} | {r['rps']:,.0f} | "
+                        f"{_fmt(r.get('p50_us'))} | {_fmt(r.get('p99_us'))} | {_noise(r, lim)} |"
+                    )
         L.append("")
 
     L.append(report_mix.markdown(res))

@@ -146,4 +146,6 @@ def test_report_command_end_to_end(procs, files, tmp_path):
     assert "posenc ÷ bare p99 / p99.9" in md and "| bare |" in md
     assert res["locust"]["grpc-rope-row"]["requests"] > 0 and res["locust"]["v2-rope-row"]["requests"] > 0
     assert res["grpc"]["posenc_rtt"]["p50_us"] > 0 and res["grpc"]["floor_max"]["rps"] > 0
+    assert res["grpc"]["sync_floor_rtt"]["p50_us"] > 0 and res["grpc"]["sync_floor_max"]["rps"] > 0
+    assert "| grpcio sync floor | 4 x 16 |" in md
     assert "## gRPC (KServe v2 ModelInfer" in md
