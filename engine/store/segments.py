@@ -105,9 +105,12 @@ def create_segment(name: str, layout: dict, fill) -> tuple[int, dict]:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
-        reserve(fd, size)  # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling
+        # the one writable mapping, then the filling seals at once (F_SEAL_FUTURE_WRITE allows no
+        # later one): until then another process of the user could resize the file through
+        # /proc/PID/fd, so the window is these three calls, not the page reservation's milliseconds
         mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         seal_for_filling(fd, size)
+        reserve(fd, size)  # no memory: ENOSPC/ENOMEM here, not SIGBUS while filling (sealed: within size)
         views = {
             k: np.frombuffer(
                 mm, dtype=e["dtype"], count=int(np.prod(e["shape"])), offset=e["offset"]

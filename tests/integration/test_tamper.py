@@ -10,11 +10,13 @@ no byte may be wrong, named tables answer by name throughout."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import mmap
 import os
 import random
 import threading
+import time
 
 import httpx
 
@@ -69,8 +71,12 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
         for fd in os.listdir(f"/proc/{pid}/fd")
         if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{ns}.seg.")
     ]
+    attacked = 0
     for fd in fds:
         path = f"/proc/{pid}/fd/{fd}"
+        if not _sealed_soon(path):
+            continue  # closed meanwhile (a build discarded): not a segment any more
+        attacked += 1
         for what, attempt in (
             ("truncate", lambda: os.truncate(path, 4096)),
             ("grow", lambda: os.truncate(path, 1 << 30)),
@@ -94,7 +100,26 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
                 refused["map"] += 1
         finally:
             os.close(own)
-    return {**refused, "segments": len(fds)}
+    return {**refused, "segments": attacked}
+
+
+def _sealed_soon(path: str, within_s: float = 2.0) -> bool:
+    """Whether the segment at ``path`` carries seals, waiting ``within_s`` for a new one: the engine
+    seals a segment three calls after it creates it (ftruncate, its one writable mapping, the
+    filling seals), and a listing may fall between. False when it is gone; one still unsealed
+    after that is attacked anyway, and the test fails on it."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            own = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            if fcntl.fcntl(own, fcntl.F_GET_SEALS) or time.monotonic() > deadline:
+                return True
+        finally:
+            os.close(own)
+        time.sleep(0.001)
 
 
 def _tamper_files(ns: str, readers_went_on) -> list[str]:
