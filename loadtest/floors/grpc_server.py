@@ -25,16 +25,8 @@ import grpc
 from posenc.service.v2.grpc_server import SERVICE, STREAM_RESPONSE, varint
 
 
-def handler(response: bytes) -> grpc.GenericRpcHandler:
-    streamed = STREAM_RESPONSE + varint(len(response)) + response
-
-    async def infer(request: bytes, context) -> bytes:
-        return response
-
-    async def stream(requests, context):
-        async for _ in requests:
-            yield streamed
-
+def _methods(infer, stream) -> grpc.GenericRpcHandler:
+    """The service's two methods on bytes in, bytes out (nothing parsed)."""
     same = {"request_deserializer": None, "response_serializer": None}
     return grpc.method_handlers_generic_handler(
         SERVICE,
@@ -45,7 +37,18 @@ def handler(response: bytes) -> grpc.GenericRpcHandler:
     )
 
 
-OPTIONS = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
+def handler(response: bytes) -> grpc.GenericRpcHandler:
+    """For grpc.aio: coroutines."""
+    streamed = STREAM_RESPONSE + varint(len(response)) + response
+
+    async def infer(request: bytes, context) -> bytes:
+        return response
+
+    async def stream(requests, context):
+        async for _ in requests:
+            yield streamed
+
+    return _methods(infer, stream)
 
 
 def sync_handler(response: bytes) -> grpc.GenericRpcHandler:
@@ -59,14 +62,10 @@ def sync_handler(response: bytes) -> grpc.GenericRpcHandler:
         for _ in requests:
             yield streamed
 
-    same = {"request_deserializer": None, "response_serializer": None}
-    return grpc.method_handlers_generic_handler(
-        SERVICE,
-        {
-            "ModelInfer": grpc.unary_unary_rpc_method_handler(infer, **same),
-            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(stream, **same),
-        },
-    )
+    return _methods(infer, stream)
+
+
+OPTIONS = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
 
 
 def serve_sync(port: int, response: bytes, threads: int) -> None:
