@@ -18,7 +18,7 @@ with everything its entry had (name, spec, pin) under a new segment name, and re
 The periodic sweep is off the request path. The workers read the tables without the engine, but
 they share its cores, and a checksum of every table is CPU the whole time (the default tables,
 215 MB: 0.14 s of a core): run on a worker's core at the engine's priority it took p99 at 15,000
-requests/s from about 0.2 ms to 3.6 ms (tests/bench/bench_sweep_tail.py). So the sums are made by
+requests/s from about 0.2 ms to 3.6 ms (tests/bench/bench_tail.py). So the sums are made by
 the checksummer (checksummer.py), a child process at the scheduler's idle priority, which runs
 only on cores nothing else wants; the sweep, in a thread of the engine's own, hands it one
 segment at a time and compares. Where no checksummer runs (it could not start, or died), the

@@ -1,0 +1,334 @@
+"""What each of posenc's own background sources costs the tail, measured one at a time. A script,
+not a test:
+
+    python tests/bench/bench_tail.py [--rates 15000,30000] [--seconds 5] [--rounds 3]
+        [--server-cpus 0] [--client-cpus 1] [--only VARIANT,...]
+
+Each round starts ``posenc serve --workers 1`` (the default tables; the engine, its standby and the
+worker pinned to ``--server-cpus``, as ``posenc loadtest`` runs them) once per variant, each with one
+source removed or made sixty times as frequent, and the bare server (asyncio + httptools answering
+exactly posenc's bytes: the tail this machine allows); loadtest's open-loop probe (pinned to
+``--client-cpus``) offers each rate for ``--seconds`` to each in turn, its requests the realistic
+mix's pool (loadtest/workloads/mix.py: 2,048 requests drawn at random over the default tables'
+models, every family, positions over their context and past it, lists and ranges, binary and JSON,
+/v1 and v2 REST). The order of the servers turns every round. The variants:
+
+- ``as shipped``: the defaults (the checksum sweep every 60 s, in a child at idle priority);
+- ``no sweep`` (``--verify-interval 0``) and ``sweep every 1 s`` (``--verify-interval 1``: the
+  default tables summed each second, sixty times the default);
+- ``no metrics flush``: the worker's thread that writes its counts to shared memory every 0.1 s
+  (service/metrics/counters.py, FLUSH_S) waits an hour instead;
+- ``gc off``: the garbage collector disabled in every posenc process;
+- ``engine stopped``: the engine and its standby held with SIGSTOP for the probe's steps (the worker
+  answers from the mapped tables alone), then resumed.
+
+Every posenc process runs with this script's sitecustomize (a directory put first on PYTHONPATH;
+nothing in posenc changes), which records each garbage collection (generation, pause) and each
+metrics flush (duration) with its time, so that the report also says how often each ran while the
+probe measured and its longest pause. Printed: per rate and variant, the medians over rounds of
+p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios),
+and what ran in the measured windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import types
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]
+
+from posenc.loadtest import servers  # noqa: E402
+from posenc.loadtest.drivers import probe  # noqa: E402
+from posenc.loadtest.workloads import mix, scenario  # noqa: E402
+
+VARIANTS = {  # name: (posenc serve's extra flags, the sitecustomize's mode)
+    "as shipped": ((), ""),
+    "no sweep": (("--verify-interval", "0"), ""),
+    "sweep every 1 s": (("--verify-interval", "1"), ""),
+    "no metrics flush": ((), "no-flush"),
+    "gc off": ((), "gc-off"),
+    "engine stopped": ((), ""),
+}
+
+# Put first on the posenc processes' PYTHONPATH: records every collection and every metrics flush
+# (wall time, duration in ns) and writes them at exit to $BENCH_TAIL_DIR/PID.json.
+SITECUSTOMIZE = r"""
+import atexit, gc, json, os, sys, time
+_dir, _mode = os.environ.get("BENCH_TAIL_DIR"), os.environ.get("BENCH_TAIL_MODE", "")
+if _dir:
+    _rec = {"gc": [], "flush": []}
+    _t0 = [0]
+    def _gc(phase, info):
+        if phase == "start":
+            _t0[0] = time.perf_counter_ns()
+        else:
+            _rec["gc"].append((time.time(), info["generation"], time.perf_counter_ns() - _t0[0]))
+    gc.callbacks.append(_gc)
+    if _mode == "gc-off":
+        gc.disable()
+    import importlib.abc, importlib.util
+    _NAME = "posenc.service.metrics.counters"
+    class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name != _NAME:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            self._loader, spec.loader = spec.loader, self
+            return spec
+        def create_module(self, spec):
+            return self._loader.create_module(spec)
+        def exec_module(self, module):
+            self._loader.exec_module(module)
+            plain = module.Metrics.flush
+            def flush(m):  # the CPU time the flush takes (its wall time includes waits for the GIL)
+                t = time.thread_time_ns()
+                plain(m)
+                _rec["flush"].append((time.time(), 0, time.thread_time_ns() - t))
+            module.Metrics.flush = flush
+            if _mode == "no-flush":
+                module.FLUSH_S = 3600.0
+    sys.meta_path.insert(0, _Hook())
+    def _dump():
+        with open(os.path.join(_dir, "%d.json" % os.getpid()), "w") as f:
+            json.dump({"argv": sys.argv, **_rec}, f)
+    atexit.register(_dump)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out + [g for c in out for g in _children(c)]
+
+
+def _engines(pid: int) -> list[int]:
+    """The engine processes under posenc serve ``pid`` (the engine and its standby)."""
+    found = []
+    for c in _children(pid):
+        try:
+            with open(f"/proc/{c}/cmdline", "rb") as f:
+                if b"posenc.engine.process.main" in f.read():
+                    found.append(c)
+        except OSError:
+            pass
+    return found
+
+
+def _cpu_s(pids) -> float:
+    total = 0.0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+def _settle(pid: int, quiet_s: float = 0.02, timeout: float = 30.0) -> None:
+    """Wait until posenc's processes are idle (under ``quiet_s`` of CPU in half a second): the
+    standby engine, started beside the engine once it is ready, imports and maps for a few
+    seconds on the same core, which is start-up, not the tail of a running server."""
+    deadline = time.monotonic() + timeout
+    last = _cpu_s([pid, *_children(pid)])
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _cpu_s([pid, *_children(pid)])
+        if now - last < quiet_s:
+            return
+        last = now
+
+
+def _who(argv: list[str]) -> str:
+    """Which posenc process wrote a record: the worker, the engine, its standby, the checksummer."""
+    text = " ".join(argv)
+    if "--standby-fd" in text:
+        return "standby"
+    for name in ("checksummer", "engine"):
+        if name in text:
+            return name
+    return "worker"
+
+
+def _warm(url: str, pool: dict, rate: float) -> None:
+    """Two unmeasured seconds at ``rate`` first, as ``posenc loadtest`` runs wrk before its probe:
+    a new server's first sight of each of the pool's request shapes is answered by the full path
+    (which learns its template), and its first reads of each table page fault them in; without
+    it, the first step's p99 at 15,000/s read 4-10x the next one's."""
+    port = int(url.rsplit(":", 1)[1])
+    probe.run_step("127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, 2.0, warmup=0.5)
+
+
+def _steps(url: str, pool: dict, rates, seconds) -> tuple[dict, list]:
+    """({rate: percentiles}, [(start, end) wall time of each measured step]); _warm before."""
+    out, windows = {}, []
+    port = int(url.rsplit(":", 1)[1])
+    for rate in rates:
+        for _ in range(2):  # a step the probe or the server fell behind in is run once more
+            t0 = time.time()
+            s = probe.run_step(
+                "127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, seconds, warmup=1.0
+            )
+            assert not (s.errors or s.timeouts), (url, s.rate, s.errors, s.timeouts)
+            if not s.fell_behind:
+                break
+        windows.append((t0 + 1.0, time.time()))
+        if s.fell_behind:  # the percentiles are not latency: say so, and count the step out
+            print(f"{url} fell behind at {rate:g}/s ({s.behind})", file=sys.stderr, flush=True)
+        out[rate] = None if s.fell_behind else s.percentiles_us
+    return out, windows
+
+
+def one_posenc(
+    variant: str, rates, seconds, cpus: str, site: str, rec_dir: str, pool: dict | None, out: str = ""
+):
+    """({rate: percentiles}, {"gc": [...], "flush": [...]} inside the measured windows, the pool) of
+    one posenc serve; without ``pool``, the realistic mix's pool is made, with posenc's answers to it
+    saved in ``out`` for the bare server (the pool's ``floor_requests``)."""
+    flags, mode = VARIANTS[variant]
+    port, ns = servers.free_port(), f"btail-{uuid.uuid4().hex[:8]}"
+    for f in os.listdir(rec_dir):
+        os.unlink(os.path.join(rec_dir, f))
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
+        "BENCH_TAIL_DIR": rec_dir,
+        "BENCH_TAIL_MODE": mode,
+    }
+    with servers.start_posenc(port, ns, cpus=cpus, env=env, args=flags) as srv:
+        srv.wait_ready()
+        url = f"http://127.0.0.1:{port}"
+        if pool is None:
+            pool = scenario.prepare(types.SimpleNamespace(scenario=mix.NAME, tables=None), url, {}, out)
+        _settle(srv.proc.pid)
+        _warm(url, pool, rates[0])
+        held = _engines(srv.proc.pid) if variant == "engine stopped" else []
+        assert held or variant != "engine stopped", "no engine process found under posenc serve"
+        for p in held:
+            os.kill(p, signal.SIGSTOP)
+        try:
+            got, windows = _steps(url, pool, rates, seconds)
+        finally:
+            for p in held:
+                os.kill(p, signal.SIGCONT)
+    left, _ = servers.wait_shm_clean(ns)
+    assert not left, f"left in /dev/shm: {left}"
+    seen = {"gc": [], "flush": []}
+    for f in os.listdir(rec_dir):
+        with open(os.path.join(rec_dir, f)) as fh:
+            rec = json.load(fh)
+        who = _who(rec["argv"])
+        for k in seen:
+            seen[k] += [(who, *e) for e in rec[k] if any(a <= e[0] <= b for a, b in windows)]
+    return got, seen, pool
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rates", default="15000,30000")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--server-cpus", default="0")
+    ap.add_argument("--client-cpus", default="1")
+    ap.add_argument("--only", default=",".join(VARIANTS), help="the variants to run, comma-separated")
+    args = ap.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    names = [v for v in args.only.split(",") if v]
+    assert all(v in VARIANTS for v in names), f"variants: {list(VARIANTS)}"
+    if args.client_cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
+    res = {v: [] for v in ["bare", *names]}
+    events = {v: {"gc": [], "flush": []} for v in names}
+    with tempfile.TemporaryDirectory(prefix="bench_tail.") as tmp:
+        site, rec = os.path.join(tmp, "site"), os.path.join(tmp, "rec")
+        os.makedirs(site)
+        os.makedirs(rec)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(SITECUSTOMIZE)
+        # posenc's answers to the pool, once, for the bare server
+        _, _, pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp)
+        for k in range(args.rounds):
+            order = ["bare", *names]
+            order = order[k % len(order) :] + order[: k % len(order)]
+            for v in order:
+                if v == "bare":
+                    with servers.start_floor(
+                        servers.free_port(),
+                        None,
+                        args.server_cpus,
+                        kind="bare",
+                        requests=pool["floor_requests"],
+                    ) as b:
+                        b.wait_ready(30)
+                        _warm(b.url, pool, rates[0])
+                        res[v].append(_steps(b.url, pool, rates, args.seconds)[0])
+                else:
+                    got, seen, _ = one_posenc(v, rates, args.seconds, args.server_cpus, site, rec, pool)
+                    res[v].append(got)
+                    for e in seen:
+                        events[v][e] += seen[e]
+                print(f"round {k + 1}: {v} done", file=sys.stderr, flush=True)
+    print(
+        f"# bench_tail: {os.cpu_count()} cpus, server on CPU {args.server_cpus}, probe on CPU "
+        f"{args.client_cpus}, {args.rounds} rounds of {args.seconds:g} s per rate, the realistic mix "
+        f"({pool['pool']} requests, {len(pool['names'])} kinds), "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print()
+    print("| rate | server | p50 | p99 | p99.9 | p99 ÷ bare | p99.9 ÷ bare |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for rate in rates:
+        for v in res:
+            pairs = [(r[rate], b[rate]) for r, b in zip(res[v], res["bare"]) if r[rate] and b[rate]]
+            if not pairs:
+                print(f"| {rate:,.0f}/s | {v} | fell behind | | | | |")
+                continue
+            q = {p: statistics.median(r[p] for r, _ in pairs) for p in ("p50", "p99", "p99.9")}
+            ratio = {p: statistics.median(r[p] / b[p] for r, b in pairs) for p in ("p99", "p99.9")}
+            rel = "" if v == "bare" else f"{ratio['p99']:.2f}× | {ratio['p99.9']:.2f}×"
+            print(
+                f"| {rate:,.0f}/s | {v} | {q['p50']:.0f} µs | {q['p99']:.0f} µs | {q['p99.9']:.0f} µs | "
+                + (rel or " | ")
+                + " |"
+            )
+    print()
+    window = args.rounds * len(rates) * args.seconds
+    print(f"What ran inside the measured windows ({window:g} s per variant, every posenc process):")
+    print()
+    print(
+        "| server | process | collections (gen 0 / 1 / 2) | longest collection | metrics flushes "
+        "| longest flush (CPU) |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for v in names:
+        ev = events[v]
+        for who in sorted({e[0] for k in ev for e in ev[k]}):
+            g = [e for e in ev["gc"] if e[0] == who]
+            fl = [e for e in ev["flush"] if e[0] == who]
+            gens = " / ".join(str(sum(1 for e in g if e[2] == n)) for n in (0, 1, 2))
+            print(
+                f"| {v} | {who} | {gens} | {max((e[3] for e in g), default=0) / 1e3:.0f} µs | {len(fl)} | "
+                f"{max((e[3] for e in fl), default=0) / 1e3:.0f} µs "
+                f"(median {statistics.median([e[3] for e in fl] or [0]) / 1e3:.0f} µs) |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
