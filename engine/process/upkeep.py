@@ -158,25 +158,18 @@ class Checksummer:
                 proc.wait()
 
 
-def damaged(
-    fd: int,
-    entry: dict,
-    checksum: bool,
-    stop: threading.Event | None = None,
-    summer: Checksummer | None = None,
-) -> str | None:
-    """Why a held segment no longer holds its table (None: it does, or a paced check was stopped).
-    With ``stop`` (the periodic sweep) the checksum is the checksummer's, or paced (paced_crc32)
-    where it gives none."""
+def whole_crc32(fd: int, nbytes: int) -> int:
+    """The segment's checksum in one call, here (an asked-for sweep)."""
+    return store.crc32(store.map_readonly(fd, nbytes))
+
+
+def damaged(fd: int, entry: dict, checksum: bool, crc32=whole_crc32) -> str | None:
+    """Why a held segment no longer holds its table (None: it does, or its sum was stopped).
+    ``crc32(fd, nbytes)`` makes the sum (None: stopped before the end)."""
     why = store.check_sealed(fd, entry["nbytes"])
-    if why is not None:
+    if why is not None or not checksum:
         return why
-    if not checksum:
-        return None
-    crc = None if stop is None or summer is None else summer.crc32(fd, entry["nbytes"])
-    if crc is None and not (stop is not None and stop.is_set()):
-        buf = store.map_readonly(fd, entry["nbytes"])
-        crc = store.crc32(buf) if stop is None else paced_crc32(buf, stop)
+    crc = crc32(fd, entry["nbytes"])
     return "changed" if crc is not None and crc != entry["crc32"] else None
 
 
@@ -223,6 +216,14 @@ class Sweep:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
+    def _periodic_crc32(self, fd: int, nbytes: int) -> int | None:
+        """A periodic sweep's sum: the checksummer's, or paced here (paced_crc32) where it gives
+        none; None once stop() is called."""
+        crc = self.summer.crc32(fd, nbytes)
+        if crc is None and not self._stop.is_set():
+            crc = paced_crc32(store.map_readonly(fd, nbytes), self._stop)
+        return crc
+
     def run(self, checksum: bool) -> dict:
         """A sweep at once, unpaced (the socket's ``verify``): its report."""
         with self._one:
@@ -243,7 +244,7 @@ class Sweep:
                     continue  # evicted meanwhile
                 fd = os.dup(eng.fds[digest])
             try:
-                why = damaged(fd, entry, checksum, stop, self.summer if stop is not None else None)
+                why = damaged(fd, entry, checksum, whole_crc32 if stop is None else self._periodic_crc32)
             finally:
                 os.close(fd)
             n, nbytes = n + 1, nbytes + entry["nbytes"]

@@ -48,6 +48,7 @@ MAX_US = 60_000_000  # histogram range: 1 µs .. 60 s
 LATE_NS = 1_000_000  # a send this late is the probe's own lateness ...
 MAX_LATE_SHARE = 0.01  # ... and more than this share of them: the probe fell behind
 KEPT_UP = 0.97  # a server that answers less than this share of the offered rate fell behind
+QUEUED_MAX = 0.5  # ... or one for which more than this share of the requests waited for a connection
 
 
 @dataclasses.dataclass
@@ -185,13 +186,16 @@ def _result(got, rate, duration, connections, n_warm, kinds, kind_names, target,
 def judge(r: StepResult, unsent: bool) -> tuple[bool, str]:
     """(fell behind?, who). The probe, when it could not send everything by the end; the server,
     when fewer than KEPT_UP of the offered rate was answered (or answers were missing at the end)
-    while requests waited for a free connection; otherwise, the probe when it sent over
+    while requests waited for a free connection, or when over QUEUED_MAX of them waited (a short
+    step can end with KEPT_UP answered and a queue that grew through all of it: 0.2 s at
+    100,000/s read 99,950/s achieved, p90 9.7 ms, 15,695 of 20,000 queued); otherwise, the probe
+    when it sent over
     MAX_LATE_SHARE of its requests more than LATE_NS late (its own limit, or its core taken by
     others): those latencies would be its own."""
     if unsent:
         return True, "probe"
     late = r.late_share > MAX_LATE_SHARE
-    if r.timeouts > 0 or r.achieved_rps < KEPT_UP * r.rate:
+    if r.timeouts > 0 or r.achieved_rps < KEPT_UP * r.rate or r.queued > QUEUED_MAX * max(1, r.sent):
         return True, "probe" if late and r.queued <= MAX_LATE_SHARE * max(1, r.sent) else "server"
     if late:
         return True, "probe"

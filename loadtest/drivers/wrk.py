@@ -98,3 +98,12 @@ def run(
             r["failures"] = sum(r["errors"].values())
             return r
     raise RuntimeError(f"wrk produced no summary (rc {p.returncode}): {p.stdout[-500:]} {p.stderr[-500:]}")
+
+
+def run_clean(url: str, lua: str, duration: float, connections: int, cpus: str | None = None) -> dict:
+    """One run (``run``, a 10 s timeout per request) that any error fails: {"rps", "p50_us",
+    "requests"}; what the benchmarks that hold posenc to a floor cell by cell take."""
+    r = run(url, lua, duration, connections, cpus=cpus, timeout_s=10.0)
+    if r["failures"]:
+        raise RuntimeError(f"wrk saw errors on {url}: {r['errors']}")
+    return {"rps": r["rps"], "p50_us": r["latency_us"]["p50"], "requests": r["requests"]}

@@ -185,10 +185,8 @@ def c_share(before: dict, after: dict, route: str) -> float:
 
 
 def wrk(url: str, lua: str, seconds: float, connections: int) -> dict:
-    r = loadtest_wrk.run(url, lua, seconds, connections, cpus=CLIENT_CPU, timeout_s=10.0)
-    if r["failures"]:
-        raise RuntimeError(f"wrk saw errors on {url}: {r['errors']}")
-    return {"rps": r["rps"], "p50_us": r["latency_us"]["p50"]}
+    """One wrk run pinned to CLIENT_CPU (loadtest/drivers/wrk.py): requests/s and p50; any error raises."""
+    return loadtest_wrk.run_clean(url, lua, seconds, connections, cpus=CLIENT_CPU)
 
 
 def prepare(tmp: str, matrix: dict, n: int):

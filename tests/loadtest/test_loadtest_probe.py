@@ -211,8 +211,9 @@ def test_a_server_that_closes_after_each_answer(monkeypatch, which):
 
 
 def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
-    """The Python sender offered 100,000/s over the realistic mix, far past what it and one worker
-    on this machine answer: the step fell behind, and no latency is reported for it."""
+    """The Python sender offered 300,000/s over the realistic mix, far past what it and one worker
+    answer (on a fast stretch of this machine, 100,000/s was nearly held): the step fell behind, and
+    no latency is reported for it."""
     srv, tables = server
     monkeypatch.setenv("POSENC_PROBE_SENDER", "python")
     reqs, kinds, names = _pool(srv, tables, 64)
@@ -222,7 +223,7 @@ def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
         reqs,
         kinds,
         names,
-        100_000.0,
+        300_000.0,
         duration=0.2,
         connections=16,
         warmup=0.05,
@@ -230,7 +231,7 @@ def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
         target="posenc",
     )
     assert s.fell_behind and s.behind in ("probe", "server"), probe.format_step(s)
-    assert s.achieved_rps < 0.97 * 100_000
+    assert s.achieved_rps < 0.97 * 300_000
     _no_latency_in_report(s)
 
 
@@ -245,6 +246,8 @@ def test_a_rate_the_python_sender_cannot_hold_fell_behind(server, monkeypatch):
         (False, 0.0, 50, 0, 960.0, (True, "server")),  # under 97% of the offered rate answered
         (False, 0.05, 50, 0, 500.0, (True, "server")),  # late too, but requests waited for the server
         (False, 0.05, 0, 0, 500.0, (True, "probe")),  # slow while every connection was free: the probe
+        (False, 0.0, 500, 0, 1000.0, (False, "")),  # half of the requests waited: kept up, just
+        (False, 0.0, 501, 0, 1000.0, (True, "server")),  # more than half: a queue that grew all along
     ],
 )
 def test_who_fell_behind(unsent, late_share, queued, timeouts, achieved, expected):
