@@ -188,3 +188,33 @@ def test_rotation_preserves_norm_and_is_relative(case, layout, m, n, seed, data)
     a = rq[0] @ rk[1]
     b = rq[2] @ rk[3]
     assert abs(a - b) <= 4e-6 * alpha**2 * nq * nk, (a, b, m, n, m2, n2)
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        None,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    ],
+)
+def test_frequencies_finite_in_float64_but_not_float32_name_rope_theta(scaling):
+    """A tiny rope_theta gives frequencies float64 holds and float32 does not (theta**(-2i/d) up to
+    ~1e155 for 1.5e-156; float32 ends at 3.4e38): refused naming rope_theta, with no warning on the
+    way (the suite turns warnings into errors: found by CI's rotating seed, an overflow warning of
+    the float32 cast that tests for exactly this)."""
+    from posenc.engine.core.errors import SpecError
+
+    theta = 1.521573882177478e-156
+    with np.errstate(over="ignore"):
+        inv = theta ** (-np.arange(0, 128, 2, dtype=np.float64) / 128)  # the plain rule, in float64
+        assert np.isfinite(inv).all() and not np.isfinite(inv.astype(np.float32)).all()
+    extra = {} if scaling is None else {"rope_scaling": scaling, "max_position_embeddings": 131072}
+    with pytest.raises(SpecError) as e:
+        compute("rope", {"head_dim": 128, "rope_theta": theta, "positions": [0], **extra})
+    assert e.value.loc == ("rope_theta",), e.value
