@@ -45,7 +45,9 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
+
+from bench_cliffs import _procs, tree, tree_cpu_s  # noqa: E402  (beside this script)
 
 from posenc.loadtest import servers  # noqa: E402
 from posenc.loadtest.drivers import probe  # noqa: E402
@@ -106,21 +108,10 @@ if _dir:
 """
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out + [g for c in out for g in _children(c)]
-
-
 def _engines(pid: int) -> list[int]:
     """The engine processes under posenc serve ``pid`` (the engine and its standby)."""
     found = []
-    for c in _children(pid):
+    for c in tree(pid, _procs()) - {pid}:
         try:
             with open(f"/proc/{c}/cmdline", "rb") as f:
                 if b"posenc.engine.process.main" in f.read():
@@ -130,27 +121,15 @@ def _engines(pid: int) -> list[int]:
     return found
 
 
-def _cpu_s(pids) -> float:
-    total = 0.0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            pass
-    return total
-
-
 def _settle(pid: int, quiet_s: float = 0.02, timeout: float = 30.0) -> None:
     """Wait until posenc's processes are idle (under ``quiet_s`` of CPU in half a second): the
     standby engine, started beside the engine once it is ready, imports and maps for a few
     seconds on the same core, which is start-up, not the tail of a running server."""
     deadline = time.monotonic() + timeout
-    last = _cpu_s([pid, *_children(pid)])
+    last = tree_cpu_s(pid)
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        now = _cpu_s([pid, *_children(pid)])
+        now = tree_cpu_s(pid)
         if now - last < quiet_s:
             return
         last = now
