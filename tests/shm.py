@@ -147,23 +147,29 @@ def read_manifest(namespace: str, shm_dir: str = SHM_DIR) -> dict | None:
     return m
 
 
-def held_segments(pid: int, namespace: str, generation: int | None = None) -> list[str]:
-    """Names of the namespace's sealed segments process ``pid`` holds a descriptor of (its
-    /proc/PID/fd links read ``/memfd:NAME (deleted)``)."""
+def segment_fds(pid: int, namespace: str, generation: int | None = None) -> dict[str, str]:
+    """{fd number: segment name} of the namespace's sealed segments process ``pid`` holds a
+    descriptor of (its /proc/PID/fd links read ``/memfd:NAME (deleted)``). A descriptor closed
+    between the listing and its readlink (a socket, a discarded build) is not one."""
     pre = f"/memfd:{namespace}.seg." + ("" if generation is None else f"{generation}.")
-    out = []
+    out = {}
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except FileNotFoundError:
-        return []
+        return {}
     for fd in fds:
         try:
             link = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if link.startswith(pre):
-            out.append(link[len("/memfd:") :].removesuffix(" (deleted)"))
-    return sorted(out)
+            out[fd] = link[len("/memfd:") :].removesuffix(" (deleted)")
+    return out
+
+
+def held_segments(pid: int, namespace: str, generation: int | None = None) -> list[str]:
+    """Names of the namespace's sealed segments process ``pid`` holds a descriptor of."""
+    return sorted(segment_fds(pid, namespace, generation).values())
 
 
 def mapped_segments(pid: int, namespace: str) -> dict[str, str]:

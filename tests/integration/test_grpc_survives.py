@@ -41,13 +41,17 @@ def infer(c, positions):
 def sockets(pid: int, port: int, state: str) -> int:
     """How many TCP sockets on local ``port`` in ``state`` (0A: LISTEN, 01: ESTABLISHED) ``pid`` holds."""
     try:
-        inodes = {
-            os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
-            for fd in os.listdir(f"/proc/{pid}/fd")
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        }
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return 0
+    inodes = set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed since the listing: not one of them
+            continue
+        if link.startswith("socket:"):
+            inodes.add(link[8:-1])
     n = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:

@@ -25,7 +25,7 @@ from posenc.engine.core.formats import read_safetensors
 from tests.integration.engine_cases import LOOP_CASES, SMALL_CONFIG, reader
 from tests.procs import wait_for
 from tests.service_cases import BIN, reference_safetensors
-from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, read_manifest, shm_files
+from tests.shm import SHM_DIR, assert_no_leftovers, held_segments, read_manifest, segment_fds, shm_files
 
 ON_DEMAND = {"head_dim": 32, "rope_theta": 77.0}
 
@@ -66,11 +66,7 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
     """Every way to change a segment through /proc/PID/fd, sealed or being filled (a table the
     load makes grow may be building meanwhile); {attempt: refusals, "segments": how many}."""
     refused = {"truncate": 0, "grow": 0, "write": 0, "map": 0}
-    fds = [
-        fd
-        for fd in os.listdir(f"/proc/{pid}/fd")
-        if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{ns}.seg.")
-    ]
+    fds = segment_fds(pid, ns)
     attacked = 0
     for fd in fds:
         path = f"/proc/{pid}/fd/{fd}"
