@@ -19,9 +19,10 @@ FROM ${PYTHON_IMAGE} AS builder
 # Builder-only packages never reach the runtime image and Debian revisions of build-essential
 # change under a stable release, so pinning them would only make rebuilds fail: the base image
 # digest above is the reproducibility pin.
+# libnghttp2-dev: the header the gRPC lane's extension (service/grpclane/_h2.c) builds against.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential \
+    && apt-get install -y --no-install-recommends build-essential libnghttp2-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -30,9 +31,10 @@ COPY . .
 # The README's install (`pip install .`) split in two: build posenc's wheel and a wheel of every
 # dependency here, so the runtime stage installs offline, without a compiler. setup.py treats the
 # C kernels as optional (a failed compile falls back to numpy quietly); the image must have them,
-# so the build stops if the wheel lacks the compiled posenc/engine/kernels/_native*.so.
+# so the build stops if the wheel lacks the compiled posenc/engine/kernels/_native*.so or the gRPC
+# lane's posenc/service/grpclane/_h2*.so.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
-    && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/posenc-*.whl')[0]).namelist(); sys.exit(not any(n.startswith('posenc/engine/kernels/_native.') and n.endswith('.so') for n in names))"
+    && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/posenc-*.whl')[0]).namelist(); sys.exit(not all(any(n.startswith(p) and n.endswith('.so') for n in names) for p in ('posenc/engine/kernels/_native.', 'posenc/service/grpclane/_h2.')))"
 
 # ---------------------------------------------------------------------------------------------
 # runtime: the slim base, the wheels, a non-root user. No compiler, no torch (not needed to serve).
@@ -45,6 +47,12 @@ LABEL org.opencontainers.image.title="posenc" \
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# libnghttp2-14: the library the gRPC lane's extension links (named here, not left to the base image).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libnghttp2-14 \
+    && rm -rf /var/lib/apt/lists/*
 
 # The wheels are bind-mounted from the builder, not copied, so they add no layer to the image.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \

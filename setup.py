@@ -1,5 +1,6 @@
 """Build of the optional C extensions (the SIMD kernels, the HTTP hot path's template
-shortcut and the load test's open-loop sender); all other metadata is in pyproject.toml.
+shortcut, the load test's open-loop sender and, where libnghttp2's header is, the gRPC lane's
+HTTP/2 sessions); all other metadata is in pyproject.toml.
 
     python setup.py build_ext --inplace      # development build next to the sources
     POSENC_SANITIZE=1 ...                    # + AddressSanitizer / UBSan (see docs/native.md)
@@ -67,6 +68,33 @@ NATIVE = [
 # how they layer): a new one, such as a new kind of template, needs no line here; .ci/fuzz builds the same
 HOT = sorted(glob.glob("service/shortcut/*.c"))
 
+
+def _have_nghttp2() -> bool:
+    """Whether libnghttp2's header is where the compiler looks (Debian's libnghttp2-dev);
+    POSENC_NGHTTP2=0 builds without the gRPC lane all the same (tests/test_build.py's check)."""
+    if os.environ.get("POSENC_NGHTTP2", "") == "0":
+        return False
+    dirs = ["/usr/include", "/usr/local/include"]
+    for var in ("CPATH", "C_INCLUDE_PATH"):
+        dirs += [d for d in os.environ.get(var, "").split(os.pathsep) if d]
+    return any(os.path.exists(os.path.join(d, "nghttp2", "nghttp2.h")) for d in dirs)
+
+
+# the gRPC lane's HTTP/2 sessions (service/grpclane/_h2.c, on libnghttp2): built where its header is;
+# without it a gRPC process runs grpcio alone and says so (service/grpclane/__init__.py status)
+H2 = (
+    [
+        Extension(
+            "posenc.service.grpclane._h2",
+            ["service/grpclane/_h2.c"],
+            libraries=["nghttp2"],
+            optional=_OPTIONAL,
+        )
+    ]
+    if _have_nghttp2()
+    else []
+)
+
 setup(
     ext_modules=[
         Extension(
@@ -99,6 +127,7 @@ setup(
         # the load test's open-loop sender (loadtest/_sender.c: epoll, Linux); without it the probe
         # runs its Python loop, which holds far lower rates (loadtest/drivers/sender.py says which ran)
         Extension("posenc.loadtest._sender", ["loadtest/_sender.c"], optional=_OPTIONAL),
+        *H2,
     ],
     cmdclass={"build_ext": BuildExt},
 )

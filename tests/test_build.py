@@ -1,5 +1,6 @@
-"""The three C extensions setup.py builds are there and current: in the simd pass and whenever
-``CI`` is set, a missing or stale _native, _hot or _sender fails here, rather than quietly turning
+"""The C extensions setup.py builds are there and current: in the simd pass and whenever
+``CI`` is set, a missing or stale _native, _hot, _sender or (where libnghttp2's header is) _h2
+fails here, rather than quietly turning
 hundreds of tests into skips. A plain build swallows a compile error (the extensions are
 optional, so that an install without a compiler still works); .ci/run builds with
 POSENC_WERROR=1, where an extension that fails to build, or warns, fails the install.
@@ -28,6 +29,9 @@ EXTENSIONS = {
     ),
     "posenc.loadtest._sender": ("loadtest/_sender.c",),
 }
+# built where libnghttp2's header is (setup.py): .ci/run installs it, so CI requires it like the rest
+if Path("/usr/include/nghttp2/nghttp2.h").exists():
+    EXTENSIONS["posenc.service.grpclane._h2"] = ("service/grpclane/_h2.c",)
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 REQUIRED = IN_CI or os.environ.get("POSENC_BACKEND") == "simd"
 

@@ -43,6 +43,9 @@ CHOICES = {
     # service/protocol/lane.py: the hot lane below ASGI, which answers the shortcut's requests straight
     # from uvicorn's HTTP protocol (on only where the shortcut is in use)
     "lane": ("on", "off"),
+    # service/grpclane: the gRPC lane (HTTP/2 on libnghttp2) owning the gRPC port, grpcio behind it;
+    # auto = on where service/grpclane/_h2 is built and no TLS is configured, else grpcio alone
+    "grpc_lane": ("auto", "off"),
     "log_level": ("critical", "error", "warning", "info", "debug", "trace"),
     # engine/process/logs.py: text (uvicorn's lines) or json (one JSON object a line, every logger)
     "log_format": ("text", "json"),
@@ -68,6 +71,7 @@ class Settings:
     # share the port (SO_REUSEPORT): one that dies loses only its calls in flight
     grpc_port: int = DEFAULT_GRPC_PORT
     grpc_workers: int = 2
+    grpc_lane: str = "auto"  # CHOICES
     # Per gRPC process (service/v2/admit.py): inference calls answered at once, and bytes of the
     # answers they will send (planned before they are built); RESOURCE_EXHAUSTED beyond either.
     grpc_max_concurrent: int = 64

@@ -192,6 +192,7 @@ class Service:
 
     def tables(self) -> dict:
         from posenc.engine import kernels_info
+        from posenc.service import grpclane
 
         m = self.client.manifest() or {}
         lane, lane_answers = self.lane_state()
@@ -203,6 +204,8 @@ class Service:
             "shortcut": self.shortcut,
             "lane": lane,
             "lane_answers": lane_answers,
+            # the gRPC processes' lane (service/grpclane): on, or off and why, from the same settings
+            "grpc_lane": grpclane.status(self.settings)[1],
             "ready": self.ready,
             # every configured table by name: stored (in shared memory) or computed (no room)
             "named": [

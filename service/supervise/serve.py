@@ -55,6 +55,12 @@ def add_parser(sub) -> None:
         "so that one that dies loses only its calls in flight (default 2; POSENC_GRPC_WORKERS)",
     )
     p.add_argument(
+        "--grpc-lane",
+        choices=CHOICES["grpc_lane"],
+        help="the gRPC lane: HTTP/2 in C (libnghttp2) answers learnt ModelInfer calls, grpcio the rest "
+        "(default auto: where it is built and no TLS is configured; POSENC_GRPC_LANE)",
+    )
+    p.add_argument(
         "--grpc-max-concurrent",
         type=int,
         help="inference calls one gRPC process answers at once "
@@ -122,6 +128,7 @@ def settings_from_args(args) -> Settings:
         tables=args.tables,
         grpc_port=args.grpc_port,
         grpc_workers=args.grpc_workers,
+        grpc_lane=args.grpc_lane,
         grpc_max_concurrent=args.grpc_max_concurrent,
         grpc_max_inflight_bytes=args.grpc_max_inflight_bytes,
         shm_dir=args.shm_dir,

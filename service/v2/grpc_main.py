@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import secrets
 import signal
 import sys
 
@@ -26,6 +28,8 @@ from grpc_health.v1._async import HealthServicer
 
 from posenc.engine.core.settings import Settings, current
 from posenc.engine.reader.client import Client
+from posenc.service import grpclane
+from posenc.service.front.auth import gate_for
 from posenc.service.front.readiness import attach_when_up
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.v2.core import V2
@@ -50,31 +54,59 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
             ("grpc.max_send_message_length", -1),
         ],
     )
-    server.add_generic_rpc_handlers((GrpcV2(V2(s, client, lambda: ready[0]), metrics).handler(),))
+    grpc_v2 = GrpcV2(V2(s, client, lambda: ready[0]), metrics)
+    server.add_generic_rpc_handlers((grpc_v2.handler(),))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    lane_on, why = grpclane.status(s)
+    log.info("grpc: the gRPC lane is %s", why)
+    lane = None
     try:
-        tls = credentials(s)  # TLS with the HTTPS certificate, when one is configured
-        address = f"{s.host}:{s.grpc_port}"
-        server.add_secure_port(address, tls) if tls is not None else server.add_insecure_port(address)
+        if lane_on:  # grpcio behind the lane, on a private abstract socket: nothing left in a folder
+            inner = f"unix-abstract:posenc-grpc.{os.getpid()}.{secrets.token_hex(6)}"
+            server.add_insecure_port(inner)
+        else:
+            tls = credentials(s)  # TLS with the HTTPS certificate, when one is configured
+            address = f"{s.host}:{s.grpc_port}"
+            server.add_secure_port(address, tls) if tls is not None else server.add_insecure_port(address)
     except RuntimeError as e:
         print(f"posenc grpc: cannot listen on {s.host}:{s.grpc_port}: {e}", file=sys.stderr, flush=True)
         if metrics is not None:
             metrics.close()
         return EXIT_NO_PORT
     await server.start()
+    if lane_on:
+        from posenc.service.grpclane.lane import Lane
+
+        channel = grpc.aio.insecure_channel(inner, options=_RELAY_OPTIONS)
+        lane = Lane(grpc_v2, channel, gate_for(s), s.max_body_bytes)
+        try:
+            await lane.listen(s.host, s.grpc_port, reuse_port=s.grpc_workers > 1)
+        except OSError as e:
+            print(f"posenc grpc: cannot listen on {s.host}:{s.grpc_port}: {e}", file=sys.stderr, flush=True)
+            await server.stop(0)
+            if metrics is not None:
+                metrics.close()
+            return EXIT_NO_PORT
     attach = asyncio.create_task(_attach(client, s, ready, health))
     try:
         await stop.wait()
     finally:
         attach.cancel()
         await health.enter_graceful_shutdown()
+        if lane is not None:
+            await lane.close(s.shutdown_timeout_s)
+            await lane.channel.close()
         await server.stop(s.shutdown_timeout_s)
         if metrics is not None:
             metrics.close()
     return 0
+
+
+# the lane's channel to grpcio: no limits of its own (grpcio's server and the lane apply them)
+_RELAY_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
 async def _attach(client: Client, s: Settings, ready: list, health: HealthServicer) -> None:

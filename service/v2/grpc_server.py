@@ -18,7 +18,7 @@ import anyio
 import grpc
 from google.protobuf.message import DecodeError
 
-from posenc.service.v2.admit import Admission
+from posenc.service.v2.admit import Admission, Busy
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, describe, grpc_code
 from posenc.service.v2.infer import Inference, Input, Output, Tensor
@@ -112,6 +112,21 @@ def parse(data: bytes) -> pb.ModelInferRequest:
         raise BadRequest("", f"not a ModelInferRequest: {e}") from None
 
 
+# the service's unary methods (handler() serves them; the gRPC lane, service/grpclane, buffers
+# their one request message whole); ModelStreamInfer is its one streamed method
+UNARY_METHODS = (
+    "ServerLive",
+    "ServerReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelReady",
+    "ModelInfer",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+)
+
+
 class GrpcV2:
     """The service's handlers; ``metrics`` (service/metrics.Metrics or None) times them."""
 
@@ -136,6 +151,43 @@ class GrpcV2:
         except Exception:
             return "grpc"
         return f"grpc {method} {'<table>' if m.is_table else m.name}"
+
+    def answer_now(self, data: bytes) -> tuple[bytes, str] | None:
+        """The shortcut's answer to a serialized ModelInferRequest when it is made at once, on
+        the caller's thread (a learnt template's inline answer): (bytes, metrics route), or None,
+        where ModelInfer would go on (a larger answer, one the full path makes, a call past the
+        Admission's bounds: each answered as ModelInfer answers it). The gRPC lane's call."""
+        hit = self.hot.grpc(data)
+        if hit is None or not hit[0].inline:
+            return None
+        e, positions = hit
+        try:
+            with self.admission.call() as reserve:
+                reserve(e.size)
+                out = e.answer(positions)
+        except Busy:
+            return None
+        return None if out is None else (out, e.route)
+
+    def infer_now(self, data: bytes) -> bytes | None:
+        """``answer_now`` as ModelInfer's answer, counted on its route (the gRPC lane's unary call)."""
+        t0 = perf_counter()
+        got = self.answer_now(data)
+        if got is None:
+            return None
+        self._observe(got[1], grpc.StatusCode.OK, t0, len(got[0]), "shortcut")
+        return got[0]
+
+    def stream_now(self, data: bytes) -> bytes | None:
+        """``answer_now`` as a ModelStreamInfer response message, counted on the stream's route
+        (the gRPC lane's stream messages); None: ``stream_answer`` answers it."""
+        t0 = perf_counter()
+        got = self.answer_now(data)
+        if got is None:
+            return None
+        out = b"".join([STREAM_RESPONSE, varint(len(got[0])), got[0]])
+        self._observe(_stream_route(got[1]), grpc.StatusCode.OK, t0, len(out), "shortcut")
+        return out
 
     async def _hot(self, data: bytes, route: list, reserve) -> bytes | None:
         """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None
@@ -249,18 +301,22 @@ class GrpcV2:
         """Each request message gets one response message, in order; a refused request gets
         one with ``error_message`` and the stream goes on (as Triton does)."""
         async for data in requests:
-            t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc", "python"]
-            try:
-                body = await self._infer(data, route)
-                out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
-            except Exception as e:
-                status, msg = describe(e)
-                code = getattr(e, "grpc_status", None) or grpc_code(status)  # Busy: RESOURCE_EXHAUSTED
-                out = pb.ModelStreamInferResponse(
-                    error_message=msg, infer_response=pb.ModelInferResponse(id=_request_id(data))
-                ).SerializeToString()
-            self._observe(route[0].replace("ModelInfer", "ModelStreamInfer", 1), code, t0, len(out), route[1])
-            yield out
+            yield await self.stream_answer(data)
+
+    async def stream_answer(self, data: bytes) -> bytes:
+        """One ModelStreamInfer request message's response message, counted."""
+        t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc", "python"]
+        try:
+            body = await self._infer(data, route)
+            out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
+        except Exception as e:
+            status, msg = describe(e)
+            code = getattr(e, "grpc_status", None) or grpc_code(status)  # Busy: RESOURCE_EXHAUSTED
+            out = pb.ModelStreamInferResponse(
+                error_message=msg, infer_response=pb.ModelInferResponse(id=_request_id(data))
+            ).SerializeToString()
+        self._observe(_stream_route(route[0]), code, t0, len(out), route[1])
+        return out
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
@@ -274,6 +330,7 @@ class GrpcV2:
             "SystemSharedMemoryRegister": (pb.SystemSharedMemoryRegisterRequest, True),
             "SystemSharedMemoryUnregister": (pb.SystemSharedMemoryUnregisterRequest, True),
         }
+        assert set(unary) == set(UNARY_METHODS)
         methods = {
             name: grpc.unary_unary_rpc_method_handler(
                 getattr(self, name),
@@ -286,6 +343,10 @@ class GrpcV2:
             self.ModelStreamInfer, request_deserializer=None, response_serializer=_bytes
         )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def _stream_route(route: str) -> str:
+    return route.replace("ModelInfer", "ModelStreamInfer", 1)
 
 
 def _request_id(data: bytes) -> str:

@@ -238,7 +238,90 @@ def select() -> list[bytes]:
     return [bytes([flags]) + t for t in texts for flags in (2, 7)]
 
 
-TARGETS = {"lane": lane, "answer": answer, "fill": fill, "select": select}
+def h2_client() -> list[bytes]:
+    """What a client sends after the preface (python-hyper's h2 writes the frames), byte 0 the
+    chunk size: unary calls, a message over the limit, streams, resets, PING, SETTINGS, window
+    updates, trailers, GOAWAY, long headers (CONTINUATION), and a frame on a server's stream id."""
+    import h2.config
+    import h2.connection
+    import h2.settings
+
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    head = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":authority", b"x"),
+        (b"content-type", b"application/grpc"),
+    ]
+
+    def conn():
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        c.initiate_connection()
+        return c
+
+    def call(c, path, data=b"", end=True, extra=()):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, [*head[:2], (b":path", path), *head[2:], *extra], end_stream=not data and end)
+        if data:
+            c.send_data(sid, data, end_stream=end)
+        return sid
+
+    msg = b"\0\0\0\0\x0b" + b"hello world"
+    out = []
+
+    def seed(k, c):
+        out.append(bytes([k]) + c.data_to_send()[len(preface) :])
+
+    for k in range(4):
+        c = conn()
+        call(c, b"/inference.GRPCInferenceService/ModelInfer", msg)
+        seed(k, c)
+    c = conn()
+    call(c, b"/u", b"\0\0\0\0\xc8" + b"x" * 200)  # over the harness's limit of 100
+    seed(2, c)
+    c = conn()
+    sid = call(c, b"/inference.GRPCInferenceService/ModelStreamInfer", msg, end=False)
+    c.send_data(sid, msg + msg[:3])
+    c.send_data(sid, msg[3:], end_stream=True)
+    seed(1, c)
+    c = conn()
+    sid = call(c, b"/s", msg, end=False)
+    c.reset_stream(sid, 8)
+    call(c, b"/u", msg)
+    seed(3, c)
+    c = conn()
+    c.ping(b"12345678")
+    c.update_settings(
+        {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100, h2.settings.SettingCodes.MAX_FRAME_SIZE: 16384}
+    )
+    c.increment_flow_control_window(1 << 20)
+    call(c, b"/u", msg)
+    seed(0, c)
+    c = conn()
+    for i in range(6):
+        call(c, b"/u" if i % 2 else b"/s", msg, end=i % 3 != 0)
+    seed(2, c)
+    c = conn()
+    sid = call(c, b"/u", msg, end=False)
+    c.send_headers(sid, [(b"x-trailer", b"1")], end_stream=True)
+    seed(1, c)
+    c = conn()
+    call(c, b"/u")
+    c.close_connection()
+    seed(0, c)
+    c = conn()
+    call(c, b"/u", msg, extra=[(b"x-long", b"v" * 40000)])
+    seed(3, c)
+    c = conn()
+    call(c, b"/u", msg)
+    bad = bytearray(c.data_to_send()[len(preface) :])
+    out.append(
+        bytes([0]) + bytes(bad) + b"\0\0\x05\x00\x01\0\0\0\x02" + msg[:5]
+    )  # DATA on stream 2: a server's id
+    return out
+
+
+TARGETS = {"lane": lane, "answer": answer, "fill": fill, "select": select, "h2": h2_client}
 
 
 def main() -> None:

@@ -138,6 +138,9 @@ def test_dockerfile_is_multi_stage_pinned_and_slim():
     assert "pip wheel" in builder and "build-essential" in builder
     # The C kernels are optional to setup.py, not to the image: the build checks they compiled.
     assert "posenc/engine/kernels/_native" in builder
+    # and the gRPC lane's: its header in the builder, its library in the runtime image
+    assert "libnghttp2-dev" in builder and "posenc/service/grpclane/_h2" in builder
+    assert "libnghttp2-14" in run_final and "libnghttp2-dev" not in run_final
 
 
 @pytest.mark.parametrize(
@@ -147,10 +150,25 @@ def test_dockerfile_is_multi_stage_pinned_and_slim():
             [
                 "posenc/engine/kernels/_native.c",
                 "posenc/engine/kernels/_native.cpython-311-x86_64-linux-gnu.so",
+                "posenc/service/grpclane/_h2.cpython-311-x86_64-linux-gnu.so",
             ],
             True,
         ),
-        (["posenc/engine/kernels/_native.c", "posenc/engine/kernels/numpy_impl.py"], False),
+        (
+            [
+                "posenc/engine/kernels/_native.c",
+                "posenc/engine/kernels/numpy_impl.py",
+                "posenc/service/grpclane/_h2.cpython-311-x86_64-linux-gnu.so",
+            ],
+            False,
+        ),
+        (  # the gRPC lane's extension missing: libnghttp2-dev was not in the builder
+            [
+                "posenc/engine/kernels/_native.cpython-311-x86_64-linux-gnu.so",
+                "posenc/service/grpclane/_h2.c",
+            ],
+            False,
+        ),
     ],
 )
 def test_builder_refuses_a_wheel_without_the_c_kernels(tmp_path, members, ok):

@@ -1,0 +1,202 @@
+"""The gRPC lane's server: an asyncio protocol per connection over an nghttp2 session (_h2.c).
+
+Per read: the session's events, then one write of every frame they made. A ``call`` event of
+``ModelInfer`` (the whole unary request, buffered in C) whose message is one uncompressed gRPC
+message, with a right token where one is configured, goes to ``GrpcV2.answer_now``; its answer is
+handed back whole (``Session.answer``: HEADERS, DATA, the ``grpc-status: 0`` trailer). Every other
+stream, and a ModelInfer the shortcut declines, is relayed to grpcio (relay.py).
+
+Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow, so a client that
+stops reading holds at most a window's bytes of the transport's buffer; while the transport's
+buffer is over its high-water mark the connection stops reading too. ``Lane.close`` is the
+graceful end: GOAWAY's notice at once, the final GOAWAY when the streams in flight have ended (or
+the shutdown timeout has passed), then the connections close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from posenc.service.grpclane import _h2
+from posenc.service.grpclane.relay import Relay, metadata, too_large
+from posenc.service.grpclane.streams import OwnStream
+from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
+
+log = logging.getLogger("posenc.service")
+
+MODEL_INFER = f"/{SERVICE}/ModelInfer".encode()
+STREAM_INFER = f"/{SERVICE}/ModelStreamInfer".encode()
+UNARY = frozenset([f"/{SERVICE}/{m}".encode() for m in UNARY_METHODS] + [b"/grpc.health.v1.Health/Check"])
+MAX_STREAMS = 1024  # SETTINGS_MAX_CONCURRENT_STREAMS, per connection
+WINDOW = 4 << 20  # the initial stream and connection windows: a large request in few round trips
+
+
+class Lane:
+    """The lane of one gRPC process: ``grpc`` its GrpcV2, ``channel`` a grpc.aio channel to its grpcio
+    server, ``gate`` the bearer token's (service/front/auth.py) or None."""
+
+    def __init__(self, grpc, channel, gate, max_message: int):
+        self.grpc, self.channel, self.gate = grpc, channel, gate
+        self.max_message = max_message
+        self.connections: set[Connection] = set()
+        self.server: asyncio.base_events.Server | None = None
+        # calls answered by the lane on the read's turn, streams it answered itself, calls relayed
+        self.answered = self.streamed = self.relayed = 0
+
+    async def listen(self, host: str, port: int, reuse_port: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: Connection(self), host, port, reuse_port=reuse_port)
+
+    def authorized(self, headers) -> bool:
+        if self.gate is None:
+            return True
+        for k, v in headers:
+            if k == b"authorization":
+                return self.gate.check(v)
+        return False
+
+    async def close(self, timeout: float) -> None:
+        """Stop accepting; GOAWAY's notice to every connection, its final GOAWAY once its streams
+        have ended (at most ``timeout`` s), then close."""
+        if self.server is not None:
+            self.server.close()
+        for c in list(self.connections):
+            c.shutdown()
+        end = asyncio.get_running_loop().time() + timeout
+        while any(c.streams or c.s.open_streams for c in self.connections):
+            if asyncio.get_running_loop().time() > end:
+                break
+            await asyncio.sleep(0.01)
+        for c in list(self.connections):
+            c.goaway()
+        log.info(
+            "grpc lane: %d calls answered by the lane, %d streams of its own, %d relayed to grpcio",
+            self.answered,
+            self.streamed,
+            self.relayed,
+        )
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, lane: Lane):
+        self.lane = lane
+        self.streams: dict = {}  # stream id -> Relay or OwnStream: data(), end(), cancel()
+        self.t: asyncio.Transport | None = None
+        self.paused = False
+        self.s = _h2.Session(UNARY, lane.max_message + 5, MAX_STREAMS, WINDOW)
+
+    def connection_made(self, transport) -> None:
+        self.t = transport
+        self.lane.connections.add(self)
+        self.flush()  # the server's SETTINGS
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.s.recv(data)
+        except _h2.Error as e:  # a connection error: nghttp2 queued its GOAWAY
+            log.debug("grpc lane: closing a connection: %s", e)
+            self.flush()
+            self.t.close()
+            return
+        for ev in events:
+            kind = ev[0]
+            if kind == "call":
+                self._call(*ev[1:])
+                continue
+            if kind == "open":
+                self._open(*ev[1:])
+                continue
+            st = self.streams.get(ev[1])
+            if st is None:
+                continue
+            if kind == "data":
+                st.data(ev[2])
+            elif kind == "end":
+                st.end()
+            elif kind == "closed":  # reset by the client: its call is cancelled
+                self.streams.pop(ev[1], None)
+                st.cancel()
+        self.flush()
+
+    def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
+        over = total > len(body)
+        if path == MODEL_INFER and not over and self._answer(sid, headers, body):
+            return
+        r = self._relay(sid, path, headers)
+        if (
+            over
+        ):  # grpcio's refusal of a message over its limit, in its words (the prefix is not the message's)
+            r.refuse(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large(total - 5, self.lane.max_message))
+            return
+        r.data(body)
+        r.end()
+
+    def _answer(self, sid: int, headers, body: bytes) -> bool:
+        """ModelInfer answered now by a learnt template, or False: the call goes to grpcio."""
+        if len(body) < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != len(body) - 5:
+            return False  # compressed, or not one whole message
+        if not self.lane.authorized(headers):
+            return False  # grpcio refuses it, in its words
+        out = self.lane.grpc.infer_now(body[5:])
+        if out is None:
+            return False
+        self.s.answer(sid, (), out)
+        self.lane.answered += 1
+        return True
+
+    def _open(self, sid: int, path: bytes, headers) -> None:
+        """A stream given as it comes: ModelStreamInfer with a right token is the lane's own."""
+        if path == STREAM_INFER and self.lane.authorized(headers):
+            self.streams[sid] = OwnStream(self, sid, metadata(headers)[1], self.lane.max_message)
+            self.lane.streamed += 1
+        else:
+            self._relay(sid, path, headers)
+
+    def _relay(self, sid: int, path: bytes, headers) -> Relay:
+        r = Relay(self, sid, path, headers, self.lane.max_message)
+        self.lane.relayed += 1
+        self.streams[sid] = r
+        r.task.add_done_callback(lambda _t, sid=sid: self.streams.pop(sid, None))
+        return r
+
+    def flush(self) -> None:
+        if self.t is None or self.paused or self.t.is_closing():
+            return
+        try:
+            out = self.s.send()
+        except _h2.Error as e:
+            log.debug("grpc lane: closing a connection: %s", e)
+            self.t.close()
+            return
+        if out:
+            self.t.write(out)
+        if self.s.done:
+            self.t.close()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.t.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.t.resume_reading()
+        self.flush()
+
+    def shutdown(self) -> None:
+        self.s.shutdown()
+        self.flush()
+
+    def goaway(self) -> None:
+        self.s.goaway()
+        self.flush()
+        if self.t is not None:
+            self.t.close()
+
+    def connection_lost(self, exc) -> None:
+        self.lane.connections.discard(self)
+        for st in self.streams.values():
+            st.cancel()
+        self.streams.clear()

@@ -1,0 +1,187 @@
+"""A call the gRPC lane does not answer, relayed to the process's grpcio server (service/grpclane).
+
+Each such stream becomes one call on a grpc.aio channel to the private socket, as a stream-stream
+call of raw messages whatever the method (gRPC's wire form is the same for every kind: a unary
+method gets its one message and the half-close, and grpcio answers a unary method sent none or two
+exactly as it would answer the client). What crosses: the request's metadata (its custom headers,
+``-bin`` ones base64-decoded), its deadline (``grpc-timeout``, 50 ms later: grpcio behind judges
+it as it would alone, never the relay's own timer first; the client's timer is its own), its
+messages (decompressed where the client compressed them: gzip, deflate) and its half-close;
+back: the initial metadata, each response message, the status, its message and the trailing
+metadata; a client's RST_STREAM cancels the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import urllib.parse
+import zlib
+
+import grpc
+
+# Request headers that are HTTP/2's or gRPC's own, not the call's metadata (grpcio sets its own)
+NOT_METADATA = frozenset(
+    (
+        b"te",
+        b"content-type",
+        b"user-agent",
+        b"grpc-timeout",
+        b"grpc-encoding",
+        b"grpc-accept-encoding",
+        b"content-length",
+        b"host",
+    )
+)
+_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+_ZLIB = {b"gzip": 31, b"deflate": 15}  # wbits: gzip's header, zlib's
+DEADLINE_SLACK_S = 0.05
+GRPC_HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+
+
+def deadline(value: bytes | None) -> float | None:
+    """Seconds of a ``grpc-timeout`` value (at most 8 digits, then H M S m u n), or None."""
+    if value is None or not (2 <= len(value) <= 9) or not value[:-1].isdigit() or value[-1:] not in _UNITS:
+        return None
+    return int(value[:-1]) * _UNITS[value[-1:]]
+
+
+def metadata(headers) -> tuple[list, dict]:
+    """(the call's metadata for grpc.aio, {name: value} of the protocol's own headers)."""
+    md, own = [], {}
+    for k, v in headers:
+        if k[:1] == b":" or k in NOT_METADATA:
+            own.setdefault(k, v)
+        elif k.endswith(b"-bin"):
+            md.append((k.decode("ascii"), base64.b64decode(v + b"=" * (-len(v) % 4))))
+        else:
+            md.append((k.decode("ascii"), v.decode("latin-1")))
+    return md, own
+
+
+def wire_metadata(md) -> list:
+    """grpc.aio metadata as header pairs (``-bin`` values base64 without padding)."""
+    out = []
+    for k, v in md or ():
+        if k.endswith("-bin"):
+            out.append((k.encode(), base64.b64encode(v if isinstance(v, bytes) else v.encode()).rstrip(b"=")))
+        else:
+            out.append((k.encode(), v.encode("latin-1") if isinstance(v, str) else v))
+    return out
+
+
+def status_trailers(code: grpc.StatusCode, details: str | None, md) -> list:
+    out = [(b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        out.append(
+            (b"grpc-message", urllib.parse.quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())
+        )
+    return out + wire_metadata(md)
+
+
+def too_large(n: int, limit: int) -> str:
+    """grpcio's own refusal of a request message over ``grpc.max_receive_message_length``."""
+    return f"SERVER: Received message larger than max ({n} vs. {limit})"
+
+
+class Messages:
+    """A stream's request bytes, as gRPC messages: 5-byte prefix (compressed flag, length), then
+    the message. ``feed`` returns the whole messages so far (decompressed), or raises ValueError."""
+
+    def __init__(self, encoding: bytes | None, max_message: int):
+        self.buf = bytearray()
+        self.encoding, self.max_message = encoding, max_message
+
+    def feed(self, data) -> list[bytes]:
+        self.buf += data
+        out = []
+        while len(self.buf) >= 5:
+            n = int.from_bytes(self.buf[1:5], "big")
+            if n > self.max_message:
+                raise ValueError(too_large(n, self.max_message))
+            if len(self.buf) < 5 + n:
+                break
+            flag, msg = self.buf[0], bytes(self.buf[5 : 5 + n])
+            del self.buf[: 5 + n]
+            if flag:
+                wbits = _ZLIB.get(self.encoding or b"")
+                if wbits is None:
+                    raise ValueError(f"a compressed message in grpc-encoding {self.encoding!r}")
+                msg = zlib.decompressobj(wbits).decompress(msg, self.max_message + 1)
+                if len(msg) > self.max_message:
+                    raise ValueError(too_large(len(msg), self.max_message))
+            out.append(msg)
+        return out
+
+
+class Relay:
+    """One stream relayed to grpcio. ``conn`` is the lane's connection (lane.Connection: its
+    session ``s`` and ``flush()``); the task ends when grpcio's answer has been handed to it."""
+
+    def __init__(self, conn, sid: int, path: bytes, headers, max_message: int):
+        self.conn, self.sid = conn, sid
+        self.md, own = metadata(headers)
+        # the client's deadline, and a little: grpcio behind then judges the deadline as it would
+        # alone (it answers a quick method even past it), and the relay's own timer never fires first
+        t = deadline(own.get(b"grpc-timeout"))
+        self.timeout = None if t is None else t + DEADLINE_SLACK_S
+        self.messages = Messages(own.get(b"grpc-encoding"), max_message)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.path = path.decode("latin-1")
+        self.task = asyncio.ensure_future(self._run())
+
+    def data(self, chunk) -> None:
+        try:
+            for m in self.messages.feed(chunk):
+                self.queue.put_nowait(m)
+        except ValueError as e:
+            self.refuse(
+                grpc.StatusCode.RESOURCE_EXHAUSTED if "larger" in str(e) else grpc.StatusCode.INTERNAL, str(e)
+            )
+
+    def end(self) -> None:
+        self.queue.put_nowait(None)
+
+    def cancel(self) -> None:
+        self.task.cancel()
+
+    def refuse(self, code: grpc.StatusCode, message: str) -> None:
+        """A status now, from the lane itself (grpcio never sees the call)."""
+        self.task.cancel()
+        self.conn.s.only(self.sid, [*GRPC_HEAD, *status_trailers(code, message, ())])
+        self.conn.flush()
+
+    async def _requests(self):
+        while (m := await self.queue.get()) is not None:
+            yield m
+
+    async def _run(self) -> None:
+        s, sid = self.conn.s, self.sid
+        call = self.conn.lane.channel.stream_stream(self.path)(
+            self._requests(), metadata=self.md or None, timeout=self.timeout
+        )
+        started = False
+        try:
+            try:
+                async for m in call:
+                    if not started:
+                        started = s.start(sid, [*GRPC_HEAD, *wire_metadata(await call.initial_metadata())])
+                    n = len(m)
+                    s.write(sid, n.to_bytes(5, "big") + m)  # flag 0: the lane sends uncompressed
+                    self.conn.flush()
+                code, details, trailing = (
+                    await call.code(),
+                    await call.details(),
+                    await call.trailing_metadata(),
+                )
+            except grpc.aio.AioRpcError as e:
+                code, details, trailing = e.code(), e.details(), e.trailing_metadata()
+            if started:
+                s.finish(sid, status_trailers(code, details, trailing))
+            else:
+                initial = await call.initial_metadata() if code == grpc.StatusCode.OK else ()
+                s.only(sid, [*GRPC_HEAD, *wire_metadata(initial), *status_trailers(code, details, trailing)])
+            self.conn.flush()
+        except asyncio.CancelledError:
+            call.cancel()
+            raise

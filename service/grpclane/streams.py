@@ -1,0 +1,104 @@
+"""A ModelStreamInfer stream the gRPC lane answers itself (service/grpclane).
+
+Each request message gets its response message in order, as grpcio's ModelStreamInfer gives them
+(GrpcV2.stream_answer: a refused one's carries ``error_message`` and the stream goes on). A message
+a learnt template answers at once (GrpcV2.stream_now) is answered on the read's own turn of the
+loop, while no message before it is still being answered; any other is answered in order by the
+stream's task through the same ``stream_answer`` grpcio's handler runs, so the process goes on
+learning. The half-close ends the stream with ``grpc-status: 0`` once every answer is out; a
+``grpc-timeout`` that passes first ends it with DEADLINE_EXCEEDED, as grpcio does; a message over
+the request limit ends it with grpcio's RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import grpc
+
+from posenc.service.grpclane.relay import GRPC_HEAD, Messages, deadline, status_trailers
+
+
+class OwnStream:
+    def __init__(self, conn, sid: int, own: dict, max_message: int):
+        self.conn, self.sid, self.grpc = conn, sid, conn.lane.grpc
+        self.messages = Messages(own.get(b"grpc-encoding"), max_message)
+        self.pending: collections.deque = collections.deque()  # messages waiting for the task, in order
+        self.task: asyncio.Task | None = None
+        self.started = self.half_closed = self.done = False
+        t = deadline(own.get(b"grpc-timeout"))
+        loop = asyncio.get_running_loop()
+        self.timer = None if t is None else loop.call_later(t, self._expire)
+
+    def data(self, chunk) -> None:
+        try:
+            msgs = self.messages.feed(chunk)
+        except ValueError as e:
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if "larger" in str(e) else grpc.StatusCode.INTERNAL
+            self._end(code, str(e))
+            return
+        for m in msgs:
+            if self.done:
+                return
+            out = None if self.pending or self.task is not None else self.grpc.stream_now(m)
+            if out is not None:
+                self._write(out)
+            else:
+                self.pending.append(m)
+        if self.pending and self.task is None:
+            self.task = asyncio.ensure_future(self._answer_pending())
+
+    def end(self) -> None:
+        self.half_closed = True
+        if not self.pending and self.task is None:
+            self._end(grpc.StatusCode.OK, None)
+
+    def cancel(self) -> None:
+        """Reset by the client: nothing more is sent."""
+        self.done = True
+        self._stop()
+
+    async def _answer_pending(self) -> None:
+        try:
+            while self.pending and not self.done:
+                out = await self.grpc.stream_answer(self.pending.popleft())
+                if not self.done:
+                    self._write(out)
+                    self.conn.flush()
+        finally:
+            self.task = None
+        if self.half_closed and not self.done:
+            self._end(grpc.StatusCode.OK, None)
+            self.conn.flush()
+
+    def _write(self, message: bytes) -> None:
+        s = self.conn.s
+        if not self.started:
+            self.started = True
+            s.start(self.sid, list(GRPC_HEAD))
+        s.write(self.sid, len(message).to_bytes(5, "big") + message)
+
+    def _end(self, code: grpc.StatusCode, details: str | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._stop()
+        trailers = status_trailers(code, details, ())
+        if self.started:
+            self.conn.s.finish(self.sid, trailers)
+        else:
+            self.conn.s.only(self.sid, [*GRPC_HEAD, *trailers])
+        self.conn.streams.pop(self.sid, None)
+
+    def _expire(self) -> None:
+        self.timer = None
+        self._end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        self.conn.flush()
+
+    def _stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.task is not None:
+            self.task.cancel()

@@ -1,0 +1,110 @@
+"""Coverage-guided fuzz of the gRPC lane's HTTP/2 session (service/grpclane/_h2.c, on libnghttp2):
+the input is what a client sends after the connection preface, fed to a server Session in chunks
+(byte 0 picks the chunk size), and every stream the session reports is answered as the lane
+answers (a whole unary answer, headers then DATA then trailers, a Trailers-Only refusal, a reset,
+writes to a stream already gone), with send() after each read. Besides ASan and UBSan: every
+event has its documented shape, a unary body is cut at the session's limit with its true length
+given, and a stream ended or reset is never reported again.
+
+    python -m tests.fuzz.fuzz_h2 tests/fuzz/corpus/h2
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+UNARY = frozenset([b"/inference.GRPCInferenceService/ModelInfer", b"/u"])
+MAX_MESSAGE = 100
+CHUNKS = (1, 7, 64, 1 << 20)
+
+
+def _session_module():
+    path = os.environ.get("POSENC_FUZZ_H2")
+    if not path:
+        from posenc.service.grpclane import _h2
+
+        return _h2
+    spec = importlib.util.spec_from_file_location("posenc.service.grpclane._h2", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+h2 = _session_module()
+
+
+def _answer(s, ev, k: int) -> None:
+    sid = ev[1]
+    way = (sid + k) % 5
+    if way == 0:
+        s.answer(sid, [(b"x-a", b"1")] if k & 1 else (), b"m" * (k % 300))
+    elif way == 1:
+        s.start(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        s.write(sid, b"\0\0\0\0\3abc" * (1 + k % 50000 // 1000))
+        s.finish(sid, [(b"grpc-status", b"0")])
+    elif way == 2:
+        s.only(sid, [(b":status", b"200"), (b"grpc-status", b"3"), (b"grpc-message", b"bad%20x")])
+    elif way == 3:
+        s.reset(sid, 8)
+    else:
+        s.start(sid, [(b":status", b"200")])  # left open: written to later, or never
+    assert s.write(sid, b"late") in (True, False) and s.reset(sid, 2) in (True, False)
+
+
+def one_input(data: bytes) -> None:
+    if not data:
+        return
+    size, rest = CHUNKS[data[0] & 3], data[1:]
+    s = h2.Session(UNARY, MAX_MESSAGE, 16, 65535)
+    gone: set[int] = set()
+    k = 0
+    stream = PREFACE + rest
+    for at in range(0, len(stream), size):
+        try:
+            events = s.recv(stream[at : at + size])
+        except h2.Error:
+            s.send()  # nghttp2's GOAWAY
+            break
+        for ev in events:
+            kind, sid = ev[0], ev[1]
+            assert isinstance(sid, int) and sid > 0 and sid % 2 == 1, ev
+            assert sid not in gone, ev
+            if kind == "call":
+                _, _, path, headers, body, total = ev
+                assert path in UNARY and type(body) is bytes and len(body) <= MAX_MESSAGE, ev
+                assert total == len(body) or (total > len(body) == MAX_MESSAGE), ev
+                assert all(type(n) is bytes and type(v) is bytes for n, v in headers), ev
+                _answer(s, ev, k)
+            elif kind == "open":
+                assert ev[2] not in UNARY and type(ev[3]) is list, ev
+                _answer(s, ev, k)
+            elif kind == "data":
+                assert type(ev[2]) is bytes, ev
+            elif kind in ("end", "closed"):
+                if kind == "closed":
+                    gone.add(sid)
+                    assert s.write(sid, b"x") is False
+            else:
+                raise AssertionError(ev)
+            k += 1
+        try:
+            s.send()
+        except h2.Error:
+            break
+    assert isinstance(s.done, bool) and s.open_streams >= 0
+    s.shutdown()
+    s.goaway()
+    try:
+        s.send()
+    except h2.Error:
+        pass
+
+
+if __name__ == "__main__":
+    import atheris  # here: tests/fuzz/test_corpus.py replays one_input without it
+
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()

@@ -1,0 +1,413 @@
+"""The gRPC lane (service/grpclane) against grpcio alone: two ``posenc serve`` of one config and
+one bearer token, one with the lane (``--grpc-lane auto``) and one without (``off``), sent the same
+calls by the real tritonclient and grpcio clients and by raw HTTP/2 frames (tests/integration/
+h2_client.py). Every answer's bytes, every status and every message must be the same on both;
+what only the lane has (it answers learnt calls itself, resets, a client that stops reading,
+GOAWAY at SIGTERM) is checked on it alone. The rest of the KServe suite runs on the lane too
+(it is the default where it is built)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from posenc.service import grpclane
+from posenc.service.v2.proto import grpc_service_pb2 as pb
+from tests.integration.h2_client import H2
+from tests.integration.kserve_cases import V2_CONFIG, infer, split, wait_grpc_ready
+from tests.procs import Procs, child_env, wait_for
+from tests.service_cases import REQUEST_IDS, REQUESTS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        grpclane._h2 is None, reason="service/grpclane/_h2 is not built (no libnghttp2 headers)"
+    ),
+]
+TOKEN = "lane-test-token_0123456789"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+MAX_BODY = 1 << 20  # a small request limit, so that a message over it is cheap to send
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+LANE_LINE = re.compile(
+    r"grpc lane: (\d+) calls answered by the lane, (\d+) streams of its own, (\d+) relayed"
+)
+
+
+def _serve(reg: Procs, lane: str):
+    env = child_env({"POSENC_AUTH_TOKEN": TOKEN, "POSENC_MAX_BODY_BYTES": str(MAX_BODY)})
+    s = reg.serve(
+        V2_CONFIG,
+        workers=1,
+        grpc=True,
+        env=env,
+        args=["--grpc-lane", lane, "--grpc-workers", "1", "--log-level", "info"],
+    )
+    c = grpcclient.InferenceServerClient(s.grpc_url)
+
+    def ready():
+        try:
+            return c.is_server_ready(headers=AUTH)
+        except InferenceServerException:
+            return False
+
+    def check():
+        if not s.alive():
+            raise AssertionError(f"posenc serve exited\n{s.output()}")
+
+    try:
+        wait_for(ready, 60, 0.1, "gRPC ServerReady", check)
+    except BaseException:
+        s.stop()
+        raise
+    finally:
+        c.close()
+    return s
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    reg = Procs(tmp_path_factory.mktemp("grpc-lane"))
+    servers = []
+    try:
+        servers.append(_serve(reg, "auto"))
+        servers.append(_serve(reg, "off"))
+        yield servers
+    finally:
+        for s in servers:
+            assert s.stop() == 0, s.output()
+        reg.cleanup()
+    on, off = servers  # the lane said, at its end, that it answered calls itself; grpcio alone says nothing
+    counts = LANE_LINE.findall(on.output())
+    assert counts and int(counts[-1][0]) > 0 and int(counts[-1][1]) > 0, on.output()[-3000:]
+    assert not LANE_LINE.search(off.output())
+
+
+@pytest.fixture(scope="module")
+def clients(pair):
+    cs = [grpcclient.InferenceServerClient(s.grpc_url) for s in pair]
+    yield cs
+    for c in cs:
+        c.close()
+
+
+def _both(clients, fn):
+    """fn(client) on the lane's server and on grpcio's: (answer, or (status, message) of its error)."""
+    out = []
+    for c in clients:
+        try:
+            out.append(fn(c))
+        except InferenceServerException as e:
+            out.append((e.status(), e.message()))
+    return out
+
+
+def _bytes(r) -> bytes:
+    return r.get_response().SerializeToString()
+
+
+def test_the_servers_say_which_runs_the_lane(pair):
+    import httpx
+
+    on, off = (httpx.get(s.url + "/v1/tables", headers=AUTH, timeout=10).json()["grpc_lane"] for s in pair)
+    assert on.startswith("on (libnghttp2 ") and off.startswith("off (grpc_lane off)"), (on, off)
+
+
+@pytest.mark.parametrize("family, body", REQUESTS, ids=REQUEST_IDS)
+def test_every_family_answers_the_same_bytes(clients, family, body):
+    """Three times each: the full path, its learning, then the template (the lane's own answer)."""
+    spec, arrays = split(family, body)
+    for _ in range(3):
+
+        def call(c):
+            return _bytes(infer_auth(c, family, arrays, spec))
+
+        on, off = _both(clients, call)
+        assert on == off
+
+
+def infer_auth(c, family, arrays, spec, **kw):
+    params = {"spec": json.dumps(spec)}
+    return c.infer(family, _inputs(arrays), parameters=params, headers=AUTH, **kw)
+
+
+def _inputs(arrays):
+    out = []
+    for name, a in arrays.items():
+        i = grpcclient.InferInput(name, list(a.shape), "INT64")
+        i.set_data_from_numpy(a.astype(np.int64))
+        out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("n", [6000, 40000], ids=["inline-3MB", "threaded-20MB"])
+def test_large_answers_cross_flow_control_whole(clients, n):
+    """An answer answered inline (under 8 MiB) and one filled in a thread, many windows each."""
+    arrays = {"positions": np.random.default_rng(n).integers(0, 200_000, n)}
+    for _ in range(3):
+        on, off = _both(clients, lambda c: _bytes(infer_auth(c, "rope", arrays, {"head_dim": 128})))
+        assert on == off and len(on) > n * 128 * 4
+
+
+BAD = {
+    "unknown model": lambda c: c.infer("nope", _inputs({"positions": np.arange(3)}), headers=AUTH),
+    "bad spec": lambda c: infer_auth(c, "rope", {"positions": np.arange(3)}, {"head_dim": -4}),
+    "unknown spec field": lambda c: infer_auth(
+        c, "rope", {"positions": np.arange(3)}, {"head_dim": 8, "x": 1}
+    ),
+    "float positions": lambda c: c.infer(
+        "rope", [_float_input()], parameters={"spec": '{"head_dim": 8}'}, headers=AUTH
+    ),
+    "no token": lambda c: infer(grpcclient, c, "rope", {"positions": np.arange(3)}, {"head_dim": 8}),
+    "wrong token": lambda c: c.infer(
+        "rope", _inputs({"positions": np.arange(3)}), headers={"authorization": "Bearer nope"}
+    ),
+    "answer over the response limit": lambda c: infer_auth(
+        c, "rope", {"positions": np.arange(100_000)}, {"head_dim": 4096}
+    ),
+    "over the request limit": lambda c: infer_auth(
+        c, "rope", {"positions": np.arange(MAX_BODY)}, {"head_dim": 8}
+    ),
+}
+
+
+def _float_input():
+    i = grpcclient.InferInput("positions", [2], "FP32")
+    i.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+    return i
+
+
+@pytest.mark.parametrize("what", BAD)
+def test_every_refusal_is_the_same(clients, what):
+    for _ in range(3):  # before and after the key could be learnt
+        on, off = _both(clients, BAD[what])
+        assert on == off and isinstance(on, tuple), (on, off)
+
+
+def test_metadata_health_and_shared_memory_are_the_same(clients, pair):
+    calls = {
+        "server": lambda c: c.get_server_metadata(headers=AUTH).SerializeToString(),
+        "model": lambda c: c.get_model_metadata("rope", headers=AUTH).SerializeToString(),
+        "named": lambda c: c.get_model_metadata("llama-3.1-8b", headers=AUTH).SerializeToString(),
+        "ready": lambda c: (c.is_server_live(headers=AUTH), c.is_model_ready("rope", headers=AUTH)),
+        "shm": lambda c: c.get_system_shared_memory_status(headers=AUTH).SerializeToString(),
+        "shm refused": lambda c: c.register_system_shared_memory(
+            "r", "/no-such-posenc-region", 64, headers=AUTH
+        ),
+    }
+    for name, fn in calls.items():
+        on, off = _both(clients, fn)
+        assert on == off, name
+    for s in pair:  # the health service: open, no token
+        with grpc.insecure_channel(s.grpc_url) as ch:
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/inference.GRPCInferenceService/RepositoryIndex", "/no.Such/Method", "/grpc.health.v1.Health/Nope"],
+)
+def test_unknown_methods_are_refused_alike(pair, path):
+    out = []
+    for s in pair:
+        with grpc.insecure_channel(s.grpc_url) as ch:
+            try:
+                ch.unary_unary(path)(b"", timeout=10, metadata=tuple(AUTH.items()))
+                out.append("answered")
+            except grpc.RpcError as e:
+                out.append((e.code(), e.details()))
+    assert out[0] == out[1] and out[0] != "answered", out
+
+
+def test_a_stream_answers_the_same_messages_in_order(pair):
+    """ModelStreamInfer (relayed whole): every message's answer, a refused one's error_message among
+    them, in order."""
+    got = []
+    for s in pair:
+        c, q = grpcclient.InferenceServerClient(s.grpc_url), queue.Queue()
+        c.start_stream(callback=lambda result, error, q=q: q.put((result, error)), headers=AUTH)
+        for k in range(6):
+            spec = '{"head_dim": 16}' if k != 3 else '{"head_dim": -1}'
+            c.async_stream_infer(
+                "rope", _inputs({"positions": np.arange(k, k + 4)}), parameters={"spec": spec}
+            )
+        answers = [q.get(timeout=30) for _ in range(6)]
+        c.stop_stream()
+        c.close()
+        got.append([_bytes(r) if e is None else str(e) for r, e in answers])
+    assert got[0] == got[1] and sum(isinstance(a, str) for a in got[0]) == 1, got
+
+
+def test_many_connections_and_streams_at_once(clients, pair):
+    """4 connections x 4 threads x 25 calls of random positions on the lane, each the same bytes as
+    grpcio's answer to the same call."""
+    rng = np.random.default_rng(7)
+    work = [rng.integers(0, 300_000, 5) for _ in range(400)]
+    lane = [grpcclient.InferenceServerClient(pair[0].grpc_url) for _ in range(4)]
+    got: dict[int, bytes] = {}
+
+    def run(k):
+        for i in range(k, len(work), 16):
+            got[i] = _bytes(infer_auth(lane[k % 4], "rope", {"positions": work[i]}, {"head_dim": 64}))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for c in lane:
+        c.close()
+    assert len(got) == len(work)
+    for i in range(0, len(work), 7):
+        assert got[i] == _bytes(infer_auth(clients[1], "rope", {"positions": work[i]}, {"head_dim": 64}))
+
+
+def _message(positions, spec='{"head_dim": 64}') -> bytes:
+    r = pb.ModelInferRequest(model_name="rope")
+    r.inputs.add(name="positions", datatype="INT64", shape=[len(positions)])
+    r.raw_input_contents.append(np.asarray(positions, np.int64).tobytes())
+    r.parameters["spec"].string_param = spec
+    return r.SerializeToString()
+
+
+AUTH_H2 = ((b"authorization", f"Bearer {TOKEN}".encode()),)
+
+
+def _port(s) -> int:
+    return int(s.grpc_url.rsplit(":", 1)[1])
+
+
+def test_deadlines_and_resets(pair):
+    """A nanosecond's grpc-timeout gets the same answer on both (grpcio answers a quick method
+    before it looks at the deadline, OK or DEADLINE_EXCEEDED); a stream the client resets
+    mid-call is dropped and the connection goes on serving."""
+    statuses = []
+    for s in pair:
+        h = H2(_port(s))
+        sid = h.call(
+            "/inference.GRPCInferenceService/ServerMetadata", b"", (*AUTH_H2, (b"grpc-timeout", b"1n"))
+        )
+        statuses.append(h.status(sid))
+        live = h.call(STREAM, _message([1, 2, 3]), AUTH_H2, end=False)
+        deadline = time.monotonic() + 30
+        while not h.streams[live]["data"] and time.monotonic() < deadline:
+            h.pump(0.2)
+        assert h.messages(live), h.streams[live]
+        h.reset(live)
+        sid = h.call(INFER, _message([5, 6]), AUTH_H2)
+        assert h.status(sid) == (0, b"") and len(h.messages(sid)) == 1
+        h.close()
+    assert statuses[0] == statuses[1] and statuses[0][0] in (0, 4), statuses
+
+
+def test_a_client_that_stops_reading_holds_up_no_one(pair, clients):
+    """A connection that never acknowledges DATA (a 64 KiB window) asks for 20 answers of 3 MB; the
+    lane sends each as far as the window allows and serves another client meanwhile."""
+    h = H2(_port(pair[0]), window=65535)
+    h.read_data = False
+    big = _message(np.arange(6000), '{"head_dim": 128}')
+    sids = [h.call(INFER, big, AUTH_H2) for _ in range(20)]
+    h.drain(0.5)
+    for _ in range(20):
+        assert _bytes(infer_auth(clients[0], "rope", {"positions": np.arange(4)}, {"head_dim": 64}))
+    h.drain(1.0)
+    assert not any(h.streams[sid]["ended"] for sid in sids)
+    assert sum(len(h.streams[sid]["data"]) for sid in sids) <= 65535 * 2
+    h.close()
+
+
+def test_sigterm_sends_goaway_and_finishes_the_stream_in_flight(tmp_path):
+    """At SIGTERM the lane sends GOAWAY (an idle connection sees it: no new streams) and lets a
+    stream already open finish: grpcio's client sends its last message after the signal and gets
+    both answers and OK."""
+    reg = Procs(tmp_path)
+    s = reg.serve(V2_CONFIG, workers=1, grpc=True, args=["--grpc-workers", "1"])
+    wait_grpc_ready(s)
+    try:
+        idle = H2(_port(s))
+        go, first = threading.Event(), threading.Event()
+
+        def requests():
+            yield _message([1, 2])
+            first.wait(30)
+            go.wait(30)
+            yield _message([3, 4])
+
+        with grpc.insecure_channel(s.grpc_url) as ch:
+            call = ch.stream_stream(STREAM)(requests(), timeout=60)
+            answers = [next(call)]
+            first.set()
+            s.signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while idle.terminated is None and time.monotonic() < deadline:
+                idle.pump(0.2)
+            assert idle.terminated is not None and idle.terminated.error_code == 0
+            go.set()
+            answers += list(call)
+            assert call.code() == grpc.StatusCode.OK and len(answers) == 2
+        idle.close()
+        assert s.wait(60) == 0, s.logs()
+    finally:
+        s.stop()
+        reg.cleanup()
+
+
+def test_without_the_lane_grpcio_serves_and_says_why(tmp_path):
+    """A gRPC process whose lane cannot load (its library gone: a finder in the process's
+    sitecustomize refuses the module, as the loader refuses a missing libnghttp2) serves every
+    call on grpcio, and /v1/tables and the log say why."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Refuse:\n"
+        "    def create_module(self, spec):\n"
+        "        raise ImportError('libnghttp2.so.14: cannot open shared object file')\n"
+        "    def exec_module(self, module):\n"
+        "        pass\n"
+        "class NoLane:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name != 'posenc.service.grpclane._h2':\n"
+        "            return None\n"
+        "        for f in sys.meta_path:\n"
+        "            spec = f is not self and getattr(f, 'find_spec', None) and f.find_spec(name, path, target)\n"
+        "            if spec:\n"
+        "                spec.loader = Refuse()\n"
+        "                return spec\n"
+        "sys.meta_path.insert(0, NoLane())\n"
+    )
+    reg = Procs(tmp_path)
+    s = reg.serve(
+        V2_CONFIG,
+        workers=1,
+        grpc=True,
+        env=child_env({"PYTHONPATH": str(site)}),
+        args=["--grpc-workers", "1", "--log-level", "info"],
+    )
+    try:
+        wait_grpc_ready(s)
+        c = grpcclient.InferenceServerClient(s.grpc_url)
+        for _ in range(3):
+            r = c.infer("rope", _inputs({"positions": np.arange(4)}), parameters={"spec": '{"head_dim": 8}'})
+            assert r.as_numpy("cos").shape == (4, 8)
+        c.close()
+        import httpx
+
+        why = httpx.get(s.url + "/v1/tables", timeout=10).json()["grpc_lane"]
+        assert why.startswith("built but cannot load") and why.endswith("grpcio serves the port"), why
+    finally:
+        assert s.stop() == 0, s.output()
+        reg.cleanup()
+    assert f"the gRPC lane is {why}" in s.output() and not LANE_LINE.search(s.output())
