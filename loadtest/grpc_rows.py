@@ -14,6 +14,16 @@ from .drivers import h2load
 from .workloads import payloads
 
 
+def lane_of(url: str) -> str | None:
+    """What the server's /v1/tables says of its gRPC lane (service/grpclane): on, or off and why."""
+    import httpx
+
+    try:
+        return httpx.get(url + "/v1/tables", timeout=10).json().get("grpc_lane")
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 def kserve_row(target: str, cfg: dict, args, out: str, cpus_s, cpus_c, guard, log) -> dict:
     """The report's gRPC rows: the decode RoPE row as a KServe v2 ModelInfer, h2load (C) on posenc's
     gRPC server and on the two gRPC floors answering posenc's bytes (grpcio's asyncio server,

@@ -327,6 +327,7 @@ def cmd_report(args) -> int:
             res["grpc"] = grpc_rows.kserve_row(
                 res["server"]["grpc"], cfg, args, out, cpus_s, cpus_c, guard, _log
             )
+            res["grpc"]["lane"] = grpc_rows.lane_of(res["server"]["url"])
 
         # 5. locust on the whole mix -----------------------------------------------------------------
         if args.locust_time > 0:

@@ -202,10 +202,13 @@ def markdown(res: dict, f: dict) -> str:
         L.append(
             "| target | streams | requests/s | p50 µs | p99 µs | others' CPU |\n|---|---|---|---|---|---|"
         )
+        lane = g.get("lane")
+        if lane:
+            L.append(f"posenc's gRPC lane (service/grpclane): {lane}.\n")
         names = {
             "floor": "grpcio asyncio floor",
             "sync_floor": "grpcio sync floor",
-            "posenc": "posenc (gRPC)",
+            "posenc": "posenc (gRPC lane)" if (lane or "").startswith("on") else "posenc (gRPC, grpcio)",
         }
         for load in ("rtt", "max"):
             for who, label in names.items():
