@@ -32,6 +32,8 @@
  *   goaway()                 the final GOAWAY with the last stream processed
  *   done                     True when nghttp2 wants neither to read nor to write: close
  *   open_streams             the streams open now
+ *   buffered                 response bytes written here that nghttp2 has not yet taken (they
+ *                            wait for the client's flow-control windows), all streams together
  * Each of start/write/finish/answer/only/reset returns False when the stream is gone (closed by
  * the client meanwhile): there is nothing to answer.
  */
@@ -91,6 +93,7 @@ typedef struct {
     size_t max_message;
     int failed;        /* a Python error inside a callback: recv() raises it */
     long open;         /* streams begun and not closed */
+    size_t buffered;   /* response bytes written here and not yet handed to nghttp2, all streams */
 } Session;
 
 static void stream_free(Stream *st) {
@@ -212,6 +215,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
     self->open--;
     int rc = 0;
     if (st->told && !st->ended) rc = event(self, Py_BuildValue("(siI)", "closed", id, code));
+    self->buffered -= st->out.len - st->out.off;
     stream_free(st);
     return rc;
 }
@@ -219,13 +223,14 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
 static ssize_t read_out(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
                         nghttp2_data_source *src, void *ud) {
     (void)src;
-    (void)ud;
+    Session *self = ud;
     Stream *st = nghttp2_session_get_stream_user_data(s, id);
     if (st == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     size_t n = st->out.len - st->out.off;
     if (n > length) n = length;
     memcpy(buf, st->out.p + st->out.off, n);
     st->out.off += n;
+    self->buffered -= n;
     if (st->out.off < st->out.len) return (ssize_t)n;
     if (!st->finishing) {
         if (n > 0) return (ssize_t)n;
@@ -358,6 +363,7 @@ static PyObject *Session_write(Session *self, PyObject *args) {
         PyBuffer_Release(&data);
         return PyErr_NoMemory();
     }
+    if (ok) self->buffered += (size_t)data.len;
     PyBuffer_Release(&data);
     if (ok) resume(self, st);
     return PyBool_FromLong(ok);
@@ -396,10 +402,16 @@ static PyObject *Session_answer(Session *self, PyObject *args) {
     }
     uint32_t len = (uint32_t)msg.len;
     uint8_t prefix[5] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
-    if (buf_add(&st->out, prefix, 5) < 0 || buf_add(&st->out, msg.buf, len) < 0) {
+    if (buf_add(&st->out, prefix, 5) < 0) {
         PyBuffer_Release(&msg);
         return PyErr_NoMemory();
     }
+    self->buffered += 5;
+    if (buf_add(&st->out, msg.buf, len) < 0) {
+        PyBuffer_Release(&msg);
+        return PyErr_NoMemory();
+    }
+    self->buffered += len;
     PyBuffer_Release(&msg);
     if (set_trailers(st, EMPTY, OK_TRAILER) < 0) return NULL;
     size_t n;
@@ -498,6 +510,11 @@ static PyObject *Session_get_open(Session *self, void *c) {
     return PyLong_FromLong(self->open);
 }
 
+static PyObject *Session_get_buffered(Session *self, void *c) {
+    (void)c;
+    return PyLong_FromSize_t(self->buffered);
+}
+
 static int Session_init(Session *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"unary", "max_message", "max_streams", "window", NULL};
     PyObject *unary;
@@ -568,6 +585,7 @@ static PyMethodDef Session_methods[] = {
 static PyGetSetDef Session_getset[] = {
     {"done", (getter)Session_get_done, NULL, "nghttp2 wants neither to read nor to write", NULL},
     {"open_streams", (getter)Session_get_open, NULL, "the streams open now", NULL},
+    {"buffered", (getter)Session_get_buffered, NULL, "response bytes waiting for the client's windows", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -2,13 +2,15 @@
 
 Per read: the session's events, then one write of every frame they made. A ``call`` event of
 ``ModelInfer`` (the whole unary request, buffered in C) whose message is one uncompressed gRPC
-message, with a right token where one is configured, goes to ``GrpcV2.answer_now``; its answer is
-handed back whole (``Session.answer``: HEADERS, DATA, the ``grpc-status: 0`` trailer). Every other
-stream, and a ModelInfer the shortcut declines, is relayed to grpcio (relay.py).
+message, with a right token where one is configured, goes to ``GrpcV2.infer_now``; its answer is
+handed back whole (``Session.answer``: HEADERS, DATA, the ``grpc-status: 0`` trailer). A
+ModelStreamInfer with a right token is the lane's own (streams.py). Every other stream, and a
+ModelInfer the shortcut declines, is relayed to grpcio (relay.py).
 
 Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow, so a client that
-stops reading holds at most a window's bytes of the transport's buffer; while the transport's
-buffer is over its high-water mark the connection stops reading too. ``Lane.close`` is the
+stops reading holds at most a window's bytes of the transport's buffer, and the answers waiting
+behind its windows are bounded (``Lane.max_buffered``: past it, new calls are refused as busy);
+while the transport's buffer is over its high-water mark the connection stops reading too. ``Lane.close`` is the
 graceful end: GOAWAY's notice at once, the final GOAWAY when the streams in flight have ended (or
 the shutdown timeout has passed), then the connections close.
 """
@@ -20,8 +22,9 @@ import logging
 
 import grpc
 
+from posenc.engine.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2
-from posenc.service.grpclane.relay import Relay, metadata, too_large
+from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
 
@@ -38,9 +41,12 @@ class Lane:
     """The lane of one gRPC process: ``grpc`` its GrpcV2, ``channel`` a grpc.aio channel to its grpcio
     server, ``gate`` the bearer token's (service/front/auth.py) or None."""
 
-    def __init__(self, grpc, channel, gate, max_message: int):
+    def __init__(self, grpc, channel, gate, max_message: int, max_buffered: int):
         self.grpc, self.channel, self.gate = grpc, channel, gate
         self.max_message = max_message
+        # response bytes a connection may hold for a client that does not read them (Session.buffered):
+        # past it, its new calls are refused (busy) until it reads
+        self.max_buffered = max_buffered
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         # calls answered by the lane on the read's turn, streams it answered itself, calls relayed
@@ -121,7 +127,23 @@ class Connection(asyncio.Protocol):
                 st.cancel()
         self.flush()
 
+    def _busy(self, sid: int) -> bool:
+        """A new call on a connection whose client leaves over ``max_buffered`` bytes of answers
+        unread is refused at once (RESOURCE_EXHAUSTED), as the Admission refuses a call past its
+        bounds: the lane never holds more than that, plus one answer, for a client that stops reading."""
+        n = self.s.buffered
+        if n <= self.lane.max_buffered:
+            return False
+        message = (
+            f"server busy: {n} bytes of answers wait for this connection's client to read them, over "
+            f"{self.lane.max_buffered} ({ENV_PREFIX}MAX_RESPONSE_BYTES); read them, or retry later"
+        )
+        self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
+        return True
+
     def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
+        if self._busy(sid):
+            return
         over = total > len(body)
         if path == MODEL_INFER and not over and self._answer(sid, headers, body):
             return
@@ -149,6 +171,8 @@ class Connection(asyncio.Protocol):
 
     def _open(self, sid: int, path: bytes, headers) -> None:
         """A stream given as it comes: ModelStreamInfer with a right token is the lane's own."""
+        if self._busy(sid):
+            return
         if path == STREAM_INFER and self.lane.authorized(headers):
             self.streams[sid] = OwnStream(self, sid, metadata(headers)[1], self.lane.max_message)
             self.lane.streamed += 1
