@@ -108,24 +108,29 @@ class Connection(asyncio.Protocol):
             self.t.close()
             return
         for ev in events:
-            kind = ev[0]
-            if kind == "call":
-                self._call(*ev[1:])
-                continue
-            if kind == "open":
-                self._open(*ev[1:])
-                continue
-            st = self.streams.get(ev[1])
-            if st is None:
-                continue
-            if kind == "data":
-                st.data(ev[2])
-            elif kind == "end":
-                st.end()
-            elif kind == "closed":  # reset by the client: its call is cancelled
+            try:
+                self._event(ev)
+            except Exception:  # the lane's own fault: that stream is reset, the connection goes on
+                log.exception("grpc lane: a %s event of stream %d failed", ev[0], ev[1])
                 self.streams.pop(ev[1], None)
-                st.cancel()
+                self.s.reset(ev[1], 2)  # INTERNAL_ERROR
         self.flush()
+
+    def _event(self, ev: tuple) -> None:
+        kind = ev[0]
+        if kind == "call":
+            self._call(*ev[1:])
+        elif kind == "open":
+            self._open(*ev[1:])
+        elif (st := self.streams.get(ev[1])) is None:
+            pass
+        elif kind == "data":
+            st.data(ev[2])
+        elif kind == "end":
+            st.end()
+        elif kind == "closed":  # reset by the client: its call is cancelled
+            self.streams.pop(ev[1], None)
+            st.cancel()
 
     def _busy(self, sid: int) -> bool:
         """A new call on a connection whose client leaves over ``max_buffered`` bytes of answers

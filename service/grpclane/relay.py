@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import urllib.parse
 import zlib
 
 import grpc
+
+log = logging.getLogger("posenc.service")
 
 # Request headers that are HTTP/2's or gRPC's own, not the call's metadata (grpcio sets its own)
 NOT_METADATA = frozenset(
@@ -185,3 +188,8 @@ class Relay:
         except asyncio.CancelledError:
             call.cancel()
             raise
+        except Exception:  # the lane's own fault, never the client's: the stream is reset, the rest goes on
+            log.exception("grpc lane: relaying %s failed", self.path)
+            call.cancel()
+            s.reset(sid, 2)  # INTERNAL_ERROR
+            self.conn.flush()
