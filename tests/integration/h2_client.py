@@ -134,6 +134,12 @@ class H2:
             data = data[5 + n :]
         return out
 
+    def __enter__(self) -> H2:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         try:
             self.c.close_connection()

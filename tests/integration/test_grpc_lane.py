@@ -304,46 +304,53 @@ def test_deadlines_and_resets(pair):
     mid-call is dropped and the connection goes on serving."""
     statuses = []
     for s in pair:
-        h = H2(_port(s))
-        sid = h.call(
-            "/inference.GRPCInferenceService/ServerMetadata", b"", (*AUTH_H2, (b"grpc-timeout", b"1n"))
-        )
-        statuses.append(h.status(sid))
-        live = h.call(STREAM, _message([1, 2, 3]), AUTH_H2, end=False)
-        deadline = time.monotonic() + 30
-        while not h.streams[live]["data"] and time.monotonic() < deadline:
-            h.pump(0.2)
-        assert h.messages(live), h.streams[live]
-        h.reset(live)
-        sid = h.call(INFER, _message([5, 6]), AUTH_H2)
-        assert h.status(sid) == (0, b"") and len(h.messages(sid)) == 1
-        h.close()
+        with H2(_port(s)) as h:
+            sid = h.call(
+                "/inference.GRPCInferenceService/ServerMetadata", b"", (*AUTH_H2, (b"grpc-timeout", b"1n"))
+            )
+            statuses.append(h.status(sid))
+            live = h.call(STREAM, _message([1, 2, 3]), AUTH_H2, end=False)
+            deadline = time.monotonic() + 30
+            while not h.streams[live]["data"] and time.monotonic() < deadline:
+                h.pump(0.2)
+            assert h.messages(live), h.streams[live]
+            h.reset(live)
+            sid = h.call(INFER, _message([5, 6]), AUTH_H2)
+            assert h.status(sid) == (0, b"") and len(h.messages(sid)) == 1
     assert statuses[0] == statuses[1] and statuses[0][0] in (0, 4), statuses
 
 
 def test_a_client_that_stops_reading_holds_up_no_one(pair, clients):
     """A connection that never acknowledges DATA (64 KiB windows) asks for 30 learnt answers of 6 MB:
     the lane sends each as far as the windows allow, keeps at most the response limit (64 MiB) of
-    them waiting and refuses the calls past it as busy, and serves another client meanwhile."""
+    its own answers waiting and refuses the calls past it as busy, and serves another client
+    meanwhile. Where the shortcut is off (the numpy backend) every call is grpcio's, relayed: they
+    all wait, as they do on grpcio alone (grpcio bounds its calls while they run, not after)."""
+    import httpx
+
+    shortcut = httpx.get(pair[0].url + "/v1/tables", headers=AUTH, timeout=10).json()["shortcut"]
     big = _message(np.arange(6000), '{"head_dim": 128}')
-    for _ in range(3):  # learnt (the full path answers it twice), then the lane's own
+    for _ in range(6):  # learnt at the full path's second answer once its table is mapped
         size = len(grpc_call_raw(pair[0], INFER, big))
-    h = H2(_port(pair[0]), window=65535)
-    h.read_data = False
-    sids = [h.call(INFER, big, AUTH_H2) for _ in range(30)]
-    h.drain(0.5)
-    for _ in range(20):
-        assert _bytes(infer_auth(clients[0], "rope", {"positions": np.arange(4)}, {"head_dim": 64}))
-    h.drain(1.0)
-    busy = [sid for sid in sids if h.streams[sid]["ended"]]
-    waiting = [sid for sid in sids if not h.streams[sid]["ended"]]
-    fits = (64 << 20) // size  # answers within the limit; the one that crosses it is taken too
-    assert fits <= len(waiting) <= fits + 2 and busy, (size, len(waiting), len(busy))
-    for sid in busy:
-        code, message = h.status(sid)
-        assert code == 8 and message.startswith(b"server busy: ") and b"MAX_RESPONSE_BYTES" in message
-    assert sum(len(h.streams[sid]["data"]) for sid in sids) <= 65535 * 2
-    h.close()
+        time.sleep(0.1)
+    with H2(_port(pair[0]), window=65535) as h:
+        h.read_data = False
+        sids = [h.call(INFER, big, AUTH_H2) for _ in range(30)]
+        h.drain(0.5)
+        for _ in range(20):
+            assert _bytes(infer_auth(clients[0], "rope", {"positions": np.arange(4)}, {"head_dim": 64}))
+        h.drain(1.0)
+        busy = [sid for sid in sids if h.streams[sid]["ended"]]
+        waiting = [sid for sid in sids if not h.streams[sid]["ended"]]
+        fits = (64 << 20) // size  # answers within the limit; the one that crosses it is taken too
+        if shortcut == "c":
+            assert fits <= len(waiting) <= fits + 2 and busy, (size, len(waiting), len(busy))
+        else:
+            assert len(waiting) == 30, (size, len(waiting), len(busy))
+        for sid in busy:
+            code, message = h.status(sid)
+            assert code == 8 and message.startswith(b"server busy: ") and b"MAX_RESPONSE_BYTES" in message
+        assert sum(len(h.streams[sid]["data"]) for sid in sids) <= 65535 * 2
 
 
 def grpc_call_raw(server, path: str, message: bytes) -> bytes:
@@ -358,6 +365,7 @@ def test_sigterm_sends_goaway_and_finishes_the_stream_in_flight(tmp_path):
     reg = Procs(tmp_path)
     s = reg.serve(V2_CONFIG, workers=1, grpc=True, args=["--grpc-workers", "1"])
     wait_grpc_ready(s)
+    idle = None
     try:
         idle = H2(_port(s))
         go, first = threading.Event(), threading.Event()
@@ -380,9 +388,10 @@ def test_sigterm_sends_goaway_and_finishes_the_stream_in_flight(tmp_path):
             go.set()
             answers += list(call)
             assert call.code() == grpc.StatusCode.OK and len(answers) == 2
-        idle.close()
         assert s.wait(60) == 0, s.logs()
     finally:
+        if idle is not None:
+            idle.close()
         s.stop()
         reg.cleanup()
 

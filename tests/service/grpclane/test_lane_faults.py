@@ -42,12 +42,11 @@ def test_a_fault_resets_its_stream_and_the_connection_goes_on():
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     try:
-        h = H2(port)
-        first = h.call("/inference.GRPCInferenceService/ModelInfer", b"one")
-        assert h.wait(first)["reset"] == 2  # INTERNAL_ERROR
-        second = h.call("/inference.GRPCInferenceService/ModelInfer", b"two")
-        assert h.status(second) == (0, b"") and h.messages(second) == [b"answer:two"]
-        h.close()
+        with H2(port) as h:
+            first = h.call("/inference.GRPCInferenceService/ModelInfer", b"one")
+            assert h.wait(first)["reset"] == 2  # INTERNAL_ERROR
+            second = h.call("/inference.GRPCInferenceService/ModelInfer", b"two")
+            assert h.status(second) == (0, b"") and h.messages(second) == [b"answer:two"]
     finally:
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
