@@ -387,7 +387,7 @@ static PyObject *Session_finish(Session *self, PyObject *args) {
 }
 
 static const char *const OK_HEAD[] = {":status", "200", "content-type", "application/grpc", NULL};
-static const char *const OK_TRAILER[] = {"grpc-status", "0", NULL};
+static const char *const OK_TRAILER[] = {"grpc-status", "0", "grpc-message", "", NULL}; /* as grpcio sends it */
 
 static PyObject *Session_answer(Session *self, PyObject *args) {
     int id;
