@@ -31,6 +31,7 @@ from . import proclife
 
 HELD_BATCH = 64  # tables per ``held`` packet at most (their entries, ~1 KB each, and descriptors)
 HELD_BYTES = 64 << 10  # and entries' bytes (a packet stays well inside the socket's send buffer)
+DRAIN_S = 5.0  # a new channel waits this long at most for a dead engine's reports to be taken
 
 
 class Keeper:
@@ -42,13 +43,25 @@ class Keeper:
         self.lock = threading.Lock()
         self.held: dict[str, tuple[dict, int]] = {}  # digest -> (manifest entry, descriptor)
         self.built_by: str | None = None
+        self._serving: list[threading.Thread] = []  # the channels' threads, the dead engines' too
 
     def channel(self) -> socket.socket:
         """A channel for a new engine: returns the engine's end (inheritable; the caller passes
-        it and closes it once the engine started). The keeper's end is served in a thread."""
+        it and closes it once the engine started). The keeper's end is served in a thread.
+
+        The engines before it are dead (the caller starts one only then), but their last
+        ``keep`` and ``drop`` packets may still wait in their channels, unread: what the new
+        engine is handed is taken only once each earlier channel's thread has read its channel
+        to the end (at most DRAIN_S each), else the tables a dying engine published last would
+        be missing from the handover (not adopted: built again)."""
+        for t in self._serving:
+            t.join(DRAIN_S)
+        self._serving = [t for t in self._serving if t.is_alive()]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         theirs.set_inheritable(True)
-        threading.Thread(target=self._serve, args=(ours,), daemon=True, name="posenc-keeper").start()
+        t = threading.Thread(target=self._serve, args=(ours,), daemon=True, name="posenc-keeper")
+        t.start()
+        self._serving.append(t)
         return theirs
 
     def _serve(self, sock: socket.socket) -> None:
