@@ -1,12 +1,13 @@
 """The engine's checksummer: a child process that sums segments at the scheduler's idle priority.
 
-    python -m posenc.engine.process.checksummer FD
+    python -m posenc.engine.process.checksummer FD ENGINE_PID
 
 The periodic sweep (upkeep.py) hands it one sealed segment at a time over a ``SOCK_SEQPACKET``
 socket (descriptor ``FD``, inherited): a packet ``{"nbytes": n}`` with the segment's descriptor
 attached; it answers ``{"crc32": sum}`` (store.crc32 of the segment's bytes, the rule the engine
-sealed it with) or ``{"error": text}``, and exits at the end of the stream or when the engine
-dies. It maps each segment read-only and lets go of it before the next.
+sealed it with) or ``{"error": text}``, and exits at the end of the stream, and is killed
+(SIGKILL, which also ends a stopped process) when the engine dies. It maps each segment
+read-only and lets go of it before the next.
 
 Why a process: the workers read the tables without the engine, but they share its cores, and a
 checksum is CPU the whole time. At ``SCHED_IDLE`` (``nice 19`` where the kernel refuses that)
@@ -45,7 +46,9 @@ def main(argv: list[str]) -> int:
     from . import proclife
 
     sock = socket.socket(fileno=int(argv[0]))
-    proclife.exit_with_parent(signal.SIGTERM)
+    # SIGKILL, not SIGTERM: a checksummer that was stopped (SIGSTOP) would hold a SIGTERM pending
+    # and outlive its engine; ENGINE_PID: an engine that died before this call is noticed too
+    proclife.exit_with_parent(signal.SIGKILL, int(argv[1]) if len(argv) > 1 else None)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     while True:
         try:

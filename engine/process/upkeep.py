@@ -46,6 +46,11 @@ SLACK = 1 << 20  # bytes of free space kept for the manifest and metrics files
 STAT_S = 1.0  # seconds between two checks that every segment is still there
 SLICE = 128 << 10  # bytes a paced checksum reads at once (about 60 µs of a core at 2 GB/s)
 DUTY = 0.25  # the share of a core a paced sweep takes while it runs
+# The checksummer's answer is awaited CRC_WAIT_S plus a second per CRC_MIN_RATE bytes (a slow
+# idle-priority sum of a large table still counts); past that it is killed, as stuck (stopped),
+# and the sweep sums the rest itself: a sweep, and a ``verify`` waiting behind it, never hang
+CRC_WAIT_S = 2.0
+CRC_MIN_RATE = 20 << 20
 # Failures of a build that mean "no room" (or no descriptor, or no memory), not a bad table: the
 # build is refused (NotStored) and the request computed.
 RESOURCE_ERRNOS = frozenset(
@@ -116,7 +121,13 @@ class Checksummer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "posenc.engine.process.checksummer", str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "posenc.engine.process.checksummer",
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
@@ -129,19 +140,25 @@ class Checksummer:
         return True
 
     def crc32(self, fd: int, nbytes: int) -> int | None:
-        """The checksum of segment ``fd``, or None: no checksummer, or it failed or was closed."""
+        """The checksum of segment ``fd``, or None: no checksummer, or it failed or was closed, or
+        gave no answer within its deadline (then it is killed: the next sweep starts another)."""
         sock = self.sock
         if sock is None:
             return None
         try:
+            sock.settimeout(CRC_WAIT_S + nbytes / CRC_MIN_RATE)
             fdpass.send_packet(sock, {"nbytes": nbytes}, fd)
             msg, _ = fdpass.recv_packet(sock)
+        except TimeoutError:
+            self.close(kill=True)
+            return None
         except (OSError, ValueError):
             return None
         crc = msg.get("crc32") if msg else None
         return crc if isinstance(crc, int) else None
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """End the checksummer: at the end of its stream, or (``kill``, or not within 2 s) killed."""
         sock, self.sock = self.sock, None
         if sock is not None:
             try:
@@ -152,6 +169,8 @@ class Checksummer:
         proc, self.proc = self.proc, None
         if proc is not None:
             try:
+                if kill:
+                    proc.kill()
                 proc.wait(timeout=2.0)  # it exits at the end of its stream
             except subprocess.TimeoutExpired:
                 proc.kill()
