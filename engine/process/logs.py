@@ -17,9 +17,32 @@ import datetime
 import json
 import logging
 import sys
+import time
 
 ENGINE_TEXT = "posenc engine[%(process)d]: %(message)s"
 _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+
+
+class Throttled:
+    """A line repeated for as long as a condition lasts (a full shm_dir: every change, every
+    tick) logged at most once per ``interval_s``: the first at once, then one per interval that
+    says how many were suppressed since the last one. ``now``: time.monotonic (tests pass their
+    own clock)."""
+
+    def __init__(self, emit, interval_s: float = 60.0, now=time.monotonic):
+        self.emit, self.interval_s, self.now = emit, interval_s, now
+        self.next_at: float | None = None
+        self.suppressed = 0
+
+    def __call__(self, msg: str) -> None:
+        t = self.now()
+        if self.next_at is not None and t < self.next_at:
+            self.suppressed += 1
+            return
+        if self.suppressed:
+            msg += f" ({self.suppressed} more like it suppressed in the last {self.interval_s:g} s)"
+        self.emit(msg)
+        self.next_at, self.suppressed = t + self.interval_s, 0
 
 
 class JsonFormatter(logging.Formatter):

@@ -15,11 +15,12 @@ import orjson
 
 from .. import kernels
 from ..store import segments as store
-from . import built_by, upkeep
+from . import built_by, logs, upkeep
 
 _log = logging.getLogger("posenc.engine")
 CHANGES_KEPT = 4096  # changes remembered past one per table (``changes``: older asks get a reset)
 MAX_CHANGES = 250  # entries one ``changes`` reply carries at most (more: a reset, then ``manifest``)
+NOT_WRITTEN_LOG_S = 60.0  # "manifest not rewritten" (a full shm_dir) is logged once per this at most
 
 
 class ManifestLog:
@@ -35,6 +36,8 @@ class ManifestLog:
         self._log_fd: int | None = None  # the table log, appended to (O_APPEND)
         self._log_lines = 0
         self.published = False  # no manifest until every configured table is built
+        # every change and every tick retries a manifest that could not be written: one line a minute
+        self._not_written_log = logs.Throttled(_log.info, NOT_WRITTEN_LOG_S)
 
     def publish(self) -> None:
         """The first manifest, written last: after every configured table is built and the socket
@@ -154,8 +157,7 @@ class ManifestLog:
     def _not_written(self, e: OSError) -> None:
         if not upkeep.is_resource_error(e):
             raise e
-        if not self._manifest_pending:
-            _log.info(f"manifest not rewritten ({e}); retried while the engine runs")
+        self._not_written_log(f"manifest not rewritten ({e}); retried while the engine runs")
         self._manifest_pending = True
 
     _manifest_pending = False
