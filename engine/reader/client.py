@@ -95,6 +95,10 @@ class TableView:
 
 NO_FILE_RECHECK_S = 1.0  # how often the engine is asked for its manifest when there is no file
 ASK_TIMEOUT_S = 5.0  # a manifest or a segment asked of the engine (not a build) takes at most this
+# ... but on a request's path (a manifest refresh, a table mapped for the request) the engine's
+# answer is awaited this long only: an engine that does not answer (stopped, swamped) costs a
+# request this wait, then it is asked nothing on request paths for ASK_AGAIN_S (computed meanwhile)
+REQUEST_WAIT_S = 0.25
 ASK_AGAIN_S = 2.0  # an ask that did not lead to a table (no room, engine away) is repeated after this
 MAX_PENDING_ASKS = 64  # tables asked for at once; more are dropped (and their requests computed)
 MAX_HANDLES = 256  # resolved specs Client.lookup keeps (engine/reader/lookup.py); past it, it starts afresh
@@ -139,6 +143,7 @@ class Client:
         self._stamp = None
         self._checked = 0.0
         self._asked_at = -NO_FILE_RECHECK_S
+        self._quiet_until = 0.0  # an ask timed out: none on request paths until then (REQUEST_WAIT_S)
         self._views: dict[str, TableView] = {}  # digest -> view (current generation)
         self._named: tuple = (None, {})  # (manifest it was read from, named tables)
         self._asks: dict[str, tuple[int, float]] = {}  # digest -> (rows asked, when): asked, not yet there
@@ -149,8 +154,13 @@ class Client:
 
     # -- manifest ----------------------------------------------------------------------------
     def manifest(self, force: bool = False) -> dict | None:
+        """The engine's manifest, refreshed at most every ``recheck_s``: on a request's path
+        (not ``force``) its asks wait REQUEST_WAIT_S at most, and none is made while the engine
+        is left alone after one timed out; ``force``: asked now, waiting up to ASK_TIMEOUT_S."""
         now = time.monotonic()
         if not force and self._manifest is not None and now - self._checked < self.recheck_s:
+            return self._manifest
+        if not force and now < self._quiet_until:
             return self._manifest
         stamp = store.manifest_stamp(self.shm_dir, self.namespace)
         self._checked = now
@@ -158,16 +168,18 @@ class Client:
         # changed since this manifest's sequence number (the file only says that something
         # changed: anyone of the same user can write it). With no file (no room for it in
         # shm_dir), the engine is asked every NO_FILE_RECHECK_S.
-        if (stamp != self._stamp or self._manifest is None) and (
+        if (stamp != self._stamp or self._manifest is None or stamp is None) and (
             stamp is not None or now - self._asked_at >= NO_FILE_RECHECK_S or force
         ):
             self._asked_at = now
             old = self._manifest
-            m, changed = self._fetch(old)
+            m, changed = self._fetch(old, ASK_TIMEOUT_S if force else REQUEST_WAIT_S)
             with self._lock:
                 if m is None:
-                    # Engine gone (or restarting): keep serving what we already mapped.
-                    self._stamp = stamp
+                    # Engine gone (or restarting): keep serving what we already mapped; one that
+                    # did not answer in time is asked again once it is no longer left alone
+                    if time.monotonic() >= self._quiet_until:
+                        self._stamp = stamp
                     return self._manifest
                 if self._manifest is not old:  # another thread refreshed meanwhile: its turn counts
                     return self._manifest
@@ -181,7 +193,7 @@ class Client:
                 self._manifest, self._stamp = m, stamp
         return self._manifest
 
-    def _fetch(self, old: dict | None) -> tuple[dict | None, set | None]:
+    def _fetch(self, old: dict | None, timeout: float = ASK_TIMEOUT_S) -> tuple[dict | None, set | None]:
         """(the engine's manifest now, the digests changed since ``old`` or None: read whole), or
         (None, None) when the engine does not answer. With ``old`` of the same engine, only what
         changed is asked (``changes``) and applied to a copy of its tables; a whole manifest when
@@ -190,7 +202,7 @@ class Client:
             if old is not None and type(old.get("seq")) is int:
                 r = self.call(
                     {"op": "changes", "since": old["seq"], "generation": old["generation"]},
-                    timeout=ASK_TIMEOUT_S,
+                    timeout=timeout,
                 )
                 got = r.get("tables")
                 if (
@@ -212,7 +224,7 @@ class Client:
                     if isinstance(r.get("named"), list):
                         m["named"] = r["named"]
                     return m, set(got)
-            m = self.call({"op": "manifest"}, timeout=ASK_TIMEOUT_S)["manifest"]
+            m = self.call({"op": "manifest"}, timeout=timeout)["manifest"]
             if m.get("format") != store.MANIFEST_FORMAT:
                 raise EngineUnavailable(f"manifest format {m.get('format')} is not {store.MANIFEST_FORMAT}")
             return m, None
@@ -255,9 +267,12 @@ class Client:
         ]
 
     # -- attaching -----------------------------------------------------------------------------
-    def attach(self, tdef: TableDef, build: bool = True, reach: int | None = None) -> TableView:
+    def attach(
+        self, tdef: TableDef, build: bool = True, reach: int | None = None, timeout: float = ASK_TIMEOUT_S
+    ) -> TableView:
         """The mapped view of a table, asking the engine to build it (once) if it is new, and
-        waiting for it: long enough for ``reach`` rows (None: as long as the engine builds)."""
+        waiting for it: long enough for ``reach`` rows (None: as long as the engine builds);
+        ``timeout``: how long its segment is awaited."""
         digest = tdef.digest
         m = self.manifest()  # refreshes at most every recheck_s; a new generation drops old views
         v = self._views.get(digest)
@@ -265,7 +280,7 @@ class Client:
             return v
         for _attempt in range(3):
             if m is not None and digest in m["tables"]:
-                segs = self._open([digest])
+                segs = self._open([digest], timeout)
                 if digest not in segs:  # evicted or replaced since the manifest said so
                     m = self.manifest(force=True)
                     continue
@@ -298,11 +313,11 @@ class Client:
                 self._views.update(views)
         return len(views)
 
-    def _open(self, digests: list[str]) -> dict[str, store.Segment]:
+    def _open(self, digests: list[str], timeout: float = ASK_TIMEOUT_S) -> dict[str, store.Segment]:
         """Map the tables ``digests`` names that the engine stores: their sealed segments come
         over its socket (engine/process/socket.py ``open``), are checked and mapped read-only, and
         their descriptors closed at once."""
-        reply, fds = self.call_fds({"op": "open", "digests": digests}, timeout=ASK_TIMEOUT_S)
+        reply, fds = self.call_fds({"op": "open", "digests": digests}, timeout=timeout)
         try:
             if not reply.get("ok") or len(fds) != len(reply.get("tables", ())):
                 raise EngineUnavailable(f"the engine did not hand over the tables: {reply.get('error')}")
@@ -344,6 +359,8 @@ class Client:
                 fdpass.send_line(s, msg)
                 return fdpass.recv_line(s)
         except (TimeoutError, OSError, EOFError, ValueError) as e:
+            if isinstance(e, TimeoutError):  # it did not answer: request paths leave it alone a while
+                self._quiet_until = time.monotonic() + ASK_AGAIN_S
             raise EngineUnavailable(f"engine not reachable at {path}: {e}") from None
 
     def table(
@@ -387,9 +404,9 @@ class Client:
             return None
         self.manifest()  # (at most every recheck_s: a new generation drops old views)
         v = self._views.get(t.digest)
-        if v is None:
+        if v is None and time.monotonic() >= self._quiet_until:
             try:
-                v = self.attach(t, build=False)  # in the manifest: mapped now
+                v = self.attach(t, build=False, timeout=REQUEST_WAIT_S)  # in the manifest: mapped now
             except (EngineUnavailable, OSError):
                 v = None
         if v is None or v.growable:
