@@ -6,20 +6,32 @@ reports readiness on that descriptor, ``--exit-with-parent`` ends it with its pa
 (built_by.py), then waits on that socket for the ``go`` packet, which carries its keeper channel,
 and only then runs (reads its config, takes the namespace, adopts, publishes). ``posenc serve``
 keeps one standby so that a dead engine's successor starts without the interpreter's start and
-the imports, about half a second of a restart. The socket closed without a ``go``: it exits 0."""
+the imports, about half a second of a restart. The socket closed without a ``go``: it exits 0.
+
+Both run at the scheduler's idle priority (SCHED_IDLE, else nice 19; set first, so the imports run
+at it too): they share the workers' cores, and at normal priority each wake-up of the engine (its
+upkeep, a manifest, a build) and a new standby's start preempt a worker in the middle of its
+requests (tests/bench/bench_tail.py measures each against the tail). The workers never wait on
+the engine for an answer they can give: a stored row is read from the mapped tables, and a request
+whose table is being built waits a bounded time and then computes its own answer."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import socket
-import sys
+if __name__ == "__main__":  # run, not imported (an importing process keeps its own priority)
+    from .checksummer import lower_priority
 
-from ..core.errors import EngineRunning, SpecError
-from ..store import fdpass
-from . import built_by, proclife
-from .cli import add_engine_args, engine_options
-from .core import log, run
+    lower_priority()
+
+import argparse  # noqa: E402  (after the priority: the imports run at it)
+import dataclasses  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+from ..core.errors import EngineRunning, SpecError  # noqa: E402
+from ..store import fdpass  # noqa: E402
+from . import built_by, proclife  # noqa: E402
+from .cli import add_engine_args, engine_options  # noqa: E402
+from .core import log, run  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -23,7 +23,7 @@ import logging
 import grpc
 
 from posenc.engine.core.settings import ENV_PREFIX
-from posenc.service.grpclane import _h2
+from posenc.service.grpclane import _h2, rules
 from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
@@ -146,8 +146,20 @@ class Connection(asyncio.Protocol):
         self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
         return True
 
+    def _judged(self, sid: int, headers) -> bool:
+        """What grpcio's transport refuses before any handler runs (rules.judge) is refused here,
+        as grpcio refuses it: the lane's answer and the relay's re-encoding would not."""
+        verdict = rules.judge(headers)
+        if verdict is None:
+            return False
+        if verdict == rules.RESET:
+            self.s.reset(sid, rules.INTERNAL_ERROR)
+        else:
+            self.s.only(sid, [*GRPC_HEAD, *status_trailers(*verdict, ())])
+        return True
+
     def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
-        if self._busy(sid):
+        if self._judged(sid, headers) or self._busy(sid):
             return
         over = total > len(body)
         if path == MODEL_INFER and not over and self._answer(sid, headers, body):
@@ -170,13 +182,13 @@ class Connection(asyncio.Protocol):
         out = self.lane.grpc.infer_now(body[5:])
         if out is None:
             return False
-        self.s.answer(sid, (), out)
+        self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
         self.lane.answered += 1
         return True
 
     def _open(self, sid: int, path: bytes, headers) -> None:
         """A stream given as it comes: ModelStreamInfer with a right token is the lane's own."""
-        if self._busy(sid):
+        if self._judged(sid, headers) or self._busy(sid):
             return
         if path == STREAM_INFER and self.lane.authorized(headers):
             self.streams[sid] = OwnStream(self, sid, metadata(headers)[1], self.lane.max_message)

@@ -8,7 +8,9 @@ exactly as it would answer the client). What crosses: the request's metadata (it
 it as it would alone, never the relay's own timer first; the client's timer is its own), its
 messages (decompressed where the client compressed them: gzip, deflate) and its half-close;
 back: the initial metadata, each response message, the status, its message and the trailing
-metadata; a client's RST_STREAM cancels the call.
+metadata; a client's RST_STREAM cancels the call. What grpcio's transport would refuse before its
+handler runs is refused by the lane first, in grpcio's words (rules.py), since the grpc.aio client
+re-encodes what crosses; a compressed message grpcio could not decompress gets grpcio's status.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import urllib.parse
 import zlib
 
 import grpc
+
+from posenc.service.grpclane.rules import ACCEPT_ENCODING, b64, forwardable, timeout_s
 
 log = logging.getLogger("posenc.service")
 
@@ -36,29 +40,38 @@ NOT_METADATA = frozenset(
         b"host",
     )
 )
-_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _ZLIB = {b"gzip": 31, b"deflate": 15}  # wbits: gzip's header, zlib's
 DEADLINE_SLACK_S = 0.05
+# a longer deadline is no deadline: grpc.aio's own arithmetic overflows on grpcio's largest ones
+# (99999999H answered DEADLINE_EXCEEDED at once), and a call outlives none of them
+MAX_DEADLINE_S = 1e8
 GRPC_HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+GRPC_START = (*GRPC_HEAD, ACCEPT_ENCODING)  # the headers of an answer with messages, as grpcio's
 
 
 def deadline(value: bytes | None) -> float | None:
-    """Seconds of a ``grpc-timeout`` value (at most 8 digits, then H M S m u n), or None."""
-    if value is None or not (2 <= len(value) <= 9) or not value[:-1].isdigit() or value[-1:] not in _UNITS:
-        return None
-    return int(value[:-1]) * _UNITS[value[-1:]]
+    """Seconds of a ``grpc-timeout`` value as grpcio reads it (rules.timeout_s), or None: none
+    given, or longer than any call (rules.judge refused one grpcio cannot parse)."""
+    t = None if value is None else timeout_s(value)
+    return None if t is None or t > MAX_DEADLINE_S else t
 
 
 def metadata(headers) -> tuple[list, dict]:
-    """(the call's metadata for grpc.aio, {name: value} of the protocol's own headers)."""
+    """(the call's metadata for grpc.aio, {name: value} of the protocol's own headers). A value
+    grpc.aio cannot send (rules.forwardable) is left out: grpcio takes it, and its handler
+    here reads none but ``authorization``, whose such value no token matches."""
     md, own = [], {}
     for k, v in headers:
         if k[:1] == b":" or k in NOT_METADATA:
             own.setdefault(k, v)
         elif k.endswith(b"-bin"):
-            md.append((k.decode("ascii"), base64.b64decode(v + b"=" * (-len(v) % 4))))
+            d = b64(v)
+            if d is not None:
+                md.append((k.decode("ascii"), d))
+        elif forwardable(v):
+            md.append((k.decode("ascii"), v.decode("ascii")))
         else:
-            md.append((k.decode("ascii"), v.decode("latin-1")))
+            log.debug("grpc lane: metadata %r left out of a relayed call (not printable ASCII)", k)
     return md, own
 
 
@@ -74,12 +87,9 @@ def wire_metadata(md) -> list:
 
 
 def status_trailers(code: grpc.StatusCode, details: str | None, md) -> list:
-    out = [(b"grpc-status", str(code.value[0]).encode())]
-    if details:
-        out.append(
-            (b"grpc-message", urllib.parse.quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())
-        )
-    return out + wire_metadata(md)
+    """grpc-status and grpc-message (empty where there is none: grpcio sends it so), then ``md``."""
+    message = urllib.parse.quote(details or "", safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()
+    return [(b"grpc-status", str(code.value[0]).encode()), (b"grpc-message", message), *wire_metadata(md)]
 
 
 def too_large(n: int, limit: int) -> str:
@@ -87,9 +97,38 @@ def too_large(n: int, limit: int) -> str:
     return f"SERVER: Received message larger than max ({n} vs. {limit})"
 
 
+class Refused(ValueError):
+    """A request message grpcio refuses: ``code`` and grpcio's own message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def decompress(msg: bytes, encoding: bytes | None, max_message: int) -> bytes:
+    """A message flagged compressed, decompressed as grpcio does, or Refused in grpcio's words."""
+    wbits = _ZLIB.get(encoding or b"")
+    if wbits is None:
+        raise Refused(grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured")
+    if not msg:
+        return b""
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(msg, max_message + 1)
+    except zlib.error:
+        raise Refused(grpc.StatusCode.INTERNAL, "Decompression failed due to zlib error") from None
+    if len(out) > max_message:
+        raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")
+    if not d.eof:
+        raise Refused(grpc.StatusCode.INTERNAL, "Decompression failed due to data error")
+    if d.unused_data:
+        raise Refused(grpc.StatusCode.INTERNAL, "Decompression failed due to not all input consumed")
+    return out
+
+
 class Messages:
     """A stream's request bytes, as gRPC messages: 5-byte prefix (compressed flag, length), then
-    the message. ``feed`` returns the whole messages so far (decompressed), or raises ValueError."""
+    the message. ``feed`` returns the whole messages so far (decompressed), or raises Refused."""
 
     def __init__(self, encoding: bytes | None, max_message: int):
         self.buf = bytearray()
@@ -101,19 +140,12 @@ class Messages:
         while len(self.buf) >= 5:
             n = int.from_bytes(self.buf[1:5], "big")
             if n > self.max_message:
-                raise ValueError(too_large(n, self.max_message))
+                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large(n, self.max_message))
             if len(self.buf) < 5 + n:
                 break
             flag, msg = self.buf[0], bytes(self.buf[5 : 5 + n])
             del self.buf[: 5 + n]
-            if flag:
-                wbits = _ZLIB.get(self.encoding or b"")
-                if wbits is None:
-                    raise ValueError(f"a compressed message in grpc-encoding {self.encoding!r}")
-                msg = zlib.decompressobj(wbits).decompress(msg, self.max_message + 1)
-                if len(msg) > self.max_message:
-                    raise ValueError(too_large(len(msg), self.max_message))
-            out.append(msg)
+            out.append(decompress(msg, self.encoding, self.max_message) if flag else msg)
         return out
 
 
@@ -137,10 +169,8 @@ class Relay:
         try:
             for m in self.messages.feed(chunk):
                 self.queue.put_nowait(m)
-        except ValueError as e:
-            self.refuse(
-                grpc.StatusCode.RESOURCE_EXHAUSTED if "larger" in str(e) else grpc.StatusCode.INTERNAL, str(e)
-            )
+        except Refused as e:
+            self.refuse(e.code, str(e))
 
     def end(self) -> None:
         self.queue.put_nowait(None)
@@ -168,7 +198,7 @@ class Relay:
             try:
                 async for m in call:
                     if not started:
-                        started = s.start(sid, [*GRPC_HEAD, *wire_metadata(await call.initial_metadata())])
+                        started = s.start(sid, [*GRPC_START, *wire_metadata(await call.initial_metadata())])
                     n = len(m)
                     s.write(sid, n.to_bytes(5, "big") + m)  # flag 0: the lane sends uncompressed
                     self.conn.flush()

@@ -17,7 +17,7 @@ import collections
 
 import grpc
 
-from posenc.service.grpclane.relay import GRPC_HEAD, Messages, deadline, status_trailers
+from posenc.service.grpclane.relay import GRPC_HEAD, GRPC_START, Messages, Refused, deadline, status_trailers
 
 
 class OwnStream:
@@ -34,9 +34,8 @@ class OwnStream:
     def data(self, chunk) -> None:
         try:
             msgs = self.messages.feed(chunk)
-        except ValueError as e:
-            code = grpc.StatusCode.RESOURCE_EXHAUSTED if "larger" in str(e) else grpc.StatusCode.INTERNAL
-            self._end(code, str(e))
+        except Refused as e:
+            self._end(e.code, str(e))
             return
         for m in msgs:
             if self.done:
@@ -76,7 +75,7 @@ class OwnStream:
         s = self.conn.s
         if not self.started:
             self.started = True
-            s.start(self.sid, list(GRPC_HEAD))
+            s.start(self.sid, list(GRPC_START))
         s.write(self.sid, len(message).to_bytes(5, "big") + message)
 
     def _end(self, code: grpc.StatusCode, details: str | None) -> None:
