@@ -2,32 +2,47 @@
 not a test:
 
     python tests/bench/bench_tail.py [--rates 15000,30000] [--seconds 5] [--rounds 3]
-        [--server-cpus 0] [--client-cpus 1] [--only VARIANT,...]
+        [--server-cpus 0] [--client-cpus 1] [--engine-cpus CPUS] [--builds-per-s 2] [--no-settle]
+        [--only VARIANT,...]
 
-Each round starts ``posenc serve --workers 1`` (the default tables; the engine, its standby and the
-worker pinned to ``--server-cpus``, as ``posenc loadtest`` runs them) once per variant, each with one
+Each round starts ``posenc serve --workers 1`` (the default tables) once per variant, each with one
 source removed or made sixty times as frequent, and the bare server (asyncio + httptools answering
 exactly posenc's bytes: the tail this machine allows); loadtest's open-loop probe (pinned to
 ``--client-cpus``) offers each rate for ``--seconds`` to each in turn, its requests the realistic
 mix's pool (loadtest/workloads/mix.py: 2,048 requests drawn at random over the default tables'
 models, every family, positions over their context and past it, lists and ranges, binary and JSON,
-/v1 and v2 REST). The order of the servers turns every round. The variants:
+/v1 and v2 REST). The order of the servers turns every round.
 
-- ``as shipped``: the defaults (the checksum sweep every 60 s, in a child at idle priority);
+The whole serve is pinned to ``--server-cpus`` (taskset: serve, which runs the one worker, the
+engine, its standby and the checksummer all inherit it), as in a small pod where a worker shares
+its core with everything else; ``--engine-cpus`` moves the engine, the standby and the checksummer
+to other cores instead, for comparison. ``--no-settle`` measures without first waiting for
+posenc's processes to be idle (the standby, started once the engine is ready, imports for a few
+seconds: as after every engine restart). The variants:
+
+- ``as shipped``: the defaults (the checksum sweep every 60 s in a child at idle priority; the
+  engine and its standby at idle priority too, engine/process/main.py);
+- ``no yield``: the engine and its standby at the scheduler's normal priority, as before they
+  yielded (the sitecustomize below makes their priority calls do nothing);
 - ``no sweep`` (``--verify-interval 0``) and ``sweep every 1 s`` (``--verify-interval 1``: the
   default tables summed each second, sixty times the default);
 - ``no metrics flush``: the worker's thread that writes its counts to shared memory every 0.1 s
   (service/metrics/counters.py, FLUSH_S) waits an hour instead;
 - ``gc off``: the garbage collector disabled in every posenc process;
-- ``engine stopped``: the engine and its standby held with SIGSTOP for the probe's steps (the worker
-  answers from the mapped tables alone), then resumed.
+- ``engine stopped`` and ``standby stopped``: the engine and its standby, or the standby alone,
+  held with SIGSTOP for the probe's steps (the worker answers from the mapped tables alone), then
+  resumed.
 
 Every posenc process runs with this script's sitecustomize (a directory put first on PYTHONPATH;
 nothing in posenc changes), which records each garbage collection (generation, pause) and each
 metrics flush (duration) with its time, so that the report also says how often each ran while the
 probe measured and its longest pause. Printed: per rate and variant, the medians over rounds of
-p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios),
-and what ran in the measured windows.
+p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios);
+what ran in the measured windows; where each posenc process ran, at which priority, its CPU and
+how often it was put on a CPU in the steps (/proc/PID/task/*/schedstat); and, after each posenc
+server's steps, ``--builds-per-s`` new specs a second (each an on-demand build by the engine)
+sent while the probe offers the last rate: their answers' status and time, which is what a worker
+waiting for a build gets from an engine that yields.
 """
 
 from __future__ import annotations
@@ -60,7 +75,11 @@ VARIANTS = {  # name: (posenc serve's extra flags, the sitecustomize's mode)
     "no metrics flush": ((), "no-flush"),
     "gc off": ((), "gc-off"),
     "engine stopped": ((), ""),
+    "standby stopped": ((), ""),
+    "no yield": ((), "no-yield"),
 }
+# the processes each "... stopped" variant holds with SIGSTOP for the probe's steps
+STOPPED = {"engine stopped": ("engine", "standby"), "standby stopped": ("standby",)}
 
 # Put first on the posenc processes' PYTHONPATH: records every collection and every metrics flush
 # (wall time, duration in ns) and writes them at exit to $BENCH_TAIL_DIR/PID.json.
@@ -78,6 +97,11 @@ if _dir:
     gc.callbacks.append(_gc)
     if _mode == "gc-off":
         gc.disable()
+    if _mode == "no-yield":  # the engine and its standby keep the scheduler's normal priority
+        with open("/proc/self/cmdline", "rb") as _f:
+            if b"posenc.engine.process.main" in _f.read():
+                os.sched_setscheduler = lambda *a: None
+                os.nice = lambda *a: 0
     import importlib.abc, importlib.util
     _NAME = "posenc.service.metrics.counters"
     class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -108,17 +132,66 @@ if _dir:
 """
 
 
-def _engines(pid: int) -> list[int]:
-    """The engine processes under posenc serve ``pid`` (the engine and its standby)."""
-    found = []
-    for c in tree(pid, _procs()) - {pid}:
+def roles(pid: int) -> dict[int, str]:
+    """{pid: role} of posenc serve ``pid``'s process tree: serve, worker, engine, standby,
+    checksummer, other (multiprocessing's resource tracker)."""
+    out = {}
+    for c in tree(pid, _procs()):
         try:
             with open(f"/proc/{c}/cmdline", "rb") as f:
-                if b"posenc.engine.process.main" in f.read():
-                    found.append(c)
+                cmd = f.read()
         except OSError:
+            continue
+        if c == pid:
+            out[c] = "serve"  # (with one worker, serve runs it: "worker" below)
+        elif b"spawn_main" in cmd:
+            out[c] = "worker"
+        elif b"posenc.engine.process.main" in cmd:
+            out[c] = "standby" if b"--standby-fd" in cmd else "engine"
+        elif b"posenc.engine.process.checksummer" in cmd:
+            out[c] = "checksummer"
+        else:
+            out[c] = "other"
+    if pid in out and "worker" not in out.values():
+        out[pid] = "worker"
+    return out
+
+
+POLICIES = {getattr(os, n, -1): n[6:].lower() for n in ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE")}
+
+
+def placement(pid: int) -> dict[str, str]:
+    """{role: "CPUs <affinity>, <policy>[ nice N]"} of every posenc process: where each may run, and
+    at which priority."""
+    out = {}
+    for p, role in roles(pid).items():
+        try:
+            cpus = ",".join(map(str, sorted(os.sched_getaffinity(p))))
+            pol = POLICIES.get(os.sched_getscheduler(p), "?")
+            nice = os.getpriority(os.PRIO_PROCESS, p)
+        except OSError:
+            continue
+        out[role] = f"CPUs {cpus}, {pol}" + (f" nice {nice}" if nice else "")
+    return out
+
+
+def cpu_by_role(pid: int) -> dict[str, tuple[float, int]]:
+    """{role: (CPU seconds so far, times put on a CPU so far)} of posenc's processes, every thread
+    summed (/proc/PID/task/TID/schedstat: nanoseconds, not clock ticks, so that an engine's few
+    microseconds of upkeep are seen)."""
+    out: dict[str, tuple[float, int]] = {}
+    for p, role in roles(pid).items():
+        ns = runs = 0
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/schedstat") as f:
+                    run, _, n = f.read().split()
+                ns, runs = ns + int(run), runs + int(n)
+        except (OSError, ValueError):
             pass
-    return found
+        had = out.get(role, (0.0, 0))
+        out[role] = (had[0] + ns / 1e9, had[1] + runs)
+    return out
 
 
 def _settle(pid: int, quiet_s: float = 0.02, timeout: float = 30.0) -> None:
@@ -155,32 +228,67 @@ def _warm(url: str, pool: dict, rate: float) -> None:
     probe.run_step("127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, 2.0, warmup=0.5)
 
 
-def _steps(url: str, pool: dict, rates, seconds) -> tuple[dict, list]:
-    """({rate: percentiles}, [(start, end) wall time of each measured step]); _warm before."""
-    out, windows = {}, []
+def _steps(url: str, pool: dict, rates, seconds, pid: int | None = None) -> tuple[dict, list, dict]:
+    """({rate: percentiles}, [(start, end) wall time of each measured step], {rate: {role: (CPU
+    seconds, runs) in the step}} of posenc serve ``pid``'s processes); _warm before."""
+    out, windows, cpu = {}, [], {}
     port = int(url.rsplit(":", 1)[1])
     for rate in rates:
         for _ in range(2):  # a step the probe or the server fell behind in is run once more
             t0 = time.time()
+            before = cpu_by_role(pid) if pid else {}
             s = probe.run_step(
                 "127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, seconds, warmup=1.0
             )
-            assert not (s.errors or s.timeouts), (url, s.rate, s.errors, s.timeouts)
-            if not s.fell_behind:
+            after = cpu_by_role(pid) if pid else {}
+            assert not s.errors, (url, s.rate, s.errors)
+            # (requests that timed out: the machine's other work took the cores for seconds)
+            behind = s.fell_behind or s.timeouts
+            if not behind:
                 break
         windows.append((t0 + 1.0, time.time()))
-        if s.fell_behind:  # the percentiles are not latency: say so, and count the step out
-            print(f"{url} fell behind at {rate:g}/s ({s.behind})", file=sys.stderr, flush=True)
-        out[rate] = None if s.fell_behind else s.percentiles_us
-    return out, windows
+        cpu[rate] = {r: tuple(x - y for x, y in zip(after[r], before.get(r, (0, 0)))) for r in after}
+        if behind:  # the percentiles are not latency: say so, and count the step out
+            why = f"{s.timeouts} timed out" if s.timeouts else s.behind
+            print(f"{url} fell behind at {rate:g}/s ({why})", file=sys.stderr, flush=True)
+        out[rate] = None if behind else s.percentiles_us
+    return out, windows, cpu
+
+
+def _builds_under_load(url: str, pool: dict, rate: float, seconds: float, per_s: float) -> list:
+    """[(status, seconds)] of the new specs (mix.NewSpecs: RoPE tables no table holds, each built on
+    demand by the engine) sent ``per_s`` a second while the probe offers ``rate``: what a worker
+    waiting for a build gets from an engine that yields the core to it."""
+    port = int(url.rsplit(":", 1)[1])
+    t = mix.NewSpecs(url, per_s)
+    t.start()
+    try:
+        probe.run_step("127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, seconds)
+    finally:
+        t.stop()
+    return t.results
 
 
 def one_posenc(
-    variant: str, rates, seconds, cpus: str, site: str, rec_dir: str, pool: dict | None, out: str = ""
-):
-    """({rate: percentiles}, {"gc": [...], "flush": [...]} inside the measured windows, the pool) of
-    one posenc serve; without ``pool``, the realistic mix's pool is made, with posenc's answers to it
-    saved in ``out`` for the bare server (the pool's ``floor_requests``)."""
+    variant: str,
+    rates,
+    seconds,
+    cpus: str,
+    site: str,
+    rec_dir: str,
+    pool: dict | None,
+    out: str = "",
+    engine_cpus: str = "",
+    builds_per_s: float = 0.0,
+    settle: bool = True,
+) -> dict:
+    """One posenc serve: {"got": {rate: percentiles}, "seen": {"gc": [...], "flush": [...]} inside
+    the measured windows, "cpu": {rate: {role: (CPU s, runs)}}, "placement": {role: ...}, "builds":
+    [(status, s)], "pool"}; without ``pool``, the realistic mix's pool is made, with posenc's answers
+    to it saved in ``out`` for the bare server (the pool's ``floor_requests``). ``engine_cpus``: the
+    engine, its standby and the checksummer moved there (by default they share ``cpus`` with the
+    worker: the whole serve on one core). ``settle``: wait for posenc's processes to be idle first
+    (False: measured while the standby, started once the engine is ready, still imports)."""
     flags, mode = VARIANTS[variant]
     port, ns = servers.free_port(), f"btail-{uuid.uuid4().hex[:8]}"
     for f in os.listdir(rec_dir):
@@ -190,22 +298,32 @@ def one_posenc(
         "BENCH_TAIL_DIR": rec_dir,
         "BENCH_TAIL_MODE": mode,
     }
+    res: dict = {"builds": []}
     with servers.start_posenc(port, ns, cpus=cpus, env=env, args=flags) as srv:
         srv.wait_ready()
+        pid = srv.proc.pid
         url = f"http://127.0.0.1:{port}"
         if pool is None:
             pool = scenario.prepare(types.SimpleNamespace(scenario=mix.NAME, tables=None), url, {}, out)
-        _settle(srv.proc.pid)
+        if settle:
+            _settle(pid)
+        if engine_cpus:  # (the checksummer, started by the engine later, inherits the engine's)
+            for p, role in roles(pid).items():
+                if role in ("engine", "standby", "checksummer"):
+                    os.sched_setaffinity(p, {int(c) for c in engine_cpus.split(",")})
         _warm(url, pool, rates[0])
-        held = _engines(srv.proc.pid) if variant == "engine stopped" else []
-        assert held or variant != "engine stopped", "no engine process found under posenc serve"
+        held = [p for p, role in roles(pid).items() if role in STOPPED.get(variant, ())]
+        assert held or variant not in STOPPED, f"no {STOPPED[variant]} process found under posenc serve"
+        res["placement"] = placement(pid)
         for p in held:
             os.kill(p, signal.SIGSTOP)
         try:
-            got, windows = _steps(url, pool, rates, seconds)
+            res["got"], windows, res["cpu"] = _steps(url, pool, rates, seconds, pid)
         finally:
             for p in held:
                 os.kill(p, signal.SIGCONT)
+        if builds_per_s > 0:
+            res["builds"] = _builds_under_load(url, pool, rates[-1], seconds, builds_per_s)
     left, _ = servers.wait_shm_clean(ns)
     assert not left, f"left in /dev/shm: {left}"
     seen = {"gc": [], "flush": []}
@@ -215,7 +333,8 @@ def one_posenc(
         who = _who(rec["argv"])
         for k in seen:
             seen[k] += [(who, *e) for e in rec[k] if any(a <= e[0] <= b for a, b in windows)]
-    return got, seen, pool
+    res["seen"], res["pool"] = seen, pool
+    return res
 
 
 def main() -> int:
@@ -225,6 +344,22 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default="1")
+    ap.add_argument(
+        "--engine-cpus",
+        default="",
+        help="move the engine, standby and checksummer here (default: the whole serve on --server-cpus)",
+    )
+    ap.add_argument(
+        "--builds-per-s",
+        type=float,
+        default=2.0,
+        help="new specs a second in each posenc server's build step (0: none)",
+    )
+    ap.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="measure without waiting for the standby's start (as after an engine restart)",
+    )
     ap.add_argument("--only", default=",".join(VARIANTS), help="the variants to run, comma-separated")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
@@ -234,6 +369,9 @@ def main() -> int:
         os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     res = {v: [] for v in ["bare", *names]}
     events = {v: {"gc": [], "flush": []} for v in names}
+    cpu = {v: {} for v in names}  # {variant: {(rate, role): [CPU s per step]}}
+    builds = {v: [] for v in names}
+    where = {}
     with tempfile.TemporaryDirectory(prefix="bench_tail.") as tmp:
         site, rec = os.path.join(tmp, "site"), os.path.join(tmp, "rec")
         os.makedirs(site)
@@ -241,7 +379,7 @@ def main() -> int:
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
             f.write(SITECUSTOMIZE)
         # posenc's answers to the pool, once, for the bare server
-        _, _, pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp)
+        pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp)["pool"]
         for k in range(args.rounds):
             order = ["bare", *names]
             order = order[k % len(order) :] + order[: k % len(order)]
@@ -258,13 +396,35 @@ def main() -> int:
                         _warm(b.url, pool, rates[0])
                         res[v].append(_steps(b.url, pool, rates, args.seconds)[0])
                 else:
-                    got, seen, _ = one_posenc(v, rates, args.seconds, args.server_cpus, site, rec, pool)
-                    res[v].append(got)
-                    for e in seen:
-                        events[v][e] += seen[e]
+                    r = one_posenc(
+                        v,
+                        rates,
+                        args.seconds,
+                        args.server_cpus,
+                        site,
+                        rec,
+                        pool,
+                        engine_cpus=args.engine_cpus,
+                        builds_per_s=args.builds_per_s,
+                        settle=not args.no_settle,
+                    )
+                    res[v].append(r["got"])
+                    for e in r["seen"]:
+                        events[v][e] += r["seen"][e]
+                    for rate, by in r["cpu"].items():
+                        for role, sec in by.items():
+                            cpu[v].setdefault((rate, role), []).append(sec)
+                    builds[v] += r["builds"]
+                    where[v] = r["placement"]
                 print(f"round {k + 1}: {v} done", file=sys.stderr, flush=True)
     print(
-        f"# bench_tail: {os.cpu_count()} cpus, server on CPU {args.server_cpus}, probe on CPU "
+        f"# bench_tail: {os.cpu_count()} cpus, server on CPU {args.server_cpus}"
+        + (
+            f" (engine, standby, checksummer on CPU {args.engine_cpus})"
+            if args.engine_cpus
+            else " (all of it)"
+        )
+        + f", probe on CPU "
         f"{args.client_cpus}, {args.rounds} rounds of {args.seconds:g} s per rate, the realistic mix "
         f"({pool['pool']} requests, {len(pool['names'])} kinds), "
         f"load average {os.getloadavg()[0]:.1f}"
@@ -306,6 +466,39 @@ def main() -> int:
                 f"{max((e[3] for e in fl), default=0) / 1e3:.0f} µs "
                 f"(median {statistics.median([e[3] for e in fl] or [0]) / 1e3:.0f} µs) |"
             )
+    print()
+    print(
+        "Where each posenc process ran and at which priority, and in the measured steps its CPU "
+        "(ms per second) and how often it was put on a CPU (per second), medians over rounds:"
+    )
+    print()
+    print("| server | process | placement | " + " | ".join(f"CPU, runs at {r:,.0f}/s" for r in rates) + " |")
+    print("|---|---|---|" + "---:|" * len(rates))
+    for v in names:
+        for role in sorted({role for _, role in cpu[v]}):
+            cells = [
+                f"{1e3 * statistics.median(c for c, _ in cpu[v][(r, role)]) / args.seconds:.2f} ms/s, "
+                f"{statistics.median(n for _, n in cpu[v][(r, role)]) / args.seconds:.0f}/s"
+                if (r, role) in cpu[v]
+                else ""
+                for r in rates
+            ]
+            print(f"| {v} | {role} | {where.get(v, {}).get(role, '')} | " + " | ".join(cells) + " |")
+    if args.builds_per_s > 0:
+        print()
+        print(
+            f"New specs built on demand while the probe offers {rates[-1]:,.0f}/s ({args.builds_per_s:g} a second):"
+        )
+        print()
+        print("| server | sent | 200 | p50 | max |")
+        print("|---|---:|---:|---:|---:|")
+        for v in names:
+            got = sorted(sec for _, sec in builds[v])
+            ok = sum(1 for st, _ in builds[v] if st == 200)
+            if got:
+                print(
+                    f"| {v} | {len(got)} | {ok} | {1e3 * got[len(got) // 2]:.0f} ms | {1e3 * got[-1]:.0f} ms |"
+                )
     return 0
 
 
