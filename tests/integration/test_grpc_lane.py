@@ -8,12 +8,14 @@ GOAWAY at SIGTERM) is checked on it alone. The rest of the KServe suite runs on 
 
 from __future__ import annotations
 
+import gzip
 import json
 import queue
 import re
 import signal
 import threading
 import time
+import zlib
 
 import grpc
 import numpy as np
@@ -24,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from posenc.service import grpclane
 from posenc.service.v2.proto import grpc_service_pb2 as pb
-from tests.integration.h2_client import H2
+from tests.integration.h2_client import H2, frame
 from tests.integration.kserve_cases import V2_CONFIG, infer, split, wait_grpc_ready
 from tests.procs import Procs, child_env, wait_for
 from tests.service_cases import REQUEST_IDS, REQUESTS
@@ -326,6 +328,119 @@ def test_deadlines_and_resets(pair):
             sid = h.call(INFER, _message([5, 6]), AUTH_H2)
             assert h.status(sid) == (0, b"") and len(h.messages(sid)) == 1
     assert ended == [(4, b"Deadline Exceeded")] * 2, ended
+
+
+def _gzip(m: bytes) -> bytes:
+    return gzip.compress(m, mtime=0)
+
+
+# Requests grpcio judges before (or while) its handler runs, each sent as raw HTTP/2 frames to both
+# servers: (extra headers, replaced request headers, the message's gRPC frame from its bytes)
+PLAIN = frame
+
+
+def FLAGGED(data: bytes) -> bytes:  # noqa: N802 (beside PLAIN)
+    return b"\1" + len(data).to_bytes(4, "big") + data
+
+
+EDGES = {
+    "plain": ((), {}, PLAIN),
+    "timeout 99999999H": (((b"grpc-timeout", b"99999999H"),), {}, PLAIN),
+    "timeout past grpcio's cap": (((b"grpc-timeout", b"1000000001S"),), {}, PLAIN),
+    "timeout with inner spaces": (((b"grpc-timeout", b"5 S"),), {}, PLAIN),
+    "timeout abc": (((b"grpc-timeout", b"abc"),), {}, PLAIN),
+    "timeout -1S": (((b"grpc-timeout", b"-1S"),), {}, PLAIN),
+    "timeout zero": (((b"grpc-timeout", b"0S"),), {}, PLAIN),
+    "two timeouts, one bad": (((b"grpc-timeout", b"5S"), (b"grpc-timeout", b"1x")), {}, PLAIN),
+    "metadata bytes 0x80-0xff": (((b"x-custom", b"a\x80\xffz"),), {}, PLAIN),
+    "-bin bad base64": (((b"x-custom-bin", b"!!!"),), {}, PLAIN),
+    "-bin one char": (((b"x-custom-bin", b"Y"),), {}, PLAIN),
+    "-bin unused bits set": (((b"x-custom-bin", b"YR=="),), {}, PLAIN),
+    "-bin unpadded": (((b"x-custom-bin", b"YQ"),), {}, PLAIN),
+    "the first bad header wins": (((b"x-custom-bin", b"!"), (b"grpc-timeout", b"abc")), {}, PLAIN),
+    "illegal key": (((b"x!y", b"v"),), {}, PLAIN),
+    "grpc-encoding snappy": (((b"grpc-encoding", b"snappy"),), {}, PLAIN),
+    ":method GET": ((), {b":method": b"GET"}, PLAIN),
+    ":method PUT": ((), {b":method": b"PUT"}, PLAIN),
+    "no te": ((), {b"te": None}, PLAIN),
+    "no content-type": ((), {b"content-type": None}, PLAIN),
+    "gzip": (((b"grpc-encoding", b"gzip"),), {}, lambda m: FLAGGED(_gzip(m))),
+    "deflate": (((b"grpc-encoding", b"deflate"),), {}, lambda m: FLAGGED(zlib.compress(m))),
+    "gzip, not gzip": (((b"grpc-encoding", b"gzip"),), {}, lambda m: FLAGGED(b"not gzip" + m)),
+    "deflate, not zlib": (((b"grpc-encoding", b"deflate"),), {}, lambda m: FLAGGED(b"not zlib" + m)),
+    "gzip cut short": (((b"grpc-encoding", b"gzip"),), {}, lambda m: FLAGGED(_gzip(m)[:-6])),
+    "gzip and more": (((b"grpc-encoding", b"gzip"),), {}, lambda m: FLAGGED(_gzip(m) + b"xx")),
+    "gzip over the limit": (
+        ((b"grpc-encoding", b"gzip"),),
+        {},
+        lambda m: FLAGGED(_gzip(bytes(2 * MAX_BODY))),
+    ),
+    "flagged, no grpc-encoding": ((), {}, lambda m: FLAGGED(_gzip(m))),
+}
+# a learnt ModelInfer (the lane's own answer where the shortcut runs), a relayed call, the lane's own stream
+EDGE_CALLS = {
+    "ModelInfer": (INFER, _message([1, 2, 3])),
+    "relayed": (
+        "/inference.GRPCInferenceService/ModelMetadata",
+        pb.ModelMetadataRequest(name="rope").SerializeToString(),
+    ),
+    "ModelStreamInfer": (STREAM, _message([1, 2, 3])),
+}
+
+
+def _edge(port: int, path: str, message: bytes, edge: str) -> dict:
+    """The answer as the client sees it: headers, messages, trailers (those of a Trailers-Only
+    answer too), RST_STREAM's code."""
+    extra, replaced, body = EDGES[edge]
+    base = {
+        b":method": b"POST",
+        b":scheme": b"http",
+        b":path": path.encode(),
+        b":authority": b"127.0.0.1",
+        b"content-type": b"application/grpc",
+        b"te": b"trailers",
+    }
+    base.update(replaced)
+    headers = [(k, v) for k, v in base.items() if v is not None] + [*AUTH_H2, *extra]
+    with H2(port) as h:
+        h.c.config.validate_outbound_headers = h.c.config.normalize_outbound_headers = False
+        sid = h.c.get_next_available_stream_id()
+        h.c.send_headers(sid, headers)
+        h.streams[sid] = {"headers": None, "data": b"", "trailers": None, "ended": False, "reset": None}
+        h.c.send_data(sid, body(message), end_stream=True)
+        h.flush()
+        st = h.wait(sid)
+        return {
+            "headers": st["headers"] and {k: v for k, v in st["headers"].items() if k != b"date"},
+            "messages": h.messages(sid),
+            "trailers": st["trailers"],
+            "reset": st["reset"],
+        }
+
+
+@pytest.mark.parametrize("edge", EDGES)
+def test_edges_grpcio_judges_are_answered_as_grpcio_answers(pair, edge):
+    """Each edge to both servers (raw HTTP/2: HTTP status, grpc-status, grpc-message, which
+    headers and trailers, RST_STREAM's code): a learnt ModelInfer, a relayed call and a
+    ModelStreamInfer get the same answer from the lane as from grpcio alone."""
+    for _ in range(6):  # the ModelInfer's key learnt (where the shortcut runs) before its edges
+        grpc_call_raw(pair[0], INFER, EDGE_CALLS["ModelInfer"][1])
+    for name, (path, message) in EDGE_CALLS.items():
+        on, off = (_edge(_port(s), path, message, edge) for s in pair)
+        assert on == off, (name, on, off)
+
+
+def test_bad_compressed_messages_leave_no_traceback(pair):
+    """A compressed message that is not gzip is the client's fault, answered with grpc-status:
+    the lane logs no traceback for it (one per stream was a log flood anyone could cause)."""
+    for name, (path, message) in EDGE_CALLS.items():
+        for _ in range(3):
+            got = _edge(_port(pair[0]), path, message, "gzip, not gzip")
+            assert got["trailers"][b"grpc-status"] == b"13", (name, got)
+    out = pair[0].stdout() + pair[0].stderr()
+    assert "zlib" not in out and not re.search(
+        r"grpc lane: (a \w+ event of stream \d+|relaying .*) failed", out
+    ), out[-3000:]
 
 
 def test_a_client_that_stops_reading_holds_up_no_one(pair, clients):
