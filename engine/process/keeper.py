@@ -56,7 +56,7 @@ class Keeper:
         be missing from the handover (not adopted: built again)."""
         for t in self._serving:
             t.join(DRAIN_S)
-        self._serving = [t for t in self._serving if t.is_alive()]
+        self._serving = []  # (one still reading, its channel's end held elsewhere, is waited for once)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         theirs.set_inheritable(True)
         t = threading.Thread(target=self._serve, args=(ours,), daemon=True, name="posenc-keeper")
