@@ -33,6 +33,18 @@ _UNIT_NS = {b"n": 1, b"u": 10**3, b"m": 10**6, b"S": 10**9, b"M": 60 * 10**9, b"
 # grpcio's timeout parser: spaces, digits, spaces, a unit, spaces
 _TIMEOUT = re.compile(rb" *([0-9]+) *([numSMH]) *\Z")
 _TIMEOUT_CAP = 10**9  # past it grpcio reads the timeout as infinite
+# headers every call carries that no rule reads (skipped first: judge runs on every call)
+_USUAL = frozenset(
+    (
+        b":scheme",
+        b":path",
+        b":authority",
+        b"content-type",
+        b"user-agent",
+        b"grpc-accept-encoding",
+        b"authorization",
+    )
+)
 _KEY_CHARS = b"0123456789abcdefghijklmnopqrstuvwxyz_.-"  # a metadata key's, as grpcio allows them
 _B64 = re.compile(rb"[A-Za-z0-9+/]*\Z")
 _PRINTABLE = re.compile(rb"[\x20-\x7e]*\Z")
@@ -41,13 +53,16 @@ _PRINTABLE = re.compile(rb"[\x20-\x7e]*\Z")
 def timeout_s(value: bytes) -> float | None:
     """Seconds of a ``grpc-timeout`` value as grpcio reads it: None when it cannot parse it,
     ``inf`` past its cap; nanoseconds and microseconds are rounded up to a millisecond, as grpcio does."""
-    m = _TIMEOUT.match(value)
-    if m is None:
+    unit = _UNIT_NS.get(value[-1:])
+    if unit is not None and value[:-1].isdigit():  # the usual form: digits, then the unit
+        n = int(value[:-1])
+    elif (m := _TIMEOUT.match(value)) is not None:
+        n, unit = int(m[1]), _UNIT_NS[m[2]]
+    else:
         return None
-    n = int(m[1])
     if n > _TIMEOUT_CAP:
         return float("inf")
-    ns = n * _UNIT_NS[m[2]]
+    ns = n * unit
     return -(-ns // 10**6) / 1e3
 
 
@@ -67,7 +82,9 @@ def judge(headers) -> str | tuple[grpc.StatusCode, str] | None:
     method = te = verdict = None
     zero = False
     for k, v in headers:
-        if k[:1] == b":":
+        if k in _USUAL:
+            pass
+        elif k[:1] == b":":
             if k == b":method":
                 method = v
         elif k == b"te":  # nghttp2 has reset any value but ``trailers``
