@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
-from posenc.service.supervise.serve import terminate
+from posenc.service.supervise.children import terminate
 
 # a floor's kind (its name in the results) -> the module that serves it
 FLOOR_MODULES = {"floor": "posenc.loadtest.floors.asgi_app", "bare": "posenc.loadtest.floors.http_protocol"}

@@ -23,19 +23,14 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
 
 from posenc.engine.core.settings import CHOICES, Settings, current, use
-from posenc.engine.process.keeper import Keeper
-from posenc.engine.store import fdpass
-from posenc.engine.store import segments as store
 from posenc.service.protocol import uvicorn_api
 from posenc.service.supervise import options as serve_opts
-from posenc.service.supervise.children import Children, terminate
-from posenc.service.supervise.engine_watch import generation_of
+from posenc.service.supervise.children import Children
+from posenc.service.supervise.engine_watch import EngineChild
 
 log = logging.getLogger(
     "posenc.serve"
@@ -145,18 +140,6 @@ def settings_from_args(args) -> Settings:
     )
 
 
-FIRST_STANDBY_DELAY_S = 2.0  # the first standby waits this long after the engine is up (serve's start)
-CRASH_S = 1.0  # engines dying this soon after their start twice in a row (or before ready) are a crash loop
-STANDBY_CHECK_S = 0.05  # how often the watch looks at the engine and its standby (reaped at once)
-MAX_BACKOFF_S = 4.0
-
-
-def restart_delay(streak: int) -> float:
-    """Seconds before the next engine starts, after ``streak`` crash-loop deaths in a row (0: the
-    engine died after it was up, however soon after the one before: at once)."""
-    return 0.0 if streak == 0 else min(MAX_BACKOFF_S, 0.5 * 2 ** (streak - 1))
-
-
 def claim(s: Settings) -> int:
     """This server's hold on its namespace and port, taken before anything is started or
     removed: the lock's descriptor. Exits (status 1) when another server holds the namespace or
@@ -209,198 +192,6 @@ def release(s: Settings, fd: int) -> None:
     except FileNotFoundError:
         pass
     os.close(fd)
-
-
-class EngineChild:
-    """The engine child, and its standby: once an engine is up (the first one: FIRST_STANDBY_DELAY_S
-    after, past serve's own start), a second engine process is started with ``--standby-fd``
-    (engine/process/main.py), imported and waiting; when the engine dies the standby is sent ``go``
-    with a fresh keeper channel and becomes the engine (no interpreter start, no imports: about half
-    a second of a restart), and a new standby is started as soon as it is up.
-    Without a live standby (it died, or the first engine is not up yet) a new process starts.
-
-    An engine is up when it says so on its ``--ready-fd`` pipe (after it published its first
-    manifest, whether or not a full shm_dir let the file be written). A standby that dies is
-    reaped and replaced within STANDBY_CHECK_S (at once, or after restart_delay while standbys
-    keep dying within CRASH_S of their start), not left a zombie until the engine's next death."""
-
-    def __init__(self, settings: Settings):
-        self.s = settings
-        self.proc: subprocess.Popen | None = None
-        self.ready: int | None = None  # the read end of the engine's --ready-fd pipe
-        self.standby: tuple[subprocess.Popen, socket.socket, int] | None = None  # and its pipe
-        self.keeper = Keeper()  # holds every table the engine publishes, for the next engine
-        self.stopping = False
-        self.failure: str | None = None  # why the server stopped itself (posenc serve exits with it)
-        self._standby_streak, self._standby_at, self._standby_started = 0, 0.0, 0.0
-
-    def _cmd(self) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "posenc.engine.process.main",
-            "--exit-with-parent",
-            "--shm-dir",
-            self.s.shm_dir,
-            "--namespace",
-            self.s.namespace,
-            "--memory-budget",
-            str(self.s.memory_budget_bytes),
-        ]
-        if self.s.tables:
-            cmd += ["--tables", self.s.tables]
-        if self.s.shm_group:
-            cmd += ["--group", self.s.shm_group]
-        return cmd
-
-    def _spawn(self, flag: str, fd: int) -> tuple[subprocess.Popen, int]:
-        """An engine process given ``flag fd`` (its keeper channel or its standby socket) and a
-        ready pipe: (the process, the pipe's read end)."""
-        r, w = os.pipe()
-        try:
-            os.set_blocking(r, False)
-            proc = subprocess.Popen([*self._cmd(), flag, str(fd), "--ready-fd", str(w)], pass_fds=(fd, w))
-        except BaseException:
-            os.close(r)
-            raise
-        finally:
-            os.close(w)
-        return proc, r
-
-    def start(self) -> None:
-        channel = self.keeper.channel()  # (made now: it hands over what is held now)
-        if self.ready is not None:
-            os.close(self.ready)
-            self.ready = None
-        with channel:
-            standby, self.standby = self.standby, None
-            if standby is not None:
-                proc, sock, ready = standby
-                try:
-                    with sock:
-                        fdpass.send_packet(sock, {"op": "go"}, channel.fileno())
-                    self.proc, self.ready = proc, ready
-                    return
-                except OSError:  # the standby died meanwhile: a new process, as without one
-                    terminate(proc, 1.0)
-                    os.close(ready)
-            self.proc, self.ready = self._spawn("--keeper-fd", channel.fileno())
-
-    def _is_up(self) -> bool:
-        """Whether the engine said it is ready (its pipe then holds "ready"; EOF: it died first)."""
-        try:
-            return os.read(self.ready, 64).startswith(b"ready")
-        except (BlockingIOError, OSError, TypeError):
-            return False
-
-    def _keep_standby(self) -> None:
-        """Reap a standby that died (saying so) and start one where none lives, unless a standby
-        crash loop's delay runs."""
-        now = time.monotonic()
-        if self.standby is not None:
-            proc, sock, ready = self.standby
-            rc = proc.poll()
-            if rc is None:
-                return
-            self.standby = None
-            sock.close()
-            os.close(ready)
-            lived = now - self._standby_started
-            self._standby_streak = self._standby_streak + 1 if lived < CRASH_S else 0
-            delay = restart_delay(self._standby_streak)
-            self._standby_at = now + delay
-            why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-            log.warning("standby engine %s after %.1fs; another in %.1fs", why, lived, delay)
-        if self.stopping or now < self._standby_at:
-            return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            theirs.set_inheritable(True)
-            proc, ready = self._spawn("--standby-fd", theirs.fileno())
-        self.standby, self._standby_started = (proc, ours, ready), now
-        if self.stopping:  # stop() ran meanwhile and saw no standby: this one ends here
-            self.standby = None
-            ours.close()
-            terminate(proc, 5.0)
-            os.close(ready)
-
-    def _run_until_exit(self, standby_delay: float, exited_at: float | None) -> tuple[int, bool]:
-        """Watch the running engine until it exits: (its status, whether it was up). Once it is up
-        (the restart-to-ready time logged, when ``exited_at`` is its predecessor's death) and then
-        ``standby_delay`` seconds have passed (not before: a standby's imports, half a second of a
-        core, would slow the engine's start, and at serve's start the workers' and the first
-        requests', on a small machine), a standby is kept."""
-        up_at = None
-        while True:
-            rc = self.proc.poll()
-            if rc is not None or self.stopping:
-                return rc, up_at is not None
-            now = time.monotonic()
-            if up_at is None and self._is_up():
-                up_at = now
-                if exited_at is not None:
-                    log.warning(
-                        "engine restarted: generation %s ready %.2f s after the previous engine exited",
-                        generation_of(self.s.shm_dir, self.s.namespace),
-                        now - exited_at,
-                    )
-            if up_at is not None and now - up_at >= standby_delay:
-                self._keep_standby()
-            time.sleep(STANDBY_CHECK_S)
-
-    def watch(self) -> None:
-        """Restart the engine if it dies while we serve (not while we stop), saying why each time:
-        at once (its successor adopts its intact tables, so workers lose nothing), also when it is
-        killed again soon after; only a crash loop (deaths before the engine was ready, or within
-        CRASH_S of its start twice in a row) waits, a delay doubling from 0.5 s to 4 s."""
-        streak, quick, delay, exited_at = 0, False, FIRST_STANDBY_DELAY_S, None
-        while not self.stopping:
-            started = time.monotonic()
-            rc, was_up = self._run_until_exit(delay, exited_at)
-            delay = 0.0  # after a restart at once: the next kill may come soon
-            if self.stopping:
-                return
-            if rc == 2:  # invalid table config: restarting cannot help
-                self.failure = (
-                    "posenc serve: the engine refused its table config (--tables; its log above says why)"
-                )
-                log.error("the engine refused its table config; stopping")
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            exited_at = time.monotonic()
-            lived = exited_at - started
-            # a crash loop: it died before it was up, or soon after its start twice in a row
-            streak = streak + 1 if not was_up or (lived < CRASH_S and quick) else 0
-            quick = lived < CRASH_S
-            wait = restart_delay(streak)
-            why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
-            log.warning(
-                "engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, wait
-            )
-            deadline = time.monotonic() + wait
-            while not self.stopping and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not self.stopping:
-                self.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.stopping = True
-        standby, self.standby = self.standby, None
-        if standby is not None:
-            standby[1].close()  # no go: it exits at once
-            terminate(standby[0], timeout)
-            os.close(standby[2])
-        if self.proc:
-            terminate(self.proc, timeout)
-        if self.ready is not None:
-            os.close(self.ready)
-            self.ready = None
-        # an engine killed before a successor took its files over (or one that ignored SIGTERM)
-        # left its lock, manifest and socket: nobody else would remove them
-        left = store.remove_dead(self.s.shm_dir, self.s.namespace)
-        if left:
-            log.warning("removed %d file(s) a dead engine left in %s", len(left), self.s.shm_dir)
-        self.keeper.close()
 
 
 def cmd_serve(args) -> int:
