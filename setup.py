@@ -80,13 +80,15 @@ def _have_nghttp2() -> bool:
     return any(os.path.exists(os.path.join(d, "nghttp2", "nghttp2.h")) for d in dirs)
 
 
-# the gRPC lane's HTTP/2 sessions (service/grpclane/_h2.c, on libnghttp2): built where its header is;
-# without it a gRPC process runs grpcio alone and says so (service/grpclane/__init__.py status)
+# the gRPC lane's HTTP/2 sessions (service/grpclane/_h2.c and h2_nv.c, on libnghttp2): built where
+# its header is; without it a gRPC process runs grpcio alone and says so (service/grpclane/__init__.py
+# status)
 H2 = (
     [
         Extension(
             "posenc.service.grpclane._h2",
-            ["service/grpclane/_h2.c"],
+            ["service/grpclane/_h2.c", "service/grpclane/h2_nv.c"],
+            depends=["service/grpclane/h2_nv.h"],
             libraries=["nghttp2"],
             optional=_OPTIONAL,
         )

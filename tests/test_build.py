@@ -31,7 +31,7 @@ EXTENSIONS = {
 }
 # built where libnghttp2's header is (setup.py): .ci/run installs it, so CI requires it like the rest
 if Path("/usr/include/nghttp2/nghttp2.h").exists():
-    EXTENSIONS["posenc.service.grpclane._h2"] = ("service/grpclane/_h2.c",)
+    EXTENSIONS["posenc.service.grpclane._h2"] = ("service/grpclane/*.c", "service/grpclane/*.h")
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 REQUIRED = IN_CI or os.environ.get("POSENC_BACKEND") == "simd"
 

@@ -6,13 +6,21 @@
  * it parses into a few Python events and turns Python's answers into frames; it knows nothing of
  * gRPC's methods (lane.py decides what each call gets).
  *
- *   Session(unary, max_message, max_streams, window)
+ *   Session(unary, max_message, max_streams, window, max_header=16384, max_request=4*max_message)
  *     unary: a frozenset of :path values (bytes) whose request is one message, buffered here until
  *     the stream ends and given as one "call" event; every other path is given as it comes (an
  *     "open", then "data" events, then "end"), so a bidirectional stream or an unknown method
  *     goes on while the client sends. max_message: the most bytes of a unary call's body kept (a
  *     longer body is given cut there, its bytes past it dropped). max_streams: the
  *     SETTINGS_MAX_CONCURRENT_STREAMS sent; window: the initial stream and connection windows.
+ *     max_header: a request's header list, counted as HPACK counts it (name + value + 32 each),
+ *     past which the stream is refused as grpcio refuses metadata over its hard limit
+ *     (grpc.absolute_max_metadata_size, 16 KiB): RESOURCE_EXHAUSTED, "received metadata size
+ *     exceeds hard limit (N vs. 16384);  name:sizeB ...", in a Trailers-Only answer, Python never
+ *     told; nothing past the bound is kept (SETTINGS_MAX_HEADER_LIST_SIZE says it, as grpcio does).
+ *     max_request: the unary bodies kept here for calls not yet complete, all streams together,
+ *     past which the connection's window is no longer opened (WINDOW_UPDATE is sent as kept bytes
+ *     are handed on): a client holds at most max_request + window bytes of unfinished bodies.
  *   recv(data) -> [event, ...]   the events of the bytes read; raises Error on a fatal protocol
  *     error (send() then holds nghttp2's GOAWAY; the connection is to be closed after it)
  *       ("call", stream_id, path, headers, body: bytes, total: int)   total: the body's bytes sent
@@ -30,10 +38,19 @@
  *   reset(id, code)          RST_STREAM
  *   shutdown()               graceful GOAWAY: the notice now (no new streams); goaway() after
  *   goaway()                 the final GOAWAY with the last stream processed
+ *   close()                  the connection is gone: the session and every stream are freed now
+ *                            (then recv() raises Error, send() gives b"", the answers False)
  *   done                     True when nghttp2 wants neither to read nor to write: close
  *   open_streams             the streams open now
  *   buffered                 response bytes written here that nghttp2 has not yet taken (they
  *                            wait for the client's flow-control windows), all streams together
+ *   held                     (streams, request bytes, answer bytes) kept now: the streams open,
+ *                            their header lists and unary bodies not yet handed on, and buffered
+ *   live() (module)          (sessions, streams, request bytes, answer bytes, nghttp2 blocks) alive
+ *                            in this process, every Session together: all 0 once every Session
+ *                            is gone (nghttp2's own allocations are counted through its allocator)
+ * Every stream is on its Session's list from its first HEADERS: whatever ends it (END_STREAM and the
+ * answer, RST_STREAM, GOAWAY, a connection error, the Session's deletion) frees what it holds.
  * Each of start/write/finish/answer/only/reset returns False when the stream is gone (closed by
  * the client meanwhile): there is nothing to answer.
  */
@@ -43,32 +60,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "h2_nv.h"
+
 static PyObject *H2Error;
 static PyObject *EMPTY; /* () */
 
-typedef struct {
-    char *p;
-    size_t len, off, cap;
-} Buf;
-
-static int buf_add(Buf *b, const void *src, size_t n) {
-    if (b->off > 0 && b->off == b->len) { /* drained: start over */
-        b->off = b->len = 0;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-typedef struct {
+typedef struct Stream {
+    struct Stream *prev, *next; /* the Session's list of its streams */
     int32_t id;
     int unary;        /* body buffered until the stream ends */
     int told;         /* Python was given an event of it */
@@ -77,7 +75,10 @@ typedef struct {
     int deferred;     /* the data source waits for write() or finish() */
     int finishing;    /* finish() called: trailers once the data is out */
     PyObject *path;   /* bytes */
-    PyObject *headers; /* list of (name, value) */
+    PyObject *headers; /* list of (name, value); NULL once handed on or refused */
+    size_t hsize;     /* the header list's size as HPACK counts it (name + value + 32 each) */
+    size_t hkept;     /* of it, the bytes kept here (the list not yet handed to Python) */
+    char *refusal;    /* the header list went past max_header: grpcio's message, sent at its end */
     Buf body;         /* a unary call's request bytes */
     Buf out;          /* response DATA not yet handed to nghttp2 */
     nghttp2_nv *trailers;
@@ -94,15 +95,107 @@ typedef struct {
     int failed;        /* a Python error inside a callback: recv() raises it */
     long open;         /* streams begun and not closed */
     size_t buffered;   /* response bytes written here and not yet handed to nghttp2, all streams */
+    size_t max_header; /* a request's header list, as HPACK counts it */
+    size_t max_request; /* the unary bodies kept here, all streams: past it the window stays shut */
+    size_t request;    /* request bytes kept now: header lists and unary bodies not handed on */
+    size_t kept;       /* of it, unary bodies (the connection's flow control counts these) */
+    size_t owed;       /* DATA bytes received for kept bodies, not yet given back to the window */
+    Stream *streams;   /* every stream begun and not freed */
 } Session;
 
-static void stream_free(Stream *st) {
-    Py_XDECREF(st->path);
-    Py_XDECREF(st->headers);
+/* what every Session of the process holds (live()): all 0 once every Session is freed */
+static long g_sessions, g_streams, g_blocks;
+static size_t g_request, g_answer;
+
+static void request_add(Session *self, size_t n) {
+    self->request += n;
+    g_request += n;
+}
+
+static void request_sub(Session *self, size_t n) {
+    self->request -= n;
+    g_request -= n;
+}
+
+static void answer_add(Session *self, size_t n) {
+    self->buffered += n;
+    g_answer += n;
+}
+
+static void answer_sub(Session *self, size_t n) {
+    self->buffered -= n;
+    g_answer -= n;
+}
+
+/* nghttp2's allocations, counted: its blocks are all freed when the session is deleted */
+static void *ng_malloc(size_t n, void *ud) {
+    (void)ud;
+    void *p = malloc(n);
+    if (p != NULL) g_blocks++;
+    return p;
+}
+
+static void ng_free(void *p, void *ud) {
+    (void)ud;
+    if (p != NULL) g_blocks--;
+    free(p);
+}
+
+static void *ng_calloc(size_t k, size_t n, void *ud) {
+    (void)ud;
+    void *p = calloc(k, n);
+    if (p != NULL) g_blocks++;
+    return p;
+}
+
+static void *ng_realloc(void *p, size_t n, void *ud) {
+    (void)ud;
+    void *q = realloc(p, n);
+    if (p == NULL && q != NULL) g_blocks++;
+    return q;
+}
+
+static nghttp2_mem NG_MEM = {NULL, ng_malloc, ng_free, ng_calloc, ng_realloc};
+
+/* the connection's window opened again for kept body bytes handed on or dropped: what was owed,
+ * as far as max_request allows */
+static void give_back(Session *self) {
+    size_t room = self->kept < self->max_request ? self->max_request - self->kept : 0;
+    size_t n = self->owed < room ? self->owed : room;
+    if (n > 0 && self->s != NULL && nghttp2_session_consume_connection(self->s, n) == 0) self->owed -= n;
+}
+
+/* a unary body's kept bytes, handed on (the "call" event) or dropped */
+static void body_release(Session *self, Stream *st) {
+    request_sub(self, st->body.len);
+    self->kept -= st->body.len;
     free(st->body.p);
+    memset(&st->body, 0, sizeof st->body);
+    give_back(self);
+}
+
+/* the header list handed on (an event holds it now) or dropped */
+static void headers_release(Session *self, Stream *st) {
+    request_sub(self, st->hkept);
+    st->hkept = 0;
+    Py_CLEAR(st->headers);
+}
+
+/* off the Session's list and freed, with everything it holds */
+static void stream_free(Session *self, Stream *st) {
+    if (st->prev != NULL) st->prev->next = st->next;
+    else self->streams = st->next;
+    if (st->next != NULL) st->next->prev = st->prev;
+    self->open--;
+    g_streams--;
+    answer_sub(self, st->out.len - st->out.off);
+    headers_release(self, st);
+    body_release(self, st);
+    Py_XDECREF(st->path);
     free(st->out.p);
     free(st->trailers);
     free(st->trailer_bytes);
+    free(st->refusal);
     free(st);
 }
 
@@ -132,7 +225,47 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud
     }
     st->id = f->hd.stream_id;
     nghttp2_session_set_stream_user_data(s, st->id, st);
+    st->next = self->streams;
+    if (st->next != NULL) st->next->prev = st;
+    self->streams = st;
     self->open++;
+    g_streams++;
+    return 0;
+}
+
+/* the header list went past max_header at this entry: grpcio's message (its hard limit's, naming
+ * each entry's size up to this one) is kept for the list's end, and the list is dropped */
+static int refuse_headers(Session *self, Stream *st, const uint8_t *name, size_t namelen, size_t size) {
+    Buf b = {0};
+    char head[96];
+    int n = snprintf(head, sizeof head, "received metadata size exceeds hard limit (%zu vs. %zu);  ", st->hsize,
+                     self->max_header);
+    int bad = n < 0 || buf_add(&b, head, (size_t)n) < 0;
+    Py_ssize_t count = PyList_GET_SIZE(st->headers);
+    for (Py_ssize_t i = 0; i <= count && !bad; i++) {
+        const uint8_t *k = name;
+        size_t kl = namelen, sz = size;
+        if (i < count) {
+            PyObject *pair = PyList_GET_ITEM(st->headers, i);
+            PyObject *pk = PyTuple_GET_ITEM(pair, 0), *pv = PyTuple_GET_ITEM(pair, 1);
+            k = (const uint8_t *)PyBytes_AS_STRING(pk);
+            kl = (size_t)PyBytes_GET_SIZE(pk);
+            sz = kl + (size_t)PyBytes_GET_SIZE(pv) + 32;
+        }
+        char num[32];
+        int m = snprintf(num, sizeof num, ":%zuB%s", sz, i < count ? " " : "");
+        bad = h2_name_add(&b, k, kl) < 0 || m < 0 || buf_add(&b, num, (size_t)m) < 0 || buf_add(&b, "", 1) < 0;
+        if (!bad) b.len--; /* the NUL kept past the end */
+    }
+    if (bad) {
+        free(b.p);
+        PyErr_NoMemory();
+        self->failed = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    st->refusal = b.p;
+    headers_release(self, st);
+    Py_CLEAR(st->path);
     return 0;
 }
 
@@ -142,12 +275,18 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     Session *self = ud;
     Stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
     if (st == NULL || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    if (st->refusal != NULL) return 0; /* past the bound: counted no further, nothing kept */
+    size_t size = namelen + valuelen + 32;
+    st->hsize += size;
+    if (st->hsize > self->max_header) return refuse_headers(self, st, name, namelen, size);
     PyObject *pair = Py_BuildValue("(y#y#)", name, (Py_ssize_t)namelen, value, (Py_ssize_t)valuelen);
     if (pair == NULL || PyList_Append(st->headers, pair) < 0) {
         Py_XDECREF(pair);
         self->failed = 1;
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
+    st->hkept += size;
+    request_add(self, size);
     if (namelen == 5 && memcmp(name, ":path", 5) == 0 && st->path == NULL) {
         st->path = PyTuple_GET_ITEM(pair, 1);
         Py_INCREF(st->path);
@@ -161,16 +300,25 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
     (void)flags;
     Session *self = ud;
     Stream *st = nghttp2_session_get_stream_user_data(s, id);
-    if (st == NULL || st->ended) return 0;
-    if (!st->unary) return event(self, Py_BuildValue("(siy#)", "data", id, data, (Py_ssize_t)len));
+    /* the stream's window reopens at once; the connection's as the bytes are handed on */
+    nghttp2_session_consume_stream(s, id, len);
+    if (st == NULL || st->ended || st->refusal != NULL || !st->unary) {
+        nghttp2_session_consume_connection(s, len);
+        if (st == NULL || st->ended || st->refusal != NULL) return 0;
+        return event(self, Py_BuildValue("(siy#)", "data", id, data, (Py_ssize_t)len));
+    }
     size_t room = self->max_message > st->body.len ? self->max_message - st->body.len : 0;
     st->total += len;
-    if (len > room) len = room;
-    if (len && buf_add(&st->body, data, len) < 0) {
+    size_t keep = len > room ? room : len;
+    if (keep && buf_add(&st->body, data, keep) < 0) {
         PyErr_NoMemory();
         self->failed = 1;
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
+    request_add(self, keep);
+    self->kept += keep;
+    self->owed += len;
+    give_back(self);
     return 0;
 }
 
@@ -180,6 +328,23 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
     Stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
     if (st == NULL || st->ended) return 0;
     int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+    if (st->refusal != NULL) { /* its header list went past the bound: grpcio's answer, now */
+        if (f->hd.type != NGHTTP2_HEADERS) return 0;
+        char *msg = st->refusal;
+        const char *const refused[] = {":status", "200", "content-type", "application/grpc", "grpc-status", "8", NULL};
+        nghttp2_nv nv[4];
+        for (int i = 0; i < 3; i++) {
+            nv[i] = (nghttp2_nv){(uint8_t *)refused[2 * i], (uint8_t *)refused[2 * i + 1], strlen(refused[2 * i]),
+                                 strlen(refused[2 * i + 1]), NGHTTP2_NV_FLAG_NONE};
+        }
+        nv[3] = (nghttp2_nv){(uint8_t *)"grpc-message", (uint8_t *)msg, 12, strlen(msg), NGHTTP2_NV_FLAG_NONE};
+        st->ended = 1;
+        int rv = nghttp2_submit_response(s, st->id, nv, 4, NULL); /* copies the names and values */
+        st->refusal = NULL;
+        free(msg);
+        if (rv != 0) nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
         if (st->path == NULL) { /* nghttp2's messaging rules require :path; kept for safety */
             st->path = PyBytes_FromStringAndSize("", 0);
@@ -197,14 +362,18 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
         if (!st->unary) {
             st->told = 1;
             int rc = event(self, Py_BuildValue("(siOO)", "open", st->id, st->path, st->headers));
+            headers_release(self, st); /* Python holds them now */
             if (rc != 0) return rc;
         }
     }
     if (!end) return 0;
     st->told = 1;
     if (!st->unary) return event(self, Py_BuildValue("(si)", "end", st->id));
-    return event(self, Py_BuildValue("(siOOy#n)", "call", st->id, st->path, st->headers, st->body.p ? st->body.p : "",
-                                     (Py_ssize_t)st->body.len, (Py_ssize_t)st->total));
+    int rc = event(self, Py_BuildValue("(siOOy#n)", "call", st->id, st->path, st->headers ? st->headers : EMPTY,
+                                       st->body.p ? st->body.p : "", (Py_ssize_t)st->body.len, (Py_ssize_t)st->total));
+    headers_release(self, st); /* handed on: Python holds the call now */
+    body_release(self, st);
+    return rc;
 }
 
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
@@ -212,11 +381,9 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
     Stream *st = nghttp2_session_get_stream_user_data(s, id);
     if (st == NULL) return 0;
     nghttp2_session_set_stream_user_data(s, id, NULL);
-    self->open--;
     int rc = 0;
     if (st->told && !st->ended) rc = event(self, Py_BuildValue("(siI)", "closed", id, code));
-    self->buffered -= st->out.len - st->out.off;
-    stream_free(st);
+    stream_free(self, st);
     return rc;
 }
 
@@ -230,7 +397,7 @@ static ssize_t read_out(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     if (n > length) n = length;
     memcpy(buf, st->out.p + st->out.off, n);
     st->out.off += n;
-    self->buffered -= n;
+    answer_sub(self, n);
     if (st->out.off < st->out.len) return (ssize_t)n;
     if (!st->finishing) {
         if (n > 0) return (ssize_t)n;
@@ -245,67 +412,8 @@ static ssize_t read_out(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     return (ssize_t)n;
 }
 
-/* name/value pairs (a sequence of 2-tuples of bytes) as nghttp2_nv, their bytes copied into one
- * block (*block, freed by the caller); extra: pairs of C strings before them, NULL-ended */
-static nghttp2_nv *make_nv(PyObject *pairs, const char *const *extra, size_t *count, char **block) {
-    PyObject *seq = PySequence_Fast(pairs, "headers: a sequence of (name, value) bytes pairs");
-    if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    size_t nextra = 0, bytes = 0;
-    while (extra && extra[2 * nextra]) {
-        nextra++;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(p, 0)) ||
-            !PyBytes_Check(PyTuple_GET_ITEM(p, 1))) {
-            PyErr_SetString(PyExc_TypeError, "headers: a sequence of (name, value) bytes pairs");
-            Py_DECREF(seq);
-            return NULL;
-        }
-        bytes += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(p, 0)) + (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(p, 1));
-    }
-    size_t total = (size_t)n + nextra;
-    nghttp2_nv *nv = calloc(total ? total : 1, sizeof *nv);
-    char *b = malloc(bytes ? bytes : 1);
-    if (nv == NULL || b == NULL) {
-        free(nv);
-        free(b);
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    char *w = b;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *k = PyTuple_GET_ITEM(p, 0), *v = PyTuple_GET_ITEM(p, 1);
-        size_t kl = (size_t)PyBytes_GET_SIZE(k), vl = (size_t)PyBytes_GET_SIZE(v);
-        nghttp2_nv *e = &nv[nextra + (size_t)i];
-        memcpy(w, PyBytes_AS_STRING(k), kl);
-        e->name = (uint8_t *)w;
-        e->namelen = kl;
-        w += kl;
-        memcpy(w, PyBytes_AS_STRING(v), vl);
-        e->value = (uint8_t *)w;
-        e->valuelen = vl;
-        w += vl;
-        e->flags = NGHTTP2_NV_FLAG_NONE;
-    }
-    for (size_t j = 0; j < nextra; j++) { /* static strings, first (:status leads): no copy */
-        nghttp2_nv *e = &nv[j];
-        e->name = (uint8_t *)extra[2 * j];
-        e->namelen = strlen(extra[2 * j]);
-        e->value = (uint8_t *)extra[2 * j + 1];
-        e->valuelen = strlen(extra[2 * j + 1]);
-        e->flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
-    }
-    Py_DECREF(seq);
-    *count = total;
-    *block = b;
-    return nv;
-}
-
 static Stream *live(Session *self, int id) {
+    if (self->s == NULL) return NULL; /* closed: nothing to answer */
     Stream *st = nghttp2_session_get_stream_user_data(self->s, id);
     return st != NULL && !st->ended ? st : NULL;
 }
@@ -339,7 +447,7 @@ static PyObject *given_response(Session *self, PyObject *args, int with_data) {
     if (st == NULL) Py_RETURN_FALSE;
     size_t n;
     char *block;
-    nghttp2_nv *nv = make_nv(headers, NULL, &n, &block);
+    nghttp2_nv *nv = h2_make_nv(headers, NULL, &n, &block);
     if (nv == NULL) return NULL;
     int rc = respond(self, st, nv, n, with_data);
     free(nv);
@@ -363,14 +471,14 @@ static PyObject *Session_write(Session *self, PyObject *args) {
         PyBuffer_Release(&data);
         return PyErr_NoMemory();
     }
-    if (ok) self->buffered += (size_t)data.len;
+    if (ok) answer_add(self, (size_t)data.len);
     PyBuffer_Release(&data);
     if (ok) resume(self, st);
     return PyBool_FromLong(ok);
 }
 
 static int set_trailers(Stream *st, PyObject *trailers, const char *const *extra) {
-    st->trailers = make_nv(trailers, extra, &st->ntrailers, &st->trailer_bytes);
+    st->trailers = h2_make_nv(trailers, extra, &st->ntrailers, &st->trailer_bytes);
     return st->trailers == NULL ? -1 : 0;
 }
 
@@ -406,17 +514,17 @@ static PyObject *Session_answer(Session *self, PyObject *args) {
         PyBuffer_Release(&msg);
         return PyErr_NoMemory();
     }
-    self->buffered += 5;
+    answer_add(self, 5);
     if (buf_add(&st->out, msg.buf, len) < 0) {
         PyBuffer_Release(&msg);
         return PyErr_NoMemory();
     }
-    self->buffered += len;
+    answer_add(self, len);
     PyBuffer_Release(&msg);
     if (set_trailers(st, EMPTY, OK_TRAILER) < 0) return NULL;
     size_t n;
     char *block;
-    nghttp2_nv *nv = make_nv(head, OK_HEAD, &n, &block);
+    nghttp2_nv *nv = h2_make_nv(head, OK_HEAD, &n, &block);
     if (nv == NULL) return NULL;
     st->finishing = st->ended = 1;
     int rc = respond(self, st, nv, n, 1);
@@ -448,6 +556,7 @@ static PyObject *take_events(Session *self) {
 
 static PyObject *Session_recv(Session *self, PyObject *arg) {
     Py_buffer data;
+    if (self->s == NULL) return PyErr_Format(H2Error, "the session is closed");
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
     self->failed = 0;
     ssize_t rv = nghttp2_session_mem_recv(self->s, data.buf, (size_t)data.len);
@@ -464,6 +573,7 @@ static PyObject *Session_send(Session *self, PyObject *unused) {
     (void)unused;
     Buf b = {0};
     self->failed = 0;
+    if (self->s == NULL) return PyBytes_FromStringAndSize("", 0);
     for (;;) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(self->s, &p);
@@ -489,12 +599,13 @@ static PyObject *Session_send(Session *self, PyObject *unused) {
 
 static PyObject *Session_shutdown(Session *self, PyObject *unused) {
     (void)unused;
-    nghttp2_submit_shutdown_notice(self->s);
+    if (self->s != NULL) nghttp2_submit_shutdown_notice(self->s);
     Py_RETURN_NONE;
 }
 
 static PyObject *Session_goaway(Session *self, PyObject *unused) {
     (void)unused;
+    if (self->s == NULL) Py_RETURN_NONE;
     int32_t last = nghttp2_session_get_last_proc_stream_id(self->s);
     nghttp2_submit_goaway(self->s, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR, NULL, 0);
     Py_RETURN_NONE;
@@ -502,7 +613,7 @@ static PyObject *Session_goaway(Session *self, PyObject *unused) {
 
 static PyObject *Session_get_done(Session *self, void *c) {
     (void)c;
-    return PyBool_FromLong(!nghttp2_session_want_read(self->s) && !nghttp2_session_want_write(self->s));
+    return PyBool_FromLong(self->s == NULL || (!nghttp2_session_want_read(self->s) && !nghttp2_session_want_write(self->s)));
 }
 
 static PyObject *Session_get_open(Session *self, void *c) {
@@ -515,18 +626,32 @@ static PyObject *Session_get_buffered(Session *self, void *c) {
     return PyLong_FromSize_t(self->buffered);
 }
 
+static PyObject *Session_get_held(Session *self, void *c) {
+    (void)c;
+    return Py_BuildValue("(lnn)", self->open, (Py_ssize_t)self->request, (Py_ssize_t)self->buffered);
+}
+
+static PyObject *h2_live(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("(llnnl)", g_sessions, g_streams, (Py_ssize_t)g_request, (Py_ssize_t)g_answer, g_blocks);
+}
+
 static int Session_init(Session *self, PyObject *args, PyObject *kw) {
-    static char *names[] = {"unary", "max_message", "max_streams", "window", NULL};
+    static char *names[] = {"unary", "max_message", "max_streams", "window", "max_header", "max_request", NULL};
     PyObject *unary;
-    Py_ssize_t max_message;
-    unsigned int max_streams, window;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nII", names, &PyFrozenSet_Type, &unary, &max_message,
-                                     &max_streams, &window))
+    Py_ssize_t max_message, max_request = -1;
+    unsigned int max_streams, window, max_header = 16384;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nII|In", names, &PyFrozenSet_Type, &unary, &max_message,
+                                     &max_streams, &window, &max_header, &max_request))
         return -1;
-    if (self->s != NULL || max_message < 0 || window < 65535 || window > 0x7fffffff) {
-        PyErr_SetString(PyExc_ValueError, self->s ? "a Session is initialised once" : "max_message >= 0, 65535 <= window < 2**31");
+    if (self->s != NULL || max_message < 0 || window < 65535 || window > 0x7fffffff || max_request < -1) {
+        PyErr_SetString(PyExc_ValueError, self->s ? "a Session is initialised once"
+                                                  : "max_message >= 0, 65535 <= window < 2**31, max_request >= 0");
         return -1;
     }
+    self->max_header = max_header;
+    self->max_request = max_request >= 0 ? (size_t)max_request : 4 * (size_t)max_message;
     nghttp2_session_callbacks *cb;
     if (nghttp2_session_callbacks_new(&cb) != 0) {
         PyErr_NoMemory();
@@ -537,13 +662,23 @@ static int Session_init(Session *self, PyObject *args, PyObject *kw) {
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    int rv = nghttp2_session_server_new(&self->s, cb, self);
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cb);
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* the connection's window reopens as kept bodies are handed on (nghttp2_session_consume_*) */
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    int rv = nghttp2_session_server_new3(&self->s, cb, self, opt, &NG_MEM);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     if (rv != 0) {
         self->s = NULL;
         PyErr_Format(H2Error, "session: %s", nghttp2_strerror(rv));
         return -1;
     }
+    g_sessions++;
     Py_INCREF(unary);
     self->unary = unary;
     if ((self->events = PyList_New(0)) == NULL) return -1;
@@ -551,8 +686,9 @@ static int Session_init(Session *self, PyObject *args, PyObject *kw) {
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, max_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, max_header},
     };
-    rv = nghttp2_submit_settings(self->s, NGHTTP2_FLAG_NONE, iv, 2);
+    rv = nghttp2_submit_settings(self->s, NGHTTP2_FLAG_NONE, iv, 3);
     if (rv == 0) rv = nghttp2_session_set_local_window_size(self->s, NGHTTP2_FLAG_NONE, 0, (int32_t)window);
     if (rv != 0) {
         PyErr_Format(H2Error, "settings: %s", nghttp2_strerror(rv));
@@ -561,9 +697,27 @@ static int Session_init(Session *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* the session deleted and every stream freed with what it holds (nghttp2_session_del calls no
+ * on_stream_close: the Session's list frees them) */
+static void session_close(Session *self) {
+    if (self->s != NULL) {
+        nghttp2_session_del(self->s);
+        self->s = NULL;
+        g_sessions--;
+    }
+    while (self->streams != NULL) stream_free(self, self->streams);
+    self->owed = 0;
+}
+
+static PyObject *Session_close(Session *self, PyObject *unused) {
+    (void)unused;
+    session_close(self);
+    Py_RETURN_NONE;
+}
+
 static void Session_dealloc(Session *self) {
     Py_CLEAR(self->events);
-    if (self->s != NULL) nghttp2_session_del(self->s); /* closes every stream: on_stream_close frees them */
+    session_close(self);
     Py_XDECREF(self->unary);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -579,6 +733,7 @@ static PyMethodDef Session_methods[] = {
     {"reset", (PyCFunction)Session_reset, METH_VARARGS, "RST_STREAM"},
     {"shutdown", (PyCFunction)Session_shutdown, METH_NOARGS, "the graceful GOAWAY notice"},
     {"goaway", (PyCFunction)Session_goaway, METH_NOARGS, "the final GOAWAY"},
+    {"close", (PyCFunction)Session_close, METH_NOARGS, "free every stream and the session: the connection is gone"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -586,6 +741,7 @@ static PyGetSetDef Session_getset[] = {
     {"done", (getter)Session_get_done, NULL, "nghttp2 wants neither to read nor to write", NULL},
     {"open_streams", (getter)Session_get_open, NULL, "the streams open now", NULL},
     {"buffered", (getter)Session_get_buffered, NULL, "response bytes waiting for the client's windows", NULL},
+    {"held", (getter)Session_get_held, NULL, "(streams, request bytes, answer bytes) kept now", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -601,8 +757,13 @@ static PyTypeObject SessionType = {
     .tp_getset = Session_getset,
 };
 
+static PyMethodDef h2_functions[] = {
+    {"live", (PyCFunction)h2_live, METH_NOARGS, "(sessions, streams, request bytes, answer bytes, nghttp2 blocks) alive"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef h2module = {PyModuleDef_HEAD_INIT, "_h2", "the gRPC lane's HTTP/2 sessions (nghttp2)", -1,
-                                      NULL, NULL, NULL, NULL, NULL};
+                                      h2_functions, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__h2(void) {
     if (PyType_Ready(&SessionType) < 0 || (EMPTY = PyTuple_New(0)) == NULL) return NULL;

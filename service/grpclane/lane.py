@@ -10,7 +10,13 @@ ModelInfer the shortcut declines, is relayed to grpcio (relay.py).
 Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow, so a client that
 stops reading holds at most a window's bytes of the transport's buffer, and the answers waiting
 behind its windows are bounded (``Lane.max_buffered``: past it, new calls are refused as busy);
-while the transport's buffer is over its high-water mark the connection stops reading too. ``Lane.close`` is the
+while the transport's buffer is over its high-water mark the connection stops reading too.
+Everything a connection keeps is bounded before it is kept: a request's header list (grpcio's
+hard limit, in C), the unary bodies not yet complete (the connection's window reopens only as they
+are handed on), the ModelInfer calls admitted and not yet answered (each reserves one answer, the
+response limit, until its answer is in the session: a call past the bound waits, holding only its
+request) and the answers buffered; when the connection goes, its session and every stream on it
+are freed at once. ``Lane.close`` is the
 graceful end: GOAWAY's notice at once, the final GOAWAY when the streams in flight have ended (or
 the shutdown timeout has passed), then the connections close.
 """
@@ -35,6 +41,12 @@ STREAM_INFER = f"/{SERVICE}/ModelStreamInfer".encode()
 UNARY = frozenset([f"/{SERVICE}/{m}".encode() for m in UNARY_METHODS] + [b"/grpc.health.v1.Health/Check"])
 MAX_STREAMS = 1024  # SETTINGS_MAX_CONCURRENT_STREAMS, per connection
 WINDOW = 4 << 20  # the initial stream and connection windows: a large request in few round trips
+# a request's header list, as HPACK counts it: grpcio's hard limit (grpc.absolute_max_metadata_size's
+# default); past it the stream is refused as grpcio refuses it (RESOURCE_EXHAUSTED, its message)
+MAX_METADATA = 16 << 10
+# unfinished unary bodies a connection keeps, and calls waiting for room, in requests of the largest
+# size: past it, the connection's window stays shut (bodies) or the call is refused as busy (waiting)
+REQUEST_MESSAGES = 4
 
 
 class Lane:
@@ -78,6 +90,12 @@ class Lane:
             await asyncio.sleep(0.01)
         for c in list(self.connections):
             c.goaway()
+        await asyncio.sleep(0)  # the closed connections' connection_lost: their sessions freed
+        log.info(
+            "grpc lane: held at its end: %d sessions, %d streams, %d request bytes, %d answer bytes, "
+            "%d blocks of nghttp2's",
+            *_h2.live(),
+        )
         log.info(
             "grpc lane: %d calls answered by the lane, %d streams of its own, %d relayed to grpcio",
             self.answered,
@@ -92,7 +110,16 @@ class Connection(asyncio.Protocol):
         self.streams: dict = {}  # stream id -> Relay or OwnStream: data(), end(), cancel()
         self.t: asyncio.Transport | None = None
         self.paused = False
-        self.s = _h2.Session(UNARY, lane.max_message + 5, MAX_STREAMS, WINDOW)
+        self.max_request = REQUEST_MESSAGES * (lane.max_message + 5)
+        self.s = _h2.Session(UNARY, lane.max_message + 5, MAX_STREAMS, WINDOW, MAX_METADATA, self.max_request)
+        # ModelInfer calls waiting for room (stream id -> (path, headers, body)), in order, and the
+        # bytes of answers reserved for the calls admitted and not yet answered
+        self.waiting: dict = {}
+        self.waiting_bytes = self.reserved = 0
+        # for the log, where a client left answers unread: the most answer bytes held at once,
+        # the calls that waited for room and those refused as busy
+        self.most = self.waited = self.refused = 0
+        self.room_waiters: list[asyncio.Future] = []  # own streams' answers waiting for room (wait_room)
 
     def connection_made(self, transport) -> None:
         self.t = transport
@@ -122,6 +149,8 @@ class Connection(asyncio.Protocol):
             self._call(*ev[1:])
         elif kind == "open":
             self._open(*ev[1:])
+        elif kind == "closed" and ev[1] in self.waiting:  # reset while it waited: dropped
+            self.waiting_bytes -= len(self.waiting.pop(ev[1])[2])
         elif (st := self.streams.get(ev[1])) is None:
             pass
         elif kind == "data":
@@ -132,18 +161,27 @@ class Connection(asyncio.Protocol):
             self.streams.pop(ev[1], None)
             st.cancel()
 
-    def _busy(self, sid: int) -> bool:
+    def _busy(self, sid: int, waits: int = 0) -> bool:
         """A new call on a connection whose client leaves over ``max_buffered`` bytes of answers
         unread is refused at once (RESOURCE_EXHAUSTED), as the Admission refuses a call past its
-        bounds: the lane never holds more than that, plus one answer, for a client that stops reading."""
+        bounds: the lane never holds more than that, plus one answer, for a client that stops reading.
+        ``waits``: the request bytes the call would keep while it waits for room; past the
+        connection's request bound it is refused alike."""
         n = self.s.buffered
-        if n <= self.lane.max_buffered:
+        if waits and self.waiting_bytes + waits > self.max_request:
+            message = (
+                f"server busy: {len(self.waiting)} calls wait for this connection's answers to be read, "
+                f"holding {self.waiting_bytes} bytes of requests; read the answers, or retry later"
+            )
+        elif n <= self.lane.max_buffered:
             return False
-        message = (
-            f"server busy: {n} bytes of answers wait for this connection's client to read them, over "
-            f"{self.lane.max_buffered} ({ENV_PREFIX}MAX_RESPONSE_BYTES); read them, or retry later"
-        )
+        else:
+            message = (
+                f"server busy: {n} bytes of answers wait for this connection's client to read them, over "
+                f"{self.lane.max_buffered} ({ENV_PREFIX}MAX_RESPONSE_BYTES); read them, or retry later"
+            )
         self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
+        self.refused += 1
         return True
 
     def _judged(self, sid: int, headers) -> bool:
@@ -162,7 +200,14 @@ class Connection(asyncio.Protocol):
         if self._judged(sid, headers) or self._busy(sid):
             return
         over = total > len(body)
-        if path == MODEL_INFER and not over and self._answer(sid, headers, body):
+        if path == MODEL_INFER and not over:  # its answer is up to the response limit: admitted in order
+            if self.waiting or not self.room():
+                if not self._busy(sid, len(body)):
+                    self.waiting[sid] = (path, headers, body)
+                    self.waiting_bytes += len(body)
+                    self.waited += 1
+                return
+            self._admit(sid, path, headers, body)
             return
         r = self._relay(sid, path, headers)
         if (
@@ -172,6 +217,48 @@ class Connection(asyncio.Protocol):
             return
         r.data(body)
         r.end()
+
+    async def wait_room(self) -> None:
+        """Until the connection has room for one more answer (its own stream's next answer)."""
+        while not self.room():
+            fut = asyncio.get_running_loop().create_future()
+            self.room_waiters.append(fut)
+            await fut
+
+    def room(self) -> bool:
+        """Whether one more answer may be admitted: the answers buffered and reserved are under the
+        bound (after it, at most the bound plus one answer)."""
+        return self.s.buffered + self.reserved < self.lane.max_buffered
+
+    def _admit(self, sid: int, path: bytes, headers, body: bytes) -> None:
+        """A ModelInfer call: answered now by a learnt template, or relayed to grpcio with one answer's
+        bytes (the response limit) reserved until its answer is in the session (the relay's end)."""
+        if self._answer(sid, headers, body):
+            self.most = max(self.most, self.s.buffered)
+            return
+        r = self._relay(sid, path, headers)
+        n = self.lane.max_buffered
+        self.reserved += n
+        r.task.add_done_callback(lambda _t: self._release(n))
+        r.data(body)
+        r.end()
+
+    def _release(self, n: int) -> None:
+        self.reserved -= n
+        self.most = max(self.most, self.s.buffered)
+        self.flush()  # admits the calls that waited for room
+
+    def _admit_waiting(self) -> None:
+        while self.waiting and self.room():
+            sid = next(iter(self.waiting))
+            path, headers, body = self.waiting.pop(sid)
+            self.waiting_bytes -= len(body)
+            try:
+                self._admit(sid, path, headers, body)
+            except Exception:  # the lane's own fault: that stream is reset, the rest go on
+                log.exception("grpc lane: admitting stream %d failed", sid)
+                self.streams.pop(sid, None)
+                self.s.reset(sid, 2)  # INTERNAL_ERROR
 
     def _answer(self, sid: int, headers, body: bytes) -> bool:
         """ModelInfer answered now by a learnt template, or False: the call goes to grpcio."""
@@ -206,6 +293,8 @@ class Connection(asyncio.Protocol):
     def flush(self) -> None:
         if self.t is None or self.paused or self.t.is_closing():
             return
+        if self.waiting:
+            self._admit_waiting()
         try:
             out = self.s.send()
         except _h2.Error as e:
@@ -214,6 +303,11 @@ class Connection(asyncio.Protocol):
             return
         if out:
             self.t.write(out)
+        if self.room_waiters and self.room():
+            waiters, self.room_waiters = self.room_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
         if self.s.done:
             self.t.close()
 
@@ -237,7 +331,23 @@ class Connection(asyncio.Protocol):
             self.t.close()
 
     def connection_lost(self, exc) -> None:
+        """Every call on the connection is cancelled and everything it held is freed now: the
+        session's streams (header lists, bodies, answers not sent), the calls that waited."""
         self.lane.connections.discard(self)
         for st in self.streams.values():
             st.cancel()
         self.streams.clear()
+        self.waiting.clear()
+        self.waiting_bytes = 0
+        self.room_waiters.clear()  # their streams' tasks are cancelled above
+        if self.waited or self.refused:
+            log.info(
+                "grpc lane: a connection that left answers unread closed: at most %d bytes of answers "
+                "held for it at once (the bound: %d, plus one answer), %d calls waited for room, %d "
+                "refused as busy",
+                self.most,
+                self.lane.max_buffered,
+                self.waited,
+                self.refused,
+            )
+        self.s.close()

@@ -25,6 +25,7 @@ class OwnStream:
         self.conn, self.sid, self.grpc = conn, sid, conn.lane.grpc
         self.messages = Messages(own.get(b"grpc-encoding"), max_message)
         self.pending: collections.deque = collections.deque()  # messages waiting for the task, in order
+        self.pending_bytes = 0
         self.task: asyncio.Task | None = None
         self.started = self.half_closed = self.done = False
         t = deadline(own.get(b"grpc-timeout"))
@@ -40,11 +41,22 @@ class OwnStream:
         for m in msgs:
             if self.done:
                 return
-            out = None if self.pending or self.task is not None else self.grpc.stream_now(m)
+            # answered now while the connection has room for an answer; else in order, by the task,
+            # as room is made (a client that reads none of them holds the connection's bound)
+            now = not self.pending and self.task is None and self.conn.room()
+            out = self.grpc.stream_now(m) if now else None
             if out is not None:
                 self._write(out)
+            elif self.pending_bytes + len(m) > self.conn.max_request:
+                self._end(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"server busy: {len(self.pending)} messages of this stream wait for its answers to be "
+                    f"read, holding {self.pending_bytes} bytes; read the answers, or retry later",
+                )
+                return
             else:
                 self.pending.append(m)
+                self.pending_bytes += len(m)
         if self.pending and self.task is None:
             self.task = asyncio.ensure_future(self._answer_pending())
 
@@ -61,7 +73,10 @@ class OwnStream:
     async def _answer_pending(self) -> None:
         try:
             while self.pending and not self.done:
-                out = await self.grpc.stream_answer(self.pending.popleft())
+                await self.conn.wait_room()
+                m = self.pending.popleft()
+                self.pending_bytes -= len(m)
+                out = await self.grpc.stream_answer(m)
                 if not self.done:
                     self._write(out)
                     self.conn.flush()

@@ -1,0 +1,332 @@
+"""What a client can make the gRPC lane (service/grpclane) hold is bounded, and all of it is freed when
+its client goes (#43: nothing a client holds outlives it). Each attack runs against a fresh
+``posenc serve`` with the lane on, over raw HTTP/2 (python-hyper's h2, and frames built by hand):
+
+- forty connections each leave a ModelInfer with a 4 MB body unfinished and close, round after round;
+- one connection leaves fifty 4 MB bodies unfinished (the connection's window bounds them);
+- a header block of HEADERS + CONTINUATION frames of one-byte HPACK references to a 4 KB
+  dynamic-table entry (a header list of hundreds of MiB from ~150 KB sent), answered as grpcio
+  answers it (sent to a ``--grpc-lane off`` server too): RESOURCE_EXHAUSTED, its hard limit's message;
+- 300 pipelined calls of an 8 MiB answer on one connection whose client never reads, and one
+  ModelStreamInfer stream of 300 such messages.
+
+The lane's own counters (``_h2.live()``, logged by the gRPC process at its end) must say that
+nothing is held once the clients have gone; the gRPC process's memory is bounded generously (the
+acceptance figures: 64 MiB, plus one answer), which only a leak or an unbounded list crosses."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import h2.config
+import h2.connection
+import hpack
+import numpy as np
+import pytest
+
+from posenc.service import grpclane
+from posenc.service.v2.proto import grpc_service_pb2 as pb
+from tests.integration.h2_client import H2
+from tests.integration.kserve_cases import V2_CONFIG, wait_grpc_ready
+from tests.integration.test_grpc_survives import grpc_pids
+from tests.integration.test_kserve_admission import rss_kib
+from tests.procs import Procs, child_env, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        grpclane._h2 is None, reason="service/grpclane/_h2 is not built (no libnghttp2 headers)"
+    ),
+]
+MIB = 2**20
+BOUND = 64 * MIB  # POSENC_MAX_RESPONSE_BYTES' default: what the lane may hold for one connection
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+UNREAD = re.compile(
+    r"grpc lane: a connection that left answers unread closed: at most (\d+) bytes of answers held for it "
+    r"at once \(the bound: (\d+), plus one answer\), (\d+) calls waited for room, (\d+) refused as busy"
+)
+HELD = re.compile(
+    r"grpc lane: held at its end: (\d+) sessions, (\d+) streams, (\d+) request bytes, (\d+) answer bytes, "
+    r"(\d+) blocks"
+)
+
+
+class Served:
+    def __init__(self, server):
+        self.server = server
+        self.port = int(server.grpc_url.rsplit(":", 1)[1])
+        (self.pid,) = grpc_pids(server)
+
+    def rss(self) -> int:
+        return rss_kib(self.pid) * 1024
+
+    def reset_peak(self) -> None:
+        """VmHWM (the peak resident size) starts over from the current size (proc(5), clear_refs)."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+            f.write("5")
+
+    def peak(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
+
+    def settles_under(self, limit: int, what: str) -> None:
+        """The process's resident size comes under ``limit`` (freed memory goes back at once where
+        it was mapped; a few collections of the event loop may run first)."""
+        wait_for(
+            lambda: self.rss() <= limit, 30, 0.1, f"{what}: the gRPC process's RSS under {limit >> 20} MiB"
+        )
+
+
+def _serve(tmp_path, lane: str = "auto"):
+    reg = Procs(tmp_path)
+    s = reg.serve(
+        V2_CONFIG,
+        workers=1,
+        grpc=True,
+        env=child_env(),
+        args=["--grpc-lane", lane, "--grpc-workers", "1", "--log-level", "info"],
+    )
+    try:
+        wait_grpc_ready(s)
+    except BaseException:
+        s.stop()
+        reg.cleanup()
+        raise
+    return reg, s
+
+
+@pytest.fixture
+def lane(tmp_path):
+    """A fresh server with the lane on; at its end the lane must say it held nothing."""
+    reg, s = _serve(tmp_path)
+    try:
+        yield Served(s)
+    finally:
+        assert s.stop() == 0, s.output()[-3000:]
+        reg.cleanup()
+    held = HELD.findall(s.output())
+    assert held, s.output()[-3000:]
+    assert held[-1] == ("0", "0", "0", "0", "0"), held[-1]
+
+
+def _message(positions: int, head_dim: int = 64) -> bytes:
+    r = pb.ModelInferRequest(model_name="rope")
+    r.inputs.add(name="positions", datatype="INT64", shape=[positions])
+    r.raw_input_contents.append(np.arange(positions, dtype=np.int64).tobytes())
+    r.parameters["spec"].string_param = f'{{"head_dim": {head_dim}}}'
+    return r.SerializeToString()
+
+
+def _unfinished(h: H2, nbytes: int, patience: float, claimed: int = 4_000_000) -> int:
+    """A ModelInfer whose one message claims ``claimed`` bytes, of which ``nbytes`` are sent as the
+    windows allow (no END_STREAM), waiting at most ``patience`` s for a shut window to open: the
+    bytes sent."""
+    sid = h.call(INFER, None, end=False)
+    data = b"\0" + claimed.to_bytes(4, "big") + bytes(nbytes)
+    sent, shut = 0, time.monotonic() + patience
+    while sent < len(data):
+        n = min(len(data) - sent, h.c.local_flow_control_window(sid), h.c.max_outbound_frame_size)
+        if n == 0:  # the server's windows are shut: whatever it keeps, it keeps no more of this
+            if time.monotonic() > shut:
+                break
+            h.pump(0.1)
+            continue
+        h.c.send_data(sid, data[sent : sent + n])
+        h.flush()
+        sent += n
+        shut = time.monotonic() + patience
+    return sent
+
+
+def test_streams_of_dropped_connections_are_freed(lane):
+    """Forty connections each leave a 4 MB body unfinished and close without a word: everything
+    their streams held is freed (before: ~155 MiB kept per round, and every round added as much)."""
+    base = lane.rss()
+    for round_ in range(3):
+        sent = 0
+        for _ in range(40):
+            h = H2(lane.port)
+            sent += _unfinished(h, 3_900_000, patience=10.0)
+            h.drain(0.05)
+            h.sock.close()  # no GOAWAY: the connection is simply gone
+        assert sent >= 40 * 3_900_000 * 0.9, sent  # the lane took the bodies (4 MiB windows)
+        lane.settles_under(base + BOUND, f"round {round_} of 40 dropped connections")
+
+
+def test_unfinished_bodies_on_one_connection_are_bounded(lane):
+    """Fifty 4 MB bodies left unfinished on one connection: the lane keeps at most four requests of
+    the largest size beside the connection's window (before: +191 MiB; grpcio alone: +23 MiB), and
+    frees them when the client goes."""
+    base = lane.rss()
+    with H2(lane.port) as h:
+        sent, whole = 0, 0
+        for _ in range(50):  # until the connection's window stays shut for a second
+            n = _unfinished(h, 3_900_000, patience=1.0)
+            sent += n
+            whole += n == 3_900_005
+            if n < 3_900_005:
+                break
+        assert whole < 50, f"all fifty 4 MB bodies were taken ({sent} bytes)"
+        assert sent <= 4 * 4 * MIB + 4 * MIB + 64 * 1024, sent  # four requests of the largest, and the window
+        grown = lane.rss() - base
+        assert grown <= BOUND, f"{grown >> 20} MiB kept for {sent} bytes of unfinished bodies"
+    lane.settles_under(base + BOUND // 4, "the client of fifty unfinished bodies gone")
+
+
+def _settled(h: H2) -> None:
+    """The server's SETTINGS received and acknowledged (h2 acknowledges as it reads them; both
+    servers name settings h2 starts without): grpcio applies the header list's limit it announces
+    there from then on."""
+    fresh = set(h2.connection.H2Connection(h2.config.H2Configuration(client_side=True)).remote_settings)
+    deadline = time.monotonic() + 10
+    while set(h.c.remote_settings) <= fresh:
+        assert time.monotonic() < deadline, "the server's SETTINGS did not arrive"
+        h.pump(0.1)
+
+
+def _bomb(port: int, entry: int = 4000, frames: int = 8) -> dict:
+    """HEADERS then CONTINUATION frames (the last with END_HEADERS) of a request whose one literal
+    header (``entry`` bytes, added to the dynamic table) is then referenced once per byte (HPACK
+    index 62, 0xBE): ``frames`` full frames of references. Returns the server's answer headers,
+    or {"reset": code} / {"closed": True}."""
+    block = hpack.Encoder().encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", INFER),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("x-bomb", "b" * entry),  # incremental indexing: the newest dynamic entry, index 62
+        ],
+        huffman=False,
+    )
+
+    def frame(kind: int, flags: int, payload: bytes) -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + (1).to_bytes(4, "big") + payload
+
+    out = [frame(1, 0, block)]  # HEADERS, no END_HEADERS
+    for i in range(frames):
+        out.append(frame(9, 4 if i == frames - 1 else 0, b"\xbe" * 16384))  # CONTINUATION
+    with H2(port) as h:  # the preface, SETTINGS and the answer are python-hyper's h2
+        _settled(h)
+        h.c.send_headers(
+            1, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/"), (b":authority", b"x")]
+        )
+        h.c.data_to_send()  # not sent: h2's stream 1 is open, as the hand-built frames open it
+        h.streams[1] = {"headers": None, "data": b"", "trailers": None, "ended": False, "reset": None}
+        h.sock.sendall(b"".join(out))
+        try:
+            st = h.wait(1, 30)
+        except AssertionError:
+            return {"closed": True, "terminated": h.terminated}
+    return st["trailers"] or st["headers"] or {"reset": st["reset"]}
+
+
+def _refusal(answer: dict) -> tuple[bytes, list]:
+    """(grpcio's hard limit's head, its entries as a sorted list) of a metadata refusal's message."""
+    head, _, entries = answer.get(b"grpc-message", b"").partition(b";  ")
+    return head, sorted(entries.split(b" "))
+
+
+def _long_metadata(port: int) -> dict:
+    """A call of 200 distinct 126-byte headers (25 KB of metadata, as HPACK counts it)."""
+    with H2(port) as h:
+        _settled(h)
+        sid = h.call(INFER, _message(4), [(f"x-m{i:03d}".encode(), b"v" * 89) for i in range(200)])
+        st = h.wait(sid)
+        return st["trailers"] or st["headers"]
+
+
+def test_a_continuation_bomb_is_refused_as_grpcio_refuses_it(lane, tmp_path):
+    """~150 KB of CONTINUATION frames whose one-byte references decode to ~500 MiB of header list
+    (before: +570 MiB in 0.6 s) grow the lane's process by at most 64 MiB and nothing stays; the
+    stream is refused as grpcio refuses metadata past its hard limit, RESOURCE_EXHAUSTED in a
+    Trailers-Only answer (grpcio gives no message where an indexed reference crosses the limit,
+    the lane gives its message always); metadata that crosses it by distinct headers gets grpcio's
+    message: 'received metadata size exceeds hard limit (N vs. 16384);  ' and each entry's size, the
+    same N and the same entries. The connection goes on."""
+    base = lane.rss()
+    lane.reset_peak()
+    got = _bomb(lane.port)
+    grown = lane.peak() - base
+    assert grown <= BOUND, f"the bomb grew the gRPC process by {grown >> 20} MiB"
+    lane.settles_under(base + BOUND // 4, "after the bomb")
+    long_got = _long_metadata(lane.port)
+    reg, alone = _serve(tmp_path / "alone", "off")
+    try:
+        alone_port = int(alone.grpc_url.rsplit(":", 1)[1])
+        want, long_want = _bomb(alone_port), _long_metadata(alone_port)
+    finally:
+        assert alone.stop() == 0
+        reg.cleanup()
+    assert want.get(b"grpc-status") == b"8" and b":status" in want, want  # grpcio's own answer
+    assert got.get(b"grpc-status") == b"8" and b":status" in got, got
+    assert long_want.get(b"grpc-status") == b"8", long_want
+    assert long_got.get(b"grpc-status") == b"8", long_got
+    head, entries = _refusal(long_want)
+    assert head.startswith(b"received metadata size exceeds hard limit (") and len(entries) > 100, long_want
+    assert _refusal(long_got) == (head, entries), (long_got, long_want)
+    with H2(lane.port) as h:  # the lane serves the next client as before
+        sid = h.call(INFER, _message(4))
+        assert h.status(sid) == (0, b""), h.streams[sid]
+
+
+def test_unread_answers_hold_the_bound_and_are_freed(lane):
+    """300 pipelined calls of an 8 MiB answer on one connection whose client never reads: the lane
+    holds at most the response limit (64 MiB) plus one answer for it (before: +2.9 GB, kept after
+    close); past it calls wait holding only their request, or are refused as busy; another client is
+    served meanwhile; when the client closes, everything is returned."""
+    big = _message(8192, 128)  # rope: cos and sin, float32, 8192 x 128: 8 MiB
+    with H2(lane.port) as h:  # the answer's size, from a client that reads
+        sid = h.call(INFER, big)
+        assert h.status(sid) == (0, b"")
+        (answer,) = h.messages(sid)
+    assert 7 * MIB <= len(answer) <= 9 * MIB, len(answer)
+    base = lane.rss()
+    with H2(lane.port, window=65535) as h:
+        h.read_data = False
+        sids = [h.call(INFER, big) for _ in range(300)]
+        h.drain(3.0)  # the lane answers what it takes: the rest wait, or are refused as busy
+        with H2(lane.port) as other:
+            sid = other.call(INFER, _message(4))
+            assert other.status(sid) == (0, b""), other.streams[sid]
+        grown = lane.rss() - base  # grpcio's own copies of the relayed answers are counted here too
+        assert grown <= BOUND + 2 * len(answer) + 96 * MIB, (
+            f"{grown >> 20} MiB grown for a client that reads nothing"
+        )
+        for sid in sids:
+            if h.streams[sid]["ended"]:
+                code, message = h.status(sid)
+                assert code == 8 and message.startswith(b"server busy: "), (code, message)
+    lane.settles_under(base + BOUND * 2, "the client of 300 unread answers gone")
+    said = wait_for(
+        lambda: UNREAD.findall(lane.server.output()), 30, 0.1, "the lane's line on the unread answers"
+    )
+    most, bound, waited, refused = map(int, said[-1])
+    assert bound == BOUND and 0 < most <= BOUND + len(answer), said  # the lane's own count
+    assert waited + refused >= 300 - (BOUND // len(answer) + 2), said
+
+
+def test_a_stream_whose_answers_are_unread_holds_the_bound(lane):
+    """One ModelStreamInfer stream (the lane's own) sends 300 messages of an 8 MiB answer and never
+    reads: the lane answers while the connection is under the bound, holds the rest as requests
+    (at most four requests of the largest size, then the stream ends RESOURCE_EXHAUSTED, server
+    busy), and frees everything when the client goes (before: every answer was written, 2.4 GB)."""
+    big = _message(8192, 128)
+    base = lane.rss()
+    with H2(lane.port, window=65535) as h:
+        h.read_data = False
+        sid = h.call(STREAM, None, end=False)
+        for _ in range(300):
+            h.send(sid, big)
+        h.drain(3.0)
+        grown = lane.rss() - base
+        assert grown <= BOUND + 2 * 8 * MIB + 96 * MIB, f"{grown >> 20} MiB grown for a stream nobody reads"
+        st = h.streams[sid]
+        if st["ended"]:
+            code, message = h.status(sid)
+            assert code == 8 and message.startswith(b"server busy: "), (code, message)
+    lane.settles_under(base + BOUND * 2, "the stream's client gone")
