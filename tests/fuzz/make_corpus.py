@@ -241,7 +241,8 @@ def select() -> list[bytes]:
 def h2_client() -> list[bytes]:
     """What a client sends after the preface (python-hyper's h2 writes the frames), byte 0 the
     chunk size: unary calls, a message over the limit, streams, resets, PING, SETTINGS, window
-    updates, trailers, GOAWAY, long headers (CONTINUATION), and a frame on a server's stream id."""
+    updates, trailers, GOAWAY, long headers (CONTINUATION), a header list past the harness's bound,
+    a connection gone with bodies unfinished, and a frame on a server's stream id."""
     import h2.config
     import h2.connection
     import h2.settings
@@ -312,6 +313,18 @@ def h2_client() -> list[bytes]:
     c = conn()
     call(c, b"/u", msg, extra=[(b"x-long", b"v" * 40000)])
     seed(3, c)
+    c = conn()  # byte 0's bit 4: the harness's small header list bound, crossed (a refusal)
+    call(c, b"/u", msg, extra=[(f"x-m{i}".encode(), b"v" * 40) for i in range(8)])
+    call(c, b"/s", msg, end=False, extra=[(b"x-m", b"v" * 400)])
+    seed(4 | 1, c)
+    c = conn()  # bit 8: the connection gone midway, unfinished bodies past the kept bound on it
+    for _ in range(4):
+        call(c, b"/u", b"\0\0\0\0\x50" + b"x" * 70, end=False)
+    call(c, b"/s", msg, end=False)
+    seed(8 | 2, c)
+    c = conn()  # a header list of references to one dynamic-table entry, across CONTINUATION frames
+    call(c, b"/u", msg, extra=[(b"x-b", b"b" * 200)] * 120)
+    seed(4 | 3, c)
     c = conn()
     call(c, b"/u", msg)
     bad = bytearray(c.data_to_send()[len(preface) :])
