@@ -328,8 +328,12 @@ def one_posenc(
     assert not left, f"left in /dev/shm: {left}"
     seen = {"gc": [], "flush": []}
     for f in os.listdir(rec_dir):
-        with open(os.path.join(rec_dir, f)) as fh:
-            rec = json.load(fh)
+        try:
+            with open(os.path.join(rec_dir, f)) as fh:
+                rec = json.load(fh)
+        except ValueError:  # a process killed while it wrote its record (serve's stop timed out)
+            print(f"{variant}: an unreadable record {f}", file=sys.stderr, flush=True)
+            continue
         who = _who(rec["argv"])
         for k in seen:
             seen[k] += [(who, *e) for e in rec[k] if any(a <= e[0] <= b for a, b in windows)]
