@@ -52,10 +52,15 @@ class Admission:
 
     def _reserve(self, n: int, held: list) -> None:
         if self.bytes - held[0] > 0 and self.bytes + n > self.max_bytes:
-            raise Busy(
-                f"server busy: an answer of {n} bytes would take the answers in flight to "
-                f"{self.bytes + n} bytes, over {self.max_bytes} ({ENV_PREFIX}GRPC_MAX_INFLIGHT_BYTES); "
-                "retry later"
-            )
+            raise Busy(over_bytes(n, self.bytes, self.max_bytes))
         self.bytes += n
         held[0] += n
+
+
+def over_bytes(n: int, inflight: int, limit: int) -> str:
+    """The refusal of an answer of ``n`` bytes past ``limit`` (``grpc_max_inflight_bytes``), with
+    ``inflight`` bytes of answers in flight: the Admission's, and the gRPC lane's (service/grpclane)."""
+    return (
+        f"server busy: an answer of {n} bytes would take the answers in flight to {inflight + n} bytes, "
+        f"over {limit} ({ENV_PREFIX}GRPC_MAX_INFLIGHT_BYTES); retry later"
+    )
