@@ -18,9 +18,10 @@
  *     (grpc.absolute_max_metadata_size, 16 KiB): RESOURCE_EXHAUSTED, "received metadata size
  *     exceeds hard limit (N vs. 16384);  name:sizeB ...", in a Trailers-Only answer, Python never
  *     told; nothing past the bound is kept (SETTINGS_MAX_HEADER_LIST_SIZE says it, as grpcio does).
- *     max_request: the unary bodies kept here for calls not yet complete, all streams together,
- *     past which the connection's window is no longer opened (WINDOW_UPDATE is sent as kept bytes
- *     are handed on): a client holds at most max_request + window bytes of unfinished bodies.
+ *     max_request: the unary bodies kept here for calls not yet complete and the other streams'
+ *     DATA given to Python and not yet handed(), all streams together, past which the connection's
+ *     window is no longer opened (WINDOW_UPDATE is sent as they are handed on): a client makes the
+ *     lane hold at most max_request + window bytes of requests.
  *   recv(data) -> [event, ...]   the events of the bytes read; raises Error on a fatal protocol
  *     error (send() then holds nghttp2's GOAWAY; the connection is to be closed after it)
  *       ("call", stream_id, path, headers, body: bytes, total: int)   total: the body's bytes sent
@@ -36,6 +37,7 @@
  *                            grpc-status 0: a whole unary answer in one call
  *   only(id, headers)        a Trailers-Only response: HEADERS with END_STREAM
  *   reset(id, code)          RST_STREAM
+ *   handed(id, n)            n bytes of the stream's "data" events handed on (or dropped) by Python
  *   shutdown()               graceful GOAWAY: the notice now (no new streams); goaway() after
  *   goaway()                 the final GOAWAY with the last stream processed
  *   close()                  the connection is gone: the session and every stream are freed now
@@ -72,6 +74,7 @@ typedef struct Stream {
     int told;         /* Python was given an event of it */
     int ended;        /* Python ended it: finish(), only() or reset() */
     size_t total;     /* a unary body's bytes received (past max_message they are dropped) */
+    size_t lent;      /* "data" events' bytes not yet handed() (the connection's window counts them) */
     int deferred;     /* the data source waits for write() or finish() */
     int finishing;    /* finish() called: trailers once the data is out */
     PyObject *path;   /* bytes */
@@ -98,13 +101,13 @@ typedef struct {
     size_t max_header; /* a request's header list, as HPACK counts it */
     size_t max_request; /* the unary bodies kept here, all streams: past it the window stays shut */
     size_t request;    /* request bytes kept now: header lists and unary bodies not handed on */
-    size_t kept;       /* of it, unary bodies (the connection's flow control counts these) */
+    size_t kept;       /* unary bodies and streams' lent bytes (the connection's window counts these) */
     size_t owed;       /* DATA bytes received for kept bodies, not yet given back to the window */
     Stream *streams;   /* every stream begun and not freed */
 } Session;
 
 /* what every Session of the process holds (live()): all 0 once every Session is freed */
-static long g_sessions, g_streams, g_blocks;
+static long g_sessions, g_streams; /* and h2_blocks (h2_nv.c) */
 static size_t g_request, g_answer;
 
 static void request_add(Session *self, size_t n) {
@@ -126,36 +129,6 @@ static void answer_sub(Session *self, size_t n) {
     self->buffered -= n;
     g_answer -= n;
 }
-
-/* nghttp2's allocations, counted: its blocks are all freed when the session is deleted */
-static void *ng_malloc(size_t n, void *ud) {
-    (void)ud;
-    void *p = malloc(n);
-    if (p != NULL) g_blocks++;
-    return p;
-}
-
-static void ng_free(void *p, void *ud) {
-    (void)ud;
-    if (p != NULL) g_blocks--;
-    free(p);
-}
-
-static void *ng_calloc(size_t k, size_t n, void *ud) {
-    (void)ud;
-    void *p = calloc(k, n);
-    if (p != NULL) g_blocks++;
-    return p;
-}
-
-static void *ng_realloc(void *p, size_t n, void *ud) {
-    (void)ud;
-    void *q = realloc(p, n);
-    if (p == NULL && q != NULL) g_blocks++;
-    return q;
-}
-
-static nghttp2_mem NG_MEM = {NULL, ng_malloc, ng_free, ng_calloc, ng_realloc};
 
 /* the connection's window opened again for kept body bytes handed on or dropped: what was owed,
  * as far as max_request allows */
@@ -189,6 +162,7 @@ static void stream_free(Session *self, Stream *st) {
     self->open--;
     g_streams--;
     answer_sub(self, st->out.len - st->out.off);
+    self->kept -= st->lent; /* body_release gives the window back */
     headers_release(self, st);
     body_release(self, st);
     Py_XDECREF(st->path);
@@ -302,9 +276,15 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
     Stream *st = nghttp2_session_get_stream_user_data(s, id);
     /* the stream's window reopens at once; the connection's as the bytes are handed on */
     nghttp2_session_consume_stream(s, id, len);
-    if (st == NULL || st->ended || st->refusal != NULL || !st->unary) {
+    if (st == NULL || st->ended || st->refusal != NULL) {
         nghttp2_session_consume_connection(s, len);
-        if (st == NULL || st->ended || st->refusal != NULL) return 0;
+        return 0;
+    }
+    if (!st->unary) { /* the connection's window reopens as Python hands them on (handed) */
+        st->lent += len;
+        self->kept += len;
+        self->owed += len;
+        give_back(self);
         return event(self, Py_BuildValue("(siy#)", "data", id, data, (Py_ssize_t)len));
     }
     size_t room = self->max_message > st->body.len ? self->max_message - st->body.len : 0;
@@ -545,6 +525,19 @@ static PyObject *Session_reset(Session *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+static PyObject *Session_handed(Session *self, PyObject *args) {
+    int id;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in", &id, &n)) return NULL;
+    Stream *st = self->s != NULL ? nghttp2_session_get_stream_user_data(self->s, id) : NULL;
+    if (st == NULL || n <= 0) Py_RETURN_NONE; /* freed: its bytes were given back then */
+    size_t k = (size_t)n < st->lent ? (size_t)n : st->lent;
+    st->lent -= k;
+    self->kept -= k;
+    give_back(self);
+    Py_RETURN_NONE;
+}
+
 /* the events so far (a stream closed while frames were sent is told on the next recv) */
 static PyObject *take_events(Session *self) {
     PyObject *fresh = PyList_New(0);
@@ -634,7 +627,7 @@ static PyObject *Session_get_held(Session *self, void *c) {
 static PyObject *h2_live(PyObject *m, PyObject *unused) {
     (void)m;
     (void)unused;
-    return Py_BuildValue("(llnnl)", g_sessions, g_streams, (Py_ssize_t)g_request, (Py_ssize_t)g_answer, g_blocks);
+    return Py_BuildValue("(llnnl)", g_sessions, g_streams, (Py_ssize_t)g_request, (Py_ssize_t)g_answer, h2_blocks);
 }
 
 static int Session_init(Session *self, PyObject *args, PyObject *kw) {
@@ -670,7 +663,7 @@ static int Session_init(Session *self, PyObject *args, PyObject *kw) {
     }
     /* the connection's window reopens as kept bodies are handed on (nghttp2_session_consume_*) */
     nghttp2_option_set_no_auto_window_update(opt, 1);
-    int rv = nghttp2_session_server_new3(&self->s, cb, self, opt, &NG_MEM);
+    int rv = nghttp2_session_server_new3(&self->s, cb, self, opt, &H2_MEM);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     if (rv != 0) {
@@ -731,6 +724,7 @@ static PyMethodDef Session_methods[] = {
     {"answer", (PyCFunction)Session_answer, METH_VARARGS, "a whole unary gRPC answer"},
     {"only", (PyCFunction)Session_only, METH_VARARGS, "a Trailers-Only response"},
     {"reset", (PyCFunction)Session_reset, METH_VARARGS, "RST_STREAM"},
+    {"handed", (PyCFunction)Session_handed, METH_VARARGS, "a stream's data bytes handed on"},
     {"shutdown", (PyCFunction)Session_shutdown, METH_NOARGS, "the graceful GOAWAY notice"},
     {"goaway", (PyCFunction)Session_goaway, METH_NOARGS, "the final GOAWAY"},
     {"close", (PyCFunction)Session_close, METH_NOARGS, "free every stream and the session: the connection is gone"},

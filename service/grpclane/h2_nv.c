@@ -1,6 +1,6 @@
 /* service/grpclane/h2_nv.c -- the byte blocks of the gRPC lane's HTTP/2 session (_h2.c): a growing
  * buffer, header lists given by Python as nghttp2's name/value arrays, and header names as a
- * grpc-message carries them. */
+ * grpc-message carries them, and nghttp2's allocator, counted. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <nghttp2/nghttp2.h>
@@ -97,3 +97,35 @@ nghttp2_nv *h2_make_nv(PyObject *pairs, const char *const *extra, size_t *count,
     *block = b;
     return nv;
 }
+
+/* nghttp2's allocations, counted: its blocks are all freed when the session is deleted */
+long h2_blocks;
+
+static void *ng_malloc(size_t n, void *ud) {
+    (void)ud;
+    void *p = malloc(n);
+    if (p != NULL) h2_blocks++;
+    return p;
+}
+
+static void ng_free(void *p, void *ud) {
+    (void)ud;
+    if (p != NULL) h2_blocks--;
+    free(p);
+}
+
+static void *ng_calloc(size_t k, size_t n, void *ud) {
+    (void)ud;
+    void *p = calloc(k, n);
+    if (p != NULL) h2_blocks++;
+    return p;
+}
+
+static void *ng_realloc(void *p, size_t n, void *ud) {
+    (void)ud;
+    void *q = realloc(p, n);
+    if (p == NULL && q != NULL) h2_blocks++;
+    return q;
+}
+
+nghttp2_mem H2_MEM = {NULL, ng_malloc, ng_free, ng_calloc, ng_realloc};

@@ -22,4 +22,8 @@ int h2_name_add(Buf *b, const uint8_t *name, size_t len);
  * with a Python error set. */
 nghttp2_nv *h2_make_nv(PyObject *pairs, const char *const *extra, size_t *count, char **block);
 
+/* nghttp2's allocator: the blocks it holds now, every session together (_h2.live()) */
+extern long h2_blocks;
+extern nghttp2_mem H2_MEM;
+
 #endif

@@ -12,11 +12,14 @@ stops reading holds at most a window's bytes of the transport's buffer, and the 
 behind its windows are bounded (``Lane.max_buffered``: past it, new calls are refused as busy);
 while the transport's buffer is over its high-water mark the connection stops reading too.
 Everything a connection keeps is bounded before it is kept: a request's header list (grpcio's
-hard limit, in C), the unary bodies not yet complete (the connection's window reopens only as they
-are handed on), the ModelInfer calls admitted and not yet answered (each reserves one answer, the
-response limit, until its answer is in the session: a call past the bound waits, holding only its
-request) and the answers buffered; when the connection goes, its session and every stream on it
-are freed at once. ``Lane.close`` is the
+hard limit, in C), the unary bodies not yet complete and the streams' bytes not yet handed on (the
+connection's window reopens only as they are handed on), the ModelInfer calls admitted and not yet
+answered (each reserves its answer's planned size, GrpcV2.answer_bytes, until its answer is in the
+session: a call past the bound waits, holding only its request) and the answers buffered, a
+stream's next one written only while there is room. Over every connection together, the answers
+held and reserved are bounded by ``Lane.max_held`` (grpc_max_inflight_bytes): a ModelInfer past it
+is refused as the Admission refuses it, a stream's next answer waits. When the connection goes,
+its session and every stream on it are freed at once. ``Lane.close`` is the
 graceful end: GOAWAY's notice at once, the final GOAWAY when the streams in flight have ended (or
 the shutdown timeout has passed), then the connections close.
 """
@@ -32,6 +35,7 @@ from posenc.engine.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
 from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
+from posenc.service.v2.admit import over_bytes
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
 
 log = logging.getLogger("posenc.service")
@@ -51,18 +55,49 @@ REQUEST_MESSAGES = 4
 
 class Lane:
     """The lane of one gRPC process: ``grpc`` its GrpcV2, ``channel`` a grpc.aio channel to its grpcio
-    server, ``gate`` the bearer token's (service/front/auth.py) or None."""
+    server, ``gate`` the bearer token's (service/front/auth.py) or None. ``max_held``: the answer
+    bytes the whole lane may hold and reserve (the Admission's ``grpc_max_inflight_bytes``), or None."""
 
-    def __init__(self, grpc, channel, gate, max_message: int, max_buffered: int):
+    def __init__(self, grpc, channel, gate, max_message: int, max_buffered: int, max_held: int | None = None):
         self.grpc, self.channel, self.gate = grpc, channel, gate
         self.max_message = max_message
         # response bytes a connection may hold for a client that does not read them (Session.buffered):
         # past it, its new calls are refused (busy) until it reads
         self.max_buffered = max_buffered
+        self.max_held = max_held
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         # calls answered by the lane on the read's turn, streams it answered itself, calls relayed
         self.answered = self.streamed = self.relayed = 0
+        # answer bytes reserved for relayed ModelInfer calls (all connections), and those calls
+        self.reserved = self.inflight = 0
+        # connections whose answers wait for the lane's room (held() under max_held)
+        self.stalled: set[Connection] = set()
+        # for the log: the most answer bytes held and reserved at once, the most relayed ModelInfer
+        # calls in flight at once, and the calls refused past max_held
+        self.most_held = self.most_inflight = self.refused = 0
+
+    def held(self) -> int:
+        """Answer bytes the lane holds (every session's buffered answers) and has reserved."""
+        return _h2.live()[3] + self.reserved
+
+    def room(self) -> bool:
+        return self.max_held is None or self.held() < self.max_held
+
+    def wake(self, by=None) -> None:
+        """The connections whose answers waited for the lane's room, once there is room (``by``: the
+        connection that made it, flushed already)."""
+        if self.stalled and self.room():
+            stalled, self.stalled = self.stalled, set()
+            for c in stalled:
+                if c is not by:
+                    c.flush()
+
+    def fits(self, n: int) -> bool:
+        """Whether an answer of ``n`` bytes may be reserved: as the Admission judges it, one always
+        fits when nothing is held."""
+        held = self.held()
+        return self.max_held is None or held == 0 or held + n <= self.max_held
 
     async def listen(self, host: str, port: int, reuse_port: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -101,6 +136,14 @@ class Lane:
             self.answered,
             self.streamed,
             self.relayed,
+        )
+        log.info(
+            "grpc lane: at most %d relayed ModelInfer calls in flight at once, at most %d bytes of answers "
+            "held and reserved at once (the bound: %s, plus one answer), %d calls refused past it",
+            self.most_inflight,
+            self.most_held,
+            self.max_held,
+            self.refused,
         )
 
 
@@ -200,12 +243,14 @@ class Connection(asyncio.Protocol):
         if self._judged(sid, headers) or self._busy(sid):
             return
         over = total > len(body)
-        if path == MODEL_INFER and not over:  # its answer is up to the response limit: admitted in order
-            if self.waiting or not self.room():
-                if not self._busy(sid, len(body)):
-                    self.waiting[sid] = (path, headers, body)
-                    self.waiting_bytes += len(body)
-                    self.waited += 1
+        if path == MODEL_INFER and not over:  # its answer's planned bytes are reserved: admitted in order
+            if self.waiting or not self.room(lane=False):
+                n = self._answer_bytes(body)
+                if self._over_held(sid, n) or self._busy(sid, len(body)):
+                    return
+                self.waiting[sid] = (path, headers, body, n)
+                self.waiting_bytes += len(body)
+                self.waited += 1
                 return
             self._admit(sid, path, headers, body)
             return
@@ -219,42 +264,81 @@ class Connection(asyncio.Protocol):
         r.end()
 
     async def wait_room(self) -> None:
-        """Until the connection has room for one more answer (its own stream's next answer)."""
+        """Until the connection and the lane have room for one more answer (a stream's next one)."""
         while not self.room():
             fut = asyncio.get_running_loop().create_future()
             self.room_waiters.append(fut)
+            if not self.lane.room():
+                self.lane.stalled.add(self)
             await fut
 
-    def room(self) -> bool:
-        """Whether one more answer may be admitted: the answers buffered and reserved are under the
-        bound (after it, at most the bound plus one answer)."""
-        return self.s.buffered + self.reserved < self.lane.max_buffered
+    def room(self, lane: bool = True) -> bool:
+        """Whether one more answer may be admitted: the connection's answers buffered and reserved
+        are under its bound (after it, at most the bound plus one answer), and (``lane``) the
+        lane's under ``max_held``."""
+        return self.s.buffered + self.reserved < self.lane.max_buffered and (not lane or self.lane.room())
 
-    def _admit(self, sid: int, path: bytes, headers, body: bytes) -> None:
-        """A ModelInfer call: answered now by a learnt template, or relayed to grpcio with one answer's
-        bytes (the response limit) reserved until its answer is in the session (the relay's end)."""
+    def _answer_bytes(self, body: bytes) -> int:
+        """The bytes a relayed ModelInfer's answer reserves: as ModelInfer plans it (GrpcV2.answer_bytes)
+        where the body is one uncompressed message, else (compressed) the response limit."""
+        if len(body) < 5 or body[0] != 0:
+            return self.lane.max_buffered
+        return self.lane.grpc.answer_bytes(body[5:])
+
+    def _over_held(self, sid: int, n: int) -> bool:
+        """A ModelInfer whose answer does not fit the lane's ``max_held`` is refused at once, in the
+        Admission's words (RESOURCE_EXHAUSTED), as grpcio's Admission refuses it."""
+        if self.lane.fits(n):
+            return False
+        message = over_bytes(n, self.lane.held(), self.lane.max_held)
+        self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
+        self.refused += 1
+        self.lane.refused += 1
+        return True
+
+    def _admit(self, sid: int, path: bytes, headers, body: bytes, n: int | None = None) -> None:
+        """A ModelInfer call: answered now by a learnt template, or relayed to grpcio with its answer's
+        planned bytes (``n``, or _answer_bytes) reserved until its answer is in the session (the
+        relay's end), or refused as busy where they do not fit the lane's bound."""
         if self._answer(sid, headers, body):
             self.most = max(self.most, self.s.buffered)
             return
+        n = self._answer_bytes(body) if n is None else n
+        if self._over_held(sid, n):
+            return
         r = self._relay(sid, path, headers)
-        n = self.lane.max_buffered
+        lane = self.lane
+        r.reserved = n
         self.reserved += n
-        r.task.add_done_callback(lambda _t: self._release(n))
+        lane.reserved += n
+        lane.inflight += 1
+        lane.most_inflight = max(lane.most_inflight, lane.inflight)
+        lane.most_held = max(lane.most_held, lane.held())
+        r.task.add_done_callback(lambda _t: self.release(r))
         r.data(body)
         r.end()
 
-    def _release(self, n: int) -> None:
+    def release(self, r: Relay) -> None:
+        """A relayed ModelInfer's reservation ends: its answer is in the session (counted there
+        instead), or the call has ended without one."""
+        n, r.reserved = r.reserved, 0
+        if not n:
+            return
         self.reserved -= n
+        self.lane.reserved -= n
+        self.lane.inflight -= 1
         self.most = max(self.most, self.s.buffered)
+        self.lane.most_held = max(self.lane.most_held, self.lane.held())
         self.flush()  # admits the calls that waited for room
+        self.lane.wake(self)  # where this connection has gone, the others' still
 
     def _admit_waiting(self) -> None:
-        while self.waiting and self.room():
+        while self.waiting and self.room(lane=False):
             sid = next(iter(self.waiting))
-            path, headers, body = self.waiting.pop(sid)
+            path, headers, body, n = self.waiting.pop(sid)
             self.waiting_bytes -= len(body)
             try:
-                self._admit(sid, path, headers, body)
+                self._admit(sid, path, headers, body, n)
             except Exception:  # the lane's own fault: that stream is reset, the rest go on
                 log.exception("grpc lane: admitting stream %d failed", sid)
                 self.streams.pop(sid, None)
@@ -281,10 +365,12 @@ class Connection(asyncio.Protocol):
             self.streams[sid] = OwnStream(self, sid, metadata(headers)[1], self.lane.max_message)
             self.lane.streamed += 1
         else:
-            self._relay(sid, path, headers)
+            self._relay(sid, path, headers, streamed=True)
 
-    def _relay(self, sid: int, path: bytes, headers) -> Relay:
-        r = Relay(self, sid, path, headers, self.lane.max_message)
+    def _relay(self, sid: int, path: bytes, headers, streamed: bool = False) -> Relay:
+        """``streamed``: each answer message waits for room (wait_room); a unary call's one answer
+        is bounded by its reservation (ModelInfer) or small (the other methods)."""
+        r = Relay(self, sid, path, headers, self.lane.max_message, streamed)
         self.lane.relayed += 1
         self.streams[sid] = r
         r.task.add_done_callback(lambda _t, sid=sid: self.streams.pop(sid, None))
@@ -308,6 +394,7 @@ class Connection(asyncio.Protocol):
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
+        self.lane.wake(self)
         if self.s.done:
             self.t.close()
 
@@ -334,6 +421,7 @@ class Connection(asyncio.Protocol):
         """Every call on the connection is cancelled and everything it held is freed now: the
         session's streams (header lists, bodies, answers not sent), the calls that waited."""
         self.lane.connections.discard(self)
+        self.lane.stalled.discard(self)
         for st in self.streams.values():
             st.cancel()
         self.streams.clear()
@@ -351,3 +439,4 @@ class Connection(asyncio.Protocol):
                 self.refused,
             )
         self.s.close()
+        self.lane.wake()

@@ -128,13 +128,14 @@ def decompress(msg: bytes, encoding: bytes | None, max_message: int) -> bytes:
 
 class Messages:
     """A stream's request bytes, as gRPC messages: 5-byte prefix (compressed flag, length), then
-    the message. ``feed`` returns the whole messages so far (decompressed), or raises Refused."""
+    the message. ``feed`` returns the whole messages so far, each as (its bytes on the wire, the
+    message decompressed), or raises Refused."""
 
     def __init__(self, encoding: bytes | None, max_message: int):
         self.buf = bytearray()
         self.encoding, self.max_message = encoding, max_message
 
-    def feed(self, data) -> list[bytes]:
+    def feed(self, data) -> list[tuple[int, bytes]]:
         self.buf += data
         out = []
         while len(self.buf) >= 5:
@@ -145,16 +146,20 @@ class Messages:
                 break
             flag, msg = self.buf[0], bytes(self.buf[5 : 5 + n])
             del self.buf[: 5 + n]
-            out.append(decompress(msg, self.encoding, self.max_message) if flag else msg)
+            out.append((5 + n, decompress(msg, self.encoding, self.max_message) if flag else msg))
         return out
 
 
 class Relay:
     """One stream relayed to grpcio. ``conn`` is the lane's connection (lane.Connection: its
-    session ``s`` and ``flush()``); the task ends when grpcio's answer has been handed to it."""
+    session ``s``, ``flush()`` and ``wait_room()``); the task ends when grpcio's answer has been
+    handed to it. ``streamed``: each answer message waits for the connection's room first, so a
+    client that stops reading makes the lane hold at most its bound plus one message (grpcio's
+    flow control holds the rest)."""
 
-    def __init__(self, conn, sid: int, path: bytes, headers, max_message: int):
-        self.conn, self.sid = conn, sid
+    def __init__(self, conn, sid: int, path: bytes, headers, max_message: int, streamed: bool = False):
+        self.conn, self.sid, self.streamed = conn, sid, streamed
+        self.reserved = 0  # the answer's bytes reserved for it (lane.Connection._admit), until it is written
         self.md, own = metadata(headers)
         # the client's deadline, and a little: grpcio behind then judges the deadline as it would
         # alone (it answers a quick method even past it), and the relay's own timer never fires first
@@ -167,8 +172,8 @@ class Relay:
 
     def data(self, chunk) -> None:
         try:
-            for m in self.messages.feed(chunk):
-                self.queue.put_nowait(m)
+            for item in self.messages.feed(chunk):
+                self.queue.put_nowait(item)
         except Refused as e:
             self.refuse(e.code, str(e))
 
@@ -185,8 +190,13 @@ class Relay:
         self.conn.flush()
 
     async def _requests(self):
-        while (m := await self.queue.get()) is not None:
-            yield m
+        """The messages as grpcio takes them; a stream's bytes given back to the connection's window
+        as each goes (Session.handed: the lane holds at most the connection's request bound)."""
+        while (item := await self.queue.get()) is not None:
+            if self.streamed:
+                self.conn.s.handed(self.sid, item[0])
+                self.conn.flush()
+            yield item[1]
 
     async def _run(self) -> None:
         s, sid = self.conn.s, self.sid
@@ -199,8 +209,11 @@ class Relay:
                 async for m in call:
                     if not started:
                         started = s.start(sid, [*GRPC_START, *wire_metadata(await call.initial_metadata())])
-                    n = len(m)
-                    s.write(sid, n.to_bytes(5, "big") + m)  # flag 0: the lane sends uncompressed
+                    if self.streamed:
+                        await self.conn.wait_room()
+                    s.write(sid, len(m).to_bytes(5, "big"))  # flag 0: the lane sends uncompressed
+                    s.write(sid, m)  # not joined to its prefix first: one copy of an answer, not two
+                    self.conn.release(self)  # its reservation, now in the session's count
                     self.conn.flush()
                 code, details, trailing = (
                     await call.code(),

@@ -38,7 +38,7 @@ class OwnStream:
         except Refused as e:
             self._end(e.code, str(e))
             return
-        for m in msgs:
+        for n, m in msgs:
             if self.done:
                 return
             # answered now while the connection has room for an answer; else in order, by the task,
@@ -46,6 +46,7 @@ class OwnStream:
             now = not self.pending and self.task is None and self.conn.room()
             out = self.grpc.stream_now(m) if now else None
             if out is not None:
+                self.conn.s.handed(self.sid, n)  # the connection's window reopens as each is answered
                 self._write(out)
             elif self.pending_bytes + len(m) > self.conn.max_request:
                 self._end(
@@ -55,7 +56,7 @@ class OwnStream:
                 )
                 return
             else:
-                self.pending.append(m)
+                self.pending.append((n, m))
                 self.pending_bytes += len(m)
         if self.pending and self.task is None:
             self.task = asyncio.ensure_future(self._answer_pending())
@@ -74,8 +75,9 @@ class OwnStream:
         try:
             while self.pending and not self.done:
                 await self.conn.wait_room()
-                m = self.pending.popleft()
+                n, m = self.pending.popleft()
                 self.pending_bytes -= len(m)
+                self.conn.s.handed(self.sid, n)
                 out = await self.grpc.stream_answer(m)
                 if not self.done:
                     self._write(out)

@@ -81,7 +81,9 @@ async def serve(s: Settings, stop: asyncio.Event) -> int:
         from posenc.service.grpclane.lane import Lane
 
         channel = grpc.aio.insecure_channel(inner, options=_RELAY_OPTIONS)
-        lane = Lane(grpc_v2, channel, gate_for(s), s.max_body_bytes, s.max_response_bytes)
+        lane = Lane(
+            grpc_v2, channel, gate_for(s), s.max_body_bytes, s.max_response_bytes, s.grpc_max_inflight_bytes
+        )
         try:
             await lane.listen(s.host, s.grpc_port, reuse_port=s.grpc_workers > 1)
         except OSError as e:

@@ -31,6 +31,9 @@ SERVICE = "inference.GRPCInferenceService"
 _RAW_OUTPUT = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
 STREAM_RESPONSE = b"\x12"  # ModelStreamInferResponse.infer_response: field 2, length-delimited
 _ID = b"\x1a"  # ModelInferResponse.id: field 3, length-delimited
+# a bound on a ModelInferResponse's bytes besides its outputs' arrays and what the request itself
+# names (model, id, outputs): model_version, each output's datatype, shape and tags (answer_bytes)
+ANSWER_FRAMING = 4096
 _STATUS = {grpc.StatusCode.OK: 200, grpc.StatusCode.UNIMPLEMENTED: 405, grpc.StatusCode.CANCELLED: 499}
 
 
@@ -188,6 +191,18 @@ class GrpcV2:
         out = b"".join([STREAM_RESPONSE, varint(len(got[0])), got[0]])
         self._observe(_stream_route(got[1]), grpc.StatusCode.OK, t0, len(out), "shortcut")
         return out
+
+    def answer_bytes(self, data: bytes) -> int:
+        """The bytes ModelInfer's answer to a serialized ModelInferRequest will have, planned as
+        ``_answer`` plans it (nothing is built): the outputs' bytes plus a bound on the response's
+        framing (its header, the request's id, each output's tag; ``ANSWER_FRAMING`` and the
+        request's own size bound them); a request ModelInfer refuses gets an error, small
+        (``ANSWER_FRAMING``). The gRPC lane's reservation for a call it relays."""
+        try:
+            nbytes = self.v2.inferer.plan(inference(parse(data)), None).nbytes
+        except Exception:  # refused: its answer is a status, no message
+            return ANSWER_FRAMING
+        return nbytes + len(data) + ANSWER_FRAMING
 
     async def _hot(self, data: bytes, route: list, reserve) -> bytes | None:
         """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None

@@ -8,7 +8,14 @@ its client goes (#43: nothing a client holds outlives it). Each attack runs agai
   dynamic-table entry (a header list of hundreds of MiB from ~150 KB sent), answered as grpcio
   answers it (sent to a ``--grpc-lane off`` server too): RESOURCE_EXHAUSTED, its hard limit's message;
 - 300 pipelined calls of an 8 MiB answer on one connection whose client never reads, and one
-  ModelStreamInfer stream of 300 such messages.
+  ModelStreamInfer stream of 300 such messages;
+- fifty streams on one connection each left with an unfinished 4 MB message (the connection's
+  request bound holds for streams' bytes too);
+- a stream the lane relays whose client never reads (a real grpcio server behind a real Lane);
+- four connections of unread 8 MiB answers against the process-wide bound (``grpc_max_inflight_bytes``).
+
+And a burst of relayed ModelInfer calls on one connection all reach grpcio at once: each reserves
+its answer's planned size, not the whole response limit.
 
 The lane's own counters (``_h2.live()``, logged by the gRPC process at its end) must say that
 nothing is held once the clients have gone; the gRPC process's memory is bounded generously (the
@@ -16,7 +23,9 @@ acceptance figures: 64 MiB, plus one answer), which only a leak or an unbounded 
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import time
 
 import h2.config
@@ -46,6 +55,10 @@ STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 UNREAD = re.compile(
     r"grpc lane: a connection that left answers unread closed: at most (\d+) bytes of answers held for it "
     r"at once \(the bound: (\d+), plus one answer\), (\d+) calls waited for room, (\d+) refused as busy"
+)
+LANE = re.compile(
+    r"grpc lane: at most (\d+) relayed ModelInfer calls in flight at once, at most (\d+) bytes of answers "
+    r"held and reserved at once \(the bound: (\w+), plus one answer\), (\d+) calls refused past it"
 )
 HELD = re.compile(
     r"grpc lane: held at its end: (\d+) sessions, (\d+) streams, (\d+) request bytes, (\d+) answer bytes, "
@@ -79,14 +92,14 @@ class Served:
         )
 
 
-def _serve(tmp_path, lane: str = "auto"):
+def _serve(tmp_path, lane: str = "auto", args=()):
     reg = Procs(tmp_path)
     s = reg.serve(
         V2_CONFIG,
         workers=1,
         grpc=True,
         env=child_env(),
-        args=["--grpc-lane", lane, "--grpc-workers", "1", "--log-level", "info"],
+        args=["--grpc-lane", lane, "--grpc-workers", "1", "--log-level", "info", *args],
     )
     try:
         wait_grpc_ready(s)
@@ -119,11 +132,11 @@ def _message(positions: int, head_dim: int = 64) -> bytes:
     return r.SerializeToString()
 
 
-def _unfinished(h: H2, nbytes: int, patience: float, claimed: int = 4_000_000) -> int:
-    """A ModelInfer whose one message claims ``claimed`` bytes, of which ``nbytes`` are sent as the
-    windows allow (no END_STREAM), waiting at most ``patience`` s for a shut window to open: the
-    bytes sent."""
-    sid = h.call(INFER, None, end=False)
+def _unfinished(h: H2, nbytes: int, patience: float, claimed: int = 4_000_000, path: str = INFER) -> int:
+    """A ModelInfer (or ``path``) whose one message claims ``claimed`` bytes, of which ``nbytes`` are
+    sent as the windows allow (no END_STREAM), waiting at most ``patience`` s for a shut window to
+    open: the bytes sent."""
+    sid = h.call(path, None, end=False)
     data = b"\0" + claimed.to_bytes(4, "big") + bytes(nbytes)
     sent, shut = 0, time.monotonic() + patience
     while sent < len(data):
@@ -293,15 +306,20 @@ def test_unread_answers_hold_the_bound_and_are_freed(lane):
         with H2(lane.port) as other:
             sid = other.call(INFER, _message(4))
             assert other.status(sid) == (0, b""), other.streams[sid]
-        grown = lane.rss() - base  # grpcio's own copies of the relayed answers are counted here too
-        assert grown <= BOUND + 2 * len(answer) + 96 * MIB, (
+        # grpcio's own copies of the relayed answers are counted here too: the calls the connection's
+        # bound admits are relayed at once (each reserves its answer, about 8 MiB), so up to the bound of
+        # answers is built at once behind the lane's (their arrays, grpcio's message, the relay's copy)
+        grown = lane.rss() - base
+        assert grown <= BOUND + 3 * BOUND + 2 * len(answer) + 96 * MIB, (
             f"{grown >> 20} MiB grown for a client that reads nothing"
         )
         for sid in sids:
             if h.streams[sid]["ended"]:
                 code, message = h.status(sid)
                 assert code == 8 and message.startswith(b"server busy: "), (code, message)
-    lane.settles_under(base + BOUND * 2, "the client of 300 unread answers gone")
+    # the answers built at once stay partly in malloc's arenas (the inference threads', grpcio's); what
+    # the lane itself held is counted by the fixture (its end: nothing)
+    lane.settles_under(base + BOUND * 3, "the client of 300 unread answers gone")
     said = wait_for(
         lambda: UNREAD.findall(lane.server.output()), 30, 0.1, "the lane's line on the unread answers"
     )
@@ -330,3 +348,165 @@ def test_a_stream_whose_answers_are_unread_holds_the_bound(lane):
             code, message = h.status(sid)
             assert code == 8 and message.startswith(b"server busy: "), (code, message)
     lane.settles_under(base + BOUND * 2, "the stream's client gone")
+
+
+def test_unfinished_messages_on_many_streams_of_one_connection_are_bounded(lane):
+    """Fifty ModelStreamInfer streams on one connection, each left with an unfinished 4 MB message:
+    the connection's window reopens only as streams' messages are handed on, so the lane keeps at
+    most four requests of the largest size beside the window, as for unary bodies (before: each
+    stream kept up to a message, 50 x 3.9 MB taken), and frees them when the client goes."""
+    base = lane.rss()
+    with H2(lane.port) as h:
+        sent = 0
+        for _ in range(50):  # until the connection's window stays shut for a second
+            n = _unfinished(h, 3_900_000, patience=1.0, path=STREAM)
+            sent += n
+            if n < 3_900_005:
+                break
+        assert sent <= 4 * 4 * MIB + 4 * MIB + 64 * 1024, sent  # four requests of the largest, and the window
+        grown = lane.rss() - base
+        assert grown <= BOUND, f"{grown >> 20} MiB kept for {sent} bytes of unfinished messages"
+    lane.settles_under(base + BOUND // 4, "the client of fifty unfinished stream messages gone")
+
+
+def _lane_line(s) -> tuple[int, int, str, int]:
+    said = LANE.findall(s.output())
+    assert said, s.output()[-3000:]
+    most, held, bound, refused = said[-1]
+    return int(most), int(held), bound, int(refused)
+
+
+def test_a_burst_of_relayed_calls_on_one_connection_reaches_grpcio_at_once(tmp_path):
+    """Eight ModelInfer calls of first-sight specs (the shortcut knows none: each is relayed), sent in
+    one write on one connection: each reserves its answer's planned size (GrpcV2.answer_bytes), so
+    all eight are relayed to grpcio at once, as grpc clients sharing one connection expect (before:
+    each reserved the whole response limit, one at a time). The lane's own count says so."""
+    reg, s = _serve(tmp_path)
+    try:
+        port = Served(s).port
+        with H2(port) as h:
+            write, h.flush = h.flush, lambda: None  # the eight calls' frames kept for one write
+            sids = [h.call(INFER, _message(64, 2 * (k + 3))) for k in range(8)]
+            h.flush = write
+            h.flush()  # one write: the lane reads the eight calls at once
+            for k, sid in enumerate(sids):
+                assert h.status(sid) == (0, b""), h.streams[sid]
+                r = pb.ModelInferResponse.FromString(h.messages(sid)[0])
+                assert [(o.name, o.shape) for o in r.outputs[:2]] == [
+                    ("cos", [64, 2 * (k + 3)]),
+                    ("sin", [64, 2 * (k + 3)]),
+                ]
+    finally:
+        assert s.stop() == 0, s.output()[-3000:]
+        reg.cleanup()
+    most, _, _, refused = _lane_line(s)
+    assert most == 8 and refused == 0, (most, refused)
+
+
+def test_connections_past_the_process_bound_are_refused_in_the_admissions_words(tmp_path):
+    """Four connections each pipeline 40 calls of an 8 MiB answer and never read, against a process
+    bound of 128 MiB (--grpc-max-inflight-bytes; each connection's own bound is 64 MiB, four of them
+    256 MiB): the lane holds and reserves at most the process bound plus one answer, refuses the
+    calls past it as the Admission refuses them (RESOURCE_EXHAUSTED, GRPC_MAX_INFLIGHT_BYTES), and
+    frees everything when the clients go (before: each connection held its own bound)."""
+    process = 128 * MIB
+    reg, s = _serve(tmp_path, args=["--grpc-max-inflight-bytes", str(process)])
+    try:
+        lane = Served(s)
+        big = _message(8192, 128)
+        base = lane.rss()
+        clients = [H2(lane.port, window=65535) for _ in range(4)]
+        try:
+            calls = []
+            for h in clients:
+                h.read_data = False
+                calls.append([h.call(INFER, big) for _ in range(40)])
+            for h in clients:
+                h.drain(1.0)
+            refusals = []
+            for h, sids in zip(clients, calls):
+                for sid in sids:
+                    if h.streams[sid]["ended"]:
+                        refusals.append(h.status(sid))
+            assert refusals, "no call was refused"
+            for code, message in refusals:
+                assert code == 8 and message.startswith(b"server busy: "), (code, message)
+            assert any(b"GRPC_MAX_INFLIGHT_BYTES" in m for _, m in refusals), refusals[:3]
+            grown = lane.rss() - base
+            # generous, against a leak or an unbounded list: the lane's answers (the process bound), the
+            # answers built at once behind it (their arrays, grpcio's message, the relay's copy: three
+            # times the bound), one answer, and the interpreter's slack; the lane's own count is exact
+            assert grown <= process + 3 * process + BOUND + 96 * MIB, f"{grown >> 20} MiB grown"
+        finally:
+            for h in clients:
+                h.close()
+        # the answers built at once stay in malloc's arenas (grpcio's and the inference threads'); what
+        # the lane itself held is counted below (its end: nothing)
+        lane.settles_under(base + process + 2 * BOUND, "the four clients of unread answers gone")
+    finally:
+        assert s.stop() == 0, s.output()[-3000:]
+        reg.cleanup()
+    _, held, bound, refused = _lane_line(s)
+    assert bound == str(process) and 0 < held <= process + 9 * MIB and refused > 0, (held, bound, refused)
+    assert HELD.findall(s.output())[-1] == ("0", "0", "0", "0", "0")
+
+
+def test_an_unread_relayed_stream_holds_the_bound():
+    """A stream the lane relays (a real grpcio server behind a real Lane; its streamed method answers
+    a request with 64 messages of 1 MiB) whose client never reads: each message is written only
+    when the connection has room, so the lane holds at most its bound (8 MiB here) plus one message
+    (before: every message grpcio sent, 64 MiB), and grpcio's own flow control holds the rest."""
+    import grpc
+
+    from posenc.service.grpclane import _h2
+    from posenc.service.grpclane.lane import Lane
+
+    block, yielded = bytes(MIB), [0]
+
+    async def many(requests, ctx):
+        async for r in requests:
+            for _ in range(int(r)):
+                yielded[0] += 1
+                yield block
+
+    loop = asyncio.new_event_loop()
+
+    async def start():
+        server = grpc.aio.server(options=[("grpc.max_send_message_length", 2 * MIB)])
+        handler = grpc.stream_stream_rpc_method_handler(many)
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("test.Many", {"Many": handler})]
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        lane = Lane(None, channel, None, 1 << 20, 8 * MIB)
+        await lane.listen("127.0.0.1", 0, reuse_port=False)
+        return server, channel, lane
+
+    server, channel, lane = loop.run_until_complete(start())
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        with H2(lane.server.sockets[0].getsockname()[1], window=65535) as h:
+            h.read_data = False
+            sid = h.call("/test.Many/Many", b"64", end=False)
+            wait_for(lambda: _h2.live()[3] >= 8 * MIB, 30, 0.05, "the lane holding its bound of answers")
+            h.drain(1.0)  # what more it would take, it takes now
+            held = _h2.live()[3]
+            assert held <= 8 * MIB + MIB + 5, f"the lane holds {held} bytes for a stream nobody reads"
+            assert yielded[0] < 64, "grpcio's handler sent every message: nothing held it back"
+            assert not h.streams[sid]["ended"], h.streams[sid]
+    finally:
+
+        async def stop():
+            lane.server.close()
+            await lane.close(0.1)
+            await channel.close()
+            await server.stop(None)
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+        loop.close()
+    wait_for(lambda: _h2.live()[:4] == (0, 0, 0, 0), 10, 0.05, "the lane's sessions freed")
