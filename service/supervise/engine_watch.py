@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from posenc.engine.core.settings import Settings
@@ -66,6 +67,11 @@ class EngineChild:
         self.failure: str | None = None  # why the server stopped itself (posenc serve exits with it)
         self._standby_streak, self._standby_at, self._standby_started = 0, 0.0, 0.0
         self._pidfds: dict[int, int | None] = {}  # pid -> its pidfd (None: none to be had)
+        # the watch thread and stop() (serve's main thread) both close these descriptors: each
+        # close happens under this lock, after the descriptor is taken out of its field, so none
+        # is closed twice (a second close would close whatever reused its number: grpcio's epoll
+        # descriptor in this process aborted it, 'epoll_wait: Bad file descriptor')
+        self._fds = threading.Lock()
 
     def _cmd(self) -> list[str]:
         cmd = [
@@ -102,11 +108,10 @@ class EngineChild:
 
     def start(self) -> None:
         channel = self.keeper.channel()  # (made now: it hands over what is held now)
-        if self.ready is not None:
-            os.close(self.ready)
-            self.ready = None
+        self._close_ready()
         with channel:
-            standby, self.standby = self.standby, None
+            with self._fds:
+                standby, self.standby = self.standby, None
             if standby is not None:
                 proc, sock, ready = standby
                 try:
@@ -123,31 +128,42 @@ class EngineChild:
     def _is_up(self) -> bool:
         """Whether the engine said it is ready (its pipe then holds "ready"; EOF: it died first,
         and the pipe is closed, no longer waited on)."""
-        if self.ready is None:
-            return False
-        try:
-            got = os.read(self.ready, 64)
-        except (BlockingIOError, OSError):
-            return False
-        if not got:
-            os.close(self.ready)
-            self.ready = None
+        with self._fds:
+            if self.ready is None:
+                return False
+            try:
+                got = os.read(self.ready, 64)
+            except (BlockingIOError, OSError):
+                return False
+            if not got:
+                os.close(self.ready)
+                self.ready = None
         return got.startswith(b"ready")
+
+    def _close_ready(self) -> None:
+        with self._fds:
+            fd, self.ready = self.ready, None
+            if fd is not None:
+                os.close(fd)
 
     def _pidfd(self, proc: subprocess.Popen) -> int | None:
         """A descriptor readable once ``proc`` exits (opened while it is our unreaped child: its
         pid cannot be another process's yet), or None."""
-        if proc.pid not in self._pidfds:
-            try:
-                self._pidfds[proc.pid] = os.pidfd_open(proc.pid)
-            except (AttributeError, OSError):  # pragma: no cover - Linux before 5.3
-                self._pidfds[proc.pid] = None
-        return self._pidfds[proc.pid]
+        with self._fds:
+            if self.stopping:  # stop() closes them: none is opened after it
+                return None
+            if proc.pid not in self._pidfds:
+                try:
+                    self._pidfds[proc.pid] = os.pidfd_open(proc.pid)
+                except (AttributeError, OSError):  # pragma: no cover - Linux before 5.3
+                    self._pidfds[proc.pid] = None
+            return self._pidfds[proc.pid]
 
     def _forget(self, proc: subprocess.Popen) -> None:
-        fd = self._pidfds.pop(proc.pid, None)
-        if fd is not None:
-            os.close(fd)
+        with self._fds:
+            fd = self._pidfds.pop(proc.pid, None)
+            if fd is not None:
+                os.close(fd)
 
     def _wait(self, up: bool, due: float | None) -> None:
         """Until the engine exits or says it is up, the standby exits, ``due`` (monotonic) comes,
@@ -155,8 +171,9 @@ class EngineChild:
         fds = [self._pidfd(self.proc)]
         if not up and self.ready is not None:
             fds.append(self.ready)
-        if self.standby is not None:
-            fds.append(self._pidfd(self.standby[0]))
+        standby = self.standby
+        if standby is not None:
+            fds.append(self._pidfd(standby[0]))
         left = WATCH_S if due is None else min(WATCH_S, max(0.0, due - time.monotonic()))
         if None in fds:
             time.sleep(min(left, POLL_S))
@@ -170,15 +187,18 @@ class EngineChild:
         """Reap a standby that died (saying so) and start one where none lives, unless a standby
         crash loop's delay runs."""
         now = time.monotonic()
-        if self.standby is not None:
-            proc, sock, ready = self.standby
-            rc = proc.poll()
-            if rc is None:
+        with self._fds:
+            standby = self.standby
+            rc = None if standby is None else standby[0].poll()
+            if standby is not None and rc is None:
                 return
-            self.standby = None
+            if standby is not None:  # it died: taken out under the lock, so stop() never sees it
+                self.standby = None
+                os.close(standby[2])
+        if standby is not None:
+            proc, sock, _ = standby
             self._forget(proc)
             sock.close()
-            os.close(ready)
             lived = now - self._standby_started
             self._standby_streak = self._standby_streak + 1 if lived < CRASH_S else 0
             delay = restart_delay(self._standby_streak)
@@ -191,9 +211,11 @@ class EngineChild:
         with theirs:
             theirs.set_inheritable(True)
             proc, ready = self._spawn("--standby-fd", theirs.fileno())
-        self.standby, self._standby_started = (proc, ours, ready), now
-        if self.stopping:  # stop() ran meanwhile and saw no standby: this one ends here
-            self.standby = None
+        with self._fds:
+            late = self.stopping  # stop() ran meanwhile and saw no standby: this one ends here
+            if not late:
+                self.standby, self._standby_started = (proc, ours, ready), now
+        if late:
             ours.close()
             terminate(proc, 5.0)
             os.close(ready)
@@ -263,21 +285,21 @@ class EngineChild:
                 self.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self.stopping = True
-        standby, self.standby = self.standby, None
+        with self._fds:
+            self.stopping = True
+            standby, self.standby = self.standby, None
         if standby is not None:
             standby[1].close()  # no go: it exits at once
             terminate(standby[0], timeout)
             os.close(standby[2])
         if self.proc:
             terminate(self.proc, timeout)
-        if self.ready is not None:
-            os.close(self.ready)
-            self.ready = None
-        pidfds, self._pidfds = self._pidfds, {}
-        for fd in pidfds.values():
-            if fd is not None:
-                os.close(fd)
+        self._close_ready()
+        with self._fds:
+            pidfds, self._pidfds = self._pidfds, {}
+            for fd in pidfds.values():
+                if fd is not None:
+                    os.close(fd)
         # an engine killed before a successor took its files over (or one that ignored SIGTERM)
         # left its lock, manifest and socket: nobody else would remove them
         left = store.remove_dead(self.s.shm_dir, self.s.namespace)
