@@ -8,24 +8,29 @@ and only then runs (reads its config, takes the namespace, adopts, publishes). `
 keeps one standby so that a dead engine's successor starts without the interpreter's start and
 the imports, about half a second of a restart. The socket closed without a ``go``: it exits 0.
 
-Both run at the scheduler's idle priority (SCHED_IDLE, else nice 19; set first, so the imports run
-at it too): they share the workers' cores, and at normal priority each wake-up of the engine (its
-upkeep, a manifest, a build) and a new standby's start preempt a worker in the middle of its
-requests (tests/bench/bench_tail.py measures each against the tail). The workers never wait on
-the engine for an answer they can give: a stored row is read from the mapped tables, and a request
-whose table is being built waits a bounded time and then computes its own answer."""
+A standby runs at the scheduler's idle priority (SCHED_IDLE, else nice 19; set first, so its
+imports run at it too) while it waits: its start, about half a second of a core, shares the
+workers' cores and would preempt a worker in the middle of its requests. At ``go`` it takes the
+normal priority back where the kernel lets it (root or CAP_SYS_NICE; else it stays idle, and says
+so): an engine at idle priority gets no CPU while the workers keep the cores busy, and a worker
+waits for its answers (a manifest, a table's mapping) up to its request wait (0.25 s) before
+computing alone, so an idle engine would turn a busy worker's every new table into that wait.
+The engine's own work once started is small (tests/bench/bench_tail.py: under a millisecond of CPU
+a second); the checksum sweep runs in a child at idle priority (checksummer.py)."""
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # run, not imported (an importing process keeps its own priority)
+import sys
+
+if __name__ == "__main__" and "--standby-fd" in sys.argv:  # a standby run, not imported
     from .checksummer import lower_priority
 
     lower_priority()
 
 import argparse  # noqa: E402  (after the priority: the imports run at it)
 import dataclasses  # noqa: E402
+import os  # noqa: E402
 import socket  # noqa: E402
-import sys  # noqa: E402
 
 from ..core.errors import EngineRunning, SpecError  # noqa: E402
 from ..store import fdpass  # noqa: E402
@@ -50,6 +55,7 @@ def main(argv=None) -> int:
         keeper_fd = standby(args.standby_fd)
         if keeper_fd is None:
             return 0
+        normal_priority()
     opts = dataclasses.replace(opts, keeper_fd=keeper_fd)
     try:
         return run(s.tables, opts, ready_fd=args.ready_fd, parent_watch=args.exit_with_parent)
@@ -59,6 +65,17 @@ def main(argv=None) -> int:
     except EngineRunning as e:
         log(str(e))
         return 1
+
+
+def normal_priority() -> None:
+    """A standby that becomes the engine takes the scheduler's normal priority back (module doc)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except (AttributeError, OSError) as e:
+        log(
+            f"the engine keeps the standby's idle priority ({e}): a worker may wait for it up to its request wait"
+        )
 
 
 def standby(fd: int) -> int | None:

@@ -21,9 +21,9 @@ posenc's processes to be idle (the standby, started once the engine is ready, im
 seconds: as after every engine restart). The variants:
 
 - ``as shipped``: the defaults (the checksum sweep every 60 s in a child at idle priority; the
-  engine and its standby at idle priority too, engine/process/main.py);
-- ``no yield``: the engine and its standby at the scheduler's normal priority, as before they
-  yielded (the sitecustomize below makes their priority calls do nothing);
+  standby at idle priority too until it becomes the engine, engine/process/main.py);
+- ``no yield``: the standby at the scheduler's normal priority, as before it yielded (the
+  sitecustomize below makes its priority calls do nothing);
 - ``no sweep`` (``--verify-interval 0``) and ``sweep every 1 s`` (``--verify-interval 1``: the
   default tables summed each second, sixty times the default);
 - ``no metrics flush``: the worker's thread that writes its counts to shared memory every 0.1 s
