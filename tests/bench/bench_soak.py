@@ -49,6 +49,7 @@ from bench_cliffs import _procs, tree  # noqa: E402  (beside this script)
 
 from posenc.loadtest import servers  # noqa: E402
 from posenc.loadtest.workloads import mix, payloads  # noqa: E402
+from tests.procs import wait_for  # noqa: E402
 
 # Put first on posenc's PYTHONPATH: in the first uvicorn worker (a spawned interpreter) to claim
 # $BENCH_SOAK_DIR/traced, tracemalloc, and each minute a line of $BENCH_SOAK_DIR/heap.jsonl.
@@ -227,10 +228,12 @@ def main() -> int:
         }
         with servers.start_posenc(port, ns, workers=args.workers, env=env) as srv:
             srv.wait_ready()
-            deadline = time.monotonic() + 60
-            while len(pids := workers(srv.proc.pid)) < args.workers:
-                assert time.monotonic() < deadline, f"{args.workers} workers under posenc serve: {pids}"
-                time.sleep(0.2)
+            wait_for(
+                lambda: len(workers(srv.proc.pid)) >= args.workers,
+                timeout=60,
+                interval=0.2,
+                what=f"{args.workers} workers under posenc serve",
+            )
             with open(os.path.join(tmp, "traced")):  # the claim is made at the worker's start
                 pass
             stop = threading.Event()
@@ -243,8 +246,7 @@ def main() -> int:
             for t in load:
                 t.start()
             for minute in range(int(args.minutes) + 1):
-                while time.monotonic() < t0 + 60 * minute:
-                    time.sleep(0.5)
+                time.sleep(max(0.0, t0 + 60 * minute - time.monotonic()))  # paces the samples: a minute each
                 row = {
                     "minute": minute,
                     "sent": sum(t.sent for t in load),
