@@ -31,13 +31,13 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from signal import SIGKILL, SIGTERM
 
 from posenc.engine.process.proclife import PR_SET_PDEATHSIG
 from tests.shm import SHM_DIR, read_manifest, unique_namespace  # noqa: F401  (tests import it from here)
+from tests.waits import wait_for  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"
@@ -66,27 +66,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(
-    predicate: Callable[[], object],
-    timeout: float = 30.0,
-    interval: float = 0.01,
-    what: str = "condition",
-    check: Callable[[], None] | None = None,
-):
-    """Poll until predicate() is truthy and return it; ``check`` may raise to stop early (e.g.
-    the process we wait on died)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = predicate()
-        if v:
-            return v
-        if check is not None:
-            check()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- /proc ----------------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ process holds or maps (memfds named ``{ns}.seg.{generation}.{digest}[-rev]``), r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
 from collections.abc import Iterable
+
+from tests.waits import wait_for
 
 SHM_DIR = "/dev/shm"
 
@@ -92,8 +95,13 @@ def leftovers(
     deadline = time.monotonic() + grace
     out = {}
     for ns in namespaces:
-        while shm_files(ns, shm_dir) and pid_alive(lock_pid(ns, shm_dir)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(TimeoutError):  # an owner still running past the grace: reported below
+            wait_for(
+                lambda ns=ns: not (shm_files(ns, shm_dir) and pid_alive(lock_pid(ns, shm_dir))),
+                max(0.0, deadline - time.monotonic()),
+                0.05,
+                f"the owner of {ns} to remove its files or exit",
+            )
         left = shm_files(ns, shm_dir)
         if left:
             out[ns] = (left, lock_pid(ns, shm_dir))
