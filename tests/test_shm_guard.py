@@ -23,12 +23,23 @@ REPO = Path(__file__).resolve().parents[1]
 INNER = """
 import os
 import subprocess
+import sys
 import threading
-import time
 
-from tests.procs import unique_namespace
+from tests.procs import unique_namespace, wait_for
 
 SHM = "/dev/shm"
+
+
+def guard_running():
+    # the session-end guard (tests/shm.py leftovers) is on the main thread's stack: it has seen
+    # the files of a live owner and waits for them
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "leftovers" and frame.f_code.co_filename.endswith("shm.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def write(ns, pid):
@@ -49,7 +60,7 @@ def test_a_live_owner_removes_its_files_a_little_later():
     write(ns, os.getpid())
 
     def later():
-        time.sleep(0.5)
+        wait_for(guard_running, 120, 0.005, "the session-end guard waiting for a live owner's files")
         for n in os.listdir(SHM):
             if n.startswith(ns + "."):
                 os.unlink(os.path.join(SHM, n))
@@ -113,7 +124,7 @@ def test_a_clean_run_passes(tmp_path):
 
 WAITS = """
 import json
-import time
+import signal
 
 from tests.procs import Procs
 from tests.shm import unique_namespace
@@ -124,7 +135,8 @@ def test_an_engine_then_a_long_wait(tmp_path):
     eng = procs.engine({"length": 64, "tables": [{"family": "rope", "spec": {"head_dim": 8}}]}, unique_namespace())
     with open(OUT, "w") as f:
         json.dump({"namespace": eng.namespace, "pid": eng.pid}, f)
-    time.sleep(300)
+    while True:
+        signal.pause()  # holds still until the outer test kills this pytest
 """
 
 
