@@ -8,8 +8,10 @@ JSON object ARGS and reports on stdout as JSON lines. Tasks that must start toge
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 
@@ -21,16 +23,25 @@ from posenc.engine.core.errors import SpecError
 from posenc.engine.reader.client import Client
 
 
+def _suite_waits():
+    """tests/waits.py, the suite's one wait helper, loaded by its path: this program runs by path,
+    and putting the checkout on sys.path could shadow the installed posenc."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "waits.py")
+    spec = importlib.util.spec_from_file_location("waits", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+wait_for = _suite_waits().wait_for
+
+
 def emit(**kw) -> None:
     print(json.dumps(kw), flush=True)
 
 
 def wait_file(path: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > end:
-            raise TimeoutError(path)
-        time.sleep(0.001)
+    wait_for(lambda: os.path.exists(path), timeout, 0.001, f"the file {path}")
 
 
 def lookup(client, args):
@@ -92,8 +103,8 @@ def loop(client, args):
         g = client.generation
         if not gens or gens[-1] != g:
             gens.append(g)
-        emit(i=i, gen=g, t=time.time())
-        time.sleep(0.02)
+        emit(i=i, gen=g)
+        time.sleep(0.02)  # paces the rounds (a reader at work, not a busy loop); not a wait
     emit(done=i, gens=gens)
 
 
@@ -144,7 +155,8 @@ def read_only(client, args):
         os._exit(0)
     if how == "sigkill":
         emit(waiting=True)
-        time.sleep(120)
+        while True:
+            signal.pause()  # until killed
     sys.exit(0)
 
 
