@@ -14,7 +14,6 @@ import queue
 import re
 import signal
 import threading
-import time
 import zlib
 
 import grpc
@@ -303,6 +302,35 @@ def _port(s) -> int:
     return int(s.grpc_url.rsplit(":", 1)[1])
 
 
+def pump_until(h: H2, cond, what: str, seen=None, timeout: float = 60.0):
+    """Read what the server sends on ``h`` until ``cond()`` holds: its value (tests.waits' deadline,
+    naming ``what``; the connection's closing ends the wait at once)."""
+
+    def step():
+        if cond():
+            return cond()
+        if not h.pump(0.05):
+            raise AssertionError(f"the connection closed while waiting for {what}: {h.streams}")
+        return cond()
+
+    return wait_for(step, timeout, 0, what, seen=seen or (lambda: h.streams))
+
+
+def shortcut_answers(server, route: str = "grpc ModelInfer rope") -> float:
+    """Answers of ``route`` the C template made (posenc_answer_path_total, path "shortcut"): on the
+    gRPC port, the lane's own answers of learnt calls."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(server.url + "/metrics", headers=AUTH, timeout=10).text
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "posenc_answer_path_total" and s.labels == {"route": route, "path": "shortcut"}
+    )
+
+
 def test_deadlines_and_resets(pair):
     """A stream whose grpc-timeout passes while it waits for its next message ends with
     DEADLINE_EXCEEDED on both (on the lane, its own stream's timer); a deadline already past when a
@@ -320,10 +348,7 @@ def test_deadlines_and_resets(pair):
             )
             assert h.status(sid) in ((0, b""), (4, b"Deadline Exceeded"))
             live = h.call(STREAM, _message([1, 2, 3]), AUTH_H2, end=False)
-            deadline = time.monotonic() + 30
-            while not h.streams[live]["data"] and time.monotonic() < deadline:
-                h.pump(0.2)
-            assert h.messages(live), h.streams[live]
+            pump_until(h, lambda: h.messages(live), "the open stream's first answer", lambda: h.streams[live])
             h.reset(live)
             sid = h.call(INFER, _message([5, 6]), AUTH_H2)
             assert h.status(sid) == (0, b"") and len(h.messages(sid)) == 1
@@ -453,19 +478,31 @@ def test_a_client_that_stops_reading_holds_up_no_one(pair, clients):
 
     shortcut = httpx.get(pair[0].url + "/v1/tables", headers=AUTH, timeout=10).json()["shortcut"]
     big = _message(np.arange(6000), '{"head_dim": 128}')
-    for _ in range(6):  # learnt at the full path's second answer once its table is mapped
-        size = len(grpc_call_raw(pair[0], INFER, big))
-        time.sleep(0.1)
+    size = len(grpc_call_raw(pair[0], INFER, big))
+    fits = (64 << 20) // size  # answers within the limit; the one that crosses it is taken too
+    if shortcut == "c":  # learnt at the full path's second answer once its table is mapped
+        before = shortcut_answers(pair[0])
+
+        def learnt():
+            grpc_call_raw(pair[0], INFER, big)
+            return shortcut_answers(pair[0]) >= before + 2
+
+        wait_for(learnt, 60, 0.05, "the big call answered by the lane's template twice")
     with H2(_port(pair[0]), window=65535) as h:
         h.read_data = False
         sids = [h.call(INFER, big, AUTH_H2) for _ in range(30)]
-        h.drain(0.5)
+
+        def judged():  # answered (its HEADERS: not flow-controlled) or refused (ended)
+            return sum(h.streams[sid]["headers"] is not None or h.streams[sid]["ended"] for sid in sids)
+
+        if shortcut == "c":  # the lane answers each call at once: its answers, then every call refused
+            pump_until(h, lambda: judged() == len(sids), "every call answered or refused", judged)
+        else:  # relayed: grpcio's answers of the calls admitted in the session, the rest wait for room
+            pump_until(h, lambda: judged() >= fits, f"{fits} relayed answers in the session", judged)
         for _ in range(20):
             assert _bytes(infer_auth(clients[0], "rope", {"positions": np.arange(4)}, {"head_dim": 64}))
-        h.drain(1.0)
         busy = [sid for sid in sids if h.streams[sid]["ended"]]
         waiting = [sid for sid in sids if not h.streams[sid]["ended"]]
-        fits = (64 << 20) // size  # answers within the limit; the one that crosses it is taken too
         if shortcut == "c":
             assert fits <= len(waiting) <= fits + 2 and busy, (size, len(waiting), len(busy))
         else:
@@ -504,10 +541,8 @@ def test_sigterm_sends_goaway_and_finishes_the_stream_in_flight(tmp_path):
             answers = [next(call)]
             first.set()
             s.signal(signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while idle.terminated is None and time.monotonic() < deadline:
-                idle.pump(0.2)
-            assert idle.terminated is not None and idle.terminated.error_code == 0
+            pump_until(idle, lambda: idle.terminated is not None, "GOAWAY on the idle connection")
+            assert idle.terminated.error_code == 0, idle.terminated
             go.set()
             answers += list(call)
             assert call.code() == grpc.StatusCode.OK and len(answers) == 2
