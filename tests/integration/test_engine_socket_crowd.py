@@ -9,7 +9,6 @@ import json
 import os
 import socket
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from posenc.engine.process import socket as engine_socket
 from posenc.engine.reader.client import Client
 from posenc.engine.store import segments as store
 from tests.integration.engine_cases import SMALL_CONFIG
+from tests.procs import wait_for
 from tests.shm import SHM_DIR
 
 pytestmark = pytest.mark.slow
@@ -65,15 +65,13 @@ def test_500_concurrent_asks_all_answered(engine, ns):
             errors.append(repr(e))
 
     threads = [threading.Thread(target=one) for _ in range(n)]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
-    took = time.perf_counter() - t0
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "askers still waiting after 120 s"
     print(
-        f"{n} concurrent pings: {len(results)} answered, {len(errors)} failed, in {took:.2f} s; "
-        f"backlog {engine_socket.BACKLOG}"
+        f"{n} concurrent pings: {len(results)} answered, {len(errors)} failed; backlog {engine_socket.BACKLOG}"
     )
     assert not errors, errors[:5]
     assert results == [True] * n
@@ -129,9 +127,14 @@ def test_an_oversized_line_is_refused_without_buffering_it(engine, ns):
     assert engine.alive()
 
 
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def test_threads_bounded_while_1200_connections_are_held(engine, ns):
     path = store.socket_path(SHM_DIR, ns)
     base = int(_status(engine.pid)["Threads"])
+    base_fds = _fds(engine.pid)
     held = []
     try:
         for i in range(1200):
@@ -141,18 +144,19 @@ def test_threads_bounded_while_1200_connections_are_held(engine, ns):
             s.connect(path)
             if i % 3 == 0:
                 s.sendall(b'{"op": "pi')  # half a line: the engine waits for the rest
-        time.sleep(0.5)
+        # the engine holds every connection (accepted: a descriptor each), not the backlog
+        fds = wait_for(
+            lambda: (n := _fds(engine.pid)) >= base_fds + 1200 and n,
+            60,
+            0.01,
+            "the engine to accept the 1200 connections",
+            seen=lambda: _fds(engine.pid) - base_fds,
+        )
         threads = int(_status(engine.pid)["Threads"])
-        fds = len(os.listdir(f"/proc/{engine.pid}/fd"))
-        t0 = time.perf_counter()
         assert _ask(path, b'{"op": "ping"}\n')["ok"] is True  # a new asker is answered meanwhile
-        ping = time.perf_counter() - t0
         for s in held[:50:3]:  # and the half lines, once finished
             assert _ask(path, b'ng"}\n', s)["ok"] is True
-        print(
-            f"1200 held connections: engine threads {base} -> {threads}, descriptors {fds}, "
-            f"a ping meanwhile {ping * 1e3:.1f} ms"
-        )
+        print(f"1200 held connections: engine threads {base} -> {threads}, descriptors {fds}")
         assert threads <= base + engine_socket.FAST_THREADS + engine_socket.SLOW_THREADS + 2, (base, threads)
     finally:
         for s in held:
