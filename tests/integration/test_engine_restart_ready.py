@@ -1,7 +1,8 @@
 """SIGKILL the engine of a real ``posenc serve`` (2 workers) under load: no request fails (specs
 the workers have not mapped are computed exactly in the worker until the engine is back, then
 built by it), /readyz stays 200 as docs/deploy.md says and tells the engine's state, and serve logs
-the restart-to-ready time. Load on 127.0.0.1 only, bounded in time."""
+the restart-to-ready time. Load on 127.0.0.1 only, bounded in time. How soon the engine is back is
+measured by tests/bench/bench_adopt.py (``--serve-kills``), not asserted here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import httpx
 import pytest
 
 from posenc.engine.reader.client import Client
+from posenc.service.supervise.engine_watch import CRASH_S
+from tests.integration.test_supervisor_spare import RECVMSG, waiting_for_work
 from tests.procs import cmdline, wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
 from tests.shm import read_head
@@ -59,7 +62,6 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
         ready.clear()
         engine = server.engine_pid()
         os.kill(engine, signal.SIGKILL)
-        t_kill = time.monotonic()
         # (the engine is restarted at once and adopts its tables: "down" may last less than a probe)
         wait_for(
             lambda: probe().get("engine") == "up" and probe().get("generation") != gen,
@@ -67,14 +69,12 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
             0.02,
             "the restarted engine",
         )
-        took = time.monotonic() - t_kill
         n_restart = len(results)
-        wait_for(lambda: len(results) > n_restart + 20, 30, 0.01, "the load answered by the new engine")
+        wait_for(lambda: len(results) > n_restart + 20, 60, 0.01, "the load answered by the new engine")
     finally:
         stop.set()
         for t in threads:
             t.join(30)
-    print(f"engine restart-to-ready seen by /readyz: {took:.2f} s")
     bad = [(b, s) for b, s, _ in results if s != 200]
     assert not bad, bad[:5]
     assert len(results) > n_restart > 20
@@ -84,7 +84,7 @@ def test_engine_killed_under_load_no_request_fails_and_ready_stays_true(procs, n
     # serve logged the restart-to-ready time
     wait_for(
         lambda: re.search(r"engine restarted: generation \d+ ready [\d.]+ s", server.stderr()),
-        10,
+        60,
         0.1,
         "the restart-to-ready log line",
     )
@@ -109,7 +109,7 @@ def test_readyz_says_down_while_no_engine_runs_and_up_once_another_is_ready(proc
         "computed": [],
     }
     eng.kill9()  # --attach-only: nobody restarts it
-    wait_for(lambda: httpx.get(server.url + "/readyz").json()["engine"] == "down", 10, 0.05, "engine: down")
+    wait_for(lambda: httpx.get(server.url + "/readyz").json()["engine"] == "down", 60, 0.05, "engine: down")
     r = httpx.get(server.url + "/readyz")
     assert r.status_code == 200 and r.json()["status"] == "ready"
     for body in (MAPPED, {"head_dim": 6, "rope_theta": 3.0, "positions": [0, 9]}):  # mapped, and computed
@@ -127,40 +127,43 @@ def test_readyz_says_down_while_no_engine_runs_and_up_once_another_is_ready(proc
                 "computed": [],
             }
         ),
-        10,
+        60,
         0.05,
         "engine: up",
     )
     assert server.stop() == 0 and again.stop() == 0
 
 
-def _back_after_kill(server, ns: str, gen) -> tuple[float, object]:
-    """SIGKILL the server's engine; (seconds until a manifest of another generation, that one)."""
-    os.kill(server.engine_pid(), signal.SIGKILL)
-    t_kill = time.monotonic()
-    got = wait_for(
+def _back_after_kill(server, ns: str, gen):
+    """SIGKILL the server's engine; the generation of the manifest its successor published."""
+    os.kill(wait_for(server.engine_pid, 60, 0.01, "the running engine"), signal.SIGKILL)
+    return wait_for(
         lambda: (g := (read_head(ns) or {}).get("generation")) not in (None, gen) and g,
         60,
         0.005,
         "the restarted engine's manifest",
     )
-    return time.monotonic() - t_kill, got
 
 
 def test_an_engine_killed_again_soon_after_its_restart_is_restarted_at_once(procs, ns):
-    """Kills 1.5 s apart (an engine that was up: no crash loop) restart at once each time; the
-    kill-to-manifest times are printed (their bound is tests/bench/bench_adopt.py's, not asserted)."""
+    """Each kill comes once serve saw the restarted engine up (its restart-to-ready line) and
+    CRASH_S later (an engine that was up and lived CRASH_S: no crash loop): restarted at once each
+    time. (How soon it is back: tests/bench/bench_adopt.py ``--serve-kills``.)"""
     server = procs.serve(CONFIG, workers=1, namespace=ns)
     gen = read_head(ns)["generation"]
-    took = []
-    for _ in range(3):
-        t, gen = _back_after_kill(server, ns, gen)
-        took.append(t)
-        time.sleep(1.5)
-    print(
-        "engine back after kill -9 (first, then 1.5 s after each restart): "
-        + ", ".join(f"{t:.2f} s" for t in took)
-    )
+    wait_for(server.standby_pid, 60, 0.02, "a standby (serve starts one once it saw its engine up)")
+    for k in range(3):
+        gen = _back_after_kill(server, ns, gen)
+        wait_for(
+            lambda k=k: server.stderr().count("engine restarted: generation") > k,
+            60,
+            0.01,
+            f"serve's restart-to-ready line of restart {k + 1}",
+            seen=lambda: server.stderr()[-2000:],
+        )
+        # the scenario's pace, not a wait for a state: serve counts a death within CRASH_S of the
+        # engine's start as a crash loop's (then it waits); this kill comes just past that
+        time.sleep(CRASH_S)
     delays = re.findall(r"restarting in ([0-9.]+)s", server.stderr())
     assert delays == ["0.0"] * 3, server.output()
     assert httpx.post(
@@ -178,14 +181,14 @@ def test_a_standby_engine_waits_imported_and_takes_over_when_the_engine_dies(pro
     standby = wait_for(server.standby_pid, 30, 0.02, "a standby engine")
     engine = server.engine_pid()
     assert engine != standby and "--standby-fd" in cmdline(standby)
-    took, gen = _back_after_kill(server, ns, gen)
+    gen = _back_after_kill(server, ns, gen)
     assert server.engine_pid() == standby  # the standby is the engine now
     assert read_head(ns)["pid"] == standby
     second = wait_for(server.standby_pid, 30, 0.02, "the next standby")
     assert second not in (engine, standby)
-    print(f"engine back after kill -9 through its standby: {took:.2f} s")
-    time.sleep(2)  # (the new standby's imports done: its resident size, what it costs while it waits)
-    print(f"resident: the engine {_rss_mib(standby):.0f} MiB, its standby {_rss_mib(second):.0f} MiB")
+    if RECVMSG is not None:  # imported: waiting in recvmsg for its go (then its size is what it costs)
+        wait_for(lambda: waiting_for_work(second), 120, 0.01, "the new standby waiting for its go")
+        print(f"resident: the engine {_rss_mib(standby):.0f} MiB, its standby {_rss_mib(second):.0f} MiB")
     assert httpx.post(
         server.url + "/v1/rope", json=MAPPED, headers=BIN, timeout=30
     ).content == reference_safetensors("rope", MAPPED)
