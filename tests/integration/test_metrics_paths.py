@@ -10,12 +10,14 @@ each way are counted under that way, exactly, and each route's paths add up to i
   lines than the C lane reads), one a header keeps off the lane (the raw ASGI front answers it from
   its template), and the gRPC server's template answers.
 
-Counts reach a scrape within FLUSH_S (service/metrics/counters.py): each check polls the scrape
-until the route's answers are all counted, then once more after a few flushes, so a count that
-lands late (or twice) fails the test."""
+Counts reach a scrape when their process writes its file (every FLUSH_S, service/metrics/counters.py):
+each check polls the scrape until the route's answers are all counted, then, once every live process
+has written its file again (``wait_counts_written``), once more, so a count that lands late (or
+twice) fails the test."""
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import time
@@ -28,12 +30,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from posenc.service.metrics.counters import FLUSH_S
-from posenc.service.metrics.layout import PATHS
+from posenc.service.metrics.layout import PATHS, alive, prefix
 from posenc.service.shortcut import templates as replay
 from tests.integration.kserve_cases import serving_grpc
 from tests.integration.test_lane import lane_answers, read_responses, request, rope, v2_infer
 from tests.procs import child_env, wait_for
 from tests.service_cases import CONFIG
+from tests.shm import SHM_DIR
 
 pytestmark = [
     pytest.mark.slow,
@@ -71,6 +74,37 @@ def scrape(srv) -> tuple[dict, dict]:
     return ways, counts
 
 
+def wait_counts_written(namespace: str, shm_dir: str = SHM_DIR) -> None:
+    """Wait until every live process of the namespace (HTTP workers, the gRPC server) has written its
+    metrics file after this call began: then a scrape holds every count made before it. Each file
+    ``{ns}.metrics.{pid}`` is written every FLUSH_S; its mtime (the kernel's coarse clock, never ahead
+    of time.time_ns()) past the call's start means a write after it."""
+    since = time.time_ns()
+    pre = prefix(namespace)
+
+    def behind() -> dict:
+        out = {}
+        for name in os.listdir(shm_dir):
+            pid = name[len(pre) :]
+            if name.startswith(pre) and pid.isdigit() and alive(int(pid)):
+                try:
+                    mtime = os.stat(os.path.join(shm_dir, name)).st_mtime_ns
+                except FileNotFoundError:  # retired meanwhile: its counts are in the total
+                    continue
+                if mtime <= since:
+                    out[name] = mtime - since
+            # (the folded total, {ns}.metrics.total, changes only when a process is gone)
+        return out
+
+    wait_for(
+        lambda: not behind(),
+        60,
+        FLUSH_S / 4,
+        f"every live process of {namespace} to write its metrics file again",
+        seen=behind,
+    )
+
+
 class Counted:
     """The answers of ``route`` since the last check, by path, once they have all reached a scrape."""
 
@@ -87,8 +121,8 @@ class Counted:
             got = ways.get(self.route, {})
             return sum(got.values()) >= n and (ways, counts)
 
-        wait_for(settled, 30, FLUSH_S, f"{n} answers of {self.route} counted")
-        time.sleep(3 * FLUSH_S)  # none late: every process has written its counts since
+        wait_for(settled, 60, FLUSH_S, f"{n} answers of {self.route} counted")
+        wait_counts_written(self.srv.namespace)  # none late: every process has written its counts since
         ways, counts = scrape(self.srv)
         got = {p: ways[self.route][p] - self.seen[p] for p in PATHS}
         assert got == want, (self.route, got, want)
