@@ -16,7 +16,6 @@ import mmap
 import os
 import random
 import threading
-import time
 
 import httpx
 
@@ -68,9 +67,9 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
     refused = {"truncate": 0, "grow": 0, "write": 0, "map": 0}
     fds = segment_fds(pid, ns)
     attacked = 0
-    for fd in fds:
+    for fd, name in fds.items():
         path = f"/proc/{pid}/fd/{fd}"
-        if not _sealed_soon(path):
+        if not _sealed_soon(path, name):
             continue  # closed meanwhile (a build discarded): not a segment any more
         attacked += 1
         for what, attempt in (
@@ -99,23 +98,36 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
     return {**refused, "segments": attacked}
 
 
-def _sealed_soon(path: str, within_s: float = 2.0) -> bool:
-    """Whether the segment at ``path`` carries seals, waiting ``within_s`` for a new one: the engine
+def _seal_state(path: str, name: str) -> str:
+    """ "sealed", "unsealed" (being filled), or "gone": the descriptor closed, or its number now
+    another file's (a /proc link read again, not trusted from the listing)."""
+    try:
+        if os.readlink(path).removeprefix("/memfd:").removesuffix(" (deleted)") != name:
+            return "gone"
+        own = os.open(path, os.O_RDONLY)
+    except OSError:
+        return "gone"
+    try:
+        return "sealed" if fcntl.fcntl(own, fcntl.F_GET_SEALS) else "unsealed"
+    except OSError:
+        return "gone"
+    finally:
+        os.close(own)
+
+
+def _sealed_soon(path: str, name: str) -> bool:
+    """Whether the segment ``name`` at ``path`` is sealed, waiting for one being filled: the engine
     seals a segment three calls after it creates it (ftruncate, its one writable mapping, the
-    filling seals), and a listing may fall between. False when it is gone; one still unsealed
-    after that is attacked anyway, and the test fails on it."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            own = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            if fcntl.fcntl(own, fcntl.F_GET_SEALS) or time.monotonic() > deadline:
-                return True
-        finally:
-            os.close(own)
-        time.sleep(0.001)
+    filling seals), and a listing may fall between. False when it is gone (a build discarded);
+    one that never gets its seals fails the wait."""
+    state = wait_for(
+        lambda: (st := _seal_state(path, name)) != "unsealed" and st,
+        120,
+        0.001,
+        f"{name} ({path}) sealed or closed",
+        seen=lambda: _seal_state(path, name),
+    )
+    return state == "sealed"
 
 
 def _tamper_files(ns: str, readers_went_on) -> list[str]:
@@ -163,7 +175,8 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
     co = reader(procs, ns, "loop", name="co-located", cases=LOOP_CASES, stop=str(stop_file))
     co.wait_json(lambda m: m.get("i", 0) >= 2, timeout=60, what="the co-located reader's first rounds")
     httpx.post(server.url + "/v1/rope", json={**ON_DEMAND, "positions": [1]}, headers=BIN, timeout=30)
-    wait_for(lambda: len(held_segments(server.engine_pid(), ns)) == 6, 30, 0.05, "the on-demand table")
+    # (six tables by name: while a reader attaches, the engine holds a second descriptor of one)
+    wait_for(lambda: len(set(held_segments(server.engine_pid(), ns))) == 6, 60, 0.05, "the on-demand table")
     pids = {"engine": server.engine_pid(), "workers": sorted(server.worker_pids()), "serve": server.pid}
     stop, out = threading.Event(), []
     threads = [threading.Thread(target=_load, args=(server.url, named, stop, out, k)) for k in range(2)]
