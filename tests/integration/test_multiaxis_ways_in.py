@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import orjson
@@ -20,9 +19,9 @@ import tritonclient.http as httpclient
 
 from posenc.engine.answer.pipeline import compute
 from posenc.engine.reader.client import Client
-from posenc.service.metrics.counters import FLUSH_S
 from tests.independent import assert_answer
 from tests.integration.kserve_cases import bits, v1_answer
+from tests.integration.test_metrics_paths import wait_counts_written
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.slow
@@ -94,7 +93,7 @@ def test_v1_json_and_binary(clients, family, spec, sel, rng):
     [("rope", QWEN), ("rope", FLUX), ("sinusoidal-grid", GRID), ("sinusoidal-grid", GRID3)],
     ids=["qwen", "flux", "grid", "grid3"],
 )
-def test_v1_repeated_binary_requests(clients, family, spec, rng):
+def test_v1_repeated_binary_requests(clients, v2server, family, spec, rng):
     """Repeats of one spec (what the template shortcut learns from: small grids are answered by
     it), with position_ids and, for mrope, plain positions in turn: every answer is the exact one."""
     for i in range(8):
@@ -121,12 +120,8 @@ def test_v1_repeated_binary_requests(clients, family, spec, rng):
             )
             return float(line.split()[-1])
 
-        def settled() -> tuple | None:  # the other worker's counts reach a scrape within FLUSH_S
-            a = answered()
-            time.sleep(3 * FLUSH_S)
-            return (a,) if answered() == a else None
-
-        (before,) = wait_for(settled, 30, 0, "the counts settle")
+        wait_counts_written(v2server.namespace)  # every worker's counts so far reach the scrape
+        before = answered()
 
         def shortcut_answers() -> bool:
             if family == "sinusoidal-grid":
