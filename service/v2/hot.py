@@ -225,6 +225,20 @@ class Hot:
             self._clear()
         return True
 
+    def learnt(self, key, make):
+        """``make()``'s entry for an admitted ``key`` (None: not a template), remembered: but a None
+        made while the key's table was not mapped in this process (``unmapped``: being built, or
+        mapped anew because the engine replaced its file, which the manifest read at learning, in
+        ``admit``, can show after the answer was made) is not: the key is learnt at its next answer,
+        not kept as no template until the next manifest. All three forms learn through it."""
+        self.unmapped = False
+        e = make()
+        if e is None and self.unmapped:
+            self.once.add(key)
+            return None
+        self.known[key] = e
+        return e
+
     def learn_grpc(self, data: bytes, inf, plan, tensors: list, segments: list, route: str) -> None:
         if not self.on:
             return
@@ -235,12 +249,7 @@ class Hot:
         key = data[:start]
         if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
-        self.unmapped = False
-        e = self._entry(inf, plan, tensors, segments, markers, route, ())
-        if e is None and self.unmapped:
-            self.once.add(key)  # learnt at its next answer, once the table is mapped
-            return
-        self.known[key] = e
+        e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, markers, route, ()))
         if e is not None:
             tail = len(data) - start
             self.tails[tail] = self.tails.get(tail, 0) + 1
@@ -253,12 +262,7 @@ class Hot:
         key = (path, bytes(head))
         if not self.admit(key):
             return
-        self.unmapped = False
-        e = self._entry(inf, plan, tensors, segments, (), route, headers)
-        if e is None and self.unmapped:
-            self.once.add(key)  # learnt at its next answer, once the table is mapped
-            return
-        self.known[key] = e
+        e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, (), route, headers))
         if e is not None:
             self.paths.add(path)
             self._lane_route(path, key[1], e)

@@ -19,8 +19,8 @@ texts of stored rows (service/shortcut/hot_json.c, rows past the table computed 
 an AlibiTemplate's cells formatted in C as orjson writes them (service/shortcut/hot_alibi.c:
 every mode, distances inside and past the stored table; a float16 cell that overflows is
 declined, as on /v1). A key is learnt at the full path's second answer, only when the template's answer to the
-learnt body, through the lane's own entry point, is the full path's bytes; entries are dropped with hot.py's
-(a manifest change other than new tables).
+learnt body, through the lane's own entry point, is the full path's bytes (its table found unmapped then: at its
+next answer, ``Hot.learnt``); entries are dropped with hot.py's (a manifest change other than new tables).
 
 What stays with the full path: outputs asked as binary (``binary_data_output``, an output's
 ``binary_data``: the answer then carries binary data), inputs in shared memory or binary, batches
@@ -150,15 +150,18 @@ class JsonInfers:
             hot.known[("json", path, key)] = None
             return
         counts = tuple(math.prod(t.shape) for t in inf.inputs)
-        e = entry_of(hot, inf, plan, tensors, render, post, counts)
         target = path.encode("ascii")
-        if e is not None and self._answer(target, hot.new_route(route), key, e, body) != b"%d%s\r\n%s" % (
-            len(answer),
-            post,
-            answer,
-        ):
-            e = None
-        hot.known[("json", path, key)] = e
+
+        def make():
+            e = entry_of(hot, inf, plan, tensors, render, post, counts)
+            want = b"%d%s\r\n%s" % (len(answer), post, answer)
+            return (
+                e
+                if e is not None and self._answer(target, hot.new_route(route), key, e, body) == want
+                else None
+            )
+
+        e = hot.learnt(("json", path, key), make)  # its table unmapped meanwhile: learnt at its next answer
         if e is not None:
             hot.route_of(target, route)[5][1][key] = e
 

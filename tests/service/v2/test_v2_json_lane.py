@@ -266,6 +266,45 @@ def test_alibi_blocks_spread_far_apart_are_the_lanes(servers):  # noqa: F811
     check(servers, "alibi", far, True)
 
 
+def test_a_key_learnt_as_its_table_is_replaced_is_learnt_again(servers, monkeypatch):  # noqa: F811
+    """The engine replaces an on-demand table (grown longer: a new file) between the full path's
+    answer and its learning: the manifest refreshed at learn time drops the table's mapping, so the
+    learn finds it unmapped. The key is learnt again at its next answer (as the binary forms are),
+    not remembered as no template until the manifest changes again (CI's ALiBi JSON learn race:
+    the main loop's far distances grow the table while the prefill body is learnt)."""
+    on, _ = servers
+    client, spec = on.v2.client, {"num_heads": 9, "max_bias": 3.0}  # a table no other test builds
+    learn(on, "alibi", spec, lambda: alibi_inputs("INT64", False, [20], [3, 5, 7]))  # mapped, 4096 long
+    req = on.v2.inferer.pipeline.request("alibi", {**spec, **PROBE["alibi"]})
+    view = client.view(req)
+    assert view is not None and view.growable, "an on-demand table that grows"
+    body = body_of(spec, alibi_inputs("INT64", False, [9, 10], [4, 8]))  # a key of its own
+    recheck = client.recheck_s
+    monkeypatch.setattr(client, "recheck_s", 3600.0)  # this client reads no new manifest by itself
+    assert full_path(on, "alibi", body)[0] == 200  # its first answer
+    far = body_of(spec, alibi_inputs("INT64", False, [view.length + 1000], [0]))
+    assert full_path(on, "alibi", far)[0] == 200  # past the table: asks the engine for a longer one
+    engine_file = lambda: client.call({"op": "manifest"})["manifest"]["tables"][req.table.digest]["file"]  # noqa: E731
+    wait_for(
+        lambda: engine_file() != view.segment.entry["file"],
+        what="the engine's longer table",
+        seen=engine_file,
+    )
+    fresh = on.hot._fresh
+
+    def refreshed_at_learn():  # the manifest read at learn time is the one with the new file
+        monkeypatch.setattr(on.hot, "_fresh", fresh)
+        client.manifest(force=True)
+        fresh()
+
+    monkeypatch.setattr(on.hot, "_fresh", refreshed_at_learn)
+    assert full_path(on, "alibi", body)[0] == 200  # answered from the old mapping, learnt unmapped
+    assert on.hot._fresh == fresh and not client.is_mapped(req), "the learn read the new manifest"
+    monkeypatch.setattr(client, "recheck_s", recheck)
+    learn(on, "alibi", spec, lambda: alibi_inputs("INT64", False, [9, 10], [4, 8]))
+    check(servers, "alibi", body_of(spec, alibi_inputs("INT64", False, [30, 7], [1, 2])), True)
+
+
 def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
     on, off = servers
     spec = {"head_dim": 64}
