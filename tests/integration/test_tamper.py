@@ -71,18 +71,24 @@ def _try_tables(pid: int, ns: str) -> dict[str, int]:
         path = f"/proc/{pid}/fd/{fd}"
         if not _sealed_soon(path, name):
             continue  # closed meanwhile (a build discarded): not a segment any more
+        try:  # a reopen for writing is allowed; nothing through it is
+            own = os.open(path, os.O_RDWR)
+        except OSError:
+            continue  # closed since (a table replaced by a longer one)
+        if _seal_state(f"/proc/self/fd/{own}", name) == "gone":  # the number reused meanwhile
+            os.close(own)
+            continue
         attacked += 1
-        for what, attempt in (
-            ("truncate", lambda: os.truncate(path, 4096)),
-            ("grow", lambda: os.truncate(path, 1 << 30)),
-        ):
-            try:
-                attempt()
-            except OSError as e:
-                assert e.errno == errno.EPERM, e
-                refused[what] += 1
-        own = os.open(path, os.O_RDWR)  # a reopen for writing is allowed; nothing through it is
-        try:
+        try:  # (through the reopened file, which cannot close under us as the engine's number can)
+            for what, attempt in (
+                ("truncate", lambda: os.ftruncate(own, 4096)),
+                ("grow", lambda: os.ftruncate(own, 1 << 30)),
+            ):
+                try:
+                    attempt()
+                except OSError as e:
+                    assert e.errno == errno.EPERM, e
+                    refused[what] += 1
             try:
                 os.pwrite(own, b"\xff" * 64, 64)
             except OSError as e:
