@@ -5,7 +5,6 @@ learns a body's template before the shortcut answers it.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import event
@@ -16,6 +15,7 @@ from posenc.engine.core.errors import PosencError
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_c_answer
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps
+from tests.waits import wait_for
 
 needs_native = pytest.mark.skipif(
     replay.shortcut_in_use("auto") != "c",
@@ -135,29 +135,38 @@ def wait_learnt(manifest, mapped, answer, taken, what: str, timeout: float = 15.
     """Answer through the full path (``answer()``) until the shortcut takes the request (``taken()``).
 
     The full path learns a key at its second answer once the spec's table is mapped (``mapped()``,
-    asked before each answer); so when it has answered twice with the table mapped while the
-    shortcut's templates stayed checked against one engine manifest (``manifest()``, the one they
-    were last checked against: a new one drops every template, or forgets the keys remembered as
-    none while their table was being built, to be learnt again) and the shortcut still declines, the
-    shortcut is broken: this fails then, saying so, instead of waiting out ``timeout``, which only
-    bounds the wait for an on-demand table's build."""
-    deadline = time.monotonic() + timeout
-    seen, answered = None, 0
-    while True:
+    asked before each answer; a key whose table the learn finds unmapped, being built or replaced
+    by a longer file, is learnt at its next answer: service/v2/hot.py ``Hot.learnt``); so when it
+    has answered twice with the table mapped while the shortcut's templates stayed checked against
+    one engine manifest (``manifest()``, the one they were last checked against: a new one drops
+    every template, or forgets the keys remembered as none while their table was being built, to be
+    learnt again) and the shortcut still declines, the shortcut is broken: this fails then, saying
+    so, instead of waiting out ``timeout``, which only bounds the wait for an on-demand table's build."""
+    state = {"manifest": None, "answered with the table mapped": 0, "table mapped": None}
+
+    def learnt() -> bool:
         m = manifest()
-        if m is not seen:
-            seen, answered = m, 0
-        was_mapped = mapped()
+        if m is not state["manifest"]:
+            state.update({"manifest": m, "answered with the table mapped": 0})
+        was_mapped = state["table mapped"] = mapped()
         answer()
         if taken():
-            return
-        answered += bool(was_mapped) and manifest() is seen
+            return True
+        state["answered with the table mapped"] += bool(was_mapped) and manifest() is m
+        answered = state["answered with the table mapped"]
         assert answered < 2, (
             f"{what}: the full path has answered {answered} times with the table mapped "
             "(it learns at the second) and the shortcut still declines"
         )
-        assert time.monotonic() < deadline, f"{what}: the table is not mapped after {timeout} s"
-        time.sleep(0.02)
+        return False
+
+    wait_for(
+        learnt,
+        timeout,
+        0.02,
+        what=f"{what}: its table mapped (an on-demand one built)",
+        seen=lambda: {k: v for k, v in state.items() if k != "manifest"},
+    )
 
 
 def learn_mapped(svc, family: str, body: dict, timeout: float = 30.0) -> None:
@@ -165,13 +174,22 @@ def learn_mapped(svc, family: str, body: dict, timeout: float = 30.0) -> None:
     its template is learnt from the table (a new spec's first answers are computed while the
     engine builds its table in the background, and teach the shortcut nothing)."""
     job = svc.prepare(family, orjson_dumps(body), BIN["accept"])
-    deadline = time.monotonic() + timeout
-    while True:
+    last = {}
+
+    def long_enough() -> bool:
         svc.execute(job)
         v = svc.client.view(job.r)
+        last["table"] = None if v is None else {"length": v.length, "growable": v.growable}
         if v is not None and (not v.growable or v.length >= (job.r.reach() or 0)):
-            svc.execute(job)  # learnt from the mapped table
-            return
-        assert time.monotonic() < deadline, f"no table for {body} after {timeout} s"
-        time.sleep(0.02)
-        svc.client.manifest(force=True)
+            return True
+        svc.client.manifest(force=True)  # the next answer reads the engine's newest
+        return False
+
+    wait_for(
+        long_enough,
+        timeout,
+        0.02,
+        what=f"the table of {body} mapped, long enough for {job.r.reach()} rows",
+        seen=lambda: last,
+    )
+    svc.execute(job)  # learnt from the mapped table
