@@ -2,8 +2,9 @@
 is allowed in. tests/conftest.py turns every other skip into a failure when ``CI`` is set.
 
 A skip is allowed only when the same CI run tests the skipped thing in its other pass (.ci/run
-runs the suite once with POSENC_BACKEND=numpy, once with =simd): the kernel tests' numpy param is
-run by the numpy pass, what needs the C kernels by the simd pass. Whatever depends on the machine
+runs the whole suite with POSENC_BACKEND=simd, then the tests of tests/backend_tests.py with
+POSENC_BACKEND=numpy): the kernel tests' numpy param is run by the numpy pass, what needs the C
+kernels by the simd pass. Whatever depends on the machine
 (root, a tmpfs mount, a compiler, an import, a C extension that failed to build) is never here:
 CI has all of it, so there such a skip hides a test that did not run. That the C extensions are
 built at all is tests/test_build.py's check (simd pass and CI), not a skip.
@@ -31,37 +32,8 @@ ALLOWED: list[tuple[str, str, str]] = [
     ),
     (
         "numpy",
-        r"T5 blocks, half-precision ALiBi cells and rows past a table need the engine's C kernels "
-        r"\(the simd backend\)",
-        "tests/service/hot_helpers.py needs_kernels: kernels.c_api() is None with the numpy backend",
-    ),
-    (
-        "numpy",
         r"rows past a table are libm's, as the simd kernels compute them; .*",
         "tests/engine/test_c_reader.py: the expected rows are the simd kernels' (libm) ones",
-    ),
-    # the reason says 'not built', but in the numpy pass the module-level condition is
-    # kernels.c_api() is None (the numpy backend); _hot's build is asserted by tests/test_build.py
-    (
-        "numpy",
-        r"service\._hot or the simd kernels are not built",
-        "tests/service/shortcut/test_past_table.py, test_hot_t5.py: rows past a table and T5 in C",
-    ),
-    ("numpy", r"the C plan needs the simd backend", "tests/integration/test_client_handle.py"),
-    (
-        "numpy",
-        r"the C (template )?shortcut runs with service\._hot built and the simd backend",
-        "shortcut_in_use('auto') is 'c' only with the simd backend (tests/service/hot_helpers.py, test_hf_http.py)",
-    ),
-    (
-        "numpy",
-        r"the budget's arithmetic counts the rows past the table \(simd\)",
-        "tests/service/shortcut/test_json_answers.py",
-    ),
-    (
-        "numpy",
-        r"(T5|float16 ALiBi) blocks come from the simd backend's kernel",
-        "tests/service/v2/test_v2_json_lane.py: kernels.c_api() is None with the numpy backend",
     ),
 ]
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from tests import allowed_skips
+from tests.backend_tests import BACKEND_TESTS
 from tests.numeric import SEED
 from tests.shm import ISSUED, SHM_DIR, leftovers, pid_alive
 
@@ -104,9 +105,13 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     """Every hypothesis test draws from this run's hypothesis seed (hypothesis.seed), so the seed
-    printed in the header and beside a failure replays it; a test may not pick its own randomness."""
+    printed in the header and beside a failure replays it; a test may not pick its own randomness.
+    The tests of tests/backend_tests.py are marked ``backend`` (the numpy pass runs -m backend)."""
     seed = config.stash[HYPOTHESIS_SEED_KEY]
+    prefixes = tuple(prefix for prefix, _ in BACKEND_TESTS)
     for item in items:
+        if item.nodeid.startswith(prefixes):
+            item.add_marker(pytest.mark.backend)
         fn = getattr(item, "function", None)
         if fn is not None and getattr(fn, "is_hypothesis_test", False):
             hypothesis.seed(seed)(fn)
