@@ -7,7 +7,6 @@ process's resident memory stays bounded."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,6 +20,17 @@ from tests.procs import Procs, child_env, children_of, cmdline
 MIB = 2**20
 CALLS = 20
 ROWS = 56 * MIB // (2 * 128 * 4)  # rope head_dim 128, float32: cos and sin, 56 MiB together
+
+
+def reset_peak(pid: int) -> None:
+    """VmHWM (the peak resident size) starts over from the current size (proc(5), clear_refs)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
 def rss_kib(pid: int) -> int:
@@ -52,8 +62,9 @@ def serve(tmp_path):
 
 def storm(server, rows: int, calls: int = CALLS, watch_pid: int | None = None):
     """``calls`` concurrent ModelInfer calls (one client each, released together) answering
-    ``rows`` rope rows; (answers, refusals' messages, the peak VmRSS of ``watch_pid`` in KiB)."""
-    start, done, peak = threading.Barrier(calls), threading.Event(), [0]
+    ``rows`` rope rows; (answers, refusals' messages, the peak resident size of ``watch_pid`` over
+    the calls in KiB: its VmHWM, reset before them)."""
+    start = threading.Barrier(calls)
 
     def one(_):
         c = grpcclient.InferenceServerClient(server.grpc_url)
@@ -68,24 +79,13 @@ def storm(server, rows: int, calls: int = CALLS, watch_pid: int | None = None):
         finally:
             c.close()
 
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_kib(watch_pid))
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample) if watch_pid else None
-    if sampler:
-        sampler.start()
-    try:
-        with ThreadPoolExecutor(calls) as pool:
-            got = list(pool.map(one, range(calls)))
-    finally:
-        done.set()
-        if sampler:
-            sampler.join()
+    if watch_pid:
+        reset_peak(watch_pid)
+    with ThreadPoolExecutor(calls) as pool:
+        got = list(pool.map(one, range(calls)))
     answers = [n for kind, n in got if kind == "ok"]
     refused = [(kind, msg) for kind, msg in got if kind != "ok"]
-    return answers, refused, peak[0]
+    return answers, refused, peak_kib(watch_pid) if watch_pid else 0
 
 
 def test_concurrent_large_answers_keep_the_grpc_process_bounded(serve):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import uuid
 
 import numpy as np
@@ -34,8 +33,7 @@ CONFIG = {"length": 4096, "tables": [{"name": "rope-128", "family": "rope", "spe
 SPEC = '{"head_dim": 128}'
 REGION = 8 << 20  # the client's region: 8 MiB, shrunk to 0 and regrown in a loop
 BATCH = (32, 128)  # cos and sin: 2 MiB each, at offsets 0 and 4 MiB
-REQUESTS = 60  # per transport
-SECONDS = 25.0  # per transport, at most
+REQUESTS = 60  # per transport, every run as many (a number of calls, not a time window)
 
 
 def _tag() -> str:
@@ -51,7 +49,7 @@ def _serve(procs, ns, workers: int):
 def _clients(server) -> dict:
     return {
         "rest": httpclient.InferenceServerClient(
-            server.url[len("http://") :], connection_timeout=10, network_timeout=10
+            server.url[len("http://") :], connection_timeout=60, network_timeout=120
         ),
         "grpc": grpcclient.InferenceServerClient(server.grpc_url),
     }
@@ -106,12 +104,9 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
             for _ in range(3):  # answered twice by the full path, then learnt by the shortcut (simd)
                 _infer(c, m, name, rng.integers(0, 4096, BATCH, dtype=np.int64))
             ok = refused = 0
-            deadline = time.monotonic() + SECONDS
             with shrinking(path, REGION):
                 # the same request with new positions: the shortcut's, or the full path's when it declines
                 for _ in range(REQUESTS):
-                    if time.monotonic() > deadline:
-                        break
                     try:
                         _infer(c, m, name, rng.integers(0, 4096, BATCH, dtype=np.int64))
                         ok += 1
@@ -121,7 +116,7 @@ def test_a_region_shrunk_in_a_loop_never_kills_a_process(procs, ns, workers):
                         )
                         refused += 1
             counts[transport] = (ok, refused)
-            assert ok + refused >= 10, counts
+            assert ok + refused == REQUESTS, counts
             # the region still works once the client stops shrinking it, on the full path and the shortcut
             for _ in range(3):
                 p = rng.integers(0, 4096, BATCH, dtype=np.int64)

