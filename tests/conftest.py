@@ -55,8 +55,16 @@ def _hypothesis_seed(config) -> int:
         raise pytest.UsageError(f"the hypothesis seed must be an integer, not {pinned!r}") from None
 
 
+def _worker(config) -> bool:
+    """Whether this process is a pytest-xdist worker (pytest -n N): its seed and its findings come
+    from and go to the controller (pytest_configure_node, pytest_testnodedown)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
-    config.stash[HYPOTHESIS_SEED_KEY] = _hypothesis_seed(config)
+    config.stash[HYPOTHESIS_SEED_KEY] = (
+        config.workerinput["posenc_hypothesis_seed"] if _worker(config) else _hypothesis_seed(config)
+    )
     config.stash[SKIPS_KEY] = {"allowed": collections.Counter(), "refused": []}
     config.stash[LEVELS_KEY] = collections.Counter()
 
@@ -169,6 +177,27 @@ def pytest_make_collect_report(collector):
         _account_skip(collector.config, report)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(pytest-xdist, the controller) every worker draws from the run's one hypothesis seed."""
+    node.workerinput["posenc_hypothesis_seed"] = node.config.stash[HYPOTHESIS_SEED_KEY]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(pytest-xdist, the controller) a worker's skips, kernel levels and leftovers join the run's:
+    the summary and the run's status are the controller's."""
+    out = getattr(node, "workeroutput", {}).get("posenc")
+    if not out:
+        return
+    config = node.config
+    skips = config.stash[SKIPS_KEY]
+    skips["allowed"].update(out["allowed"])
+    skips["refused"].extend(tuple(r) for r in out["refused"])
+    config.stash[LEVELS_KEY].update(out["levels"])
+    config.stash.setdefault(WORKERS_LEFT_KEY, {}).update({ns: tuple(v) for ns, v in out["left"].items()})
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(SEED)
@@ -179,12 +208,25 @@ def rng():
 # the same machine (live or not) are never this run's business.
 
 LEFT_KEY = pytest.StashKey[dict]()
+WORKERS_LEFT_KEY = pytest.StashKey[dict]()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    left = leftovers(list(ISSUED))
-    session.config.stash[LEFT_KEY] = left
-    refused = session.config.stash[SKIPS_KEY]["refused"]
+    config = session.config
+    # {namespace: (its files, the pid in its lock, the test that asked for it)}
+    left = {ns: (files, pid, ISSUED[ns]) for ns, (files, pid) in leftovers(list(ISSUED)).items()}
+    if _worker(config):  # the controller reports them (pytest_testnodedown)
+        skips = config.stash[SKIPS_KEY]
+        config.workeroutput["posenc"] = {
+            "allowed": dict(skips["allowed"]),
+            "refused": skips["refused"],
+            "levels": dict(config.stash[LEVELS_KEY]),
+            "left": left,
+        }
+        return
+    left.update(config.stash.get(WORKERS_LEFT_KEY, {}))
+    config.stash[LEFT_KEY] = left
+    refused = config.stash[SKIPS_KEY]["refused"]
     if (left or refused) and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -195,13 +237,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not left:
         return
     terminalreporter.section(f"files left in {SHM_DIR}", sep="=", red=True, bold=True)
-    for ns, (files, pid) in sorted(left.items()):
+    for ns, (files, pid, test) in sorted(left.items()):
         owner = (
             "no pid in a lock"
             if pid is None
             else f"lock pid {pid} {'still running' if pid_alive(pid) else 'dead'}"
         )
-        terminalreporter.line(f"{ns} ({owner}), namespace of {ISSUED[ns]}: {' '.join(files)}", red=True)
+        terminalreporter.line(f"{ns} ({owner}), namespace of {test}: {' '.join(files)}", red=True)
     terminalreporter.line(f"{len(left)} namespace(s) left files: the run fails", red=True, bold=True)
 
 

@@ -68,8 +68,8 @@ def test_a_live_owner_removes_its_files_a_little_later():
 """
 
 
-def start_inner(tmp_path: Path, body: str) -> Proc:
-    """``pytest`` (with the suite's conftest) on a test file of ``body``, from the checkout."""
+def start_inner(tmp_path: Path, body: str, *args: str) -> Proc:
+    """``pytest`` (with the suite's conftest and ``args``) on a test file of ``body``, from the checkout."""
     test = tmp_path / "inner_case.py"
     test.write_text(textwrap.dedent(body))
     return Proc(
@@ -84,6 +84,7 @@ def start_inner(tmp_path: Path, body: str) -> Proc:
             "no:cacheprovider",
             "--rootdir",
             REPO,
+            *args,
             test,
         ],
         tmp_path,
@@ -92,8 +93,10 @@ def start_inner(tmp_path: Path, body: str) -> Proc:
     )
 
 
-def test_a_dead_owners_files_fail_the_run_and_name_the_test(tmp_path):
-    p = start_inner(tmp_path, INNER)
+@pytest.mark.parametrize("args", [(), ("-n", "2")], ids=["one-process", "xdist-workers"])
+def test_a_dead_owners_files_fail_the_run_and_name_the_test(tmp_path, args):
+    """Also under pytest-xdist: a worker's leftovers are the controller's to report and fail on."""
+    p = start_inner(tmp_path, INNER, *args)
     rc = p.wait(120)
     out = p.stdout() + p.stderr()
     left = re.findall(r"^(ptest-[0-9a-f]{8}) \(", out, re.M)
