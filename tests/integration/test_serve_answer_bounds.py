@@ -2,11 +2,11 @@
 bounded before anything is built (service/front/sizing.py), over real HTTP against a real
 ``posenc serve`` with one worker: per family, a request whose arrays fit the 64 MiB limit but
 whose JSON text could not, and one whose binary answer is just past it, are refused with a 413
-naming the selection, in milliseconds, with the worker's peak RSS (VmHWM) unmoved and /healthz
-answered meanwhile; so are KServe v2 REST JSON outputs. A large JSON answer that fits is built in
-a thread in pieces: /healthz on the same worker keeps answering while it is built.
-
-Bounds are loose (a noisy 2-core machine): the figures are printed."""
+naming the selection, with the worker's peak RSS (VmHWM) unmoved and /healthz answered meanwhile;
+so are KServe v2 REST JSON outputs. A large JSON answer that fits is built in a thread in pieces:
+/healthz on the same worker keeps answering while it is built (answers ordered before the large
+answer's first byte, never a latency). How fast they are is a benchmark's (tests/bench/bench_tail.py);
+the figures are printed."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import pytest
 from posenc.engine.answer import pipeline
 from posenc.service.front import sizing
 from tests.service_cases import CONFIG
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.slow
 LIMIT = 64 * 2**20
@@ -88,29 +89,43 @@ def _worker(server) -> int:
 
 
 class Prober:
-    """GET /healthz in a loop on its own connection while a request is in flight: the longest wait."""
+    """GET /healthz back to back on its own connection while a request is in flight: each answer's
+    (start, end) on the test's monotonic clock, and anything but a 200 it got."""
 
     def __init__(self, url: str):
-        self.url, self.worst, self.n = url, 0.0, 0
+        self.url = url
+        self.answered: list[tuple[float, float]] = []
+        self.failed: list[str] = []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        with httpx.Client(base_url=self.url, timeout=30) as c:
+        with httpx.Client(base_url=self.url, timeout=60) as c:
             while not self._stop.is_set():
-                t0 = time.perf_counter()
-                assert c.get("/healthz").status_code == 200
-                self.worst, self.n = max(self.worst, time.perf_counter() - t0), self.n + 1
-                time.sleep(0.005)
+                t0 = time.monotonic()
+                try:
+                    status = c.get("/healthz").status_code
+                except httpx.HTTPError as e:
+                    self.failed.append(repr(e))
+                    return
+                if status != 200:
+                    self.failed.append(f"/healthz answered {status}")
+                self.answered.append((t0, time.monotonic()))
+
+    def within(self, start: float, end: float) -> int:
+        """/healthz answers asked after ``start`` and answered before ``end``."""
+        return sum(start <= a and b <= end for a, b in self.answered)
 
     def __enter__(self):
         self._t.start()
-        time.sleep(0.05)
+        wait_for(lambda: self.answered or self.failed, 60, 0.01, "the first /healthz answered")
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
-        self._t.join(30)
+        self._t.join(60)
+        assert not self._t.is_alive(), "the /healthz prober is still waiting for an answer"
+        assert not self.failed, self.failed
 
 
 @pytest.fixture(scope="module")
@@ -133,21 +148,21 @@ def _refused(client, server, family, body, headers, what):
     pid = _worker(server)
     before = _status(pid)
     with Prober(server.url) as probe:
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         r = client.post(f"/v1/{family}", content=orjson.dumps(body), headers=headers)
-        took = time.perf_counter() - t0
+        took = time.monotonic() - t0
+        asked = len(probe.answered)
+        wait_for(lambda: len(probe.answered) > asked, 60, 0.01, "/healthz answered after the refusal")
     after = _status(pid)
     grew = after["VmHWM"] - before["VmHWM"]
     print(
         f"{family} {what}: {r.status_code} in {took * 1e3:.1f} ms, worker peak RSS +{grew / MIB:.1f} MiB "
-        f"(RSS {after['VmRSS'] / MIB:.0f} MiB), /healthz worst {probe.worst * 1e3:.1f} ms over {probe.n}"
+        f"(RSS {after['VmRSS'] / MIB:.0f} MiB), {len(probe.answered)} /healthz answered meanwhile"
     )
     assert r.status_code == 413, r.text[:300]
     detail = r.json()["detail"]
     assert str(LIMIT) in detail, detail
-    assert took < 2.0, took  # (microseconds of work: the bound is for a busy machine)
     assert grew < 16 * MIB, grew  # nothing of the answer's size was allocated
-    assert probe.worst < 2.0
     return detail
 
 
@@ -181,16 +196,21 @@ def test_large_json_answer_leaves_the_loop_free(client, one_worker):
     body = {"d_model": 64, "positions": {"start": 0, "stop": n}}
     assert sizing.json_bound(pipeline.parse("sinusoidal", body)) <= LIMIT
     with Prober(one_worker.url) as probe:
-        t0 = time.perf_counter()
-        r = client.post("/v1/sinusoidal", content=orjson.dumps(body), headers=JSON)
-        took = time.perf_counter() - t0
+        t0 = time.monotonic()
+        with client.stream("POST", "/v1/sinusoidal", content=orjson.dumps(body), headers=JSON) as r:
+            first = time.monotonic()  # its head: sent once the whole text is built (in blocks after it)
+            r.read()
+        took = time.monotonic() - t0
     assert r.status_code == 200, r.text[:200]
+    during = probe.within(t0, first)
     print(
-        f"sinusoidal JSON of {len(r.content) / MIB:.1f} MiB in {took:.2f} s; /healthz worst "
-        f"{probe.worst * 1e3:.1f} ms over {probe.n} probes"
+        f"sinusoidal JSON of {len(r.content) / MIB:.1f} MiB in {took:.2f} s (head after {first - t0:.2f} s); "
+        f"{during} of {len(probe.answered)} /healthz answered while it was built"
     )
-    assert probe.n >= 3
-    assert probe.worst < max(0.5, took / 3), (probe.worst, took)
+    # the order, not a latency: /healthz asked after the request went out was answered, one after
+    # another, before the answer's head came; a loop held for the whole build answers at most the
+    # one probe it had read before the head, the rest after it
+    assert during >= 3, (during, probe.answered[:10], t0, first)
     got = np.asarray(orjson.loads(r.content)["encoding"], dtype=np.float32)
     assert got.shape == (n, 64)
 
@@ -224,7 +244,7 @@ def test_v2_rest_json_outputs_over_the_limit(one_worker):
         params = {"spec": '{"d_model": 64, "dtype": "float16"}'}
         pid = _worker(one_worker)
         before = _status(pid)
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         with pytest.raises(InferenceServerException) as e:
             c.infer(
                 "sinusoidal",
@@ -232,7 +252,7 @@ def test_v2_rest_json_outputs_over_the_limit(one_worker):
                 parameters=params,
                 outputs=[httpclient.InferRequestedOutput("encoding", binary_data=False)],
             )
-        took = time.perf_counter() - t0
+        took = time.monotonic() - t0
         grew = _status(pid)["VmHWM"] - before["VmHWM"]
         print(f"v2 REST JSON: {e.value} in {took * 1e3:.1f} ms, worker peak RSS +{grew / MIB:.1f} MiB")
         assert e.value.status() == "413" and "JSON" in str(e.value) and str(LIMIT) in str(e.value), e.value
