@@ -661,7 +661,9 @@ of more than 16,384 cells is written in pieces of that many (each a few ms at mo
 its other requests) while it is built: `/healthz` on the same worker during a 41.5 MiB JSON
 answer waited at worst 10-36 ms in four runs of six on a 2-core host at load 6 (150-180 ms in
 the other two), where one orjson call over the whole text made it wait 150-230 ms in every run
-(`tests/integration/test_serve_answer_bounds.py` prints the figure).
+(measured by hand; `tests/integration/test_serve_answer_bounds.py` checks the order, not the
+milliseconds: `/healthz`, asked back to back, is answered several times before the large answer's
+head arrives, which the server sends once the whole text is built).
 
 ## KServe v2 (Open Inference Protocol)
 
