@@ -8,7 +8,10 @@ Everything else runs once: with the kernels themselves proved on both backends a
 float64 math (the kernel tests, each backend in its own pass), a test of the HTTP, gRPC, shared
 memory, process or config layers above them tells nothing new when the bits beneath come from the
 other backend; one end-to-end pass of a served numpy engine (the last entries) checks the fallback
-as a user runs it.
+as a user runs it. The model-config tests (tests/engine/test_hf_*.py, test_torch_*.py) run once
+too: what they add to the families' math below is how a config becomes a spec and which rows a
+model reads, none of which the backend computes; the rows themselves are the families' tables,
+held to transformers' functions and float64 math on both backends here.
 """
 
 from __future__ import annotations
@@ -36,13 +39,6 @@ BACKEND_TESTS: list[tuple[str, str]] = [
     ("tests/engine/test_selection_arrays.py", "selections of computed rows"),
     ("tests/engine/test_selection_ranges.py", "selections of computed rows"),
     ("tests/engine/test_spec_forms.py", "edge values computed"),
-    ("tests/engine/test_hf_config.py", "model configs' tables against transformers"),
-    ("tests/engine/test_hf_fixed.py", "model configs' tables against transformers"),
-    ("tests/engine/test_hf_requests.py", "hf_config bodies through the pipeline"),
-    ("tests/engine/test_hf_vision.py", "vision models' tables against transformers"),
-    ("tests/engine/test_hf_zoo.py", "the zoo's tables against transformers"),
-    ("tests/engine/test_torch_module.py", "the torch module's tables against transformers'"),
-    ("tests/engine/test_torch_mrope.py", "mrope through the torch module"),
     # the pipeline's tables in shared memory and the readers of them
     ("tests/engine/test_store.py", "tables built by the backend, stored and read back"),
     ("tests/engine/test_c_reader.py", "the C reader's rows past a table are the backend's"),
