@@ -120,7 +120,9 @@ def _class_and_conf(mt):
 def _cases():
     for mt in sorted(ROWS):
         _, _, conf = _class_and_conf(mt)
-        for lt in hf_zoo.layer_types(conf):
+        # sorted: a config may build its rope_parameters from a set (dory), whose order changes from
+        # process to process, and pytest-xdist's workers must collect the same tests in the same order
+        for lt in sorted(hf_zoo.layer_types(conf), key=lambda lt: lt or ""):
             yield pytest.param(mt, lt, id=f"{mt}-{lt}" if lt else mt)
 
 
