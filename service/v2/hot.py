@@ -327,7 +327,8 @@ class Hot:
         probe = self.probe(r, {t.name: [[0]] * int(t.shape[0])} if axes else {fam.selections[0]: [0]})
         if probe is None:
             return None
-        rows = rows_template(probe, client.view(probe))
+        view = self.view(probe)
+        rows = None if view is None else rows_template(probe, view)
         if rows is None:
             return None
         shm = [x for x in tensors if x.name in fam.batched and x.region is not None]
@@ -365,6 +366,16 @@ class Hot:
             self.unmapped = True  # (learnt again at the key's next answer)
             return None
         return probe
+
+    def view(self, probe):
+        """The mapped view a template is made from, or None: ``view()`` reads the manifest (at most
+        every recheck_s), which can drop the mapping ``probe()`` just saw (the engine replaced the
+        file), and its attach can fail (no descriptor left); then, as in ``probe()``, the key is
+        ``unmapped`` and learnt again at its next answer, and no template is made from no table."""
+        v = self.v2.client.view(probe)
+        if v is None:
+            self.unmapped = True
+        return v
 
     def _request(self, r, lists: dict):
         try:

@@ -121,7 +121,10 @@ def block_entry(
         v2.hot.unmapped = True  # learnt again at the key's next answer (service/v2/hot.py)
         return None
     s = v2.settings
-    t = block_template(probe, client.view(probe), s.max_positions, s.max_response_bytes)
+    view = v2.hot.view(probe)
+    if view is None:
+        return None
+    t = block_template(probe, view, s.max_positions, s.max_response_bytes)
     gathered = [x for x in tensors if x.name in fam.batched]
     if t is None or len(gathered) != 1:
         return None

@@ -85,7 +85,7 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
         return None
     if len(counts) == 1 and counts[0] > MAX_ROWS:  # as /v1's JSON rows: small answers only
         return None
-    r, client = plan.reqs[0], hot.v2.client
+    r = plan.reqs[0]
     fam = r.family
     names = [t.name for t in inf.inputs]
     if sorted(names) != sorted(fam.selections) or any(n in fam.axis_fields for n in names):
@@ -106,13 +106,16 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
             return None
         parts.append(head)
     parts.append(rest)
+    view = hot.view(probe)
+    if view is None:
+        return None
     settings = hot.v2.settings
     # the C side bounds a block's arrays, not its text, and writes it on the event loop: arrays of
     # at most JSON_BLOCK_BYTES (a few ms of text), and never a text past the response limit
     # (17 bytes a 2-byte cell at most: service/front/sizing.py); bigger ones take the full path
     t = flat_json_template(
         probe,
-        client.view(probe),
+        view,
         tuple(parts),
         Limits(
             MAX_ROWS, settings.max_positions, min(JSON_BLOCK_BYTES, settings.max_response_bytes * 2 // 17)

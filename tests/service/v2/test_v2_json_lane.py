@@ -305,6 +305,26 @@ def test_a_key_learnt_as_its_table_is_replaced_is_learnt_again(servers, monkeypa
     check(servers, "alibi", body_of(spec, alibi_inputs("INT64", False, [30, 7], [1, 2])), True)
 
 
+def test_a_view_lost_at_learning_is_no_error_and_learnt_again(servers, monkeypatch):  # noqa: F811
+    """The table probe() saw mapped is gone when the template is made (view() read a manifest that
+    dropped it, or its attach found no descriptor left: view() says None): the answer is the full
+    path's all the same, no template is made from no table (it was an AttributeError: a 500), and the
+    key is learnt again at its next answer."""
+    on, off = servers
+    spec = {"head_dim": 48, "rope_theta": 1234.0}  # a table no other test builds
+    pos = lambda *p: [("positions", "INT64", np.array(p))]  # noqa: E731
+    learn(on, "rope", spec, lambda: pos(1, 2))  # its table built and mapped; this key learnt
+    body = body_of(spec, pos(3, 4), rid="lost")  # a key of its own
+    client, view = on.v2.client, on.v2.client.view
+    assert full_path(on, "rope", body)[0] == 200  # its first answer: seen once
+    monkeypatch.setattr(client, "view", lambda req: None)  # the mapping lost as the template is made
+    assert full_path(on, "rope", body) == full_path(off, "rope", body)
+    monkeypatch.setattr(client, "view", view)
+    assert lane(on, "rope", body) is False  # no template from no table
+    assert full_path(on, "rope", body)[0] == 200  # its next answer learns it
+    assert isinstance(lane(on, "rope", body), tuple), "the key learnt again once its table is there"
+
+
 def test_what_the_json_lane_does_not_take_is_declined(servers):  # noqa: F811
     on, off = servers
     spec = {"head_dim": 64}
