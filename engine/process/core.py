@@ -49,6 +49,14 @@ def log(msg: str) -> None:
     _log.info(msg)
 
 
+class _Build(threading.Event):
+    """One build in flight, waited on by the concurrent asks of the same table: set when it ends,
+    with ``error`` its failure (None: it built; the table may be evicted again before a waiter
+    looks, which is no failure)."""
+
+    error: BaseException | None = None
+
+
 @dataclasses.dataclass
 class EngineOptions:
     shm_dir: str = "/dev/shm"
@@ -81,8 +89,7 @@ class Engine(ManifestLog):
         self.keeper = KeeperLink(opts.keeper_fd)
         # one descriptor per table: at most this many, the rest kept for the socket's connections
         self.max_tables = max(16, proclife.descriptors() - FD_RESERVE)
-        self.inflight: dict[str, threading.Event] = {}
-        self.build_errors: dict[str, BaseException] = {}
+        self.inflight: dict[str, _Build] = {}
         self.builds: dict[str, int] = {}
         self.defs = adopt.AdoptedDefs()  # digest -> what it was built from (for repairs)
         self.missing: list[ConfiguredTable] = []  # configured tables that did not fit (retried)
@@ -269,11 +276,12 @@ class Engine(ManifestLog):
             ev = self.inflight.get(t.digest)
             builder = ev is None
             if builder:
-                ev = self.inflight[t.digest] = threading.Event()
+                ev = self.inflight[t.digest] = _Build()
         if not builder:
             ev.wait()
-            if t.digest not in self.tables:
-                raise self.build_errors.get(t.digest) or RuntimeError("build failed")
+            if ev.error is not None:  # that build's failure is this ask's
+                raise ev.error
+            # built; or built and evicted already by another ask's room (ensure() asks again)
             return False
         try:
             if before is not None:
@@ -293,7 +301,7 @@ class Engine(ManifestLog):
                 log(f"not built: {t.key} ({t.nbytes() / 2**20:.1f} MiB): {e}")
                 raise NotStored(f"table not stored: {e}") from None
         except BaseException as e:
-            self.build_errors[t.digest] = e
+            ev.error = e
             raise
         finally:
             with self.lock:

@@ -12,9 +12,11 @@ import threading
 import pytest
 
 from posenc.engine.answer import pipeline
+from posenc.engine.process import core
 from posenc.engine.process.configured import parse_config
 from posenc.engine.process.core import Engine, EngineOptions
 from posenc.engine.store import segments as store
+from posenc.engine.tables.base import TableDef
 from tests.waits import wait_for
 
 CONFIG = {
@@ -248,3 +250,32 @@ def test_without_its_checksummer_the_sweep_sums_itself_and_starts_another(eng, p
     _periodic_sweep(eng)
     again = eng.sweep.summer.proc
     assert again is not None and again.pid != first.pid and again.poll() is None
+
+
+def test_an_ask_waiting_on_a_build_whose_table_is_evicted_meanwhile_builds_it_again(eng):
+    """Two asks of one table: the second waits on the first's build. When that build ends well but
+    its table is gone before the waiter looks (evicted for a third ask's room, as in the churn
+    above), the waiter asks again and builds it: no failure (it raised 'build failed', which the
+    churn test met once in a few hundred runs)."""
+    key = _key(7.0)
+    digest = TableDef.from_key(key, eng.opts.length).digest
+    other = core._Build()  # the first ask's build, in flight
+    with eng.lock:
+        eng.inflight[digest] = other
+    got = {}
+
+    def second():
+        try:
+            got["entry"] = eng.ensure(key, 64)
+        except Exception as e:  # (the failure the test is about)
+            got["error"] = e
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    wait_for(lambda: other._cond._waiters, 60, 0.001, "the second ask waiting on the first's build")
+    with eng.lock:  # the first build ended well, and its table was evicted before the waiter looked
+        eng.inflight.pop(digest)
+    other.set()
+    waiter.join(60)
+    assert not waiter.is_alive() and "error" not in got, got
+    assert got["entry"][0] == digest and digest in eng.tables
