@@ -31,6 +31,7 @@ SLEEPS_ALLOWED: dict[tuple[str, str], str] = {
         "test_slow_headers_cannot_keep_a_connection",
     ): "a slowloris sender: one byte every 50 ms",
     ("integration/test_keepalive_soak.py", "_client"): "the soak's idle gaps, to meet the keep-alive expiry",
+    ("integration/test_harden_life.py", "long_one"): "a slow reader, so its answer is in flight at SIGTERM",
     (
         "loadtest/test_loadtest_probe.py",
         "_conn",

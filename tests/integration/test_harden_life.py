@@ -13,14 +13,15 @@ import os
 import re
 import signal
 import threading
+import time
 
 import httpx
 import pytest
 
 from tests.procs import wait_for
 from tests.service_cases import BIN, CONFIG, reference_safetensors
-from tests.shm import held_segments, shm_files, snapshot
 from tests.shm import pid_alive as alive
+from tests.shm import shm_files, snapshot
 
 
 @pytest.mark.slow
@@ -39,13 +40,22 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_the_port_is_free(procs, ns):
 @pytest.mark.slow
 def test_sigterm_under_load_answers_every_request_that_arrived(procs):
     s = procs.serve(CONFIG, workers=2)
-    long = [{"d_model": 384 + 2 * k, "positions": [5, 99999]} for k in range(3)]  # builds of ~0.5 s
+    # answers of 30 MB, each read slowly by its client (64 KiB every 5 ms: a few seconds, inside
+    # serve's 10 s drain), so that all three are surely in flight when SIGTERM comes: a request's
+    # own work is milliseconds (a new spec's rows are computed at once, its table built aside)
+    long = [{"d_model": 384 + 2 * k, "positions": {"start": 0, "stop": 20000}} for k in range(3)]
     results: dict = {"long": [], "short": [], "refused": 0, "lost": []}
+    started = [threading.Event() for _ in long]
     stop = threading.Event()
 
-    def long_one(body):
-        r = httpx.post(s.url + "/v1/sinusoidal", json=body, headers=BIN, timeout=60)
-        results["long"].append((r.status_code, r.content == reference_safetensors("sinusoidal", body)))
+    def long_one(i, body):
+        with httpx.stream("POST", s.url + "/v1/sinusoidal", json=body, headers=BIN, timeout=60) as r:
+            got = bytearray()
+            for chunk in r.iter_bytes(65536):
+                got += chunk
+                started[i].set()
+                time.sleep(0.005)  # a slow reader, on purpose
+        results["long"].append((r.status_code, bytes(got) == reference_safetensors("sinusoidal", body)))
 
     def shorts():
         body = {"head_dim": 64, "positions": [1, 2]}
@@ -63,15 +73,19 @@ def test_sigterm_under_load_answers_every_request_that_arrived(procs):
                         results["lost"].append(repr(e))
                     return
 
-    threads = [threading.Thread(target=long_one, args=(b,)) for b in long] + [
+    threads = [threading.Thread(target=long_one, args=(i, b)) for i, b in enumerate(long)] + [
         threading.Thread(target=shorts) for _ in range(3)
     ]
-    engine, tables = s.engine_pid(), set(held_segments(s.engine_pid(), s.namespace))
     for t in threads:
         t.start()
-    # a long one is in flight: the engine has begun building its table (the segment is created
-    # first, then filled), which the request waits on
-    wait_for(lambda: set(held_segments(engine, s.namespace)) - tables, 30, 0.005, "a long request's build")
+    # every long answer has begun to arrive and none is read whole: all three are in flight
+    wait_for(
+        lambda: all(e.is_set() for e in started),
+        60,
+        0.005,
+        "the long answers' first bytes",
+        seen=lambda: results,
+    )
     in_flight = len(long) - len(results["long"])
     s.signal(signal.SIGTERM)
     rc = s.wait(60)
