@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 
 from posenc.engine.answer.pipeline import compute
 from posenc.service.metrics.counters import FLUSH_S
+from posenc.service.metrics.layout import PATHS
 from posenc.service.shortcut import templates as replay
 from tests.integration.kserve_cases import TABLES, V2_CONFIG, bits, serving_grpc
 from tests.integration.test_kserve_shortcut import clients  # noqa: F401  (the fixture, over this module's server)
@@ -134,7 +135,7 @@ def test_learnt_alibi_infers_are_answered_by_the_lanes_c_call(server):
     spec = {"num_heads": 12, "dtype": "float16"}
     rng = np.random.default_rng(1)
     first = raw_block("alibi", spec, [7], np.arange(16))
-    sent = [sum(scrape(server)[0].get(route, {}).get(p, 0.0) for p in ("c", "shortcut", "python"))]
+    sent = [sum(scrape(server)[0].get(route, {}).get(p, 0.0) for p in PATHS)]
 
     def answered_in_c():
         """Send the block once; whether the lane's C call answered it. The full path answers until
