@@ -22,7 +22,7 @@ from typing import Any
 from ..core.errors import SpecError
 from ..core.fields import is_number, json_repr, require_object
 from ..tables.rope_spec import INTERLEAVED
-from . import buckets, sinusoidal, vision
+from . import buckets, diffusers_grid, diffusers_rope, sinusoidal, timm_vit, vision
 from .config import (
     LOC,
     AlibiModel,
@@ -381,7 +381,11 @@ MODELS.update(FIXED)
 EXAMPLES.update({"t5-buckets": buckets.EXAMPLE, "sinusoidal": sinusoidal.EXAMPLE})
 # family -> the layer_type its example needs
 EXAMPLE_LAYER_TYPES = {"t5-buckets": buckets.EXAMPLE_LAYER_TYPE}
-CLASSES = vision.CLASSES  # diffusers configs: by _class_name
+# diffusers configs: by _class_name; timm configs: by the architecture (the registered model name)
+CLASSES = {**vision.CLASSES, **diffusers_rope.CLASSES, **diffusers_grid.CLASSES}
+ARCHITECTURES = timm_vit.ARCHITECTURES
+# the key a config names its model by, and the records that key reads (model_type when none is present)
+BY_KEY = {"model_type": MODELS, "_class_name": CLASSES, "architecture": ARCHITECTURES}
 
 # The model types above are read by records written for them; every other rotary model type of
 # transformers is read by the shared reading with the facts engine/models/zoo.json holds for it
@@ -405,7 +409,7 @@ for _mt, _row in ZOO["models"].items():
 
 def supported(family: str) -> list[str]:
     """The model types (and diffusers classes) whose positions are of ``family``, as the docs list them."""
-    return [t for t, by in (*MODELS.items(), *CLASSES.items()) if family in by]
+    return [t for records in BY_KEY.values() for t, by in records.items() if family in by]
 
 
 def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
@@ -415,11 +419,11 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
         raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
     names = supported(family)
     if not names:
-        given = sorted({f for by in (*MODELS.values(), *CLASSES.values()) for f in by})
+        given = sorted({f for records in BY_KEY.values() for by in records.values() for f in by})
         raise SpecError(LOC, f"model configs give {', '.join(given)} specs, not {family}")
-    key = "model_type" if "model_type" in config or "_class_name" not in config else "_class_name"
+    key = next((k for k in BY_KEY if k in config), "model_type")
     mt = config.get(key)
-    entry = (MODELS if key == "model_type" else CLASSES).get(mt, {}) if isinstance(mt, str) else {}
+    entry = BY_KEY[key].get(mt, {}) if isinstance(mt, str) else {}
     if family not in entry:
         if mt is None:
             why = "field required"
@@ -452,6 +456,7 @@ def catalogue() -> bytes:
             "transformers": ZOO["transformers"],
             "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
             "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
+            "timm_architectures": {name: sources(by) for name, by in sorted(ARCHITECTURES.items())},
             "not_read": dict(sorted(UNREAD.items())),
         }
     ).encode()
