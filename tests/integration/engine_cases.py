@@ -181,12 +181,18 @@ def reader(procs: Procs, ns: str, task: str, name: str = "reader", **args):
     return procs.child("reader", task, ns, SHM_DIR, json.dumps(args), name=name)
 
 
-def run_together(readers, go) -> list[dict]:
+def run_together(readers, go, stop=None) -> list[dict]:
     """Release reader processes at once (each waits for the file ``go`` after saying it is
-    ready), wait for each to exit 0, and return each one's last JSON line."""
+    ready), wait for each to exit 0, and return each one's last JSON line. With ``stop``, the
+    readers read until that file exists, and it is made once every one has said it is reading:
+    they overlap however late one was scheduled."""
     for r in readers:
         r.wait_json(lambda m: m.get("ready"), timeout=60)
     go.touch()
+    if stop is not None:
+        for r in readers:
+            r.wait_json(lambda m: m.get("reading"), timeout=60, what="its first round of reads")
+        stop.touch()
     out = []
     for r in readers:
         r.expect_exit(0, timeout=60)

@@ -73,12 +73,12 @@ def test_unrelated_reader_gets_library_output_bit_for_bit(ns, procs, tmp_path):
 def test_8_concurrent_readers(ns, procs, tmp_path):
     eng = procs.engine(SMALL_CONFIG, ns)
     configured = engine_stats(eng)["builds"]
-    go = tmp_path / "go"
+    go, stop = tmp_path / "go", tmp_path / "stop"
     readers = [
-        reader(procs, ns, "read_for", name=f"reader{i}", cases=LOOP_CASES, go=str(go), seconds=1.5)
+        reader(procs, ns, "read_for", name=f"reader{i}", cases=LOOP_CASES, go=str(go), stop=str(stop))
         for i in range(8)
     ]
-    results = run_together(readers, go)
+    results = run_together(readers, go, stop)
     assert all(res["n"] >= 1 for res in results), results
     # They really overlapped: every reader was reading while every other one was.
     assert max(res["start"] for res in results) < min(res["end"] for res in results), results
