@@ -35,7 +35,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_M
 
 ROWS = registry.ZOO["models"]
 
-# Rotary model types of transformers 5.24 that posenc does not read, and why (engine/models/zoo.json's
+# Rotary model types of transformers 5.25 that posenc does not read, and why (engine/models/zoo.json's
 # "unread", from tests/tools/hf_zoo.py). A type whose text rotary class does not run on its own
 # config's defaults (a vision or audio sub-model, a class that needs more than position_ids) is not
 # a text rotary model; the rest are what posenc's RoPE cannot say yet.
