@@ -1,6 +1,6 @@
 # posenc container image: `posenc serve` (engine + HTTP workers) on port 8000 and its KServe v2
 # gRPC server on port 8001, configured by
-# POSENC_* environment variables (engine/core/settings.py). Build from the repository root:
+# POSENC_* environment variables (service/core/settings.py). Build from the repository root:
 #
 #     docker build -t posenc:0.1.0 .
 #

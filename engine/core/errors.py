@@ -1,14 +1,9 @@
-"""Every domain error, in one module. Each carries the HTTP status it maps to and its response
-``detail()``; ``error_response`` turns any exception into (status, body) for every HTTP way in,
-and the CLI prints the same message and exits with ``exit_code``."""
+"""Every domain error of the engine, in one module. Each carries the HTTP status it maps to and its
+response ``detail()``; the CLI prints the same message and exits with ``exit_code``. The service's
+own refusals (a body, a header, a token) and the one mapping of any exception to an HTTP answer are
+in service/core/errors.py."""
 
 from __future__ import annotations
-
-import logging
-
-import orjson
-
-log = logging.getLogger("posenc.service")
 
 
 class PosencError(Exception):
@@ -107,35 +102,6 @@ class TooManyPositions(PosencError):
         super().__init__(f"{name}: {n} positions, over the limit of {limit} per request")
 
 
-class BodyTooLarge(PosencError):
-    """A request body over the configured limit (HTTP 413), refused while it is read."""
-
-    status = 413
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        super().__init__(f"request body over the limit of {limit} bytes")
-
-
-class NotAcceptable(PosencError):
-    """No response format the Accept header allows (HTTP 406); ``offers``: the media types."""
-
-    status = 406
-
-    def __init__(self, accept: str, offers):
-        super().__init__(f"cannot produce any of {accept!r}; available: {', '.join(offers)}")
-
-
-class HeaderTooLarge(PosencError):
-    """A request header over its limit (HTTP 431, RFC 6585), refused before it is parsed."""
-
-    status = 431
-
-    def __init__(self, name: str, size: int, limit: int):
-        self.limit = limit
-        super().__init__(f"{name} header of {size} bytes, over the limit of {limit} bytes")
-
-
 class EngineUnavailable(PosencError):
     """The engine cannot be reached, or could not build a table a request needs (HTTP 503)."""
 
@@ -150,12 +116,6 @@ class NotStored(PosencError):
     status = 507
 
 
-class Unauthorized(PosencError):
-    """A request under /v1 or /v2 without the configured bearer token (HTTP 401; service/front/auth.py)."""
-
-    status = 401
-
-
 class EngineRunning(PosencError):
     """Another engine holds this namespace's lock (the engine refuses to start; exit 1)."""
 
@@ -163,15 +123,3 @@ class EngineRunning(PosencError):
 class ConfigError(PosencError, ValueError):
     """A setting (a ``POSENC_*`` variable or a flag) that is malformed, unknown or cannot be
     met; raised at start-up, naming the variable."""
-
-
-def error_response(exc: BaseException) -> tuple[int, bytes]:
-    """(status, JSON body) for any exception on a request path; never lets one escape. A domain
-    error gives its own status and detail; anything else is a bug: logged, and a plain 500."""
-    if isinstance(exc, PosencError):
-        return exc.status, orjson.dumps({"detail": exc.detail()})
-    log.exception("unexpected error on the request path", exc_info=exc)
-    return 500, _INTERNAL
-
-
-_INTERNAL = orjson.dumps({"detail": "internal error"})

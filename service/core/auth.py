@@ -5,7 +5,7 @@ under /v1 or /v2 must carry ``Authorization: Bearer <token>``. /healthz, /readyz
 open (probes and scrapers carry no token), and so do /docs and /openapi.json (they describe the
 API; they answer nothing). The comparison is constant-time: ``hmac.compare_digest`` of SHA-256
 digests, so neither the token's bytes nor its length shows in the timing. A refusal is 401 with
-``WWW-Authenticate: Bearer`` and a JSON ``detail`` (engine/core/errors.py ``Unauthorized``).
+``WWW-Authenticate: Bearer`` and a JSON ``detail`` (service/core/errors.py ``Unauthorized``).
 
 Every way in asks the one ``Gate``:
 - the raw-ASGI front (service/front/front.py) before its C shortcut and before the full path; the
@@ -29,8 +29,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from posenc.engine.core.errors import Unauthorized, error_response
-from posenc.engine.core.settings import Settings
+from posenc.service.core.errors import Unauthorized, error_response
+from posenc.service.core.settings import Settings
 
 GUARDED = ("/v1", "/v2")
 _MISSING = error_response(Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'"))[1]

@@ -1,7 +1,7 @@
 """App factory: FastAPI routes (documented in /docs) behind the raw-ASGI hot path.
 
 uvicorn runs ``service.app:create_app`` as a factory in each worker; settings come from
-``POSENC_*`` variables (engine/core/settings.py; ``posenc serve`` sets them from its flags).
+``POSENC_*`` variables (service/core/settings.py; ``posenc serve`` sets them from its flags).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from posenc.engine.core.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.engine.models import registry
 from posenc.engine.process.proclife import exit_with_parent
 from posenc.engine.tables import FAMILIES
-from posenc.service.front import auth as guard
+from posenc.service.core import auth as guard
+from posenc.service.core.readiness import attach_when_up, readiness
+from posenc.service.core.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.service.front import openapi
 from posenc.service.front.front import FastFront, answer
-from posenc.service.front.readiness import attach_when_up, readiness
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.metrics.page import page as metrics_page
@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None):
         summary="200 once the tables are attached and their checksums verified; "
         "stays 200 while the engine restarts (answers are computed meanwhile)",
     )
-    async def readyz():  # service/front/readiness.py says what it means
+    async def readyz():  # service/core/readiness.py says what it means
         status, body = await anyio.to_thread.run_sync(readiness, svc)
         return JSONResponse(body, status_code=status)
 
@@ -146,7 +146,7 @@ def create_app(settings: Settings | None = None):
     front.v2_hot = v2.hot if v2.hot.on else None
     svc.v2_fresh = v2.hot.fresh if v2.hot.on else None  # the lane answers v2 REST infers too
     front_holder["front"] = front
-    # with CORS the lane is off: its middleware decorates every answer (service/front/auth.py)
+    # with CORS the lane is off: its middleware decorates every answer (service/core/auth.py)
     if not uvicorn_api.SUPPORTED:
         front.lane_off = uvicorn_api.WHY_OFF
     elif settings.lane == "on" and front.c_shortcut and not settings.cors_origin_list:

@@ -12,7 +12,7 @@ POST to a family with spec templates whose spec this worker has answered before 
 one call into service/shortcut/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
 on the path above.
 
-With a bearer token configured (service/front/auth.py), both ask the gate first: the shortcut only for
+With a bearer token configured (service/core/auth.py), both ask the gate first: the shortcut only for
 a request that carries the token, the full path refuses any /v1 or /v2 request without it.
 """
 
@@ -24,9 +24,10 @@ from time import perf_counter
 
 import anyio
 
-from posenc.engine.core.errors import BodyTooLarge, error_response
 from posenc.engine.tables import FAMILIES
-from posenc.service.front import auth as guard
+from posenc.service.core import auth as guard
+from posenc.service.core.body import read_body
+from posenc.service.core.errors import error_response
 from posenc.service.front.negotiate import JSON
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
@@ -38,21 +39,6 @@ log = logging.getLogger("posenc.service")
 
 FAMILY_PATHS = {f"/v1/{f}": f for f in FAMILIES}
 INLINE_BODY = 64 << 10  # larger bodies are parsed in a thread (~1 ms of JSON ints and up)
-
-
-async def read_body(receive, limit: int) -> bytes:
-    chunks, size = [], 0
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            raise ConnectionAbortedError
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-        if not msg.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def header(scope, name: bytes) -> str | None:
@@ -135,7 +121,7 @@ class FastFront:
         # what the hot lane below ASGI (service/protocol/lane.py) answers: the same paths and headers
         self.hot_paths = _HOT if self.c_shortcut else {}
         self.hot_urls = {p.encode(): lane for p, lane in self.hot_paths.items()}  # as request targets
-        # the bearer token's check (None: no token), which the lane asks too (service/front/auth.py)
+        # the bearer token's check (None: no token), which the lane asks too (service/core/auth.py)
         self.gate = guard.gate_for(svc.settings)
         self.v2 = None  # service/v2/rest.py's handler of every /v2 path (set by the app)
         self.v2_hot = None  # service/v2/hot.py's templates of v2 REST infer requests (set by the app)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from posenc.engine.core.errors import HeaderTooLarge, NotAcceptable
+from posenc.service.core.errors import HeaderTooLarge, NotAcceptable
 
 JSON = "application/json"
 SAFETENSORS = "application/x-safetensors"

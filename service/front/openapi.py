@@ -1,5 +1,6 @@
 """The OpenAPI document and /docs, generated from the registry (engine.tables.FAMILIES) and the
-errors (engine.errors), so that a family or an error is described where it is defined.
+errors (engine/core/errors.py, service/core/errors.py), so that a family or an error is described
+where it is defined.
 
 - components.schemas: per family ``{Name}Request`` (its request schema, with the shared pieces
   ``Selection`` and ``Dtype`` referenced) and ``{Name}Response`` (its JSON answer);
@@ -11,7 +12,7 @@ errors (engine.errors), so that a family or an error is described where it is de
   ``integer`` also matches ``1.0`` (a number with no fraction), which the parsers refuse; the
   document says so in each integer's description (no schema keyword can tell ``1.0`` from ``1``).
 - the KServe v2 REST routes (service/v2/rest.py, raw ASGI past FastAPI's routing): ``v2_paths``.
-- with a bearer token set (service/front/auth.py): an http bearer security scheme and a 401 on every
+- with a bearer token set (service/core/auth.py): an http bearer security scheme and a 401 on every
   guarded path, so Swagger UI's "Authorize" sends the token.
 - /docs: Swagger UI from files shipped in this package (service/front/static/swagger-ui: swagger-ui-dist
   5.35.0 from npm, with its LICENSE and NOTICE), so an air-gapped cluster gets a working page;
@@ -30,18 +31,12 @@ from starlette.staticfiles import StaticFiles
 
 from posenc.engine.answer.pipeline import body_schema
 from posenc.engine.core.encode import CONTENT_TYPES
-from posenc.engine.core.errors import (
-    EngineUnavailable,
-    NotAcceptable,
-    PosencError,
-    SpecError,
-    TooLarge,
-    Unauthorized,
-)
-from posenc.engine.core.settings import Settings
+from posenc.engine.core.errors import EngineUnavailable, PosencError, SpecError, TooLarge
 from posenc.engine.tables import FAMILIES
 from posenc.engine.tables.base import SHARED_SCHEMAS
-from posenc.service.front import auth as guard
+from posenc.service.core import auth as guard
+from posenc.service.core.errors import NotAcceptable, Unauthorized
+from posenc.service.core.settings import Settings
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = DOCS_PATH + "/assets"

@@ -2,7 +2,7 @@
 
 validate (strict parser; the spec part of a body is parsed once and cached under its canonical
 bytes) -> size limits -> which shared table -> read-only view (built once by the engine if new)
--> gather / block -> encode. Domain errors carry their status; ``engine.errors.error_response`` maps them.
+-> gather / block -> encode. Domain errors carry their status; ``error_response`` (service/core/errors.py) maps them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from posenc.engine.answer.pipeline import Request
 from posenc.engine.core import jsonread
 from posenc.engine.core.encode import CONTENT_TYPES, encode, json_ready
 from posenc.engine.core.errors import SpecError
-from posenc.engine.core.settings import Settings
 from posenc.engine.reader.client import Client
+from posenc.service.core.settings import Settings
 from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay

@@ -1,6 +1,6 @@
 """The gRPC lane: the HTTP/2 twin of the HTTP lane (docs/kserve.md, "The gRPC lane").
 
-A gRPC process (service/v2/grpc_main.py) with the lane on owns the gRPC port with its own asyncio
+A gRPC process (service/supervise/grpc_main.py) with the lane on owns the gRPC port with its own asyncio
 protocol (lane.py), one nghttp2 server session per connection (_h2.c: libnghttp2 in C frames,
 parses, flow-controls). A ModelInfer call whose request a learnt template answers at once
 (GrpcV2.answer_now) is answered on the read's own turn of the loop; every other call (ModelInfer

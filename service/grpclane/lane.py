@@ -31,7 +31,7 @@ import logging
 
 import grpc
 
-from posenc.engine.core.settings import ENV_PREFIX
+from posenc.service.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
 from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
@@ -55,7 +55,7 @@ REQUEST_MESSAGES = 4
 
 class Lane:
     """The lane of one gRPC process: ``grpc`` its GrpcV2, ``channel`` a grpc.aio channel to its grpcio
-    server, ``gate`` the bearer token's (service/front/auth.py) or None. ``max_held``: the answer
+    server, ``gate`` the bearer token's (service/core/auth.py) or None. ``max_held``: the answer
     bytes the whole lane may hold and reserve (the Admission's ``grpc_max_inflight_bytes``), or None."""
 
     def __init__(self, grpc, channel, gate, max_message: int, max_buffered: int, max_held: int | None = None):

@@ -7,7 +7,7 @@ import os
 import struct
 
 from posenc.engine.tables import FAMILIES
-from posenc.service.v2.errors import GRPC_CODES
+from posenc.service.core.errors import GRPC_CODES
 
 ROUTES = (
     *(f"/v1/{name}" for name in FAMILIES),
@@ -83,7 +83,7 @@ PATH_ROW = {
 SHAPE = (len(ROUTES) + 2 * len(ANSWER_ROUTES) + 1, len(STATUSES), CELLS)
 TO_SHORTCUT = len(STATUSES) * CELLS  # one row: a route's "shortcut" offset less its "c" offset
 ROUTE_INDEX = {r: i for i, r in enumerate(ROUTES)}
-# gRPC calls are counted and shown under the HTTP status of their code (service/v2/errors.py
+# gRPC calls are counted and shown under the HTTP status of their code (service/core/errors.py
 # GRPC_CODES: OK 200, INVALID_ARGUMENT 400, NOT_FOUND 404, UNIMPLEMENTED 405, RESOURCE_EXHAUSTED 413,
 # INTERNAL 500, UNAVAILABLE 503), so one status label means one thing on every route
 GRPC_STATUSES = {grpc_code.name: status for status, grpc_code in GRPC_CODES.items()}

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import (
 )
 
 from posenc.engine.core.errors import EngineUnavailable
-from posenc.service.front.readiness import PING_TIMEOUT_S
+from posenc.service.core.readiness import PING_TIMEOUT_S
 from posenc.service.metrics.fold import collect
 from posenc.service.metrics.layout import SHAPE, prefix
 from posenc.service.metrics.text import request_families, to_text

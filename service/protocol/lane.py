@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from time import perf_counter
 
-from posenc.engine.core.settings import LANE_OFF_HEADERS
+from posenc.service.core.settings import LANE_OFF_HEADERS
 from posenc.service.metrics.layout import TO_SHORTCUT
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2.hot import head_lines

@@ -4,7 +4,7 @@ uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but a
 never finishes its request head (idle from the start, or trickling headers) or its body is held
 forever, headers are not limited in size by httptools, and ``limit_concurrency`` answers 503 to
 requests but still accepts and holds every connection. The protocol (service/protocol/uvicorn_api.py
-``Guarded``) adds, per worker, from the settings (engine/core/settings.py):
+``Guarded``) adds, per worker, from the settings (service/core/settings.py):
 
 - ``max_connections``: a connection beyond it is answered 503 and closed at once (so a flood of
   idle sockets cannot take a worker's descriptors; it is also kept below RLIMIT_NOFILE);
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import resource
 
-from posenc.engine.core.settings import current
+from posenc.service.core.settings import current
 
 DESCRIPTOR_HEADROOM = 64  # descriptors kept for everything but client connections
 IDLE_GRACE_S = 0.5  # at shutdown, an idle keep-alive connection may still bring one request

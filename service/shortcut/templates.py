@@ -50,8 +50,8 @@ from posenc.engine.core.dtypes import DTYPES
 from posenc.engine.core.encode import json_ready, json_text
 from posenc.engine.core.errors import ConfigError
 from posenc.engine.core.selection import POSITION_LIMIT, RANGE_KEYS
-from posenc.engine.core.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 from posenc.engine.tables import FAMILIES, Family
+from posenc.service.core.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
 
 MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut
 FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes (hot.h HOT_FORMATS, _hot.FORMATS)

@@ -1,6 +1,6 @@
 """The child processes of ``posenc serve`` other than uvicorn's workers: stopping one
 (``terminate``) and the gRPC server processes (``Children``, each ``python -m
-posenc.service.v2.grpc_main``), restarted when they die."""
+posenc.service.supervise.grpc_main``), restarted when they die."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import threading
 import time
 
-from posenc.engine.core.settings import Settings
-from posenc.service.v2.grpc_main import EXIT_NO_PORT
+from posenc.service.core.settings import Settings
+from posenc.service.supervise.grpc_main import EXIT_NO_PORT
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -40,7 +40,7 @@ def restart_delay(streak: int) -> float:
 
 
 class Children:
-    """The gRPC server processes (service/v2/grpc_main.py, ``grpc_workers`` of them sharing the
+    """The gRPC server processes (service/supervise/grpc_main.py, ``grpc_workers`` of them sharing the
     port with SO_REUSEPORT, so a process that dies loses only the calls in flight on it): each
     gets SIGTERM if this process dies; one that cannot bind its port stops the server, one that
     dies otherwise is restarted (``restart_delay``)."""
@@ -61,7 +61,7 @@ class Children:
             threading.Thread(target=self._watch, args=(i,), daemon=True, name=f"grpc-watch-{i}").start()
 
     def _spawn(self) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "posenc.service.v2.grpc_main", "--exit-with-parent"])
+        return subprocess.Popen([sys.executable, "-m", "posenc.service.supervise.grpc_main", "--exit-with-parent"])
 
     def _watch(self, i: int) -> None:
         """Restart process ``i`` when it dies: at once when it had served for STABLE_S (or it is

@@ -14,10 +14,10 @@ import sys
 import threading
 import time
 
-from posenc.engine.core.settings import Settings
 from posenc.engine.process.keeper import Keeper
 from posenc.engine.store import fdpass
 from posenc.engine.store import segments as store
+from posenc.service.core.settings import Settings
 from posenc.service.supervise.children import terminate
 
 log = logging.getLogger("posenc.serve")

@@ -1,8 +1,8 @@
 """A gRPC server process of ``posenc serve`` (``--grpc-port``, ``--grpc-workers``):
 
-    python -m posenc.service.v2.grpc_main [--exit-with-parent]
+    python -m posenc.service.supervise.grpc_main [--exit-with-parent]
 
-Settings come from ``POSENC_*`` (engine/core/settings.py; serve exports its flags there). The process
+Settings come from ``POSENC_*`` (service/core/settings.py; serve exports its flags there). The process
 attaches the engine's shared tables through its own ``Client`` (no private copies), reports
 ``grpc.health.v1`` NOT_SERVING until every table is mapped and verified, then SERVING, and counts
 its calls into the server's shared metrics. With ``tls_cert``/``tls_key`` it serves TLS, and with
@@ -26,11 +26,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from posenc.engine.core.settings import Settings, current
 from posenc.engine.reader.client import Client
 from posenc.service import grpclane
-from posenc.service.front.auth import gate_for
-from posenc.service.front.readiness import attach_when_up
+from posenc.service.core.auth import gate_for
+from posenc.service.core.readiness import attach_when_up
+from posenc.service.core.settings import Settings, current
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_auth import credentials, interceptors
@@ -122,7 +122,7 @@ async def _attach(client: Client, s: Settings, ready: list, health: HealthServic
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m posenc.service.v2.grpc_main", description=__doc__.split("\n\n")[0]
+        prog="python -m posenc.service.supervise.grpc_main", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--exit-with-parent", action="store_true", help="get SIGTERM when the parent dies (Linux)")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """``posenc serve``'s operator options: TLS, the bearer token, CORS, the log format and the access
-log. The flags are here, their values live in the one settings object (engine/core/settings.py, each
+log. The flags are here, their values live in the one settings object (service/core/settings.py, each
 also a ``POSENC_*`` variable), and ``uvicorn_options`` turns them into uvicorn.run's arguments.
 """
 
@@ -9,8 +9,8 @@ import argparse
 import ssl
 
 from posenc.engine.core.errors import ConfigError
-from posenc.engine.core.settings import CHOICES, ENV_PREFIX, Settings
 from posenc.engine.process import logs
+from posenc.service.core.settings import CHOICES, ENV_PREFIX, Settings
 
 
 def add_arguments(p) -> None:

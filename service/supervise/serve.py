@@ -1,7 +1,7 @@
 """``posenc serve``: the engine (a child process) plus uvicorn workers sharing its tables, and the
-gRPC server processes (service/v2/grpc_main.py) sharing them too.
+gRPC server processes (service/supervise/grpc_main.py) sharing them too.
 
-Flags override ``POSENC_*`` variables (engine/core/settings.py); the workers (separate processes) read
+Flags override ``POSENC_*`` variables (service/core/settings.py); the workers (separate processes) read
 the result from the environment, where ``settings.use`` exports it. SIGTERM/SIGINT: uvicorn
 drains its workers, then the engine is stopped and removes every segment (the files of an engine
 that died before a successor took them over, this process removes). The engine child and
@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 
-from posenc.engine.core.settings import CHOICES, Settings, current, use
+from posenc.service.core.settings import CHOICES, Settings, current, use
 from posenc.service.protocol import uvicorn_api
 from posenc.service.supervise import options as serve_opts
 from posenc.service.supervise.children import Children

@@ -17,7 +17,7 @@ import contextlib
 import grpc
 
 from posenc.engine.core.errors import PosencError
-from posenc.engine.core.settings import ENV_PREFIX
+from posenc.service.core.settings import ENV_PREFIX
 
 
 class Busy(PosencError):

@@ -16,6 +16,7 @@ import grpc
 import orjson
 
 from posenc.engine.core.errors import PosencError, SpecError
+from posenc.service.core.errors import GRPC_CODES
 
 log = logging.getLogger("posenc.service")
 
@@ -34,15 +35,6 @@ class ModelNotFound(PosencError):
     """An unknown model or version (REST 404, NOT_FOUND)."""
 
     status = 404
-
-
-# HTTP status of a domain error -> gRPC status code (docs/reference.md); statuses not listed are bugs
-GRPC_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    404: grpc.StatusCode.NOT_FOUND,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-}
 
 
 def path_of(loc) -> str:

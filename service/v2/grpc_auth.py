@@ -1,10 +1,10 @@
 """Who may call the gRPC server: TLS and the bearer token, from the settings the HTTP side uses
-(``tls_cert``/``tls_key``, ``auth_token``; engine/core/settings.py).
+(``tls_cert``/``tls_key``, ``auth_token``; service/core/settings.py).
 
 - TLS: with a certificate and key, the port is served with ``grpc.ssl_server_credentials`` (the
   same PEM files HTTPS uses); without them, plaintext, as before.
 - The token: every call of ``inference.GRPCInferenceService`` must carry the metadata
-  ``authorization: Bearer <token>``, checked by service/front/auth.py's ``Gate`` (constant time: the
+  ``authorization: Bearer <token>``, checked by service/core/auth.py's ``Gate`` (constant time: the
   digests of the token and the credentials are compared); any other call is refused with
   UNAUTHENTICATED before the method runs, whether the method exists or not (a caller without the
   token learns nothing of the service). ``grpc.health.v1.Health`` stays open: probes carry no
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import grpc
 
-from posenc.engine.core.settings import Settings
-from posenc.service.front.auth import Gate, gate_for
+from posenc.service.core.auth import Gate, gate_for
+from posenc.service.core.settings import Settings
 
 OPEN = ("/grpc.health.v1.Health/",)
 MISSING = "missing bearer token: send the metadata 'authorization: Bearer <token>'"

@@ -384,7 +384,7 @@ def _bytes(b: bytes) -> bytes:
 
 
 def _http(code) -> int:
-    from posenc.service.v2.errors import GRPC_CODES
+    from posenc.service.core.errors import GRPC_CODES
 
     for status, c in GRPC_CODES.items():
         if c == code:

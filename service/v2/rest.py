@@ -21,9 +21,9 @@ import anyio
 import numpy as np
 import orjson
 
-from posenc.engine.core.errors import BodyTooLarge
+from posenc.service.core.body import read_body
+from posenc.service.core.errors import BodyTooLarge
 from posenc.service.front import sizing
-from posenc.service.front.front import read_body
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
 from posenc.service.v2.infer import INLINE_TEXT, Inference, Input, Output, Tensor

@@ -43,7 +43,7 @@ import grpc
 import numpy as np
 import orjson
 
-from posenc.engine.core.settings import Settings
+from posenc.service.core.settings import Settings
 from posenc.service.v2.errors import BadRequest
 
 REGION_DIR = "/dev/shm"  # where shm_open(3) objects live on Linux

@@ -92,7 +92,7 @@ def inprocess_us(ns: str, case, shortcut: str = "C shortcut", n: int = 20000) ->
     (receive/send complete at once), attached to the running engine's tables, in a tight loop;
     with the C template shortcut (service/shortcut/_hot.c) or without (every request validated and
     resolved)."""
-    from posenc.engine.core.settings import Settings
+    from posenc.service.core.settings import Settings
     from posenc.service.front.app import create_app
 
     path, body, accept = case

@@ -169,8 +169,8 @@ def in_process(profile: bool, n: int = 50000) -> None:
     import uvloop
     from uvicorn.server import ServerState
 
-    from posenc.engine.core.settings import Settings
     from posenc.loadtest.floors.http_protocol import BareProtocol
+    from posenc.service.core.settings import Settings
     from posenc.service.front.app import create_app
     from posenc.service.metrics.counters import Metrics, remove_all
     from posenc.service.protocol.lane import STATE_KEY

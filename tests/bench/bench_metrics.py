@@ -21,8 +21,8 @@ import sys
 import tempfile
 import uuid
 
-from posenc.engine.core.settings import Settings
 from posenc.engine.reader.client import Client
+from posenc.service.core.settings import Settings
 from posenc.service.front.app import create_app
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut import templates as replay

@@ -21,7 +21,7 @@ import yaml
 from kubernetes_validate import utils as kv
 
 from posenc.engine import kernels
-from posenc.engine.core.settings import ENV_PREFIX, Settings
+from posenc.service.core.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -1,7 +1,7 @@
 """The container image, the compose file and the example worker, checked without Docker.
 
 The Dockerfile is linted by hadolint, and the image and compose file are checked against the
-service's real settings (engine/core/settings.py) so that a port, a probe path or a POSENC_* name
+service's real settings (service/core/settings.py) so that a port, a probe path or a POSENC_* name
 cannot drift. What the image runs is run here for real: its HEALTHCHECK command against a real
 `posenc serve`, the example worker against a real engine through the real Client, and
 `posenc engine --dry-run` for the memory sizing.
@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 from posenc.cli import build_parser
-from posenc.engine.core.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
+from posenc.service.core.settings import DEFAULT_GRPC_PORT, DEFAULT_PORT, ENV_PREFIX, HEALTH_PATH, READY_PATH
 from tests.integration.deploy_files import (
     COMPOSE,
     DOCKERFILE,
@@ -294,7 +294,7 @@ def test_dockerignore_keeps_the_build_inputs_only():
         "engine/__init__.py",
         "src/posenc/__init__.py",
         "engine/kernels/_native.c",
-        "engine/core/settings.py",
+        "service/core/settings.py",
         "loadtest/__init__.py",
         "deploy/examples/worker.py",
     ):

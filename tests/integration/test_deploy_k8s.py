@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from kubernetes_validate import utils as kv
 
-from posenc.engine.core.settings import (
+from posenc.service.core.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_PORT,
     HEALTH_PATH,
@@ -115,7 +115,7 @@ def test_service_container_matches_settings():
 
     assert probe("startupProbe") == (READY_PATH, s.port)
     assert probe("livenessProbe") == (HEALTH_PATH, s.port)
-    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port  # grpc.health.v1 (service/v2/grpc_main.py)
+    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port  # grpc.health.v1 (service/supervise/grpc_main.py)
     ann = dep["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/path"] == METRICS_PATH
     assert int(ann["prometheus.io/port"]) == s.port

@@ -142,7 +142,7 @@ def test_colocated_client_by_name_and_by_config(server):
 def test_template_shortcut_writes_the_spec_metadata(server):
     """In-process: once the full path has answered a table or hf_config body, the C shortcut
     answers the next ones with the same bytes, spec metadata included."""
-    from posenc.engine.core.settings import Settings
+    from posenc.service.core.settings import Settings
     from posenc.service.front.service import Service
 
     hdrs = [(b"host", b"x"), (b"accept", b"application/x-safetensors")]

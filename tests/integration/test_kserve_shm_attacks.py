@@ -62,7 +62,7 @@ def _pids(server) -> dict:
         "serve": server.pid,
         "engine": server.engine_pid(),
         "workers": sorted(server.worker_pids()),
-        "grpc": sorted(p for p in kids if "posenc.service.v2.grpc_main" in cmdline(p)),
+        "grpc": sorted(p for p in kids if "posenc.service.supervise.grpc_main" in cmdline(p)),
     }
 
 

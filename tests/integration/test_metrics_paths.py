@@ -44,7 +44,7 @@ pytestmark = [
 ]
 
 PAD = b"".join(b"x-pad-%d: 1\r\n" % i for i in range(49))  # more lines than the C lane reads: httptools does
-OFF = b"proxy-connection: keep-alive\r\n"  # engine/core/settings.py LANE_OFF_HEADERS: off the lane, to ASGI
+OFF = b"proxy-connection: keep-alive\r\n"  # service/core/settings.py LANE_OFF_HEADERS: off the lane, to ASGI
 
 
 @pytest.fixture(scope="module")

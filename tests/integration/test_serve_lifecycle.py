@@ -21,8 +21,8 @@ import pytest
 from posenc.engine.answer.pipeline import compute
 from posenc.engine.core.dtypes import bf16_bits_to_f32
 from posenc.engine.core.formats import read_safetensors
-from posenc.engine.core.settings import Settings
 from posenc.engine.reader.client import Client
+from posenc.service.core.settings import Settings
 from tests.independent import assert_answer
 from tests.procs import REPO, wait_for
 from tests.service_cases import BIN, CONFIG

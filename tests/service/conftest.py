@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.engine.core.settings import Settings
+from posenc.service.core.settings import Settings
 from posenc.service.front.service import Service
 from tests.procs import Procs, unique_namespace
 from tests.service.hot_helpers import HOT_SPECS

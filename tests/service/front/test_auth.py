@@ -1,4 +1,4 @@
-"""The bearer token and CORS (service/front/auth.py) on the app ``posenc serve`` runs, driven in-process
+"""The bearer token and CORS (service/core/auth.py) on the app ``posenc serve`` runs, driven in-process
 (an engine process holds the tables): every way in (the raw-ASGI front's C shortcut, the full
 path, the FastAPI routes behind it) refuses a /v1 request without the token, health and metrics
 stay open, and CORS headers are the same whichever path answers. The same on a real server, with
@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from posenc.engine.core.errors import ConfigError
-from posenc.engine.core.settings import Settings
-from posenc.service.front import auth as guard
+from posenc.service.core import auth as guard
+from posenc.service.core.settings import Settings
 from posenc.service.front.app import create_app
 from posenc.service.front.front import FastFront
 from posenc.service.shortcut import templates as replay
@@ -228,7 +228,7 @@ def test_cors_preflight_and_headers_are_the_same_whichever_path_answers(settings
     assert front.lane is None and front.lane_state() == (
         "off",
         0,
-    )  # no lane below ASGI under CORS (service/front/auth.py)
+    )  # no lane below ASGI under CORS (service/core/auth.py)
     origin = (b"origin", ORIGIN.encode())
     status, head, _ = run(
         app,

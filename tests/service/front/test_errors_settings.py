@@ -1,6 +1,7 @@
-"""Errors (engine/core/errors.py) and settings (engine/core/settings.py): each domain error's status and
-response bytes, written out here as docs/reference.md gives them, and the one settings object that reads
-POSENC_* (no other module of engine/, service/ or src/ reads the environment)."""
+"""Errors (engine/core/errors.py, service/core/errors.py) and settings (engine/core/settings.py, and the
+service's subclass in service/core/settings.py): each domain error's status and response bytes, written
+out here as docs/reference.md gives them, and the one settings object that reads POSENC_* (no other
+module of engine/, service/ or src/ reads the environment)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,17 @@ import pytest
 
 from posenc.engine.core import errors
 from posenc.engine.core.errors import (
-    BodyTooLarge,
     ConfigError,
     EngineRunning,
     EngineUnavailable,
-    NotAcceptable,
     PosencError,
     SpecError,
     TooLarge,
     TooManyPositions,
-    error_response,
 )
-from posenc.engine.core.settings import CHOICES, ENV_PREFIX, Settings
+from posenc.service.core import errors as service_errors
+from posenc.service.core.errors import BodyTooLarge, NotAcceptable, error_response
+from posenc.service.core.settings import CHOICES, ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -91,8 +91,13 @@ def test_any_other_exception_is_logged_and_a_plain_500(caplog):
 
 
 def test_every_domain_error_is_a_posenc_error_with_a_status():
-    found = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
-    assert len(found) >= 9
+    found = {
+        v
+        for module in (errors, service_errors)
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, Exception)
+    }
+    assert len(found) >= 12
     for cls in found:
         assert issubclass(cls, PosencError), cls
         assert isinstance(cls.status, int) and 400 <= cls.status <= 599, cls
@@ -174,7 +179,7 @@ def test_only_the_settings_module_reads_the_environment():
 
 
 def test_a_bad_variable_stops_the_cli_at_start_naming_it(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "POSENC_MAX_BODY_BYTES": "4MiB"}
+    env = {"PATH": "/usr/bin:/bin", "POSENC_MEMORY_BUDGET_BYTES": "2GiB"}
     p = subprocess.run(
         [sys.executable, "-m", "posenc", "engine", "--dry-run"],
         cwd=tmp_path,
@@ -184,7 +189,7 @@ def test_a_bad_variable_stops_the_cli_at_start_naming_it(tmp_path):
         timeout=120,
     )
     assert p.returncode != 0
-    assert "POSENC_MAX_BODY_BYTES: expected a number, got '4MiB'" in p.stderr
+    assert "POSENC_MEMORY_BUDGET_BYTES: expected a number, got '2GiB'" in p.stderr
 
 
 # -- the shortcut setting (service/shortcut/templates.py) ------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from posenc.engine.core.settings import Settings
+from posenc.service.core.settings import Settings
 from posenc.service.front.app import create_app
 
 

@@ -18,8 +18,8 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from posenc.engine.answer.pipeline import body_schema
-from posenc.engine.core.settings import Settings
 from posenc.engine.tables import FAMILIES
+from posenc.service.core.settings import Settings
 from posenc.service.front import openapi
 from posenc.service.front.app import create_app
 from tests.service_cases import REQUESTS, VALID

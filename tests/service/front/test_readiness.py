@@ -1,4 +1,4 @@
-"""/readyz's meaning (service/front/readiness.py, docs/deploy.md): 503 while starting, then 200 for
+"""/readyz's meaning (service/core/readiness.py, docs/deploy.md): 503 while starting, then 200 for
 the worker's life, with the engine's state from a ping on its socket."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from posenc.engine.core.errors import EngineUnavailable
-from posenc.service.front.readiness import readiness
+from posenc.service.core.readiness import readiness
 
 
 class FakeClient:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from posenc.engine.core.errors import PosencError
-from posenc.engine.core.settings import Settings
+from posenc.service.core.settings import Settings
 from posenc.service.front.service import HOT_BYTES, Service
 from tests.independent import assert_c_answer
 from tests.procs import wait_for

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.engine.core.settings import LANE_OFF_HEADERS, Settings, current
+from posenc.service.core.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 
 _hot = pytest.importorskip("posenc.service.shortcut._hot", reason="service._hot is not built")

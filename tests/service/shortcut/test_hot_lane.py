@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.engine.core.settings import LANE_OFF_HEADERS, Settings, current
+from posenc.service.core.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import ACCEPT_HDRS, BIN, orjson_dumps

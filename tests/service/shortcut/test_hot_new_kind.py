@@ -113,7 +113,7 @@ setup(
 USE = """
 import glob, importlib.util, sys
 import numpy as np
-from posenc.engine.core.settings import current
+from posenc.service.core.settings import current
 from posenc.service.shortcut.templates import native_rules
 spec = importlib.util.spec_from_file_location("_hot", glob.glob("_hot*.so")[0])
 m = importlib.util.module_from_spec(spec)

@@ -27,8 +27,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 
-from posenc.engine.core.settings import Settings  # noqa: E402
 from posenc.engine.reader.client import Client  # noqa: E402
+from posenc.service.core.settings import Settings  # noqa: E402
 from posenc.service.v2.core import V2  # noqa: E402
 from posenc.service.v2.grpc_server import GrpcV2  # noqa: E402
 from posenc.service.v2.shm import remove_registry  # noqa: E402

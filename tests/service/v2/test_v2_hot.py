@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from posenc.engine.core.settings import Settings
 from posenc.engine.reader.client import Client
+from posenc.service.core.settings import Settings
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
