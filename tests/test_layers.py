@@ -9,7 +9,10 @@ posenc.loadtest, src/posenc/ -> posenc); imports of modules outside the project 
 
 The engine is layered (docs/design.md, "The engine's layers"): each folder of engine/ is one
 layer and imports only the layers below it (LAYER_IMPORTS), so the math core never learns of the
-process that stores its tables, and a reader never of the engine it reads from.
+process that stores its tables, and a reader never of the engine it reads from. The service is
+layered the same way (SERVICE_LAYER_IMPORTS): its base (core/) under metrics and the shortcut,
+KServe v2 above them, the two lanes above v2, the ASGI front above the lanes, and `posenc serve`
+on top.
 """
 
 from __future__ import annotations
@@ -299,6 +302,108 @@ def test_an_allowed_import_is_not_found():
         "posenc.service.front.app": {"posenc.engine.process.main"},  # outside the engine: not its check
     }
     assert layer_violations(allowed) == []
+
+
+# The service's layers: folder (under posenc.service) -> the other folders it may import. The
+# package itself and client.py (the HTTP client) are its public face, above every layer.
+SERVICE_LAYER_IMPORTS = {
+    "core": set(),  # settings, HTTP errors, the bearer gate, readiness, the body reader
+    "metrics": {"core"},
+    "shortcut": {"core"},
+    "v2": {"core", "metrics", "shortcut"},
+    "grpclane": {"core", "v2"},
+    "protocol": {"core", "metrics", "shortcut", "v2"},
+    "front": {"core", "metrics", "shortcut", "v2", "grpclane", "protocol"},
+    "supervise": {"core", "metrics", "shortcut", "v2", "grpclane", "protocol", "front"},
+}
+SERVICE_FACE = {"posenc.service", "posenc.service.client"}
+# imports against the order, each held until its reason is gone (a stale entry fails too); a new
+# entry needs a reason
+SERVICE_EXCEPTIONS = {
+    # the answer's bounds and JSON blocks, which /v1 and v2 share: front/sizing.py goes to core/
+    # once its rework (the family describes its answer's arrays) has landed
+    ("posenc.service.v2.infer", "posenc.service.front.sizing"),
+    ("posenc.service.v2.rest", "posenc.service.front.sizing"),
+}
+
+
+def service_layer_of(module: str) -> str | None:
+    """The service layer ``module`` belongs to ("face" for the package and its client); None for a
+    module outside the service, and for one of the service that no layer holds."""
+    if module in SERVICE_FACE:
+        return "face"
+    if not module.startswith("posenc.service."):
+        return None
+    folder = module.split(".")[2]
+    return folder if folder in SERVICE_LAYER_IMPORTS else None
+
+
+def service_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a service module that its layer may not make, but SERVICE_EXCEPTIONS."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        mine = service_layer_of(module)
+        if mine is None or mine == "face":
+            continue
+        for target in sorted(targets):
+            theirs = service_layer_of(target)
+            if theirs is None or theirs == mine or theirs in SERVICE_LAYER_IMPORTS[mine]:
+                continue
+            if (module, target) not in SERVICE_EXCEPTIONS:
+                found.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return found
+
+
+def test_every_service_module_is_in_a_layer():
+    loose = sorted(m for m in MODULES if m.startswith("posenc.service") and service_layer_of(m) is None)
+    assert not loose, "service modules outside every layer (SERVICE_LAYER_IMPORTS):\n" + "\n".join(loose)
+
+
+def test_the_service_layers_import_only_the_layers_below():
+    found = service_layer_violations(GRAPH)
+    assert not found, "imports against the service's layers (SERVICE_LAYER_IMPORTS):\n" + "\n".join(found)
+
+
+def test_every_service_exception_is_still_an_import():
+    stale = sorted(f"{m} -> {t}" for m, t in SERVICE_EXCEPTIONS if t not in GRAPH.get(m, ()))
+    assert not stale, "SERVICE_EXCEPTIONS entries no module imports any more (remove them):\n" + "\n".join(
+        stale
+    )
+
+
+def test_the_service_layers_themselves_have_no_cycle():
+    graph = {layer: set(below) for layer, below in SERVICE_LAYER_IMPORTS.items()}
+    assert not cycles(graph), cycles(graph)
+
+
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("posenc.service.core.settings", "posenc.service.metrics.layout"),  # the base: nothing above
+        ("posenc.service.metrics.page", "posenc.service.front.app"),  # metrics: not the front (was)
+        ("posenc.service.metrics.layout", "posenc.service.v2.errors"),  # nor v2 (was)
+        ("posenc.service.v2.grpc_auth", "posenc.service.front.openapi"),  # v2: not the front (was)
+        ("posenc.service.v2.core", "posenc.service.grpclane.lane"),  # nor a lane (was)
+        ("posenc.service.shortcut.templates", "posenc.service.v2.hot"),  # the shortcut: only the base
+        ("posenc.service.grpclane.lane", "posenc.service.protocol.lane"),  # one lane not the other
+        ("posenc.service.front.app", "posenc.service.supervise.serve"),  # the front: not serve
+    ],
+)
+def test_a_forbidden_service_import_is_found(module, target):
+    assert service_layer_violations({module: {target}}) == [
+        f"{module} ({service_layer_of(module)}) imports {target} ({service_layer_of(target)})"
+    ]
+
+
+def test_an_allowed_service_import_is_not_found():
+    allowed = {
+        "posenc.service.front.app": {"posenc.service.v2.rest", "posenc.service.protocol.lane"},
+        "posenc.service.supervise.grpc_main": {"posenc.service.grpclane.lane", "posenc.service.core.auth"},
+        "posenc.service.v2.hot": {"posenc.service.shortcut.templates", "posenc.service.metrics.counters"},
+        "posenc.service.client": {"posenc.service.front.app"},  # the face: not a layer's check
+        **{m: {t} for m, t in SERVICE_EXCEPTIONS},
+    }
+    assert service_layer_violations(allowed) == []
 
 
 def _over(pattern: str, folders: tuple[str, ...], limit: int, skip: tuple[str, ...] = ()) -> list[str]:
