@@ -31,7 +31,7 @@ from posenc.service.core.errors import error_response
 from posenc.service.front.negotiate import JSON
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
-from posenc.service.metrics.layout import TO_SHORTCUT
+from posenc.service.metrics.layout import PATH_ROUTES, TO_SHORTCUT
 from posenc.service.protocol.lane import offered
 from posenc.service.shortcut.templates import FIELDS
 
@@ -249,11 +249,7 @@ class FastFront:
                 await self.app(scope, receive, timed_send)
         finally:
             if self.metrics is not None:
-                route = route or (
-                    path
-                    if family or path in ("/v1/tables", "/healthz", "/readyz", "/metrics", "/docs")
-                    else "other"
-                )
+                route = route or (path if path in PATH_ROUTES else "other")
                 self.metrics.observe(route, statuses[0] if statuses else 500, perf_counter() - t0, sent[0])
 
 

@@ -8,15 +8,20 @@ import struct
 
 from posenc.engine.tables import FAMILIES
 from posenc.service.core.errors import GRPC_CODES
+from posenc.service.core.settings import HEALTH_PATH, METRICS_PATH, READY_PATH
 
-ROUTES = (
+# the routes a request's path names by itself (the raw front counts any other path as "other")
+PATH_ROUTES = (
     *(f"/v1/{name}" for name in FAMILIES),
     "/v1/tables",
     "/v1/models",
-    "/healthz",
-    "/readyz",
-    "/metrics",
+    HEALTH_PATH,
+    READY_PATH,
+    METRICS_PATH,
     "/docs",
+)
+ROUTES = (
+    *PATH_ROUTES,
     # KServe v2 (service/v2): REST inference per family model, table models together, the
     # rest of /v2; gRPC ModelInfer and ModelStreamInfer messages the same way, other methods
     *(f"/v2/models/{name}/infer" for name in FAMILIES),
