@@ -18,7 +18,7 @@ from posenc.engine.process.keeper import Keeper
 from posenc.engine.store import fdpass
 from posenc.engine.store import segments as store
 from posenc.service.core.settings import Settings
-from posenc.service.supervise.children import terminate
+from posenc.service.supervise.children import restart_delay, terminate
 
 log = logging.getLogger("posenc.serve")
 
@@ -26,13 +26,13 @@ FIRST_STANDBY_DELAY_S = 2.0  # the first standby waits this long after the engin
 CRASH_S = 1.0  # engines dying this soon after their start twice in a row (or before ready) are a crash loop
 WATCH_S = 1.0  # the watch wakes at the latest after this (else when a process it watches exits)
 POLL_S = 0.05  # how often it looks instead, where the kernel has no pidfd_open
-MAX_BACKOFF_S = 4.0
 
 
-def restart_delay(streak: int) -> float:
+def engine_delay(streak: int) -> float:
     """Seconds before the next engine starts, after ``streak`` crash-loop deaths in a row (0: the
-    engine died after it was up, however soon after the one before: at once)."""
-    return 0.0 if streak == 0 else min(MAX_BACKOFF_S, 0.5 * 2 ** (streak - 1))
+    engine died after it was up, however soon after the one before: at once); the gRPC processes'
+    back-off (children.py ``restart_delay``), whose first death in a row is its streak 1."""
+    return restart_delay(streak + 1)
 
 
 def generation_of(shm_dir: str, namespace: str):
@@ -54,7 +54,7 @@ class EngineChild:
     An engine is up when it says so on its ``--ready-fd`` pipe (after it published its first
     manifest, whether or not a full shm_dir let the file be written). The watch waits on the
     engine's and the standby's pidfds and that pipe at once, so a standby that dies is reaped and
-    replaced at once too (after restart_delay only while standbys keep dying within CRASH_S of
+    replaced at once too (after engine_delay only while standbys keep dying within CRASH_S of
     their start), not left a zombie until the engine's next death."""
 
     def __init__(self, settings: Settings):
@@ -201,7 +201,7 @@ class EngineChild:
             sock.close()
             lived = now - self._standby_started
             self._standby_streak = self._standby_streak + 1 if lived < CRASH_S else 0
-            delay = restart_delay(self._standby_streak)
+            delay = engine_delay(self._standby_streak)
             self._standby_at = now + delay
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
             log.warning("standby engine %s after %.1fs; another in %.1fs", why, lived, delay)
@@ -273,7 +273,7 @@ class EngineChild:
             # a crash loop: it died before it was up, or soon after its start twice in a row
             streak = streak + 1 if not was_up or (lived < CRASH_S and quick) else 0
             quick = lived < CRASH_S
-            wait = restart_delay(streak)
+            wait = engine_delay(streak)
             why = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with {rc}"
             log.warning(
                 "engine %s after %.1fs; restarting in %.1fs (its log above says why)", why, lived, wait
