@@ -18,7 +18,7 @@ from posenc.engine.core import jsonread
 from posenc.engine.core.encode import CONTENT_TYPES, encode, json_ready
 from posenc.engine.core.errors import SpecError
 from posenc.engine.reader.client import Client
-from posenc.service.core.settings import Settings
+from posenc.service.core.settings import INLINE_BYTES, INLINE_JSON_BYTES, Settings
 from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay
@@ -26,10 +26,6 @@ from posenc.service.shortcut.templates import Templates
 
 log = logging.getLogger("posenc.service")
 
-# answers whose body may be larger are built off the event loop (a thread hop costs ~50 us): a
-# binary body is a copy of rows (1 MiB: ~0.1 ms); JSON text costs ~20-200 ns a cell (64 KiB: < 1 ms)
-INLINE_BYTES = 1 << 20
-INLINE_JSON_BYTES = 64 << 10
 LANE_RECHECK_S = 0.005  # the hot lane's templates are checked against the manifest this often
 HOT_BYTES = 4 << 20  # the C template shortcut fills up to this on the loop (memory speed: ~0.2 ms)
 

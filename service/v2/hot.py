@@ -36,6 +36,7 @@ import threading
 
 from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import (
+    MAX_KEY_BYTES,
     NATIVE,
     fill,
     fill_into,
@@ -46,17 +47,15 @@ from posenc.service.shortcut.templates import (
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.hot_blocks import block_entry
 from posenc.service.v2.hot_json import DATA, JsonInfers
+from posenc.service.v2.infer import LENGTH_HEADER
 from posenc.service.v2.wire import varint
 
 MAX_KEYS = 1024
-MAX_KEY_BYTES = 4096  # a key is client input: 1024 of them hold 4 MiB at most
-INLINE_BYTES = (
-    8 << 20
-)  # larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
+# larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
+FILL_INLINE_BYTES = 8 << 20
 SCRATCH_BYTES = 16 << 20  # rows for shared memory are gathered into a per-thread buffer of at most this
 _RAW_INPUT = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
-LENGTH_HEADER = b"inference-header-content-length"  # the JSON inference header's bytes (rest.py reads it)
 REFUSED_HEADERS = (b"content-encoding",)  # a compressed body: the full path decodes it
 
 
@@ -82,7 +81,7 @@ class Entry:
 
     @property
     def inline(self) -> bool:
-        return self.size <= INLINE_BYTES
+        return self.size <= FILL_INLINE_BYTES
 
     def answer(self, positions) -> bytes | None:
         """The answer's bytes, or None: the full path answers (and says what is wrong)."""
@@ -309,7 +308,9 @@ class Hot:
         block: hot_blocks.py) in place of the row-gathered arrays must be the full path's bytes for
         the learnt positions. ``markers``: gRPC's raw fields' tags and lengths; REST: ()."""
         if len(plan.model.family.selections) == 2:
-            return block_entry(self.v2, inf, plan, tensors, segments, markers, route, headers, INLINE_BYTES)
+            return block_entry(
+                self.v2, inf, plan, tensors, segments, markers, route, headers, FILL_INLINE_BYTES
+            )
         if len(inf.inputs) != 1 or len(plan.reqs) != 1 or len(markers) > 1:
             return None
         marker = markers[0] if markers else b""

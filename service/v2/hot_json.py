@@ -36,11 +36,17 @@ import math
 
 import orjson
 
-from posenc.service.shortcut.templates import MAX_ROWS, Limits, answer_request, flat_json_template, v2_cut
-from posenc.service.v2.infer import INLINE_BYTES
+from posenc.service.core.settings import INLINE_BYTES
+from posenc.service.shortcut.templates import (
+    MAX_KEY_BYTES,
+    MAX_ROWS,
+    Limits,
+    answer_request,
+    flat_json_template,
+    v2_cut,
+)
 
 DATA = orjson.dumps("data")  # the input field whose lists are cut out, as JSON text
-MAX_KEY_BYTES = 4096  # a key is client input (as hot.py's)
 _MARK = "posenc:v2rows:%d"  # stands for a gathered output's data in the answer the parts are cut from
 
 

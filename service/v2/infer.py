@@ -22,16 +22,16 @@ import orjson
 from posenc.engine.answer import pipeline
 from posenc.engine.core import jsonread
 from posenc.engine.core.errors import SpecError, TooLarge, TooManyPositions
+from posenc.service.core.settings import INLINE_BYTES, INLINE_JSON_BYTES
 from posenc.service.front import sizing
 from posenc.service.v2.errors import BadRequest, path_of
 from posenc.service.v2.models import Model, Models, example_spec
 from posenc.service.v2.shm import Regions
 from posenc.service.v2.tensors import as_output, check_shape, from_bytes, from_json, output_datatype
 
-INLINE_BYTES = 1 << 20  # larger answers are built off the event loop (as service/front/service.py does)
-INLINE_TEXT = (
-    64 << 10
-)  # and answers with more JSON text than this (service/front/service.py's INLINE_JSON_BYTES)
+# KServe's extensions: the binary data extension's header (the JSON inference header's bytes, REST),
+# the shared-memory extension's parameters
+LENGTH_HEADER = b"inference-header-content-length"
 SHM_PARAMS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
@@ -177,7 +177,7 @@ class Inferer:
                 raise sizing.AnswerTooLarge(nbytes + plan.text, limit, "json", plan.reqs[0])
         plan.inline = (
             nbytes <= INLINE_BYTES
-            and plan.text <= INLINE_TEXT
+            and plan.text <= INLINE_JSON_BYTES
             and all(self.client is None or self.client.is_mapped(r) for r in plan.reqs)
         )
         return plan

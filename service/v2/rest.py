@@ -23,14 +23,14 @@ import orjson
 
 from posenc.service.core.body import read_body
 from posenc.service.core.errors import BodyTooLarge
+from posenc.service.core.settings import INLINE_JSON_BYTES
 from posenc.service.front import sizing
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
-from posenc.service.v2.infer import INLINE_TEXT, Inference, Input, Output, Tensor
+from posenc.service.v2.infer import LENGTH_HEADER, Inference, Input, Output, Tensor
 
 JSON = b"application/json"
 OCTET = b"application/octet-stream"
-HEADER_LENGTH = b"inference-header-content-length"
 _REQUEST_KEYS = ("id", "parameters", "inputs", "outputs")
 
 
@@ -161,7 +161,7 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
     raw = await read_body(receive, limit)
     encoding = _header(scope, b"content-encoding")
     body = _decoded(raw, encoding, limit)
-    hl = _header(scope, HEADER_LENGTH)
+    hl = _header(scope, LENGTH_HEADER)
     if hl is None:
         n = len(body)
     else:
@@ -183,7 +183,8 @@ async def _infer(v2: V2, scope, receive, name: str, version: str, route: str) ->
             raise BadRequest(
                 f"outputs[{i}].parameters.binary_data", "BF16 travels only as binary data: set it true"
             )
-    if plan.text > INLINE_TEXT:  # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
+    # a long JSON text: built in a thread (over 1 MiB: in pieces, sent in blocks)
+    if plan.text > INLINE_JSON_BYTES:
         reply, segments = await anyio.to_thread.run_sync(
             _answer, name, inf.id, tensors, binary, plan.text > sizing.BLOCK_BYTES
         )
@@ -366,10 +367,10 @@ def _answer(
         return Reply(200, js), [js]
     if type(js) is not bytes:  # blocks of a JSON text, then the binary outputs
         return Reply(
-            200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((HEADER_LENGTH, b"%d" % js.nbytes),)
+            200, sizing.Blocks([*js, b"".join(bufs)]), OCTET, ((LENGTH_HEADER, b"%d" % js.nbytes),)
         ), [js, *bufs]
     segments = [js, *bufs]
-    return Reply(200, b"".join(segments), OCTET, ((HEADER_LENGTH, b"%d" % len(js)),)), segments
+    return Reply(200, b"".join(segments), OCTET, ((LENGTH_HEADER, b"%d" % len(js)),)), segments
 
 
 __all__ = ["handle", "inference", "ModelNotFound"]

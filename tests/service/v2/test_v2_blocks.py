@@ -96,7 +96,7 @@ def rest_block(
 def rest_answer(server, model: str, head: bytes, body: bytes):
     """(status, headers, body) of the full path (rest.handle through ASGI, the raw front's shortcut not taken)."""
     path = f"/v2/models/{model}/infer"
-    headers = [(b"content-type", b"application/octet-stream"), (rest.HEADER_LENGTH, str(len(head)).encode())]
+    headers = [(b"content-type", b"application/octet-stream"), (rest.LENGTH_HEADER, str(len(head)).encode())]
     sent = []
 
     async def receive():
@@ -145,7 +145,7 @@ def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_f
         return (
             on.hot.grpc(data) is not None
             and on.hot.rest(
-                f"/v2/models/{model}/infer", body, [(rest.HEADER_LENGTH, str(len(head)).encode())]
+                f"/v2/models/{model}/infer", body, [(rest.LENGTH_HEADER, str(len(head)).encode())]
             )
             is not None
         )
@@ -164,7 +164,7 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     """Both transports and the lane against the full path; whether the shortcut answered."""
     data = grpc_block(model, spec, q, k, *types, key_first)
     head, body = rest_block(model, spec, q, k, *types, key_first)
-    path, hl = f"/v2/models/{model}/infer", [(rest.HEADER_LENGTH, str(len(head)).encode())]
+    path, hl = f"/v2/models/{model}/infer", [(rest.LENGTH_HEADER, str(len(head)).encode())]
     want_grpc = call(off, data)
     status, headers, want = rest_answer(
         off, model, head, body
@@ -183,7 +183,7 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     if not taken:
         assert got is False and status != 200
         return False
-    extra = b"".join(b"%s: %s\r\n" % (n, v) for n, v in headers if n == rest.HEADER_LENGTH)
+    extra = b"".join(b"%s: %s\r\n" % (n, v) for n, v in headers if n == rest.LENGTH_HEADER)
     assert got[2] == PRE[2] + b"%d\r\n%s\r\n%s" % (len(want), extra, want)
     return True
 
@@ -250,5 +250,5 @@ def test_block_outputs_into_shared_memory_or_as_json_stay_on_the_full_path(serve
     for _ in range(3):  # a JSON answer: nothing learnt
         assert rest_answer(on, "alibi", head, body) == rest_answer(off, "alibi", head, body)
     assert (
-        on.hot.rest("/v2/models/alibi/infer", body, [(rest.HEADER_LENGTH, str(len(head)).encode())]) is None
+        on.hot.rest("/v2/models/alibi/infer", body, [(rest.LENGTH_HEADER, str(len(head)).encode())]) is None
     )

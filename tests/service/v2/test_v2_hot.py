@@ -229,7 +229,7 @@ def test_rest_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
         if hot is not None:
             e, positions = hot
             assert (200, e.answer(positions)) == (got[0], got[2])
-            assert list(e.headers) == [h for h in got[1] if h[0] == rest.HEADER_LENGTH]
+            assert list(e.headers) == [h for h in got[1] if h[0] == rest.LENGTH_HEADER]
         assert got == rest_call(off, model, spec, p)[0]
     assert answered > 2  # the shortcut answered under one manifest
 

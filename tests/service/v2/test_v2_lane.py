@@ -70,7 +70,7 @@ def test_the_lane_answers_what_the_full_path_answers(servers, model, spec, param
             assert got is False
             continue
         end, route, out, keep_alive = got
-        extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers if k == rest.HEADER_LENGTH)
+        extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers if k == rest.LENGTH_HEADER)
         assert (end, keep_alive, status) == (len(data), True, 200)
         assert out == b"V2:%d\r\n%s\r\n%s" % (len(body), extra, body)
         assert route == on.hot.lane_routes[b"/v2/models/%s/infer" % model.encode()]
