@@ -23,6 +23,7 @@ from ..core.errors import SpecError
 from ..core.fields import is_number, json_repr, require_object
 from ..tables.rope_spec import INTERLEAVED
 from . import buckets, diffusers_grid, diffusers_rope, sinusoidal, timm_vit, vision
+from . import grid as model_grid
 from .config import (
     LOC,
     AlibiModel,
@@ -412,8 +413,9 @@ def supported(family: str) -> list[str]:
     return [t for records in BY_KEY.values() for t, by in records.items() if family in by]
 
 
-def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
-    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``)."""
+def derive(family: str, config: Any, layer_type: Any = None, grid: Any = None) -> Derived:
+    """The spec fields a model config gives ``family`` (SpecError at ``hf_config...``); a vision or
+    video model's token ``grid`` (models/grid.py) gives its positions too."""
     config = require_object(config, LOC)
     if layer_type is not None and not isinstance(layer_type, str):
         raise SpecError(("layer_type",), f"must be a string, got {json_repr(layer_type)}", "string_type")
@@ -431,6 +433,11 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
             why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
         elif isinstance(mt, str) and mt in UNREAD:
             why = f"{json_repr(mt)} is a rotary model type posenc does not read ({UNREAD[mt]})"
+        elif isinstance(mt, str) and mt in timm_vit.UNREAD:
+            why = f"{json_repr(mt)} is a rotary timm model posenc does not read ({timm_vit.UNREAD[mt]})"
+        elif key == "architecture":
+            example = timm_vit.EXAMPLE["architecture"]
+            why = f"{json_repr(mt)} is not a timm model posenc reads ({len(ARCHITECTURES)}, e.g. {example})"
         else:
             why = f"{json_repr(mt)} is not a model type posenc knows"
         shown = ", ".join(names) if len(names) <= 40 else f"{', '.join(names[:8])} and {len(names) - 8} more"
@@ -440,7 +447,7 @@ def derive(family: str, config: Any, layer_type: Any = None) -> Derived:
             f"of a model type posenc reads (GET /v1/models): {shown}",
             "missing" if mt is None else "value_error",
         )
-    return entry[family].derive(config, layer_type)
+    return model_grid.derive(entry[family], config, layer_type, grid)
 
 
 @functools.cache
@@ -456,7 +463,9 @@ def catalogue() -> bytes:
             "transformers": ZOO["transformers"],
             "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
             "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
+            "timm": timm_vit.ZOO["timm"],
             "timm_architectures": {name: sources(by) for name, by in sorted(ARCHITECTURES.items())},
+            "timm_not_read": dict(sorted(timm_vit.UNREAD.items())),
             "not_read": dict(sorted(UNREAD.items())),
         }
     ).encode()
