@@ -1,8 +1,218 @@
 """diffusers transformer configs whose positions are rotary (read by ``_class_name``): each record
 reads the config as the class's own code does (diffusers 0.42.1, models/transformers/*.py and
 models/embeddings.py). registry.CLASSES holds them beside vision.CLASSES and diffusers_grid.CLASSES.
+
+Every class read here rotates each head by a frequency set per axis (``get_1d_rotary_pos_embed`` or
+a copy of it: axis a's θ^(−2j/axes_dim[a]) over its own block of axes_dim[a] columns, the blocks
+concatenated in axis order), which is posenc's ``axes_dim`` rope; the record says where the config
+keeps the axes' widths and θ, and how the class pairs the columns (``layout``). The positions are
+the ones the model builds (its frame/row/column grid, its text tokens, the ids its pipeline hands
+in), given as ``position_ids``, one list per axis (docs/reference.md, "diffusers rotary
+transformers"). engine/models/diffusers_zoo.json (tests/tools/diffusers_zoo.py) catalogues every
+class of the pinned diffusers and its positional kind; tests/engine/test_diffusers_zoo.py holds each
+record to the class's own positional module.
 """
 
 from __future__ import annotations
 
-CLASSES: dict[str, dict] = {}
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from ..core.errors import SpecError
+from ..core.fields import is_number, json_repr
+from ..tables.rope_spec import INTERLEAVED
+from .config import LOC, Config, Derived
+
+# How a class builds the positions it rotates by (docs/reference.md lists the request for each):
+IDS = "ids"  # handed in by its pipeline (Flux's img_ids / txt_ids): [n, k] -> position_ids [k][n]
+GRID = "grid"  # its latent's (frame, row, column) grid, integer, row-major
+TEXT_THEN_GRID = "text-then-grid"  # caption tokens on axis 0, then the grid after them
+
+
+@dataclasses.dataclass(frozen=True)
+class AxesRope:
+    """A frequency set per axis over the head (``axes_dim`` rope). ``axes`` is the config key of the
+    axes' widths or a rule computing them from the config (Wan: from attention_head_dim);
+    ``theta`` the config key of θ or the constant the class passes; ``positions`` how the class
+    builds its positions (IDS, GRID, TEXT_THEN_GRID)."""
+
+    source: str
+    defaults: Mapping
+    axes: str | Callable[[Config], list]
+    theta: str | float
+    positions: str
+    layout: str = INTERLEAVED
+    head_dim: str = "attention_head_dim"
+
+    def derive(self, raw, layer_type):
+        if layer_type is not None:
+            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
+        cfg = Config(raw, {}, self.defaults)
+        if callable(self.axes):
+            axes, axes_loc = self.axes(cfg), cfg.loc(self.head_dim)
+        else:
+            axes, axes_loc = _axes(cfg, self.axes), cfg.loc(self.axes)
+        # the rotary width: attention_head_dim, or the axes' sum where the class rotates exactly the
+        # axes it is given (its head is dim // n_heads, which it asserts equal to the sum)
+        head_dim = sum(axes) if self.head_dim == self.axes else cfg.int(self.head_dim)
+        if isinstance(self.theta, str):
+            theta, theta_loc = cfg.get(self.theta), cfg.loc(self.theta)
+            if not is_number(theta):
+                raise SpecError(theta_loc, f"must be a number, got {json_repr(theta)}")
+        else:  # the class passes a constant, whatever the config says
+            theta, theta_loc = self.theta, (*LOC, "_class_name")
+        return Derived(
+            {"head_dim": head_dim, "rope_theta": float(theta), "axes_dim": axes, "layout": self.layout},
+            {
+                "head_dim": cfg.loc(self.head_dim),
+                "axes_dim": axes_loc,
+                "rope_theta": theta_loc,
+                "layout": (*LOC, "_class_name"),
+            },
+        )
+
+
+def _axes(cfg: Config, key: str) -> list:
+    v = cfg.get(key)
+    if v is None:
+        raise SpecError(cfg.loc(key), "field required (this class has no default for it)", "missing")
+    if not isinstance(v, (list, tuple)):
+        raise SpecError(cfg.loc(key), f"must be a list of the axes' rotary widths, got {json_repr(v)}")
+    return list(v)
+
+
+def wan_axes(cfg: Config) -> list:
+    """WanRotaryPosEmbed: h = w = 2 * (attention_head_dim // 6), t the rest of the head."""
+    hd = cfg.int("attention_head_dim")
+    hw = 2 * (hd // 6)
+    return [hd - 2 * hw, hw, hw]
+
+
+def _wan(file: str, cls: str, head: int = 128) -> AxesRope:
+    # WanRotaryPosEmbed(attention_head_dim, patch_size, rope_max_seq_len): get_1d_rotary_pos_embed
+    # (use_real, repeat_interleave_real) per axis, θ 10000; its table stops at rope_max_seq_len
+    return AxesRope(
+        f"{file} ({cls})",
+        {"attention_head_dim": head},
+        wan_axes,
+        10000.0,
+        GRID,
+    )
+
+
+def _flux_like(file: str, cls: str, axes, theta, head: int = 128, theta_key: str | None = None) -> AxesRope:
+    # FluxPosEmbed and its copies: get_1d_rotary_pos_embed(axes_dim[i], ids[:, i], theta,
+    # repeat_interleave_real=True, use_real=True, freqs_dtype=float64) per axis of the ids
+    defaults = {"attention_head_dim": head, "axes_dims_rope": list(axes)}
+    if theta_key is not None:
+        defaults[theta_key] = theta
+    return AxesRope(f"{file} ({cls})", defaults, "axes_dims_rope", theta_key or float(theta), IDS)
+
+
+def _hunyuan(file: str, cls: str, axes=(16, 56, 56)) -> AxesRope:
+    # HunyuanVideoRotaryPosEmbed and its copies: meshgrid of the latent's patch grid, then
+    # get_1d_rotary_pos_embed(rope_dim[i], grid[i], rope_theta, use_real=True) per axis
+    # (repeat_interleave_real defaults to True: interleaved)
+    return AxesRope(
+        f"{file} ({cls})",
+        {"attention_head_dim": 128, "rope_axes_dim": list(axes), "rope_theta": 256.0},
+        "rope_axes_dim",
+        "rope_theta",
+        GRID,
+    )
+
+
+CLASSES: dict[str, dict] = {
+    "ChromaTransformer2DModel": {
+        "rope": _flux_like("transformer_chroma.py", "FluxPosEmbed(theta=10000)", (16, 56, 56), 10000)
+    },
+    "Flux2Transformer2DModel": {
+        "rope": _flux_like(
+            "transformer_flux2.py", "Flux2PosEmbed", (32, 32, 32, 32), 2000, theta_key="rope_theta"
+        )
+    },
+    "Flux3Transformer2DModel": {
+        "rope": _flux_like(
+            "transformer_flux3.py", "Flux3PosEmbed", (32, 32, 32, 32), 10000, theta_key="rope_theta"
+        )
+    },
+    "BriaTransformer2DModel": {
+        "rope": _flux_like("transformer_bria.py", "BriaEmbedND", (16, 56, 56), 10000, theta_key="rope_theta")
+    },
+    "BriaFiboTransformer2DModel": {
+        "rope": _flux_like(
+            "transformer_bria_fibo.py", "BriaFiboEmbedND", (16, 56, 56), 10000, theta_key="rope_theta"
+        )
+    },
+    "LongCatImageTransformer2DModel": {
+        "rope": _flux_like(
+            "transformer_longcat_image.py", "LongCatImagePosEmbed(theta=10000)", (16, 56, 56), 10000
+        )
+    },
+    "OvisImageTransformer2DModel": {
+        "rope": _flux_like("transformer_ovis_image.py", "OvisImagePosEmbed(theta=10000)", (16, 56, 56), 10000)
+    },
+    "Krea2Transformer2DModel": {
+        "rope": _flux_like(
+            "transformer_krea2.py", "Krea2RotaryPosEmbed", (32, 48, 48), 1000.0, theta_key="rope_theta"
+        )
+    },
+    "WanTransformer3DModel": {"rope": _wan("transformer_wan.py", "WanRotaryPosEmbed")},
+    "WanVACETransformer3DModel": {"rope": _wan("transformer_wan_vace.py", "WanRotaryPosEmbed")},
+    "WanAnimateTransformer3DModel": {"rope": _wan("transformer_wan_animate.py", "WanRotaryPosEmbed")},
+    "SkyReelsV2Transformer3DModel": {"rope": _wan("transformer_skyreels_v2.py", "SkyReelsV2RotaryPosEmbed")},
+    "SanaVideoTransformer3DModel": {"rope": _wan("transformer_sana_video.py", "WanRotaryPosEmbed", 112)},
+    "HunyuanVideoTransformer3DModel": {
+        "rope": _hunyuan("transformer_hunyuan_video.py", "HunyuanVideoRotaryPosEmbed")
+    },
+    "HunyuanVideo15Transformer3DModel": {
+        "rope": _hunyuan("transformer_hunyuan_video15.py", "HunyuanVideo15RotaryPosEmbed")
+    },
+    "HunyuanVideoFramepackTransformer3DModel": {
+        "rope": _hunyuan("transformer_hunyuan_video_framepack.py", "HunyuanVideoFramepackRotaryPosEmbed")
+    },
+    "HunyuanImageTransformer2DModel": {
+        "rope": _hunyuan("transformer_hunyuanimage.py", "HunyuanImageRotaryPosEmbed", (64, 64))
+    },
+    "MotifVideoTransformer3DModel": {
+        "rope": _hunyuan("transformer_motif_video.py", "MotifVideoRotaryPosEmbed")
+    },
+    # AnyFlowRotaryPosEmbed: Wan's axes and θ, complex freqs (polar): pairs (2k, 2k+1)
+    "AnyFlowTransformer3DModel": {"rope": _wan("transformer_anyflow.py", "AnyFlowRotaryPosEmbed")},
+    # Lumina2RotaryPosEmbed(theta=10000, axes_dim=axes_dim_rope): complex freqs_cis per axis, gathered
+    # at the caption's (i, 0, 0) and the image's (c, row, column); its table stops at axes_lens
+    "Lumina2Transformer2DModel": {
+        "rope": AxesRope(
+            "transformer_lumina2.py (Lumina2RotaryPosEmbed)",
+            {"axes_dim_rope": [32, 32, 32]},
+            "axes_dim_rope",
+            10000.0,
+            TEXT_THEN_GRID,
+            head_dim="axes_dim_rope",
+        )
+    },
+    # RopeEmbedder(rope_theta, axes_dims, axes_lens): complex freqs_cis (angles rounded to float32
+    # first), caption at (1 + i, 0, 0), the image at (c + 1 + frame, row, column)
+    "ZImageTransformer2DModel": {
+        "rope": AxesRope(
+            "transformer_z_image.py (RopeEmbedder)",
+            {"axes_dims": [32, 48, 48], "rope_theta": 256.0},
+            "axes_dims",
+            "rope_theta",
+            TEXT_THEN_GRID,
+            head_dim="axes_dims",
+        )
+    },
+    # ErnieImageEmbedND3: raw angles [a0, a0, a1, a1, ...] per axis (its attention takes their cos
+    # and sin and pairs k with k + d/2 over them); image (text length, row, column), then text (i, 0, 0)
+    "ErnieImageTransformer2DModel": {
+        "rope": AxesRope(
+            "transformer_ernie_image.py (ErnieImageEmbedND3)",
+            {"rope_axes_dim": [32, 48, 48], "rope_theta": 256},
+            "rope_axes_dim",
+            "rope_theta",
+            IDS,
+            head_dim="rope_axes_dim",
+        )
+    },
+}

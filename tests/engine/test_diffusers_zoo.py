@@ -1,0 +1,380 @@
+"""diffusers' rotary transformers: every class engine/models/diffusers_rope.py reads, against the
+class's own positional module.
+
+Each class is built from its config defaults on the meta device (no weights), with its positional
+module built on the CPU as the class's ``__init__`` builds it (``_built``); the module is called as
+the transformer calls it, for the positions the model itself builds (a small latent grid, or the
+ids its pipeline hands in), and posenc must give the same cos/sin within docs/reference.md's
+tolerance (``hf_zoo.tolerance``) through ``compute`` and over HTTP, from the config as diffusers
+saves it and from nothing but its ``_class_name``. engine/models/diffusers_zoo.json, the catalogue
+of every class and its positional kind, is held to a fresh run of tests/tools/diffusers_zoo.py;
+the rotary classes not read are listed here (``NOT_READ``) with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.models import diffusers_rope, registry
+from tests.numeric import assert_close
+from tests.procs import serve_for_module
+from tests.tools import diffusers_zoo, hf_zoo
+
+diffusers = diffusers_zoo._quiet()
+CATALOGUE = json.loads(diffusers_zoo.TABLE.read_text())
+READ = sorted(diffusers_rope.CLASSES)
+# the latent grids the tests ask for (frames, rows, columns in patches; 2-D classes take the last two)
+GRIDS = [(3, 4, 5), (1, 7, 2)]
+
+# Rotary classes of the pinned diffusers posenc does not read, and why.
+PIPELINE = "its pipeline builds the rotary embedding (image_rotary_emb), not the transformer: not read yet"
+FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
+SHARED = "one frequency set dealt over the axes in a half-split layout: not read yet"
+NOT_READ = {
+    "AceStepTransformer1DModel": "1-D, half-split: not read yet",
+    "AllegroTransformer3DModel": PIPELINE,
+    "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
+    "BriaFibo2Transformer2DModel": "its own rope module: not read yet",
+    "ChronoEditTransformer3DModel": "Wan's axes with a temporal skip for two frames: not read yet",
+    "CogView4Transformer2DModel": SHARED,
+    "Cosmos3OmniTransformer": "a transformers-style multimodal text rotary class with fps: not read yet",
+    "CosmosTransformer3DModel": FRACTIONAL,
+    "EasyAnimateTransformer3DModel": PIPELINE,
+    "GlmImageTransformer2DModel": SHARED,
+    "HeliosTransformer3DModel": "frame indices from the caller, per-axis float32 frequencies: not read yet",
+    "HiDreamImageTransformer2DModel": "2x2 rotation matrices; its defaults do not build: not read yet",
+    "HunyuanDiT2DModel": PIPELINE,
+    "Ideogram4Transformer2DModel": "multi-axis mrope of its own: not read yet",
+    "JoyImageEditPlusTransformer3DModel": PIPELINE,
+    "JoyImageEditTransformer3DModel": PIPELINE,
+    "Kandinsky5Transformer3DModel": FRACTIONAL,
+    "Kandinsky6SRTransformer3DModel": FRACTIONAL,
+    "Kandinsky6Transformer3DModel": FRACTIONAL,
+    "LTX2VideoTransformer3DModel": FRACTIONAL,
+    "LTXVideoTransformer3DModel": FRACTIONAL,
+    "LongCatAudioDiTTransformer": "1-D, half-split: not read yet",
+    "LuminaNextDiT2DModel": PIPELINE,
+    "MiniMaxH3Transformer3DModel": SHARED,
+    "MiniMaxMusic3Transformer1DModel": "1-D, half-split, partial: not read yet",
+    "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
+    "NucleusMoEImageTransformer2DModel": FRACTIONAL,
+    "OmniGenTransformer2DModel": "Phi-3's su-scaled rotary class of its own; its defaults do not build: not read yet",
+    "PRXTransformer2DModel": PIPELINE,
+    "QwenImage21Transformer2DModel": FRACTIONAL,
+    "QwenImageTransformer2DModel": FRACTIONAL,
+    "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
+    "SanaWMTransformer3DModel": FRACTIONAL,
+    "StableAudio3DiTModel": "1-D, half-split, partial: not read yet",
+    "StableAudioDiTModel": PIPELINE,
+    "WanAnimate2Transformer3DModel": "its own rope_apply over grid sizes: not read yet",
+}
+
+
+@pytest.mark.slow
+def test_the_catalogue_is_what_the_tool_writes():
+    """engine/models/diffusers_zoo.json is tests/tools/diffusers_zoo.py's output on the pinned diffusers."""
+    assert CATALOGUE["diffusers"] == diffusers.__version__
+    assert diffusers_zoo.TABLE.read_text() == diffusers_zoo.dumps(diffusers_zoo.build()), (
+        "engine/models/diffusers_zoo.json is stale: .venv/bin/python -m tests.tools.diffusers_zoo"
+    )
+
+
+def test_every_record_is_a_rotary_class_of_the_catalogue_with_its_defaults():
+    for name in READ:
+        row = CATALOGUE["classes"].get(name)
+        assert row is not None, f"{name} is not a transformer class of diffusers {diffusers.__version__}"
+        assert row["kind"] == "rotary", (name, row["kinds"])
+        record = diffusers_rope.CLASSES[name]["rope"]
+        assert record.source.split(" ")[0] == row["file"], (name, record.source, row["file"])
+        for key, value in record.defaults.items():  # the class's own __init__ defaults
+            assert row["defaults"].get(key) == value, (name, key, row["defaults"].get(key), value)
+
+
+# -- the class's own module ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _on_cpu(classes):
+    """Build instances of ``classes`` on the CPU inside a meta-device construction."""
+    saved = {c: c.__init__ for c in classes}
+
+    def wrap(init):
+        def __init__(self, *a, **k):
+            with torch.device("cpu"):
+                init(self, *a, **k)
+
+        return __init__
+
+    for c in classes:
+        c.__init__ = wrap(saved[c])
+    try:
+        yield
+    finally:
+        for c, init in saved.items():
+            c.__init__ = init
+
+
+def _built(name, config=None):
+    """The transformer (meta device) with its positional module ``attr`` built on the CPU."""
+    cls = getattr(diffusers, name)
+    config = dict(config or {})
+    attr = ATTR[name]
+    with warnings.catch_warnings():  # a class's own deprecation notices (Chroma's FluxPosEmbed)
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            probe = cls.from_config(config)
+        with _on_cpu([type(getattr(probe, attr))]), torch.device("meta"):
+            model = cls.from_config(config)
+    return model, getattr(model, attr)
+
+
+def _grid_ids(f, h, w):
+    """(frame, row, column) of each token of an f x h x w grid, row-major: the meshgrid (ij) the
+    grid classes build, written here from its definition."""
+    t, r, c = np.meshgrid(np.arange(f), np.arange(h), np.arange(w), indexing="ij")
+    return np.stack([t.reshape(-1), r.reshape(-1), c.reshape(-1)])
+
+
+def _real(out):
+    """(cos, sin) [n, d] float64 from a module's output: (cos, sin) of any leading shape."""
+    cos, sin = out
+    d = cos.shape[-1]
+    return cos.reshape(-1, d).double().numpy(), sin.reshape(-1, d).double().numpy()
+
+
+def _complex(z):
+    """A complex freqs_cis [.., d/2] as (cos, sin) [n, d] in its pairing, (2k, 2k+1)."""
+    z = z.reshape(-1, z.shape[-1])
+    return (
+        z.real.double().repeat_interleave(2, dim=1).numpy(),
+        z.imag.double().repeat_interleave(2, dim=1).numpy(),
+    )
+
+
+def _ids(pid, dtype=torch.float32):
+    return torch.tensor(pid.T, dtype=dtype)
+
+
+def _wan_call(module, grid):
+    """WanRotaryPosEmbed.forward(hidden_states [b, c, frames, height, width]) with the patch sizes."""
+    pt, ph, pw = module.patch_size
+    f, h, w = grid
+    return _real(module(torch.zeros(1, 1, f * pt, h * ph, w * pw)))
+
+
+def _hunyuan_call(module, grid):
+    ps = module.patch_size
+    if isinstance(ps, (list, tuple)):  # HunyuanImage: a patch size per axis, 2-D or 3-D
+        sizes = grid[-len(ps) :]
+        return _real(module(torch.zeros(1, 1, *(s * p for s, p in zip(sizes, ps)))))
+    f, h, w = grid
+    return _real(module(torch.zeros(1, 1, f * module.patch_size_t, h * ps, w * ps)))
+
+
+def _framepack_call(module, grid):
+    f, h, w = grid  # its height and width are the latent's, divided by patch_size inside
+    ps = module.patch_size
+    return _real(
+        module(frame_indices=torch.arange(f), height=h * ps, width=w * ps, device=torch.device("cpu"))
+    )
+
+
+def _anyflow_call(module, grid):
+    f, h, w = grid
+    cfg = {"total_frames": f, "full_frame_shape": (h, w)}
+    return _complex(module(cfg, torch.device("cpu"))["query"])
+
+
+# how each class calls its module: (attribute, call(module, positions)), where positions are the
+# ids [k, n] for the classes whose ids come from outside the module, the grid otherwise
+IDS_CALLS = {
+    "pos_embed": lambda m, pid: _real(m(_ids(pid))),
+    "rotary_emb": lambda m, pid: _real(m(_ids(pid))),
+    # Lumina2RotaryPosEmbed._get_freqs_cis(ids [b, n, 3] int)
+    "rope_embedder": lambda m, pid: _complex(
+        m._get_freqs_cis(_ids(pid, torch.int32)[None])
+        if hasattr(m, "_get_freqs_cis")
+        else m(_ids(pid, torch.int64))
+    ),
+}
+
+
+def _ernie_call(m, pid):
+    """ErnieImageEmbedND3(ids [b, n, 3]): raw angles [b, n, 1, d]; its attention takes cos and sin."""
+    angles = m(_ids(pid)[None]).reshape(pid.shape[1], -1)
+    return torch.cos(angles).double().numpy(), torch.sin(angles).double().numpy()
+
+
+ATTR = {
+    "ChromaTransformer2DModel": "pos_embed",
+    "Flux2Transformer2DModel": "pos_embed",
+    "Flux3Transformer2DModel": "pos_embed",
+    "BriaTransformer2DModel": "pos_embed",
+    "BriaFiboTransformer2DModel": "pos_embed",
+    "LongCatImageTransformer2DModel": "pos_embed",
+    "OvisImageTransformer2DModel": "pos_embed",
+    "Krea2Transformer2DModel": "rotary_emb",
+    "Lumina2Transformer2DModel": "rope_embedder",
+    "ZImageTransformer2DModel": "rope_embedder",
+    "ErnieImageTransformer2DModel": "pos_embed",
+}
+CALL = {name: IDS_CALLS[attr] for name, attr in ATTR.items()}
+CALL["ErnieImageTransformer2DModel"] = _ernie_call
+for _name in diffusers_rope.CLASSES:
+    if _name not in ATTR:
+        ATTR[_name] = "rope"
+        src = diffusers_rope.CLASSES[_name]["rope"].source
+        CALL[_name] = (
+            _framepack_call
+            if "Framepack" in src
+            else _anyflow_call
+            if "AnyFlow" in src
+            else _hunyuan_call
+            if src.startswith(("transformer_hunyuan", "transformer_motif"))
+            else _wan_call
+        )
+
+
+def _positions(name, module, grid):
+    """The positions the model builds for ``grid`` (position_ids [k, n]) and its module's cos/sin."""
+    record = diffusers_rope.CLASSES[name]["rope"]
+    f, h, w = grid
+    if record.positions == diffusers_rope.GRID:
+        two_d = len(getattr(module, "rope_dim", (0, 0, 0))) == 2
+        pid = _grid_ids(1, h, w)[1:] if two_d else _grid_ids(f, h, w)
+        return pid, CALL[name](module, grid)
+    # ids from outside the module: text tokens, then the image grid after them (written here from
+    # each pipeline's definition, one frame)
+    img = _grid_ids(1, h, w)
+    text = 6
+    if name == "ZImageTransformer2DModel":  # caption (1 + i, 0, 0), image (c + 1, row, column)
+        cap = np.stack([1 + np.arange(text), np.zeros(text, np.int64), np.zeros(text, np.int64)])
+        pid = np.concatenate([cap, img + np.array([[text + 1], [0], [0]])], axis=1)
+    elif record.positions == diffusers_rope.TEXT_THEN_GRID or name == "ErnieImageTransformer2DModel":
+        cap = np.stack([np.arange(text), np.zeros(text, np.int64), np.zeros(text, np.int64)])
+        pid = np.concatenate([cap, img + np.array([[text], [0], [0]])], axis=1)
+    else:  # Flux's pipeline: text ids all 0, image ids (0, row, column)
+        pid = np.concatenate([np.zeros((3, 4), np.int64), img], axis=1)
+    k = len(getattr(module, "axes_dim", None) or getattr(module, "axes_dims", None) or (0, 0, 0))
+    if k == 4:  # Flux 2's (t, h, w, l): a fourth axis, the reference image's index
+        pid = np.concatenate([pid, np.arange(pid.shape[1])[None] % 3], axis=0)
+    return pid, CALL[name](module, pid)
+
+
+def _check(got, cos, sin, pid, what):
+    tol = hf_zoo.tolerance(pid.max(axis=0), 1.0)
+    assert_close(got["cos"], cos, atol=tol, what=f"{what} cos")
+    assert_close(got["sin"], sin, atol=tol, what=f"{what} sin")
+
+
+def _saved(name):
+    """The config as diffusers saves it (``model.config``, the class's defaults filled in)."""
+    model, _ = _built(name)
+    return {"_class_name": name, **{k: v for k, v in dict(model.config).items() if not k.startswith("_")}}
+
+
+@pytest.mark.parametrize("name", READ)
+def test_class_vs_its_own_positional_module(name):
+    model, module = _built(name)
+    saved = _saved(name)
+    for grid in GRIDS:
+        pid, (cos, sin) = _positions(name, module, grid)
+        full = compute("rope", {"hf_config": json.loads(json.dumps(saved)), "position_ids": pid.tolist()})
+        _check(full, cos, sin, pid, f"{name} {grid} (saved config)")
+        bare = compute("rope", {"hf_config": {"_class_name": name}, "position_ids": pid.tolist()})
+        _check(bare, cos, sin, pid, f"{name} {grid} (_class_name alone)")
+        assert bare["spec"] == full["spec"]
+
+
+@pytest.mark.parametrize("name", READ)
+def test_a_config_of_other_sizes_is_read_as_the_class_reads_it(name):
+    """Another head width and θ, where the class reads them from its config."""
+    record = diffusers_rope.CLASSES[name]["rope"]
+    change = {}
+    if isinstance(record.theta, str):
+        change[record.theta] = 500.0
+    if isinstance(record.axes, str):
+        axes = record.defaults[record.axes]
+        change[record.axes] = [a // 2 for a in axes]
+        if record.head_dim != record.axes:
+            change[record.head_dim] = sum(a // 2 for a in axes)
+        if name == "ZImageTransformer2DModel":  # it asserts dim // n_heads == sum(axes_dims)
+            change.update(dim=sum(a // 2 for a in axes) * 8, n_heads=8, n_kv_heads=8)
+    else:
+        change["attention_head_dim"] = 64
+    _, module = _built(name, change)
+    pid, (cos, sin) = _positions(name, module, GRIDS[0])
+    got = compute("rope", {"hf_config": {"_class_name": name, **change}, "position_ids": pid.tolist()})
+    _check(got, cos, sin, pid, f"{name} {change}")
+
+
+def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
+    with pytest.raises(SpecError) as e:
+        compute("rope", {"hf_config": {"_class_name": "NoSuchTransformer2DModel"}, "position_ids": [[0]]})
+    assert e.value.loc == ("hf_config", "_class_name") and "send the rope spec fields" in e.value.msg, e.value
+    with pytest.raises(SpecError) as e:  # a known class whose config says no rotary width
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "Flux2Transformer2DModel", "rope_theta": "x"},
+                "position_ids": [[0]] * 4,
+            },
+        )
+    assert e.value.loc == ("hf_config", "rope_theta"), e.value
+    with pytest.raises(SpecError) as e:
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "HunyuanVideoTransformer3DModel", "rope_axes_dim": [16, 56]},
+                "position_ids": [[0], [0]],
+            },
+        )
+    assert e.value.loc == ("hf_config", "rope_axes_dim"), e.value
+
+
+# -- over HTTP -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory, request):
+    s = serve_for_module(tmp_path_factory.mktemp("dzoo"), request, None, workers=1)
+    with httpx.Client(base_url=s.url, timeout=60) as c:
+        yield c
+
+
+@pytest.mark.parametrize("name", READ)
+def test_class_over_http(http, name):
+    _, module = _built(name)
+    pid, (cos, sin) = _positions(name, module, GRIDS[0])
+    body = {"hf_config": _saved(name), "position_ids": pid.tolist()}
+    r = http.post("/v1/rope", json=body, headers={"accept": "application/x-safetensors"})
+    assert r.status_code == 200, (name, r.text[:300])
+    arrays, _ = read_safetensors(r.content)
+    got = {k: arrays[k].astype(np.float64) for k in ("cos", "sin")}
+    _check(got, cos, sin, pid, f"{name} over HTTP")
+    j = http.post("/v1/rope", json=body)
+    assert j.status_code == 200, j.text[:300]
+    _check({k: np.array(j.json()[k]) for k in ("cos", "sin")}, cos, sin, pid, f"{name} over HTTP JSON")
+
+
+def test_models_lists_the_diffusers_classes(http):
+    got = http.get("/v1/models").json()
+    for name in READ:
+        assert got["diffusers_classes"][name] == {"rope": registry.CLASSES[name]["rope"].source}
+
+
+def test_share_of_the_rotary_classes_read():
+    rotary = {n for n, r in CATALOGUE["classes"].items() if r["kind"] == "rotary"}
+    read = rotary & (set(READ) | {n for n, by in registry.CLASSES.items() if "rope" in by})
+    print(f"diffusers rotary: {len(read)} of {len(rotary)} read; not read: {sorted(rotary - read)}")
+    assert set(NOT_READ) == rotary - read, sorted(set(NOT_READ) ^ (rotary - read))
