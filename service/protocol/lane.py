@@ -33,7 +33,6 @@ from time import perf_counter
 
 from posenc.service.core.settings import LANE_OFF_HEADERS
 from posenc.service.metrics.layout import TO_SHORTCUT
-from posenc.service.shortcut import templates as replay
 from posenc.service.v2.hot import head_lines
 
 log = logging.getLogger("posenc.service")
@@ -51,13 +50,6 @@ _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 # (Also where writing pauses: more than this left unsent, as with any high-water mark.)
 WRITE_AT_ONCE = 4096
 _V2 = object()  # the route of a v2 REST binary infer: (_V2, path)
-# why the whole-request loop stopped (templates.serve)
-SERVE_DONE, SERVE_DECLINED, SERVE_CLOSED, SERVE_FAILED = (
-    replay.SERVE_DONE,
-    replay.SERVE_DECLINED,
-    replay.SERVE_CLOSED,
-    replay.SERVE_FAILED,
-)
 
 
 def offered(scope) -> bool:

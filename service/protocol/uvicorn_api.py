@@ -33,12 +33,13 @@ from posenc.service.protocol.limits import (
 # whether this uvicorn has what Protocol relies on, checked at import (uvicorn_check.py): the names
 # posenc serve and the app read from here
 from posenc.service.protocol.uvicorn_check import PROBLEMS, SUPPORTED, VERSION, WHY_OFF, problems
+from posenc.service.shortcut import templates as replay
 
 __all__ = ["PROBLEMS", "SUPPORTED", "VERSION", "WHY_OFF", "Protocol", "problems"]
 
 log = logging.getLogger("posenc.service")
 _NO_COUNTS = (None, b"")  # a worker without metrics: serve() counts nothing
-_SERVE_DONE = lanes.SERVE_DONE
+_SERVE_DONE = replay.SERVE_DONE
 
 
 UNREAD_RECHECK_S = 0.05  # an idle connection with bytes not read yet is looked at again after this
@@ -115,15 +116,15 @@ class Protocol(HttpToolsProtocol):
         try:
             at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
         except Exception as e:  # (C returns its own failures; this is the service's, before it)
-            at, done, state, error = 0, 0, lanes.SERVE_FAILED, e
+            at, done, state, error = 0, 0, replay.SERVE_FAILED, e
         if state == _SERVE_DONE and done:  # the common case: every request of the read answered
             return self._answered(done, now)
         if error is not None:  # a shortcut's failure must not fail the request: ASGI has it
             log.error("template shortcut failed in the hot lane; answering through ASGI", exc_info=error)
-        if state == lanes.SERVE_CLOSED:  # what follows a close is dropped, as uvicorn does
+        if state == replay.SERVE_CLOSED:  # what follows a close is dropped, as uvicorn does
             self.transport.close()
             return self._answered(done, now)
-        self._declined = state == lanes.SERVE_DECLINED
+        self._declined = state == replay.SERVE_DECLINED
         if done:
             self._answered(done, now)
             if at == len(data):

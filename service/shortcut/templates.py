@@ -228,11 +228,13 @@ def lane_again(
 # the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
 # the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
-# (their names and order are C's, hot.h HOT_SERVE_STATES, exported as _hot.SERVE_STATES:
-# tests/service/shortcut/test_hot_kinds.py holds the two equal)
-SERVE_STATES = ("done", "paused", "not a request", "declined", "again", "closed", "failed")
-SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = range(
-    7
+# Why serve's loop stopped: the states are C's, named and ordered once (hot.h HOT_SERVE_STATES,
+# exported as _hot.SERVE_STATES); each constant here is its name's index there (-1 without the
+# extension, where nothing returns a state).
+SERVE_STATES = () if _hot is None else _hot.SERVE_STATES
+SERVE_DONE, SERVE_PAUSED, SERVE_NOT_REQUEST, SERVE_DECLINED, SERVE_AGAIN, SERVE_CLOSED, SERVE_FAILED = (
+    SERVE_STATES.index(name) if name in SERVE_STATES else -1
+    for name in ("done", "paused", "not a request", "declined", "again", "closed", "failed")
 )
 
 
