@@ -14,7 +14,7 @@ import multiprocessing
 import signal
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from posenc.engine.models import registry
@@ -24,7 +24,7 @@ from posenc.service.core import auth as guard
 from posenc.service.core.readiness import attach_when_up, readiness
 from posenc.service.core.settings import HEALTH_PATH, METRICS_PATH, READY_PATH, Settings, current
 from posenc.service.front import openapi
-from posenc.service.front.front import FastFront, answer
+from posenc.service.front.front import FastFront, handle_family
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import open_metrics
 from posenc.service.metrics.page import page as metrics_page
@@ -162,16 +162,27 @@ async def _attach(svc: Service) -> None:
     log.info("ready: %d tables attached and verified", n)
 
 
+class FamilyAnswer(Response):
+    """The FastAPI route's answer to ``POST /v1/{family}``: the raw front's handler
+    (front.py ``handle_family``: read the body, ``answer()``, send) run as the route's ASGI
+    response, so the route OpenAPI documents and the raw front, which answers every such request
+    first, are one code path below their routing: the same bytes, headers and refusals (a
+    client gone mid-body gets nothing sent, on both)."""
+
+    def __init__(self, svc: Service, family: str):  # no body of its own: Response's is not built
+        self.svc, self.family, self.background = svc, family, None
+
+    async def __call__(self, scope, receive, send):
+        await handle_family(self.svc, self.family, scope, receive, send, [])
+        if self.background is not None:
+            await self.background()
+
+
 def _add_family_route(app: FastAPI, svc: Service, fam) -> None:
     family = fam.name
 
-    async def route(request: Request):  # the raw-ASGI front's handler, behind FastAPI's routing
-        try:
-            accept = ", ".join(request.headers.getlist("accept")) or None
-            status, body, ctype = await answer(svc, family, request.receive, accept)
-        except ConnectionAbortedError:  # the client left mid-body: nobody to answer (499, nginx's)
-            return Response(status_code=499)
-        return Response(body if type(body) is bytes else body.joined(), status_code=status, media_type=ctype)
+    async def route():  # the body is read by the answer, not by FastAPI (openapi_extra documents it)
+        return FamilyAnswer(svc, family)
 
     app.add_api_route(
         f"/v1/{family}",

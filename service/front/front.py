@@ -2,10 +2,10 @@
 else (docs, tables, health, metrics, lifespan) to the FastAPI app behind it.
 
 FastAPI's per-request machinery (routing, dependency resolution, Request/Response objects) costs
-~100 µs here, more than the work of a few-row lookup. This front reads the body, runs the same
-``Service`` path as the FastAPI routes (which remain, documented in /docs, and answer
-identically), and writes the response with two ASGI sends. It also times every request,
-whichever side served it, into the shared metrics.
+~100 µs here, more than the work of a few-row lookup. This front reads the body, runs the
+``Service`` path and writes the response with two ASGI sends (``handle_family``: the FastAPI
+routes, documented in /docs, run it too, as their response: app.py ``FamilyAnswer``). It also
+times every request, whichever side served it, into the shared metrics.
 
 Before all that, with the C shortcut in use (the ``shortcut`` setting; service/shortcut/templates.py), a
 POST to a family with spec templates whose spec this worker has answered before is answered by
