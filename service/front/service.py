@@ -47,7 +47,7 @@ class Service:
         replay.configure(settings)  # the C side's limits: this worker's
         self.templates = self._new_templates()
         self._templates_manifest = None
-        self._lane_recheck = 0.0  # hot_request's next look at the manifest (loop clock)
+        self._lane_recheck = 0.0  # the lane's next look at the manifest (loop clock)
         # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
         self.accepts: dict[bytes | None, int] = {}
         self.lane_state = lambda: ("off", 0)  # (/v1/tables' lane, its answers): the app sets it
@@ -105,21 +105,6 @@ class Service:
         self._fresh_templates()  # templates dropped here leave none to answer from: C declines
         return replay.answer(raw, headers, self.accepts, self.templates.native[family], family)
 
-    def hot_request(
-        self, data: bytes, start: int, routes: dict, pre: bytes, post: bytes, close: bool, now: float
-    ):
-        """The hot lane's whole-request shortcut (service/protocol/lane.py): the plain POST at
-        ``data[start:]`` to a path of ``routes`` answered in C from the request bytes to the
-        response bytes (pre + content length + post, then the answer), as
-        (end of the request, its route, response, keep-alive); None when it does not apply.
-        ``now``: the event loop's clock; the templates' manifest is checked at most every
-        LANE_RECHECK_S of it (the client reads the manifest at most every 50 ms anyway)."""
-        if now >= self._lane_recheck:
-            self._lane_fresh(now)
-        return replay.answer_request(
-            data, start, routes, self.accepts, self.templates.native, pre, post, close
-        )
-
     def _lane_fresh(self, now: float) -> None:
         """The lane's templates checked against the manifest (templates dropped here leave none to
         answer from: C declines), and the v2 shortcut's; next at ``now`` + LANE_RECHECK_S."""
@@ -131,11 +116,15 @@ class Service:
     def hot_requests(
         self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow, counts
     ):
-        """hot_request for every whole request at the start of ``data``, each answer passed to
-        ``write`` and counted in ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call
-        (``replay.serve``; one whose header or text must be computed first through
-        ``replay.lane_again``, inside it): (where the unanswered bytes start, answers, why it
-        stopped, exception)."""
+        """The hot lane's whole-request shortcut (service/protocol/lane.py): every whole plain POST
+        at the start of ``data`` to a path of ``routes`` answered in C from the request's bytes to
+        the response's (pre + content length + post, then the answer; templates.py
+        ``answer_request`` says which it answers), each passed to ``write`` and counted in
+        ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call (``replay.serve``; one
+        whose header or text must be computed first through ``replay.lane_again``, inside it):
+        (where the unanswered bytes start, answers, why it stopped, exception). ``now``: the event
+        loop's clock; the templates' manifest is checked at most every LANE_RECHECK_S of it (the
+        client reads the manifest at most every 50 ms anyway)."""
         if now >= self._lane_recheck:
             self._lane_fresh(now)
         return replay.serve(

@@ -86,7 +86,7 @@ def world(settings, monkeypatch):
     )
     cfg.load()
     offers = []
-    for name in ("hot", "hot_request", "hot_requests"):  # every offer to the C shortcut, counted
+    for name in ("hot", "hot_requests"):  # every offer to the C shortcut, counted
         real = getattr(front.svc, name)
         monkeypatch.setattr(
             front.svc, name, lambda *a, _real=real, _name=name: offers.append(_name) or _real(*a)

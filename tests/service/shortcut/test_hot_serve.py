@@ -1,9 +1,9 @@
 """The lane's per-read loop in C (service/shortcut/hot_serve.c ``serve``, through
-``Service.hot_requests``): every whole request of a read answered with the bytes ``hot_request``
-gives for it, each written, counted as ``Metrics.observe_at`` counts it, one that needs a text
-computed first answered inside the loop (``templates.lane_again``), and the loop stopping where
-the Python loop stopped (paused writes, a request it does not read, one it declines, a close, a
-failure).
+``Service.hot_requests``): every whole request of a read answered with the bytes the one-request
+call (``templates.answer_request``) gives for it, each written, counted as ``Metrics.observe_at``
+counts it, one that needs a text computed first answered inside the loop
+(``templates.lane_again``), and the loop stopping where the Python loop stopped (paused writes, a
+request it does not read, one it declines, a close, a failure).
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ def serve(svc, data: bytes, counts, write=None, flow=None, close=False):
 
 
 def one_by_one(svc, data: bytes) -> list[bytes]:
-    """What hot_request answers, request after request (the Python loop's answers)."""
+    """What the one-request call answers, request after request (the Python loop's answers)."""
     outs, at = [], 0
+    svc._lane_fresh(0.0)
     while at < len(data):
-        got = svc.hot_request(data, at, ROUTES, PRE, POST, False, 0.0)
+        got = replay.answer_request(data, at, ROUTES, svc.accepts, svc.templates.native, PRE, POST, False)
         if not got:
             break
         at, _, out, _ = got
