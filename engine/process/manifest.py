@@ -23,6 +23,26 @@ MAX_CHANGES = 250  # entries one ``changes`` reply carries at most (more: a rese
 NOT_WRITTEN_LOG_S = 60.0  # "manifest not rewritten" (a full shm_dir) is logged once per this at most
 
 
+def write_log(
+    shm_dir: str, namespace: str, generation, seq: int, tables: dict, stats=None, *, mode=0o600, gid=None
+) -> int:
+    """Write a new table log holding ``tables`` at ``seq`` (replacing any by rename): its descriptor,
+    open for appending (the engine's ``_note`` appends to it), the caller's to close."""
+    return store.write_file(
+        store.log_path(shm_dir, namespace),
+        store.log_snapshot(generation, seq, tables, stats),
+        mode,
+        gid,
+        keep_open=True,
+    )
+
+
+def write_head(shm_dir: str, namespace: str, head: dict, *, mode=0o600, gid=None) -> None:
+    """Write the manifest's head file (replacing any by rename); after its table log, whose
+    generation it names."""
+    store.write_file(store.manifest_path(shm_dir, namespace), orjson.dumps(head), mode, gid)
+
+
 class ManifestLog:
     """The manifest part of core.Engine (its attributes are the engine's own)."""
 
@@ -129,7 +149,7 @@ class ManifestLog:
             store.write_all(self._log_fd, store.log_line(self.seq, digest, entry, self.stats.last))
             self._log_lines += 1
             if named:
-                store.write_file(self._p(store.manifest_path), orjson.dumps(self.head()), self.mode, self.gid)
+                write_head(self.opts.shm_dir, self.opts.namespace, self.head(), mode=self.mode, gid=self.gid)
         except OSError as e:
             self._not_written(e)
 
@@ -140,17 +160,21 @@ class ManifestLog:
         self.stats.update(self.tables)
         try:
             self._manifest_pending = False
-            fd = store.write_file(
-                self._p(store.log_path),
-                store.log_snapshot(self.generation, self.seq, self.tables, self.stats.last),
-                self.mode,
-                self.gid,
-                keep_open=True,
+            shm_dir, namespace = self.opts.shm_dir, self.opts.namespace
+            fd = write_log(
+                shm_dir,
+                namespace,
+                self.generation,
+                self.seq,
+                self.tables,
+                self.stats.last,
+                mode=self.mode,
+                gid=self.gid,
             )
             if self._log_fd is not None:
                 os.close(self._log_fd)
             self._log_fd, self._log_lines = fd, len(self.tables) + 2
-            store.write_file(self._p(store.manifest_path), orjson.dumps(self.head()), self.mode, self.gid)
+            write_head(shm_dir, namespace, self.head(), mode=self.mode, gid=self.gid)
         except OSError as e:
             self._not_written(e)
 

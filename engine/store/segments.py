@@ -76,16 +76,6 @@ F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
 FILLING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE
 
 
-def write_segment(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, dict]:
-    """A sealed segment holding ``arrays``: (its descriptor, {arrays, nbytes, crc32, inode, meta})."""
-
-    def fill(views):
-        for k, a in arrays.items():
-            views[k][...] = a
-
-    return create_segment(name, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill)
-
-
 def plan(layout: dict) -> tuple[dict, int]:
     """(the manifest's ``arrays`` entry, the file's size) of a segment holding ``layout``
     ({name: (shape, dtype)}): each array at the next ALIGN-byte offset, in order."""
@@ -327,24 +317,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def write_manifest(
-    shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None
-) -> None:
-    """Write a whole manifest (its head, then a table log holding its tables): what an engine
-    does at its start; afterwards it appends to the log (``Engine._note``)."""
-    head = {k: v for k, v in manifest.items() if k not in ("tables", "seq")}
-    seq = manifest.get("seq", 0)
-    fd = write_file(
-        log_path(shm_dir, namespace),
-        log_snapshot(manifest.get("generation"), seq, manifest.get("tables", {}), manifest.get("stats")),
-        mode,
-        gid,
-        keep_open=True,
-    )
-    os.close(fd)
-    write_file(manifest_path(shm_dir, namespace), orjson.dumps(head), mode, gid)
 
 
 def log_snapshot(generation: int, seq: int, tables: dict, stats: dict | None = None) -> bytes:

@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 import pytest
 
+from posenc.engine.process import manifest as published
 from posenc.engine.store import segments as store
 
 
@@ -45,9 +46,29 @@ def _bytes(fd: int, n: int) -> bytes:
     return os.pread(fd, n, 0)
 
 
+def write_segment(name: str, arrays: dict[str, np.ndarray]) -> tuple[int, dict]:
+    """A sealed segment holding ``arrays``, built as the engine builds one (``create_segment``)."""
+
+    def fill(views):
+        for k, a in arrays.items():
+            views[k][...] = a
+
+    return store.create_segment(name, {k: (a.shape, a.dtype.name) for k, a in arrays.items()}, fill)
+
+
+def write_manifest(shm_dir: str, namespace: str, manifest: dict, mode: int = 0o600, gid: int | None = None):
+    """A whole manifest written by the engine's writer (engine/process/manifest.py): a table log
+    holding its tables, then its head (the rest of it)."""
+    gen, seq = manifest.get("generation"), manifest.get("seq", 0)
+    tables, stats = manifest.get("tables", {}), manifest.get("stats")
+    os.close(published.write_log(shm_dir, namespace, gen, seq, tables, stats, mode=mode, gid=gid))
+    head = {k: v for k, v in manifest.items() if k not in ("tables", "seq")}
+    published.write_head(shm_dir, namespace, head, mode=mode, gid=gid)
+
+
 def test_segment_round_trip_and_crc(shm):
     arrays = _arrays()
-    fd, info = store.write_segment("ns.seg.12.abc", arrays)
+    fd, info = write_segment("ns.seg.12.abc", arrays)
     try:
         assert os.listdir(shm) == []  # nothing of it in any directory
         assert os.readlink(f"/proc/self/fd/{fd}") == "/memfd:ns.seg.12.abc (deleted)"
@@ -76,7 +97,7 @@ def test_a_sealed_segment_cannot_be_written_truncated_or_grown_by_anyone(shm):
     """What F_SEAL_WRITE | SHRINK | GROW | SEAL promise, tried every way a process of the same
     user can reach it: the descriptor, a writable reopen through /proc, a writable mapping, and
     removing the seals."""
-    fd, info = store.write_segment("ns.seg.1.d", _arrays())
+    fd, info = write_segment("ns.seg.1.d", _arrays())
     before = _bytes(fd, info["nbytes"])
     path = f"/proc/self/fd/{fd}"
     try:
@@ -104,7 +125,7 @@ def test_a_sealed_segment_cannot_be_written_truncated_or_grown_by_anyone(shm):
 
 
 def test_only_a_sealed_segment_of_the_entry_size_is_mapped(shm):
-    fd, info = store.write_segment("ns.seg.1.d", _arrays())
+    fd, info = write_segment("ns.seg.1.d", _arrays())
     try:
         with pytest.raises(OSError, match="entry says"):
             store.Segment(fd, {**info, "nbytes": info["nbytes"] + 64})
@@ -130,8 +151,8 @@ def test_only_a_sealed_segment_of_the_entry_size_is_mapped(shm):
 def test_manifest_modes(shm, umask):
     old = os.umask(umask)
     try:
-        store.write_manifest(shm, "m1", {"format": store.MANIFEST_FORMAT})
-        store.write_manifest(shm, "m2", {"format": store.MANIFEST_FORMAT}, mode=0o640, gid=os.getgid())
+        write_manifest(shm, "m1", {"format": store.MANIFEST_FORMAT})
+        write_manifest(shm, "m2", {"format": store.MANIFEST_FORMAT}, mode=0o640, gid=os.getgid())
     finally:
         os.umask(old)
     mode = {n: stat.S_IMODE(os.stat(os.path.join(shm, n)).st_mode) for n in os.listdir(shm)}
@@ -160,6 +181,7 @@ def test_failed_build_leaves_nothing_and_keeps_its_error(shm):
 ATTACK_WHILE_FILLING = r"""
 import errno, mmap, os, sys
 import numpy as np
+from posenc.engine.process import manifest as published
 from posenc.engine.store import segments as store
 
 tried = {}
@@ -221,12 +243,12 @@ def test_a_segment_being_filled_cannot_be_shrunk_grown_or_written_by_another(tmp
 def test_manifest_round_trip_and_atomic_replace(shm):
     assert store.read_manifest(shm, "ns") is None
     m1 = {"format": store.MANIFEST_FORMAT, "generation": 1, "tables": {"a": {"nbytes": 1}}, "seq": 0}
-    store.write_manifest(shm, "ns", m1)
+    write_manifest(shm, "ns", m1)
     assert store.read_manifest(shm, "ns") == m1
     ino = os.stat(store.manifest_path(shm, "ns")).st_ino
     stamp = store.manifest_stamp(shm, "ns")
     m2 = {**m1, "generation": 2}
-    store.write_manifest(shm, "ns", m2)
+    write_manifest(shm, "ns", m2)
     assert store.read_manifest(shm, "ns") == m2
     # Replaced by rename (a new inode), never rewritten in place; no temporary left.
     assert os.stat(store.manifest_path(shm, "ns")).st_ino != ino
@@ -237,7 +259,7 @@ def test_manifest_round_trip_and_atomic_replace(shm):
 def test_the_table_log_replays_appended_changes_and_stops_at_another_generation(shm):
     """What an engine appends (a table, a newer one, a drop, stats) replays onto the head; the
     stamp moves with each append; a log of another generation than the head adds no table."""
-    store.write_manifest(
+    write_manifest(
         shm,
         "ns",
         {
@@ -263,7 +285,7 @@ def test_the_table_log_replays_appended_changes_and_stops_at_another_generation(
 
 
 def test_manifest_of_another_format_is_refused(shm):
-    store.write_manifest(shm, "ns", {"format": store.MANIFEST_FORMAT + 1})
+    write_manifest(shm, "ns", {"format": store.MANIFEST_FORMAT + 1})
     with pytest.raises(RuntimeError):
         store.read_manifest(shm, "ns")
 
@@ -275,12 +297,12 @@ def test_concurrent_readers_never_see_a_torn_manifest(shm):
     def version(i):
         return {"format": store.MANIFEST_FORMAT, "generation": i, "pad": list(range((i * 7919) % 20000))}
 
-    store.write_manifest(shm, "ns", version(0))
+    write_manifest(shm, "ns", version(0))
     done = threading.Event()
 
     def writer():
         for i in range(1, 400):
-            store.write_manifest(shm, "ns", version(i))
+            write_manifest(shm, "ns", version(i))
         done.set()
 
     t = threading.Thread(target=writer)
