@@ -6,9 +6,11 @@ Lifecycle
 - One engine per (shm_dir, namespace): it holds an exclusive ``flock`` on ``{ns}.lock`` for its
   whole life. The kernel drops the lock when the process dies, however it dies, so a new engine
   that gets the lock knows every file of the namespace is a dead engine's and reclaims it.
-- SIGTERM / SIGINT: stop taking requests, unlink every segment, the manifest, socket and lock.
-- Readers keep their mappings through all of this: unlinking a mapped file frees nothing until
-  the last mapping goes.
+- SIGTERM / SIGINT: stop taking requests, let the builds in progress end, remove the manifest
+  (head and table log), socket and lock, and close every table's descriptor. A table is a sealed
+  memfd segment (engine/store/segments.py), in no directory: nothing of it is left to unlink.
+- Readers keep their mappings through all of this: a segment's memory is freed when its last
+  descriptor and its last mapping, the engine's and every reader's, are gone.
 
 On-demand builds: readers send ``{"op": "ensure", "table": KEY}`` as one JSON line over the Unix
 socket ``{ns}.sock`` (engine/process/socket.py), where KEY is the canonical key of the table their request planned
@@ -188,7 +190,7 @@ class Engine(ManifestLog):
 
     def _evict_for(self, nbytes: int) -> None:
         """Drop least-recently-asked unpinned tables until nbytes fits the budget. Readers that
-        mapped an evicted table keep it (unlink frees nothing while it is mapped)."""
+        mapped an evicted table keep it (its memory is freed with the last mapping)."""
         used = sum(e["nbytes"] for e in self.tables.values() if not e["pinned"])
         if used + nbytes <= self.opts.memory_budget_bytes and len(self.tables) < self.max_tables:
             return
