@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from posenc.service.core.settings import Settings
@@ -14,30 +15,9 @@ from posenc.service.front.app import create_app
 from posenc.service.metrics.counters import Metrics
 
 
-def _get(app, path: str) -> int:
-    sent = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(m):
-        sent.append(m)
-
-    scope = {
-        "type": "http",
-        "method": "GET",
-        "path": path,
-        "raw_path": path.encode(),
-        "headers": [(b"host", b"x")],
-        "query_string": b"",
-        "http_version": "1.1",
-        "scheme": "http",
-        "server": ("x", 80),
-        "client": ("y", 1),
-        "root_path": "",
-    }
-    asyncio.run(app(scope, receive, send))
-    return sent[0]["status"]
+async def _get_all(app, paths) -> dict[str, int]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        return {p: (await c.get(p)).status_code for p in paths}
 
 
 def _routes(text: str) -> dict[str, float]:
@@ -54,7 +34,8 @@ def test_each_named_path_is_its_own_route_and_the_rest_are_other(tmp_path):
     front = create_app(Settings(shm_dir=str(tmp_path), namespace="routes", shortcut="off"))
     front.metrics = Metrics(str(tmp_path), "routes")
     try:
-        statuses = {p: _get(front, p) for p in ("/v1/models", "/healthz", "/docs", "/nowhere", "/v1/nothing")}
+        paths = ("/v1/models", "/healthz", "/docs", "/nowhere", "/v1/nothing")
+        statuses = asyncio.run(_get_all(front, paths))
         assert statuses["/v1/models"] == 200 and statuses["/healthz"] == 200, statuses
         assert statuses["/nowhere"] == 404 and statuses["/v1/nothing"] == 404, statuses
         assert _routes(front.metrics.render()) == {"/v1/models": 1, "/healthz": 1, "/docs": 1, "other": 2}
