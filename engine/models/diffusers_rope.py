@@ -20,13 +20,14 @@ from collections.abc import Callable, Mapping
 
 from ..core.errors import SpecError
 from ..core.fields import is_number, json_repr
-from ..tables.rope_spec import INTERLEAVED
+from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
 from .config import LOC, Config, Derived
 
 # How a class builds the positions it rotates by (docs/reference.md lists the request for each):
 IDS = "ids"  # handed in by its pipeline (Flux's img_ids / txt_ids): [n, k] -> position_ids [k][n]
 GRID = "grid"  # its latent's (frame, row, column) grid, integer, row-major
 TEXT_THEN_GRID = "text-then-grid"  # caption tokens on axis 0, then the grid after them
+SEQUENCE = "sequence"  # a 1-D sequence, 0..n-1: plain ``positions``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +56,9 @@ class AxesRope:
         # the rotary width: attention_head_dim, or the axes' sum where the class rotates exactly the
         # axes it is given (its head is dim // n_heads, which it asserts equal to the sum)
         head_dim = sum(axes) if self.head_dim == self.axes else cfg.int(self.head_dim)
-        if isinstance(self.theta, str):
-            theta, theta_loc = cfg.get(self.theta), cfg.loc(self.theta)
-            if not is_number(theta):
-                raise SpecError(theta_loc, f"must be a number, got {json_repr(theta)}")
-        else:  # the class passes a constant, whatever the config says
-            theta, theta_loc = self.theta, (*LOC, "_class_name")
+        theta, theta_loc = _theta(cfg, self.theta)
         return Derived(
-            {"head_dim": head_dim, "rope_theta": float(theta), "axes_dim": axes, "layout": self.layout},
+            {"head_dim": head_dim, "rope_theta": theta, "axes_dim": axes, "layout": self.layout},
             {
                 "head_dim": cfg.loc(self.head_dim),
                 "axes_dim": axes_loc,
@@ -70,6 +66,41 @@ class AxesRope:
                 "layout": (*LOC, "_class_name"),
             },
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceRope:
+    """A 1-D sequence (an audio DiT's frames): a plain rope over ``width(cfg)`` rotary columns (the
+    first of each head where the class rotates part of it), θ from a config key or the class's
+    constant, half-split (rotate_half); positions are the sequence's own, 0..n-1."""
+
+    source: str
+    defaults: Mapping
+    width: Callable[[Config], tuple]  # -> (rotary width, the key it follows from)
+    theta: str | float
+    layout: str = HALF_SPLIT
+    positions: str = SEQUENCE
+
+    def derive(self, raw, layer_type):
+        if layer_type is not None:
+            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
+        cfg = Config(raw, {}, self.defaults)
+        width, key = self.width(cfg)
+        theta, theta_loc = _theta(cfg, self.theta)
+        return Derived(
+            {"head_dim": width, "rope_theta": theta, "layout": self.layout},
+            {"head_dim": cfg.loc(key), "rope_theta": theta_loc, "layout": (*LOC, "_class_name")},
+        )
+
+
+def _theta(cfg: Config, theta) -> tuple[float, tuple]:
+    """θ from the config key ``theta``, or the constant the class passes whatever the config says."""
+    if not isinstance(theta, str):
+        return float(theta), (*LOC, "_class_name")
+    v = cfg.get(theta)
+    if not is_number(v):
+        raise SpecError(cfg.loc(theta), f"must be a number, got {json_repr(v)}")
+    return float(v), cfg.loc(theta)
 
 
 def _axes(cfg: Config, key: str) -> list:
@@ -88,16 +119,38 @@ def wan_axes(cfg: Config) -> list:
     return [hd - 2 * hw, hw, hw]
 
 
-def _wan(file: str, cls: str, head: int = 128) -> AxesRope:
+def chronoedit_axes(cfg: Config) -> list:
+    """ChronoEditRotaryPosEmbed builds Wan's table (2 * (attention_head_dim // 6) columns per spatial
+    axis) but splits it at attention_head_dim // 3: where the two differ its columns mix the axes."""
+    hd = cfg.int("attention_head_dim")
+    if hd // 3 != 2 * (hd // 6):
+        raise SpecError(
+            cfg.loc("attention_head_dim"),
+            f"ChronoEdit builds 2 * ({hd} // 6) = {2 * (hd // 6)} columns per spatial axis and splits them at "
+            f"{hd} // 3 = {hd // 3}, which mixes its axes; posenc reads head widths where the two agree",
+        )
+    return wan_axes(cfg)
+
+
+def _wan(file: str, cls: str, head: int = 128, axes=wan_axes) -> AxesRope:
     # WanRotaryPosEmbed(attention_head_dim, patch_size, rope_max_seq_len): get_1d_rotary_pos_embed
     # (use_real, repeat_interleave_real) per axis, θ 10000; its table stops at rope_max_seq_len
     return AxesRope(
         f"{file} ({cls})",
         {"attention_head_dim": head},
-        wan_axes,
+        axes,
         10000.0,
         GRID,
     )
+
+
+def _split(key: str, heads: str, div: int = 1) -> Callable[[Config], tuple]:
+    """The rotary width ``(cfg[key] // cfg[heads]) // div`` and the key it follows from."""
+    return lambda cfg: ((cfg.int(key) // cfg.int(heads)) // div, key)
+
+
+def _key(key: str) -> Callable[[Config], tuple]:
+    return lambda cfg: (cfg.int(key), key)
 
 
 def _flux_like(file: str, cls: str, axes, theta, head: int = 128, theta_key: str | None = None) -> AxesRope:
@@ -179,6 +232,55 @@ CLASSES: dict[str, dict] = {
     },
     # AnyFlowRotaryPosEmbed: Wan's axes and θ, complex freqs (polar): pairs (2k, 2k+1)
     "AnyFlowTransformer3DModel": {"rope": _wan("transformer_anyflow.py", "AnyFlowRotaryPosEmbed")},
+    # ChronoEditRotaryPosEmbed: Wan's, except that a two-frame latent takes the frames 0 and
+    # rope_temporal_skip_len - 1 of the table
+    "ChronoEditTransformer3DModel": {
+        "rope": _wan("transformer_chronoedit.py", "ChronoEditRotaryPosEmbed", axes=chronoedit_axes)
+    },
+    # HeliosRotaryPosEmbed(rope_dim, rope_theta): float32 frequencies per axis, repeat_interleave(2),
+    # at the caller's frame indices and the latent's rows and columns
+    "HeliosTransformer3DModel": {
+        "rope": AxesRope(
+            "transformer_helios.py (HeliosRotaryPosEmbed)",
+            {"attention_head_dim": 128, "rope_dim": [44, 42, 42], "rope_theta": 10000.0},
+            "rope_dim",
+            "rope_theta",
+            GRID,
+        )
+    },
+    # 1-D audio DiTs: a plain half-split rope over the sequence
+    "AceStepTransformer1DModel": {
+        "rope": SequenceRope(
+            "ace_step_transformer.py (_ace_step_rotary_freqs, get_1d_rotary_pos_embed)",
+            {"head_dim": 128, "rope_theta": 1000000.0},
+            _key("head_dim"),
+            "rope_theta",
+        )
+    },
+    "StableAudio3DiTModel": {  # StableAudio3RotaryEmbedding(dim_heads // 2): half of each head rotates
+        "rope": SequenceRope(
+            "transformer_stable_audio3.py (StableAudio3RotaryEmbedding)",
+            {"embed_dim": 1536, "num_heads": 24},
+            _split("embed_dim", "num_heads", 2),
+            10000.0,
+        )
+    },
+    "MiniMaxMusic3Transformer1DModel": {  # the first rotary_dim columns of each head rotate
+        "rope": SequenceRope(
+            "transformer_minimax_music3.py (MiniMaxMusic3RotaryEmbedding)",
+            {"rotary_dim": 32},
+            _key("rotary_dim"),
+            10000.0,
+        )
+    },
+    "LongCatAudioDiTTransformer": {  # AudioDiTRotaryEmbedding(dit_dim // dit_heads, 2048, base=100000.0)
+        "rope": SequenceRope(
+            "transformer_longcat_audio_dit.py (AudioDiTRotaryEmbedding)",
+            {"dit_dim": 1536, "dit_heads": 24},
+            _split("dit_dim", "dit_heads"),
+            100000.0,
+        )
+    },
     # Lumina2RotaryPosEmbed(theta=10000, axes_dim=axes_dim_rope): complex freqs_cis per axis, gathered
     # at the caption's (i, 0, 0) and the image's (c, row, column); its table stops at axes_lens
     "Lumina2Transformer2DModel": {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import warnings
 
 import httpx
@@ -41,17 +42,14 @@ PIPELINE = "its pipeline builds the rotary embedding (image_rotary_emb), not the
 FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
 SHARED = "one frequency set dealt over the axes in a half-split layout: not read yet"
 NOT_READ = {
-    "AceStepTransformer1DModel": "1-D, half-split: not read yet",
     "AllegroTransformer3DModel": PIPELINE,
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "BriaFibo2Transformer2DModel": "its own rope module: not read yet",
-    "ChronoEditTransformer3DModel": "Wan's axes with a temporal skip for two frames: not read yet",
     "CogView4Transformer2DModel": SHARED,
     "Cosmos3OmniTransformer": "a transformers-style multimodal text rotary class with fps: not read yet",
     "CosmosTransformer3DModel": FRACTIONAL,
     "EasyAnimateTransformer3DModel": PIPELINE,
     "GlmImageTransformer2DModel": SHARED,
-    "HeliosTransformer3DModel": "frame indices from the caller, per-axis float32 frequencies: not read yet",
     "HiDreamImageTransformer2DModel": "2x2 rotation matrices; its defaults do not build: not read yet",
     "HunyuanDiT2DModel": PIPELINE,
     "Ideogram4Transformer2DModel": "multi-axis mrope of its own: not read yet",
@@ -62,10 +60,8 @@ NOT_READ = {
     "Kandinsky6Transformer3DModel": FRACTIONAL,
     "LTX2VideoTransformer3DModel": FRACTIONAL,
     "LTXVideoTransformer3DModel": FRACTIONAL,
-    "LongCatAudioDiTTransformer": "1-D, half-split: not read yet",
     "LuminaNextDiT2DModel": PIPELINE,
     "MiniMaxH3Transformer3DModel": SHARED,
-    "MiniMaxMusic3Transformer1DModel": "1-D, half-split, partial: not read yet",
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
     "NucleusMoEImageTransformer2DModel": FRACTIONAL,
     "OmniGenTransformer2DModel": "Phi-3's su-scaled rotary class of its own; its defaults do not build: not read yet",
@@ -74,7 +70,6 @@ NOT_READ = {
     "QwenImageTransformer2DModel": FRACTIONAL,
     "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
     "SanaWMTransformer3DModel": FRACTIONAL,
-    "StableAudio3DiTModel": "1-D, half-split, partial: not read yet",
     "StableAudioDiTModel": PIPELINE,
     "WanAnimate2Transformer3DModel": "its own rope_apply over grid sizes: not read yet",
 }
@@ -133,6 +128,8 @@ def _built(name, config=None):
         warnings.simplefilter("ignore")
         with torch.device("meta"):
             probe = cls.from_config(config)
+        if attr is None:  # no positional module: the call reads the model's own attributes
+            return probe, probe
         with _on_cpu([type(getattr(probe, attr))]), torch.device("meta"):
             model = cls.from_config(config)
     return model, getattr(model, attr)
@@ -189,6 +186,46 @@ def _framepack_call(module, grid):
     )
 
 
+def _helios_call(module, grid):
+    """HeliosRotaryPosEmbed(frame_indices [b, f], height, width): [b, 2d, f, h, w], cos then sin."""
+    f, h, w = grid
+    out = module(frame_indices=torch.arange(f)[None], height=h, width=w, device=torch.device("cpu"))[0]
+    d = out.shape[0] // 2
+    return out[:d].reshape(d, -1).T.double().numpy(), out[d:].reshape(d, -1).T.double().numpy()
+
+
+def _ace_step_call(module, n):
+    """ace_step_transformer._ace_step_rotary_freqs(seq_len, head_dim, theta, ...), as its forward calls it."""
+    model = module
+    return _real(
+        sys.modules[type(model).__module__]._ace_step_rotary_freqs(
+            n, model.head_dim, model.rope_theta, torch.device("cpu"), torch.float32
+        )
+    )
+
+
+SEQUENCE_CALLS = {
+    "StableAudio3DiTModel": lambda m, n: _real(_cat_cos_sin(m(n, torch.device("cpu")))),
+    "MiniMaxMusic3Transformer1DModel": lambda m, n: _real(m(n, torch.device("cpu"))),
+    "LongCatAudioDiTTransformer": lambda m, n: _real(m(torch.zeros(1, n, 1))),
+    "AceStepTransformer1DModel": _ace_step_call,
+}
+# other sizes where halving the defaults is not a config the class takes
+OTHER_SIZES = {
+    "HeliosTransformer3DModel": {"rope_dim": [32, 16, 16], "attention_head_dim": 64},
+    "ChronoEditTransformer3DModel": {"attention_head_dim": 96},  # a width its two splits agree on
+    "StableAudio3DiTModel": {"embed_dim": 768},
+    "MiniMaxMusic3Transformer1DModel": {"rotary_dim": 16},
+    "LongCatAudioDiTTransformer": {"dit_dim": 768},
+    "AceStepTransformer1DModel": {"head_dim": 64},
+}
+
+
+def _cat_cos_sin(angles):
+    """StableAudio3RotaryEmbedding returns raw angles cat((freqs, freqs)); its attention takes their cos and sin."""
+    return torch.cos(angles), torch.sin(angles)
+
+
 def _anyflow_call(module, grid):
     f, h, w = grid
     cfg = {"total_frames": f, "full_frame_shape": (h, w)}
@@ -230,6 +267,13 @@ ATTR = {
 }
 CALL = {name: IDS_CALLS[attr] for name, attr in ATTR.items()}
 CALL["ErnieImageTransformer2DModel"] = _ernie_call
+ATTR.update(
+    StableAudio3DiTModel="rotary_pos_emb",
+    MiniMaxMusic3Transformer1DModel="rotary_emb",
+    LongCatAudioDiTTransformer="rotary_embed",
+    AceStepTransformer1DModel=None,  # a function of its module, called with the model's own attributes
+)
+CALL.update(SEQUENCE_CALLS)
 for _name in diffusers_rope.CLASSES:
     if _name not in ATTR:
         ATTR[_name] = "rope"
@@ -237,6 +281,8 @@ for _name in diffusers_rope.CLASSES:
         CALL[_name] = (
             _framepack_call
             if "Framepack" in src
+            else _helios_call
+            if "Helios" in src
             else _anyflow_call
             if "AnyFlow" in src
             else _hunyuan_call
@@ -249,6 +295,9 @@ def _positions(name, module, grid):
     """The positions the model builds for ``grid`` (position_ids [k, n]) and its module's cos/sin."""
     record = diffusers_rope.CLASSES[name]["rope"]
     f, h, w = grid
+    if record.positions == diffusers_rope.SEQUENCE:
+        n = f * h * w
+        return np.arange(n)[None], CALL[name](module, n)
     if record.positions == diffusers_rope.GRID:
         two_d = len(getattr(module, "rope_dim", (0, 0, 0))) == 2
         pid = _grid_ids(1, h, w)[1:] if two_d else _grid_ids(f, h, w)
@@ -271,6 +320,13 @@ def _positions(name, module, grid):
     return pid, CALL[name](module, pid)
 
 
+def _sel(name, pid) -> dict:
+    """The request's selection: plain positions for a 1-D sequence, position_ids otherwise."""
+    if diffusers_rope.CLASSES[name]["rope"].positions == diffusers_rope.SEQUENCE:
+        return {"positions": pid[0].tolist()}
+    return {"position_ids": pid.tolist()}
+
+
 def _check(got, cos, sin, pid, what):
     tol = hf_zoo.tolerance(pid.max(axis=0), 1.0)
     assert_close(got["cos"], cos, atol=tol, what=f"{what} cos")
@@ -289,9 +345,9 @@ def test_class_vs_its_own_positional_module(name):
     saved = _saved(name)
     for grid in GRIDS:
         pid, (cos, sin) = _positions(name, module, grid)
-        full = compute("rope", {"hf_config": json.loads(json.dumps(saved)), "position_ids": pid.tolist()})
+        full = compute("rope", {"hf_config": json.loads(json.dumps(saved)), **_sel(name, pid)})
         _check(full, cos, sin, pid, f"{name} {grid} (saved config)")
-        bare = compute("rope", {"hf_config": {"_class_name": name}, "position_ids": pid.tolist()})
+        bare = compute("rope", {"hf_config": {"_class_name": name}, **_sel(name, pid)})
         _check(bare, cos, sin, pid, f"{name} {grid} (_class_name alone)")
         assert bare["spec"] == full["spec"]
 
@@ -303,7 +359,9 @@ def test_a_config_of_other_sizes_is_read_as_the_class_reads_it(name):
     change = {}
     if isinstance(record.theta, str):
         change[record.theta] = 500.0
-    if isinstance(record.axes, str):
+    if name in OTHER_SIZES:
+        change.update(OTHER_SIZES[name])
+    elif isinstance(record.axes, str):
         axes = record.defaults[record.axes]
         change[record.axes] = [a // 2 for a in axes]
         if record.head_dim != record.axes:
@@ -314,7 +372,7 @@ def test_a_config_of_other_sizes_is_read_as_the_class_reads_it(name):
         change["attention_head_dim"] = 64
     _, module = _built(name, change)
     pid, (cos, sin) = _positions(name, module, GRIDS[0])
-    got = compute("rope", {"hf_config": {"_class_name": name, **change}, "position_ids": pid.tolist()})
+    got = compute("rope", {"hf_config": {"_class_name": name, **change}, **_sel(name, pid)})
     _check(got, cos, sin, pid, f"{name} {change}")
 
 
@@ -340,6 +398,15 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
             },
         )
     assert e.value.loc == ("hf_config", "rope_axes_dim"), e.value
+    with pytest.raises(SpecError) as e:  # a width ChronoEdit's own module would mix its axes at
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "ChronoEditTransformer3DModel", "attention_head_dim": 64},
+                "position_ids": [[0], [0], [0]],
+            },
+        )
+    assert e.value.loc == ("hf_config", "attention_head_dim") and "mixes its axes" in e.value.msg, e.value
 
 
 # -- over HTTP -----------------------------------------------------------------------------------
@@ -356,7 +423,7 @@ def http(tmp_path_factory, request):
 def test_class_over_http(http, name):
     _, module = _built(name)
     pid, (cos, sin) = _positions(name, module, GRIDS[0])
-    body = {"hf_config": _saved(name), "position_ids": pid.tolist()}
+    body = {"hf_config": _saved(name), **_sel(name, pid)}
     r = http.post("/v1/rope", json=body, headers={"accept": "application/x-safetensors"})
     assert r.status_code == 200, (name, r.text[:300])
     arrays, _ = read_safetensors(r.content)
