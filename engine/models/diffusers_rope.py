@@ -18,16 +18,27 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from ..core.errors import SpecError
 from ..core.fields import is_number, json_repr
 from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
+from . import grid as model_grid
 from .config import LOC, Config, Derived
 
 # How a class builds the positions it rotates by (docs/reference.md lists the request for each):
 IDS = "ids"  # handed in by its pipeline (Flux's img_ids / txt_ids): [n, k] -> position_ids [k][n]
 GRID = "grid"  # its latent's (frame, row, column) grid, integer, row-major
-TEXT_THEN_GRID = "text-then-grid"  # caption tokens on axis 0, then the grid after them
+TEXT_THEN_GRID = "text-then-grid"  # caption tokens (i, 0, 0), then the image at (text, row, column)
+IMAGE_THEN_TEXT = "image-then-text"  # the image at (text, row, column), then the caption's (i, 0, 0)
 SEQUENCE = "sequence"  # a 1-D sequence, 0..n-1: plain ``positions``
+# the ``grid`` keys of each way of building positions from a token grid (models/grid.py), and the
+# ones required; IDS and SEQUENCE take no grid
+GRID_KEYS = {
+    GRID: (("frames", "height", "width"), ("height", "width")),
+    TEXT_THEN_GRID: (("text", "height", "width"), ("height", "width")),
+    IMAGE_THEN_TEXT: (("text", "height", "width"), ("height", "width")),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +55,16 @@ class AxesRope:
     positions: str
     layout: str = INTERLEAVED
     head_dim: str = "attention_head_dim"
+    # ChronoEdit: a two-frame latent takes the frames 0 and cfg[two_frames_key] - 1
+    two_frames_key: str | None = None
 
-    def derive(self, raw, layer_type):
+    @property
+    def grid_keys(self):
+        """The grid keys this class's positions are built from (None: position_ids only)."""
+        keys = GRID_KEYS.get(self.positions)
+        return None if keys is None else keys[0]
+
+    def derive(self, raw, layer_type, grid=None):
         if layer_type is not None:
             raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
         cfg = Config(raw, {}, self.defaults)
@@ -57,7 +76,7 @@ class AxesRope:
         # axes it is given (its head is dim // n_heads, which it asserts equal to the sum)
         head_dim = sum(axes) if self.head_dim == self.axes else cfg.int(self.head_dim)
         theta, theta_loc = _theta(cfg, self.theta)
-        return Derived(
+        d = Derived(
             {"head_dim": head_dim, "rope_theta": theta, "axes_dim": axes, "layout": self.layout},
             {
                 "head_dim": cfg.loc(self.head_dim),
@@ -66,6 +85,35 @@ class AxesRope:
                 "layout": (*LOC, "_class_name"),
             },
         )
+        if grid is not None:  # else the request's position_ids are the positions
+            d.fields["position_ids"] = self.tokens(cfg, grid, len(axes))
+            d.origin["position_ids"] = model_grid.LOC
+        return d
+
+    def tokens(self, cfg: Config, grid, k: int) -> np.ndarray:
+        """The positions the class builds for ``grid``: each axis's index of every token, [k, n]."""
+        keys, required = GRID_KEYS[self.positions]
+        sizes = model_grid.parse(grid, keys, required)
+        h, w = sizes["height"], sizes["width"]
+        if self.positions == GRID:
+            f = sizes.get("frames", 1)
+            if k == 2:
+                if f != 1:
+                    raise SpecError(
+                        (*model_grid.LOC, "frames"), "this config's rotary axes are 2-D (rows, columns)"
+                    )
+                return model_grid.indices((h, w))
+            ids = model_grid.indices((f, h, w))
+            if f == 2 and self.two_frames_key is not None:
+                ids[0] *= cfg.int(self.two_frames_key) - 1
+            return ids
+        text = sizes.get("text", 0)
+        image = model_grid.indices((1, h, w))
+        image[0] = text
+        caption = np.zeros((3, text), dtype=np.int64)
+        caption[0] = np.arange(text)
+        parts = (caption, image) if self.positions == TEXT_THEN_GRID else (image, caption)
+        return np.concatenate(parts, axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +128,7 @@ class SequenceRope:
     theta: str | float
     layout: str = HALF_SPLIT
     positions: str = SEQUENCE
+    grid_keys = None  # a sequence, not a token grid: plain positions
 
     def derive(self, raw, layer_type):
         if layer_type is not None:
@@ -132,15 +181,16 @@ def chronoedit_axes(cfg: Config) -> list:
     return wan_axes(cfg)
 
 
-def _wan(file: str, cls: str, head: int = 128, axes=wan_axes) -> AxesRope:
+def _wan(file: str, cls: str, head: int = 128, axes=wan_axes, **more) -> AxesRope:
     # WanRotaryPosEmbed(attention_head_dim, patch_size, rope_max_seq_len): get_1d_rotary_pos_embed
     # (use_real, repeat_interleave_real) per axis, θ 10000; its table stops at rope_max_seq_len
     return AxesRope(
         f"{file} ({cls})",
-        {"attention_head_dim": head},
+        {"attention_head_dim": head, **more},
         axes,
         10000.0,
         GRID,
+        two_frames_key="rope_temporal_skip_len" if more else None,
     )
 
 
@@ -235,7 +285,12 @@ CLASSES: dict[str, dict] = {
     # ChronoEditRotaryPosEmbed: Wan's, except that a two-frame latent takes the frames 0 and
     # rope_temporal_skip_len - 1 of the table
     "ChronoEditTransformer3DModel": {
-        "rope": _wan("transformer_chronoedit.py", "ChronoEditRotaryPosEmbed", axes=chronoedit_axes)
+        "rope": _wan(
+            "transformer_chronoedit.py",
+            "ChronoEditRotaryPosEmbed",
+            axes=chronoedit_axes,
+            rope_temporal_skip_len=8,
+        )
     },
     # HeliosRotaryPosEmbed(rope_dim, rope_theta): float32 frequencies per axis, repeat_interleave(2),
     # at the caller's frame indices and the latent's rows and columns
@@ -301,7 +356,7 @@ CLASSES: dict[str, dict] = {
             {"axes_dims": [32, 48, 48], "rope_theta": 256.0},
             "axes_dims",
             "rope_theta",
-            TEXT_THEN_GRID,
+            IDS,
             head_dim="axes_dims",
         )
     },
@@ -313,7 +368,7 @@ CLASSES: dict[str, dict] = {
             {"rope_axes_dim": [32, 48, 48], "rope_theta": 256},
             "rope_axes_dim",
             "rope_theta",
-            IDS,
+            IMAGE_THEN_TEXT,
             head_dim="rope_axes_dim",
         )
     },
