@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from ..core.errors import SpecError
 from ..core.fields import is_int, json_repr, require_object
 from ..tables.rope_spec import INTERLEAVED
+from . import grid_rules
 from .config import LOC, Config, Derived, RopeModel
 
 
@@ -65,20 +66,28 @@ def _size(cfg: Config, name: str) -> int | list:
 class GridModel:
     """A model whose positions are a fixed sin-cos grid: ``read(cfg)`` gives the spec fields and
     where each came from; ``refuse(cfg)`` refuses a config of the type whose positions are not
-    that grid (the key that says so)."""
+    that grid (the key that says so); ``grid`` (grid_rules.py) is how the table follows the token
+    grid a request names, where the model builds it for its latent."""
 
     source: str
     read: object
     defaults: Mapping = dataclasses.field(default_factory=dict)
     refuse: object = None
+    grid: grid_rules.GridRule | None = None
 
-    def derive(self, raw, layer_type):
+    @property
+    def grid_keys(self) -> tuple | None:
+        return None if self.grid is None else self.grid.keys
+
+    def derive(self, raw, layer_type, grid=None):
         if layer_type is not None:
             raise SpecError(("layer_type",), "sin-cos grid configs have no layer types")
         cfg = Config(raw, {}, self.defaults)
         if self.refuse is not None:
             self.refuse(cfg)
         fields, origin = self.read(cfg)
+        if grid is not None:  # without one: the table of the config's own sample size
+            fields, origin = grid_rules.apply(self.grid, cfg, fields, origin, grid)
         return Derived(fields, origin)
 
 
@@ -105,7 +114,7 @@ def _sd3(cfg):
     # the pos_embed_max_size² table with base_size = sample_size // patch_size (no max size: the
     # sample's own grid)
     sample, patch = cfg.int("sample_size"), cfg.int("patch_size")
-    size = cfg.get("pos_embed_max_size")
+    size = cfg.raw.get("pos_embed_max_size", cfg.defaults["pos_embed_max_size"])  # null: no max size
     grid = sample // patch if size is None else size
     return (
         {"embed_dim": _inner_dim(cfg), "grid_size": grid, "base_size": sample // patch},
@@ -252,6 +261,7 @@ CLASSES = {
                 "attention_head_dim": 64,
                 "pos_embed_max_size": 96,
             },
+            grid=grid_rules.PATCH_EMBED,
         )
     },
     "CogVideoXTransformer3DModel": {
@@ -271,6 +281,7 @@ CLASSES = {
                 "temporal_interpolation_scale": 1.0,
             },
             _cogvideox_refuse,
+            grid_rules.VIDEO,
         )
     },
 }
