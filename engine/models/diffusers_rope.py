@@ -2,20 +2,20 @@
 reads the config as the class's own code does (diffusers 0.42.1, models/transformers/*.py and
 models/embeddings.py). registry.CLASSES holds them beside vision.CLASSES and diffusers_grid.CLASSES.
 
-Every class read here rotates each head by a frequency set per axis (``get_1d_rotary_pos_embed`` or
-a copy of it: axis a's θ^(−2j/axes_dim[a]) over its own block of axes_dim[a] columns, the blocks
-concatenated in axis order), which is posenc's ``axes_dim`` rope; the record says where the config
-keeps the axes' widths and θ, and how the class pairs the columns (``layout``). The positions are
-the ones the model builds (its frame/row/column grid, its text tokens, the ids its pipeline hands
-in), given as ``position_ids``, one list per axis (docs/reference.md, "diffusers rotary
-transformers"). engine/models/diffusers_zoo.json (tests/tools/diffusers_zoo.py) catalogues every
-class of the pinned diffusers and its positional kind; tests/engine/test_diffusers_zoo.py holds each
-record to the class's own positional module.
+Each record is one of the readings below (a frequency set per axis, posenc's ``axes_dim``, for most:
+``get_1d_rotary_pos_embed`` and its copies) with where the config keeps the axes' widths and θ and
+how the class pairs the columns. The positions are the ones the class builds, given as
+``position_ids`` (one list per axis) or, for a 1-D sequence, ``positions`` (docs/reference.md,
+diffusers). engine/models/diffusers_zoo.json (tests/tools/diffusers_zoo.py) catalogues every class of the pinned
+diffusers and its positional kind; tests/engine/test_diffusers_zoo.py holds each record to the
+class's own positional module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -26,7 +26,6 @@ from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
 from . import grid as model_grid
 from .config import LOC, Config, Derived
 
-# How a class builds the positions it rotates by (docs/reference.md lists the request for each):
 IDS = "ids"  # handed in by its pipeline (Flux's img_ids / txt_ids): [n, k] -> position_ids [k][n]
 GRID = "grid"  # its latent's (frame, row, column) grid, integer, row-major
 TEXT_THEN_GRID = "text-then-grid"  # caption tokens (i, 0, 0), then the image at (text, row, column)
@@ -139,6 +138,48 @@ class SequenceRope:
         return Derived(
             {"head_dim": width, "rope_theta": theta, "layout": self.layout},
             {"head_dim": cfg.loc(key), "rope_theta": theta_loc, "layout": (*LOC, "_class_name")},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class InterleavedMrope:
+    """Cosmos 3's Cosmos3VLTextRotaryEmbedding: Qwen3-VL's multimodal rope (one frequency set over
+    head_dim, dealt to (t, h, w) interleaved by ``rope_axes_dim``, else ``rope_scaling``'s
+    ``mrope_section``, else [24, 20, 20]), half-split; position_ids [3][n] from its forward."""
+
+    source: str
+    defaults: Mapping
+    positions = IDS
+    grid_keys = None
+
+    def derive(self, raw, layer_type, grid=None):
+        if layer_type is not None:
+            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
+        cfg = Config(raw, {}, self.defaults)
+        section, where = cfg.get("rope_axes_dim"), cfg.loc("rope_axes_dim")
+        if section is None:
+            scaling = cfg.block("rope_scaling") or {}
+            section, where = (
+                scaling.get("mrope_section", [24, 20, 20]),
+                (*cfg.loc("rope_scaling"), "mrope_section"),
+            )
+        theta, theta_loc = _theta(cfg, "rope_theta")
+        here = (*LOC, "_class_name")
+        return Derived(
+            {
+                "head_dim": cfg.int("head_dim"),
+                "rope_theta": theta,
+                "mrope_section": section,
+                "mrope_interleaved": True,
+                "layout": HALF_SPLIT,
+            },
+            {
+                "head_dim": cfg.loc("head_dim"),
+                "rope_theta": theta_loc,
+                "mrope_section": where,
+                "mrope_interleaved": here,
+                "layout": here,
+            },
         )
 
 
@@ -303,6 +344,24 @@ CLASSES: dict[str, dict] = {
             GRID,
         )
     },
+    # HiDreamImageEmbedND(theta=10000, axes_dim=axes_dims_rope): 2x2 rotation matrices per pair of
+    # columns; it rotates the first sum(axes_dims_rope) columns of each head (all, or the first half)
+    "HiDreamImageTransformer2DModel": {
+        "rope": AxesRope(
+            "transformer_hidream_image.py (HiDreamImageEmbedND)",
+            {"axes_dims_rope": [32, 32]},
+            "axes_dims_rope",
+            10000.0,
+            IDS,
+            head_dim="axes_dims_rope",
+        )
+    },
+    "Cosmos3OmniTransformer": {
+        "rope": InterleavedMrope(
+            "transformer_cosmos3.py (Cosmos3VLTextRotaryEmbedding)",
+            {"head_dim": 128, "rope_theta": 5000000.0},
+        )
+    },
     # 1-D audio DiTs: a plain half-split rope over the sequence
     "AceStepTransformer1DModel": {
         "rope": SequenceRope(
@@ -360,6 +419,17 @@ CLASSES: dict[str, dict] = {
             head_dim="axes_dims",
         )
     },
+    # Bria-Fibo 2: Z-Image's RopeEmbedder, copied (position_ids: the ids its forward builds)
+    "BriaFibo2Transformer2DModel": {
+        "rope": AxesRope(
+            "transformer_bria_fibo2.py (RopeEmbedder)",
+            {"axes_dims": [32, 48, 48], "rope_theta": 256.0},
+            "axes_dims",
+            "rope_theta",
+            IDS,
+            head_dim="axes_dims",
+        )
+    },
     # ErnieImageEmbedND3: raw angles [a0, a0, a1, a1, ...] per axis (its attention takes their cos
     # and sin and pairs k with k + d/2 over them); image (text length, row, column), then text (i, 0, 0)
     "ErnieImageTransformer2DModel": {
@@ -373,3 +443,8 @@ CLASSES: dict[str, dict] = {
         )
     },
 }
+
+# The rotary classes of diffusers 0.42.1 not read, and why (engine/models/diffusers_zoo.json, written by
+# tests/tools/diffusers_zoo.py): GET /v1/models lists them, and a config of one is a 422 that says why.
+_CATALOGUE = json.loads(pathlib.Path(__file__).with_name("diffusers_zoo.json").read_text())
+UNREAD: dict[str, str] = _CATALOGUE.get("unread", {})
