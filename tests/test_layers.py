@@ -332,12 +332,7 @@ SERVICE_LAYER_IMPORTS = {
 SERVICE_FACE = {"posenc.service", "posenc.service.client"}
 # imports against the order, each held until its reason is gone (a stale entry fails too); a new
 # entry needs a reason
-SERVICE_EXCEPTIONS = {
-    # the answer's bounds and JSON blocks, which /v1 and v2 share: front/sizing.py goes to core/
-    # once its rework (the family describes its answer's arrays) has landed
-    ("posenc.service.v2.infer", "posenc.service.front.sizing"),
-    ("posenc.service.v2.rest", "posenc.service.front.sizing"),
-}
+SERVICE_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def service_layer_of(module: str) -> str | None:

@@ -20,7 +20,7 @@ spec only parse their selections.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -77,7 +77,13 @@ class Request:
         self.shown = shown
 
     def nbytes(self) -> int:
+        """The answer's arrays' bytes (a scalar: 8)."""
         return self.family.output_nbytes(self.spec, self.sel, self.dtype)
+
+    def shapes(self) -> list[tuple]:
+        """(name, shape, numpy dtype name) of each array of the answer, in its order (a scalar's
+        shape None): the family's ``outputs`` for this request."""
+        return self.family.output_shapes(self.spec, self.sel, self.dtype)
 
     def reach(self) -> int | None:
         """How long ``table`` must be to hold every row this request reads (None: any length)."""
@@ -195,16 +201,29 @@ def parse(family: str, body: Mapping, length: int = DEFAULT_LENGTH, named: Named
     return Request(fam, spec, sel, dtype, body, fam.table_for(spec, dtype, sel, length), shown)
 
 
-def check(req: Request, max_bytes: int | None = DEFAULT_MAX_BYTES, max_positions: int | None = None) -> int:
+def check(
+    req: Request,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    max_positions: int | None = None,
+    size: Callable[[Request, int | None], int] | None = None,
+) -> int:
     """Every limit, before anything is allocated: positions per selection and response bytes
-    (413), then what would overflow the dtype (422 at dtype). Returns the response's bytes."""
+    (413), then what would overflow the dtype (422 at dtype). Returns the response's bytes.
+
+    The response's bytes are its arrays' (``Request.nbytes``, what ``posenc compute`` and the
+    readers hold to ``max_bytes``), or ``size(req, max_bytes)``'s: the bytes of the body a way in
+    sends (the HTTP service's, in the negotiated format: service/core/sizing.py), which raises
+    its own TooLarge when they pass ``max_bytes``."""
     if max_positions is not None:
         for name, s in req.sel.items():
             if s.n > max_positions:
                 raise TooManyPositions(name, s.n, max_positions)
-    nbytes = req.nbytes()
-    if max_bytes is not None and nbytes > max_bytes:
-        raise TooLarge(nbytes, max_bytes)
+    if size is not None:
+        nbytes = size(req, max_bytes)
+    else:
+        nbytes = req.nbytes()
+        if max_bytes is not None and nbytes > max_bytes:
+            raise TooLarge(nbytes, max_bytes)
     req.family.precheck(req.spec, req.sel, req.dtype)
     return nbytes
 

@@ -29,7 +29,7 @@ from ..core.fields import (
     require_object,
 )
 from ..core.selection import Selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
 
 MODES = ("causal", "symmetric")
 MAX_HEADS = 1 << 16
@@ -139,16 +139,18 @@ class Alibi(Family):
     name = "alibi"
     fields = ("num_heads", "heads", "max_bias", "mode", "mask_future", "query", "key", "dtype")
     selections = ("query", "key")
-    dtyped = frozenset({"bias"})
-    batched = frozenset({"bias"})
-    returns = "bias [len(heads), n_query, n_key], slopes [len(heads)] float32"
+    outputs = (
+        Output(
+            "bias",
+            ("len(heads)", "n_query", "n_key"),
+            lambda spec, sel: (len(spec.head_index), sel["query"].n, sel["key"].n),
+            batched=True,
+        ),
+        Output("slopes", ("len(heads)",), lambda spec, sel: (len(spec.head_index),), "float32"),
+    )
 
     def parse_spec(self, req):
         return parse_spec(req)
-
-    def output_nbytes(self, spec, sel, dtype):
-        h = len(spec.head_index)
-        return h * sel["query"].n * sel["key"].n * _dt.DTYPES[dtype].itemsize + h * 4
 
     def precheck(self, spec, sel, dtype):
         # a block whose largest bias would round to infinity in the dtype: 422 on dtype, decided
@@ -258,10 +260,6 @@ class Alibi(Family):
             "key": SELECTION_SCHEMA,
             "dtype": DTYPE_SCHEMA,
         },
-    }
-    answer = {
-        "bias": json_array(3, "[len(heads), n_query, n_key]"),
-        "slopes": json_array(1, "[len(heads)] float32"),
     }
     examples = {
         "decode row, 32 heads": {

@@ -1,9 +1,11 @@
 """What every table family provides, and the stored-table identity they share.
 
 A family is one object (``Family``) that owns everything about it: its request fields and
-selections, strict parsing, the float64 reference ``compute``, which arrays take the requested
-dtype, the table it stores in shared memory (layout and fill), how a mapped view of that table
-answers a selection, its OpenAPI schema and examples, and its hot-path template factory. Routes,
+selections, strict parsing, its answer's arrays (``outputs``: the one description of their
+names, shapes and dtypes, from which their bytes, the JSON answer's schema and which arrays take
+the requested dtype are derived), the float64 reference ``compute``, the table it stores in shared
+memory (layout and fill), how a mapped view of that table answers a selection, its OpenAPI
+request schema and examples, and its hot-path template factory. Routes,
 metric labels, CLI choices, the engine's config and the docs iterate ``posenc.engine.tables.FAMILIES``;
 nothing outside a family's module asks which family it is holding.
 
@@ -19,7 +21,8 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -67,15 +70,59 @@ SELECTION_SCHEMA = {
 DTYPE_SCHEMA = {"type": "string", "enum": list(DTYPES), "default": DEFAULT_DTYPE}
 # Request pieces that OpenAPI names once (components) wherever a family's schema holds them.
 SHARED_SCHEMAS = {"Selection": SELECTION_SCHEMA, "Dtype": DTYPE_SCHEMA}
+# The ``spec`` of a JSON answer to an hf_config or table body (engine/answer/pipeline.py ``shown``).
+ANSWER_SPEC_SCHEMA = {
+    "type": "object",
+    "description": "the spec fields the body's hf_config or table stood for (only for such a body)",
+}
 
 
-def json_array(ndim: int, description: str, item: str = "number") -> dict:
-    """The JSON answer's schema of one array: ``ndim`` nested lists of ``item`` (bfloat16 and
-    float16 values are written as their float values)."""
-    schema: dict = {"type": item}
-    for _ in range(ndim):
-        schema = {"type": "array", "items": schema}
-    return {**schema, "description": description}
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One array of a family's answer: the one description of it that everything else reads (the
+    answer's bytes before it exists, ``Family.output_nbytes``, the service's size bounds, the JSON
+    answer's schema in OpenAPI, which arrays take the dtype or a v2 batch, the docs' line).
+
+    ``axes`` name its dimensions for the docs (``("n", "d")``); ``shape(spec, sel)`` gives their
+    sizes for a parsed request. A scalar (rope's ``attention_scaling``) has no axes and no shape: a
+    JSON number, a 0-d float64 array in binary answers."""
+
+    name: str
+    axes: tuple[str, ...]
+    shape: Callable[[Any, Mapping[str, Selection]], tuple[int, ...]] | None
+    dtype: str | None = None  # None: the request's dtype; else a numpy dtype name, always the same
+    batched: bool = False  # shaped by the selections: a KServe v2 batch of B selections adds a B axis
+    note: str = ""  # what the values mean, after the axes and the dtype
+
+    @property
+    def dims(self) -> str:
+        """``[axes] dtype`` (the dtype when it is fixed; nothing for a scalar)."""
+        if not self.axes:
+            return ""
+        return f"[{', '.join(self.axes)}]" + ("" if self.dtype is None else f" {self.dtype}")
+
+    @property
+    def description(self) -> str:
+        """The docs' and the JSON schema's text: its dims, then the note."""
+        return self.dims + self.note
+
+    @property
+    def json_schema(self) -> dict:
+        """Its JSON answer's schema: nested lists, one per axis (bfloat16 and float16 values are
+        written as their float values); a scalar is a number."""
+        schema: dict = {"type": "integer" if self.dtype == "int32" else "number"}
+        for _ in self.axes:
+            schema = {"type": "array", "items": schema}
+        return {**schema, "description": self.description}
+
+    def of(self, spec, sel: Mapping[str, Selection], dtype) -> tuple[str, tuple[int, ...] | None, str]:
+        """(name, shape, numpy dtype name) in a request's answer (a scalar's shape None)."""
+        return self.name, None if self.shape is None else self.shape(spec, sel), self.dtype or dtype
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes of one value of an answer's dtype name (bfloat16: 2, numpy has none)."""
+    return DTYPES[dtype].itemsize if dtype in DTYPES else np.dtype(dtype).itemsize
 
 
 def canonical(obj) -> str:
@@ -89,13 +136,31 @@ class Family:
     name: str  # the family's name in URLs, specs and the manifest
     fields: tuple[str, ...]  # every field a request may hold
     selections: tuple[str, ...]  # the fields that select positions
-    dtyped: frozenset[str]  # arrays that take the request's dtype (the rest are fixed)
-    batched: frozenset[str]  # arrays shaped by the selections: a KServe v2 batch of B
-    # selections gives them a leading B (the rest are shared)
-    returns: str  # one line for the docs: the arrays that come back
+    outputs: tuple[Output, ...]  # the answer's arrays, in the answer's order
     schema: dict  # the request's JSON schema (OpenAPI)
     examples: dict  # named request examples (OpenAPI)
-    answer: dict  # the JSON answer: array name -> its JSON schema (OpenAPI)
+
+    # -- what ``outputs`` gives (computed once per family) --------------------------------------
+    @functools.cached_property
+    def dtyped(self) -> frozenset[str]:
+        """The arrays that take the request's dtype (the rest are fixed)."""
+        return frozenset(o.name for o in self.outputs if o.dtype is None)
+
+    @functools.cached_property
+    def batched(self) -> frozenset[str]:
+        """The arrays shaped by the selections: a KServe v2 batch of B selections gives them a
+        leading B (the rest are shared)."""
+        return frozenset(o.name for o in self.outputs if o.batched)
+
+    @functools.cached_property
+    def returns(self) -> str:
+        """One line for the docs: the arrays that come back."""
+        return ", ".join(f"{o.name} {o.dims}".rstrip() for o in self.outputs)
+
+    @functools.cached_property
+    def answer(self) -> dict:
+        """The JSON answer: array name -> its JSON schema (OpenAPI)."""
+        return {o.name: o.json_schema for o in self.outputs}
 
     @property
     def has_dtype(self) -> bool:
@@ -103,12 +168,14 @@ class Family:
 
     @property
     def response_schema(self) -> dict:
-        """The JSON answer's schema: an object holding every array of ``answer``."""
+        """The JSON answer's schema: an object holding every array of ``answer``, and ``spec``
+        where the body gave hf_config or table; nothing else."""
         return {
             "type": "object",
             "description": self.returns,
             "required": list(self.answer),
-            "properties": dict(self.answer),
+            "properties": {**self.answer, "spec": ANSWER_SPEC_SCHEMA},
+            "additionalProperties": False,
         }
 
     @property
@@ -163,9 +230,18 @@ class Family:
     def check_selections(self, spec, sel: Mapping[str, Selection]) -> None:
         """Rules joining a spec and its selections (run for every request, cached spec or not)."""
 
+    def output_shapes(self, spec, sel: Mapping[str, Selection], dtype) -> list[tuple]:
+        """(name, shape, numpy dtype name) of each array of the answer, in its order, known
+        before anything is allocated (a scalar's shape None)."""
+        return [o.of(spec, sel, dtype) for o in self.outputs]
+
     def output_nbytes(self, spec, sel: Mapping[str, Selection], dtype) -> int:
-        """Bytes of every array of the answer, known before anything is allocated."""
-        raise NotImplementedError
+        """Bytes of every array of the answer (a scalar: 8, a float64), known before anything is
+        allocated."""
+        return sum(
+            itemsize(dt) * (1 if shape is None else math.prod(shape))
+            for _, shape, dt in self.output_shapes(spec, sel, dtype)
+        )
 
     def precheck(self, spec, sel: Mapping[str, Selection], dtype) -> None:
         """Refusals decidable before computing (e.g. a result that would overflow the dtype)."""

@@ -23,7 +23,7 @@ from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.selection import POSITION_LIMIT, Selection
 from . import rope_axes as axes
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
 from .rope_spec import (
     DEFAULT_LAYOUT,
     FIELDS,
@@ -74,15 +74,25 @@ def _strip(spec: RopeSpec) -> RopeSpec:
     )
 
 
+def _rows(spec, sel) -> tuple[int, int]:
+    """The shape of ``cos`` and ``sin``: a row of width d per position."""
+    return axes.positions_of(sel).n, spec.d
+
+
 class Rope(Family):
     name = "rope"
     fields = FIELDS
     selections = ("positions",)
     selection_fields = ("positions", "position_ids")
     axis_fields = frozenset({"position_ids"})
-    dtyped = frozenset({"cos", "sin"})
-    batched = frozenset({"cos", "sin"})
-    returns = "cos, sin [n, d] (times attention_scaling), inv_freq [d/2] float32, attention_scaling"
+    outputs = (
+        Output("cos", ("n", "d"), _rows, batched=True, note=", times attention_scaling"),
+        Output("sin", ("n", "d"), _rows, batched=True, note=", times attention_scaling"),
+        Output(
+            "inv_freq", ("d/2",), lambda spec, sel: (spec.d // 2,), "float32", note=": the frequencies used"
+        ),
+        Output("attention_scaling", (), None, "float64", note="the factor cos and sin carry"),
+    )
 
     def parse_spec(self, req):
         return parse_spec(req)
@@ -111,9 +121,6 @@ class Rope(Family):
             "axes_dim": spec.axes_dim and list(spec.axes_dim),
         }
         return {k: v for k, v in out.items() if v is not None}
-
-    def output_nbytes(self, spec, sel, dtype):
-        return 2 * axes.positions_of(sel).n * spec.d * _dt.DTYPES[dtype].itemsize + (spec.d // 2) * 4
 
     def compute(self, spec, sel, dtype):
         positions = axes.positions_of(sel)
@@ -312,12 +319,6 @@ class Rope(Family):
             "positions": SELECTION_SCHEMA,
             "dtype": DTYPE_SCHEMA,
         },
-    }
-    answer = {
-        "cos": json_array(2, "[n, d], times attention_scaling"),
-        "sin": json_array(2, "[n, d], times attention_scaling"),
-        "inv_freq": json_array(1, "[d/2] float32: the frequencies used"),
-        "attention_scaling": {"type": "number", "description": "the factor cos and sin carry"},
     }
     examples = {
         "llama-3.1 decode step": {

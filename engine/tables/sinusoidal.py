@@ -26,7 +26,7 @@ from .. import kernels
 from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.fields import refuse_unknown, req_choice, req_float, req_int, require_object
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
 
 
 def _aiayn_freqs(d: int, base: float) -> np.ndarray:
@@ -123,9 +123,11 @@ class Sinusoidal(Family):
     name = "sinusoidal"
     fields = ("d_model", "base", "layout", "offset", "positions", "dtype")
     selections = ("positions",)
-    dtyped = frozenset({"encoding"})
-    batched = frozenset({"encoding"})
-    returns = "encoding [n, d_model]"
+    outputs = (
+        Output(
+            "encoding", ("n", "d_model"), lambda spec, sel: (sel["positions"].n, spec.d_model), batched=True
+        ),
+    )
 
     def parse_spec(self, req):
         return parse_spec(req)
@@ -133,9 +135,6 @@ class Sinusoidal(Family):
     def check_selections(self, spec, sel):
         if sel["positions"].max + spec.offset >= ROW_LIMIT:
             raise SpecError(("offset",), "position + offset must stay below 2**53")
-
-    def output_nbytes(self, spec, sel, dtype):
-        return sel["positions"].n * spec.d_model * _dt.DTYPES[dtype].itemsize
 
     def compute(self, spec, sel, dtype):
         rows = sel["positions"].array() + spec.offset
@@ -232,7 +231,6 @@ class Sinusoidal(Family):
             "dtype": DTYPE_SCHEMA,
         },
     }
-    answer = {"encoding": json_array(2, "[n, d_model]")}
     examples = {
         "transformer-base": {"value": {"d_model": 512, "positions": [0, 1, 2, 3]}},
         "M2M100 (fairseq, padding_idx 1)": {

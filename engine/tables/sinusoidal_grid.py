@@ -32,7 +32,7 @@ from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.fields import is_int, json_repr, refuse_unknown, req_float, req_int, require_object
 from ..core.selection import POSITION_LIMIT, Selection, parse_selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
 
 BASE = 10000.0  # MAE / diffusers' fixed base
 MAX_EMBED_DIM = 1 << 16
@@ -172,9 +172,14 @@ class SinusoidalGrid(Family):
         "dtype",
     )
     selections = ("positions",)
-    dtyped = frozenset({"encoding"})
-    batched = frozenset({"encoding"})
-    returns = "encoding [n, embed_dim]: rows of the flattened grid table (extra tokens first)"
+    outputs = (
+        Output(
+            "encoding",
+            ("n", "embed_dim"),
+            lambda spec, sel: (sel["positions"].n, spec.embed_dim),
+            batched=True,
+        ),
+    )
 
     def parse_spec(self, req):
         return parse_spec(req)
@@ -205,9 +210,6 @@ class SinusoidalGrid(Family):
                 f"row {int(s.values[i])} is past the table's {spec.rows} rows "
                 f"({spec.extra_tokens} extra + the grid)",
             )
-
-    def output_nbytes(self, spec, sel, dtype):
-        return sel["positions"].n * spec.embed_dim * _dt.DTYPES[dtype].itemsize
 
     def compute(self, spec, sel, dtype):
         def lookup(axis, idx):
@@ -332,7 +334,6 @@ class SinusoidalGrid(Family):
             "dtype": DTYPE_SCHEMA,
         },
     }
-    answer = {"encoding": json_array(2, "[n, embed_dim]")}
     examples = {
         "SD3 patch grid (base_size 64)": {
             "value": {"embed_dim": 1536, "grid_size": 192, "base_size": 64, "positions": [0, 1, 2]}

@@ -15,7 +15,7 @@ import numpy as np
 from .. import kernels
 from ..core.errors import SpecError
 from ..core.fields import refuse_unknown, req_bool, req_int, require_object
-from .base import SELECTION_SCHEMA, Family, TableDef, json_array
+from .base import SELECTION_SCHEMA, Family, Output, TableDef
 
 MAX_LUT_RADIUS = 1 << 22  # larger max_distance: blocks are computed (the table would be 32 MiB+)
 
@@ -83,15 +83,19 @@ class T5Buckets(Family):
     name = "t5-buckets"
     fields = ("bidirectional", "num_buckets", "max_distance", "query", "key")
     selections = ("query", "key")
-    dtyped = frozenset()  # buckets are always int32: no dtype field
-    batched = frozenset({"buckets"})
-    returns = "buckets [n_query, n_key] int32"
+    outputs = (  # buckets are always int32: no dtype field
+        Output(
+            "buckets",
+            ("n_query", "n_key"),
+            lambda spec, sel: (sel["query"].n, sel["key"].n),
+            "int32",
+            batched=True,
+            note=": the bucket of key - query",
+        ),
+    )
 
     def parse_spec(self, req):
         return parse_spec(req)
-
-    def output_nbytes(self, spec, sel, dtype=None):
-        return sel["query"].n * sel["key"].n * 4
 
     def compute(self, spec, sel, dtype=None):
         rel = sel["key"].array()[None, :] - sel["query"].array()[:, None]
@@ -160,7 +164,6 @@ class T5Buckets(Family):
             "key": SELECTION_SCHEMA,
         },
     }
-    answer = {"buckets": json_array(2, "[n_query, n_key] int32: the bucket of key - query", "integer")}
     examples = {
         "encoder block": {"value": {"query": {"start": 0, "stop": 8}, "key": {"start": 0, "stop": 8}}},
         "decoder step": {"value": {"bidirectional": False, "query": [100], "key": {"start": 0, "stop": 101}}},

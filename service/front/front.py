@@ -58,7 +58,7 @@ _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name i
 
 
 async def respond(send, status: int, body, ctype: bytes) -> None:
-    """``body``: bytes, or a large JSON text's consecutive blocks (service/front/sizing.py
+    """``body``: bytes, or a large JSON text's consecutive blocks (service/core/sizing.py
     ``Blocks``), each sent as its own ASGI message."""
     whole = type(body) is bytes
     await send(

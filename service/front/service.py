@@ -18,8 +18,8 @@ from posenc.engine.core import jsonread
 from posenc.engine.core.encode import CONTENT_TYPES, encode, json_ready
 from posenc.engine.core.errors import SpecError
 from posenc.engine.reader.client import Client
+from posenc.service.core import sizing
 from posenc.service.core.settings import INLINE_BYTES, INLINE_JSON_BYTES, Settings
-from posenc.service.front import sizing
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay
 from posenc.service.shortcut.templates import Templates
@@ -75,7 +75,7 @@ class Service:
             raise SpecError((), "the body must be a JSON object", "dict_type")
         r = self.client.resolve(family, body)
         # the limit holds for the body itself (its JSON text, its npz or safetensors file), bounded
-        # here before anything is built (service/front/sizing.py)
+        # here before anything is built (service/core/sizing.py)
         size = sizing.check_request(r, fmt, self.settings.max_response_bytes, self.settings.max_positions)
         return Job(r, fmt, size <= (INLINE_JSON_BYTES if fmt == "json" else INLINE_BYTES), raw)
 

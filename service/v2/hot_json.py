@@ -118,7 +118,7 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
     settings = hot.v2.settings
     # the C side bounds a block's arrays, not its text, and writes it on the event loop: arrays of
     # at most JSON_BLOCK_BYTES (a few ms of text), and never a text past the response limit
-    # (17 bytes a 2-byte cell at most: service/front/sizing.py); bigger ones take the full path
+    # (17 bytes a 2-byte cell at most: service/core/sizing.py); bigger ones take the full path
     t = flat_json_template(
         probe,
         view,

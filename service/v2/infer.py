@@ -22,8 +22,8 @@ import orjson
 from posenc.engine.answer import pipeline
 from posenc.engine.core import jsonread
 from posenc.engine.core.errors import SpecError, TooLarge, TooManyPositions
+from posenc.service.core import sizing
 from posenc.service.core.settings import INLINE_BYTES, INLINE_JSON_BYTES
-from posenc.service.front import sizing
 from posenc.service.v2.errors import BadRequest, path_of
 from posenc.service.v2.models import Model, Models, example_spec
 from posenc.service.v2.shm import Regions
@@ -121,7 +121,7 @@ class Inferer:
     def plan(self, inf: Inference, as_json=None) -> Plan:
         """``as_json(i)``: whether output ``i`` of the answer goes as JSON text (v2 REST); None:
         every output is binary (gRPC). The response limit holds for the answer's bytes: binary
-        outputs' arrays plus a bound on the JSON outputs' text (service/front/sizing.py)."""
+        outputs' arrays plus a bound on the JSON outputs' text (service/core/sizing.py)."""
         model = self.models.get(inf.model, inf.version if isinstance(inf.version, str) else "?")
         fam = model.family
         spec = self._spec(model, inf.params)
@@ -195,7 +195,7 @@ class Inferer:
             return 0
         text = 0
         for r in plan.reqs:
-            for name, shape, dt in sizing.outputs(r):
+            for name, shape, dt in r.shapes():
                 if name in picked:
                     cells = 1 if shape is None else sizing.cells(shape)
                     text += sizing.flat_json_bound(cells, dt, r.spec) + 2  # (a comma between rows)

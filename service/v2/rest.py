@@ -21,10 +21,10 @@ import anyio
 import numpy as np
 import orjson
 
+from posenc.service.core import sizing
 from posenc.service.core.body import read_body
 from posenc.service.core.errors import BodyTooLarge
 from posenc.service.core.settings import INLINE_JSON_BYTES
-from posenc.service.front import sizing
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, ModelNotFound, describe, rest_body
 from posenc.service.v2.infer import LENGTH_HEADER, Inference, Input, Output, Tensor
@@ -71,7 +71,7 @@ async def handle(v2: V2, scope, receive, send, statuses: list) -> str:
     )
     if whole:
         await send({"type": "http.response.body", "body": body})
-    else:  # a long JSON text's blocks (service/front/sizing.py), one message each
+    else:  # a long JSON text's blocks (service/core/sizing.py), one message each
         last = len(body) - 1
         for i, block in enumerate(body):
             await send({"type": "http.response.body", "body": block, "more_body": i < last})
@@ -317,7 +317,7 @@ def _answer(
     """The answer: its JSON header (built once per layout when every output is binary or in
     shared memory: decode steps repeat their shapes), then the binary outputs' bytes; and those
     pieces (the JSON header, then each binary output's array). ``pieces``: the JSON outputs'
-    data written in bounded orjson calls (service/front/sizing.py), the same bytes."""
+    data written in bounded orjson calls (service/core/sizing.py), the same bytes."""
     cacheable = all(b or t.region is not None for t, b in zip(tensors, binary))
     key = (
         (
@@ -358,7 +358,7 @@ def _answer(
                     out.append(head)
                     sizing.array_pieces(np.ascontiguousarray(t.array).reshape(-1), sizing.CHUNK_CELLS, out)
             out.append(rest)
-            js = sizing.as_blocks(out)  # (never one copy of the whole text: service/front/sizing.py)
+            js = sizing.as_blocks(out)  # (never one copy of the whole text: service/core/sizing.py)
         if cacheable and len(rid) < 64:
             if len(_HEADS) > 4096:
                 _HEADS.clear()

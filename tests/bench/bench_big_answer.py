@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from posenc.engine.answer import pipeline  # noqa: E402
 from posenc.loadtest import servers  # noqa: E402
-from posenc.service.front import sizing  # noqa: E402
+from posenc.service.core import sizing  # noqa: E402
 
 MIB = 1 << 20
 JSON = {"content-type": "application/json", "accept": "application/json"}

@@ -1,5 +1,5 @@
 """The response limit holds for the body that goes on the wire (JSON text, npz, safetensors),
-bounded before anything is built (service/front/sizing.py), over real HTTP against a real
+bounded before anything is built (service/core/sizing.py), over real HTTP against a real
 ``posenc serve`` with one worker: per family, a request whose arrays fit the 64 MiB limit but
 whose JSON text could not, and one whose binary answer is just past it, are refused with a 413
 naming the selection, with the worker's peak RSS (VmHWM) unmoved and /healthz answered meanwhile;
@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from posenc.engine.answer import pipeline
-from posenc.service.front import sizing
+from posenc.service.core import sizing
 from tests.service_cases import CONFIG
 from tests.waits import wait_for
 

@@ -112,7 +112,7 @@ def test_2_20_positions_and_one_more(learnt_http):
 
 
 # One float16 ALiBi head: bias 2·nq·nk bytes + slopes 4 bytes, in a safetensors file whose header
-# (service/front/sizing.py computes it exactly) makes the rest: the limit is the body's. 4103 × 8178
+# (service/core/sizing.py computes it exactly) makes the rest: the limit is the body's. 4103 × 8178
 # cells make a file of exactly 64 MiB; one more query row is past it (and so is the JSON text).
 AT_LIMIT = (4103, 8178)
 
@@ -128,7 +128,7 @@ def _alibi_block(nq, nk):
 
 def test_response_of_64_mib_and_the_next_size_up(learnt_http):
     from posenc.engine.answer import pipeline
-    from posenc.service.front.sizing import safetensors_size
+    from posenc.service.core.sizing import safetensors_size
 
     nq, nk = AT_LIMIT
     body = _alibi_block(nq, nk)

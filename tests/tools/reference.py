@@ -297,16 +297,14 @@ def field_table(fam) -> list[str]:
 
 def answer_table(fam) -> list[str]:
     rows = ["| array | shape and meaning | dtype |", "|---|---|---|"]
-    for name, s in fam.answer.items():
-        if name in fam.dtyped:
+    for o in fam.outputs:  # the family's one description of its answer (engine/tables/base.py Output)
+        if o.dtype is None:
             dt = "the request's `dtype`"
-        elif s.get("type") in ("number",) and name == "attention_scaling":
-            dt = "a number (float64; a 0-d float64 array in binary answers)"
-        elif "int32" in s.get("description", ""):
-            dt = "int32"
+        elif not o.axes:
+            dt = f"a number ({o.dtype}; a 0-d {o.dtype} array in binary answers)"
         else:
-            dt = "float32"
-        rows.append(f"| `{name}` | {s.get('description', '')} | {dt} |")
+            dt = o.dtype
+        rows.append(f"| `{o.name}` | {o.description} | {dt} |")
     return rows
 
 
@@ -648,7 +646,7 @@ Every size is checked before anything is allocated. Settings are `POSENC_*` envi
 {limits}
 
 The response limit holds for the bytes the answer sends, bounded from the request's shapes before
-any array or text exists (service/front/sizing.py):
+any array or text exists (service/core/sizing.py):
 
 - safetensors: exactly (its header and the arrays' bytes);
 - npz: the arrays' bytes plus at most a few hundred bytes of zip and `.npy` headers per array;

@@ -1,4 +1,4 @@
-"""service/front/sizing.py: every bound at least the bytes the encoder writes (safetensors
+"""service/core/sizing.py: every bound at least the bytes the encoder writes (safetensors
 exactly), the float text's longest cell held over every float16 and bfloat16 value and a sample
 of float32 bit patterns, and the chunked JSON text byte for byte orjson's."""
 
@@ -13,7 +13,7 @@ from posenc.engine.core.encode import encode, json_ready
 from posenc.engine.core.encode import json_text as orjson_text
 from posenc.engine.process.configured import load_config, named_specs
 from posenc.engine.tables import FAMILIES
-from posenc.service.front import sizing
+from posenc.service.core import sizing
 
 QWEN = {"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24]}
 HF = {
@@ -54,14 +54,23 @@ def _answers(family, body):
 @pytest.mark.parametrize("family,body", CASES)
 def test_bounds_hold_and_safetensors_is_exact(family, body):
     for req, out in _answers(family, body):
-        assert [n for n, _, _ in sizing.outputs(req)] == [k for k in out if k != "spec"]
+        # the family's description of its answer (Family.outputs) is the answer's arrays
+        arrays = {k: v for k, v in out.items() if k != "spec"}
+        assert [n for n, _, _ in req.shapes()] == list(arrays)
+        for name, shape, dt in req.shapes():
+            a = arrays[name]
+            if shape is None:
+                assert type(a) is float and dt == "float64", name
+            else:
+                want_dt = np.uint16 if dt == "bfloat16" else np.dtype(dt)  # bfloat16: its bit patterns
+                assert a.shape == shape and a.dtype == want_dt, (name, a.shape, a.dtype, shape, dt)
         for fmt in ("json", "npz", "safetensors"):
             got = len(encode(req.family, out, req.dtype, fmt)[0])
             want = sizing.bound(req, fmt)
             assert got <= want, (fmt, req.dtype, got, want)
             if fmt == "safetensors":
                 assert got == want
-        nb = sizing.binary_nbytes(req)
+        nb = req.nbytes()
         assert nb == sum(
             np.asarray(v).nbytes if not isinstance(v, float) else 8 for k, v in out.items() if k != "spec"
         )

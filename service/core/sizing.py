@@ -10,7 +10,7 @@ its format. A request's arrays are known by shape before they exist (each family
 - JSON: every cell at the longest text a cell of its kind can take, plus the brackets and commas.
   A float32, float16 or bfloat16 value is written as orjson writes a float32: at most
   ``FLOAT_TEXT`` (16) characters (``-0.0000`` and nine digits; held over every float16 and
-  bfloat16 value and a 20M-value sample of float32 bit patterns by tests/service/front/test_sizing.py);
+  bfloat16 value and a 20M-value sample of float32 bit patterns by tests/service/core/test_sizing.py);
   an int32 bucket at most the digits of ``num_buckets - 1``.
 
 So a request whose answer could pass the limit is refused (413) in microseconds, before any array
@@ -26,15 +26,15 @@ the whole text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import numpy as np
 import orjson
 
+from posenc.engine.answer import pipeline
 from posenc.engine.core import dtypes as _dt
 from posenc.engine.core.encode import _JSON_OPTS
-from posenc.engine.core.errors import TooLarge, TooManyPositions
+from posenc.engine.core.errors import TooLarge
 
 FLOAT_TEXT = 16  # orjson's longest float32 text: "-0.0000" and nine significant digits
 SCALAR_TEXT = 24  # a Python float's longest text ("-2.2250738585072014e-308")
@@ -46,9 +46,6 @@ CHUNK_CELLS = 16384  # cells per orjson call in json_text (~0.3-1 ms each)
 # character: numpy strings are UTF-32) are arrays too
 NPZ_PER_ARRAY = 30 + 46 + 64 + 256
 NPZ_END = 22 + 56 + 20 + 64
-
-_ST = {"float32": "F32", "float16": "F16", _dt.BFLOAT16: "BF16", "int32": "I32", "float64": "F64"}
-_SIZE = {"float32": 4, "float16": 2, _dt.BFLOAT16: 2, "int32": 4, "float64": 8}
 
 
 class AnswerTooLarge(TooLarge):
@@ -66,32 +63,6 @@ class AnswerTooLarge(TooLarge):
             f"({limit / 2**20:.0f} MiB); ask for fewer positions in {sels or 'the selections'}"
             f" or fewer heads{hint}",
         )
-
-
-def outputs(req) -> list[tuple[str, tuple, str]]:
-    """(name, shape, dtype name) of each array of ``req``'s answer, in the answer's order; a
-    Python float (rope's attention_scaling) is shape None."""
-    fam, spec, sel, dt = req.family.name, req.spec, req.sel, req.dtype
-    if fam == "rope":
-        from posenc.engine.tables import rope_axes
-
-        n = rope_axes.positions_of(sel).n
-        return [
-            ("cos", (n, spec.d), dt),
-            ("sin", (n, spec.d), dt),
-            ("inv_freq", (spec.d // 2,), "float32"),
-            ("attention_scaling", None, "float64"),
-        ]
-    if fam == "sinusoidal":
-        return [("encoding", (sel["positions"].n, spec.d_model), dt)]
-    if fam == "sinusoidal-grid":
-        return [("encoding", (sel["positions"].n, spec.embed_dim), dt)]
-    if fam == "alibi":
-        h = len(spec.head_index)
-        return [("bias", (h, sel["query"].n, sel["key"].n), dt), ("slopes", (h,), "float32")]
-    if fam == "t5-buckets":
-        return [("buckets", (sel["query"].n, sel["key"].n), "int32")]
-    raise KeyError(fam)
 
 
 def cells(shape) -> int:
@@ -120,7 +91,7 @@ def cell_text(dtype: str, spec) -> int:
 def json_bound(req) -> int:
     """At least the bytes of ``req``'s JSON answer."""
     total = 2  # {}
-    for name, shape, dt in outputs(req):
+    for name, shape, dt in req.shapes():
         total += len(name) + 4  # "name":  and a comma
         if shape is None:
             total += SCALAR_TEXT
@@ -136,28 +107,24 @@ def flat_json_bound(cells: int, dtype: str, spec) -> int:
     return cells * (cell_text(dtype, spec) + 1) + 2
 
 
-def binary_nbytes(req) -> int:
-    """The arrays' bytes (the figure the binary answers carry)."""
-    return sum(_SIZE[dt] * (1 if shape is None else cells(shape)) for _, shape, dt in outputs(req))
-
-
 def safetensors_size(req) -> int:
-    """The exact bytes of ``req``'s safetensors answer (engine/core/formats.py's layout)."""
-    header, offset = {}, 0
-    for name, shape, dt in outputs(req):
-        n = _SIZE[dt] * (1 if shape is None else cells(shape))
-        header[name] = {"dtype": _ST[dt], "shape": list(shape or ()), "data_offsets": [offset, offset + n]}
-        offset += n
-    meta = req.family.answer_metadata(req.shown)
-    if meta:
-        header["__metadata__"] = {k: str(v) for k, v in meta.items()}
-    h = len(json.dumps(header, separators=(",", ":")).encode())
-    return 8 + h + (-h % 8) + offset
+    """The exact bytes of ``req``'s safetensors answer: the header the encoder writes
+    (``Family.safetensors_header``, of arrays of the answer's shapes and dtypes that hold one
+    value each) and the arrays' bytes."""
+    shaped, nbytes = {}, 0
+    for name, shape, dt in req.shapes():
+        if shape is None:
+            shaped[name], nbytes = 0.0, nbytes + 8  # a Python float, as the answer holds it (float64)
+        else:
+            one = np.zeros((), _dt.DTYPES.get(dt) or np.dtype(dt))
+            shaped[name] = a = np.ndarray(shape, one.dtype, one, strides=(0,) * len(shape))
+            nbytes += a.nbytes
+    return len(req.family.safetensors_header(shaped, req.dtype, req.shown)) + nbytes
 
 
 def npz_bound(req) -> int:
-    arrays = outputs(req)
-    total = NPZ_END + binary_nbytes(req)
+    arrays = req.shapes()
+    total = NPZ_END + req.nbytes()
     for name, _, _ in arrays:
         total += NPZ_PER_ARRAY + 2 * len(name)
     if req.dtype == _dt.BFLOAT16:  # the __bfloat16__ list of names
@@ -185,16 +152,9 @@ def check(req, fmt: str, limit: int | None) -> int:
 
 
 def check_request(req, fmt: str, limit: int | None, max_positions: int | None) -> int:
-    """engine/answer/pipeline.py ``check`` with the limit held for the body in ``fmt``: positions per
-    selection (413), the body's bound (413, naming the selections), then what would overflow
-    the dtype (422). Returns the bound."""
-    if max_positions is not None:
-        for name, s in req.sel.items():
-            if s.n > max_positions:
-                raise TooManyPositions(name, s.n, max_positions)
-    n = check(req, fmt, limit)
-    req.family.precheck(req.spec, req.sel, req.dtype)
-    return n
+    """engine/answer/pipeline.py ``check`` with the limit held for the body in ``fmt`` (413 naming
+    the format and the selections). Returns the body's bound."""
+    return pipeline.check(req, limit, max_positions, lambda r, lim: check(r, fmt, lim))
 
 
 # -- JSON text in bounded pieces --------------------------------------------------------------
@@ -221,13 +181,6 @@ def array_pieces(a: np.ndarray, chunk: int, out: list) -> None:
                 out.append(b",")
             out.append(memoryview(orjson.dumps(a[i : i + step], option=_JSON_OPTS))[1:-1])
     out.append(b"]")
-
-
-def array_text(a: np.ndarray, chunk: int = CHUNK_CELLS) -> bytes:
-    """``orjson.dumps(a, option=OPT_SERIALIZE_NUMPY)``, made of calls of at most ``chunk`` cells."""
-    out: list = []
-    array_pieces(a, chunk, out)
-    return out[0] if len(out) == 1 else b"".join(out)
 
 
 class Blocks(list):
