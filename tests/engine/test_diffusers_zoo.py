@@ -393,10 +393,32 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory, request):
-    s = serve_for_module(tmp_path_factory.mktemp("dzoo"), request, None, workers=1)
-    with httpx.Client(base_url=s.url, timeout=60) as c:
+def served(tmp_path_factory, request):
+    return serve_for_module(tmp_path_factory.mktemp("dzoo"), request, None, workers=1)
+
+
+@pytest.fixture(scope="module")
+def http(served):
+    with httpx.Client(base_url=served.url, timeout=60) as c:
         yield c
+
+
+@pytest.mark.parametrize("name", ["WanTransformer3DModel", "Flux2Transformer2DModel", "StableAudio3DiTModel"])
+def test_the_co_located_client_reads_the_same(served, name):
+    """Client.lookup (shared memory, the engine's tables) answers a config body as compute does."""
+    from posenc.engine.reader.client import Client
+
+    _, module = _built(name)
+    pid, (cos, sin) = _positions(name, module, GRIDS[0])
+    body = {"hf_config": {"_class_name": name}, **_sel(name, pid)}
+    got = Client(namespace=served.namespace).lookup("rope", body)
+    _check(
+        {k: np.asarray(got[k], dtype=np.float64) for k in ("cos", "sin")},
+        cos,
+        sin,
+        pid,
+        f"{name} Client.lookup",
+    )
 
 
 @pytest.mark.parametrize("name", READ)
