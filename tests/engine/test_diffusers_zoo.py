@@ -448,3 +448,23 @@ def test_share_of_the_rotary_classes_read():
     print(f"diffusers rotary: {len(read)} of {len(rotary)} read; not read: {sorted(rotary - read)}")
     assert set(NOT_READ) == rotary - read, sorted(set(NOT_READ) ^ (rotary - read))
     assert all(not why.startswith("not read: no reason") for why in NOT_READ.values()), NOT_READ
+
+
+@pytest.mark.parametrize("name", ["WanTransformer3DModel", "StableAudio3DiTModel"])
+def test_kserve_v2_reads_the_config_in_its_spec(http, name):
+    """KServe v2: the config in ``parameters.spec``, the positions as the input tensor."""
+    _, module = _built(name)
+    pid, (cos, sin) = _positions(name, module, GRIDS[0])
+    sel = _sel(name, pid)
+    ((field, value),) = sel.items()
+    arr = np.asarray(value, dtype=np.int64)
+    body = {
+        "parameters": {"spec": json.dumps({"hf_config": {"_class_name": name}})},
+        "inputs": [
+            {"name": field, "datatype": "INT64", "shape": list(arr.shape), "data": arr.reshape(-1).tolist()}
+        ],
+    }
+    r = http.post("/v2/models/rope/infer", json=body)
+    assert r.status_code == 200, (name, r.text[:300])
+    out = {o["name"]: np.array(o["data"], dtype=np.float64).reshape(o["shape"]) for o in r.json()["outputs"]}
+    _check(out, cos, sin, pid, f"{name} over KServe v2")
