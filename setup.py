@@ -59,8 +59,9 @@ class BuildExt(build_ext):
 _OPTIONAL = not (_on("POSENC_SANITIZE") or _on("POSENC_WERROR"))
 
 # Each extension's sources, one file per concern; its headers are dependencies (a change rebuilds
-# it): its private one, engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute, and
-# engine/kernels/native_api.h, the capsule through which the shortcut borrows the sincos kernel.
+# it): its private one, engine/kernels/alibi_cell.h, the ALiBi cell both extensions compute,
+# engine/kernels/row_gather.h, the row gather both build, and engine/kernels/native_api.h, the
+# capsule through which the shortcut borrows the sincos kernel.
 NATIVE = [
     "engine/kernels/" + f for f in ("_native.c", "native_levels.c", "native_kernels.c", "native_lookup.c")
 ]
@@ -107,6 +108,7 @@ setup(
                 "engine/kernels/alibi_cell.h",
                 "engine/kernels/native_api.h",
                 "engine/kernels/round_f64.h",
+                "engine/kernels/row_gather.h",
             ],
             optional=_OPTIONAL,
         ),
@@ -121,6 +123,7 @@ setup(
                 "service/shortcut/hot_rows.h",
                 "engine/kernels/alibi_cell.h",
                 "engine/kernels/native_api.h",
+                "engine/kernels/row_gather.h",
                 "service/shortcut/vendor/zmij/zmij.c",
                 "service/shortcut/vendor/zmij/zmij-c.h",
             ],

@@ -9,8 +9,9 @@
  *   native_kernels.c   the kernels: arguments checked as numpy_impl.py checks them, then the work
  *   native_api.h       API, a capsule lending the sincos kernel to service/shortcut/_hot (rows
  *                      past a stored table, computed by this very loop)
- *   native_lookup.c    rows_lookup, the resolved lookup of engine/reader/lookup.py (no numpy twin: with
- *                      the numpy backend a handle answers through the pipeline)
+ *   native_lookup.c    RowGather and rows_lookup, the resolved lookup of engine/reader/lookup.py (no
+ *                      numpy twin: with the numpy backend a handle answers through the pipeline); its
+ *                      rows are copied by row_gather.h, the one row gather, which the shortcut builds too
  *
  * Rounding: every float64 -> float32/float16/bfloat16 conversion rounds once, to nearest-even,
  * straight from float64 (engine/core/dtypes.py). float64 -> float16 must NOT go through an ordinary
@@ -169,7 +170,7 @@ PyMODINIT_FUNC PyInit__native(void)
         }
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
-    if (PyModule_AddFunctions(m, native_kernel_methods) < 0) {
+    if (PyModule_AddFunctions(m, native_kernel_methods) < 0 || native_lookup_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -24,6 +24,7 @@
 #endif
 
 #include "alibi_cell.h" /* the ALiBi cell, shared with service/shortcut/_hot */
+#include "row_gather.h" /* the row gather, shared with service/shortcut/_hot (rows_lookup's) */
 #include "round_f64.h"  /* the rounding to float16/bfloat16 and the sincos row, shared with the C reader */
 
 /* Random rows of a large table miss the caches; asking for rows a few iterations ahead hides
@@ -39,22 +40,11 @@ ALWAYS_INLINE void native_prefetch_row(const char *p, size_t bytes)
 }
 
 /* The interleaved layout's expand: out[2k] = out[2k+1] = src[k] for h elements of `es` bytes (2 or 4);
- * inlined into each dispatch level (native_levels.c) and into rows_lookup's row loop. */
+ * inlined into each dispatch level (native_levels.c). The row gather's own (row_gather.h rg_twice,
+ * which rows_lookup's and the shortcut's interleaved rows take): one rule. */
 ALWAYS_INLINE void native_interleave_row(char *out, const char *src, Py_ssize_t h, Py_ssize_t es)
 {
-    if (es == 2) {
-        for (Py_ssize_t k = 0; k < h; k++) {
-            uint16_t x; memcpy(&x, src + 2 * k, 2);
-            uint32_t w = (uint32_t)x * 0x10001u;
-            memcpy(out + 4 * k, &w, 4);
-        }
-    } else {
-        for (Py_ssize_t k = 0; k < h; k++) {
-            uint32_t x; memcpy(&x, src + 4 * k, 4);
-            uint64_t w = (uint64_t)x * 0x100000001ull;
-            memcpy(out + 8 * k, &w, 8);
-        }
-    }
+    rg_twice(out, src, h, (size_t)es);
 }
 
 #define BLOCK 512 /* float64 staging buffer per row chunk: 4 KiB, stays in L1 */
@@ -98,8 +88,9 @@ int native_alibi_run(const Level *lv, const double *slopes, Py_ssize_t H, const 
                      const int64_t *k, Py_ssize_t nk, char *out, int dt, int symmetric, int mask, int *over);
 int native_parse_dtype(PyObject *obj);
 
-/* native_lookup.c: the resolved lookup of engine/reader/lookup.py (rows_lookup). */
+/* native_lookup.c: the resolved lookup of engine/reader/lookup.py (RowGather, rows_lookup). */
 PyObject *native_rows_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char native_rows_lookup_doc[];
+int native_lookup_ready(PyObject *module); /* RowGather readied and added: 0, or -1 set */
 
 #endif

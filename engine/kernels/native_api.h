@@ -5,6 +5,10 @@
  * bfloat16, or a T5 bucket block, the engine's own block. No second copy of the rule.
  *
  *   engine.kernels._native.API   PyCapsule named NATIVE_API_NAME, pointing at a NativeApi
+ *
+ * The row gather (stored rows through a column map) is shared by source instead: row_gather.h,
+ * which both extensions build (rows_lookup and the shortcut's RowsTemplate), each with its own
+ * SIMD clones; an indirect call per row through a capsule would cost more than a short row's copy.
  */
 #ifndef POSENC_NATIVE_API_H
 #define POSENC_NATIVE_API_H

@@ -12,11 +12,13 @@
 positions (bit for bit): one C call (kernels ``rows_lookup``) checks every position, gathers the
 rows from the mapped table through the family's column map, and computes the rows past the table
 with the pipeline's own sincos kernel. Where it applies, and what it uses, is decided by the
-family's own code: its ``template`` (the C shortcut's column map, row offset and rule for rows past the table —
-rope: the table's ``inv_freq64`` and ``attention_scaling``; sinusoidal: the spec's frequencies —
-captured here, so the handle and the shortcut follow one rule). A handle checks itself against the pipeline
-when it binds a table and takes the pipeline path (same bits, slower) where it does not match, where the spec
-has no row template (the rope types whose frequencies follow the sequence length), or with the numpy backend.
+family's own code: its ``row_plan`` (engine/tables/base.py RowPlan: the arrays, column map, row offset
+and rule for rows past the table — rope: the table's ``inv_freq64`` and ``attention_scaling``;
+sinusoidal: the spec's frequencies — the plan the C shortcut's RowsTemplate reads too, so the handle and
+the shortcut follow one rule, and copy rows by the one row gather, engine/kernels/row_gather.h). A
+handle checks itself against the pipeline when it binds a table and takes the pipeline path (same bits,
+slower) where it does not match, where the spec has no row plan (the rope types whose frequencies follow
+the sequence length), or with the numpy backend.
 Specs whose selections are not ``positions`` alone (ALiBi, T5, ``position_ids``) get a SelectionHandle
 from ``Client.handle`` instead (engine/reader/selections.py). Views stay fresh without a syscall per call: the
 mapped table is re-read from the Client at most every ``recheck_s`` (a monotonic clock read, no system call,
@@ -26,6 +28,7 @@ right.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import types
 from collections.abc import Mapping
@@ -37,36 +40,30 @@ from ..answer import pipeline
 from ..core.dtypes import DTYPES
 from ..core.errors import SpecError
 from ..core.selection import parse_selection
+from ..tables.base import PastRows, RowPlan
 
 try:
     from ..kernels import _native
 except ImportError:  # no extension: every lookup takes the pipeline path
     _native = None
 
-MODES = {"gather": 0, "copy": 1, "repeat": 2, "interleave": 3}  # rows_lookup's column-map kinds
 POSITION_LIMIT = 2**31
 _POSITIONS = ("positions",)  # the field a handle's positions are refused at
 
 
-def _capture_rows(*, arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None):
-    """A RowsTemplate's keywords (the shortcut's constructor takes keywords only) to the plan."""
-    return tuple(arrays), [int(c) for c in colmap], int(offset), past
+def _legacy_plan(fam, req, view):
+    """TRANSITION, until every row family writes its row_plan: the plan its ``template`` hands the
+    shortcut's RowsTemplate in the keywords of before the row plan."""
 
+    def rows(*, arrays, colmap, offset, past=None, axes=None, **_):
+        p = past and PastRows(freqs=past[0], scale=past[1], dtype=past[2], maps=past[3], row_limit=past[4])
+        return RowPlan(arrays=tuple(arrays), colmap=tuple(colmap), offset=offset, past=p, axes=axes)
 
-# Stands in for the shortcut's C module when a family's ``template`` is asked for its row plan: the
-# plan it would hand the shortcut (arrays, column map, row offset) is what the handle gathers with.
-_CAPTURE = types.SimpleNamespace(RowsTemplate=_capture_rows, AlibiTemplate=lambda *a, **k: None)
-_LIMITS = types.SimpleNamespace(max_rows=1 << 30, max_bytes=1 << 62, max_positions=1 << 30)
-
-
-def _mode(colmap, w) -> int:
-    if colmap == list(range(w)):
-        return MODES["copy"]
-    if colmap == list(range(w)) * 2:
-        return MODES["repeat"]
-    if colmap == [c for c in range(w) for _ in (0, 1)]:
-        return MODES["interleave"]
-    return MODES["gather"]
+    hot = types.SimpleNamespace(
+        RowsTemplate=rows, AlibiTemplate=lambda **_: None, GridTemplate=lambda **_: None
+    )
+    limits = types.SimpleNamespace(max_rows=1 << 30, max_bytes=1 << 62, max_positions=1 << 30)
+    return fam.template(hot, req, view, limits)
 
 
 ONE_BLOCK_BYTES = 1 << 20  # outputs of a call at least this big together: one allocation for all
@@ -127,64 +124,49 @@ class Handle:
             if isinstance(v, np.ndarray):  # so that nobody's in-place change reaches the next answer
                 v.setflags(write=False)
         self.extras = None  # the answer's other entries, where they do not follow the positions
-        self._plan, self._view, self._next = None, None, 0.0
+        self._plan, self._view, self._next, self.past_in_c = None, None, 0.0, False
         if self._req.table is not None:
             self._bind(client.attach(self._req.table, reach=self._req.reach()))
 
     # -- binding a mapped table ----------------------------------------------------------------
     def _bind(self, view) -> None:
         """Plan the C call for ``view`` (None when the pipeline must answer), checked against it."""
-        self._view, self._plan = view, None
-        fam = self._req.family
-        got = fam.template(_CAPTURE, self._req, view, _LIMITS) if view is not None else None
-        self.extras = self._extras if got else None  # a row template: the rows follow the positions only
+        self._view, self._plan, self.past_in_c = view, None, False
+        plan = self._req.family.row_plan(self._req, view) if view is not None else None
+        if plan is None and view is not None:
+            plan = _legacy_plan(self._req.family, self._req, view)
+        self.extras = self._extras if plan else None  # a row plan: the rows follow the positions only
         if (
             _native is None
             or kernels.BACKEND != "simd"
-            or not got
-            or len(got[0]) != len(self.names)
-            or not 0 <= got[2] <= 2**53 - POSITION_LIMIT
+            or plan is None
+            or plan.axes is not None
+            or len(plan.arrays) != len(self.names)
+            or not 0 <= plan.offset <= 2**53 - POSITION_LIMIT
+            or any(not t.flags.c_contiguous or t.dtype != self.np_dtype for t in plan.arrays)
         ):
             return
-        tables, colmap, offset, rule = got
-        if any(not t.flags.c_contiguous or t.dtype != self.np_dtype for t in tables):
-            return
-        past = None
-        if rule is not None:  # the family's rule for rows past the table, as it hands the shortcut:
-            freqs, scale, _, pmap, _ = rule  # frequencies, factor, dtype, stored array <- sincos items
-            past = (
-                np.asarray(list(pmap), np.int32).tobytes(),
-                np.ascontiguousarray(freqs, np.float64).tobytes(),
-                float(scale),
-            )
-        w = tables[0].shape[1]
-        plan = (
-            tables,
-            view.length,
-            offset,
-            np.asarray(colmap, np.int32).tobytes(),
-            _mode(colmap, w),
-            past and past[0],
-            past and past[1],
-            float(past[2] if past else 1.0),
-            self.dtype,
-        )
-        if self._agrees(plan, view):
-            self._plan = plan
-        elif past is not None and self._agrees(plan[:5] + (None, None, 1.0, plan[8]), view):
-            self._plan = plan[:5] + (None, None, 1.0, plan[8])  # gathers only; past rows: the pipeline
+        gather = _native.RowGather(plan=plan, length=view.length)
+        if self._agrees(plan, gather, view):
+            self._plan, self.past_in_c = gather, plan.past is not None
+        elif plan.past is not None:  # gathers only; past rows: the pipeline
+            plan = dataclasses.replace(plan, past=None)
+            gather = _native.RowGather(plan=plan, length=view.length)
+            if self._agrees(plan, gather, view):
+                self._plan = gather
 
-    def _agrees(self, plan, view) -> bool:
-        """The plan's rows equal the pipeline's for the table's first and last rows, and (computed,
+    def _agrees(self, plan, gather, view) -> bool:
+        """The gather's rows equal the pipeline's for the table's first and last rows, and (computed,
         with the table's length taken as 0) the computed rows equal the stored ones."""
-        last = view.length - 1 - plan[2]
+        last = view.length - 1 - plan.offset
         probe = np.array(sorted({0, max(0, last)}), np.int64)
         want = pipeline.arrays(
             self.client.resolve(self.family, {**self.spec, "positions": probe.tolist()}), view
         )
-        for p in (plan, plan[:1] + (0,) + plan[2:]) if plan[5] is not None else (plan,):
+        gathers = (gather, _native.RowGather(plan=plan, length=0)) if plan.past is not None else (gather,)
+        for g in gathers:
             outs = tuple(np.empty((probe.size, self.width[k]), self.np_dtype) for k in self.names)
-            if _native.rows_lookup(p, probe, outs) < 0:
+            if _native.rows_lookup(g, probe, outs) < 0:
                 return False
             if any(o.tobytes() != want[k].tobytes() for o, k in zip(outs, self.names)):
                 return False

@@ -315,6 +315,42 @@ class Family:
         from ``req``'s only in their selections, or None where the shortcut does not apply."""
         return None
 
+    def row_plan(self, req, view) -> RowPlan | None:
+        """How ``serve`` answers ``req``'s spec from ``view`` as a row gather (any positions), or None
+        where it does not: what the shortcut's RowsTemplate (service/shortcut/hot_rows.c) and the
+        co-located reader's lookup (engine/reader/lookup.py, engine.kernels._native.RowGather) both
+        read, copying rows by the one row gather (engine/kernels/row_gather.h)."""
+        return None
+
+
+# A row family's answer as a gather (Family.row_plan), read by its fields' names.
+@dataclasses.dataclass(frozen=True)
+class PastRows:
+    """How a row past the stored table is computed, as ``serve`` computes it: the [cos | sin] of
+    float64(row) * ``freqs`` times ``scale``, rounded once to ``dtype`` (the engine's sincos kernel);
+    stored array a's column c is item ``maps[a][c]`` of it. Rows up to ``row_limit``."""
+
+    freqs: np.ndarray  # float64
+    scale: float
+    dtype: str
+    maps: tuple  # one sequence of ints per stored array
+    row_limit: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """Output row i of array a is stored row ``positions[i] + offset`` of ``arrays[a]`` through
+    ``colmap`` (output column j <- stored column colmap[j], -1: a zero); rows past the stored table
+    by ``past`` (None: not computed). With ``axes`` (each output column's axis, of ``naxes``
+    position lists: rope's ``position_ids``) column j is read at the position of its axis."""
+
+    arrays: tuple  # 2-d C-contiguous arrays [length, W] of one dtype
+    colmap: tuple  # ints
+    offset: int = 0
+    past: PastRows | None = None
+    axes: tuple | None = None
+    naxes: int = 1
+
 
 # The registry, name -> family: posenc.engine.tables fills it (one line per family) and everyone
 # reads it from there. It is held here, below the families, so that a TableDef finds its family

@@ -26,7 +26,7 @@ from .. import kernels
 from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.fields import refuse_unknown, req_choice, req_float, req_int, require_object
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, PastRows, RowPlan, TableDef
 
 
 def _aiayn_freqs(d: int, base: float) -> np.ndarray:
@@ -190,32 +190,35 @@ class Sinusoidal(Family):
         return {"encoding": arrange(stored, spec)}
 
     # -- the hot path ------------------------------------------------------------------------
-    def template(self, hot, req, view, limits):
+    def row_plan(self, req, view):
         """Rows of the stored [sin | cos] table through the layout's column map: the engine's own
         ``arrange`` applied to column numbers + 1 (its zero column becomes -1); rows past the
-        table are computed as ``serve`` computes them."""
-        spec, dtype = req.spec, req.dtype
+        table are computed as ``serve`` computes them (the stored row of one row's [cos | sin]:
+        item numbers 0..h-1, h..2h-1)."""
+        spec = req.spec
         colmap = (arrange(np.arange(1, view.table.shape[1] + 1)[None, :], spec)[0] - 1).tolist()
+        freqs = spec.freqs()
+        h = freqs.shape[0]
+        items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
+        past = PastRows(
+            freqs=freqs, scale=1.0, dtype=req.dtype, maps=(tuple(items.tolist()),), row_limit=ROW_LIMIT
+        )
+        return RowPlan(arrays=(view.table,), colmap=tuple(colmap), offset=spec.offset, past=past)
+
+    def template(self, hot, req, view, limits):
+        """The row plan's RowsTemplate (lists or ranges)."""
+        spec, dtype = req.spec, req.dtype
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
             return self.safetensors_header({"encoding": np.empty((n, spec.d_model), st)}, dtype, req.shown)
 
-        # rows past the table, as ``serve`` computes them: the stored row of one row's [cos | sin]
-        # (item numbers 0..h-1, h..2h-1)
-        freqs = spec.freqs()
-        h = freqs.shape[0]
-        items = stored_columns(np.arange(h)[None, :], h + np.arange(h)[None, :], spec)[0]
-        past = (freqs, 1.0, dtype, (items.tolist(),), ROW_LIMIT)
         return hot.RowsTemplate(
-            arrays=(view.table,),
-            colmap=colmap,
-            offset=spec.offset,
+            plan=self.row_plan(req, view),
             max_rows=limits.max_rows,
             lists_only=False,
             header_for=header_for,
             tail=b"",
-            past=past,
         )
 
     schema = {

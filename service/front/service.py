@@ -129,16 +129,17 @@ class Service:
             self._lane_fresh(now)
         return replay.serve(
             data,
-            routes,
-            self.accepts,
-            self.templates.native,
-            pre,
-            post,
-            close,
-            write,
-            flow,
-            *counts,
-            replay.lane_again,
+            routes=routes,
+            accepts=self.accepts,
+            native=self.templates.native,
+            pre=pre,
+            post=post,
+            close=close,
+            write=write,
+            flow=flow,
+            counts=counts[0],
+            buckets=counts[1],
+            again=replay.lane_again,
         )
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----

@@ -16,8 +16,10 @@
  *   hot_f32text.c    a float32's JSON text, orjson's (zmij's digits, vendor/zmij/)
  *   hot_templates.c  what every template shares: its head's methods, header caches, the miss note,
  *                    the keep budget
+ *   hot_named.c      the named contracts: calls' keyword arguments, the v2 routes and entries
  *   hot_rows.c       the rows kind: RowsTemplate (RoPE, sinusoidal), its answers
- *   hot_rows_copy.c  its rows copied through the column map, or computed past the table
+ *   hot_rows_copy.c  its rows copied by the one row gather (engine/kernels/row_gather.h), or
+ *                    computed past the table
  *   hot_json.c       its JSON answers: kept texts of stored rows, copied (enable_json)
  *   hot_axes.c       its per-axis position lists (rope's position_ids): rows gathered axis by axis
  *   hot_grid.c       the grid kind: GridTemplate, rows of a large sinusoidal-grid from per-axis tables
@@ -30,7 +32,8 @@
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_serve.c      serve(): every whole request of a socket read, answered and written
  *
- *   configure(position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers)
+ *   configure(*, position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers,
+ *             kernels=None, keep_bytes=0, axis_fields=None)
  *     From service/shortcut/templates.py (its configure(settings)), before anything else: the
  *     rules and limits Python owns, so that none is written twice. position_limit: positions are
  *     < it (engine/core/selection.py; at most 2**31, for the int32 distances below); max_rows: most
@@ -48,55 +51,68 @@
  *     may send instead as a list of per-axis position lists (rope's "position_ids")}. Called
  *     again, it replaces them all.
  *
- *   answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented
+ * A call takes at most three arguments by position, the rest by name (hot_named.c hot_args; a wrong
+ * or missing name is a TypeError naming it), and what Python hands the lane is named too: the
+ * templates (below), the v2 routes and their entries (hot_named.c: V2Route, RowsEntry,
+ * BlockEntry, JsonEntry).
  *
- * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value:
- * True} for values the negotiator maps to safetensors; templates: {key: RowsTemplate |
- * AlibiTemplate} of one family, a key of the configured fields. It returns the whole
- * safetensors response, or None whenever anything is unusual; the caller then takes the full
- * path. So the parser here may refuse more than the full path does (e.g. "-0", "start": null)
- * but never accepts a body the full path would answer differently. The tests hold the answers
- * to the full path's bytes and to the float64 reference.
+ *   answer(raw, headers, *, accepts, templates, family) -> bytes | None | NotImplemented
  *
- *   lane(data, start, routes, accepts, native, pre, post, close)   (hot_lane.c)
+ * raw: the request body; headers: the ASGI scope's [(name, value)] list; accepts: {Accept value
+ * or None: 0 safetensors | 1 JSON}, what the full path's negotiator chose (answer() writes
+ * safetensors only); templates: {key: template} of one family (any kind), a key of the configured
+ * fields. It returns the whole safetensors response, or None whenever anything is unusual; the
+ * caller then takes the full path. So the parser here may refuse more than the full path does
+ * (e.g. "-0", "start": null) but never accepts a body the full path would answer differently. The
+ * tests hold the answers to the full path's bytes and to the float64 reference.
+ *
+ *   lane(data, start, *, routes, accepts, native, pre, post, close)   (hot_lane.c)
  *     The same for a whole HTTP request, head and all, to the whole response; None or False where
  *     it does not answer (its doc says which is which).
+ *   serve(data, *, routes, ..., write, flow, counts, buckets, again)   (hot_serve.c)
+ *     Every whole request of one socket read, answered as lane() answers it and written.
  *
  *   cut(raw, family) -> (key, spans) | None                  (hot_answer.c)
  *     The key a body's template is stored under when templates.py learns it.
  *
  *   parse_selection(text, lists_only, cap)                  (hot_select.c; for the tests)
  *
- * Nothing here calls back into the service's Python (the families' functions). An answer whose
- * shape's safetensors header the template has not cached returns NotImplemented instead, and
- * notes (template, shape) for its thread:
+ * Where C calls Python is hot.h's "The miss protocol": an answer never calls a family's function;
+ * one that lacks what only Python computes (a safetensors header of its shape, JSON texts of
+ * stored rows) returns NotImplemented and notes what it lacked for its thread:
  *
- *   missing() -> (template, shape) | None     that note, forgotten as it is returned
- *   template.set_header(shape, header)       caches a header: (n,) rows, or (nq, nk)
+ *   missing() -> (what, template, detail) | None   that note (what: an index of MISSES, "header"
+ *                                                  with the shape, "texts" with [(array, row)]),
+ *                                                  forgotten as it is returned
+ *   template.set_header(shape, header)            caches a header: (n,) rows, or (nq, nk)
+ *   template.set_text(array, row, text)           keeps a stored row's JSON text
  *
- * templates.py then computes the header with template.header_for(*shape) and calls again.
+ * templates.py then computes it with template.header_for(*shape) or text_for(array, row) and calls
+ * again.
  *
  * The constructors take keyword arguments only (a TypeError names the type for a positional one):
  *
- *   RowsTemplate(*, arrays, colmap, offset, max_rows, lists_only, header_for, tail, past=None, axes=None)
- *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table. arrays: 1 or 2
- *     [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds them, so their
- *     mapping outlives an eviction until the template is dropped); colmap: for each output column
- *     the stored column it copies (-1: zero), so out[i, j] = array[position_i + offset, colmap[j]];
- *     header_for(n) -> safetensors header bytes for n rows (kept for templates.py, which calls
- *     it on a miss); tail: the bytes after the arrays.
+ *   RowsTemplate(*, plan, max_rows, lists_only, header_for, tail)
+ *     Rows of shared tables: RoPE's half-width cos and sin, or a sinusoidal table, by the family's
+ *     row plan (engine/tables/base.py RowPlan, read by its fields' names; the co-located reader's
+ *     rows_lookup reads the same plan and copies rows by the same gather, engine/kernels/row_gather.h).
+ *     plan.arrays: 1 or 2 [length, w] arrays (C-contiguous, 2- or 4-byte items; the template holds
+ *     them, so their mapping outlives an eviction until the template is dropped); plan.colmap: for
+ *     each output column the stored column it copies (-1: zero), so out[i, j] = array[position_i +
+ *     plan.offset, colmap[j]]; header_for(n) -> safetensors header bytes for n rows (kept for
+ *     templates.py, which calls it on a miss); tail: the bytes after the arrays.
  *     Positions: at most max_rows (<= the configured max_rows), each row inside the table; a
- *     list, or also a range unless lists_only. past: None (rows past the table are declined) or
- *     (freqs, scale, dtype, maps, row_limit): a row r = position + offset past the table, below
- *     row_limit, is computed by the engine's sincos kernel as the pipeline computes it, [cos |
- *     sin] of float64(r) * freqs[k] times scale rounded once to dtype, and stored column c of
- *     array a is its item maps[a][c] (then the column map, as for stored rows). The family
+ *     list, or also a range unless lists_only. plan.past: None (rows past the table are declined)
+ *     or a PastRows (freqs, scale, dtype, maps, row_limit): a row r = position + offset past the
+ *     table, below row_limit, is computed by the engine's sincos kernel as the pipeline computes
+ *     it, [cos | sin] of float64(r) * freqs[k] times scale rounded once to dtype, and stored column
+ *     c of array a is its item maps[a][c] (then the column map, as for stored rows). The family
  *     derives maps from its own stored layout applied to item numbers.
- *     axes: None, or (k, column_axes): the selection is the family's axis field, k lists of
- *     positions, and out[i, j] = array[positions[column_axes[j]][i] + offset, colmap[j]] (rope's
- *     mrope_section and axes_dim: engine/tables/rope_axes.py). Lists only, no JSON (the full path
- *     answers it); with past, array a's map must be a * len(freqs) + c (an axis's row past the
- *     table is computed whole, then read as a stored row).
+ *     plan.axes: None, or each column's axis of plan.naxes: the selection is the family's axis
+ *     field, naxes lists of positions, and out[i, j] = array[positions[axes[j]][i] + offset,
+ *     colmap[j]] (rope's mrope_section and axes_dim: engine/tables/rope_axes.py). Lists only, no
+ *     JSON (the full path answers it); with past, array a's map must be a * len(freqs) + c (an
+ *     axis's row past the table is computed whole, then read as a stored row).
  *
  *   GridTemplate(*, arrays, steps, extra, rows, max_rows, header_for, tail)
  *     A sinusoidal-grid stored as per-axis tables: arrays, 1 to 3 [size, width] tables of one item
@@ -129,7 +145,7 @@ static int want_name(PyObject *o, const char *what)
     return -1;
 }
 
-PyDoc_STRVAR(configure_doc, "configure(position_limit, max_rows, fields, range_keys, max_head, max_body, "
+PyDoc_STRVAR(configure_doc, "configure(*, position_limit, max_rows, fields, range_keys, max_head, max_body, "
              "off_headers, kernels=None, keep_bytes=0, axis_fields=None)\n--\n\n"
              "The rules Python owns (see the module source); once, before any template or answer.");
 
@@ -142,6 +158,7 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kw)
     Py_ssize_t max_rows, max_head, max_body, keep_bytes = 0;
     PyObject *fields, *keys, *off, *copy = NULL, *family, *names, *kernels = Py_None, *axis = NULL, *axis_copy;
     const NativeApi *api = NULL;
+    if (hot_keywords_only(args, "configure") < 0) return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "LnO!O!nnO!|OnO!:configure", kwlist, &limit, &max_rows, &PyDict_Type,
                                      &fields, &PyTuple_Type, &keys, &max_head, &max_body, &PyTuple_Type, &off,
                                      &kernels, &keep_bytes, &PyDict_Type, &axis))
@@ -274,7 +291,7 @@ PyMODINIT_FUNC PyInit__hot(void)
             return NULL;
         }
     if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || add_contracts(m) < 0 ||
-        hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0) {
+        hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0 || hot_named_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -7,7 +7,8 @@
  *   1. shared pieces, on hot.h alone: hot_select.c (the configured rules, selections, raw
  *      positions, keys' spans), hot_out.c (an answer's bytes), hot_f32text.c (a float's text);
  *      hot_templates.c (what every template shares: the head's methods, header caches and the
- *      miss note, the keep budget, a block answer's start; on hot_select.c)
+ *      miss note, the keep budget, a block answer's start; on hot_select.c), hot_named.c (the
+ *      calls' named arguments, the v2 routes' and entries' types)
  *   2. the kinds, one file each (the rows kind's parts: hot_rows.c, hot_rows_copy.c, hot_json.c,
  *      hot_axes.c): hot_rows.c, hot_grid.c, hot_alibi.c, hot_t5.c. A kind knows the shared
  *      pieces and itself; each defines its struct hot_ops, hot_<kind>_ops
@@ -29,15 +30,22 @@
  * tests/service/shortcut/test_hot_new_kind.py does exactly this to a copy of these sources (a
  * kind whose rows are twice their positions), builds it and has fill() answer it.
  *
- * The miss protocol. Nothing here calls Python. An answer that lacks what Python computes (a
- * safetensors header of its shape, JSON texts of stored rows) returns NotImplemented and notes
- * what it lacked in this thread's thread-state dict (hot_templates.c: hot_header, note_missing,
- * hot_note_missing_rows), named by enum hot_miss: (HOT_MISS_HEADER, template, shape) or
- * (HOT_MISS_TEXTS, template, [(array, row), ...]). missing()
- * hands that note over once; templates.py (_again) computes it with the template's header_for or
- * text_for, stores it (set_header, set_text) and calls again, at most _MISSES times a request
- * (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
+ * The miss protocol, and where C calls Python. An answer never calls a family's function. One
+ * that lacks what only Python computes (a safetensors header of its shape, JSON texts of stored
+ * rows) returns NotImplemented and notes what it lacked in this thread's thread-state dict
+ * (hot_templates.c: hot_header, note_missing, hot_note_missing_rows), named by enum hot_miss:
+ * (HOT_MISS_HEADER, template, shape) or (HOT_MISS_TEXTS, template, [(array, row), ...]).
+ * missing() hands that note over once; templates.py (_again) computes it with the template's
+ * header_for or text_for, stores it (set_header, set_text) and calls again, at most _MISSES times a
+ * request (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
  * threads missing at once each fetch their own.
+ * C calls Python code at these points only, each named by the Python side that hands it over:
+ *   - serve() (hot_serve.c), once per request of a read: flow.write_paused (read), write(answer),
+ *     and, for a request whose answer missed, again(data, at, **lane's arguments)
+ *     (templates.lane_again: the miss protocol above, inside the same loop);
+ *   - when made: configure() and the constructors read their arguments (a RowsTemplate its
+ *     plan's fields by name, engine/tables/base.py RowPlan; hot_rows.c).
+ * Everything else is the C API on built-in objects (bytes, tuples, dicts keyed by bytes, buffers).
  */
 #ifndef POSENC_HOT_H
 #define POSENC_HOT_H
@@ -299,26 +307,73 @@ int64_t *hot_block_positions(const Sel *q, const Sel *k);
  * cell overflows) or NULL (-1: out of memory, the error set), the answer freed. */
 PyObject *hot_block_done(Out *o, int rc);
 
+/* ---- named contracts (hot_named.c) ---------------------------------------------------------- */
+
+/* A module function's arguments (METH_FASTCALL | METH_KEYWORDS): names, NULL-terminated, the first
+ * npos of which may come by position (at most three), the others by keyword only; the first nreq
+ * are required. Static per function; its names are interned at the first call. */
+#define HOT_MAX_ARGS 16
+typedef struct {
+    const char *fn;
+    const char *const *names;
+    int npos, nreq, n;
+    PyObject *interned[HOT_MAX_ARGS];
+} HotSig;
+/* The arguments into out[i] by sig's names (borrowed; NULL: not given): 0, or -1 with a
+ * TypeError naming the function and the argument. */
+int hot_args(HotSig *sig, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
+
+/* What the lane's v2 routes hold (service/v2/hot.py, hot_blocks.py, hot_json.py make them; hot_named.c
+ * says their fields, each checked once when made). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t metrics;                              /* the offset of its answers' counts */
+    PyObject *entries, *length_name, *refused;       /* {head: RowsEntry | BlockEntry}, bytes, (bytes) */
+    PyObject *json_name, *json_entries;              /* bytes, {key: JsonEntry} */
+} HotV2Route;
+typedef struct {
+    PyObject_HEAD
+    PyObject *template; /* of rows (ops->raw_rows) */
+    Py_ssize_t itemsize, nbytes;
+    PyObject *parts, *post; /* arrays + 1 bytes; bytes */
+} HotRowsEntry;
+typedef struct {
+    PyObject_HEAD
+    PyObject *template; /* of blocks (ops->block_into) */
+    Py_ssize_t itemsize[2], nbytes[2];
+    char key_first;
+    PyObject *parts, *post; /* (before, after); bytes */
+} HotBlockEntry;
+typedef struct {
+    PyObject_HEAD
+    PyObject *template; /* of flat JSON (ops->v2_json), ops->dims == ncounts */
+    Py_ssize_t counts[MAX_FIELDS];
+    int ncounts;
+    char swap;
+    PyObject *post;
+} HotJsonEntry;
+extern PyTypeObject hot_V2RouteType, hot_RowsEntryType, hot_BlockEntryType, hot_JsonEntryType;
+int hot_named_ready(PyObject *module); /* the four types readied and added: 0, or -1 set */
+
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c, hot_blocks.c) --------------------------------------- */
 
 void hot_lane_ready(void);
 /* A v2 REST binary infer's answer, with the HTTP head http (its post replaced by the entry's):
- * entry = (RowsTemplate, itemsize, nbytes, parts, post) of service/v2/hot.py, pos the raw
- * positions (len bytes). Bytes; None: declined (not nbytes, a position the template does not
- * answer, an overflow); NULL: error. */
+ * entry a RowsEntry or a BlockEntry (hot_v2_block_answer's), pos the raw positions (len bytes).
+ * Bytes; None: declined (not nbytes, a position the template does not answer, an overflow); NULL:
+ * error. */
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
-/* A v2 REST JSON-tensor infer's answer (hot_v2json.c), the HTTP head http's: json = (the data
- * field's name as JSON text, {key: entry}) of service/v2/hot_json.py, body [b, b + len). Bytes;
- * None: declined; NotImplemented: rows' texts missing (see missing()); NULL: error. */
-PyObject *hot_v2json_answer(PyObject *json, const char *b, Py_ssize_t len, const Http *http);
+/* A v2 REST JSON-tensor infer's answer (hot_v2json.c), the HTTP head http's: route's json_name and
+ * json_entries, body [b, b + len). Bytes; None: declined; NotImplemented: rows' texts missing (see
+ * missing()); NULL: error. */
+PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http);
 extern PyMethodDef hot_v2json_methods[];
 /* entries[key] (key stolen) as a new reference, held while it answers (an allocation may run
  * finalizers that drop it from the dict); NULL: none (no error set), or an error. */
 PyObject *hot_entry(PyObject *entries, PyObject *key);
-/* The same for a block entry (hot_blocks.c; hot_v2_answer passes it on): entry = (AlibiTemplate |
- * T5Template, itemsize, nbytes, itemsize, nbytes, key first, (before, after), post) of
- * service/v2/hot_blocks.py, pos the two inputs' raw positions one after the other. */
-PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
+/* The same for a BlockEntry (hot_blocks.c; hot_v2_answer passes it on), pos the two inputs' raw
+ * positions one after the other. */
+PyObject *hot_v2_block_answer(const HotBlockEntry *entry, const char *pos, Py_ssize_t len, const Http *http);
 /* Raw little-endian positions (len bytes of isz-byte ints, isz 4 or 8) into s, with its lo and hi
  * (hot_select.c): 1; 0 when one is negative or not below the position limit; -1 with an error set
  * (ValueError: not a whole, non-zero number of such ints; no memory). The caller frees s. */
@@ -326,8 +381,18 @@ int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 /* configure()'s off_headers (lower-case str header names) as a new tuple of bytes; NULL: error */
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
-/* lane()'s body (hot_lane.c), for serve() (hot_serve.c) */
-PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* What lane() answers a request with (hot_lane.c), its keyword arguments checked once (lane(),
+ * serve()): routes a dict or a tuple of dicts, accepts and native dicts, pre three bytes, post
+ * bytes, close a flag. */
+typedef struct {
+    PyObject *routes, *accepts, *native, *pre, *post; /* borrowed */
+    int close;
+} HotLaneArgs;
+/* lane()'s names (data, start, then HotLaneArgs's) and a call's values checked into *a: 0, -1 set. */
+extern const char *const hot_lane_names_of[];
+int hot_lane_args(PyObject *const *v, HotLaneArgs *a);
+/* lane()'s answer to the request at data[start:] (hot_lane.c), for lane() and serve() (hot_serve.c) */
+PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a);
 extern PyMethodDef hot_serve_methods[];
 extern PyMethodDef hot_fill_methods[];
 extern PyMethodDef hot_blocks_methods[];

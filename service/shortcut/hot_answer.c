@@ -1,6 +1,7 @@
-/* service/shortcut/hot_answer.c -- a template body answered: answer(), and the fills of its
- * rows (RowsTemplate: table rows through a column map) and blocks (AlibiTemplate: the cells are
- * hot_blocks.c's) behind the safetensors header and, for the lane, the HTTP head.
+/* service/shortcut/hot_answer.c -- a route: a /v1 body answered by its template, whatever its kind
+ * (through the kind's ops: v1, v1_json, v1_axes), behind the safetensors header and, for the lane,
+ * the HTTP head: answer() (the raw ASGI front's), hot_answer_body() (the lane's), and cut(), the key
+ * a body's template is learnt under.
  */
 #include "hot.h"
 
@@ -121,17 +122,21 @@ int hot_accepted(PyObject *accepts, PyObject *accept)
     return 1 + (int)v;
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, *, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
              "The safetensors answer of a body whose spec is a known template (its Accept one that accepts\n"
              "maps to 0, safetensors); None: declined;\n"
              "NotImplemented: the template lacks the header of its shape (see missing()).");
 
-static PyObject *answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static const char *const answer_names[] = {"raw", "headers", "accepts", "templates", "family", NULL};
+static HotSig answer_sig = {.fn = "answer", .names = answer_names, .npos = 2, .nreq = 5};
+
+static PyObject *answer(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    if (!hot_configured()) return NULL;
-    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, accepts: dict, templates: dict, family: str)");
+    PyObject *args[5];
+    if (!hot_configured() || hot_args(&answer_sig, argv, nargs, kwnames, args) < 0) return NULL;
+    if (!PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, *, accepts: dict, templates: dict, family: str)");
         return NULL;
     }
     PyObject *raw = args[0];
@@ -172,7 +177,7 @@ static PyObject *cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyMethodDef hot_answer_methods[] = {
-    {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, answer_doc},
+    {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL | METH_KEYWORDS, answer_doc},
     {"cut", (PyCFunction)(void (*)(void))cut, METH_FASTCALL, cut_doc},
     {NULL, NULL, 0, NULL},
 };

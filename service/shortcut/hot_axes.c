@@ -15,12 +15,12 @@ static void copy_row(char *d, const RowsTemplate *t, const char *const *s)
 {
     size_t es = (size_t)t->itemsize;
     if (t->col_axis && es == 4) {
-        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + 4 * (size_t)j, s[t->col_axis[j]] + 4 * (size_t)t->idx[j], 4);
+        for (Py_ssize_t j = 0; j < t->map.width; j++) memcpy(d + 4 * (size_t)j, s[t->col_axis[j]] + 4 * (size_t)t->map.idx[j], 4);
     } else if (t->col_axis) {
-        for (Py_ssize_t j = 0; j < t->width; j++) memcpy(d + 2 * (size_t)j, s[t->col_axis[j]] + 2 * (size_t)t->idx[j], 2);
+        for (Py_ssize_t j = 0; j < t->map.width; j++) memcpy(d + 2 * (size_t)j, s[t->col_axis[j]] + 2 * (size_t)t->map.idx[j], 2);
     } else {
-        for (Py_ssize_t r = 0; r < t->nruns; r++) {
-            const Run *u = &t->runs[r];
+        for (Py_ssize_t r = 0; r < t->map.nruns; r++) {
+            const Run *u = &t->map.runs[r];
             if (u->src < 0) memset(d + (size_t)u->dst * es, 0, (size_t)u->len * es);
             else memcpy(d + (size_t)u->dst * es, s[u->axis] + (size_t)u->src * es, (size_t)u->len * es);
         }
@@ -32,7 +32,7 @@ static void copy_row(char *d, const RowsTemplate *t, const char *const *s)
  * checked that array a's stored column c is item a * nfreq + c of it). 0, or 1 on an overflow. */
 static int rows_into(char **slots, const RowsTemplate *t, const Sel *sels, char *buf)
 {
-    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->width * es;
+    size_t es = (size_t)t->itemsize, srb = (size_t)t->src_width * es, drb = (size_t)t->map.width * es;
     size_t half = (size_t)t->nfreq * es;
     const char *s[2][MAX_AXES];
     int over = 0;
@@ -97,7 +97,7 @@ PyObject *hot_axes_answer(RowsTemplate *t, const Span *sp, const Http *http)
         out = Py_NotImplemented;
         Py_INCREF(out);
     } else if (got > 0) {
-        Py_ssize_t block = n * t->width * t->itemsize;
+        Py_ssize_t block = n * t->map.width * t->itemsize;
         Out o;
         if (hot_bytes_of(http, head, t->narr * block, t->tail, 0, &o) == 0) {
             char *slots[2] = {o.fill, o.fill + block};

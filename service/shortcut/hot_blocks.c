@@ -65,44 +65,39 @@ static int two_bytes(PyObject *parts)
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_v2_block_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
+PyObject *hot_v2_block_answer(const HotBlockEntry *e, const char *pos, Py_ssize_t len, const Http *http)
 {
-    PyObject *t, *parts, *post;
-    Py_ssize_t isz1, n1, isz2, n2;
-    int key_first;
-    if (!PyArg_ParseTuple(entry, "OnnnnpOO!:v2 block entry", &t, &isz1, &n1, &isz2, &n2, &key_first, &parts,
-                          &PyBytes_Type, &post))
-        return NULL;
-    if (!block_template(t) || !two_bytes(parts)) {
-        PyErr_SetString(PyExc_TypeError, "v2 block entry: (AlibiTemplate | T5Template, itemsize, nbytes, itemsize, "
-                                         "nbytes, key first, (bytes, bytes), post)");
-        return NULL;
-    }
-    if (n1 < 0 || n2 < 0 || len != n1 + n2) Py_RETURN_NONE;   /* not the learnt numbers of positions */
+    /* its fields checked when it was made (hot_named.c) */
+    if (len != e->nbytes[0] + e->nbytes[1]) Py_RETURN_NONE;   /* not the learnt numbers of positions */
     Http h = *http;
-    h.post = post;
-    return block_answer((HotTemplate *)t, pos, n1, isz1, pos + n1, n2, isz2, key_first, parts, &h);
+    h.post = e->post;
+    return block_answer((HotTemplate *)e->template, pos, e->nbytes[0], e->itemsize[0], pos + e->nbytes[0],
+                        e->nbytes[1], e->itemsize[1], e->key_first, e->parts, &h);
 }
 
-PyDoc_STRVAR(fill_block_doc, "fill_block(template, first, second, itemsizes, key_first, parts) -> bytes | None\n--\n\n"
+PyDoc_STRVAR(fill_block_doc, "fill_block(template, first, second, *, itemsizes, key_first, parts) -> bytes | None\n--\n\n"
              "parts[0] + the block of an AlibiTemplate or T5Template at raw little-endian positions (first,\n"
              "second: buffers of ints of itemsizes[0], itemsizes[1] bytes, 4: int32, 8: int64; query then key, or\n"
              "key then query when key_first) + parts[1], in one new bytes object, the block as its /v1\n"
              "answer holds it; None when a position is negative or not below the position limit, the block is\n"
              "over the template's max_bytes, or a cell overflows the dtype (the full path answers those).");
 
-static PyObject *fill_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static const char *const fill_block_names[] = {"template", "first", "second", "itemsizes", "key_first", "parts", NULL};
+static HotSig fill_block_sig = {.fn = "fill_block", .names = fill_block_names, .npos = 3, .nreq = 6};
+
+static PyObject *fill_block(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    if (!hot_configured()) return NULL;
+    PyObject *args[6];
+    if (!hot_configured() || hot_args(&fill_block_sig, argv, nargs, kwnames, args) < 0) return NULL;
     Py_ssize_t isz[2];
     int key_first;
-    HotTemplate *t = nargs == 6 ? block_template(args[0]) : NULL;
+    HotTemplate *t = block_template(args[0]);
     if (!t || !PyArg_ParseTuple(args[3], "nn:itemsizes", &isz[0], &isz[1]) ||
         (key_first = PyObject_IsTrue(args[4])) < 0 || !two_bytes(args[5])) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "fill_block(template: AlibiTemplate | T5Template, first: buffer, second: "
-                                         "buffer, itemsizes: (int, int), key_first: bool, parts: (bytes, bytes))");
+                                         "buffer, *, itemsizes: (int, int), key_first: bool, parts: (bytes, bytes))");
         return NULL;
     }
     Py_buffer a, b;
@@ -118,6 +113,6 @@ static PyObject *fill_block(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 PyMethodDef hot_blocks_methods[] = {
-    {"fill_block", (PyCFunction)(void (*)(void))fill_block, METH_FASTCALL, fill_block_doc},
+    {"fill_block", (PyCFunction)(void (*)(void))fill_block, METH_FASTCALL | METH_KEYWORDS, fill_block_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -4,14 +4,14 @@
  */
 #include "hot.h"
 
-PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, parts) -> bytes | None\n--\n\n"
+PyDoc_STRVAR(fill_doc, "fill(template, positions, itemsize, *, parts) -> bytes | None\n--\n\n"
              "parts[0] + the rows of the RowsTemplate's first array at the raw little-endian positions\n"
              "(itemsize 4: int32, 8: int64; a template with axes: [k, n] positions, axis after axis)\n"
              "+ parts[1] + ... + parts[narrays], in one new bytes object;\n"
              "None when a position is negative or not below the position limit, or past the table of a\n"
              "template that computes no rows there, or a computed value overflows (the full path answers those).");
 
-PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, buffers) -> True | None\n--\n\n"
+PyDoc_STRVAR(fill_into_doc, "fill_into(template, positions, itemsize, *, buffers) -> True | None\n--\n\n"
              "The same rows written into caller-given writable buffers, one per array, each exactly\n"
              "the rows' size (e.g. a client's shared memory); None, writing nothing, as fill().");
 
@@ -68,12 +68,18 @@ static int fill_targets(PyObject *targets, int into, int narr, Py_ssize_t block,
     return 0;
 }
 
-static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
+static const char *const fill_names[2][5] = {{"template", "positions", "itemsize", "parts", NULL},
+                                             {"template", "positions", "itemsize", "buffers", NULL}};
+static HotSig fill_sigs[2] = {{.fn = "fill", .names = fill_names[0], .npos = 3, .nreq = 4},
+                              {.fn = "fill_into", .names = fill_names[1], .npos = 3, .nreq = 4}};
+
+static PyObject *fill_any(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames, int into)
 {
-    static const char *sig[2] = {"fill(template: RowsTemplate, positions: buffer, itemsize: int, parts: tuple of bytes)",
-                                 "fill_into(template: RowsTemplate, positions: buffer, itemsize: int, buffers: tuple)"};
-    if (!hot_configured()) return NULL;
-    const struct hot_ops *ops = nargs == 4 ? hot_ops_of(args[0]) : NULL;
+    static const char *sig[2] = {"fill(template: RowsTemplate, positions: buffer, itemsize: int, *, parts: tuple of bytes)",
+                                 "fill_into(template: RowsTemplate, positions: buffer, itemsize: int, *, buffers: tuple)"};
+    PyObject *args[4];
+    if (!hot_configured() || hot_args(&fill_sigs[into], argv, nargs, kwnames, args) < 0) return NULL;
+    const struct hot_ops *ops = hot_ops_of(args[0]);
     if (!ops || !ops->raw_rows || !PyTuple_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, sig[into]);
         return NULL;
@@ -120,28 +126,17 @@ static PyObject *fill_any(PyObject *const *args, Py_ssize_t nargs, int into)
 /* declared, and described, in hot.h */
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http)
 {
-    if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 8) return hot_v2_block_answer(entry, pos, len, http);
-    PyObject *o_t;
-    Py_ssize_t isz, nbytes;
-    PyObject *parts, *post;
-    if (!PyArg_ParseTuple(entry, "OnnO!O!:v2 entry", &o_t, &isz, &nbytes, &PyTuple_Type, &parts, &PyBytes_Type, &post))
-        return NULL;
-    const struct hot_ops *ops = hot_ops_of(o_t);
-    if (!ops || !ops->raw_rows) {
-        PyErr_SetString(PyExc_TypeError, "v2 entry: (a template of rows, itemsize, nbytes, parts, post)");
+    if (Py_TYPE(entry) == &hot_BlockEntryType) return hot_v2_block_answer((const HotBlockEntry *)entry, pos, len, http);
+    if (Py_TYPE(entry) != &hot_RowsEntryType) {
+        PyErr_SetString(PyExc_TypeError, "v2 entries: want a RowsEntry or a BlockEntry");
         return NULL;
     }
-    HotTemplate *t = (HotTemplate *)o_t;
+    const HotRowsEntry *e = (const HotRowsEntry *)entry;   /* its fields checked when it was made */
+    HotTemplate *t = (HotTemplate *)e->template;
+    const struct hot_ops *ops = t->ops;
     int narr = ops->arrays(t);
-    if (PyTuple_GET_SIZE(parts) != narr + 1) {
-        PyErr_SetString(PyExc_ValueError, "v2 entry: one part more than the template's arrays");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i <= narr; i++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(parts, i))) {
-            PyErr_SetString(PyExc_TypeError, "v2 entry: parts are bytes");
-            return NULL;
-        }
+    PyObject *parts = e->parts, *post = e->post;
+    Py_ssize_t isz = e->itemsize, nbytes = e->nbytes;
     if (len != nbytes) Py_RETURN_NONE;   /* not the learnt number of positions */
     Sel rows = {.heap = NULL};
     Py_ssize_t block = 0;
@@ -181,20 +176,20 @@ PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const 
     return out;
 }
 
-static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    return fill_any(args, nargs, 0);
+    return fill_any(args, nargs, kwnames, 0);
 }
 
-static PyObject *fill_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fill_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    return fill_any(args, nargs, 1);
+    return fill_any(args, nargs, kwnames, 1);
 }
 
 PyMethodDef hot_fill_methods[] = {
-    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
-    {"fill_into", (PyCFunction)(void (*)(void))fill_into, METH_FASTCALL, fill_into_doc},
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL | METH_KEYWORDS, fill_doc},
+    {"fill_into", (PyCFunction)(void (*)(void))fill_into, METH_FASTCALL | METH_KEYWORDS, fill_into_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -52,8 +52,8 @@ void hot_json_clear(RowsTemplate *t)
 static Py_ssize_t runs_len(const RowsTemplate *t, const RowText *x, Py_ssize_t zl)
 {
     Py_ssize_t n = 0;
-    for (Py_ssize_t r = 0; r < t->nruns; r++) {
-        const Run *u = &t->runs[r];
+    for (Py_ssize_t r = 0; r < t->map.nruns; r++) {
+        const Run *u = &t->map.runs[r];
         n += u->src < 0 ? u->len * (zl + 1) : x->off[u->src + u->len] - x->off[u->src];
     }
     return n;
@@ -64,8 +64,8 @@ static Py_ssize_t runs_len(const RowsTemplate *t, const RowText *x, Py_ssize_t z
 static char *runs_put(char *d, const RowsTemplate *t, const RowText *x, const char *zero, Py_ssize_t zl)
 {
     const char *c = (const char *)(x->off + t->src_width + 1);
-    for (Py_ssize_t r = 0; r < t->nruns; r++) {
-        const Run *u = &t->runs[r];
+    for (Py_ssize_t r = 0; r < t->map.nruns; r++) {
+        const Run *u = &t->map.runs[r];
         if (u->src < 0) {
             for (Py_ssize_t k = 0; k < u->len; k++, d += zl + 1) {
                 memcpy(d, zero, (size_t)zl);
@@ -161,19 +161,26 @@ PyObject *hot_rows_json(RowsTemplate *t, const Sel *rows, const Http *http)
 
 /* ---- RowsTemplate's JSON methods ---------------------------------------------------------- */
 
-PyDoc_STRVAR(enable_json_doc, "enable_json(parts, zero, text_for, budget, flat=False)\n--\n\n"
+PyDoc_STRVAR(enable_json_doc, "enable_json(parts, *, zero, text_for, budget, flat=False)\n--\n\n"
              "Answer JSON too: parts, the narr + 1 bytes around the arrays' rows in the full path's JSON\n"
              "answer; zero, a zero item's text; text_for(array, row) -> the stored row's JSON text (the\n"
              "full path's, \"[v,v,...]\"), called by templates.py on a miss; budget: bytes of texts kept;\n"
-             "flat: each array's rows as one flat list (a v2 JSON output's data). parts None: no JSON answers.");
+             "flat: each array's rows as one flat list (a v2 JSON output's data). parts None (nothing else\n"
+             "needed): no JSON answers.");
 
-static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static const char *const enable_json_names[] = {"parts", "zero", "text_for", "budget", "flat", NULL};
+static HotSig enable_json_sig = {.fn = "enable_json", .names = enable_json_names, .npos = 1, .nreq = 1};
+
+static PyObject *enable_json(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames)
 {
     RowsTemplate *t = (RowsTemplate *)self;
-    if (nargs < 4 || nargs > 5 || (!PyTuple_Check(args[0]) && args[0] != Py_None) || !PyBytes_Check(args[1]) ||
-        !PyCallable_Check(args[2]) || !PyLong_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "enable_json(parts: tuple of bytes | None, zero: bytes, text_for, budget: int, "
-                                         "flat: bool = False)");
+    PyObject *args[5];
+    if (hot_args(&enable_json_sig, argv, nargs, kwnames, args) < 0) return NULL;
+    if ((!PyTuple_Check(args[0]) && args[0] != Py_None) ||
+        (args[0] != Py_None && (!args[1] || !PyBytes_Check(args[1]) || !args[2] || !PyCallable_Check(args[2]) ||
+                                !args[3] || !PyLong_Check(args[3])))) {
+        PyErr_SetString(PyExc_TypeError, "enable_json(parts: tuple of bytes | None, *, zero: bytes, text_for, "
+                                         "budget: int, flat: bool = False)");
         return NULL;
     }
     if (args[0] == Py_None) {   /* no JSON answers (again) */
@@ -193,11 +200,11 @@ static PyObject *enable_json(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
     Py_ssize_t budget = PyLong_AsSsize_t(args[3]);
     if (budget == -1 && PyErr_Occurred()) return NULL;
-    int flat = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    int flat = args[4] ? PyObject_IsTrue(args[4]) : 0;
     if (flat < 0) return NULL;
     t->json_flat = flat;
     hot_json_clear(t);
-    t->json_in_order = 4 * t->nruns > t->width && t->width <= t->src_width;
+    t->json_in_order = 4 * t->map.nruns > t->map.width && t->map.width <= t->src_width;
     Py_INCREF(args[0]);
     Py_XSETREF(t->json_parts, args[0]);
     Py_INCREF(args[1]);
@@ -344,7 +351,7 @@ static PyObject *row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyMethodDef hot_json_methods[] = {
-    {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL, enable_json_doc},
+    {"enable_json", (PyCFunction)(void (*)(void))enable_json, METH_FASTCALL | METH_KEYWORDS, enable_json_doc},
     {"set_text", (PyCFunction)(void (*)(void))set_text, METH_FASTCALL, set_text_doc},
     {"row", (PyCFunction)(void (*)(void))row, METH_FASTCALL, row_doc},
     {NULL, NULL, 0, NULL},

@@ -136,15 +136,15 @@ static const char *parse_request(const char *p, const char *end, Request *r)
     return p + length;
 }
 
-PyDoc_STRVAR(lane_doc, "lane(data, start, routes, accepts, native, pre, post, close)\n--\n\n"
+PyDoc_STRVAR(lane_doc, "lane(data, start, *, routes, accepts, native, pre, post, close)\n--\n\n"
              "The request at data[start:] answered, if it is a whole, plain POST to a target of routes\n"
-             "({target: (family, ...)}, or a tuple of such dicts) whose Accept is in accepts ({value or None:\n"
-             "0 safetensors, 1 JSON}) and whose spec is a known template (native: {family: templates}):\n"
-             "(end of the request, its route's value, the whole response with the HTTP head pre[format] +\n"
-             "length + post [+ connection: close], keep-alive). A route (None, metrics, entries, length name,\n"
-             "refused names[, json]) is a v2 REST binary infer of service/v2/hot.py: its entry's rows, head\n"
-             "pre[2] + length + the entry's post; or, without the length header, a JSON-tensor infer of\n"
-             "json (service/v2/hot_json.py): head pre[1] + length + the entry's post.\n"
+             "({target: (family[, metrics]) | V2Route}, or a tuple of such dicts) whose Accept is in accepts\n"
+             "({value or None: 0 safetensors, 1 JSON}) and whose spec is a known template (native: {family:\n"
+             "templates}): (end of the request, its route, the whole response with the HTTP head pre[format]\n"
+             "+ length + post [+ connection: close], keep-alive). A V2Route (hot_named.c) is a v2 REST binary\n"
+             "infer of service/v2/hot.py: its entry's rows or block, head pre[2] + length + the entry's post;\n"
+             "or, without the length header, a JSON-tensor infer of its json_entries (service/v2/hot_json.py):\n"
+             "head pre[1] + length + the entry's post.\n"
              "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
              "this parser's strict subset of HTTP/1.1, or to another target).\n"
              "False: they are one, and the shortcut declines it (no Accept in accepts, a body over the\n"
@@ -166,27 +166,19 @@ static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
     return NULL;
 }
 
-/* A v2 REST binary infer to a route (None, metrics, entries, length name, refused names[, json]) of
- * service/v2/hot.py: its answer (bytes), None (declined) or NULL. The inference header is the
- * body's first n bytes, n the value of the one header `length name` (digits); entries maps the
- * header's bytes to a hot_v2_answer() entry; a header of `refused names` declines it. A body
- * without `length name` is a JSON-tensor infer: json's (hot_v2json.c), its head pre json_pre. */
-static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http, PyObject *json_pre)
+/* A v2 REST infer to a V2Route (hot_named.c) of service/v2/hot.py: its answer (bytes), None
+ * (declined) or NULL. The inference header is the body's first n bytes, n the value of the one
+ * header route->length_name (digits); route->entries maps the header's bytes to a hot_v2_answer()
+ * entry; a header of route->refused declines it. A body without the length header is a JSON-tensor
+ * infer: route->json_entries' (hot_v2json.c), its head pre json_pre. */
+static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http *http, PyObject *json_pre)
 {
-    PyObject *entries, *lname, *refused;
-    Py_ssize_t size = PyTuple_GET_SIZE(route);
-    if ((size != 5 && size != 6) || !PyDict_Check(entries = PyTuple_GET_ITEM(route, 2)) ||
-        !PyBytes_Check(lname = PyTuple_GET_ITEM(route, 3)) || !PyTuple_Check(refused = PyTuple_GET_ITEM(route, 4))) {
-        PyErr_SetString(PyExc_TypeError, "routes: a v2 route is (None, metrics, entries, length name, refused names"
-                                         "[, json])");
-        return NULL;
-    }
+    PyObject *lname = route->length_name, *refused = route->refused;
     Py_ssize_t n = -1;
     for (int i = 0; i < r->nh; i++) {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(refused); k++) {
             PyObject *x = PyTuple_GET_ITEM(refused, k);
-            if (PyBytes_Check(x) && name_is(r->name[i], r->name_len[i], PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x)))
-                Py_RETURN_NONE;
+            if (name_is(r->name[i], r->name_len[i], PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x))) Py_RETURN_NONE;
         }
         if (!name_is(r->name[i], r->name_len[i], PyBytes_AS_STRING(lname), PyBytes_GET_SIZE(lname))) continue;
         if (n >= 0 || r->value_len[i] < 1 || r->value_len[i] > 9) Py_RETURN_NONE;   /* twice, or not a length */
@@ -196,12 +188,12 @@ static PyObject *v2_answer(PyObject *route, const Request *r, const Http *http, 
             n = n * 10 + (r->value[i][j] - '0');
         }
     }
-    if (n < 0 && size == 6) {   /* no binary data: JSON tensors */
+    if (n < 0) {   /* no binary data: JSON tensors */
         Http hj = {json_pre, NULL, http->close, 1};
-        return hot_v2json_answer(PyTuple_GET_ITEM(route, 5), r->body, r->body_len, &hj);
+        return hot_v2json_answer(route, r->body, r->body_len, &hj);
     }
-    if (n < 0 || n > r->body_len || PyDict_GET_SIZE(entries) == 0) Py_RETURN_NONE;
-    PyObject *e = hot_entry(entries, PyBytes_FromStringAndSize(r->body, n));
+    if (n > r->body_len || PyDict_GET_SIZE(route->entries) == 0) Py_RETURN_NONE;
+    PyObject *e = hot_entry(route->entries, PyBytes_FromStringAndSize(r->body, n));
     if (!e) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
@@ -234,48 +226,51 @@ static PyObject *lane_result(PyObject *out, const char *b, const char *next, PyO
     return res;
 }
 
+/* declared in hot.h: lane()'s names, the two it takes by position first */
+const char *const hot_lane_names_of[] = {"data", "start", "routes", "accepts", "native", "pre", "post", "close", NULL};
+
 /* declared in hot.h */
-PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+int hot_lane_args(PyObject *const *v, HotLaneArgs *a)
 {
-    (void)self;
-    if (!hot_configured()) return NULL;
-    int ok_args = nargs == 8 && PyBytes_Check(args[0]) && (PyDict_Check(args[2]) || PyTuple_Check(args[2])) &&
-                  PyDict_Check(args[3]) && PyDict_Check(args[4]) && PyTuple_Check(args[5]) &&
-                  PyTuple_GET_SIZE(args[5]) == 3 && PyBytes_Check(args[6]);
-    for (Py_ssize_t i = 0; ok_args && i < 3; i++) ok_args = PyBytes_Check(PyTuple_GET_ITEM(args[5], i));
-    if (!ok_args) {
-        PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, routes: dict | tuple of dicts, accepts: dict, "
-                                         "native: dict, pre: (safetensors, json, v2 binary: bytes), post: bytes, "
-                                         "close: bool)");
-        return NULL;
+    int ok = (PyDict_Check(v[0]) || PyTuple_Check(v[0])) && PyDict_Check(v[1]) && PyDict_Check(v[2]) &&
+             PyTuple_Check(v[3]) && PyTuple_GET_SIZE(v[3]) == 3 && PyBytes_Check(v[4]);
+    for (Py_ssize_t i = 0; ok && i < 3; i++) ok = PyBytes_Check(PyTuple_GET_ITEM(v[3], i));
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "lane(data: bytes, start: int, *, routes: dict | tuple of dicts, accepts: "
+                                         "dict, native: dict, pre: (safetensors, json, v2 binary: bytes), post: "
+                                         "bytes, close: bool)");
+        return -1;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) return NULL;
-    int force_close = PyObject_IsTrue(args[7]);
-    if (force_close < 0) return NULL;
-    const char *b = PyBytes_AS_STRING(args[0]), *end = b + PyBytes_GET_SIZE(args[0]);
+    *a = (HotLaneArgs){v[0], v[1], v[2], v[3], v[4], PyObject_IsTrue(v[5])};
+    return a->close < 0 ? -1 : 0;
+}
+
+/* declared in hot.h */
+PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
+{
+    const char *b = PyBytes_AS_STRING(data), *end = b + PyBytes_GET_SIZE(data);
     if (start < 0 || start > end - b) Py_RETURN_NONE;
     Request r;
     const char *next = parse_request(b + start, end, &r);
-    PyObject *route = next ? route_of(args[2], r.target, r.target_len) : NULL;
+    PyObject *route = next ? route_of(a->routes, r.target, r.target_len) : NULL;
     if (!route) Py_RETURN_NONE;
-    if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1) {
-        PyErr_SetString(PyExc_TypeError, "routes: want {target: (family, ...)}");
+    PyObject *out;
+    if (Py_TYPE(route) == &hot_V2RouteType) {   /* a v2 REST infer (service/v2/hot.py) */
+        if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
+        Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0};
+        out = v2_answer((const HotV2Route *)route, &r, &http, PyTuple_GET_ITEM(a->pre, 1));
+        return lane_result(out, b, next, route, &http);
+    }
+    if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1 || PyTuple_GET_SIZE(route) > 2) {
+        PyErr_SetString(PyExc_TypeError, "routes: want {target: (family[, metrics]) | V2Route}");
         return NULL;
     }
     /* a whole plain request to one of the routes: from here on a decline is False */
     PyObject *family = PyTuple_GET_ITEM(route, 0);
-    PyObject *out;
-    if (family == Py_None) {   /* a v2 REST infer (service/v2/hot.py) */
-        if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
-        Http http = {PyTuple_GET_ITEM(args[5], 2), NULL, r.close || force_close, 0};
-        out = v2_answer(route, &r, &http, PyTuple_GET_ITEM(args[5], 1));
-        return lane_result(out, b, next, route, &http);
-    }
     PyObject *fields = hot_fields_of(family);
     if (!fields) return NULL;
     if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
-    PyObject *templates = PyDict_GetItemWithError(args[4], family);
+    PyObject *templates = PyDict_GetItemWithError(a->native, family);
     if (!templates) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_FALSE;
@@ -286,14 +281,14 @@ PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *acc = r.accept ? PyBytes_FromStringAndSize(r.accept, r.accept_len) : NULL;
     if (r.accept && !acc) return NULL;
-    int ok = hot_accepted(args[3], acc);   /* no Accept: looked up as None */
+    int ok = hot_accepted(a->accepts, acc);   /* no Accept: looked up as None */
     Py_XDECREF(acc);
     if (ok <= 0) {
         if (ok < 0) return NULL;
         Py_RETURN_FALSE;
     }
     int json = ok == 2;
-    Http http = {PyTuple_GET_ITEM(args[5], json), args[6], r.close || force_close, json};
+    Http http = {PyTuple_GET_ITEM(a->pre, json), a->post, r.close || a->close, json};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     out = hot_answer_body(r.body, r.body + r.body_len, fields, hot_axis_field_of(family), templates, &http);
     PyObject *res = lane_result(out, b, next, route, &http);
@@ -301,7 +296,24 @@ PyObject *hot_lane_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return res;
 }
 
+static HotSig lane_sig = {.fn = "lane", .names = hot_lane_names_of, .npos = 2, .nreq = 8};
+
+static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    PyObject *v[8];
+    HotLaneArgs a;
+    if (!hot_configured() || hot_args(&lane_sig, args, nargs, kwnames, v) < 0) return NULL;
+    if (!PyBytes_Check(v[0])) {
+        PyErr_SetString(PyExc_TypeError, "lane(): data is bytes");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(v[1]);
+    if ((start == -1 && PyErr_Occurred()) || hot_lane_args(v + 2, &a) < 0) return NULL;
+    return hot_lane_at(v[0], start, &a);
+}
+
 PyMethodDef hot_lane_methods[] = {
-    {"lane", (PyCFunction)(void (*)(void))hot_lane_call, METH_FASTCALL, lane_doc},
+    {"lane", (PyCFunction)(void (*)(void))lane, METH_FASTCALL | METH_KEYWORDS, lane_doc},
     {NULL, NULL, 0, NULL},
 };

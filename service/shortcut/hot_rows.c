@@ -39,13 +39,12 @@ static void RowsTemplate_dealloc(RowsTemplate *t)
 {
     keep_drop(t);
     for (int i = 0; i < t->narr; i++) PyBuffer_Release(&t->arr[i]);
-    PyMem_Free(t->runs);
-    PyMem_Free(t->idx);
+    row_map_free(&t->map);
+    row_map_free(&t->past[0]);
+    row_map_free(&t->past[1]);
     PyMem_Free(t->col_axis);
     PyMem_Free(t->freqs);
-    PyMem_Free(t->pmap);
     PyMem_Free(t->smap);
-    PyMem_Free(t->pruns);
     Py_XDECREF(t->json_parts);
     Py_XDECREF(t->zero_text);
     Py_XDECREF(t->text_for);
@@ -84,204 +83,256 @@ static Py_ssize_t item_in(PyObject *fast, Py_ssize_t j, Py_ssize_t lo, Py_ssize_
     return -2;
 }
 
-/* colmap (output column -> stored column, -1: zero) as runs of consecutive columns of one axis
- * (axes: each column's, a sequence as long, or NULL: all 0). */
-static int make_runs(RowsTemplate *t, PyObject *colmap, PyObject *axes)
+/* colmap (output column -> stored column, -1: zero) analysed by the one row gather (row_gather.h),
+ * with each column's axis (axes: a sequence as long, or NULL: all 0). */
+static int make_map(RowsTemplate *t, PyObject *colmap, PyObject *axes)
 {
     PyObject *fast = PySequence_Fast(colmap, "colmap: want a sequence of ints");
     if (!fast) return -1;
     Py_ssize_t w = PySequence_Fast_GET_SIZE(fast);
-    int bad = w < 1 || (axes && PySequence_Fast_GET_SIZE(axes) != w);
-    if (bad || !(t->runs = PyMem_Malloc((size_t)w * sizeof(Run)))) {
-        Py_DECREF(fast);
-        if (bad) PyErr_SetString(PyExc_ValueError, "colmap: empty, or not one axis per column");
-        else PyErr_NoMemory();
-        return -1;
+    int32_t *cols = NULL;
+    int rc = -1;
+    if (w < 1 || (axes && PySequence_Fast_GET_SIZE(axes) != w)) {
+        PyErr_SetString(PyExc_ValueError, "colmap: empty, or not one axis per column");
+        goto out;
     }
-    t->nruns = 0;
-    int zeros = 0;
+    if (!(cols = PyMem_Malloc((size_t)w * sizeof(int32_t))) || (axes && !(t->col_axis = PyMem_Malloc((size_t)w)))) {
+        PyErr_NoMemory();
+        goto out;
+    }
     for (Py_ssize_t j = 0; j < w; j++) {
         Py_ssize_t c = item_in(fast, j, -1, t->src_width, "colmap");
-        Py_ssize_t a = axes ? item_in(axes, j, 0, t->naxes, "axes") : 0;
-        if (c == -2 || a == -2) {
-            Py_DECREF(fast);
-            return -1;
-        }
-        if (c < 0) zeros = 1;
-        Run *last = t->nruns ? &t->runs[t->nruns - 1] : NULL;
-        if (last && last->axis == a &&
-            ((c < 0 && last->src < 0) || (c >= 0 && last->src >= 0 && c == last->src + last->len)))
-            last->len++;
-        else
-            t->runs[t->nruns++] = (Run){j, c, 1, a};
+        Py_ssize_t x = axes ? item_in(axes, j, 0, t->naxes, "axes") : 0;
+        if (c == -2 || x == -2) goto out;
+        cols[j] = (int32_t)c;
+        if (axes) t->col_axis[j] = (uint8_t)x;
     }
+    if (row_map_build(&t->map, cols, t->col_axis, w) < 0) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (!t->map.idx) {   /* hot_axes.c reads each column's axis only with a gather; runs carry theirs */
+        PyMem_Free(t->col_axis);
+        t->col_axis = NULL;
+    }
+    rc = 0;
+out:
+    PyMem_Free(cols);
     Py_DECREF(fast);
-    t->width = w;
-    if (!zeros && 4 * t->nruns > w && t->naxes > 1) {   /* short runs of several axes: column by column */
-        if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t))) || !(t->col_axis = PyMem_Malloc((size_t)w))) {
-            PyErr_NoMemory();
+    return rc;
+}
+
+/* o's attributes names[0 .. n) as new references into out (NULL-terminated names): 0, or -1 with
+ * the AttributeError set (out cleared). A plan and its past are read by name, never by position. */
+static int attrs_of(PyObject *o, const char *const *names, PyObject **out)
+{
+    int i = 0;
+    for (; names[i]; i++)
+        if (!(out[i] = PyObject_GetAttrString(o, names[i]))) {
+            while (i-- > 0) Py_CLEAR(out[i]);
             return -1;
         }
-        for (Py_ssize_t r = 0; r < t->nruns; r++)
-            for (Py_ssize_t k = 0; k < t->runs[r].len; k++) {
-                t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
-                t->col_axis[t->runs[r].dst + k] = (uint8_t)t->runs[r].axis;
-            }
-        t->zip[0] = -1;
-    } else if (!zeros && 4 * t->nruns > w) {
-        if (!(t->idx = PyMem_Malloc((size_t)w * sizeof(int32_t)))) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t r = 0; r < t->nruns; r++)
-            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
-                t->idx[t->runs[r].dst + k] = (int32_t)(t->runs[r].src + k);
-        hot_zip_of(t->zip, t->idx, w);
-    }
     return 0;
 }
 
-/* declared, and described, in hot.h */
-void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w)
+static void attrs_clear(PyObject **a, int n)
 {
-    zip[0] = idx && w >= 2 ? idx[0] : -1;
-    zip[1] = idx && w >= 2 ? idx[1] : -1;
-    for (Py_ssize_t j = 0; j < w && zip[0] >= 0; j++)
-        if (idx[j] != zip[j & 1] + j / 2) zip[0] = -1;
+    for (int i = 0; i < n; i++) Py_CLEAR(a[i]);
 }
 
-/* past = (freqs, scale, dtype, maps, row_limit): how rows past the table are computed (hot.h). */
-static int set_past(RowsTemplate *t, PyObject *past)
+/* A past map (one item of [cos | sin] per stored column) of array a into sm: 0, or -1 set. */
+static int past_map_of(RowsTemplate *t, int a, PyObject *map, int32_t *sm)
 {
-    PyObject *of, *odt, *maps;
-    double scale;
-    long long row_limit;
-    Py_buffer b;
+    PyObject *fast = PySequence_Fast(map, "past: a map is a sequence of ints");
+    int bad = !fast || PySequence_Fast_GET_SIZE(fast) != t->src_width;
+    for (Py_ssize_t c = 0; !bad && c < t->src_width; c++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, c));
+        bad = i < 0 || i >= 2 * t->nfreq;   /* an index into [cos | sin] */
+        sm[c] = (int32_t)i;
+    }
+    Py_XDECREF(fast);
+    for (Py_ssize_t c = 0; !bad && t->naxes > 1 && c < t->src_width; c++)
+        bad = t->src_width != t->nfreq || sm[c] != a * t->nfreq + c;   /* hot_axes.c reads computed rows so */
+    if (!bad) return 0;
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column "
+                                          "(with axes: array a's column c is item a * len(freqs) + c)");
+    return -1;
+}
+
+/* How rows past the table are computed (hot_rows.h), from plan.past's attributes: 0, or -1 set. */
+static int set_past_of(RowsTemplate *t, PyObject *of, PyObject *oscale, PyObject *odt, PyObject *omaps,
+                       PyObject *olimit)
+{
     const NativeApi *api = hot_cfg.kernels;
-    if (!PyArg_ParseTuple(past, "OdOO!L:past", &of, &scale, &odt, &PyTuple_Type, &maps, &row_limit)) return -1;
+    double scale = PyFloat_AsDouble(oscale);
+    long long row_limit = PyLong_AsLongLong(olimit);
+    if (PyErr_Occurred()) return -1;
     if (!api) return 0; /* configured without the engine's kernels: rows past the table are declined */
     int dt = api->dtype_code(odt);
     if (dt < 0) return -1;
+    PyObject *maps = PySequence_Tuple(omaps);
+    if (!maps) return -1;
+    int32_t *m = NULL;
+    Py_buffer b = {.buf = NULL};
+    int rc = -1;
     if (api->itemsize(dt) != t->itemsize || PyTuple_GET_SIZE(maps) != t->narr || row_limit < t->length) {
         PyErr_SetString(PyExc_ValueError, "past: want the arrays' dtype, one map per stored array and row_limit >= length");
-        return -1;
+        goto out;
     }
-    if (PyObject_GetBuffer(of, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    int ok = b.ndim == 1 && b.itemsize == 8 && b.format && strcmp(b.format, "d") == 0 && b.shape[0] >= 1;
-    t->nfreq = ok ? b.shape[0] : 0;
-    t->freqs = ok ? PyMem_Malloc((size_t)b.len) : NULL;
-    if (t->freqs) memcpy(t->freqs, b.buf, (size_t)b.len);
-    PyBuffer_Release(&b);
-    if (!ok) PyErr_SetString(PyExc_ValueError, "past: freqs must be a non-empty 1-d float64 array");
-    if (!t->freqs) return ok ? (PyErr_NoMemory(), -1) : -1;
-    if (!(t->pmap = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(int32_t))) ||
+    if (PyObject_GetBuffer(of, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
+    if (b.ndim != 1 || b.itemsize != 8 || !b.format || strcmp(b.format, "d") || b.shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "past: freqs must be a non-empty 1-d float64 array");
+        goto out;
+    }
+    t->nfreq = b.shape[0];
+    if (!(t->freqs = PyMem_Malloc((size_t)b.len)) || !(m = PyMem_Malloc((size_t)t->map.width * sizeof(int32_t))) ||
         !(t->smap = PyMem_Malloc((size_t)t->narr * (size_t)t->src_width * sizeof(int32_t)))) {
         PyErr_NoMemory();
-        return -1;
+        goto out;
     }
+    memcpy(t->freqs, b.buf, (size_t)b.len);
     for (int a = 0; a < t->narr; a++) {   /* the stored row's items, then the output row's through the runs */
-        int32_t *sm = t->smap + (size_t)a * (size_t)t->src_width, *m = t->pmap + (size_t)a * (size_t)t->width;
-        PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(maps, a), "past: a map is a sequence of ints");
-        if (!fast) return -1;
-        int bad = PySequence_Fast_GET_SIZE(fast) != t->src_width;
-        for (Py_ssize_t c = 0; !bad && c < t->src_width; c++) {
-            Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, c));
-            bad = i < 0 || i >= 2 * t->nfreq;   /* an index into [cos | sin] */
-            sm[c] = (int32_t)i;
+        int32_t *sm = t->smap + (size_t)a * (size_t)t->src_width;
+        if (past_map_of(t, a, PyTuple_GET_ITEM(maps, a), sm) < 0) goto out;
+        for (Py_ssize_t r = 0; r < t->map.nruns; r++)
+            for (Py_ssize_t k = 0; k < t->map.runs[r].len; k++)
+                m[t->map.runs[r].dst + k] = t->map.runs[r].src < 0 ? -1 : sm[t->map.runs[r].src + k];
+        if (row_map_build(&t->past[a], m, NULL, t->map.width) < 0) {
+            PyErr_NoMemory();
+            goto out;
         }
-        Py_DECREF(fast);
-        for (Py_ssize_t c = 0; !bad && t->naxes > 1 && c < t->src_width; c++)
-            bad = t->src_width != t->nfreq || sm[c] != a * t->nfreq + c;   /* hot_axes.c reads computed rows so */
-        if (bad) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "past: a map has one item of [cos | sin] per stored column "
-                                                  "(with axes: array a's column c is item a * len(freqs) + c)");
-            return -1;
-        }
-        for (Py_ssize_t r = 0; r < t->nruns; r++)
-            for (Py_ssize_t k = 0; k < t->runs[r].len; k++)
-                m[t->runs[r].dst + k] = t->runs[r].src < 0 ? -1 : sm[t->runs[r].src + k];
-    }
-    if (!(t->pruns = PyMem_Malloc((size_t)t->narr * (size_t)t->width * sizeof(Run)))) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (int a = 0; a < t->narr; a++) {   /* each map as runs, as make_runs does the column map */
-        Run *runs = t->pruns + (size_t)a * (size_t)t->width;
-        const int32_t *m = t->pmap + (size_t)a * (size_t)t->width;
-        Py_ssize_t n = 0;
-        for (Py_ssize_t j = 0; j < t->width; j++) {
-            Run *last = n ? &runs[n - 1] : NULL;
-            if (last && ((m[j] < 0 && last->src < 0) || (m[j] >= 0 && last->src >= 0 && m[j] == last->src + last->len)))
-                last->len++;
-            else
-                runs[n++] = (Run){j, m[j], 1, 0};
-        }
-        t->npruns[a] = n;
-        t->pgather[a] = n == t->width;
-        for (Py_ssize_t j = 0; j < t->width; j++) t->pgather[a] &= m[j] >= 0;
-        hot_zip_of(t->pzip[a], t->pgather[a] ? m : NULL, t->width);
     }
     t->scale = scale;
     t->dt = dt;
     t->row_limit = row_limit;
     t->text_rows = t->length + (row_limit - t->length < GROWN_ROWS ? row_limit - t->length : GROWN_ROWS);
-    return 0;
+    rc = 0;
+out:
+    if (rc < 0) {   /* no rows past the table: freqs NULL declines them */
+        PyMem_Free(t->freqs);
+        t->freqs = NULL;
+    }
+    if (b.buf) PyBuffer_Release(&b);
+    PyMem_Free(m);
+    Py_DECREF(maps);
+    return rc;
+}
+
+/* plan.past (engine/tables/base.py PastRows: freqs, scale, dtype, maps, row_limit): how rows past
+ * the table are computed (hot_rows.h). */
+static int set_past(RowsTemplate *t, PyObject *past)
+{
+    static const char *const names[] = {"freqs", "scale", "dtype", "maps", "row_limit", NULL};
+    PyObject *p[5];
+    if (attrs_of(past, names, p) < 0) return -1;
+    int rc = set_past_of(t, p[0], p[1], p[2], p[3], p[4]);
+    attrs_clear(p, 5);
+    return rc;
+}
+
+/* RowsTemplate(*, plan, max_rows, lists_only, header_for, tail): plan is the family's row plan
+ * (engine/tables/base.py RowPlan), read by its attributes' names: arrays, colmap, offset, past, axes
+ * and naxes. */
+/* TRANSITION (removed once the families' row plans are committed): the keywords of before the row
+ * plan (arrays, colmap, offset, past as a tuple, axes as (k, columns)) made into a plan. */
+static PyObject *legacy_plan(PyObject *kw)
+{
+    static const char *const names[] = {"arrays", "colmap", "offset", "past", "axes", NULL};
+    PyObject *mod = PyImport_ImportModule("types"), *ns_type = mod ? PyObject_GetAttrString(mod, "SimpleNamespace") : NULL;
+    PyObject *plan = ns_type ? PyObject_CallNoArgs(ns_type) : NULL;
+    int ok = plan != NULL;
+    for (int i = 0; ok && names[i]; i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v) ok = PyDict_DelItemString(kw, names[i]) == 0;
+        Py_XINCREF(v);
+        if (ok && i == 3 && v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 5) {
+            PyObject *past = PyObject_CallNoArgs(ns_type);
+            static const char *const pn[] = {"freqs", "scale", "dtype", "maps", "row_limit"};
+            for (int k = 0; past && k < 5; k++)
+                if (PyObject_SetAttrString(past, pn[k], PyTuple_GET_ITEM(v, k)) < 0) Py_CLEAR(past);
+            Py_SETREF(v, past);
+            ok = v != NULL;
+        }
+        if (ok && i == 4 && v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2) {
+            ok = PyObject_SetAttrString(plan, "naxes", PyTuple_GET_ITEM(v, 0)) == 0;
+            PyObject *cols = PyTuple_GET_ITEM(v, 1);
+            Py_INCREF(cols);
+            Py_SETREF(v, cols);
+        }
+        if (ok) ok = PyObject_SetAttrString(plan, names[i], v ? v : (i == 2 ? Py_False : Py_None)) == 0;
+        Py_XDECREF(v);
+    }
+    if (ok && !PyObject_HasAttrString(plan, "naxes")) ok = PyObject_SetAttrString(plan, "naxes", Py_True) == 0;
+    Py_XDECREF(mod);
+    Py_XDECREF(ns_type);
+    if (!ok) Py_CLEAR(plan);
+    return plan;
 }
 
 static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"arrays", "colmap", "offset", "max_rows", "lists_only", "header_for", "tail", "past",
-                             "axes", NULL};
-    PyObject *arrays, *colmap, *hf, *tail, *past = Py_None, *oaxes = Py_None, *axes = NULL;
-    Py_ssize_t offset, max_rows;
-    int lists_only;
+    if (kw && PyDict_Check(kw) && !PyDict_GetItemString(kw, "plan") && PyDict_GetItemString(kw, "arrays")) {
+        PyObject *kw2 = PyDict_Copy(kw), *plan = kw2 ? legacy_plan(kw2) : NULL;   /* TRANSITION */
+        int rc = plan && PyDict_SetItemString(kw2, "plan", plan) == 0 ? RowsTemplate_init(t, args, kw2) : -1;
+        Py_XDECREF(plan);
+        Py_XDECREF(kw2);
+        return rc;
+    }
+    static char *kwlist[] = {"plan", "max_rows", "lists_only", "header_for", "tail", NULL};
+    static const char *const names[] = {"arrays", "colmap", "offset", "past", "axes", "naxes", NULL};
+    PyObject *plan, *hf, *tail, *p[6], *axes = NULL;
+    Py_ssize_t max_rows;
+    int lists_only, rc = -1;
     if (hot_keywords_only(args, "RowsTemplate") < 0) return -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnnpOO!|OO:RowsTemplate", kwlist, &PyTuple_Type, &arrays, &colmap,
-                                     &offset, &max_rows, &lists_only, &hf, &PyBytes_Type, &tail, &past, &oaxes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OnpOO!:RowsTemplate", kwlist, &plan, &max_rows, &lists_only, &hf,
+                                     &PyBytes_Type, &tail))
         return -1;
     if (!hot_configured() || hot_want_callable(hf) || hot_once(t->narr != 0)) return -1;
+    if (attrs_of(plan, names, p) < 0) return -1;
+    PyObject *arrays = p[0];
+    Py_ssize_t offset = PyLong_AsSsize_t(p[2]);
+    t->naxes = PyLong_AsLong(p[5]);
+    if (PyErr_Occurred()) goto out;
     t->keep.drop = drop_kept;
-    Py_ssize_t na = PyTuple_GET_SIZE(arrays);
+    Py_ssize_t na = PyTuple_Check(arrays) ? PyTuple_GET_SIZE(arrays) : 0;
     if (na < 1 || na > 2 || offset < 0 || max_rows < 1 || max_rows > hot_cfg.max_rows) {
-        PyErr_Format(PyExc_ValueError, "want 1 or 2 arrays, offset >= 0 and 1 <= max_rows <= %zd (configured)",
-                     hot_cfg.max_rows);
-        return -1;
+        PyErr_Format(PyExc_ValueError, "want plan.arrays 1 or 2 arrays (a tuple), plan.offset >= 0 and 1 <= max_rows "
+                     "<= %zd (configured)", hot_cfg.max_rows);
+        goto out;
     }
     for (Py_ssize_t i = 0; i < na; i++) {
-        if (hot_get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) return -1;
+        if (hot_get_table(PyTuple_GET_ITEM(arrays, i), &t->arr[i]) < 0) goto out;
         t->narr++;
         if (t->arr[i].shape[0] != t->arr[0].shape[0] || t->arr[i].shape[1] != t->arr[0].shape[1] ||
             t->arr[i].itemsize != t->arr[0].itemsize) {
             PyErr_SetString(PyExc_ValueError, "arrays differ in shape or item size");
-            return -1;
+            goto out;
         }
     }
     t->length = t->arr[0].shape[0];
     t->src_width = t->arr[0].shape[1];
     t->itemsize = t->arr[0].itemsize;
-    t->naxes = 1;
-    if (oaxes != Py_None) {   /* (k, each column's axis): lists only, rows inside the table */
-        PyObject *cols;
-        if (!PyArg_ParseTuple(oaxes, "iO:axes", &t->naxes, &cols)) return -1;
+    if (p[4] != Py_None) {   /* each column's axis, of naxes: lists only */
         if (t->naxes < 2 || t->naxes > MAX_AXES || !lists_only) {
-            PyErr_Format(PyExc_ValueError, "axes: want 2 to %d axes, and lists_only", MAX_AXES);
-            return -1;
+            PyErr_Format(PyExc_ValueError, "axes: want 2 to %d axes (naxes), and lists_only", MAX_AXES);
+            goto out;
         }
-        if (!(axes = PySequence_Fast(cols, "axes: want (k, a sequence of ints)"))) return -1;
+        if (!(axes = PySequence_Fast(p[4], "axes: want a sequence of ints"))) goto out;
+    } else {
+        t->naxes = 1;
     }
-    int runs = make_runs(t, colmap, axes);
-    Py_XDECREF(axes);
-    if (runs < 0 || !(t->heads = PyDict_New())) return -1;
+    if (make_map(t, p[1], axes) < 0 || !(t->heads = PyDict_New())) goto out;
     t->text_rows = t->length;
-    if (past != Py_None && (!PyTuple_Check(past) || set_past(t, past) < 0)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "past: want a tuple or None");
-        return -1;
-    }
+    if (p[3] != Py_None && set_past(t, p[3]) < 0) goto out;
     t->offset = offset;
     t->max_rows = max_rows;
     t->lists_only = lists_only;
-    return hot_hold(&t->header_for, hf, &t->tail, tail);
+    rc = hot_hold(&t->header_for, hf, &t->tail, tail);
+out:
+    Py_XDECREF(axes);
+    attrs_clear(p, 6);
+    return rc;
 }
 
 static PyTypeObject RowsTemplateType = {
@@ -318,13 +369,13 @@ static PyObject *rows_answer(HotTemplate *self, const Span *sp, const Http *http
         out = Py_NotImplemented;
         Py_INCREF(out);
     } else if (got > 0) {
-        Py_ssize_t block = rows.n * t->width * t->itemsize;
+        Py_ssize_t block = rows.n * t->map.width * t->itemsize;
         Out o;
         int rc2 = hot_bytes_of(http, head, t->narr * block, t->tail, 0, &o);   /* copy_rows: any alignment */
         Py_DECREF(head);
         if (rc2 == 0) {
             char *slots[2] = {o.fill, o.fill + block};
-            int over = hot_rows_into(slots, t, &rows, 0, 1);
+            int over = hot_rows_into(slots, t, &rows, 1);
             out = hot_finish(&o);
             if (over) Py_CLEAR(out);
             if (over < 0) PyErr_NoMemory();
@@ -373,7 +424,7 @@ static int rows_arrays(const HotTemplate *t) { return ((const RowsTemplate *)t)-
 /* The bytes of one array's rows for n positions (k per row with per-axis positions). */
 static Py_ssize_t row_bytes(const RowsTemplate *t, Py_ssize_t n)
 {
-    return n / t->naxes * t->width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
+    return n / t->naxes * t->map.width * t->itemsize; /* n <= a buffer's length / 4 and width * itemsize is small */
 }
 
 /* Raw positions (ops->raw_rows): 1 when all are rows of the table (into *rows), 0 when one is not,
@@ -392,7 +443,7 @@ static int rows_raw(HotTemplate *self, const char *src, Py_ssize_t len, Py_ssize
 static int rows_fill_into(char **slots, HotTemplate *self, const Sel *rows, int keep)
 {
     RowsTemplate *t = (RowsTemplate *)self;
-    return t->naxes > 1 ? hot_axes_rows_into(slots, t, rows) : hot_rows_into(slots, t, rows, 1, keep);
+    return t->naxes > 1 ? hot_axes_rows_into(slots, t, rows) : hot_rows_into(slots, t, rows, keep);
 }
 
 const struct hot_ops hot_rows_ops = {

@@ -1,45 +1,35 @@
 /* service/shortcut/hot_rows.h -- the rows kind's own: its struct and what its files share
- * (hot_rows.c, the type and its ops; hot_rows_copy.c, rows written; hot_json.c, JSON answers;
- * hot_axes.c, per-axis positions). Only those files include it: nothing else knows a
+ * (hot_rows.c, the type and its ops, the family's row plan read; hot_rows_copy.c, rows written by
+ * the one row gather, engine/kernels/row_gather.h; hot_json.c, JSON answers; hot_axes.c, per-axis
+ * positions). Only those files include it: nothing else knows a
  * RowsTemplate (tests/service/shortcut/test_hot_layers.py holds it so).
  */
 #ifndef POSENC_HOT_ROWS_H
 #define POSENC_HOT_ROWS_H
 
 #include "hot.h"
-
-/* One output row from one stored row: runs of columns, each copied, or zeroed (src < 0); with
- * several axes, from the row of axis `axis`'s position. */
-typedef struct {
-    Py_ssize_t dst, src, len, axis;
-} Run;
+#include "row_gather.h" /* engine/kernels: the one row gather (rows_lookup's too), its column map analysed once */
 
 typedef struct RowsTemplate {
     HOT_TEMPLATE_HEAD
     Py_buffer arr[2];
     int narr;
-    Py_ssize_t length, src_width, itemsize, width, offset, max_rows;
+    Py_ssize_t length, src_width, itemsize, offset, max_rows;
     int lists_only;
-    Run *runs;
-    Py_ssize_t nruns;
-    int32_t *idx; /* many short runs and no zeros (interleaved layouts): a plain column gather */
-    Py_ssize_t zip[2]; /* idx is two column runs from these, interleaved (zip[0] < 0: it is not) */
+    RowMap map;        /* output columns <- a stored row's (row_gather.h): map.width of them */
     int naxes;         /* > 1: column j is read at the position of axis col_axis[j] (hot_axes.c) */
-    uint8_t *col_axis; /* with idx, each column's axis (naxes > 1); runs carry theirs */
+    uint8_t *col_axis; /* each column's axis (naxes > 1); map's runs carry theirs */
     /* rows past the table, computed (NULL freqs: declined): row r = position + offset < row_limit
      * is [cos | sin] of float64(r) * freqs[k] times scale in dtype dt (the engine's sincos kernel):
-     * stored column c of array a is its item smap[a * src_width + c], and output column j item
-     * pmap[a * width + j] (-1: zero), through the column map */
+     * stored column c of array a is its item smap[a * src_width + c], and the output row of array
+     * a is that row through past[a] (the column map composed with smap, analysed as map is) */
     double *freqs;
     Py_ssize_t nfreq;
     double scale;
     int dt;
     int64_t row_limit;
-    int32_t *pmap, *smap;
-    Run *pruns;           /* pmap as runs of consecutive items (src < 0: zeros), array after array */
-    Py_ssize_t npruns[2];
-    int pgather[2];       /* the map has no zero and no two consecutive items: gathered item by item */
-    Py_ssize_t pzip[2][2]; /* and is two runs of items from these, interleaved (pzip[a][0] < 0: it is not) */
+    int32_t *smap;
+    RowMap past[2];
     /* JSON answers (enable_json(); NULL json_parts: none), hot_json.c */
     PyObject *json_parts; /* tuple: the narr + 1 bytes around the arrays' rows */
     int json_flat;        /* each array's rows as one flat list (a v2 JSON output's data), not a list of rows */
@@ -56,20 +46,16 @@ typedef struct RowsTemplate {
     HotKeeper keep; /* on the keepers' list while it keeps texts or rows (hot_keep) */
 } RowsTemplate;
 
-/* zip = the two column runs idx[0 .. w) interleaves (idx[j] = zip[j & 1] + j / 2), or zip[0] = -1 (not
- * such, or idx NULL): copied by a vector zip instead of a gather (hot_rows_copy.c) */
-void hot_zip_of(Py_ssize_t zip[2], const int32_t *idx, Py_ssize_t w);
-
-void hot_copy_rows(char *dst, const RowsTemplate *t, const char *table, const Sel *rows);
 /* Whether the template answers every row of a selection whose largest position is `hi`: inside
  * the table, or past it and computed. */
 static inline int hot_rows_answerable(const RowsTemplate *t, int64_t hi)
 {
     return hi + t->offset < t->length || (t->freqs && hot_cfg.kernels && hi + t->offset < t->row_limit);
 }
-/* Each array's rows into slots[a] (unaligned: any alignment), those past the table computed:
- * 0, or 1 when a computed value overflows the dtype (the full path refuses it), -1 error set. */
-int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int unaligned, int keep);
+/* Each array's rows into slots[a] (any alignment), those past the table computed (and, with keep
+ * and the GIL, kept): 0, or 1 when a computed value overflows the dtype (the full path refuses
+ * it), -1 out of memory (no error set). */
+int hot_rows_into(char **slots, RowsTemplate *t, const Sel *rows, int keep);
 
 /* The JSON answer of rows from a RowsTemplate with enable_json(): bytes, None (declined: a row
  * past the table), NotImplemented (rows' texts missing: noted for missing()), NULL error. */

@@ -59,33 +59,56 @@ static int counts_of(PyObject *counts, PyObject *buckets, Py_buffer *c)
     return 0;
 }
 
-PyDoc_STRVAR(serve_doc, "serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again)\n--\n\n"
-             "The whole requests at the start of data answered as lane(data, at, routes, accepts, native,\n"
-             "pre, post, close) answers them, each response passed to write(), while flow.write_paused is\n"
+PyDoc_STRVAR(serve_doc, "serve(data, *, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again)\n"
+             "--\n\n"
+             "The whole requests at the start of data answered as lane(data, at, routes=, accepts=, native=,\n"
+             "pre=, post=, close=) answers them, each response passed to write(), while flow.write_paused is\n"
              "false; each answer counted in counts (a writable float64 buffer, or None) at its route's\n"
-             "metrics offset (route[1]) as Metrics.observe_at counts it, with buckets (float64 bytes) its\n"
-             "histogram's bounds. A request lane() cannot answer before a header or text is computed\n"
-             "(NotImplemented) is handed to again(data, at, routes, ...), lane()'s arguments, which\n"
-             "computes it and answers as lane() does (templates.lane_again); again None: the loop stops\n"
-             "there. (at, answered, state, error): where the unanswered bytes start and why the loop\n"
-             "stopped: 0 all answered, 1 write paused, 2 not a request lane() reads (None), 3 declined\n"
-             "(False), 4 a header or text to compute first (NotImplemented, from lane() with again None or\n"
-             "from again), 5 the last answer closes the connection, 6 lane(), again() or write() raised:\n"
-             "error is the exception (else None).");
+             "metrics offset (a (family, metrics) route's second item, a V2Route's metrics) as\n"
+             "Metrics.observe_at counts it, with buckets (float64 bytes) its histogram's bounds. A request\n"
+             "lane() cannot answer before a header or text is computed (NotImplemented) is handed to\n"
+             "again(data, at, routes=, ...), lane()'s arguments, which computes it and answers as lane()\n"
+             "does (templates.lane_again); again None: the loop stops there. (at, answered, state, error):\n"
+             "where the unanswered bytes start and why the loop stopped: 0 all answered, 1 write paused, 2\n"
+             "not a request lane() reads (None), 3 declined (False), 4 a header or text to compute first\n"
+             "(NotImplemented, from lane() with again None or from again), 5 the last answer closes the\n"
+             "connection, 6 lane(), again() or write() raised: error is the exception (else None).");
 
-static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The metrics offset of a route lane() answered (a V2Route's metrics, a (family, metrics) route's
+ * second item): -1 (not counted) for one without. */
+static Py_ssize_t metrics_of(PyObject *route)
+{
+    if (Py_TYPE(route) == &hot_V2RouteType) return ((HotV2Route *)route)->metrics;
+    Py_ssize_t base = PyTuple_Check(route) && PyTuple_GET_SIZE(route) == 2
+                          ? PyLong_AsSsize_t(PyTuple_GET_ITEM(route, 1)) : -1;
+    if (base == -1 && PyErr_Occurred()) PyErr_Clear();
+    return base;
+}
+
+static const char *const serve_names[] = {"data",  "routes", "accepts", "native", "pre",    "post", "close",
+                                          "write", "flow",   "counts",  "buckets", "again", NULL};
+static HotSig serve_sig = {.fn = "serve", .names = serve_names, .npos = 1, .nreq = 12};
+static PyObject *again_kwnames; /* lane()'s keyword names, for again(data, at, **lane's) */
+
+static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    if (nargs != 12 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "serve(data: bytes, routes, accepts, native, pre, post, close, write, flow, "
-                                         "counts, buckets, again)");
+    PyObject *v[12], *err = NULL;
+    HotLaneArgs la;
+    if (!hot_configured() || hot_args(&serve_sig, args, nargs, kwnames, v) < 0) return NULL;
+    if (!PyBytes_Check(v[0])) {
+        PyErr_SetString(PyExc_TypeError, "serve(): data is bytes");
         return NULL;
     }
-    PyObject *data = args[0], *write = args[7], *flow = args[8], *again = args[11], *err = NULL;
+    if (hot_lane_args(v + 1, &la) < 0) return NULL;
+    if (!again_kwnames && !(again_kwnames = Py_BuildValue("(ssssss)", "routes", "accepts", "native", "pre", "post",
+                                                          "close")))
+        return NULL;
+    PyObject *data = v[0], *write = v[7], *flow = v[8], *again = v[11];
     Py_buffer c;
-    if (counts_of(args[9], args[10], &c) < 0) return NULL;
-    const double *bounds = c.buf ? (const double *)PyBytes_AS_STRING(args[10]) : NULL;
-    Py_ssize_t nb = PyBytes_GET_SIZE(args[10]) / 8, at = 0, n = PyBytes_GET_SIZE(data), done = 0;
+    if (counts_of(v[9], v[10], &c) < 0) return NULL;
+    const double *bounds = c.buf ? (const double *)PyBytes_AS_STRING(v[10]) : NULL;
+    Py_ssize_t nb = c.buf ? PyBytes_GET_SIZE(v[10]) / 8 : 0, at = 0, n = PyBytes_GET_SIZE(data), done = 0;
     int state = SERVE_DONE;
     static PyObject *paused_name;   /* "write_paused", interned once (with the GIL) */
     if (!paused_name && !(paused_name = PyUnicode_InternFromString("write_paused"))) goto failed;
@@ -99,15 +122,15 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         double t0 = seconds_now();
-        PyObject *start = PyLong_FromSsize_t(at);
-        if (!start) goto failed;
-        PyObject *call[8] = {data, start, args[1], args[2], args[3], args[4], args[5], args[6]};
-        PyObject *got = hot_lane_call(NULL, call, 8);
+        PyObject *got = hot_lane_at(data, at, &la);
         if (got == Py_NotImplemented && again != Py_None) {   /* a header or text computed, then answered */
             Py_DECREF(got);
-            got = PyObject_Vectorcall(again, call, 8, NULL);
+            PyObject *start = PyLong_FromSsize_t(at);
+            if (!start) goto failed;
+            PyObject *call[8] = {data, start, v[1], v[2], v[3], v[4], v[5], v[6]};
+            got = PyObject_Vectorcall(again, call, 2, again_kwnames);
+            Py_DECREF(start);
         }
-        Py_DECREF(start);
         if (!got) goto failed;
         if (!PyTuple_Check(got)) {
             state = got == Py_None ? SERVE_NOT_REQUEST : got == Py_False ? SERVE_DECLINED : SERVE_AGAIN;
@@ -125,12 +148,9 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(r);
         done++;
         at = end;
-        if (c.buf) {
-            Py_ssize_t base = PyTuple_Check(route) && PyTuple_GET_SIZE(route) > 1
-                                  ? PyLong_AsSsize_t(PyTuple_GET_ITEM(route, 1)) : -1;
-            if (base == -1 && PyErr_Occurred()) PyErr_Clear();   /* a route without an offset: not counted */
-            observe((double *)c.buf, c.len / 8, bounds, nb, base, seconds_now() - t0, (double)PyBytes_GET_SIZE(out));
-        }
+        if (c.buf)
+            observe((double *)c.buf, c.len / 8, bounds, nb, metrics_of(route), seconds_now() - t0,
+                    (double)PyBytes_GET_SIZE(out));
         Py_DECREF(got);
         if (!keep_alive) {
             state = SERVE_CLOSED;
@@ -166,29 +186,33 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return res;
 }
 
-PyDoc_STRVAR(observe_doc, "observe(counts, buckets, base, seconds, nbytes)\n--\n\n"
+PyDoc_STRVAR(observe_doc, "observe(counts, buckets, *, base, seconds, nbytes)\n--\n\n"
              "One answer counted in counts as serve() counts it (for the tests: Metrics.observe_at's equal).");
 
-static PyObject *observe_py(PyObject *self, PyObject *args)
+static const char *const observe_names[] = {"counts", "buckets", "base", "seconds", "nbytes", NULL};
+static HotSig observe_sig = {.fn = "observe", .names = observe_names, .npos = 2, .nreq = 5};
+
+static PyObject *observe_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    PyObject *counts, *buckets;
-    Py_ssize_t base;
-    double s, nbytes;
+    PyObject *v[5];
     Py_buffer c;
-    if (!PyArg_ParseTuple(args, "OOndd:observe", &counts, &buckets, &base, &s, &nbytes)) return NULL;
-    if (counts == Py_None || counts_of(counts, buckets, &c) < 0) {
+    if (hot_args(&observe_sig, args, nargs, kwnames, v) < 0) return NULL;
+    Py_ssize_t base = PyLong_AsSsize_t(v[2]);
+    double s = PyFloat_AsDouble(v[3]), nbytes = PyFloat_AsDouble(v[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (v[0] == Py_None || counts_of(v[0], v[1], &c) < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "observe: counts is a writable buffer");
         return NULL;
     }
-    observe((double *)c.buf, c.len / 8, (const double *)PyBytes_AS_STRING(buckets), PyBytes_GET_SIZE(buckets) / 8,
-            base, s, nbytes);
+    observe((double *)c.buf, c.len / 8, (const double *)PyBytes_AS_STRING(v[1]), PyBytes_GET_SIZE(v[1]) / 8, base, s,
+            nbytes);
     PyBuffer_Release(&c);
     Py_RETURN_NONE;
 }
 
 PyMethodDef hot_serve_methods[] = {
-    {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL, serve_doc},
-    {"observe", observe_py, METH_VARARGS, observe_doc},
+    {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL | METH_KEYWORDS, serve_doc},
+    {"observe", (PyCFunction)(void (*)(void))observe_py, METH_FASTCALL | METH_KEYWORDS, observe_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -11,7 +11,7 @@
  * that each list is the data its input really takes. Each list is parsed by the selection parser
  * (hot_select.c, lists only) and must hold the learnt number of positions (the learnt shape).
  *
- * An entry is (template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
+ * An entry is a JsonEntry (hot_named.c: template, counts, swap, post): a RowsTemplate whose JSON writes each array's rows as
  * one flat list (enable_json(..., flat=True): a v2 output's row-major data, the v2 answer's parts
  * around them) and one list; or a T5Template or an AlibiTemplate (its cells formatted in C,
  * hot_alibi.c) of flat JSON and two lists (query and key; swap: the body's first list is the
@@ -62,42 +62,35 @@ static PyObject *cut_lists(const char *b, const char *end, PyObject *name, Span 
     return key;
 }
 
-/* The answer of entry e (see the top) to the n lists of spans sp. */
-static PyObject *entry_answer(PyObject *e, const Span *sp, int n, const Http *http)
+/* The answer of entry e (a JsonEntry, hot_named.c: its fields checked when it was made) to the n
+ * lists of spans sp. */
+static PyObject *entry_answer(PyObject *o, const Span *sp, int n, const Http *http)
 {
-    PyObject *t, *counts, *post;
-    int swap;
-    if (!PyArg_ParseTuple(e, "OO!pO!:v2 JSON entry", &t, &PyTuple_Type, &counts, &swap, &PyBytes_Type, &post))
+    if (Py_TYPE(o) != &hot_JsonEntryType) {
+        PyErr_SetString(PyExc_TypeError, "v2 JSON entries: want a JsonEntry");
         return NULL;
-    if (PyTuple_GET_SIZE(counts) != n) Py_RETURN_NONE;
-    Py_ssize_t want[MAX_FIELDS];
-    for (int f = 0; f < n; f++) {
-        want[f] = PyLong_AsSsize_t(PyTuple_GET_ITEM(counts, f));
-        if (want[f] == -1 && PyErr_Occurred()) return NULL;
-        if (items_of(&sp[f]) != want[f]) Py_RETURN_NONE; /* not the learnt shape */
     }
+    const HotJsonEntry *e = (const HotJsonEntry *)o;
+    if (e->ncounts != n) Py_RETURN_NONE;
+    for (int f = 0; f < n; f++)
+        if (items_of(&sp[f]) != e->counts[f]) Py_RETURN_NONE; /* not the learnt shape */
     Http h = *http;
-    h.post = post;
+    h.post = e->post;
     h.json = 1;
-    const struct hot_ops *ops = hot_ops_of(t);
-    if (!ops || ops->dims != n || !ops->v2_json) {
-        PyErr_SetString(PyExc_TypeError, "v2 JSON entry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two");
-        return NULL;
-    }
     Span lists[MAX_FIELDS] = {sp[0]}; /* query first */
-    Py_ssize_t counts_of[MAX_FIELDS] = {want[0]};
+    Py_ssize_t counts_of[MAX_FIELDS] = {e->counts[0]};
     if (n == 2) {
-        lists[0] = sp[swap], lists[1] = sp[!swap];
-        counts_of[0] = want[swap], counts_of[1] = want[!swap];
+        lists[0] = sp[(int)e->swap], lists[1] = sp[!e->swap];
+        counts_of[0] = e->counts[(int)e->swap], counts_of[1] = e->counts[!e->swap];
     }
-    return ops->v2_json((HotTemplate *)t, lists, counts_of, &h);
+    HotTemplate *t = (HotTemplate *)e->template;
+    return t->ops->v2_json(t, lists, counts_of, &h);
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_v2json_answer(PyObject *json, const char *b, Py_ssize_t len, const Http *http)
+PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http)
 {
-    PyObject *name, *entries;
-    if (!PyArg_ParseTuple(json, "O!O!:v2 JSON route", &PyBytes_Type, &name, &PyDict_Type, &entries)) return NULL;
+    PyObject *name = route->json_name, *entries = route->json_entries;
     if (PyDict_GET_SIZE(entries) == 0 || PyBytes_GET_SIZE(name) == 0) Py_RETURN_NONE;
     Span sp[MAX_FIELDS];
     int n;

@@ -33,8 +33,8 @@ headers to the response bytes; learning cuts bodies with the same C (``_hot.cut`
 and the kernel backend is simd, ``c`` requires it, ``off`` never runs it. There is no Python
 twin: without the C shortcut (the numpy backend, the reference path, or no C compiler at install
 time) every request takes the full path. Tests hold the C answers to the full path's bytes and
-to the float64 reference. C takes its rules and limits from here (``configure``) and never calls
-back into Python (see ``_again``).
+to the float64 reference. C takes its rules and limits from here (``configure``), and calls back
+into Python only where service/shortcut/hot.h says (serve's write and again; a miss is ``_again``'s).
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ MISS_HEADER, MISS_TEXTS = range(2)
 _MISSES = 4  # misses one call may meet (another thread may clear a full cache meanwhile)
 
 
-def _again(call, args: tuple, declined):
-    """``call(*args)`` again after each miss it meets; ``declined`` after _MISSES of them.
+def _again(call, declined):
+    """``call()`` again after each miss it meets; ``declined`` after _MISSES of them.
 
     The miss protocol (service/shortcut/hot.h says the same for the C side): C never calls back
     into Python. An answer that lacks what only Python computes returns NotImplemented and notes,
@@ -179,7 +179,7 @@ def _again(call, args: tuple, declined):
                     t.set_text(a, r, t.text_for(a, r))
             else:
                 t.set_header(detail, t.header_for(*detail))
-        out = call(*args)
+        out = call()
         if out is not NotImplemented:
             return out
     return declined
@@ -188,9 +188,11 @@ def _again(call, args: tuple, declined):
 def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str) -> bytes | None:
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
     None: the full path answers. (A body over the configured max_body_bytes: None.)"""
-    out = _hot.answer(raw, headers, accepts, templates, family)
+    out = _hot.answer(raw, headers, accepts=accepts, templates=templates, family=family)
     if out is NotImplemented:
-        return _again(_hot.answer, (raw, headers, accepts, templates, family), None)
+        return _again(
+            lambda: _hot.answer(raw, headers, accepts=accepts, templates=templates, family=family), None
+        )
     return out
 
 
@@ -206,28 +208,36 @@ def answer_request(
     - False: they are one, and the shortcut declines it (its Accept not negotiated to
       safetensors, a body over max_body_bytes, no template for its spec, or one that does not
       answer it): the full path answers it, and need not offer it to the shortcut again."""
-    out = _hot.lane(data, start, routes, accepts, native, pre, post, close)
+    kw = {"routes": routes, "accepts": accepts, "native": native, "pre": pre, "post": post, "close": close}
+    out = _hot.lane(data, start, **kw)
     if out is NotImplemented:
-        out = lane_again(data, start, routes, accepts, native, pre, post, close)
+        out = lane_again(data, start, **kw)
     return out
 
 
-def lane_again(
-    data: bytes, start: int, routes: dict, accepts: dict, native: dict, pre: bytes, post: bytes, close: bool
-):
+def lane_again(data: bytes, start: int, **lane):
     """The request at ``data[start:]`` that lane() could not answer before a header or a row's text
     was computed (it returned NotImplemented), answered as answer_request answers it: serve()'s
-    ``again``, called from C with lane()'s arguments."""
-    return _again(_hot.lane, (data, start, routes, accepts, native, pre, post, close), False)
+    ``again``, called from C with lane()'s arguments (``lane``: routes, accepts, native, pre, post,
+    close, by name)."""
+    return _again(lambda: _hot.lane(data, start, **lane), False)
 
 
-# serve(data, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again): the
+# serve(data, *, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again): the
 # whole requests at the start of one socket read answered as answer_request answers each, every
 # response written and counted in one C call (service/shortcut/hot_serve.c says what it returns);
 # one that misses a header or text is answered by ``again`` (lane_again) inside the same loop, so
 # the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
 # the lane calls it once per read, and a Python frame around it costs a tenth of a row.
 serve = None if _hot is None else _hot.serve
+# What the lane's v2 routes hold (service/v2/hot.py, hot_blocks.py, hot_json.py make them): small
+# types with named fields, each checked once when made (service/shortcut/hot_named.c says them):
+# V2Route(*, metrics, entries, length_name, refused, json_name, json_entries), RowsEntry(*,
+# template, itemsize, nbytes, parts, post), BlockEntry(*, template, itemsizes, nbytes, key_first,
+# parts, post), JsonEntry(*, template, counts, swap, post).
+V2Route, RowsEntry, BlockEntry, JsonEntry = (
+    (None,) * 4 if _hot is None else (_hot.V2Route, _hot.RowsEntry, _hot.BlockEntry, _hot.JsonEntry)
+)
 # Why serve's loop stopped: the states are C's, named and ordered once (hot.h HOT_SERVE_STATES,
 # exported as _hot.SERVE_STATES); each constant here is its name's index there (-1 without the
 # extension, where nothing returns a state).
@@ -286,18 +296,18 @@ def fill_block(t, first, second, itemsizes: tuple, key_first: bool, parts: tuple
     (query then key, or key then query when ``key_first``; little-endian ints of ``itemsizes``
     bytes) + ``parts[1]``, or None: the full path answers (a position negative or past the limit,
     a cell that overflows the dtype)."""
-    return _hot.fill_block(t, first, second, itemsizes, key_first, parts)
+    return _hot.fill_block(t, first, second, itemsizes=itemsizes, key_first=key_first, parts=parts)
 
 
 def fill(rows, positions, itemsize: int, parts: tuple) -> bytes | None:
     """The rows of ``positions`` (raw little-endian ints of ``itemsize`` bytes) laid out between
     ``parts``, or None when a position is not inside the table."""
-    return _hot.fill(rows, positions, itemsize, parts)
+    return _hot.fill(rows, positions, itemsize, parts=parts)
 
 
 def fill_into(rows, positions, itemsize: int, views: tuple) -> bool:
     """The same rows written into writable buffers ``views`` (one per array); False as fill's None."""
-    return _hot.fill_into(rows, positions, itemsize, views)
+    return _hot.fill_into(rows, positions, itemsize, buffers=views)
 
 
 def controls(raw: bytes, cut: list[tuple[int, int]], fields) -> bool:
@@ -399,7 +409,11 @@ def _rows_json(t, req, parts: tuple, flat: bool) -> bool:
 
     try:
         t.enable_json(
-            parts, json_text(json_ready(np.zeros(1, storage), dtype))[1:-1], text_for, TEXT_BUDGET, flat
+            parts,
+            zero=json_text(json_ready(np.zeros(1, storage), dtype))[1:-1],
+            text_for=text_for,
+            budget=TEXT_BUDGET,
+            flat=flat,
         )
     except ValueError:  # not one part more than the template's arrays
         return False
@@ -415,7 +429,7 @@ def json_answers(t, key: bytes, raw: bytes, req, view) -> bool:
     if parts is None or not _rows_json(t, req, parts, False):
         return False
     if _lane_json(t, key, raw, req) != want:
-        t.enable_json(None, b"", t.text_for, 0)  # JSON stays with the full path
+        t.enable_json(None)  # JSON stays with the full path
         return False
     return True
 

@@ -38,6 +38,8 @@ from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.templates import (
     MAX_KEY_BYTES,
     NATIVE,
+    RowsEntry,
+    V2Route,
     fill,
     fill_into,
     rows_template,
@@ -107,9 +109,11 @@ class Entry:
             return None
         return memoryview(data)[at + len(self.marker) :]
 
-    def lane_entry(self, post: bytes) -> tuple:
+    def lane_entry(self, post: bytes):
         """The C lane's entry (service/shortcut/hot_fill.c hot_v2_answer)."""
-        return self.rows, self.itemsize, self.nbytes, self.parts, post
+        return RowsEntry(
+            template=self.rows, itemsize=self.itemsize, nbytes=self.nbytes, parts=self.parts, post=post
+        )
 
 
 _SCRATCH = threading.local()
@@ -270,9 +274,9 @@ class Hot:
         """Hand a REST entry to the C lane: small answers into the message (not shared memory)."""
         if not e.inline or e.regions or not path.isascii():
             return
-        self.route_of(path.encode("ascii"), e.route)[2][head] = e.lane_entry(head_lines(e.headers))
+        self.route_of(path.encode("ascii"), e.route).entries[head] = e.lane_entry(head_lines(e.headers))
 
-    def route_of(self, target: bytes, name: str) -> tuple:
+    def route_of(self, target: bytes, name: str):
         """The C lane's route of a request target (made, empty, when it has none)."""
         route = self.lane_routes.get(target)
         if route is None:
@@ -280,9 +284,16 @@ class Hot:
         return route
 
     @staticmethod
-    def new_route(name: str) -> tuple:
+    def new_route(name: str):
         """An empty route of the C lane for requests of metrics route ``name``."""
-        return (None, Metrics.path_index(name, "c"), {}, LENGTH_HEADER, REFUSED_HEADERS, (DATA, {}))
+        return V2Route(
+            metrics=Metrics.path_index(name, "c"),
+            entries={},
+            length_name=LENGTH_HEADER,
+            refused=REFUSED_HEADERS,
+            json_name=DATA,
+            json_entries={},
+        )
 
     def learn_json(
         self,

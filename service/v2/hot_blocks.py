@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from posenc.service.shortcut import templates as replay
 from posenc.service.shortcut.templates import block_template, fill_block
 
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
@@ -66,17 +67,15 @@ class BlockEntry:
         mv = memoryview(data)
         return mv[at + len(m1) : second], mv[second + len(m2) :]
 
-    def lane_entry(self, post: bytes) -> tuple:
+    def lane_entry(self, post: bytes):
         """The C lane's entry (service/shortcut/hot_blocks.c hot_v2_block_answer)."""
-        return (
-            self.template,
-            self.itemsizes[0],
-            self.sizes[0],
-            self.itemsizes[1],
-            self.sizes[1],
-            self.key_first,
-            self.parts,
-            post,
+        return replay.BlockEntry(
+            template=self.template,
+            itemsizes=self.itemsizes,
+            nbytes=self.sizes,
+            key_first=self.key_first,
+            parts=self.parts,
+            post=post,
         )
 
 

@@ -40,6 +40,7 @@ from posenc.service.core.settings import INLINE_BYTES
 from posenc.service.shortcut.templates import (
     MAX_KEY_BYTES,
     MAX_ROWS,
+    JsonEntry,
     Limits,
     answer_request,
     flat_json_template,
@@ -84,7 +85,7 @@ def controls(raw: bytes, spans: tuple) -> bool:
 
 
 def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
-    """(template, counts, swap, post) for hot_v2json.c, or None: the family's template of the
+    """A JsonEntry (template, counts, swap, post) for hot_v2json.c, or None: the family's template of the
     answered infer, writing the full path's JSON (``render(tensors)``'s bytes) around each gathered
     output's flat data."""
     if len(plan.reqs) != 1 or plan.stacked or plan.nbytes > INLINE_BYTES:
@@ -129,7 +130,7 @@ def entry_of(hot, inf, plan, tensors: list, render, post: bytes, counts: tuple):
     )
     if t is None:
         return None
-    return t, counts, names[0] != fam.selections[0], post
+    return JsonEntry(template=t, counts=counts, swap=names[0] != fam.selections[0], post=post)
 
 
 class JsonInfers:
@@ -172,13 +173,13 @@ class JsonInfers:
 
         e = hot.learnt(("json", path, key), make)  # its table unmapped meanwhile: learnt at its next answer
         if e is not None:
-            hot.route_of(target, route)[5][1][key] = e
+            hot.route_of(target, route).json_entries[key] = e
 
     @staticmethod
-    def _answer(target: bytes, route: tuple, key: bytes, e: tuple, body: bytes) -> bytes | None:
+    def _answer(target: bytes, route, key: bytes, e, body: bytes) -> bytes | None:
         """Entry ``e``'s answer to ``body`` (its head from the content length's digits on), asked
         through the lane's own entry point with a fresh ``route`` holding it alone."""
-        route[5][1][key] = e
+        route.json_entries[key] = e
         data = b"POST %s HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (target, len(body), body)
         got = answer_request(data, 0, ({}, {target: route}), {}, {}, (b"", b"", b""), b"", False)
         return got[2] if got else None

@@ -74,26 +74,42 @@ def check_v2(r, out: bytes, keep_alive: bool) -> None:
         assert want is not None, f"lane answered a JSON-tensor infer the full path refuses: {r.body!r}"
         assert out == ht.PRE[1] + b"%d" % len(want) + ht.V2J_POST + close + b"\r\n" + want, r.body
         return
-    (_, _, entries, _, _) = ht.V2_ROUTES[r.url]
-    entry = entries[ht.V2_HEAD]
+    entry = ht.V2_ROUTES[r.url].entries[ht.V2_HEAD]
     n = [int(v) for k, v in r.headers if k == b"inference-header-content-length"]
-    if len(entry) == 8:  # a block entry (hot_blocks.c): its two inputs, fill_block()'s block
-        t, isz, nbytes, isz2, nbytes2, key_first, parts, post = entry
+    if isinstance(entry, ht.replay.BlockEntry):  # hot_blocks.c: its two inputs, fill_block()'s block
+        (nb1, nb2), post = entry.nbytes, entry.post
         want = ht.replay.fill_block(
-            t, r.body[n[0] : n[0] + nbytes], r.body[n[0] + nbytes :], (isz, isz2), key_first, parts
+            entry.template,
+            r.body[n[0] : n[0] + nb1],
+            r.body[n[0] + nb1 :],
+            entry.itemsizes,
+            entry.key_first,
+            entry.parts,
         )
-        nbytes += nbytes2
+        nbytes = nb1 + nb2
     else:
-        t, isz, nbytes, parts, post = entry
-        want = ht.replay.fill(t, r.body[n[0] :], isz, parts)
+        nbytes, post = entry.nbytes, entry.post
+        want = ht.replay.fill(entry.template, r.body[n[0] :], entry.itemsize, entry.parts)
     assert n == [len(ht.V2_HEAD)] and r.body[: n[0]] == ht.V2_HEAD and len(r.body) - n[0] == nbytes, r.body
     assert not any(k == b"content-encoding" for k, _ in r.headers)
     assert want is not None, r.body
     assert out == ht.PRE[2] + b"%d" % len(want) + post + close + b"\r\n" + want
 
 
+def _lane(close: bool) -> dict:
+    """lane()'s arguments after data and start, by name."""
+    return {
+        "routes": ht.LANE_ROUTES,
+        "accepts": ht.ACCEPTS,
+        "native": ht.TEMPLATES.native,
+        "pre": ht.PRE,
+        "post": ht.POST,
+        "close": close,
+    }
+
+
 def check(data: bytes, start: int, close: bool) -> None:
-    got = ht.hot.lane(data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close)
+    got = ht.hot.lane(data, start, **_lane(close))
     if got is NotImplemented:  # a header to compute first: as the service calls it
         got = ht.replay.answer_request(
             data, start, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, close
@@ -122,7 +138,7 @@ def check(data: bytes, start: int, close: bool) -> None:
     assert (ht.ROUTES.get(r.url) or ht.V2_ROUTES[r.url]) == route, data
     assert r.body == data[head_end:end], data
     assert keep_alive == (r.keep_alive and not close), data
-    if route[0] is None:
+    if isinstance(route, ht.replay.V2Route):
         return check_v2(r, out, keep_alive)
     accept = [v for n, v in r.headers if n == b"accept"]
     assert len(accept) <= 1, data
@@ -152,22 +168,12 @@ def check_serve(data: bytes) -> None:
     """serve() over the whole buffer: the answers lane() gives one request after another."""
     out: list[bytes] = []
     at, done, state, error = ht.hot.serve(
-        data,
-        ht.LANE_ROUTES,
-        ht.ACCEPTS,
-        ht.TEMPLATES.native,
-        ht.PRE,
-        ht.POST,
-        False,
-        out.append,
-        _FLOW,
-        *_COUNTS,
-        None,
+        data, **_lane(False), write=out.append, flow=_FLOW, counts=_COUNTS[0], buckets=_COUNTS[1], again=None
     )
     assert error is None, (error, data)
     want, pos, why = [], 0, ht.replay.SERVE_DONE
     while pos < len(data):
-        got = ht.hot.lane(data, pos, ht.LANE_ROUTES, ht.ACCEPTS, ht.TEMPLATES.native, ht.PRE, ht.POST, False)
+        got = ht.hot.lane(data, pos, **_lane(False))
         if type(got) is not tuple:
             why = {None: ht.replay.SERVE_NOT_REQUEST, False: ht.replay.SERVE_DECLINED}.get(
                 got, ht.replay.SERVE_AGAIN

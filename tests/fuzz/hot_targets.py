@@ -234,29 +234,32 @@ V2_POST = b"\r\ninference-header-content-length: 7\r\n"
 V2_BLOCK = (1, 4)  # a block route's first and second input's positions (int64, then int32)
 
 
+def _route(**kw):
+    """A lane route of v2 REST infers (service/shortcut/hot_named.c V2Route), with these entries."""
+    fields = {"entries": {}, "json_name": b'"data"', "json_entries": {}} | kw
+    return replay.V2Route(
+        metrics=0, length_name=b"inference-header-content-length", refused=(b"content-encoding",), **fields
+    )
+
+
 def v2_routes() -> dict:
     out = {}
     for i, (t, narr, _) in enumerate(rows_templates()):
         parts = tuple(b"<%d>" % k for k in range(narr + 1))
-        entries = {V2_HEAD: (t, 8, 8 * V2_ROWS, parts, V2_POST)}
-        out[b"/v2/models/m%d/infer" % i] = (
-            None,
-            0,
-            entries,
-            b"inference-header-content-length",
-            (b"content-encoding",),
-        )
+        e = replay.RowsEntry(template=t, itemsize=8, nbytes=8 * V2_ROWS, parts=parts, post=V2_POST)
+        out[b"/v2/models/m%d/infer" % i] = _route(entries={V2_HEAD: e})
     for i, (t, _, _) in enumerate(
         block_templates()
     ):  # V2_BLOCK int64 queries then 4 int32 keys (key first: odd i)
-        entries = {V2_HEAD: (t, 8, 8 * V2_BLOCK[0], 4, 4 * V2_BLOCK[1], i % 2, (b"<", b">"), V2_POST)}
-        out[b"/v2/models/b%d/infer" % i] = (
-            None,
-            0,
-            entries,
-            b"inference-header-content-length",
-            (b"content-encoding",),
+        e = replay.BlockEntry(
+            template=t,
+            itemsizes=(8, 4),
+            nbytes=(8 * V2_BLOCK[0], 4 * V2_BLOCK[1]),
+            key_first=bool(i % 2),
+            parts=(b"<", b">"),
+            post=V2_POST,
         )
+        out[b"/v2/models/b%d/infer" % i] = _route(entries={V2_HEAD: e})
     return out
 
 
@@ -284,14 +287,8 @@ def v2_json_routes() -> dict:
         n = len(req.family.selections)
         target = b"/v2/models/j%d/infer" % i
         V2J_SPECS[target] = (family, body, parts)
-        out[target] = (
-            None,
-            0,
-            {},
-            b"inference-header-content-length",
-            (b"content-encoding",),
-            (b'"data"', {V2J_KEYS[n]: (t, V2J_COUNTS[n], False, V2J_POST)}),
-        )
+        e = replay.JsonEntry(template=t, counts=V2J_COUNTS[n], swap=False, post=V2J_POST)
+        out[target] = _route(json_entries={V2J_KEYS[n]: e})
     return out
 
 

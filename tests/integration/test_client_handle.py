@@ -85,7 +85,7 @@ def test_handle_is_compute_bit_for_bit_single_batched_and_torch(ns, procs, dtype
         s = {**spec, "dtype": dtype}
         h = c.handle(family, s)
         assert (h._plan is not None) == FAST, (family, spec)
-        assert FAST <= (h._plan is not None and h._plan[5] is not None)  # past rows in C too
+        assert FAST <= (h._plan is not None and h.past_in_c)  # past rows in C too
         pos = _positions(rng, 8)
         _same(h.lookup(pos), family, s, pos)
         _same(h.lookup(pos.tolist()), family, s, pos)
@@ -299,24 +299,23 @@ def test_every_dispatch_level_gives_the_same_bits(ns, procs):
 
 @pytest.mark.skipif(not FAST, reason="the C plan needs the simd backend")
 def test_a_wrong_rule_for_rows_past_the_table_is_caught_when_the_handle_binds(ns, procs, monkeypatch):
-    from posenc.engine.reader import lookup
+    import dataclasses
 
-    real = lookup._CAPTURE.RowsTemplate
+    from posenc.engine.tables import FAMILIES
 
-    def swapped(**kw):  # the family's rule with cos columns where sin belongs: not its table rows
-        tables, colmap, offset, (freqs, scale, dtype, (pmap,), limit) = real(**kw)
-        h = freqs.shape[0]
-        return (
-            tables,
-            colmap,
-            offset,
-            (freqs, scale, dtype, ([c - h if c >= h else c + h for c in pmap],), limit),
-        )
+    fam = FAMILIES["sinusoidal"]
+    real = type(fam).row_plan
 
-    monkeypatch.setattr(lookup._CAPTURE, "RowsTemplate", swapped)
+    def swapped(self, req, view):  # the family's rule with cos columns where sin belongs: not its table rows
+        plan = real(self, req, view)
+        h, (pmap,) = plan.past.freqs.shape[0], plan.past.maps
+        past = dataclasses.replace(plan.past, maps=(tuple(c - h if c >= h else c + h for c in pmap),))
+        return dataclasses.replace(plan, past=past)
+
+    monkeypatch.setattr(type(fam), "row_plan", swapped)
     eng = procs.engine(_config(), ns)
     h = eng.client().handle("sinusoidal", SINUSOIDAL[0])
-    assert h.fast and h._plan[5] is None  # gathers in C, rows past the table by the pipeline
+    assert h.fast and not h.past_in_c  # gathers in C, rows past the table by the pipeline
     pos = _positions(np.random.default_rng(1), 8)
     _same(h.lookup(pos), "sinusoidal", SINUSOIDAL[0], pos)
     assert eng.stop() == 0

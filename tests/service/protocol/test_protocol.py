@@ -162,7 +162,16 @@ def test_a_json_answer_whose_rows_text_is_not_kept_is_answered_in_the_same_call(
     data = request(body=body, accept=b"application/json") + request()
     native = front.svc.templates.native
     assert (
-        replay._hot.lane(data, 0, front.lane.urls, front.svc.accepts, native, (b"", b"", b""), b"", False)
+        replay._hot.lane(
+            data,
+            0,
+            routes=front.lane.urls,
+            accepts=front.svc.accepts,
+            native=native,
+            pre=(b"", b"", b""),
+            post=b"",
+            close=False,
+        )
         is NotImplemented
     )
     p, t = make()

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from posenc.engine.tables.base import RowPlan
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
@@ -27,9 +28,7 @@ def rows_template(calls: Counter):
         return b"H%d;" % n
 
     return _hot.RowsTemplate(
-        arrays=(TABLE,),
-        colmap=[0, 1, 2, 3],
-        offset=0,
+        plan=RowPlan(arrays=(TABLE,), colmap=[0, 1, 2, 3], offset=0),
         max_rows=64,
         lists_only=False,
         header_for=header_for,
@@ -49,13 +48,17 @@ def test_c_returns_not_implemented_and_notes_the_missing_header():
     calls = Counter()
     t = rows_template(calls)
     assert _hot.missing() is None
-    assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") is NotImplemented
+    assert (
+        _hot.answer(body([3, 5]), ACC[0], accepts=ACC[1], templates={KEY: t}, family="rope") is NotImplemented
+    )
     assert not calls  # header_for was not called by C
     got = _hot.missing()
     assert got == (replay.MISS_HEADER, t, (2,)) and got[1] is t
     assert _hot.missing() is None  # handed over once
     t.set_header((2,), t.header_for(2))
-    assert _hot.answer(body([3, 5]), *ACC, {KEY: t}, "rope") == want([3, 5])
+    assert _hot.answer(body([3, 5]), ACC[0], accepts=ACC[1], templates={KEY: t}, family="rope") == want(
+        [3, 5]
+    )
 
 
 def test_the_wrapper_computes_each_header_once():
@@ -78,7 +81,10 @@ def test_alibi_misses_name_both_dimensions():
         max_bytes=1 << 20,
     )
     raw = b'{"query":[1,2,3],"key":[0,1]}'
-    assert _hot.answer(raw, *ACC, {b'{"query":\0,"key":\0}': t}, "alibi") is NotImplemented
+    assert (
+        _hot.answer(raw, ACC[0], accepts=ACC[1], templates={b'{"query":\0,"key":\0}': t}, family="alibi")
+        is NotImplemented
+    )
     assert _hot.missing() == (replay.MISS_HEADER, t, (3, 2))
     with pytest.raises(TypeError, match="2 ints"):
         t.set_header((3,), b"")
@@ -87,7 +93,7 @@ def test_alibi_misses_name_both_dimensions():
 
 def test_a_miss_is_the_thread_own():
     t = rows_template(Counter())
-    assert _hot.answer(body([1]), *ACC, {KEY: t}, "rope") is NotImplemented
+    assert _hot.answer(body([1]), ACC[0], accepts=ACC[1], templates={KEY: t}, family="rope") is NotImplemented
     seen = []
     th = threading.Thread(target=lambda: seen.append(_hot.missing()))
     th.start()

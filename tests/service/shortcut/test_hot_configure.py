@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from posenc.engine.tables.base import RowPlan
 from posenc.service.core.settings import LANE_OFF_HEADERS, Settings, current
 from posenc.service.shortcut import templates as replay
 
@@ -51,9 +52,7 @@ def test_the_limits_are_the_settings_in_use():
 def _rows_template(max_rows: int):
     table = np.arange(32, dtype=np.float32).reshape(4, 8)
     return _hot.RowsTemplate(
-        arrays=(table,),
-        colmap=list(range(8)),
-        offset=0,
+        plan=RowPlan(arrays=(table,), colmap=list(range(8)), offset=0),
         max_rows=max_rows,
         lists_only=False,
         header_for=lambda n: b"H",

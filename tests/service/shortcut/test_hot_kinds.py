@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from posenc.engine.tables.base import RowPlan
 from posenc.service.shortcut import templates as replay
 
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
@@ -17,9 +18,7 @@ ACC = ([(b"accept", b"x")], {b"x": 0})  # 0: safetensors
 def test_kinds_and_their_shared_base():
     table = np.zeros((8, 4), dtype=np.float32)
     rows = _hot.RowsTemplate(
-        arrays=(table,),
-        colmap=[0, 1, 2, 3],
-        offset=0,
+        plan=RowPlan(arrays=(table,), colmap=[0, 1, 2, 3], offset=0),
         max_rows=8,
         lists_only=False,
         header_for=lambda n: b"",
@@ -50,11 +49,17 @@ def test_kinds_and_their_shared_base():
 
 def test_a_route_refuses_what_is_not_a_template():
     with pytest.raises(TypeError, match="RowsTemplate"):
-        _hot.answer(b'{"positions":[1]}', *ACC, {b'{"positions":\0}': object()}, "rope")
+        _hot.answer(
+            b'{"positions":[1]}',
+            ACC[0],
+            accepts=ACC[1],
+            templates={b'{"positions":\0}': object()},
+            family="rope",
+        )
     with pytest.raises(TypeError):
-        _hot.fill(object(), b"\0\0\0\0", 4, (b"", b""))
+        _hot.fill(object(), b"\0\0\0\0", 4, parts=(b"", b""))
     with pytest.raises(TypeError):
-        _hot.fill_block(object(), b"", b"", (4, 4), False, (b"", b""))
+        _hot.fill_block(object(), b"", b"", itemsizes=(4, 4), key_first=False, parts=(b"", b""))
 
 
 def test_the_named_results_are_those_c_names():
@@ -71,7 +76,7 @@ def test_constructors_take_keywords_only():
     seven or ten values is where an offset and a max_rows trade places unseen."""
     table = np.zeros((8, 4), dtype=np.float32)
     with pytest.raises(TypeError, match=r"RowsTemplate\(\) takes keyword arguments only"):
-        _hot.RowsTemplate((table,), [0, 1, 2, 3], 0, 8, False, lambda n: b"", b"")
+        _hot.RowsTemplate(RowPlan(arrays=(table,), colmap=(0, 1, 2, 3)), 8, False, lambda n: b"", b"")
     m = np.array([0.5])
     with pytest.raises(TypeError, match=r"AlibiTemplate\(\) takes keyword arguments only"):
         _hot.AlibiTemplate(

@@ -11,7 +11,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[3] / "service" / "shortcut"
 LAYERS = {
     "hot_select": 1, "hot_out": 1, "hot_f32text": 1,
-    "hot_templates": 2,
+    "hot_templates": 2, "hot_named": 2,
     "hot_rows_copy": 3, "hot_json": 3, "hot_axes": 3,
     "hot_rows": 4, "hot_grid": 4, "hot_alibi": 4, "hot_t5": 4,
     "hot_blocks": 5, "hot_answer": 5, "hot_v2json": 5, "hot_fill": 6,

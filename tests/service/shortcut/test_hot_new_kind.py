@@ -121,7 +121,7 @@ spec.loader.exec_module(m)
 m.configure(**native_rules(current()))
 t = m.ProbeTemplate()
 assert t.kind == "probe" and isinstance(t, m.Template), (t.kind, type(t).__mro__)
-got = m.fill(t, np.array([3, 5, 1000], np.int64).tobytes(), 8, (b"<", b">"))
+got = m.fill(t, np.array([3, 5, 1000], np.int64).tobytes(), 8, parts=(b"<", b">"))
 assert got == b"<" + np.array([6, 10, 2000], np.int64).tobytes() + b">", got
 try:
     m.fill_block(t, b"", 8, b"", 8, (b"", b""))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from posenc.engine.tables.base import RowPlan
 from posenc.service.shortcut import _hot
 from posenc.service.shortcut import templates as replay
 from tests.independent import assert_c_answer
@@ -101,9 +102,10 @@ def test_native_template_checks_its_arrays():
     a = np.zeros((4, 8), np.float32)
     cols = list(range(8))
 
-    def rows(arrays, colmap=cols, hf=lambda n: b"", **kw):
-        args = dict(offset=0, max_rows=64, lists_only=True) | kw
-        return _hot.RowsTemplate(arrays=arrays, colmap=colmap, header_for=hf, tail=b"", **args)
+    def rows(arrays, colmap=cols, hf=lambda n: b"", offset=0, **kw):
+        args = dict(max_rows=64, lists_only=True) | kw
+        plan = RowPlan(arrays=arrays, colmap=colmap, offset=offset)
+        return _hot.RowsTemplate(plan=plan, header_for=hf, tail=b"", **args)
 
     with pytest.raises(ValueError, match="2-d"):
         rows((np.zeros(8, np.float32),))

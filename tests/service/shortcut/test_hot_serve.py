@@ -101,10 +101,12 @@ def test_an_answer_is_counted_in_the_bucket_observe_at_counts_it_in(tmp_path):
             )
             nbytes = rng.randrange(1 << 20)
             a.observe_at(base, s, nbytes)
-            replay._hot.observe(*b.native, base, s, nbytes)
+            replay._hot.observe(*b.native, base=base, seconds=s, nbytes=nbytes)
         assert np.array_equal(a.counts[:-1], b.counts[:-1])  # (the last row: each file's own token)
         before = b.counts.copy()
-        replay._hot.observe(*b.native, a.counts.size, 1e-5, 1)  # a base past the counts: nothing counted
+        replay._hot.observe(
+            *b.native, base=a.counts.size, seconds=1e-5, nbytes=1
+        )  # a base past the counts: nothing counted
         assert np.array_equal(before, b.counts)
     finally:
         a.close()
@@ -221,13 +223,16 @@ def test_without_again_the_c_loop_stops_at_a_missing_text_and_a_failing_again_co
     hot.execute(hot.prepare("rope", orjson_dumps(body), "application/json"))
     data = rope(1) + request(b"/v1/rope", orjson_dumps({**body, "positions": [2999, 3000]}), accept=JSON)
     one_by_one(hot, rope(1))
-    args = (data, ROUTES, hot.accepts, hot.templates.native, PRE, POST, False)
+    lane = dict(
+        routes=ROUTES, accepts=hot.accepts, native=hot.templates.native, pre=PRE, post=POST, close=False
+    )
     flow, out = types.SimpleNamespace(write_paused=False), []
-    got = replay.serve(*args, out.append, flow, None, b"", None)
+    loop = dict(write=out.append, flow=flow, counts=None, buckets=b"")
+    got = replay.serve(data, **lane, **loop, again=None)
     assert got == (len(rope(1)), 1, replay.SERVE_AGAIN, None) and len(out) == 1
 
-    def boom(*a):
+    def boom(*a, **kw):
         raise RuntimeError("again failed")
 
-    at, done, state, error = replay.serve(*args, out.append, flow, None, b"", boom)
+    at, done, state, error = replay.serve(data, **lane, **loop, again=boom)
     assert (at, done, state, type(error)) == (len(rope(1)), 1, replay.SERVE_FAILED, RuntimeError)

@@ -16,6 +16,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from posenc.engine.reader.client import Client
+from posenc.engine.tables.base import RowPlan
 from posenc.service.core.settings import Settings
 from posenc.service.shortcut import templates as replay
 from posenc.service.v2 import rest
@@ -296,25 +297,23 @@ def test_fill_and_fill_into_check_their_arguments():
 
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     t = _hot.RowsTemplate(
-        arrays=(table, table * 2),
-        colmap=[0, 1, 3],
-        offset=1,
+        plan=RowPlan(arrays=(table, table * 2), colmap=[0, 1, 3], offset=1),
         max_rows=8,
         lists_only=True,
         header_for=lambda n: b"",
         tail=b"",
     )
     pos = np.array([0, 8, 3], np.int64)
-    out = _hot.fill(t, pos, 8, (b"a", b"bc", b"d"))
+    out = _hot.fill(t, pos, 8, parts=(b"a", b"bc", b"d"))
     rows = table[pos + 1][:, [0, 1, 3]]
     assert out == b"a" + rows.tobytes() + b"bc" + (2 * rows).tobytes() + b"d"
-    assert _hot.fill(t, pos.astype(np.int32), 4, (b"a", b"bc", b"d")) == out
+    assert _hot.fill(t, pos.astype(np.int32), 4, parts=(b"a", b"bc", b"d")) == out
     for bad in ([9], [-1], [0, 2**40]):  # offset 1: row 9 is past the table
-        assert _hot.fill(t, np.array(bad, np.int64), 8, (b"", b"", b"")) is None
-    assert _hot.fill(t, np.array([-1], np.int32), 4, (b"", b"", b"")) is None
+        assert _hot.fill(t, np.array(bad, np.int64), 8, parts=(b"", b"", b"")) is None
+    assert _hot.fill(t, np.array([-1], np.int32), 4, parts=(b"", b"", b"")) is None
     a, b = bytearray(36), bytearray(36)
     assert (
-        _hot.fill_into(t, pos, 8, (a, b)) is True
+        _hot.fill_into(t, pos, 8, buffers=(a, b)) is True
         and bytes(a) + bytes(b) == rows.tobytes() + (2 * rows).tobytes()
     )
     for args, err in [
@@ -326,10 +325,10 @@ def test_fill_and_fill_into_check_their_arguments():
         ((table, pos, 8, (b"", b"", b"")), TypeError),
     ]:
         with pytest.raises(err):
-            _hot.fill(*args)
+            _hot.fill(*args[:3], parts=args[3])
     for bufs, err in [((a,), ValueError), ((a, bytearray(35)), ValueError), ((a, b"x" * 36), BufferError)]:
         with pytest.raises(err):
-            _hot.fill_into(t, pos, 8, bufs)
+            _hot.fill_into(t, pos, 8, buffers=bufs)
 
 
 def test_grpc_requests_with_a_fresh_id_each_are_never_learnt(servers):
@@ -358,9 +357,7 @@ def test_fill_writes_rows_at_any_alignment(dtype, colmap):
         "runs": list(range(4, 20)),
     }[colmap]
     t = _hot.RowsTemplate(
-        arrays=(table,),
-        colmap=cols,
-        offset=0,
+        plan=RowPlan(arrays=(table,), colmap=cols, offset=0),
         max_rows=64,
         lists_only=True,
         header_for=lambda n: b"",
@@ -369,5 +366,5 @@ def test_fill_writes_rows_at_any_alignment(dtype, colmap):
     pos = rng.integers(0, 64, 16).astype(np.int64)
     want = table[pos][:, cols].tobytes()
     for lead in range(8):
-        out = _hot.fill(t, pos, 8, (b"h" * lead, b"t"))
+        out = _hot.fill(t, pos, 8, parts=(b"h" * lead, b"t"))
         assert out == b"h" * lead + want + b"t", lead
