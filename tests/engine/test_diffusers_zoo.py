@@ -387,6 +387,11 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
     with pytest.raises(SpecError) as e:
         compute("rope", {"hf_config": {"_class_name": "NoSuchTransformer2DModel"}, "position_ids": [[0]]})
     assert e.value.loc == ("hf_config", "_class_name") and "send the rope spec fields" in e.value.msg, e.value
+    with pytest.raises(SpecError) as e:  # a rotary class not read says why
+        compute("rope", {"hf_config": {"_class_name": "MochiTransformer3DModel"}, "position_ids": [[0]]})
+    assert (
+        e.value.loc == ("hf_config", "_class_name") and NOT_READ["MochiTransformer3DModel"] in e.value.msg
+    ), e.value
 
 
 # -- over HTTP -----------------------------------------------------------------------------------
@@ -440,6 +445,7 @@ def test_models_lists_the_diffusers_classes(http):
     got = http.get("/v1/models").json()
     for name in READ:
         assert got["diffusers_classes"][name] == {"rope": registry.CLASSES[name]["rope"].source}
+    assert got["diffusers_rotary_not_read"] == NOT_READ
 
 
 def test_share_of_the_rotary_classes_read():
