@@ -433,6 +433,8 @@ def derive(family: str, config: Any, layer_type: Any = None, grid: Any = None) -
             why = f"{json_repr(mt)} models have {' and '.join(entry)} positions, not {family}"
         elif isinstance(mt, str) and mt in UNREAD:
             why = f"{json_repr(mt)} is a rotary model type posenc does not read ({UNREAD[mt]})"
+        elif isinstance(mt, str) and mt in diffusers_grid.UNREAD:
+            why = f"{json_repr(mt)} is a diffusers class posenc does not read ({diffusers_grid.UNREAD[mt]})"
         elif isinstance(mt, str) and mt in diffusers_rope.UNREAD:
             why = f"{json_repr(mt)} is a rotary diffusers class posenc does not read ({diffusers_rope.UNREAD[mt]})"
         elif isinstance(mt, str) and mt in timm_vit.UNREAD:
@@ -465,6 +467,7 @@ def catalogue() -> bytes:
             "transformers": ZOO["transformers"],
             "model_types": {mt: sources(by) for mt, by in sorted(MODELS.items())},
             "diffusers_classes": {name: sources(by) for name, by in sorted(CLASSES.items())},
+            "diffusers_learned_not_read": dict(sorted(diffusers_grid.UNREAD.items())),
             "diffusers_rotary_not_read": dict(sorted(diffusers_rope.UNREAD.items())),
             "timm": timm_vit.ZOO["timm"],
             "timm_architectures": {name: sources(by) for name, by in sorted(ARCHITECTURES.items())},
