@@ -27,6 +27,7 @@ import orjson
 from ..core import dtypes as _dt
 from ..core.errors import SpecError, TooLarge, TooManyPositions
 from ..core.fields import json_repr, require_object
+from ..models import grid as model_grid
 from ..models import registry
 from ..models.config import Derived
 from ..tables import FAMILIES, Family, TableDef
@@ -44,7 +45,7 @@ def family_of(name: str) -> Family:
         raise SpecError(("family",), f"must be one of {', '.join(FAMILIES)}, got {name!r}") from None
 
 
-BODY_FORMS = ("hf_config", "layer_type", "table")  # body fields that stand for the spec fields
+BODY_FORMS = ("hf_config", "layer_type", "grid", "table")  # body fields that stand for the spec fields
 # {table name: (family, spec fields)}: the configured tables a ``table`` body may name
 Named = Mapping[str, tuple[str, Mapping]]
 
@@ -100,6 +101,8 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
     if cfg is None and name is None:
         if body.get("layer_type") is not None:
             raise SpecError(("layer_type",), "only with hf_config (it picks one part of a model's config)")
+        if body.get("grid") is not None:
+            raise SpecError(("grid",), "only with hf_config (a model's config says what its grid means)")
         if any(k in body for k in BODY_FORMS):  # explicit nulls are absent fields (docs/reference.md)
             body = {k: v for k, v in body.items() if k not in BODY_FORMS}
         return body, None
@@ -114,10 +117,12 @@ def expand(fam: Family, body: Mapping, named: Named | None = None) -> tuple[Mapp
             )
     rest = {k: body[k] for k in keep if k in body}
     if cfg is not None:
-        derived = registry.derive(fam.name, cfg, body.get("layer_type"))
+        derived = registry.derive(fam.name, cfg, body.get("layer_type"), body.get("grid"))
+        model_grid.check_selections(derived, rest, fam.selection_fields)
         return {**derived.fields, **rest}, derived
-    if body.get("layer_type") is not None:
-        raise SpecError(("layer_type",), "only with hf_config (a named table has one spec)")
+    for k in ("layer_type", "grid"):
+        if body.get(k) is not None:
+            raise SpecError((k,), "only with hf_config (a named table has one spec)")
     spec = named_spec(fam, name, named)
     return {**spec, **rest}, Derived(dict(spec), {k: ("table",) for k in spec})
 
@@ -165,6 +170,7 @@ def body_schema(fam: Family) -> tuple[dict, dict]:
                         "rope_parameters, or the stack (encoder, decoder) where "
                         "an encoder-decoder model's tables differ",
                     },
+                    "grid": model_grid.SCHEMA,
                     **rest,
                 },
             }
@@ -285,6 +291,8 @@ class Pipeline:
                 orjson.dumps((named or {}).get(part["table"]), option=orjson.OPT_SORT_KEYS) if named else b"",
             )
         except (TypeError, KeyError, orjson.JSONEncodeError):  # not JSON data: validate the long way
+            key = None
+        if body.get("grid") is not None:  # its position_ids come with the spec: no cached spec answers it
             key = None
         known = self._specs.get(key) if key is not None else None
         if known is None:
