@@ -140,6 +140,12 @@ def assert_answer(family: str, body: dict, arrays: dict, what: str = "") -> None
         g = body["grid_size"]
         h, w = (g, g) if isinstance(g, int) else g
         rows = positions_of(body["positions"]) if body.get("positions") is not None else None
+        if body.get("crop") is not None:  # the window's rows are those rows of the whole table
+            top, left, ch, cw = body["crop"]
+            extra, frames = body.get("extra_tokens", 0), body.get("temporal_size") or 1
+            rows = np.arange(extra + frames * ch * cw) if rows is None else np.asarray(rows)
+            i, j = divmod(rows - extra, cw)
+            rows = np.where(rows < extra, rows, extra + (top + i) * w + left + j)
         want, slack = grid64(
             body["embed_dim"],
             h,

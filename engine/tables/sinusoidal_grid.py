@@ -12,6 +12,9 @@ Reference: diffusers 0.42 ``get_2d_sincos_pos_embed`` / ``get_2d_sincos_pos_embe
 - 3-D (width D): D/4 columns for t / temporal_interpolation_scale, then the 2-D form of width 3D/4
   over i / interpolation_scale; rows t-major.
 - ``extra_tokens`` rows of zeros come first (a CLS token; CogVideoX's text tokens).
+- ``crop`` [top, left, height, width] (2-D): the rows are that window of the grid_size table, its
+  coordinates the table's own (SD3's and OmniGen's centred crop of their ``pos_embed_max_size``
+  table, ``PatchEmbed.cropped_pos_embed``).
 
 Stored: the whole table (extra rows included) where it is small (``FULL_BYTES``): serving, and the
 template shortcut, are then row gathers as for ``sinusoidal``; otherwise one small table per axis
@@ -51,15 +54,22 @@ class GridSpec:
     temporal_size: int | None = None
     temporal_interpolation_scale: float = 1.0
     extra_tokens: int = 0
+    crop: tuple[int, int, int, int] | None = None  # (top, left, height, width) of the grid
 
     @property
     def frames(self) -> int:
         return self.temporal_size or 1
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """(height, width) of the rows' grid: the crop's, else the whole grid's."""
+        return (self.grid_h, self.grid_w) if self.crop is None else (self.crop[2], self.crop[3])
+
+    @property
     def rows(self) -> int:
-        """Rows of the flattened table: extra tokens, then the grid."""
-        return self.extra_tokens + self.frames * self.grid_h * self.grid_w
+        """Rows of the flattened table: extra tokens, then the grid (or its crop)."""
+        h, w = self.shape
+        return self.extra_tokens + self.frames * h * w
 
     @property
     def widths(self) -> dict[str, int]:
@@ -70,26 +80,28 @@ class GridSpec:
         return {"t": d // 4, "w": 3 * d // 8, "h": 3 * d // 8}
 
     def sizes(self) -> dict[str, int]:
-        return {"t": self.frames, "w": self.grid_w, "h": self.grid_h}
+        h, w = self.shape
+        return {"t": self.frames, "w": w, "h": h}
 
     def steps(self) -> dict[str, tuple[int, int]]:
         """Each axis's index of grid index g (row minus extra tokens, frame-major, then h, then
         w) as (div, mod): (g // div) % mod."""
-        return {
-            "t": (self.grid_h * self.grid_w, self.frames),
-            "h": (self.grid_w, self.grid_h),
-            "w": (1, self.grid_w),
-        }
+        h, w = self.shape
+        return {"t": (h * w, self.frames), "h": (w, h), "w": (1, w)}
 
     def coordinates(self, axis: str, idx: np.ndarray) -> np.ndarray:
-        """The float64 nearest to each exact coordinate of indices ``idx`` along ``axis``."""
+        """The float64 nearest to each exact coordinate of indices ``idx`` (of the rows' grid,
+        the crop's when there is one) along ``axis``."""
+        first = 0
         if axis == "t":
             scale, n, base = self.temporal_interpolation_scale, None, None
         else:
             scale, base = self.interpolation_scale, self.base_size
             n = self.grid_w if axis == "w" else self.grid_h
+            if self.crop is not None:
+                first = self.crop[1] if axis == "w" else self.crop[0]
         step = 1 / Fraction(scale) if base is None else Fraction(base) / (n * Fraction(scale))
-        return np.array([float(int(i) * step) for i in idx], dtype=np.float64)
+        return np.array([float((first + int(i)) * step) for i in idx], dtype=np.float64)
 
 
 def axis_rows(spec: GridSpec, axis: str, idx: np.ndarray, dtype: str) -> np.ndarray:
@@ -112,6 +124,32 @@ def assemble(spec: GridSpec, rows: np.ndarray, lookup, dtype) -> np.ndarray:
             out[grid, col : col + width] = lookup(axis, idx[axis])
         col += width
     return out
+
+
+CROP = ("top", "left", "height", "width")
+
+
+def _parse_crop(crop, hw, temporal) -> tuple[int, int, int, int] | None:
+    """``crop`` [top, left, height, width]: a window inside the [H, W] grid (2-D only)."""
+    if crop is None:
+        return None
+    if temporal is not None:
+        raise SpecError(("crop",), "not used in 3-D (a crop is of a 2-D table)")
+    if not isinstance(crop, (list, tuple)) or len(crop) != 4:
+        raise SpecError(("crop",), f"must be [top, left, height, width], got {json_repr(crop)}")
+    for i, (name, v) in enumerate(zip(CROP, crop)):
+        lo = 0 if i < 2 else 1
+        if not is_int(v) or v < lo:
+            raise SpecError(("crop", i), f"{name} must be an integer >= {lo}, got {json_repr(v)}")
+    top, left, h, w = crop
+    for i, (first, n, side) in enumerate(((top, h, hw[0]), (left, w, hw[1]))):
+        if first + n > side:
+            raise SpecError(
+                ("crop", i + 2),
+                f"the crop's {CROP[i + 2]} from {CROP[i]} {first} reaches {first + n}, "
+                f"past grid_size's {side}",
+            )
+    return (top, left, h, w)
 
 
 def parse_spec(req: Mapping) -> GridSpec:
@@ -143,6 +181,7 @@ def parse_spec(req: Mapping) -> GridSpec:
     tis = req_float(req, "temporal_interpolation_scale", (), gt=0.0, required=False)
     if tis is not None and temporal is None:
         raise SpecError(("temporal_interpolation_scale",), "only with temporal_size")
+    crop = _parse_crop(req.get("crop"), hw, temporal)
     spec = GridSpec(
         embed_dim=d,
         grid_h=hw[0],
@@ -152,9 +191,11 @@ def parse_spec(req: Mapping) -> GridSpec:
         temporal_size=temporal,
         temporal_interpolation_scale=1.0 if tis is None else tis,
         extra_tokens=req_int(req, "extra_tokens", (), lo=0, required=False, default=0),
+        crop=crop,
     )
-    if spec.rows > POSITION_LIMIT:
-        raise SpecError(("grid_size",), f"the table has {spec.rows} rows; rows are positions < 2**31")
+    whole = spec.extra_tokens + spec.frames * spec.grid_h * spec.grid_w  # the crop's table too
+    if whole > POSITION_LIMIT:
+        raise SpecError(("grid_size",), f"the table has {whole} rows; rows are positions < 2**31")
     return spec
 
 
@@ -168,6 +209,7 @@ class SinusoidalGrid(Family):
         "temporal_size",
         "temporal_interpolation_scale",
         "extra_tokens",
+        "crop",
         "positions",
         "dtype",
     )
@@ -189,6 +231,8 @@ class SinusoidalGrid(Family):
         out["grid_size"] = [out.pop("grid_h"), out.pop("grid_w")]
         if spec.temporal_size is None:
             del out["temporal_interpolation_scale"]
+        if spec.crop is not None:
+            out["crop"] = list(spec.crop)
         return {k: v for k, v in out.items() if v is not None}
 
     def parse_selections(self, spec, req):
@@ -330,6 +374,13 @@ class SinusoidalGrid(Family):
             "temporal_size": {"type": ["integer", "null"], "minimum": 1},
             "temporal_interpolation_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
             "extra_tokens": {"type": "integer", "minimum": 0, "default": 0},
+            "crop": {
+                "type": ["array", "null"],
+                "minItems": 4,
+                "maxItems": 4,
+                "items": {"type": "integer", "minimum": 0},
+                "description": "[top, left, height, width]: the rows are this window of the grid (2-D)",
+            },
             "positions": SELECTION_SCHEMA,
             "dtype": DTYPE_SCHEMA,
         },
@@ -339,6 +390,9 @@ class SinusoidalGrid(Family):
             "value": {"embed_dim": 1536, "grid_size": 192, "base_size": 64, "positions": [0, 1, 2]}
         },
         "ViT-MAE base with its CLS row": {"value": {"embed_dim": 768, "grid_size": 14, "extra_tokens": 1}},
+        "SD3 at 64x64 patches (the centred crop of its 192-patch table)": {
+            "value": {"embed_dim": 1536, "grid_size": 192, "base_size": 64, "crop": [64, 64, 64, 64]}
+        },
         "CogVideoX 3-D": {
             "value": {
                 "embed_dim": 1920,

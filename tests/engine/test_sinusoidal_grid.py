@@ -1,6 +1,6 @@
 """sinusoidal-grid against float64 math written here from docs/reference.md (exact coordinates,
 every dtype), against the functions the models call (diffusers' get_2d_sincos_pos_embed,
-get_3d_sincos_pos_embed, PatchEmbed (SD3's crop), CogVideoXPatchEmbed; transformers' ViTMAE)
+get_3d_sincos_pos_embed, PatchEmbed (SD3's crop, as ``crop``), CogVideoXPatchEmbed; transformers' ViTMAE)
 within their float32 error, the stored per-axis tables against the computation, and refusals."""
 
 from __future__ import annotations
@@ -145,6 +145,61 @@ def test_sd3_patch_embed_crop():
         {"embed_dim": d, "grid_size": max_size, "base_size": sample // patch, "positions": rows},
     )["encoding"]
     assert_close(out, ref, _tol(max_size))
+    crop = compute(
+        "sinusoidal-grid",
+        {"embed_dim": d, "grid_size": max_size, "base_size": sample // patch, "crop": [top, left, h, w]},
+    )["encoding"]
+    np.testing.assert_array_equal(crop, out)
+
+
+CROPS = {
+    "centred, base 1.5-scale": (
+        dict(embed_dim=48, grid_size=[9, 11], base_size=4, interpolation_scale=1.5),
+        [2, 3, 5, 4],
+    ),
+    "corner, text rows": (dict(embed_dim=32, grid_size=8, extra_tokens=3), [0, 0, 3, 8]),
+    "last cell": (dict(embed_dim=16, grid_size=[6, 7]), [5, 6, 1, 1]),
+}
+
+
+def _window(spec, crop):
+    """The rows of the whole grid_size table that a crop [top, left, height, width] keeps."""
+    g = spec["grid_size"]
+    side_w = g if isinstance(g, int) else g[1]
+    top, left, h, w = crop
+    extra = spec.get("extra_tokens", 0)
+    return list(range(extra)) + [extra + (top + i) * side_w + left + j for i in range(h) for j in range(w)]
+
+
+@pytest.mark.parametrize("form", ["rows", "axes"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", CROPS)
+def test_crop_is_that_window_of_the_whole_table(case, dtype, form, rng, monkeypatch):
+    """``crop``: the window's rows, with the whole table's coordinates (float64 math written
+    here), computed and from either stored form."""
+    from posenc.engine.tables import sinusoidal_grid
+
+    spec, crop = CROPS[case]
+    g = spec["grid_size"]
+    h, w = (g, g) if isinstance(g, int) else g
+    ref, slack = grid64(
+        spec["embed_dim"],
+        h,
+        w,
+        spec.get("base_size"),
+        spec.get("interpolation_scale", 1.0),
+        extra=spec.get("extra_tokens", 0),
+        rows=_window(spec, crop),
+    )
+    body = {**spec, "crop": crop, "dtype": dtype}
+    out = compute("sinusoidal-grid", body)["encoding"]
+    assert_within_ulp(out, ref, dtype, slack=slack, what=case)
+    if form == "axes":
+        monkeypatch.setattr(sinusoidal_grid, "FULL_BYTES", 0)
+    rows = rng.integers(0, ref.shape[0], 20).tolist()
+    req = pipeline.parse("sinusoidal-grid", {**body, "positions": rows})
+    assert req.table is not None and req.table.variant == form
+    np.testing.assert_array_equal(pipeline.arrays(req, view_of(req.table))["encoding"], out[rows])
 
 
 def test_cogvideox_patch_embed():
@@ -212,6 +267,13 @@ def test_vit_mae_embeddings():
         ({"embed_dim": 32, "grid_size": 4, "positions": {"start": 0, "stop": 17}}, ("positions", "stop")),
         ({"embed_dim": 32, "grid_size": 65536}, ("grid_size",)),
         ({"embed_dim": 32, "grid_size": 4, "layout": "concat"}, ("layout",)),
+        ({"embed_dim": 32, "grid_size": 4, "crop": [0, 0, 2]}, ("crop",)),
+        ({"embed_dim": 32, "grid_size": 4, "crop": [0, -1, 2, 2]}, ("crop", 1)),
+        ({"embed_dim": 32, "grid_size": 4, "crop": [0, 0, 0, 2]}, ("crop", 2)),
+        ({"embed_dim": 32, "grid_size": [4, 6], "crop": [1, 0, 4, 2]}, ("crop", 2)),
+        ({"embed_dim": 32, "grid_size": [4, 6], "crop": [0, 3, 2, 4]}, ("crop", 3)),
+        ({"embed_dim": 32, "grid_size": 4, "crop": [0, 0, 2, 2], "temporal_size": 2}, ("crop",)),
+        ({"embed_dim": 32, "grid_size": 4, "crop": [1, 1, 2, 2], "positions": [4]}, ("positions", 0)),
     ],
 )
 def test_refusals_name_the_field(body, loc):
@@ -250,3 +312,17 @@ def test_large_grids_keep_axis_tables():
     )
     assert small.table.variant == "rows" and sd3.table.variant == "axes"
     assert sd3.table.nbytes() < 2 * 2**20 < 192 * 192 * 1536 * 4
+
+
+@pytest.mark.parametrize("case", CROPS)
+def test_the_template_shortcut_answers_a_crops_bytes(case, rng):
+    from tests.service.shortcut.test_templates_in_memory import answer_both
+
+    spec, crop = CROPS[case]
+    spec = {**spec, "crop": crop}
+    n = pipeline.parse("sinusoidal-grid", spec).sel["positions"].n
+    for rows in (rng.integers(0, n, 7).tolist(), [n - 1]):
+        c, served, computed = answer_both(
+            "sinusoidal-grid", {**spec, "positions": [0]}, {**spec, "positions": rows}
+        )
+        assert c is not None and c == served == computed
