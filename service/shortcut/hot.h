@@ -339,18 +339,20 @@ typedef struct {
 } HotRowsEntry;
 typedef struct {
     PyObject_HEAD
-    PyObject *template; /* of blocks (ops->block_into) */
-    Py_ssize_t itemsize[2], nbytes[2];
+    PyObject *template;                 /* of blocks (ops->block_into) */
+    PyObject *itemsizes, *nbytes_of;     /* pairs: the two inputs' item sizes and bytes */
     char key_first;
-    PyObject *parts, *post; /* (before, after); bytes */
+    PyObject *parts, *post;             /* (before, after); bytes */
+    Py_ssize_t itemsize[2], nbytes[2];  /* the pairs, read when made */
 } HotBlockEntry;
 typedef struct {
     PyObject_HEAD
     PyObject *template; /* of flat JSON (ops->v2_json), ops->dims == ncounts */
-    Py_ssize_t counts[MAX_FIELDS];
-    int ncounts;
+    PyObject *counts;   /* the positions each list holds: a tuple, read when made into count */
     char swap;
     PyObject *post;
+    Py_ssize_t count[MAX_FIELDS];
+    int ncounts;
 } HotJsonEntry;
 extern PyTypeObject hot_V2RouteType, hot_RowsEntryType, hot_BlockEntryType, hot_JsonEntryType;
 int hot_named_ready(PyObject *module); /* the four types readied and added: 0, or -1 set */

@@ -98,241 +98,151 @@ static int int_pair(PyObject *o, Py_ssize_t *v, Py_ssize_t lo, Py_ssize_t hi, co
     return 0;
 }
 
-static int once(PyObject *made, const char *type)
+/* A record's fields are its type's members (T_OBJECT_EX, T_PYSSIZET, T_BOOL; read back as
+ * attributes), every one given by keyword when it is made, then checked by the type's own check
+ * (which fills what C reads of them); made once. */
+static int record_init(PyObject *self, PyObject *args, PyObject *kw, int (*check)(PyObject *))
 {
-    if (!made) return 0;
-    PyErr_Format(PyExc_RuntimeError, "%s: initialised once", type);
+    PyTypeObject *type = Py_TYPE(self);
+    if (hot_keywords_only(args, type->tp_name) < 0) return -1;
+    for (PyMemberDef *m = type->tp_members; m->name; m++)
+        if (m->type == T_OBJECT_EX && *(PyObject **)((char *)self + m->offset)) {
+            PyErr_Format(PyExc_RuntimeError, "%s: initialised once", type->tp_name);
+            return -1;
+        }
+    Py_ssize_t given = 0;
+    for (PyMemberDef *m = type->tp_members; m->name; m++) {
+        char *at = (char *)self + m->offset;
+        PyObject *v = kw ? PyDict_GetItemString(kw, m->name) : NULL;
+        if (!v) {
+            PyErr_Format(PyExc_TypeError, "%s(): missing argument %s", type->tp_name, m->name);
+            return -1;
+        }
+        given++;
+        if (m->type == T_OBJECT_EX) {
+            Py_INCREF(v);
+            *(PyObject **)at = v;
+        } else if (m->type == T_PYSSIZET) {
+            if ((*(Py_ssize_t *)at = PyLong_AsSsize_t(v)) == -1 && PyErr_Occurred()) return -1;
+        } else {
+            int b = PyObject_IsTrue(v);
+            if (b < 0) return -1;
+            *(char *)at = (char)b;
+        }
+    }
+    if (given != PyDict_GET_SIZE(kw)) {
+        PyErr_Format(PyExc_TypeError, "%s(): an unexpected keyword argument (want %zd)", type->tp_name, given);
+        return -1;
+    }
+    return check(self);
+}
+
+static void record_dealloc(PyObject *self)
+{
+    for (PyMemberDef *m = Py_TYPE(self)->tp_members; m->name; m++)
+        if (m->type == T_OBJECT_EX) Py_CLEAR(*(PyObject **)((char *)self + m->offset));
+    Py_TYPE(self)->tp_free(self);
+}
+
+#define MEMBER(T, f, kind) {#f, kind, offsetof(T, f), READONLY, NULL}
+#define RECORD_TYPE(T, name, check, doc)                                                                  \
+    static int T##_init(PyObject *o, PyObject *a, PyObject *k) { return record_init(o, a, k, check); }  \
+    PyTypeObject hot_##name##Type = {                                                                      \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot." #name,                            \
+        .tp_basicsize = sizeof(T), .tp_flags = Py_TPFLAGS_DEFAULT, .tp_doc = doc,                          \
+        .tp_new = PyType_GenericNew, .tp_init = T##_init, .tp_dealloc = record_dealloc,                   \
+        .tp_members = T##_members,                                                                         \
+    };
+
+static int route_check(PyObject *o)
+{
+    HotV2Route *r = (HotV2Route *)o;
+    if (PyDict_Check(r->entries) && PyBytes_Check(r->length_name) && PyBytes_Check(r->json_name) &&
+        PyDict_Check(r->json_entries))
+        return bytes_tuple(r->refused, -1, "V2Route refused");
+    PyErr_SetString(PyExc_TypeError, "V2Route: entries and json_entries dicts, length_name and json_name bytes");
     return -1;
 }
 
-#define HOLD(field, value) (Py_INCREF(value), (field) = (value))
-
-static int V2Route_init(HotV2Route *r, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"metrics", "entries", "length_name", "refused", "json_name", "json_entries", NULL};
-    PyObject *entries, *lname, *refused, *jname, *jentries;
-    if (hot_keywords_only(args, "V2Route") < 0 || once(r->entries, "V2Route") < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "nO!O!OO!O!:V2Route", kwlist, &r->metrics, &PyDict_Type, &entries,
-                                     &PyBytes_Type, &lname, &refused, &PyBytes_Type, &jname, &PyDict_Type, &jentries) ||
-        bytes_tuple(refused, -1, "V2Route refused") < 0)
-        return -1;
-    HOLD(r->entries, entries);
-    HOLD(r->length_name, lname);
-    HOLD(r->refused, refused);
-    HOLD(r->json_name, jname);
-    HOLD(r->json_entries, jentries);
-    return 0;
-}
-
-static void V2Route_dealloc(HotV2Route *r)
-{
-    Py_XDECREF(r->entries);
-    Py_XDECREF(r->length_name);
-    Py_XDECREF(r->refused);
-    Py_XDECREF(r->json_name);
-    Py_XDECREF(r->json_entries);
-    Py_TYPE(r)->tp_free((PyObject *)r);
-}
-
-static PyMemberDef v2route_members[] = {
-    {"metrics", T_PYSSIZET, offsetof(HotV2Route, metrics), READONLY, NULL},
-    {"entries", T_OBJECT_EX, offsetof(HotV2Route, entries), READONLY, NULL},
-    {"length_name", T_OBJECT_EX, offsetof(HotV2Route, length_name), READONLY, NULL},
-    {"refused", T_OBJECT_EX, offsetof(HotV2Route, refused), READONLY, NULL},
-    {"json_name", T_OBJECT_EX, offsetof(HotV2Route, json_name), READONLY, NULL},
-    {"json_entries", T_OBJECT_EX, offsetof(HotV2Route, json_entries), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
+static PyMemberDef HotV2Route_members[] = {
+    MEMBER(HotV2Route, metrics, T_PYSSIZET), MEMBER(HotV2Route, entries, T_OBJECT_EX),
+    MEMBER(HotV2Route, length_name, T_OBJECT_EX), MEMBER(HotV2Route, refused, T_OBJECT_EX),
+    MEMBER(HotV2Route, json_name, T_OBJECT_EX), MEMBER(HotV2Route, json_entries, T_OBJECT_EX), {NULL, 0, 0, 0, NULL},
 };
+RECORD_TYPE(HotV2Route, V2Route, route_check, "The lane's route of a v2 REST infer target (hot_named.c says its fields).")
 
-PyTypeObject hot_V2RouteType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.V2Route",
-    .tp_basicsize = sizeof(HotV2Route),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The lane's route of a v2 REST infer target (hot_named.c says its fields).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)V2Route_init,
-    .tp_dealloc = (destructor)V2Route_dealloc,
-    .tp_members = v2route_members,
-};
-
-static int RowsEntry_init(HotRowsEntry *e, PyObject *args, PyObject *kw)
+static int rows_entry_check(PyObject *o)
 {
-    static char *kwlist[] = {"template", "itemsize", "nbytes", "parts", "post", NULL};
-    PyObject *t, *parts, *post;
-    if (hot_keywords_only(args, "RowsEntry") < 0 || once(e->template, "RowsEntry") < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "OnnOO!:RowsEntry", kwlist, &t, &e->itemsize, &e->nbytes, &parts,
-                                     &PyBytes_Type, &post))
-        return -1;
-    const struct hot_ops *ops = hot_ops_of(t);
-    if (!ops || !ops->raw_rows) {
-        PyErr_SetString(PyExc_TypeError, "RowsEntry: template is a template of rows");
+    HotRowsEntry *e = (HotRowsEntry *)o;
+    const struct hot_ops *ops = hot_ops_of(e->template);
+    if (!ops || !ops->raw_rows || !PyBytes_Check(e->post)) {
+        PyErr_SetString(PyExc_TypeError, "RowsEntry: template is a template of rows, post bytes");
         return -1;
     }
-    if (bytes_tuple(parts, ops->arrays((HotTemplate *)t) + 1, "RowsEntry parts (one more than the arrays)") < 0)
-        return -1;
     if ((e->itemsize != 4 && e->itemsize != 8) || e->nbytes < 0) {
         PyErr_SetString(PyExc_ValueError, "RowsEntry: itemsize 4 or 8, nbytes >= 0");
         return -1;
     }
-    HOLD(e->template, t);
-    HOLD(e->parts, parts);
-    HOLD(e->post, post);
-    return 0;
+    return bytes_tuple(e->parts, ops->arrays((HotTemplate *)e->template) + 1, "RowsEntry parts (one more than the arrays)");
 }
 
-static void RowsEntry_dealloc(HotRowsEntry *e)
-{
-    Py_XDECREF(e->template);
-    Py_XDECREF(e->parts);
-    Py_XDECREF(e->post);
-    Py_TYPE(e)->tp_free((PyObject *)e);
-}
-
-static PyMemberDef rowsentry_members[] = {
-    {"template", T_OBJECT_EX, offsetof(HotRowsEntry, template), READONLY, NULL},
-    {"itemsize", T_PYSSIZET, offsetof(HotRowsEntry, itemsize), READONLY, NULL},
-    {"nbytes", T_PYSSIZET, offsetof(HotRowsEntry, nbytes), READONLY, NULL},
-    {"parts", T_OBJECT_EX, offsetof(HotRowsEntry, parts), READONLY, NULL},
-    {"post", T_OBJECT_EX, offsetof(HotRowsEntry, post), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
+static PyMemberDef HotRowsEntry_members[] = {
+    MEMBER(HotRowsEntry, template, T_OBJECT_EX), MEMBER(HotRowsEntry, itemsize, T_PYSSIZET),
+    MEMBER(HotRowsEntry, nbytes, T_PYSSIZET), MEMBER(HotRowsEntry, parts, T_OBJECT_EX),
+    MEMBER(HotRowsEntry, post, T_OBJECT_EX), {NULL, 0, 0, 0, NULL},
 };
+RECORD_TYPE(HotRowsEntry, RowsEntry, rows_entry_check, "A v2 binary infer's rows (hot_named.c says its fields).")
 
-PyTypeObject hot_RowsEntryType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.RowsEntry",
-    .tp_basicsize = sizeof(HotRowsEntry),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A v2 binary infer's rows (hot_named.c says its fields).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)RowsEntry_init,
-    .tp_dealloc = (destructor)RowsEntry_dealloc,
-    .tp_members = rowsentry_members,
-};
-
-static int BlockEntry_init(HotBlockEntry *e, PyObject *args, PyObject *kw)
+static int block_entry_check(PyObject *o)
 {
-    static char *kwlist[] = {"template", "itemsizes", "nbytes", "key_first", "parts", "post", NULL};
-    PyObject *t, *isz, *nb, *parts, *post;
-    if (hot_keywords_only(args, "BlockEntry") < 0 || once(e->template, "BlockEntry") < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "OOOpOO!:BlockEntry", kwlist, &t, &isz, &nb, &e->key_first, &parts,
-                                     &PyBytes_Type, &post) ||
-        int_pair(isz, e->itemsize, 4, 9, "BlockEntry itemsizes") < 0 ||
-        int_pair(nb, e->nbytes, 0, PY_SSIZE_T_MAX, "BlockEntry nbytes") < 0 ||
-        bytes_tuple(parts, 2, "BlockEntry parts (before, after)") < 0)
+    HotBlockEntry *e = (HotBlockEntry *)o;
+    const struct hot_ops *ops = hot_ops_of(e->template);
+    if (int_pair(e->itemsizes, e->itemsize, 4, 9, "BlockEntry itemsizes") < 0 ||
+        int_pair(e->nbytes_of, e->nbytes, 0, PY_SSIZE_T_MAX, "BlockEntry nbytes") < 0 ||
+        bytes_tuple(e->parts, 2, "BlockEntry parts (before, after)") < 0)
         return -1;
-    const struct hot_ops *ops = hot_ops_of(t);
-    if (!ops || !ops->block_into || (e->itemsize[0] != 4 && e->itemsize[0] != 8) ||
+    if (!ops || !ops->block_into || !PyBytes_Check(e->post) || (e->itemsize[0] != 4 && e->itemsize[0] != 8) ||
         (e->itemsize[1] != 4 && e->itemsize[1] != 8)) {
-        PyErr_SetString(PyExc_TypeError, "BlockEntry: template is a template of blocks, itemsizes 4 or 8 each");
+        PyErr_SetString(PyExc_TypeError, "BlockEntry: template is a template of blocks, itemsizes 4 or 8, post bytes");
         return -1;
     }
-    HOLD(e->template, t);
-    HOLD(e->parts, parts);
-    HOLD(e->post, post);
     return 0;
 }
 
-static void BlockEntry_dealloc(HotBlockEntry *e)
+static PyMemberDef HotBlockEntry_members[] = {
+    MEMBER(HotBlockEntry, template, T_OBJECT_EX), MEMBER(HotBlockEntry, itemsizes, T_OBJECT_EX),
+    {"nbytes", T_OBJECT_EX, offsetof(HotBlockEntry, nbytes_of), READONLY, NULL},
+    MEMBER(HotBlockEntry, key_first, T_BOOL), MEMBER(HotBlockEntry, parts, T_OBJECT_EX),
+    MEMBER(HotBlockEntry, post, T_OBJECT_EX), {NULL, 0, 0, 0, NULL},
+};
+RECORD_TYPE(HotBlockEntry, BlockEntry, block_entry_check, "A v2 binary infer's block (hot_named.c says its fields).")
+
+static int json_entry_check(PyObject *o)
 {
-    Py_XDECREF(e->template);
-    Py_XDECREF(e->parts);
-    Py_XDECREF(e->post);
-    Py_TYPE(e)->tp_free((PyObject *)e);
-}
-
-static PyMemberDef blockentry_members[] = {
-    {"template", T_OBJECT_EX, offsetof(HotBlockEntry, template), READONLY, NULL},
-    {"key_first", T_BOOL, offsetof(HotBlockEntry, key_first), READONLY, NULL},
-    {"parts", T_OBJECT_EX, offsetof(HotBlockEntry, parts), READONLY, NULL},
-    {"post", T_OBJECT_EX, offsetof(HotBlockEntry, post), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyObject *pair_of(const Py_ssize_t *v) { return Py_BuildValue("(nn)", v[0], v[1]); }
-static PyObject *block_itemsizes(PyObject *e, void *c) { return (void)c, pair_of(((HotBlockEntry *)e)->itemsize); }
-static PyObject *block_nbytes(PyObject *e, void *c) { return (void)c, pair_of(((HotBlockEntry *)e)->nbytes); }
-
-static PyGetSetDef blockentry_getset[] = {
-    {"itemsizes", block_itemsizes, NULL, "the two inputs' item sizes", NULL},
-    {"nbytes", block_nbytes, NULL, "the two inputs' bytes", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-PyTypeObject hot_BlockEntryType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.BlockEntry",
-    .tp_basicsize = sizeof(HotBlockEntry),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A v2 binary infer's block (hot_named.c says its fields).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)BlockEntry_init,
-    .tp_dealloc = (destructor)BlockEntry_dealloc,
-    .tp_members = blockentry_members,
-    .tp_getset = blockentry_getset,
-};
-
-static int JsonEntry_init(HotJsonEntry *e, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"template", "counts", "swap", "post", NULL};
-    PyObject *t, *counts, *post;
-    if (hot_keywords_only(args, "JsonEntry") < 0 || once(e->template, "JsonEntry") < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "OO!pO!:JsonEntry", kwlist, &t, &PyTuple_Type, &counts, &e->swap,
-                                     &PyBytes_Type, &post))
-        return -1;
-    const struct hot_ops *ops = hot_ops_of(t);
-    e->ncounts = (int)PyTuple_GET_SIZE(counts);
-    if (!ops || !ops->v2_json || ops->dims != e->ncounts) {
-        PyErr_SetString(PyExc_TypeError, "JsonEntry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two");
+    HotJsonEntry *e = (HotJsonEntry *)o;
+    const struct hot_ops *ops = hot_ops_of(e->template);
+    e->ncounts = PyTuple_Check(e->counts) ? (int)PyTuple_GET_SIZE(e->counts) : 0;
+    if (!ops || !ops->v2_json || ops->dims != e->ncounts || !PyBytes_Check(e->post)) {
+        PyErr_SetString(PyExc_TypeError, "JsonEntry: a RowsTemplate of one list, a T5Template or AlibiTemplate of two; "
+                                         "counts a tuple, post bytes");
         return -1;
     }
     for (int f = 0; f < e->ncounts; f++) {
-        e->counts[f] = PyLong_AsSsize_t(PyTuple_GET_ITEM(counts, f));
-        if (e->counts[f] == -1 && PyErr_Occurred()) return -1;
-        if (e->counts[f] < 1) {
+        e->count[f] = PyLong_AsSsize_t(PyTuple_GET_ITEM(e->counts, f));
+        if (e->count[f] == -1 && PyErr_Occurred()) return -1;
+        if (e->count[f] < 1) {
             PyErr_SetString(PyExc_ValueError, "JsonEntry: counts >= 1");
             return -1;
         }
     }
-    HOLD(e->template, t);
-    HOLD(e->post, post);
     return 0;
 }
 
-static void JsonEntry_dealloc(HotJsonEntry *e)
-{
-    Py_XDECREF(e->template);
-    Py_XDECREF(e->post);
-    Py_TYPE(e)->tp_free((PyObject *)e);
-}
-
-static PyObject *json_counts(PyObject *o, void *c)
-{
-    (void)c;
-    HotJsonEntry *e = (HotJsonEntry *)o;
-    return e->ncounts == 1 ? Py_BuildValue("(n)", e->counts[0]) : pair_of(e->counts);
-}
-
-static PyMemberDef jsonentry_members[] = {
-    {"template", T_OBJECT_EX, offsetof(HotJsonEntry, template), READONLY, NULL},
-    {"swap", T_BOOL, offsetof(HotJsonEntry, swap), READONLY, NULL},
-    {"post", T_OBJECT_EX, offsetof(HotJsonEntry, post), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
+static PyMemberDef HotJsonEntry_members[] = {
+    MEMBER(HotJsonEntry, template, T_OBJECT_EX), MEMBER(HotJsonEntry, counts, T_OBJECT_EX),
+    MEMBER(HotJsonEntry, swap, T_BOOL), MEMBER(HotJsonEntry, post, T_OBJECT_EX), {NULL, 0, 0, 0, NULL},
 };
-
-static PyGetSetDef jsonentry_getset[] = {
-    {"counts", json_counts, NULL, "the positions each list holds", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-PyTypeObject hot_JsonEntryType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "posenc.service._hot.JsonEntry",
-    .tp_basicsize = sizeof(HotJsonEntry),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A v2 JSON-tensor infer's entry (hot_named.c says its fields).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)JsonEntry_init,
-    .tp_dealloc = (destructor)JsonEntry_dealloc,
-    .tp_members = jsonentry_members,
-    .tp_getset = jsonentry_getset,
-};
+RECORD_TYPE(HotJsonEntry, JsonEntry, json_entry_check, "A v2 JSON-tensor infer's entry (hot_named.c says its fields).")
 
 /* declared, and described, in hot.h */
 int hot_named_ready(PyObject *module)

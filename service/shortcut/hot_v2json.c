@@ -73,15 +73,15 @@ static PyObject *entry_answer(PyObject *o, const Span *sp, int n, const Http *ht
     const HotJsonEntry *e = (const HotJsonEntry *)o;
     if (e->ncounts != n) Py_RETURN_NONE;
     for (int f = 0; f < n; f++)
-        if (items_of(&sp[f]) != e->counts[f]) Py_RETURN_NONE; /* not the learnt shape */
+        if (items_of(&sp[f]) != e->count[f]) Py_RETURN_NONE; /* not the learnt shape */
     Http h = *http;
     h.post = e->post;
     h.json = 1;
     Span lists[MAX_FIELDS] = {sp[0]}; /* query first */
-    Py_ssize_t counts_of[MAX_FIELDS] = {e->counts[0]};
+    Py_ssize_t counts_of[MAX_FIELDS] = {e->count[0]};
     if (n == 2) {
         lists[0] = sp[(int)e->swap], lists[1] = sp[!e->swap];
-        counts_of[0] = e->counts[(int)e->swap], counts_of[1] = e->counts[!e->swap];
+        counts_of[0] = e->count[(int)e->swap], counts_of[1] = e->count[!e->swap];
     }
     HotTemplate *t = (HotTemplate *)e->template;
     return t->ops->v2_json(t, lists, counts_of, &h);

@@ -124,6 +124,9 @@ def test_routes_and_entries_are_named_types_checked_when_made():
         _hot.RowsEntry(template=t, itemsize=3, nbytes=16, parts=(b"<", b">"), post=b"p")
     with pytest.raises(RuntimeError, match="once"):
         e.__init__(template=t, itemsize=8, nbytes=16, parts=(b"<", b">"), post=b"p")
+    with pytest.raises(RuntimeError, match="once"):  # nothing of a route changes once it is made
+        r.__init__(metrics=9, entries={}, length_name=b"n", refused=(), json_name=b"d", json_entries={})
+    assert r.metrics == 3
 
 
 def _post(target: bytes, body: bytes, head: bytes = b"h") -> bytes:
