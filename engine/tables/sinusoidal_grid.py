@@ -35,7 +35,7 @@ from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.fields import is_int, json_repr, refuse_unknown, req_float, req_int, require_object
 from ..core.selection import POSITION_LIMIT, Selection, parse_selection
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, RowPlan, TableDef
 
 BASE = 10000.0  # MAE / diffusers' fixed base
 MAX_EMBED_DIM = 1 << 16
@@ -323,6 +323,12 @@ class SinusoidalGrid(Family):
         return {"encoding": assemble(spec, rows, lambda axis, idx: view.arrays[axis][idx], _dt.DTYPES[dtype])}
 
     # -- the hot path: rows of the whole table (as sinusoidal's), or assembled as ``serve`` does ----
+    def row_plan(self, req, view):
+        """The whole table's rows, as they are (a table stored per axis: no row plan)."""
+        if "table" not in view.arrays:
+            return None
+        return RowPlan(arrays=(view.table,), colmap=tuple(range(req.spec.embed_dim)))
+
     def template(self, hot, req, view, limits):
         if not isinstance(req.body.get("positions"), list):
             return None
@@ -333,15 +339,10 @@ class SinusoidalGrid(Family):
                 {"encoding": np.empty((n, spec.embed_dim), st)}, req.dtype, req.shown
             )
 
-        if "table" in view.arrays:
+        plan = self.row_plan(req, view)
+        if plan is not None:
             return hot.RowsTemplate(
-                arrays=(view.table,),
-                colmap=list(range(spec.embed_dim)),
-                offset=0,
-                max_rows=limits.max_rows,
-                lists_only=True,
-                header_for=header_for,
-                tail=b"",
+                plan=plan, max_rows=limits.max_rows, lists_only=True, header_for=header_for, tail=b""
             )
         # per-axis tables (service/shortcut/hot_grid.c), indexed by assemble's own steps
         steps = spec.steps()
