@@ -383,6 +383,63 @@ def test_a_config_of_other_sizes_is_read_as_the_class_reads_it(name):
     _check(got, cos, sin, pid, f"{name} {change}")
 
 
+GRID_READ = [n for n in READ if diffusers_rope.CLASSES[n]["rope"].grid_keys is not None]
+
+
+def _lumina2_call(module, grid):
+    """Lumina2RotaryPosEmbed.forward(hidden_states, attention_mask): it builds the caption's and the
+    image's positions itself; its joint freqs_cis are the sequence's."""
+    _, h, w = grid
+    p = module.patch_size
+    out = module(torch.zeros(1, 1, h * p, w * p), torch.ones(1, TEXT, dtype=torch.int64))
+    return _complex(out[3][0])
+
+
+@pytest.mark.parametrize("name", GRID_READ)
+def test_grid_form_gives_the_positions_the_class_builds(name):
+    """``grid`` (frames, height, width in patches; text tokens where the class places them) instead of
+    position_ids: posenc builds the positions the class itself builds for that latent."""
+    _, module = _built(name)
+    record = diffusers_rope.CLASSES[name]["rope"]
+    for grid in GRIDS:
+        f, h, w = grid
+        if record.positions == diffusers_rope.GRID:
+            body_grid = {"frames": f, "height": h, "width": w}
+            if _two_d(record, module):
+                body_grid.pop("frames")
+            cos, sin = CALL[name](module, grid)
+        else:
+            body_grid = {"text": TEXT, "height": h, "width": w}
+            if name == "Lumina2Transformer2DModel":
+                cos, sin = _lumina2_call(module, grid)
+            else:
+                _, (cos, sin) = _positions(name, module, grid)
+        got = compute("rope", {"hf_config": {"_class_name": name}, "grid": body_grid})
+        pid, _ = _positions(name, module, grid)  # the largest position, for the tolerance
+        tol = hf_zoo.tolerance(pid.max(axis=0), 1.0)
+        assert_close(got["cos"], cos, atol=tol, what=f"{name} {body_grid} cos")
+        assert_close(got["sin"], sin, atol=tol, what=f"{name} {body_grid} sin")
+    with pytest.raises(SpecError) as e:  # a grid and position_ids both
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": name},
+                "grid": {"height": 2, "width": 2},
+                "position_ids": [[0]],
+            },
+        )
+    assert e.value.loc[0] == "position_ids", e.value
+
+
+def test_a_grid_beside_a_class_whose_ids_come_from_its_pipeline_is_refused():
+    with pytest.raises(SpecError) as e:
+        compute(
+            "rope",
+            {"hf_config": {"_class_name": "Flux2Transformer2DModel"}, "grid": {"height": 2, "width": 2}},
+        )
+    assert e.value.loc == ("grid",), e.value
+
+
 def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
     with pytest.raises(SpecError) as e:
         compute("rope", {"hf_config": {"_class_name": "NoSuchTransformer2DModel"}, "position_ids": [[0]]})
