@@ -32,10 +32,10 @@
 int hot_args(HotSig *sig, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
 {
     if (!sig->n) { /* its names, interned once (with the GIL): a caller's keywords are these objects */
-        while (sig->names[sig->n]) {
-            if (!(sig->interned[sig->n] = PyUnicode_InternFromString(sig->names[sig->n]))) return -1;
-            sig->n++;
-        }
+        int n = 0;
+        for (; sig->names[n]; n++)
+            if (!sig->interned[n] && !(sig->interned[n] = PyUnicode_InternFromString(sig->names[n]))) return -1;
+        sig->n = n;   /* (only once all are: a failed call leaves the next to finish them) */
     }
     if (nargs > sig->npos) {
         PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments, the rest by name (got %zd)", sig->fn,
