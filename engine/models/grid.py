@@ -21,7 +21,7 @@ from ..core.fields import is_int, json_repr, require_object
 LOC = ("grid",)
 AXES = ("frames", "height", "width")  # the axes' names, outermost first
 MAX_SIDE = 1 << 16  # patches per axis
-MAX_TOKENS = 1 << 22  # tokens of a grid (its position_ids are built before the answer's size is checked)
+MAX_TOKENS = 1 << 20  # tokens of a grid (its position_ids are built before the answer's size is checked)
 
 
 def parse(value, keys: tuple, required: tuple) -> dict:

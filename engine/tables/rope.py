@@ -23,6 +23,7 @@ from ..core import dtypes as _dt
 from ..core.errors import SpecError
 from ..core.selection import POSITION_LIMIT, Selection
 from . import rope_axes as axes
+from . import rope_grid
 from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
 from .rope_spec import (
     DEFAULT_LAYOUT,
@@ -47,9 +48,12 @@ def effective_seq_len(spec: RopeSpec, positions: Selection) -> int:
     return spec.seq_len if spec.seq_len is not None else positions.max + 1
 
 
-def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str):
+def half_rows(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str, coords=None):
     """cos and sin of p·inv_freq (float64 angles), times attention_scaling, rounded once:
-    two [n, d/2] arrays. Both layouts are column arrangements of these."""
+    two [n, d/2] arrays. Both layouts are column arrangements of these. ``coords``: each column's
+    coordinate of p (rope_grid.coords_of)."""
+    if coords is not None:
+        return rope_grid.cos_sin(inv_freq, scaling, positions, dtype, coords)
     return kernels.cos_sin(inv_freq, positions, scaling, dtype)
 
 
@@ -64,7 +68,7 @@ def expand(half: np.ndarray, layout: str) -> np.ndarray:
 def _strip(spec: RopeSpec) -> RopeSpec:
     """The table spec: layout and seq_len arrange or select, and M matters only where it feeds
     the formula (dynamic; longrope's default attention factor), so none of them splits a table."""
-    return dataclasses.replace(
+    stripped = dataclasses.replace(
         spec,
         layout=DEFAULT_LAYOUT,
         seq_len=None,
@@ -72,6 +76,7 @@ def _strip(spec: RopeSpec) -> RopeSpec:
         mrope_interleaved=False,
         max_position_embeddings=spec.max_position_embeddings if spec.type.needs_max_position else None,
     )
+    return rope_grid.keep_dealing(stripped, spec)  # coordinates follow each column's axis
 
 
 def _rows(spec, sel) -> tuple[int, int]:
@@ -119,7 +124,10 @@ class Rope(Family):
             "mrope_section": spec.mrope_section and list(spec.mrope_section),
             "mrope_interleaved": spec.mrope_interleaved or None,
             "axes_dim": spec.axes_dim and list(spec.axes_dim),
+            **rope_grid.spec_json(spec),
         }
+        if spec.inv_freq is not None:  # it stands for rope_theta
+            del out["rope_theta"]
         return {k: v for k, v in out.items() if v is not None}
 
     def compute(self, spec, sel, dtype):
@@ -127,7 +135,7 @@ class Rope(Family):
         inv, scaling = frequencies(spec, effective_seq_len(spec, positions))
         if "position_ids" in sel:  # each column at its axis's position (rope_axes.py)
             cos, sin = axes.computed(
-                lambda p: half_rows(inv, scaling, p, dtype),
+                lambda p: half_rows(inv, scaling, p, dtype, rope_grid.coords_of(spec)),
                 positions.array(),
                 *axes.spec_column_map(spec)[:2],
             )
@@ -137,7 +145,7 @@ class Rope(Family):
                 "inv_freq": inv.astype(np.float32),
                 "attention_scaling": float(scaling),
             }
-        cos, sin = half_rows(inv, scaling, positions.array(), dtype)
+        cos, sin = half_rows(inv, scaling, positions.array(), dtype, rope_grid.coords_of(spec))
         return {
             "cos": expand(cos, spec.layout),
             "sin": expand(sin, spec.layout),
@@ -175,6 +183,7 @@ class Rope(Family):
         }
         if tspec.axes_dim is not None:  # its own frequencies per axis block
             key["axes_dim"] = tspec.axes_dim
+        key.update(rope_grid.table_key(tspec))
         if tspec.type.pads_zeros:  # proportional: the factor picks which frequencies are 0
             key["partial_rotary_factor"] = tspec.partial_rotary_factor
         return key
@@ -189,7 +198,10 @@ class Rope(Family):
                 "max_position_embeddings": key["max_position_embeddings"],
                 "partial_rotary_factor": key.get("partial_rotary_factor"),
                 "axes_dim": key.get("axes_dim"),
+                **rope_grid.from_key(key),
             }
+            if req["inv_freq"] is not None:
+                del req["rope_theta"]
             variant = key["variant"]
         except (KeyError, TypeError, ValueError):
             raise SpecError(("table",), "not a rope table key") from None
@@ -215,7 +227,7 @@ class Rope(Family):
         for lo in range(0, t.length, CHUNK):
             rows = np.arange(lo, min(t.length, lo + CHUNK), dtype=np.int64)
             out["cos"][lo : lo + rows.size], out["sin"][lo : lo + rows.size] = half_rows(
-                inv, scaling, rows, t.dtype
+                inv, scaling, rows, t.dtype, rope_grid.coords_of(t.spec)
             )
         return {"attention_scaling": float(scaling), "rows_past": float(not t.spec.type.uses_seq_len)}
 
@@ -231,7 +243,7 @@ class Rope(Family):
         rows = sel["positions"].array()
         if sel["positions"].max >= view.length:  # past the table: computed exactly
             inside = rows < view.length
-            past_cos, past_sin = half_rows(inv64, scaling, rows[~inside], dtype)
+            past_cos, past_sin = half_rows(inv64, scaling, rows[~inside], dtype, rope_grid.coords_of(spec))
             cos = np.empty((rows.shape[0], view.cos.shape[1]), view.cos.dtype)
             sin = np.empty_like(cos)
             cos[inside], sin[inside] = view.cos[rows[inside]], view.sin[rows[inside]]
@@ -259,9 +271,13 @@ class Rope(Family):
         ``position_ids`` (lists only): rope_axes.template."""
         spec, dtype = req.spec, req.dtype
         ids = req.body.get("position_ids")
-        if spec.type.uses_seq_len or not isinstance(
-            req.body.get("positions" if ids is None else "position_ids"),
-            list if ids is not None else (list, dict),
+        if (
+            spec.type.uses_seq_len
+            or spec.axes_coords is not None  # C computes rows past the table as p·f: not these
+            or not isinstance(
+                req.body.get("positions" if ids is None else "position_ids"),
+                list if ids is not None else (list, dict),
+            )
         ):
             return None
         half = view.cos.shape[1]
@@ -316,6 +332,7 @@ class Rope(Family):
             "seq_len": {"type": ["integer", "null"], "minimum": 1},
             "layout": {"type": "string", "enum": list(LAYOUTS), "default": DEFAULT_LAYOUT},
             **axes.SCHEMA,
+            **rope_grid.SCHEMA,
             "positions": SELECTION_SCHEMA,
             "dtype": DTYPE_SCHEMA,
         },

@@ -29,7 +29,10 @@ from ..core.selection import POSITION_LIMIT
 from . import rope_axes as axes
 
 F32_TINY, F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-DEALING = ("mrope_section", "mrope_interleaved", "mrope_axes")  # the spec fields that deal columns to axes
+DEALING = (
+    "mrope_section",
+    "mrope_interleaved",
+)  # the spec fields that deal columns to axes (axes_dim: keyed)
 COORD_LIMIT = float(POSITION_LIMIT)  # |scale| and |offset| at most this: every angle stays finite
 
 
@@ -66,12 +69,9 @@ def _coords(req, section, axes_dim):
     v = req.get("axes_coords")
     if v is None:
         return None
-    dealt = req.get("mrope_axes")  # validated by rope_axes.parse_axes
-    if section is None and axes_dim is None and dealt is None:
-        raise SpecError(
-            ("axes_coords",), "only with mrope_section, mrope_axes or axes_dim (it maps each axis's index)"
-        )
-    k = len(section) if section is not None else len(axes_dim) if axes_dim is not None else max(dealt) + 1
+    if section is None and axes_dim is None:
+        raise SpecError(("axes_coords",), "only with mrope_section or axes_dim (it maps each axis's index)")
+    k = len(section) if section is not None else len(axes_dim)
     if not isinstance(v, (list, tuple)) or len(v) != k:
         raise SpecError(
             ("axes_coords",),
@@ -113,12 +113,7 @@ def keep_dealing(tspec, spec):
     """A stored table's spec keeps the axes' dealing where columns have coordinates (rope._strip)."""
     if spec.axes_coords is None:
         return tspec
-    return dataclasses.replace(
-        tspec,
-        mrope_section=spec.mrope_section,
-        mrope_interleaved=spec.mrope_interleaved,
-        mrope_axes=spec.mrope_axes,
-    )
+    return dataclasses.replace(tspec, **{k: getattr(spec, k) for k in DEALING})
 
 
 def cos_sin(inv_freq: np.ndarray, scaling: float, positions: np.ndarray, dtype: str, coords) -> tuple:

@@ -17,6 +17,7 @@ from .. import kernels
 from ..core.errors import SpecError
 from ..core.fields import json_repr, refuse_unknown, req_bool, req_choice, req_float, req_int, require_object
 from . import rope_axes as axes
+from . import rope_grid
 from .rope_types import ROPE_TYPES, _Ctx
 
 # The pairings of rotary columns (docs/reference.md, rope ``layout``), as the kernels implement them
@@ -45,6 +46,8 @@ class RopeSpec:
     mrope_section: tuple | None = None  # multi-axis (rope_axes.py): Qwen-VL's dealing of d/2
     mrope_interleaved: bool = False
     axes_dim: tuple | None = None  # multi-axis: Flux's frequency set per axis
+    inv_freq: tuple | None = None  # the frequencies as data (rope_grid.py)
+    axes_coords: tuple | None = None  # per axis (scale, offset): index i is coordinate scale·i + offset
 
     @property
     def d(self) -> int:
@@ -131,6 +134,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     )
     interleaved = req_bool(req, "mrope_interleaved", (), False)
     axes.check_sections(section, interleaved, axes_dim, d, rope_type, src)
+    inv_freq, coords = rope_grid.parse(req, scaling, src, d, rope_type, section, axes_dim)
 
     ctx = _Ctx(
         src=src,
@@ -155,6 +159,8 @@ def parse_spec(req: Mapping) -> RopeSpec:
         mrope_section=section,
         mrope_interleaved=interleaved,
         axes_dim=axes_dim,
+        inv_freq=inv_freq,
+        axes_coords=coords,
     )
     _check_frequencies(spec, src)
     return spec
@@ -194,6 +200,8 @@ def _check_frequencies(spec: RopeSpec, src: str) -> None:
 
 
 def frequencies(spec: RopeSpec, seq_len: int) -> tuple[np.ndarray, float]:
+    if spec.inv_freq is not None:  # given as data (rope_grid.py)
+        return np.array(spec.inv_freq, dtype=np.float64), 1.0
     if spec.axes_dim is not None:  # one set per axis, concatenated (default type only)
         return axes.axes_inv_freq(spec.rope_theta, spec.axes_dim), 1.0
     return spec.type.inv_freq(spec, seq_len)
@@ -213,6 +221,8 @@ FIELDS = (
     "mrope_section",
     "mrope_interleaved",
     "axes_dim",
+    "inv_freq",
+    "axes_coords",
     "positions",
     "position_ids",
     "dtype",
