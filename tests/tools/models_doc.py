@@ -247,9 +247,92 @@ def table() -> str:
             "",
             *unread,
             "",
+            *timm_table(),
             END,
         ]
     )
+
+
+def timm_note(row: dict) -> str:
+    """What a timm model's rope module does differently, from its recorded arguments."""
+    a, said = row["args"], []
+    if row["module"] == "Gemma4RotaryEmbedding2D":
+        return f"θ {a.get('rope_theta', 100.0):g}, head_dim {a['head_dim']} in two blocks, x first"
+    said.append(f"dim {a['dim']}")
+    if row["module"] == "RotaryEmbeddingDinoV3":
+        said.append(f"periods T = {a.get('temperature', 100):g}, centred [-1, 1] grid")
+    else:
+        said.append(f"T = {a.get('temperature', 10000):g}")
+        if a.get("ref_feat_shape"):
+            said.append(f"coordinates times {a['ref_feat_shape'][0]}/size")
+    if a.get("grid_offset"):
+        said.append(f"offset {a['grid_offset']:g}")
+    if a.get("grid_indexing") == "xy":
+        said.append("width first")
+    half = a.get("rotate_half", row["module"] == "RotaryEmbeddingDinoV3")
+    said.append("half_split" if half else "interleaved")
+    return ", ".join(said)
+
+
+def timm_table() -> list:
+    """timm's rotary models (engine/models/timm_zoo.json): read by ``architecture`` and ``grid``."""
+    from posenc.engine.models import timm_vit
+
+    zoo = timm_vit.ZOO
+    rows = ["| architecture | rope module | follows | what posenc reads |", "|---|---|---|---|"]
+    rows += [
+        f"| {name} | `{row['module']}` | `timm/{row['file']}` | {timm_note(row)} |"
+        for name, row in zoo["models"].items()
+    ]
+    unread = ["| architecture | why posenc does not read it |", "|---|---|"]
+    unread += [f"| {name} | {why} |" for name, why in sorted(zoo["unread"].items())]
+    return [
+        f"### timm {zoo['timm']}",
+        "",
+        f"{len(zoo['models'])} rotary ViTs, read by the registered model name a timm `config.json` gives "
+        "as `architecture` and a `grid` of patches (docs/reference.md, Token grids); the arguments are "
+        "those the model function gives its rope module (engine/models/timm_zoo.json, from "
+        "`python -m tests.tools.timm_zoo`).",
+        "",
+        *rows,
+        "",
+        f"**timm models with a rope module not read** ({len(zoo['unread'])}):",
+        "",
+        *unread,
+        "",
+    ]
+
+
+def diffusers_rope_table() -> list:
+    """diffusers' rotary transformer classes (engine/models/diffusers_rope.py, diffusers_zoo.json)."""
+    from posenc.engine.models import diffusers_rope
+    from tests.tools import diffusers_zoo
+
+    rows = ["| _class_name | follows | what posenc reads | positions |", "|---|---|---|---|"]
+    for name, by in sorted(diffusers_rope.CLASSES.items()):
+        rec = by["rope"]
+        rows.append(
+            f"| {name} | `diffusers/models/transformers/{rec.source}` | {diffusers_zoo._reads(rec)} | "
+            f"{diffusers_zoo._positions(rec)} |"
+        )
+    unread = ["| _class_name | why posenc does not read it |", "|---|---|"]
+    unread += [f"| {name} | {why} |" for name, why in sorted(diffusers_rope.UNREAD.items())]
+    version = diffusers_rope._CATALOGUE["diffusers"]
+    return [
+        f"### diffusers {version}: rotary transformers",
+        "",
+        f"{len(diffusers_rope.CLASSES)} rotary transformer classes (FluxTransformer2DModel's record is in vision.py), read by the "
+        "`_class_name` of "
+        "their `config.json`; engine/models/diffusers_zoo.json catalogues every transformer class and its "
+        "positional kind (`python -m tests.tools.diffusers_zoo`).",
+        "",
+        *rows,
+        "",
+        f"**diffusers rotary classes not read** ({len(diffusers_rope.UNREAD)}):",
+        "",
+        *unread,
+        "",
+    ]
 
 
 def render() -> str:

@@ -66,6 +66,11 @@ MEANING = {
         "axes_dim": "one frequency set per axis (diffusers' Flux `axes_dims_rope`): axis a rotates `axes_dim[a]` "
         "columns with frequencies θ^(−2j/axes_dim[a]); blocks concatenated in order, `layout` within "
         "each block; sum = d; `default` rope_type only",
+        "inv_freq": "the d/2 frequencies as data, in half-column order (the order the axes' dealing uses), "
+        "instead of θ (`default` rope_type only): what a model's library computes where no rope_type "
+        "says it (timm's bands, DINOv3's 2π/period; [Token grids](#token-grids))",
+        "axes_coords": "with `mrope_section` or `axes_dim`: per axis `[scale, offset]`; index i "
+        "of that axis in `position_ids` stands for the coordinate scale·i + offset, evaluated in float64",
         "positions": "required unless `position_ids` is given: the positions p of the rows (with `mrope_section`: "
         "every axis at p, i.e. text tokens)",
         "position_ids": "with `mrope_section` or `axes_dim`, instead of `positions`: one list of positions per axis "
@@ -462,6 +467,22 @@ def v2_table() -> list[str]:
     return rows
 
 
+def _grid_facts() -> dict:
+    """The token grids' bounds and the timm reading's counts (engine/models/grid.py, timm_vit.py)."""
+    from posenc.engine.models import grid, timm_vit
+
+    unread = sorted(timm_vit.UNREAD)
+    why = sorted(set(timm_vit.UNREAD.values()))
+    return {
+        "grid_side": f"{grid.MAX_SIDE:,}",
+        "grid_tokens": f"{grid.MAX_TOKENS:,}",
+        "timm": timm_vit.ZOO["timm"],
+        "timm_read": len(timm_vit.ARCHITECTURES),
+        "timm_rotary": len(timm_vit.ARCHITECTURES) + len(unread),
+        "timm_unread": ", ".join(f"`{n}`" for n in unread) + " (" + "; ".join(why) + ")",
+    }
+
+
 def render() -> str:
     fams = list(FAMILIES.values())
     g = {
@@ -480,6 +501,7 @@ def render() -> str:
         "http_port": settings.DEFAULT_PORT,
         "grpc_port": settings.DEFAULT_GRPC_PORT,
     }
+    g.update(_grid_facts())
     return TEMPLATE.format(**g)
 
 
@@ -555,12 +577,59 @@ selections and `dtype` (except `t5-buckets`, whose answer is int32).
   CogVideoX config with rotary or learnt positions is a 422 at the key that says so); the Qwen-VL
   types give `mrope_section` (multi-axis rope, `position_ids`). [models.md](models.md) lists how
   each type is read.
+- **`grid`** (beside `hf_config` of a vision or video model): the token grid the model sees,
+  patches per axis, instead of the selection; [Token grids](#token-grids).
 - `hf_config` or `table` together with explicit spec fields is a 422 at the extra field; both
   together is a 422 at `table`; `layer_type` without `hf_config` is a 422 at `layer_type`. An
   explicit null for any of them is an absent field.
 - Every answer to an `hf_config` or `table` body also returns the canonical spec it used (`spec`:
   JSON in the JSON answer, the `spec` entry of the metadata in binary answers), which sent back as
   spec fields gives the same table.
+
+### Token grids
+
+A vision or video model's rope follows its token grid, and some libraries evaluate it at
+fractional coordinates. Such a model is read from its config with the grid beside it:
+`{{"hf_config": {{"architecture": "eva02_base_patch14_448"}}, "grid": {{"height": 32, "width": 32}}}}`
+(patches per axis; `frames` for video; a record may take more keys, named in its 422). The
+record turns it into ordinary spec fields and the selection, so the answer is a rope answer like
+any other (every route, format, v2, `Client.lookup`):
+
+- `position_ids`: each axis's integer index of every token, tokens in the order the model lays
+  them out (row-major: `height` outer, `width` inner); `positions` or `position_ids` beside `grid`
+  is a 422 at that field.
+- `inv_freq` (where no rope_type says the frequencies) and `axes_coords` (where coordinates are
+  not the indices): column j of token i is cos((scale·idx + offset) · f_j), idx the token's index on
+  j's axis, evaluated in float64 and rounded once. These follow the grid's size (EVA rescales to
+  its reference shape, DINOv3 centres to [−1, 1]), so each grid size is its own spec and table.
+- The answer's `spec` is that canonical spec; sent back with the grid's `position_ids` it gives
+  the same rows. A spec with `axes_coords` is answered by the full path (the C shortcut and the
+  reader's handles compute rows past a table as p · f_j, not these).
+
+Refused, each a 422: `grid` without `hf_config` or beside `table`; a grid beside a model whose
+positions are not a grid (at `grid`); a missing `grid` (at `grid`, with an example); an unknown
+key, a size outside [1, {grid_side}] or more than {grid_tokens} tokens (at `grid…`).
+
+**timm** ([models.md](models.md), {timm_read} of {timm_rotary} rotary models of timm {timm}): by the
+registered model name a timm `config.json` gives as `architecture` (the hub's form: `{{"architecture":
+"vit_base_patch16_rope_reg1_gap_256", "num_classes": 1000, ...}}`), `grid` `height` and `width`. The
+arguments its model function gives the rope module (engine/models/timm_zoo.json) decide the
+reading; `model_args` that change the rope module are a 422 at that key. The answer is what the
+module hands attention for the patch tokens (prefix tokens: class and register tokens take no
+rope): timm's `[sin | cos]` concatenation is posenc's `sin` and `cos`, in the pairing its
+attention applies (`rotate_half`: `half_split`, else `interleaved`), as in eval mode (the random
+coordinate augmentation some apply in training, Sapiens2's `rescale_coords`, is no table). Per module:
+
+| timm module | models | frequencies (`inv_freq`) | coordinates (`axes_coords`) |
+|---|---|---|---|
+| `RotaryEmbeddingCat` (EVA-02, `vit_*_rope_reg*`) | `eva02_base_patch14_448` | dim/4 bands per axis, 1/T^(k/(dim/4)) | i · ref/size (`ref_feat_shape` 16: index i of 32 is 0.5·i) |
+| `RotaryEmbeddingCat` (Perception Encoder) | `vit_pe_core_base_patch16_224` | the same | (i + 1) · ref/size; `grid_indexing` xy: width is axis 0 |
+| `RotaryEmbeddingCat` (`vit_*_rope`, T = 100) | `vit_base_patch16_rope_224` | the same | i; width first |
+| `RotaryEmbeddingCat` (Qwen3-VL, DeepSeek ViTs) | `qwen3_vit_88m` | the same, `half_split` | i |
+| `RotaryEmbeddingDinoV3` (DINOv3, Sapiens2, LingBot) | `vit_base_patch16_dinov3` | 2π / T^(2k/(dim/2)) | 2·(i + 0.5)/size − 1 |
+| `Gemma4RotaryEmbedding2D` | `gemma4_vit_167m` | `axes_dim` [D/2, D/2], θ = 100 | i; x (the column) first |
+
+Not read: {timm_unread}.
 
 ## Selections, dtypes, strictness
 
