@@ -34,6 +34,7 @@ BACKEND_TESTS: list[tuple[str, str]] = [
     ("tests/engine/test_rope_multiaxis.py", "multi-axis RoPE rows through the backend's sincos"),
     ("tests/engine/test_rope_grid.py", "frequencies as data through the backend's sincos and gathers"),
     ("tests/engine/test_rope_new_types.py", "RoPE rows through the backend's sincos"),
+    ("tests/engine/test_rope_odd_width.py", "odd half widths through the backend's sincos and gathers"),
     ("tests/engine/test_rope_transformers.py", "RoPE rows against transformers' functions"),
     ("tests/engine/test_sinusoidal.py", "sinusoidal rows through the backend's kernels"),
     ("tests/engine/test_sinusoidal_grid.py", "2-D sin-cos grids through the backend's kernels"),

@@ -1,5 +1,5 @@
 """The shared reading of a model's ``config.json`` (docs/reference.md, "Named tables and model configs"):
-posenc reads the config the way transformers 5.24's code for its ``model_type`` does.
+posenc reads the config the way transformers 5.25's code for its ``model_type`` does.
 
 A record (``RopeModel``, ``AlibiModel``) turns a config into ``Derived(fields, origin)``: ``fields``
 are the family's ordinary spec fields (rope: head_dim, rope_theta, partial_rotary_factor,
@@ -37,6 +37,7 @@ from typing import Any
 
 from ..core.errors import SpecError
 from ..core.fields import is_int, json_repr, req_int, require_object
+from ..tables import rope_axes as axes
 from ..tables.rope_spec import HALF_SPLIT
 from ..tables.rope_types import ROPE_TYPES
 
@@ -144,6 +145,9 @@ class RopeModel:
     # has one axis, else whether it deals the frequencies interleaved (Qwen3-VL) or in sections.
     mrope_interleaved: bool | None = None
     mrope_default: tuple | None = None  # the class's own mrope_section when the config gives none
+    # A dealing of its own (rope_axes.DEALINGS: ERNIE-4.5-VL's "paired", NeoMME's "alternating",
+    # Qwen4-Exp's "interleaved" over fewer columns than d/2): the section becomes ``mrope_axes``.
+    mrope_dealing: str | None = None
     # A heterogeneous config (transformers' per_layer_config: Gemma 4's full-attention layers have
     # their own head_dim): a layer type is read with the overrides of its first layer.
     per_layer: bool = False
@@ -210,8 +214,9 @@ class RopeModel:
         for name in ("rope_scaling", "rope_parameters"):
             block = cfg.raw.get(cfg.key(name))
             if isinstance(block, Mapping) and block:
-                return list(block) if per_layer_type(block) else None
-        return list(self.default_rope) if self.default_rope and per_layer_type(self.default_rope) else None
+                return [k for k, v in block.items() if v is not None] if per_layer_type(block) else None
+        rp = self.default_rope
+        return [k for k, v in rp.items() if v is not None] if rp and per_layer_type(rp) else None
 
     def text_config(self, raw: Mapping) -> tuple[Mapping, tuple]:
         """(the text model's config, its location) in a composite config. Each composite class
@@ -249,7 +254,7 @@ class RopeModel:
         origin = {"head_dim": hd_loc, "rope_scaling": where, "layout": (*LOC, "model_type")}
         section = block.get("mrope_section")
         section = list(self.mrope_default) if section is None and self.mrope_default else section
-        if self.mrope_interleaved is not None and section is not None:
+        if self.mrope_interleaved is not None and section is not None and self.mrope_dealing is None:
             fields["mrope_section"] = section
             origin["mrope_section"] = (*where, "mrope_section")
             if self.mrope_interleaved:
@@ -292,7 +297,27 @@ class RopeModel:
         if cfg.get("max_position_embeddings") is not None:
             fields["max_position_embeddings"] = cfg.get("max_position_embeddings")
             origin["max_position_embeddings"] = cfg.loc("max_position_embeddings")
+        if self.mrope_dealing is not None:
+            self.deal(fields, origin, section, (*where, "mrope_section"), rt)
         return self.finish(cfg, block, Derived(fields, origin))
+
+    def deal(self, fields: dict, origin: dict, section, loc: tuple, rt) -> None:
+        """``mrope_axes`` from the section by the class's own dealing, at the rotary width the
+        spec will have (left out when head_dim, the fraction or the type are not valid: the
+        parser names them)."""
+        head, prf = fields["head_dim"], fields.get("partial_rotary_factor", 1.0)
+        if rt is None or not is_int(head) or isinstance(prf, bool) or not isinstance(prf, (int, float)):
+            return
+        h = (rt.width(head, prf) + 1) // 2
+        if section is None and self.mrope_dealing != "alternating":
+            raise SpecError(loc, "field required: how this multi-axis model deals its frequencies", "missing")
+        try:
+            if section is not None:
+                section = axes.parse_int_list({"mrope_section": section}, "mrope_section", 1)
+            fields["mrope_axes"] = axes.dealt(self.mrope_dealing, section, h) if h >= 1 else []
+        except SpecError as e:
+            raise SpecError((*loc, *e.loc[1:]), e.msg, e.kind) from None
+        origin["mrope_axes"] = loc
 
     def theta_fallback(self, layer_type: str | None) -> tuple[str | None, float]:
         """(top-level key, class default) of θ when the rope block holds none; a config class
@@ -333,8 +358,12 @@ def first(*sources, default=None) -> tuple[Any, tuple]:
 
 
 def per_layer_type(block: Mapping) -> bool:
-    """transformers 5's nested rope_parameters: one block per layer type (Gemma 3, GPT-OSS...)."""
-    return bool(block) and all(isinstance(v, Mapping) for v in block.values())
+    """transformers 5's nested rope_parameters: one block per layer type (Gemma 3, GPT-OSS...); a
+    null one is a layer type without rotary embedding (Beam's and Ergo's NoPE full attention)."""
+    vals = list(block.values())
+    return any(isinstance(v, Mapping) for v in vals) and all(
+        isinstance(v, Mapping) or v is None for v in vals
+    )
 
 
 def layer_entry(block: Mapping, where: tuple, layer_type: str | None) -> tuple[dict, tuple]:
@@ -346,6 +375,12 @@ def layer_entry(block: Mapping, where: tuple, layer_type: str | None) -> tuple[d
         )
     if layer_type not in block:
         raise SpecError(("layer_type",), f"must be one of {names}, got {json_repr(layer_type)}")
+    if block[layer_type] is None:
+        rotary = ", ".join(k for k, v in block.items() if v is not None)
+        raise SpecError(
+            ("layer_type",),
+            f"{layer_type} layers have no rotary embedding (null rope parameters); ask for {rotary}",
+        )
     return dict(require_object(block[layer_type], (*where, layer_type))), (*where, layer_type)
 
 

@@ -74,6 +74,7 @@ def _strip(spec: RopeSpec) -> RopeSpec:
         seq_len=None,
         mrope_section=None,
         mrope_interleaved=False,
+        mrope_axes=None,
         max_position_embeddings=spec.max_position_embeddings if spec.type.needs_max_position else None,
     )
     return rope_grid.keep_dealing(stripped, spec)  # coordinates follow each column's axis
@@ -124,6 +125,7 @@ class Rope(Family):
             "mrope_section": spec.mrope_section and list(spec.mrope_section),
             "mrope_interleaved": spec.mrope_interleaved or None,
             "axes_dim": spec.axes_dim and list(spec.axes_dim),
+            "mrope_axes": spec.mrope_axes and list(spec.mrope_axes),
             **rope_grid.spec_json(spec),
         }
         if spec.inv_freq is not None:  # it stands for rope_theta
@@ -183,6 +185,8 @@ class Rope(Family):
         }
         if tspec.axes_dim is not None:  # its own frequencies per axis block
             key["axes_dim"] = tspec.axes_dim
+        if tspec.rotary_dim != tspec.d:  # an odd rotary width: its exponents are over it, not d
+            key["rotary_dim"] = tspec.rotary_dim
         key.update(rope_grid.table_key(tspec))
         if tspec.type.pads_zeros:  # proportional: the factor picks which frequencies are 0
             key["partial_rotary_factor"] = tspec.partial_rotary_factor
@@ -192,7 +196,7 @@ class Rope(Family):
         try:
             scaling = {"rope_type": key["rope_type"], **{k: v for k, v in key["params"]}}
             req = {
-                "head_dim": key["d"],
+                "head_dim": key.get("rotary_dim", key["d"]),
                 "rope_theta": key["rope_theta"],
                 "rope_scaling": scaling,
                 "max_position_embeddings": key["max_position_embeddings"],

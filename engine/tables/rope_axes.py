@@ -6,6 +6,9 @@ frequency column feed each output column, and ``position_ids``, the per-axis pos
   section's counts. ``mrope_interleaved`` (Qwen3-VL ``Qwen3VLTextRotaryEmbedding``): half column k
   comes from axis 1 when k % 3 == 1 and k < 3·section[1], from axis 2 when k % 3 == 2 and
   k < 3·section[2], else from axis 0.
+- ``mrope_axes``: the same, with the axis of each of the d/2 frequencies given as data, for the
+  classes that deal them otherwise (``DEALINGS``: ERNIE-4.5-VL pairs h and w, NeoMME alternates
+  row and column, Qwen4-Exp and the Qwen3-Omni talker interleave over fewer columns than d/2).
 - ``axes_dim`` (diffusers ``FluxPosEmbed``: ``get_1d_rotary_pos_embed`` per axis, blocks
   concatenated): axis a has its own frequencies θ^(−2j/axes_dim[a]) over its block of axes_dim[a]
   columns, and ``layout`` pairs columns within each block.
@@ -66,10 +69,38 @@ def parse_int_list(req, key: str, lo: int, even: bool = False) -> tuple | None:
     return tuple(v)
 
 
-def check_sections(mrope_section, interleaved: bool, axes_dim, d: int, rope_type: str, src: str) -> None:
+def parse_axes(req, d: int) -> tuple | None:
+    """``mrope_axes``: d/2 axis numbers in [0, MAX_AXES), the axis each frequency takes its
+    position from (None when absent)."""
+    v = req.get("mrope_axes")
+    if v is None:
+        return None
+    if not isinstance(v, (list, tuple)) or len(v) != d // 2:
+        n = f"{len(v)} entries" if isinstance(v, (list, tuple)) else json_repr(v)
+        raise SpecError(
+            ("mrope_axes",),
+            f"must be a list of d/2 = {d // 2} axis numbers (d = rotary width), got {n}",
+            "list_type",
+        )
+    for i, x in enumerate(v):
+        if not is_int(x) or not 0 <= x < MAX_AXES:
+            raise SpecError(
+                ("mrope_axes", i), f"must be an axis number in [0, {MAX_AXES}), got {json_repr(x)}"
+            )
+    return tuple(v)
+
+
+def check_sections(
+    mrope_section, interleaved: bool, axes_dim, d: int, rope_type: str, src: str, mrope_axes=None
+) -> None:
     """The cross-field rules of the multi-axis fields (SpecError naming the field to change)."""
     if mrope_section is not None and axes_dim is not None:
         raise SpecError(("axes_dim",), "send either mrope_section or axes_dim, not both")
+    if mrope_axes is not None and (mrope_section is not None or axes_dim is not None or interleaved):
+        raise SpecError(
+            ("mrope_axes",),
+            "gives each frequency's axis by itself: send it without mrope_section, mrope_interleaved, axes_dim",
+        )
     if interleaved and mrope_section is None:
         raise SpecError(
             ("mrope_interleaved",), "only with mrope_section (Qwen3-VL's dealing of its frequencies)"
@@ -101,13 +132,65 @@ def axes_inv_freq(theta: float, axes_dim) -> np.ndarray:
     )
 
 
+def _interleaved(section, h: int) -> np.ndarray:
+    """Qwen3-VL's ``recomposition_frequencies`` for k = len(section) axes: frequency j goes to axis
+    a >= 1 when j % k == a and j < k·section[a], else to axis 0 (slices clipped at d/2, as torch's)."""
+    out = np.zeros(h, dtype=np.int64)
+    k = len(section)
+    for a in range(1, k):
+        out[a : k * section[a] : k] = a
+    return out
+
+
+def _paired(section, h: int) -> np.ndarray:
+    """ERNIE-4.5-VL (``Ernie4_5_VLMoeTextRotaryEmbedding``): section [h, w, t]; its pre-rotated
+    frequencies put the first h + w in pairs, even ones to axis 1 (h) and odd ones to axis 2 (w),
+    the last t to axis 0 (t). Its ``torch.stack`` needs h == w and the three to sum to d/2."""
+    if len(section) != 3 or section[0] != section[1] or sum(section) != h:
+        raise SpecError(
+            ("mrope_section",),
+            f"must be [h, w, t] with h == w and summing to d/2 = {h} (ERNIE-4.5-VL's pairs), got {list(section)}",
+        )
+    out = np.zeros(h, dtype=np.int64)
+    hw = 2 * section[0]
+    out[:hw] = 1 + np.arange(hw) % 2
+    return out
+
+
+def _sections(section, h: int) -> np.ndarray:
+    return np.repeat(np.arange(len(section)), section)
+
+
+# The dealings of the d/2 frequencies to the axes that Qwen-VL's two forms do not say, by name:
+# (section, d/2) -> the axis of each, as the model readers (engine/models/config.py) turn a config's
+# mrope_section into ``mrope_axes``. "interleaved": Qwen3-VL's rule where 3·section[a] < d/2
+# (Qwen4-Exp) or past it (Qwen3-Omni's talker); "alternating" (NeoMME, two axes, no section): row
+# and column take turns, Qwen3-VL's rule over two axes of d/4 each.
+DEALINGS = {
+    "interleaved": _interleaved,
+    "paired": _paired,
+    "alternating": lambda section, h: _interleaved((h // 2, h // 2), h),
+}
+
+
+def dealt(name: str, section, h: int) -> list:
+    """The ``mrope_axes`` of a named dealing (SpecError naming mrope_section when it cannot deal it)."""
+    return DEALINGS[name](section, h).tolist()
+
+
 @functools.lru_cache(maxsize=256)
-def column_map(d: int, layout: str, mrope_section=None, interleaved: bool = False, axes_dim=None):
+def column_map(
+    d: int, layout: str, mrope_section=None, interleaved: bool = False, axes_dim=None, mrope_axes=None
+):
     """(half column, axis) of every output column, two int64 arrays of d, and the number of axes.
     Without multi-axis fields: the plain layout, one axis."""
     h = d // 2
     axis_of_half = np.zeros(h, dtype=np.int64)
-    if axes_dim is not None:
+    if mrope_axes is not None:
+        axis_of_half[:] = mrope_axes
+        blocks = [(0, h)]
+        k = max(mrope_axes) + 1
+    elif axes_dim is not None:
         blocks = [(sum(axes_dim[:a]) // 2, w // 2) for a, w in enumerate(axes_dim)]
         k = len(axes_dim)
     else:
@@ -116,10 +199,9 @@ def column_map(d: int, layout: str, mrope_section=None, interleaved: bool = Fals
         if mrope_section is not None:
             k = len(mrope_section)
             if interleaved:  # Qwen3VLTextRotaryEmbedding.recomposition_frequencies
-                for a, offset in ((1, 1), (2, 2)):
-                    axis_of_half[offset : 3 * mrope_section[a] : 3] = a
+                axis_of_half[:] = _interleaved(mrope_section, h)
             else:  # Qwen2VLRotaryEmbedding.recomposition_frequencies
-                axis_of_half[:] = np.repeat(np.arange(k), mrope_section)
+                axis_of_half[:] = _sections(mrope_section, h)
     half = []
     for offset, width in blocks:
         if layout == HALF_SPLIT:  # [c | c] within the block (rotate_half)
@@ -136,10 +218,17 @@ def column_map(d: int, layout: str, mrope_section=None, interleaved: bool = Fals
 
 
 def spec_column_map(spec):
-    return column_map(spec.d, spec.layout, spec.mrope_section, spec.mrope_interleaved, spec.axes_dim)
+    return column_map(
+        spec.d, spec.layout, spec.mrope_section, spec.mrope_interleaved, spec.axes_dim, spec.mrope_axes
+    )
 
 
-def n_axes(spec) -> int:
+def n_axes(spec) -> int | None:
+    """The number of position axes a spec's position_ids carry (None: one, plain positions)."""
+    if spec.mrope_axes is not None:
+        return max(spec.mrope_axes) + 1
+    if spec.mrope_section is None and spec.axes_dim is None:
+        return None
     return len(spec.mrope_section if spec.mrope_section is not None else spec.axes_dim)
 
 
@@ -221,8 +310,10 @@ def selections(spec, req) -> dict:
         if spec.axes_dim is not None:
             raise SpecError(("position_ids",), "field required with axes_dim (one list per axis)", "missing")
         return {"positions": parse_selection(req.get("positions"), ("positions",))}
-    if spec.mrope_section is None and spec.axes_dim is None:
-        raise SpecError(("position_ids",), "only with mrope_section or axes_dim; plain rope takes positions")
+    if n_axes(spec) is None:
+        raise SpecError(
+            ("position_ids",), "only with mrope_section, mrope_axes or axes_dim; plain rope takes positions"
+        )
     if req.get("positions") is not None:
         raise SpecError(("positions",), "send either positions or position_ids, not both")
     return {"position_ids": parse_position_ids(pid, n_axes(spec))}
@@ -284,6 +375,11 @@ SCHEMA = {
         "default": False,
         "description": "Qwen3-VL's interleaved dealing",
     },
+    "mrope_axes": {
+        "type": ["array", "null"],
+        "items": {"type": "integer", "minimum": 0, "maximum": MAX_AXES - 1},
+        "description": "the axis each of the d/2 frequencies takes its position from (ERNIE-4.5-VL, NeoMME, ...)",
+    },
     "axes_dim": {
         "type": ["array", "null"],
         "items": {"type": "integer", "minimum": 2, "multipleOf": 2},
@@ -298,6 +394,6 @@ SCHEMA = {
             "minItems": 1,
             "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
         },
-        "description": "with mrope_section or axes_dim, instead of positions: one list per axis",
+        "description": "with mrope_section, mrope_axes or axes_dim, instead of positions: one list per axis",
     },
 }

@@ -46,13 +46,21 @@ class RopeSpec:
     mrope_section: tuple | None = None  # multi-axis (rope_axes.py): Qwen-VL's dealing of d/2
     mrope_interleaved: bool = False
     axes_dim: tuple | None = None  # multi-axis: Flux's frequency set per axis
+    mrope_axes: tuple | None = None  # multi-axis: the axis of each of the d/2 frequencies
     inv_freq: tuple | None = None  # the frequencies as data (rope_grid.py)
     axes_coords: tuple | None = None  # per axis (scale, offset): index i is coordinate scale·i + offset
 
     @property
     def d(self) -> int:
-        """Rotary width: Python's int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi); head_dim
-        for proportional (its type says)."""
+        """Width of the cos/sin: the rotary width, and for an odd one the next even number
+        (transformers then takes ceil(w/2) frequencies and hands attention 2·ceil(w/2) columns)."""
+        w = self.rotary_dim
+        return w + (w & 1)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Rotary width w, the frequencies' exponent 2k/w: Python's int(head_dim *
+        partial_rotary_factor) (GPT-NeoX, Phi); head_dim for proportional (its type says)."""
         return self.type.width(self.head_dim, self.partial_rotary_factor)
 
     @property
@@ -106,11 +114,13 @@ def parse_spec(req: Mapping) -> RopeSpec:
             ("partial_rotary_factor",) if prf < 1 else ("head_dim",),
             f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be >= 2",
         )
-    if d % 2:
+    if d % 2 and not rt.odd_width:
         raise SpecError(
             ("partial_rotary_factor",) if prf < 1 and d != head_dim else ("head_dim",),
-            f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be even",
+            f"rotary width d = int(head_dim * partial_rotary_factor) = {d} must be even for rope_type "
+            f"{rope_type!r} (odd widths: {', '.join(n for n, t in ROPE_TYPES.items() if t.odd_width)})",
         )
+    width, d = d, d + (d & 1)  # an odd width's cos/sin: ceil(w/2) frequencies, 2·ceil(w/2) columns
 
     allowed = {"rope_type", "type", *rt.keys}
     if src == "rope_parameters":
@@ -133,12 +143,13 @@ def parse_spec(req: Mapping) -> RopeSpec:
         axes.parse_int_list(req, "axes_dim", 2, True),
     )
     interleaved = req_bool(req, "mrope_interleaved", (), False)
-    axes.check_sections(section, interleaved, axes_dim, d, rope_type, src)
+    mrope_axes = axes.parse_axes(req, d)
+    axes.check_sections(section, interleaved, axes_dim, d, rope_type, src, mrope_axes)
     inv_freq, coords = rope_grid.parse(req, scaling, src, d, rope_type, section, axes_dim)
 
     ctx = _Ctx(
         src=src,
-        d=d,
+        d=width,
         theta=theta,
         max_pos=max_pos,
         top_orig=top_orig,
@@ -159,6 +170,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
         mrope_section=section,
         mrope_interleaved=interleaved,
         axes_dim=axes_dim,
+        mrope_axes=mrope_axes,
         inv_freq=inv_freq,
         axes_coords=coords,
     )
@@ -221,6 +233,7 @@ FIELDS = (
     "mrope_section",
     "mrope_interleaved",
     "axes_dim",
+    "mrope_axes",
     "inv_freq",
     "axes_coords",
     "positions",

@@ -1,5 +1,5 @@
 """RoPE types: the frequency functions and strict validators of every rope_type transformers
-ships (5.24 ``modeling_rope_utils.py``, ``ROPE_INIT_FUNCTIONS`` and its validators; formulas in
+ships (5.25 ``modeling_rope_utils.py``, ``ROPE_INIT_FUNCTIONS`` and its validators; formulas in
 docs/reference.md, rope), and ``ROPE_TYPES``, the registry of ``RopeType`` objects.
 
 Contract (like transformers' ROPE_INIT_FUNCTIONS, but strict): each ``RopeType`` has
@@ -26,17 +26,18 @@ from ..core.fields import is_number, json_repr, req_bool, req_float, req_int
 
 
 def _base_inv_freq(theta: float, d: int) -> np.ndarray:
-    # 1 / θ^(2k/d), k = 0..d/2-1 (Llama/NeoX compute_default_rope_parameters; exponent over d, not D)
+    # 1 / θ^(2k/d), k = 0..ceil(d/2)-1 (Llama/NeoX compute_default_rope_parameters; exponent over d,
+    # not D; an odd d gives ceil(d/2) frequencies, as torch.arange(0, d, 2) does)
     return 1.0 / np.power(float(theta), np.arange(0, d, 2, dtype=np.float64) / d)
 
 
 def _default(spec: RopeSpec, seq_len: int):
-    return _base_inv_freq(spec.rope_theta, spec.d), 1.0
+    return _base_inv_freq(spec.rope_theta, spec.rotary_dim), 1.0
 
 
 def _linear(spec: RopeSpec, seq_len: int):
     # _compute_linear_scaling_rope_parameters: positions divided by factor == inv_freq / factor
-    return _base_inv_freq(spec.rope_theta, spec.d) / spec.p["factor"], 1.0
+    return _base_inv_freq(spec.rope_theta, spec.rotary_dim) / spec.p["factor"], 1.0
 
 
 def _dynamic_length(spec: RopeSpec, seq_len: int) -> int:
@@ -45,7 +46,7 @@ def _dynamic_length(spec: RopeSpec, seq_len: int) -> int:
 
 def _dynamic(spec: RopeSpec, seq_len: int):
     # _compute_dynamic_ntk_parameters: θ' = θ·(f·L/M − (f−1))^(d/(d−2)), L = max(seq_len, M)
-    d, f, m = spec.d, spec.p["factor"], spec.max_position_embeddings
+    d, f, m = spec.rotary_dim, spec.p["factor"], spec.max_position_embeddings
     length = _dynamic_length(spec, seq_len)
     theta = spec.rope_theta * ((f * length / m) - (f - 1)) ** (d / (d - 2))
     return _base_inv_freq(theta, d), 1.0
@@ -97,7 +98,7 @@ def _llama3(spec: RopeSpec, seq_len: int):
     p = spec.p
     f, low_ff, high_ff = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
     orig = p["original_max_position_embeddings"]
-    inv = _base_inv_freq(spec.rope_theta, spec.d)
+    inv = _base_inv_freq(spec.rope_theta, spec.rotary_dim)
     wavelen = 2 * math.pi / inv
     low_wavelen, high_wavelen = orig / low_ff, orig / high_ff
     out = np.where(wavelen > low_wavelen, inv / f, inv)
@@ -312,13 +313,22 @@ class RopeType:
     pads_zeros = False  # some frequencies are 0 by design (their pairs are not rotated)
 
     def __init__(
-        self, name: str, inv_freq: Callable, validate: Callable, keys: tuple = (), uses_original: bool = False
+        self,
+        name: str,
+        inv_freq: Callable,
+        validate: Callable,
+        keys: tuple = (),
+        uses_original: bool = False,
+        odd_width: bool = False,
     ):
         self.name = name  # the canonical rope_type (an alias shares the object)
         self.inv_freq = inv_freq  # (spec, seq_len) -> (inv_freq float64 [d/2], attention_scaling)
         self.validate = validate  # (scaling dict, ctx) -> resolved params
         self.keys = keys  # keys this type reads from rope_scaling / rope_parameters
         self.uses_original = uses_original  # takes original_max_position_embeddings
+        # an odd rotary width w is taken as transformers takes it (ceil(w/2) frequencies of exponent
+        # 2k/w); yarn's and longrope's own functions fail on one (their d // 2 ramp or factors)
+        self.odd_width = odd_width
 
     def width(self, head_dim: int, prf: float) -> int:
         """The rotary width d of the cos/sin: int(head_dim * partial_rotary_factor) (GPT-NeoX, Phi)."""
@@ -398,9 +408,9 @@ _YARN_KEYS = (
 ROPE_TYPES: dict[str, RopeType] = {
     t.name: t
     for t in (
-        RopeType("default", _default, _v_default),
-        RopeType("linear", _linear, _v_linear, ("factor",)),
-        DynamicNTK("dynamic", _dynamic, _v_dynamic, ("factor",)),
+        RopeType("default", _default, _v_default, odd_width=True),
+        RopeType("linear", _linear, _v_linear, ("factor",), odd_width=True),
+        DynamicNTK("dynamic", _dynamic, _v_dynamic, ("factor",), odd_width=True),
         RopeType("yarn", _yarn, _v_yarn, _YARN_KEYS, uses_original=True),
         RopeType(
             "llama3",
@@ -408,6 +418,7 @@ ROPE_TYPES: dict[str, RopeType] = {
             _v_llama3,
             ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
             uses_original=True,
+            odd_width=True,
         ),
         LongRope(
             "longrope",

@@ -29,8 +29,9 @@ short or long factors from max(position_ids) + 1 at every call; dynamic NTK keep
 state (the frequencies grow with the longest sequence seen and go back to the original ones once
 a sequence is shorter than max_position_embeddings, ``dynamic_rope_update``).
 
-Qwen2-VL, Qwen2.5-VL and Qwen3-VL text models (multimodal RoPE, ``mrope_section``) take
-``position_ids`` of shape [3, batch, seq] (t, h, w; [batch, seq] means every axis at that
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL text models (multimodal RoPE, ``mrope_section``), and those
+with a dealing of their own (``mrope_axes``: ERNIE-4.5-VL, Qwen3-Omni, Qwen4-Exp; NeoMME's two
+axes) take ``position_ids`` of shape [k, batch, seq] (t, h, w; [batch, seq] means every axis at that
 position, as their rotary classes expand it): each column is gathered from the same table at its
 axis's position (on the CPU; the rows then move to ``x.device``).
 
@@ -253,8 +254,9 @@ class RotaryEmbedding(torch.nn.Module):
         if spec is None:
             raise ValueError(f"layer_type must be one of {list(self.specs)}, got {layer_type!r}")
         pos = position_ids
-        if spec.mrope_section is not None:  # Qwen-VL: [3, B, N], or [B, N] for every axis
-            pos = pos.expand(len(spec.mrope_section), -1, -1) if pos.ndim == 2 else pos
+        k = _axes.n_axes(spec) if spec.axes_dim is None else None  # multimodal RoPE's axes
+        if k is not None:  # Qwen-VL: [3, B, N], or [B, N] for every axis
+            pos = pos.expand(k, -1, -1) if pos.ndim == 2 else pos
         hi, lo = int(pos.max()), int(pos.min())
         if lo < 0:
             raise ValueError(f"position_ids must be >= 0, got {lo}")
@@ -264,7 +266,7 @@ class RotaryEmbedding(torch.nn.Module):
         mode = spec.layout if half is None else "half"
         rt = spec.type
         variant = rt.variant(spec, seq_len) if rt.uses_seq_len else None
-        if spec.mrope_section is not None:
+        if k is not None:
             t = (
                 None
                 if rt.uses_seq_len and not rt.stores(spec, variant)

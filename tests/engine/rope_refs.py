@@ -241,7 +241,7 @@ def ref_inv64(spec, seq_len):
     theta = float(spec.get("rope_theta") or rs.get("rope_theta") or 10000.0)
     prf = spec.get("partial_rotary_factor") or rs.get("partial_rotary_factor") or 1.0
     d = int(spec["head_dim"] * prf)
-    k = np.arange(d // 2, dtype=np.float64)
+    k = np.arange((d + 1) // 2, dtype=np.float64)  # ⌈d/2⌉: an odd width has one more
     base = 1.0 / theta ** (2.0 * k / d)
     t = _rope_type(spec)
     M = spec.get("max_position_embeddings")
@@ -317,7 +317,7 @@ def rope_exponents(spec, seq_len):
     if _rope_type(spec) == "dynamic":
         f, M = rs["factor"], spec["max_position_embeddings"]
         theta *= (f * max(seq_len, M) / M - (f - 1)) ** (d / (d - 2))
-    return np.arange(d // 2, dtype=np.float64) * 2.0 / d, theta
+    return np.arange((d + 1) // 2, dtype=np.float64) * 2.0 / d, theta
 
 
 def ref_cos_sin64(inv64, alpha, positions):
@@ -341,7 +341,9 @@ def dealt_axes(half, section, interleaved):
 
 def ref_mrope64(spec, ids, seq_len):
     inv, alpha = ref_inv64(spec, seq_len)
-    axis = dealt_axes(inv.size, spec["mrope_section"], spec.get("mrope_interleaved", False))
+    axis = spec.get("mrope_axes") or dealt_axes(
+        inv.size, spec["mrope_section"], spec.get("mrope_interleaved", False)
+    )
     ang = np.stack([ids[a] for a in axis], axis=1).astype(np.float64) * inv[None, :]
     return ang, alpha, inv
 

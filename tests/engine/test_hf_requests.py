@@ -98,7 +98,7 @@ def loc_of(family, body, named=None):
             {"hf_config": {**LLAMA, "hidden_size": "4096"}, "positions": [1]},
             ("hf_config", "hidden_size"),
         ),
-        ("rope", {"hf_config": {**LLAMA, "head_dim": 63}, "positions": [1]}, ("hf_config", "head_dim")),
+        ("rope", {"hf_config": {**LLAMA, "head_dim": 1}, "positions": [1]}, ("hf_config", "head_dim")),
         (
             "rope",
             {

@@ -1,7 +1,8 @@
-"""Multi-axis RoPE (mrope_section, mrope_interleaved, axes_dim with position_ids) against float64
-math written here from docs/reference.md (every dtype and layout), against transformers 5.24's
-Qwen2-VL / Qwen2.5-VL / Qwen3-VL rotary classes and diffusers' FluxPosEmbed within their float32
-error, the stored-table gathers against the exact computation, and every named refusal."""
+"""Multi-axis RoPE (mrope_section, mrope_interleaved, mrope_axes, axes_dim with position_ids) against
+float64 math written here from docs/reference.md (every dtype and layout), against transformers
+5.25's Qwen2-VL / Qwen2.5-VL / Qwen3-VL, ERNIE-4.5-VL, NeoMME, Qwen4-Exp and Qwen3-Omni talker
+rotary classes and diffusers' FluxPosEmbed within their float32 error, the stored-table gathers
+against the exact computation, and every named refusal."""
 
 from __future__ import annotations
 
@@ -152,6 +153,90 @@ def test_qwen_vl_rotary_classes(name, config_cls, rotary_cls, section, interleav
         np.testing.assert_allclose(out["inv_freq"], module.inv_freq.numpy(), rtol=2e-7)
 
 
+# The classes that deal their frequencies neither in Qwen2-VL's sections nor by Qwen3-VL's rule:
+# (model type, rotary class, layer type, the axis of each frequency as read here from the class's
+# recomposition_frequencies: ERNIE pre-rotates h and w into pairs ahead of t; NeoMME alternates
+# row and column over all of d/2; Qwen4-Exp and the talker interleave 3 ways over 3·section[a]
+# columns only, the rest on t).
+def _qwen3_rule(section, h):
+    return [a if a and k % 3 == a and k < 3 * section[a] else 0 for k in range(h) for a in [k % 3]]
+
+
+DEALT = [
+    (
+        "ernie4_5_vl_moe_text",
+        "ernie4_5_vl_moe.modeling_ernie4_5_vl_moe.Ernie4_5_VLMoeTextRotaryEmbedding",
+        None,
+        [1, 2] * 22 + [0] * 20,
+    ),
+    ("neomme", "neomme.modeling_neomme.NeoMMERotaryEmbedding", "sliding_attention", [0, 1] * 16),
+    ("neomme", "neomme.modeling_neomme.NeoMMERotaryEmbedding", "full_attention", [0, 1] * 4),
+    (
+        "qwen4_exp_text",
+        "qwen4_exp.modeling_qwen4_exp.Qwen4ExpTextRotaryEmbedding",
+        None,
+        _qwen3_rule([11, 11, 10], 128),
+    ),
+    (
+        "qwen3_omni_moe_talker_text",
+        "qwen3_omni_moe.modeling_qwen3_omni_moe.Qwen3OmniMoeTalkerRotaryEmbedding",
+        None,
+        _qwen3_rule([24, 20, 20], 32),
+    ),
+]
+
+
+def _rotary(path, conf):
+    import importlib
+
+    mod, cls = path.rsplit(".", 1)
+    return getattr(importlib.import_module(f"transformers.models.{mod}"), cls)(conf)
+
+
+@pytest.mark.parametrize("mt,path,layer_type,mrope_axes", DEALT, ids=[f"{d[0]}-{d[2]}" for d in DEALT])
+def test_dealt_by_mrope_axes_as_their_classes(mt, path, layer_type, mrope_axes, rng):
+    """A hand-written mrope_axes spec, and the model's config read by posenc, give the class's own
+    cos/sin for different positions per axis."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    conf = CONFIG_MAPPING[mt]()
+    module = _rotary(path, conf)
+    k = max(mrope_axes) + 1
+    ids = np.concatenate(
+        [mixed_ids(rng, start=0, k=k), mixed_ids(rng, start=int(rng.integers(0, 1 << 17)), k=k)], 1
+    )
+    x = torch.zeros(1, dtype=torch.float32)
+    with torch.no_grad():
+        args = (x, torch.from_numpy(ids[:, None, :])) + ((layer_type,) if layer_type else ())
+        cos, sin = (t[0].double().numpy() for t in module(*args))
+    rp = conf.rope_parameters[layer_type] if layer_type else conf.rope_parameters
+    head = getattr(conf, "head_dim", None) or conf.hidden_size // conf.num_attention_heads
+    spec = {
+        "head_dim": head,
+        "rope_theta": rp["rope_theta"],
+        "partial_rotary_factor": rp.get("partial_rotary_factor", 1.0),
+        "layout": "interleaved" if mt.startswith("ernie") else "half_split",
+        "mrope_axes": mrope_axes,
+    }
+    tol = hf_tol(ids.max(axis=0), 1.0)
+    by_config = {"hf_config": conf.to_dict(), **({"layer_type": layer_type} if layer_type else {})}
+    for what, body in (("spec", spec), ("hf_config", by_config)):
+        out = compute("rope", {**body, "position_ids": ids.tolist()})
+        assert_close(out["cos"], cos, tol, what=f"{mt} {what} cos")
+        assert_close(out["sin"], sin, tol, what=f"{mt} {what} sin")
+    assert out["spec"]["mrope_axes"] == mrope_axes
+
+
+def test_mrope_axes_with_every_axis_at_one_position_is_plain_rope():
+    pos = [0, 7, 4096, 2**31 - 1]
+    spec = {"head_dim": 64, "rope_theta": 5e5, "layout": "interleaved"}
+    plain = compute("rope", {**spec, "positions": pos})
+    for body in ({"positions": pos}, {"position_ids": [pos] * 3}):
+        out = compute("rope", {**spec, "mrope_axes": [1, 2] * 12 + [0] * 8, **body})
+        np.testing.assert_array_equal(out["cos"], plain["cos"])
+        np.testing.assert_array_equal(out["sin"], plain["sin"])
+
+
 @pytest.mark.parametrize("axes_dim", [[16, 56, 56], [8, 24]])
 def test_flux_pos_embed(axes_dim, rng):
     k = len(axes_dim)
@@ -183,8 +268,9 @@ def test_flux_pos_embed(axes_dim, rng):
         MROPE["qwen3-vl"],
         MROPE["odd-sections-yarn"],
         {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved"},
+        {"head_dim": 64, "rope_theta": 5e5, "layout": "interleaved", "mrope_axes": [1, 2] * 11 + [0] * 10},
     ],
-    ids=["qwen3", "yarn", "flux"],
+    ids=["qwen3", "yarn", "flux", "mrope_axes"],
 )
 def test_table_gathers_equal_the_computation(spec, dtype, rng):
     """Rows served from a stored table (inside it and past its end) are the computed rows, bit for bit."""
@@ -247,6 +333,42 @@ def test_mrope_shares_the_plain_table():
             ("rope_scaling", "rope_type"),
         ),
         ({"head_dim": 128, "position_ids": [[0], [0], [0]]}, ("position_ids",)),
+        ({"head_dim": 8, "mrope_axes": [0, 1, 2], "positions": [0]}, ("mrope_axes",)),
+        ({"head_dim": 8, "mrope_axes": [0, 1, 8, 0], "positions": [0]}, ("mrope_axes", 2)),
+        ({"head_dim": 8, "mrope_axes": [0, 1, -1, 0], "positions": [0]}, ("mrope_axes", 2)),
+        ({"head_dim": 8, "mrope_axes": [0, 1.5, 1, 0], "positions": [0]}, ("mrope_axes", 1)),
+        ({"head_dim": 8, "mrope_axes": "0101", "positions": [0]}, ("mrope_axes",)),
+        (
+            {"head_dim": 8, "mrope_axes": [0, 1, 0, 1], "mrope_section": [2, 2], "positions": [0]},
+            ("mrope_axes",),
+        ),
+        ({"head_dim": 8, "mrope_axes": [0, 1, 0, 1], "position_ids": [[0], [0], [0]]}, ("position_ids",)),
+        # ERNIE-4.5-VL's pairs need h == w and [h, w, t] summing to d/2: named at the config's key
+        (
+            {
+                "hf_config": {
+                    "model_type": "ernie4_5_vl_moe_text",
+                    "rope_parameters": {"mrope_section": [20, 24, 20]},
+                },
+                "positions": [0],
+            },
+            ("hf_config", "rope_parameters", "mrope_section"),
+        ),
+        (
+            {
+                "hf_config": {
+                    "model_type": "ernie4_5_vl_moe_text",
+                    "rope_parameters": {"mrope_section": [22, "x", 20]},
+                },
+                "positions": [0],
+            },
+            ("hf_config", "rope_parameters", "mrope_section", 1),
+        ),
+        # Beam's full-attention layers have no rotary embedding (null rope parameters)
+        (
+            {"hf_config": {"model_type": "beam"}, "layer_type": "full_attention", "positions": [0]},
+            ("layer_type",),
+        ),
         ({"head_dim": 128, "axes_dim": [64, 64], "positions": [0]}, ("position_ids",)),
         (
             {

@@ -41,7 +41,7 @@ def _out(module, name):
 POS = [("positions", [1, 2])]
 # (case, model, parameters, [(input, values, datatype?)], outputs, status, message start)
 CASES = [
-    ("bad spec field", "rope", {"spec": '{"head_dim": 7}'}, POS, None, 400, "parameters.spec.head_dim: "),
+    ("bad spec field", "rope", {"spec": '{"head_dim": 1}'}, POS, None, 400, "parameters.spec.head_dim: "),
     (
         "nested spec field",
         "rope",
@@ -337,7 +337,7 @@ def test_metrics_count_v2_and_grpc(clients):
     for t, m in MODULES.items():
         clients[t].infer("rope", [_input(m, "positions", [1])], parameters={"spec": '{"head_dim": 8}'})
         with pytest.raises(InferenceServerException):
-            clients[t].infer("rope", [_input(m, "positions", [1])], parameters={"spec": '{"head_dim": 7}'})
+            clients[t].infer("rope", [_input(m, "positions", [1])], parameters={"spec": '{"head_dim": 1}'})
         clients[t].infer("t5-decoder", [_input(m, "query", [1]), _input(m, "key", [2])])
     lines = (
         'route="/v2/models/rope/infer",status="200"',

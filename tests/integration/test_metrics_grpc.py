@@ -45,7 +45,7 @@ def test_grpc_metrics_are_consistent_with_http(srv):
             infer(c, 64, list(range(n))) for n in (1, 100, 1000, 1000)
         ]  # full path, then the shortcut
         with pytest.raises(InferenceServerException):
-            infer(c, 7, [1])  # an odd head_dim: INVALID_ARGUMENT
+            infer(c, 1, [1])  # head_dim below 2: INVALID_ARGUMENT
     finally:
         c.close()
     httpx.post(srv.url + "/v1/rope", json={"head_dim": 64, "positions": [1]}, timeout=10)

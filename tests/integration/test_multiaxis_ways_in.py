@@ -30,6 +30,9 @@ TRANSPORTS = {"rest": httpclient, "grpc": grpcclient}
 QWEN = {"head_dim": 128, "rope_theta": 1e6, "mrope_section": [16, 24, 24], "dtype": "bfloat16"}
 QWEN3 = {"head_dim": 128, "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
 FLUX = {"head_dim": 128, "axes_dim": [16, 56, 56], "layout": "interleaved", "dtype": "float16"}
+# ERNIE-4.5-VL's dealing (h and w in pairs, then t) and GLM-4 MoE's odd rotary width (21)
+ERNIE = {"head_dim": 128, "rope_theta": 5e5, "layout": "interleaved", "mrope_axes": [1, 2] * 22 + [0] * 20}
+ODD = {"head_dim": 128, "partial_rotary_factor": 21 / 128, "dtype": "bfloat16"}
 GRID = {"embed_dim": 64, "grid_size": [6, 9], "base_size": 4, "interpolation_scale": 1.5, "extra_tokens": 1}
 GRID3 = {
     "embed_dim": 64,
@@ -62,7 +65,9 @@ def _same(got: dict, want: dict):
         ("rope", QWEN, "ids"),
         ("rope", QWEN3, "ids"),
         ("rope", FLUX, "ids"),
+        ("rope", ERNIE, "ids"),
         ("rope", QWEN, "positions"),
+        ("rope", ODD, "positions"),
         ("sinusoidal-grid", GRID, None),
         ("sinusoidal-grid", GRID3, "rows"),
     ],
@@ -90,8 +95,8 @@ def test_v1_json_and_binary(clients, family, spec, sel, rng):
 
 @pytest.mark.parametrize(
     "family,spec",
-    [("rope", QWEN), ("rope", FLUX), ("sinusoidal-grid", GRID), ("sinusoidal-grid", GRID3)],
-    ids=["qwen", "flux", "grid", "grid3"],
+    [("rope", QWEN), ("rope", FLUX), ("rope", ERNIE), ("sinusoidal-grid", GRID), ("sinusoidal-grid", GRID3)],
+    ids=["qwen", "flux", "ernie", "grid", "grid3"],
 )
 def test_v1_repeated_binary_requests(clients, v2server, family, spec, rng):
     """Repeats of one spec (what the template shortcut learns from: small grids are answered by
@@ -99,7 +104,7 @@ def test_v1_repeated_binary_requests(clients, v2server, family, spec, rng):
     for i in range(8):
         if family == "sinusoidal-grid":
             body = {**spec, "positions": rng.integers(0, 24, 1 + i).tolist()}
-        elif i % 2 and "mrope_section" in spec:
+        elif i % 2 and ("mrope_section" in spec or "mrope_axes" in spec):
             body = {**spec, "positions": rng.integers(0, 9000, 3).tolist()}
         else:
             body = {**spec, "position_ids": ids(rng, n=3).tolist()}
@@ -170,7 +175,7 @@ def _infer(transport, client, model, spec, inputs):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("spec", [QWEN, QWEN3, FLUX], ids=["qwen2.5", "qwen3", "flux"])
+@pytest.mark.parametrize("spec", [QWEN, QWEN3, FLUX, ERNIE], ids=["qwen2.5", "qwen3", "flux", "ernie"])
 def test_v2_position_ids_single_and_batched(clients, transport, spec, rng):
     one = ids(rng)
     r = _infer(transport, clients[transport], "rope", spec, {"position_ids": one})
@@ -254,7 +259,10 @@ def test_client_table_and_lookup(v2server, rng):
         ):
             view = c.table(family, spec)
             assert view.family == family
-        body = {**QWEN, "position_ids": ids(rng).tolist()}
+        for spec in (QWEN, ERNIE):
+            body = {**spec, "position_ids": ids(rng).tolist()}
+            _same(c.lookup("rope", body), compute("rope", body))
+        body = {**ODD, "positions": [0, 5, 70000]}
         _same(c.lookup("rope", body), compute("rope", body))
         body = {**GRID, "positions": [0, 1, 54]}
         _same(c.lookup("sinusoidal-grid", body), compute("sinusoidal-grid", body))

@@ -19,7 +19,7 @@ BAD = [
     ("rope", {"head_dim": 64.0}, ["head_dim"]),
     ("rope", {"head_dim": True}, ["head_dim"]),
     ("rope", {"head_dim": 1}, ["head_dim"]),
-    ("rope", {"head_dim": 63}, ["head_dim"]),
+    ("rope", {"head_dim": 1}, ["head_dim"]),
     ("rope", {"rope_theta": 0}, ["rope_theta"]),
     ("rope", {"rope_theta": "1e4"}, ["rope_theta"]),
     ("rope", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor"]),

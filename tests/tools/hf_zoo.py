@@ -18,7 +18,9 @@ and the (sub-)config it runs on (the text model's: ``text_config``, ``thinker_co
 - ``default_partial``: whether its default frequencies honour ``partial_rotary_factor`` (the
   class is run again on the config with the fraction set to 0.5);
 - ``mrope_interleaved``: for multi-axis classes (``mrope_section``), whether they deal the
-  frequencies interleaved (run again on three different position axes).
+  frequencies interleaved (run again on different positions per axis); ``mrope_dealing``: for
+  one that deals them neither way, which of rope_axes.DEALINGS it follows (ERNIE-4.5-VL's pairs,
+  NeoMME's alternating two axes, Qwen4-Exp's interleaving over part of d/2).
 
 A row is written only when posenc's generic reading (posenc.engine.models.config.RopeModel) of the
 config, with these facts, gives the class's own cos/sin (docs/reference.md's tolerance) on the
@@ -41,6 +43,9 @@ import sys
 import warnings
 
 import numpy as np
+
+from posenc.engine.models.config import per_layer_type
+from posenc.engine.tables import rope_axes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TABLE = ROOT / "engine" / "models" / "zoo.json"
@@ -80,12 +85,13 @@ def sub_configs(cfg, path=()):
 
 
 def layer_types(conf):
-    """The layer types of a per-layer-type rope_parameters that the config's layers use (its
-    rotary class builds those alone), else [None]."""
+    """The layer types of a per-layer-type rope_parameters that the config's layers use and give
+    rotary parameters (its rotary class builds those alone), else [None]."""
     rp = getattr(conf, "rope_parameters", None)
-    if isinstance(rp, dict) and rp and all(isinstance(v, dict) for v in rp.values()):
+    if isinstance(rp, dict) and per_layer_type(rp):
         used = set(getattr(conf, "layer_types", None) or rp)
-        return [lt for lt in rp if lt in used] or list(rp)
+        rotary = [lt for lt in rp if rp[lt] is not None]  # a null block: a layer type without RoPE
+        return [lt for lt in rotary if lt in used] or rotary
     return [None]
 
 
@@ -208,7 +214,7 @@ def legacy_keys(cls, bare) -> dict:
                 rp = cls(**{name: value}).rope_parameters
             except Exception:
                 continue
-            entries = rp.items() if rp and all(isinstance(v, dict) for v in rp.values()) else [("", rp)]
+            entries = rp.items() if rp and per_layer_type(rp) else [("", rp)]
             want = value / head if key.endswith("/head_dim") else value
             for lt, e in entries:
                 if (
@@ -288,10 +294,11 @@ def derive_row(mt, classes):
     lts = layer_types(conf)
     section = _section(base, lts[0])
     own = getattr(klass(conf), "mrope_section", None)
+    n_axes = _n_axes(klass)
     if section is None and own is not None:  # the class's own default when the config has none
         section = list(own)
         row["mrope_default"] = section
-    elif section is None and "mrope_section" in inspect.getsource(klass):
+    elif section is None and n_axes is None and "mrope_section" in inspect.getsource(klass):
         return None, "multi-axis RoPE whose class reads an mrope_section posenc cannot find"
     positions = _positions(klass, conf)
 
@@ -310,12 +317,6 @@ def derive_row(mt, classes):
     ]
     cands = [c for c in cands if matches(c)]
     if not cands:
-        width = _odd_width(conf, lts[0])
-        if width is not None:
-            return None, (
-                f"its rotary width int(head_dim * partial_rotary_factor) = {width} is odd (transformers "
-                "then takes ceil(d/2) frequencies of exponent 2k/d); posenc's RoPE needs an even width"
-            )
         try:
             _probe(klass, base, cls, {**row, "layout": "half_split"}, positions, lts[0])
             why = "its rotary class's cos/sin differ from posenc's reading of its defaults in both layouts"
@@ -326,24 +327,27 @@ def derive_row(mt, classes):
         cands = [c for c in cands if not c["default_partial"]]  # only the default type reads it
     if len({c["default_partial"] for c in cands}) > 1:
         # does its default rope honour partial_rotary_factor? run it again with the fraction at 0.5
-        probe = _with_partial(base, 0.5)
-        cands = [c for c in cands if matches(c, probe)]
+        # (a multi-axis class that honours it needs its section scaled with it; one that does not,
+        # the section as it is)
+        probes = [_with_partial(base, 0.5)] + ([_with_partial(base, 0.5, section)] if section else [])
+        cands = [c for c in cands if any(matches(c, p) for p in probes)]
         if len(cands) != 1:
             return None, "with partial_rotary_factor 0.5 its rotary width follows neither reading"
     row.update(cands[0])
     form = _probe(klass, base, cls, row, positions, lts[0])[1]
     if form != "pair":
         row["returns"] = form
-    if section is not None:
-        # multi-axis: sections dealt in blocks or interleaved, on three different position axes
-        axes = [positions[:8], [p // 2 for p in positions[:8]], [p // 3 + 1 for p in positions[:8]]]
-        inter = [m for m in (False, True) if matches({"mrope_interleaved": m}, pos=axes)]
-        if not inter:
-            return (
-                None,
-                f"multi-axis RoPE (mrope_section {section}) dealt neither in sections nor interleaved",
-            )
-        row["mrope_interleaved"] = inter[0]
+    if section is not None or n_axes is not None:
+        # multi-axis: sections dealt in blocks or interleaved (Qwen2-VL, Qwen3-VL), else by one of
+        # rope_axes.DEALINGS, on different positions per axis
+        axes = three_axes(positions, len(section) if section is not None else n_axes)
+        inter = [
+            m for m in (False, True) if section is not None and matches({"mrope_interleaved": m}, pos=axes)
+        ]
+        dealing = [n for n in rope_axes.DEALINGS if not inter and matches({"mrope_dealing": n}, pos=axes)]
+        if not inter and not dealing:
+            return None, f"multi-axis RoPE (mrope_section {section}) dealt by none of posenc's dealings"
+        row.update({"mrope_interleaved": inter[0]} if inter else {"mrope_dealing": dealing[0]})
     if row.get("default_rope") is None:
         row.pop("default_rope", None)
     return row, None
@@ -358,12 +362,15 @@ def _positions(klass, conf):
     return POSITIONS
 
 
-def _odd_width(conf, lt):
-    """int(head_dim * partial_rotary_factor) as the default rope reads it, when odd."""
-    rp = conf.rope_parameters.get(lt, {}) if lt else conf.rope_parameters
-    head = getattr(conf, "head_dim", None) or conf.hidden_size // conf.num_attention_heads
-    d = int(head * (rp or {}).get("partial_rotary_factor", 1.0))
-    return d if d % 2 else None
+def three_axes(positions, k=3):
+    """k rows of different positions (one per axis), from the first 8 probe positions."""
+    return [[p // (a + 1) + (a > 1) for p in positions[:8]] for a in range(k)]
+
+
+def _n_axes(klass):
+    """The number of position axes a class expands position_ids to, when it says it (NeoMME's 2)."""
+    m = re.search(r"position_ids\.expand\((\d+),", inspect.getsource(klass))
+    return int(m[1]) if m else None
 
 
 def _blocks(d, lt):
@@ -380,11 +387,16 @@ def _section(d, lt):
     return _blocks(d, lt).get("mrope_section")
 
 
-def _with_partial(d, prf):
+def _with_partial(d, prf, section=None):
+    """The config with the fraction at prf (and, given the section in use, its multi-axis
+    section scaled with it)."""
     d = copy.deepcopy(d)
     rp = d.get("rope_parameters") or {}
-    for b in rp.values() if rp and all(isinstance(v, dict) for v in rp.values()) else [rp]:
+    for b in [b for b in rp.values() if b is not None] if rp and per_layer_type(rp) else [rp]:
         b["partial_rotary_factor"] = prf
+        sec = section and (b.get("mrope_section") or section)
+        if sec and all(s * prf == int(s * prf) for s in sec):
+            b["mrope_section"] = [int(s * prf) for s in sec]
     d["rope_parameters"] = rp
     d["partial_rotary_factor"] = prf
     return d
