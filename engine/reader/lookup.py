@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import types
 from collections.abc import Mapping
 
 import numpy as np
@@ -40,7 +39,6 @@ from ..answer import pipeline
 from ..core.dtypes import DTYPES
 from ..core.errors import SpecError
 from ..core.selection import parse_selection
-from ..tables.base import PastRows, RowPlan
 
 try:
     from ..kernels import _native
@@ -49,21 +47,6 @@ except ImportError:  # no extension: every lookup takes the pipeline path
 
 POSITION_LIMIT = 2**31
 _POSITIONS = ("positions",)  # the field a handle's positions are refused at
-
-
-def _legacy_plan(fam, req, view):
-    """TRANSITION, until every row family writes its row_plan: the plan its ``template`` hands the
-    shortcut's RowsTemplate in the keywords of before the row plan."""
-
-    def rows(*, arrays, colmap, offset, past=None, axes=None, **_):
-        p = past and PastRows(freqs=past[0], scale=past[1], dtype=past[2], maps=past[3], row_limit=past[4])
-        return RowPlan(arrays=tuple(arrays), colmap=tuple(colmap), offset=offset, past=p, axes=axes)
-
-    hot = types.SimpleNamespace(
-        RowsTemplate=rows, AlibiTemplate=lambda **_: None, GridTemplate=lambda **_: None
-    )
-    limits = types.SimpleNamespace(max_rows=1 << 30, max_bytes=1 << 62, max_positions=1 << 30)
-    return fam.template(hot, req, view, limits)
 
 
 ONE_BLOCK_BYTES = 1 << 20  # outputs of a call at least this big together: one allocation for all
@@ -133,8 +116,6 @@ class Handle:
         """Plan the C call for ``view`` (None when the pipeline must answer), checked against it."""
         self._view, self._plan, self.past_in_c = view, None, False
         plan = self._req.family.row_plan(self._req, view) if view is not None else None
-        if plan is None and view is not None:
-            plan = _legacy_plan(self._req.family, self._req, view)
         self.extras = self._extras if plan else None  # a row plan: the rows follow the positions only
         if (
             _native is None

@@ -24,7 +24,7 @@ from ..core.errors import SpecError
 from ..core.selection import POSITION_LIMIT, Selection
 from . import rope_axes as axes
 from . import rope_grid
-from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, TableDef
+from .base import CHUNK, DTYPE_SCHEMA, SELECTION_SCHEMA, Family, Output, PastRows, RowPlan, TableDef
 from .rope_spec import (
     DEFAULT_LAYOUT,
     FIELDS,
@@ -266,14 +266,14 @@ class Rope(Family):
         }
 
     # -- the hot path ------------------------------------------------------------------------
-    def template(self, hot, req, view, limits):
+    def row_plan(self, req, view):
         """Rows gathered from the half-width tables through a column map: the engine's own
         ``expand`` applied to column numbers, so every layout matches ``serve``; rows past the table
-        are computed from the mapped float64 frequencies, as ``serve`` computes them. ``positions``
-        as a list or a range (``{start, stop[, step]}``, parsed in C as the pipeline parses it: a
-        prefill or a feature batch sends ranges); not for types whose table follows the positions;
-        ``position_ids`` (lists only): rope_axes.template."""
-        spec, dtype = req.spec, req.dtype
+        are computed from the mapped float64 frequencies, as ``serve`` computes them (half_rows'
+        [cos | sin] of one row: items 0..half-1 the stored cos row, half..2*half-1 the sin row).
+        ``positions`` as a list or a range; not for types whose table follows the positions;
+        ``position_ids`` (lists): rope_axes.row_plan."""
+        spec = req.spec
         ids = req.body.get("position_ids")
         if (
             spec.type.uses_seq_len
@@ -285,8 +285,26 @@ class Rope(Family):
         ):
             return None
         half = view.cos.shape[1]
-        scaling = float(view.meta["attention_scaling"])
-        tail = view.inv_freq.tobytes() + np.float64(scaling).tobytes()
+        past = PastRows(
+            freqs=np.ascontiguousarray(view.inv_freq64),
+            scale=float(view.meta["attention_scaling"]),
+            dtype=req.dtype,
+            maps=(tuple(range(half)), tuple(range(half, 2 * half))),
+            row_limit=POSITION_LIMIT,
+        )
+        if ids is not None:
+            return axes.row_plan(spec, view, past)
+        colmap = tuple(expand(np.arange(half)[None, :], spec.layout)[0].tolist())
+        return RowPlan(arrays=(view.cos, view.sin), colmap=colmap, past=past)
+
+    def template(self, hot, req, view, limits):
+        """The row plan's RowsTemplate: ``positions`` as a list or a range (``{start, stop[, step]}``,
+        parsed in C as the pipeline parses it: a prefill or a feature batch sends ranges),
+        ``position_ids`` as lists."""
+        plan = self.row_plan(req, view)
+        if plan is None:
+            return None
+        dtype, half, scaling = req.dtype, view.cos.shape[1], plan.past.scale
         st = _dt.DTYPES[dtype]
 
         def header_for(n: int) -> bytes:
@@ -298,27 +316,12 @@ class Rope(Family):
             }
             return self.safetensors_header(arrays, dtype, req.shown)
 
-        # rows past the table, as ``serve`` computes them: half_rows' [cos | sin] of one row (items
-        # 0..half-1, half..2*half-1), the stored cos and sin rows
-        past = (
-            np.ascontiguousarray(view.inv_freq64),
-            scaling,
-            dtype,
-            (list(range(half)), list(range(half, 2 * half))),
-            POSITION_LIMIT,
-        )
-        if ids is not None:
-            return axes.template(hot, spec, view, limits.max_rows, header_for, tail, past)
-        colmap = expand(np.arange(half)[None, :], spec.layout)[0].tolist()
         return hot.RowsTemplate(
-            arrays=(view.cos, view.sin),
-            colmap=colmap,
-            offset=0,
+            plan=plan,
             max_rows=limits.max_rows,
-            lists_only=False,
+            lists_only=plan.axes is not None,
             header_for=header_for,
-            tail=tail,
-            past=past,
+            tail=view.inv_freq.tobytes() + np.float64(scaling).tobytes(),
         )
 
     schema = {

@@ -29,6 +29,7 @@ import numpy as np
 from ..core.errors import SpecError
 from ..core.fields import is_int, json_repr
 from ..core.selection import POSITION_LIMIT, parse_selection
+from .base import RowPlan
 
 HALF_SPLIT, INTERLEAVED = "half_split", "interleaved"  # rope.LAYOUTS (kernels.ROPE_LAYOUTS)
 MAX_AXES = 8
@@ -344,22 +345,18 @@ def computed(half_rows, pos: np.ndarray, half_col: np.ndarray, axis: np.ndarray)
     return gather(half_rows(pos.reshape(-1)), np.arange(k * n).reshape(k, n), half_col, axis)
 
 
-def template(hot, spec, view, max_rows: int, header_for, tail: bytes, past: tuple):
-    """The hot path's template of a ``position_ids`` request (service/shortcut/hot_axes.c): the
+def row_plan(spec, view, past):
+    """The row plan of a ``position_ids`` request (the shortcut's service/shortcut/hot_axes.c): the
     gather ``serve`` does, out[i, j] = table[ids[axis[j]][i], half[j]], from the same half-width
     tables through the same column map; an axis's row past the table is computed by ``past`` (the
-    plain template's: [cos | sin] of the row), as ``computed`` computes it. JSON is the full path's."""
+    plain plan's: [cos | sin] of the row), as ``computed`` computes it. JSON is the full path's."""
     half_col, axis, k = spec_column_map(spec)
-    return hot.RowsTemplate(
+    return RowPlan(
         arrays=(view.cos, view.sin),
-        colmap=half_col.tolist(),
-        offset=0,
-        max_rows=max_rows,
-        lists_only=True,
-        header_for=header_for,
-        tail=tail,
+        colmap=tuple(half_col.tolist()),
         past=past,
-        axes=(k, axis.tolist()),
+        axes=tuple(axis.tolist()),
+        naxes=k,
     )
 
 

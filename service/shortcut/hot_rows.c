@@ -234,51 +234,8 @@ static int set_past(RowsTemplate *t, PyObject *past)
 /* RowsTemplate(*, plan, max_rows, lists_only, header_for, tail): plan is the family's row plan
  * (engine/tables/base.py RowPlan), read by its attributes' names: arrays, colmap, offset, past, axes
  * and naxes. */
-/* TRANSITION (removed once the families' row plans are committed): the keywords of before the row
- * plan (arrays, colmap, offset, past as a tuple, axes as (k, columns)) made into a plan. */
-static PyObject *legacy_plan(PyObject *kw)
-{
-    static const char *const names[] = {"arrays", "colmap", "offset", "past", "axes", NULL};
-    PyObject *mod = PyImport_ImportModule("types"), *ns_type = mod ? PyObject_GetAttrString(mod, "SimpleNamespace") : NULL;
-    PyObject *plan = ns_type ? PyObject_CallNoArgs(ns_type) : NULL;
-    int ok = plan != NULL;
-    for (int i = 0; ok && names[i]; i++) {
-        PyObject *v = PyDict_GetItemString(kw, names[i]);
-        if (v) ok = PyDict_DelItemString(kw, names[i]) == 0;
-        Py_XINCREF(v);
-        if (ok && i == 3 && v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 5) {
-            PyObject *past = PyObject_CallNoArgs(ns_type);
-            static const char *const pn[] = {"freqs", "scale", "dtype", "maps", "row_limit"};
-            for (int k = 0; past && k < 5; k++)
-                if (PyObject_SetAttrString(past, pn[k], PyTuple_GET_ITEM(v, k)) < 0) Py_CLEAR(past);
-            Py_SETREF(v, past);
-            ok = v != NULL;
-        }
-        if (ok && i == 4 && v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2) {
-            ok = PyObject_SetAttrString(plan, "naxes", PyTuple_GET_ITEM(v, 0)) == 0;
-            PyObject *cols = PyTuple_GET_ITEM(v, 1);
-            Py_INCREF(cols);
-            Py_SETREF(v, cols);
-        }
-        if (ok) ok = PyObject_SetAttrString(plan, names[i], v ? v : (i == 2 ? Py_False : Py_None)) == 0;
-        Py_XDECREF(v);
-    }
-    if (ok && !PyObject_HasAttrString(plan, "naxes")) ok = PyObject_SetAttrString(plan, "naxes", Py_True) == 0;
-    Py_XDECREF(mod);
-    Py_XDECREF(ns_type);
-    if (!ok) Py_CLEAR(plan);
-    return plan;
-}
-
 static int RowsTemplate_init(RowsTemplate *t, PyObject *args, PyObject *kw)
 {
-    if (kw && PyDict_Check(kw) && !PyDict_GetItemString(kw, "plan") && PyDict_GetItemString(kw, "arrays")) {
-        PyObject *kw2 = PyDict_Copy(kw), *plan = kw2 ? legacy_plan(kw2) : NULL;   /* TRANSITION */
-        int rc = plan && PyDict_SetItemString(kw2, "plan", plan) == 0 ? RowsTemplate_init(t, args, kw2) : -1;
-        Py_XDECREF(plan);
-        Py_XDECREF(kw2);
-        return rc;
-    }
     static char *kwlist[] = {"plan", "max_rows", "lists_only", "header_for", "tail", NULL};
     static const char *const names[] = {"arrays", "colmap", "offset", "past", "axes", "naxes", NULL};
     PyObject *plan, *hf, *tail, *p[6], *axes = NULL;
