@@ -142,9 +142,10 @@ class Hot:
         self.tails: dict[int, int] = {}  # gRPC: bytes after a key -> how many entries have that tail
         self.paths: set = set()  # REST: the paths with entries
         # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
-        # request in one call): (None, metrics offset of its "c" answers, {JSON header: entry},
-        # LENGTH_HEADER, REFUSED_HEADERS, (DATA, {key: JSON-tensor entry}): service/v2/hot_json.py)
-        self.lane_routes: dict[bytes, tuple] = {}
+        # request in one call): a V2Route (new_route: the metrics offset of its "c" answers,
+        # {JSON header: RowsEntry | BlockEntry}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its
+        # {key: JsonEntry} of service/v2/hot_json.py)
+        self.lane_routes: dict = {}
         self.json = JsonInfers(self)
         self.once: set = set()  # keys the full path has answered once
         # set while learning a key whose table this process has not mapped yet (being built, or
