@@ -35,6 +35,10 @@ axes) take ``position_ids`` of shape [k, batch, seq] (t, h, w; [batch, seq] mean
 position, as their rotary classes expand it): each column is gathered from the same table at its
 axis's position (on the CPU; the rows then move to ``x.device``).
 
+``TimmRope(architecture, feat_shape)`` stands for a timm ViT's ``rope`` module (``model.rope =
+TimmRope(name, model.rope.feat_shape)``): ``get_embed(shape)`` is timm's ``[sin | cos]`` of the patch
+grid, from posenc's answer for that model and ``grid`` (docs/reference.md, "Token grids").
+
 ``SinusoidalEmbedding(d_model, layout=...)`` gives fixed sinusoidal position embeddings
 (``forward(position_ids)`` -> [..., d_model]), a drop-in for DistilBERT's
 ``embeddings.position_embeddings`` (interleaved) and the values of Marian's (concat).
@@ -328,6 +332,41 @@ class SinusoidalEmbedding(torch.nn.Module):
         if need > self.weight.shape[0]:
             self.weight = self._rows(1 << (need - 1).bit_length(), self.weight.device)
         return torch.nn.functional.embedding(position_ids.to(self.weight.device), self.weight)
+
+
+class TimmRope(torch.nn.Module):
+    """A drop-in for a timm ViT's rope module (``model.rope`` of the models posenc reads whose module
+    has timm's ``get_embed``: EVA-02, Perception Encoder, the ``vit_*_rope`` and DINOv3 families, the
+    Qwen3 and DeepSeek ViTs; docs/models.md): ``get_embed(shape=None)`` returns timm's ``[sin | cos]``
+    of the ``[H, W]`` patch grid, [H·W, 2·dim] float32 (the module's ``feat_shape`` when no shape is
+    given, as timm's cached modules answer), from posenc's answer for ``{"architecture": name}`` and
+    that ``grid`` (through ``client``'s shared tables when given). One tensor per grid is kept."""
+
+    def __init__(self, architecture: str, feat_shape=None, device=None, *, client: Client | None = None):
+        super().__init__()
+        self.architecture, self.client, self.device = architecture, client, device
+        self.feat_shape = list(feat_shape) if feat_shape is not None else None
+        self._embeds: dict = {}  # (H, W) -> [H·W, 2·dim]
+        self.get_embed(self.feat_shape or [1, 1])  # refuse a model posenc does not read now
+
+    def update_feat_shape(self, feat_shape) -> None:
+        self.feat_shape = list(feat_shape)
+
+    def get_embed(self, shape=None, dtype=None):
+        shape = shape if shape is not None else self.feat_shape
+        if shape is None:
+            raise ValueError("get_embed() needs a shape: this module was made without feat_shape")
+        h, w = (int(v) for v in shape)
+        out = self._embeds.get((h, w))
+        if out is None:
+            body = {"hf_config": {"architecture": self.architecture}, "grid": {"height": h, "width": w}}
+            ask = self.client.lookup if self.client is not None else pipeline.compute
+            got = ask("rope", body)
+            out = torch.cat([_tensor(got["sin"]), _tensor(got["cos"])], dim=-1).to(self.device)
+            if len(self._embeds) >= 16:  # bounded: a few grid sizes in use at a time
+                self._embeds.clear()
+            self._embeds[(h, w)] = out
+        return out if dtype is None else out.to(dtype)
 
 
 def _expand_pair(cos: np.ndarray, sin: np.ndarray, rows: np.ndarray, mode: str, alloc=np.empty) -> np.ndarray:
