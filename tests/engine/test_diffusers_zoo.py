@@ -37,6 +37,10 @@ READ = sorted(diffusers_rope.CLASSES)
 # the latent grids the tests ask for (frames, rows, columns in patches; 2-D classes take the last two)
 GRIDS = [(3, 4, 5), (1, 7, 2), (2, 3, 2)]
 TEXT = 6  # caption tokens beside the image, where the class places them
+# config keys a class has no default for (its __init__ says None) and its positions need
+REQUIRED = {"HunyuanDiT2DModel": {"patch_size": 2}}
+# the classes whose positions only a grid gives (centred or fractional coordinates)
+GRID_ONLY = (diffusers_rope.CENTRED, diffusers_rope.CROP)
 
 # Rotary classes of the pinned diffusers posenc does not read, and why (diffusers_rope.UNREAD,
 # which GET /v1/models and docs/models.md list): changed only on purpose.
@@ -89,6 +93,7 @@ def _on_cpu(classes):
 
 # what a class whose __init__ defaults do not build takes besides (none of it positional)
 BUILD = {
+    "HunyuanDiT2DModel": dict(in_channels=4, patch_size=2),
     "HiDreamImageTransformer2DModel": dict(
         patch_size=2, out_channels=16, caption_channels=[64, 64], llama_layers=[0] * 48
     ),
@@ -194,8 +199,14 @@ OTHER_SIZES = {
     "MiniMaxMusic3Transformer1DModel": {"rotary_dim": 16},
     "LongCatAudioDiTTransformer": {"dit_dim": 768},
     "AceStepTransformer1DModel": {"head_dim": 64},
+    "GlmImageTransformer2DModel": {"attention_head_dim": 64},
+    "CogView4Transformer2DModel": {"attention_head_dim": 64, "rope_axes_dim": [128, 64]},
+    "MiniMaxH3Transformer3DModel": {"rope_freq_dim": 8, "rope_theta": 500.0},
+    "QwenImageTransformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
     "HiDreamImageTransformer2DModel": {"axes_dims_rope": [16, 8, 8]},
     "Cosmos3OmniTransformer": {"head_dim": 64, "rope_axes_dim": [12, 10, 10], "rope_theta": 500.0},
+    "HunyuanDiT2DModel": {"attention_head_dim": 64, "patch_size": 1},
+    "NucleusMoEImageTransformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
 }
 
 
@@ -240,6 +251,8 @@ def _ernie_call(m, pid):
 
 
 ATTR = {
+    "QwenImageTransformer2DModel": "pos_embed",
+    "NucleusMoEImageTransformer2DModel": "pos_embed",
     "ChromaTransformer2DModel": "pos_embed",
     "Flux2Transformer2DModel": "pos_embed",
     "Flux3Transformer2DModel": "pos_embed",
@@ -256,11 +269,35 @@ ATTR = {
 CALL = {name: IDS_CALLS[attr] for name, attr in ATTR.items()}
 CALL["ErnieImageTransformer2DModel"] = _ernie_call
 ATTR["HiDreamImageTransformer2DModel"] = "pe_embedder"
+ATTR["HunyuanDiT2DModel"] = None  # its pipeline builds the rotary embedding
+
+
+def _hunyuandit_call(model, grid):
+    """pipeline_hunyuandit: get_2d_rotary_pos_embed(inner_dim // num_heads, its crop region, (h, w))."""
+    from diffusers.models.embeddings import get_2d_rotary_pos_embed
+    from diffusers.pipelines.hunyuandit.pipeline_hunyuandit import get_resize_crop_region_for_grid
+
+    _, h, w = grid
+    crop = get_resize_crop_region_for_grid((h, w), 512 // 8 // model.config.patch_size)
+    return _real(get_2d_rotary_pos_embed(model.inner_dim // model.num_heads, crop, (h, w)))
+
+
+CALL["HunyuanDiT2DModel"] = _hunyuandit_call
 ATTR["Cosmos3OmniTransformer"] = "rotary_emb"
 CALL["Cosmos3OmniTransformer"] = lambda m, pid: _real(
     m(torch.tensor(pid)[:, None], torch.device("cpu"), torch.float32)
 )  # Cosmos3VLTextRotaryEmbedding.forward(position_ids [3, b, n], device, dtype)
 CALL["HiDreamImageTransformer2DModel"] = _hidream_call
+ATTR.update(
+    GlmImageTransformer2DModel="rope", CogView4Transformer2DModel="rope", MiniMaxH3Transformer3DModel="rope"
+)
+CALL.update(
+    GlmImageTransformer2DModel=lambda m, grid: _real(
+        m(torch.zeros(1, 1, grid[1] * m.patch_size, grid[2] * m.patch_size))
+    ),
+    MiniMaxH3Transformer3DModel=lambda m, pid: _real(m(_ids(pid))),
+)
+CALL["CogView4Transformer2DModel"] = CALL["GlmImageTransformer2DModel"]
 ATTR.update(
     StableAudio3DiTModel="rotary_pos_emb",
     MiniMaxMusic3Transformer1DModel="rotary_emb",
@@ -287,18 +324,22 @@ for _name in diffusers_rope.CLASSES:
 
 def _two_d(record, module) -> bool:
     """Rows and columns only (no frame axis)."""
-    return len(getattr(module, "rope_dim", (0, 0, 0))) == 2
+    return isinstance(record, diffusers_rope.SectionRope) or len(getattr(module, "rope_dim", (0, 0, 0))) == 2
 
 
 def _positions(name, module, grid):
     """The positions the model builds for ``grid`` (position_ids [k, n]) and its module's cos/sin."""
     record = diffusers_rope.CLASSES[name]["rope"]
     f, h, w = grid
+    if record.positions in GRID_ONLY:  # asked by grid; a bound of |coordinate| for the tolerance
+        return np.array([[f + h + w + TEXT + 32]]), CALL[name](module, grid)
     if record.positions == diffusers_rope.SEQUENCE:
         n = f * h * w
         return np.arange(n)[None], CALL[name](module, n)
     if record.positions == diffusers_rope.GRID:
         pid = _grid_ids(1, h, w)[1:] if _two_d(record, module) else _grid_ids(f, h, w)
+        if name == "CogView4Transformer2DModel":  # CogView4RotaryPosEmbed: i * rope_axes_dim // size
+            pid = pid * np.array(module.rope_axes_dim)[:, None] // np.array([[h], [w]])
         if name == "ChronoEditTransformer3DModel" and f == 2:  # its forward: frames 0 and skip - 1
             pid[0] *= module.temporal_skip_len - 1
         return pid, CALL[name](module, grid)
@@ -328,7 +369,11 @@ def _positions(name, module, grid):
 def _sel(name, pid, grid=GRIDS[0]) -> dict:
     """The request's selection: plain positions for a 1-D sequence, the grid where the class's
     positions are centred (negative), position_ids otherwise."""
-    positions = diffusers_rope.CLASSES[name]["rope"].positions
+    record = diffusers_rope.CLASSES[name]["rope"]
+    positions = record.positions
+    if positions in GRID_ONLY:
+        sizes = dict(zip(("frames", "height", "width"), grid), text=TEXT)
+        return {"grid": {k: v for k, v in sizes.items() if k in record.grid_keys}}
     if positions == diffusers_rope.SEQUENCE:
         return {"positions": pid[0].tolist()}
     return {"position_ids": pid.tolist()}
@@ -346,10 +391,29 @@ def _saved(name):
     return {"_class_name": name, **{k: v for k, v in dict(model.config).items() if not k.startswith("_")}}
 
 
+def _centred_call(module, grid):
+    """QwenEmbedRope.forward(video_fhw, device, max_txt_seq_len): (image, caption) complex freqs."""
+    vid, txt = module(tuple(grid), torch.device("cpu"), TEXT)
+    return _complex(torch.cat([vid, txt]))
+
+
+CALL.update(QwenImageTransformer2DModel=_centred_call, NucleusMoEImageTransformer2DModel=_centred_call)
+
+
 @pytest.mark.parametrize("name", READ)
 def test_class_vs_its_own_positional_module(name):
     model, module = _built(name)
     saved = _saved(name)
+    if diffusers_rope.CLASSES[name]["rope"].positions in GRID_ONLY:  # a grid only
+        for f, h, w in GRIDS:
+            cos, sin = CALL[name](module, (f, h, w))
+            grid = _sel(name, None, (f, h, w))["grid"]
+            tol = hf_zoo.tolerance([2 * max(f, h, w) + TEXT], 1.0)
+            for raw in (json.loads(json.dumps(saved)), {"_class_name": name, **REQUIRED.get(name, {})}):
+                got = compute("rope", {"hf_config": raw, "grid": grid})
+                assert_close(got["cos"], cos, atol=tol, what=f"{name} {grid} cos")
+                assert_close(got["sin"], sin, atol=tol, what=f"{name} {grid} sin")
+        return
     for grid in GRIDS:
         pid, (cos, sin) = _positions(name, module, grid)
         full = compute("rope", {"hf_config": json.loads(json.dumps(saved)), **_sel(name, pid)})
@@ -403,6 +467,8 @@ def test_grid_form_gives_the_positions_the_class_builds(name):
     record = diffusers_rope.CLASSES[name]["rope"]
     for grid in GRIDS:
         f, h, w = grid
+        if record.positions in GRID_ONLY:
+            continue  # test_class_vs_its_own_positional_module asks it by grid
         if record.positions == diffusers_rope.GRID:
             body_grid = {"frames": f, "height": h, "width": w}
             if _two_d(record, module):
@@ -423,7 +489,7 @@ def test_grid_form_gives_the_positions_the_class_builds(name):
         compute(
             "rope",
             {
-                "hf_config": {"_class_name": name},
+                "hf_config": {"_class_name": name, **REQUIRED.get(name, {})},
                 "grid": {"height": 2, "width": 2},
                 "position_ids": [[0]],
             },
@@ -449,6 +515,47 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
     assert (
         e.value.loc == ("hf_config", "_class_name") and NOT_READ["MochiTransformer3DModel"] in e.value.msg
     ), e.value
+    with pytest.raises(SpecError) as e:  # a known class whose config says no rotary width
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "Flux2Transformer2DModel", "rope_theta": "x"},
+                "position_ids": [[0]] * 4,
+            },
+        )
+    assert e.value.loc == ("hf_config", "rope_theta"), e.value
+    with pytest.raises(SpecError) as e:
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "HunyuanVideoTransformer3DModel", "rope_axes_dim": [16, 56]},
+                "position_ids": [[0], [0]],
+            },
+        )
+    assert e.value.loc == ("hf_config", "rope_axes_dim"), e.value
+    with pytest.raises(SpecError) as e:  # a key the class has no default for, named
+        compute(
+            "rope", {"hf_config": {"_class_name": "HunyuanDiT2DModel"}, "grid": {"height": 2, "width": 2}}
+        )
+    assert e.value.loc == ("hf_config", "patch_size") and "field required" in e.value.msg, e.value
+    with pytest.raises(SpecError) as e:  # GLM-Image's rows and columns each rotate d/2
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "GlmImageTransformer2DModel", "attention_head_dim": 42},
+                "grid": {"height": 2, "width": 2},
+            },
+        )
+    assert e.value.loc == ("hf_config", "attention_head_dim"), e.value
+    with pytest.raises(SpecError) as e:  # a width ChronoEdit's own module would mix its axes at
+        compute(
+            "rope",
+            {
+                "hf_config": {"_class_name": "ChronoEditTransformer3DModel", "attention_head_dim": 64},
+                "position_ids": [[0], [0], [0]],
+            },
+        )
+    assert e.value.loc == ("hf_config", "attention_head_dim") and "mixes its axes" in e.value.msg, e.value
 
 
 # -- over HTTP -----------------------------------------------------------------------------------
@@ -465,7 +572,15 @@ def http(served):
         yield c
 
 
-@pytest.mark.parametrize("name", ["WanTransformer3DModel", "Flux2Transformer2DModel", "StableAudio3DiTModel"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "WanTransformer3DModel",
+        "Flux2Transformer2DModel",
+        "StableAudio3DiTModel",
+        "QwenImageTransformer2DModel",
+    ],
+)
 def test_the_co_located_client_reads_the_same(served, name):
     """Client.lookup (shared memory, the engine's tables) answers a config body as compute does."""
     from posenc.engine.reader.client import Client

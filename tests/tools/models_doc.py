@@ -248,6 +248,7 @@ def table() -> str:
             *unread,
             "",
             *timm_table(),
+            *diffusers_rope_table(),
             END,
         ]
     )

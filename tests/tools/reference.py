@@ -37,6 +37,7 @@ from posenc.service.front import negotiate
 from posenc.service.v2 import errors as v2errors
 from posenc.service.v2 import models as v2models
 from posenc.service.v2 import tensors as v2tensors
+from tests.tools import diffusers_zoo
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference.md"
@@ -502,6 +503,7 @@ def render() -> str:
         "grpc_port": settings.DEFAULT_GRPC_PORT,
     }
     g.update(_grid_facts())
+    g["diffusers_rope"] = diffusers_zoo.reference_section()
     return TEMPLATE.format(**g)
 
 
@@ -630,6 +632,26 @@ coordinate augmentation some apply in training, Sapiens2's `rescale_coords`, is 
 | `Gemma4RotaryEmbedding2D` | `gemma4_vit_167m` | `axes_dim` [D/2, D/2], θ = 100 | i; x (the column) first |
 
 Not read: {timm_unread}.
+
+**diffusers** ([models.md](models.md)): by the `_class_name` of a diffusers transformer's
+`config.json`; the answer is what the class's own positional module hands its attention, cos and
+sin in the pairing its attention applies (a complex `freqs_cis` is cos = real and sin = imaginary
+part, each repeated over its pair (2k, 2k+1); raw angles are their cos and sin in the same columns;
+2x2 rotation matrices [[cos, −sin], [sin, cos]] are a pair's cos and sin). The positions are the
+ones the class builds: where its transformer builds them from the latent, `grid` names it (`frames`,
+`height`, `width` in patches, and `text`, the caption tokens, where the class places them beside the
+image: Lumina2 before it at (i, 0, 0) with the image at (text, row, column), Ernie-Image after it);
+where its pipeline hands them in (Flux's `img_ids` / `txt_ids`, [n, k]), `position_ids` are those
+ids, one list per axis; the 1-D audio classes take `positions`. Examples:
+`{{"hf_config": {{"_class_name": "WanTransformer3DModel", "attention_head_dim": 128}}, "grid": {{"frames": 21, "height": 30, "width": 52}}}}`,
+`{{"hf_config": {{"_class_name": "Flux2Transformer2DModel"}}, "position_ids": [[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]]}}`,
+`{{"hf_config": {{"_class_name": "Lumina2Transformer2DModel"}}, "grid": {{"text": 77, "height": 64, "width": 64}}}}`,
+`{{"hf_config": {{"_class_name": "StableAudio3DiTModel"}}, "positions": {{"start": 0, "stop": 1024}}}}`.
+An unknown `_class_name` is a 422 at `hf_config._class_name` naming what to send instead; a rotary
+class posenc does not read says why (`GET /v1/models` lists them); a key a class needs that is
+invalid is a 422 at that key.
+
+{diffusers_rope}
 
 ## Selections, dtypes, strictness
 
