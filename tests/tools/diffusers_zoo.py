@@ -80,14 +80,7 @@ FILL = {
 # missing here is written as "not read: no reason given", which the zoo test refuses).
 PIPELINE = "its pipeline builds the rotary embedding (image_rotary_emb), not the transformer: not read yet"
 FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
-AS_DATA = "its frequencies or coordinates need posenc's frequencies as data and per-axis coordinates: not read yet"
 REASONS = {
-    "GlmImageTransformer2DModel": AS_DATA,
-    "CogView4Transformer2DModel": AS_DATA,
-    "MiniMaxH3Transformer3DModel": AS_DATA,
-    "QwenImageTransformer2DModel": AS_DATA,
-    "NucleusMoEImageTransformer2DModel": AS_DATA,
-    "HunyuanDiT2DModel": AS_DATA,
     "AllegroTransformer3DModel": PIPELINE,
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "CosmosTransformer3DModel": FRACTIONAL,
