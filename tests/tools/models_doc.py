@@ -249,6 +249,7 @@ def table() -> str:
             "",
             *timm_table(),
             *diffusers_rope_table(),
+            *diffusers_grid_table(),
             END,
         ]
     )
@@ -330,6 +331,61 @@ def diffusers_rope_table() -> list:
         *rows,
         "",
         f"**diffusers rotary classes not read** ({len(diffusers_rope.UNREAD)}):",
+        "",
+        *unread,
+        "",
+    ]
+
+# diffusers classes with a sin-cos table (engine/models/diffusers_grid.py; SD3's and CogVideoX's
+# records are vision.py's): what each reads
+GRID_NOTES = {
+    "DiTTransformer2DModel": "`PatchEmbed`: heads · head_dim wide, n = sample_size // patch_size per side, "
+    "base_size n, interpolation_scale 1; `grid`: the latent's own grid",
+    "PixArtTransformer2DModel": "as DiT; interpolation_scale `interpolation_scale`, else max(sample_size // 64, 1)",
+    "Transformer2DModel": "as PixArt, over patched input (`in_channels`, `patch_size`); continuous or "
+    "vector-quantised input refused",
+    "SanaTransformer2DModel": "as DiT with its `interpolation_scale`; null (the default: no table) refused",
+    "LatteTransformer3DModel": "its spatial table: as PixArt, interpolation_scale max(sample_size // 64, 1)",
+    ("LatteTransformer3DModel", "sinusoidal"): "its `temp_pos_embed` over frames: `concat`, heads · head_dim "
+    "wide, `video_length` rows",
+    "OmniGenTransformer2DModel": "`OmniGenPatchEmbed`: `hidden_size` wide, the `pos_embed_max_size`² table, "
+    "base_size 64; `grid`: its centred crop",
+    "CogView3PlusTransformer2DModel": "`CogView3PlusPatchEmbed`: heads · head_dim wide, the "
+    "`pos_embed_max_size`² table at integer coordinates; `grid`: its top-left crop after `text` zero rows",
+    "SD3Transformer2DModel": "`PatchEmbed` over `pos_embed_max_size`, base_size sample_size // patch_size; "
+    "`grid`: its centred crop",
+    "CogVideoXTransformer3DModel": "`CogVideoXPatchEmbed`: 3-D, (sample_frames − 1) // "
+    "temporal_compression_ratio + 1 frames, `max_text_seq_length` zero rows first; `grid`: frames, "
+    "height, width; rotary or learned configs refused",
+    "ConsisIDTransformer3DModel": "as CogVideoX; a rotary config refused",
+    "TransformerTemporalModel": "`sinusoidal`: `SinusoidalPositionalEmbedding` over frames, `interleaved`, "
+    'heads · head_dim wide, when `positional_embeddings` is `"sinusoidal"`',
+}
+
+
+def diffusers_grid_table() -> list:
+    """diffusers' classes with a sin-cos table, read by ``_class_name`` (and ``grid``), and the
+    learned tables not read."""
+    from posenc.engine.models import diffusers_grid
+
+    rows = ["| _class_name | family | follows (diffusers/models/) | what posenc reads |", "|---|---|---|---|"]
+    for name, by in sorted(registry.CLASSES.items()):
+        for family, record in by.items():
+            if family in ("sinusoidal-grid", "sinusoidal"):
+                note = GRID_NOTES.get((name, family)) or GRID_NOTES[name]
+                rows.append(f"| {name} | {family} | `{record.source}` | {note} |")
+    unread = ["| _class_name | why posenc does not read it |", "|---|---|"]
+    unread += [f"| {name} | {why} |" for name, why in sorted(diffusers_grid.UNREAD.items())]
+    return [
+        "### diffusers' sin-cos tables",
+        "",
+        "The classes whose patch embedding adds a fixed sin-cos table, read from a transformer's "
+        "`config.json` by `_class_name`, with a `grid` of the latent beside it (docs/reference.md, "
+        "diffusers' sin-cos tables).",
+        "",
+        *rows,
+        "",
+        f"**diffusers classes with a learned table, not read** ({len(diffusers_grid.UNREAD)}):",
         "",
         *unread,
         "",

@@ -87,6 +87,8 @@ MEANING = {
         "temporal_size": "3-D (CogVideoX `get_3d_sincos_pos_embed`): the number of frames T",
         "temporal_interpolation_scale": "3-D: frame coordinates are t / this",
         "extra_tokens": "rows of zeros before the grid (a CLS token; CogVideoX's text tokens)",
+        "crop": "2-D: [top, left, height, width], the rows are this window of the grid_size table, at "
+        "that table's coordinates (SD3's and OmniGen's centred crop of their `pos_embed_max_size` table)",
         "positions": "rows of the flattened table (extra tokens first, then t-major, h-major); absent means every row",
         "dtype": "the dtype of `encoding`",
     },
@@ -203,10 +205,13 @@ encode the frame coordinate t / `temporal_interpolation_scale`, then the 2-D for
 i / `interpolation_scale`; rows are t-major. Coordinates are evaluated exactly (the float64 nearest
 the rational value; the libraries round them through float32, differing by up to about 1e-6), the
 sines and cosines in float64, rounded once. SD3's `PatchEmbed` is the table of `pos_embed_max_size`
-with base_size = sample_size // patch_size, of which it reads a centred crop: those rows.
+with base_size = sample_size // patch_size, of which it reads a centred crop: `crop` [top, left,
+height, width] gives that window's rows (h-major), each at its place in the whole table (row i of
+the window has the coordinates of row top + i).
 
-**Rules**: `base_size` is 2-D only; `temporal_interpolation_scale` only with `temporal_size`; a row
-past the table (extra_tokens + T·H·W rows) is a 422 at `positions`.
+**Rules**: `base_size` and `crop` are 2-D only; `temporal_interpolation_scale` only with
+`temporal_size`; a crop reaching past `grid_size` is a 422 at its height or width; a row past the
+table (extra_tokens + T·H·W rows, the crop's H·W with one) is a 422 at `positions`.
 """,
     "alibi": r"""
 **Slopes** (Press et al., "Train Short, Test Long"): with c = 2^⌊log2 H⌋, m_j = 2^(−max_bias · j / c) for
@@ -652,6 +657,51 @@ class posenc does not read says why (`GET /v1/models` lists them); a key a class
 invalid is a 422 at that key.
 
 {diffusers_rope}
+
+### diffusers' sin-cos tables
+
+A diffusers transformer whose positions are an absolute sin-cos table (its patch embedding adds it
+to the tokens) is read from its `config.json` by `_class_name`, as that embedding reads it
+(diffusers 0.42.1; [models.md](models.md) lists each class). `grid` names the latent the model
+sees, in patches (`height`, `width`; `frames` for video; CogView3-Plus's `text` tokens): the answer
+is the table the class builds, or crops, for that latent. Without `grid` it is the table of the
+config's own sample size (SD3, OmniGen, CogView3-Plus: their whole `pos_embed_max_size` table).
+`positions` still selects rows of it. The spec returned says what was built:
+
+| classes | embedding | `grid` gives |
+|---|---|---|
+| DiT, PixArt-α/Σ, Transformer2DModel (patched input), Sana (with `interpolation_scale`), Latte | `PatchEmbed` | `grid_size` [height, width], `base_size` sample_size // patch_size kept |
+| SD3, OmniGen | `PatchEmbed` / `OmniGenPatchEmbed` over `pos_embed_max_size` | `crop`: the centred height × width window |
+| CogView3-Plus | `CogView3PlusPatchEmbed` | `crop` [0, 0, height, width], after `text` zero rows (`extra_tokens`) |
+| CogVideoX, ConsisID | `CogVideoXPatchEmbed` | `temporal_size` frames, `grid_size` [height, width], after `max_text_seq_length` zero rows |
+
+```
+POST /v1/sinusoidal-grid {{"hf_config": {{"_class_name": "PixArtTransformer2DModel", "sample_size": 128,
+  "patch_size": 2, "num_attention_heads": 16, "attention_head_dim": 72}}, "grid": {{"height": 64, "width": 96}}}}
+  → spec {{"embed_dim": 1152, "grid_size": [64, 96], "base_size": 64.0, "interpolation_scale": 2.0, ...}}
+POST /v1/sinusoidal-grid {{"hf_config": {{"_class_name": "SD3Transformer2DModel", "sample_size": 128,
+  "patch_size": 2, "num_attention_heads": 24, "attention_head_dim": 64, "pos_embed_max_size": 192}},
+  "grid": {{"height": 64, "width": 80}}}}   → crop [64, 56, 64, 80] of the 192² table, base_size 64
+POST /v1/sinusoidal-grid {{"hf_config": {{"_class_name": "CogView3PlusTransformer2DModel"}},
+  "grid": {{"height": 64, "width": 64, "text": 224}}}}   → 224 zero rows, then crop [0, 0, 64, 64]
+POST /v1/sinusoidal-grid {{"hf_config": {{"_class_name": "CogVideoXTransformer3DModel"}},
+  "grid": {{"frames": 13, "height": 30, "width": 45}}, "positions": {{"start": 0, "stop": 300}}}}
+```
+
+The 1-D frame tables are `sinusoidal` answers (`positions` are frame indices): Latte's
+`temp_pos_embed` (`concat`, heads · head_dim wide, `video_length` rows) and TransformerTemporalModel's
+`SinusoidalPositionalEmbedding` (`interleaved`, when `positional_embeddings` is `"sinusoidal"`):
+`POST /v1/sinusoidal {{"hf_config": {{"_class_name": "LatteTransformer3DModel", "patch_size": 2}},
+"positions": {{"start": 0, "stop": 16}}}}`. Latte's spatial table is its `sinusoidal-grid` answer.
+
+A config whose class builds no such table is a 422 at the key that says so (Sana's
+`interpolation_scale` null, a Transformer2DModel without `patch_size` or with `num_vector_embeds`,
+a ConsisID with `use_rotary_positional_embeddings`, a TransformerTemporalModel whose
+`positional_embeddings` is not `"sinusoidal"`); a key the class needs and has no default for is a
+422 naming it; a grid larger than a cropped table is a 422 at `grid.height` or `grid.width`.
+Learned tables (AuraFlow's `pos_embed`, PriorTransformer's `positional_embedding`, T5FilmDecoder's
+`position_encoding`, MiniMax-Music-3's RVQ depth decoder's `pos_embedding`, Transformer2DModel's
+`ImagePositionalEmbeddings`) live in the weights, not the config: posenc does not read them.
 
 ## Selections, dtypes, strictness
 
