@@ -47,7 +47,9 @@ MEANING = {
     "rope": {
         "head_dim": "D, the per-head dimension (transformers' `head_dim`)",
         "rope_theta": "θ, the base of the frequencies",
-        "partial_rotary_factor": "the rotary width is d = int(D · factor) (Python's `int`); d must be even and ≥ 2",
+        "partial_rotary_factor": "the rotary width is d = int(D · factor) (Python's `int`), ≥ 2; an odd d (`default`, "
+        "`linear`, `dynamic`, `llama3`) is taken as transformers takes it: ⌈d/2⌉ frequencies 1/θ^(2k/d) and "
+        "d + 1 columns of cos and sin (what its rotary class hands attention, which rotates that many)",
         "max_position_embeddings": "M; required by `dynamic`, and the default `original_max_position_embeddings` "
         "of `yarn`, `llama3` and `longrope`",
         "rope_scaling": '`{"rope_type": ..., ...}` with transformers\' keys (below); `"type"` is accepted for '
@@ -64,6 +66,10 @@ MEANING = {
         "contiguous runs of these counts (sum d/2), frequency k evaluated at its axis's position",
         "mrope_interleaved": "with `mrope_section`: Qwen3-VL's dealing (frequency k goes to axis 1 when k mod 3 = 1 "
         "and k < 3·section[1], to axis 2 when k mod 3 = 2 and k < 3·section[2], else to axis 0)",
+        "mrope_axes": "the axis (0 … 7) each of the d/2 frequencies takes its position from, instead of "
+        "`mrope_section`: the dealings no rule above names, as [models.md](models.md) reads them from configs "
+        "(ERNIE-4.5-VL: [1, 2, 1, 2, …] over its h + w frequencies, then 0 for t; NeoMME: [0, 1, 0, 1, …]; "
+        "Qwen4-Exp and the Qwen3-Omni talker: Qwen3-VL's rule over 3·section[a] < d/2 columns)",
         "axes_dim": "one frequency set per axis (diffusers' Flux `axes_dims_rope`): axis a rotates `axes_dim[a]` "
         "columns with frequencies θ^(−2j/axes_dim[a]); blocks concatenated in order, `layout` within "
         "each block; sum = d; `default` rope_type only",
@@ -74,7 +80,7 @@ MEANING = {
         "of that axis in `position_ids` stands for the coordinate scale·i + offset, evaluated in float64",
         "positions": "required unless `position_ids` is given: the positions p of the rows (with `mrope_section`: "
         "every axis at p, i.e. text tokens)",
-        "position_ids": "with `mrope_section` or `axes_dim`, instead of `positions`: one list of positions per axis "
+        "position_ids": "with `mrope_section`, `mrope_axes` or `axes_dim`, instead of `positions`: one list of positions per axis "
         "(transformers' [3, n] layout), all of one length",
         "dtype": "the dtype of `cos` and `sin`",
     },
@@ -165,13 +171,17 @@ repeats the d/2 angles as [a_0 … a_{d/2−1}, a_0 … a_{d/2−1}] (q' = q · 
 rotate_half(x) = cat(−x[d/2:], x[:d/2])); `interleaved` as [a_0, a_0, a_1, a_1, …]
 (rotate_every_two). Only the first d columns of q and k are rotated when d < D (partial rotary).
 
-**Multi-axis.** With `mrope_section` or `axes_dim`, column j of the answer is evaluated at the position
-of its axis: `position_ids[axis(j)]`. `mrope_section` deals the d/2 frequencies of one set (any
-rope_type, combined as transformers combines them); `axes_dim` gives each axis its own set, and
+**Multi-axis.** With `mrope_section`, `mrope_axes` or `axes_dim`, column j of the answer is evaluated at
+the position of its axis: `position_ids[axis(j)]`. `mrope_section` deals the d/2 frequencies of one set
+(any rope_type, combined as transformers combines them), `mrope_axes` names the axis of each of
+them (max + 1 axes); `axes_dim` gives each axis its own set, and
 `inv_freq` lists the frequencies per axis block. Refused: `mrope_section` not summing to d/2,
 `axes_dim` not summing to d or with another rope_type, both fields, `mrope_interleaved` without
 `mrope_section` (or with other than 3 sections), `position_ids` without either field, ragged
-`position_ids` or one with the wrong number of axes, and `axes_dim` without `position_ids`.
+`position_ids` or one with the wrong number of axes, and `axes_dim` without `position_ids`;
+`mrope_axes` not of d/2 axis numbers in [0, 8) or sent with `mrope_section`, `mrope_interleaved` or
+`axes_dim`. ERNIE-4.5-VL, for one, sends `{"head_dim": 128, "rope_theta": 500000, "layout":
+"interleaved", "mrope_axes": [1, 2, …, 1, 2 (44 in all), 0, … (20)], "position_ids": [t, h, w]}`.
 
 **Rules** (transformers' validators, made strict): `factor` is required for linear, dynamic, yarn
 and llama3 and must be ≥ 1; llama3 also requires `low_freq_factor` ≤ `high_freq_factor` (equal: no smoothed band, as Llama 4's configs have it); longrope
@@ -179,7 +189,8 @@ requires `short_factor` and `long_factor`, each of length d/2; an absent `rope_t
 `default`. Refused: keys the rope_type does not use; `type` and `rope_type` disagreeing;
 `rope_scaling` and `rope_parameters` both sent; `rope_theta` or `partial_rotary_factor` given both
 at the top level and inside `rope_parameters` with different values; `seq_len` with another
-rope_type; d < 2 or odd; dynamic with d = 2; yarn with `rope_theta` ≤ 1.
+rope_type; d < 2; an odd d with yarn, longrope or proportional (transformers' own functions fail
+on one); dynamic with d = 2; yarn with `rope_theta` ≤ 1.
 """,
     "sinusoidal": r"""
 **Formulas** (position p' = p + `offset`, evaluated in float64 and rounded once):
@@ -880,8 +891,9 @@ otherwise (engine/process/configured.py).
   [batch, seq, rotary width] in `x.dtype` on `x.device`, `attention_scaling` applied, read from the
   shared tables when an engine runs and computed exactly when none does (see
   [Precision](#precision-against-transformers) for how its logits compare with transformers').
-  For the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (`mrope_section`) `position_ids` is
-  [3, batch, seq] (t, h, w), or [batch, seq] for every axis at once, as their rotary classes take it.
+  For the Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models (`mrope_section`) and those read with
+  `mrope_axes` (ERNIE-4.5-VL, Qwen3-Omni, Qwen4-Exp; NeoMME's two axes) `position_ids` is
+  [k, batch, seq] (t, h, w), or [batch, seq] for every axis at once, as their rotary classes take it.
 """
 
 
