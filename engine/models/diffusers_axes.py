@@ -209,12 +209,16 @@ class CenteredRope:
     freqs_cis: interleaved) over the frame, and rows and columns centred on the image: row i of h is
     i − (h − h//2) (negative above the middle), and likewise columns; then the caption's tokens, at
     max(h//2, w//2) + j on every axis. A ``grid`` gives them (``axes_coords`` offsets the rows and
-    columns; position_ids stay indices), image tokens first, as the module returns them."""
+    columns; position_ids stay indices), image tokens first, as the module returns them. QwenImage 2.1
+    (``text_first``): the caption at j on every axis, then the image at frame ``text``."""
 
     source: str
     defaults: Mapping
     grid_keys: tuple = ("frames", "height", "width", "text")
     positions = CENTRED
+    # QwenImage 2.1's QwenImage21Rope: the caption first, at i on every axis, then the image at frame
+    # ``text``; its tables hold the positions 0..8191 and -1024..-1 (beyond them it wraps)
+    text_first: bool = False
 
     def derive(self, raw, layer_type, grid=None):
         if layer_type is not None:
@@ -226,7 +230,22 @@ class CenteredRope:
         f, h, w, text = sizes.get("frames", 1), sizes["height"], sizes["width"], sizes.get("text", 0)
         offsets = [0, -(h - h // 2), -(w - w // 2)]
         image = model_grid.indices((f, h, w))
-        caption = max(h // 2, w // 2) + np.arange(text) - np.array(offsets)[:, None]
+        if self.text_first:
+            for key, top, n in (
+                ("text", text, 8191),
+                ("height", h - h // 2, 1024),
+                ("width", w - w // 2, 1024),
+            ):
+                if top > n:
+                    raise SpecError(
+                        (*model_grid.LOC, key), f"its rope tables stop at {n} on this axis, got {top}"
+                    )
+            image[0] = text
+            caption = np.arange(text) - np.array(offsets)[:, None]
+            ids = np.concatenate([caption, image], axis=1)
+        else:
+            caption = max(h // 2, w // 2) + np.arange(text) - np.array(offsets)[:, None]
+            ids = np.concatenate([image, caption], axis=1)
         here = (*LOC, "_class_name")
         fields = {
             "head_dim": cfg.int("attention_head_dim"),
@@ -234,7 +253,7 @@ class CenteredRope:
             "axes_dim": _axes(cfg, "axes_dims_rope"),
             "layout": INTERLEAVED,
             "axes_coords": [[1.0, float(o)] for o in offsets],
-            "position_ids": np.concatenate([image, caption], axis=1),
+            "position_ids": ids,
         }
         origin = {k: here for k in fields}
         origin.update(

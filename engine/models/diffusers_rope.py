@@ -188,6 +188,15 @@ CLASSES: dict[str, dict] = {
             {"attention_head_dim": 128, "axes_dims_rope": [16, 56, 56], "use_layer3d_rope": False},
         )
     },
+    # QwenImage21Rope(theta=10000, axes_dim=axes_dims_rope): text-to-image, the caption then the target image
+    "QwenImage21Transformer2DModel": {
+        "rope": CenteredRope(
+            "transformer_qwenimage21.py (QwenImage21Rope)",
+            {"attention_head_dim": 128, "axes_dims_rope": [16, 56, 56]},
+            ("text", "height", "width"),
+            text_first=True,
+        )
+    },
     "NucleusMoEImageTransformer2DModel": {
         "rope": CenteredRope(
             "transformer_nucleusmoe_image.py (NucleusMoEEmbedRope)",

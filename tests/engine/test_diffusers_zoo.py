@@ -207,6 +207,7 @@ OTHER_SIZES = {
     "Cosmos3OmniTransformer": {"head_dim": 64, "rope_axes_dim": [12, 10, 10], "rope_theta": 500.0},
     "HunyuanDiT2DModel": {"attention_head_dim": 64, "patch_size": 1},
     "NucleusMoEImageTransformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
+    "QwenImage21Transformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
 }
 
 
@@ -400,6 +401,18 @@ def _centred_call(module, grid):
 CALL.update(QwenImageTransformer2DModel=_centred_call, NucleusMoEImageTransformer2DModel=_centred_call)
 
 
+def _qwenimage21_call(module, grid):
+    """QwenImage21Rope.forward(img_shapes, image_pad_mask, device): text-to-image, the caption's tokens
+    then the target image's (one frame), complex freqs over the joint sequence."""
+    _, h, w = grid
+    mask = torch.tensor([False] * TEXT + [True] * (h * w))
+    return _complex(module([(1, h, w)], mask, torch.device("cpu")))
+
+
+ATTR["QwenImage21Transformer2DModel"] = "pos_embed"
+CALL["QwenImage21Transformer2DModel"] = _qwenimage21_call
+
+
 @pytest.mark.parametrize("name", READ)
 def test_class_vs_its_own_positional_module(name):
     model, module = _built(name)
@@ -556,6 +569,14 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
             },
         )
     assert e.value.loc == ("hf_config", "attention_head_dim") and "mixes its axes" in e.value.msg, e.value
+    # QwenImage21Rope's tables: positions 0..8191 and -1024..-1 (torch indexing past them wraps)
+    for grid, key in (
+        ({"text": 8192, "height": 2, "width": 2}, "text"),
+        ({"height": 2049, "width": 2}, "height"),
+    ):
+        with pytest.raises(SpecError) as e:
+            compute("rope", {"hf_config": {"_class_name": "QwenImage21Transformer2DModel"}, "grid": grid})
+        assert e.value.loc == ("grid", key) and "tables stop" in e.value.msg, e.value
 
 
 # -- over HTTP -----------------------------------------------------------------------------------

@@ -97,7 +97,6 @@ REASONS = {
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
     "OmniGenTransformer2DModel": "Phi-3's su-scaled rotary class of its own; its defaults do not build: not read yet",
     "PRXTransformer2DModel": PIPELINE,
-    "QwenImage21Transformer2DModel": FRACTIONAL,
     "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
     "SanaWMTransformer3DModel": FRACTIONAL,
     "StableAudioDiTModel": PIPELINE,
@@ -270,6 +269,7 @@ FORMS = {
     "HiDreamImageTransformer2DModel": "2x2 rotation matrices [[cos, −sin], [sin, cos]] per pair",
     "QwenImageTransformer2DModel": "complex `freqs_cis`: the image's, then the caption's",
     "NucleusMoEImageTransformer2DModel": "complex `freqs_cis`: the image's, then the caption's",
+    "QwenImage21Transformer2DModel": "complex `freqs_cis`: the caption's, then the image's",
     "ErnieImageTransformer2DModel": "raw angles [a0, a0, a1, a1, …] (its attention pairs k with k + d/2)",
     "StableAudio3DiTModel": "raw angles cat(freqs, freqs)",
     "HeliosTransformer3DModel": "cos then sin, stacked on one axis",
@@ -294,6 +294,11 @@ def _reads(record) -> str:
     if kind == "InterleavedMrope":
         return (
             "Qwen3-VL's interleaved mrope: `rope_axes_dim` (or `rope_scaling.mrope_section`), θ `rope_theta`"
+        )
+    if kind == "CenteredRope" and record.text_first:
+        return (
+            "axes `axes_dims_rope`, θ 10000, the caption at i on every axis, then the image at frame `text`, "
+            "rows and columns centred, interleaved"
         )
     if kind == "CenteredRope":
         return "axes `axes_dims_rope`, θ 10000, rows and columns centred on the image, interleaved"
