@@ -56,8 +56,9 @@ def _split(key: str, heads: str, div: int = 1) -> Callable[[Config], tuple]:
     return lambda cfg: ((cfg.int(key) // cfg.int(heads)) // div, key)
 
 
-def _key(key: str) -> Callable[[Config], tuple]:
-    return lambda cfg: (cfg.int(key), key)
+def _key(key: str, div: int = 1) -> Callable[[Config], tuple]:
+    """The rotary width ``cfg[key] // div`` and the key it follows from."""
+    return lambda cfg: (cfg.int(key) // div, key)
 
 
 def _flux_like(file: str, cls: str, axes, theta, head: int = 128, theta_key: str | None = None) -> AxesRope:
@@ -241,6 +242,16 @@ CLASSES: dict[str, dict] = {
             "transformer_stable_audio3.py (StableAudio3RotaryEmbedding)",
             {"embed_dim": 1536, "num_heads": 24},
             _split("embed_dim", "num_heads", 2),
+            10000.0,
+        )
+    },
+    # its pipeline: get_1d_rotary_pos_embed(attention_head_dim // 2, latent + duration tokens,
+    # use_real=True, repeat_interleave_real=False); the first half of each head rotates (rotate_half)
+    "StableAudioDiTModel": {
+        "rope": SequenceRope(
+            "stable_audio_transformer.py (its pipeline's get_1d_rotary_pos_embed)",
+            {"attention_head_dim": 64},
+            _key("attention_head_dim", 2),
             10000.0,
         )
     },

@@ -185,7 +185,20 @@ def _ace_step_call(module, n):
     )
 
 
+def _stable_audio_call(model, n):
+    """pipeline_stable_audio: get_1d_rotary_pos_embed(attention_head_dim // 2, n, use_real=True,
+    repeat_interleave_real=False), n the latent's and the duration tokens' sequence."""
+    from diffusers.models.embeddings import get_1d_rotary_pos_embed
+
+    return _real(
+        get_1d_rotary_pos_embed(
+            model.config.attention_head_dim // 2, n, use_real=True, repeat_interleave_real=False
+        )
+    )
+
+
 SEQUENCE_CALLS = {
+    "StableAudioDiTModel": _stable_audio_call,
     "StableAudio3DiTModel": lambda m, n: _real(_cat_cos_sin(m(n, torch.device("cpu")))),
     "MiniMaxMusic3Transformer1DModel": lambda m, n: _real(m(n, torch.device("cpu"))),
     "LongCatAudioDiTTransformer": lambda m, n: _real(m(torch.zeros(1, n, 1))),
@@ -196,6 +209,7 @@ OTHER_SIZES = {
     "HeliosTransformer3DModel": {"rope_dim": [32, 16, 16], "attention_head_dim": 64},
     "ChronoEditTransformer3DModel": {"attention_head_dim": 96},  # a width its two splits agree on
     "StableAudio3DiTModel": {"embed_dim": 768},
+    "StableAudioDiTModel": {"attention_head_dim": 32},
     "MiniMaxMusic3Transformer1DModel": {"rotary_dim": 16},
     "LongCatAudioDiTTransformer": {"dit_dim": 768},
     "AceStepTransformer1DModel": {"head_dim": 64},
@@ -303,6 +317,7 @@ ATTR.update(
     StableAudio3DiTModel="rotary_pos_emb",
     MiniMaxMusic3Transformer1DModel="rotary_emb",
     LongCatAudioDiTTransformer="rotary_embed",
+    StableAudioDiTModel=None,  # its pipeline builds the rotary embedding from the model's config
     AceStepTransformer1DModel=None,  # a function of its module, called with the model's own attributes
 )
 CALL.update(SEQUENCE_CALLS)

@@ -99,7 +99,6 @@ REASONS = {
     "PRXTransformer2DModel": PIPELINE,
     "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
     "SanaWMTransformer3DModel": FRACTIONAL,
-    "StableAudioDiTModel": PIPELINE,
     "WanAnimate2Transformer3DModel": "its own rope_apply over grid sizes: not read yet",
 }
 
