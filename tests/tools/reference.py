@@ -816,12 +816,18 @@ any array or text exists (service/core/sizing.py):
 whose bound is over 64 KiB, and any other answer over 1 MiB, is built in a thread, and a JSON text
 of more than 16,384 cells is written in pieces of that many (each a few ms at most) and sent as
 1 MiB blocks, never copied whole, so a large answer does not hold the worker's event loop (and
-its other requests) while it is built: `/healthz` on the same worker during a 41.5 MiB JSON
-answer waited at worst 10-36 ms in four runs of six on a 2-core host at load 6 (150-180 ms in
-the other two), where one orjson call over the whole text made it wait 150-230 ms in every run
-(measured by hand; `tests/integration/test_serve_answer_bounds.py` checks the order, not the
-milliseconds: `/healthz`, asked back to back, is answered several times before the large answer's
-head arrives, which the server sends once the whole text is built).
+its other requests) while it is built. `/healthz` on the same worker, asked back to back while
+another connection asks for one 20-60 MiB JSON answer after another, waited at p50 2.2 times and at
+p99 3.7 times what it waits on the idle worker (medians of three rounds on a shared 2-core host;
+the longest wait of a round was 100-190 ms beside the answers, 32 ms idle at the median):
+
+```
+python tests/bench/bench_big_answer.py --rounds 3 --seconds 4
+```
+
+`tests/integration/test_serve_answer_bounds.py` checks the order, not the milliseconds: `/healthz`,
+asked back to back, is answered several times before the large answer's head arrives, which the
+server sends once the whole text is built.
 
 ## KServe v2 (Open Inference Protocol)
 
