@@ -7,7 +7,8 @@ fields, and a token ``grid`` (models/grid.py) into the positions the class itsel
 - ``SectionRope``: frequencies per axis dealt over the half width, half-split over the whole head
   (GLM-Image, CogView4, MiniMax-H3): ``inv_freq`` with ``mrope_section``;
 - ``CenteredRope``: QwenImage's rows and columns centred on the image (``axes_coords``);
-- ``SequenceRope``: a 1-D sequence (the audio DiTs), a plain rope.
+- ``SequenceRope``: a 1-D sequence (the audio DiTs), a plain rope;
+- ``CropRope``, ``VideoCropRope``: a crop region of a base grid, fractional (HunyuanDiT, EasyAnimate).
 """
 
 from __future__ import annotations
@@ -403,3 +404,60 @@ def chronoedit_axes(cfg: Config) -> list:
             f"{hd} // 3 = {hd // 3}, which mixes its axes; posenc reads head widths where the two agree",
         )
     return wan_axes(cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoCropRope:
+    """EasyAnimate's EasyAnimateRotaryPosEmbed: get_3d_rotary_pos_embed(attention_head_dim, its crop
+    region, (h, w), frames): frames, rows, columns over d/4, 3d/8, 3d/8 columns (Flux's 1-D rope per
+    axis, interleaved, θ 10000); frames at 0..f−1, rows and columns at the linspace(start,
+    stop·(n−1)/n, n) of the crop region of a (60, 90) // patch_size base its
+    get_resize_crop_region_for_grid gives (``axes_coords``). A ``grid`` (frames, height, width in
+    patches) gives them."""
+
+    source: str
+    defaults: Mapping
+    grid_keys = ("frames", "height", "width")
+    positions = CROP
+
+    def derive(self, raw, layer_type, grid=None):
+        if layer_type is not None:
+            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
+        cfg = Config(raw, {}, self.defaults)
+        d = cfg.int("attention_head_dim")
+        if d % 16:
+            raise SpecError(
+                cfg.loc("attention_head_dim"),
+                f"must be a multiple of 16 (d/4 and 3d/8 columns of pairs per axis), got {d}",
+            )
+        sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))
+        f, h, w = sizes.get("frames", 1), sizes["height"], sizes["width"]
+        p = cfg.int("patch_size")
+        if not 1 <= p <= 60:
+            raise SpecError(
+                cfg.loc("patch_size"), f"must be 1 to 60 (its crop base is (60, 90) // patch_size), got {p}"
+            )
+        th, tw = 60 // p, 90 // p
+        if h / w > th / tw:  # its get_resize_crop_region_for_grid((h, w), tw, th)
+            rh, rw = th, int(round(th / h * w))
+        else:
+            rh, rw = int(round(tw / w * h)), tw
+        top, left = int(round((th - rh) / 2.0)), int(round((tw - rw) / 2.0))
+        coords = [[1.0, 0.0], [_step(top, top + rh, h), float(top)], [_step(left, left + rw, w), float(left)]]
+        here = (*LOC, "_class_name")
+        fields = {
+            "head_dim": d,
+            "rope_theta": 10000.0,
+            "axes_dim": [d // 4, d // 8 * 3, d // 8 * 3],
+            "layout": INTERLEAVED,
+            "axes_coords": coords,
+            "position_ids": model_grid.indices((f, h, w)),
+        }
+        origin = {k: model_grid.LOC for k in fields}
+        origin.update(
+            head_dim=cfg.loc("attention_head_dim"),
+            axes_dim=cfg.loc("attention_head_dim"),
+            rope_theta=here,
+            layout=here,
+        )
+        return Derived(fields, origin)

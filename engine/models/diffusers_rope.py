@@ -33,6 +33,7 @@ from .diffusers_axes import (  # noqa: F401  (the readings, and the position kin
     InterleavedMrope,
     SectionRope,
     SequenceRope,
+    VideoCropRope,
     chronoedit_axes,
     wan_axes,
 )
@@ -226,6 +227,12 @@ CLASSES: dict[str, dict] = {
         "rope": CropRope(
             "hunyuan_transformer_2d.py (its pipeline's get_2d_rotary_pos_embed)",
             {"attention_head_dim": 88},
+        )
+    },
+    "EasyAnimateTransformer3DModel": {
+        "rope": VideoCropRope(
+            "transformer_easyanimate.py (EasyAnimateRotaryPosEmbed)",
+            {"attention_head_dim": 64},
         )
     },
     # 1-D audio DiTs: a plain half-split rope over the sequence

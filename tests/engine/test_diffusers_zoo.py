@@ -38,7 +38,7 @@ READ = sorted(diffusers_rope.CLASSES)
 GRIDS = [(3, 4, 5), (1, 7, 2), (2, 3, 2)]
 TEXT = 6  # caption tokens beside the image, where the class places them
 # config keys a class has no default for (its __init__ says None) and its positions need
-REQUIRED = {"HunyuanDiT2DModel": {"patch_size": 2}}
+REQUIRED = {"HunyuanDiT2DModel": {"patch_size": 2}, "EasyAnimateTransformer3DModel": {"patch_size": 2}}
 # the classes whose positions only a grid gives (centred or fractional coordinates)
 GRID_ONLY = (diffusers_rope.CENTRED, diffusers_rope.CROP)
 
@@ -94,6 +94,7 @@ def _on_cpu(classes):
 # what a class whose __init__ defaults do not build takes besides (none of it positional)
 BUILD = {
     "HunyuanDiT2DModel": dict(in_channels=4, patch_size=2),
+    "EasyAnimateTransformer3DModel": dict(patch_size=2, in_channels=4, out_channels=4),
     "HiDreamImageTransformer2DModel": dict(
         patch_size=2, out_channels=16, caption_channels=[64, 64], llama_layers=[0] * 48
     ),
@@ -220,6 +221,7 @@ OTHER_SIZES = {
     "HiDreamImageTransformer2DModel": {"axes_dims_rope": [16, 8, 8]},
     "Cosmos3OmniTransformer": {"head_dim": 64, "rope_axes_dim": [12, 10, 10], "rope_theta": 500.0},
     "HunyuanDiT2DModel": {"attention_head_dim": 64, "patch_size": 1},
+    "EasyAnimateTransformer3DModel": {"attention_head_dim": 32, "patch_size": 1},
     "NucleusMoEImageTransformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
     "QwenImage21Transformer2DModel": {"axes_dims_rope": [8, 28, 28], "attention_head_dim": 64},
 }
@@ -298,6 +300,10 @@ def _hunyuandit_call(model, grid):
 
 
 CALL["HunyuanDiT2DModel"] = _hunyuandit_call
+ATTR["EasyAnimateTransformer3DModel"] = "rope_embedding"
+CALL["EasyAnimateTransformer3DModel"] = lambda m, grid: _real(  # forward(hidden_states [b, c, f, H, W])
+    m(torch.zeros(1, 1, grid[0], grid[1] * m.patch_size, grid[2] * m.patch_size))
+)
 ATTR["Cosmos3OmniTransformer"] = "rotary_emb"
 CALL["Cosmos3OmniTransformer"] = lambda m, pid: _real(
     m(torch.tensor(pid)[:, None], torch.device("cpu"), torch.float32)
@@ -584,6 +590,20 @@ def test_unknown_class_and_missing_key_are_refused_saying_what_to_send():
             },
         )
     assert e.value.loc == ("hf_config", "attention_head_dim") and "mixes its axes" in e.value.msg, e.value
+    # EasyAnimate: a head its own get_3d_rotary_pos_embed cannot split into pairs, a crop base of 0
+    for change, key in (
+        ({"attention_head_dim": 72, "patch_size": 2}, "attention_head_dim"),
+        ({"patch_size": 91}, "patch_size"),
+    ):
+        with pytest.raises(SpecError) as e:
+            compute(
+                "rope",
+                {
+                    "hf_config": {"_class_name": "EasyAnimateTransformer3DModel", **change},
+                    "grid": {"height": 2, "width": 2},
+                },
+            )
+        assert e.value.loc == ("hf_config", key), e.value
     # QwenImage21Rope's tables: positions 0..8191 and -1024..-1 (torch indexing past them wraps)
     for grid, key in (
         ({"text": 8192, "height": 2, "width": 2}, "text"),

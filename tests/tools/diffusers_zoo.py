@@ -84,7 +84,6 @@ REASONS = {
     "AllegroTransformer3DModel": PIPELINE,
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "CosmosTransformer3DModel": FRACTIONAL,
-    "EasyAnimateTransformer3DModel": PIPELINE,
     "Ideogram4Transformer2DModel": "multi-axis mrope of its own: not read yet",
     "JoyImageEditPlusTransformer3DModel": PIPELINE,
     "JoyImageEditTransformer3DModel": PIPELINE,
@@ -288,6 +287,11 @@ def _reads(record) -> str:
             return "`rope_freq_dim` frequencies shared by (t, h, w), θ `rope_theta`, half-split"
         scaled = "; rows i·`rope_axes_dim`[0]//height" if record.scaled_key else ""
         return f"rows then columns, d/4 frequencies each, θ 10000, half-split over the head{scaled}"
+    if kind == "VideoCropRope":
+        return (
+            "frames, rows, columns over d/4, 3d/8, 3d/8; rows and columns a crop of a (60, 90) // "
+            "patch_size base, fractional, θ 10000"
+        )
     if kind == "CropRope":
         return "its pipeline's crop of a 32-patch base (512 px): columns then rows, fractional, θ 10000"
     if kind == "InterleavedMrope":
