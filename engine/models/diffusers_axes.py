@@ -333,33 +333,43 @@ class CropRope:
         sizes = model_grid.parse(grid, self.grid_keys, self.grid_keys)
         h, w = sizes["height"], sizes["width"]
         base = 512 // 8 // cfg.int("patch_size")
-        if h / w > 1:  # get_resize_crop_region_for_grid
-            rh, rw = base, int(round(base / h * w))
-        else:
-            rh, rw = int(round(base / w * h)), base
-        top, left = int(round((base - rh) / 2.0)), int(round((base - rw) / 2.0))
-        coords = [  # column axis first, as its meshgrid(grid_w, grid_h, indexing="xy") deals them
-            [_step(left, left + rw, w), float(left)],
-            [_step(top, top + rh, h), float(top)],
-        ]
+        row, col = _crop(h, w, base, base)
         rows, cols = model_grid.indices((h, w))
-        here = (*LOC, "_class_name")
-        fields = {
-            "head_dim": d,
-            "rope_theta": 10000.0,
-            "axes_dim": [d // 2, d // 2],
-            "layout": INTERLEAVED,
-            "axes_coords": coords,
-            "position_ids": np.stack([cols, rows]),
-        }
-        origin = {k: model_grid.LOC for k in fields}
-        origin.update(
-            head_dim=cfg.loc("attention_head_dim"),
-            axes_dim=cfg.loc("attention_head_dim"),
-            rope_theta=here,
-            layout=here,
-        )
-        return Derived(fields, origin)
+        # column axis first, as its meshgrid(grid_w, grid_h, indexing="xy") deals them
+        return _crop_rope(cfg, [d // 2, d // 2], [col, row], np.stack([cols, rows]))
+
+
+def _crop(h: int, w: int, th: int, tw: int) -> tuple[list, list]:
+    """[scale, offset] of the rows and of the columns: the linspace(start, stop·(n−1)/n, n) over the
+    crop region get_resize_crop_region_for_grid((h, w), tw, th) gives, of a th x tw base."""
+    if h / w > th / tw:
+        rh, rw = th, int(round(th / h * w))
+    else:
+        rh, rw = int(round(tw / w * h)), tw
+    top, left = int(round((th - rh) / 2.0)), int(round((tw - rw) / 2.0))
+    return [_step(top, top + rh, h), float(top)], [_step(left, left + rw, w), float(left)]
+
+
+def _crop_rope(cfg: Config, axes_dim: list, coords: list, ids: np.ndarray) -> Derived:
+    """The fields of a crop-region rope: Flux's 1-D rope per axis (interleaved, θ 10000) over
+    attention_head_dim, at ``coords`` (``axes_coords``) of the grid's indices ``ids``."""
+    here = (*LOC, "_class_name")
+    fields = {
+        "head_dim": cfg.int("attention_head_dim"),
+        "rope_theta": 10000.0,
+        "axes_dim": axes_dim,
+        "layout": INTERLEAVED,
+        "axes_coords": coords,
+        "position_ids": ids,
+    }
+    origin = {k: model_grid.LOC for k in fields}
+    origin.update(
+        head_dim=cfg.loc("attention_head_dim"),
+        axes_dim=cfg.loc("attention_head_dim"),
+        rope_theta=here,
+        layout=here,
+    )
+    return Derived(fields, origin)
 
 
 def _step(start: int, stop: int, n: int) -> float:
@@ -437,27 +447,7 @@ class VideoCropRope:
             raise SpecError(
                 cfg.loc("patch_size"), f"must be 1 to 60 (its crop base is (60, 90) // patch_size), got {p}"
             )
-        th, tw = 60 // p, 90 // p
-        if h / w > th / tw:  # its get_resize_crop_region_for_grid((h, w), tw, th)
-            rh, rw = th, int(round(th / h * w))
-        else:
-            rh, rw = int(round(tw / w * h)), tw
-        top, left = int(round((th - rh) / 2.0)), int(round((tw - rw) / 2.0))
-        coords = [[1.0, 0.0], [_step(top, top + rh, h), float(top)], [_step(left, left + rw, w), float(left)]]
-        here = (*LOC, "_class_name")
-        fields = {
-            "head_dim": d,
-            "rope_theta": 10000.0,
-            "axes_dim": [d // 4, d // 8 * 3, d // 8 * 3],
-            "layout": INTERLEAVED,
-            "axes_coords": coords,
-            "position_ids": model_grid.indices((f, h, w)),
-        }
-        origin = {k: model_grid.LOC for k in fields}
-        origin.update(
-            head_dim=cfg.loc("attention_head_dim"),
-            axes_dim=cfg.loc("attention_head_dim"),
-            rope_theta=here,
-            layout=here,
+        row, col = _crop(h, w, 60 // p, 90 // p)
+        return _crop_rope(
+            cfg, [d // 4, d // 8 * 3, d // 8 * 3], [[1.0, 0.0], row, col], model_grid.indices((f, h, w))
         )
-        return Derived(fields, origin)
