@@ -81,7 +81,9 @@ FILL = {
 PIPELINE = "its pipeline builds the rotary embedding (image_rotary_emb), not the transformer: not read yet"
 FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
 REASONS = {
-    "AllegroTransformer3DModel": PIPELINE,
+    # its pipeline's get_3d_rotary_pos_embed_allegro: a third of the head per axis, each rotate_half
+    # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
+    "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "CosmosTransformer3DModel": FRACTIONAL,
     "Ideogram4Transformer2DModel": "multi-axis mrope of its own: not read yet",
@@ -91,7 +93,9 @@ REASONS = {
     "Kandinsky6SRTransformer3DModel": FRACTIONAL,
     "Kandinsky6Transformer3DModel": FRACTIONAL,
     "LTX2VideoTransformer3DModel": FRACTIONAL,
-    "LTXVideoTransformer3DModel": FRACTIONAL,
+    # LTXVideoRotaryPosEmbed(dim=inner_dim): inner_dim % 6 unrotated columns first (2 by default)
+    "LTXVideoTransformer3DModel": "its table spans the whole inner width with inner_dim % 6 unrotated columns "
+    "first (2 by default), frequencies interleaved across axes: not read yet",
     "LuminaNextDiT2DModel": PIPELINE,
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
     "OmniGenTransformer2DModel": "Phi-3's su-scaled rotary class of its own; its defaults do not build: not read yet",
