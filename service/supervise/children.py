@@ -61,7 +61,9 @@ class Children:
             threading.Thread(target=self._watch, args=(i,), daemon=True, name=f"grpc-watch-{i}").start()
 
     def _spawn(self) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "posenc.service.supervise.grpc_main", "--exit-with-parent"])
+        return subprocess.Popen(
+            [sys.executable, "-m", "posenc.service.supervise.grpc_main", "--exit-with-parent"]
+        )
 
     def _watch(self, i: int) -> None:
         """Restart process ``i`` when it dies: at once when it had served for STABLE_S (or it is

@@ -115,7 +115,8 @@ def test_service_container_matches_settings():
 
     assert probe("startupProbe") == (READY_PATH, s.port)
     assert probe("livenessProbe") == (HEALTH_PATH, s.port)
-    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port  # grpc.health.v1 (service/supervise/grpc_main.py)
+    # grpc.health.v1 (service/supervise/grpc_main.py)
+    assert c["readinessProbe"]["grpc"]["port"] == s.grpc_port
     ann = dep["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/path"] == METRICS_PATH
     assert int(ann["prometheus.io/port"]) == s.port
