@@ -391,6 +391,7 @@ SCHEMA = {
             "minItems": 1,
             "items": {"type": "integer", "minimum": 0, "maximum": POSITION_LIMIT - 1},
         },
+        "default": None,
         "description": "with mrope_section, mrope_axes or axes_dim, instead of positions: one list per axis",
     },
 }
