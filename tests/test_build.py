@@ -26,6 +26,7 @@ EXTENSIONS = {
         "service/shortcut/vendor/**/*.h",
         "engine/kernels/alibi_cell.h",
         "engine/kernels/native_api.h",
+        "engine/kernels/row_gather.h",
     ),
     "posenc.loadtest._sender": ("loadtest/_sender.c",),
 }
@@ -56,3 +57,22 @@ def test_extension_is_built_from_the_current_sources(name):
         f"{built.relative_to(ROOT)} is older than {', '.join(newer)}: rebuild it "
         "(pip install -e . or python setup.py build_ext --inplace)"
     )
+
+
+def test_every_package_folder_is_installed():
+    """A plain ``pip install .`` installs every package of the checkout: pyproject.toml lists its
+    packages by name (the editable install maps whole folders and would not notice one missing,
+    while an installed posenc would fail to import it)."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    found = set()
+    for name, folder in tool["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([name, *rel.parts]))
+    missing = sorted(found - listed)
+    assert not missing, f"folders with an __init__.py that pyproject.toml's packages lacks: {missing}"
+    stale = sorted(listed - found)
+    assert not stale, f"pyproject.toml lists packages with no folder: {stale}"
