@@ -41,6 +41,14 @@ GRID_KEYS = {
 }
 
 
+def read_config(raw, layer_type, defaults: Mapping) -> Config:
+    """A diffusers transformer config read with its class's defaults (a ``layer_type`` is refused:
+    they have none)."""
+    if layer_type is not None:
+        raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
+    return Config(raw, {}, defaults)
+
+
 @dataclasses.dataclass(frozen=True)
 class AxesRope:
     """A frequency set per axis over the head (``axes_dim`` rope). ``axes`` is the config key of the
@@ -65,9 +73,7 @@ class AxesRope:
         return None if keys is None else keys[0]
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         if callable(self.axes):
             axes, axes_loc = self.axes(cfg), cfg.loc(self.head_dim)
         else:
@@ -131,9 +137,7 @@ class SequenceRope:
     grid_keys = None  # a sequence, not a token grid: plain positions
 
     def derive(self, raw, layer_type):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         width, key = self.width(cfg)
         theta, theta_loc = _theta(cfg, self.theta)
         return Derived(
@@ -161,9 +165,7 @@ class SectionRope:
         return ("height", "width") if self.positions == GRID else None
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         if self.shared:
             n, key = cfg.int("rope_freq_dim"), "rope_freq_dim"
             theta, theta_loc = _theta(cfg, "rope_theta")
@@ -222,9 +224,7 @@ class CenteredRope:
     text_first: bool = False
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         if cfg.get("use_layer3d_rope"):
             raise SpecError(cfg.loc("use_layer3d_rope"), "QwenEmbedLayer3DRope (layered images) is not read")
         sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))
@@ -278,9 +278,7 @@ class InterleavedMrope:
     grid_keys = None
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         section, where = cfg.get("rope_axes_dim"), cfg.loc("rope_axes_dim")
         if section is None:
             scaling = cfg.block("rope_scaling") or {}
@@ -322,9 +320,7 @@ class CropRope:
     positions = CROP
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         d = cfg.int("attention_head_dim")
         if d % 4:
             raise SpecError(
@@ -431,9 +427,7 @@ class VideoCropRope:
     positions = CROP
 
     def derive(self, raw, layer_type, grid=None):
-        if layer_type is not None:
-            raise SpecError(("layer_type",), "diffusers transformer configs have no layer types")
-        cfg = Config(raw, {}, self.defaults)
+        cfg = read_config(raw, layer_type, self.defaults)
         d = cfg.int("attention_head_dim")
         if d % 16:
             raise SpecError(
