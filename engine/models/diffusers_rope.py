@@ -18,6 +18,7 @@ import json
 import pathlib
 from collections.abc import Callable
 
+from . import diffusers_cosmos, diffusers_ltx, diffusers_more, diffusers_pipeline
 from .config import Config
 from .diffusers_axes import (  # noqa: F401  (the readings, and the position kinds the tests name)
     CENTRED,
@@ -326,6 +327,16 @@ CLASSES: dict[str, dict] = {
         )
     },
 }
+
+# the groups read in modules of their own (each with its zoo test, tests/engine/test_diffusers_zoo_<group>.py)
+GROUPS = {
+    "ltx": diffusers_ltx.CLASSES,
+    "cosmos": diffusers_cosmos.CLASSES,
+    "pipeline": diffusers_pipeline.CLASSES,
+    "more": diffusers_more.CLASSES,
+}
+for _group in GROUPS.values():
+    CLASSES.update(_group)
 
 # The rotary classes of diffusers 0.42.1 not read, and why (engine/models/diffusers_zoo.json, written by
 # tests/tools/diffusers_zoo.py): GET /v1/models lists them, and a config of one is a 422 that says why.

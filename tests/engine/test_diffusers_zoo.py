@@ -33,7 +33,9 @@ from tests.tools import diffusers_zoo, hf_zoo
 
 diffusers = diffusers_zoo._quiet()
 CATALOGUE = json.loads(diffusers_zoo.TABLE.read_text())
-READ = sorted(diffusers_rope.CLASSES)
+# the classes this file's cases cover; a group of diffusers_rope.GROUPS has its own test file
+# (tests/engine/test_diffusers_zoo_<group>.py)
+READ = sorted(set(diffusers_rope.CLASSES).difference(*diffusers_rope.GROUPS.values()))
 # the latent grids the tests ask for (frames, rows, columns in patches; 2-D classes take the last two)
 GRIDS = [(3, 4, 5), (1, 7, 2), (2, 3, 2)]
 TEXT = 6  # caption tokens beside the image, where the class places them
@@ -57,7 +59,7 @@ def test_the_catalogue_is_what_the_tool_writes():
 
 
 def test_every_record_is_a_rotary_class_of_the_catalogue_with_its_defaults():
-    for name in READ:
+    for name in sorted(diffusers_rope.CLASSES):
         row = CATALOGUE["classes"].get(name)
         assert row is not None, f"{name} is not a transformer class of diffusers {diffusers.__version__}"
         assert row["kind"] == "rotary", (name, row["kinds"])
@@ -671,7 +673,7 @@ def test_class_over_http(http, name):
 
 def test_models_lists_the_diffusers_classes(http):
     got = http.get("/v1/models").json()
-    for name in READ:
+    for name in sorted(diffusers_rope.CLASSES):
         assert got["diffusers_classes"][name] == {"rope": registry.CLASSES[name]["rope"].source}
     assert got["diffusers_rotary_not_read"] == NOT_READ
 
