@@ -383,7 +383,10 @@ EXAMPLES.update({"t5-buckets": buckets.EXAMPLE, "sinusoidal": sinusoidal.EXAMPLE
 # family -> the layer_type its example needs
 EXAMPLE_LAYER_TYPES = {"t5-buckets": buckets.EXAMPLE_LAYER_TYPE}
 # diffusers configs: by _class_name; timm configs: by the architecture (the registered model name)
-CLASSES = {**vision.CLASSES, **diffusers_rope.CLASSES, **diffusers_grid.CLASSES}
+CLASSES: dict[str, dict] = {}  # _class_name -> {family: record}: a class may carry two (OmniGen)
+for _records in (vision.CLASSES, diffusers_rope.CLASSES, diffusers_grid.CLASSES):
+    for _name, _by in _records.items():
+        CLASSES.setdefault(_name, {}).update(_by)
 ARCHITECTURES = timm_vit.ARCHITECTURES
 # the key a config names its model by, and the records that key reads (model_type when none is present)
 BY_KEY = {"model_type": MODELS, "_class_name": CLASSES, "architecture": ARCHITECTURES}

@@ -86,7 +86,6 @@ REASONS = {
     "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "CosmosTransformer3DModel": FRACTIONAL,
-    "Ideogram4Transformer2DModel": "multi-axis mrope of its own: not read yet",
     "JoyImageEditPlusTransformer3DModel": PIPELINE,
     "JoyImageEditTransformer3DModel": PIPELINE,
     "Kandinsky5Transformer3DModel": FRACTIONAL,
@@ -98,11 +97,9 @@ REASONS = {
     "first (2 by default), frequencies interleaved across axes: not read yet",
     "LuminaNextDiT2DModel": PIPELINE,
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
-    "OmniGenTransformer2DModel": "Phi-3's su-scaled rotary class of its own; its defaults do not build: not read yet",
     "PRXTransformer2DModel": PIPELINE,
     "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
     "SanaWMTransformer3DModel": FRACTIONAL,
-    "WanAnimate2Transformer3DModel": "its own rope_apply over grid sizes: not read yet",
 }
 
 
@@ -275,12 +272,15 @@ FORMS = {
     "ErnieImageTransformer2DModel": "raw angles [a0, a0, a1, a1, …] (its attention pairs k with k + d/2)",
     "StableAudio3DiTModel": "raw angles cat(freqs, freqs)",
     "HeliosTransformer3DModel": "cos then sin, stacked on one axis",
+    "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
 }
 
 
 def _reads(record) -> str:
     """What a record reads of the config, said from its fields."""
 
+    if getattr(record, "reads", None):  # a record that says it itself (diffusers_more.py)
+        return record.reads
     theta = f"`{record.theta}`" if isinstance(getattr(record, "theta", None), str) else None
     kind = type(record).__name__
     if kind == "SequenceRope":

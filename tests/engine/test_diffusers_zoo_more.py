@@ -1,0 +1,302 @@
+"""diffusers' rotary transformers of engine/models/diffusers_more.py (Ideogram4, OmniGen,
+Wan-Animate 2), against each class's own positional code.
+
+As tests/engine/test_diffusers_zoo.py (whose helpers this file uses): each class is built from its
+config on the meta device with its positional module on the CPU, the module (or the function its
+attention calls) is called as the transformer calls it, for the positions the model or its pipeline
+builds, and posenc must give the same cos/sin within ``hf_zoo.tolerance`` through ``compute``, from
+the config as diffusers saves it and from its ``_class_name`` (with only the keys the class has no
+default for), for a config of other sizes, and over HTTP (JSON and binary).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from posenc.engine.answer.pipeline import compute
+from posenc.engine.core.errors import SpecError
+from posenc.engine.core.formats import read_safetensors
+from posenc.engine.models import diffusers_more
+from tests.engine.test_diffusers_zoo import ATTR, _built, _check, _real
+from tests.procs import serve_for_module
+
+IDEOGRAM, OMNIGEN, ANIMATE = (
+    "Ideogram4Transformer2DModel",
+    "OmniGenTransformer2DModel",
+    "WanAnimate2Transformer3DModel",
+)
+ATTR.update({IDEOGRAM: "rotary_emb", OMNIGEN: "rope", ANIMATE: None})
+
+
+def _saved(name, config=None):
+    """The config as diffusers saves it (``model.config``: the class's defaults filled in)."""
+    model, _ = _built(name, config)
+    return {"_class_name": name, **{k: v for k, v in dict(model.config).items() if not k.startswith("_")}}
+
+
+def _rope(name, body, sel):
+    return compute("rope", {"hf_config": json.loads(json.dumps({"_class_name": name, **body})), **sel})
+
+
+# -- Ideogram4: Ideogram4MRoPE at the ids its pipeline packs ---------------------------------------
+
+# (text tokens, padded text length, grid rows, grid columns)
+PACKS = [(6, 8, 4, 5), (1, 1, 7, 2), (3, 5, 3, 2)]
+
+
+def _ideogram_ids(text, pad, h, w):
+    """Ideogram4Pipeline._prepare_ids: [left pad][text (i, i, i)][image 65536 + (0, row, column)]."""
+    from diffusers.pipelines.ideogram4.pipeline_ideogram4 import Ideogram4Pipeline
+
+    ids, _, _ = Ideogram4Pipeline._prepare_ids([text], h, w, pad, torch.device("cpu"))
+    return ids
+
+
+def _ideogram_case(module, pack):
+    ids = _ideogram_ids(*pack)
+    return ids[0].numpy().T, _real(module(ids))  # Ideogram4MRoPE.forward(position_ids [b, n, 3])
+
+
+def test_ideogram4_vs_its_mrope():
+    saved = _saved(IDEOGRAM)
+    _, module = _built(IDEOGRAM)
+    for pack in PACKS:
+        pid, (cos, sin) = _ideogram_case(module, pack)
+        assert pid.max() >= 65536, pid.max()  # the image's offset is in the positions compared
+        sel = {"position_ids": pid.tolist()}
+        full = _rope(IDEOGRAM, saved, sel)
+        _check(full, cos, sin, pid, f"Ideogram4 {pack} (saved config)")
+        bare = _rope(IDEOGRAM, {}, sel)
+        _check(bare, cos, sin, pid, f"Ideogram4 {pack} (_class_name alone)")
+        assert bare["spec"] == full["spec"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"attention_head_dim": 64, "mrope_section": [12, 10, 10], "rope_theta": 500},  # covers d/2
+        {"attention_head_dim": 64, "mrope_section": [4, 3, 9]},  # rows and columns uneven, t the rest
+    ],
+)
+def test_ideogram4_other_sizes(change):
+    _, module = _built(IDEOGRAM, change)
+    pid, (cos, sin) = _ideogram_case(module, PACKS[0])
+    _check(_rope(IDEOGRAM, change, {"position_ids": pid.tolist()}), cos, sin, pid, f"Ideogram4 {change}")
+
+
+def test_ideogram4_refuses_a_section_past_its_frequencies():
+    """mrope_section[1] = 50 of d/2 = 128: its index arange(1, 150, 3) leaves the frequencies."""
+    change = {"mrope_section": [24, 50, 20]}
+    _, module = _built(IDEOGRAM, change)
+    with pytest.raises(IndexError):
+        module(_ideogram_ids(*PACKS[0]))
+    with pytest.raises(SpecError) as e:
+        _rope(IDEOGRAM, change, {"position_ids": [[0], [0], [0]]})
+    assert e.value.loc == ("hf_config", "mrope_section", 1), e.value
+
+
+# -- OmniGen: Phi-3's su-scaled rope at its collator's positions -----------------------------------
+
+
+def _factors(n, lo, hi):
+    return np.round(np.linspace(lo, hi, n), 4).tolist()
+
+
+SCALING = {"type": "su", "short_factor": _factors(48, 1.0, 1.5), "long_factor": _factors(48, 1.0, 40.0)}
+# (text tokens, padded text length, image tokens): the last passes original_max_position_embeddings
+COLLATES = [(5, 7, 16), (1, 3, 64), (20, 20, 4200)]
+
+
+def _omnigen_case(module, collate):
+    """OmniGenCollator.create_position (its pipeline's positions), then rope(hidden, position_ids)."""
+    from diffusers.pipelines.omnigen.processor_omnigen import OmniGenCollator
+
+    text, pad, image = collate
+    mask = torch.tensor([[0] * (pad - text) + [1] * text])
+    position_ids = OmniGenCollator().create_position(mask, [image])
+    return position_ids.numpy(), _real(module(torch.zeros(1), position_ids))
+
+
+def test_omnigen_vs_its_su_scaled_rope():
+    saved = _saved(OMNIGEN, {"rope_scaling": SCALING})
+    _, module = _built(OMNIGEN, {"rope_scaling": SCALING})
+    for collate in COLLATES:
+        pid, (cos, sin) = _omnigen_case(module, collate)
+        sel = {"positions": pid[0].tolist()}
+        full = _rope(OMNIGEN, saved, sel)
+        _check(full, cos, sin, pid, f"OmniGen {collate} (saved config)")
+        bare = _rope(OMNIGEN, {"rope_scaling": SCALING}, sel)  # rope_scaling: it has no default
+        _check(bare, cos, sin, pid, f"OmniGen {collate} (_class_name and rope_scaling)")
+        assert bare["spec"] == full["spec"]
+    assert pid.max() + 1 > saved["original_max_position_embeddings"]  # the long factors were compared
+
+
+def test_omnigen_other_sizes():
+    """Another head, θ, and max_position_embeddings at the original one (attention factor 1)."""
+    change = {
+        "hidden_size": 1536,
+        "num_attention_heads": 24,
+        "rope_base": 500,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"short_factor": _factors(32, 0.5, 2.0), "long_factor": _factors(32, 1.0, 8.0)},
+    }
+    _, module = _built(OMNIGEN, change)
+    for collate in (COLLATES[0], COLLATES[2]):
+        pid, (cos, sin) = _omnigen_case(module, collate)
+        got = _rope(OMNIGEN, change, {"positions": pid[0].tolist()})
+        _check(got, cos, sin, pid, f"OmniGen {change['hidden_size']} {collate}")
+
+
+def test_omnigen_without_its_factors_is_refused_naming_the_key():
+    with pytest.raises(TypeError):  # the class itself: rope_scaling["short_factor"] of None
+        _built(OMNIGEN)
+    with pytest.raises(SpecError) as e:
+        _rope(OMNIGEN, {}, {"positions": [0, 1]})
+    assert e.value.loc == ("hf_config", "rope_scaling") and "short_factor" in e.value.msg, e.value
+    with pytest.raises(SpecError) as e:  # d/2 = 48 factors
+        _rope(OMNIGEN, {"rope_scaling": {**SCALING, "short_factor": [1.0] * 47}}, {"positions": [0]})
+    assert e.value.loc == ("hf_config", "rope_scaling", "short_factor"), e.value
+
+
+# -- Wan-Animate 2: rope_apply over the generation grid and the reference latent --------------------
+
+
+def _apply(model, grid, offsets, stride):
+    """rope_apply(x, grid_sizes, model._rope_freqs(offsets), stride) on x whose pairs are (1, 0):
+    the rotated pairs are (cos, sin) of each token's angles, as its attention multiplies them."""
+    import sys
+
+    rope_apply = sys.modules[type(model).__module__].rope_apply
+    d = model.config.dim // model.config.num_heads
+    n = int(np.prod(grid))
+    x = torch.zeros(1, n, 1, d)
+    x[..., 0::2] = 1.0
+    out = rope_apply(x, torch.tensor([grid]), model._rope_freqs(offsets, torch.device("cpu")), stride)[
+        0, :, 0
+    ]
+    cos, sin = out[:, 0::2], out[:, 1::2]
+    return cos.repeat_interleave(2, dim=1), sin.repeat_interleave(2, dim=1)
+
+
+def _animate_case(model, grid, ref=None):
+    """The cached pass: the generation tokens (offsets 0, stride 1), then the reference keys at the
+    refer_offset_* (a negative one: the reference grid's size on that axis) and every refer_stride-th frame."""
+    cos, sin = _apply(model, grid, (0, 0, 0), 1)
+    ids = [np.stack(np.meshgrid(*map(np.arange, grid), indexing="ij")).reshape(3, -1)]
+    if ref is not None:
+        c = model.config
+        offsets = tuple(
+            o if o >= 0 else ref[a]
+            for a, o in enumerate((c.refer_offset_t, c.refer_offset_h, c.refer_offset_w))
+        )
+        rcos, rsin = _apply(model, ref, offsets, c.refer_stride)
+        cos, sin = torch.cat([cos, rcos]), torch.cat([sin, rsin])
+        rid = np.stack(np.meshgrid(*map(np.arange, ref), indexing="ij")).reshape(3, -1)
+        ids.append(rid * np.array([[c.refer_stride], [1], [1]]) + np.array(offsets)[:, None])
+    return np.concatenate(ids, axis=1), (cos.double().numpy(), sin.double().numpy())
+
+
+ANIMATE_GRIDS = [((3, 4, 5), None), ((1, 7, 2), (1, 7, 2)), ((2, 3, 2), (3, 2, 4))]
+
+
+def _animate_grid(grid, ref):
+    body = dict(zip(("frames", "height", "width"), grid))
+    if ref is not None:
+        body.update(zip(diffusers_more.REFERENCE, ref))
+    return {"grid": body}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {
+            "dim": 768,
+            "num_heads": 8,
+            "refer_offset_t": 3,
+            "refer_offset_h": -1,
+            "refer_offset_w": 0,
+            "refer_stride": 2,
+        },
+    ],
+)
+def test_wan_animate2_vs_its_rope_apply(change):
+    model, _ = _built(ANIMATE, change)
+    saved = _saved(ANIMATE, change)
+    for grid, ref in ANIMATE_GRIDS:
+        pid, (cos, sin) = _animate_case(model, grid, ref)
+        what = f"Wan-Animate 2 {change} {grid} {ref}"
+        for body in (saved, change):
+            _check(_rope(ANIMATE, body, _animate_grid(grid, ref)), cos, sin, pid, f"{what} grid")
+        _check(_rope(ANIMATE, change, {"position_ids": pid.tolist()}), cos, sin, pid, f"{what} position_ids")
+
+
+def test_wan_animate2_refuses_grids_past_its_tables_and_odd_heads():
+    model, _ = _built(ANIMATE)
+    with pytest.raises(RuntimeError):  # its own rope_apply: 513 frames of a 512-row table
+        _apply(model, (513, 1, 1), (0, 0, 0), 1)
+    for grid, key in (
+        ({"frames": 513, "height": 1, "width": 1}, "frames"),
+        (
+            {"height": 1, "width": 1, "reference_frames": 2, "reference_height": 1, "reference_width": 513},
+            "reference_width",
+        ),
+        ({"height": 1, "width": 1, "reference_frames": 2}, "reference_height"),
+    ):
+        with pytest.raises(SpecError) as e:
+            _rope(ANIMATE, {}, {"grid": grid})
+        assert e.value.loc == ("grid", key), e.value
+    with pytest.raises(RuntimeError):  # 3 reference frames every 300th: rows 0, 300 and 600 of 512
+        _apply(model, (3, 1, 1), (0, 0, 0), 300)
+    ref = {"height": 1, "width": 1, **dict.fromkeys(diffusers_more.REFERENCE, 3)}
+    with pytest.raises(SpecError) as e:
+        _rope(ANIMATE, {"refer_stride": 300}, {"grid": ref})
+    assert e.value.loc == ("grid", "reference_frames"), e.value
+    assert _rope(ANIMATE, {"refer_stride": 255}, {"grid": ref})["cos"] is not None  # rows 0, 255, 510
+    with pytest.raises(SpecError) as e:  # 5120 // 1024 = 5: rope_params asserts even widths
+        _rope(ANIMATE, {"num_heads": 1024}, {"grid": {"height": 1, "width": 1}})
+    assert e.value.loc == ("hf_config", "dim"), e.value
+
+
+# -- over HTTP -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory, request):
+    served = serve_for_module(tmp_path_factory.mktemp("dzoo_more"), request, None, workers=1)
+    with httpx.Client(base_url=served.url, timeout=60) as c:
+        yield c
+
+
+def _cases():
+    _, ideogram = _built(IDEOGRAM)
+    pid, (cos, sin) = _ideogram_case(ideogram, PACKS[0])
+    yield IDEOGRAM, _saved(IDEOGRAM), {"position_ids": pid.tolist()}, pid, cos, sin
+    _, omnigen = _built(OMNIGEN, {"rope_scaling": SCALING})
+    pid, (cos, sin) = _omnigen_case(omnigen, COLLATES[2])
+    yield OMNIGEN, _saved(OMNIGEN, {"rope_scaling": SCALING}), {"positions": pid[0].tolist()}, pid, cos, sin
+    animate, _ = _built(ANIMATE)
+    grid, ref = ANIMATE_GRIDS[2]
+    pid, (cos, sin) = _animate_case(animate, grid, ref)
+    yield ANIMATE, _saved(ANIMATE), _animate_grid(grid, ref), pid, cos, sin
+
+
+def test_over_http(http):
+    for name, config, sel, pid, cos, sin in _cases():
+        body = {"hf_config": config, **sel}
+        r = http.post("/v1/rope", json=body, headers={"accept": "application/x-safetensors"})
+        assert r.status_code == 200, (name, r.text[:300])
+        arrays, _ = read_safetensors(r.content)
+        _check(
+            {k: arrays[k].astype(np.float64) for k in ("cos", "sin")}, cos, sin, pid, f"{name} HTTP binary"
+        )
+        j = http.post("/v1/rope", json=body)
+        assert j.status_code == 200, (name, j.text[:300])
+        _check({k: np.array(j.json()[k]) for k in ("cos", "sin")}, cos, sin, pid, f"{name} HTTP JSON")
+    r = http.post("/v1/rope", json={"hf_config": {"_class_name": OMNIGEN}, "positions": [0]})
+    assert r.status_code == 422 and "rope_scaling" in r.text, r.text[:300]
