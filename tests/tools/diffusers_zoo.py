@@ -85,12 +85,8 @@ REASONS = {
     # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
     "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
-    "CosmosTransformer3DModel": FRACTIONAL,
     "JoyImageEditPlusTransformer3DModel": PIPELINE,
     "JoyImageEditTransformer3DModel": PIPELINE,
-    "Kandinsky5Transformer3DModel": FRACTIONAL,
-    "Kandinsky6SRTransformer3DModel": FRACTIONAL,
-    "Kandinsky6Transformer3DModel": FRACTIONAL,
     "LTX2VideoTransformer3DModel": FRACTIONAL,
     # LTXVideoRotaryPosEmbed(dim=inner_dim): inner_dim % 6 unrotated columns first (2 by default)
     "LTXVideoTransformer3DModel": "its table spans the whole inner width with inner_dim % 6 unrotated columns "
@@ -272,6 +268,10 @@ FORMS = {
     "ErnieImageTransformer2DModel": "raw angles [a0, a0, a1, a1, …] (its attention pairs k with k + d/2)",
     "StableAudio3DiTModel": "raw angles cat(freqs, freqs)",
     "HeliosTransformer3DModel": "cos then sin, stacked on one axis",
+    **dict.fromkeys(
+        ("Kandinsky5Transformer3DModel", "Kandinsky6Transformer3DModel", "Kandinsky6SRTransformer3DModel"),
+        "2x2 rotation matrices [[cos, −sin], [sin, cos]] per pair",
+    ),
     "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
 }
 
