@@ -196,8 +196,12 @@ def test_a_grid_only_class_refuses_position_ids_and_wants_a_grid():
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory, request):
-    served = serve_for_module(tmp_path_factory.mktemp("dzoo_cosmos"), request, None, workers=1)
+def served(tmp_path_factory, request):
+    return serve_for_module(tmp_path_factory.mktemp("dzoo_cosmos"), request, None, workers=1)
+
+
+@pytest.fixture(scope="module")
+def http(served):
     with httpx.Client(base_url=served.url, timeout=60) as c:
         yield c
 
@@ -218,3 +222,40 @@ def test_class_over_http(http, name):
     _check({k: np.array(j.json()[k]) for k in ("cos", "sin")}, cos, sin, coords, f"{name} over HTTP JSON")
     bad = http.post("/v1/rope", json={**body, "grid": {"height": 200, "width": 8}})
     assert bad.status_code == 422 and "grid" in bad.text, bad.text[:300]
+
+
+def test_kserve_v2_and_the_co_located_client_read_the_same(served, http):
+    """KServe v2: the config and its grid in ``parameters.spec`` (Cosmos, no inputs), or Kandinsky 6's
+    position_ids as the input tensor; Client.lookup (shared memory) answers the same bodies."""
+    from posenc.engine.reader.client import Client
+
+    cosmos, cosmos_module = _built(COSMOS)
+    k6, k6_module = _built(K6)
+    (grid, fps), frames = CASES[COSMOS][1], [0, 1, 2, 0]
+    pid = _coords(K6, k6, (4, 3, 2), frame_pos=frames).astype(np.int64)
+    cases = [  # (class, spec's selection, position_ids input, its module's cos and sin, coordinates)
+        (
+            COSMOS,
+            {"grid": _grid(grid, fps)},
+            None,
+            _call(COSMOS, cosmos, cosmos_module, grid, fps),
+            _coords(COSMOS, cosmos, grid, fps),
+        ),
+        (K6, {}, pid, _call(K6, k6, k6_module, (4, 3, 2), frame_pos=frames), pid),
+    ]
+    for name, sel, ids, (cos, sin), coords in cases:
+        spec = {"hf_config": {"_class_name": name}, **sel}
+        inputs = []
+        if ids is not None:
+            flat = ids.reshape(-1).tolist()
+            inputs = [{"name": "position_ids", "datatype": "INT64", "shape": list(ids.shape), "data": flat}]
+        r = http.post(
+            "/v2/models/rope/infer", json={"parameters": {"spec": json.dumps(spec)}, "inputs": inputs}
+        )
+        assert r.status_code == 200, (name, r.text[:300])
+        out = {o["name"]: np.array(o["data"]).reshape(o["shape"]) for o in r.json()["outputs"]}
+        _check(out, cos, sin, coords, f"{name} over KServe v2")
+        body = {**spec, **({} if ids is None else {"position_ids": ids.tolist()})}
+        got = Client(namespace=served.namespace).lookup("rope", body)
+        got = {k: np.asarray(got[k], dtype=np.float64) for k in ("cos", "sin")}
+        _check(got, cos, sin, coords, f"{name} Client.lookup")
