@@ -78,22 +78,17 @@ FILL = {
 
 # Why each rotary class posenc does not read is not read (a rotary class left out of the records and
 # missing here is written as "not read: no reason given", which the zoo test refuses).
-PIPELINE = "its pipeline builds the rotary embedding (image_rotary_emb), not the transformer: not read yet"
 FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
 REASONS = {
     # its pipeline's get_3d_rotary_pos_embed_allegro: a third of the head per axis, each rotate_half
     # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
     "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
     "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
-    "JoyImageEditPlusTransformer3DModel": PIPELINE,
-    "JoyImageEditTransformer3DModel": PIPELINE,
     "LTX2VideoTransformer3DModel": FRACTIONAL,
     # LTXVideoRotaryPosEmbed(dim=inner_dim): inner_dim % 6 unrotated columns first (2 by default)
     "LTXVideoTransformer3DModel": "its table spans the whole inner width with inner_dim % 6 unrotated columns "
     "first (2 by default), frequencies interleaved across axes: not read yet",
-    "LuminaNextDiT2DModel": PIPELINE,
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
-    "PRXTransformer2DModel": PIPELINE,
     "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
     "SanaWMTransformer3DModel": FRACTIONAL,
 }
@@ -272,6 +267,9 @@ FORMS = {
         ("Kandinsky5Transformer3DModel", "Kandinsky6Transformer3DModel", "Kandinsky6SRTransformer3DModel"),
         "2x2 rotation matrices [[cos, −sin], [sin, cos]] per pair",
     ),
+    "LuminaNextDiT2DModel": "complex `freqs_cis`",
+    "PRXTransformer2DModel": "2x2 rotation matrices [[cos, −sin], [sin, cos]] per pair",
+    "JoyImageEditTransformer3DModel": "cos, sin: the image's, then (rope_type mrope) the caption's",
     "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
 }
 
@@ -317,7 +315,7 @@ def _positions(record) -> str:
     keys = record.grid_keys
     if record.positions == "sequence":
         return "`positions`"
-    if record.positions in ("centred", "crop"):
+    if record.positions in ("centred", "crop", "scaled"):
         return "`grid` (" + ", ".join(keys) + ")"
     if keys is None:
         return "`position_ids`"
