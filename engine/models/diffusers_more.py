@@ -1,5 +1,5 @@
 """diffusers rotary transformers read by _class_name:
-Ideogram4, OmniGen and Wan-Animate 2: rotary layouts of their own.
+Ideogram4, OmniGen, Wan-Animate 2 and AnyFlow-FAR: rotary layouts of their own.
 
 Records as in diffusers_rope.py (the readings of diffusers_axes.py, and three of this module's own);
 diffusers_rope.CLASSES merges this module's CLASSES, and tests/engine/test_diffusers_zoo_more.py holds
@@ -12,6 +12,8 @@ each to the class's own module.
 - ``ReferenceGridRope`` (WanAnimate2's rope_params / rope_apply): Wan's axes over the generation
   grid, and the reference latent's tokens after it at the config's ``refer_offset_*`` and every
   ``refer_stride``-th frame.
+- ``FarChunkRope`` (AnyFlowCausalRotaryPosEmbed): Wan's axes over FAR's compressed frames (the
+  centres of their pooling windows, fractional) and then its full-resolution ones.
 """
 
 from __future__ import annotations
@@ -197,6 +199,94 @@ def _within(sizes, stride: int, keys) -> None:
             )
 
 
+FAR_KEYS = ("frames", "height", "width", "compressed_frames", "compressed_height", "compressed_width")
+
+
+@dataclasses.dataclass(frozen=True)
+class FarChunkRope:
+    """AnyFlowCausalRotaryPosEmbed(attention_head_dim, patch_size, compressed_patch_size,
+    rope_max_seq_len): Wan's axes (θ 10000, complex: interleaved) over the FAR sequence its key
+    rotates: the first ``compressed_frames`` frames on the compressed grid, then the rest of the
+    ``frames`` on the full grid (``height`` x ``width`` patches). A compressed token's frequencies are
+    the unit-normalised average of e^(i·f·p) over the s = compressed_patch_size // patch_size full
+    positions p = s·k .. s·k + s − 1 it covers: e^(i·f·(s·k + (s − 1)/2)) while sin(s·f/2) stays
+    positive, that is s ≤ 6 (every f ≤ 1), so coordinates are exact halves (``axes_coords`` [0.5, 0]
+    over twice the coordinate). ``compressed_height``/``_width`` default to (height · patch_size) //
+    compressed_patch_size, as its forward computes them from the latent."""
+
+    source: str
+    defaults: Mapping
+    positions = GRID
+    grid_keys = FAR_KEYS
+    reads = (
+        "Wan's axes over `attention_head_dim`, θ 10000, interleaved; compressed frames at the centres of "
+        "their `compressed_patch_size` // `patch_size` windows, fractional; tables of `rope_max_seq_len`"
+    )
+
+    def derive(self, raw, layer_type, grid=None):
+        cfg = read_config(raw, layer_type, self.defaults)
+        d = cfg.int("attention_head_dim")
+        if d % 2 or d < 6:
+            raise SpecError(cfg.loc("attention_head_dim"), f"must be even and >= 6 (pairs per axis), got {d}")
+        fields = {
+            "head_dim": d,
+            "rope_theta": 10000.0,
+            "axes_dim": wan_axes(Config({"attention_head_dim": d})),
+            "layout": INTERLEAVED,
+        }
+        loc = cfg.loc("attention_head_dim")
+        origin = {"head_dim": loc, "axes_dim": loc, "rope_theta": HERE, "layout": HERE}
+        if grid is not None:
+            fields["position_ids"] = self.tokens(cfg, grid)
+            fields["axes_coords"] = [[0.5, 0.0]] * 3
+            origin["position_ids"] = origin["axes_coords"] = model_grid.LOC
+        return Derived(fields, origin)
+
+    def tokens(self, cfg: Config, grid) -> np.ndarray:
+        """Twice each token's (frame, row, column) coordinate, compressed tokens first."""
+        ps, cps = _sizes(cfg, "patch_size"), _sizes(cfg, "compressed_patch_size")
+        down = []
+        for a in range(3):
+            s = cps[a] // ps[a]
+            if not 1 <= s <= 6:
+                raise SpecError(
+                    cfg.loc("compressed_patch_size"),
+                    f"compressed_patch_size // patch_size must be 1 to 6 on each axis (beyond, its averaged "
+                    f"frequencies turn by π), got {s} on axis {a}",
+                )
+            down.append(s)
+        sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))
+        f, h, w = sizes.get("frames", 1), sizes["height"], sizes["width"]
+        nc = sizes.get("compressed_frames", 0)
+        if nc > f:
+            raise SpecError((*model_grid.LOC, "compressed_frames"), f"must be at most frames ({f}), got {nc}")
+        hc = sizes.get("compressed_height", h * ps[1] // cps[1])
+        wc = sizes.get("compressed_width", w * ps[2] // cps[2])
+        top = cfg.int("rope_max_seq_len")
+        for key, n, s in (("frames", f, down[0]), ("height", h, 1), ("width", w, 1)):
+            if n > top // s:
+                raise SpecError(
+                    (*model_grid.LOC, key), f"its rope table holds {top // s} positions here, got {n}"
+                )
+        for key, n, s in (("compressed_height", hc, down[1]), ("compressed_width", wc, down[2])):
+            if n > top // s:
+                raise SpecError(
+                    (*model_grid.LOC, key), f"its pooled table holds {top // s} positions, got {n}"
+                )
+        full = model_grid.indices((f - nc, h, w)) * 2
+        full[0] += 2 * nc
+        small = model_grid.indices((nc, hc, wc)) if hc and wc else np.zeros((3, 0), np.int64)
+        small = small * np.array(down)[:, None] * 2 + (np.array(down) - 1)[:, None]
+        return np.concatenate([small, full], axis=1)
+
+
+def _sizes(cfg: Config, key: str) -> list:
+    v = cfg.get(key)
+    if not isinstance(v, (list, tuple)) or len(v) != 3 or not all(is_int(x) and x >= 1 for x in v):
+        raise SpecError(cfg.loc(key), f"must be 3 sizes (t, h, w) >= 1, got {json_repr(v)}")
+    return list(v)
+
+
 CLASSES: dict[str, dict] = {
     "Ideogram4Transformer2DModel": {
         "rope": ColumnMrope(
@@ -226,6 +316,17 @@ CLASSES: dict[str, dict] = {
                 "refer_offset_h": 0,
                 "refer_offset_w": -1,
                 "refer_stride": 1,
+            },
+        )
+    },
+    "AnyFlowFARTransformer3DModel": {
+        "rope": FarChunkRope(
+            "transformer_anyflow_far.py (AnyFlowCausalRotaryPosEmbed)",
+            {
+                "attention_head_dim": 128,
+                "patch_size": [1, 2, 2],
+                "compressed_patch_size": [1, 4, 4],
+                "rope_max_seq_len": 1024,
             },
         )
     },

@@ -1,5 +1,5 @@
 """diffusers' rotary transformers of engine/models/diffusers_more.py (Ideogram4, OmniGen,
-Wan-Animate 2), against each class's own positional code.
+Wan-Animate 2, AnyFlow-FAR), against each class's own positional code.
 
 As tests/engine/test_diffusers_zoo.py (whose helpers this file uses): each class is built from its
 config on the meta device with its positional module on the CPU, the module (or the function its
@@ -25,12 +25,13 @@ from posenc.engine.models import diffusers_more
 from tests.engine.test_diffusers_zoo import ATTR, _built, _check, _real
 from tests.procs import serve_for_module
 
-IDEOGRAM, OMNIGEN, ANIMATE = (
+IDEOGRAM, OMNIGEN, ANIMATE, FAR = (
     "Ideogram4Transformer2DModel",
     "OmniGenTransformer2DModel",
     "WanAnimate2Transformer3DModel",
+    "AnyFlowFARTransformer3DModel",
 )
-ATTR.update({IDEOGRAM: "rotary_emb", OMNIGEN: "rope", ANIMATE: None})
+ATTR.update({IDEOGRAM: "rotary_emb", OMNIGEN: "rope", ANIMATE: None, FAR: "rope"})
 
 
 def _saved(name, config=None):
@@ -263,6 +264,103 @@ def test_wan_animate2_refuses_grids_past_its_tables_and_odd_heads():
     assert e.value.loc == ("hf_config", "dim"), e.value
 
 
+# -- AnyFlow-FAR: AnyFlowCausalRotaryPosEmbed over compressed, then full-resolution frames ---------
+
+# grid: frames, compressed frames (the first ones), full rows and columns in patches
+FAR_GRIDS = [
+    {"frames": 5, "compressed_frames": 2, "height": 4, "width": 6},
+    {"frames": 3, "height": 3, "width": 2},
+    {"frames": 4, "compressed_frames": 4, "height": 2, "width": 2},
+    {"frames": 2, "compressed_frames": 1, "height": 1, "width": 3},  # a compressed grid of 0 rows
+]
+
+
+def _far_case(model, module, grid):
+    """AnyFlowCausalRotaryPosEmbed.forward(far_cfg, device) with the far_cfg its forward builds from a
+    latent of height · patch_size rows (compressed_frame_shape: latent // compressed_patch_size): the
+    key's frequencies, complex, compressed tokens first."""
+    c = model.config
+    f, h, w = grid.get("frames", 1), grid["height"], grid["width"]
+    shape = (
+        grid.get("compressed_height", h * c.patch_size[1] // c.compressed_patch_size[1]),
+        grid.get("compressed_width", w * c.patch_size[2] // c.compressed_patch_size[2]),
+    )
+    far_cfg = {
+        "total_frames": f,
+        "full_frame_shape": (h, w),
+        "compressed_frame_shape": shape,
+        "num_compressed_frames": grid.get("compressed_frames", 0),
+    }
+    z = module(far_cfg, torch.device("cpu"))["key"]
+    z = z.reshape(-1, z.shape[-1])
+    cos = z.real.double().repeat_interleave(2, dim=1).numpy()
+    sin = z.imag.double().repeat_interleave(2, dim=1).numpy()
+    return np.array([[max(f, h, w, *shape) * 6 + 6]]), (cos, sin)  # a bound of |coordinate|
+
+
+@pytest.mark.parametrize(
+    "change, grids",
+    [
+        ({}, FAR_GRIDS),
+        (
+            {
+                "attention_head_dim": 64,
+                "patch_size": [1, 1, 1],
+                "compressed_patch_size": [2, 3, 6],
+                "rope_max_seq_len": 64,
+            },
+            [
+                {"frames": 6, "compressed_frames": 3, "height": 7, "width": 12},
+                {"frames": 1, "height": 2, "width": 1},
+            ],
+        ),
+        (  # 6 // 4 = 1: the compressed grid is the latent's // 6, given here
+            {"patch_size": [1, 4, 4], "compressed_patch_size": [1, 6, 6]},
+            [
+                {
+                    "frames": 3,
+                    "compressed_frames": 2,
+                    "height": 3,
+                    "width": 5,
+                    "compressed_height": 2,
+                    "compressed_width": 3,
+                }
+            ],
+        ),
+    ],
+)
+def test_anyflow_far_vs_its_rotary_module(change, grids):
+    name = FAR
+    model, module = _built(name, change)
+    saved = _saved(name, change)
+    for grid in grids:
+        pid, (cos, sin) = _far_case(model, module, grid)
+        assert cos.shape[0] == len(_rope(name, change, {"grid": grid})["cos"])
+        for body in (saved, change):
+            _check(_rope(name, body, {"grid": grid}), cos, sin, pid, f"AnyFlow-FAR {change} {grid}")
+
+
+def test_anyflow_far_refuses_what_its_module_cannot_pool_to_a_rotation():
+    """A pooling window of 7 positions: the averaged e^(i·f·p) of f = 1 points away from its centre."""
+    name = FAR
+    change = {"compressed_patch_size": [1, 14, 14]}
+    model, module = _built(name, change)
+    grid = {"frames": 1, "compressed_frames": 1, "height": 7, "width": 7}
+    _, (cos, _) = _far_case(model, module, grid)
+    # row 0 averages positions 0..6 (centre 3); column 44 is the rows' first frequency, f = 1
+    assert np.cos(3.0) < 0 < cos[0, 44], cos[0, 44]  # turned by π from the centre's
+    with pytest.raises(SpecError) as e:
+        _rope(name, change, {"grid": grid})
+    assert e.value.loc == ("hf_config", "compressed_patch_size"), e.value
+    for grid, key in (
+        ({"frames": 2, "compressed_frames": 3, "height": 1, "width": 1}, "compressed_frames"),
+        ({"height": 1025, "width": 1}, "height"),
+    ):
+        with pytest.raises(SpecError) as e:
+            _rope(name, {}, {"grid": grid})
+        assert e.value.loc == ("grid", key), e.value
+
+
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
@@ -284,6 +382,9 @@ def _cases():
     grid, ref = ANIMATE_GRIDS[2]
     pid, (cos, sin) = _animate_case(animate, grid, ref)
     yield ANIMATE, _saved(ANIMATE), _animate_grid(grid, ref), pid, cos, sin
+    far, module = _built(FAR)
+    pid, (cos, sin) = _far_case(far, module, FAR_GRIDS[0])
+    yield FAR, _saved(FAR), {"grid": FAR_GRIDS[0]}, pid, cos, sin
 
 
 def test_over_http(http):

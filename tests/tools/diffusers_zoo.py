@@ -83,7 +83,6 @@ REASONS = {
     # its pipeline's get_3d_rotary_pos_embed_allegro: a third of the head per axis, each rotate_half
     # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
     "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
-    "AnyFlowFARTransformer3DModel": "compressed-frame chunks (causal FAR): not read yet",
     "LTX2VideoTransformer3DModel": FRACTIONAL,
     # LTXVideoRotaryPosEmbed(dim=inner_dim): inner_dim % 6 unrotated columns first (2 by default)
     "LTXVideoTransformer3DModel": "its table spans the whole inner width with inner_dim % 6 unrotated columns "
@@ -271,6 +270,7 @@ FORMS = {
     "PRXTransformer2DModel": "2x2 rotation matrices [[cos, −sin], [sin, cos]] per pair",
     "JoyImageEditTransformer3DModel": "cos, sin: the image's, then (rope_type mrope) the caption's",
     "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
+    "AnyFlowFARTransformer3DModel": "complex `freqs`: the compressed frames', then the full ones'",
 }
 
 
