@@ -44,7 +44,7 @@ class HeadAxesRope(AxesRope):
 
     @property
     def grid_keys(self):
-        keys = super().grid_keys
+        keys = super().grid_keys[3 - self.n_axes :]  # PRX: rows and columns
         return (*keys, "text") if self.text_key is not None else keys
 
     def derive(self, raw, layer_type, grid=None):
