@@ -663,11 +663,17 @@ transformer's forward is handed beside the latent: Cosmos' `fps` (frames at i ·
 it, an image at i), Kandinsky 5's `scale_factor` ([t, h, w], each axis's angles divided by it; its
 pipelines pass [1, 2, 2] or [1, 3.16, 3.16] by resolution for video, [1, 1, 1] for images, the
 default); Kandinsky 6 reads its config's `scale_factor` and takes `position_ids` too (its forward's
-`visual_rope_pos`: the image-to-video pipeline appends the reference frame at frame 0). Examples:
+`visual_rope_pos`: the image-to-video pipeline appends the reference frame at frame 0). Lumina-Next's
+pipeline scales its frequencies by the image's size, by step: its grid takes `phase`, `"linear"`
+(the steps before the pipeline's `scaling_watershed`: all of them at its default 1.0) or `"ntk"`
+(from it on); JoyImage Edit with `rope_type` `"mrope"` rotates the caption after the image (`text`);
+JoyImage Edit Plus's reference images of other sizes than the target's are `position_ids` (each
+item at the frames after the last one's). Examples:
 `{{"hf_config": {{"_class_name": "WanTransformer3DModel", "attention_head_dim": 128}}, "grid": {{"frames": 21, "height": 30, "width": 52}}}}`,
 `{{"hf_config": {{"_class_name": "Flux2Transformer2DModel"}}, "position_ids": [[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]]}}`,
 `{{"hf_config": {{"_class_name": "Lumina2Transformer2DModel"}}, "grid": {{"text": 77, "height": 64, "width": 64}}}}`,
 `{{"hf_config": {{"_class_name": "Kandinsky5Transformer3DModel"}}, "grid": {{"frames": 31, "height": 30, "width": 52, "scale_factor": [1, 2, 2]}}}}`,
+`{{"hf_config": {{"_class_name": "LuminaNextDiT2DModel"}}, "grid": {{"height": 64, "width": 64, "phase": "ntk"}}}}`,
 `{{"hf_config": {{"_class_name": "StableAudio3DiTModel"}}, "positions": {{"start": 0, "stop": 1024}}}}`.
 An unknown `_class_name` is a 422 at `hf_config._class_name` naming what to send instead; a rotary
 class posenc does not read says why (`GET /v1/models` lists them); a key a class needs that is
