@@ -32,14 +32,15 @@ F32_TINY, F32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32)
 DEALING = (
     "mrope_section",
     "mrope_interleaved",
+    "mrope_axes",
 )  # the spec fields that deal columns to axes (axes_dim: keyed)
 COORD_LIMIT = float(POSITION_LIMIT)  # |scale| and |offset| at most this: every angle stays finite
 
 
-def parse(req, scaling, src: str, d: int, rope_type: str, section, axes_dim) -> tuple:
+def parse(req, scaling, src: str, d: int, rope_type: str, section, axes_dim, mrope_axes=None) -> tuple:
     """(inv_freq, axes_coords) of a rope request, each None when absent (SpecError naming the field)."""
     inv = _inv_freq(req, scaling, src, d, rope_type)
-    coords = _coords(req, section, axes_dim)
+    coords = _coords(req, section, axes_dim, mrope_axes)
     return inv, coords
 
 
@@ -65,13 +66,15 @@ def _inv_freq(req, scaling, src, d, rope_type):
     return tuple(float(x) for x in v)
 
 
-def _coords(req, section, axes_dim):
+def _coords(req, section, axes_dim, mrope_axes=None):
     v = req.get("axes_coords")
     if v is None:
         return None
-    if section is None and axes_dim is None:
-        raise SpecError(("axes_coords",), "only with mrope_section or axes_dim (it maps each axis's index)")
-    k = len(section) if section is not None else len(axes_dim)
+    if section is None and axes_dim is None and mrope_axes is None:
+        raise SpecError(
+            ("axes_coords",), "only with mrope_section, mrope_axes or axes_dim (it maps each axis's index)"
+        )
+    k = max(mrope_axes) + 1 if mrope_axes is not None else len(section if section is not None else axes_dim)
     if not isinstance(v, (list, tuple)) or len(v) != k:
         raise SpecError(
             ("axes_coords",),

@@ -145,7 +145,7 @@ def parse_spec(req: Mapping) -> RopeSpec:
     interleaved = req_bool(req, "mrope_interleaved", (), False)
     mrope_axes = axes.parse_axes(req, d)
     axes.check_sections(section, interleaved, axes_dim, d, rope_type, src, mrope_axes)
-    inv_freq, coords = rope_grid.parse(req, scaling, src, d, rope_type, section, axes_dim)
+    inv_freq, coords = rope_grid.parse(req, scaling, src, d, rope_type, section, axes_dim, mrope_axes)
 
     ctx = _Ctx(
         src=src,

@@ -76,7 +76,7 @@ MEANING = {
         "inv_freq": "the d/2 frequencies as data, in half-column order (the order the axes' dealing uses), "
         "instead of θ (`default` rope_type only): what a model's library computes where no rope_type "
         "says it (timm's bands, DINOv3's 2π/period; [Token grids](#token-grids))",
-        "axes_coords": "with `mrope_section` or `axes_dim`: per axis `[scale, offset]`; index i "
+        "axes_coords": "with `mrope_section`, `mrope_axes` or `axes_dim`: per axis `[scale, offset]`; index i "
         "of that axis in `position_ids` stands for the coordinate scale·i + offset, evaluated in float64",
         "positions": "required unless `position_ids` is given: the positions p of the rows (with `mrope_section`: "
         "every axis at p, i.e. text tokens)",
