@@ -78,18 +78,11 @@ FILL = {
 
 # Why each rotary class posenc does not read is not read (a rotary class left out of the records and
 # missing here is written as "not read: no reason given", which the zoo test refuses).
-FRACTIONAL = "fractional, centred or rescaled coordinates: not read yet"
 REASONS = {
     # its pipeline's get_3d_rotary_pos_embed_allegro: a third of the head per axis, each rotate_half
     # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
     "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
-    "LTX2VideoTransformer3DModel": FRACTIONAL,
-    # LTXVideoRotaryPosEmbed(dim=inner_dim): inner_dim % 6 unrotated columns first (2 by default)
-    "LTXVideoTransformer3DModel": "its table spans the whole inner width with inner_dim % 6 unrotated columns "
-    "first (2 by default), frequencies interleaved across axes: not read yet",
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
-    "SanaWMLTX2RefinerTransformer3DModel": FRACTIONAL,
-    "SanaWMTransformer3DModel": FRACTIONAL,
 }
 
 
@@ -271,6 +264,7 @@ FORMS = {
     "JoyImageEditTransformer3DModel": "cos, sin: the image's, then (rope_type mrope) the caption's",
     "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
     "AnyFlowFARTransformer3DModel": "complex `freqs`: the compressed frames', then the full ones'",
+    "SanaWMTransformer3DModel": "complex `freqs`",
 }
 
 
@@ -315,7 +309,7 @@ def _positions(record) -> str:
     keys = record.grid_keys
     if record.positions == "sequence":
         return "`positions`"
-    if record.positions in ("centred", "crop", "scaled"):
+    if record.positions in ("centred", "crop", "scaled", "normalised"):
         return "`grid` (" + ", ".join(keys) + ")"
     if keys is None:
         return "`position_ids`"

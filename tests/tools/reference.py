@@ -660,7 +660,9 @@ image: Lumina2 before it at (i, 0, 0) with the image at (text, row, column), Ern
 where its pipeline hands them in (Flux's `img_ids` / `txt_ids`, [n, k]), `position_ids` are those
 ids, one list per axis; the 1-D audio classes take `positions`. A grid also takes what the
 transformer's forward is handed beside the latent: Cosmos' `fps` (frames at i · 24 / fps; without
-it, an image at i), Kandinsky 5's `scale_factor` ([t, h, w], each axis's angles divided by it; its
+it, an image at i), LTX-Video's and LTX-2's `fps` (the frame rate its pipeline passes, a number:
+frames in seconds; 25 and 24 without it; Sana-WM's refiner's also `first_frame`, its window's first
+latent frame), Kandinsky 5's `scale_factor` ([t, h, w], each axis's angles divided by it; its
 pipelines pass [1, 2, 2] or [1, 3.16, 3.16] by resolution for video, [1, 1, 1] for images, the
 default); Kandinsky 6 reads its config's `scale_factor` and takes `position_ids` too (its forward's
 `visual_rope_pos`: the image-to-video pipeline appends the reference frame at frame 0). Lumina-Next's
@@ -673,6 +675,7 @@ item at the frames after the last one's). Examples:
 `{{"hf_config": {{"_class_name": "Flux2Transformer2DModel"}}, "position_ids": [[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]]}}`,
 `{{"hf_config": {{"_class_name": "Lumina2Transformer2DModel"}}, "grid": {{"text": 77, "height": 64, "width": 64}}}}`,
 `{{"hf_config": {{"_class_name": "Kandinsky5Transformer3DModel"}}, "grid": {{"frames": 31, "height": 30, "width": 52, "scale_factor": [1, 2, 2]}}}}`,
+`{{"hf_config": {{"_class_name": "LTX2VideoTransformer3DModel"}}, "grid": {{"frames": 4, "height": 8, "width": 12, "fps": 24}}}}`,
 `{{"hf_config": {{"_class_name": "LuminaNextDiT2DModel"}}, "grid": {{"height": 64, "width": 64, "phase": "ntk"}}}}`,
 `{{"hf_config": {{"_class_name": "StableAudio3DiTModel"}}, "positions": {{"start": 0, "stop": 1024}}}}`.
 An unknown `_class_name` is a 422 at `hf_config._class_name` naming what to send instead; a rotary
