@@ -260,8 +260,12 @@ def test_refusals_name_the_key(name, config, sel, loc):
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory, request):
-    served = serve_for_module(tmp_path_factory.mktemp("dzoo_pipeline"), request, None, workers=1)
+def served(tmp_path_factory, request):
+    return serve_for_module(tmp_path_factory.mktemp("dzoo_pipeline"), request, None, workers=1)
+
+
+@pytest.fixture(scope="module")
+def http(served):
     with httpx.Client(base_url=served.url, timeout=60) as c:
         yield c
 
@@ -290,3 +294,43 @@ def test_class_over_http(http, name):
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-2:] == ["grid", "height"], bad.text[
         :300
     ]
+
+
+@pytest.mark.parametrize("name", [LUMINA, PRX])
+def test_the_co_located_client_reads_the_same(served, name):
+    """Client.lookup (shared memory, the engine's tables) answers a config body as compute does:
+    Lumina-Next's frequencies as data dealt alternately, PRX's axes."""
+    from posenc.engine.reader.client import Client
+
+    model, module = zoo._built(name)
+    if name == LUMINA:
+        (cos, sin), _ = _lumina_call(module, model, 24, 40, "ntk")
+        grid = {"height": 24, "width": 40, "phase": "ntk"}
+    else:
+        cos, sin, _ = _expected(name, model, module, GRIDS[0])
+        grid = _body(name, GRIDS[0])
+    got = Client(namespace=served.namespace).lookup(
+        "rope", {"hf_config": {"_class_name": name}, "grid": grid}
+    )
+    got = {k: np.asarray(got[k], dtype=np.float64) for k in ("cos", "sin")}
+    _check_angles(got, cos, sin, max(GRIDS[0]) if name == PRX else 40, f"{name} Client.lookup")
+
+
+@pytest.mark.parametrize("name", [JOY, LUMINA])
+def test_kserve_v2_reads_the_config_and_grid_in_its_spec(http, name):
+    """KServe v2: the config and the grid in ``parameters.spec``, no position input."""
+    model, module = zoo._built(name)
+    if name == LUMINA:
+        (cos, sin), scaling = _lumina_call(module, model, 16, 12)
+        grid, bound = {"height": 16, "width": 12}, 16 / scaling
+    else:
+        cos, sin, _ = _expected(name, model, module, GRIDS[1])
+        grid, bound = _body(name, GRIDS[1]), max(GRIDS[1])
+    body = {
+        "parameters": {"spec": json.dumps({"hf_config": {"_class_name": name}, "grid": grid})},
+        "inputs": [],
+    }
+    r = http.post("/v2/models/rope/infer", json=body)
+    assert r.status_code == 200, (name, r.text[:300])
+    out = {o["name"]: np.array(o["data"], dtype=np.float64).reshape(o["shape"]) for o in r.json()["outputs"]}
+    _check_angles(out, cos, sin, bound, f"{name} over KServe v2")
