@@ -1,5 +1,5 @@
 """diffusers rotary transformers read by _class_name:
-Ideogram4, OmniGen, Wan-Animate 2 and AnyFlow-FAR: rotary layouts of their own.
+Allegro, Ideogram4, OmniGen, Wan-Animate 2 and AnyFlow-FAR: rotary layouts of their own.
 
 Records as in diffusers_rope.py (the readings of diffusers_axes.py, and three of this module's own);
 diffusers_rope.CLASSES merges this module's CLASSES, and tests/engine/test_diffusers_zoo_more.py holds
@@ -12,6 +12,8 @@ each to the class's own module.
 - ``ReferenceGridRope`` (WanAnimate2's rope_params / rope_apply): Wan's axes over the generation
   grid, and the reference latent's tokens after it at the config's ``refer_offset_*`` and every
   ``refer_stride``-th frame.
+- ``ThirdsRope`` (Allegro's get_3d_rotary_pos_embed_allegro): a third of the head per axis,
+  half-split within it, at fractional coordinates.
 - ``FarChunkRope`` (AnyFlowCausalRotaryPosEmbed): Wan's axes over FAR's compressed frames (the
   centres of their pooling windows, fractional) and then its full-resolution ones.
 """
@@ -24,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..core.errors import SpecError
-from ..core.fields import is_int, json_repr
+from ..core.fields import is_int, is_number, json_repr
 from ..tables import rope_axes
 from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
 from . import grid as model_grid
@@ -199,6 +201,54 @@ def _within(sizes, stride: int, keys) -> None:
             )
 
 
+ALLEGRO_SCALES = ("interpolation_scale_t", "interpolation_scale_h", "interpolation_scale_w")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThirdsRope:
+    """Allegro: its pipeline's get_3d_rotary_pos_embed_allegro(attention_head_dim, ...) and
+    apply_rotary_emb_allegro: frames, rows and columns each rotate a third of the head, half-split
+    within it (posenc's ``axes_dim`` [d/3]·3 with the half-split layout pairs k with k + d/6 in each
+    block), θ 10000; index i of an axis stands for i / interpolation_scale_* (``axes_coords``,
+    fractional), the latent's (frame, row, column) grid row-major."""
+
+    source: str
+    defaults: Mapping
+    positions = GRID
+    grid_keys = ("frames", "height", "width")
+    reads = (
+        "thirds of `attention_head_dim` for frames, rows, columns, each half-split, θ 10000, at "
+        "index / `interpolation_scale_t`, `_h`, `_w` (fractional)"
+    )
+
+    def derive(self, raw, layer_type, grid=None):
+        cfg = read_config(raw, layer_type, self.defaults)
+        d, loc = cfg.int("attention_head_dim"), cfg.loc("attention_head_dim")
+        if d % 6:
+            raise SpecError(loc, f"must be a multiple of 6 (three thirds of pairs, its x.chunk(3)), got {d}")
+        coords = []
+        for key in ALLEGRO_SCALES:
+            v = cfg.get(key)
+            if not is_number(v) or not 0 < v < float("inf"):
+                raise SpecError(cfg.loc(key), f"must be a positive number, got {json_repr(v)}")
+            coords.append([1.0 / float(v), 0.0])
+        fields = {
+            "head_dim": d,
+            "rope_theta": 10000.0,
+            "axes_dim": [d // 3] * 3,
+            "layout": HALF_SPLIT,
+            "axes_coords": coords,
+        }
+        origin = {"head_dim": loc, "axes_dim": loc, "rope_theta": HERE, "layout": HERE, "axes_coords": HERE}
+        if grid is not None:
+            sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))
+            fields["position_ids"] = model_grid.indices(
+                (sizes.get("frames", 1), sizes["height"], sizes["width"])
+            )
+            origin["position_ids"] = model_grid.LOC
+        return Derived(fields, origin)
+
+
 FAR_KEYS = ("frames", "height", "width", "compressed_frames", "compressed_height", "compressed_width")
 
 
@@ -327,6 +377,17 @@ CLASSES: dict[str, dict] = {
                 "patch_size": [1, 2, 2],
                 "compressed_patch_size": [1, 4, 4],
                 "rope_max_seq_len": 1024,
+            },
+        )
+    },
+    "AllegroTransformer3DModel": {
+        "rope": ThirdsRope(
+            "transformer_allegro.py (its pipeline's get_3d_rotary_pos_embed_allegro)",
+            {
+                "attention_head_dim": 96,
+                "interpolation_scale_t": 2.2,
+                "interpolation_scale_h": 2.0,
+                "interpolation_scale_w": 2.0,
             },
         )
     },

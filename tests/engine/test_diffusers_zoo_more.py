@@ -1,4 +1,4 @@
-"""diffusers' rotary transformers of engine/models/diffusers_more.py (Ideogram4, OmniGen,
+"""diffusers' rotary transformers of engine/models/diffusers_more.py (Allegro, Ideogram4, OmniGen,
 Wan-Animate 2, AnyFlow-FAR), against each class's own positional code.
 
 As tests/engine/test_diffusers_zoo.py (whose helpers this file uses): each class is built from its
@@ -25,13 +25,14 @@ from posenc.engine.models import diffusers_more
 from tests.engine.test_diffusers_zoo import ATTR, _built, _check, _real
 from tests.procs import serve_for_module
 
-IDEOGRAM, OMNIGEN, ANIMATE, FAR = (
+IDEOGRAM, OMNIGEN, ANIMATE, FAR, ALLEGRO = (
     "Ideogram4Transformer2DModel",
     "OmniGenTransformer2DModel",
     "WanAnimate2Transformer3DModel",
     "AnyFlowFARTransformer3DModel",
+    "AllegroTransformer3DModel",
 )
-ATTR.update({IDEOGRAM: "rotary_emb", OMNIGEN: "rope", ANIMATE: None, FAR: "rope"})
+ATTR.update({IDEOGRAM: "rotary_emb", OMNIGEN: "rope", ANIMATE: None, FAR: "rope", ALLEGRO: None})
 
 
 def _saved(name, config=None):
@@ -361,6 +362,71 @@ def test_anyflow_far_refuses_what_its_module_cannot_pool_to_a_rotation():
         assert e.value.loc == ("grid", key), e.value
 
 
+# -- Allegro: its pipeline's rope, applied by apply_rotary_emb_allegro --------------------------------
+
+ALLEGRO_GRIDS = [(3, 4, 5), (1, 7, 2), (2, 3, 2)]
+
+
+def _allegro_case(model, grid):
+    """AllegroPipeline._prepare_rotary_positional_embeddings (a latent of frames x height x width
+    patches, vae_scale_factor_spatial 8), then apply_rotary_emb_allegro on two probes x = 1 and
+    x = s = [-1.. | +1..] per third: it returns cos + s·sin and s·cos − sin."""
+    from types import SimpleNamespace
+
+    from diffusers.models.embeddings import apply_rotary_emb_allegro
+    from diffusers.pipelines.allegro.pipeline_allegro import AllegroPipeline
+
+    f, h, w = grid
+    p = model.config.patch_size * 8
+    pipe = SimpleNamespace(vae_scale_factor_spatial=8, transformer=model)
+    freqs, pos = AllegroPipeline._prepare_rotary_positional_embeddings(pipe, 1, h * p, w * p, f, "cpu")
+    d, n = model.config.attention_head_dim, f * h * w
+    third = torch.ones(d // 3)
+    third[: d // 6] = -1
+    sign = third.repeat(3)
+    one = apply_rotary_emb_allegro(torch.ones(1, 1, n, d), freqs, pos)[0, 0].double()
+    signed = apply_rotary_emb_allegro(sign.expand(1, 1, n, d).clone(), freqs, pos)[0, 0].double()
+    sign = sign.double()
+    pid = np.stack([t[0].numpy() for t in pos])
+    return pid, (((one + sign * signed) / 2).numpy(), (sign * (one - sign * signed) / 2).numpy())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {
+            "attention_head_dim": 48,
+            "interpolation_scale_t": 1.0,
+            "interpolation_scale_h": 0.75,
+            "patch_size": 1,
+        },
+    ],
+)
+def test_allegro_vs_its_pipelines_rope(change):
+    name = ALLEGRO
+    model, _ = _built(name, change)
+    saved = _saved(name, change)
+    for grid in ALLEGRO_GRIDS:
+        pid, (cos, sin) = _allegro_case(model, grid)
+        assert pid.tolist() == np.indices(grid).reshape(3, -1).tolist()  # its cartesian_prod, row-major
+        sel = dict(zip(("frames", "height", "width"), grid))
+        for body in (saved, change):
+            _check(_rope(name, body, {"grid": sel}), cos, sin, pid, f"Allegro {change} {grid} grid")
+        _check(_rope(name, change, {"position_ids": pid.tolist()}), cos, sin, pid, f"Allegro {grid} ids")
+
+
+def test_allegro_refuses_heads_its_thirds_cannot_pair_and_scales_of_zero():
+    name = ALLEGRO
+    for change, key in (
+        ({"attention_head_dim": 64}, "attention_head_dim"),
+        ({"interpolation_scale_h": 0}, "interpolation_scale_h"),
+    ):
+        with pytest.raises(SpecError) as e:
+            _rope(name, change, {"grid": {"height": 2, "width": 2}})
+        assert e.value.loc == ("hf_config", key), e.value
+
+
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
@@ -382,6 +448,10 @@ def _cases():
     grid, ref = ANIMATE_GRIDS[2]
     pid, (cos, sin) = _animate_case(animate, grid, ref)
     yield ANIMATE, _saved(ANIMATE), _animate_grid(grid, ref), pid, cos, sin
+    allegro, _ = _built(ALLEGRO)
+    pid, (cos, sin) = _allegro_case(allegro, ALLEGRO_GRIDS[0])
+    sel = {"grid": dict(zip(("frames", "height", "width"), ALLEGRO_GRIDS[0]))}
+    yield ALLEGRO, _saved(ALLEGRO), sel, pid, cos, sin
     far, module = _built(FAR)
     pid, (cos, sin) = _far_case(far, module, FAR_GRIDS[0])
     yield FAR, _saved(FAR), {"grid": FAR_GRIDS[0]}, pid, cos, sin

@@ -79,9 +79,6 @@ FILL = {
 # Why each rotary class posenc does not read is not read (a rotary class left out of the records and
 # missing here is written as "not read: no reason given", which the zoo test refuses).
 REASONS = {
-    # its pipeline's get_3d_rotary_pos_embed_allegro: a third of the head per axis, each rotate_half
-    # within its third (pairs k, k + d/6): neither of posenc's layouts pairs columns so
-    "AllegroTransformer3DModel": "each axis rotates its third of the head half-split within it: no posenc layout",
     "MochiTransformer3DModel": "its frequencies are a parameter (pos_frequencies), loaded from its weights",
 }
 
@@ -264,6 +261,7 @@ FORMS = {
     "JoyImageEditTransformer3DModel": "cos, sin: the image's, then (rope_type mrope) the caption's",
     "WanAnimate2Transformer3DModel": "complex `freqs` that its rope_apply multiplies the head's pairs by",
     "AnyFlowFARTransformer3DModel": "complex `freqs`: the compressed frames', then the full ones'",
+    "AllegroTransformer3DModel": "(cos, sin) tables per axis and each token's (t, h, w) rows in them",
     "SanaWMTransformer3DModel": "complex `freqs`",
 }
 
