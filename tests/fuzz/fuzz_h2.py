@@ -7,14 +7,16 @@ list bound (refusals) and whether the session is closed midway (the connection g
 and UBSan: every event has its documented shape, a unary body is cut at the session's limit with its
 true length given, a stream ended or reset is never reported again, and once the Session is gone
 nothing it held is left (``_h2.live()``: its streams, their header lists, bodies and answers, and
-nghttp2's own blocks, counted through its allocator): the leak check LeakSanitizer cannot make
-where Python's own allocations outlive the run.
+nghttp2's own blocks, counted through its allocator). .ci/fuzz runs it under LeakSanitizer too
+(libFuzzer's per-input leak check); ``POSENC_FUZZ_CANARY=1`` leaks 48 bytes an input on purpose, the
+canary by which .ci/fuzz proves that check is on.
 
     python -m tests.fuzz.fuzz_h2 tests/fuzz/corpus/h2
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import sys
@@ -24,6 +26,7 @@ UNARY = frozenset([b"/inference.GRPCInferenceService/ModelInfer", b"/u"])
 MAX_MESSAGE = 100
 MAX_REQUEST = 250  # unary bodies kept, all streams: past it the connection's window stays shut
 CHUNKS = (1, 7, 64, 1 << 20)
+CANARY = os.environ.get("POSENC_FUZZ_CANARY") == "1"
 
 
 def _session_module():
@@ -71,6 +74,8 @@ def one_input(data: bytes) -> None:
     assert s.held[0] == s.open_streams >= 0 and s.held[1] >= 0 and s.held[2] == s.buffered >= 0, s.held
     del s
     assert h2.live() == before, (h2.live(), before)  # nothing the Session held outlives it
+    if CANARY:  # never freed: LeakSanitizer must report it
+        ctypes.CDLL(None).malloc(48)
 
 
 def _run(s, size: int, rest: bytes, close_at: int) -> None:
