@@ -19,7 +19,7 @@ import numpy as np
 from ..core.errors import SpecError
 from ..core.fields import json_repr
 from ..tables import rope_axes
-from ..tables.rope_spec import INTERLEAVED
+from ..tables.rope_spec import INTERLEAVED, MAX_HEAD_DIM
 from . import grid as model_grid
 from .config import LOC, Derived
 from .diffusers_axes import GRID, AxesRope, _axes, _inv, _theta, read_config
@@ -137,6 +137,11 @@ class LuminaNextRope:
         cfg = read_config(raw, layer_type, self.defaults)
         hidden = cfg.int("hidden_size")
         d = hidden // cfg.int("num_attention_heads")
+        if d > MAX_HEAD_DIM:  # before any array is sized by it
+            raise SpecError(
+                cfg.loc("hidden_size"),
+                f"hidden_size // num_attention_heads must be at most {MAX_HEAD_DIM}, got {d}",
+            )
         if d % 4:
             raise SpecError(
                 cfg.loc("hidden_size"),
@@ -159,8 +164,12 @@ class LuminaNextRope:
                 raise SpecError(
                     (*model_grid.LOC, key), f"its pipeline's table stops at {LUMINA_TABLE} patches, got {n}"
                 )
-        side = 8 * cfg.int("patch_size")  # pixels per patch (its VAE's factor of 8)
-        s = math.sqrt(w * side * h * side / (cfg.int("sample_size") * 8) ** 2)
+        p, base = cfg.int("patch_size"), cfg.int("sample_size")
+        for key, v in (("patch_size", p), ("sample_size", base)):
+            if v > model_grid.MAX_SIDE:  # s then stays a finite, positive float
+                raise SpecError(cfg.loc(key), f"must be at most {model_grid.MAX_SIDE}, got {v}")
+        side = 8 * p  # pixels per patch (its VAE's factor of 8)
+        s = math.sqrt(w * side * h * side / (base * 8) ** 2)
         if phase == "linear":
             f = np.asarray(_inv(10000.0, d // 2, d // 4)) / s
         else:
