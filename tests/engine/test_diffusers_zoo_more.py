@@ -427,6 +427,19 @@ def test_allegro_refuses_heads_its_thirds_cannot_pair_and_scales_of_zero():
         assert e.value.loc == ("hf_config", key), e.value
 
 
+def test_a_grid_of_two_parts_counts_their_sum():
+    """A reference latent or compressed frames follow the latent's tokens: a request's token count is
+    the parts' sum (docs/reference.md's examples), and an unknown key is refused naming it."""
+    ref = {"frames": 4, "height": 30, "width": 52, "reference_height": 30, "reference_width": 52}
+    assert len(_rope(ANIMATE, {}, {"grid": ref})["cos"]) == 4 * 30 * 52 + 30 * 52
+    far = {"frames": 9, "compressed_frames": 4, "height": 30, "width": 52}
+    assert len(_rope(FAR, {}, {"grid": far})["cos"]) == 5 * 30 * 52 + 4 * 15 * 26
+    for name in (ANIMATE, FAR):
+        with pytest.raises(SpecError) as e:
+            _rope(name, {}, {"grid": {"height": 2, "width": 2, "text": 3}})
+        assert e.value.loc == ("grid", "text") and e.value.kind == "extra_forbidden", e.value
+
+
 # -- over HTTP -----------------------------------------------------------------------------------
 
 

@@ -670,13 +670,24 @@ pipeline scales its frequencies by the image's size, by step: its grid takes `ph
 (the steps before the pipeline's `scaling_watershed`: all of them at its default 1.0) or `"ntk"`
 (from it on); JoyImage Edit with `rope_type` `"mrope"` rotates the caption after the image (`text`);
 JoyImage Edit Plus's reference images of other sizes than the target's are `position_ids` (each
-item at the frames after the last one's). Examples:
+item at the frames after the last one's). Wan-Animate 2's grid takes its reference latent
+(`reference_frames`, `reference_height`, `reference_width`): its tokens follow the generation
+latent's, at the config's `refer_offset_*` (a negative one: the reference grid's size on that axis)
+and every `refer_stride`-th frame, as its cached pass rotates the keys; AnyFlow-FAR's takes
+`compressed_frames`, the first frames, on the compressed grid (`compressed_height`, `compressed_width`:
+(height · patch_size) // compressed_patch_size unless given) at the centres of their pooling windows,
+before the rest on the full grid (the key's sequence; its query is the tail). Ideogram4's
+`position_ids` are its pipeline's (the caption at (i, i, i), the image at 65536 + (0, row, column));
+OmniGen's `positions` are its collator's, and its config must carry `rope_scaling` (no default).
+Examples:
 `{{"hf_config": {{"_class_name": "WanTransformer3DModel", "attention_head_dim": 128}}, "grid": {{"frames": 21, "height": 30, "width": 52}}}}`,
 `{{"hf_config": {{"_class_name": "Flux2Transformer2DModel"}}, "position_ids": [[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]]}}`,
 `{{"hf_config": {{"_class_name": "Lumina2Transformer2DModel"}}, "grid": {{"text": 77, "height": 64, "width": 64}}}}`,
 `{{"hf_config": {{"_class_name": "Kandinsky5Transformer3DModel"}}, "grid": {{"frames": 31, "height": 30, "width": 52, "scale_factor": [1, 2, 2]}}}}`,
 `{{"hf_config": {{"_class_name": "LTX2VideoTransformer3DModel"}}, "grid": {{"frames": 4, "height": 8, "width": 12, "fps": 24}}}}`,
 `{{"hf_config": {{"_class_name": "LuminaNextDiT2DModel"}}, "grid": {{"height": 64, "width": 64, "phase": "ntk"}}}}`,
+`{{"hf_config": {{"_class_name": "WanAnimate2Transformer3DModel"}}, "grid": {{"frames": 4, "height": 30, "width": 52, "reference_height": 30, "reference_width": 52}}}}`,
+`{{"hf_config": {{"_class_name": "AnyFlowFARTransformer3DModel"}}, "grid": {{"frames": 9, "compressed_frames": 4, "height": 30, "width": 52}}}}`,
 `{{"hf_config": {{"_class_name": "StableAudio3DiTModel"}}, "positions": {{"start": 0, "stop": 1024}}}}`.
 An unknown `_class_name` is a 422 at `hf_config._class_name` naming what to send instead; a rotary
 class posenc does not read says why (`GET /v1/models` lists them); a key a class needs that is
