@@ -444,8 +444,12 @@ def test_a_grid_of_two_parts_counts_their_sum():
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory, request):
-    served = serve_for_module(tmp_path_factory.mktemp("dzoo_more"), request, None, workers=1)
+def served(tmp_path_factory, request):
+    return serve_for_module(tmp_path_factory.mktemp("dzoo_more"), request, None, workers=1)
+
+
+@pytest.fixture(scope="module")
+def http(served):
     with httpx.Client(base_url=served.url, timeout=60) as c:
         yield c
 
@@ -484,3 +488,28 @@ def test_over_http(http):
         _check({k: np.array(j.json()[k]) for k in ("cos", "sin")}, cos, sin, pid, f"{name} HTTP JSON")
     r = http.post("/v1/rope", json={"hf_config": {"_class_name": OMNIGEN}, "positions": [0]})
     assert r.status_code == 422 and "rope_scaling" in r.text, r.text[:300]
+
+
+def test_the_co_located_client_reads_the_same(served):
+    """Client.lookup (shared memory, the engine's tables): mrope_axes, longrope, axes_coords."""
+    from posenc.engine.reader.client import Client
+
+    client = Client(namespace=served.namespace)
+    for name, config, sel, pid, cos, sin in _cases():
+        got = client.lookup("rope", {"hf_config": config, **sel})
+        got = {k: np.asarray(got[k], dtype=np.float64) for k in ("cos", "sin")}
+        _check(got, cos, sin, pid, f"{name} Client.lookup")
+
+
+def test_kserve_v2_reads_the_config_and_grid_in_its_spec(http):
+    """KServe v2: the config and the grid in ``parameters.spec``, no position input."""
+    for name, config, sel, pid, cos, sin in _cases():
+        if "grid" not in sel:
+            continue
+        spec = json.dumps({"hf_config": config, **sel})
+        r = http.post("/v2/models/rope/infer", json={"parameters": {"spec": spec}, "inputs": []})
+        assert r.status_code == 200, (name, r.text[:300])
+        out = {
+            o["name"]: np.array(o["data"], dtype=np.float64).reshape(o["shape"]) for o in r.json()["outputs"]
+        }
+        _check(out, cos, sin, pid, f"{name} over KServe v2")
