@@ -15,7 +15,9 @@ class's own module.
   pipeline's rope_interpolation_scale (8 / frame_rate, 32, 32); LTX-2 takes the middle of each
   patch's [start, end) in pixels, the first frame causal (clamped at 0), frames divided by fps.
   posenc gives each axis an integer index and [scale, offset] (``axes_coords``, float64), and the
-  unrotated columns a fourth axis of their own (``mrope_axes``) at coordinate 0.
+  unrotated columns a fourth axis of their own (``mrope_axes``) at coordinate 0. LTX-2's
+  rope_type "split" deals the same half-width list (unrotated ones first) to the heads, hd/2 each,
+  half-split within the head: a grid names the ``head`` and the answer is that head's.
 - Sana-WM's SanaWMRotaryPosEmbed: Wan's axes over ``linear_head_dim`` (``AxesRope``).
 """
 
@@ -29,13 +31,14 @@ import numpy as np
 
 from ..core.errors import SpecError
 from ..core.fields import is_int, is_number, json_repr, require_object
-from ..tables.rope_spec import INTERLEAVED
+from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
 from . import grid as model_grid
 from .config import LOC, Config, Derived
 from .diffusers_axes import GRID, AxesRope, _theta, read_config
 
 NORMALISED = "normalised"  # LTX: coordinates normalised to a base in pixels and seconds (grid only)
 FPS_RANGE = (1e-3, 1e5)  # frames per second a grid may give
+EXTRA = ("fps", "first_frame", "head")  # the grid keys beside its sizes (not patch counts)
 LTX_VAE = (8, 32, 32)  # LTX-Video's pipeline: its VAE's (temporal, spatial, spatial) compression
 SANA_WM_TABLE = 1024  # SanaWMRotaryPosEmbed(max_seq_len=1024): positions per axis its table holds
 
@@ -44,7 +47,8 @@ SANA_WM_TABLE = 1024  # SanaWMRotaryPosEmbed(max_seq_len=1024): positions per ax
 class NormalisedRope:
     """LTX-Video (``version`` 1) and LTX-2 (2): see the module's docstring. A ``grid`` (frames,
     height, width in patches; ``fps`` the frame rate its pipeline passes, default ``fps``; the
-    refiner's ``first_frame``, the window's first latent frame) gives the positions."""
+    refiner's ``first_frame``, the window's first latent frame; ``head`` with LTX-2's rope_type
+    "split") gives the positions."""
 
     source: str
     defaults: Mapping
@@ -62,7 +66,8 @@ class NormalisedRope:
             if self.version == 1
             else "(frame, row, column) at the middle of each patch in pixels (`vae_scale_factors`), frames "
             "causal and in seconds (/ `fps`), 2·x/base − 1 (`pos_embed_max_pos`, `base_height`, "
-            "`base_width`); θ `rope_theta`"
+            "`base_width`); θ `rope_theta`; `rope_type` split: the grid's `head` takes its hd/2 of the "
+            "frequencies, half-split"
         )
         return (
             "one table over `num_attention_heads`·`attention_head_dim`: dim // 6 frequencies "
@@ -79,30 +84,37 @@ class NormalisedRope:
                 f"its table spans num_attention_heads x attention_head_dim = {dim} columns, which must be "
                 "even and at least 6 (pairs over frames, rows and columns)",
             )
-        sizes, fps, first = self._grid(grid)
+        sizes, fps, first, head = self._grid(grid)
+        split = False
         if self.version == 1:
             theta, theta_loc = 10000.0, (*LOC, "_class_name")
             coords, t = _ltx_coords(cfg, fps, sizes.get("frames", 1))
         else:
             theta, theta_loc = _theta(cfg, "rope_theta")
             coords, t = _ltx2_coords(cfg, fps, sizes.get("frames", 1), first)
+            split = _split(cfg, head, heads, hd)
         if not theta > 0:
             raise SpecError(theta_loc, f"must be > 0, got {theta}")
         n, pad = dim // 6, dim % 6 // 2
         k = np.arange(n, dtype=np.float64)
         f = np.power(theta, k / (n - 1) if n > 1 else k) * (math.pi / 2)
+        inv, axis = [1.0] * pad + np.repeat(f, 3).tolist(), [3] * pad + [0, 1, 2] * n
+        width = dim
+        if split:  # head ``head``'s slice of the frequencies, half-split over its head_dim
+            width, r = hd, hd // 2
+            inv, axis = inv[head * r : (head + 1) * r], axis[head * r : (head + 1) * r]
         h, w = sizes["height"], sizes["width"]
         ids = model_grid.indices((len(t), h, w))
         ids[0] = np.asarray(t, dtype=np.int64)[ids[0]]
-        if pad:  # the unrotated columns: an axis of their own, at coordinate 0
-            ids = np.concatenate([ids, np.zeros((1, ids.shape[1]), np.int64)])
-            coords.append([0.0, 0.0])
+        # the unrotated columns: an axis of their own, at coordinate 0
+        ids = np.concatenate([ids, np.zeros((1, ids.shape[1]), np.int64)])[: max(axis) + 1]
+        coords = [*coords, [0.0, 0.0]][: max(axis) + 1]
         here = (*LOC, "_class_name")
         fields = {
-            "head_dim": dim,
-            "inv_freq": [1.0] * pad + np.repeat(f, 3).tolist(),
-            "mrope_axes": [3] * pad + [0, 1, 2] * n,
-            "layout": INTERLEAVED,
+            "head_dim": width,
+            "inv_freq": inv,
+            "mrope_axes": axis,
+            "layout": HALF_SPLIT if split else INTERLEAVED,
             "axes_coords": coords,
             "position_ids": ids,
         }
@@ -110,35 +122,33 @@ class NormalisedRope:
             "head_dim": cfg.loc("attention_head_dim"),
             "inv_freq": theta_loc,
             "mrope_axes": cfg.loc("attention_head_dim"),
-            "layout": here,
+            "layout": cfg.loc("rope_type") if split else here,
             "axes_coords": model_grid.LOC,
             "position_ids": model_grid.LOC,
         }
         return Derived(fields, origin)
 
     def _grid(self, grid):
-        """The grid's sizes, its fps (the class's default where absent) and first_frame (0)."""
+        """The grid's sizes, its fps (the class's default where absent), first_frame (0) and head
+        (None)."""
         body = require_object(grid, model_grid.LOC) if grid is not None else None
-        extra = {k: body[k] for k in ("fps", "first_frame") if body and k in self.grid_keys and k in body}
+        extra = {k: body[k] for k in EXTRA if body and k in self.grid_keys and k in body}
         rest = None if body is None else {k: v for k, v in body.items() if k not in extra}
         sizes = model_grid.parse(rest, self.grid_keys, ("height", "width"))
-        fps = extra.get("fps")
-        if fps is None:
-            fps = self.fps
-        elif not is_number(fps) or not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
+        fps = extra.get("fps", self.fps)
+        if not is_number(fps) or not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
             raise SpecError(
                 (*model_grid.LOC, "fps"),
                 f"must be a number in [{FPS_RANGE[0]}, {FPS_RANGE[1]:g}], got {json_repr(fps)}",
             )
-        first = extra.get("first_frame")
-        if first is None:
-            first = 0
-        elif not is_int(first) or not 0 <= first <= model_grid.MAX_SIDE:
-            raise SpecError(
-                (*model_grid.LOC, "first_frame"),
-                f"must be an integer in [0, {model_grid.MAX_SIDE}], got {json_repr(first)}",
-            )
-        return sizes, float(fps), first
+        for key in ("first_frame", "head"):
+            v = extra.get(key)
+            if v is not None and (not is_int(v) or not 0 <= v <= model_grid.MAX_SIDE):
+                raise SpecError(
+                    (*model_grid.LOC, key),
+                    f"must be an integer in [0, {model_grid.MAX_SIDE}], got {json_repr(v)}",
+                )
+        return sizes, float(fps), extra.get("first_frame", 0), extra.get("head")
 
 
 def _ltx_coords(cfg: Config, fps: float, frames: int) -> tuple[list, list]:
@@ -154,12 +164,6 @@ def _ltx2_coords(cfg: Config, fps: float, frames: int, first: int) -> tuple[list
     pixels, 2·x/base − 1. Rows and columns: x = s·p·(j + 1/2), an affine map of j. Frames: the
     ends s0·start + causal_offset − s0 clamped at 0, in seconds (/ fps): the frame's index is the
     sum m of its two ends in pixels, at m / (fps·base) − 1."""
-    if cfg.get("rope_type", "interleaved") != "interleaved":
-        raise SpecError(
-            cfg.loc("rope_type"),
-            f"posenc reads rope_type 'interleaved' (one table over the inner width), got "
-            f"{json_repr(cfg.get('rope_type'))}; 'split' deals each head its own slice of the frequencies",
-        )
     p, pt = cfg.int("patch_size"), cfg.int("patch_size_t")
     sf = cfg.get("vae_scale_factors")
     if not isinstance(sf, (list, tuple)) or len(sf) != 3 or not all(is_int(v) and v >= 1 for v in sf):
@@ -178,6 +182,31 @@ def _ltx2_coords(cfg: Config, fps: float, frames: int, first: int) -> tuple[list
         start = first + i * pt
         t.append(max(0, start * sf[0] + co - sf[0]) + max(0, (start + pt) * sf[0] + co - sf[0]))
     return coords, t
+
+
+def _split(cfg: Config, head, heads: int, hd: int) -> bool:
+    """LTX-2's rope_type: "interleaved" (one table over the inner width; no ``head``) or "split"
+    (head h rotates half-split by its slice [h·hd/2, (h+1)·hd/2) of the frequencies: ``head``)."""
+    rope_type = cfg.get("rope_type")
+    if rope_type not in ("interleaved", "split"):
+        raise SpecError(cfg.loc("rope_type"), f"must be 'interleaved' or 'split', got {json_repr(rope_type)}")
+    if rope_type == "interleaved":
+        if head is not None:
+            raise SpecError(
+                (*model_grid.LOC, "head"), "rope_type 'interleaved': one table spans every head; send no head"
+            )
+        return False
+    if hd % 2:
+        raise SpecError(
+            cfg.loc("attention_head_dim"), f"must be even (rope_type 'split' halves it), got {hd}"
+        )
+    if head is None or head >= heads:
+        raise SpecError(
+            (*model_grid.LOC, "head"),
+            f"rope_type 'split' gives each head its own frequencies: send the head, 0 to {heads - 1}",
+            "missing" if head is None else "value_error",
+        )
+    return True
 
 
 def _sana_axes(cfg: Config) -> list:
@@ -242,7 +271,13 @@ CLASSES: dict[str, dict] = {
     },
     # the video self-attention's rope (its forward's fps defaults to 24)
     "LTX2VideoTransformer3DModel": {
-        "rope": NormalisedRope("transformer_ltx2.py (LTX2AudioVideoRotaryPosEmbed)", _LTX2, 2, 24.0)
+        "rope": NormalisedRope(
+            "transformer_ltx2.py (LTX2AudioVideoRotaryPosEmbed)",
+            _LTX2,
+            2,
+            24.0,
+            ("frames", "height", "width", "fps", "head"),
+        )
     },
     # build_rotary_emb_for_absolute_positions: a window of latent frames from first_frame on
     "SanaWMLTX2RefinerTransformer3DModel": {
@@ -251,7 +286,7 @@ CLASSES: dict[str, dict] = {
             _LTX2,
             2,
             24.0,
-            ("frames", "height", "width", "fps", "first_frame"),
+            ("frames", "height", "width", "fps", "first_frame", "head"),
         )
     },
     "SanaWMTransformer3DModel": {

@@ -162,6 +162,33 @@ def test_the_refiner_window_from_its_first_frame():
     assert e.value.loc == ("grid", "first_frame") and e.value.kind == "extra_forbidden", e.value
 
 
+@pytest.mark.parametrize("name", LTX[1:])
+def test_ltx2_split_rope_per_head(name):
+    """rope_type "split": the module's cos/sin are [b, heads, n, hd/2], head h's applied half-split
+    over its hd columns (apply_split_rotary_emb: [c | c]); a grid's ``head`` asks one head's."""
+    for change in ({"rope_type": "split"}, {**OTHER[name], "num_attention_heads": 7, "rope_type": "split"}):
+        model, module = _built(name, change)
+        grid = GRIDS[0]
+        p, pt = module.patch_size, module.patch_size_t
+        coords = module.prepare_video_coords(1, grid[0] * pt, grid[1] * p, grid[2] * p, CPU, fps=30.0)
+        cos, sin = module(coords)
+        base = torch.tensor([module.base_num_frames, module.base_height, module.base_width])
+        tol = _tol(module, (coords[0].mean(-1) / base[:, None]).T.double().numpy())
+        heads = cos.shape[1]
+        for head in sorted({0, 1, heads // 2, heads - 1}):
+            want = [np.concatenate([x[0, head].double().numpy()] * 2, axis=1) for x in (cos, sin)]
+            body = {"hf_config": {"_class_name": name, **change}, "grid": _body_grid(grid, fps=30, head=head)}
+            _check(compute("rope", body), *want, tol, f"{name} {change} head {head}")
+        with pytest.raises(SpecError) as e:  # which head
+            compute("rope", {"hf_config": {"_class_name": name, **change}, "grid": _body_grid(grid)})
+        assert e.value.loc == ("grid", "head") and e.value.kind == "missing", e.value
+        with pytest.raises(SpecError) as e:
+            compute(
+                "rope", {"hf_config": {"_class_name": name, **change}, "grid": _body_grid(grid, head=heads)}
+            )
+        assert e.value.loc == ("grid", "head"), e.value
+
+
 def test_sana_wm_vs_its_own_module():
     model, module = _built(SANA)
     saved = json.loads(json.dumps(_saved(SANA)))
@@ -184,7 +211,15 @@ def test_sana_wm_vs_its_own_module():
 @pytest.mark.parametrize(
     "name, config, grid, loc",
     [
-        (LTX[1], {"rope_type": "split"}, {"height": 2, "width": 2}, ("hf_config", "rope_type")),
+        (LTX[1], {"rope_type": "half"}, {"height": 2, "width": 2}, ("hf_config", "rope_type")),
+        (LTX[1], {}, {"height": 2, "width": 2, "head": 0}, ("grid", "head")),
+        (LTX[0], {}, {"height": 2, "width": 2, "head": 0}, ("grid", "head")),
+        (
+            LTX[2],
+            {"rope_type": "split", "attention_head_dim": 63},
+            {"height": 2, "width": 2, "head": 0},
+            None,
+        ),
         (LTX[0], {"num_attention_heads": 3, "attention_head_dim": 3}, {"height": 2, "width": 2}, None),
         (
             LTX[1],
