@@ -662,7 +662,8 @@ ids, one list per axis; the 1-D audio classes take `positions`. A grid also take
 transformer's forward is handed beside the latent: Cosmos' `fps` (frames at i · 24 / fps; without
 it, an image at i), LTX-Video's and LTX-2's `fps` (the frame rate its pipeline passes, a number:
 frames in seconds; 25 and 24 without it; Sana-WM's refiner's also `first_frame`, its window's first
-latent frame), Kandinsky 5's `scale_factor` ([t, h, w], each axis's angles divided by it; its
+latent frame; LTX-2's `rope_type` `"split"` also `head`, as each head rotates its own frequencies),
+Kandinsky 5's `scale_factor` ([t, h, w], each axis's angles divided by it; its
 pipelines pass [1, 2, 2] or [1, 3.16, 3.16] by resolution for video, [1, 1, 1] for images, the
 default); Kandinsky 6 reads its config's `scale_factor` and takes `position_ids` too (its forward's
 `visual_rope_pos`: the image-to-video pipeline appends the reference frame at frame 0). Lumina-Next's
