@@ -31,7 +31,7 @@ from posenc.engine.models import diffusers_ltx
 from posenc.engine.tables import FAMILIES
 from tests.engine.test_diffusers_zoo import GRIDS, _built, _complex, _grid_ids, _saved
 from tests.numeric import assert_close
-from tests.procs import serve_for_module
+from tests.procs import serve_for_module, wait_for
 from tests.tools import hf_zoo
 
 LTX = ["LTXVideoTransformer3DModel", "LTX2VideoTransformer3DModel", "SanaWMLTX2RefinerTransformer3DModel"]
@@ -319,3 +319,32 @@ def test_class_over_http(http, name):
     _check(j.json(), cos, sin, tol, f"{name} over HTTP (JSON)")
     bad = http.post("/v1/rope", json={**body, "grid": {"height": 2, "width": 2, "fps": -1}})
     assert bad.status_code == 422, (name, bad.status_code, bad.text[:300])
+
+
+@pytest.mark.parametrize("change", [{}, {"rope_type": "split"}])
+def test_kserve_v2_and_the_shared_memory_client(http, served, change):
+    """LTX-2's grid body as KServe v2's spec parameter (no inputs: the grid gives the positions) and
+    through Client.lookup on the server's engine, computed and then from the stored table in shared
+    memory (the unrotated columns' axis and the coordinates kept in its key)."""
+    from posenc.engine.reader.client import Client
+
+    name = LTX[1]
+    model, module = _built(name, change)
+    cos, sin, g = _ltx_call(model, module, GRIDS[0], 30.0)
+    if change:  # [heads, n, hd/2]: head 3's, as its attention applies it ([c | c])
+        cos, sin = (np.concatenate([x[3]] * 2, axis=1) for x in (cos, sin))
+    tol = _tol(module, g)
+    body = {"hf_config": {"_class_name": name, **change}, "grid": _body_grid(GRIDS[0], fps=30)}
+    if change:
+        body["grid"]["head"] = 3
+    r = http.post("/v2/models/rope/infer", json={"inputs": [], "parameters": {"spec": json.dumps(body)}})
+    assert r.status_code == 200, r.text[:300]
+    outs = {o["name"]: np.asarray(o["data"], np.float64).reshape(o["shape"]) for o in r.json()["outputs"]}
+    _check(outs, cos, sin, tol, f"{name} {change} over v2")
+    c = Client(namespace=served.namespace)
+    _check(c.lookup("rope", body), cos, sin, tol, f"{name} {change} through Client.lookup, computed")
+    req = c.resolve("rope", body)  # the first lookup asked the engine for the grid's table
+    wait_for(lambda: c.view(req) is not None, 60, 0.02, what=f"{name} {change}'s grid table mapped")
+    _check(
+        c.lookup("rope", body), cos, sin, tol, f"{name} {change} through Client.lookup, from shared memory"
+    )
