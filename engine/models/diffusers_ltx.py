@@ -31,7 +31,9 @@ import numpy as np
 
 from ..core.errors import SpecError
 from ..core.fields import is_int, is_number, json_repr, require_object
-from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
+from ..core.selection import POSITION_LIMIT
+from ..tables.rope_grid import COORD_LIMIT
+from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED, MAX_HEAD_DIM
 from . import grid as model_grid
 from .config import LOC, Config, Derived
 from .diffusers_axes import GRID, AxesRope, _theta, read_config
@@ -78,11 +80,11 @@ class NormalisedRope:
         cfg = read_config(raw, layer_type, self.defaults)
         heads, hd = cfg.int("num_attention_heads"), cfg.int("attention_head_dim")
         dim = heads * hd
-        if dim % 2 or dim < 6:
+        if dim % 2 or not 6 <= dim <= MAX_HEAD_DIM:
             raise SpecError(
                 cfg.loc("attention_head_dim"),
                 f"its table spans num_attention_heads x attention_head_dim = {dim} columns, which must be "
-                "even and at least 6 (pairs over frames, rows and columns)",
+                f"even, at least 6 (pairs over frames, rows and columns) and at most {MAX_HEAD_DIM}",
             )
         sizes, fps, first, head = self._grid(grid)
         split = False
@@ -95,6 +97,12 @@ class NormalisedRope:
             split = _split(cfg, head, heads, hd)
         if not theta > 0:
             raise SpecError(theta_loc, f"must be > 0, got {theta}")
+        for a, pair in enumerate(coords):
+            if max(abs(pair[0]), abs(pair[1])) > COORD_LIMIT:
+                raise SpecError(
+                    cfg.loc("patch_size_t" if a == 0 else "patch_size"),
+                    f"gives coordinates [scale, offset] = {pair}, past ±{COORD_LIMIT:g}",
+                )
         n, pad = dim // 6, dim % 6 // 2
         k = np.arange(n, dtype=np.float64)
         f = np.power(theta, k / (n - 1) if n > 1 else k) * (math.pi / 2)
@@ -181,6 +189,11 @@ def _ltx2_coords(cfg: Config, fps: float, frames: int, first: int) -> tuple[list
     for i in range(frames):
         start = first + i * pt
         t.append(max(0, start * sf[0] + co - sf[0]) + max(0, (start + pt) * sf[0] + co - sf[0]))
+    if t[-1] > POSITION_LIMIT:
+        raise SpecError(
+            (*model_grid.LOC, "frames"),
+            f"its last frame's index (the sum of its ends in pixels) is {t[-1]}, past {POSITION_LIMIT}",
+        )
     return coords, t
 
 

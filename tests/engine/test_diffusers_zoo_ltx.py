@@ -230,6 +230,9 @@ def test_sana_wm_vs_its_own_module():
         (LTX[1], {}, {"height": 2, "width": 2, "fps": 0}, ("grid", "fps")),
         (LTX[2], {}, {"height": 2, "width": 2, "fps": "24"}, ("grid", "fps")),
         (LTX[2], {}, {"height": 2, "width": 2, "first_frame": -1}, ("grid", "first_frame")),
+        (LTX[1], {"num_attention_heads": 10**9}, {"height": 2, "width": 2}, None),  # before any array
+        (LTX[1], {"patch_size_t": 10**15}, {"frames": 3, "height": 2, "width": 2}, ("grid", "frames")),
+        (LTX[1], {"patch_size": 10**12}, {"height": 2, "width": 2}, ("hf_config", "patch_size")),
         (LTX[0], {}, None, ("grid",)),
         (LTX[0], {}, {"height": 2, "width": 2, "text": 3}, ("grid", "text")),
         (SANA, {"use_pe": False}, {"height": 2, "width": 2}, ("hf_config", "use_pe")),
