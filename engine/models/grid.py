@@ -26,7 +26,7 @@ MAX_TOKENS = 1 << 20  # tokens of a grid (its position_ids are built before the 
 
 def parse(value, keys: tuple, required: tuple) -> dict:
     """The grid's sizes {key: int >= 1} (SpecError at ``grid...``): only ``keys``, ``required``
-    among them present, and at most MAX_TOKENS tokens."""
+    among them present, and at most MAX_TOKENS tokens (``tokens``)."""
     if value is None:
         raise SpecError(
             LOC,
@@ -50,10 +50,18 @@ def parse(value, keys: tuple, required: tuple) -> dict:
         if not is_int(v) or not 1 <= v <= MAX_SIDE:
             raise SpecError((*LOC, k), f"must be an integer in [1, {MAX_SIDE}], got {json_repr(v)}")
         out[k] = v
-    n = math.prod(out.values())
+    n = tokens(out)
     if n > MAX_TOKENS:
         raise SpecError(LOC, f"{n} tokens: at most {MAX_TOKENS} a request")
     return out
+
+
+def tokens(sizes: Mapping) -> int:
+    """The tokens of a grid: its frames x height x width, and every other key (text tokens) one
+    after them."""
+    return math.prod(v for k, v in sizes.items() if k in AXES) + sum(
+        v for k, v in sizes.items() if k not in AXES
+    )
 
 
 def indices(sizes) -> np.ndarray:

@@ -704,3 +704,19 @@ def test_kserve_v2_reads_the_config_in_its_spec(http, name):
     assert r.status_code == 200, (name, r.text[:300])
     out = {o["name"]: np.array(o["data"], dtype=np.float64).reshape(o["shape"]) for o in r.json()["outputs"]}
     _check(out, cos, sin, pid, f"{name} over KServe v2")
+
+
+def test_a_grids_text_tokens_are_counted_beside_the_image():
+    """A grid's text tokens follow the image's (its size is frames x height x width + text, not
+    their product): a long caption beside a large latent is answered, one past the limit refused."""
+    name = "Lumina2Transformer2DModel"
+    got = compute(
+        "rope", {"hf_config": {"_class_name": name}, "grid": {"text": 300, "height": 64, "width": 64}}
+    )
+    assert got["cos"].shape[0] == 64 * 64 + 300
+    with pytest.raises(SpecError) as e:
+        compute(
+            "rope",
+            {"hf_config": {"_class_name": name}, "grid": {"text": 1 << 16, "height": 1024, "width": 1024}},
+        )
+    assert e.value.loc == ("grid",) and "tokens" in e.value.msg, e.value
