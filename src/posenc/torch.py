@@ -39,6 +39,10 @@ axis's position (on the CPU; the rows then move to ``x.device``).
 TimmRope(name, model.rope.feat_shape)``): ``get_embed(shape)`` is timm's ``[sin | cos]`` of the patch
 grid, from posenc's answer for that model and ``grid`` (docs/reference.md, "Token grids").
 
+``DiffusersPosEmbed(model)`` stands for the positional module of the diffusers transformers whose
+pipelines hand them token ids (Flux and its copies: ``DIFFUSERS_POS_EMBED``): ``forward(ids)`` is
+the module's ``(cos, sin)``, from posenc's answer for the class's config and those ids.
+
 ``SinusoidalEmbedding(d_model, layout=...)`` gives fixed sinusoidal position embeddings
 (``forward(position_ids)`` -> [..., d_model]), a drop-in for DistilBERT's
 ``embeddings.position_embeddings`` (interleaved) and the values of Marian's (concat).
@@ -367,6 +371,62 @@ class TimmRope(torch.nn.Module):
                 self._embeds.clear()
             self._embeds[(h, w)] = out
         return out if dtype is None else out.to(dtype)
+
+
+# diffusers transformers whose pipeline hands the transformer its token ids (img_ids, txt_ids) and
+# whose positional module returns (cos, sin) [tokens, head] from them (FluxPosEmbed and its copies):
+# DiffusersPosEmbed's classes
+DIFFUSERS_POS_EMBED = (
+    "FluxTransformer2DModel",
+    "ChromaTransformer2DModel",
+    "Flux2Transformer2DModel",
+    "Flux3Transformer2DModel",
+    "BriaTransformer2DModel",
+    "BriaFiboTransformer2DModel",
+    "LongCatImageTransformer2DModel",
+    "OvisImageTransformer2DModel",
+    "Krea2Transformer2DModel",
+)
+
+
+class DiffusersPosEmbed(torch.nn.Module):
+    """A drop-in for the positional module of a diffusers transformer of ``DIFFUSERS_POS_EMBED``
+    (``model.pos_embed = DiffusersPosEmbed(model)``, or the transformer's config.json; Krea2:
+    ``model.rotary_emb``):
+    ``forward(ids)``, the [tokens, axes] ids the transformer passes its module (the pipeline's text
+    and image ids), returns the module's ``(cos, sin)``, [tokens, head] float32 on ``ids.device``,
+    from posenc's answer for the config and those ``position_ids`` (through ``client``'s shared
+    tables when given). The ids must be whole numbers, as the pipelines make them."""
+
+    def __init__(self, config, device=None, *, client: Client | None = None):
+        super().__init__()
+        if isinstance(config, torch.nn.Module):  # the transformer itself: its config lacks the class
+            cfg = {**getattr(config, "config", {}), "_class_name": type(config).__name__}
+        else:
+            cfg = _config_dict(config)
+        name = cfg.get("_class_name")
+        if name not in DIFFUSERS_POS_EMBED:
+            raise ValueError(
+                f"DiffusersPosEmbed stands for the positional module of {', '.join(DIFFUSERS_POS_EMBED)}; "
+                f"got _class_name {name!r}: give the transformer itself (DiffusersPosEmbed(model)) or its "
+                "config.json (the other classes: docs/reference.md, hf_config and grid)"
+            )
+        # the class's own keys (a saved config's _diffusers_version and the like are not its model's)
+        self.config = {k: v for k, v in cfg.items() if not k.startswith("_") or k == "_class_name"}
+        self.client, self.device = client, device
+        self.axes = len(registry.derive("rope", self.config).fields["axes_dim"])  # a bad config: refused now
+
+    def forward(self, ids):
+        pos = ids.detach().to("cpu", torch.float64)
+        if pos.ndim != 2 or pos.shape[1] != self.axes or not bool(torch.equal(pos, pos.round())):
+            raise ValueError(
+                f"ids must be [tokens, {self.axes}] whole numbers, as the pipelines make them; "
+                f"got {tuple(ids.shape)}"
+            )
+        ask = self.client.lookup if self.client is not None else pipeline.compute
+        got = ask("rope", {"hf_config": self.config, "position_ids": pos.long().T.tolist()})
+        device = ids.device if self.device is None else self.device
+        return _tensor(got["cos"]).to(device), _tensor(got["sin"]).to(device)
 
 
 def _expand_pair(cos: np.ndarray, sin: np.ndarray, rows: np.ndarray, mode: str, alloc=np.empty) -> np.ndarray:
