@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..core.errors import SpecError
-from ..core.fields import is_int, is_number, json_repr, require_object
+from ..core.fields import is_int, json_repr
 from ..core.selection import POSITION_LIMIT
 from ..tables.rope_grid import COORD_LIMIT
 from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED, MAX_HEAD_DIM
@@ -39,8 +39,6 @@ from .config import LOC, Config, Derived
 from .diffusers_axes import GRID, AxesRope, _theta, read_config
 
 NORMALISED = "normalised"  # LTX: coordinates normalised to a base in pixels and seconds (grid only)
-FPS_RANGE = (1e-3, 1e5)  # frames per second a grid may give
-EXTRA = ("fps", "first_frame", "head")  # the grid keys beside its sizes (not patch counts)
 LTX_VAE = (8, 32, 32)  # LTX-Video's pipeline: its VAE's (temporal, spatial, spatial) compression
 SANA_WM_TABLE = 1024  # SanaWMRotaryPosEmbed(max_seq_len=1024): positions per axis its table holds
 
@@ -139,24 +137,8 @@ class NormalisedRope:
     def _grid(self, grid):
         """The grid's sizes, its fps (the class's default where absent), first_frame (0) and head
         (None)."""
-        body = require_object(grid, model_grid.LOC) if grid is not None else None
-        extra = {k: body[k] for k in EXTRA if body and k in self.grid_keys and k in body}
-        rest = None if body is None else {k: v for k, v in body.items() if k not in extra}
-        sizes = model_grid.parse(rest, self.grid_keys, ("height", "width"))
-        fps = extra.get("fps", self.fps)
-        if not is_number(fps) or not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
-            raise SpecError(
-                (*model_grid.LOC, "fps"),
-                f"must be a number in [{FPS_RANGE[0]}, {FPS_RANGE[1]:g}], got {json_repr(fps)}",
-            )
-        for key in ("first_frame", "head"):
-            v = extra.get(key)
-            if v is not None and (not is_int(v) or not 0 <= v <= model_grid.MAX_SIDE):
-                raise SpecError(
-                    (*model_grid.LOC, key),
-                    f"must be an integer in [0, {model_grid.MAX_SIDE}], got {json_repr(v)}",
-                )
-        return sizes, float(fps), extra.get("first_frame", 0), extra.get("head")
+        sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))
+        return sizes, sizes.pop("fps", float(self.fps)), sizes.pop("first_frame", 0), sizes.pop("head", None)
 
 
 def _ltx_coords(cfg: Config, fps: float, frames: int) -> tuple[list, list]:

@@ -16,12 +16,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..core.errors import SpecError
-from ..core.fields import is_int, json_repr, require_object
+from ..core.fields import is_int, is_number, json_repr, require_object
 
 LOC = ("grid",)
 AXES = ("frames", "height", "width")  # the axes' names, outermost first
 MAX_SIDE = 1 << 16  # patches per axis
 MAX_TOKENS = 1 << 20  # tokens of a grid (its position_ids are built before the answer's size is checked)
+# grid keys that are not patch counts (no tokens of their own): a number in its range, an index from 0
+NUMBERS = {"fps": (1e-3, 1e5)}  # the frame rate a video pipeline passes (LTX's, Cosmos')
+INDICES = ("first_frame", "head")  # the first latent frame of LTX-2's refiner window; a split rope's head
 
 
 def parse(value, keys: tuple, required: tuple) -> dict:
@@ -47,8 +50,15 @@ def parse(value, keys: tuple, required: tuple) -> dict:
             if k in required:
                 raise SpecError((*LOC, k), "field required", "missing")
             continue
-        if not is_int(v) or not 1 <= v <= MAX_SIDE:
-            raise SpecError((*LOC, k), f"must be an integer in [1, {MAX_SIDE}], got {json_repr(v)}")
+        if k in NUMBERS:
+            lo, hi = NUMBERS[k]
+            if not is_number(v) or not lo <= v <= hi:
+                raise SpecError((*LOC, k), f"must be a number in [{lo}, {hi:g}], got {json_repr(v)}")
+            out[k] = float(v)
+            continue
+        lo = 0 if k in INDICES else 1
+        if not is_int(v) or not lo <= v <= MAX_SIDE:
+            raise SpecError((*LOC, k), f"must be an integer in [{lo}, {MAX_SIDE}], got {json_repr(v)}")
         out[k] = v
     n = tokens(out)
     if n > MAX_TOKENS:
@@ -57,11 +67,10 @@ def parse(value, keys: tuple, required: tuple) -> dict:
 
 
 def tokens(sizes: Mapping) -> int:
-    """The tokens of a grid: its frames x height x width, and every other key (text tokens) one
-    after them."""
-    return math.prod(v for k, v in sizes.items() if k in AXES) + sum(
-        v for k, v in sizes.items() if k not in AXES
-    )
+    """The tokens of a grid: its frames x height x width, and every other count (text tokens) after
+    them (NUMBERS and INDICES are not counts)."""
+    counts = (v for k, v in sizes.items() if k not in AXES and k not in NUMBERS and k not in INDICES)
+    return math.prod(v for k, v in sizes.items() if k in AXES) + sum(counts)
 
 
 def indices(sizes) -> np.ndarray:

@@ -40,7 +40,7 @@ ATTR[K6SR] = "visual_rope_embeddings"
 # fps (None: an image), Kandinsky 5's scale_factor (its pipelines pass (1, 1, 1), (1, 2, 2) or
 # (1, 3.16, 3.16)); 6-SR's NABLA blocks need rows and columns in multiples of 8
 CASES = {
-    COSMOS: [((3, 4, 5), None), ((2, 3, 2), 30), ((1, 7, 2), 16), ((4, 2, 3), 7)],
+    COSMOS: [((3, 4, 5), None), ((2, 3, 2), 30), ((1, 7, 2), 16), ((4, 2, 3), 7), ((3, 2, 2), 23.976)],
     K5: [((3, 4, 5), None), ((2, 3, 2), (1, 2, 2)), ((1, 7, 2), (1, 3.16, 3.16))],
     K6: [((3, 4, 5), None), ((2, 3, 2), None), ((1, 7, 2), None)],
     K6SR: [((2, 8, 16), None), ((1, 16, 8), None)],
@@ -109,7 +109,7 @@ def _coords(name, model, grid, arg=None, frame_pos=None):
 def _grid(grid, arg=None):
     body = dict(zip(("frames", "height", "width"), grid))
     if arg is not None:
-        body["fps" if isinstance(arg, int) else "scale_factor"] = arg
+        body["scale_factor" if isinstance(arg, (tuple, list)) else "fps"] = arg
     return body
 
 
