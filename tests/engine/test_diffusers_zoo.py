@@ -720,3 +720,33 @@ def test_a_grids_text_tokens_are_counted_beside_the_image():
             {"hf_config": {"_class_name": name}, "grid": {"text": 1 << 16, "height": 1024, "width": 1024}},
         )
     assert e.value.loc == ("grid",) and "tokens" in e.value.msg, e.value
+
+
+def test_the_python_client_asks_by_grid(served):
+    """posenc's HTTP client (service/client.py) sends the config and the grid as any field: the
+    class's own module's cos/sin come back."""
+    from posenc.service.client import PosencClient
+
+    name = "WanTransformer3DModel"
+    _, module = _built(name)
+    f, h, w = GRIDS[0]
+    pid, (cos, sin) = _positions(name, module, GRIDS[0])
+    with PosencClient(served.url) as c:
+        got = c.rope(hf_config={"_class_name": name}, grid={"frames": f, "height": h, "width": w})
+    _check(got, cos, sin, pid, f"{name} PosencClient")
+
+
+def test_the_torch_drop_in_reads_the_engines_tables(served):
+    """posenc.torch.DiffusersPosEmbed with ``client=`` (the engine's shared tables) gives Flux 2's
+    own module's (cos, sin)."""
+    from posenc.engine.reader.client import Client
+    from posenc.torch import DiffusersPosEmbed
+
+    name = "Flux2Transformer2DModel"
+    model, module = _built(name)
+    pid, _ = _positions(name, module, GRIDS[0])
+    ids = _ids(pid)
+    drop = DiffusersPosEmbed(model, client=Client(namespace=served.namespace))
+    got = dict(zip(("cos", "sin"), (t.double().numpy() for t in drop(ids))))
+    cos, sin = _real(module(ids))
+    _check(got, cos, sin, pid, f"{name} DiffusersPosEmbed(client=)")
