@@ -7,10 +7,12 @@ FastAPI's per-request machinery (routing, dependency resolution, Request/Respons
 routes, documented in /docs, run it too, as their response: app.py ``FamilyAnswer``). It also
 times every request, whichever side served it, into the shared metrics.
 
-Before all that, with the C shortcut in use (the ``shortcut`` setting; service/shortcut/templates.py), a
-POST to a family with spec templates whose spec this worker has answered before is answered by
-one call into service/shortcut/_hot.c (see docs/design.md); whatever it declines, or fails at, continues
-on the path above.
+Before all that, a POST whose template this worker has learnt (a family with spec templates, with
+the C shortcut in use: the ``shortcut`` setting, service/shortcut/templates.py; a v2 REST infer,
+service/v2/hot.py) is answered by one call into service/shortcut/_hot.c through ``FastFront.shortcut``,
+the one entry into the learnt templates for a request Python has read (the lane after httptools,
+service/protocol/lane.py, calls it too; see docs/design.md); whatever it declines, or fails at,
+continues on the path above.
 
 With a bearer token configured (service/core/auth.py), both ask the gate first: the shortcut only for
 a request that carries the token, the full path refuses any /v1 or /v2 request without it.
@@ -18,9 +20,11 @@ a request that carries the token, the full path refuses any /v1 or /v2 request w
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from time import perf_counter
+from typing import NamedTuple
 
 import anyio
 
@@ -32,7 +36,6 @@ from posenc.service.front.negotiate import JSON
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import PATH_ROUTES, TO_SHORTCUT
-from posenc.service.protocol.lane import offered
 from posenc.service.shortcut.templates import FIELDS
 
 log = logging.getLogger("posenc.service")
@@ -55,6 +58,16 @@ _OCTET_HDR = (b"content-type", b"application/octet-stream")  # a v2 REST binary 
 # the paths of families with spec templates -> (family, metrics offset of their "c" answers: the
 # lane's whole-request C call; the shortcut's are at + TO_SHORTCUT, service/metrics/layout.py)
 _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
+
+
+class Hit(NamedTuple):
+    """A learnt template's answer (``FastFront.shortcut``), in the headers both writers send."""
+
+    out: bytes | None  # None: ``fill()`` makes it, off the loop
+    fill: object
+    ctype: tuple  # the content-type header (then the content length)
+    extra: tuple  # the headers after the content length
+    route: object  # where it is counted: a metrics offset (/v1) or a v2 route
 
 
 async def respond(send, status: int, body, ctype: bytes) -> None:
@@ -143,81 +156,76 @@ class FastFront:
         b"content-type: %s\r\ncontent-length: " % JSON.encode()
     )  # a JSON answer's, as respond() writes it
 
+    def takes(self, path: str) -> bool:
+        """Whether ``path`` has learnt templates: a family with spec templates (with the C shortcut
+        on) or a v2 REST infer (service/v2/hot.py)."""
+        return path in self.hot_paths or (self.v2_hot is not None and path in self.v2_hot.paths)
+
+    def shortcut(self, path: str, body: bytes, headers) -> Hit | None:
+        """The one entry into the learnt templates for a request Python has read whole (a path of
+        ``takes``): the raw front below and the lane after httptools (service/protocol/lane.py
+        ``Lane.respond``) both call it. None: not learnt, or the shortcut failed (logged); the full
+        path answers."""
+        try:
+            hot = self.hot_paths.get(path)
+            if hot is not None:
+                out = self.svc.hot(hot[0], body, headers)
+                return None if out is None else Hit(out, None, _ST_HDR, (_WORKER,), hot[1] + TO_SHORTCUT)
+            hit = self.v2_hot.rest(path, body, headers)
+            if hit is None:
+                return None
+            e, positions = hit
+            if not e.inline:  # a large answer: filled off the loop, by the raw front only
+                return Hit(None, functools.partial(e.answer, positions), _OCTET_HDR, e.headers, e.route)
+            out = e.answer(positions)
+            return None if out is None else Hit(out, None, _OCTET_HDR, e.headers, e.route)
+        except Exception:  # a shortcut's failure must not fail the request
+            log.exception("template shortcut failed; answering through the full path")
+            return None
+
+    def count(self, hit: Hit, seconds: float, nbytes: int) -> None:
+        """A shortcut answer counted on its route, path "shortcut"."""
+        m = self.metrics
+        if m is not None:
+            if type(hit.route) is int:
+                m.observe_at(hit.route, seconds, nbytes)
+            else:
+                m.observe_path(hit.route, "shortcut", seconds, nbytes)
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = perf_counter()
         path = scope["path"]
-        hot = _HOT.get(path) if self.c_shortcut else None
         if (
-            hot is not None
-            and scope["method"] == "POST"
-            and not offered(scope)
+            scope["method"] == "POST"
+            and self.takes(path)
             and (self.gate is None or self.gate.allows(scope["headers"]))
         ):
-            # The commonest requests, a repeated RoPE or ALiBi spec, answered whole by
-            # service/shortcut/_hot.c: one receive, one C call, two sends. Anything else continues below.
+            # The commonest requests, a repeated spec or v2 infer, answered by its learnt template:
+            # one receive, one C call, two sends. Anything else continues below.
             msg = await receive()
             if msg["type"] == "http.request" and not msg.get("more_body", False):
-                try:
-                    out = self.svc.hot(hot[0], msg["body"], scope["headers"])
-                except Exception:  # a shortcut's failure must not fail the request
-                    log.exception("template shortcut failed; answering through the full path")
-                    out = None
+                hit = self.shortcut(path, msg["body"], scope["headers"])
+                out = None if hit is None else hit.out
+                if hit is not None and out is None:
+                    try:
+                        out = await anyio.to_thread.run_sync(hit.fill)
+                    except Exception:  # a shortcut's failure must not fail the request
+                        log.exception("v2 shortcut failed; answering through the full path")
                 if out is not None:
                     await send(
                         {
                             "type": "http.response.start",
                             "status": 200,
-                            "headers": [_ST_HDR, (b"content-length", b"%d" % len(out)), _WORKER],
+                            "headers": [hit.ctype, (b"content-length", b"%d" % len(out)), *hit.extra],
                         }
                     )
                     await send({"type": "http.response.body", "body": out})
-                    if self.metrics is not None:
-                        self.metrics.observe_at(hot[1] + TO_SHORTCUT, perf_counter() - t0, len(out))
+                    self.count(hit, perf_counter() - t0, len(out))
                     return
             receive = _prepend(msg, receive)
-        elif (
-            self.v2_hot is not None
-            and path in self.v2_hot.paths
-            and scope["method"] == "POST"
-            and not offered(scope)
-        ):
-            receive = await self._v2_shortcut(scope, receive, send, path, t0)
-            if receive is None:
-                return
         return await self._general(scope, receive, send, path, t0)
-
-    async def _v2_shortcut(self, scope, receive, send, path, t0):
-        """A v2 REST binary infer of a template service/v2/hot.py has learnt: one receive, one C
-        call, two sends, the headers rest.py sends. None when answered, else the receive() the
-        full path continues with."""
-        if self.gate is not None and not self.gate.allows(scope["headers"]):
-            return receive
-        msg = await receive()
-        if msg["type"] != "http.request" or msg.get("more_body", False):
-            return _prepend(msg, receive)
-        hit = self.v2_hot.rest(path, msg["body"], scope["headers"])
-        out = None
-        if hit is not None:
-            e, positions = hit
-            try:
-                out = e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
-            except Exception:  # a shortcut's failure must not fail the request
-                log.exception("v2 shortcut failed; answering through the full path")
-        if out is None:
-            return _prepend(msg, receive)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [_OCTET_HDR, (b"content-length", b"%d" % len(out)), *e.headers],
-            }
-        )
-        await send({"type": "http.response.body", "body": out})
-        if self.metrics is not None:
-            self.metrics.observe_path(e.route, "shortcut", perf_counter() - t0, len(out))
-        return None
 
     async def _general(self, scope, receive, send, path, t0):
         statuses: list[int] = []

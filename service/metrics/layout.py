@@ -69,8 +69,8 @@ BUCKETS_F64 = struct.pack(f"={len(BUCKETS_S)}d", *BUCKETS_S)  # the bounds as th
 CELLS = NB + 2  # + the sum of seconds, the sum of response bytes
 # The ways an answer is made (posenc_answer_path_total): "c", the hot lane's whole-request C call
 # from the socket's bytes to the response's (service/protocol/uvicorn_api.py); "shortcut", the C
-# template answering a request Python read (the lane's request admitted at its headers, the raw
-# ASGI front's shortcut, the gRPC server's); "python", the full path (and every refusal).
+# template answering a request Python read (the lane after httptools and the raw ASGI front, through
+# the front's one door; the gRPC server's); "python", the full path (and every refusal).
 PATHS = ("c", "shortcut", "python")
 # the routes whose answers may take a C path: /v1 families, v2 REST inference, gRPC ModelInfer
 ANSWER_ROUTES = tuple(

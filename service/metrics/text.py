@@ -9,9 +9,9 @@ folded across worker restarts by service/metrics/fold.py); prometheus_client wri
 - ``posenc_answer_path_total`` (by route and path): each answer of a route that may take a C path
   (/v1 families, v2 REST inference, gRPC ModelInfer and ModelStreamInfer), counted once, under the
   way it was made (layout.py ``PATHS``): ``c``, the hot lane's one C call from the request's bytes
-  to the response's; ``shortcut``, the C template answering a request Python read (the lane's
-  request admitted at its headers, the raw ASGI front, the gRPC server); ``python``, the full path
-  and every refusal. Its three paths add up to the route's request count;
+  to the response's; ``shortcut``, the C template answering a request Python read (the lane after
+  httptools and the raw ASGI front, through the front's one door; the gRPC server); ``python``, the
+  full path and every refusal. Its three paths add up to the route's request count;
 - ``posenc_hot_path_total`` (by /v1 route and path), kept from before the counter above:
   ``shortcut`` is its ``c`` + ``shortcut``, ``full`` its ``python``;
 - ``posenc_workers``: HTTP worker processes counting now; ``posenc_grpc_workers``: gRPC server

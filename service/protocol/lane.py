@@ -7,15 +7,14 @@ internals) asks this worker's ``Lane`` first, and answers what it accepts with t
 shortcut, straight to the transport:
 
 - the requests that arrive whole in one read, on a connection with nothing else in progress, are
-  offered whole (``Service.hot_requests``: one C call from the read's bytes to every response
+  answered whole (``Service.hot_requests``: one C call from the read's bytes to every response
   written and counted, one that needs a header or text computed first too);
-- otherwise a POST to a hot path is admitted at its headers (``admits``) and offered once its body
-  is whole (``respond``), as is a pipelined request when uvicorn would start it.
+- a request httptools read (its head and body in separate reads, or pipelined behind one the C
+  call did not take) is answered through the raw front's door, ``FastFront.shortcut``
+  (``respond``), when uvicorn would start its ASGI task, and written here.
 
-A request is offered once: when the shortcut declines it (a template not learnt yet, a format
-its template does not write, anything unusual; JSON it answers, as the full path writes it), the
-protocol marks its ASGI scope (``OFFERED``) and nothing on its way offers it again; the full path
-answers it and learns its template.
+Whatever either declines goes to ASGI: the raw front offers it to the same door (a decline costs
+~5 µs; declines are a spec's first requests), then the full path answers it and learns its template.
 
 The app (service/front/app.py) makes one ``Lane`` per worker from its raw-ASGI front and hands it
 to the protocol through the ASGI lifespan state (``STATE_KEY``): no module global, no import of
@@ -28,17 +27,12 @@ the protocol module checks at import that uvicorn writes heads that way.
 
 from __future__ import annotations
 
-import logging
 from time import perf_counter
 
 from posenc.service.core.settings import LANE_OFF_HEADERS
-from posenc.service.metrics.layout import TO_SHORTCUT
 from posenc.service.v2.hot import head_lines
 
-log = logging.getLogger("posenc.service")
-
 STATE_KEY = "posenc.lane"  # the lifespan state entry holding the worker's Lane
-OFFERED = "posenc.shortcut.offered"  # the scope extension of a request the shortcut declined
 OK = b"HTTP/1.1 200 OK\r\n"
 _CLOSE = b"connection: close\r\n"
 _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
@@ -49,21 +43,6 @@ _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 # answers, 8% written at once (perf). Smaller answers still go out together at the iteration's end.
 # (Also where writing pauses: more than this left unsent, as with any high-water mark.)
 WRITE_AT_ONCE = 4096
-_V2 = object()  # the route of a v2 REST binary infer: (_V2, path)
-
-
-def offered(scope) -> bool:
-    """Whether the shortcut has already declined this request (the lane marked its scope)."""
-    ext = scope.get("extensions")
-    return ext is not None and OFFERED in ext
-
-
-def mark_offered(scope) -> None:
-    ext = scope.get("extensions")
-    if ext is None:
-        scope["extensions"] = {OFFERED: {}}
-    else:
-        ext[OFFERED] = {}
 
 
 class Lane:
@@ -75,7 +54,6 @@ class Lane:
         # request target (bytes) -> (family, metrics offset of its "c" answers), and v2 REST infers'
         # routes (service/v2/hot.py)
         self.urls = (front.hot_urls, front.v2_hot.lane_routes if front.v2_hot is not None else {})
-        self.paths = front.hot_paths  # the same by ASGI path
         self.gate = front.gate
         self.post = front.HOT_HEADERS[1]  # a hot answer's head after its content length's digits
         self.answered = 0  # requests answered in the lane (/v1/tables shows it)
@@ -98,69 +76,32 @@ class Lane:
             )
         return h
 
-    # -- admission --------------------------------------------------------------------------------
-    def route(self, target) -> tuple | None:
-        """The route of a request target (bytes, the exact target: no query, no escapes) or ASGI
-        path (str) that the lane may answer, else None."""
-        r = (self.urls[0] if type(target) is bytes else self.paths).get(target)
-        if r is not None:
-            return r
-        v2 = self.front.v2_hot
-        if v2 is None:
-            return None
-        path = target.decode("latin-1") if type(target) is bytes else target
-        return (_V2, path) if path in v2.paths else None
-
-    def admits(self, headers) -> bool:
-        """No header that changes how the request is read, and the bearer token when one is set."""
+    def takes(self, path: str, headers) -> bool:
+        """Whether a request httptools read may be answered here: a path with learnt templates, no
+        header that changes how the request is read, and the bearer token when one is set."""
+        if not self.front.takes(path):
+            return False
         for name, _ in headers:
             if name in _OFF:
                 return False
         return self.gate is None or self.gate.allows(headers)
 
-    # -- answers ----------------------------------------------------------------------------------
-    def respond(self, route, body: bytes, headers, keep_alive: bool, defaults) -> tuple | None:
-        """(head, answer) of an admitted request whose body is whole, or None: the shortcut declined
-        it (then ASGI answers) or failed (logged; ASGI answers)."""
+    def respond(self, path: str, body: bytes, headers, keep_alive: bool, defaults) -> tuple | None:
+        """(head, answer) of a request ``takes`` admitted, its body whole, or None: the door
+        declined it or its answer is filled off the loop (ASGI answers it)."""
         t0 = perf_counter()
-        try:
-            if route[0] is _V2:
-                out, pre, post, name = self._v2(route[1], body, headers)
-            else:
-                out = self.svc.hot(route[0], body, headers)
-                (pre, post), name = self.front.HOT_HEADERS, None
-        except Exception:  # a shortcut's failure must not fail the request: ASGI answers it
-            log.exception("template shortcut failed in the hot lane; answering through ASGI")
-            return None
+        hit = self.front.shortcut(path, body, headers)
+        out = None if hit is None else hit.out
         if out is None:
             return None
-        head = b"%s%s%s%d%s%s\r\n" % (
+        head = b"%s%s%s: %s\r\ncontent-length: %d%s%s\r\n" % (
             OK,
             self.heads_of(defaults)[1],
-            pre,
+            *hit.ctype,
             len(out),
-            post,
+            head_lines(hit.extra),
             b"" if keep_alive else _CLOSE,
         )
         self.answered += 1
-        metrics = self.front.metrics
-        if metrics is not None:
-            # the C template after httptools read the request: the "shortcut" path (not "c")
-            if name is not None:
-                metrics.observe_path(name, "shortcut", perf_counter() - t0, len(out))
-            else:
-                metrics.observe_at(route[1] + TO_SHORTCUT, perf_counter() - t0, len(out))
+        self.front.count(hit, perf_counter() - t0, len(out))
         return head, out
-
-    def _v2(self, path: str, body: bytes, headers):
-        """(body, head before its length, head after it, metrics route) of a learnt v2 REST binary
-        infer answered on the loop, or Nones: small answers only (larger ones go to ASGI, which
-        fills them in a thread). The head holds the headers the raw front's v2 shortcut sends."""
-        hit = self.front.v2_hot.rest(path, body, headers)
-        if hit is None or not hit[0].inline:
-            return None, None, None, None
-        e, positions = hit
-        out = e.answer(positions)
-        if out is None:
-            return None, None, None, None
-        return out, self.front.V2_PRE, head_lines(e.headers), e.route

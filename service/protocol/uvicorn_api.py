@@ -63,12 +63,9 @@ class Protocol(HttpToolsProtocol):
 
     _lane = None  # the worker's lane.Lane
     _whole_ok = False  # the whole-request lane may run on this connection
-    _deferred = None  # (cycle, app, route) of a lane request whose body is still arriving
+    _deferred = None  # (cycle, app) of a lane request whose body is still arriving
     _active = 0.0  # loop time of the last data or completed response (the keep-alive clock)
-    _hot = None  # [route, body] of a request admitted at its headers (no cycle exists yet)
-    _close_after = False  # shutdown came while an admitted request was arriving
     _mid = False  # httptools is inside a request (or past an upgrade): no whole-request lane
-    _declined = _offered = False  # the lane offered the next request httptools parses / the one it parses
     _head_bytes, _draining = 0, False  # of the request head arriving; shutdown has begun
 
     def connection_made(self, transport) -> None:
@@ -124,7 +121,6 @@ class Protocol(HttpToolsProtocol):
         if state == replay.SERVE_CLOSED:  # what follows a close is dropped, as uvicorn does
             self.transport.close()
             return self._answered(done, now)
-        self._declined = state == replay.SERVE_DECLINED
         if done:
             self._answered(done, now)
             if at == len(data):
@@ -147,7 +143,6 @@ class Protocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._mid = True
-        self._offered, self._declined = self._declined, False
         super().on_message_begin()
         dl = self._dl
         dl.stage = "head"
@@ -185,25 +180,14 @@ class Protocol(HttpToolsProtocol):
         ):  # (a whole head may come in one read)
             self._refuse(HEAD_TOO_LARGE)
             raise HeadTooLarge  # httptools stops here; uvicorn's 400 is not written after the 431
-        route = self._admit()
-        if route is None:
-            if self._offered:
-                lanes.mark_offered(self.scope)
-            self._start_cycle()
-        else:
-            self._hot = [route, b""]
-        self._dl.enter("body", limits().body_timeout_s)
-
-    def _start_cycle(self) -> None:
         super().on_headers_complete()  # uvicorn builds the request's cycle (and starts it)
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False
+        self._dl.enter("body", limits().body_timeout_s)
 
     def shutdown(self) -> None:
         """SIGTERM: requests in flight or arriving finish; an idle keep-alive connection gets IDLE_GRACE_S."""
-        if self._hot is not None:
-            self._close_after = True
-        elif self._idle():
+        if self._idle():
             self._draining = True
             self.loop.call_later(IDLE_GRACE_S, self._close_if_idle)
         else:
@@ -231,61 +215,35 @@ class Protocol(HttpToolsProtocol):
             self.transport.close()
 
     def _start_asgi_task(self, cycle, app) -> None:
-        route = self._lane_of(cycle, app)
-        if route is None:
-            return super()._start_asgi_task(cycle, app)
-        if cycle.more_body:  # body still arriving: decided at message complete
-            self._deferred = (cycle, app, route)
-        elif self._answer(cycle, route):
+        if not self._takes(cycle, app):
+            super()._start_asgi_task(cycle, app)
+        elif cycle.more_body:  # body still arriving: answered at message complete
+            self._deferred = (cycle, app)
+        elif self._answer(cycle):
             self._completed()
         else:
             super()._start_asgi_task(cycle, app)
 
     def on_body(self, body: bytes) -> None:
-        h = self._hot
-        if h is not None:
-            h[1] += body
-            if len(h[1]) > HIGH_WATER_LIMIT:  # not a hot body: ASGI streams the rest
-                self._to_asgi(complete=False)
-            return
         super().on_body(body)
         d = self._deferred
-        if d is not None and len(d[0].body) > HIGH_WATER_LIMIT:
+        if d is not None and len(d[0].body) > HIGH_WATER_LIMIT:  # not a hot body: ASGI streams the rest
             self._deferred = None
-            lanes.mark_offered(d[0].scope)
-            super()._start_asgi_task(d[0], d[1])
+            super()._start_asgi_task(*d)
 
     def on_message_complete(self) -> None:
         self._mid = self.parser.should_upgrade()  # past an upgrade httptools parses no more
-        h = self._hot
-        if h is not None:
-            keep_alive = (
-                self.parser.get_http_version() != "1.0"
-                and self.parser.should_keep_alive()
-                and not self._close_after
-                and not self._draining
-            )
-            self._dl.idle()  # the body is whole: the limits' timers end here
-            if self._write(h[0], h[1], self.headers, keep_alive):
-                self._hot = None
-                self._completed()
-            else:
-                self._to_asgi(complete=True)
-                self._dl.idle()
-            return
         super().on_message_complete()
-        self._dl.idle()
+        self._dl.idle()  # the body is whole: the limits' timers end here
         d = self._deferred
         if d is not None and d[0] is self.cycle:
             self._deferred = None
-            if self._answer(d[0], d[2]):
+            if self._answer(d[0]):
                 self._completed()
             else:
-                super()._start_asgi_task(d[0], d[1])
+                super()._start_asgi_task(*d)
 
     def connection_lost(self, exc) -> None:
-        if self._hot is not None:  # left mid-body: ASGI sees the disconnect (499)
-            self._to_asgi(complete=False)
         self._dl.disarm()
         super().connection_lost(exc)
         if self.timeout_keep_alive_task is not None:
@@ -293,7 +251,7 @@ class Protocol(HttpToolsProtocol):
             self.timeout_keep_alive_task = None
         d, self._deferred = self._deferred, None
         if d is not None:  # left mid-body: ASGI sees the disconnect (499)
-            super()._start_asgi_task(d[0], d[1])
+            super()._start_asgi_task(*d)
 
     def _answered(self, done: int, now: float) -> None:
         # after done whole-request answers: uvicorn's completion bookkeeping and the limits' stage
@@ -308,70 +266,37 @@ class Protocol(HttpToolsProtocol):
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
 
-    def _admit(self):
-        # at a request's headers: its route if it may take the lane now (then no cycle is built)
-        lane = self._lane
-        if (
-            lane is None
-            or self._offered
-            or self.access_log
-            or self.root_path
-            or self.limit_concurrency is not None
-        ):
-            return None
-        route = lane.route(self.url)
-        if (
-            route is None
-            or self.expect_100_continue
-            or self.pipeline
-            or not self._idle()
-            or self.parser.get_method() != b"POST"
-            or self.parser.should_upgrade()
-        ):
-            return None
-        return route if lane.admits(self.headers) else None
-
-    def _to_asgi(self, complete: bool) -> None:
-        _, body = self._hot  # an admitted request to ASGI, marked offered, with the body read so far
-        self._hot = None
-        lanes.mark_offered(self.scope)
-        self._start_cycle()
-        cycle = self.cycle
-        cycle.body += body
-        if self._close_after:
-            cycle.keep_alive = False
-        if complete:
-            cycle.more_body = False
-        cycle.message_event.set()
-
-    def _lane_of(self, cycle, app):
-        """The route of a request uvicorn is about to start if the lane may answer it, else None."""
+    def _takes(self, cycle, app) -> bool:
+        """Whether the lane may answer a request uvicorn is about to start."""
         lane, scope = self._lane, cycle.scope
-        if lane is None or scope["method"] != "POST" or lanes.offered(scope):
-            return None
-        route = lane.route(scope["path"])
-        if route is None or app is not self.app or cycle.waiting_for_100_continue or self.access_log:
-            return None
-        return route if lane.admits(scope["headers"]) else None
+        return (
+            lane is not None
+            and scope["method"] == "POST"
+            and app is self.app
+            and not cycle.waiting_for_100_continue
+            and not self.access_log
+            and lane.takes(scope["path"], scope["headers"])
+        )
 
-    def _answer(self, cycle, route) -> bool:
-        """A started request's cycle answered in the lane; False (its scope marked) if not."""
-        if not self._write(route, bytes(cycle.body), cycle.scope["headers"], cycle.keep_alive):
-            lanes.mark_offered(cycle.scope)
-            return False
-        cycle.response_started = cycle.response_complete = True
-        return True
-
-    def _write(self, route, body: bytes, headers, keep_alive: bool) -> bool:
-        """Answer a whole body in the lane and write it; False if declined or not writable now."""
+    def _answer(self, cycle) -> bool:
+        """A whole request's cycle answered in the lane and written; False if declined or not
+        writable now (then ASGI answers it)."""
         if self.flow.write_paused or self.transport.is_closing():
             return False
-        r = self._lane.respond(route, body, headers, keep_alive, self.server_state.default_headers)
+        scope = cycle.scope
+        r = self._lane.respond(
+            scope["path"],
+            bytes(cycle.body),
+            scope["headers"],
+            cycle.keep_alive,
+            self.server_state.default_headers,
+        )
         if r is None:
             return False
         self.transport.writelines(r)
-        if not keep_alive:
+        if not cycle.keep_alive:
             self.transport.close()
+        cycle.response_started = cycle.response_complete = True
         return True
 
     def _completed(self) -> None:
@@ -390,9 +315,10 @@ class Protocol(HttpToolsProtocol):
                     )
                 return
             cycle, app = self.pipeline.pop()
-            route = self._lane_of(cycle, app)
-            if route is not None and cycle.more_body:  # still arriving: answered at message complete
-                self._deferred = (cycle, app, route)
+            if not self._takes(cycle, app):
+                return super()._start_asgi_task(cycle, app)
+            if cycle.more_body:  # still arriving: answered at message complete
+                self._deferred = (cycle, app)
                 return
-            if route is None or not self._answer(cycle, route):
+            if not self._answer(cycle):
                 return super()._start_asgi_task(cycle, app)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import struct
 
 import orjson
 import pytest
@@ -19,6 +20,7 @@ from posenc.service.protocol import limits as limits_mod
 from posenc.service.protocol import uvicorn_api
 from posenc.service.protocol.lane import STATE_KEY, WRITE_AT_ONCE
 from posenc.service.shortcut import templates as replay
+from tests.independent import assert_answer
 from tests.service.hot_helpers import needs_native
 from tests.service_cases import BIN
 from tests.waits import wait_for
@@ -184,14 +186,14 @@ def test_a_json_answer_whose_rows_text_is_not_kept_is_answered_in_the_same_call(
 
 
 @needs_native
-def test_a_declined_request_is_offered_once_then_answered_by_asgi(world):
+def test_a_declined_request_is_answered_by_the_full_path(world):
     make, front, loop, offers = world
     p, t = make()
-    p.data_received(request(accept=b"application/json"))
+    p.data_received(request(accept=b"application/json"))  # a template not learnt: the C call declines
     settle(loop, t, answered, "ASGI's answer")
     status, body = status_and_body(t.buffer)
-    assert status == 200 and orjson.loads(body)["cos"]
-    assert offers == ["hot_requests"], offers  # not again at the headers, nor in the front
+    assert status == 200 and offers[0] == "hot_requests", offers
+    assert_answer("rope", orjson.loads(BODY), orjson.loads(body), what="the full path's JSON")
 
 
 @needs_native
@@ -224,15 +226,81 @@ def test_without_a_lane_the_front_offers_the_request_itself(world):
     assert offers.count("hot") == 2 and "hot_requests" not in offers  # the front's, and ours above
 
 
-def test_a_request_split_across_reads_is_admitted_at_its_headers(world):
+def v2_request(positions, extra: bytes = b"") -> bytes:
+    """A v2 REST binary infer of RoPE (KServe's binary tensor extension: a JSON header, then the
+    positions' int64 bytes)."""
+    raw = struct.pack(f"<{len(positions)}q", *positions)
+    head = orjson.dumps(
+        {
+            "parameters": {"binary_data_output": True, "spec": orjson.dumps({"head_dim": 64}).decode()},
+            "inputs": [
+                {
+                    "name": "positions",
+                    "datatype": "INT64",
+                    "shape": [len(positions)],
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ],
+        }
+    )
+    return b"POST /v2/models/rope/infer HTTP/1.1\r\nhost: t\r\n%sinference-header-content-length: %d\r\n" % (
+        extra,
+        len(head),
+    ) + b"content-length: %d\r\n\r\n%s" % (len(head) + len(raw), head + raw)
+
+
+def responses(buf: bytes) -> list[bytes]:
+    """The whole responses in ``buf``, each head and body."""
+    out = []
+    while (end := buf.find(b"\r\n\r\n")) >= 0:
+        m = re.search(rb"(?im)^content-length: *(\d+)\r$", buf[: end + 2])
+        n = end + 4 + (int(m.group(1)) if m else 0)
+        if len(buf) < n:
+            break
+        out.append(buf[:n])
+        buf = buf[n:]
+    return out
+
+
+HEALTH = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n"
+
+
+@needs_native
+@pytest.mark.parametrize("shape", ["head then body", "7-byte reads", "pipelined"])
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "close"])
+@pytest.mark.parametrize("kind", ["/v1 binary", "/v1 JSON", "v2 binary"])
+def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, close, kind):
+    """A request httptools reads (its head and body in separate reads, or behind one the C call
+    does not take, in the same read) is answered with the bytes the full path answered it with
+    before its template was learnt: head (the date fixed) and body, and the connection kept or
+    closed as the full path did."""
     make, front, loop, offers = world
-    front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
+    extra = b"connection: close\r\n" if close else b""
+    if kind == "v2 binary":
+        assert front.v2_hot is not None, "the v2 shortcut is on"
+        data = v2_request([5, 9], extra)
+    else:
+        data = request(accept=HOT if kind == "/v1 binary" else b"application/json", extra=extra)
+    full = []
+    for _ in range(2):  # the full path answers (and learns: a v2 key the second time)
+        p, t = make()
+        p.data_received(data)
+        settle(loop, t, answered, "the full path's answer")
+        full.append((t.buffer, t.closed))
+    assert full[0] == full[1] and full[0][0].startswith(b"HTTP/1.1 200 OK\r\n"), full
+    cut = data.index(b"\r\n\r\n") + 4
+    reads = {
+        "head then body": [data[:cut], data[cut:]],
+        "7-byte reads": [data[i : i + 7] for i in range(0, len(data), 7)],
+        "pipelined": [HEALTH + data],
+    }[shape]
     p, t = make()
-    data = request()
-    for i in range(0, len(data), 7):
-        p.data_received(data[i : i + 7])
-    settle(loop, t, answered, "the answer of a request in 7-byte reads")
-    assert status_and_body(t.buffer)[0] == 200 and t.buffer.count(b"HTTP/1.1") == 1
+    for r in reads:
+        p.data_received(r)
+    n = 1 + (shape == "pipelined")
+    settle(loop, t, lambda t: answers(t.buffer) >= n, f"{n} answers")
+    got = responses(t.buffer)
+    assert len(got) == n and got[-1] == full[0][0] and t.closed == close, (got, t.closed)
 
 
 def test_a_head_that_never_ends_gets_408_and_a_closed_connection(world):
