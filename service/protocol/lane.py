@@ -13,8 +13,8 @@ shortcut, straight to the transport:
   call did not take) is answered through the raw front's door, ``FastFront.shortcut``
   (``respond``), when uvicorn would start its ASGI task, and written here.
 
-Whatever either declines goes to ASGI: the raw front offers it to the same door (a decline costs
-~5 µs; declines are a spec's first requests), then the full path answers it and learns its template.
+Whatever either declines goes to ASGI: the raw front offers it to the same door (a decline is one
+C lookup, on a spec's first requests), then the full path answers it and learns its template.
 
 The app (service/front/app.py) makes one ``Lane`` per worker from its raw-ASGI front and hands it
 to the protocol through the ASGI lifespan state (``STATE_KEY``): no module global, no import of

@@ -1,15 +1,17 @@
-"""The requests the whole-read C call cannot take: how many the realistic mix holds, and what a
-lane below ASGI for them would gain. A script, not a test:
+"""The requests the whole-read C call cannot take: how many the realistic mix holds, and what the
+lane after httptools gains on them. A script, not a test (docs/benchmarks.md, "Requests httptools
+reads"):
 
-    python tests/bench/bench_partial.py [--seconds 5] [--rounds 5] [--requests 2000]
+    python tests/bench/bench_partial.py [--seconds 5] [--rounds 5] [--requests 2000] [--only share|gain]
 
 (a) Share. One `posenc serve --lane on` worker pinned to core 0 and wrk on core 1 cycling the
 realistic mix's pool (as tests/bench/bench_mix.py drives it, --new-specs-per-s specs no table holds
-alongside). Per round, from `posenc_answer_path_total` and /v1/tables `lane_answers` (one worker:
-its count is the server's): the answers the whole-read C call made ("c"), the template answers
-made after httptools read the request ("shortcut": what a lane below ASGI could take at most), and
-of those the ones answered below ASGI (``lane_answers`` minus "c": a protocol-level lane after
-httptools, where there is one).
+alongside); then learnt /v1 and v2 binary RoPE requests sent one at a time by httpx, requests and
+urllib (--rounds x 200 each), which write a request's head and body in their own ways. Per
+round, from `posenc_answer_path_total` and /v1/tables `lane_answers` (one worker: its count is
+the server's): the answers the whole-read C call made ("c"), the template answers made after
+httptools read the request ("shortcut": what a lane below ASGI could take at most), and of those
+the ones answered below ASGI (``lane_answers`` minus "c": the lane after httptools).
 
 (b) Gain. Two servers pinned to core 0, `--lane on` and `--lane off` (the raw front's shortcut
 answers), each with the mix's first RoPE table's spec learnt, asked in turn round after round by
@@ -186,6 +188,51 @@ def share(a) -> None:
     )
 
 
+def clients(a) -> None:
+    """(a) again, for Python's HTTP clients: learnt /v1 and v2 binary requests sent one at a time."""
+    import urllib.request
+
+    import httpx
+    import requests
+
+    t = next(x for x in mix.tables() if x["family"] == "rope")
+    rng = random.Random(3)
+    reqs = [
+        mix.encode("rope", t["spec"], w, mix.selections(t, w, rng))
+        for w in ("v1-binary", "v2-binary")
+        for _ in range(100)
+    ]
+    srv = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", cpus=SERVER_CPU, args=("--lane", "on"))
+    try:
+        srv.wait_ready()
+        hc, rs = httpx.Client(), requests.Session()
+        ways = {
+            "httpx": lambda p, h, b: hc.post(srv.url + p, headers=h, content=b).raise_for_status(),
+            "requests": lambda p, h, b: rs.post(srv.url + p, headers=h, data=b).raise_for_status(),
+            "urllib": lambda p, h, b: urllib.request.urlopen(
+                urllib.request.Request(srv.url + p, data=b, headers=h)
+            ).read(),
+        }
+        for send in ways.values():  # learnt
+            for r in reqs:
+                send(*r)
+        for name, send in ways.items():
+            before = paths.scrape(srv.url)
+            for _ in range(a.rounds):
+                for r in reqs:
+                    send(*r)
+            got = paths.shares(before, paths.scrape(srv.url))
+            n, c = got["requests"], got["counts"]
+            print(
+                f"{name}: {n} answers: c {c['c'] / n:.1%}, shortcut {c['shortcut'] / n:.1%} (below ASGI "
+                f"after httptools {(got['lane'] - c['c']) / n:.1%}), python {c['python'] / n:.1%}",
+                flush=True,
+            )
+    finally:
+        srv.stop()
+    print()
+
+
 def gain(a) -> None:
     """(b): split and pipelined learnt requests, lane on against lane off, alternated."""
     os.sched_setaffinity(0, {int(CLIENT_CPU)})
@@ -262,6 +309,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.only != "gain":
         share(a)
+        clients(a)
     if a.only != "share":
         gain(a)
 
