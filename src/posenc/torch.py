@@ -376,27 +376,19 @@ class TimmRope(torch.nn.Module):
 # diffusers transformers whose pipeline hands the transformer its token ids (img_ids, txt_ids) and
 # whose positional module returns (cos, sin) [tokens, head] from them (FluxPosEmbed and its copies):
 # DiffusersPosEmbed's classes
-DIFFUSERS_POS_EMBED = (
-    "FluxTransformer2DModel",
-    "ChromaTransformer2DModel",
-    "Flux2Transformer2DModel",
-    "Flux3Transformer2DModel",
-    "BriaTransformer2DModel",
-    "BriaFiboTransformer2DModel",
-    "LongCatImageTransformer2DModel",
-    "OvisImageTransformer2DModel",
-    "Krea2Transformer2DModel",
+DIFFUSERS_POS_EMBED = tuple(
+    "FluxTransformer2DModel ChromaTransformer2DModel Flux2Transformer2DModel Flux3Transformer2DModel "
+    "BriaTransformer2DModel BriaFiboTransformer2DModel LongCatImageTransformer2DModel "
+    "OvisImageTransformer2DModel Krea2Transformer2DModel".split()
 )
 
 
 class DiffusersPosEmbed(torch.nn.Module):
     """A drop-in for the positional module of a diffusers transformer of ``DIFFUSERS_POS_EMBED``
-    (``model.pos_embed = DiffusersPosEmbed(model)``, or the transformer's config.json; Krea2:
-    ``model.rotary_emb``):
-    ``forward(ids)``, the [tokens, axes] ids the transformer passes its module (the pipeline's text
-    and image ids), returns the module's ``(cos, sin)``, [tokens, head] float32 on ``ids.device``,
-    from posenc's answer for the config and those ``position_ids`` (through ``client``'s shared
-    tables when given). The ids must be whole numbers, as the pipelines make them."""
+    (``model.pos_embed = DiffusersPosEmbed(model)``, or its config.json; Krea2: ``model.rotary_emb``):
+    ``forward(ids)``, the [tokens, axes] whole-number ids the transformer passes its module (the
+    pipeline's), returns the module's ``(cos, sin)``, [tokens, head] float32 on ``ids.device``, from
+    posenc's answer for the config and those ``position_ids`` (``client``'s shared tables if given)."""
 
     def __init__(self, config, device=None, *, client: Client | None = None):
         super().__init__()

@@ -27,8 +27,9 @@ import tempfile
 import types
 import uuid
 
-from bench_cliffs import SERVER_CPU, tree_cpu_s, write_script, wrk  # (this folder: run as a script)
+from bench_cliffs import SERVER_CPU, tree_cpu_s, wrk  # (this folder: run as a script)
 
+from posenc.loadtest.drivers import wrk as wrk_tool
 from posenc.loadtest.reports import paths
 from posenc.loadtest.servers import free_port, start_floor, start_posenc
 from posenc.loadtest.workloads import mix, scenario
@@ -59,7 +60,7 @@ def main() -> None:
             floor = start_floor(free_port(), requests=pool["floor_requests"], cpus=SERVER_CPU)
             floor.wait_ready()
             lua = os.path.join(tmp, "mix.lua")
-            write_script(lua, pool["items"])
+            wrk_tool.script(lua, pool["items"])
             wrk(posenc.url, lua, 2, 64)  # warm-up: rows past the tables computed and kept, texts rendered
             print(
                 f"pool: {pool['pool']} requests, {len(pool['names'])} kinds; posenc then the floor each round"
