@@ -6,18 +6,19 @@ reads"):
 
 (a) Share. One `posenc serve --lane on` worker pinned to core 0 and wrk on core 1 cycling the
 realistic mix's pool (as tests/bench/bench_mix.py drives it, --new-specs-per-s specs no table holds
-alongside); then learnt /v1 and v2 binary RoPE requests sent one at a time by httpx, requests and
-urllib (--rounds x 200 each), which write a request's head and body in their own ways. Per
-round, from `posenc_answer_path_total` and /v1/tables `lane_answers` (one worker: its count is
-the server's): the answers the whole-read C call made ("c"), the template answers made after
-httptools read the request ("shortcut": what a lane below ASGI could take at most), and of those
-the ones answered below ASGI (``lane_answers`` minus "c": the lane after httptools).
+alongside); then learnt requests drawn over the mix's tables (every family) and ways (/v1 and v2,
+binary and JSON) sent one at a time by httpx, requests and urllib (--rounds x the draw each), which
+write a request's head and body in their own ways. Per round, from `posenc_answer_path_total` and
+/v1/tables `lane_answers` (one worker: its count is the server's): the answers the whole-read C call
+made ("c"), the template answers made after httptools read the request ("shortcut": what a lane
+below ASGI could take at most), and of those the ones answered below ASGI (``lane_answers`` minus
+"c": the lane after httptools).
 
 (b) Gain. Two servers pinned to core 0, `--lane on` and `--lane off` (the raw front's shortcut
-answers), each with the mix's first RoPE table's spec learnt, asked in turn round after round by
-one connection from core 1 with learnt requests the whole-read call cannot take:
+answers), asked in turn round after round by one connection from core 1 with learnt requests the
+whole-read call cannot take, drawn over the mix's tables (every family) and both encodings:
 - split: a request whose head and body come in separate reads (the client writes the head, waits
-  --gap-us, then writes the body), /v1 safetensors and v2 REST binary;
+  --gap-us, then writes the body), /v1 and v2 REST, binary and JSON;
 - pipelined: GET /healthz (not a family request: httptools reads it and what follows) and 16
   learnt /v1 requests behind it, in one write.
 Printed: per-request latency p50/p99 (split: from the body's write to the whole answer; pipelined:
@@ -189,19 +190,14 @@ def share(a) -> None:
 
 
 def clients(a) -> None:
-    """(a) again, for Python's HTTP clients: learnt /v1 and v2 binary requests sent one at a time."""
+    """(a) again, for Python's HTTP clients: learnt requests of every table and way sent one at a time."""
     import urllib.request
 
     import httpx
     import requests
 
-    t = next(x for x in mix.tables() if x["family"] == "rope")
     rng = random.Random(3)
-    reqs = [
-        mix.encode("rope", t["spec"], w, mix.selections(t, w, rng))
-        for w in ("v1-binary", "v2-binary")
-        for _ in range(100)
-    ]
+    reqs = [mix.request(t, w, rng) for t in mix.tables() for w in mix.WAYS for _ in range(16)]
     srv = start_posenc(free_port(), f"bench-{uuid.uuid4().hex[:6]}", cpus=SERVER_CPU, args=("--lane", "on"))
     try:
         srv.wait_ready()
@@ -236,16 +232,13 @@ def clients(a) -> None:
 def gain(a) -> None:
     """(b): split and pipelined learnt requests, lane on against lane off, alternated."""
     os.sched_setaffinity(0, {int(CLIENT_CPU)})
-    t = next(x for x in mix.tables() if x["family"] == "rope")
     rng = random.Random(7)
-    v1 = [
-        raw(*mix.encode("rope", t["spec"], "v1-binary", mix.selections(t, "v1-binary", rng)))
-        for _ in range(64)
-    ]
-    v2 = [
-        raw(*mix.encode("rope", t["spec"], "v2-binary", mix.selections(t, "v2-binary", rng)))
-        for _ in range(64)
-    ]
+    v1, v2 = (
+        [raw(*mix.request(t, w, rng)) for t in mix.tables() for w in ways for _ in range(16)]
+        for ways in (("v1-binary", "v1-json"), ("v2-binary", "v2-json"))
+    )
+    rng.shuffle(v1)
+    rng.shuffle(v2)
     gap = a.gap_us / 1e6
     kinds = {
         "split /v1": lambda s: split_round(s, v1, a.requests, gap),
