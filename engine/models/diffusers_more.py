@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..core.errors import SpecError
-from ..core.fields import is_int, is_number, json_repr, require_object
+from ..core.fields import is_int, is_number, json_repr
 from ..tables import rope_axes
 from ..tables.rope_spec import HALF_SPLIT, INTERLEAVED
 from . import grid as model_grid
@@ -169,7 +169,7 @@ class ReferenceGridRope:
         return Derived(fields, origin)
 
     def tokens(self, cfg: Config, grid) -> np.ndarray:
-        sizes = _parse_parts(grid, (self.grid_keys[:3], REFERENCE))
+        sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))  # its true count: below
         gen = [sizes.get("frames", 1), sizes["height"], sizes["width"]]
         _within(gen, 1, ("frames", "height", "width"))
         ids = model_grid.indices(gen)
@@ -182,37 +182,13 @@ class ReferenceGridRope:
         ref = [sizes.get("reference_frames", 1), sizes["reference_height"], sizes["reference_width"]]
         stride = cfg.int("refer_stride")
         _within(ref, stride, REFERENCE)
-        _at_most(ids.shape[1] + math.prod(ref))
+        model_grid.at_most(ids.shape[1] + math.prod(ref))
         rids = model_grid.indices(ref)
         rids[0] *= stride
         for a, key in enumerate(("refer_offset_t", "refer_offset_h", "refer_offset_w")):
             offset = cfg.int(key, lo=-(1 << 31))
             rids[a] += offset if offset >= 0 else ref[a]
         return np.concatenate([ids, rids], axis=1)
-
-
-def _parse_parts(grid, parts) -> dict:
-    """model_grid.parse of a grid whose parts are blocks of tokens one after another (its token
-    count is their sum, not the product of every key); height and width are required."""
-    obj = require_object(grid, model_grid.LOC)
-    keys = tuple(k for part in parts for k in part)
-    for k in obj:
-        if k not in keys:
-            raise SpecError(
-                (*model_grid.LOC, k),
-                f"not a grid key of this model; it takes {', '.join(keys)}",
-                "extra_forbidden",
-            )
-    out = {}
-    for part in parts:
-        required = tuple(k for k in ("height", "width") if k in part)
-        out.update(model_grid.parse({k: obj[k] for k in part if k in obj}, part, required))
-    return out
-
-
-def _at_most(n: int) -> None:
-    if n > model_grid.MAX_TOKENS:
-        raise SpecError(model_grid.LOC, f"{n} tokens: at most {model_grid.MAX_TOKENS} a request")
 
 
 def _within(sizes, stride: int, keys) -> None:
@@ -329,7 +305,7 @@ class FarChunkRope:
                     f"frequencies turn by π), got {s} on axis {a}",
                 )
             down.append(s)
-        sizes = _parse_parts(grid, (self.grid_keys[:3], self.grid_keys[3:]))
+        sizes = model_grid.parse(grid, self.grid_keys, ("height", "width"))  # its true count: below
         f, h, w = sizes.get("frames", 1), sizes["height"], sizes["width"]
         nc = sizes.get("compressed_frames", 0)
         if nc > f:
@@ -347,7 +323,7 @@ class FarChunkRope:
                 raise SpecError(
                     (*model_grid.LOC, key), f"its pooled table holds {top // s} positions, got {n}"
                 )
-        _at_most((f - nc) * h * w + nc * hc * wc)
+        model_grid.at_most((f - nc) * h * w + nc * hc * wc)
         full = model_grid.indices((f - nc, h, w)) * 2
         full[0] += 2 * nc
         small = model_grid.indices((nc, hc, wc)) if hc and wc else np.zeros((3, 0), np.int64)

@@ -60,10 +60,14 @@ def parse(value, keys: tuple, required: tuple) -> dict:
         if not is_int(v) or not lo <= v <= MAX_SIDE:
             raise SpecError((*LOC, k), f"must be an integer in [{lo}, {MAX_SIDE}], got {json_repr(v)}")
         out[k] = v
-    n = tokens(out)
+    at_most(tokens(out))
+    return out
+
+
+def at_most(n: int) -> None:
+    """Refuse a grid of ``n`` tokens past MAX_TOKENS (SpecError at ``grid``)."""
     if n > MAX_TOKENS:
         raise SpecError(LOC, f"{n} tokens: at most {MAX_TOKENS} a request")
-    return out
 
 
 def tokens(sizes: Mapping) -> int:
