@@ -31,6 +31,7 @@
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
  *   hot_lane.c       lane(): a whole HTTP request to its whole response
  *   hot_serve.c      serve(): every whole request of a socket read, answered and written
+ *   hot_grpc.c       grpc_cut(), grpc_answer(): a gRPC ModelInferRequest's key and learnt answer
  *
  *   configure(*, position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers,
  *             kernels=None, keep_bytes=0, axis_fields=None)
@@ -281,7 +282,7 @@ static const struct hot_ops *const kinds[] = {HOT_KINDS(HOT_KIND_OPS)};
 PyMODINIT_FUNC PyInit__hot(void)
 {
     PyMethodDef *const parts[] = {hot_select_methods, hot_templates_methods, hot_answer_methods, hot_lane_methods,
-                                  hot_serve_methods, hot_fill_methods, hot_v2json_methods, hot_blocks_methods, hot_f32text_methods};
+                                  hot_serve_methods, hot_grpc_methods, hot_fill_methods, hot_v2json_methods, hot_blocks_methods, hot_f32text_methods};
     hot_lane_ready();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

@@ -15,7 +15,8 @@
  *   3. the routes, on the shared pieces and struct hot_ops alone (never a kind's type or struct):
  *      hot_answer.c (/v1 bodies), hot_v2json.c (v2 JSON), hot_blocks.c (raw blocks), hot_fill.c
  *      (raw rows; hands block entries to hot_blocks.c)
- *   4. the lane: hot_lane.c (a whole request to a route), hot_serve.c (a socket read's requests)
+ *   4. the lane: hot_lane.c (a whole request to a route), hot_serve.c (a socket read's requests),
+ *      hot_grpc.c (a gRPC ModelInferRequest to its answer; on hot_serve.c's metrics)
  *   5. _hot.c: the module, configure(), and the list of kinds (HOT_KINDS) it registers
  *
  * A new kind of template costs one C file and one registration line:
@@ -147,7 +148,11 @@ typedef struct {
     PyObject *pre, *post; /* bytes */
     int close;
     int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
+    int grpc;             /* not HTTP (pre, post unread): HOT_GRPC_UNARY or HOT_GRPC_STREAM (hot_grpc.c) */
 } Http;
+/* gRPC's framing of an answer (Http.grpc): a ModelInferResponse alone (its session adds the gRPC
+ * prefix), or a ModelStreamInferResponse message holding it, after its 5-byte gRPC prefix. */
+enum hot_grpc_frame { HOT_GRPC_NONE, HOT_GRPC_UNARY, HOT_GRPC_STREAM };
 
 /* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
  * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
@@ -354,8 +359,19 @@ typedef struct {
     Py_ssize_t count[MAX_FIELDS];
     int ncounts;
 } HotJsonEntry;
-extern PyTypeObject hot_V2RouteType, hot_RowsEntryType, hot_BlockEntryType, hot_JsonEntryType;
-int hot_named_ready(PyObject *module); /* the four types readied and added: 0, or -1 set */
+/* gRPC's entry of a learnt ModelInferRequest key (hot_grpc.c reads it): fill, the RowsEntry or
+ * BlockEntry C fills (None: Python answers, e.g. outputs into shared memory); nbytes, each trailing
+ * raw_input_contents field's length; size, the answer's bytes; metrics and stream_metrics, the
+ * offsets of its unary and stream answers' counts; entry, the Python entry that answers otherwise. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fill, *nbytes_of, *entry;
+    Py_ssize_t size, metrics, stream_metrics;
+    Py_ssize_t nbytes[MAX_FIELDS]; /* nbytes_of, read when made */
+    int nraw;
+} HotGrpcEntry;
+extern PyTypeObject hot_V2RouteType, hot_RowsEntryType, hot_BlockEntryType, hot_JsonEntryType, hot_GrpcEntryType;
+int hot_named_ready(PyObject *module); /* the five types readied and added: 0, or -1 set */
 
 /* ---- the lane (hot_lane.c) and fills (hot_fill.c, hot_blocks.c) --------------------------------------- */
 
@@ -396,6 +412,13 @@ int hot_lane_args(PyObject *const *v, HotLaneArgs *a);
 /* lane()'s answer to the request at data[start:] (hot_lane.c), for lane() and serve() (hot_serve.c) */
 PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a);
 extern PyMethodDef hot_serve_methods[];
+extern PyMethodDef hot_grpc_methods[]; /* grpc_cut(), grpc_answer(): gRPC's door (hot_grpc.c) */
+/* serve()'s metrics (hot_serve.c), for hot_grpc.c too: the clock of time.perf_counter(); the counts'
+ * writable float64 buffer (counts None: c->buf NULL) and buckets checked, 0 or -1 set; one answer
+ * counted at base as Metrics.observe_at counts it. */
+double hot_seconds_now(void);
+int hot_counts_of(PyObject *counts, PyObject *buckets, Py_buffer *c);
+void hot_observe(const Py_buffer *c, PyObject *buckets, Py_ssize_t base, double seconds, double nbytes);
 extern PyMethodDef hot_fill_methods[];
 extern PyMethodDef hot_blocks_methods[];
 extern PyMethodDef hot_f32text_methods[]; /* f32_json, for the tests */

@@ -189,7 +189,7 @@ static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http
         }
     }
     if (n < 0) {   /* no binary data: JSON tensors */
-        Http hj = {json_pre, NULL, http->close, 1};
+        Http hj = {json_pre, NULL, http->close, 1, HOT_GRPC_NONE};
         return hot_v2json_answer(route, r->body, r->body_len, &hj);
     }
     if (n > r->body_len || PyDict_GET_SIZE(route->entries) == 0) Py_RETURN_NONE;
@@ -257,7 +257,7 @@ PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
     PyObject *out;
     if (Py_TYPE(route) == &hot_V2RouteType) {   /* a v2 REST infer (service/v2/hot.py) */
         if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
-        Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0};
+        Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0, HOT_GRPC_NONE};
         out = v2_answer((const HotV2Route *)route, &r, &http, PyTuple_GET_ITEM(a->pre, 1));
         return lane_result(out, b, next, route, &http);
     }
@@ -288,7 +288,7 @@ PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
         Py_RETURN_FALSE;
     }
     int json = ok == 2;
-    Http http = {PyTuple_GET_ITEM(a->pre, json), a->post, r.close || a->close, json};
+    Http http = {PyTuple_GET_ITEM(a->pre, json), a->post, r.close || a->close, json, HOT_GRPC_NONE};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     out = hot_answer_body(r.body, r.body + r.body_len, fields, hot_axis_field_of(family), templates, &http);
     PyObject *res = lane_result(out, b, next, route, &http);

@@ -19,6 +19,11 @@
  *   JsonEntry(*, template, counts, swap, post)
  *     a template of flat JSON (its ops' v2_json) for the body's lists, counts the positions each
  *     must hold; swap: the body's first list is the key's (hot_v2json.c).
+ *   GrpcEntry(*, fill, nbytes, size, metrics, stream_metrics, entry)
+ *     a learnt gRPC ModelInferRequest key's (hot_grpc.c): fill, the RowsEntry or BlockEntry C fills
+ *     (post b"") or None; nbytes, each trailing raw_input_contents field's length (1 or 2); size,
+ *     the answer's bytes; metrics and stream_metrics, the offsets of its unary and stream answers'
+ *     counts; entry, the Python entry that answers what C leaves (service/v2/hot.py).
  * Their fields read back as attributes; entries and json_entries are the dicts Python fills.
  */
 #include "hot.h"
@@ -217,6 +222,20 @@ static PyMemberDef HotBlockEntry_members[] = {
 };
 RECORD_TYPE(HotBlockEntry, BlockEntry, block_entry_check, "A v2 binary infer's block (hot_named.c says its fields).")
 
+/* The n ints of tuple t into v, each at least lo: 0, or -1 set (a ValueError naming what). */
+static int ints_of(PyObject *t, int n, Py_ssize_t *v, Py_ssize_t lo, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        v[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
+        if (v[i] == -1 && PyErr_Occurred()) return -1;
+        if (v[i] < lo) {
+            PyErr_Format(PyExc_ValueError, "%s >= %zd", what, lo);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int json_entry_check(PyObject *o)
 {
     HotJsonEntry *e = (HotJsonEntry *)o;
@@ -227,15 +246,7 @@ static int json_entry_check(PyObject *o)
                                          "counts a tuple, post bytes");
         return -1;
     }
-    for (int f = 0; f < e->ncounts; f++) {
-        e->count[f] = PyLong_AsSsize_t(PyTuple_GET_ITEM(e->counts, f));
-        if (e->count[f] == -1 && PyErr_Occurred()) return -1;
-        if (e->count[f] < 1) {
-            PyErr_SetString(PyExc_ValueError, "JsonEntry: counts >= 1");
-            return -1;
-        }
-    }
-    return 0;
+    return ints_of(e->counts, e->ncounts, e->count, 1, "JsonEntry: counts");
 }
 
 static PyMemberDef HotJsonEntry_members[] = {
@@ -244,11 +255,33 @@ static PyMemberDef HotJsonEntry_members[] = {
 };
 RECORD_TYPE(HotJsonEntry, JsonEntry, json_entry_check, "A v2 JSON-tensor infer's entry (hot_named.c says its fields).")
 
+static int grpc_entry_check(PyObject *o)
+{
+    HotGrpcEntry *e = (HotGrpcEntry *)o;
+    PyTypeObject *fill = Py_TYPE(e->fill);
+    e->nraw = PyTuple_Check(e->nbytes_of) ? (int)PyTuple_GET_SIZE(e->nbytes_of) : 0;
+    if ((e->fill != Py_None && fill != &hot_RowsEntryType && fill != &hot_BlockEntryType) || e->nraw < 1 ||
+        e->nraw > MAX_FIELDS || e->size < 0) {
+        PyErr_SetString(PyExc_TypeError, "GrpcEntry: fill a RowsEntry, a BlockEntry or None, nbytes a tuple of 1 or 2 "
+                                         "ints, size >= 0");
+        return -1;
+    }
+    return ints_of(e->nbytes_of, e->nraw, e->nbytes, 0, "GrpcEntry: nbytes");
+}
+
+static PyMemberDef HotGrpcEntry_members[] = {
+    MEMBER(HotGrpcEntry, fill, T_OBJECT_EX), {"nbytes", T_OBJECT_EX, offsetof(HotGrpcEntry, nbytes_of), READONLY, NULL},
+    MEMBER(HotGrpcEntry, size, T_PYSSIZET), MEMBER(HotGrpcEntry, metrics, T_PYSSIZET),
+    MEMBER(HotGrpcEntry, stream_metrics, T_PYSSIZET), MEMBER(HotGrpcEntry, entry, T_OBJECT_EX), {NULL, 0, 0, 0, NULL},
+};
+RECORD_TYPE(HotGrpcEntry, GrpcEntry, grpc_entry_check, "A learnt gRPC ModelInferRequest key's entry (hot_named.c says its fields).")
+
 /* declared, and described, in hot.h */
 int hot_named_ready(PyObject *module)
 {
-    PyTypeObject *types[] = {&hot_V2RouteType, &hot_RowsEntryType, &hot_BlockEntryType, &hot_JsonEntryType};
-    const char *names[] = {"V2Route", "RowsEntry", "BlockEntry", "JsonEntry"};
+    PyTypeObject *types[] = {&hot_V2RouteType, &hot_RowsEntryType, &hot_BlockEntryType, &hot_JsonEntryType,
+                             &hot_GrpcEntryType};
+    const char *names[] = {"V2Route", "RowsEntry", "BlockEntry", "JsonEntry", "GrpcEntry"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         if (PyType_Ready(types[i]) < 0) return -1;
         Py_INCREF(types[i]);

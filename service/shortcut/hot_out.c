@@ -1,4 +1,4 @@
-/* service/shortcut/hot_out.c -- an answer's bytes: the HTTP head (for the lane), the answer's own
+/* service/shortcut/hot_out.c -- an answer's bytes: the HTTP head (for the lane) or gRPC's framing, the answer's own
  * head (a safetensors header, or the JSON before the values), the values, filled by the kinds, and
  * the tail, in one new bytes object (hot_bytes_of, hot_finish; hot_block_done for a block's).
  * Shared by every kind and route; depends on hot.h only.
@@ -27,16 +27,31 @@ int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *ta
     Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
     char digits[24];
     int dl = 0;
-    if (http) {
+    if (http && !http->grpc) {
         dl = decimal(digits, (size_t)(hl + body + tl));
         pl = PyBytes_GET_SIZE(http->pre);
         ql = PyBytes_GET_SIZE(http->post) + (http->close ? (Py_ssize_t)sizeof CLOSE_LINE - 1 : 0) + 2;
+    }
+    unsigned char frame[16]; /* gRPC: a stream message's prefix, its infer_response field's tag and length */
+    if (http && http->grpc == HOT_GRPC_STREAM) {
+        size_t inner = (size_t)(hl + body + tl);
+        int k = 6;
+        frame[5] = 0x12; /* ModelStreamInferResponse.infer_response: field 2, length-delimited */
+        for (size_t v = inner; v >= 0x80; v >>= 7) frame[k++] = (unsigned char)(v | 0x80);
+        frame[k] = (unsigned char)(inner >> (7 * (k - 6)));
+        size_t msg = inner + (size_t)k + 1 - 5; /* the message after the 5-byte prefix */
+        frame[0] = 0;                            /* not compressed */
+        for (int i = 0; i < 4; i++) frame[1 + i] = (unsigned char)(msg >> (24 - 8 * i));
+        dl = k + 1;
     }
     Py_ssize_t at = pl + dl + ql; /* where the safetensors answer starts */
     o->obj = PyBytes_FromStringAndSize(NULL, at + hl + body + tl);
     if (!o->obj) return -1;
     char *w = PyBytes_AS_STRING(o->obj);
-    if (http) {
+    if (http && http->grpc) {
+        if (dl) memcpy(w, frame, (size_t)dl);
+        w += at;
+    } else if (http) {
         memcpy(w, PyBytes_AS_STRING(http->pre), (size_t)pl);
         memcpy(w + pl, digits, (size_t)dl);
         char *q = w + pl + dl;

@@ -14,7 +14,8 @@
 /* its states: hot.h, enum hot_serve_state */
 
 /* The clock of time.perf_counter() (CLOCK_MONOTONIC), in seconds. */
-static double seconds_now(void)
+/* declared, and described, in hot.h */
+double hot_seconds_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,9 +40,17 @@ static void observe(double *flat, Py_ssize_t nflat, const double *bounds, Py_ssi
     flat[base + nb + 2] += nbytes;
 }
 
+/* declared, and described, in hot.h */
+void hot_observe(const Py_buffer *c, PyObject *buckets, Py_ssize_t base, double seconds, double nbytes)
+{
+    if (c->buf)
+        observe((double *)c->buf, c->len / 8, (const double *)PyBytes_AS_STRING(buckets), PyBytes_GET_SIZE(buckets) / 8,
+                base, seconds, nbytes);
+}
+
 /* The counts' writable float64 buffer and the buckets' bounds (counts None: not counted, 0 returned
  * with c->buf NULL); -1 with an error set when they are not such. */
-static int counts_of(PyObject *counts, PyObject *buckets, Py_buffer *c)
+int hot_counts_of(PyObject *counts, PyObject *buckets, Py_buffer *c)
 {
     c->buf = NULL;
     if (counts == Py_None) return 0;
@@ -106,7 +115,7 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     PyObject *data = v[0], *write = v[7], *flow = v[8], *again = v[11];
     Py_buffer c;
-    if (counts_of(v[9], v[10], &c) < 0) return NULL;
+    if (hot_counts_of(v[9], v[10], &c) < 0) return NULL;
     const double *bounds = c.buf ? (const double *)PyBytes_AS_STRING(v[10]) : NULL;
     Py_ssize_t nb = c.buf ? PyBytes_GET_SIZE(v[10]) / 8 : 0, at = 0, n = PyBytes_GET_SIZE(data), done = 0;
     int state = SERVE_DONE;
@@ -121,7 +130,7 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
             state = SERVE_PAUSED;
             break;
         }
-        double t0 = seconds_now();
+        double t0 = hot_seconds_now();
         PyObject *got = hot_lane_at(data, at, &la);
         if (got == Py_NotImplemented && again != Py_None) {   /* a header or text computed, then answered */
             Py_DECREF(got);
@@ -149,7 +158,7 @@ static PyObject *serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
         done++;
         at = end;
         if (c.buf)
-            observe((double *)c.buf, c.len / 8, bounds, nb, metrics_of(route), seconds_now() - t0,
+            observe((double *)c.buf, c.len / 8, bounds, nb, metrics_of(route), hot_seconds_now() - t0,
                     (double)PyBytes_GET_SIZE(out));
         Py_DECREF(got);
         if (!keep_alive) {
@@ -201,7 +210,7 @@ static PyObject *observe_py(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_ssize_t base = PyLong_AsSsize_t(v[2]);
     double s = PyFloat_AsDouble(v[3]), nbytes = PyFloat_AsDouble(v[4]);
     if (PyErr_Occurred()) return NULL;
-    if (v[0] == Py_None || counts_of(v[0], v[1], &c) < 0) {
+    if (v[0] == Py_None || hot_counts_of(v[0], v[1], &c) < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "observe: counts is a writable buffer");
         return NULL;
     }

@@ -15,10 +15,10 @@ LAYERS = {
     "hot_rows_copy": 3, "hot_json": 3, "hot_axes": 3,
     "hot_rows": 4, "hot_grid": 4, "hot_alibi": 4, "hot_t5": 4,
     "hot_blocks": 5, "hot_answer": 5, "hot_v2json": 5, "hot_fill": 6,
-    "hot_lane": 7, "hot_serve": 8,
+    "hot_lane": 7, "hot_serve": 8, "hot_grpc": 8,
     "_hot": 9,
 }  # fmt: skip
-ROUTES = ("hot_answer", "hot_v2json", "hot_blocks", "hot_fill", "hot_lane", "hot_serve")
+ROUTES = ("hot_answer", "hot_v2json", "hot_blocks", "hot_fill", "hot_lane", "hot_serve", "hot_grpc")
 _NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\])*"', re.S)
 _DEF = re.compile(r"^(?!static|extern|typedef|#)[A-Za-z_][\w \*]*?\b(hot_\w+)\s*(?:\(|\[|=|;)", re.M)
 
