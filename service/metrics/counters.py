@@ -99,9 +99,13 @@ class Metrics:
         self.observe_at(self.index(route, status), seconds, nbytes)
 
     def observe_path(self, route: str, path: str, seconds: float, nbytes: int = 0) -> None:
-        """A 200 of ``route`` made by ``path`` (layout.PATHS); a route no C path answers counts as python."""
-        base = self.path_index(route, path) if (route, path) in PATH_ROW else self.index(route, 200)
-        self.observe_at(base, seconds, nbytes)
+        """A 200 of ``route`` made by ``path`` (layout.PATHS)."""
+        self.observe_at(self.path_at(route, path), seconds, nbytes)
+
+    @staticmethod
+    def path_at(route: str, path: str) -> int:
+        """The offset of ``route``'s 200s made by ``path``; a route no C path answers counts as python."""
+        return Metrics.path_index(route, path) if (route, path) in PATH_ROW else Metrics.index(route, 200)
 
     def observe_at(self, base: int, seconds: float, nbytes: int = 0) -> None:
         flat = self._flat

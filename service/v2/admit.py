@@ -50,6 +50,13 @@ class Admission:
             self.calls -= 1
             self.bytes -= held[0]
 
+    def most(self, bound: int) -> int:
+        """The largest answer, at most ``bound`` bytes, a call admitted now may reserve (-1: no call
+        may start): the gRPC lane's inline answers, made and ended on one turn of the loop."""
+        if self.calls >= self.max_calls:
+            return -1
+        return bound if not self.bytes else min(bound, self.max_bytes - self.bytes)
+
     def _reserve(self, n: int, held: list) -> None:
         if self.bytes - held[0] > 0 and self.bytes + n > self.max_bytes:
             raise Busy(over_bytes(n, self.bytes, self.max_bytes))

@@ -10,9 +10,11 @@ draws vary by round, not by request): a RoPE spec of several (plain, llama3-scal
 full path answers it twice), and the two grpcio floors (loadtest/floors/grpc_server.py: grpcio's
 asyncio and sync servers returning those bytes, parsing nothing) start for the round with posenc's
 answer. Then, in turn: p50 at one stream (1 x 1, h2load's request log), calls/s at 4 connections
-x 16 streams, and ModelStreamInfer messages/s (4 x 16 streams of 16 messages each). The figures
-are medians over the rounds, with each target's ratio to the asyncio floor measured in the same
-round.
+x 16 streams, and ModelStreamInfer messages/s (4 x 16 streams of 16 messages each). In the same
+round the same row goes to the lane's server over HTTP/1.1 (a v2 REST binary infer, learnt the same
+way, which its HTTP lane answers: wrk, 64 connections, one call each in flight as 4 x 16 streams
+have, p50 at one connection), for the gRPC lane's ratio to the HTTP/1.1 lane. The figures are
+medians over the rounds, with each target's ratio to the asyncio floor measured in the same round.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from posenc.loadtest.drivers import h2load  # noqa: E402
+from posenc.loadtest.drivers import wrk as loadtest_wrk  # noqa: E402
 from posenc.loadtest.servers import Server, free_port, start_posenc  # noqa: E402
-from posenc.loadtest.workloads.payloads import v2_grpc_request  # noqa: E402
+from posenc.loadtest.workloads.payloads import v2_grpc_request, v2_rest_body  # noqa: E402
 from tests.bench.bench_kserve import grpc_call  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
@@ -54,6 +57,7 @@ SPECS = [  # (spec, its context): positions are drawn up to twice the context
     ({"head_dim": 64}, 4096),
 ]
 STREAM_MESSAGES = 16
+HTTP1_CONNECTIONS = 64  # as many calls in flight as 4 connections x 16 streams
 TARGETS = ("lane", "grpcio", "floor", "sync_floor")
 
 
@@ -86,14 +90,31 @@ def measure(port: int, unary: str, stream: str, seconds: float, log: str) -> dic
     return {"p50_us": one["p50_us"], "rps": many["rps"], "stream_msgs": msgs["rps"] * STREAM_MESSAGES}
 
 
+def measure_http1(server, spec: dict, positions: list, seconds: float, lua: str) -> dict:
+    """The same row as a v2 REST binary infer over HTTP/1.1 to ``server`` (learnt first: the full
+    path answers it twice, then the HTTP lane): p50 at one connection, calls/s at HTTP1_CONNECTIONS."""
+    import httpx
+
+    body, hl = v2_rest_body(spec, positions)
+    path = "/v2/models/rope/infer"
+    headers = {"Inference-Header-Content-Length": str(hl), "Content-Type": "application/octet-stream"}
+    for _ in range(3):
+        r = httpx.post(server.url + path, content=body, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+    loadtest_wrk.script(lua, [(path, headers, body)])
+    one = loadtest_wrk.run_clean(server.url, lua, seconds, 1, cpus=CLIENT_CPU)
+    many = loadtest_wrk.run_clean(server.url, lua, seconds, HTTP1_CONNECTIONS, cpus=CLIENT_CPU)
+    return {"p50_us": one["p50_us"], "rps": many["rps"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=37)
     a = ap.parse_args()
-    if not h2load.available():
-        raise SystemExit("needs h2load (apt-get install nghttp2-client)")
+    if not h2load.available() or not loadtest_wrk.available():
+        raise SystemExit("needs h2load and wrk (apt-get install nghttp2-client wrk)")
     rng = random.Random(a.seed)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,10 +163,15 @@ def main() -> int:
                 finally:
                     for f in floors.values():
                         f.stop()
+                lua = os.path.join(tmp, f"http1-{r}.lua")
+                row["http1"] = measure_http1(posenc["lane"][0], spec, positions, a.seconds, lua)
                 rows.append(row)
                 print(
                     f"round {r + 1}: {row['n']} positions of {row['spec']}: "
-                    + ", ".join(f"{t} {row[t]['rps']:.0f}/s p50 {row[t]['p50_us']:.0f} us" for t in TARGETS),
+                    + ", ".join(
+                        f"{t} {row[t]['rps']:.0f}/s p50 {row[t]['p50_us']:.0f} us"
+                        for t in (*TARGETS, "http1")
+                    ),
                     flush=True,
                 )
         finally:
@@ -174,7 +200,17 @@ def report(rows: list[dict]) -> None:
             f"| {med(lambda r: r[t]['stream_msgs'] / r['floor']['stream_msgs']):.2f} |"
         )
     print(
+        f"| posenc, the HTTP/1.1 lane (v2 REST binary, {HTTP1_CONNECTIONS} connections) "
+        f"| {med(lambda r: r['http1']['rps']):,.0f} | {med(lambda r: r['http1']['rps'] / r['floor']['rps']):.2f} "
+        f"| {med(lambda r: r['http1']['p50_us']):.0f} "
+        f"| {med(lambda r: r['http1']['p50_us'] / r['floor']['p50_us']):.2f} | | |"
+    )
+    print(
         f"lane stream messages / lane unary calls: {med(lambda r: r['lane']['stream_msgs'] / r['lane']['rps']):.2f}"
+    )
+    print(
+        "gRPC lane calls/s / HTTP/1.1 lane calls/s (the same row, the same round): "
+        f"{med(lambda r: r['lane']['rps'] / r['http1']['rps']):.2f}"
     )
 
 

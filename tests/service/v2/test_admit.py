@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import grpc
 import pytest
 
@@ -39,3 +41,28 @@ def test_bytes_past_the_bound_are_refused_unless_nothing_else_is_in_flight():
         with a.call() as three, pytest.raises(Busy):
             three(1)
     assert a.bytes == 0
+
+
+@pytest.mark.parametrize("held", [(), (0,), (30,), (60, 30), (100,), (10, 10, 10)])
+def test_most_is_the_largest_answer_a_call_would_reserve_now(held):
+    """Admission.most (the gRPC lane's bound for an answer made on one turn) against the call itself:
+    an answer of ``most`` bytes is admitted now, one byte more is not (up to the bound asked)."""
+    a = Admission(max_calls=3, max_bytes=100)
+
+    def admitted(n: int) -> bool:
+        try:
+            with a.call() as reserve:
+                reserve(n)
+        except Busy:
+            return False
+        return True
+
+    with contextlib.ExitStack() as stack:
+        for n in held:
+            stack.enter_context(a.call())(n)
+        most = a.most(80)
+        if len(held) == 3:
+            assert most == -1 and not admitted(0)
+        else:
+            assert 0 <= most <= 80 and admitted(most)
+            assert most == 80 or not admitted(most + 1)
