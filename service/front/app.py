@@ -141,10 +141,9 @@ def create_app(settings: Settings | None = None):
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     front = FastFront(app, svc)
-    v2 = V2(settings, svc.client, lambda: svc.ready)
+    v2 = V2(settings, svc.client, lambda: svc.ready, svc.store)
     front.v2 = functools.partial(v2_rest.handle, v2)
     front.v2_hot = v2.hot if v2.hot.on else None
-    svc.v2_fresh = v2.hot.fresh if v2.hot.on else None  # the lane answers v2 REST infers too
     front_holder["front"] = front
     # with CORS the lane is off: its middleware decorates every answer (service/core/auth.py)
     if not uvicorn_api.SUPPORTED:

@@ -22,6 +22,7 @@ from posenc.service.core import sizing
 from posenc.service.core.settings import INLINE_BYTES, INLINE_JSON_BYTES, Settings
 from posenc.service.front.negotiate import CACHED_ACCEPT, choose
 from posenc.service.shortcut import templates as replay
+from posenc.service.shortcut.store import Store
 from posenc.service.shortcut.templates import Templates
 
 log = logging.getLogger("posenc.service")
@@ -45,15 +46,17 @@ class Service:
         self.ready = False
         self.shortcut = replay.shortcut_in_use(settings.shortcut)  # "c" or "off": /v1/tables shows it
         replay.configure(settings)  # the C side's limits: this worker's
-        self.templates = self._new_templates()
-        self._templates_manifest = None
+        # every learnt template of this process (/v1's here, v2's: service/v2/hot.py), in one store
+        self.store = Store(self.client.manifest)
+        # the C side bounds an answer's arrays, not its text: a bound under which even a JSON text
+        # of 2-byte cells (17 bytes each at most) and a safetensors header fit the response limit
+        self.templates = Templates(
+            self.store, settings.max_positions, min(HOT_BYTES, settings.max_response_bytes * 2 // 17)
+        )
         self._lane_recheck = 0.0  # the lane's next look at the manifest (loop clock)
         # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
         self.accepts: dict[bytes | None, int] = {}
         self.lane_state = lambda: ("off", 0)  # (/v1/tables' lane, its answers): the app sets it
-        self.v2_fresh = (
-            None  # the v2 shortcut's manifest check (service/v2/hot.py), which the lane's answers need
-        )
 
     # -- phase 1: cheap, on the event loop ------------------------------------------------------
     def prepare(self, family: str, raw: bytes, accept: str | None) -> Job:
@@ -79,39 +82,12 @@ class Service:
         size = sizing.check_request(r, fmt, self.settings.max_response_bytes, self.settings.max_positions)
         return Job(r, fmt, size <= (INLINE_JSON_BYTES if fmt == "json" else INLINE_BYTES), raw)
 
-    def _new_templates(self) -> Templates:
-        # the C side bounds an answer's arrays, not its text: a bound under which even a JSON text
-        # of 2-byte cells (17 bytes each at most) and a safetensors header fit the response limit
-        return Templates(
-            self.settings.max_positions, min(HOT_BYTES, self.settings.max_response_bytes * 2 // 17)
-        )
-
-    def _fresh_templates(self) -> bool:
-        """Templates stay while the manifest only gains tables (``replay.still_mapped``); else they
-        are all dropped, to be relearnt."""
-        m, old = self.client.manifest(), self._templates_manifest
-        if m is old:
-            return True
-        self._templates_manifest = m
-        if replay.still_mapped(old, m):
-            return True
-        self.templates = self._new_templates()
-        return False
-
     def hot(self, family: str, raw: bytes, headers) -> bytes | None:
         """The template shortcut in C (service/shortcut/_hot.c) for a rope, sinusoidal or alibi body and
         its ASGI headers; None when it does not apply (the full path answers). Only when
         ``self.shortcut == "c"``."""
-        self._fresh_templates()  # templates dropped here leave none to answer from: C declines
+        self.store.fresh()  # templates dropped here leave none to answer from: C declines
         return replay.answer(raw, headers, self.accepts, self.templates.native[family], family)
-
-    def _lane_fresh(self, now: float) -> None:
-        """The lane's templates checked against the manifest (templates dropped here leave none to
-        answer from: C declines), and the v2 shortcut's; next at ``now`` + LANE_RECHECK_S."""
-        self._lane_recheck = now + LANE_RECHECK_S
-        self._fresh_templates()
-        if self.v2_fresh is not None:
-            self.v2_fresh()
 
     def hot_requests(
         self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow, counts
@@ -125,8 +101,9 @@ class Service:
         (where the unanswered bytes start, answers, why it stopped, exception). ``now``: the event
         loop's clock; the templates' manifest is checked at most every LANE_RECHECK_S of it (the
         client reads the manifest at most every 50 ms anyway)."""
-        if now >= self._lane_recheck:
-            self._lane_fresh(now)
+        if now >= self._lane_recheck:  # (templates dropped here leave none to answer from: C declines)
+            self._lane_recheck = now + LANE_RECHECK_S
+            self.store.fresh()
         return replay.serve(
             data,
             routes=routes,
@@ -158,7 +135,7 @@ class Service:
         if (
             view is not None and self.shortcut == "c"
         ):  # (big answers run in a thread: the dicts it adds to are GIL-safe)
-            self._fresh_templates()  # learnt under the manifest it was answered from, not dropped at the next hot()
+            self.store.fresh()  # learnt under the manifest it was answered from, not dropped at the next hot()
             self.templates.learn(job.fmt, job.raw, r, view)
         return out
 

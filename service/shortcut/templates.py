@@ -1,10 +1,12 @@
 """Spec templates: the hot path's shortcut for a spec it has already answered.
 
 Decode-time clients send the same spec again and again with new positions. After the full path
-(the pipeline: strict validation, plan, arrays) has answered a body, the body's bytes *around* its
-selections become a template key: the body with the text of each selection (RoPE ``positions``;
-ALiBi ``query`` and ``key``; or, sent instead of ``positions``, rope's per-axis ``position_ids``, whose
-template gathers each column at its axis's position) replaced by one NUL byte (JSON text never holds a raw one). A later
+(the pipeline: strict validation, plan, arrays) has answered a body twice (the learn rule of the
+one store, service/shortcut/store.py, which also keeps them: one cap and one freshness check for
+every route, v2's included), the body's bytes *around* its selections become a template key:
+the body with the text of each selection (RoPE ``positions``; ALiBi ``query`` and ``key``; or, sent
+instead of ``positions``, rope's per-axis ``position_ids``, whose template gathers each column at
+its axis's position) replaced by one NUL byte (JSON text never holds a raw one). A later
 body with the same key is the same validated spec with other selections: the bytes outside the
 selections are the learnt body's, so a JSON parser reaches each selection in the same state and
 leaves it in the same state. At learn time each cut-out span is checked to be the value its
@@ -52,6 +54,7 @@ from posenc.engine.core.errors import ConfigError
 from posenc.engine.core.selection import POSITION_LIMIT, RANGE_KEYS
 from posenc.engine.tables import FAMILIES, Family
 from posenc.service.core.settings import ENV_PREFIX, LANE_OFF_HEADERS, Settings, current
+from posenc.service.shortcut.store import MAX_KEY_BYTES, Store
 
 MAX_ROWS = 64  # small answers only: bigger ones gain nothing from the shortcut
 FORMATS = {"safetensors": 0, "json": 1}  # the answer formats C writes (hot.h HOT_FORMATS, _hot.FORMATS)
@@ -60,8 +63,6 @@ TEXT_BUDGET = (
 )  # bytes of stored rows' JSON texts a template keeps (a 32k x 128 float32 RoPE table: ~110 MiB)
 KEEP_BYTES = 256 << 20  # bytes all templates keep together: JSON texts and rows past a table once computed
 _ROWS_MARK = "posenc:rows:%d"  # stands for an array's rows in the JSON answer the parts are cut from
-MAX_TEMPLATES = 1024
-MAX_KEY_BYTES = 4096  # a template's key is client input: 1024 of them hold 4 MiB at most
 # the families that make templates -> their selections' names as JSON text, quotes included
 FIELDS = {
     name: tuple(map(orjson.dumps, f.selections))
@@ -131,18 +132,6 @@ def shortcut_in_use(setting: str) -> str:
     if setting == "c" or (setting == "auto" and _hot is not None and kernels.BACKEND == "simd"):
         return "c"
     return "off"
-
-
-def still_mapped(old: dict | None, new: dict | None) -> bool:
-    """Whether templates learnt under engine manifest ``old`` may answer under ``new``: the same
-    engine generation, and every table of ``old`` still in ``new`` in the same file (the manifest
-    only gained tables). An eviction, a repaired table (a new file for a digest) or a new engine
-    generation drops them (so no template reads a mapping the engine replaced), to be relearnt.
-    The /v1 templates (front/service.py) and the v2 ones (v2/hot.py) both keep to it."""
-    if old is None or new is None or new["generation"] != old["generation"]:
-        return False
-    now = new["tables"]
-    return all(d in now and now[d]["file"] == e["file"] for d, e in old["tables"].items())
 
 
 # -- the calls into the C shortcut: the rest of the service reaches service._hot only through these --
@@ -335,37 +324,38 @@ class Limits:
 
 
 class Templates:
-    def __init__(self, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
-        self.native: dict[str, dict] = {f: {} for f in FIELDS}  # family -> key -> service._hot template
+    """The /v1 templates: each family's learnt bodies, in ``store`` (service/shortcut/store.py: its
+    learn rule, cap and freshness check), under the family's name as their route."""
+
+    def __init__(self, store: Store | None = None, max_n: int = 1 << 20, max_bytes: int = 1 << 20):
+        self.store = Store() if store is None else store
+        # family -> key -> service._hot template: the dicts C reads, the store's own
+        self.native: dict[str, dict] = {f: self.store.route(f) for f in FIELDS}
         self.limits = Limits(MAX_ROWS, max_n, max_bytes)
 
     def learn(self, fmt: str, raw: bytes, req, view) -> None:
         """After the full path answered ``raw`` (the pipeline's ``req``) from the mapped ``view``
-        in either format: remember its template if the family makes one for it."""
-        fields = FIELDS.get(req.family.name)
+        in either format: remember its template if the family makes one for it (at the key's
+        second answer: the store's rule)."""
+        family = req.family.name
+        fields = FIELDS.get(family)
         if fmt not in FORMATS or not NATIVE or fields is None:
             return
         axes = next((f for f in req.family.axis_fields if req.body.get(f) is not None), None)
         if axes is not None:  # cut (C) takes the per-axis field where the body has no selection
-            fields = (AXIS_FIELDS[req.family.name],)
-        got = _hot.cut(raw, req.family.name)  # C cuts bodies here as when it answers them
+            fields = (AXIS_FIELDS[family],)
+        got = _hot.cut(raw, family)  # C cuts bodies here as when it answers them
         if got is None:
             return
         key, cut = got
-        known = self.native[req.family.name]
-        if len(key) > MAX_KEY_BYTES or key in known or not controls(raw, cut, fields):
+        if len(key) > MAX_KEY_BYTES or not self.store.admit(family, key):
             return
-        t = req.family.template(_hot, req, view, self.limits)
-        if t is None:
-            return
-        if t.kind == KIND_ROWS and axes is None:  # per-axis rows in JSON: the full path's
+        t = req.family.template(_hot, req, view, self.limits) if controls(raw, cut, fields) else None
+        if t is not None and t.kind == KIND_ROWS and axes is None:  # per-axis rows in JSON: the full path's
             json_answers(t, key, raw, req, view)
-        elif t.kind in BLOCK_KINDS:
+        elif t is not None and t.kind in BLOCK_KINDS:
             block_json(t, key, raw, req, view)
-        if sum(map(len, self.native.values())) >= MAX_TEMPLATES:
-            for d in self.native.values():
-                d.clear()
-        known[key] = t
+        self.store.keep(family, key, t)
 
 
 def _json_parts(req, view):

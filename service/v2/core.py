@@ -8,6 +8,7 @@ from collections.abc import Callable
 import anyio
 
 from posenc import __version__
+from posenc.service.shortcut.store import Store
 from posenc.service.v2.hot import Hot
 from posenc.service.v2.infer import Inference, Inferer, Plan, Tensor
 from posenc.service.v2.models import Models
@@ -18,9 +19,12 @@ EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "parameters"]
 
 
 class V2:
-    def __init__(self, settings, client, ready: Callable[[], bool]):
+    def __init__(self, settings, client, ready: Callable[[], bool], store: Store | None = None):
         self.settings = settings
         self.client = client
+        # the process's learnt templates (service/shortcut/store.py): the HTTP worker's /v1 service
+        # shares its own, so that one cap, rule and freshness check hold for every route
+        self.store = Store(client.manifest if client is not None else lambda: None) if store is None else store
         self.is_ready = ready
         self.models = Models(client)
         self.regions = Regions(

@@ -8,7 +8,8 @@ only input is raw INT32/INT64 ``positions`` of a rope or sinusoidal model, the r
 around the positions become a key:
 - gRPC: the serialized ModelInferRequest before its one ``raw_input_contents`` field, when that
   field is the message's last and only one (so the key is a run of whole fields: a later message
-  that is the key plus one such field of the same length is the same request with other positions);
+  that is the key plus one such field of the same length is the same request with other positions;
+  C cuts it, ``grpc_cut``, and looks it up, ``grpc_answer``: service/shortcut/hot_grpc.c);
 - REST: the model's path and the JSON inference header (the binary positions follow it).
 The answer's bytes around its row-gathered outputs (``cos``/``sin``, ``encoding``) become the
 template's parts; the rows come from the family's own /v1 template (``Family.template``, the
@@ -23,7 +24,9 @@ check below refuses them), rope types whose table follows the positions. The blo
 t5-buckets: two raw inputs, ``query`` and ``key``) are learnt alike by hot_blocks.py; their gRPC key is the
 message before its two trailing raw_input_contents fields, each of its learnt length.
 A key is learnt the second time the full path answers it (a client that sends a fresh request id
-each time costs a set entry per request, not a template). At learn time the template's answer to
+each time costs a set entry per request, not a template): the rule of the one store
+(service/shortcut/store.py) that keeps every route's templates, /v1's too, with one cap and one
+freshness check. At learn time the template's answer to
 the learnt positions must equal the full path's bytes, or the key is remembered as not a template. Templates
 are dropped when the engine's manifest changes other than by gaining tables (an eviction, a repair, a
 restart), to be learnt again.
@@ -35,30 +38,38 @@ import dataclasses
 import threading
 
 from posenc.service.metrics.counters import Metrics
+from posenc.service.shortcut.store import MAX_KEY_BYTES
 from posenc.service.shortcut.templates import (
-    MAX_KEY_BYTES,
     NATIVE,
     RowsEntry,
     V2Route,
+    _hot,
     fill,
     fill_into,
     rows_template,
     shortcut_in_use,
-    still_mapped,
 )
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.hot_blocks import block_entry
 from posenc.service.v2.hot_json import DATA, JsonInfers
 from posenc.service.v2.infer import LENGTH_HEADER
-from posenc.service.v2.wire import varint
 
-MAX_KEYS = 1024
+ROUTE = "v2"  # the store's route of every v2 key (gRPC bytes, REST (path, header), JSON ("json", path, key))
 # larger answers are filled in a thread; fill runs at memory speed (8 MiB: ~0.3 ms here)
 FILL_INLINE_BYTES = 8 << 20
 SCRATCH_BYTES = 16 << 20  # rows for shared memory are gathered into a per-thread buffer of at most this
-_RAW_INPUT = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
 REFUSED_HEADERS = (b"content-encoding",)  # a compressed body: the full path decodes it
+# gRPC's door (service/shortcut/hot_grpc.c): a message's key and raw fields' lengths, its learnt
+# answer, the entries it reads (through service._hot as templates.py reaches it)
+grpc_cut, grpc_answer, GrpcEntry = (
+    (None,) * 3 if _hot is None else (_hot.grpc_cut, _hot.grpc_answer, _hot.GrpcEntry)
+)
+
+
+def stream_route(route: str) -> str:
+    """The metrics route of a ModelStreamInfer message answered as ``route``'s ModelInfer."""
+    return route.replace("ModelInfer", "ModelStreamInfer", 1)
 
 
 def head_lines(headers) -> bytes:
@@ -74,7 +85,6 @@ class Entry:
     parts: tuple  # the answer's bytes around each gathered array
     nbytes: int  # the positions' bytes
     size: int  # the answer's bytes
-    marker: bytes  # gRPC: the raw_input_contents field's tag and length, before the positions
     route: str  # the metrics route of the model's calls
     headers: tuple = ()  # REST: the answer's extra headers
     regions: tuple = ()  # the gathered outputs asked into shared memory: (region, offset, byte_size) each
@@ -101,13 +111,6 @@ class Entry:
         except BadRequest:  # unregistered, shrunk, too small: the full path refuses it
             return None
         return self.parts[0]
-
-    def grpc_positions(self, data: bytes, at: int):
-        """The positions (a memoryview) of a serialized request whose key ends at ``at``, or None:
-        the rest is not the learnt raw field of the learnt length."""
-        if len(data) - at != len(self.marker) + self.nbytes or not data.startswith(self.marker, at):
-            return None
-        return memoryview(data)[at + len(self.marker) :]
 
     def lane_entry(self, post: bytes):
         """The C lane's entry (service/shortcut/hot_fill.c hot_v2_answer)."""
@@ -138,59 +141,39 @@ class Hot:
     def __init__(self, v2):
         self.v2 = v2
         self.on = NATIVE and shortcut_in_use(v2.settings.shortcut) == "c"
-        self.known: dict = {}  # key -> Entry, or None: not a template
-        self.tails: dict[int, int] = {}  # gRPC: bytes after a key -> how many entries have that tail
-        self.paths: set = set()  # REST: the paths with entries
+        # the process's one store (service/shortcut/store.py: learn rule, cap, freshness), whose
+        # entries under ROUTE are Entry (or None: not a template); these dicts are its routes too,
+        # cleared with it:
+        self.store = store = v2.store
+        # gRPC: a serialized ModelInferRequest's key -> its GrpcEntry (grpc_answer reads it; learn_grpc
+        # adds to it, the store clears it)
+        self.grpc_entries: dict = store.route("v2 grpc")
+        self.paths: dict = store.route("v2 paths")  # REST: the paths with entries (-> True)
         # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
         # request in one call): a V2Route (new_route: the metrics offset of its "c" answers,
         # {JSON header: RowsEntry | BlockEntry}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its
         # {key: JsonEntry} of service/v2/hot_json.py)
-        self.lane_routes: dict = {}
+        self.lane_routes: dict = store.route("v2 lane")
         self.json = JsonInfers(self)
-        self.once: set = set()  # keys the full path has answered once
         # set while learning a key whose table this process has not mapped yet (being built, or
         # built and not attached: mapping follows the manifest by a few ms): the key is learnt
         # again at its next answer, not kept as no template until the next manifest
         self.unmapped = False
-        self._seen = None
 
     def fresh(self) -> None:
-        """Check the templates against the engine's manifest (the lane calls it every few ms)."""
-        self._fresh()
-
-    def _fresh(self) -> None:
-        """A manifest that only gained tables (``still_mapped``, the /v1 templates' rule: new specs
-        arrive every second in a fleet) keeps the templates and forgets only the keys remembered
-        as no template (one may have waited for a table now built); any other change drops all."""
-        m = self.v2.client.manifest() if self.v2.client is not None else None
-        if m is not self._seen:
-            if still_mapped(self._seen, m):
-                for k in [k for k, e in self.known.items() if e is None]:
-                    del self.known[k]
-            else:
-                self._clear()
-            self._seen = m
-
-    def _clear(self) -> None:
-        self.known.clear()
-        self.tails.clear()
-        self.paths.clear()
-        self.lane_routes.clear()
+        """Check the templates against the engine's manifest (the store's one check)."""
+        self.store.fresh()
 
     # -- lookups ----------------------------------------------------------------------------------
     def grpc(self, data: bytes):
-        """(entry, positions) for a serialized ModelInferRequest, or None."""
-        if not self.tails:
+        """(entry, positions) for a serialized ModelInferRequest whose key is learnt, or None: C's
+        lookup (grpc_answer), nothing filled there (grpcio's handler answers it, the lane off)."""
+        if not self.grpc_entries:
             return None
-        self._fresh()
-        n = len(data)
-        for tail in self.tails:
-            if tail < n:
-                e = self.known.get(data[: n - tail])
-                positions = e.grpc_positions(data, n - tail) if e is not None else None
-                if positions is not None:
-                    return e, positions
-        return None
+        self.fresh()
+        return grpc_answer(
+            data, self.grpc_entries, framed=False, stream=False, most=-1, counts=None, buckets=b""
+        )
 
     def rest(self, path: str, body: bytes, headers):
         """(entry, positions) for a v2 REST infer body and its ASGI headers, or None."""
@@ -204,30 +187,17 @@ class Hot:
                 return None
         if hl is None or not hl.isdigit():
             return None
-        self._fresh()
+        self.store.fresh()
         n = int(hl)
-        e = self.known.get((path, body[:n]))
+        e = self.store.get(ROUTE, (path, body[:n]))
         if e is None or len(body) - n != e.nbytes:
             return None
         return e, memoryview(body)[n:]
 
     # -- learning ---------------------------------------------------------------------------------
     def admit(self, key) -> bool:
-        """Whether to learn ``key`` now: the second time the full path answers it. A key seen once
-        (a request with a fresh id each time) costs a set entry, not a template; a full set or
-        table of keys is dropped, to be learnt again."""
-        if key in self.known:
-            return False
-        if key not in self.once:
-            if len(self.once) >= MAX_KEYS:
-                self.once.clear()
-            self.once.add(key)
-            return False
-        self.once.discard(key)
-        self._fresh()
-        if len(self.known) >= MAX_KEYS:
-            self._clear()
-        return True
+        """Whether to learn ``key`` now: the store's rule (its second full answer)."""
+        return self.store.admit(ROUTE, key)
 
     def learnt(self, key, make):
         """``make()``'s entry for an admitted ``key`` (None: not a template), remembered: but a None
@@ -238,25 +208,31 @@ class Hot:
         self.unmapped = False
         e = make()
         if e is None and self.unmapped:
-            self.once.add(key)
+            self.store.again(ROUTE, key)
             return None
-        self.known[key] = e
+        self.store.keep(ROUTE, key, e)
         return e
 
     def learn_grpc(self, data: bytes, inf, plan, tensors: list, segments: list, route: str) -> None:
         if not self.on:
             return
-        cut = _last_raw_inputs(data)
+        cut = grpc_cut(data)
         if cut is None:
             return
-        start, markers = cut
+        start, raws = cut
         key = data[:start]
         if len(key) > MAX_KEY_BYTES or not self.admit(key):
             return
-        e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, markers, route, ()))
+        e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, raws, route, ()))
         if e is not None:
-            tail = len(data) - start
-            self.tails[tail] = self.tails.get(tail, 0) + 1
+            self.grpc_entries[key] = GrpcEntry(
+                fill=None if e.regions else e.lane_entry(b""),
+                nbytes=raws,
+                size=e.size,
+                metrics=Metrics.path_at(route, "shortcut"),
+                stream_metrics=Metrics.path_at(stream_route(route), "shortcut"),
+                entry=e,
+            )
 
     def learn_rest(
         self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str, headers: tuple
@@ -268,7 +244,7 @@ class Hot:
             return
         e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, (), route, headers))
         if e is not None:
-            self.paths.add(path)
+            self.paths[path] = True
             self._lane_route(path, key[1], e)
 
     def _lane_route(self, path: str, head: bytes, e: Entry) -> None:
@@ -313,19 +289,16 @@ class Hot:
             self.json.learn(path, body, inf, plan, tensors, route, head_lines(headers), render, answer)
 
     def _entry(
-        self, inf, plan, tensors: list, segments: list, markers: tuple, route: str, headers: tuple
+        self, inf, plan, tensors: list, segments: list, raws: tuple, route: str, headers: tuple
     ) -> Entry | None:
         """The template of an answered inference, or None: its answer's ``segments`` (bytes, and
         the output ``tensors``' arrays as they were joined) with the family template's rows (or
         block: hot_blocks.py) in place of the row-gathered arrays must be the full path's bytes for
-        the learnt positions. ``markers``: gRPC's raw fields' tags and lengths; REST: ()."""
+        the learnt positions. ``raws``: gRPC's raw fields' lengths (grpc_cut); REST: ()."""
         if len(plan.model.family.selections) == 2:
-            return block_entry(
-                self.v2, inf, plan, tensors, segments, markers, route, headers, FILL_INLINE_BYTES
-            )
-        if len(inf.inputs) != 1 or len(plan.reqs) != 1 or len(markers) > 1:
+            return block_entry(self.v2, inf, plan, tensors, segments, raws, route, headers, FILL_INLINE_BYTES)
+        if len(inf.inputs) != 1 or len(plan.reqs) != 1 or len(raws) > 1:
             return None
-        marker = markers[0] if markers else b""
         t = inf.inputs[0]
         size = _ITEMSIZE.get(t.datatype)
         if t.raw is None or size is None or "shared_memory_region" in t.params:
@@ -350,7 +323,7 @@ class Hot:
         if shm:
             if len(shm) != len([x for x in tensors if x.name in fam.batched]):
                 return None  # some in shared memory, some in the answer: the full path's
-            return self._shm_entry(rows, size, t, shm, segments, marker, route, headers)
+            return self._shm_entry(rows, size, t, shm, segments, route, headers)
         gathered = {id(x.array) for x in tensors if x.name in fam.batched}
         parts, cur = [], []
         for seg in segments:
@@ -361,7 +334,7 @@ class Hot:
                 cur.append(bytes(seg))
         parts.append(b"".join(cur))
         expected = b"".join(segments)
-        e = Entry(rows, size, tuple(parts), len(t.raw), len(expected), marker, route, headers)
+        e = Entry(rows, size, tuple(parts), len(t.raw), len(expected), route, headers)
         try:
             if e.answer(t.raw) != expected:
                 return None
@@ -397,7 +370,7 @@ class Hot:
             return None
 
     def _shm_entry(
-        self, rows, size: int, t, shm: list, segments: list, marker: bytes, route: str, headers: tuple
+        self, rows, size: int, t, shm: list, segments: list, route: str, headers: tuple
     ) -> Entry | None:
         """A template whose gathered outputs all went into shared memory: the answer is the same
         bytes every time, and the rows written must be what the full path wrote."""
@@ -419,7 +392,6 @@ class Hot:
             (expected,),
             len(t.raw),
             len(expected),
-            marker,
             route,
             headers,
             regions,
@@ -433,59 +405,3 @@ class Hot:
         if written is None or written != b"".join(bytes(x.array) for x in shm):
             return None
         return e
-
-
-def _last_raw_inputs(data: bytes) -> tuple[int, tuple] | None:
-    """(where the first of them starts, each one's tag and length) when a serialized message's
-    top-level fields end with all its ``raw_input_contents`` fields, each written minimally; else None."""
-    i, n, starts, tags = 0, len(data), [], []
-    while i < n:
-        starts.append(i)
-        tag, i = _varint(data, i)
-        if tag is None:
-            return None
-        tags.append(tag)
-        wire = tag & 7
-        if wire == 0:
-            _, i = _varint(data, i)
-        elif wire == 2:
-            size, j = _varint(data, i)
-            if size is None:
-                return None
-            i = j + size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            return None
-        if i is None or i > n:
-            return None
-    raws = tags.count(_RAW_INPUT)
-    if raws == 0 or tags[len(tags) - raws :] != [_RAW_INPUT] * raws:
-        return None
-    starts.append(n)
-    markers = []
-    for k in range(len(tags) - raws, len(tags)):
-        size, j = _varint(data, starts[k] + 1)
-        marker = data[starts[k] : j]
-        if (
-            data[starts[k]] != _RAW_INPUT
-            or j + size != starts[k + 1]
-            or marker != bytes([_RAW_INPUT]) + varint(size)
-        ):
-            return None
-        markers.append(marker)
-    return starts[len(tags) - raws], tuple(markers)
-
-
-def _varint(data: bytes, i: int):
-    out, shift = 0, 0
-    while i < len(data) and shift < 64:
-        b = data[i]
-        out |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return out, i
-        shift += 7
-    return None, None

@@ -37,8 +37,8 @@ import math
 import orjson
 
 from posenc.service.core.settings import INLINE_BYTES
+from posenc.service.shortcut.store import MAX_KEY_BYTES
 from posenc.service.shortcut.templates import (
-    MAX_KEY_BYTES,
     MAX_ROWS,
     JsonEntry,
     Limits,
@@ -157,7 +157,7 @@ class JsonInfers:
         if len(key) > MAX_KEY_BYTES or len(spans) != len(inf.inputs) or not hot.admit(("json", path, key)):
             return
         if not controls(body, spans):
-            hot.known[("json", path, key)] = None
+            hot.learnt(("json", path, key), lambda: None)  # remembered as no template
             return
         counts = tuple(math.prod(t.shape) for t in inf.inputs)
         target = path.encode("ascii")

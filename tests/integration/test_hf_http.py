@@ -140,8 +140,9 @@ def test_colocated_client_by_name_and_by_config(server):
     reason="the C template shortcut runs with service._hot built and the simd backend",
 )
 def test_template_shortcut_writes_the_spec_metadata(server):
-    """In-process: once the full path has answered a table or hf_config body, the C shortcut
-    answers the next ones with the same bytes, spec metadata included."""
+    """In-process: once the full path has answered a table or hf_config body twice (a key is learnt
+    at its second answer: service/shortcut/store.py), the C shortcut answers the next ones with the
+    same bytes, spec metadata included."""
     from posenc.service.core.settings import Settings
     from posenc.service.front.service import Service
 
@@ -152,6 +153,8 @@ def test_template_shortcut_writes_the_spec_metadata(server):
     for body0 in ({"table": "llama", "dtype": "bfloat16"}, {"hf_config": LLAMA}):
         raw = json.dumps({**body0, "positions": [5]}).encode()
         full = svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0]
+        assert svc.hot("rope", raw, hdrs) is None  # answered once: seen, not learnt
+        assert svc.execute(svc.prepare("rope", raw, "application/x-safetensors"))[0] == full
         assert svc.hot("rope", raw, hdrs) == full
         raw = json.dumps({**body0, "positions": [9, 100]}).encode()
         got = svc.hot("rope", raw, hdrs)

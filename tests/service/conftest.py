@@ -35,9 +35,11 @@ def settings(engine) -> Settings:
 @pytest.fixture(scope="module")
 def learnt(engine):
     """A Service in this process, attached to the engine, that has answered each of HOT_SPECS
-    once through the full path (so both shortcuts know their templates)."""
+    twice through the full path (so both shortcuts know their templates: a key is learnt at its
+    second answer, service/shortcut/store.py)."""
     svc = Service(Settings(namespace=engine.namespace))
     svc.hot("rope", b"{}", ACCEPT_HDRS)  # first sight of the manifest
     for spec in HOT_SPECS:
-        svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
+        for _ in range(2):
+            svc.execute(svc.prepare("rope", orjson_dumps({**spec, "positions": [5]}), BIN["accept"]))
     return svc

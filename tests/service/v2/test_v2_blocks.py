@@ -152,7 +152,7 @@ def learn(on, off, model: str, spec: dict, nq: int, nk: int, types: tuple, key_f
 
     req = lambda: on.v2.inferer.pipeline.request(model, {**spec, "query": [0] * nq, "key": [0] * nk})  # noqa: E731
     wait_learnt(
-        lambda: on.hot._seen,
+        lambda: on.hot.store.seen,
         lambda: on.v2.client.is_mapped(req()),
         answer,
         taken,

@@ -19,6 +19,7 @@ from posenc.engine.reader.client import Client
 from posenc.engine.tables.base import RowPlan
 from posenc.service.core.settings import Settings
 from posenc.service.shortcut import templates as replay
+from posenc.service.shortcut.store import still_mapped
 from posenc.service.v2 import rest
 from posenc.service.v2.core import V2
 from posenc.service.v2.grpc_server import GrpcV2
@@ -116,19 +117,19 @@ def test_grpc_shortcut_answers_position_ids_as_the_full_path(servers, spec, data
 
     def learn():
         wait_learnt(
-            lambda: on.hot._seen,
+            lambda: on.hot.store.seen,
             lambda: on.v2.client.is_mapped(req()),
             answer,
             lambda: on.hot.grpc(grpc_request("rope", spec, ids(), datatype, name="position_ids")) is not None,
             "the shortcut learns the spec",
         )
-        return on.hot._seen  # the manifest it was learnt under
+        return on.hot.store.seen  # the manifest it was learnt under
 
     learnt_under = learn()
     for _ in range(8):
         data = grpc_request("rope", spec, ids(), datatype, name="position_ids")
         got = on.hot.grpc(data)
-        while got is None and not replay.still_mapped(learnt_under, on.hot._seen):
+        while got is None and not still_mapped(learnt_under, on.hot.store.seen):
             # a far request of this loop grew the on-demand table (a new file; it grows to its cap
             # at most): the manifest that shows it rightly dropped every template; learnt again
             learnt_under = learn()
@@ -219,11 +220,11 @@ def test_rest_shortcut_answers_what_the_full_path_answers(servers, model, spec, 
     rng = np.random.default_rng(11)
     answered, m = 0, object()  # answers under the manifest the templates were last checked against
     for _ in range(8):
-        if on.hot._seen is not m:  # a new one (another test's on-demand table grew) drops every
-            m, answered = on.hot._seen, 0  # template: learnt again from its next two answers
+        if on.hot.store.seen is not m:  # a new one (another test's on-demand table grew) drops every
+            m, answered = on.hot.store.seen, 0  # template: learnt again from its next two answers
         p = rng.integers(0, 2048, shape)
         got, hot = rest_call(on, model, spec, p)
-        if on.hot._seen is not m and hot is None:
+        if on.hot.store.seen is not m and hot is None:
             continue  # it changed during this answer
         assert (hot is not None) == (answered > 1), answered
         answered += 1
@@ -333,12 +334,12 @@ def test_fill_and_fill_into_check_their_arguments():
 
 def test_grpc_requests_with_a_fresh_id_each_are_never_learnt(servers):
     on, off = servers
-    before = len(on.hot.known)
+    before = len(on.hot.store.known)
     for k in range(20):
         data = grpc_request("rope", {"head_dim": 64}, [k], rid=f"fresh-{k}")
         assert on.hot.grpc(data) is None
         assert call(on, data) == call(off, data)
-    assert len(on.hot.known) == before
+    assert len(on.hot.store.known) == before
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

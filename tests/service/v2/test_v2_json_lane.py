@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from posenc.engine import kernels
 from posenc.service.shortcut import templates as replay
+from posenc.service.shortcut.store import still_mapped
 from posenc.service.v2 import rest
 from posenc.service.v2.hot_json import DATA, controls
 from tests.independent import assert_answer
@@ -149,7 +150,7 @@ def learn(on, model: str, spec: dict, inputs, **kw) -> int | None:
         return isinstance(lane(on, model, body_of(spec, inputs(), **kw)), tuple)
 
     wait_learnt(
-        lambda: on.hot._seen,
+        lambda: on.hot.store.seen,
         lambda: on.v2.client.is_mapped(req()),
         answer,
         taken,
@@ -290,16 +291,17 @@ def test_a_key_learnt_as_its_table_is_replaced_is_learnt_again(servers, monkeypa
         what="the engine's longer table",
         seen=engine_file,
     )
-    fresh = on.hot._fresh
+    store = on.hot.store
+    fresh = store.fresh
 
     def refreshed_at_learn():  # the manifest read at learn time is the one with the new file
-        monkeypatch.setattr(on.hot, "_fresh", fresh)
+        monkeypatch.setattr(store, "fresh", fresh)
         client.manifest(force=True)
-        fresh()
+        return fresh()
 
-    monkeypatch.setattr(on.hot, "_fresh", refreshed_at_learn)
+    monkeypatch.setattr(store, "fresh", refreshed_at_learn)
     assert full_path(on, "alibi", body)[0] == 200  # answered from the old mapping, learnt unmapped
-    assert on.hot._fresh == fresh and not client.is_mapped(req), "the learn read the new manifest"
+    assert store.fresh == fresh and not client.is_mapped(req), "the learn read the new manifest"
     monkeypatch.setattr(client, "recheck_s", recheck)
     learn(on, "alibi", spec, lambda: alibi_inputs("INT64", False, [9, 10], [4, 8]))
     check(servers, "alibi", body_of(spec, alibi_inputs("INT64", False, [30, 7], [1, 2])), True)
@@ -361,9 +363,10 @@ def test_a_repeated_data_field_is_never_learnt(servers):  # noqa: F811
     body = lambda p: body_of(spec, [("positions", "INT64", np.array([p, p]))]).replace(  # noqa: E731
         b'"data":', b'"data":[9,9],"data":', 1
     )
+    learn(on, "rope", spec, lambda: [("positions", "INT64", np.array([5, 6]))])  # the lane's rope route
     for p in (1, 2, 3):
         assert full_path(on, "rope", body(p)) == full_path(off, "rope", body(p))
-    assert lane(on, "rope", body(4)) is False
+    assert lane(on, "rope", body(4)) is False  # a whole request to the route, declined
     for raw in (
         b'{"inputs":[{"name":"p","data":[1],"data":[2]}]}',  # one input, two lists
         b'{"parameters":{"x":{"data":[1]}},"inputs":[{"name":"p"}]}',  # not an input's
@@ -387,13 +390,13 @@ def test_entries_are_dropped_with_the_manifest(servers):  # noqa: F811
     spec = {"d_model": 33}
     pos = lambda: [("positions", "INT64", np.array([1, 2]))]  # noqa: E731
     learn(on, "sinusoidal", spec, pos)
-    on.hot._clear()
+    on.hot.store.clear()
     assert not on.hot.lane_routes and lane(on, "sinusoidal", body_of(spec, pos())) is None
 
 
 def test_entries_stay_while_the_manifest_only_gains_tables(servers):  # noqa: F811
     """A fleet sends new specs every second: each builds a table, and the manifest that gains it
-    keeps every learnt entry (the /v1 templates' rule, templates.still_mapped)."""
+    keeps every learnt entry (the /v1 templates' rule, store.still_mapped)."""
     on, off = servers
     spec = {"d_model": 33}
     pos = lambda: [("positions", "INT64", np.array([1, 2]))]  # noqa: E731
@@ -415,12 +418,12 @@ def test_entries_stay_while_the_manifest_only_gains_tables(servers):  # noqa: F8
 def test_still_mapped():
     """Which manifest changes keep templates: only gaining tables in the same engine generation."""
     old = {"generation": 3, "tables": {"a": {"file": "f1"}, "b": {"file": "f2"}}}
-    assert replay.still_mapped(old, {"generation": 3, "tables": {**old["tables"], "c": {"file": "f3"}}})
-    assert replay.still_mapped(old, old)
-    assert not replay.still_mapped(old, {"generation": 3, "tables": {"a": {"file": "f1"}}})  # evicted
-    assert not replay.still_mapped(old, {"generation": 3, "tables": {**old["tables"], "b": {"file": "f9"}}})
-    assert not replay.still_mapped(old, {"generation": 4, "tables": old["tables"]})  # a new engine
-    assert not replay.still_mapped(None, old) and not replay.still_mapped(old, None)
+    assert still_mapped(old, {"generation": 3, "tables": {**old["tables"], "c": {"file": "f3"}}})
+    assert still_mapped(old, old)
+    assert not still_mapped(old, {"generation": 3, "tables": {"a": {"file": "f1"}}})  # evicted
+    assert not still_mapped(old, {"generation": 3, "tables": {**old["tables"], "b": {"file": "f9"}}})
+    assert not still_mapped(old, {"generation": 4, "tables": old["tables"]})  # a new engine
+    assert not still_mapped(None, old) and not still_mapped(old, None)
 
 
 @hsettings(
