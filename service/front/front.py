@@ -36,7 +36,7 @@ from posenc.service.front.negotiate import JSON
 from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import PATH_ROUTES, TO_SHORTCUT
-from posenc.service.shortcut.templates import FIELDS
+from posenc.service.shortcut.templates import FIELDS, FORMATS
 
 log = logging.getLogger("posenc.service")
 
@@ -55,6 +55,8 @@ def header(scope, name: bytes) -> str | None:
 _WORKER = (b"x-posenc-worker", str(os.getpid()).encode())
 _ST_HDR = (b"content-type", b"application/x-safetensors")
 _OCTET_HDR = (b"content-type", b"application/octet-stream")  # a v2 REST binary answer's (service/v2/rest.py)
+# a /v1 shortcut answer's content type, by its format (service/shortcut/templates.py FORMATS)
+_CTYPES = {FORMATS["safetensors"]: _ST_HDR, FORMATS["json"]: (b"content-type", JSON.encode())}
 # the paths of families with spec templates -> (family, metrics offset of their "c" answers: the
 # lane's whole-request C call; the shortcut's are at + TO_SHORTCUT, service/metrics/layout.py)
 _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
@@ -169,8 +171,10 @@ class FastFront:
         try:
             hot = self.hot_paths.get(path)
             if hot is not None:
-                out = self.svc.hot(hot[0], body, headers)
-                return None if out is None else Hit(out, None, _ST_HDR, (_WORKER,), hot[1] + TO_SHORTCUT)
+                got = self.svc.hot(hot[0], body, headers, json=True)
+                if got is None:
+                    return None
+                return Hit(got[0], None, _CTYPES[got[1]], (_WORKER,), hot[1] + TO_SHORTCUT)
             hit = self.v2_hot.rest(path, body, headers)
             if hit is None:
                 return None

@@ -82,12 +82,13 @@ class Service:
         size = sizing.check_request(r, fmt, self.settings.max_response_bytes, self.settings.max_positions)
         return Job(r, fmt, size <= (INLINE_JSON_BYTES if fmt == "json" else INLINE_BYTES), raw)
 
-    def hot(self, family: str, raw: bytes, headers) -> bytes | None:
+    def hot(self, family: str, raw: bytes, headers, json: bool = False):
         """The template shortcut in C (service/shortcut/_hot.c) for a rope, sinusoidal or alibi body and
-        its ASGI headers; None when it does not apply (the full path answers). Only when
+        its ASGI headers: its safetensors bytes, or None when it does not apply (the full path
+        answers). ``json``: JSON answers too, as (bytes, format: 0 safetensors, 1 JSON). Only when
         ``self.shortcut == "c"``."""
         self.store.fresh()  # templates dropped here leave none to answer from: C declines
-        return replay.answer(raw, headers, self.accepts, self.templates.native[family], family)
+        return replay.answer(raw, headers, self.accepts, self.templates.native[family], family, json)
 
     def hot_requests(
         self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow, counts

@@ -122,36 +122,45 @@ int hot_accepted(PyObject *accepts, PyObject *accept)
     return 1 + (int)v;
 }
 
-PyDoc_STRVAR(answer_doc, "answer(raw, headers, *, accepts, templates, family) -> bytes | None | NotImplemented\n--\n\n"
+PyDoc_STRVAR(answer_doc, "answer(raw, headers, *, accepts, templates, family, json=False) -> bytes | None | NotImplemented\n--\n\n"
              "The safetensors answer of a body whose spec is a known template (its Accept one that accepts\n"
              "maps to 0, safetensors); None: declined;\n"
-             "NotImplemented: the template lacks the header of its shape (see missing()).");
+             "NotImplemented: the template lacks the header of its shape or a row's text (see missing()).\n"
+             "json=True: JSON answers too (an Accept that accepts maps to 1), the lane's bytes without the\n"
+             "HTTP head, and the answer is (bytes, format): 0 safetensors, 1 JSON.");
 
-static const char *const answer_names[] = {"raw", "headers", "accepts", "templates", "family", NULL};
+static const char *const answer_names[] = {"raw", "headers", "accepts", "templates", "family", "json", NULL};
 static HotSig answer_sig = {.fn = "answer", .names = answer_names, .npos = 2, .nreq = 5};
 
 static PyObject *answer(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)self;
-    PyObject *args[5];
+    PyObject *args[6];
     if (!hot_configured() || hot_args(&answer_sig, argv, nargs, kwnames, args) < 0) return NULL;
     if (!PyBytes_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, *, accepts: dict, templates: dict, family: str)");
+        PyErr_SetString(PyExc_TypeError, "answer(raw: bytes, headers, *, accepts: dict, templates: dict, family: str, "
+                                         "json: bool = False)");
         return NULL;
     }
+    int json = args[5] ? PyObject_IsTrue(args[5]) : 0;
+    if (json < 0) return NULL;
     PyObject *raw = args[0];
     PyObject *fields = hot_fields_of(args[4]);
     if (!fields) return NULL;
     if (PyBytes_GET_SIZE(raw) > hot_cfg.max_body || PyDict_GET_SIZE(args[3]) == 0) Py_RETURN_NONE;
     PyObject *acc = find_header(args[1], "accept", 6);
     if (!acc && PyErr_Occurred()) return NULL;
-    int ok = hot_accepted(args[2], acc);
-    if (ok != 1) {   /* safetensors only: the ASGI front's hot answer is (JSON: the lane's) */
-        if (ok < 0) return NULL;
-        Py_RETURN_NONE;
-    }
+    int ok = hot_accepted(args[2], acc);   /* 1 safetensors, 2 JSON */
+    if (ok < 0) return NULL;
+    if (ok == 0 || (ok == 2 && !json)) Py_RETURN_NONE;
     const char *b = PyBytes_AS_STRING(raw);
-    return hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, hot_axis_field_of(args[4]), args[3], NULL);
+    /* JSON: the lane's answer with no head before it (the framing gRPC's unary answers have) */
+    const Http bare = {.json = 1, .grpc = HOT_GRPC_UNARY};
+    PyObject *out = hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, hot_axis_field_of(args[4]), args[3],
+                                    ok == 2 ? &bare : NULL);
+    if (!json || !out || !PyBytes_Check(out)) return out;
+    PyObject *res = Py_BuildValue("(Ni)", out, ok - 1);
+    return res;
 }
 
 PyDoc_STRVAR(cut_doc, "cut(raw, family) -> (key, spans) | None\n--\n\n"

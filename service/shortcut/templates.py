@@ -174,14 +174,14 @@ def _again(call, declined):
     return declined
 
 
-def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str) -> bytes | None:
+def answer(raw: bytes, headers, accepts: dict, templates: dict, family: str, json: bool = False):
     """A body of ``family`` whose spec is one of ``templates``, answered whole (safetensors), or
-    None: the full path answers. (A body over the configured max_body_bytes: None.)"""
-    out = _hot.answer(raw, headers, accepts=accepts, templates=templates, family=family)
+    None: the full path answers. (A body over the configured max_body_bytes: None.) ``json``: an
+    Accept negotiated to JSON is answered too, and the answer is (bytes, format: FORMATS' value)."""
+    kw = {"accepts": accepts, "templates": templates, "family": family, "json": json}
+    out = _hot.answer(raw, headers, **kw)
     if out is NotImplemented:
-        return _again(
-            lambda: _hot.answer(raw, headers, accepts=accepts, templates=templates, family=family), None
-        )
+        return _again(lambda: _hot.answer(raw, headers, **kw), None)
     return out
 
 

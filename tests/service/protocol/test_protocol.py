@@ -276,9 +276,9 @@ HEALTH = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n"
 @pytest.mark.parametrize("kind", ["/v1 binary", "/v1 JSON", "v2 binary"])
 def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, close, kind):
     """A request httptools reads (its head and body in separate reads, or behind one the C call
-    does not take, in the same read) is answered with the bytes the full path answered it with
-    before its template was learnt: head (the date fixed) and body, and the connection kept or
-    closed as the full path did."""
+    does not take, in the same read) is answered by the learnt template (the full path is not
+    asked: JSON too) with the bytes the full path answered it with before: head (the date fixed)
+    and body, and the connection kept or closed as the full path did."""
     make, front, loop, offers = world
     extra = b"connection: close\r\n" if close else b""
     if kind == "v2 binary":
@@ -293,6 +293,10 @@ def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, clo
         settle(loop, t, answered, "the full path's answer")
         full.append((t.buffer, t.closed))
     assert full[0] == full[1] and full[0][0].startswith(b"HTTP/1.1 200 OK\r\n"), full
+    asked = []  # the full paths, /v1's and v2's, asked from here on
+    prepare, v2 = front.svc.prepare, front.v2
+    front.svc.prepare = lambda *a: asked.append(a) or prepare(*a)
+    front.v2 = lambda *a: asked.append(a) or v2(*a)
     cut = data.index(b"\r\n\r\n") + 4
     reads = {
         "head then body": [data[:cut], data[cut:]],
@@ -306,6 +310,35 @@ def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, clo
     settle(loop, t, lambda t: answers(t.buffer) >= n, f"{n} answers")
     got = responses(t.buffer)
     assert len(got) == n and got[-1] == full[0][0] and t.closed == close, (got, t.closed)
+    assert not asked, "the learnt template answers it, not the full path"
+
+
+@needs_native
+@pytest.mark.parametrize("positions", [[2998, 2999], [7], list(range(64))])
+def test_a_split_json_request_for_other_rows_is_the_templates_answer(world, positions):
+    """A JSON request of a learnt spec, head and body in two reads, asking rows whose texts the
+    template has not rendered yet (its miss is computed and the request asked again, as the C
+    loop's): answered by the template with the bytes the full path answers it with, which hold the
+    float64 reference's values."""
+    make, front, loop, offers = world
+    for _ in range(2):  # the full path answers the learnt body (and learns at the second time)
+        p, t = make()
+        p.data_received(request(accept=b"application/json"))
+        settle(loop, t, answered, "the full path's answer")
+    body = orjson.dumps({"head_dim": 64, "positions": positions})
+    want = front.svc.execute(front.svc.prepare("rope", body, "application/json"))[0]
+    asked, prepare = [], front.svc.prepare
+    front.svc.prepare = lambda *a: asked.append(a) or prepare(*a)
+    data = request(body=body, accept=b"application/json")
+    cut = data.index(b"\r\n\r\n") + 4
+    p, t = make()
+    p.data_received(data[:cut])
+    p.data_received(data[cut:])
+    settle(loop, t, answered, "the answer")
+    (got,) = responses(t.buffer)
+    head, _, answer = got.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head and answer == want and not asked
+    assert_answer("rope", {"head_dim": 64, "positions": positions}, orjson.loads(answer))
 
 
 def test_a_head_that_never_ends_gets_408_and_a_closed_connection(world):
