@@ -2,9 +2,10 @@
 
 A gRPC process (service/supervise/grpc_main.py) with the lane on owns the gRPC port with its own asyncio
 protocol (lane.py), one nghttp2 server session per connection (_h2.c: libnghttp2 in C frames,
-parses, flow-controls). A ModelInfer call whose request a learnt template answers at once
-(GrpcV2.answer_now) is answered on the read's own turn of the loop; every other call (ModelInfer
-the shortcut declines, ModelStreamInfer, health, metadata, shared-memory registration, unknown
+parses, flow-controls). A ModelInfer call whose request a learnt template answers at once (one C
+call, service/shortcut/hot_grpc.c grpc_answer) is answered on the read's own turn of the loop, a
+learnt answer too large for the loop in a thread; ModelStreamInfer is the lane's own; every other
+call (ModelInfer the shortcut declines, health, metadata, shared-memory registration, unknown
 methods) is relayed, whole and as it comes, to the process's own grpcio server on a private
 abstract Unix socket (relay.py), so grpcio answers it exactly as it does without the lane (its
 statuses, messages, metadata, deadlines and the bearer token's check) and its ModelInfer calls go

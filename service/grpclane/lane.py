@@ -1,11 +1,12 @@
 """The gRPC lane's server: an asyncio protocol per connection over an nghttp2 session (_h2.c).
 
 Per read: the session's events, then one write of every frame they made. A ``call`` event of
-``ModelInfer`` (the whole unary request, buffered in C) whose message is one uncompressed gRPC
-message, with a right token where one is configured, goes to ``GrpcV2.infer_now``; its answer is
-handed back whole (``Session.answer``: HEADERS, DATA, the ``grpc-status: 0`` trailer). A
-ModelStreamInfer with a right token is the lane's own (streams.py). Every other stream, and a
-ModelInfer the shortcut declines, is relayed to grpcio (relay.py).
+``ModelInfer`` (the whole unary request, buffered in C), with a right token where one is
+configured, is answered by one C call where a learnt entry answers it (service/shortcut/hot_grpc.c
+``grpc_answer``), handed back whole (``Session.answer``: HEADERS, DATA, ``grpc-status: 0``); a learnt
+answer over the inline bound is filled in a thread (``GrpcV2.answer_found``). A ModelStreamInfer with
+a right token is the lane's own (streams.py). Every other stream, and a ModelInfer no entry answers,
+is relayed to grpcio (relay.py), whose handler does not look it up again (``GrpcV2.behind_lane``).
 
 Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow, so a client that
 stops reading holds at most a window's bytes of the transport's buffer, and the answers waiting
@@ -37,6 +38,7 @@ from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_tra
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.admit import over_bytes
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
+from posenc.service.v2.hot import FILL_INLINE_BYTES, grpc_answer
 
 log = logging.getLogger("posenc.service")
 
@@ -60,6 +62,9 @@ class Lane:
 
     def __init__(self, grpc, channel, gate, max_message: int, max_buffered: int, max_held: int | None = None):
         self.grpc, self.channel, self.gate = grpc, channel, gate
+        if grpc is not None:  # (None: a lane that only relays, in the tests)
+            grpc.behind_lane = True  # every ModelInfer grpcio answers was looked up here first
+        self.hot = None if grpc is None else grpc.hot
         self.max_message = max_message
         # response bytes a connection may hold for a client that does not read them (Session.buffered):
         # past it, its new calls are refused (busy) until it reads
@@ -177,6 +182,9 @@ class Connection(asyncio.Protocol):
             self.flush()
             self.t.close()
             return
+        hot = self.lane.hot  # its entries checked against the engine's manifest once a read
+        if hot is not None and hot.grpc_entries:
+            hot.fresh()
         for ev in events:
             try:
                 self._event(ev)
@@ -240,11 +248,12 @@ class Connection(asyncio.Protocol):
         return True
 
     def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
-        if self._judged(sid, headers) or self._busy(sid):
+        if self._judged(sid, headers) or (self.s.buffered > self.lane.max_buffered and self._busy(sid)):
             return
         over = total > len(body)
         if path == MODEL_INFER and not over:  # its answer's planned bytes are reserved: admitted in order
-            if self.waiting or not self.room(lane=False):
+            # (self.room(lane=False), inline: every call asks it)
+            if self.waiting or self.s.buffered + self.reserved >= self.lane.max_buffered:
                 n = self._answer_bytes(body)
                 if self._over_held(sid, n) or self._busy(sid, len(body)):
                     return
@@ -297,16 +306,25 @@ class Connection(asyncio.Protocol):
         return True
 
     def _admit(self, sid: int, path: bytes, headers, body: bytes, n: int | None = None) -> None:
-        """A ModelInfer call: answered now by a learnt template, or relayed to grpcio with its answer's
-        planned bytes (``n``, or _answer_bytes) reserved until its answer is in the session (the
-        relay's end), or refused as busy where they do not fit the lane's bound."""
-        if self._answer(sid, headers, body):
+        """A ModelInfer call: answered now by a learnt template; or, with its answer's bytes (the
+        entry's, ``n`` or _answer_bytes) reserved until its answer is in the session, filled in a
+        thread (a learnt entry's answer over the inline bound) or relayed to grpcio; or refused as
+        busy where they do not fit the lane's bound."""
+        hit = self._answer(sid, headers, body)
+        if hit is True:
             self.most = max(self.most, self.s.buffered)
             return
-        n = self._answer_bytes(body) if n is None else n
+        n = hit[0].size if hit else self._answer_bytes(body) if n is None else n
         if self._over_held(sid, n):
             return
-        r = self._relay(sid, path, headers)
+        r = _Fill(self, sid, path, headers, body, hit) if hit else self._relay(sid, path, headers)
+        self._reserve(r, n)
+        if not hit:
+            r.data(body)
+            r.end()
+
+    def _reserve(self, r, n: int) -> None:
+        """``n`` answer bytes reserved for ``r`` (a Relay or a _Fill) until its task ends."""
         lane = self.lane
         r.reserved = n
         self.reserved += n
@@ -315,8 +333,6 @@ class Connection(asyncio.Protocol):
         lane.most_inflight = max(lane.most_inflight, lane.inflight)
         lane.most_held = max(lane.most_held, lane.held())
         r.task.add_done_callback(lambda _t: self.release(r))
-        r.data(body)
-        r.end()
 
     def release(self, r: Relay) -> None:
         """A relayed ModelInfer's reservation ends: its answer is in the session (counted there
@@ -344,18 +360,48 @@ class Connection(asyncio.Protocol):
                 self.streams.pop(sid, None)
                 self.s.reset(sid, 2)  # INTERNAL_ERROR
 
-    def _answer(self, sid: int, headers, body: bytes) -> bool:
-        """ModelInfer answered now by a learnt template, or False: the call goes to grpcio."""
-        if len(body) < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != len(body) - 5:
-            return False  # compressed, or not one whole message
-        if not self.lane.authorized(headers):
-            return False  # grpcio refuses it, in its words
-        out = self.lane.grpc.infer_now(body[5:])
+    def _answer(self, sid: int, headers, body: bytes):
+        """ModelInfer answered now by a learnt template (True); else the entry found for an answer
+        made off the loop ((entry, positions)), or None: grpcio answers it, by its full path (a
+        message compressed or not whole, no entry, another length, a position the entry does not
+        answer). An answer is made here while the Admission would admit a call of its size."""
+        lane = self.lane
+        if lane.gate is not None and not lane.authorized(headers):
+            return None  # grpcio refuses it, in its words
+        g = lane.grpc
+        entries = g.hot.grpc_entries
+        if not entries:
+            return None
+        most = g.admission.most(FILL_INLINE_BYTES)
+        out = grpc_answer(body, entries, framed=True, stream=False, most=most, **g.native)
+        if out.__class__ is not bytes:
+            return out
+        self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
+        lane.answered += 1
+        return True
+
+    async def _fill(self, f: _Fill, sid: int, path: bytes, headers, body: bytes, hit) -> None:
+        """A found entry's answer made off the loop (GrpcV2.answer_found), then answered as a call
+        answered now is; where it declines, the call is relayed to grpcio with ``f``'s reservation."""
+        try:
+            out = await self.lane.grpc.answer_found(hit)
+        except Exception:  # the lane's own fault: that stream is reset, the connection goes on
+            log.exception("grpc lane: filling stream %d failed", sid)
+            self.streams.pop(sid, None)
+            self.s.reset(sid, 2)  # INTERNAL_ERROR
+            self.flush()
+            return
+        self.streams.pop(sid, None)
         if out is None:
-            return False
+            r = self._relay(sid, path, headers)
+            r.reserved, f.reserved = f.reserved, 0
+            r.task.add_done_callback(lambda _t: self.release(r))
+            r.data(body)
+            r.end()
+            return
         self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
         self.lane.answered += 1
-        return True
+        self.flush()
 
     def _open(self, sid: int, path: bytes, headers) -> None:
         """A stream given as it comes: ModelStreamInfer with a right token is the lane's own."""
@@ -440,3 +486,15 @@ class Connection(asyncio.Protocol):
             )
         self.s.close()
         self.lane.wake()
+
+
+class _Fill:
+    """A learnt ModelInfer answered off the loop (Connection._fill): its reservation and its task."""
+
+    def __init__(self, conn: Connection, sid: int, path: bytes, headers, body: bytes, hit):
+        self.reserved = 0
+        conn.streams[sid] = self
+        self.task = asyncio.ensure_future(conn._fill(self, sid, path, headers, body, hit))
+
+    def cancel(self) -> None:
+        self.task.cancel()

@@ -2,12 +2,14 @@
 
 Each request message gets its response message in order, as grpcio's ModelStreamInfer gives them
 (GrpcV2.stream_answer: a refused one's carries ``error_message`` and the stream goes on). A message
-a learnt template answers at once (GrpcV2.stream_now) is answered on the read's own turn of the
-loop, while no message before it is still being answered; any other is answered in order by the
-stream's task through the same ``stream_answer`` grpcio's handler runs, so the process goes on
-learning. The half-close ends the stream with ``grpc-status: 0`` once every answer is out; a
-``grpc-timeout`` that passes first ends it with DEADLINE_EXCEEDED, as grpcio does; a message over
-the request limit ends it with grpcio's RESOURCE_EXHAUSTED.
+a learnt template answers at once (C's ``grpc_answer``, service/shortcut/hot_grpc.c: the lookup,
+the fill, the response message framed and counted) is answered on the read's own turn of the loop,
+while no message before it is still being answered; any other is answered in order by the stream's
+task: looked up there if it was not, then through the same ``stream_answer`` grpcio's handler runs
+with what the lookup found (an entry's answer over the inline bound filled in a thread; none: the
+full path, so the process goes on learning). The half-close ends the stream with ``grpc-status: 0``
+once every answer is out; a ``grpc-timeout`` that passes first ends it with DEADLINE_EXCEEDED, as
+grpcio does; a message over the request limit ends it with grpcio's RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import collections
 import grpc
 
 from posenc.service.grpclane.relay import GRPC_HEAD, GRPC_START, Messages, Refused, deadline, status_trailers
+from posenc.service.v2.hot import FILL_INLINE_BYTES, grpc_answer
 
 
 class OwnStream:
     def __init__(self, conn, sid: int, own: dict, max_message: int):
         self.conn, self.sid, self.grpc = conn, sid, conn.lane.grpc
         self.messages = Messages(own.get(b"grpc-encoding"), max_message)
-        self.pending: collections.deque = collections.deque()  # messages waiting for the task, in order
+        # messages waiting for the task, in order: (bytes handed, message, what _lookup found or None)
+        self.pending: collections.deque = collections.deque()
         self.pending_bytes = 0
         self.task: asyncio.Task | None = None
         self.started = self.half_closed = self.done = False
@@ -44,8 +48,8 @@ class OwnStream:
             # answered now while the connection has room for an answer; else in order, by the task,
             # as room is made (a client that reads none of them holds the connection's bound)
             now = not self.pending and self.task is None and self.conn.room()
-            out = self.grpc.stream_now(m) if now else None
-            if out is not None:
+            out = self._lookup(m) if now else None
+            if out.__class__ is bytes:
                 self.conn.s.handed(self.sid, n)  # the connection's window reopens as each is answered
                 self._write(out)
             elif self.pending_bytes + len(m) > self.conn.max_request:
@@ -56,7 +60,7 @@ class OwnStream:
                 )
                 return
             else:
-                self.pending.append((n, m))
+                self.pending.append((n, m, out))
                 self.pending_bytes += len(m)
         if self.pending and self.task is None:
             self.task = asyncio.ensure_future(self._answer_pending())
@@ -75,10 +79,16 @@ class OwnStream:
         try:
             while self.pending and not self.done:
                 await self.conn.wait_room()
-                n, m = self.pending.popleft()
+                n, m, hit = self.pending.popleft()
                 self.pending_bytes -= len(m)
                 self.conn.s.handed(self.sid, n)
-                out = await self.grpc.stream_answer(m)
+                if hit is None:
+                    hit = self._lookup(m)
+                if hit.__class__ is bytes:
+                    out = hit
+                else:
+                    out = await self.grpc.stream_answer(m, hit)
+                    out = len(out).to_bytes(5, "big") + out
                 if not self.done:
                     self._write(out)
                     self.conn.flush()
@@ -88,12 +98,23 @@ class OwnStream:
             self._end(grpc.StatusCode.OK, None)
             self.conn.flush()
 
-    def _write(self, message: bytes) -> None:
+    def _lookup(self, m: bytes):
+        """Message ``m``'s learnt answer (grpc_answer: its response message, framed, counted); else
+        the entry found for an answer made off the loop ((entry, positions)), or False: none."""
+        g = self.grpc
+        entries = g.hot.grpc_entries
+        if not entries:
+            return False
+        most = g.admission.most(FILL_INLINE_BYTES)
+        return grpc_answer(m, entries, framed=False, stream=True, most=most, **g.native) or False
+
+    def _write(self, framed: bytes) -> None:
+        """A response message, after its 5-byte gRPC prefix."""
         s = self.conn.s
         if not self.started:
             self.started = True
             s.start(self.sid, list(GRPC_START))
-        s.write(self.sid, len(message).to_bytes(5, "big") + message)
+        s.write(self.sid, framed)
 
     def _end(self, code: grpc.StatusCode, details: str | None) -> None:
         if self.done:

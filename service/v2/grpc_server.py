@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from posenc.service.v2.admit import Admission, Busy
 from posenc.service.v2.core import V2
 from posenc.service.v2.errors import BadRequest, describe, grpc_code
+from posenc.service.v2.hot import stream_route
 from posenc.service.v2.infer import Inference, Input, Output, Tensor
 from posenc.service.v2.proto import grpc_service_pb2 as pb
 from posenc.service.v2.wire import varint
@@ -139,6 +140,13 @@ class GrpcV2:
         self.hot = v2.hot
         s = v2.settings  # how much inference work runs at once (service/v2/admit.py)
         self.admission = Admission(s.grpc_max_concurrent, s.grpc_max_inflight_bytes)
+        # set by the gRPC lane (service/grpclane), which looks up every ModelInfer call in the
+        # learnt entries before it relays one here: grpcio's handler then does not look it up again
+        self.behind_lane = False
+        # where C counts the lane's learnt answers (Metrics.native: the counts, the buckets' bounds),
+        # as grpc_answer's keyword arguments
+        counts, buckets = (None, b"") if metrics is None else metrics.native
+        self.native = {"counts": counts, "buckets": buckets}
 
     def _observe(self, route: str, code, t0: float, nbytes: int = 0, path: str = "python") -> None:
         """``path``: how an OK answer was made (service/metrics/layout.py PATHS)."""
@@ -155,41 +163,20 @@ class GrpcV2:
             return "grpc"
         return f"grpc {method} {'<table>' if m.is_table else m.name}"
 
-    def answer_now(self, data: bytes) -> tuple[bytes, str] | None:
-        """The shortcut's answer to a serialized ModelInferRequest when it is made at once, on
-        the caller's thread (a learnt template's inline answer): (bytes, metrics route), or None,
-        where ModelInfer would go on (a larger answer, one the full path makes, a call past the
-        Admission's bounds: each answered as ModelInfer answers it). The gRPC lane's call."""
-        hit = self.hot.grpc(data)
-        if hit is None or not hit[0].inline:
-            return None
-        e, positions = hit
+    async def answer_found(self, hit) -> bytes | None:
+        """The answer of a learnt entry the gRPC lane found and leaves to Python (``hit``: grpc_answer's
+        (entry, positions): an answer over the inline bound, filled in a thread, or outputs into
+        shared memory), within the Admission, counted on its route; None: the full path answers it
+        (past the Admission's bounds, or a position the entry does not answer)."""
+        t0, (e, positions) = perf_counter(), hit
         try:
             with self.admission.call() as reserve:
                 reserve(e.size)
-                out = e.answer(positions)
+                out = e.answer(positions) if e.inline else await anyio.to_thread.run_sync(e.answer, positions)
         except Busy:
             return None
-        return None if out is None else (out, e.route)
-
-    def infer_now(self, data: bytes) -> bytes | None:
-        """``answer_now`` as ModelInfer's answer, counted on its route (the gRPC lane's unary call)."""
-        t0 = perf_counter()
-        got = self.answer_now(data)
-        if got is None:
-            return None
-        self._observe(got[1], grpc.StatusCode.OK, t0, len(got[0]), "shortcut")
-        return got[0]
-
-    def stream_now(self, data: bytes) -> bytes | None:
-        """``answer_now`` as a ModelStreamInfer response message, counted on the stream's route
-        (the gRPC lane's stream messages); None: ``stream_answer`` answers it."""
-        t0 = perf_counter()
-        got = self.answer_now(data)
-        if got is None:
-            return None
-        out = b"".join([STREAM_RESPONSE, varint(len(got[0])), got[0]])
-        self._observe(_stream_route(got[1]), grpc.StatusCode.OK, t0, len(out), "shortcut")
+        if out is not None:
+            self._observe(e.route, grpc.StatusCode.OK, t0, len(out), "shortcut")
         return out
 
     def answer_bytes(self, data: bytes) -> int:
@@ -204,11 +191,14 @@ class GrpcV2:
             return ANSWER_FRAMING
         return nbytes + len(data) + ANSWER_FRAMING
 
-    async def _hot(self, data: bytes, route: list, reserve) -> bytes | None:
+    async def _hot(self, data: bytes, route: list, reserve, hit=None) -> bytes | None:
         """The shortcut's answer to a serialized ModelInferRequest (``route[0]`` set), or None
-        (service/v2/hot.py); ``reserve``: the call's Admission. ``route``: [metrics route, path]."""
-        hit = self.hot.grpc(data)
+        (service/v2/hot.py); ``reserve``: the call's Admission. ``route``: [metrics route, path].
+        ``hit``: what the lane's lookup found ((entry, positions), or False: nothing); None: looked
+        up here, but for a call the lane relayed (``behind_lane``: it looked it up already)."""
         if hit is None:
+            hit = None if self.behind_lane else self.hot.grpc(data)
+        if not hit:
             return None
         e, positions = hit
         route[0] = e.route
@@ -248,10 +238,11 @@ class GrpcV2:
         """Raw bytes in and out: the shortcut first, then the full path (within the Admission)."""
         return await self._unary(lambda d: self._infer(d, route), data, ctx, route := ["grpc", "python"])
 
-    async def _infer(self, data: bytes, route: list) -> bytes:
-        """``route``: [metrics route, path], set on the way (path "shortcut" when the shortcut answered)."""
+    async def _infer(self, data: bytes, route: list, hit=None) -> bytes:
+        """``route``: [metrics route, path], set on the way (path "shortcut" when the shortcut answered);
+        ``hit``: _hot's."""
         with self.admission.call() as reserve:
-            out = await self._hot(data, route, reserve)
+            out = await self._hot(data, route, reserve, hit)
             if out is not None:
                 route[1] = "shortcut"
                 return out
@@ -318,11 +309,11 @@ class GrpcV2:
         async for data in requests:
             yield await self.stream_answer(data)
 
-    async def stream_answer(self, data: bytes) -> bytes:
-        """One ModelStreamInfer request message's response message, counted."""
+    async def stream_answer(self, data: bytes, hit=None) -> bytes:
+        """One ModelStreamInfer request message's response message, counted (``hit``: _hot's)."""
         t0, code, route = perf_counter(), grpc.StatusCode.OK, ["grpc", "python"]
         try:
-            body = await self._infer(data, route)
+            body = await self._infer(data, route, hit)
             out = b"".join([STREAM_RESPONSE, varint(len(body)), body])
         except Exception as e:
             status, msg = describe(e)
@@ -330,7 +321,7 @@ class GrpcV2:
             out = pb.ModelStreamInferResponse(
                 error_message=msg, infer_response=pb.ModelInferResponse(id=_request_id(data))
             ).SerializeToString()
-        self._observe(_stream_route(route[0]), code, t0, len(out), route[1])
+        self._observe(stream_route(route[0]), code, t0, len(out), route[1])
         return out
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -358,10 +349,6 @@ class GrpcV2:
             self.ModelStreamInfer, request_deserializer=None, response_serializer=_bytes
         )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
-
-
-def _stream_route(route: str) -> str:
-    return route.replace("ModelInfer", "ModelStreamInfer", 1)
 
 
 def _request_id(data: bytes) -> str:

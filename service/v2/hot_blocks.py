@@ -33,7 +33,6 @@ class BlockEntry:
     parts: tuple  # the answer's bytes before and after the block
     size: int  # the answer's bytes
     inline: bool  # answered on the event loop (else in a thread)
-    markers: tuple  # gRPC: each raw_input_contents field's tag and length; REST: ()
     route: str  # the metrics route of the model's calls
     headers: tuple = ()  # REST: the answer's extra headers
     regions: tuple = ()  # (outputs into shared memory: never here)
@@ -45,27 +44,13 @@ class BlockEntry:
 
     def answer(self, positions) -> bytes | None:
         """The answer's bytes for ``positions`` (REST: both inputs' bytes in one buffer; gRPC: a
-        pair, grpc_positions'), or None: the full path answers (and says what is wrong)."""
+        pair, grpc_answer's), or None: the full path answers (and says what is wrong)."""
         first, second = (
             positions
             if type(positions) is tuple
             else (positions[: self.sizes[0]], positions[self.sizes[0] :])
         )
         return fill_block(self.template, first, second, self.itemsizes, self.key_first, self.parts)
-
-    def grpc_positions(self, data: bytes, at: int):
-        """The two inputs' bytes (memoryviews) of a serialized request whose key ends at ``at``,
-        or None: the rest is not the learnt raw fields, each of its learnt length."""
-        (m1, m2), (n1, n2) = self.markers, self.sizes
-        second = at + len(m1) + n1
-        if (
-            len(data) != second + len(m2) + n2
-            or not data.startswith(m1, at)
-            or not data.startswith(m2, second)
-        ):
-            return None
-        mv = memoryview(data)
-        return mv[at + len(m1) : second], mv[second + len(m2) :]
 
     def lane_entry(self, post: bytes):
         """The C lane's entry (service/shortcut/hot_blocks.c hot_v2_block_answer)."""
@@ -85,7 +70,7 @@ def block_entry(
     plan,
     tensors: list,
     segments: list,
-    markers: tuple,
+    raw_fields: tuple,
     route: str,
     headers: tuple,
     inline_bytes: int,
@@ -98,7 +83,7 @@ def block_entry(
         or len(inf.inputs) != 2
         or len(plan.reqs) != 1
         or plan.stacked
-        or len(markers) not in (0, 2)
+        or len(raw_fields) not in (0, 2)
     ):
         return None
     names = [t.name for t in inf.inputs]
@@ -147,7 +132,6 @@ def block_entry(
         tuple(parts),
         len(expected),
         len(expected) <= inline_bytes,
-        markers,
         route,
         headers,
     )

@@ -1,34 +1,46 @@
 """The gRPC lane's own faults stay on their stream: a real Lane (service/grpclane/lane.py, its real
 nghttp2 session) on a socket of this process, asked by raw HTTP/2 frames. What answers a learnt
-ModelInfer is a stand-in for GrpcV2 that fails on purpose once (a fault nothing else can provoke);
-the stream that met it is reset with INTERNAL_ERROR, and the next call on the same connection is
+ModelInfer is a stand-in for GrpcV2 whose one learnt entry is answered by Python (C's grpc_answer
+finds it and hands it over) and fails on purpose once (a fault nothing else can provoke); the
+stream that met it is reset with INTERNAL_ERROR, and the next call on the same connection is
 answered."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from posenc.service import grpclane
+from posenc.service.v2.hot import GrpcEntry
 
 pytestmark = pytest.mark.skipif(
-    grpclane._h2 is None, reason="service/grpclane/_h2 is not built (no libnghttp2 headers)"
+    grpclane._h2 is None or GrpcEntry is None, reason="service/grpclane/_h2 or service._hot is not built"
 )
+KEY = b"\x0a\x01m"  # ModelInferRequest.model_name "m": the learnt key, then one raw field of 3 bytes
 
 
 class FailsOnce:
-    """GrpcV2's infer_now, failing at its first call."""
+    """GrpcV2 as the lane reads it, its one entry's answer failing at its first call."""
+
+    behind_lane = False
+    native = {"counts": None, "buckets": b""}
 
     def __init__(self):
         self.calls = 0
+        entry = GrpcEntry(
+            fill=None, nbytes=(3,), size=10, metrics=-1, stream_metrics=-1, entry=SimpleNamespace(size=10)
+        )
+        self.hot = SimpleNamespace(grpc_entries={KEY: entry}, fresh=lambda: None)
+        self.admission = SimpleNamespace(most=lambda bound: bound)
 
-    def infer_now(self, data: bytes) -> bytes:
+    async def answer_found(self, hit) -> bytes:
         self.calls += 1
         if self.calls == 1:
             raise RuntimeError("a fault of the lane's own")
-        return b"answer:" + data
+        return b"answer:" + hit[1]
 
 
 def test_a_fault_resets_its_stream_and_the_connection_goes_on():
@@ -43,9 +55,9 @@ def test_a_fault_resets_its_stream_and_the_connection_goes_on():
     t.start()
     try:
         with H2(port) as h:
-            first = h.call("/inference.GRPCInferenceService/ModelInfer", b"one")
+            first = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03one")
             assert h.wait(first)["reset"] == 2  # INTERNAL_ERROR
-            second = h.call("/inference.GRPCInferenceService/ModelInfer", b"two")
+            second = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03two")
             assert h.status(second) == (0, b"") and h.messages(second) == [b"answer:two"]
     finally:
         loop.call_soon_threadsafe(loop.stop)
