@@ -334,7 +334,35 @@ def h2_client() -> list[bytes]:
     return out
 
 
-TARGETS = {"lane": lane, "answer": answer, "fill": fill, "select": select, "h2": h2_client}
+def grpc() -> list[bytes]:
+    """Serialized ModelInferRequests (one or two raw inputs, a field after them, none, a truncated
+    one), each as a plain, framed, compressed-flag, stream and row-template call (byte 0)."""
+    from posenc.service.v2.proto import grpc_service_pb2 as pb
+
+    def request(raws: list, **fields) -> bytes:
+        r = pb.ModelInferRequest(model_name="rope", id=fields.pop("id", ""), **fields)
+        r.parameters["spec"].string_param = '{"head_dim": 64}'
+        r.inputs.add(name="positions", datatype="INT64", shape=[1])
+        r.raw_input_contents.extend(raws)
+        return r.SerializeToString()
+
+    one = request([(5).to_bytes(8, "little")])
+    msgs = [
+        one,
+        request([b"".join(i.to_bytes(4, "little") for i in range(16))]),
+        request([(1).to_bytes(8, "little"), (2).to_bytes(8, "little") * 3], id="r"),
+        request([b"", b"\x01" * 200]),
+        request([b"x"] * 3),
+        request([]),
+        one + b"\x1a\x01x",
+        one[:-1],
+        one[:-1] + b"\x80",
+        b"\xba\x00\x01x",  # the raw input's tag written in two bytes
+    ]
+    return [bytes([flags]) + m for m in msgs for flags in (0x00, 0x01, 0x05, 0x02, 0x08, 0x1B)]
+
+
+TARGETS = {"lane": lane, "answer": answer, "fill": fill, "select": select, "h2": h2_client, "grpc": grpc}
 
 
 def main() -> None:

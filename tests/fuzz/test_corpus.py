@@ -15,7 +15,7 @@ from posenc.service.shortcut import templates as replay
 pytestmark = pytest.mark.skipif(not replay.NATIVE, reason="service._hot is not built")
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
-TARGETS = ("lane", "answer", "fill", "select", "h2")
+TARGETS = ("lane", "answer", "fill", "select", "h2", "grpc")
 
 
 def test_every_target_has_a_corpus():
