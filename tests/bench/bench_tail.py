@@ -373,7 +373,7 @@ def main() -> int:
         os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     res = {v: [] for v in ["bare", *names]}
     events = {v: {"gc": [], "flush": []} for v in names}
-    cpu = {v: {} for v in names}  # {variant: {(rate, role): [CPU s per step]}}
+    cpu = {v: {} for v in ["bare", *names]}  # {variant: {(rate, role): [CPU s per step]}}
     builds = {v: [] for v in names}
     where = {}
     with tempfile.TemporaryDirectory(prefix="bench_tail.") as tmp:
@@ -398,7 +398,11 @@ def main() -> int:
                     ) as b:
                         b.wait_ready(30)
                         _warm(b.url, pool, rates[0])
-                        res[v].append(_steps(b.url, pool, rates, args.seconds)[0])
+                        got, _, by = _steps(b.url, pool, rates, args.seconds, b.proc.pid)
+                        res[v].append(got)
+                        for rate, roles_cpu in by.items():  # (the one process reads as "worker")
+                            for sec in roles_cpu.values():
+                                cpu[v].setdefault((rate, "server"), []).append(sec)
                 else:
                     r = one_posenc(
                         v,
@@ -478,7 +482,7 @@ def main() -> int:
     print()
     print("| server | process | placement | " + " | ".join(f"CPU, runs at {r:,.0f}/s" for r in rates) + " |")
     print("|---|---|---|" + "---:|" * len(rates))
-    for v in names:
+    for v in ["bare", *names]:
         for role in sorted({role for _, role in cpu[v]}):
             cells = [
                 f"{1e3 * statistics.median(c for c, _ in cpu[v][(r, role)]) / args.seconds:.2f} ms/s, "
