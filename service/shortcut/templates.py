@@ -227,6 +227,13 @@ serve = None if _hot is None else _hot.serve
 V2Route, RowsEntry, BlockEntry, JsonEntry = (
     (None,) * 4 if _hot is None else (_hot.V2Route, _hot.RowsEntry, _hot.BlockEntry, _hot.JsonEntry)
 )
+# gRPC's door (service/shortcut/hot_grpc.c, read by service/v2/hot.py and the gRPC lane): grpc_cut(data),
+# a ModelInferRequest's key and its trailing raw fields' lengths, the one owner of that cut;
+# grpc_answer(data, entries, *, ...), a learnt message's answer, framed and counted, in one call; and
+# GrpcEntry(*, fill, nbytes, size, metrics, stream_metrics, entry), what it reads (hot_named.c).
+grpc_cut, grpc_answer, GrpcEntry = (
+    (None,) * 3 if _hot is None else (_hot.grpc_cut, _hot.grpc_answer, _hot.GrpcEntry)
+)
 # Why serve's loop stopped: the states are C's, named and ordered once (hot.h HOT_SERVE_STATES,
 # exported as _hot.SERVE_STATES); each constant here is its name's index there (-1 without the
 # extension, where nothing returns a state).

@@ -24,7 +24,9 @@ class V2:
         self.client = client
         # the process's learnt templates (service/shortcut/store.py): the HTTP worker's /v1 service
         # shares its own, so that one cap, rule and freshness check hold for every route
-        self.store = Store(client.manifest if client is not None else lambda: None) if store is None else store
+        self.store = (
+            Store(client.manifest if client is not None else lambda: None) if store is None else store
+        )
         self.is_ready = ready
         self.models = Models(client)
         self.regions = Regions(

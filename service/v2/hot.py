@@ -41,11 +41,13 @@ from posenc.service.metrics.counters import Metrics
 from posenc.service.shortcut.store import MAX_KEY_BYTES
 from posenc.service.shortcut.templates import (
     NATIVE,
+    GrpcEntry,
     RowsEntry,
     V2Route,
-    _hot,
     fill,
     fill_into,
+    grpc_answer,
+    grpc_cut,
     rows_template,
     shortcut_in_use,
 )
@@ -60,11 +62,6 @@ FILL_INLINE_BYTES = 8 << 20
 SCRATCH_BYTES = 16 << 20  # rows for shared memory are gathered into a per-thread buffer of at most this
 _ITEMSIZE = {"INT32": 4, "INT64": 8}
 REFUSED_HEADERS = (b"content-encoding",)  # a compressed body: the full path decodes it
-# gRPC's door (service/shortcut/hot_grpc.c): a message's key and raw fields' lengths, its learnt
-# answer, the entries it reads (through service._hot as templates.py reaches it)
-grpc_cut, grpc_answer, GrpcEntry = (
-    (None,) * 3 if _hot is None else (_hot.grpc_cut, _hot.grpc_answer, _hot.GrpcEntry)
-)
 
 
 def stream_route(route: str) -> str:
