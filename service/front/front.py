@@ -37,6 +37,7 @@ from posenc.service.front.service import Service
 from posenc.service.metrics.counters import Metrics
 from posenc.service.metrics.layout import PATH_ROUTES, TO_SHORTCUT
 from posenc.service.shortcut.templates import FIELDS, FORMATS
+from posenc.service.v2.hot import head_lines, head_pairs
 
 log = logging.getLogger("posenc.service")
 
@@ -57,6 +58,7 @@ _ST_HDR = (b"content-type", b"application/x-safetensors")
 _OCTET_HDR = (b"content-type", b"application/octet-stream")  # a v2 REST binary answer's (service/v2/rest.py)
 # a /v1 shortcut answer's content type, by its format (service/shortcut/templates.py FORMATS)
 _CTYPES = {FORMATS["safetensors"]: _ST_HDR, FORMATS["json"]: (b"content-type", JSON.encode())}
+_V2_CTYPES = (_OCTET_HDR, _CTYPES[FORMATS["json"]])  # a v2 answer C made, binary or JSON tensors
 # the paths of families with spec templates -> (family, metrics offset of their "c" answers: the
 # lane's whole-request C call; the shortcut's are at + TO_SHORTCUT, service/metrics/layout.py)
 _HOT = {f"/v1/{name}": (name, Metrics.path_index(f"/v1/{name}", "c")) for name in FIELDS}
@@ -68,8 +70,8 @@ class Hit(NamedTuple):
     out: bytes | None  # None: ``fill()`` makes it, off the loop
     fill: object
     ctype: tuple  # the content-type header (then the content length)
-    extra: tuple  # the headers after the content length
-    route: object  # where it is counted: a metrics offset (/v1) or a v2 route
+    post: bytes  # the headers after the content length, as head lines (v2/hot.py head_lines)
+    route: object  # where it is counted: a metrics offset (a C answer) or a v2 route (an Entry's)
 
 
 async def respond(send, status: int, body, ctype: bytes) -> None:
@@ -174,15 +176,20 @@ class FastFront:
                 got = self.svc.hot(hot[0], body, headers, json=True)
                 if got is None:
                     return None
-                return Hit(got[0], None, _CTYPES[got[1]], (_WORKER,), hot[1] + TO_SHORTCUT)
-            hit = self.v2_hot.rest(path, body, headers)
-            if hit is None:
+                return Hit(got[0], None, _CTYPES[got[1]], self.HOT_HEADERS[1], hot[1] + TO_SHORTCUT)
+            got = self.v2_hot.rest(path, body, headers)  # C's lookup, the lane's (binary and JSON)
+            if got is None:
                 return None
-            e, positions = hit
+            if len(got) == 4:  # answered in C: (answer, json, post, its route's "c" offset)
+                return Hit(got[0], None, _V2_CTYPES[got[1]], got[2], got[3] + TO_SHORTCUT)
+            e, positions = got  # an Entry C hands back: outputs into shared memory, or a large answer
+            if len(positions) != e.nbytes:
+                return None
+            post = head_lines(e.headers)
             if not e.inline:  # a large answer: filled off the loop, by the raw front only
-                return Hit(None, functools.partial(e.answer, positions), _OCTET_HDR, e.headers, e.route)
+                return Hit(None, functools.partial(e.answer, positions), _OCTET_HDR, post, e.route)
             out = e.answer(positions)
-            return None if out is None else Hit(out, None, _OCTET_HDR, e.headers, e.route)
+            return None if out is None else Hit(out, None, _OCTET_HDR, post, e.route)
         except Exception:  # a shortcut's failure must not fail the request
             log.exception("template shortcut failed; answering through the full path")
             return None
@@ -222,7 +229,11 @@ class FastFront:
                         {
                             "type": "http.response.start",
                             "status": 200,
-                            "headers": [hit.ctype, (b"content-length", b"%d" % len(out)), *hit.extra],
+                            "headers": [
+                                hit.ctype,
+                                (b"content-length", b"%d" % len(out)),
+                                *head_pairs(hit.post),
+                            ],
                         }
                     )
                     await send({"type": "http.response.body", "body": out})

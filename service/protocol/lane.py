@@ -30,7 +30,6 @@ from __future__ import annotations
 from time import perf_counter
 
 from posenc.service.core.settings import LANE_OFF_HEADERS
-from posenc.service.v2.hot import head_lines
 
 STATE_KEY = "posenc.lane"  # the lifespan state entry holding the worker's Lane
 OK = b"HTTP/1.1 200 OK\r\n"
@@ -99,7 +98,7 @@ class Lane:
             self.heads_of(defaults)[1],
             *hit.ctype,
             len(out),
-            head_lines(hit.extra),
+            hit.post,
             b"" if keep_alive else _CLOSE,
         )
         self.answered += 1

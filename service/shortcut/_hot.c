@@ -29,7 +29,7 @@
  *   hot_fill.c       fill(), fill_into(), v2 binary rows: rows for raw binary positions
  *   hot_blocks.c     fill_block(), v2 binary blocks: blocks for raw binary query and key
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
- *   hot_lane.c       lane(): a whole HTTP request to its whole response
+ *   hot_lane.c       lane(): a whole HTTP request to its whole response; v2_rest(): the Python door's v2 REST
  *   hot_serve.c      serve(): every whole request of a socket read, answered and written
  *   hot_grpc.c       grpc_cut(), grpc_answer(): a gRPC ModelInferRequest's key and learnt answer
  *

@@ -382,9 +382,9 @@ void hot_lane_ready(void);
  * error. */
 PyObject *hot_v2_answer(PyObject *entry, const char *pos, Py_ssize_t len, const Http *http);
 /* A v2 REST JSON-tensor infer's answer (hot_v2json.c), the HTTP head http's: route's json_name and
- * json_entries, body [b, b + len). Bytes; None: declined; NotImplemented: rows' texts missing (see
- * missing()); NULL: error. */
-PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http);
+ * json_entries, body [b, b + len). Bytes (found not NULL: *found the JsonEntry, a new reference); None:
+ * declined; NotImplemented: rows' texts missing (see missing()); NULL: error. */
+PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http, PyObject **found);
 extern PyMethodDef hot_v2json_methods[];
 /* entries[key] (key stolen) as a new reference, held while it answers (an allocation may run
  * finalizers that drop it from the dict); NULL: none (no error set), or an error. */

@@ -1,5 +1,6 @@
 /* service/shortcut/hot_lane.c -- lane(): a whole HTTP request to the whole HTTP response, for
- * service/protocol/lane.py. It tells the bytes it cannot read as a request of its routes (None:
+ * service/protocol/lane.py; and v2_rest(), the same lookup of a v2 REST infer Python has read (its
+ * body and ASGI headers), for the Python door (service/v2/hot.py Hot.rest). It tells the bytes it cannot read as a request of its routes (None:
  * httptools reads them) from a request it reads and declines to answer (False: the full path
  * answers it, and need not offer it to the shortcut again).
  */
@@ -142,7 +143,8 @@ PyDoc_STRVAR(lane_doc, "lane(data, start, *, routes, accepts, native, pre, post,
              "({value or None: 0 safetensors, 1 JSON}) and whose spec is a known template (native: {family:\n"
              "templates}): (end of the request, its route, the whole response with the HTTP head pre[format]\n"
              "+ length + post [+ connection: close], keep-alive). A V2Route (hot_named.c) is a v2 REST binary\n"
-             "infer of service/v2/hot.py: its entry's rows or block, head pre[2] + length + the entry's post;\n"
+             "infer of service/v2/hot.py: its entry's rows or block, head pre[2] + length + the entry's post\n"
+             "(an entry C does not fill, Python's, declines: False);\n"
              "or, without the length header, a JSON-tensor infer of its json_entries (service/v2/hot_json.py):\n"
              "head pre[1] + length + the entry's post.\n"
              "None: the bytes are not a whole plain request to a target of routes (incomplete, outside\n"
@@ -170,8 +172,12 @@ static PyObject *route_of(PyObject *routes, const char *t, Py_ssize_t len)
  * (declined) or NULL. The inference header is the body's first n bytes, n the value of the one
  * header route->length_name (digits); route->entries maps the header's bytes to a hot_v2_answer()
  * entry; a header of route->refused declines it. A body without the length header is a JSON-tensor
- * infer: route->json_entries' (hot_v2json.c), its head pre json_pre. */
-static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http *http, PyObject *json_pre)
+ * infer: route->json_entries' (hot_v2json.c), its head pre json_pre. found NULL (the lane): an entry
+ * C does not fill (Python's Entry: a large answer, outputs into shared memory) declines; else
+ * (v2_rest) *found is the entry answered (a new reference) and such an entry's answer is
+ * (entry, positions: the bytes after the header), for Python to make. */
+static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http *http, PyObject *json_pre,
+                           PyObject **found)
 {
     PyObject *lname = route->length_name, *refused = route->refused;
     Py_ssize_t n = -1;
@@ -189,8 +195,9 @@ static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http
         }
     }
     if (n < 0) {   /* no binary data: JSON tensors */
-        Http hj = {json_pre, NULL, http->close, 1, HOT_GRPC_NONE};
-        return hot_v2json_answer(route, r->body, r->body_len, &hj);
+        Http hj = *http;
+        hj.pre = json_pre, hj.post = NULL, hj.json = 1;
+        return hot_v2json_answer(route, r->body, r->body_len, &hj, found);
     }
     if (n > r->body_len || PyDict_GET_SIZE(route->entries) == 0) Py_RETURN_NONE;
     PyObject *e = hot_entry(route->entries, PyBytes_FromStringAndSize(r->body, n));
@@ -198,7 +205,14 @@ static PyObject *v2_answer(const HotV2Route *route, const Request *r, const Http
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *out = hot_v2_answer(e, r->body + n, r->body_len - n, http);
+    PyObject *out;
+    if (Py_TYPE(e) == &hot_RowsEntryType || Py_TYPE(e) == &hot_BlockEntryType)
+        out = hot_v2_answer(e, r->body + n, r->body_len - n, http);
+    else if (!found)
+        out = Py_NewRef(Py_None);
+    else
+        out = Py_BuildValue("(Oy#)", e, r->body + n, r->body_len - n);
+    if (found && out && out != Py_None) *found = Py_NewRef(e);
     Py_DECREF(e);
     return out;
 }
@@ -258,7 +272,7 @@ PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
     if (Py_TYPE(route) == &hot_V2RouteType) {   /* a v2 REST infer (service/v2/hot.py) */
         if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
         Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0, HOT_GRPC_NONE};
-        out = v2_answer((const HotV2Route *)route, &r, &http, PyTuple_GET_ITEM(a->pre, 1));
+        out = v2_answer((const HotV2Route *)route, &r, &http, PyTuple_GET_ITEM(a->pre, 1), NULL);
         return lane_result(out, b, next, route, &http);
     }
     if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) < 1 || PyTuple_GET_SIZE(route) > 2) {
@@ -313,7 +327,74 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
     return hot_lane_at(v[0], start, &a);
 }
 
+/* The Request of a body Python read and its ASGI headers (a sequence of (name, value) bytes pairs,
+ * held by the caller): 0; 1 with more header lines than the lane takes (declined); -1 TypeError. */
+static int asgi_request(PyObject *fast, PyObject *body, Request *r)
+{
+    *r = (Request){.body = PyBytes_AS_STRING(body), .body_len = PyBytes_GET_SIZE(body)};
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > LANE_HEADERS) return 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "v2_rest(): headers are (name: bytes, value: bytes) pairs");
+            return -1;
+        }
+        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
+        r->name[i] = PyBytes_AS_STRING(k), r->name_len[i] = PyBytes_GET_SIZE(k);
+        r->value[i] = PyBytes_AS_STRING(v), r->value_len[i] = PyBytes_GET_SIZE(v);
+    }
+    r->nh = (int)n;
+    return 0;
+}
+
+PyDoc_STRVAR(v2_rest_doc, "v2_rest(route, body, headers) -> (answer, json, post, metrics) | (entry, positions) | None"
+             " | NotImplemented\n--\n\n"
+             "A v2 REST infer Python read (its body, its ASGI headers: (name, value) bytes pairs) to route, a\n"
+             "V2Route, answered as lane() answers it (the same length and refused header rules, the same\n"
+             "lookups): answer, the bytes without the HTTP head; json, a JSON-tensor answer (else binary);\n"
+             "post, the entry's head after the content length's digits; metrics, the route's offset of its\n"
+             "\"c\" answers. (entry, positions: the bytes after the inference header): an entry C does not\n"
+             "fill (Python's: a large answer, outputs into shared memory). None: declined. NotImplemented:\n"
+             "as answer()'s, rows' texts to render first (see missing()).");
+
+static const char *const v2_rest_names[] = {"route", "body", "headers", NULL};
+static HotSig v2_rest_sig = {.fn = "v2_rest", .names = v2_rest_names, .npos = 3, .nreq = 3};
+
+static PyObject *v2_rest(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    PyObject *v[3];
+    if (!hot_configured() || hot_args(&v2_rest_sig, args, nargs, kwnames, v) < 0) return NULL;
+    if (Py_TYPE(v[0]) != &hot_V2RouteType || !PyBytes_Check(v[1])) {
+        PyErr_SetString(PyExc_TypeError, "v2_rest(route: V2Route, body: bytes, headers)");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(v[2], "v2_rest(): headers must be a sequence");
+    if (!fast) return NULL;
+    Request r;
+    int rc = asgi_request(fast, v[1], &r);
+    PyObject *out = NULL, *found = NULL;
+    const HotV2Route *route = (const HotV2Route *)v[0];
+    /* the answer alone, no HTTP head: the framing gRPC's unary answers have (as answer()'s JSON) */
+    const Http bare = {.grpc = HOT_GRPC_UNARY};
+    if (rc == 0 && r.body_len <= hot_cfg.max_body) out = v2_answer(route, &r, &bare, Py_None, &found);
+    else if (rc >= 0) out = Py_NewRef(Py_None);
+    if (out && PyBytes_Check(out)) {
+        PyObject *post = Py_TYPE(found) == &hot_RowsEntryType    ? ((HotRowsEntry *)found)->post
+                         : Py_TYPE(found) == &hot_BlockEntryType ? ((HotBlockEntry *)found)->post
+                                                                 : ((HotJsonEntry *)found)->post;
+        out = Py_BuildValue("(NOOn)", out, Py_TYPE(found) == &hot_JsonEntryType ? Py_True : Py_False, post,
+                            route->metrics);
+    }
+    Py_XDECREF(found);
+    Py_DECREF(fast);
+    return out;
+}
+
 PyMethodDef hot_lane_methods[] = {
     {"lane", (PyCFunction)(void (*)(void))lane, METH_FASTCALL | METH_KEYWORDS, lane_doc},
+    {"v2_rest", (PyCFunction)(void (*)(void))v2_rest, METH_FASTCALL | METH_KEYWORDS, v2_rest_doc},
     {NULL, NULL, 0, NULL},
 };

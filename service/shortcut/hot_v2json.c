@@ -88,7 +88,7 @@ static PyObject *entry_answer(PyObject *o, const Span *sp, int n, const Http *ht
 }
 
 /* declared, and described, in hot.h */
-PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http)
+PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t len, const Http *http, PyObject **found)
 {
     PyObject *name = route->json_name, *entries = route->json_entries;
     if (PyDict_GET_SIZE(entries) == 0 || PyBytes_GET_SIZE(name) == 0) Py_RETURN_NONE;
@@ -101,6 +101,7 @@ PyObject *hot_v2json_answer(const HotV2Route *route, const char *b, Py_ssize_t l
         Py_RETURN_NONE;
     }
     PyObject *out = entry_answer(e, sp, n, http);
+    if (found && out && PyBytes_Check(out)) *found = Py_NewRef(e);
     Py_DECREF(e);
     return out;
 }

@@ -234,6 +234,18 @@ V2Route, RowsEntry, BlockEntry, JsonEntry = (
 grpc_cut, grpc_answer, GrpcEntry = (
     (None,) * 3 if _hot is None else (_hot.grpc_cut, _hot.grpc_answer, _hot.GrpcEntry)
 )
+
+
+def v2_rest(route, body: bytes, headers):
+    """A v2 REST infer Python read (its body and ASGI headers) answered from its V2Route as the lane
+    answers it, in one C call (hot_lane.c v2_rest says what it returns), a JSON row's missing texts
+    rendered first (``_again``); None: declined."""
+    out = _hot.v2_rest(route, body, headers)
+    if out is NotImplemented:
+        return _again(lambda: _hot.v2_rest(route, body, headers), None)
+    return out
+
+
 # Why serve's loop stopped: the states are C's, named and ordered once (hot.h HOT_SERVE_STATES,
 # exported as _hot.SERVE_STATES); each constant here is its name's index there (-1 without the
 # extension, where nothing returns a state).

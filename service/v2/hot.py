@@ -35,6 +35,7 @@ restart), to be learnt again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 from posenc.service.metrics.counters import Metrics
@@ -50,6 +51,7 @@ from posenc.service.shortcut.templates import (
     grpc_cut,
     rows_template,
     shortcut_in_use,
+    v2_rest,
 )
 from posenc.service.v2.errors import BadRequest
 from posenc.service.v2.hot_blocks import block_entry
@@ -73,6 +75,12 @@ def head_lines(headers) -> bytes:
     """A v2 shortcut answer's head after its content length: the entry's extra headers, as
     uvicorn writes the ASGI headers the raw front sends."""
     return b"\r\n" + b"".join(b"%s: %s\r\n" % (k.lower(), v) for k, v in headers)
+
+
+@functools.lru_cache(maxsize=1024)
+def head_pairs(post: bytes) -> tuple:
+    """The ASGI headers whose ``head_lines`` are ``post`` (the raw front sends a C answer's so)."""
+    return tuple(tuple(line.split(b": ", 1)) for line in post.split(b"\r\n") if line)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,12 +153,13 @@ class Hot:
         # gRPC: a serialized ModelInferRequest's key -> its GrpcEntry (grpc_answer reads it; learn_grpc
         # adds to it, the store clears it)
         self.grpc_entries: dict = store.route("v2 grpc")
-        self.paths: dict = store.route("v2 paths")  # REST: the paths with entries (-> True)
-        # REST: request target -> its route in the C lane (service/shortcut/hot_lane.c, a whole
-        # request in one call): a V2Route (new_route: the metrics offset of its "c" answers,
-        # {JSON header: RowsEntry | BlockEntry}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its
-        # {key: JsonEntry} of service/v2/hot_json.py)
-        self.lane_routes: dict = store.route("v2 lane")
+        # REST: path -> its route in C (service/shortcut/hot_lane.c: lane(), a whole request in one
+        # call, and v2_rest, the Python door's): a V2Route (new_route: the metrics offset of its "c"
+        # answers, {JSON header: RowsEntry | BlockEntry, or the Entry Python fills: a large answer,
+        # outputs into shared memory}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its {key: JsonEntry}
+        # of service/v2/hot_json.py)
+        self.paths: dict = store.route("v2 paths")
+        self.lane_routes: dict = store.route("v2 lane")  # the same routes by request target (ASCII paths)
         self.json = JsonInfers(self)
         # set while learning a key whose table this process has not mapped yet (being built, or
         # built and not attached: mapping follows the manifest by a few ms): the key is learnt
@@ -173,23 +182,12 @@ class Hot:
         )
 
     def rest(self, path: str, body: bytes, headers):
-        """(entry, positions) for a v2 REST infer body and its ASGI headers, or None."""
-        hl = None
-        for k, v in headers:
-            if k == LENGTH_HEADER:
-                if hl is not None:
-                    return None
-                hl = v
-            elif k in REFUSED_HEADERS:
-                return None
-        if hl is None or not hl.isdigit():
-            return None
-        self.store.fresh()
-        n = int(hl)
-        e = self.store.get(ROUTE, (path, body[:n]))
-        if e is None or len(body) - n != e.nbytes:
-            return None
-        return e, memoryview(body)[n:]
+        """A v2 REST infer Python read (its body and ASGI headers), looked up in C as the lane looks
+        it up (templates.v2_rest): (answer, json, post, metrics) answered; (entry, positions): an
+        Entry Python fills (a large answer, outputs into shared memory); None: declined."""
+        self.fresh()
+        route = self.paths.get(path)
+        return None if route is None else v2_rest(route, body, headers)
 
     # -- learning ---------------------------------------------------------------------------------
     def admit(self, key) -> bool:
@@ -241,20 +239,21 @@ class Hot:
             return
         e = self.learnt(key, lambda: self._entry(inf, plan, tensors, segments, (), route, headers))
         if e is not None:
-            self.paths[path] = True
             self._lane_route(path, key[1], e)
 
     def _lane_route(self, path: str, head: bytes, e: Entry) -> None:
-        """Hand a REST entry to the C lane: small answers into the message (not shared memory)."""
-        if not e.inline or e.regions or not path.isascii():
-            return
-        self.route_of(path.encode("ascii"), e.route).entries[head] = e.lane_entry(head_lines(e.headers))
+        """Hand a REST entry to C: small answers into the message C fills; others (shared memory,
+        large) as the Entry, which C hands back for Python to fill."""
+        c = e.inline and not e.regions
+        self.route_of(path, e.route).entries[head] = e.lane_entry(head_lines(e.headers)) if c else e
 
-    def route_of(self, target: bytes, name: str):
-        """The C lane's route of a request target (made, empty, when it has none)."""
-        route = self.lane_routes.get(target)
+    def route_of(self, path: str, name: str):
+        """The C route of a v2 REST path (made, empty, when it has none; the lane's too when ASCII)."""
+        route = self.paths.get(path)
         if route is None:
-            route = self.lane_routes[target] = self.new_route(name)
+            route = self.paths[path] = self.new_route(name)
+            if path.isascii():
+                self.lane_routes[path.encode("ascii")] = route
         return route
 
     @staticmethod

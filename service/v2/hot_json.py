@@ -173,7 +173,7 @@ class JsonInfers:
 
         e = hot.learnt(("json", path, key), make)  # its table unmapped meanwhile: learnt at its next answer
         if e is not None:
-            hot.route_of(target, route).json_entries[key] = e
+            hot.route_of(path, route).json_entries[key] = e
 
     @staticmethod
     def _answer(target: bytes, route, key: bytes, e, body: bytes) -> bytes | None:

@@ -254,6 +254,21 @@ def v2_request(positions, extra: bytes = b"") -> bytes:
     ) + b"content-length: %d\r\n\r\n%s" % (len(head) + len(raw), head + raw)
 
 
+def v2_json_request(positions, extra: bytes = b"") -> bytes:
+    """A v2 REST JSON-tensor infer of RoPE: its positions a JSON ``data`` list, its outputs in JSON."""
+    body = orjson.dumps(
+        {
+            "parameters": {"spec": orjson.dumps({"head_dim": 64}).decode()},
+            "inputs": [
+                {"name": "positions", "datatype": "INT64", "shape": [len(positions)], "data": positions}
+            ],
+        }
+    )
+    return b"POST /v2/models/rope/infer HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n%s" % (
+        extra
+    ) + b"content-length: %d\r\n\r\n%s" % (len(body), body)
+
+
 def responses(buf: bytes) -> list[bytes]:
     """The whole responses in ``buf``, each head and body."""
     out = []
@@ -273,7 +288,7 @@ HEALTH = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n"
 @needs_native
 @pytest.mark.parametrize("shape", ["head then body", "7-byte reads", "pipelined"])
 @pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "close"])
-@pytest.mark.parametrize("kind", ["/v1 binary", "/v1 JSON", "v2 binary"])
+@pytest.mark.parametrize("kind", ["/v1 binary", "/v1 JSON", "v2 binary", "v2 JSON"])
 def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, close, kind):
     """A request httptools reads (its head and body in separate reads, or behind one the C call
     does not take, in the same read) is answered by the learnt template (the full path is not
@@ -281,9 +296,9 @@ def test_split_and_pipelined_requests_get_the_full_paths_bytes(world, shape, clo
     and body, and the connection kept or closed as the full path did."""
     make, front, loop, offers = world
     extra = b"connection: close\r\n" if close else b""
-    if kind == "v2 binary":
+    if kind.startswith("v2"):
         assert front.v2_hot is not None, "the v2 shortcut is on"
-        data = v2_request([5, 9], extra)
+        data = (v2_request if kind == "v2 binary" else v2_json_request)([5, 9], extra)
     else:
         data = request(accept=HOT if kind == "/v1 binary" else b"application/json", extra=extra)
     full = []
@@ -378,3 +393,108 @@ def test_a_whole_head_over_the_limit_in_one_read_gets_431_and_nothing_else(world
     )
     settle(loop, t, lambda t: t.closed, "the connection closed")
     assert t.buffer.startswith(b"HTTP/1.1 431 ") and t.buffer.count(b"HTTP/1.1") == 1 and t.closed
+
+
+def asgi(front, loop, data: bytes) -> list:
+    """``data`` (one request's bytes) sent to the raw front as uvicorn sends it, its body one ASGI
+    message: the messages the front sends back."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = [tuple(x.split(b": ", 1)) for x in lines[1:]]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": lines[0].split(b" ")[1].decode(),
+        "headers": [(k.lower(), v) for k, v in headers],
+        "query_string": b"",
+        "http_version": "1.1",
+        "scheme": "http",
+        "root_path": "",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 5000),
+    }
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(msg):
+        sent.append(msg)
+
+    loop.run_until_complete(front(scope, receive, send))
+    return sent
+
+
+def learnt_v2(front, loop, data: bytes) -> list:
+    """The full path's messages for ``data`` (answered twice: learnt at its second answer), the
+    second time's, which must be the first's."""
+    full = [asgi(front, loop, data) for _ in range(2)]
+    assert full[0] == full[1] and full[0][0]["status"] == 200, full
+    return full[0]
+
+
+def count_full(front) -> list:
+    """The v2 full path's calls from here on."""
+    asked, v2 = [], front.v2
+    front.v2 = lambda *a: asked.append(a) or v2(*a)
+    return asked
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["v2 binary", "v2 JSON"])
+def test_the_raw_front_answers_a_learnt_v2_request_with_the_full_paths_messages(world, kind):
+    """A learnt v2 REST infer the raw front reads (one ASGI message) is answered by the door, C's
+    lookup, with the messages the full path sent: status, headers (in order) and body."""
+    make, front, loop, offers = world
+    data = (v2_request if kind == "v2 binary" else v2_json_request)([5, 9])
+    want = learnt_v2(front, loop, data)
+    asked = count_full(front)
+    got = asgi(front, loop, data)
+    assert got == want and not asked, (got, want, asked)
+    ctype = dict(want[0]["headers"])[b"content-type"]
+    assert ctype == (b"application/octet-stream" if kind == "v2 binary" else b"application/json"), ctype
+
+
+def _declined(data: bytes, how: str) -> bytes:
+    """A learnt v2 binary request (``v2_request``) made one the door must decline."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    hl = re.search(rb"inference-header-content-length: (\d+)\r\n", head)
+    n = int(hl.group(1))
+    if how == "compressed":
+        return head + b"\r\ncontent-encoding: gzip\r\n\r\n" + body
+    if how == "repeated length header":
+        return head + b"\r\n" + hl.group(0)[:-2] + b"\r\n\r\n" + body
+    if how == "length past the body":
+        return (
+            head.replace(hl.group(0), b"inference-header-content-length: %d\r\n" % (len(body) + 1))
+            + b"\r\n\r\n"
+            + body
+        )
+    assert how == "another length"
+    return (
+        head.replace(hl.group(0), b"inference-header-content-length: %d\r\n" % (n - 1)) + b"\r\n\r\n" + body
+    )
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "how", ["compressed", "repeated length header", "length past the body", "another length"]
+)
+def test_the_door_declines_what_the_lane_declines_and_the_full_path_answers_it(world, how):
+    """The door's length and refused-header rules are the lane's: a compressed body, the length
+    header twice, a header length past the body or another one than the learnt header's go to the
+    full path (never a 500), while the learnt request itself is the door's."""
+    make, front, loop, offers = world
+    data = v2_request([5, 9])
+    learnt_v2(front, loop, data)
+    odd = _declined(data, how)
+
+    def door(raw: bytes):
+        head, _, body = raw.partition(b"\r\n\r\n")
+        headers = [tuple(x.lower().split(b": ", 1)) for x in head.split(b"\r\n")[1:]]
+        return front.shortcut("/v2/models/rope/infer", body, headers)
+
+    assert door(data) is not None and door(odd) is None, how
+    asked = count_full(front)
+    got = asgi(front, loop, odd)
+    assert len(asked) == 1 and got[0]["status"] < 500, (asked, got[0])

@@ -152,7 +152,16 @@ def test_the_lane_answers_a_named_entry_and_refuses_a_tuple_with_a_clear_error()
     got = _lane(_post(b"/v2/m", pos), {b"/v2/m": _route(entries={b"h": e})})
     rows = np.arange(40, dtype=np.float32).reshape(10, 4)[[3]].tobytes()
     assert got[2] == b"V%d|\r\n<%s>" % (len(rows) + 2, rows), got
-    with pytest.raises(TypeError, match="RowsEntry or a BlockEntry"):
-        _lane(_post(b"/v2/m", pos), {b"/v2/m": _route(entries={b"h": (t, 8, 8, (b"<", b">"), b"|")})})
+    # the Python door's call (v2_rest): the same answer without its HTTP head, named as a V2Route's
+    door = _hot.v2_rest(route=_route(entries={b"h": e}), body=b"h" + pos, headers=[(b"n", b"1")])
+    assert door == (b"<%s>" % rows, False, b"|", 3), door
+    # an entry C does not fill (Python's): the lane declines it, the door hands it back with its positions
+    other = _route(entries={b"h": (t, 8, 8, (b"<", b">"), b"|")})
+    assert _lane(_post(b"/v2/m", pos), {b"/v2/m": other}) is False
+    assert _hot.v2_rest(other, b"h" + pos, [(b"n", b"1")]) == ((t, 8, 8, (b"<", b">"), b"|"), pos)
+    with pytest.raises(TypeError, match="V2Route"):
+        _hot.v2_rest({b"h": e}, b"h" + pos, [(b"n", b"1")])
+    with pytest.raises(TypeError, match="bytes\\) pairs"):
+        _hot.v2_rest(_route(entries={b"h": e}), b"h" + pos, [("n", "1")])
     with pytest.raises(TypeError, match="V2Route"):
         _lane(_post(b"/v2/m", pos), {b"/v2/m": (None, 3, {b"h": e}, b"n", (b"x",))})
