@@ -328,12 +328,15 @@ static PyObject *lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
 }
 
 /* The Request of a body Python read and its ASGI headers (a sequence of (name, value) bytes pairs,
- * held by the caller): 0; 1 with more header lines than the lane takes (declined); -1 TypeError. */
-static int asgi_request(PyObject *fast, PyObject *body, Request *r)
+ * held by the caller), holding only the lines v2_answer reads (route's length header and refused
+ * names: a request with any number of other lines is looked up as the lane looks up its own): 0;
+ * 1 with more such lines than the lane takes (declined); -1 TypeError. */
+static int asgi_request(const HotV2Route *route, PyObject *fast, PyObject *body, Request *r)
 {
     *r = (Request){.body = PyBytes_AS_STRING(body), .body_len = PyBytes_GET_SIZE(body)};
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    if (n > LANE_HEADERS) return 1;
+    PyObject *lname = route->length_name, *refused = route->refused;
+    int nh = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
@@ -342,10 +345,20 @@ static int asgi_request(PyObject *fast, PyObject *body, Request *r)
             return -1;
         }
         PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
-        r->name[i] = PyBytes_AS_STRING(k), r->name_len[i] = PyBytes_GET_SIZE(k);
-        r->value[i] = PyBytes_AS_STRING(v), r->value_len[i] = PyBytes_GET_SIZE(v);
+        const char *name = PyBytes_AS_STRING(k);
+        Py_ssize_t nl = PyBytes_GET_SIZE(k);
+        int read = name_is(name, nl, PyBytes_AS_STRING(lname), PyBytes_GET_SIZE(lname));
+        for (Py_ssize_t x = 0; !read && x < PyTuple_GET_SIZE(refused); x++) {
+            PyObject *ref = PyTuple_GET_ITEM(refused, x);
+            read = name_is(name, nl, PyBytes_AS_STRING(ref), PyBytes_GET_SIZE(ref));
+        }
+        if (!read) continue;
+        if (nh == LANE_HEADERS) return 1;
+        r->name[nh] = name, r->name_len[nh] = nl;
+        r->value[nh] = PyBytes_AS_STRING(v), r->value_len[nh] = PyBytes_GET_SIZE(v);
+        nh++;
     }
-    r->nh = (int)n;
+    r->nh = nh;
     return 0;
 }
 
@@ -374,9 +387,9 @@ static PyObject *v2_rest(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *fast = PySequence_Fast(v[2], "v2_rest(): headers must be a sequence");
     if (!fast) return NULL;
     Request r;
-    int rc = asgi_request(fast, v[1], &r);
-    PyObject *out = NULL, *found = NULL;
     const HotV2Route *route = (const HotV2Route *)v[0];
+    int rc = asgi_request(route, fast, v[1], &r);
+    PyObject *out = NULL, *found = NULL;
     /* the answer alone, no HTTP head: the framing gRPC's unary answers have (as answer()'s JSON) */
     const Http bare = {.grpc = HOT_GRPC_UNARY};
     if (rc == 0 && r.body_len <= hot_cfg.max_body) out = v2_answer(route, &r, &bare, Py_None, &found);

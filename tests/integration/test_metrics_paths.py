@@ -144,8 +144,9 @@ OK = b"HTTP/1.1 200 OK"
 def test_v1_answers_count_under_the_path_that_made_them(srv):
     route = Counted(srv, "/v1/rope")
     spec = {}  # CONFIG's stored RoPE table (a spec without one is computed: no template until it is built)
-    assert send(srv, request("/v1/rope", rope([1], **spec))) == OK
-    route.check(python=1)
+    for p in ([1], [4]):  # the full path answers; a key is learnt the second time
+        assert send(srv, request("/v1/rope", rope(p, **spec))) == OK
+    route.check(python=2)
     for p in ([2], [2047, 3], [0]):
         assert send(srv, request("/v1/rope", rope(p, **spec))) == OK
     route.check(c=3)

@@ -184,6 +184,15 @@ def test_tampering_kills_nothing_and_changes_no_answer(procs, ns, tmp_path):
     # (six tables by name: while a reader attaches, the engine holds a second descriptor of one)
     wait_for(lambda: len(set(held_segments(server.engine_pid(), ns))) == 6, 60, 0.05, "the on-demand table")
     pids = {"engine": server.engine_pid(), "workers": sorted(server.worker_pids()), "serve": server.pid}
+    # the serve process maps the on-demand table at its own manifest recheck, later than the engine
+    # holds it (under load, after the attack below began: 5 segments, not 6)
+    wait_for(
+        lambda: len(segment_fds(pids["serve"], ns)) >= 6,
+        60,
+        0.05,
+        "the serve process mapping the on-demand table",
+        seen=lambda: sorted(segment_fds(pids["serve"], ns).values()),
+    )
     stop, out = threading.Event(), []
     threads = [threading.Thread(target=_load, args=(server.url, named, stop, out, k)) for k in range(2)]
     for t in threads:

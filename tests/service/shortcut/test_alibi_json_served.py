@@ -2,10 +2,12 @@
 answered a spec, its JSON blocks are answered by the lane's one C call (counted ``c`` in
 ``posenc_answer_path_total``), inside the stored table (2048 distances) and past it, in every
 dtype the config stores and one it does not; each is byte for byte what the full path writes for
-the same bytes kept off the lane (a LANE_OFF_HEADERS header: the raw ASGI front, which answers
-JSON by the full path, counted ``python``)."""
+the same bytes kept off the lane (a LANE_OFF_HEADERS header: the raw ASGI front) with an Accept
+value the full path has not negotiated yet, which only the full path answers (counted ``python``)."""
 
 from __future__ import annotations
+
+import uuid
 
 import orjson
 import pytest
@@ -79,9 +81,17 @@ def test_alibi_json_answers_come_from_c_with_the_full_paths_bytes(srv, spec):
         for q, k in blocks
     ]
     route.check(c=len(blocks))
+    # the full path's bytes: off the lane, each with an Accept value not seen yet (negotiated to JSON:
+    # the Python door answers only the Accept values the full path has negotiated before)
     full = [
         body_of(
-            srv, request("/v1/alibi", orjson.dumps({**spec, "query": q, "key": k}), accept=JSON, extra=OFF)
+            srv,
+            request(
+                "/v1/alibi",
+                orjson.dumps({**spec, "query": q, "key": k}),
+                accept=JSON + b", text/x-unseen-%s;q=0.1" % uuid.uuid4().hex.encode(),
+                extra=OFF,
+            ),
         )
         for q, k in blocks
     ]
