@@ -248,12 +248,11 @@ class Connection(asyncio.Protocol):
         return True
 
     def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
-        if self._judged(sid, headers) or (self.s.buffered > self.lane.max_buffered and self._busy(sid)):
+        if self._judged(sid, headers) or self._busy(sid):
             return
         over = total > len(body)
         if path == MODEL_INFER and not over:  # its answer's planned bytes are reserved: admitted in order
-            # (self.room(lane=False), inline: every call asks it)
-            if self.waiting or self.s.buffered + self.reserved >= self.lane.max_buffered:
+            if self.waiting or not self.room(lane=False):
                 n = self._answer_bytes(body)
                 if self._over_held(sid, n) or self._busy(sid, len(body)):
                     return

@@ -148,11 +148,13 @@ typedef struct {
     PyObject *pre, *post; /* bytes */
     int close;
     int json;             /* the answer in JSON (a template with enable_json()), else safetensors */
-    int grpc;             /* not HTTP (pre, post unread): HOT_GRPC_UNARY or HOT_GRPC_STREAM (hot_grpc.c) */
+    int frame;            /* enum hot_frame: HOT_FRAME_HTTP (the head above), else pre and post unread */
 } Http;
-/* gRPC's framing of an answer (Http.grpc): a ModelInferResponse alone (its session adds the gRPC
- * prefix), or a ModelStreamInferResponse message holding it, after its 5-byte gRPC prefix. */
-enum hot_grpc_frame { HOT_GRPC_NONE, HOT_GRPC_UNARY, HOT_GRPC_STREAM };
+/* What goes around an answer (Http.frame): the lane's HTTP head (HOT_FRAME_HTTP); nothing
+ * (HOT_FRAME_BARE: a gRPC ModelInferResponse, whose session adds the gRPC prefix, and the Python
+ * doors' answers, answer() and v2_rest(), whose writers add the head); or a ModelStreamInferResponse
+ * message holding it, after its 5-byte gRPC prefix (HOT_FRAME_STREAM). */
+enum hot_frame { HOT_FRAME_HTTP, HOT_FRAME_BARE, HOT_FRAME_STREAM };
 
 /* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
  * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`

@@ -154,8 +154,8 @@ static PyObject *answer(PyObject *self, PyObject *const *argv, Py_ssize_t nargs,
     if (ok < 0) return NULL;
     if (ok == 0 || (ok == 2 && !json)) Py_RETURN_NONE;
     const char *b = PyBytes_AS_STRING(raw);
-    /* JSON: the lane's answer with no head before it (the framing gRPC's unary answers have) */
-    const Http bare = {.json = 1, .grpc = HOT_GRPC_UNARY};
+    /* JSON: the lane's answer with no head before it (the front's writers add theirs) */
+    const Http bare = {.json = 1, .frame = HOT_FRAME_BARE};
     PyObject *out = hot_answer_body(b, b + PyBytes_GET_SIZE(raw), fields, hot_axis_field_of(args[4]), args[3],
                                     ok == 2 ? &bare : NULL);
     if (!json || !out || !PyBytes_Check(out)) return out;

@@ -116,7 +116,7 @@ static PyObject *answer(const HotGrpcEntry *e, const char *d, const Cut *c, int 
         if (c->len[i] != e->nbytes[i]) Py_RETURN_NONE; /* not the learnt length */
     if (c->n != e->nraw) Py_RETURN_NONE;
     if (e->fill == Py_None || e->size > most) return found(e, d, c);
-    Http h = {.grpc = stream ? HOT_GRPC_STREAM : HOT_GRPC_UNARY};
+    Http h = {.frame = stream ? HOT_FRAME_STREAM : HOT_FRAME_BARE};
     /* the raw fields' bytes one after the other, as the REST lane's body holds them */
     if (c->n == 1) return hot_v2_answer(e->fill, d + c->at[0], c->len[0], &h);
     char *pos = PyMem_Malloc((size_t)(c->len[0] + c->len[1]) + 1);

@@ -271,7 +271,7 @@ PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
     PyObject *out;
     if (Py_TYPE(route) == &hot_V2RouteType) {   /* a v2 REST infer (service/v2/hot.py) */
         if (r.body_len > hot_cfg.max_body) Py_RETURN_FALSE;
-        Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0, HOT_GRPC_NONE};
+        Http http = {PyTuple_GET_ITEM(a->pre, 2), NULL, r.close || a->close, 0, HOT_FRAME_HTTP};
         out = v2_answer((const HotV2Route *)route, &r, &http, PyTuple_GET_ITEM(a->pre, 1), NULL);
         return lane_result(out, b, next, route, &http);
     }
@@ -302,7 +302,7 @@ PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a)
         Py_RETURN_FALSE;
     }
     int json = ok == 2;
-    Http http = {PyTuple_GET_ITEM(a->pre, json), a->post, r.close || a->close, json, HOT_GRPC_NONE};
+    Http http = {PyTuple_GET_ITEM(a->pre, json), a->post, r.close || a->close, json, HOT_FRAME_HTTP};
     Py_INCREF(route);   /* held, as hot_answer_body holds its template */
     out = hot_answer_body(r.body, r.body + r.body_len, fields, hot_axis_field_of(family), templates, &http);
     PyObject *res = lane_result(out, b, next, route, &http);
@@ -390,8 +390,8 @@ static PyObject *v2_rest(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const HotV2Route *route = (const HotV2Route *)v[0];
     int rc = asgi_request(route, fast, v[1], &r);
     PyObject *out = NULL, *found = NULL;
-    /* the answer alone, no HTTP head: the framing gRPC's unary answers have (as answer()'s JSON) */
-    const Http bare = {.grpc = HOT_GRPC_UNARY};
+    /* the answer alone, no HTTP head (as answer()'s JSON): the front's writers add theirs */
+    const Http bare = {.frame = HOT_FRAME_BARE};
     if (rc == 0 && r.body_len <= hot_cfg.max_body) out = v2_answer(route, &r, &bare, Py_None, &found);
     else if (rc >= 0) out = Py_NewRef(Py_None);
     if (out && PyBytes_Check(out)) {

@@ -27,13 +27,13 @@ int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *ta
     Py_ssize_t hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail), pl = 0, ql = 0;
     char digits[24];
     int dl = 0;
-    if (http && !http->grpc) {
+    if (http && http->frame == HOT_FRAME_HTTP) {
         dl = decimal(digits, (size_t)(hl + body + tl));
         pl = PyBytes_GET_SIZE(http->pre);
         ql = PyBytes_GET_SIZE(http->post) + (http->close ? (Py_ssize_t)sizeof CLOSE_LINE - 1 : 0) + 2;
     }
     unsigned char frame[16]; /* gRPC: a stream message's prefix, its infer_response field's tag and length */
-    if (http && http->grpc == HOT_GRPC_STREAM) {
+    if (http && http->frame == HOT_FRAME_STREAM) {
         size_t inner = (size_t)(hl + body + tl);
         int k = 6;
         frame[5] = 0x12; /* ModelStreamInferResponse.infer_response: field 2, length-delimited */
@@ -48,7 +48,7 @@ int hot_bytes_of(const Http *http, PyObject *head, Py_ssize_t body, PyObject *ta
     o->obj = PyBytes_FromStringAndSize(NULL, at + hl + body + tl);
     if (!o->obj) return -1;
     char *w = PyBytes_AS_STRING(o->obj);
-    if (http && http->grpc) {
+    if (http && http->frame != HOT_FRAME_HTTP) {
         if (dl) memcpy(w, frame, (size_t)dl);
         w += at;
     } else if (http) {
