@@ -53,7 +53,6 @@ class Service:
         self.templates = Templates(
             self.store, settings.max_positions, min(HOT_BYTES, settings.max_response_bytes * 2 // 17)
         )
-        self._lane_recheck = 0.0  # the lane's next look at the manifest (loop clock)
         # raw Accept values (None: no Accept) the negotiator chose safetensors (0) or JSON (1) for
         self.accepts: dict[bytes | None, int] = {}
         self.lane_state = lambda: ("off", 0)  # (/v1/tables' lane, its answers): the app sets it
@@ -90,34 +89,27 @@ class Service:
         self.store.fresh()  # templates dropped here leave none to answer from: C declines
         return replay.answer(raw, headers, self.accepts, self.templates.native[family], family, json)
 
-    def hot_requests(
-        self, data: bytes, routes, pre: bytes, post: bytes, close: bool, now: float, write, flow, counts
-    ):
-        """The hot lane's whole-request shortcut (service/protocol/lane.py): every whole plain POST
-        at the start of ``data`` to a path of ``routes`` answered in C from the request's bytes to
-        the response's (pre + content length + post, then the answer; templates.py
-        ``answer_request`` says which it answers), each passed to ``write`` and counted in
-        ``counts`` (a Metrics' ``native``, or (None, b"")), in one C call (``replay.serve``; one
-        whose header or text must be computed first through ``replay.lane_again``, inside it):
-        (where the unanswered bytes start, answers, why it stopped, exception). ``now``: the event
-        loop's clock; the templates' manifest is checked at most every LANE_RECHECK_S of it (the
-        client reads the manifest at most every 50 ms anyway)."""
-        if now >= self._lane_recheck:  # (templates dropped here leave none to answer from: C declines)
-            self._lane_recheck = now + LANE_RECHECK_S
-            self.store.fresh()
-        return replay.serve(
-            data,
+    def lane_reader(self, routes, post: bytes, counts) -> replay.Reader:
+        """The hot lane's whole-request reader of this worker (service/protocol/lane.py;
+        ``replay.Reader``, C), which each connection binds to its transport: every whole plain POST
+        at the start of a read to a path of ``routes`` answered in C from the request's bytes to the
+        response's (the head's start + content length + ``post``, then the answer; templates.py
+        ``answer_request`` says which it answers), written and counted in ``counts`` (a Metrics'
+        ``native``, or (None, b"")), in one C call per read (one whose header or text must be
+        computed first through ``replay.lane_again``, inside it). The templates are checked against
+        the manifest at most every LANE_RECHECK_S of the event loop's clock (the client reads the
+        manifest at most every 50 ms anyway; templates dropped there leave none to answer from: C
+        declines)."""
+        return replay.Reader(
             routes=routes,
             accepts=self.accepts,
             native=self.templates.native,
-            pre=pre,
             post=post,
-            close=close,
-            write=write,
-            flow=flow,
             counts=counts[0],
             buckets=counts[1],
             again=replay.lane_again,
+            fresh=self.store.fresh,
+            every=LANE_RECHECK_S,
         )
 
     # -- phase 2: the work (inline for small answers from mapped tables, else in a thread) -----

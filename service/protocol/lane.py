@@ -7,8 +7,9 @@ internals) asks this worker's ``Lane`` first, and answers what it accepts with t
 shortcut, straight to the transport:
 
 - the requests that arrive whole in one read, on a connection with nothing else in progress, are
-  answered whole (``Service.hot_requests``: one C call from the read's bytes to every response
-  written and counted, one that needs a header or text computed first too);
+  answered whole (the worker's ``Reader``, ``Service.lane_reader``, bound to the connection: one C
+  call from the read's bytes to every response written and counted, one that needs a header or
+  text computed first too);
 - a request httptools read (its head and body in separate reads, or pipelined behind one the C
   call did not take) is answered through the raw front's door, ``FastFront.shortcut``
   (``respond``), when uvicorn would start its ASGI task, and written here.
@@ -42,6 +43,7 @@ _OFF = frozenset(name.encode() for name in LANE_OFF_HEADERS)
 # answers, 8% written at once (perf). Smaller answers still go out together at the iteration's end.
 # (Also where writing pauses: more than this left unsent, as with any high-water mark.)
 WRITE_AT_ONCE = 4096
+_NO_COUNTS = (None, b"")  # a worker without metrics: its Reader counts nothing
 
 
 class Lane:
@@ -59,6 +61,19 @@ class Lane:
         self.serving = False  # a connection of this worker was served by the lane
         # (uvicorn's default header list, as bytes, (OK + them + the pre of a safetensors, JSON, v2 answer))
         self.heads = (None, b"", (b"", b"", b""))
+        self._reader = None  # made at the first connection (reader())
+
+    def reader(self):
+        """The worker's whole-request Reader (``Service.lane_reader``), which each connection binds
+        to its transport; made at the first connection, once the lifespan has opened the worker's
+        metrics (a worker without them counts nothing)."""
+        r = self._reader
+        if r is None:
+            m = self.front.metrics
+            r = self._reader = self.svc.lane_reader(
+                self.urls, self.post, _NO_COUNTS if m is None else m.native
+            )
+        return r
 
     def heads_of(self, defaults) -> tuple:
         """(defaults, their bytes, the whole-request heads up to the content length's digits, of a

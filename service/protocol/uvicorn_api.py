@@ -38,7 +38,6 @@ from posenc.service.shortcut import templates as replay
 __all__ = ["PROBLEMS", "SUPPORTED", "VERSION", "WHY_OFF", "Protocol", "problems"]
 
 log = logging.getLogger("posenc.service")
-_NO_COUNTS = (None, b"")  # a worker without metrics: serve() counts nothing
 _SERVE_DONE = replay.SERVE_DONE
 
 
@@ -85,19 +84,12 @@ class Protocol(HttpToolsProtocol):
                 and not self.root_path
                 and self.limit_concurrency is None
             )
-            metrics = lane.front.metrics  # what each read hands the C loop, but for its bytes and the time
-            self._serve = (
-                lane.svc.hot_requests,
-                lane.urls,
-                lane.post,
-                transport.write,
-                self.flow,
-                _NO_COUNTS if metrics is None else metrics.native,
-            )
+            self._serve = lane.reader().bind(transport.write, self.flow)  # this connection's C loop
 
     def data_received(self, data: bytes) -> None:
         # whole plain requests at the start of data answered, written and counted in one C call
-        # (templates.serve), with uvicorn's completion bookkeeping; what they leave goes to httptools
+        # (the connection's templates.Reader), with uvicorn's completion bookkeeping; what they
+        # leave goes to httptools
         if (
             not self._whole_ok
             or self._mid
@@ -109,10 +101,9 @@ class Protocol(HttpToolsProtocol):
         lane, now = self._lane, self.loop.time()
         h, d = lane.heads, self.server_state.default_headers
         pre = h[2] if h[0] is d else lane.heads_of(d)[2]
-        hot, urls, post, write, flow, counts = self._serve
         try:
-            at, done, state, error = hot(data, urls, pre, post, self._draining, now, write, flow, counts)
-        except Exception as e:  # (C returns its own failures; this is the service's, before it)
+            at, done, state, error = self._serve(data, pre, now)
+        except Exception as e:  # (C returns its own failures; this is a call it refused)
             at, done, state, error = 0, 0, replay.SERVE_FAILED, e
         if state == _SERVE_DONE and done:  # the common case: every request of the read answered
             return self._answered(done, now)
@@ -189,6 +180,8 @@ class Protocol(HttpToolsProtocol):
         """SIGTERM: requests in flight or arriving finish; an idle keep-alive connection gets IDLE_GRACE_S."""
         if self._idle():
             self._draining = True
+            if self._whole_ok:
+                self._serve.closing = True  # its answers close the connection
             self.loop.call_later(IDLE_GRACE_S, self._close_if_idle)
         else:
             super().shutdown()

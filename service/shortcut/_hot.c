@@ -30,7 +30,7 @@
  *   hot_blocks.c     fill_block(), v2 binary blocks: blocks for raw binary query and key
  *   hot_v2json.c     v2 REST JSON-tensor infers: their key (v2_cut) and answer (the lane's v2 routes)
  *   hot_lane.c       lane(): a whole HTTP request to its whole response; v2_rest(): the Python door's v2 REST
- *   hot_serve.c      serve(): every whole request of a socket read, answered and written
+ *   hot_serve.c      Reader: every whole request of a socket read, answered and written
  *   hot_grpc.c       grpc_cut(), grpc_answer(): a gRPC ModelInferRequest's key and learnt answer
  *
  *   configure(*, position_limit, max_rows, fields, range_keys, max_head, max_body, off_headers,
@@ -292,7 +292,8 @@ PyMODINIT_FUNC PyInit__hot(void)
             return NULL;
         }
     if (PyModule_AddIntConstant(m, "GROWN_ROWS", GROWN_ROWS) < 0 || add_contracts(m) < 0 ||
-        hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0 || hot_named_ready(m) < 0) {
+        hot_templates_ready(m, kinds, sizeof kinds / sizeof *kinds) < 0 || hot_named_ready(m) < 0 ||
+        hot_serve_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

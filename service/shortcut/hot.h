@@ -41,7 +41,8 @@
  * request (another thread may clear a full cache meanwhile), then declines. Per thread, so that two
  * threads missing at once each fetch their own.
  * C calls Python code at these points only, each named by the Python side that hands it over:
- *   - serve() (hot_serve.c), once per request of a read: flow.write_paused (read), write(answer),
+ *   - a connection's Reader (hot_serve.c): per read, fresh() when its interval is up; per request
+ *     of the read, flow.write_paused (read), write(answer),
  *     and, for a request whose answer missed, again(data, at, **lane's arguments)
  *     (templates.lane_again: the miss protocol above, inside the same loop);
  *   - when made: configure() and the constructors read their arguments (a RowsTemplate its
@@ -94,7 +95,7 @@ PyObject *hot_axis_field_of(PyObject *family); /* its per-axis selection's name 
 
 /* ---- named results the Python side branches on (exported by _hot.c) ---------------------- */
 
-/* serve()'s state of a socket read (hot_serve.c), in this order; exported as SERVE_STATES, their
+/* a Reader's state of a socket read (hot_serve.c), in this order; exported as SERVE_STATES, their
  * names, which templates.py's SERVE_STATES holds (test_hot_kinds.py checks the two equal). */
 #define HOT_SERVE_STATES(X)                                                                        \
     X(SERVE_DONE, "done") X(SERVE_PAUSED, "paused") X(SERVE_NOT_REQUEST, "not a request")           \
@@ -402,7 +403,7 @@ int hot_raw_positions(const char *src, Py_ssize_t len, Py_ssize_t isz, Sel *s);
 PyObject *hot_lane_names(PyObject *names);
 extern PyMethodDef hot_lane_methods[];
 /* What lane() answers a request with (hot_lane.c), its keyword arguments checked once (lane(),
- * serve()): routes a dict or a tuple of dicts, accepts and native dicts, pre three bytes, post
+ * a Reader when made): routes a dict or a tuple of dicts, accepts and native dicts, pre three bytes, post
  * bytes, close a flag. */
 typedef struct {
     PyObject *routes, *accepts, *native, *pre, *post; /* borrowed */
@@ -411,11 +412,12 @@ typedef struct {
 /* lane()'s names (data, start, then HotLaneArgs's) and a call's values checked into *a: 0, -1 set. */
 extern const char *const hot_lane_names_of[];
 int hot_lane_args(PyObject *const *v, HotLaneArgs *a);
-/* lane()'s answer to the request at data[start:] (hot_lane.c), for lane() and serve() (hot_serve.c) */
+/* lane()'s answer to the request at data[start:] (hot_lane.c), for lane() and a Reader (hot_serve.c) */
 PyObject *hot_lane_at(PyObject *data, Py_ssize_t start, const HotLaneArgs *a);
 extern PyMethodDef hot_serve_methods[];
+int hot_serve_ready(PyObject *m); /* the Reader type added to the module (hot_serve.c) */
 extern PyMethodDef hot_grpc_methods[]; /* grpc_cut(), grpc_answer(): gRPC's door (hot_grpc.c) */
-/* serve()'s metrics (hot_serve.c), for hot_grpc.c too: the clock of time.perf_counter(); the counts'
+/* a Reader's metrics (hot_serve.c), for hot_grpc.c too: the clock of time.perf_counter(); the counts'
  * writable float64 buffer (counts None: c->buf NULL) and buckets checked, 0 or -1 set; one answer
  * counted at base as Metrics.observe_at counts it. */
 double hot_seconds_now(void);

@@ -3,7 +3,7 @@
  * the cut, which learning, service/v2/hot.py, calls too), looked up by those bytes in the gRPC
  * entries ({key: GrpcEntry}, hot_named.c), each raw field's length checked against the entry, and
  * filled through the v2 REST lane's fill (hot_v2_answer), framed for gRPC and counted in the
- * process's metrics as serve() counts (hot_serve.c), in one call (grpc_answer).
+ * process's metrics as a Reader counts (hot_serve.c), in one call (grpc_answer).
  */
 #include "hot.h"
 
@@ -136,7 +136,7 @@ PyDoc_STRVAR(grpc_answer_doc,
              "entries ({key: GrpcEntry}), each raw field of the entry's length, its rows or block filled as\n"
              "the v2 REST lane fills them: the ModelInferResponse, or (stream) a ModelStreamInferResponse\n"
              "message holding it after its 5-byte gRPC prefix, counted at the entry's metrics (stream_metrics)\n"
-             "offset in counts (None: not counted) as serve() counts. None: no entry, another length, a\n"
+             "offset in counts (None: not counted) as a Reader counts. None: no entry, another length, a\n"
              "position the template does not answer (the full path answers it). (entry, positions: bytes, or\n"
              "a pair): an entry C does not fill (fill None) or whose answer is over most bytes: Python answers it.");
 

@@ -206,19 +206,20 @@ def answer_request(
 
 def lane_again(data: bytes, start: int, **lane):
     """The request at ``data[start:]`` that lane() could not answer before a header or a row's text
-    was computed (it returned NotImplemented), answered as answer_request answers it: serve()'s
+    was computed (it returned NotImplemented), answered as answer_request answers it: a Reader's
     ``again``, called from C with lane()'s arguments (``lane``: routes, accepts, native, pre, post,
     close, by name)."""
     return _again(lambda: _hot.lane(data, start, **lane), False)
 
 
-# serve(data, *, routes, accepts, native, pre, post, close, write, flow, counts, buckets, again): the
-# whole requests at the start of one socket read answered as answer_request answers each, every
-# response written and counted in one C call (service/shortcut/hot_serve.c says what it returns);
-# one that misses a header or text is answered by ``again`` (lane_again) inside the same loop, so
-# the loop's rules (when to stop, what to count) have one owner. Bound to the C function itself:
-# the lane calls it once per read, and a Python frame around it costs a tenth of a row.
-serve = None if _hot is None else _hot.serve
+# Reader(*, routes, accepts, native, post, counts, buckets, again, fresh, every): a worker's hot lane,
+# bound to each connection (reader.bind(write, flow)); a connection's reader(data, pre, now) answers
+# the whole requests at the start of one socket read as answer_request answers each, every response
+# written and counted in one C call (service/shortcut/hot_serve.c says what it returns); one that
+# misses a header or text is answered by ``again`` (lane_again) inside the same loop, so the loop's
+# rules (when to stop, what to count) have one owner. The arguments that do not change are checked
+# and bound once: a read hands C its bytes, the head's start and the loop's time only.
+Reader = None if _hot is None else _hot.Reader
 # What the lane's v2 routes hold (service/v2/hot.py, hot_blocks.py, hot_json.py make them): small
 # types with named fields, each checked once when made (service/shortcut/hot_named.c says them):
 # V2Route(*, metrics, entries, length_name, refused, json_name, json_entries), RowsEntry(*,

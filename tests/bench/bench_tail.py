@@ -37,7 +37,8 @@ Every posenc process runs with this script's sitecustomize (a directory put firs
 nothing in posenc changes), which records each garbage collection (generation, pause) and each
 metrics flush (duration) with its time, so that the report also says how often each ran while the
 probe measured and its longest pause. Printed: per rate and variant, the medians over rounds of
-p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios);
+p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios,
+and their range over the rounds);
 what ran in the measured windows; where each posenc process ran, at which priority, its CPU and
 how often it was put on a CPU in the steps (/proc/PID/task/*/schedstat); and, after each posenc
 server's steps, ``--builds-per-s`` new specs a second (each an on-demand build by the engine)
@@ -447,8 +448,17 @@ def main() -> int:
                 print(f"| {rate:,.0f}/s | {v} | fell behind | | | | |")
                 continue
             q = {p: statistics.median(r[p] for r, _ in pairs) for p in ("p50", "p99", "p99.9")}
-            ratio = {p: statistics.median(r[p] / b[p] for r, b in pairs) for p in ("p99", "p99.9")}
-            rel = "" if v == "bare" else f"{ratio['p99']:.2f}× | {ratio['p99.9']:.2f}×"
+            each = {p: sorted(r[p] / b[p] for r, b in pairs) for p in ("p99", "p99.9")}
+            # the median of the rounds' ratios, and their range: a round's p99 at a high rate falls
+            # among the requests that queued behind one of the machine's stalls (both servers see
+            # them), so one round's ratio says little
+            rel = (
+                ""
+                if v == "bare"
+                else " | ".join(
+                    f"{statistics.median(x):.2f}× ({x[0]:.2f}–{x[-1]:.2f})" for x in each.values()
+                )
+            )
             print(
                 f"| {rate:,.0f}/s | {v} | {q['p50']:.0f} µs | {q['p99']:.0f} µs | {q['p99.9']:.0f} µs | "
                 + (rel or " | ")

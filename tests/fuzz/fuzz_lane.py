@@ -162,14 +162,20 @@ def check(data: bytes, start: int, close: bool) -> None:
 
 _FLOW = type("Flow", (), {"write_paused": False})()
 _COUNTS = (bytearray(8 * int(np.prod(SHAPE))), BUCKETS_F64)
+_READER = ht.hot.Reader(
+    **{k: v for k, v in _lane(False).items() if k not in ("pre", "close")},
+    counts=_COUNTS[0],
+    buckets=_COUNTS[1],
+    again=None,
+    fresh=lambda: True,
+    every=1e9,
+)
 
 
 def check_serve(data: bytes) -> None:
-    """serve() over the whole buffer: the answers lane() gives one request after another."""
+    """A connection's Reader over the whole buffer: the answers lane() gives one request after another."""
     out: list[bytes] = []
-    at, done, state, error = ht.hot.serve(
-        data, **_lane(False), write=out.append, flow=_FLOW, counts=_COUNTS[0], buckets=_COUNTS[1], again=None
-    )
+    at, done, state, error = _READER.bind(out.append, _FLOW)(data, ht.PRE, 0.0)
     assert error is None, (error, data)
     want, pos, why = [], 0, ht.replay.SERVE_DONE
     while pos < len(data):

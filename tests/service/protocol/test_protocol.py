@@ -88,11 +88,17 @@ def world(settings, monkeypatch):
     )
     cfg.load()
     offers = []
-    for name in ("hot", "hot_requests"):  # every offer to the C shortcut, counted
-        real = getattr(front.svc, name)
-        monkeypatch.setattr(
-            front.svc, name, lambda *a, _real=real, _name=name, **k: offers.append(_name) or _real(*a, **k)
-        )
+    real = front.svc.hot  # every offer to the C shortcut, counted: the front's door ...
+    monkeypatch.setattr(front.svc, "hot", lambda *a, **k: offers.append("hot") or real(*a, **k))
+    if front.lane is not None:  # ... and each read a connection's Reader is handed
+        worker = front.lane.reader()
+
+        class Counted:
+            def bind(self, write, flow):
+                conn = worker.bind(write, flow)
+                return lambda *a: offers.append("reader") or conn(*a)
+
+        monkeypatch.setattr(front.lane, "reader", Counted)
 
     def make(lane: bool = True):
         monkeypatch.setattr(access, "handlers", [])  # pytest adds its capture handlers per phase
@@ -181,7 +187,7 @@ def test_a_json_answer_whose_rows_text_is_not_kept_is_answered_in_the_same_call(
     )
     p, t = make()
     p.data_received(data)
-    assert offers == ["hot_requests"] and front.lane.answered == 2, offers
+    assert offers == ["reader"] and front.lane.answered == 2, offers
     heads = t.buffer.split(b"HTTP/1.1 ")[1:]
     want = front.svc.execute(front.svc.prepare("rope", body, "application/json"))[0]
     assert len(heads) == 2 and heads[0].split(b"\r\n\r\n", 1)[1] == want
@@ -195,7 +201,7 @@ def test_a_declined_request_is_answered_by_the_full_path(world):
     p.data_received(request(accept=b"application/json"))  # a template not learnt: the C call declines
     settle(loop, t, answered, "ASGI's answer")
     status, body = status_and_body(t.buffer)
-    assert status == 200 and offers[0] == "hot_requests", offers
+    assert status == 200 and offers[0] == "reader", offers
     assert_answer("rope", orjson.loads(BODY), orjson.loads(body), what="the full path's JSON")
 
 
@@ -207,10 +213,23 @@ def test_a_whole_request_call_that_raises_is_logged_and_the_request_still_answer
     for _ in range(2):  # learnt at its second answer (service/shortcut/store.py)
         front.svc.execute(front.svc.prepare("rope", BODY, BIN["accept"]))
 
-    def boom(*args):
+    def boom():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(front.svc, "hot_requests", boom)
+    # a Reader whose look at the manifest raises, inside the C call (the exception comes back)
+    svc = front.svc
+    worker = replay.Reader(
+        routes=front.lane.urls,
+        accepts=svc.accepts,
+        native=svc.templates.native,
+        post=front.lane.post,
+        counts=None,
+        buckets=b"",
+        again=replay.lane_again,
+        fresh=boom,
+        every=1.0,
+    )
+    monkeypatch.setattr(front.lane, "reader", lambda: worker)
     p, t = make()
     with caplog.at_level(logging.ERROR, logger="posenc.service"):
         p.data_received(request())
@@ -228,7 +247,7 @@ def test_without_a_lane_the_front_offers_the_request_itself(world):
     p.data_received(request())
     settle(loop, t, answered, "the front's answer")
     assert status_and_body(t.buffer) == (200, front.svc.hot("rope", BODY, [(b"accept", HOT)]))
-    assert offers.count("hot") == 2 and "hot_requests" not in offers  # the front's, and ours above
+    assert offers.count("hot") == 2 and "reader" not in offers  # the front's, and ours above
 
 
 def v2_request(positions, extra: bytes = b"") -> bytes:

@@ -49,7 +49,7 @@ def test_no_call_takes_more_than_three_arguments_by_position():
         assert len(positional) <= 3, (name, params)
     assert {
         "lane",
-        "serve",
+        "Reader.bind",
         "answer",
         "fill",
         "fill_into",

@@ -1,7 +1,7 @@
-"""The lane's per-read loop in C (service/shortcut/hot_serve.c ``serve``, through
-``Service.hot_requests``): every whole request of a read answered with the bytes the one-request
-call (``templates.answer_request``) gives for it, each written, counted as ``Metrics.observe_at``
-counts it, one that needs a text computed first answered inside the loop
+"""The lane's per-read loop in C (service/shortcut/hot_serve.c ``Reader``, made by
+``Service.lane_reader`` and bound to a connection): every whole request of a read answered with
+the bytes the one-request call (``templates.answer_request``) gives for it, each written, counted
+as ``Metrics.observe_at`` counts it, one that needs a text computed first answered inside the loop
 (``templates.lane_again``), and the loop stopping where the Python loop stopped (paused writes, a
 request it does not read, one it declines, a close, a failure).
 """
@@ -52,18 +52,26 @@ def metrics(tmp_path):
 
 def serve(svc, data: bytes, counts, write=None, flow=None, close=False):
     out = []
-    got = svc.hot_requests(
-        data,
-        ROUTES,
-        PRE,
-        POST,
-        close,
-        0.0,
-        write or out.append,
-        flow or types.SimpleNamespace(write_paused=False),
-        counts,
+    reader = svc.lane_reader(ROUTES, POST, counts).bind(
+        write or out.append, flow or types.SimpleNamespace(write_paused=False)
     )
-    return got, out
+    reader.closing = close
+    return reader(data, PRE, 0.0), out
+
+
+def worker(svc, again=None, fresh=None, every=1.0):
+    """A worker's Reader over svc's templates, its routes ROUTES, counting nothing."""
+    return replay.Reader(
+        routes=ROUTES,
+        accepts=svc.accepts,
+        native=svc.templates.native,
+        post=POST,
+        counts=None,
+        buckets=b"",
+        again=again,
+        fresh=fresh or svc.store.fresh,
+        every=every,
+    )
 
 
 def one_by_one(svc, data: bytes) -> list[bytes]:
@@ -79,7 +87,7 @@ def one_by_one(svc, data: bytes) -> list[bytes]:
     return outs
 
 
-@pytest.mark.skipif(replay.serve is None, reason="service._hot is not built")
+@pytest.mark.skipif(replay.Reader is None, reason="service._hot is not built")
 def test_an_answer_is_counted_in_the_bucket_observe_at_counts_it_in(tmp_path):
     a, b = Metrics(str(tmp_path), "a"), Metrics(str(tmp_path), "b")
     try:
@@ -185,17 +193,9 @@ def test_a_failing_write_or_lane_comes_back_as_the_exception_with_the_answers_be
     (at, done, state, error), _ = serve(hot, rope(1) + rope(2) + rope(3), metrics.native, write=write)
     assert (at, done, state, type(error)) == (len(rope(1)), 1, replay.SERVE_FAILED, ConnectionError)
     assert metrics.counts.reshape(-1)[: SHAPE[2] - 2].sum() == 1
-    bad = hot.hot_requests(
-        rope(1),
-        {b"/v1/rope": "rope"},
-        PRE,
-        POST,
-        False,
-        0.0,
-        calls.append,
-        types.SimpleNamespace(write_paused=False),
-        (None, b""),
-    )
+    bad = hot.lane_reader({b"/v1/rope": "rope"}, POST, (None, b"")).bind(
+        calls.append, types.SimpleNamespace(write_paused=False)
+    )(rope(1), PRE, 0.0)
     assert bad[:3] == (0, 0, replay.SERVE_FAILED) and isinstance(bad[3], TypeError)
 
 
@@ -225,16 +225,100 @@ def test_without_again_the_c_loop_stops_at_a_missing_text_and_a_failing_again_co
         hot.execute(hot.prepare("rope", orjson_dumps(body), "application/json"))
     data = rope(1) + request(b"/v1/rope", orjson_dumps({**body, "positions": [2999, 3000]}), accept=JSON)
     one_by_one(hot, rope(1))
-    lane = dict(
-        routes=ROUTES, accepts=hot.accepts, native=hot.templates.native, pre=PRE, post=POST, close=False
-    )
     flow, out = types.SimpleNamespace(write_paused=False), []
-    loop = dict(write=out.append, flow=flow, counts=None, buckets=b"")
-    got = replay.serve(data, **lane, **loop, again=None)
+
+    got = worker(hot, again=None).bind(out.append, flow)(data, PRE, 0.0)
     assert got == (len(rope(1)), 1, replay.SERVE_AGAIN, None) and len(out) == 1
 
     def boom(*a, **kw):
         raise RuntimeError("again failed")
 
-    at, done, state, error = replay.serve(data, **lane, **loop, again=boom)
+    at, done, state, error = worker(hot, again=boom).bind(out.append, flow)(data, PRE, 0.0)
     assert (at, done, state, type(error)) == (len(rope(1)), 1, replay.SERVE_FAILED, RuntimeError)
+
+
+@needs_native
+def test_a_workers_connections_share_one_look_at_the_manifest_per_interval(hot):
+    """fresh() (the store's check against the manifest) runs before a read's answers when the
+    loop's clock has reached the worker's next look, once per ``every`` over all its connections;
+    one that raises comes back as the read's exception, nothing answered."""
+    looks = []
+
+    def fresh():
+        looks.append(True)
+        if len(looks) == 4:
+            raise RuntimeError("manifest gone")
+        return hot.store.fresh()
+
+    one_by_one(hot, rope(1))
+    reads = worker(hot, fresh=fresh, every=0.5)
+    flow, out = types.SimpleNamespace(write_paused=False), []
+    a, b = reads.bind(out.append, flow), reads.bind(out.append, flow)
+    for reader, now, n in ((a, 10.0, 1), (b, 10.2, 1), (a, 10.49, 1), (b, 10.5, 2), (a, 11.0, 3)):
+        assert reader(rope(1), PRE, now)[:3] == (len(rope(1)), 1, replay.SERVE_DONE)
+        assert len(looks) == n, (now, looks)
+    at, done, state, error = b(rope(1), PRE, 11.5)
+    assert (at, done, state, type(error)) == (0, 0, replay.SERVE_FAILED, RuntimeError)
+    assert len(out) == 5
+
+
+@needs_native
+def test_a_draining_connections_answers_close_it(hot):
+    one_by_one(hot, rope(1))
+    out = []
+    reader = hot.lane_reader(ROUTES, POST, (None, b"")).bind(
+        out.append, types.SimpleNamespace(write_paused=False)
+    )
+    assert reader.closing is False
+    reader.closing = True
+    assert reader(rope(1) + rope(2), PRE, 0.0)[:3] == (len(rope(1)), 1, replay.SERVE_CLOSED)
+    assert out[0].split(b"\r\n\r\n", 1)[0].endswith(b"connection: close")
+
+
+@pytest.mark.skipif(replay.Reader is None, reason="service._hot is not built")
+def test_a_reader_refuses_what_it_cannot_use(hot):
+    """Arguments are checked when a Reader is made or bound, a read's when it is called: a
+    TypeError, never a crash."""
+    good = dict(
+        routes=ROUTES,
+        accepts={},
+        native={},
+        post=POST,
+        counts=None,
+        buckets=b"",
+        again=None,
+        fresh=lambda: True,
+        every=1.0,
+    )
+    for bad in (
+        {"routes": [1]},
+        {"accepts": None},
+        {"post": "text"},
+        {"fresh": None},
+        {"again": 3},
+        {"every": "soon"},
+        {"counts": b"read only", "buckets": b"\0" * 8},
+    ):
+        with pytest.raises((TypeError, BufferError)):
+            replay.Reader(**{**good, **bad})
+    with pytest.raises(TypeError):
+        replay.Reader(*good.values())
+    with pytest.raises(TypeError):
+        replay.Reader(**{k: v for k, v in good.items() if k != "every"})
+    worker = replay.Reader(**good)
+    with pytest.raises(TypeError):
+        worker(rope(1), PRE, 0.0)  # the worker's own: bound to no connection
+    with pytest.raises(TypeError):
+        worker.bind("not callable", None)
+    conn = worker.bind(list().append, types.SimpleNamespace(write_paused=False))
+    with pytest.raises(TypeError):
+        conn.bind(print, None)  # a connection's is bound already
+    for args in (
+        (rope(1).decode(), PRE, 0.0),
+        (rope(1), PRE[:2], 0.0),
+        (rope(1), (b"", b"", ""), 0.0),
+        (rope(1), PRE, "now"),
+        (rope(1), PRE),
+    ):
+        with pytest.raises(TypeError):
+            conn(*args)
