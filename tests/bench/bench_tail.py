@@ -38,7 +38,8 @@ nothing in posenc changes), which records each garbage collection (generation, p
 metrics flush (duration) with its time, so that the report also says how often each ran while the
 probe measured and its longest pause. Printed: per rate and variant, the medians over rounds of
 p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios,
-and their range over the rounds);
+and their range over the rounds); p99 and p99.9 of every round's requests pooled per server, and
+their ratios to the bare server's;
 what ran in the measured windows; where each posenc process ran, at which priority, its CPU and
 how often it was put on a CPU in the steps (/proc/PID/task/*/schedstat); and, after each posenc
 server's steps, ``--builds-per-s`` new specs a second (each an on-demand build by the engine)
@@ -64,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from bench_cliffs import _procs, tree, tree_cpu_s  # noqa: E402  (beside this script)
+from hdrh.histogram import HdrHistogram  # noqa: E402
 
 from posenc.loadtest import servers  # noqa: E402
 from posenc.loadtest.drivers import probe  # noqa: E402
@@ -252,8 +254,19 @@ def _steps(url: str, pool: dict, rates, seconds, pid: int | None = None) -> tupl
         if behind:  # the percentiles are not latency: say so, and count the step out
             why = f"{s.timeouts} timed out" if s.timeouts else s.behind
             print(f"{url} fell behind at {rate:g}/s ({why})", file=sys.stderr, flush=True)
-        out[rate] = None if behind else s.percentiles_us
+        out[rate] = None if behind else {**s.percentiles_us, "hdr": s.hdr}
     return out, windows, cpu
+
+
+def _pooled(steps) -> HdrHistogram | None:
+    """One histogram of every measured step's requests (the probe's HdrHistogram of each), or None."""
+    h = None
+    for st in steps:
+        if st:
+            if h is None:
+                h = HdrHistogram(1, probe.MAX_US, 3)
+            h.decode_and_add(st["hdr"])
+    return h
 
 
 def _builds_under_load(url: str, pool: dict, rate: float, seconds: float, per_s: float) -> list:
@@ -464,6 +477,27 @@ def main() -> int:
                 + (rel or " | ")
                 + " |"
             )
+    print()
+    print(
+        "Every round's requests pooled per server (one histogram each, the rounds a server held its rate "
+        "in): a steadier estimate than one round's, whose p99 moves with the machine's stalls in it:"
+    )
+    print()
+    print("| rate | server | requests | p99 | p99.9 | p99 ÷ bare | p99.9 ÷ bare |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for rate in rates:
+        pooled = {v: _pooled(r[rate] for r in res[v]) for v in res}
+        b = pooled.get("bare")
+        for v, h in pooled.items():
+            if h is None:
+                continue
+            p = {q: h.get_value_at_percentile(q) for q in (99.0, 99.9)}
+            rel = (
+                " | "
+                if v == "bare" or b is None
+                else " | ".join(f"{p[q] / b.get_value_at_percentile(q):.2f}×" for q in (99.0, 99.9))
+            )
+            print(f"| {rate:,.0f}/s | {v} | {h.get_total_count():,} | {p[99.0]} µs | {p[99.9]} µs | {rel} |")
     print()
     window = args.rounds * len(rates) * args.seconds
     print(f"What ran inside the measured windows ({window:g} s per variant, every posenc process):")
