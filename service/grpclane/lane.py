@@ -323,7 +323,7 @@ class Connection(asyncio.Protocol):
             r.end()
 
     def _reserve(self, r, n: int) -> None:
-        """``n`` answer bytes reserved for ``r`` (a Relay or a _Fill) until its task ends."""
+        """``n`` answer bytes reserved for ``r`` (a Relay or a _Fill) until its answer is in the session."""
         lane = self.lane
         r.reserved = n
         self.reserved += n
@@ -400,6 +400,7 @@ class Connection(asyncio.Protocol):
             return
         self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
         self.lane.answered += 1
+        self.release(f)  # now in the session's count, as a relay's (at the task's end: counted twice)
         self.flush()
 
     def _open(self, sid: int, path: bytes, headers) -> None:

@@ -8,6 +8,7 @@ answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from types import SimpleNamespace
 
@@ -43,25 +44,32 @@ class FailsOnce:
         return b"answer:" + hit[1]
 
 
-def test_a_fault_resets_its_stream_and_the_connection_goes_on():
+@contextlib.contextmanager
+def lane_on_loop(grpc):
+    """(a real Lane over ``grpc``, its event loop), the loop running in a thread, the lane listening
+    on a port of this process (``lane.server``); closed at the end."""
     from posenc.service.grpclane.lane import Lane
-    from tests.integration.h2_client import H2
 
     loop = asyncio.new_event_loop()
-    lane = Lane(FailsOnce(), None, None, 1 << 20, 64 << 20)
+    lane = Lane(grpc, None, None, 1 << 20, 64 << 20)
     loop.run_until_complete(lane.listen("127.0.0.1", 0, reuse_port=False))
-    port = lane.server.sockets[0].getsockname()[1]
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     try:
-        with H2(port) as h:
-            first = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03one")
-            assert h.wait(first)["reset"] == 2  # INTERNAL_ERROR
-            second = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03two")
-            assert h.status(second) == (0, b"") and h.messages(second) == [b"answer:two"]
+        yield lane, loop
     finally:
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
         lane.server.close()
         loop.run_until_complete(lane.server.wait_closed())
         loop.close()
+
+
+def test_a_fault_resets_its_stream_and_the_connection_goes_on():
+    from tests.integration.h2_client import H2
+
+    with lane_on_loop(FailsOnce()) as (lane, _), H2(lane.server.sockets[0].getsockname()[1]) as h:
+        first = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03one")
+        assert h.wait(first)["reset"] == 2  # INTERNAL_ERROR
+        second = h.call("/inference.GRPCInferenceService/ModelInfer", KEY + b"\x3a\x03two")
+        assert h.status(second) == (0, b"") and h.messages(second) == [b"answer:two"]
