@@ -24,6 +24,7 @@ from posenc.service.v2.proto import grpc_service_pb2 as pb
 from tests.service.hot_helpers import needs_kernels, wait_learnt
 from tests.service.v2.test_v2_hot import call, servers  # noqa: F401  (the fixture)
 from tests.service.v2.test_v2_lane import PRE, lane
+from tests.waits import wait_for
 
 pytestmark = needs_kernels  # T5 blocks and half-precision ALiBi cells: the engine's C kernels
 TABLE = 2048  # the engine's configured tables (tests/service_cases.CONFIG); on-demand ones hold 4096 and more
@@ -173,7 +174,11 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
         on.hot.grpc(data) is None or on.hot.rest(path, body, hl) is None
     ):  # templates dropped with the manifest
         learn(on, off, model, spec, len(q), len(k), types, key_first)
-    e, pos = on.hot.grpc(data)
+
+    def entry():  # (the engine may publish a grown table, a new manifest, between learn and here)
+        return on.hot.grpc(data) or learn(on, off, model, spec, len(q), len(k), types, key_first)
+
+    e, pos = wait_for(entry, 60, 0.01, what="the gRPC entry learnt again")
     taken = e.answer(pos) is not None
     got = on.hot.rest(path, body, hl)  # the raw front's and the protocol lane's answer: C's, or the Entry's
     assert (got if got is None else got[0] if len(got) == 4 else got[0].answer(got[1])) == (
