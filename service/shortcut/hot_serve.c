@@ -142,6 +142,26 @@ static void Reader_dealloc(Reader *r)
 
 static PyObject *Reader_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 
+/* A new Reader holding v's eight worker arguments (routes .. fresh) and every; a connection's also
+ * its write, flow and worker (all NULL for a worker's own). */
+static PyObject *reader_made(PyTypeObject *type, PyObject *const *v, double every, PyObject *write, PyObject *flow,
+                             Reader *worker)
+{
+    Reader *r = PyObject_GC_New(Reader, type);
+    if (!r) return NULL;
+    PyObject **slot[] = {&r->routes, &r->accepts, &r->native, &r->post, &r->counts, &r->buckets, &r->again, &r->fresh};
+    for (size_t i = 0; i < sizeof slot / sizeof *slot; i++) *slot[i] = Py_NewRef(v[i]);
+    r->write = Py_XNewRef(write);
+    r->flow = Py_XNewRef(flow);
+    r->worker = (Reader *)Py_XNewRef((PyObject *)worker);
+    r->every = every;
+    r->next = 0.0;
+    r->closing = 0;
+    r->vectorcall = Reader_vectorcall;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
 static PyObject *Reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"routes", "accepts", "native", "post", "counts", "buckets", "again", "fresh", "every", NULL};
@@ -166,18 +186,7 @@ static PyObject *Reader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "Reader: again is callable or None, fresh is callable");
         return NULL;
     }
-    Reader *r = PyObject_GC_New(Reader, type);
-    if (!r) return NULL;
-    PyObject **slot[] = {&r->routes, &r->accepts, &r->native, &r->post, &r->counts, &r->buckets, &r->again, &r->fresh};
-    for (size_t i = 0; i < sizeof slot / sizeof *slot; i++) *slot[i] = Py_NewRef(v[i]);
-    r->write = r->flow = NULL;
-    r->worker = NULL;
-    r->every = every;
-    r->next = 0.0;
-    r->closing = 0;
-    r->vectorcall = Reader_vectorcall;
-    PyObject_GC_Track(r);
-    return (PyObject *)r;
+    return reader_made(type, v, every, NULL, NULL, NULL);
 }
 
 PyDoc_STRVAR(bind_doc, "bind(write, flow) -> Reader\n--\n\n"
@@ -192,20 +201,8 @@ static PyObject *Reader_bind(Reader *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind(write, flow): a worker's Reader, write callable");
         return NULL;
     }
-    Reader *r = PyObject_GC_New(Reader, &ReaderType);
-    if (!r) return NULL;
-    PyObject **to[] = {&r->routes, &r->accepts, &r->native, &r->post, &r->counts, &r->buckets, &r->again, &r->fresh};
     PyObject *from[] = {w->routes, w->accepts, w->native, w->post, w->counts, w->buckets, w->again, w->fresh};
-    for (size_t i = 0; i < sizeof to / sizeof *to; i++) *to[i] = Py_NewRef(from[i]);
-    r->write = Py_NewRef(args[0]);
-    r->flow = Py_NewRef(args[1]);
-    r->worker = (Reader *)Py_NewRef((PyObject *)w);
-    r->every = w->every;
-    r->next = 0.0;
-    r->closing = 0;
-    r->vectorcall = Reader_vectorcall;
-    PyObject_GC_Track(r);
-    return (PyObject *)r;
+    return reader_made(Py_TYPE(w), from, w->every, args[0], args[1], w);
 }
 
 static PyObject *again_kwnames; /* lane()'s keyword names, for again(data, at, **lane's) */
