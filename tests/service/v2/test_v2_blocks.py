@@ -170,28 +170,31 @@ def check(on, off, model, spec, q, k, types, key_first) -> bool:
     status, headers, want = rest_answer(
         off, model, head, body
     )  # (a far position grows a table: a new manifest)
-    if (
-        on.hot.grpc(data) is None or on.hot.rest(path, body, hl) is None
-    ):  # templates dropped with the manifest
-        learn(on, off, model, spec, len(q), len(k), types, key_first)
 
-    def entry():  # (the engine may publish a grown table, a new manifest, between learn and here)
-        return on.hot.grpc(data) or learn(on, off, model, spec, len(q), len(k), types, key_first)
+    def found():
+        """The gRPC entry, the REST lookup and the lane's answer, in one pass; None (learnt again)
+        when a new manifest (the engine publishing a grown table, at any moment) dropped the
+        templates before or between them: a taken block must be found by all three."""
+        e = on.hot.grpc(data)
+        if e is not None:
+            taken = e[0].answer(e[1]) is not None
+            got = on.hot.rest(path, body, hl)  # the raw front's and the protocol lane's: C's, or the Entry's
+            answered = lane(on, raw_http(model, head, body))
+            if not taken or (got is not None and answered is not False):
+                return taken, got, answered
+        return learn(on, off, model, spec, len(q), len(k), types, key_first)
 
-    e, pos = wait_for(entry, 60, 0.01, what="the gRPC entry learnt again")
-    taken = e.answer(pos) is not None
-    got = on.hot.rest(path, body, hl)  # the raw front's and the protocol lane's answer: C's, or the Entry's
+    taken, got, answered = wait_for(found, 60, 0.01, what="the gRPC, REST and lane lookups found in one pass")
     assert (got if got is None else got[0] if len(got) == 4 else got[0].answer(got[1])) == (
         want if taken else None
     )
-    got = lane(on, raw_http(model, head, body))
     assert call(on, data) == want_grpc
     assert rest_answer(on, model, head, body) == (status, headers, want)
     if not taken:
-        assert got is False and status != 200
+        assert answered is False and status != 200
         return False
     extra = b"".join(b"%s: %s\r\n" % (n, v) for n, v in headers if n == rest.LENGTH_HEADER)
-    assert got[2] == PRE[2] + b"%d\r\n%s\r\n%s" % (len(want), extra, want)
+    assert answered[2] == PRE[2] + b"%d\r\n%s\r\n%s" % (len(want), extra, want)
     return True
 
 
