@@ -4,7 +4,7 @@ Per read: the session's events, then one write of every frame they made. A ``cal
 ``ModelInfer`` (the whole unary request, buffered in C), with a right token where one is
 configured, is answered by one C call where a learnt entry answers it (service/shortcut/hot_grpc.c
 ``grpc_answer``), handed back whole (``Session.answer``: HEADERS, DATA, ``grpc-status: 0``); a learnt
-answer over the inline bound is filled in a thread (``GrpcV2.answer_found``). A ModelStreamInfer with
+answer over the inline bound is filled in a thread (fill.py). A ModelStreamInfer with
 a right token is the lane's own (streams.py). Every other stream, and a ModelInfer no entry answers,
 is relayed to grpcio (relay.py), whose handler does not look it up again (``GrpcV2.behind_lane``).
 
@@ -34,6 +34,7 @@ import grpc
 
 from posenc.service.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
+from posenc.service.grpclane.fill import Fill
 from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.admit import over_bytes
@@ -316,14 +317,14 @@ class Connection(asyncio.Protocol):
         n = hit[0].size if hit else self._answer_bytes(body) if n is None else n
         if self._over_held(sid, n):
             return
-        r = _Fill(self, sid, path, headers, body, hit) if hit else self._relay(sid, path, headers)
+        r = Fill(self, sid, path, headers, body, hit) if hit else self._relay(sid, path, headers)
         self._reserve(r, n)
         if not hit:
             r.data(body)
             r.end()
 
     def _reserve(self, r, n: int) -> None:
-        """``n`` answer bytes reserved for ``r`` (a Relay or a _Fill) until its answer is in the session."""
+        """``n`` answer bytes reserved for ``r`` (a Relay or a fill.Fill) until its answer is in the session."""
         lane = self.lane
         r.reserved = n
         self.reserved += n
@@ -378,30 +379,6 @@ class Connection(asyncio.Protocol):
         self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
         lane.answered += 1
         return True
-
-    async def _fill(self, f: _Fill, sid: int, path: bytes, headers, body: bytes, hit) -> None:
-        """A found entry's answer made off the loop (GrpcV2.answer_found), then answered as a call
-        answered now is; where it declines, the call is relayed to grpcio with ``f``'s reservation."""
-        try:
-            out = await self.lane.grpc.answer_found(hit)
-        except Exception:  # the lane's own fault: that stream is reset, the connection goes on
-            log.exception("grpc lane: filling stream %d failed", sid)
-            self.streams.pop(sid, None)
-            self.s.reset(sid, 2)  # INTERNAL_ERROR
-            self.flush()
-            return
-        self.streams.pop(sid, None)
-        if out is None:
-            r = self._relay(sid, path, headers)
-            r.reserved, f.reserved = f.reserved, 0
-            r.task.add_done_callback(lambda _t: self.release(r))
-            r.data(body)
-            r.end()
-            return
-        self.s.answer(sid, (rules.ACCEPT_ENCODING,), out)
-        self.lane.answered += 1
-        self.release(f)  # now in the session's count, as a relay's (at the task's end: counted twice)
-        self.flush()
 
     def _open(self, sid: int, path: bytes, headers) -> None:
         """A stream given as it comes: ModelStreamInfer with a right token is the lane's own."""
@@ -486,15 +463,3 @@ class Connection(asyncio.Protocol):
             )
         self.s.close()
         self.lane.wake()
-
-
-class _Fill:
-    """A learnt ModelInfer answered off the loop (Connection._fill): its reservation and its task."""
-
-    def __init__(self, conn: Connection, sid: int, path: bytes, headers, body: bytes, hit):
-        self.reserved = 0
-        conn.streams[sid] = self
-        self.task = asyncio.ensure_future(conn._fill(self, sid, path, headers, body, hit))
-
-    def cancel(self) -> None:
-        self.task.cancel()

@@ -46,6 +46,17 @@ class Gated:
         return hit[1][:1] * SIZE
 
 
+def wait_released(lane, what: str) -> None:
+    """Until the lane reserves nothing and has no call in flight."""
+    wait_for(
+        lambda: lane.reserved == 0 and lane.inflight == 0,
+        10,
+        0.01,
+        what=what,
+        seen=lambda: (lane.reserved, lane.inflight),
+    )
+
+
 def test_two_answers_made_on_one_turn_are_counted_once_each():
     from tests.integration.h2_client import H2
 
@@ -59,13 +70,7 @@ def test_two_answers_made_on_one_turn_are_counted_once_each():
         )
         assert lane.reserved == 2 * SIZE
         loop.call_soon_threadsafe(grpc.gate.set)  # both made on the loop's next turn
-        wait_for(
-            lambda: lane.reserved == 0 and lane.inflight == 0,
-            10,
-            0.01,
-            what="both reservations released",
-            seen=lambda: (lane.reserved, lane.inflight),
-        )
+        wait_released(lane, "both reservations released")
         held = lane.held()
         assert 2 * SIZE <= held < 2 * SIZE + 1024, held  # both answers in the session, framed
         assert lane.most_held <= held, (lane.most_held, held)
