@@ -163,7 +163,7 @@ class FastFront:
     def takes(self, path: str) -> bool:
         """Whether ``path`` has learnt templates: a family with spec templates (with the C shortcut
         on) or a v2 REST infer (service/v2/hot.py)."""
-        return path in self.hot_paths or (self.v2_hot is not None and path in self.v2_hot.paths)
+        return path in self.hot_paths or (self.v2_hot is not None and self.v2_hot.route(path) is not None)
 
     def shortcut(self, path: str, body: bytes, headers) -> Hit | None:
         """The one entry into the learnt templates for a request Python has read whole (a path of

@@ -153,13 +153,13 @@ class Hot:
         # gRPC: a serialized ModelInferRequest's key -> its GrpcEntry (grpc_answer reads it; learn_grpc
         # adds to it, the store clears it)
         self.grpc_entries: dict = store.route("v2 grpc")
-        # REST: path -> its route in C (service/shortcut/hot_lane.c: lane(), a whole request in one
-        # call, and v2_rest, the Python door's): a V2Route (new_route: the metrics offset of its "c"
-        # answers, {JSON header: RowsEntry | BlockEntry, or the Entry Python fills: a large answer,
-        # outputs into shared memory}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its {key: JsonEntry}
-        # of service/v2/hot_json.py)
-        self.paths: dict = store.route("v2 paths")
-        self.lane_routes: dict = store.route("v2 lane")  # the same routes by request target (ASCII paths)
+        # REST: request target (an ASCII path's bytes; other paths are not learnt) -> its route in C
+        # (service/shortcut/hot_lane.c: lane(), a whole request in one call, and v2_rest, the Python
+        # door's, which looks up the path it read): a V2Route (new_route: the metrics offset of its
+        # "c" answers, {JSON header: RowsEntry | BlockEntry, or the Entry Python fills: a large
+        # answer, outputs into shared memory}, LENGTH_HEADER, REFUSED_HEADERS, DATA and its
+        # {key: JsonEntry} of service/v2/hot_json.py)
+        self.lane_routes: dict = store.route("v2 lane")
         self.json = JsonInfers(self)
         # set while learning a key whose table this process has not mapped yet (being built, or
         # built and not attached: mapping follows the manifest by a few ms): the key is learnt
@@ -186,8 +186,12 @@ class Hot:
         it up (templates.v2_rest): (answer, json, post, metrics) answered; (entry, positions): an
         Entry Python fills (a large answer, outputs into shared memory); None: declined."""
         self.fresh()
-        route = self.paths.get(path)
+        route = self.route(path)
         return None if route is None else v2_rest(route, body, headers)
+
+    def route(self, path: str):
+        """The C route of a v2 REST path Python read, or None."""
+        return self.lane_routes.get(path.encode("ascii")) if path.isascii() else None
 
     # -- learning ---------------------------------------------------------------------------------
     def admit(self, key) -> bool:
@@ -232,7 +236,7 @@ class Hot:
     def learn_rest(
         self, path: str, head: bytes, inf, plan, tensors: list, segments: list, route: str, headers: tuple
     ) -> None:
-        if not self.on or len(head) > MAX_KEY_BYTES:
+        if not self.on or len(head) > MAX_KEY_BYTES or not path.isascii():  # (no request target is not)
             return
         key = (path, bytes(head))
         if not self.admit(key):
@@ -248,12 +252,11 @@ class Hot:
         self.route_of(path, e.route).entries[head] = e.lane_entry(head_lines(e.headers)) if c else e
 
     def route_of(self, path: str, name: str):
-        """The C route of a v2 REST path (made, empty, when it has none; the lane's too when ASCII)."""
-        route = self.paths.get(path)
+        """The C route of an ASCII v2 REST path (made, empty, when it has none)."""
+        target = path.encode("ascii")
+        route = self.lane_routes.get(target)
         if route is None:
-            route = self.paths[path] = self.new_route(name)
-            if path.isascii():
-                self.lane_routes[path.encode("ascii")] = route
+            route = self.lane_routes[target] = self.new_route(name)
         return route
 
     @staticmethod
