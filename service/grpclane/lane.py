@@ -35,7 +35,15 @@ import grpc
 from posenc.service.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
 from posenc.service.grpclane.fill import Fill
-from posenc.service.grpclane.relay import GRPC_HEAD, Relay, metadata, status_trailers, too_large
+from posenc.service.grpclane.relay import (
+    GRPC_HEAD,
+    Refused,
+    Relay,
+    decompress,
+    metadata,
+    status_trailers,
+    too_large,
+)
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.admit import over_bytes
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
@@ -252,6 +260,8 @@ class Connection(asyncio.Protocol):
         if self._judged(sid, headers) or self._busy(sid):
             return
         over = total > len(body)
+        if path == MODEL_INFER and not over and body[:1] == b"\x01":
+            body = self._inflated(headers, body)
         if path == MODEL_INFER and not over:  # its answer's planned bytes are reserved: admitted in order
             if self.waiting or not self.room(lane=False):
                 n = self._answer_bytes(body)
@@ -271,6 +281,18 @@ class Connection(asyncio.Protocol):
             return
         r.data(body)
         r.end()
+
+    def _inflated(self, headers, body: bytes) -> bytes:
+        """A unary body of one compressed message as the same message uncompressed, which the
+        learnt entries are looked up by and grpcio's handler reads (it answers uncompressed, as
+        grpcio does); as it is where grpcio refuses it (the relay then refuses it in its words)."""
+        if int.from_bytes(body[1:5], "big") != len(body) - 5:
+            return body
+        try:
+            m = decompress(body[5:], metadata(headers)[1].get(b"grpc-encoding"), self.lane.max_message)
+        except Refused:
+            return body
+        return b"\0" + len(m).to_bytes(4, "big") + m
 
     async def wait_room(self) -> None:
         """Until the connection and the lane have room for one more answer (a stream's next one)."""

@@ -6,8 +6,9 @@ A learnt ModelInfer call and a learnt ModelStreamInfer message are answered by t
 on their route's "shortcut" path in /metrics) with the bytes grpcio alone answers, for the row
 families and the block families, INT32 and INT64, several lengths; a learnt answer over the inline
 bound (filled in a thread) too. A message whose raw field has another length, one with a field after
-its raw inputs, one with a truncated varint and a compressed one take the full path: grpcio's answer
-(or its refusal, word for word), and no "shortcut" count. Where the shortcut does not run (the numpy
+its raw inputs and one with a truncated varint take the full path: grpcio's answer (or its refusal,
+word for word), and no "shortcut" count; the learnt message compressed (gzip, deflate) is the
+lane's, looked up uncompressed. Where the shortcut does not run (the numpy
 backend) every answer is still held to grpcio's."""
 
 from __future__ import annotations
@@ -178,8 +179,9 @@ def test_learnt_blocks_are_the_lanes_with_grpcios_bytes(pair, shortcut, model, s
 
 
 def test_what_the_lane_declines_is_grpcios(pair, shortcut):
-    """Another raw length, a field after the raw input, a truncated varint, a compressed message:
-    the full path's answer (or refusal) on both servers, none counted as the lane's."""
+    """Another raw length, a field after the raw input, a truncated varint, a field cut short: the
+    full path's answer (or refusal) on both servers, none counted as the lane's. (A compressed
+    message grpcio refuses is among test_grpc_lane.py's edges, answered as grpcio answers it.)"""
     model, spec = ROWS[0]
     message = rows(model, spec, range(4))
     learn(pair, shortcut, model, message)
@@ -188,12 +190,29 @@ def test_what_the_lane_declines_is_grpcios(pair, shortcut):
         (message + b"\x1a\x02id", None),  # ModelInferRequest.id after the raw input
         (message[:-1] + b"\x80", None),  # its last byte a varint's continuation: truncated
         (message[:20], None),  # cut inside a field
-        (message, grpc.Compression.Gzip),  # the learnt message, compressed
     ]
     assert isinstance(unary(pair[1], *declined[1]), bytes)
     assert unary(pair[1], *declined[2])[0] == grpc.StatusCode.INVALID_ARGUMENT
-    assert unary(pair[1], *declined[4]) == unary(pair[1], message)
     check(pair, shortcut, model, [rows(model, spec, range(10, 14))], declined)
+
+
+def test_a_learnt_message_compressed_is_the_lanes(pair, shortcut):
+    """The learnt message sent gzip- or deflate-compressed (grpcio's client compresses it): the
+    lane looks it up uncompressed and answers it, uncompressed, with grpcio's bytes; counted as the
+    lane's answers."""
+    model, spec = ROWS[0]
+    learnt = [rows(model, spec, p) for p in (range(4), [9, 9, 9, 9], range(40, 0, -10))]
+    learn(pair, shortcut, model, learnt[0])
+    barrier(pair[0])
+    before = counted(pair[0], model)[0]
+    for compression in (grpc.Compression.Gzip, grpc.Compression.Deflate):
+        for m in learnt:
+            want = unary(pair[1], m, compression)
+            assert want == unary(pair[1], m) and isinstance(want, bytes)
+            assert unary(pair[0], m, compression) == want
+    if shortcut:
+        barrier(pair[0])
+        assert counted(pair[0], model)[0] == before + 2 * len(learnt)
 
 
 def test_a_learnt_answer_over_the_inline_bound_is_the_lanes(pair, shortcut):
