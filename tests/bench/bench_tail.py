@@ -40,7 +40,8 @@ probe measured and its longest pause. Printed: per rate and variant, the medians
 p50 / p99 / p99.9, p99 and p99.9 over the bare server's in the same round (medians of the ratios,
 and their range over the rounds); p99 and p99.9 of every round's requests pooled per server, and
 their ratios to the bare server's;
-what ran in the measured windows; where each posenc process ran, at which priority, its CPU and
+what ran in the measured windows; the machine's kernel threads' CPU in the steps (kernel_threads);
+where each posenc process ran, at which priority, its CPU and
 how often it was put on a CPU in the steps (/proc/PID/task/*/schedstat); and, after each posenc
 server's steps, ``--builds-per-s`` new specs a second (each an on-demand build by the engine)
 sent while the probe offers the last rate: their answers' status and time, which is what a worker
@@ -197,6 +198,32 @@ def cpu_by_role(pid: int) -> dict[str, tuple[float, int]]:
     return out
 
 
+def kernel_threads() -> dict[str, tuple[int, int]]:
+    """{name: (CPU ns so far, times put on a CPU so far)} of the machine's kernel threads (children
+    of kthreadd), a CPU's own per-CPU kworkers summed under "kworker/N", unbound ones under
+    "kworker/uN": the machine's work that takes a core from the server (kdamond, the memory
+    monitor of this kind of VM, wakes every 512 ms for 1-1.5 ms, longer every 5 s)."""
+    out: dict[str, tuple[int, int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                head, _, rest = f.read().rpartition(")")
+            if rest.split()[1] != "2":  # (the parent: kthreadd)
+                continue
+            with open(f"/proc/{d}/schedstat") as f:
+                run, _, n = f.read().split()
+        except (OSError, ValueError, IndexError):
+            continue
+        name = head.partition("(")[2]
+        if name.startswith("kworker/"):
+            name = name.partition(":")[0].partition("-")[0]
+        had = out.get(name, (0, 0))
+        out[name] = (had[0] + int(run), had[1] + int(n))
+    return out
+
+
 def _settle(pid: int, quiet_s: float = 0.02, timeout: float = 30.0) -> None:
     """Wait until posenc's processes are idle (under ``quiet_s`` of CPU in half a second): the
     standby engine, started beside the engine once it is ready, imports and maps for a few
@@ -231,19 +258,24 @@ def _warm(url: str, pool: dict, rate: float) -> None:
     probe.run_step("127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, 2.0, warmup=0.5)
 
 
-def _steps(url: str, pool: dict, rates, seconds, pid: int | None = None) -> tuple[dict, list, dict]:
+def _steps(
+    url: str, pool: dict, rates, seconds, pid: int | None = None, kernel: dict | None = None
+) -> tuple[dict, list, dict]:
     """({rate: percentiles}, [(start, end) wall time of each measured step], {rate: {role: (CPU
-    seconds, runs) in the step}} of posenc serve ``pid``'s processes); _warm before."""
+    seconds, runs) in the step}} of posenc serve ``pid``'s processes); _warm before. ``kernel``:
+    {rate: [{kernel thread: (CPU s, runs) in the step}]}, each step's appended."""
     out, windows, cpu = {}, [], {}
     port = int(url.rsplit(":", 1)[1])
     for rate in rates:
         for _ in range(2):  # a step the probe or the server fell behind in is run once more
             t0 = time.time()
             before = cpu_by_role(pid) if pid else {}
+            kbefore = kernel_threads() if kernel is not None else {}
             s = probe.run_step(
                 "127.0.0.1", port, pool["requests"], pool["kinds"], pool["names"], rate, seconds, warmup=1.0
             )
             after = cpu_by_role(pid) if pid else {}
+            kafter = kernel_threads() if kernel is not None else {}
             assert not s.errors, (url, s.rate, s.errors)
             # (requests that timed out: the machine's other work took the cores for seconds)
             behind = s.fell_behind or s.timeouts
@@ -251,6 +283,13 @@ def _steps(url: str, pool: dict, rates, seconds, pid: int | None = None) -> tupl
                 break
         windows.append((t0 + 1.0, time.time()))
         cpu[rate] = {r: tuple(x - y for x, y in zip(after[r], before.get(r, (0, 0)))) for r in after}
+        if kernel is not None:
+            kernel.setdefault(rate, []).append(
+                {
+                    k: ((v[0] - kbefore.get(k, (0, 0))[0]) / 1e9, v[1] - kbefore.get(k, (0, 0))[1])
+                    for k, v in kafter.items()
+                }
+            )
         if behind:  # the percentiles are not latency: say so, and count the step out
             why = f"{s.timeouts} timed out" if s.timeouts else s.behind
             print(f"{url} fell behind at {rate:g}/s ({why})", file=sys.stderr, flush=True)
@@ -295,6 +334,7 @@ def one_posenc(
     engine_cpus: str = "",
     builds_per_s: float = 0.0,
     settle: bool = True,
+    kernel: dict | None = None,
 ) -> dict:
     """One posenc serve: {"got": {rate: percentiles}, "seen": {"gc": [...], "flush": [...]} inside
     the measured windows, "cpu": {rate: {role: (CPU s, runs)}}, "placement": {role: ...}, "builds":
@@ -332,7 +372,7 @@ def one_posenc(
         for p in held:
             os.kill(p, signal.SIGSTOP)
         try:
-            res["got"], windows, res["cpu"] = _steps(url, pool, rates, seconds, pid)
+            res["got"], windows, res["cpu"] = _steps(url, pool, rates, seconds, pid, kernel)
         finally:
             for p in held:
                 os.kill(p, signal.SIGCONT)
@@ -353,6 +393,22 @@ def one_posenc(
             seen[k] += [(who, *e) for e in rec[k] if any(a <= e[0] <= b for a, b in windows)]
     res["seen"], res["pool"] = seen, pool
     return res
+
+
+def _table_head(intro: str, head: str, rule: str) -> None:
+    print()
+    print(intro)
+    print()
+    print(head)
+    print(rule)
+
+
+def _cpu_cell(samples: list, seconds: float) -> str:
+    """The medians of [(CPU s, runs) of each step] as "CPU ms/s, runs/s"."""
+    return (
+        f"{1e3 * statistics.median(c for c, _ in samples) / seconds:.2f} ms/s, "
+        f"{statistics.median(n for _, n in samples) / seconds:.0f}/s"
+    )
 
 
 def main() -> int:
@@ -389,6 +445,7 @@ def main() -> int:
     events = {v: {"gc": [], "flush": []} for v in names}
     cpu = {v: {} for v in ["bare", *names]}  # {variant: {(rate, role): [CPU s per step]}}
     builds = {v: [] for v in names}
+    kernel: dict = {}  # {rate: [{kernel thread: (CPU s, runs)} of each step of every server]}
     where = {}
     with tempfile.TemporaryDirectory(prefix="bench_tail.") as tmp:
         site, rec = os.path.join(tmp, "site"), os.path.join(tmp, "rec")
@@ -412,7 +469,7 @@ def main() -> int:
                     ) as b:
                         b.wait_ready(30)
                         _warm(b.url, pool, rates[0])
-                        got, _, by = _steps(b.url, pool, rates, args.seconds, b.proc.pid)
+                        got, _, by = _steps(b.url, pool, rates, args.seconds, b.proc.pid, kernel)
                         res[v].append(got)
                         for rate, roles_cpu in by.items():  # (the one process reads as "worker")
                             for sec in roles_cpu.values():
@@ -429,6 +486,7 @@ def main() -> int:
                         engine_cpus=args.engine_cpus,
                         builds_per_s=args.builds_per_s,
                         settle=not args.no_settle,
+                        kernel=kernel,
                     )
                     res[v].append(r["got"])
                     for e in r["seen"]:
@@ -518,24 +576,27 @@ def main() -> int:
                 f"{max((e[3] for e in fl), default=0) / 1e3:.0f} µs "
                 f"(median {statistics.median([e[3] for e in fl] or [0]) / 1e3:.0f} µs) |"
             )
-    print()
-    print(
+    at_rates = " | ".join(f"CPU, runs at {r:,.0f}/s" for r in rates)
+    _table_head(
         "Where each posenc process ran and at which priority, and in the measured steps its CPU "
-        "(ms per second) and how often it was put on a CPU (per second), medians over rounds:"
+        "(ms per second) and how often it was put on a CPU (per second), medians over rounds:",
+        f"| server | process | placement | {at_rates} |",
+        "|---|---|---|" + "---:|" * len(rates),
     )
-    print()
-    print("| server | process | placement | " + " | ".join(f"CPU, runs at {r:,.0f}/s" for r in rates) + " |")
-    print("|---|---|---|" + "---:|" * len(rates))
     for v in ["bare", *names]:
         for role in sorted({role for _, role in cpu[v]}):
-            cells = [
-                f"{1e3 * statistics.median(c for c, _ in cpu[v][(r, role)]) / args.seconds:.2f} ms/s, "
-                f"{statistics.median(n for _, n in cpu[v][(r, role)]) / args.seconds:.0f}/s"
-                if (r, role) in cpu[v]
-                else ""
-                for r in rates
-            ]
+            cells = [_cpu_cell(cpu[v][(r, role)], args.seconds) if (r, role) in cpu[v] else "" for r in rates]
             print(f"| {v} | {role} | {where.get(v, {}).get(role, '')} | " + " | ".join(cells) + " |")
+    _table_head(
+        "The machine's own work in the steps (kernel threads, on either core; every server's steps): CPU "
+        "(ms per second) and times put on a CPU (per second), medians over the steps, where over 0.1 ms/s:",
+        f"| kernel thread | {at_rates} |",
+        "|---|" + "---:|" * len(rates),
+    )
+    for k in sorted({k for r in rates for st in kernel.get(r, []) for k in st}):
+        each = {r: [st.get(k, (0.0, 0)) for st in kernel[r]] for r in rates if kernel.get(r)}
+        if any(statistics.median(c for c, _ in x) * 1e3 / args.seconds > 0.1 for x in each.values()):
+            print(f"| {k} | " + " | ".join(_cpu_cell(x, args.seconds) for x in each.values()) + " |")
     if args.builds_per_s > 0:
         print()
         print(
