@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import grpc
-
 from posenc.service.grpclane import rules
-from posenc.service.grpclane.relay import GRPC_HEAD, deadline, metadata, status_trailers
+from posenc.service.grpclane.relay import deadline, metadata
 
 log = logging.getLogger("posenc.service")
 
@@ -51,10 +49,7 @@ class Fill:
         self.expired = True
         c = self.conn
         c.streams.pop(self.sid, None)
-        c.s.only(
-            self.sid,
-            [*GRPC_HEAD, *status_trailers(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", ())],
-        )
+        c.status_only(self.sid, *rules.DEADLINE)
         c.flush()
 
     async def _run(self, path: bytes, headers, body: bytes, hit) -> None:

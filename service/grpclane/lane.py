@@ -240,9 +240,13 @@ class Connection(asyncio.Protocol):
                 f"server busy: {n} bytes of answers wait for this connection's client to read them, over "
                 f"{self.lane.max_buffered} ({ENV_PREFIX}MAX_RESPONSE_BYTES); read them, or retry later"
             )
-        self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
+        self.status_only(sid, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
         self.refused += 1
         return True
+
+    def status_only(self, sid: int, code: grpc.StatusCode, message: str) -> None:
+        """A Trailers-Only answer of ``code`` and ``message``, as grpcio's."""
+        self.s.only(sid, [*GRPC_HEAD, *status_trailers(code, message, ())])
 
     def _judged(self, sid: int, headers) -> bool:
         """What grpcio's transport refuses before any handler runs (rules.judge) is refused here,
@@ -253,7 +257,7 @@ class Connection(asyncio.Protocol):
         if verdict == rules.RESET:
             self.s.reset(sid, rules.INTERNAL_ERROR)
         else:
-            self.s.only(sid, [*GRPC_HEAD, *status_trailers(*verdict, ())])
+            self.status_only(sid, *verdict)
         return True
 
     def _call(self, sid: int, path: bytes, headers, body: bytes, total: int) -> None:
@@ -322,7 +326,7 @@ class Connection(asyncio.Protocol):
         if self.lane.fits(n):
             return False
         message = over_bytes(n, self.lane.held(), self.lane.max_held)
-        self.s.only(sid, [*GRPC_HEAD, *status_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, message, ())])
+        self.status_only(sid, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
         self.refused += 1
         self.lane.refused += 1
         return True

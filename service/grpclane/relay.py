@@ -186,7 +186,7 @@ class Relay:
     def refuse(self, code: grpc.StatusCode, message: str) -> None:
         """A status now, from the lane itself (grpcio never sees the call)."""
         self.task.cancel()
-        self.conn.s.only(self.sid, [*GRPC_HEAD, *status_trailers(code, message, ())])
+        self.conn.status_only(self.sid, code, message)
         self.conn.flush()
 
     async def _requests(self):

@@ -24,6 +24,8 @@ import re
 
 import grpc
 
+# grpcio's answer to a call whose deadline passes before its answer is made (its status and message)
+DEADLINE = (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 RESET = "reset"  # judge()'s answer: reset the stream with INTERNAL_ERROR, as grpcio does
 INTERNAL_ERROR = 2  # HTTP/2's error code
 
@@ -109,7 +111,7 @@ def judge(headers) -> str | tuple[grpc.StatusCode, str] | None:
     if method != b"POST" or te is None:
         return RESET
     if verdict is None and zero:
-        return grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        return DEADLINE
     return verdict
 
 

@@ -19,6 +19,7 @@ import collections
 
 import grpc
 
+from posenc.service.grpclane import rules
 from posenc.service.grpclane.relay import GRPC_HEAD, GRPC_START, Messages, Refused, deadline, status_trailers
 from posenc.service.v2.hot import FILL_INLINE_BYTES, grpc_answer
 
@@ -130,7 +131,7 @@ class OwnStream:
 
     def _expire(self) -> None:
         self.timer = None
-        self._end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        self._end(*rules.DEADLINE)
         self.conn.flush()
 
     def _stop(self) -> None:

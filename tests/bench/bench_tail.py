@@ -67,6 +67,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
 from bench_cliffs import _procs, tree, tree_cpu_s  # noqa: E402  (beside this script)
 from hdrh.histogram import HdrHistogram  # noqa: E402
+from kernel_bursts import kthreads  # noqa: E402
 
 from posenc.loadtest import servers  # noqa: E402
 from posenc.loadtest.drivers import probe  # noqa: E402
@@ -202,21 +203,14 @@ def kernel_threads() -> dict[str, tuple[int, int]]:
     """{name: (CPU ns so far, times put on a CPU so far)} of the machine's kernel threads (children
     of kthreadd), a CPU's own per-CPU kworkers summed under "kworker/N", unbound ones under
     "kworker/uN": the machine's work that takes a core from the server (kdamond, the memory
-    monitor of this kind of VM, wakes every 512 ms for 1-1.5 ms, longer every 5 s)."""
+    monitor of this kind of VM, wakes every 512 ms for 1-2 ms, longer every 5 s: kernel_bursts.py)."""
     out: dict[str, tuple[int, int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for pid, name in kthreads().items():
         try:
-            with open(f"/proc/{d}/stat") as f:
-                head, _, rest = f.read().rpartition(")")
-            if rest.split()[1] != "2":  # (the parent: kthreadd)
-                continue
-            with open(f"/proc/{d}/schedstat") as f:
+            with open(f"/proc/{pid}/schedstat") as f:
                 run, _, n = f.read().split()
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
-        name = head.partition("(")[2]
         if name.startswith("kworker/"):
             name = name.partition(":")[0].partition("-")[0]
         had = out.get(name, (0, 0))
