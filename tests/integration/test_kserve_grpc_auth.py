@@ -116,9 +116,20 @@ def test_a_stream_without_the_token_is_unauthenticated(server):
 def test_health_stays_open_and_plaintext_is_refused(server):
     with open(server.ca_file, "rb") as f:
         creds = grpc.ssl_channel_credentials(f.read())
-    with grpc.secure_channel(server.grpc_url, creds) as ch:
-        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
-        assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+    def check():  # without the token; a new connection each time: serve runs two gRPC processes on
+        # the port (SO_REUSEPORT), and the one the fixture found ready may not be the one reached
+        # here, which says NOT_SERVING until its own tables are attached
+        with grpc.secure_channel(server.grpc_url, creds) as ch:
+            return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+
+    wait_for(
+        lambda: check().status == health_pb2.HealthCheckResponse.SERVING,
+        60,
+        0.1,
+        "health SERVING over TLS without the token",
+        seen=check,
+    )
     with grpc.insecure_channel(server.grpc_url) as ch:  # the port speaks TLS only
         with pytest.raises(grpc.RpcError) as e:
             health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
