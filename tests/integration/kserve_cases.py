@@ -45,23 +45,55 @@ V2_CONFIG = {
 TABLES = {t["name"]: t for t in V2_CONFIG["tables"]}
 
 
-def wait_grpc_ready(server, timeout: float = 60.0) -> None:
-    import tritonclient.grpc as grpcclient
+# A gRPC readiness check opens this many new connections: serve's gRPC processes share the port
+# (SO_REUSEPORT), each says ready only once its own tables are attached, and the kernel hands a new
+# connection to one of them by a hash of its ports. One ready answer says one process is ready; 32 in
+# a row, each on its own connection, leave a process still attaching unseen with odds 2^-32 (two
+# processes), where the tests after a fixture open connections of their own.
+FRESH_CONNECTIONS = 32
 
-    c = grpcclient.InferenceServerClient(server.grpc_url)
 
-    def ready():
-        try:
-            return c.is_server_ready()
-        except Exception:
-            return False
+def grpc_ready_everywhere(target: str, credentials=None, metadata=()) -> bool:
+    """ServerReady says ready on FRESH_CONNECTIONS new connections to ``target``, each its own (a
+    local subchannel pool: grpcio otherwise shares one connection among channels to one target)."""
+    import grpc
+
+    from posenc.service.v2.proto import grpc_service_pb2 as pb
+
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    for _ in range(FRESH_CONNECTIONS):
+        if credentials is None:
+            ch = grpc.insecure_channel(target, options=options)
+        else:
+            ch = grpc.secure_channel(target, credentials, options=options)
+        with ch:
+            ready = ch.unary_unary(
+                "/inference.GRPCInferenceService/ServerReady",
+                request_serializer=pb.ServerReadyRequest.SerializeToString,
+                response_deserializer=pb.ServerReadyResponse.FromString,
+            )
+            try:
+                if not ready(pb.ServerReadyRequest(), metadata=tuple(metadata), timeout=10).ready:
+                    return False
+            except grpc.RpcError:
+                return False
+    return True
+
+
+def wait_grpc_ready(server, timeout: float = 60.0, credentials=None, metadata=()) -> None:
+    """Wait until every gRPC process of ``server`` says ready (grpc_ready_everywhere)."""
 
     def check():
         if not server.alive():
             raise AssertionError(f"posenc serve exited\n{server.output()}")
 
-    wait_for(ready, timeout, 0.1, "gRPC ServerReady", check)
-    c.close()
+    wait_for(
+        lambda: grpc_ready_everywhere(server.grpc_url, credentials, metadata),
+        timeout,
+        0.1,
+        f"gRPC ServerReady on {FRESH_CONNECTIONS} new connections in a row",
+        check,
+    )
 
 
 @contextlib.contextmanager

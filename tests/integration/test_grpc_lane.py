@@ -57,25 +57,11 @@ def _serve(reg: Procs, lane: str):
         env=env,
         args=["--grpc-lane", lane, "--grpc-workers", "1", "--log-level", "info"],
     )
-    c = grpcclient.InferenceServerClient(s.grpc_url)
-
-    def ready():
-        try:
-            return c.is_server_ready(headers=AUTH)
-        except InferenceServerException:
-            return False
-
-    def check():
-        if not s.alive():
-            raise AssertionError(f"posenc serve exited\n{s.output()}")
-
     try:
-        wait_for(ready, 60, 0.1, "gRPC ServerReady", check)
+        wait_grpc_ready(s, metadata=tuple(AUTH.items()))
     except BaseException:
         s.stop()
         raise
-    finally:
-        c.close()
     return s
 
 

@@ -15,8 +15,9 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.integration.kserve_cases import wait_grpc_ready
 from tests.integration.test_serve_ops import make_certificates
-from tests.procs import Procs, child_env, wait_for
+from tests.procs import Procs, child_env
 from tests.service_cases import CONFIG
 
 pytestmark = pytest.mark.slow
@@ -34,20 +35,14 @@ def server(tmp_path_factory):
     s = reg.serve(CONFIG, workers=1, args=["--tls-cert", cert, "--tls-key", key], env=env, ca=ca, grpc=True)
     s.ca_file = ca
     try:
-        c = client(s)
-        wait_for(lambda: _ready(c), 60, 0.1, "gRPC ServerReady over TLS")
-        c.close()
+        with open(ca, "rb") as f:
+            wait_grpc_ready(
+                s, credentials=grpc.ssl_channel_credentials(f.read()), metadata=tuple(AUTH.items())
+            )
         yield s
     finally:
         assert s.stop() == 0, s.output()
         reg.cleanup()
-
-
-def _ready(c) -> bool:
-    try:
-        return c.is_server_ready(headers=AUTH)
-    except InferenceServerException:
-        return False
 
 
 def client(s) -> grpcclient.InferenceServerClient:
@@ -117,19 +112,9 @@ def test_health_stays_open_and_plaintext_is_refused(server):
     with open(server.ca_file, "rb") as f:
         creds = grpc.ssl_channel_credentials(f.read())
 
-    def check():  # without the token; a new connection each time: serve runs two gRPC processes on
-        # the port (SO_REUSEPORT), and the one the fixture found ready may not be the one reached
-        # here, which says NOT_SERVING until its own tables are attached
-        with grpc.secure_channel(server.grpc_url, creds) as ch:
-            return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
-
-    wait_for(
-        lambda: check().status == health_pb2.HealthCheckResponse.SERVING,
-        60,
-        0.1,
-        "health SERVING over TLS without the token",
-        seen=check,
-    )
+    with grpc.secure_channel(server.grpc_url, creds) as ch:  # without the token
+        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert r.status == health_pb2.HealthCheckResponse.SERVING
     with grpc.insecure_channel(server.grpc_url) as ch:  # the port speaks TLS only
         with pytest.raises(grpc.RpcError) as e:
             health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
