@@ -81,15 +81,15 @@ def _have_nghttp2() -> bool:
     return any(os.path.exists(os.path.join(d, "nghttp2", "nghttp2.h")) for d in dirs)
 
 
-# the gRPC lane's HTTP/2 sessions (service/grpclane/_h2.c and h2_nv.c, on libnghttp2): built where
+# the gRPC lane's HTTP/2 sessions (service/grpclane/_h2.c, h2_nv.c and h2_expire.c, on libnghttp2): built where
 # its header is; without it a gRPC process runs grpcio alone and says so (service/grpclane/__init__.py
 # status)
 H2 = (
     [
         Extension(
             "posenc.service.grpclane._h2",
-            ["service/grpclane/_h2.c", "service/grpclane/h2_nv.c"],
-            depends=["service/grpclane/h2_nv.h"],
+            ["service/grpclane/_h2.c", "service/grpclane/h2_nv.c", "service/grpclane/h2_expire.c"],
+            depends=["service/grpclane/h2_nv.h", "service/grpclane/h2_session.h"],
             libraries=["nghttp2"],
             optional=_OPTIONAL,
         )

@@ -38,6 +38,8 @@
  *   only(id, headers)        a Trailers-Only response: HEADERS with END_STREAM
  *   reset(id, code)          RST_STREAM
  *   handed(id, n)            n bytes of the stream's "data" events handed on (or dropped) by Python
+ *   deadline(id, at), expire(now, trailers)   a call's deadline over its answer still unsent: the
+ *                            answer dropped and the trailers sent instead, as grpcio (h2_expire.c)
  *   shutdown()               graceful GOAWAY: the notice now (no new streams); goaway() after
  *   goaway()                 the final GOAWAY with the last stream processed
  *   close()                  the connection is gone: the session and every stream are freed now
@@ -62,49 +64,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "h2_nv.h"
+#include "h2_session.h"
 
 static PyObject *H2Error;
 static PyObject *EMPTY; /* () */
-
-typedef struct Stream {
-    struct Stream *prev, *next; /* the Session's list of its streams */
-    int32_t id;
-    int unary;        /* body buffered until the stream ends */
-    int told;         /* Python was given an event of it */
-    int ended;        /* Python ended it: finish(), only() or reset() */
-    size_t total;     /* a unary body's bytes received (past max_message they are dropped) */
-    size_t lent;      /* "data" events' bytes not yet handed() (the connection's window counts them) */
-    int deferred;     /* the data source waits for write() or finish() */
-    int finishing;    /* finish() called: trailers once the data is out */
-    PyObject *path;   /* bytes */
-    PyObject *headers; /* list of (name, value); NULL once handed on or refused */
-    size_t hsize;     /* the header list's size as HPACK counts it (name + value + 32 each) */
-    size_t hkept;     /* of it, the bytes kept here (the list not yet handed to Python) */
-    char *refusal;    /* the header list went past max_header: grpcio's message, sent at its end */
-    Buf body;         /* a unary call's request bytes */
-    Buf out;          /* response DATA not yet handed to nghttp2 */
-    nghttp2_nv *trailers;
-    size_t ntrailers;
-    char *trailer_bytes;
-} Stream;
-
-typedef struct {
-    PyObject_HEAD
-    nghttp2_session *s;
-    PyObject *unary;   /* frozenset of bytes */
-    PyObject *events;  /* the list recv() fills */
-    size_t max_message;
-    int failed;        /* a Python error inside a callback: recv() raises it */
-    long open;         /* streams begun and not closed */
-    size_t buffered;   /* response bytes written here and not yet handed to nghttp2, all streams */
-    size_t max_header; /* a request's header list, as HPACK counts it */
-    size_t max_request; /* the unary bodies kept here, all streams: past it the window stays shut */
-    size_t request;    /* request bytes kept now: header lists and unary bodies not handed on */
-    size_t kept;       /* unary bodies and streams' lent bytes (the connection's window counts these) */
-    size_t owed;       /* DATA bytes received for kept bodies, not yet given back to the window */
-    Stream *streams;   /* every stream begun and not freed */
-} Session;
 
 /* what every Session of the process holds (live()): all 0 once every Session is freed */
 static long g_sessions, g_streams; /* and h2_blocks (h2_nv.c) */
@@ -125,7 +88,7 @@ static void answer_add(Session *self, size_t n) {
     g_answer += n;
 }
 
-static void answer_sub(Session *self, size_t n) {
+void h2_answer_sub(Session *self, size_t n) {
     self->buffered -= n;
     g_answer -= n;
 }
@@ -161,7 +124,7 @@ static void stream_free(Session *self, Stream *st) {
     if (st->next != NULL) st->next->prev = st->prev;
     self->open--;
     g_streams--;
-    answer_sub(self, st->out.len - st->out.off);
+    h2_answer_sub(self, st->out.len - st->out.off);
     self->kept -= st->lent; /* body_release gives the window back */
     headers_release(self, st);
     body_release(self, st);
@@ -373,11 +336,12 @@ static ssize_t read_out(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     Session *self = ud;
     Stream *st = nghttp2_session_get_stream_user_data(s, id);
     if (st == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (st->expired) return NGHTTP2_ERR_DEFERRED; /* its trailers went at its deadline (h2_expire.c) */
     size_t n = st->out.len - st->out.off;
     if (n > length) n = length;
     memcpy(buf, st->out.p + st->out.off, n);
     st->out.off += n;
-    answer_sub(self, n);
+    h2_answer_sub(self, n);
     if (st->out.off < st->out.len) return (ssize_t)n;
     if (!st->finishing) {
         if (n > 0) return (ssize_t)n;
@@ -727,6 +691,8 @@ static PyMethodDef Session_methods[] = {
     {"handed", (PyCFunction)Session_handed, METH_VARARGS, "a stream's data bytes handed on"},
     {"shutdown", (PyCFunction)Session_shutdown, METH_NOARGS, "the graceful GOAWAY notice"},
     {"goaway", (PyCFunction)Session_goaway, METH_NOARGS, "the final GOAWAY"},
+    {"deadline", (PyCFunction)h2_deadline, METH_VARARGS, "a call's deadline, for expire()"},
+    {"expire", (PyCFunction)h2_expire, METH_VARARGS, "answers unsent past their deadline ended by the trailers"},
     {"close", (PyCFunction)Session_close, METH_NOARGS, "free every stream and the session: the connection is gone"},
     {NULL, NULL, 0, NULL},
 };

@@ -11,7 +11,8 @@ is relayed to grpcio (relay.py), whose handler does not look it up again (``Grpc
 Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow, so a client that
 stops reading holds at most a window's bytes of the transport's buffer, and the answers waiting
 behind its windows are bounded (``Lane.max_buffered``: past it, new calls are refused as busy);
-while the transport's buffer is over its high-water mark the connection stops reading too.
+while the transport's buffer is over its high-water mark the connection stops reading too. An
+answer left unread past its call's ``grpc-timeout`` is ended as grpcio ends it (expiry.py).
 Everything a connection keeps is bounded before it is kept: a request's header list (grpcio's
 hard limit, in C), the unary bodies not yet complete and the streams' bytes not yet handed on (the
 connection's window reopens only as they are handed on), the ModelInfer calls admitted and not yet
@@ -34,6 +35,7 @@ import grpc
 
 from posenc.service.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
+from posenc.service.grpclane.expiry import Expiry
 from posenc.service.grpclane.fill import Fill
 from posenc.service.grpclane.relay import (
     GRPC_HEAD,
@@ -177,6 +179,7 @@ class Connection(asyncio.Protocol):
         # the calls that waited for room and those refused as busy
         self.most = self.waited = self.refused = 0
         self.room_waiters: list[asyncio.Future] = []  # own streams' answers waiting for room (wait_room)
+        self.expiry = Expiry(self)  # answers left unread past their call's deadline
 
     def connection_made(self, transport) -> None:
         self.t = transport
@@ -251,8 +254,10 @@ class Connection(asyncio.Protocol):
     def _judged(self, sid: int, headers) -> bool:
         """What grpcio's transport refuses before any handler runs (rules.judge) is refused here,
         as grpcio refuses it: the lane's answer and the relay's re-encoding would not."""
-        verdict = rules.judge(headers)
+        verdict, timeout = rules.judge(headers)
         if verdict is None:
+            if timeout is not None:
+                self.expiry.set(sid, timeout)
             return False
         if verdict == rules.RESET:
             self.s.reset(sid, rules.INTERNAL_ERROR)
@@ -430,6 +435,8 @@ class Connection(asyncio.Protocol):
             return
         if self.waiting:
             self._admit_waiting()
+        if self.expiry.timed:
+            self.expiry.watch()
         try:
             out = self.s.send()
         except _h2.Error as e:
@@ -477,6 +484,7 @@ class Connection(asyncio.Protocol):
         self.waiting.clear()
         self.waiting_bytes = 0
         self.room_waiters.clear()  # their streams' tasks are cancelled above
+        self.expiry.cancel()
         if self.waited or self.refused:
             log.info(
                 "grpc lane: a connection that left answers unread closed: at most %d bytes of answers "

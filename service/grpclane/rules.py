@@ -3,8 +3,8 @@
 The lane answers some calls itself and relays the rest through a grpc.aio client, which re-encodes
 the metadata and the deadline: neither path would otherwise refuse what grpcio's HTTP/2 transport
 refuses before any handler runs. ``judge(headers)`` gives grpcio's answer to such a request, or
-None. Each rule is grpcio's, as a server with ``--grpc-lane off`` answers it over raw HTTP/2
-(tests/integration/test_grpc_lane.py sends each to both servers):
+None, and the call's ``grpc-timeout``. Each rule is grpcio's, as a server with ``--grpc-lane off``
+answers it over raw HTTP/2 (tests/integration/test_grpc_lane.py sends each to both servers):
 
 - ``:method`` other than POST, or no ``te`` header: RST_STREAM INTERNAL_ERROR, no headers;
 - in header order, the first of: a ``grpc-timeout`` grpcio cannot parse, a ``grpc-encoding``
@@ -78,10 +78,11 @@ def b64(value: bytes) -> bytes | None:
     return out if binascii.b2a_base64(out, newline=False).rstrip(b"=") == body else None
 
 
-def judge(headers) -> str | tuple[grpc.StatusCode, str] | None:
-    """grpcio's answer to a request with these headers before any handler runs: RESET, a
-    (status, message), or None (grpcio goes on with the call). One pass: it runs on every call."""
-    method = te = verdict = None
+def judge(headers) -> tuple[str | tuple[grpc.StatusCode, str] | None, float | None]:
+    """(grpcio's answer to a request with these headers before any handler runs: RESET, a
+    (status, message), or None (grpcio goes on with the call); its ``grpc-timeout`` in seconds, or
+    None). One pass: it runs on every call."""
+    method = te = verdict = timeout = None
     zero = False
     for k, v in headers:
         if k in _USUAL:
@@ -94,10 +95,10 @@ def judge(headers) -> str | tuple[grpc.StatusCode, str] | None:
         elif verdict is not None:
             pass
         elif k == b"grpc-timeout":
-            t = timeout_s(v)
-            if t is None:
+            timeout = timeout_s(v)
+            if timeout is None:
                 verdict = grpc.StatusCode.INTERNAL, "Error parsing 'grpc-timeout' metadata"
-            zero = zero or t == 0
+            zero = zero or timeout == 0
         elif k == b"grpc-encoding":
             if v not in ENCODINGS:
                 verdict = grpc.StatusCode.INTERNAL, "Error parsing 'grpc-encoding' metadata"
@@ -109,10 +110,10 @@ def judge(headers) -> str | tuple[grpc.StatusCode, str] | None:
                 f"Error parsing '{k.decode()}' metadata: illegal base64 encoding",
             )
     if method != b"POST" or te is None:
-        return RESET
+        return RESET, None
     if verdict is None and zero:
-        return DEADLINE
-    return verdict
+        return DEADLINE, None
+    return verdict, timeout
 
 
 def forwardable(value: bytes) -> bool:

@@ -42,11 +42,15 @@ def _session_module():
 
 
 h2 = _session_module()
+DUE = 3.0  # expire()'s clock: the deadlines 1-3 have passed, 4-6 not
+EXPIRED = [(b"grpc-status", b"4"), (b"grpc-message", b"Deadline Exceeded")]
 
 
 def _answer(s, ev, k: int) -> None:
     sid = ev[1]
     way = (sid + k) % 5
+    if k % 3 == 0:  # a deadline, past or not by the time _run's expire() looks (DUE)
+        assert s.deadline(sid, float(1 + k % 6)) in (True, False)  # (False: reset since)
     if way == 0:
         s.answer(sid, [(b"x-a", b"1")] if k & 1 else (), b"m" * (k % 300))
     elif way == 1:
@@ -114,6 +118,8 @@ def _run(s, size: int, rest: bytes, close_at: int) -> None:
             else:
                 raise AssertionError(ev)
             k += 1
+        ended, due = s.expire(DUE, EXPIRED)  # the answers unsent past their deadline, ended
+        assert ended >= 0 and (due is None or due > DUE), (ended, due)
         try:
             s.send()
         except h2.Error:

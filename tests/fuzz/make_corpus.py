@@ -241,8 +241,9 @@ def select() -> list[bytes]:
 def h2_client() -> list[bytes]:
     """What a client sends after the preface (python-hyper's h2 writes the frames), byte 0 the
     chunk size: unary calls, a message over the limit, streams, resets, PING, SETTINGS, window
-    updates, trailers, GOAWAY, long headers (CONTINUATION), a header list past the harness's bound,
-    a connection gone with bodies unfinished, and a frame on a server's stream id."""
+    updates, answers no window lets out (deadlines), trailers, GOAWAY, long headers (CONTINUATION),
+    a header list past the harness's bound, a connection gone with bodies unfinished, and a frame
+    on a server's stream id."""
     import h2.config
     import h2.connection
     import h2.settings
@@ -302,6 +303,11 @@ def h2_client() -> list[bytes]:
     for i in range(6):
         call(c, b"/u" if i % 2 else b"/s", msg, end=i % 3 != 0)
     seed(2, c)
+    c = conn()  # no window: every answer waits unsent, and those past their deadline are ended (expire)
+    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    for _ in range(6):
+        call(c, b"/u", msg)
+    seed(0, c)
     c = conn()
     sid = call(c, b"/u", msg, end=False)
     c.send_headers(sid, [(b"x-trailer", b"1")], end_stream=True)

@@ -454,6 +454,42 @@ def test_bad_compressed_messages_leave_no_traceback(pair):
     ), out[-3000:]
 
 
+def _unread(port: int, path: str, message: bytes) -> dict:
+    """The answer to a call with a 300 ms ``grpc-timeout`` from a client that opens no window (no
+    DATA can reach it), as _edge gives it; then a call on the same connection, its window opened,
+    is answered whole."""
+    with H2(port, window=0) as h:
+        h.read_data = False
+        sid = h.call(path, message, (*AUTH_H2, (b"grpc-timeout", b"300m")))
+        st = h.wait(sid, 30)
+        got = {
+            "headers": st["headers"] and {k: v for k, v in st["headers"].items() if k != b"date"},
+            "messages": h.messages(sid),
+            "trailers": st["trailers"],
+            "reset": st["reset"],
+        }
+        h.read_data = True
+        later = h.call(INFER, _message([7]), AUTH_H2)
+        h.c.increment_flow_control_window(1 << 20, later)
+        h.c.increment_flow_control_window(1 << 20)
+        h.flush()
+        assert h.status(later) == (0, b"") and len(h.messages(later)) == 1, h.streams[later]
+        return got
+
+
+def test_an_answer_unread_at_its_deadline_is_ended_as_grpcio_ends_it(pair):
+    """grpcio ends a call at its deadline whatever it holds: an answer its client has not read is
+    dropped and the trailers (DEADLINE_EXCEEDED) go instead. A learnt ModelInfer (the lane's own
+    answer), a relayed call and the lane's own stream, each to a client that opens no window, get
+    the same from the lane as from grpcio alone; the connection goes on."""
+    for _ in range(6):  # the ModelInfer's key learnt (where the shortcut runs)
+        grpc_call_raw(pair[0], INFER, EDGE_CALLS["ModelInfer"][1])
+    for name, (path, message) in EDGE_CALLS.items():
+        on, off = (_unread(_port(s), path, message) for s in pair)
+        assert off["trailers"] == {b"grpc-status": b"4", b"grpc-message": b"Deadline Exceeded"}, (name, off)
+        assert on == off, (name, on, off)
+
+
 def test_a_client_that_stops_reading_holds_up_no_one(pair, clients):
     """A connection that never acknowledges DATA (64 KiB windows) asks for 30 learnt answers of 6 MB:
     the lane sends each as far as the windows allow, keeps at most the response limit (64 MiB) of

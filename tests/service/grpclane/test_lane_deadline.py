@@ -27,14 +27,9 @@ DEADLINE = (b"grpc-timeout", b"200m")
 
 
 @contextlib.contextmanager
-def grpcio_waiting():
-    """(grpcio's own server whose ModelInfer handler waits on a gate, its port, the gate's opener)."""
+def grpcio_serving(infer):
+    """(grpcio's own server whose ModelInfer handler is the coroutine ``infer``, its port, its loop)."""
     loop = asyncio.new_event_loop()
-    gate = asyncio.Event()
-
-    async def infer(request: bytes, context) -> bytes:
-        await gate.wait()
-        return b""
 
     async def start():
         service, method = INFER.strip("/").split("/")
@@ -49,12 +44,25 @@ def grpcio_waiting():
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     try:
-        yield port, lambda: loop.call_soon_threadsafe(gate.set)
+        yield port, loop
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def grpcio_waiting():
+    """(grpcio's own server whose ModelInfer handler waits on a gate, its port, the gate's opener)."""
+    gate = asyncio.Event()
+
+    async def infer(request: bytes, context) -> bytes:
+        await gate.wait()
+        return b""
+
+    with grpcio_serving(infer) as (port, loop):
+        yield port, lambda: loop.call_soon_threadsafe(gate.set)
 
 
 def past_deadline(port: int) -> dict:
@@ -84,3 +92,36 @@ def test_a_fill_past_its_deadline_is_answered_as_grpcio_answers_it():
             assert h.status(sid) == (0, b"") and h.messages(sid) == [b"t" * SIZE]
         wait_released(lane, "both reservations released (the one past its deadline once made)")
         assert lane.answered == 1  # the answer made past the deadline was dropped
+
+
+def unread_past_deadline(port: int, held=None) -> dict:
+    """The answer to one ModelInfer with DEADLINE from a client that opens no window (no DATA can
+    reach it); ``held()``, where given, is asserted 0 once it has ended, the connection still open."""
+    from tests.integration.h2_client import H2
+
+    with H2(port, window=0) as h:
+        h.read_data = False
+        st = h.wait(h.call(INFER, KEY + b"\x3a\x03one", [DEADLINE]), 10)
+        if held is not None:
+            wait_for(lambda: held() == 0, 10, 0.01, what="the dropped answer's bytes freed", seen=held)
+        return {k: st[k] for k in ("headers", "data", "trailers", "reset")}
+
+
+def test_an_answer_unread_at_its_deadline_is_dropped_as_grpcio_drops_it():
+    """grpcio's server ends a call at its deadline whatever it still holds: an answer its client
+    has not read is dropped and the trailers go instead. The lane's answer, made in the session and
+    never read, is ended alike at the deadline, and its bytes are freed with the connection still
+    open (before, the session kept them until the client read them or went)."""
+
+    async def at_once(request: bytes, context) -> bytes:
+        return b"t" * SIZE
+
+    with grpcio_serving(at_once) as (port, _loop):
+        want = unread_past_deadline(port)
+    assert want["trailers"] == {b"grpc-status": b"4", b"grpc-message": b"Deadline Exceeded"}, want
+    assert want["data"] == b"" and want["headers"][b":status"] == b"200", want
+    grpc_v2 = Gated()
+    with lane_on_loop(grpc_v2) as (lane, loop):
+        loop.call_soon_threadsafe(grpc_v2.gate.set)
+        assert unread_past_deadline(lane.server.sockets[0].getsockname()[1], lane.held) == want
+        assert lane.answered == 1  # (made, in the session, then dropped at the deadline)
