@@ -16,7 +16,6 @@ import asyncio
 import logging
 
 from posenc.service.grpclane import rules
-from posenc.service.grpclane.relay import deadline, metadata
 
 log = logging.getLogger("posenc.service")
 
@@ -29,8 +28,8 @@ class Fill:
         self.reserved = 0  # lane.Connection._reserve's, until the answer is in the session
         self.expired = False
         conn.streams[sid] = self
-        t = deadline(metadata(headers)[1].get(b"grpc-timeout"))
-        self.timer = None if t is None else asyncio.get_running_loop().call_later(t, self._expire)
+        t = conn.expiry.left(sid)
+        self.timer = None if t is None else asyncio.get_running_loop().call_later(max(t, 0.0), self._expire)
         self.task = asyncio.ensure_future(self._run(path, headers, body, hit))
 
     def cancel(self) -> None:

@@ -5,8 +5,10 @@
  * "Deadline Exceeded") go instead, HEADERS not being flow-controlled. The lane does the same for
  * the calls Python gave a deadline:
  *
- *   deadline(id, at)         stream id's call ends at ``at`` (the event loop's clock); False when
- *                            the stream is gone
+ *   deadline(id, at)         stream id's call ends at ``at`` (the event loop's clock, > 0); False
+ *                            when the stream is gone
+ *   deadline(id)             that deadline, or None (none given, or the stream gone): the one place
+ *                            the lane keeps a call's deadline (read once, by rules.judge)
  *   expire(now, trailers) -> (ended, next)
  *                            every stream whose deadline has passed and whose answer, finished
  *                            (answer() or finish()), still has bytes here is ended: those bytes are
@@ -22,9 +24,13 @@
 
 PyObject *h2_deadline(Session *self, PyObject *args) {
     int id;
-    double at;
-    if (!PyArg_ParseTuple(args, "id", &id, &at)) return NULL;
+    double at = -1;
+    if (!PyArg_ParseTuple(args, "i|d", &id, &at)) return NULL;
     Stream *st = self->s != NULL ? nghttp2_session_get_stream_user_data(self->s, id) : NULL;
+    if (at < 0) { /* asked */
+        if (st == NULL || st->deadline <= 0) Py_RETURN_NONE;
+        return PyFloat_FromDouble(st->deadline);
+    }
     if (st != NULL) st->deadline = at;
     return PyBool_FromLong(st != NULL);
 }

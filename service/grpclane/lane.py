@@ -12,7 +12,8 @@ Flow control is nghttp2's: an answer's DATA leaves as the client's windows allow
 stops reading holds at most a window's bytes of the transport's buffer, and the answers waiting
 behind its windows are bounded (``Lane.max_buffered``: past it, new calls are refused as busy);
 while the transport's buffer is over its high-water mark the connection stops reading too. An
-answer left unread past its call's ``grpc-timeout`` is ended as grpcio ends it (expiry.py).
+answer left unread past its call's ``grpc-timeout``, or a call still waiting then, is ended as
+grpcio ends it (expiry.py).
 Everything a connection keeps is bounded before it is kept: a request's header list (grpcio's
 hard limit, in C), the unary bodies not yet complete and the streams' bytes not yet handed on (the
 connection's window reopens only as they are handed on), the ModelInfer calls admitted and not yet
@@ -37,15 +38,7 @@ from posenc.service.core.settings import ENV_PREFIX
 from posenc.service.grpclane import _h2, rules
 from posenc.service.grpclane.expiry import Expiry
 from posenc.service.grpclane.fill import Fill
-from posenc.service.grpclane.relay import (
-    GRPC_HEAD,
-    Refused,
-    Relay,
-    decompress,
-    metadata,
-    status_trailers,
-    too_large,
-)
+from posenc.service.grpclane.relay import GRPC_HEAD, Relay, inflated, metadata, status_trailers, too_large
 from posenc.service.grpclane.streams import OwnStream
 from posenc.service.v2.admit import over_bytes
 from posenc.service.v2.grpc_server import SERVICE, UNARY_METHODS
@@ -214,6 +207,7 @@ class Connection(asyncio.Protocol):
             self._open(*ev[1:])
         elif kind == "closed" and ev[1] in self.waiting:  # reset while it waited: dropped
             self.waiting_bytes -= len(self.waiting.pop(ev[1])[2])
+            self.expiry.unwait(ev[1])
         elif (st := self.streams.get(ev[1])) is None:
             pass
         elif kind == "data":
@@ -270,7 +264,7 @@ class Connection(asyncio.Protocol):
             return
         over = total > len(body)
         if path == MODEL_INFER and not over and body[:1] == b"\x01":
-            body = self._inflated(headers, body)
+            body = inflated(headers, body, self.lane.max_message)
         if path == MODEL_INFER and not over:  # its answer's planned bytes are reserved: admitted in order
             if self.waiting or not self.room(lane=False):
                 n = self._answer_bytes(body)
@@ -278,6 +272,7 @@ class Connection(asyncio.Protocol):
                     return
                 self.waiting[sid] = (path, headers, body, n)
                 self.waiting_bytes += len(body)
+                self.expiry.wait(sid)
                 self.waited += 1
                 return
             self._admit(sid, path, headers, body)
@@ -290,18 +285,6 @@ class Connection(asyncio.Protocol):
             return
         r.data(body)
         r.end()
-
-    def _inflated(self, headers, body: bytes) -> bytes:
-        """A unary body of one compressed message as the same message uncompressed, which the
-        learnt entries are looked up by and grpcio's handler reads (it answers uncompressed, as
-        grpcio does); as it is where grpcio refuses it (the relay then refuses it in its words)."""
-        if int.from_bytes(body[1:5], "big") != len(body) - 5:
-            return body
-        try:
-            m = decompress(body[5:], metadata(headers)[1].get(b"grpc-encoding"), self.lane.max_message)
-        except Refused:
-            return body
-        return b"\0" + len(m).to_bytes(4, "big") + m
 
     async def wait_room(self) -> None:
         """Until the connection and the lane have room for one more answer (a stream's next one)."""
@@ -384,6 +367,7 @@ class Connection(asyncio.Protocol):
             sid = next(iter(self.waiting))
             path, headers, body, n = self.waiting.pop(sid)
             self.waiting_bytes -= len(body)
+            self.expiry.unwait(sid)
             try:
                 self._admit(sid, path, headers, body, n)
             except Exception:  # the lane's own fault: that stream is reset, the rest go on

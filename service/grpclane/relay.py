@@ -4,8 +4,9 @@ Each such stream becomes one call on a grpc.aio channel to the private socket, a
 call of raw messages whatever the method (gRPC's wire form is the same for every kind: a unary
 method gets its one message and the half-close, and grpcio answers a unary method sent none or two
 exactly as it would answer the client). What crosses: the request's metadata (its custom headers,
-``-bin`` ones base64-decoded), its deadline (``grpc-timeout``, 50 ms later: grpcio behind judges
-it as it would alone, never the relay's own timer first; the client's timer is its own), its
+``-bin`` ones base64-decoded), what is left of its deadline (``grpc-timeout``, kept in the session:
+expiry.py; 50 ms later: grpcio behind judges it as it would alone, never the relay's own timer
+first; the client's timer is its own), its
 messages (decompressed where the client compressed them: gzip, deflate) and its half-close;
 back: the initial metadata, each response message, the status, its message and the trailing
 metadata; a client's RST_STREAM cancels the call. What grpcio's transport would refuse before its
@@ -23,7 +24,7 @@ import zlib
 
 import grpc
 
-from posenc.service.grpclane.rules import ACCEPT_ENCODING, b64, forwardable, timeout_s
+from posenc.service.grpclane.rules import ACCEPT_ENCODING, b64, forwardable
 
 log = logging.getLogger("posenc.service")
 
@@ -42,18 +43,8 @@ NOT_METADATA = frozenset(
 )
 _ZLIB = {b"gzip": 31, b"deflate": 15}  # wbits: gzip's header, zlib's
 DEADLINE_SLACK_S = 0.05
-# a longer deadline is no deadline: grpc.aio's own arithmetic overflows on grpcio's largest ones
-# (99999999H answered DEADLINE_EXCEEDED at once), and a call outlives none of them
-MAX_DEADLINE_S = 1e8
 GRPC_HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 GRPC_START = (*GRPC_HEAD, ACCEPT_ENCODING)  # the headers of an answer with messages, as grpcio's
-
-
-def deadline(value: bytes | None) -> float | None:
-    """Seconds of a ``grpc-timeout`` value as grpcio reads it (rules.timeout_s), or None: none
-    given, or longer than any call (rules.judge refused one grpcio cannot parse)."""
-    t = None if value is None else timeout_s(value)
-    return None if t is None or t > MAX_DEADLINE_S else t
 
 
 def metadata(headers) -> tuple[list, dict]:
@@ -126,6 +117,19 @@ def decompress(msg: bytes, encoding: bytes | None, max_message: int) -> bytes:
     return out
 
 
+def inflated(headers, body: bytes, max_message: int) -> bytes:
+    """A unary body of one compressed message as the same message uncompressed, which the learnt
+    entries are looked up by and grpcio's handler reads (the lane answers it uncompressed, as
+    grpcio does); as it is where grpcio refuses it (the relay then refuses it in its words)."""
+    if int.from_bytes(body[1:5], "big") != len(body) - 5:
+        return body
+    try:
+        m = decompress(body[5:], metadata(headers)[1].get(b"grpc-encoding"), max_message)
+    except Refused:
+        return body
+    return b"\0" + len(m).to_bytes(4, "big") + m
+
+
 class Messages:
     """A stream's request bytes, as gRPC messages: 5-byte prefix (compressed flag, length), then
     the message. ``feed`` returns the whole messages so far, each as (its bytes on the wire, the
@@ -161,10 +165,11 @@ class Relay:
         self.conn, self.sid, self.streamed = conn, sid, streamed
         self.reserved = 0  # the answer's bytes reserved for it (lane.Connection._admit), until it is written
         self.md, own = metadata(headers)
-        # the client's deadline, and a little: grpcio behind then judges the deadline as it would
-        # alone (it answers a quick method even past it), and the relay's own timer never fires first
-        t = deadline(own.get(b"grpc-timeout"))
-        self.timeout = None if t is None else t + DEADLINE_SLACK_S
+        # what is left of the client's deadline, and a little: grpcio behind then judges the deadline
+        # as it would alone (it answers a quick method even past it), and the relay's own timer never
+        # fires first
+        t = conn.expiry.left(sid)
+        self.timeout = None if t is None else max(t, 0.0) + DEADLINE_SLACK_S
         self.messages = Messages(own.get(b"grpc-encoding"), max_message)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.path = path.decode("latin-1")

@@ -20,7 +20,7 @@ import collections
 import grpc
 
 from posenc.service.grpclane import rules
-from posenc.service.grpclane.relay import GRPC_HEAD, GRPC_START, Messages, Refused, deadline, status_trailers
+from posenc.service.grpclane.relay import GRPC_HEAD, GRPC_START, Messages, Refused, status_trailers
 from posenc.service.v2.hot import FILL_INLINE_BYTES, grpc_answer
 
 
@@ -33,9 +33,9 @@ class OwnStream:
         self.pending_bytes = 0
         self.task: asyncio.Task | None = None
         self.started = self.half_closed = self.done = False
-        t = deadline(own.get(b"grpc-timeout"))
+        t = conn.expiry.left(sid)
         loop = asyncio.get_running_loop()
-        self.timer = None if t is None else loop.call_later(t, self._expire)
+        self.timer = None if t is None else loop.call_later(max(t, 0.0), self._expire)
 
     def data(self, chunk) -> None:
         try:

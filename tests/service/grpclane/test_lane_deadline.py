@@ -125,3 +125,26 @@ def test_an_answer_unread_at_its_deadline_is_dropped_as_grpcio_drops_it():
         loop.call_soon_threadsafe(grpc_v2.gate.set)
         assert unread_past_deadline(lane.server.sockets[0].getsockname()[1], lane.held) == want
         assert lane.answered == 1  # (made, in the session, then dropped at the deadline)
+
+
+def test_a_call_waiting_for_room_at_its_deadline_is_answered_as_grpcio_answers_it():
+    """A call that waits for room (its connection's answers reserved past the bound) when its
+    ``grpc-timeout`` passes gets what grpcio sends for a handler still running at its deadline, at
+    the deadline, not when room is made; the calls before it are answered whole once made."""
+    from tests.integration.h2_client import H2
+
+    with grpcio_waiting() as (port, _opened):
+        want = past_deadline(port)
+    grpc_v2 = Gated()
+    with lane_on_loop(grpc_v2, max_buffered=SIZE + SIZE // 2) as (lane, loop):
+        with H2(lane.server.sockets[0].getsockname()[1]) as h:
+            first = {name: h.call(INFER, KEY + b"\x3a\x03" + name) for name in (b"one", b"two")}
+            wait_for(lambda: grpc_v2.waiting == 2, 10, 0.01, what="two answers being made")
+            late = h.call(INFER, KEY + b"\x3a\x03thr", [DEADLINE])  # waits: 2 x SIZE reserved
+            st = h.wait(late, 10)
+            assert {k: st[k] for k in ("headers", "data", "trailers", "reset")} == want
+            assert grpc_v2.waiting == 2  # (ended while it waited: never admitted)
+            loop.call_soon_threadsafe(grpc_v2.gate.set)
+            for name, sid in first.items():
+                assert h.status(sid) == (0, b"") and h.messages(sid) == [name[:1] * SIZE]
+        wait_released(lane, "both reservations released")

@@ -45,13 +45,14 @@ class FailsOnce:
 
 
 @contextlib.contextmanager
-def lane_on_loop(grpc):
+def lane_on_loop(grpc, max_buffered: int = 64 << 20):
     """(a real Lane over ``grpc``, its event loop), the loop running in a thread, the lane listening
-    on a port of this process (``lane.server``); closed at the end."""
+    on a port of this process (``lane.server``); closed at the end. ``max_buffered``: the answers a
+    connection holds unread and reserved before a call waits for room."""
     from posenc.service.grpclane.lane import Lane
 
     loop = asyncio.new_event_loop()
-    lane = Lane(grpc, None, None, 1 << 20, 64 << 20)
+    lane = Lane(grpc, None, None, 1 << 20, max_buffered)
     loop.run_until_complete(lane.listen("127.0.0.1", 0, reuse_port=False))
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
