@@ -172,7 +172,7 @@ class Connection(asyncio.Protocol):
         # the calls that waited for room and those refused as busy
         self.most = self.waited = self.refused = 0
         self.room_waiters: list[asyncio.Future] = []  # own streams' answers waiting for room (wait_room)
-        self.expiry = Expiry(self)  # answers left unread past their call's deadline
+        self.expiry = Expiry(self)  # its calls' deadlines: answers unread and calls waiting past them
 
     def connection_made(self, transport) -> None:
         self.t = transport
