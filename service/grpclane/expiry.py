@@ -43,15 +43,18 @@ class Expiry:
             self.conn.s.deadline(sid, asyncio.get_running_loop().time() + t)
             self.timed = True
 
+    def _at(self, sid: int) -> float | None:
+        """Stream ``sid``'s deadline (the loop's clock), or None: it has none."""
+        return self.conn.s.deadline(sid) if self.timed else None
+
     def left(self, sid: int) -> float | None:
         """Seconds left before stream ``sid``'s deadline (below 0: past), or None: it has none."""
-        at = self.conn.s.deadline(sid) if self.timed else None
+        at = self._at(sid)
         return None if at is None else at - asyncio.get_running_loop().time()
 
     def wait(self, sid: int) -> None:
         """Stream ``sid``'s call waits for room: ended at its deadline unless admitted first (``unwait``)."""
-        at = self.conn.s.deadline(sid) if self.timed else None
-        if at is not None:
+        if (at := self._at(sid)) is not None:
             self.waits[sid] = asyncio.get_running_loop().call_at(at, self._waited_past, sid)
 
     def unwait(self, sid: int) -> None:

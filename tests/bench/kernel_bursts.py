@@ -63,6 +63,8 @@ def main() -> int:
     runs = []  # (s since t0 at its start, ms of CPU, cpu)
     seen = []  # when each growth was read
     while time.monotonic() - t0 < a.seconds:
+        # the sampling period, not a wait for a state: the thread's CPU is read every few ms and
+        # compared (a tighter loop would take the core it measures from)
         time.sleep(a.every_ms / 1e3)
         for p in pids:
             run, cpu = sample(p)

@@ -420,13 +420,19 @@ def _edge(port: int, path: str, message: bytes, edge: str) -> dict:
         h.streams[sid] = {"headers": None, "data": b"", "trailers": None, "ended": False, "reset": None}
         h.c.send_data(sid, body(message), end_stream=True)
         h.flush()
-        st = h.wait(sid)
-        return {
-            "headers": st["headers"] and {k: v for k, v in st["headers"].items() if k != b"date"},
-            "messages": h.messages(sid),
-            "trailers": st["trailers"],
-            "reset": st["reset"],
-        }
+        return _seen(h, sid)
+
+
+def _seen(h: H2, sid: int, timeout: float = 30.0) -> dict:
+    """Stream ``sid``'s answer as its client sees it once it ends: headers (but ``date``),
+    messages, trailers (those of a Trailers-Only answer too), RST_STREAM's code."""
+    st = h.wait(sid, timeout)
+    return {
+        "headers": st["headers"] and {k: v for k, v in st["headers"].items() if k != b"date"},
+        "messages": h.messages(sid),
+        "trailers": st["trailers"],
+        "reset": st["reset"],
+    }
 
 
 @pytest.mark.parametrize("edge", EDGES)
@@ -456,18 +462,11 @@ def test_bad_compressed_messages_leave_no_traceback(pair):
 
 def _unread(port: int, path: str, message: bytes) -> dict:
     """The answer to a call with a 300 ms ``grpc-timeout`` from a client that opens no window (no
-    DATA can reach it), as _edge gives it; then a call on the same connection, its window opened,
+    DATA can reach it), as _seen gives it; then a call on the same connection, its window opened,
     is answered whole."""
     with H2(port, window=0) as h:
         h.read_data = False
-        sid = h.call(path, message, (*AUTH_H2, (b"grpc-timeout", b"300m")))
-        st = h.wait(sid, 30)
-        got = {
-            "headers": st["headers"] and {k: v for k, v in st["headers"].items() if k != b"date"},
-            "messages": h.messages(sid),
-            "trailers": st["trailers"],
-            "reset": st["reset"],
-        }
+        got = _seen(h, h.call(path, message, (*AUTH_H2, (b"grpc-timeout", b"300m"))))
         h.read_data = True
         later = h.call(INFER, _message([7]), AUTH_H2)
         h.c.increment_flow_control_window(1 << 20, later)

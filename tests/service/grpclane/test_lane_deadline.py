@@ -65,13 +65,23 @@ def grpcio_waiting():
         yield port, lambda: loop.call_soon_threadsafe(gate.set)
 
 
-def past_deadline(port: int) -> dict:
-    """The answer to one ModelInfer with DEADLINE whose handler has not answered."""
+def seen(st: dict) -> dict:
+    """What a stream's client saw (H2.wait's record): headers, data, trailers, RST_STREAM's code."""
+    return {k: st[k] for k in ("headers", "data", "trailers", "reset")}
+
+
+def past_deadline(port: int, unread: bool = False, held=None) -> dict:
+    """The answer to one ModelInfer with DEADLINE (seen): a handler that has not answered, or
+    (``unread``) an answer to a client that opens no window, so no DATA can reach it. ``held()``,
+    where given, is asserted 0 once the stream has ended, the connection still open."""
     from tests.integration.h2_client import H2
 
-    with H2(port) as h:
+    with H2(port, window=0 if unread else None) as h:
+        h.read_data = not unread
         st = h.wait(h.call(INFER, KEY + b"\x3a\x03one", [DEADLINE]), 10)
-        return {k: st[k] for k in ("headers", "data", "trailers", "reset")}
+        if held is not None:
+            wait_for(lambda: held() == 0, 10, 0.01, what="the dropped answer's bytes freed", seen=held)
+        return seen(st)
 
 
 def test_a_fill_past_its_deadline_is_answered_as_grpcio_answers_it():
@@ -94,19 +104,6 @@ def test_a_fill_past_its_deadline_is_answered_as_grpcio_answers_it():
         assert lane.answered == 1  # the answer made past the deadline was dropped
 
 
-def unread_past_deadline(port: int, held=None) -> dict:
-    """The answer to one ModelInfer with DEADLINE from a client that opens no window (no DATA can
-    reach it); ``held()``, where given, is asserted 0 once it has ended, the connection still open."""
-    from tests.integration.h2_client import H2
-
-    with H2(port, window=0) as h:
-        h.read_data = False
-        st = h.wait(h.call(INFER, KEY + b"\x3a\x03one", [DEADLINE]), 10)
-        if held is not None:
-            wait_for(lambda: held() == 0, 10, 0.01, what="the dropped answer's bytes freed", seen=held)
-        return {k: st[k] for k in ("headers", "data", "trailers", "reset")}
-
-
 def test_an_answer_unread_at_its_deadline_is_dropped_as_grpcio_drops_it():
     """grpcio's server ends a call at its deadline whatever it still holds: an answer its client
     has not read is dropped and the trailers go instead. The lane's answer, made in the session and
@@ -117,13 +114,13 @@ def test_an_answer_unread_at_its_deadline_is_dropped_as_grpcio_drops_it():
         return b"t" * SIZE
 
     with grpcio_serving(at_once) as (port, _loop):
-        want = unread_past_deadline(port)
+        want = past_deadline(port, unread=True)
     assert want["trailers"] == {b"grpc-status": b"4", b"grpc-message": b"Deadline Exceeded"}, want
     assert want["data"] == b"" and want["headers"][b":status"] == b"200", want
     grpc_v2 = Gated()
     with lane_on_loop(grpc_v2) as (lane, loop):
         loop.call_soon_threadsafe(grpc_v2.gate.set)
-        assert unread_past_deadline(lane.server.sockets[0].getsockname()[1], lane.held) == want
+        assert past_deadline(lane.server.sockets[0].getsockname()[1], unread=True, held=lane.held) == want
         assert lane.answered == 1  # (made, in the session, then dropped at the deadline)
 
 
@@ -142,7 +139,7 @@ def test_a_call_waiting_for_room_at_its_deadline_is_answered_as_grpcio_answers_i
             wait_for(lambda: grpc_v2.waiting == 2, 10, 0.01, what="two answers being made")
             late = h.call(INFER, KEY + b"\x3a\x03thr", [DEADLINE])  # waits: 2 x SIZE reserved
             st = h.wait(late, 10)
-            assert {k: st[k] for k in ("headers", "data", "trailers", "reset")} == want
+            assert seen(st) == want
             assert grpc_v2.waiting == 2  # (ended while it waited: never admitted)
             loop.call_soon_threadsafe(grpc_v2.gate.set)
             for name, sid in first.items():
