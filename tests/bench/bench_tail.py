@@ -3,7 +3,7 @@ not a test:
 
     python tests/bench/bench_tail.py [--rates 15000,30000] [--seconds 5] [--rounds 3]
         [--server-cpus 0] [--client-cpus 1] [--engine-cpus CPUS] [--builds-per-s 2] [--no-settle]
-        [--only VARIANT,...]
+        [--only VARIANT,...] [--scenario realistic-mix|decode] [--kinds rope-row:3,alibi-decode:1]
 
 Each round starts ``posenc serve --workers 1`` (the default tables) once per variant, each with one
 source removed or made sixty times as frequent, and the bare server (asyncio + httptools answering
@@ -11,7 +11,12 @@ exactly posenc's bytes: the tail this machine allows); loadtest's open-loop prob
 ``--client-cpus``) offers each rate for ``--seconds`` to each in turn, its requests the realistic
 mix's pool (loadtest/workloads/mix.py: 2,048 requests drawn at random over the default tables'
 models, every family, positions over their context and past it, lists and ranges, binary and JSON,
-/v1 and v2 REST). The order of the servers turns every round.
+/v1 and v2 REST). The order of the servers turns every round. ``--scenario decode`` sends
+``posenc loadtest``'s default scenario instead: its pool of 512 requests of ``--kinds`` (an
+inference worker's decode steps: one RoPE row, and one query's ALiBi block over keys 0..t, at
+positions drawn over the decode context; loadtest/workloads/payloads.py), whose answers cost the
+worker little more than the bare server's replay of them, so that what is left between the two
+is what the rest of the serve (the engine, its standby, the checksummer) costs the worker.
 
 The whole serve is pinned to ``--server-cpus`` (taskset: serve, which runs the one worker, the
 engine, its standby and the checksummer all inherit it), as in a small pod where a worker shares
@@ -325,6 +330,7 @@ def one_posenc(
     rec_dir: str,
     pool: dict | None,
     out: str = "",
+    workload=None,
     engine_cpus: str = "",
     builds_per_s: float = 0.0,
     settle: bool = True,
@@ -352,7 +358,7 @@ def one_posenc(
         pid = srv.proc.pid
         url = f"http://127.0.0.1:{port}"
         if pool is None:
-            pool = scenario.prepare(types.SimpleNamespace(scenario=mix.NAME, tables=None), url, {}, out)
+            pool = scenario.prepare(workload, url, {}, out)
         if settle:
             _settle(pid)
         if engine_cpus:  # (the checksummer, started by the engine later, inherits the engine's)
@@ -405,6 +411,26 @@ def _cpu_cell(samples: list, seconds: float) -> str:
     )
 
 
+def workload_args(ap: argparse.ArgumentParser) -> None:
+    """--scenario and --kinds: the probe's pool (loadtest/workloads/scenario.py)."""
+    ap.add_argument("--scenario", choices=scenario.NAMES, default=mix.NAME, help="the probe's requests")
+    ap.add_argument(
+        "--kinds",
+        default="rope-row:3,alibi-decode:1",
+        help="--scenario decode: the request kinds and weights",
+    )
+
+
+def workload_of(args) -> types.SimpleNamespace:
+    """What scenario.prepare reads of workload_args' options (the default tables)."""
+    return types.SimpleNamespace(scenario=args.scenario, kinds=args.kinds, tables=None)
+
+
+def described(args) -> str:
+    """The pool's name in a report's first line."""
+    return "the realistic mix" if args.scenario == mix.NAME else f"the decode scenario ({args.kinds})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rates", default="15000,30000")
@@ -429,7 +455,9 @@ def main() -> int:
         help="measure without waiting for the standby's start (as after an engine restart)",
     )
     ap.add_argument("--only", default=",".join(VARIANTS), help="the variants to run, comma-separated")
+    workload_args(ap)
     args = ap.parse_args()
+    workload = workload_of(args)
     rates = [float(r) for r in args.rates.split(",")]
     names = [v for v in args.only.split(",") if v]
     assert all(v in VARIANTS for v in names), f"variants: {list(VARIANTS)}"
@@ -448,7 +476,7 @@ def main() -> int:
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
             f.write(SITECUSTOMIZE)
         # posenc's answers to the pool, once, for the bare server
-        pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp)["pool"]
+        pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp, workload)["pool"]
         for k in range(args.rounds):
             order = ["bare", *names]
             order = order[k % len(order) :] + order[: k % len(order)]
@@ -499,8 +527,9 @@ def main() -> int:
             else " (all of it)"
         )
         + f", probe on CPU "
-        f"{args.client_cpus}, {args.rounds} rounds of {args.seconds:g} s per rate, the realistic mix "
-        f"({pool['pool']} requests, {len(pool['names'])} kinds), "
+        f"{args.client_cpus}, {args.rounds} rounds of {args.seconds:g} s per rate, "
+        + described(args)
+        + f" ({pool['pool']} requests, {len(pool['names'])} kinds), "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print()
