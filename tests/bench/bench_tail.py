@@ -142,6 +142,26 @@ if _dir:
 """
 
 
+def site_dirs(tmp: str) -> tuple[str, str]:
+    """(site, rec) made under ``tmp``: a directory holding SITECUSTOMIZE, to put first on posenc's
+    PYTHONPATH, and the one its records are written to."""
+    site, rec = os.path.join(tmp, "site"), os.path.join(tmp, "rec")
+    os.makedirs(site)
+    os.makedirs(rec)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE)
+    return site, rec
+
+
+def site_env(site: str, rec: str, mode: str) -> dict:
+    """posenc serve's environment with site_dirs' sitecustomize in ``mode`` (VARIANTS)."""
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
+        "BENCH_TAIL_DIR": rec,
+        "BENCH_TAIL_MODE": mode,
+    }
+
+
 def roles(pid: int) -> dict[int, str]:
     """{pid: role} of posenc serve ``pid``'s process tree: serve, worker, engine, standby,
     checksummer, other (multiprocessing's resource tracker)."""
@@ -347,11 +367,7 @@ def one_posenc(
     port, ns = servers.free_port(), f"btail-{uuid.uuid4().hex[:8]}"
     for f in os.listdir(rec_dir):
         os.unlink(os.path.join(rec_dir, f))
-    env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
-        "BENCH_TAIL_DIR": rec_dir,
-        "BENCH_TAIL_MODE": mode,
-    }
+    env = site_env(site, rec_dir, mode)
     res: dict = {"builds": []}
     with servers.start_posenc(port, ns, cpus=cpus, env=env, args=flags) as srv:
         srv.wait_ready()
@@ -470,11 +486,7 @@ def main() -> int:
     kernel: dict = {}  # {rate: [{kernel thread: (CPU s, runs)} of each step of every server]}
     where = {}
     with tempfile.TemporaryDirectory(prefix="bench_tail.") as tmp:
-        site, rec = os.path.join(tmp, "site"), os.path.join(tmp, "rec")
-        os.makedirs(site)
-        os.makedirs(rec)
-        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-            f.write(SITECUSTOMIZE)
+        site, rec = site_dirs(tmp)
         # posenc's answers to the pool, once, for the bare server
         pool = one_posenc(names[0], rates[:1], 0.5, args.server_cpus, site, rec, None, tmp, workload)["pool"]
         for k in range(args.rounds):

@@ -3,7 +3,7 @@ test:
 
     python tests/bench/bench_tail_interleaved.py [--rates 15000,30000] [--steps 60] [--step-s 1]
         [--scenario realistic-mix|decode] [--kinds rope-row:3,alibi-decode:1] [--blocks 6]
-        [--server-cpus 0] [--client-cpus 1]
+        [--server-cpus 0] [--client-cpus 1] [--variant "as shipped"]
 
 bench_tail.py measures each server for 5 s per rate in turn, restarting them every round. This
 machine's stalls (kdamond, the hypervisor, other tenants: a few a second, a few milliseconds each,
@@ -18,6 +18,9 @@ is measured every posenc process is held with SIGSTOP, so that nothing of posenc
 server's steps (its background work counts in its own steps only); it is resumed (SIGCONT) for
 its own, whose first 0.3 s are not measured (timers due while it was held run then). Both are
 warmed first as bench_tail.py warms them (2 s at the first rate).
+
+``--variant`` runs posenc as bench_tail.py's variant of that name (one background source removed,
+or, for "engine stopped" and "standby stopped", those processes held in posenc's steps too).
 
 Printed per rate: each server's requests pooled over its steps (p50, p99, p99.9) and the ratios
 to the bare server's, and the ratios of the same pooling over ``--blocks`` consecutive parts of
@@ -37,7 +40,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
 
-from bench_tail import _pooled, _settle, _warm, described, roles, workload_args, workload_of  # noqa: E402
+from bench_tail import (  # noqa: E402  (beside this script)
+    STOPPED,
+    VARIANTS,
+    _pooled,
+    _settle,
+    _warm,
+    described,
+    roles,
+    site_dirs,
+    site_env,
+    workload_args,
+    workload_of,
+)
 
 from posenc.loadtest import servers  # noqa: E402
 from posenc.loadtest.drivers import probe  # noqa: E402
@@ -46,10 +61,12 @@ from posenc.loadtest.workloads import scenario  # noqa: E402
 WARMUP_S = 0.3  # of each step, not measured (posenc's timers due while it was held run first)
 
 
-def _hold(pid: int, sig) -> None:
-    """``sig`` to every process of posenc serve ``pid``'s tree (read again each time: the engine
-    starts its checksummer for each sweep)."""
-    for p in roles(pid):
+def _hold(pid: int, sig, keep=()) -> None:
+    """``sig`` to every process of posenc serve ``pid``'s tree but those whose role is in ``keep``
+    (read again each time: the engine starts its checksummer for each sweep)."""
+    for p, role in roles(pid).items():
+        if role in keep:
+            continue
         try:
             os.kill(p, sig)
         except ProcessLookupError:  # (a checksummer that just ended)
@@ -64,15 +81,21 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=6, help="parts of the run whose ratios are given too")
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default="1")
+    ap.add_argument(
+        "--variant", choices=list(VARIANTS), default="as shipped", help="bench_tail.py's variants"
+    )
     workload_args(ap)
     args = ap.parse_args()
+    flags, mode = VARIANTS[args.variant]
+    stopped = STOPPED.get(args.variant, ())
     rates = [float(r) for r in args.rates.split(",")]
     os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     workload = workload_of(args)
     got: dict = {}  # {(server, rate): [hdr of each step, None where the probe or server fell behind]}
     with tempfile.TemporaryDirectory(prefix="bench_tail_interleaved.") as tmp:
         port, ns = servers.free_port(), f"btaili-{uuid.uuid4().hex[:8]}"
-        with servers.start_posenc(port, ns, cpus=args.server_cpus) as srv:
+        env = site_env(*site_dirs(tmp), mode)
+        with servers.start_posenc(port, ns, cpus=args.server_cpus, env=env, args=flags) as srv:
             srv.wait_ready()
             url = f"http://127.0.0.1:{port}"
             pool = scenario.prepare(workload, url, {}, tmp)
@@ -81,16 +104,16 @@ def main() -> int:
                 servers.free_port(), None, args.server_cpus, kind="bare", requests=pool["floor_requests"]
             ) as bare:
                 bare.wait_ready(30)
-                urls = {"as shipped": url, "bare": bare.url}
+                urls = {"posenc": url, "bare": bare.url}
                 for u in urls.values():
                     _warm(u, pool, rates[0])
                 _hold(srv.proc.pid, signal.SIGSTOP)
                 try:
                     for rate in rates:
                         for i in range(args.steps):
-                            for name in ("bare", "as shipped")[:: 1 if i % 2 else -1]:
+                            for name in ("bare", "posenc")[:: 1 if i % 2 else -1]:
                                 if name != "bare":
-                                    _hold(srv.proc.pid, signal.SIGCONT)
+                                    _hold(srv.proc.pid, signal.SIGCONT, keep=stopped)
                                 s = probe.run_step(
                                     "127.0.0.1",
                                     int(urls[name].rsplit(":", 1)[1]),
@@ -114,7 +137,7 @@ def main() -> int:
     print(
         f"# bench_tail_interleaved: {os.cpu_count()} cpus, both servers on CPU {args.server_cpus}, probe on "
         f"CPU {args.client_cpus}, {args.steps} steps of {args.step_s:g} s per server and rate, alternated, "
-        f"{described(args)} ({pool['pool']} requests), load average {os.getloadavg()[0]:.1f}"
+        f"{described(args)} ({pool['pool']} requests), posenc {args.variant}, load average {os.getloadavg()[0]:.1f}"
     )
     print()
     print(
@@ -123,13 +146,14 @@ def main() -> int:
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for rate in rates:
-        steps = {n: got[(n, rate)] for n in ("bare", "as shipped")}
+        steps = {n: got[(n, rate)] for n in ("bare", "posenc")}
         whole = {n: _pooled(st) for n, st in steps.items()}
         cut = max(1, args.steps // args.blocks)
         parts = {n: [_pooled(st[k : k + cut]) for k in range(0, len(st), cut)] for n, st in steps.items()}
         for n, h in whole.items():
+            label = "bare" if n == "bare" else f"posenc, {args.variant}"
             if h is None:
-                print(f"| {rate:,.0f}/s | {n} | fell behind | | | | | | | | |")
+                print(f"| {rate:,.0f}/s | {label} | fell behind | | | | | | | | |")
                 continue
             p = {q: h.get_value_at_percentile(q) for q in (50.0, 99.0, 99.9)}
             cells = ["", "", "", ""]
@@ -144,7 +168,7 @@ def main() -> int:
                     )
                     cells[2 + j] = ", ".join(f"{v:.2f}" for v in r)
             print(
-                f"| {rate:,.0f}/s | {n} | {h.get_total_count():,} | {sum(s is None for s in steps[n])} | "
+                f"| {rate:,.0f}/s | {label} | {h.get_total_count():,} | {sum(s is None for s in steps[n])} | "
                 f"{p[50.0]} µs | {p[99.0]} µs | {p[99.9]} µs | " + " | ".join(cells) + " |"
             )
     return 0
