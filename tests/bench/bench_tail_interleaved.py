@@ -148,8 +148,8 @@ def main() -> int:
     for rate in rates:
         steps = {n: got[(n, rate)] for n in ("bare", "posenc")}
         whole = {n: _pooled(st) for n, st in steps.items()}
-        cut = max(1, args.steps // args.blocks)
-        parts = {n: [_pooled(st[k : k + cut]) for k in range(0, len(st), cut)] for n, st in steps.items()}
+        ends = [round(k * args.steps / args.blocks) for k in range(args.blocks + 1)]  # (blocks parts)
+        parts = {n: [_pooled(st[a:b]) for a, b in zip(ends, ends[1:])] for n, st in steps.items()}
         for n, h in whole.items():
             label = "bare" if n == "bare" else f"posenc, {args.variant}"
             if h is None:
