@@ -177,11 +177,21 @@ static void alibi_row(float *restrict o, const int32_t *restrict key, Py_ssize_t
 #undef ROW
 }
 
-/* A row of the stored table read backwards: o[b] = src[-b] (d = q - key[b] falls by one). */
+/* A row of the stored table read backwards: cell b of o is src[-b] (d = q - key[b] falls by one),
+ * stored at any alignment (memcpy: one unaligned store), so that an answer whose HTTP head left
+ * its block unaligned is written in place, not through a scratch buffer and a second copy. */
 VECTOR_CLONES
-static void reversed_row(float *restrict o, const float *restrict src, Py_ssize_t nk)
+static void reversed_row(char *restrict o, const float *restrict src, Py_ssize_t nk)
 {
-    for (Py_ssize_t b = 0; b < nk; b++) o[b] = src[-b];
+    for (Py_ssize_t b = 0; b < nk; b++) memcpy(o + 4 * b, &src[-b], 4);
+}
+
+/* Whether a float32 block is read from the stored table (reversed_row: any alignment) rather than
+ * computed: consecutive keys, none after any query, every distance inside the stored table. */
+static int reads_table(const AlibiTemplate *t, const Sel *q, const Sel *k)
+{
+    return t->kernel_dt < 0 && t->have_dist && !k->v && k->step == 1 && k->hi <= q->lo &&
+           q->hi - k->lo < t->dist.shape[1];
 }
 
 /* declared, and described, in hot.h */
@@ -195,18 +205,19 @@ int alibi_block(const AlibiTemplate *t, const Sel *q, const Sel *k, char *fill)
         PyMem_Free(pos);
         return over;
     }
-    float *f = (float *)fill;
-    /* Decode blocks (consecutive keys, none after any query, every distance inside the stored
-     * table) are the stored values read backwards; the table holds the same rounding of the same
-     * float64 product (0 - m*d and m*(-d) are one value). Anything else is computed. */
-    if (t->have_dist && !k->v && k->step == 1 && k->hi <= q->lo && q->hi - k->lo < t->dist.shape[1]) {
+    /* Decode blocks (reads_table) are the stored values read backwards; the table holds the same
+     * rounding of the same float64 product (0 - m*d and m*(-d) are one value). Anything else is
+     * computed (into 8-byte aligned `fill`). */
+    if (reads_table(t, q, k)) {
         Py_ssize_t L = t->dist.shape[1];
         for (Py_ssize_t h = 0; h < t->nheads; h++) {
             const float *row = (const float *)t->dist.buf + t->rows[h] * L;
-            for (Py_ssize_t a = 0; a < q->n; a++, f += k->n) reversed_row(f, row + (hot_sel_at(q, a) - k->start), k->n);
+            for (Py_ssize_t a = 0; a < q->n; a++, fill += 4 * k->n)
+                reversed_row(fill, row + (hot_sel_at(q, a) - k->start), k->n);
         }
         return 0;
     }
+    float *f = (float *)fill;
     int32_t *keys = PyMem_Malloc((size_t)k->n * sizeof(int32_t));
     if (!keys) return -1;
     for (Py_ssize_t b = 0; b < k->n; b++) keys[b] = (int32_t)hot_sel_at(k, b);
@@ -434,7 +445,7 @@ static PyObject *alibi_answer(HotTemplate *self, const Span *sp, const Http *htt
     if (hot_block_start((PyObject *)t, t->heads, &sp[0], &sp[1], t->max_n, t->nheads,
                         (t->max_bytes - 4 * t->nheads) / t->itemsize, &q, &k, &head, &out) > 0) {
         Out o;
-        if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, 1, &o) == 0)
+        if (hot_bytes_of(http, head, t->itemsize * t->nheads * q.n * k.n, t->tail, !reads_table(t, &q, &k), &o) == 0)
             out = hot_block_done(&o, alibi_block(t, &q, &k, o.fill));
     }
     Py_XDECREF(head);

@@ -264,6 +264,26 @@ def test_whole_requests_of_every_shape_answer_as_asgi_does(servers):
         assert (b"connection", b"close") in out[0][1] and closed
 
 
+def test_alibi_decode_blocks_at_every_head_length_answer_as_asgi_does(servers):
+    """A decode block (one query, keys 0..t: the stored distance table read backwards) is written
+    in place at whatever alignment the HTTP head before it leaves: heads of several lengths (a
+    content length of 3, 4 and 5 digits, with and without connection: close), each answered by
+    the lane with the full path's bytes."""
+
+    def block(t: int) -> bytes:
+        return orjson.dumps({"num_heads": 12, "query": [t], "key": {"start": 0, "stop": t + 1}})
+
+    for _ in range(2):  # learn (at the second answer: service/shortcut/store.py)
+        both(servers, request("/v1/alibi", block(1)), 1)
+    lengths = set()
+    for t in (0, 3, 20, 21, 300, 301, 2046, 2047):
+        for extra in (b"", b"connection: close\r\n"):
+            out, _ = both(servers, request("/v1/alibi", block(t), extra=extra), 1, lane=1)
+            assert out[0][0] == b"HTTP/1.1 200 OK"
+            lengths.add((len(dict(out[0][1])[b"content-length"]), bool(extra)))
+    assert len(lengths) == 6, lengths
+
+
 def _answered_then(server, tail: bytes, within: float) -> tuple[bytes, float]:
     """One request the lane answers on a new connection, then ``tail``: what the server sends
     until it closes the connection, and after how many seconds."""
