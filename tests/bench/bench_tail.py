@@ -87,9 +87,15 @@ VARIANTS = {  # name: (posenc serve's extra flags, the sitecustomize's mode)
     "engine stopped": ((), ""),
     "standby stopped": ((), ""),
     "no yield": ((), "no-yield"),
+    "no gRPC": (("--grpc-port", "0"), ""),
+    "all quiet": (("--grpc-port", "0", "--verify-interval", "0"), "no-flush"),
 }
 # the processes each "... stopped" variant holds with SIGSTOP for the probe's steps
-STOPPED = {"engine stopped": ("engine", "standby"), "standby stopped": ("standby",)}
+STOPPED = {
+    "engine stopped": ("engine", "standby"),
+    "standby stopped": ("standby",),
+    "all quiet": ("engine", "standby"),
+}
 
 # Put first on the posenc processes' PYTHONPATH: records every collection and every metrics flush
 # (wall time, duration in ns) and writes them at exit to $BENCH_TAIL_DIR/PID.json.
