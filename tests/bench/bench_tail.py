@@ -36,7 +36,11 @@ seconds: as after every engine restart). The variants:
 - ``gc off``: the garbage collector disabled in every posenc process;
 - ``engine stopped`` and ``standby stopped``: the engine and its standby, or the standby alone,
   held with SIGSTOP for the probe's steps (the worker answers from the mapped tables alone), then
-  resumed.
+  resumed;
+- ``no gRPC`` (``--grpc-port 0``): no gRPC server processes (two by default, each with its own
+  metrics flush and grpcio's timer threads, on the same core);
+- ``all quiet``: every source at once: no gRPC processes, no sweep, no metrics flush, and the
+  engine and its standby held as in ``engine stopped``.
 
 Every posenc process runs with this script's sitecustomize (a directory put first on PYTHONPATH;
 nothing in posenc changes), which records each garbage collection (generation, pause) and each
