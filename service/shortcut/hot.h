@@ -158,7 +158,8 @@ typedef struct {
 enum hot_frame { HOT_FRAME_HTTP, HOT_FRAME_BARE, HOT_FRAME_STREAM };
 
 /* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's float rows) and an HTTP head of another length left `dest`
+ * need `aligned` stores (ALiBi's computed float rows, T5's blocks; an ALiBi block read from its
+ * stored table is written in place at any alignment) and an HTTP head of another length left `dest`
  * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
 typedef struct {
     PyObject *obj;
