@@ -158,8 +158,8 @@ typedef struct {
 enum hot_frame { HOT_FRAME_HTTP, HOT_FRAME_BARE, HOT_FRAME_STREAM };
 
 /* An answer being filled: the kernels write `fill`, which is `dest` inside `obj`, or, when they
- * need `aligned` stores (ALiBi's computed float rows, T5's blocks; an ALiBi block read from its
- * stored table is written in place at any alignment) and an HTTP head of another length left `dest`
+ * need `aligned` stores (ALiBi's computed float rows, T5's blocks; not an ALiBi block read from its
+ * stored table: its ops' block_any_alignment) and an HTTP head of another length left `dest`
  * unaligned, an 8-byte aligned scratch buffer that hot_finish() moves in place. */
 typedef struct {
     PyObject *obj;
@@ -216,6 +216,9 @@ struct hot_ops {
      * (8-byte aligned): 0, 1 a cell overflows the dtype, -1 out of memory (no error set) */
     void (*block_limits)(const HotTemplate *t, Py_ssize_t *groups, Py_ssize_t *itemsize, Py_ssize_t *max_bytes);
     int (*block_into)(const HotTemplate *t, const Sel *q, const Sel *k, char *fill);
+    /* optional: whether block_into writes this block at any alignment (else fill is 8-byte
+     * aligned: hot_bytes_of's `aligned`); NULL: never */
+    int (*block_any_alignment)(const HotTemplate *t, const Sel *q, const Sel *k);
 };
 
 /* The kinds, each registered by one line here (its ops, hot_<kind>_ops, defined in its file). */

@@ -479,6 +479,11 @@ static int alibi_block_into(const HotTemplate *t, const Sel *q, const Sel *k, ch
     return alibi_block((const AlibiTemplate *)t, q, k, fill);
 }
 
+static int alibi_any_alignment(const HotTemplate *t, const Sel *q, const Sel *k)
+{
+    return reads_table((const AlibiTemplate *)t, q, k);
+}
+
 const struct hot_ops hot_alibi_ops = {
     .kind = "alibi",
     .name = "AlibiTemplate",
@@ -489,4 +494,5 @@ const struct hot_ops hot_alibi_ops = {
     .v2_json = alibi_v2_json,
     .block_limits = alibi_limits,
     .block_into = alibi_block_into,
+    .block_any_alignment = alibi_any_alignment,
 };

@@ -39,7 +39,7 @@ static PyObject *block_answer(HotTemplate *t, const char *first, Py_ssize_t n1, 
             out = Py_None;
             Py_INCREF(out);
         } else if (hot_bytes_of(http, PyTuple_GET_ITEM(parts, 0), isz * groups * q->n * k->n, PyTuple_GET_ITEM(parts, 1),
-                                1, &o) == 0) {
+                                !(t->ops->block_any_alignment && t->ops->block_any_alignment(t, q, k)), &o) == 0) {
             out = hot_block_done(&o, t->ops->block_into(t, q, k, o.fill));
         }
     } else if (rc == 0) {
