@@ -19,8 +19,8 @@ server's steps (its background work counts in its own steps only); it is resumed
 its own, whose first 0.3 s are not measured (timers due while it was held run then). Both are
 warmed first as bench_tail.py warms them (2 s at the first rate).
 
-``--variant`` runs posenc as bench_tail.py's variant of that name (one background source removed,
-or, for "engine stopped" and "standby stopped", those processes held in posenc's steps too).
+``--variant`` runs posenc as bench_tail.py's variant of that name (background sources removed; the
+processes a variant holds, bench_tail.py's STOPPED, are held in posenc's steps too).
 
 ``--aa`` puts a second bare server in posenc's place (posenc held throughout): two identical
 servers, whose ratios show how far this machine moves each figure with nothing to find.
@@ -45,8 +45,6 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-
-from hdrh.histogram import HdrHistogram
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "bench")]
@@ -89,7 +87,7 @@ def _median_ratio(steps, base, q: float, draws: int = 2000) -> str:
     """The ratio of the two servers' median step's ``q`` percentile (each 1-s step's own, over the
     steps the probe kept), and its 90% bootstrap interval (the steps of each drawn again with
     replacement): a statistic that one stall in a step moves only for that step."""
-    a, b = ([_hdr(st).get_value_at_percentile(q) for st in x if st] for x in (steps, base))
+    a, b = ([_pooled([st]).get_value_at_percentile(q) for st in x if st] for x in (steps, base))
     if not a or not b:
         return ""
     rng = random.Random(1)
@@ -108,12 +106,6 @@ def _cpu_s(pid: int) -> float:
 def _cpu_per_request(steps) -> float | None:
     kept = [st for st in steps if st]
     return sum(st["cpu_s"] for st in kept) / sum(st["offered"] for st in kept) if kept else None
-
-
-def _hdr(step: dict) -> HdrHistogram:
-    h = HdrHistogram(1, probe.MAX_US, 3)
-    h.decode_and_add(step["hdr"])
-    return h
 
 
 def main() -> int:
@@ -140,7 +132,8 @@ def main() -> int:
     rates = [float(r) for r in args.rates.split(",")]
     os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     workload = workload_of(args)
-    got: dict = {}  # {(server, rate): [hdr of each step, None where the probe or server fell behind]}
+    # {(server, rate): [each step's {"hdr", "cpu_s", "offered"}, None where the probe or server fell behind]}
+    got: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench_tail_interleaved.") as tmp:
         port, ns = servers.free_port(), f"btaili-{uuid.uuid4().hex[:8]}"
         env = site_env(*site_dirs(tmp), mode)
